@@ -1,0 +1,23 @@
+"""tensoralg: a compiler for sparse and dense tensor algebra.
+
+>>> import numpy as np, scipy.sparse as sp, tensoralg as ta
+>>> A = sp.random_array((5, 4), density=0.5, format="csr", random_state=0)
+>>> bool(np.allclose(ta.einsum("ij,j->i", A, np.ones(4)), A.sum(axis=1)))
+True
+"""
+from tensoralg._version import __version__
+from tensoralg.api import Kernel, compile, einsum
+from tensoralg.errors import (
+    CompileError, FormatError, KernelRuntimeError, NotationError, ShapeError,
+    TensorAlgebraError, UnsupportedError,
+)
+from tensoralg.formats import (
+    COO, CSC, CSF, CSR, DCSC, DCSR, Format, LevelKind, Tensor, dense, read, write,
+)
+
+__all__ = [
+    "__version__", "einsum", "compile", "Kernel", "Tensor", "Format", "LevelKind", "CSR", "CSC",
+    "DCSR", "DCSC", "COO", "CSF", "dense", "read", "write", "TensorAlgebraError",
+    "NotationError", "ShapeError", "FormatError", "CompileError", "UnsupportedError",
+    "KernelRuntimeError",
+]

@@ -1,0 +1,506 @@
+"""The public entry points: ``einsum`` and ``compile``.
+
+``parse → bind → key → cache → concretize → lower → optimize → emit → build → run → wrap``;
+each arrow is a function of another room. Only this module (and ``formats/convert.py``) knows
+scipy and pydata objects; below it everything is a ``Tensor`` of flat arrays.
+"""
+from __future__ import annotations
+
+import math
+import os
+import threading
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from tensoralg import _version
+from tensoralg.codegen import CompiledKernel, DiskCache, build, default_cache_dir, emit_source
+from tensoralg.errors import (
+    KernelRuntimeError, NotationError, ShapeError, TensorAlgebraError, UnsupportedError,
+)
+from tensoralg.formats import Format, Tensor, bind, input_family, resolve_format
+from tensoralg.formats.tensor import VALUE_DTYPES
+from tensoralg.ir.nodes import Function
+from tensoralg.ir.passes.pipeline import IRLog, optimize
+from tensoralg.ir.printer import format_function
+from tensoralg.lower.concretize import concretize
+from tensoralg.lower.lowerer import lower
+from tensoralg.lower.program import Program, TensorRole
+from tensoralg.notation import (
+    Assignment, Call, Div, Literal, canonical_text, infer_dims, output_shape, parse_einsum,
+    parse_statement,
+)
+from tensoralg.notation.ast import Expr, tensors as tensor_ranks
+from tensoralg.runtime.args import OutputBuffers, pack_arguments
+from tensoralg.runtime.wrap import release, sparse_result
+
+BACKENDS = ("llvm", "c", "cuda")
+_FLOAT_FUNCTIONS = {"sqrt", "exp", "log", "sin", "cos", "tanh", "sigmoid", "pow"}
+
+
+# ---------------------------------------------------------------------------------------------
+# Options and the kernel cache
+
+
+@dataclass(frozen=True, slots=True)
+class CompileOptions:
+    """Options read once, at the API edge, from the environment."""
+
+    cache_dir: Path | None
+    debug: bool = False
+    check_ir: bool = False
+
+    @staticmethod
+    def from_environment(environ: Mapping[str, str] = os.environ) -> "CompileOptions":
+        disk = environ.get("TENSORALG_DISK_CACHE", "1") not in ("0", "false", "no")
+        debug = environ.get("TA_DEBUG", "") not in ("", "0")
+        return CompileOptions(default_cache_dir(environ) if disk else None, debug,
+                              check_ir=debug or environ.get("TA_CHECK_IR", "") not in ("", "0"))
+
+
+@dataclass(frozen=True, slots=True)
+class KernelKey:
+    """Everything that changes the generated code."""
+
+    statement: str
+    formats: tuple[tuple[str, str, tuple[int, ...]], ...]
+    index_dtypes: tuple[str, ...]
+    value_dtype: str
+    out_format: str | None
+    out_index_dtype: str
+    schedule: str | None
+    backend: str
+    version: str = _version.__version__
+
+    def digest(self) -> str:
+        import hashlib
+
+        return hashlib.sha256(repr(self).encode()).hexdigest()[:32]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class CompiledProgram:
+    """One compiled kernel with the program and IR it came from."""
+
+    key: KernelKey
+    program: Program
+    function: Function
+    kernel: CompiledKernel
+    log: IRLog | None
+
+
+class KernelCache:
+    """The in-process cache of compiled kernels, backed by an on-disk cache."""
+
+    def __init__(self, options: CompileOptions) -> None:
+        self.options = options
+        self.kernels: dict[KernelKey, CompiledProgram] = {}
+        self.disk = DiskCache(options.cache_dir) if options.cache_dir is not None else None
+        self.compiles = 0
+        self._lock = threading.Lock()
+
+    def get(self, key: KernelKey, stmt: Assignment, formats: dict[str, Format],
+            index_dtypes: dict[str, np.dtype], out_format: Format | None) -> CompiledProgram:
+        found = self.kernels.get(key)
+        if found is not None:
+            return found
+        with self._lock:
+            found = self.kernels.get(key)
+            if found is None:
+                found = self._compile(key, stmt, formats, index_dtypes, out_format)
+                self.kernels[key] = found
+        return found
+
+    def _compile(self, key: KernelKey, stmt: Assignment, formats: dict[str, Format],
+                 index_dtypes: dict[str, np.dtype], out_format: Format | None
+                 ) -> CompiledProgram:
+        program = concretize(stmt, formats, index_dtypes, np.dtype(key.value_dtype), out_format,
+                             np.dtype(key.out_index_dtype))
+        log = IRLog(echo=self.options.debug)
+        function = optimize(lower(program, "ta_kernel"), log, check=self.options.check_ir)
+        # A cuda kernel is built for the CPU too, for now: it can print CUDA but not run on a GPU.
+        backend = "llvm" if key.backend == "cuda" else key.backend
+        kernel = build(function, backend, cache=self.disk, key=key.digest())
+        if not kernel.from_cache:
+            self.compiles += 1
+        return CompiledProgram(key, program, function, kernel, log)
+
+
+_cache: KernelCache | None = None
+
+
+def kernel_cache() -> KernelCache:
+    """The process-wide kernel cache (created on first use, from the environment)."""
+    global _cache
+    if _cache is None:
+        _cache = KernelCache(CompileOptions.from_environment())
+    return _cache
+
+
+# ---------------------------------------------------------------------------------------------
+# einsum
+
+
+def einsum(subscripts: str, *operands: Any, out_format: Any = None, formats: Any = None,
+           backend: str | None = None, schedule: Any = None, dtype: Any = None,
+           out: np.ndarray | None = None) -> Any:
+    """Evaluate NumPy einsum notation with a compiled kernel, on sparse and dense operands.
+
+    >>> import numpy as np, scipy.sparse as sp
+    >>> A = sp.random_array((4, 3), density=0.5, format="csr", random_state=0)
+    >>> x = np.arange(3.0)
+    >>> bool(np.allclose(einsum("ij,j->i", A, x), A @ x))
+    True
+    """
+    if not isinstance(subscripts, str):
+        raise NotationError(f"subscripts must be a string, not {type(subscripts).__name__}")
+    ranks = [_rank(op, k) for k, op in enumerate(operands)]
+    stmt = parse_einsum(subscripts, ranks)
+    named = _einsum_names(len(operands))
+    overrides = _format_overrides(formats, len(operands))
+    bound = {}
+    families = []
+    for k, (name, operand) in enumerate(zip(named, operands)):
+        families.append(input_family(operand))
+        bound[name] = _bind(operand, overrides.get(k), f"operand {k} ({name})")
+    return _run(stmt, bound, families, out_format, backend, schedule, dtype, out)
+
+
+def _einsum_names(count: int) -> list[str]:
+    from tensoralg.notation import operand_name
+
+    return [operand_name(k) for k in range(count)]
+
+
+def _rank(operand: Any, k: int) -> int:
+    shape = getattr(operand, "shape", None)
+    if shape is None:
+        if isinstance(operand, (int, float, np.number)):
+            return 0
+        try:
+            return np.ndim(operand)
+        except Exception:  # noqa: BLE001 - any failure means "not an array"
+            raise UnsupportedError(f"operand {k}: cannot use {type(operand).__name__} as a "
+                                   f"tensor") from None
+    return len(shape)
+
+
+def _format_overrides(formats: Any, count: int) -> dict[int, Any]:
+    if formats is None:
+        return {}
+    if isinstance(formats, Mapping):
+        overrides = {int(k): v for k, v in formats.items()}
+    elif isinstance(formats, (list, tuple)):
+        if len(formats) != count:
+            raise ShapeError(f"formats has {len(formats)} entries but einsum has {count} "
+                             f"operands; give one entry per operand (None keeps its format)")
+        overrides = dict(enumerate(formats))
+    else:
+        raise UnsupportedError("formats must be a list with one entry per operand or a dict "
+                               "from operand position to format")
+    for k in overrides:
+        if not 0 <= k < count:
+            raise ShapeError(f"formats names operand {k}, but einsum has {count} operands")
+    return {k: v for k, v in overrides.items() if v is not None and v != "auto"}
+
+
+def _bind(operand: Any, fmt: Any, what: str) -> Tensor:
+    try:
+        tensor = bind(operand)
+    except TensorAlgebraError as err:
+        raise type(err)(f"{what}: {err}") from None
+    if fmt is not None:
+        wanted = resolve_format(fmt, tensor.ndim, what)
+        if wanted != tensor.format:
+            tensor = tensor.convert(wanted)
+    return tensor
+
+
+# ---------------------------------------------------------------------------------------------
+# The shared path of einsum and compiled kernels
+
+
+def _value_dtype(stmt: Assignment, dtypes: Sequence[np.dtype], dtype: Any) -> np.dtype:
+    if dtype is not None:
+        result = np.dtype(dtype)
+    else:
+        result = np.result_type(*dtypes) if dtypes else np.dtype(np.float64)
+        if result.kind in "iu" and _needs_float(stmt.rhs):
+            result = np.dtype(np.float64)
+    if result not in VALUE_DTYPES:
+        raise UnsupportedError(
+            f"the kernel would compute in {result}, which tensoralg does not support; use "
+            f"float32, float64, int32 or int64 operands (or pass dtype=)")
+    return result
+
+
+def _needs_float(expr: Expr) -> bool:
+    match expr:
+        case Div():
+            return True
+        case Call(func, args):
+            return func in _FLOAT_FUNCTIONS or any(_needs_float(a) for a in args)
+        case Literal(value):
+            return isinstance(value, float) and not float(value).is_integer()
+    children = [getattr(expr, f) for f in ("lhs", "rhs", "operand", "body") if hasattr(expr, f)]
+    return any(_needs_float(c) for c in children)
+
+
+def _out_request(out_format: Any, rank: int) -> tuple[Format | None, bool]:
+    """(format to produce, whether it was asked for explicitly)."""
+    if out_format is None:
+        return None, False
+    return resolve_format(out_format, rank, "out_format"), True
+
+
+def _run(stmt: Assignment, bound: dict[str, Tensor], families: list[str], out_format: Any,
+         backend: str | None, schedule: Any, dtype: Any, out: np.ndarray | None) -> Any:
+    backend = _check_backend(backend)
+    if schedule is not None:
+        raise UnsupportedError("scheduling commands are not implemented yet; pass schedule=None "
+                               "(the compiler chooses the loop order)")
+    value_dtype = _value_dtype(stmt, [t.dtype for t in bound.values()], dtype)
+    shapes = {name: t.shape for name, t in bound.items()}
+    dims = infer_dims(stmt, shapes)
+    shape = output_shape(stmt, dims)
+    requested, explicit = _out_request(out_format, len(shape))
+    compiled = _compiled(stmt, bound, value_dtype, requested, shape, backend)
+    result = execute(compiled, bound, value_dtype, shape, out)
+    return _wrap(result, requested, explicit, families, out)
+
+
+def _check_backend(backend: str | None) -> str:
+    backend = backend or "llvm"
+    if backend not in BACKENDS:
+        raise UnsupportedError(f"unknown backend {backend!r}; use one of {', '.join(BACKENDS)}")
+    if backend == "cuda":
+        raise UnsupportedError("the cuda backend can print kernels (kernel.source('cuda')) but "
+                               "cannot run them yet; use backend='llvm' or 'c'")
+    return backend
+
+
+def _compiled(stmt: Assignment, bound: Mapping[str, Tensor], value_dtype: np.dtype,
+              requested: Format | None, shape: tuple[int, ...], backend: str) -> CompiledProgram:
+    formats = {name: t.format for name, t in bound.items()}
+    index_dtypes = {name: t.index_dtype for name, t in bound.items()}
+    out_index = np.dtype(np.int32) if math.prod(shape) < 2**31 - 1 else np.dtype(np.int64)
+    key = KernelKey(
+        canonical_text(stmt),
+        tuple((name, f.spec, f.order) for name, f in formats.items()),
+        tuple(str(index_dtypes[name]) for name in formats),
+        str(value_dtype),
+        None if requested is None else f"{requested.spec}{requested.order}",
+        str(out_index), None, backend)
+    return kernel_cache().get(key, stmt, formats, index_dtypes, requested)
+
+
+def execute(compiled: CompiledProgram, bound: Mapping[str, Tensor], value_dtype: np.dtype,
+            shape: tuple[int, ...], out: np.ndarray | None = None) -> Tensor | np.ndarray:
+    """Run a compiled kernel on bound operands; returns a dense array or a sparse Tensor."""
+    program = compiled.program
+    tensors = {name: (t if t.dtype == value_dtype else t.astype(value_dtype))
+               for name, t in bound.items()}
+    for alias, source in program.conversions:
+        tensors[alias] = tensors[source].convert(program.tensor(alias).format)
+    sizes: dict[str, int] = {}
+    for info in program.tensors:
+        if info.role is TensorRole.INPUT:
+            for mode, index in enumerate(info.dims):
+                sizes[index] = tensors[info.name].shape[mode]
+    output = program.output
+    buffers = OutputBuffers()
+    if output.format.is_dense:
+        buffers.dense = _dense_output(out, shape, value_dtype)
+    else:
+        buffers.sizes = np.zeros(output.rank, dtype=np.int64)
+        buffers.capacity = max(16, sum(t.nnz for t in tensors.values()))
+    args = pack_arguments(compiled.function.params, tensors, sizes, output.name, buffers)
+    status = compiled.kernel(*args)
+    if status != 0:
+        release(buffers)
+        raise KernelRuntimeError(f"the kernel for {compiled.key.statement} could not allocate "
+                                 f"memory for its output (status {status})")
+    if output.format.is_dense:
+        assert buffers.dense is not None
+        return buffers.dense.reshape(shape)
+    return sparse_result(shape, output.format, output.index_dtype, value_dtype, buffers)
+
+
+def _dense_output(out: np.ndarray | None, shape: tuple[int, ...], dtype: np.dtype
+                  ) -> np.ndarray:
+    if out is not None and out.shape == shape and out.dtype == dtype and \
+            out.flags.c_contiguous:
+        flat = out.reshape(-1)
+        flat[...] = 0
+        return flat
+    return np.zeros(max(1, math.prod(shape)) if not shape else math.prod(shape), dtype=dtype)
+
+
+def _wrap(result: Tensor | np.ndarray, requested: Format | None, explicit: bool,
+          families: list[str], out: np.ndarray | None) -> Any:
+    if isinstance(result, np.ndarray):
+        if requested is not None and not requested.is_dense:
+            result = Tensor.from_numpy(result, format=requested)
+        else:
+            return _dense_result(result, out)
+    elif requested is not None and result.format != requested:
+        result = result.convert(requested)
+    if requested is not None and requested.is_dense:
+        return _dense_result(result.to_numpy(), out)
+    return _sparse_result(result, families)
+
+
+def _dense_result(array: np.ndarray, out: np.ndarray | None) -> Any:
+    if out is not None:
+        if out.shape != array.shape:
+            raise ShapeError(f"out has shape {out.shape} but the result has shape {array.shape}")
+        if not np.shares_memory(out, array):
+            np.copyto(out, array, casting="same_kind")
+        return out
+    return array[()] if array.ndim == 0 else array
+
+
+def _sparse_result(result: Tensor, families: list[str]) -> Any:
+    if result.ndim == 2:
+        if "scipy_matrix" in families:
+            return result.to_scipy("matrix")
+        if "scipy_array" in families:
+            return result.to_scipy("array")
+    if "sparse" in families and "scipy_array" not in families and \
+            "scipy_matrix" not in families:
+        return result.to_sparse()
+    return result
+
+
+# ---------------------------------------------------------------------------------------------
+# compile
+
+
+@dataclass
+class Kernel:
+    """A statement compiled for given operand formats; call it with operands by name.
+
+    >>> k = compile("y(i) = A(i,j) * x(j)", formats={"A": "ds"})
+    >>> print(k.source("ir").splitlines()[0][:20])
+    kernel ta_kernel(i64
+    """
+
+    statement: Assignment
+    formats: dict[str, Format]
+    dtype: np.dtype
+    backend: str
+    out_format: Format | None
+    _warned: set[str] = field(default_factory=set)
+    _default: CompiledProgram | None = None
+
+    def __post_init__(self) -> None:
+        index = {name: np.dtype(np.int32) for name in self.formats}
+        self._default = self._specialise(index, None)
+
+    def _specialise(self, index_dtypes: dict[str, np.dtype], shape: tuple[int, ...] | None
+                    ) -> CompiledProgram:
+        out_index = np.dtype(np.int32) if shape is None or math.prod(shape) < 2**31 - 1 \
+            else np.dtype(np.int64)
+        key = KernelKey(
+            canonical_text(self.statement),
+            tuple((name, f.spec, f.order) for name, f in self.formats.items()),
+            tuple(str(index_dtypes[name]) for name in self.formats), str(self.dtype),
+            None if self.out_format is None else f"{self.out_format.spec}{self.out_format.order}",
+            str(out_index), None, self.backend)
+        return kernel_cache().get(key, self.statement, self.formats, index_dtypes,
+                                  self.out_format)
+
+    @property
+    def program(self) -> Program:
+        assert self._default is not None
+        return self._default.program
+
+    def source(self, lang: str = "ir") -> str:
+        """The kernel as ``"ir"`` (with the compiler's notes), ``"c"``, ``"llvm"`` or ``"cuda"``."""
+        assert self._default is not None
+        function = self._default.function
+        if lang == "ir":
+            return format_function(function)
+        if lang == "llvm" and self._default.kernel.backend == "llvm":
+            return self._default.kernel.source
+        return emit_source(function, lang)
+
+    def __call__(self, **operands: Any) -> Any:
+        if self.backend == "cuda":
+            raise UnsupportedError("cuda kernels can be printed (source('cuda')) but not run yet; "
+                                   "compile with backend='llvm' or 'c'")
+        missing = [name for name in self.formats if name not in operands]
+        if missing:
+            raise ShapeError(f"kernel for {self.statement} needs operand(s) "
+                             f"{', '.join(missing)}")
+        extra = [name for name in operands if name not in self.formats]
+        if extra:
+            raise ShapeError(f"kernel for {self.statement} has no operand(s) {', '.join(extra)}")
+        bound: dict[str, Tensor] = {}
+        families = []
+        for name, fmt in self.formats.items():
+            obj = operands[name]
+            families.append(input_family(obj))
+            tensor = _bind(obj, None, f"operand {name}")
+            if tensor.format != fmt:
+                if name not in self._warned:
+                    self._warned.add(name)
+                    warnings.warn(f"operand {name} is stored as {tensor.format} but the kernel "
+                                  f"was compiled for {fmt}; converting it on every call",
+                                  stacklevel=2)
+                tensor = tensor.convert(fmt)
+            bound[name] = tensor
+        dims = infer_dims(self.statement, {n: t.shape for n, t in bound.items()})
+        shape = output_shape(self.statement, dims)
+        compiled = self._specialise({n: t.index_dtype for n, t in bound.items()}, shape)
+        result = execute(compiled, bound, self.dtype, shape)
+        explicit = self.out_format is not None
+        return _wrap(result, self.out_format, explicit, families, None)
+
+    def __str__(self) -> str:
+        formats = ", ".join(f"{n}: {f}" for n, f in self.formats.items())
+        return f"Kernel({self.statement}; {formats}; {self.dtype}; {self.backend})"
+
+
+def compile(statement: str, formats: Mapping[str, Any] | None = None, dtype: Any = "float64",
+            backend: str | None = None, schedule: Any = None) -> Kernel:
+    """Compile a TACO-style statement for the given operand formats.
+
+    ``formats`` maps tensor names (operands and, optionally, the output) to formats; operands
+    not named are dense. The kernel is called with operands by name and returns the output.
+
+    >>> import numpy as np
+    >>> k = compile("y(i) = A(i,j) * x(j)", formats={"A": "ds"})
+    >>> k(A=np.eye(2), x=np.array([1.0, 2.0])).tolist()
+    [1.0, 2.0]
+    """
+    backend = backend or "llvm"
+    if backend not in BACKENDS:
+        raise UnsupportedError(f"unknown backend {backend!r}; use one of {', '.join(BACKENDS)}")
+    if schedule is not None:
+        raise UnsupportedError("scheduling commands are not implemented yet; pass schedule=None")
+    stmt = parse_statement(statement) if isinstance(statement, str) else statement
+    ranks = tensor_ranks(stmt)
+    given = dict(formats or {})
+    unknown = [n for n in given if n not in ranks and n != stmt.lhs.tensor]
+    if unknown:
+        raise NotationError(f"formats names {', '.join(unknown)}, which the statement does "
+                            f"not use", statement if isinstance(statement, str) else None)
+    resolved = {name: resolve_format(given.get(name, "dense"), rank, f"operand {name}")
+                for name, rank in ranks.items()}
+    out_format = given.get(stmt.lhs.tensor)
+    out = resolve_format(out_format, len(stmt.lhs.indices), "output") if out_format else None
+    value_dtype = np.dtype(dtype)
+    if value_dtype not in VALUE_DTYPES:
+        raise UnsupportedError(f"dtype {value_dtype} is not supported; use float32, float64, "
+                               f"int32 or int64")
+    if value_dtype.kind in "iu" and _needs_float(stmt.rhs):
+        raise UnsupportedError(f"{statement} needs floating-point arithmetic; use a float dtype")
+    return Kernel(stmt, resolved, value_dtype, backend, out)
+
+
+__all__ = ["einsum", "compile", "Kernel", "KernelKey", "CompileOptions", "kernel_cache",
+           "execute"]

@@ -1,0 +1,188 @@
+"""Source text and callables from an `ir.nodes.Function`: `emit_source` and `build`.
+
+`build` compiles with llvmlite (object code loaded into an MCJIT engine) or with the system C
+compiler (a shared object loaded with ctypes), optionally through a `DiskCache`. Both paths go
+through the same binary form (object code, shared object) whether freshly compiled or read from
+the cache, so a cache hit runs exactly what a miss would have run.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import struct
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tensoralg.codegen.c import C_FLAGS, CEmitter, compile_c, compiler_command
+from tensoralg.codegen.cache import DiskCache
+from tensoralg.codegen.cuda import CudaEmitter
+from tensoralg.codegen.target import target_for
+from tensoralg.errors import CompileError, UnsupportedError
+from tensoralg.ir.nodes import Function, Param, Ptr, Scalar
+
+CTYPES = {
+    Scalar.BOOL: ctypes.c_bool,
+    Scalar.I32: ctypes.c_int32,
+    Scalar.I64: ctypes.c_int64,
+    Scalar.F32: ctypes.c_float,
+    Scalar.F64: ctypes.c_double,
+}
+
+
+def emit_source(fn: Function, lang: str) -> str:
+    """Readable source of ``fn`` in ``lang``: ``"c"``, ``"cuda"`` or ``"llvm"`` (optimised IR).
+
+    >>> from tensoralg.ir.nodes import Function, Block
+    >>> print(emit_source(Function("k", (), Block()), "c").splitlines()[-3])
+    int32_t k(void) {
+    """
+    fn = target_for(lang).legalize(fn)
+    match lang:
+        case "c":
+            return CEmitter().emit(fn)
+        case "cuda":
+            return CudaEmitter().emit(fn)
+        case "llvm":
+            from tensoralg.codegen.llvm import llvm_source  # llvmlite loads on first use
+
+            return llvm_source(fn)
+    raise UnsupportedError(f"no source emitter for {lang!r}")
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class CompiledKernel:
+    """A callable kernel: ``kernel(*args) -> status`` with one argument per parameter.
+
+    Pointers are passed as integer addresses (``array.ctypes.data``), scalars as Python numbers.
+    ``function`` is the raw ctypes function, for callers that want to skip one Python frame.
+    ``from_cache`` says whether the machine code came from a `DiskCache`.
+
+    >>> # kernel = build(fn, "llvm"); status = kernel(n, x.ctypes.data, y.ctypes.data)
+    """
+
+    backend: str
+    name: str
+    params: tuple[Param, ...]
+    source: str
+    function: ctypes._CFuncPtr = field(repr=False)
+    from_cache: bool = False
+    # The engine and target machine (llvm) or the loaded library (c) behind `function`.
+    keepalive: tuple[object, ...] = field(default=(), repr=False)
+
+    def __call__(self, *args: int | float | bool) -> int:
+        return self.function(*args)
+
+    def __str__(self) -> str:
+        params = ", ".join(f"{p.var.dtype} {p.var.name}" for p in self.params)
+        origin = "cache" if self.from_cache else "compiled"
+        return f"<{self.backend} kernel {self.name}({params}) from {origin}>"
+
+
+def function_type(params: tuple[Param, ...]) -> type[ctypes._CFuncPtr]:
+    """The ctypes prototype of a kernel with ``params``: ``int32_t (*)(...)``."""
+    argtypes = [ctypes.c_void_p if isinstance(p.var.dtype, Ptr) else CTYPES[p.var.dtype]
+                for p in params]
+    return ctypes.CFUNCTYPE(ctypes.c_int32, *argtypes)
+
+
+def build(fn: Function, backend: str, *, cache: DiskCache | None = None,
+          key: str | None = None) -> CompiledKernel:
+    """Compile ``fn`` with ``backend`` (``"llvm"`` or ``"c"``) and load it.
+
+    With a ``cache`` and a ``key`` naming the kernel, a stored build for this host is loaded
+    instead of compiling, and a fresh build is stored.
+
+    >>> # kernel = build(fn, "c", cache=DiskCache(default_cache_dir()), key=str(kernel_key))
+    """
+    target = target_for(backend)
+    if not target.can_build:
+        raise UnsupportedError(f"backend {backend!r} can emit source but not build kernels yet")
+    fn = target.legalize(fn)
+    entry = f"{key}\0{_fingerprint(backend)}" if cache is not None and key is not None else None
+    if cache is not None and entry is not None:
+        payload = cache.get(entry, backend)
+        kernel = _unpack(fn, backend, payload) if payload is not None else None
+        if kernel is not None:
+            return kernel
+    source, binary = _compile(fn, backend)
+    kernel = _load(fn, backend, source, binary, from_cache=False)
+    if kernel is None:
+        raise CompileError(f"kernel {fn.name!r} was compiled but its symbol is missing")
+    if cache is not None and entry is not None:
+        cache.put(entry, backend, _pack(source, binary))
+    return kernel
+
+
+def _fingerprint(backend: str) -> str:
+    """What the stored binary depends on besides the key: toolchain and host CPU."""
+    from tensoralg.codegen.llvm import host_fingerprint
+
+    if backend == "c":
+        return f"{' '.join(compiler_command(os.environ))}|{' '.join(C_FLAGS)}|{host_fingerprint()}"
+    return host_fingerprint()
+
+
+def _compile(fn: Function, backend: str) -> tuple[str, bytes]:
+    if backend == "c":
+        source = CEmitter().emit(fn)
+        return source, compile_c(source, fn.name)
+    from tensoralg.codegen.llvm import compile_llvm
+
+    return compile_llvm(fn)
+
+
+def _pack(source: str, binary: bytes) -> bytes:
+    text = source.encode()
+    return struct.pack("<Q", len(text)) + text + binary
+
+
+def _unpack(fn: Function, backend: str, payload: bytes) -> CompiledKernel | None:
+    (length,) = struct.unpack_from("<Q", payload)
+    source = payload[8:8 + length].decode()
+    return _load(fn, backend, source, payload[8 + length:], from_cache=True)
+
+
+def _load(fn: Function, backend: str, source: str, binary: bytes,
+          from_cache: bool) -> CompiledKernel | None:
+    """The kernel in ``binary``, or None when it does not export ``fn.name``."""
+    if backend == "c":
+        address, keepalive = _load_shared_object(binary, fn.name)
+    else:
+        address, keepalive = _load_object_code(binary, fn.name)
+    if not address:
+        return None
+    function = function_type(fn.params)(address)
+    return CompiledKernel(backend, fn.name, fn.params, source, function, from_cache, keepalive)
+
+
+def _load_shared_object(binary: bytes, name: str) -> tuple[int, tuple[object, ...]]:
+    # A private copy: the loader never reads a file that someone could change after our checks.
+    handle, path = tempfile.mkstemp(prefix="tensoralg-", suffix=".so")
+    try:
+        with os.fdopen(handle, "wb") as file:
+            file.write(binary)
+        library = ctypes.CDLL(path, mode=os.RTLD_LOCAL)
+    except OSError as error:
+        raise CompileError(f"cannot load the shared object of kernel {name!r}: {error}") from None
+    finally:
+        Path(path).unlink(missing_ok=True)
+    try:
+        symbol = getattr(library, name)
+    except AttributeError:
+        return 0, ()
+    return ctypes.cast(symbol, ctypes.c_void_p).value or 0, (library,)
+
+
+def _load_object_code(binary: bytes, name: str) -> tuple[int, tuple[object, ...]]:
+    import llvmlite.binding as llvm
+
+    from tensoralg.codegen.llvm import target_machine
+
+    machine = target_machine()
+    empty = llvm.parse_assembly("")
+    empty.triple = machine.triple
+    engine = llvm.create_mcjit_compiler(empty, machine)
+    engine.add_object_file(llvm.ObjectFileRef.from_data(binary))
+    engine.finalize_object()
+    return engine.get_function_address(name), (engine, machine)

@@ -1,0 +1,382 @@
+"""The shared C-like emitter: prints an `ir.nodes.Function` as C-family source.
+
+`CFamilyEmitter` prints every node; dialects (`c.CEmitter`, `cuda.CudaEmitter`) override only
+class attributes and the few hook methods where the languages differ: the kernel signature, how
+a status is returned, and how heap memory is obtained. The base never names a dialect.
+
+Expressions are printed with C precedence, so the source has no more parentheses than it needs;
+the parse tree of the printed source is exactly the IR's, which keeps floating-point results
+identical to the LLVM backend's.
+"""
+from __future__ import annotations
+
+import ctypes
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from tensoralg.errors import CompileError
+from tensoralg.ir.nodes import (
+    Allocate, Assign, Binary, Block, Cast, Comment, Const, Declare, DType, Expr, For, Free,
+    Function, Grow, If, Load, Ptr, Scalar, Select, Stmt, Store, Unary, Var, While,
+)
+from tensoralg.codegen.lines import Lines
+
+SCALAR_TYPES = {
+    Scalar.BOOL: "bool",
+    Scalar.I32: "int32_t",
+    Scalar.I64: "int64_t",
+    Scalar.F32: "float",
+    Scalar.F64: "double",
+}
+
+# Binding strength of C operators: lower binds tighter (C11 6.5).
+ATOM, UNARY, TERNARY = 0, 2, 13
+BINARY_PRECEDENCE = {
+    "*": 3, "/": 3, "%": 3, "+": 4, "-": 4,
+    "<": 6, "<=": 6, ">": 6, ">=": 6, "==": 7, "!=": 7, "and": 11, "or": 12,
+}
+C_OPERATOR = {"and": "&&", "or": "||"}
+# Operands bind if their precedence is below (left, right); arithmetic is left-associative.
+# Chained comparisons and && inside || get parentheses C does not need: they read badly.
+_OPERAND_CONTEXT = {6: (6, 6), 7: (6, 6), 11: (12, 11), 12: (11, 11)}
+FLOAT_MATH = frozenset({"sqrt", "exp", "log", "sin", "cos", "tanh"})
+
+C_KEYWORDS = frozenset("""
+    auto break case char const continue default do double else enum extern float for goto if
+    inline int long register restrict return short signed sizeof static struct switch typedef
+    union unsigned void volatile while bool true false main malloc calloc realloc free fmin fmax
+    pow sqrt exp log sin cos tanh fabs abs llabs fmod NULL INFINITY NAN int32_t int64_t size_t
+""".split())
+
+
+@dataclass(slots=True)
+class _Names:
+    """C identifiers of one function's variables: unique, valid, and not keywords."""
+
+    reserved: frozenset[str]
+    of: dict[str, str] = field(default_factory=dict)
+    used: set[str] = field(default_factory=set)
+
+    def add(self, name: str) -> str:
+        if name not in self.of:
+            self.of[name] = self.fresh(name)
+        return self.of[name]
+
+    def fresh(self, base: str) -> str:
+        text = re.sub(r"\W", "_", base) or "v"
+        if text[0].isdigit() or text in C_KEYWORDS or text in self.reserved:
+            text = "v_" + text
+        candidate, n = text, 1
+        while candidate in self.used:
+            candidate, n = f"{text}_{n}", n + 1
+        self.used.add(candidate)
+        return candidate
+
+
+def _statements(block: Block) -> Iterator[Stmt]:
+    """Every statement in ``block``, nested ones included, in program order."""
+    for stmt in block.body:
+        yield stmt
+        match stmt:
+            case Block():
+                yield from _statements(stmt)
+            case For(body=body) | While(body=body):
+                yield from _statements(body)
+            case If(then=then, otherwise=otherwise):
+                yield from _statements(then)
+                yield from _statements(otherwise)
+
+
+def introduced_vars(fn: Function) -> Iterator[Var]:
+    """Parameters, then every Declare/Allocate/For variable of ``fn`` in program order."""
+    for param in fn.params:
+        yield param.var
+    for stmt in _statements(fn.body):
+        match stmt:
+            case Declare(var=var) | Allocate(var=var) | For(var=var):
+                yield var
+
+
+def written_pointers(fn: Function) -> set[str]:
+    """Names of the buffers that some Store writes."""
+    return {s.array.name for s in _statements(fn.body) if isinstance(s, Store)}
+
+
+class CFamilyEmitter:
+    """Prints an `ir.nodes.Function` as C-like source; dialects change only what differs.
+
+    >>> from tensoralg.ir.nodes import Function, Block
+    >>> print(CFamilyEmitter().emit(Function("nothing", (), Block())).splitlines()[-3])
+    int32_t nothing(void) {
+    """
+
+    restrict = "restrict"
+    kernel_qualifiers = ""
+    indent = "  "
+    includes: tuple[str, ...] = ("stdbool.h", "stdint.h", "stdlib.h", "math.h")
+    return_type = "int32_t"
+    reserved: frozenset[str] = frozenset()  # names the dialect itself declares
+
+    # -- the function ------------------------------------------------------------------------
+
+    def emit(self, fn: Function) -> str:
+        """The source of one translation unit holding ``fn``."""
+        names = _Names(self.reserved)
+        for var in introduced_vars(fn):
+            names.add(var.name)
+        out = Lines(self.indent)
+        out.comment(f"Kernel `{fn.name}`, generated by tensoralg.")
+        for note in fn.notes:
+            out.comment(_comment_text("- " + note))
+        for header in self.includes:
+            out.line(f"#include <{header}>")
+        out.line()
+        self.signature(fn, names, out)
+        with out.indented():
+            self.block(fn.body, names, out)
+            self.end_of_kernel(out)
+        out.line("}")
+        return out.text()
+
+    def signature(self, fn: Function, names: _Names, out: Lines) -> None:
+        """Print the kernel's head up to and including the opening brace."""
+        head = f"{self.kernel_qualifiers} {self.return_type} {fn.name}(".lstrip()
+        decls = self.parameters(fn, names)
+        if not decls:
+            out.line(head + "void) {")
+            return
+        out.line(head)
+        with out.indented(), out.indented():
+            width = max(len(decl) for decl, _ in decls) + 1
+            for k, (decl, role) in enumerate(decls):
+                text = decl + ("," if k + 1 < len(decls) else "")
+                out.line(f"{text:<{width}} // {role}" if role else text)
+        out.line(") {")
+
+    def parameters(self, fn: Function, names: _Names) -> list[tuple[str, str]]:
+        """(declaration, comment) per parameter, in ABI order."""
+        written = written_pointers(fn)
+        decls = []
+        for param in fn.params:
+            var = param.var
+            if isinstance(var.dtype, Ptr):
+                const = "" if var.name in written or isinstance(var.dtype.elem, Ptr) else "const "
+                decl = f"{const}{self.type_name(var.dtype)} {self.restrict} {names.of[var.name]}"
+            else:
+                decl = f"{self.type_name(var.dtype)} {names.of[var.name]}"
+            role = param.role + (" (output)" if param.output else "")
+            decls.append((decl, _comment_text(role)))
+        return decls
+
+    def end_of_kernel(self, out: Lines) -> None:
+        """Print what ends the body when it runs to completion (status 0)."""
+        out.line(self.return_status(0))
+
+    def return_status(self, code: int) -> str:
+        """The statement that ends the kernel with status ``code``."""
+        return f"return {code};"
+
+    # -- statements --------------------------------------------------------------------------
+
+    def block(self, block: Block, names: _Names, out: Lines) -> None:
+        for stmt in block.body:
+            self.statement(stmt, names, out)
+
+    def statement(self, stmt: Stmt, names: _Names, out: Lines) -> None:
+        match stmt:
+            case Block():
+                # A nested Block opens no C scope: IR variables live until the function ends.
+                self.block(stmt, names, out)
+            case Declare(var, init):
+                out.line(f"{self.type_name(var.dtype)} {names.of[var.name]} = {self.expr(init, names)};")
+            case Assign(var, value):
+                out.line(f"{names.of[var.name]} = {self.expr(value, names)};")
+            case Store(array, index, value, accumulate):
+                target = f"{names.of[array.name]}[{self.expr(index, names)}]"
+                out.line(f"{target} {'+=' if accumulate else '='} {self.expr(value, names)};")
+            case For(var, start, stop, body):
+                name = names.of[var.name]
+                head = (f"for ({self.type_name(var.dtype)} {name} = {self.expr(start, names)}; "
+                        f"{name} < {self.expr(stop, names, 5)}; ++{name}) {{")
+                with out.block(head, "}"):
+                    self.block(body, names, out)
+            case While(cond, body):
+                with out.block(f"while ({self.expr(cond, names)}) {{", "}"):
+                    self.block(body, names, out)
+            case If():
+                self.if_chain(stmt, names, out, "if")
+            case Comment(text):
+                out.comment(_comment_text(text))
+            case Allocate(var, count, zero):
+                name = names.of[var.name]
+                self.allocate(out, self.type_name(var.dtype), name, self.elem_name(var),
+                              self.expr(count, names, UNARY), zero)
+            case Grow(var, capacity, needed):
+                self.grow(stmt, names, out)
+            case Free(var):
+                out.line(f"free({names.of[var.name]});")
+            case _:
+                raise CompileError(f"cannot emit statement {stmt!r}")
+
+    def if_chain(self, stmt: If, names: _Names, out: Lines, keyword: str) -> None:
+        out.line(f"{keyword} ({self.expr(stmt.cond, names)}) {{")
+        with out.indented():
+            self.block(stmt.then, names, out)
+        rest = stmt.otherwise.body
+        if not rest:
+            out.line("}")
+        elif len(rest) == 1 and isinstance(rest[0], If):
+            self.if_chain(rest[0], names, out, "} else if")
+        else:
+            out.line("} else {")
+            with out.indented():
+                self.block(stmt.otherwise, names, out)
+            out.line("}")
+
+    def grow(self, stmt: Grow, names: _Names, out: Lines) -> None:
+        buffer, capacity = names.of[stmt.var.name], names.of[stmt.capacity.name]
+        needed = self.expr(stmt.needed, names, 5)
+        with out.block(f"if ({needed} > {capacity}) {{", "}"):
+            new_capacity = names.fresh(f"{buffer}_capacity")
+            new_buffer = names.fresh(f"{buffer}_grown")
+            out.line(f"int64_t {new_capacity} = 2 * {capacity};")
+            out.line(f"if ({new_capacity} < {needed}) {new_capacity} = {needed};")
+            self.reallocate(out, self.type_name(stmt.var.dtype), new_buffer,
+                            self.elem_name(stmt.var), buffer, capacity, new_capacity)
+            out.line(f"{buffer} = {new_buffer};")
+            out.line(f"{capacity} = {new_capacity};")
+
+    def allocate(self, out: Lines, ptr_type: str, name: str, elem: str, count: str,
+                 zero: bool) -> None:
+        """Declare ``name`` as a fresh buffer of ``count`` ``elem``s; return 1 on failure."""
+        size = f"(size_t){count}"
+        call = f"calloc({size}, sizeof({elem}))" if zero else f"malloc(sizeof({elem}) * {size})"
+        out.line(f"{ptr_type} {name} = ({ptr_type}){call};")
+        out.line(f"if ({name} == NULL) {self.return_status(1)}")
+
+    def reallocate(self, out: Lines, ptr_type: str, name: str, elem: str, old: str,
+                   old_count: str, new_count: str) -> None:
+        """Declare ``name`` as ``old`` moved to ``new_count`` elements; on failure ``old``
+        stays valid and the kernel returns 1."""
+        out.line(f"{ptr_type} {name} = ({ptr_type})realloc({old}, sizeof({elem}) * (size_t){new_count});")
+        out.line(f"if ({name} == NULL) {self.return_status(1)}")
+
+    # -- expressions -------------------------------------------------------------------------
+
+    def expr(self, expr: Expr, names: _Names, context: int = TERNARY + 1) -> str:
+        """``expr`` as C, parenthesised if it binds more loosely than ``context`` allows."""
+        text, precedence = self.term(expr, names)
+        return f"({text})" if precedence >= context else text
+
+    def term(self, expr: Expr, names: _Names) -> tuple[str, int]:
+        """``expr`` as C text and the binding strength of its outermost operator."""
+        match expr:
+            case Const(value, dtype):
+                text = self.literal(value, dtype)
+                return text, UNARY if text.startswith("-") else ATOM
+            case Var(name):
+                return names.of[name], ATOM
+            case Load(array, index):
+                return f"{names.of[array.name]}[{self.expr(index, names)}]", ATOM
+            case Unary(op, operand):
+                return self.unary(op, operand, names)
+            case Binary(op, lhs, rhs):
+                return self.binary(op, lhs, rhs, names)
+            case Select(cond, if_true, if_false):
+                parts = [self.expr(e, names, TERNARY) for e in (cond, if_true, if_false)]
+                return f"{parts[0]} ? {parts[1]} : {parts[2]}", TERNARY
+            case Cast(operand, to):
+                if operand.dtype == to:
+                    return self.term(operand, names)
+                return f"({self.type_name(to)}){self.operand_of_unary(operand, names)}", UNARY
+        raise CompileError(f"cannot emit expression {expr!r}")
+
+    def operand_of_unary(self, operand: Expr, names: _Names) -> str:
+        text = self.expr(operand, names, UNARY + 1)
+        return f"({text})" if text.startswith("-") else text
+
+    def unary(self, op: str, operand: Expr, names: _Names) -> tuple[str, int]:
+        dtype = operand.dtype
+        match op:
+            case "neg":
+                return "-" + self.operand_of_unary(operand, names), UNARY
+            case "not":
+                return "!" + self.operand_of_unary(operand, names), UNARY
+            case "abs" if dtype == Scalar.I32:
+                return f"abs({self.expr(operand, names)})", ATOM
+            case "abs" if dtype == Scalar.I64:
+                return f"llabs({self.expr(operand, names)})", ATOM
+            case "abs" if isinstance(dtype, Scalar) and dtype.is_float:
+                return f"{self.math_name('fabs', dtype)}({self.expr(operand, names)})", ATOM
+            case _ if op in FLOAT_MATH and isinstance(dtype, Scalar) and dtype.is_float:
+                return f"{self.math_name(op, dtype)}({self.expr(operand, names)})", ATOM
+        raise CompileError(f"unary {op!r} is not defined on {dtype}")
+
+    def binary(self, op: str, lhs: Expr, rhs: Expr, names: _Names) -> tuple[str, int]:
+        dtype = lhs.dtype
+        is_float = isinstance(dtype, Scalar) and dtype.is_float
+        if op in ("min", "max", "pow") or (op == "%" and is_float):
+            return self.binary_call(op, lhs, rhs, names), ATOM
+        precedence = BINARY_PRECEDENCE[op]
+        left_context, right_context = _OPERAND_CONTEXT.get(precedence, (precedence + 1, precedence))
+        left = self.expr(lhs, names, left_context)
+        right = self.expr(rhs, names, right_context)
+        if dtype == Scalar.I64 and isinstance(lhs, Const) and isinstance(rhs, Const):
+            left = f"(int64_t){left}"  # two int literals would multiply in 32 bits
+        return f"{left} {C_OPERATOR.get(op, op)} {right}", precedence
+
+    def binary_call(self, op: str, lhs: Expr, rhs: Expr, names: _Names) -> str:
+        dtype = lhs.dtype
+        if isinstance(dtype, Scalar) and dtype.is_float:
+            name = {"min": "fmin", "max": "fmax", "pow": "pow", "%": "fmod"}[op]
+            return f"{self.math_name(name, dtype)}({self.expr(lhs, names)}, {self.expr(rhs, names)})"
+        if op == "pow" or not isinstance(dtype, Scalar) or not dtype.is_int:
+            raise CompileError(f"binary {op!r} is not defined on {dtype}")
+        a, b = self.expr(lhs, names, 6), self.expr(rhs, names, 6)
+        compare = "<" if op == "min" else ">"
+        # Operands may be evaluated twice: IR expressions have no side effects.
+        return f"({a} {compare} {b} ? {a} : {b})"
+
+    def literal(self, value: int | float | bool, dtype: Scalar) -> str:
+        """A C literal of ``dtype`` for ``value``."""
+        match dtype:
+            case Scalar.BOOL:
+                return "true" if value else "false"
+            case Scalar.I32 | Scalar.I64:
+                number = int(value)
+                smallest = -(2**31) if dtype == Scalar.I32 else -(2**63)
+                if number == smallest:
+                    return f"({number + 1}{'LL' if dtype == Scalar.I64 else ''} - 1)"
+                return f"{number}LL" if not -(2**31) <= number < 2**31 else str(number)
+            case Scalar.F32 | Scalar.F64:
+                number = float(value)
+                if dtype == Scalar.F32:
+                    # The float32 value itself, so that C and LLVM round the literal alike.
+                    number = ctypes.c_float(number).value
+                if number != number:
+                    return "NAN"
+                if number in (float("inf"), float("-inf")):
+                    return "INFINITY" if number > 0 else "-INFINITY"
+                return repr(number) + ("f" if dtype == Scalar.F32 else "")
+        raise CompileError(f"no literal of dtype {dtype}")
+
+    # -- types -------------------------------------------------------------------------------
+
+    def type_name(self, dtype: DType) -> str:
+        if isinstance(dtype, Ptr):
+            return self.type_name(dtype.elem) + "*"
+        return SCALAR_TYPES[dtype]
+
+    def elem_name(self, var: Var) -> str:
+        assert isinstance(var.dtype, Ptr)
+        return self.type_name(var.dtype.elem)
+
+    def math_name(self, name: str, dtype: DType) -> str:
+        """libm's name of ``name`` for ``dtype``: the f-suffixed function for f32."""
+        return name + "f" if dtype == Scalar.F32 else name
+
+
+def _comment_text(text: str) -> str:
+    # A backslash at the end of a // comment would swallow the next line of source.
+    return "\n".join(line.rstrip().rstrip("\\") for line in text.splitlines())

@@ -1,0 +1,397 @@
+"""The LLVM backend: `ir.nodes.Function` → llvmlite IR → optimised module → object code.
+
+Every IR variable gets a stack slot in the entry block (mem2reg promotes them); pointer
+parameters are ``noalias``; math uses LLVM intrinsics, except ``tanh`` (libm); memory comes from
+libc ``malloc/calloc/realloc/free``. llvmlite is initialised once, on first use, never at import
+time of tensoralg.
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import functools
+from dataclasses import dataclass
+
+import llvmlite.binding as llvm
+from llvmlite import ir
+
+from tensoralg.codegen.cfamily import introduced_vars
+from tensoralg.codegen.llvm_helpers import (
+    branch_value, counted_loop, declare, entry_alloca, if_else, if_then, while_loop,
+)
+from tensoralg.errors import CompileError
+from tensoralg.ir.nodes import (
+    Allocate, Assign, Binary, Block, Cast, Comment, Const, Declare, DType, Expr, For, Free,
+    Function, Grow, If, Load, Ptr, Scalar, Select, Stmt, Store, Unary, Var, While,
+)
+
+BIT, BYTE, INT32, INT64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
+POINTER = ir.PointerType()
+VALUE_TYPES: dict[Scalar, ir.Type] = {
+    Scalar.BOOL: BIT, Scalar.I32: INT32, Scalar.I64: INT64,
+    Scalar.F32: ir.FloatType(), Scalar.F64: ir.DoubleType(),
+}
+POINTER_SIZE = ctypes.sizeof(ctypes.c_void_p)
+ELEMENT_SIZE = {Scalar.BOOL: 1, Scalar.I32: 4, Scalar.I64: 8, Scalar.F32: 4, Scalar.F64: 8}
+INTRINSICS = {"sqrt": "llvm.sqrt", "exp": "llvm.exp", "log": "llvm.log", "sin": "llvm.sin",
+              "cos": "llvm.cos", "abs": "llvm.fabs", "pow": "llvm.pow", "min": "llvm.minnum",
+              "max": "llvm.maxnum"}
+INT_OPS = {"+": "add", "-": "sub", "*": "mul", "/": "sdiv", "%": "srem"}
+FLOAT_OPS = {"+": "fadd", "-": "fsub", "*": "fmul", "/": "fdiv", "%": "frem"}
+COMPARISONS = frozenset({"<", "<=", ">", ">=", "==", "!="})
+
+
+def value_type(dtype: DType) -> ir.Type:
+    """The LLVM type of a value of ``dtype`` in registers (bool is i1)."""
+    return POINTER if isinstance(dtype, Ptr) else VALUE_TYPES[dtype]
+
+
+def memory_type(dtype: DType) -> ir.Type:
+    """The LLVM type of an element of ``dtype`` in a buffer (bool is one byte, as C's)."""
+    return BYTE if dtype == Scalar.BOOL else value_type(dtype)
+
+
+def element_size(dtype: DType) -> int:
+    return POINTER_SIZE if isinstance(dtype, Ptr) else ELEMENT_SIZE[dtype]
+
+
+def _may_trap(expr: Expr) -> bool:
+    """Whether evaluating ``expr`` where the IR would not could fault (a load, an int division)."""
+    match expr:
+        case Load():
+            return True
+        case Binary(op, lhs, rhs):
+            risky = op in ("/", "%") and isinstance(lhs.dtype, Scalar) and lhs.dtype.is_int
+            return risky or _may_trap(lhs) or _may_trap(rhs)
+        case Unary(_, operand) | Cast(operand, _):
+            return _may_trap(operand)
+        case Select(cond, if_true, if_false):
+            return any(_may_trap(e) for e in (cond, if_true, if_false))
+    return False
+
+
+class _FunctionLowering:
+    """Emits one function's body; holds the builder, the stack slots and the failure block."""
+
+    def __init__(self, module: ir.Module, fn: Function) -> None:
+        self.module = module
+        argument_types = tuple(value_type(p.var.dtype) for p in fn.params)
+        self.function = ir.Function(module, ir.FunctionType(INT32, argument_types), name=fn.name)
+        self.function.attributes.add("nounwind")
+        self.builder = ir.IRBuilder(self.function.append_basic_block("entry"))
+        self.slots: dict[str, ir.AllocaInstr] = {}
+        self.fail_block: ir.Block | None = None
+        for var in introduced_vars(fn):
+            self.slots[var.name] = entry_alloca(self.builder, value_type(var.dtype), var.name)
+        for param, argument in zip(fn.params, self.function.args):
+            argument.name = param.var.name + ".arg"
+            if isinstance(param.var.dtype, Ptr):
+                argument.add_attribute("noalias")
+            elif param.var.dtype == Scalar.BOOL:
+                argument.add_attribute("zeroext")
+            self.builder.store(argument, self.slots[param.var.name])
+
+    def lower(self, body: Block) -> None:
+        self.block(body)
+        if not self.builder.block.is_terminated:
+            self.builder.ret(ir.Constant(INT32, 0))
+
+    # -- statements --------------------------------------------------------------------------
+
+    def block(self, block: Block) -> None:
+        for stmt in block.body:
+            self.statement(stmt)
+
+    def statement(self, stmt: Stmt) -> None:
+        b = self.builder
+        match stmt:
+            case Block():
+                self.block(stmt)
+            case Declare(var, value) | Assign(var, value):
+                b.store(self.value(value), self.slots[var.name])
+            case Store(array, index, value, accumulate):
+                address = self.address(array, index)
+                new = self.value(value)
+                if accumulate:
+                    new = self.arithmetic("+", self.load(array, address), new, value.dtype)
+                if value.dtype == Scalar.BOOL:
+                    new = b.zext(new, BYTE)
+                b.store(new, address)
+            case For(var, start, stop, body):
+                slot = self.slots[var.name]
+                with counted_loop(b, slot, self.value(start), lambda: self.value(stop),
+                                  f"for.{var.name}"):
+                    self.block(body)
+            case While(cond, body):
+                with while_loop(b, lambda: self.value(cond), "while"):
+                    self.block(body)
+            case If(cond, then, otherwise) if not otherwise.body:
+                with if_then(b, self.value(cond)):
+                    self.block(then)
+            case If(cond, then, otherwise):
+                with if_else(b, self.value(cond)) as (then_arm, else_arm):
+                    with then_arm():
+                        self.block(then)
+                    with else_arm():
+                        self.block(otherwise)
+            case Comment():
+                pass
+            case Allocate(var, count, zero):
+                self.allocate(var, count, zero)
+            case Grow():
+                self.grow(stmt)
+            case Free(var):
+                free = declare(self.module, "free", ir.VoidType(), (POINTER,))
+                b.call(free, [self.variable(var)])
+            case _:
+                raise CompileError(f"cannot emit statement {stmt!r} to LLVM")
+
+    def fail_if_null(self, pointer: ir.Value, name: str) -> None:
+        """Return status 1 from the kernel when ``pointer`` is null."""
+        if self.fail_block is None:
+            self.fail_block = self.function.append_basic_block("out_of_memory")
+            saved = self.builder.block
+            self.builder.position_at_end(self.fail_block)
+            self.builder.ret(ir.Constant(INT32, 1))
+            self.builder.position_at_end(saved)
+        ok = self.builder.append_basic_block(f"{name}.ok")
+        is_null = self.builder.icmp_unsigned("==", pointer, ir.Constant(POINTER, None))
+        self.builder.cbranch(is_null, self.fail_block, ok)
+        self.builder.position_at_end(ok)
+
+    def allocate(self, var: Var, count: Expr, zero: bool) -> None:
+        assert isinstance(var.dtype, Ptr)
+        size = ir.Constant(INT64, element_size(var.dtype.elem))
+        if zero:
+            calloc = declare(self.module, "calloc", POINTER, (INT64, INT64))
+            pointer = self.builder.call(calloc, [self.value(count), size], name=var.name)
+        else:
+            malloc = declare(self.module, "malloc", POINTER, (INT64,))
+            pointer = self.builder.call(malloc, [self.builder.mul(self.value(count), size)],
+                                        name=var.name)
+        self.fail_if_null(pointer, f"alloc.{var.name}")
+        self.builder.store(pointer, self.slots[var.name])
+
+    def grow(self, stmt: Grow) -> None:
+        b = self.builder
+        assert isinstance(stmt.var.dtype, Ptr)
+        capacity = self.variable(stmt.capacity)
+        needed = self.value(stmt.needed)
+        with if_then(b, b.icmp_signed(">", needed, capacity), f"grow.{stmt.var.name}"):
+            doubled = b.mul(capacity, ir.Constant(INT64, 2))
+            new_capacity = b.select(b.icmp_signed("<", doubled, needed), needed, doubled)
+            realloc = declare(self.module, "realloc", POINTER, (POINTER, INT64))
+            size = b.mul(new_capacity, ir.Constant(INT64, element_size(stmt.var.dtype.elem)))
+            # On failure realloc leaves the old buffer valid; the kernel just returns 1.
+            pointer = b.call(realloc, [self.variable(stmt.var), size], name=f"{stmt.var.name}.grown")
+            self.fail_if_null(pointer, f"grow.{stmt.var.name}")
+            b.store(pointer, self.slots[stmt.var.name])
+            b.store(new_capacity, self.slots[stmt.capacity.name])
+
+    # -- expressions -------------------------------------------------------------------------
+
+    def variable(self, var: Var) -> ir.Value:
+        slot = self.slots[var.name]
+        return self.builder.load(slot, name=var.name, typ=slot.allocated_type)
+
+    def address(self, array: Var, index: Expr) -> ir.Value:
+        assert isinstance(array.dtype, Ptr)
+        return self.builder.gep(self.variable(array), [self.value(index)], inbounds=True,
+                                source_etype=memory_type(array.dtype.elem))
+
+    def load(self, array: Var, address: ir.Value) -> ir.Value:
+        assert isinstance(array.dtype, Ptr)
+        elem = array.dtype.elem
+        loaded = self.builder.load(address, typ=memory_type(elem))
+        return self.builder.icmp_unsigned("!=", loaded, ir.Constant(BYTE, 0)) if elem == Scalar.BOOL else loaded
+
+    def value(self, expr: Expr) -> ir.Value:
+        b = self.builder
+        match expr:
+            case Const(value, dtype):
+                return constant(value, dtype)
+            case Var():
+                return self.variable(expr)
+            case Load(array, index):
+                return self.load(array, self.address(array, index))
+            case Unary(op, operand):
+                return self.unary(op, self.value(operand), operand.dtype)
+            case Binary("and" | "or" as op, lhs, rhs):
+                left = self.value(lhs)
+                short = ir.Constant(BIT, op == "or")
+                if op == "and":
+                    return branch_value(b, left, lambda: self.value(rhs), lambda: short, "and")
+                return branch_value(b, left, lambda: short, lambda: self.value(rhs), "or")
+            case Binary(op, lhs, rhs):
+                return self.binary(op, self.value(lhs), self.value(rhs), lhs.dtype)
+            case Select(cond, if_true, if_false) if _may_trap(if_true) or _may_trap(if_false):
+                return branch_value(b, self.value(cond), lambda: self.value(if_true),
+                                    lambda: self.value(if_false), "select")
+            case Select(cond, if_true, if_false):
+                return b.select(self.value(cond), self.value(if_true), self.value(if_false))
+            case Cast(operand, to):
+                return self.cast(self.value(operand), operand.dtype, to)
+        raise CompileError(f"cannot emit expression {expr!r} to LLVM")
+
+    def call_intrinsic(self, op: str, args: list[ir.Value]) -> ir.Value:
+        typ = args[0].type
+        name = f"{INTRINSICS[op]}.{typ.intrinsic_name}"
+        return self.builder.call(declare(self.module, name, typ, tuple(a.type for a in args)), args)
+
+    def unary(self, op: str, operand: ir.Value, dtype: DType) -> ir.Value:
+        b = self.builder
+        is_float = isinstance(dtype, Scalar) and dtype.is_float
+        is_int = isinstance(dtype, Scalar) and dtype.is_int
+        match op:
+            case "neg" if is_float:
+                return b.fneg(operand)
+            case "neg" if is_int:
+                return b.neg(operand)
+            case "not" if dtype == Scalar.BOOL:
+                return b.not_(operand)
+            case "abs" if is_int:
+                abs_fn = declare(self.module, f"llvm.abs.{operand.type.intrinsic_name}",
+                                 operand.type, (operand.type, BIT))
+                return b.call(abs_fn, [operand, ir.Constant(BIT, 0)])
+            case "tanh" if is_float:
+                name = "tanhf" if dtype == Scalar.F32 else "tanh"
+                return b.call(declare(self.module, name, operand.type, (operand.type,)), [operand])
+            case _ if op in INTRINSICS and is_float:
+                return self.call_intrinsic(op, [operand])
+        raise CompileError(f"unary {op!r} is not defined on {dtype}")
+
+    def binary(self, op: str, left: ir.Value, right: ir.Value, dtype: DType) -> ir.Value:
+        b = self.builder
+        is_float = isinstance(dtype, Scalar) and dtype.is_float
+        if op in COMPARISONS:
+            if is_float:
+                # C's != is true for NaN (unordered); the other comparisons are false for NaN.
+                return (b.fcmp_unordered(op, left, right) if op == "!="
+                        else b.fcmp_ordered(op, left, right))
+            if dtype == Scalar.BOOL or isinstance(dtype, Ptr):
+                return b.icmp_unsigned(op, left, right)
+            return b.icmp_signed(op, left, right)
+        if op in ("min", "max", "pow") and is_float:
+            return self.call_intrinsic(op, [left, right])
+        if op in ("min", "max") and isinstance(dtype, Scalar) and dtype.is_int:
+            return b.select(b.icmp_signed("<" if op == "min" else ">", left, right), left, right)
+        if op in INT_OPS:
+            return self.arithmetic(op, left, right, dtype)
+        raise CompileError(f"binary {op!r} is not defined on {dtype}")
+
+    def arithmetic(self, op: str, left: ir.Value, right: ir.Value, dtype: DType) -> ir.Value:
+        if isinstance(dtype, Scalar) and dtype.is_float:
+            return getattr(self.builder, FLOAT_OPS[op])(left, right)
+        if isinstance(dtype, Scalar) and dtype.is_int:
+            return getattr(self.builder, INT_OPS[op])(left, right)
+        raise CompileError(f"arithmetic {op!r} is not defined on {dtype}")
+
+    def cast(self, value: ir.Value, source: DType, to: Scalar) -> ir.Value:
+        """C conversion rules: truncation toward zero for float → int, nonzero → true."""
+        b = self.builder
+        target = VALUE_TYPES[to]
+        if source == to:
+            return value
+        if not isinstance(source, Scalar):
+            raise CompileError(f"cannot cast {source} to {to}")
+        if to == Scalar.BOOL:
+            if source.is_float:
+                return b.fcmp_unordered("!=", value, ir.Constant(value.type, 0.0))
+            return b.icmp_unsigned("!=", value, ir.Constant(value.type, 0))
+        if source == Scalar.BOOL:
+            return b.uitofp(value, target) if to.is_float else b.zext(value, target)
+        if source.is_int and to.is_int:
+            return b.sext(value, target) if ELEMENT_SIZE[to] > ELEMENT_SIZE[source] else b.trunc(value, target)
+        if source.is_int:
+            return b.sitofp(value, target)
+        if to.is_int:
+            return b.fptosi(value, target)
+        return b.fpext(value, target) if to == Scalar.F64 else b.fptrunc(value, target)
+
+
+def constant(value: int | float | bool, dtype: Scalar) -> ir.Constant:
+    """An LLVM constant of ``dtype``; f32 values are rounded to float32 first, as C does."""
+    if dtype == Scalar.F32:
+        return ir.Constant(VALUE_TYPES[dtype], ctypes.c_float(float(value)).value)
+    if dtype == Scalar.F64:
+        return ir.Constant(VALUE_TYPES[dtype], float(value))
+    return ir.Constant(VALUE_TYPES[dtype], int(value))
+
+
+def emit_module(fn: Function, triple: str = "", data_layout: str = "") -> ir.Module:
+    """The unoptimised llvmlite module holding ``fn``.
+
+    >>> from tensoralg.ir.nodes import Function, Block
+    >>> "define i32 @k()" in str(emit_module(Function("k", (), Block())))
+    True
+    """
+    module = ir.Module(name=fn.name)
+    module.triple, module.data_layout = triple, data_layout
+    _FunctionLowering(module, fn).lower(fn.body)
+    return module
+
+
+# ---------------------------------------------------------------------------------------------
+# Native code
+
+
+@functools.cache
+def _initialise() -> None:
+    """Initialise llvmlite's native target once, and make libm visible to the JIT."""
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    libm = ctypes.util.find_library("m")
+    if libm:
+        llvm.load_library_permanently(libm)
+
+
+@functools.cache
+def _host() -> tuple[str, str, str]:
+    _initialise()
+    try:
+        features = llvm.get_host_cpu_features().flatten()
+    except RuntimeError:  # some hosts cannot report their features
+        features = ""
+    return llvm.get_default_triple(), llvm.get_host_cpu_name(), features
+
+
+def host_fingerprint() -> str:
+    """What LLVM object code depends on: LLVM version, triple, CPU and its features."""
+    triple, cpu, features = _host()
+    return f"llvm{'.'.join(map(str, llvm.llvm_version_info))}|{triple}|{cpu}|{features}"
+
+
+def target_machine() -> llvm.TargetMachine:
+    """A fresh target machine for the host at opt level 3 (an execution engine owns one)."""
+    triple, cpu, features = _host()
+    target = llvm.Target.from_triple(triple)
+    return target.create_target_machine(cpu=cpu, features=features, opt=3, jit=True)
+
+
+def optimize(module: ir.Module, machine: llvm.TargetMachine) -> llvm.ModuleRef:
+    """Parse, verify and optimise ``module`` at O3 with loop and SLP vectorisation."""
+    module.triple = machine.triple
+    module.data_layout = str(machine.target_data)
+    try:
+        parsed = llvm.parse_assembly(str(module))
+        parsed.verify()
+    except RuntimeError as error:
+        raise CompileError(f"invalid LLVM IR for {module.name!r}: {error}\n{module}") from None
+    tuning = llvm.PipelineTuningOptions(speed_level=3)
+    tuning.loop_vectorization = True
+    tuning.slp_vectorization = True
+    passes = llvm.create_pass_builder(machine, tuning)
+    passes.getModulePassManager().run(parsed, passes)
+    return parsed
+
+
+def compile_llvm(fn: Function) -> tuple[str, bytes]:
+    """The optimised LLVM IR text of ``fn`` and its host object code."""
+    machine = target_machine()
+    optimised = optimize(emit_module(fn), machine)
+    return str(optimised), machine.emit_object(optimised)
+
+
+def llvm_source(fn: Function) -> str:
+    """The optimised LLVM IR of ``fn`` as text."""
+    return str(optimize(emit_module(fn), target_machine()))

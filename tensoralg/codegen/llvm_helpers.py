@@ -1,0 +1,146 @@
+"""Small llvmlite builder helpers: entry-block allocas, loops and branches as context managers,
+functions and intrinsics declared once per module.
+
+Blocks are named after the construct (``for.i.cond``, ``while.body``, ``if.then``), so that the
+dumped LLVM IR reads like the tensoralg IR it came from.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from llvmlite import ir
+
+
+def entry_alloca(builder: ir.IRBuilder, typ: ir.Type, name: str) -> ir.AllocaInstr:
+    """A stack slot in the function's entry block, where mem2reg can promote it.
+
+    >>> # slot = entry_alloca(builder, ir.IntType(64), "i")
+    """
+    saved = builder.block
+    entry = builder.function.entry_basic_block
+    if entry.instructions:
+        builder.position_before(entry.instructions[0])
+    else:
+        builder.position_at_end(entry)
+    slot = builder.alloca(typ, name=name)
+    builder.position_at_end(saved)
+    return slot
+
+
+def declare(module: ir.Module, name: str, return_type: ir.Type,
+            argument_types: tuple[ir.Type, ...]) -> ir.Function:
+    """The function ``name`` of ``module``, declared on first use (intrinsics and libc alike).
+
+    >>> m = ir.Module()
+    >>> f64 = ir.DoubleType()
+    >>> declare(m, "llvm.sqrt.f64", f64, (f64,)) is declare(m, "llvm.sqrt.f64", f64, (f64,))
+    True
+    """
+    existing = module.globals.get(name)
+    if existing is not None:
+        return existing
+    return ir.Function(module, ir.FunctionType(return_type, argument_types), name=name)
+
+
+def _continue_to(builder: ir.IRBuilder, target: ir.Block) -> None:
+    if not builder.block.is_terminated:
+        builder.branch(target)
+
+
+@contextmanager
+def counted_loop(builder: ir.IRBuilder, counter: ir.AllocaInstr, start: ir.Value,
+                 stop: Callable[[], ir.Value], name: str) -> Iterator[None]:
+    """Emit ``for (counter = start; counter < stop(); ++counter) <body of the with>``.
+
+    ``stop`` is called to emit the bound inside the condition block: it is evaluated before every
+    iteration, as C does, and LLVM hoists it when it is invariant.
+    """
+    builder.store(start, counter)
+    cond = builder.append_basic_block(f"{name}.cond")
+    body = builder.append_basic_block(f"{name}.body")
+    end = builder.append_basic_block(f"{name}.end")
+    builder.branch(cond)
+    builder.position_at_end(cond)
+    current = builder.load(counter, typ=counter.allocated_type)
+    builder.cbranch(builder.icmp_signed("<", current, stop()), body, end)
+    builder.position_at_end(body)
+    yield
+    if not builder.block.is_terminated:
+        current = builder.load(counter, typ=counter.allocated_type)
+        builder.store(builder.add(current, ir.Constant(current.type, 1), flags=("nsw",)), counter)
+        builder.branch(cond)
+    builder.position_at_end(end)
+
+
+@contextmanager
+def while_loop(builder: ir.IRBuilder, cond: Callable[[], ir.Value], name: str) -> Iterator[None]:
+    """Emit ``while (cond()) <body of the with>``; ``cond`` may open blocks of its own."""
+    head = builder.append_basic_block(f"{name}.cond")
+    body = builder.append_basic_block(f"{name}.body")
+    end = builder.append_basic_block(f"{name}.end")
+    builder.branch(head)
+    builder.position_at_end(head)
+    builder.cbranch(cond(), body, end)
+    builder.position_at_end(body)
+    yield
+    _continue_to(builder, head)
+    builder.position_at_end(end)
+
+
+@contextmanager
+def if_then(builder: ir.IRBuilder, cond: ir.Value, name: str = "if") -> Iterator[None]:
+    """Emit ``if (cond) <body of the with>``."""
+    then = builder.append_basic_block(f"{name}.then")
+    end = builder.append_basic_block(f"{name}.end")
+    builder.cbranch(cond, then, end)
+    builder.position_at_end(then)
+    yield
+    _continue_to(builder, end)
+    builder.position_at_end(end)
+
+
+@contextmanager
+def if_else(builder: ir.IRBuilder, cond: ir.Value,
+            name: str = "if") -> Iterator[tuple[Callable[[], object], Callable[[], object]]]:
+    """Emit ``if (cond) A else B``: the ``with`` yields two context-manager factories.
+
+    >>> # with if_else(b, c) as (then, otherwise):
+    >>> #     with then(): ...
+    >>> #     with otherwise(): ...
+    """
+    then_block = builder.append_basic_block(f"{name}.then")
+    else_block = builder.append_basic_block(f"{name}.else")
+    end = builder.append_basic_block(f"{name}.end")
+    builder.cbranch(cond, then_block, else_block)
+
+    @contextmanager
+    def arm(block: ir.Block) -> Iterator[None]:
+        builder.position_at_end(block)
+        yield
+        _continue_to(builder, end)
+
+    yield (lambda: arm(then_block)), (lambda: arm(else_block))
+    builder.position_at_end(end)
+
+
+def branch_value(builder: ir.IRBuilder, cond: ir.Value, if_true: Callable[[], ir.Value],
+                 if_false: Callable[[], ir.Value], name: str) -> ir.Value:
+    """``cond ? if_true() : if_false()`` evaluating only the chosen side (a phi of two arms)."""
+    true_block = builder.append_basic_block(f"{name}.true")
+    false_block = builder.append_basic_block(f"{name}.false")
+    end = builder.append_basic_block(f"{name}.end")
+    builder.cbranch(cond, true_block, false_block)
+    builder.position_at_end(true_block)
+    true_value = if_true()
+    true_exit = builder.block
+    builder.branch(end)
+    builder.position_at_end(false_block)
+    false_value = if_false()
+    false_exit = builder.block
+    builder.branch(end)
+    builder.position_at_end(end)
+    phi = builder.phi(true_value.type, name=name)
+    phi.add_incoming(true_value, true_exit)
+    phi.add_incoming(false_value, false_exit)
+    return phi

@@ -1,0 +1,70 @@
+"""The error hierarchy of tensoralg: a leaf module every room may import.
+
+Every error a user can provoke derives from :class:`TensorAlgebraError`, so
+``except ta.TensorAlgebraError`` catches all of them. Each message names the
+expression, the operand and, where there is one, the fix.
+"""
+from __future__ import annotations
+
+
+class TensorAlgebraError(Exception):
+    """Base class of every error tensoralg raises on purpose."""
+
+
+class NotationError(TensorAlgebraError, ValueError):
+    """Malformed index notation; the message shows the text with a caret under the fault.
+
+    >>> err = NotationError("unexpected ')'", "y(i) = A(i,j))", 13)
+    >>> print(err)
+    unexpected ')'
+      y(i) = A(i,j))
+                   ^
+    """
+
+    def __init__(self, message: str, text: str | None = None, position: int | None = None) -> None:
+        self.message = message
+        self.text = text
+        self.position = position
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        if self.text is None:
+            return self.message
+        lines = [self.message, "  " + self.text]
+        if self.position is not None:
+            lines.append("  " + " " * max(0, min(self.position, len(self.text))) + "^")
+        return "\n".join(lines)
+
+    def __reduce__(self):  # keep pickling (multiprocessing, pytest-xdist) working
+        return (type(self), (self.message, self.text, self.position))
+
+
+class ShapeError(TensorAlgebraError, ValueError):
+    """Operand shapes disagree with each other or with the notation."""
+
+
+class FormatError(TensorAlgebraError, ValueError):
+    """A format description is invalid, or storage arrays do not describe a valid tensor."""
+
+
+class CompileError(TensorAlgebraError, RuntimeError):
+    """Lowering or code generation failed (an internal error or a missing toolchain)."""
+
+
+class UnsupportedError(TensorAlgebraError, NotImplementedError):
+    """The input is valid but asks for something tensoralg does not support (yet)."""
+
+
+class KernelRuntimeError(TensorAlgebraError, RuntimeError):
+    """A compiled kernel reported a failure while running (for example, out of memory)."""
+
+
+__all__ = [
+    "TensorAlgebraError",
+    "NotationError",
+    "ShapeError",
+    "FormatError",
+    "CompileError",
+    "UnsupportedError",
+    "KernelRuntimeError",
+]

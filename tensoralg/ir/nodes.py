@@ -1,0 +1,336 @@
+"""Imperative IR of generated kernels: a closed set of frozen nodes.
+
+The IR says *how* a kernel runs: loops, co-iteration, stores. It knows nothing of tensors or
+formats; `lower/` produces it and `codegen/` prints it for a target.
+
+Semantics, which every pass and every backend may rely on:
+
+- Types are the scalars ``bool``, ``i32``, ``i64``, ``f32``, ``f64`` and pointers ``Ptr(t)`` to
+  1-D buffers of ``t`` (a pointer may point to pointers: output buffers that the kernel grows are
+  handed back through a ``Ptr(Ptr(t))`` parameter).
+- A binary arithmetic node requires both operands to have the same dtype (``lower/`` inserts
+  ``Cast`` nodes); comparisons and ``and``/``or`` produce ``bool``. ``and``/``or`` short-circuit.
+- Integer arithmetic is two's complement and never overflows on valid input: ``lower/`` computes
+  every index in ``i64``. Integer ``/`` truncates toward zero and ``%`` takes the sign of the
+  dividend (C semantics); ``lower/`` never divides by a zero index.
+- ``min``/``max`` on floats return the other operand when one is NaN (C ``fmin``/``fmax``).
+  ``pow`` is the C ``pow``. Unary math (``sqrt exp log sin cos tanh abs``) follows C's libm.
+- Expressions have no side effects and may be evaluated in any order, any number of times.
+  Only statements change state.
+- Every variable is introduced exactly once per function: by a ``Param``, a ``Declare``, an
+  ``Allocate`` or as the counter of a ``For``; names are unique within a function, so a backend
+  may give each its own stack slot.
+- Every ``Load`` and ``Store`` is in bounds for storage that ``runtime/`` has validated.
+- ``Allocate`` and ``Grow`` obtain heap memory; if the system refuses, the function returns
+  status 1 at once. A function otherwise returns status 0 when its body ends.
+- ``For`` runs its counter from ``start`` (inclusive) to ``stop`` (exclusive) in steps of 1; the
+  body must not assign the counter.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Union
+
+
+class Scalar(enum.Enum):
+    """Scalar dtypes of the IR."""
+
+    BOOL = "bool"
+    I32 = "i32"
+    I64 = "i64"
+    F32 = "f32"
+    F64 = "f64"
+
+    @property
+    def is_float(self) -> bool:
+        return self in (Scalar.F32, Scalar.F64)
+
+    @property
+    def is_int(self) -> bool:
+        return self in (Scalar.I32, Scalar.I64)
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True, slots=True)
+class Ptr:
+    """Pointer to a 1-D buffer of ``elem``."""
+
+    elem: "DType"
+
+    def __str__(self) -> str:
+        return f"{self.elem}*"
+
+
+DType = Union[Scalar, Ptr]
+
+BOOL, I32, I64, F32, F64 = Scalar.BOOL, Scalar.I32, Scalar.I64, Scalar.F32, Scalar.F64
+
+UNARY_OPS = frozenset({"neg", "not", "abs", "sqrt", "exp", "log", "sin", "cos", "tanh"})
+ARITHMETIC_OPS = frozenset({"+", "-", "*", "/", "%", "min", "max", "pow"})
+COMPARISON_OPS = frozenset({"<", "<=", ">", ">=", "==", "!="})
+LOGICAL_OPS = frozenset({"and", "or"})
+BINARY_OPS = ARITHMETIC_OPS | COMPARISON_OPS | LOGICAL_OPS
+
+
+class IRError(Exception):
+    """An IR node was built with inconsistent parts: always a bug in tensoralg, never user error."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Expressions
+
+
+@dataclass(frozen=True, slots=True)
+class Const:
+    """A literal of a scalar dtype."""
+
+    value: int | float | bool
+    dtype: Scalar
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.dtype, Scalar):
+            raise IRError(f"Const needs a scalar dtype, got {self.dtype}")
+
+
+@dataclass(frozen=True, slots=True)
+class Var:
+    """A named scalar or pointer: a parameter, a local, or a loop counter."""
+
+    name: str
+    dtype: DType
+
+
+@dataclass(frozen=True, slots=True)
+class Load:
+    """``array[index]``: one element of a 1-D buffer."""
+
+    array: Var
+    index: "Expr"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.array.dtype, Ptr):
+            raise IRError(f"Load from non-pointer {self.array.name}: {self.array.dtype}")
+
+    @property
+    def dtype(self) -> DType:
+        assert isinstance(self.array.dtype, Ptr)
+        return self.array.dtype.elem
+
+
+@dataclass(frozen=True, slots=True)
+class Unary:
+    """``op(operand)`` for op in UNARY_OPS; ``not`` takes and gives bool."""
+
+    op: str
+    operand: "Expr"
+
+    def __post_init__(self) -> None:
+        if self.op not in UNARY_OPS:
+            raise IRError(f"unknown unary op {self.op!r}")
+
+    @property
+    def dtype(self) -> DType:
+        return dtype_of(self.operand)
+
+
+@dataclass(frozen=True, slots=True)
+class Binary:
+    """``lhs op rhs`` for op in BINARY_OPS; operands share a dtype."""
+
+    op: str
+    lhs: "Expr"
+    rhs: "Expr"
+
+    def __post_init__(self) -> None:
+        if self.op not in BINARY_OPS:
+            raise IRError(f"unknown binary op {self.op!r}")
+        left, right = dtype_of(self.lhs), dtype_of(self.rhs)
+        if left != right:
+            raise IRError(f"operands of {self.op!r} differ in dtype: {left} vs {right}")
+
+    @property
+    def dtype(self) -> DType:
+        if self.op in COMPARISON_OPS or self.op in LOGICAL_OPS:
+            return Scalar.BOOL
+        return dtype_of(self.lhs)
+
+
+@dataclass(frozen=True, slots=True)
+class Select:
+    """``cond ? if_true : if_false``; both branches share a dtype."""
+
+    cond: "Expr"
+    if_true: "Expr"
+    if_false: "Expr"
+
+    def __post_init__(self) -> None:
+        if dtype_of(self.if_true) != dtype_of(self.if_false):
+            raise IRError("Select branches differ in dtype")
+
+    @property
+    def dtype(self) -> DType:
+        return dtype_of(self.if_true)
+
+
+@dataclass(frozen=True, slots=True)
+class Cast:
+    """Convert a scalar to another scalar dtype (C conversion rules)."""
+
+    operand: "Expr"
+    to: Scalar
+
+    @property
+    def dtype(self) -> DType:
+        return self.to
+
+
+Expr = Union[Const, Var, Load, Unary, Binary, Select, Cast]
+
+
+def dtype_of(expr: Expr) -> DType:
+    """The dtype of any expression."""
+    return expr.dtype
+
+
+# ---------------------------------------------------------------------------------------------
+# Statements
+
+
+@dataclass(frozen=True, slots=True)
+class Block:
+    """A sequence of statements."""
+
+    body: tuple["Stmt", ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Declare:
+    """Introduce a mutable local ``var`` with an initial value."""
+
+    var: Var
+    init: Expr
+
+
+@dataclass(frozen=True, slots=True)
+class Assign:
+    """``var = value`` for a declared local."""
+
+    var: Var
+    value: Expr
+
+
+@dataclass(frozen=True, slots=True)
+class Store:
+    """``array[index] = value``, or ``array[index] += value`` when ``accumulate``."""
+
+    array: Var
+    index: Expr
+    value: Expr
+    accumulate: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class For:
+    """``for (var = start; var < stop; ++var) body``: a counted loop."""
+
+    var: Var
+    start: Expr
+    stop: Expr
+    body: Block
+
+
+@dataclass(frozen=True, slots=True)
+class While:
+    """Repeat ``body`` while ``cond`` holds: the loop of one merge-lattice point."""
+
+    cond: Expr
+    body: Block
+
+
+@dataclass(frozen=True, slots=True)
+class If:
+    """``if (cond) then else otherwise``."""
+
+    cond: Expr
+    then: Block
+    otherwise: Block = field(default_factory=Block)
+
+
+@dataclass(frozen=True, slots=True)
+class Comment:
+    """A comment carried into the generated source."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Allocate:
+    """Introduce pointer ``var`` to a fresh heap buffer of ``count`` elements (zeroed if asked)."""
+
+    var: Var
+    count: Expr
+    zero: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.var.dtype, Ptr):
+            raise IRError(f"Allocate needs a pointer variable, got {self.var.dtype}")
+
+
+@dataclass(frozen=True, slots=True)
+class Grow:
+    """Ensure buffer ``var`` (of ``capacity`` elements) holds at least ``needed`` elements.
+
+    When ``needed > capacity`` the buffer is reallocated to ``max(2 * capacity, needed)`` elements,
+    keeping its contents, and both ``var`` and the i64 local ``capacity`` are updated.
+    """
+
+    var: Var
+    capacity: Var
+    needed: Expr
+
+
+@dataclass(frozen=True, slots=True)
+class Free:
+    """Release a buffer obtained by ``Allocate`` or ``Grow``."""
+
+    var: Var
+
+
+Stmt = Union[Block, Declare, Assign, Store, For, While, If, Comment, Allocate, Grow, Free]
+
+
+# ---------------------------------------------------------------------------------------------
+# Functions
+
+
+@dataclass(frozen=True, slots=True)
+class Param:
+    """One argument of a kernel, as the ABI that ``runtime/`` packs.
+
+    ``role`` says what the argument is, for the runtime and for readers: for example
+    ``"A.1.pos"`` (tensor A, storage level 1, its pos array), ``"A.vals"``, ``"A.dim.0"``
+    (size of mode 0), ``"out.1.crd"``. ``output`` marks buffers the kernel writes.
+    """
+
+    var: Var
+    role: str
+    output: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Function:
+    """A kernel: parameters, a body, and notes explaining decisions the compiler made.
+
+    The function returns an i32 status: 0 on success, 1 when memory could not be obtained.
+    """
+
+    name: str
+    params: tuple[Param, ...]
+    body: Block
+    notes: tuple[str, ...] = ()
+
+
+Node = Union[Expr, Stmt, Function, Param]

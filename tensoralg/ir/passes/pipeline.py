@@ -1,0 +1,98 @@
+"""The optimization pipeline: one visible, ordered list of named steps, and its logger.
+
+``optimize`` runs :data:`STEPS` in order. An :class:`IRLog` records, for each step, its time
+and the IR printed after it when the step changed something; the API decides whether to make
+one (from ``TA_DEBUG``), this module never reads the environment.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from typing import Callable, TextIO
+
+from tensoralg.errors import CompileError, TensorAlgebraError
+from .. import nodes as n
+from ..printer import format_function
+from ..verify import verify
+from .dead_code import remove_dead_code
+from .hoist import hoist_invariants
+from .simplify import simplify
+
+Step = Callable[[n.Function], n.Function]
+
+STEPS: tuple[tuple[str, Step], ...] = (
+    ("simplify", simplify),
+    ("hoist loop invariants", hoist_invariants),
+    ("remove dead code", remove_dead_code),
+    ("simplify again", simplify),
+)
+
+
+class IRLog:
+    """Collects the IR after each step that changed it, with the time every step took.
+
+    ``entries`` holds ``(step name, seconds, printed IR or None when unchanged)``. With
+    ``echo`` each entry is also written to ``stream`` (stderr by default) as it arrives.
+
+    >>> from tensoralg.ir.build import function, comment
+    >>> log = IRLog()
+    >>> f = function("k", [], comment("hi"))
+    >>> log.step("nothing", f, f, seconds=0.0)
+    >>> log.entries
+    [('nothing', 0.0, None)]
+    """
+
+    def __init__(self, echo: bool = False, stream: TextIO | None = None) -> None:
+        self.echo = echo
+        self.stream = stream
+        self.entries: list[tuple[str, float, str | None]] = []
+
+    def step(self, name: str, before: n.Function, after: n.Function, seconds: float = 0.0) -> None:
+        """Record one step; the IR is printed only if ``after`` differs from ``before``."""
+        changed = after is not before and after != before
+        entry = (name, seconds, format_function(after) if changed else None)
+        self.entries.append(entry)
+        if self.echo:
+            print(_format_entry(entry), file=self.stream or sys.stderr)
+
+    def __str__(self) -> str:
+        return "\n".join(_format_entry(entry) for entry in self.entries)
+
+
+def _format_entry(entry: tuple[str, float, str | None]) -> str:
+    name, seconds, text = entry
+    head = f"-- after {name} ({seconds * 1e3:.3f} ms)"
+    return f"{head}: unchanged" if text is None else f"{head}:\n{text}"
+
+
+def optimize(fn: n.Function, log: IRLog | None = None, check: bool = False) -> n.Function:
+    """Run every step of STEPS on ``fn``; log each, and verify each result when ``check``.
+
+    A verifier failure names the step that produced the bad IR; any other failure inside a
+    step is re-raised as a CompileError naming the step.
+
+    >>> from tensoralg.ir.build import function, comment, if_, const
+    >>> f = function("k", [], if_(const(False, n.BOOL), comment("never")))
+    >>> optimize(f, check=True).body
+    Block(body=())
+    """
+    if check:
+        verify(fn, after="lowering (input of optimize)")
+    for name, step in STEPS:
+        start = time.perf_counter()
+        try:
+            new = step(fn)
+        except TensorAlgebraError:
+            raise
+        except Exception as exc:  # a bug in the step: say which one
+            raise CompileError(f"IR step {name!r} failed on kernel {fn.name!r}: {exc!r}") from exc
+        seconds = time.perf_counter() - start
+        if log is not None:
+            log.step(name, fn, new, seconds=seconds)
+        if check:
+            verify(new, after=name)
+        fn = new
+    return fn
+
+
+__all__ = ["IRLog", "STEPS", "optimize"]

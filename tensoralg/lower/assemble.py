@@ -1,0 +1,301 @@
+"""The output side of a loop nest: dense stores, sparse appends and row workspaces.
+
+A writer gets three hooks from the lowerer:
+
+- ``around_index(index, context, rest)``: wraps the body of one coordinate of ``index``
+  (a compressed output level appends its coordinate afterwards if anything was stored below);
+- ``region(context, inner)``: opened once, at ``region_depth``, around the loops that follow the
+  last output index (a scalar accumulator), or that follow the reductions before the last output
+  level (a dense workspace with a coordinate list, Kjolstad et al., CGO 2019);
+- ``leaf(value, context)``: the innermost statement.
+
+Sparse outputs are assembled in one pass: the kernel grows its buffers with ``Grow`` and hands
+them to the runtime through ``Ptr(Ptr(t))`` parameters, with each level's size in ``sizes``.
+The first compressed level counts children per (dense) parent position and turns the counts into
+``pos`` with a prefix sum at the end; deeper compressed levels are given their ``pos`` entry by
+their parent when the parent appends. Coordinates come out sorted and unique because the loops
+visit each level in storage order (or the workspace sorts its coordinate list).
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable, Protocol
+
+from tensoralg.formats.level import LevelKind
+from tensoralg.ir import build as b
+from tensoralg.ir.nodes import BOOL, I32, I64, Expr as IRExpr, Ptr, Stmt, Var
+from tensoralg.lower.levels import dense
+from tensoralg.lower.program import LoopNest, OutputMode, TensorInfo
+
+if TYPE_CHECKING:
+    from tensoralg.lower.lowerer import Context, Lowerer
+
+Rest = Callable[["Context"], list[Stmt]]
+
+
+class Writer(Protocol):
+    region_depth: int | None
+
+    def around_index(self, index: str, context: "Context", rest: Rest) -> list[Stmt]: ...
+    def region(self, context: "Context", inner: Rest) -> list[Stmt]: ...
+    def leaf(self, value: IRExpr, context: "Context") -> list[Stmt]: ...
+
+
+def _trailing_region(nest: LoopNest, last_output_index: str | None) -> int | None:
+    """The depth after the last output index, if reductions follow it."""
+    order = nest.loop_order
+    depth = order.index(last_output_index) + 1 if last_output_index is not None else 0
+    return depth if depth < len(order) else None
+
+
+class DenseWriter:
+    """``out[position] += value``, with a scalar accumulator when reductions are innermost."""
+
+    def __init__(self, lowerer: "Lowerer", nest: LoopNest, info: TensorInfo, vals: Var) -> None:
+        self.lowerer, self.nest, self.info, self.vals = lowerer, nest, info, vals
+        order = nest.loop_order
+        last = max(nest.output.indices, key=order.index, default=None)
+        self.region_depth = _trailing_region(nest, last)
+
+    def position(self, context: "Context") -> IRExpr:
+        position: IRExpr = b.i64(0)
+        for level, mode in enumerate(self.info.format.order):
+            size = self.lowerer.level_size(self.info, level)
+            position = dense.locate(position, size, context.bound[self.nest.output.indices[mode]])
+        return position
+
+    def around_index(self, index: str, context: "Context", rest: Rest) -> list[Stmt]:
+        return rest(context)
+
+    def region(self, context: "Context", inner: Rest) -> list[Stmt]:
+        acc = Var(self.lowerer.names("acc"), self.lowerer.value_dtype)
+        return [b.declare(acc, 0), *inner(context.with_(accumulator=acc)),
+                *self.leaf(acc, context)]
+
+    def leaf(self, value: IRExpr, context: "Context") -> list[Stmt]:
+        return [b.store(self.vals, self.position(context), value, accumulate=True)]
+
+
+class SparseWriter:
+    """Appends to an output whose levels are dense then compressed (CSR, DCSR, CSF, ...)."""
+
+    def __init__(self, lowerer: "Lowerer", nest: LoopNest, info: TensorInfo) -> None:
+        self.lowerer, self.nest, self.info = lowerer, nest, info
+        fmt = info.format
+        self.level_indices = [nest.output.indices[mode] for mode in fmt.order]
+        self.first = next(k for k, kind in enumerate(fmt.levels) if kind is LevelKind.COMPRESSED)
+        self.last = fmt.rank - 1
+        if nest.mode is OutputMode.WORKSPACE:
+            self.region_depth = (nest.loop_order.index(self.level_indices[-2]) + 1
+                                 if fmt.rank > 1 else 0)
+        else:
+            self.region_depth = _trailing_region(nest, self.level_indices[-1])
+        self._declare()
+
+    # -- buffers --------------------------------------------------------------------------
+
+    def _declare(self) -> None:
+        low, name = self.lowerer, self.info.name
+        index = {4: I32, 8: I64}[self.info.index_dtype.itemsize]
+        capacity = low._param("capacity", I64, "capacity")
+        self.sizes_out = low._param(f"{name}_sizes", Ptr(I64), f"{name}.sizes", output=True)
+        self.pos: dict[int, Var] = {}
+        self.crd: dict[int, Var] = {}
+        self.size: dict[int, Var] = {}
+        self.cap: dict[str, Var] = {}
+        self.refs: list[tuple[Var, Var]] = []
+        setup = low.setup
+        parents = b.i64(1)
+        for k in range(self.first):
+            parents = b.mul(parents, low.level_size(self.info, k))
+        self.parents = Var(low.names(f"{name}_parents"), I64)
+        setup.append(b.declare(self.parents, parents))
+        for k in range(self.first, self.last + 1):
+            self.pos[k] = self._buffer(f"{name}{k}_pos", index, f"{name}.{k}.pos",
+                                       count=b.add(self.parents, 1) if k == self.first else capacity,
+                                       zero=k == self.first)
+            if k > self.first:
+                setup.append(b.store(self.pos[k], 0, 0))
+            self.crd[k] = self._buffer(f"{name}{k}_crd", index, f"{name}.{k}.crd", capacity)
+            self.size[k] = Var(low.names(f"{name}{k}_size"), I64)
+            setup.append(b.declare(self.size[k], 0))
+        self.vals = self._buffer(f"{name}_vals", low.value_dtype, f"{name}.vals", capacity)
+        if self.nest.mode is OutputMode.WORKSPACE:
+            self._declare_workspace()
+        self._finish()
+
+    def _buffer(self, name: str, dtype, role: str, count: IRExpr, zero: bool = False) -> Var:
+        low = self.lowerer
+        ref = low._param(f"{name}_ref", Ptr(Ptr(dtype)), role, output=True)
+        buffer = Var(low.names(name), Ptr(dtype))
+        cap = Var(low.names(f"{name}_cap"), I64)
+        low.setup.extend([b.declare(cap, count), b.allocate(buffer, cap, zero=zero)])
+        self.cap[buffer.name] = cap
+        self.refs.append((ref, buffer))
+        return buffer
+
+    def _declare_workspace(self) -> None:
+        low = self.lowerer
+        width = low.level_size(self.info, self.last)
+        self.workspace = Var(low.names("workspace"), Ptr(low.value_dtype))
+        self.marks = Var(low.names("marks"), Ptr(I32))
+        self.coords = Var(low.names("coords"), Ptr(I64))
+        self.count = Var(low.names("count"), I64)
+        low.setup.extend([b.allocate(self.workspace, width, zero=True),
+                          b.allocate(self.marks, width, zero=True),
+                          b.allocate(self.coords, width),
+                          b.declare(self.count, 0)])
+        low.finish[:0] = [b.free(self.workspace), b.free(self.marks), b.free(self.coords)]
+
+    def _finish(self) -> None:
+        low = self.lowerer
+        q = Var(low.names("q"), I64)
+        first_pos = self.pos[self.first]
+        stmts: list[Stmt] = [
+            b.comment("turn the per-parent counts of the first compressed level into positions"),
+            b.for_(q, 0, self.parents, b.store(first_pos, b.add(q, 1), b.add(
+                b.load(first_pos, b.add(q, 1)), b.load(first_pos, q))))]
+        for ref, buffer in self.refs:
+            stmts.append(b.store(ref, 0, buffer))
+        for k, size in self.size.items():
+            stmts.append(b.store(self.sizes_out, k, size))
+        low.finish.extend(stmts)
+
+    # -- appending ------------------------------------------------------------------------
+
+    def _grow(self, buffer: Var, needed: IRExpr) -> Stmt:
+        return b.grow(buffer, self.cap[buffer.name], needed)
+
+    def _count_in_parent(self, level: int, context: "Context") -> list[Stmt]:
+        """The first compressed level counts its children per parent position."""
+        if level != self.first:
+            return []
+        parent = context.out_positions[level - 1] if level > 0 else b.i64(0)
+        slot = b.add(parent, 1)
+        pos = self.pos[level]
+        return [b.store(pos, slot, b.add(b.load(pos, slot), b.cast(1, pos.dtype.elem)))]
+
+    def _index_cast(self, value: IRExpr, buffer: Var) -> IRExpr:
+        return b.cast(value, buffer.dtype.elem)
+
+    def append_value(self, coordinate: IRExpr, value: IRExpr, context: "Context") -> list[Stmt]:
+        k = self.last
+        size, crd = self.size[k], self.crd[k]
+        return [self._grow(crd, b.add(size, 1)), self._grow(self.vals, b.add(size, 1)),
+                b.store(crd, size, self._index_cast(coordinate, crd)),
+                b.store(self.vals, size, value),
+                *self._count_in_parent(k, context),
+                b.assign(size, b.add(size, 1))]
+
+    def append_coordinate(self, level: int, coordinate: IRExpr, context: "Context"
+                          ) -> list[Stmt]:
+        size, crd = self.size[level], self.crd[level]
+        child_pos, child_size = self.pos[level + 1], self.size[level + 1]
+        return [self._grow(crd, b.add(size, 1)),
+                b.store(crd, size, self._index_cast(coordinate, crd)),
+                self._grow(child_pos, b.add(size, 2)),
+                b.store(child_pos, b.add(size, 1), self._index_cast(child_size, child_pos)),
+                *self._count_in_parent(level, context),
+                b.assign(size, b.add(size, 1))]
+
+    # -- hooks ----------------------------------------------------------------------------
+
+    def around_index(self, index: str, context: "Context", rest: Rest) -> list[Stmt]:
+        if index not in self.level_indices:
+            return rest(context)
+        level = self.level_indices.index(index)
+        coordinate = context.bound[index]
+        kind = self.info.format.levels[level]
+        if kind is LevelKind.DENSE:
+            parent = context.out_positions[level - 1] if level else b.i64(0)
+            position = dense.locate(parent, self.lowerer.level_size(self.info, level), coordinate)
+            return rest(context.with_(out_positions=(*context.out_positions, position)))
+        inner = context.with_(out_positions=(*context.out_positions, self.size[level]))
+        if level == self.last:
+            return rest(inner)
+        before = Var(self.lowerer.names(f"before{level + 1}"), I64)
+        return [b.declare(before, self.size[level + 1]), *rest(inner),
+                b.if_(b.lt(before, self.size[level + 1]),
+                      self.append_coordinate(level, coordinate, context))]
+
+    def region(self, context: "Context", inner: Rest) -> list[Stmt]:
+        if self.nest.mode is not OutputMode.WORKSPACE:
+            acc = Var(self.lowerer.names("acc"), self.lowerer.value_dtype)
+            coordinate = context.bound[self.level_indices[-1]]
+            return [b.declare(acc, 0), *inner(context.with_(accumulator=acc)),
+                    *self.append_value(coordinate, acc, context)]
+        return [b.assign(self.count, 0), *inner(context), *self._flush(context)]
+
+    def leaf(self, value: IRExpr, context: "Context") -> list[Stmt]:
+        if self.nest.mode is not OutputMode.WORKSPACE:
+            return self.append_value(context.bound[self.level_indices[-1]], value, context)
+        c = context.bound[self.level_indices[-1]]
+        return [b.if_(b.eq(b.load(self.marks, c), b.const(0, I32)),
+                      [b.store(self.marks, c, b.const(1, I32)),
+                       b.store(self.coords, self.count, c),
+                       b.assign(self.count, b.add(self.count, 1))]),
+                b.store(self.workspace, c, value, accumulate=True)]
+
+    def _flush(self, context: "Context") -> list[Stmt]:
+        """Append the workspace's coordinates in order, clearing what was touched."""
+        low = self.lowerer
+        t = Var(low.names("t"), I64)
+        c = Var(low.names("c"), I64)
+        sorted_list = [*heapsort(low, self.coords, self.count),
+                       b.for_(t, 0, self.count,
+                              b.declare(c, b.load(self.coords, t)),
+                              self.append_value(c, b.load(self.workspace, c), context),
+                              b.store(self.workspace, c, 0),
+                              b.store(self.marks, c, b.const(0, I32)))]
+        # A dense row is cheaper to scan than to sort.
+        width = low.level_size(self.info, self.last)
+        s = Var(low.names("c"), I64)
+        scan = [b.for_(s, 0, width,
+                       b.if_(b.ne(b.load(self.marks, s), b.const(0, I32)),
+                             [*self.append_value(s, b.load(self.workspace, s), context),
+                              b.store(self.workspace, s, 0),
+                              b.store(self.marks, s, b.const(0, I32))]))]
+        return [b.if_(b.lt(b.mul(self.count, 16), width), sorted_list, scan)]
+
+
+def heapsort(lowerer: "Lowerer", array: Var, count: IRExpr) -> list[Stmt]:
+    """Sort ``array[0:count)`` (i64) ascending in place, as IR: a heap sort, O(n log n)."""
+    names = lowerer.names
+    n = Var(names("hs_n"), I64)
+    k = Var(names("hs_k"), I64)
+    end = Var(names("hs_end"), I64)
+    stmts: list[Stmt] = [b.declare(n, count)]
+    stmts.append(b.for_(k, 0, b.div(n, 2), _sift_down(
+        lowerer, array, b.sub(b.sub(b.div(n, 2), 1), k), n)))
+    top = Var(names("hs_top"), I64)
+    step = Var(names("hs_k"), I64)
+    stmts.append(b.for_(step, 1, n,
+                        b.declare(end, b.sub(n, step)),
+                        b.declare(top, b.load(array, 0)),
+                        b.store(array, 0, b.load(array, end)),
+                        b.store(array, end, top),
+                        _sift_down(lowerer, array, b.i64(0), end)))
+    return stmts
+
+
+def _sift_down(lowerer: "Lowerer", array: Var, start: IRExpr, end: IRExpr) -> list[Stmt]:
+    names = lowerer.names
+    root = Var(names("hs_root"), I64)
+    child = Var(names("hs_child"), I64)
+    going = Var(names("hs_going"), BOOL)
+    swap = Var(names("hs_swap"), I64)
+    left = b.add(b.mul(root, 2), 1)
+    return [
+        b.declare(root, start),
+        b.declare(going, b.const(True, BOOL)),
+        b.while_(b.land(going, b.lt(left, end)),
+                 b.declare(child, left),
+                 b.if_(b.land(b.lt(b.add(child, 1), end),
+                              b.lt(b.load(array, child), b.load(array, b.add(child, 1)))),
+                       b.assign(child, b.add(child, 1))),
+                 b.if_(b.lt(b.load(array, root), b.load(array, child)),
+                       [b.declare(swap, b.load(array, root)),
+                        b.store(array, root, b.load(array, child)),
+                        b.store(array, child, swap),
+                        b.assign(root, child)],
+                       b.assign(going, b.const(False, BOOL)))),
+    ]

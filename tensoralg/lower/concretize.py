@@ -1,0 +1,434 @@
+"""From a statement with placed reductions to a ``Program`` of concrete loop nests.
+
+Steps, each a small pure function:
+
+1. ``rename_reductions``: give every ``Reduce`` its own index name, so that hoisting two sums
+   over ``j`` cannot capture each other.
+2. ``extract_diagonals``: an access that repeats an index (``A(i,i)``) becomes a dense temporary
+   ``t(i) = A(i,i)`` computed by its own nest (which filters coordinates), so lattices only
+   ever see accesses with distinct indices.
+3. ``split_terms``: for a dense output, ``b + c - d`` becomes three nests accumulating into the
+   same output; for a sparse output the statement stays whole.
+4. ``hoist``: sums reachable from the top through products, negations and numerators are
+   hoisted into the loop nest (``alpha * sum(j, x)`` is ``sum(j, alpha * x)``); any other sum
+   (under ``+``, a function, a denominator) becomes a dense temporary computed first.
+5. ``choose_loop_order``: the best permutation of the nest's indices that iterates every sparse
+   operand in its storage order and lets the output be written directly; when no permutation
+   respects every operand, the fewest operands are converted to a matching mode order, and the
+   program's notes say so.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from tensoralg.errors import UnsupportedError
+from tensoralg.formats.format import Format, dense
+from tensoralg.formats.level import LevelKind
+from tensoralg.lower.lattice import build_lattice
+from tensoralg.lower.program import LoopNest, OutputMode, Program, TensorInfo, TensorRole
+from tensoralg.notation.ast import (
+    Access, Add, Assignment, Call, Div, Expr, Literal, Mul, Neg, Reduce, Sub, accesses,
+)
+
+MAX_PERMUTED_INDICES = 8
+
+
+@dataclass
+class _Builder:
+    """Mutable scratch state of one concretization: temporaries and notes collected on the way."""
+
+    formats: dict[str, Format]
+    index_dtypes: dict[str, np.dtype]
+    temporaries: list[tuple[Access, Expr, tuple[str, ...]]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    counter: itertools.count = field(default_factory=itertools.count)
+    conversions: dict[Access, str] = field(default_factory=dict)   # of the nest being built
+    aliases: dict[str, str] = field(default_factory=dict)          # alias -> source tensor
+
+    def temporary(self, indices: tuple[str, ...], expr: Expr, reduced: tuple[str, ...]) -> Access:
+        name = f"_t{next(self.counter)}"
+        access = Access(name, indices)
+        self.temporaries.append((access, expr, reduced))
+        self.formats[name] = dense(len(indices))
+        return access
+
+
+def concretize(stmt: Assignment, formats: dict[str, Format], index_dtypes: dict[str, np.dtype],
+               value_dtype: np.dtype, out_format: Format | None,
+               out_index_dtype: np.dtype = np.dtype(np.int64)) -> Program:
+    """Turn ``stmt`` (operands in ``formats``) into a ``Program`` of loop nests.
+
+    ``out_format`` None means: infer the output format (DESIGN.md, "out_format").
+    """
+    builder = _Builder(dict(formats), dict(index_dtypes))
+    rhs = extract_diagonals(rename_reductions(stmt.rhs, set(stmt.lhs.indices)), builder)
+    out = stmt.lhs
+    rank = len(out.indices)
+    main_body, main_reduced = hoist(rhs, builder)
+    if out_format is None:
+        out_format = infer_output_format(out, main_body, main_reduced, builder.formats)
+    if not out_format.is_dense:
+        out_format = _direct_output_format(out_format)
+    terms = split_terms(rhs) if out_format.is_dense else [rhs]
+    bodies = [hoist(term, builder) for term in terms] if len(terms) > 1 else [(main_body,
+                                                                              main_reduced)]
+    nests: list[LoopNest] = []
+    # Temporaries are created while hoisting; compute them first, in creation order.
+    for access, expr, reduced in builder.temporaries:
+        nests.append(_nest(access, expr, reduced, dense(len(access.indices)), builder))
+    for body, reduced in bodies:
+        nests.append(_nest(out, body, reduced, out_format, builder))
+    if not out_format.is_dense and nests[-1].mode is None:
+        nests[-1], out_format = _reorder_output(nests[-1], out_format, builder)
+    inputs = set(formats) | set(builder.aliases)
+    tensors = [TensorInfo(name, builder.formats[name], builder.index_dtypes.get(
+        name, np.dtype(np.int64)), TensorRole.INPUT if name in inputs else TensorRole.TEMPORARY,
+        _dims_of(name, nests)) for name in _tensor_names(nests) if name != out.tensor]
+    tensors.append(TensorInfo(out.tensor, out_format, out_index_dtype, TensorRole.OUTPUT,
+                              out.indices))
+    return Program(tuple(nests), tuple(tensors), value_dtype, tuple(builder.notes),
+                   tuple(builder.aliases.items()))
+
+
+def _reorder_output(nest: LoopNest, wanted: Format, builder: _Builder) -> tuple[LoopNest, Format]:
+    """A sparse output that no loop order can assemble in ``wanted``'s mode order.
+
+    The output is assembled in the mode order of the loop order instead (the runtime converts it
+    afterwards); if even that is impossible, it is computed densely and compressed afterwards.
+    """
+    out, order = nest.output, nest.loop_order
+    modes = sorted(range(len(out.indices)), key=lambda m: order.index(out.indices[m]))
+    produced = Format(wanted.levels, order=modes)
+    mode = output_mode(order, out, produced, nest.reduced)
+    if mode is not None:
+        builder.notes.append(f"the output is assembled as {produced.spec} with mode order "
+                             f"{tuple(modes)} (the order the loops visit it) and converted to "
+                             f"{wanted} afterwards")
+        return replace(nest, mode=mode), produced
+    builder.notes.append(f"the output cannot be assembled as {wanted} in any loop order; it is "
+                         f"computed densely and compressed afterwards")
+    return replace(nest, mode=OutputMode.DENSE), dense(len(out.indices))
+
+
+def _tensor_names(nests: list[LoopNest]) -> list[str]:
+    names: dict[str, None] = {}
+    for nest in nests:
+        for access in accesses(nest.expr):
+            names.setdefault(access.tensor, None)
+        names.setdefault(nest.output.tensor, None)
+    return list(names)
+
+
+def _dims_of(name: str, nests: list[LoopNest]) -> tuple[str, ...]:
+    for nest in nests:
+        for access in [nest.output, *accesses(nest.expr)]:
+            if access.tensor == name:
+                return access.indices
+    raise KeyError(name)
+
+
+# ---------------------------------------------------------------------------------------------
+# 1-4: expression rewriting
+
+
+def rename_reductions(expr: Expr, taken: set[str]) -> Expr:
+    """Rename every reduced index that is already in use so each ``Reduce`` has its own name."""
+    used = set(taken)
+    for access in accesses(expr):
+        used.update(access.indices)
+
+    def fresh(name: str) -> str:
+        k = 1
+        while f"{name}{k}" in used:
+            k += 1
+        used.add(f"{name}{k}")
+        return f"{name}{k}"
+
+    seen: set[str] = set(taken)
+
+    def visit(node: Expr, mapping: dict[str, str]) -> Expr:
+        match node:
+            case Access(tensor, indices):
+                return Access(tensor, tuple(mapping.get(i, i) for i in indices))
+            case Literal():
+                return node
+            case Neg(x):
+                return Neg(visit(x, mapping))
+            case Add(a, b) | Sub(a, b) | Mul(a, b) | Div(a, b):
+                return type(node)(visit(a, mapping), visit(b, mapping))
+            case Call(func, args):
+                return Call(func, tuple(visit(a, mapping) for a in args))
+            case Reduce(index, body):
+                name = fresh(index) if index in seen else index
+                seen.add(name)
+                return Reduce(name, visit(body, {**mapping, index: name}))
+        raise TypeError(node)
+
+    return visit(expr, {})
+
+
+def extract_diagonals(expr: Expr, builder: _Builder) -> Expr:
+    """Replace each access with a repeated index by a temporary holding its diagonal."""
+    match expr:
+        case Access(tensor, indices) if len(set(indices)) < len(indices):
+            unique = tuple(dict.fromkeys(indices))
+            note = f"{expr} reads a diagonal: it is gathered into a dense temporary first"
+            if note not in builder.notes:
+                builder.notes.append(note)
+            return builder.temporary(unique, expr, ())
+        case Access() | Literal():
+            return expr
+        case Neg(x):
+            return Neg(extract_diagonals(x, builder))
+        case Add(a, b) | Sub(a, b) | Mul(a, b) | Div(a, b):
+            return type(expr)(extract_diagonals(a, builder), extract_diagonals(b, builder))
+        case Call(func, args):
+            return Call(func, tuple(extract_diagonals(a, builder) for a in args))
+        case Reduce(index, body):
+            return Reduce(index, extract_diagonals(body, builder))
+    raise TypeError(expr)
+
+
+def split_terms(expr: Expr) -> list[Expr]:
+    """The top-level additive terms of ``expr``, subtracted ones negated."""
+    match expr:
+        case Add(a, b):
+            return split_terms(a) + split_terms(b)
+        case Sub(a, b):
+            return split_terms(a) + [_negate(t) for t in split_terms(b)]
+    return [expr]
+
+
+def _negate(expr: Expr) -> Expr:
+    return expr.operand if isinstance(expr, Neg) else Neg(expr)
+
+
+def hoist(expr: Expr, builder: _Builder) -> tuple[Expr, tuple[str, ...]]:
+    """Pull sums out through products; any other sum becomes a temporary.
+
+    Returns the reduction-free body and the hoisted reduction indices (outermost first).
+    """
+    match expr:
+        case Reduce(index, body):
+            inner, reduced = hoist(body, builder)
+            return inner, (index, *reduced)
+        case Mul(a, b):
+            left, red_a = hoist(a, builder)
+            right, red_b = hoist(b, builder)
+            return Mul(left, right), red_a + red_b
+        case Neg(a):
+            inner, reduced = hoist(a, builder)
+            return Neg(inner), reduced
+        case Div(a, b):
+            numerator, reduced = hoist(a, builder)
+            return Div(numerator, _materialize(b, builder)), reduced
+        case _:
+            return _materialize(expr, builder), ()
+
+
+def _materialize(expr: Expr, builder: _Builder) -> Expr:
+    """``expr`` with every sum inside it replaced by a temporary."""
+    match expr:
+        case Reduce():
+            body, reduced = hoist(expr, builder)
+            free = tuple(i for i in dict.fromkeys(
+                idx for a in accesses(body) for idx in a.indices) if i not in reduced)
+            return builder.temporary(free, body, reduced)
+        case Access() | Literal():
+            return expr
+        case Neg(x):
+            return Neg(_materialize(x, builder))
+        case Add(a, b) | Sub(a, b) | Mul(a, b) | Div(a, b):
+            return type(expr)(_materialize(a, builder), _materialize(b, builder))
+        case Call(func, args):
+            return Call(func, tuple(_materialize(a, builder) for a in args))
+    raise TypeError(expr)
+
+
+# ---------------------------------------------------------------------------------------------
+# Output format
+
+
+def sparse_iterators(expr: Expr, index: str, formats: dict[str, Format]) -> list[Access]:
+    """Accesses of ``expr`` whose level storing ``index`` is sparse."""
+    result = []
+    for access in dict.fromkeys(accesses(expr)):
+        if index in access.indices:
+            fmt = formats[access.tensor]
+            level = fmt.level_of_mode(access.indices.index(index))
+            if fmt.levels[level].is_sparse:
+                result.append(access)
+    return result
+
+
+def infer_output_format(out: Access, body: Expr, reduced: tuple[str, ...],
+                        formats: dict[str, Format]) -> Format:
+    """DESIGN.md's rule: an output level is compressed when no point of its lattice is dense.
+
+    Levels follow the loop order the statement would use; order-0 and order-1 results, and
+    results with only dense levels, are dense.
+    """
+    rank = len(out.indices)
+    if rank <= 1:
+        return dense(rank)
+    kinds = {}
+    for index in out.indices:
+        lattice = build_lattice(index, body, sparse_iterators(body, index, formats))
+        kinds[index] = LevelKind.DENSE if lattice.dense else LevelKind.COMPRESSED
+    if all(kind is LevelKind.DENSE for kind in kinds.values()):
+        return dense(rank)
+    probe = _Builder(dict(formats), {})
+    order, _ = choose_loop_order(out, body, reduced, None, probe)
+    stored = sorted(range(rank), key=lambda mode: order.index(out.indices[mode]))
+    return Format([kinds[out.indices[m]] for m in stored], order=stored)
+
+
+def _direct_output_format(fmt: Format) -> Format:
+    """The closest format the lowering assembles directly: dense levels, then compressed ones.
+
+    Non-unique and singleton levels (COO) and dense levels below a compressed one become
+    compressed; the runtime converts the result to the requested format afterwards.
+    """
+    kinds, seen_sparse = [], False
+    for kind in fmt.levels:
+        seen_sparse = seen_sparse or kind.is_sparse
+        kinds.append(LevelKind.COMPRESSED if seen_sparse else LevelKind.DENSE)
+    return Format(kinds, order=fmt.order)
+
+
+# ---------------------------------------------------------------------------------------------
+# 5: loop order
+
+
+def _level_indices(access: Access, fmt: Format) -> list[str]:
+    return [access.indices[mode] for mode in fmt.order]
+
+
+def respects(order: tuple[str, ...], access: Access, fmt: Format) -> bool:
+    """Whether ``order`` visits every sparse level of ``access`` after the levels above it."""
+    indices = _level_indices(access, fmt)
+    for level, kind in enumerate(fmt.levels):
+        if kind.is_sparse:
+            here = order.index(indices[level])
+            if any(order.index(above) > here for above in indices[:level]):
+                return False
+    return True
+
+
+def output_mode(order: tuple[str, ...], out: Access, fmt: Format,
+                reduced: tuple[str, ...]) -> OutputMode | None:
+    """How a nest with this loop order can write an output in ``fmt`` (None: it cannot)."""
+    if fmt.is_dense:
+        return OutputMode.DENSE
+    positions = [order.index(i) for i in _level_indices(out, fmt)]
+    if positions != sorted(positions):
+        return None
+    first_reduction = min((order.index(r) for r in reduced), default=len(order))
+    if all(p < first_reduction for p in positions):
+        return OutputMode.APPEND
+    if all(p < first_reduction for p in positions[:-1]):
+        return OutputMode.WORKSPACE
+    return None
+
+
+def _inversions(order: tuple[str, ...], access: Access, fmt: Format) -> int:
+    indices = _level_indices(access, fmt)
+    return sum(1 for a, b in itertools.combinations(indices, 2)
+               if a != b and order.index(a) > order.index(b))
+
+
+def _score(order, out, out_format, body, reduced, formats):
+    mode = output_mode(order, out, out_format, reduced) if out_format else (
+        OutputMode.APPEND if all(order.index(r) > max(
+            (order.index(i) for i in out.indices), default=-1) for r in reduced)
+        else OutputMode.WORKSPACE)
+    rank = {OutputMode.DENSE: 0, OutputMode.APPEND: 0, OutputMode.WORKSPACE: 1, None: 2}[mode]
+    inversions = sum(_inversions(order, a, formats[a.tensor]) for a in set(accesses(body)))
+    if out_format is not None:
+        inversions += _inversions(order, out, out_format)
+    late_outputs = sum(1 for r in reduced for o in out.indices if order.index(r) < order.index(o))
+    return (rank, inversions, late_outputs), mode
+
+
+def _candidate_orders(indices: tuple[str, ...]):
+    if len(indices) <= MAX_PERMUTED_INDICES:
+        return itertools.permutations(indices)
+    raise UnsupportedError(
+        f"a statement with {len(indices)} index variables is too large to schedule "
+        f"(at most {MAX_PERMUTED_INDICES}); split it into smaller statements")
+
+
+def choose_loop_order(out: Access, body: Expr, reduced: tuple[str, ...],
+                      out_format: Format | None, builder: _Builder
+                      ) -> tuple[tuple[str, ...], OutputMode | None]:
+    """The best loop order for one nest; converts operands when none respects all of them.
+
+    Converted accesses are renamed to an alias tensor ``<name>__<order>`` whose format has the
+    same level kinds in a mode order that the chosen loop order respects.
+    """
+    indices = tuple(dict.fromkeys([*out.indices, *[i for a in accesses(body)
+                                                    for i in a.indices], *reduced]))
+    sparse = [a for a in dict.fromkeys(accesses(body))
+              if not builder.formats[a.tensor].is_dense]
+    for count in range(len(sparse) + 1):
+        best = None
+        for relaxed in itertools.combinations(sparse, count):
+            for order in _candidate_orders(indices):
+                if not all(respects(order, a, builder.formats[a.tensor])
+                           for a in sparse if a not in relaxed):
+                    continue
+                score, mode = _score(order, out, out_format, body, reduced, builder.formats)
+                if best is None or score < best[0]:
+                    best = (score, order, mode, relaxed)
+        if best is not None:
+            _, order, mode, relaxed = best
+            for access in relaxed:
+                _convert(access, order, builder)
+            return order, mode
+    raise UnsupportedError(f"no loop order found for {out} = ...")  # unreachable: count=len
+
+
+def _convert(access: Access, order: tuple[str, ...], builder: _Builder) -> None:
+    fmt = builder.formats[access.tensor]
+    modes = sorted(range(len(access.indices)), key=lambda m: order.index(access.indices[m]))
+    target = Format(fmt.levels, order=modes)
+    alias = f"{access.tensor}__{''.join(map(str, modes))}"
+    builder.formats[alias] = target
+    builder.index_dtypes[alias] = builder.index_dtypes.get(access.tensor, np.dtype(np.int64))
+    builder.notes.append(
+        f"operand {access.tensor} is stored as {fmt}, which no valid loop order can iterate "
+        f"together with the other operands; it is converted to {target.spec} with mode order "
+        f"{tuple(modes)} before the kernel runs")
+    builder.conversions[access] = alias
+    builder.aliases[alias] = access.tensor
+
+
+def _nest(out: Access, body: Expr, reduced: tuple[str, ...], out_format: Format,
+          builder: _Builder) -> LoopNest:
+    builder.conversions = {}
+    order, mode = choose_loop_order(out, body, reduced, out_format, builder)
+    if builder.conversions:
+        body = _rename_accesses(body, builder.conversions)
+    return LoopNest(out, body, order, mode)  # type: ignore[arg-type]  # None: see _reorder_output
+
+
+def _rename_accesses(expr: Expr, aliases: dict[Access, str]) -> Expr:
+    match expr:
+        case Access(_, indices) if expr in aliases:
+            return Access(aliases[expr], indices)
+        case Access() | Literal():
+            return expr
+        case Neg(x):
+            return Neg(_rename_accesses(x, aliases))
+        case Add(a, b) | Sub(a, b) | Mul(a, b) | Div(a, b):
+            return type(expr)(_rename_accesses(a, aliases), _rename_accesses(b, aliases))
+        case Call(func, args):
+            return Call(func, tuple(_rename_accesses(a, aliases) for a in args))
+    raise TypeError(expr)
+
+
+__all__ = ["concretize", "choose_loop_order", "infer_output_format", "output_mode", "respects",
+           "hoist", "split_terms", "rename_reductions", "extract_diagonals", "replace"]

@@ -1,0 +1,480 @@
+"""Lowering: a ``Program`` of loop nests → one ``ir.Function``.
+
+Each nest is lowered index by index, outermost first (``index_loop``). At an index, the
+accesses whose next storage level is sparse are iterators; their merge lattice decides the loop:
+
+- no iterator: a counted loop over the whole dimension;
+- one iterator and no dense point: a loop over the iterator's segment;
+- a dense lattice with iterators: a counted loop that checks each iterator's coordinate;
+- several iterators: one while loop per lattice point, each with one case per sub-point
+  (TACO's co-iteration), advancing the iterators that matched.
+
+Inside each case the expression is specialised to the operands present (``lattice.without``),
+dense levels whose index is known are located, and lowering continues with the next index.
+The output side (dense stores, appends, workspaces) lives in ``assemble.py``.
+"""
+from __future__ import annotations
+
+import keyword
+from dataclasses import dataclass, field, replace
+from typing import Callable, Iterator, Mapping
+
+import numpy as np
+
+from tensoralg.errors import CompileError
+from tensoralg.formats.format import Format
+from tensoralg.formats.level import LevelKind
+from tensoralg.ir import build as b
+from tensoralg.ir.nodes import (
+    BOOL, F32, F64, I32, I64, Const, Expr as IRExpr, Function, Param, Ptr, Scalar, Stmt, Var,
+)
+from tensoralg.lower import values
+from tensoralg.lower.assemble import DenseWriter, SparseWriter, Writer
+from tensoralg.lower.lattice import Lattice, LatticePoint, build_lattice, is_zero
+from tensoralg.lower.levels import LevelArrays, compressed, dense, singleton
+from tensoralg.lower.program import LoopNest, OutputMode, Program, TensorInfo, TensorRole
+from tensoralg.notation.ast import Access, Expr, accesses
+
+SCALARS = {np.dtype(np.float32): F32, np.dtype(np.float64): F64,
+           np.dtype(np.int32): I32, np.dtype(np.int64): I64}
+
+_RESERVED = set(keyword.kwlist) | {
+    "auto", "break", "case", "char", "const", "continue", "default", "do", "double", "else",
+    "enum", "extern", "float", "for", "goto", "if", "int", "long", "register", "return", "short",
+    "signed", "sizeof", "static", "struct", "switch", "typedef", "union", "unsigned", "void",
+    "volatile", "while", "inline", "restrict", "bool", "true", "false", "main", "free", "malloc",
+    "calloc", "realloc", "exp", "log", "sqrt", "pow", "sin", "cos", "tanh", "fabs", "fmin", "fmax",
+    "abs", "min", "max"}
+
+
+def scalar_of(dtype: np.dtype) -> Scalar:
+    """The IR scalar for a supported NumPy dtype."""
+    return SCALARS[np.dtype(dtype)]
+
+
+class Namer:
+    """Hands out names that are unique within one function and valid in C and LLVM."""
+
+    def __init__(self) -> None:
+        self.used: set[str] = set(_RESERVED)
+
+    def __call__(self, base: str) -> str:
+        base = "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in base) or "v"
+        if base[0].isdigit():
+            base = "v" + base
+        name, k = base, 1
+        while name in self.used:
+            name, k = f"{base}_{k}", k + 1
+        self.used.add(name)
+        return name
+
+
+@dataclass(frozen=True, slots=True)
+class Cursor:
+    """How far an access has descended its storage levels.
+
+    ``position`` is the position in the last resolved level; after a non-unique level the
+    access stands on a whole ``segment`` of positions sharing one coordinate.
+    """
+
+    resolved: int
+    position: IRExpr | None
+    segment: tuple[IRExpr, IRExpr] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """What is known at one point of the loop nest."""
+
+    bound: Mapping[str, Var]
+    cursors: Mapping[Access, Cursor]
+    out_positions: tuple[IRExpr, ...] = ()
+    accumulator: Var | None = None
+    region_open: bool = False
+
+    def with_(self, **changes) -> "Context":
+        return replace(self, **changes)
+
+
+@dataclass
+class Iterator_:
+    """A sparse iterator inside one loop: its position variable and segment end."""
+
+    access: Access
+    level: int
+    arrays: LevelArrays
+    unique: bool
+    begin: IRExpr
+    end: IRExpr
+    position: Var | None = None
+    coordinate: IRExpr | None = None
+    segment_end: Var | None = None
+    matched: Var | None = None
+
+
+@dataclass
+class Lowerer:
+    """Builds one ``ir.Function`` from a ``Program``."""
+
+    program: Program
+    name: str = "kernel"
+    names: Namer = field(default_factory=Namer)
+    params: list[Param] = field(default_factory=list)
+    arrays: dict[str, tuple[LevelArrays, ...]] = field(default_factory=dict)
+    vals: dict[str, Var] = field(default_factory=dict)
+    sizes: dict[str, Var] = field(default_factory=dict)
+    setup: list[Stmt] = field(default_factory=list)
+    finish: list[Stmt] = field(default_factory=list)
+
+    @property
+    def value_dtype(self) -> Scalar:
+        return scalar_of(self.program.value_dtype)
+
+    # -- the ABI --------------------------------------------------------------------------
+
+    def declare_tensors(self) -> None:
+        indices = sorted({i for t in self.program.tensors for i in t.dims})
+        for index in indices:
+            self.sizes[index] = self._param(f"n_{index}", I64, f"index.{index}")
+        for info in self.program.tensors:
+            if info.role is TensorRole.INPUT:
+                self._declare_input(info)
+            elif info.role is TensorRole.TEMPORARY:
+                self._declare_temporary(info)
+
+    def _param(self, name: str, dtype, role: str, output: bool = False) -> Var:
+        v = Var(self.names(name), dtype)
+        self.params.append(Param(v, role, output))
+        return v
+
+    def level_size(self, info: TensorInfo, level: int) -> Var:
+        return self.sizes[info.dims[info.format.order[level]]]
+
+    def _declare_input(self, info: TensorInfo) -> None:
+        index = scalar_of(info.index_dtype)
+        levels = []
+        for k, kind in enumerate(info.format.levels):
+            pos = self._param(f"{info.name}{k}_pos", Ptr(index), f"{info.name}.{k}.pos") \
+                if kind.has_pos else None
+            crd = self._param(f"{info.name}{k}_crd", Ptr(index), f"{info.name}.{k}.crd") \
+                if kind.has_crd else None
+            levels.append(LevelArrays(pos, crd, self.level_size(info, k)))
+        self.arrays[info.name] = tuple(levels)
+        self.vals[info.name] = self._param(f"{info.name}_vals", Ptr(self.value_dtype),
+                                           f"{info.name}.vals")
+
+    def _declare_temporary(self, info: TensorInfo) -> None:
+        self.arrays[info.name] = tuple(LevelArrays(None, None, self.level_size(info, k))
+                                       for k in range(info.rank))
+        buffer = Var(self.names(f"{info.name}_vals"), Ptr(self.value_dtype))
+        self.vals[info.name] = buffer
+        self.setup.append(b.allocate(buffer, self.dense_count(info), zero=True))
+        self.finish.append(b.free(buffer))
+
+    def dense_count(self, info: TensorInfo) -> IRExpr:
+        count: IRExpr = b.i64(1)
+        for k in range(info.rank):
+            count = b.mul(count, self.level_size(info, k))
+        return count
+
+    # -- the function ---------------------------------------------------------------------
+
+    def lower(self) -> Function:
+        self.declare_tensors()
+        output = self.program.output
+        writers = [self._writer(nest, output) for nest in self.program.nests]
+        body = [self.lower_nest(nest, writer) for nest, writer in zip(self.program.nests, writers)]
+        params = tuple(self.params)
+        notes = (*self.program.notes, *[f"loop order {', '.join(n.loop_order)} for "
+                                        f"{n.output} ({n.mode.value})" for n in self.program.nests])
+        return Function(self.name, params, b.block(self.setup, body, self.finish), notes)
+
+    def _writer(self, nest: LoopNest, output: TensorInfo) -> Writer:
+        target = self.program.tensor(nest.output.tensor)
+        if target.role is TensorRole.TEMPORARY:
+            return DenseWriter(self, nest, target, self.vals[target.name])
+        if target.format.is_dense:
+            if target.name not in self.vals:
+                self.vals[target.name] = self._param(f"{target.name}_vals", Ptr(self.value_dtype),
+                                                     f"{target.name}.vals", output=True)
+            return DenseWriter(self, nest, target, self.vals[target.name])
+        return SparseWriter(self, nest, target)
+
+    def lower_nest(self, nest: LoopNest, writer: Writer) -> list[Stmt]:
+        root = Cursor(0, b.i64(0))
+        cursors = {a: root for a in accesses(nest.expr)}
+        context = Context({}, cursors)
+        context, wrap = self.resolve_known(context, nest.expr)
+        return [b.comment(f"{nest.output} += ... over {', '.join(nest.loop_order) or '()'}"),
+                *wrap(self.index_loop(nest, writer, 0, nest.expr, context))]
+
+    # -- loops ----------------------------------------------------------------------------
+
+    def index_loop(self, nest: LoopNest, writer: Writer, depth: int, expr: Expr,
+                   context: Context) -> list[Stmt]:
+        if is_zero(expr):
+            return []
+        if depth == writer.region_depth and not context.region_open:
+            return writer.region(context.with_(region_open=True),
+                                 lambda c: self.index_loop(nest, writer, depth, expr, c))
+        if depth == len(nest.loop_order):
+            result = self.compute(expr, context)
+            if context.accumulator is not None:
+                return [b.assign(context.accumulator, b.add(context.accumulator, result))]
+            return writer.leaf(result, context)
+        index = nest.loop_order[depth]
+        iterators = [self.make_iterator(a, context) for a in dict.fromkeys(accesses(expr))
+                     if self.is_iterator(a, index, context)]
+        lattice = build_lattice(index, expr, [it.access for it in iterators])
+        if not lattice.points:
+            return []
+
+        def body(point: LatticePoint, coordinate: Var, its: list[Iterator_]) -> list[Stmt]:
+            return self.case_body(nest, writer, depth, index, coordinate, point, its, context)
+
+        if not iterators:
+            return self.dense_loop(index, lattice, body, [])
+        if lattice.dense:
+            return self.dense_loop(index, lattice, body, iterators)
+        if len(iterators) == 1:
+            return self.single_loop(index, lattice.points[0], body, iterators[0])
+        return self.merge_loops(index, lattice, body, iterators)
+
+    def case_body(self, nest: LoopNest, writer: Writer, depth: int, index: str,
+                  coordinate: Var, point: LatticePoint, iterators: list[Iterator_],
+                  context: Context) -> list[Stmt]:
+        cursors = dict(context.cursors)
+        for it in iterators:
+            if it.access in point.iterators:
+                if it.unique:
+                    cursors[it.access] = Cursor(it.level + 1, it.position)
+                else:
+                    cursors[it.access] = Cursor(it.level + 1, None, (it.position, it.segment_end))
+        inner = context.with_(bound={**context.bound, index: coordinate}, cursors=cursors)
+        inner, wrap = self.resolve_known(inner, point.expr)
+
+        def rest(c: Context) -> list[Stmt]:
+            return self.index_loop(nest, writer, depth + 1, point.expr, c)
+
+        return wrap(writer.around_index(index, inner, rest))
+
+    def dense_loop(self, index: str, lattice: Lattice, body, iterators: list[Iterator_]
+                   ) -> list[Stmt]:
+        coordinate = Var(self.names(index), I64)
+        setup = self.iterator_positions(iterators)
+        checks: list[Stmt] = []
+        for it in iterators:
+            it.coordinate = self.coordinate_of(it)
+            it.matched = Var(self.names(f"match_{it.access.tensor}"), BOOL)
+            checks.append(b.declare(it.matched, b.land(b.lt(it.position, it.end),
+                                                       b.eq(it.coordinate, coordinate))))
+            checks.extend(self.segment_end(it, guard=it.matched))
+        cases = self.case_chain(lattice.points, body, coordinate, iterators)
+        advance = [b.if_(it.matched, b.assign(it.position, self.next_position(it)))
+                   for it in iterators]
+        return [*setup, b.for_(coordinate, 0, self.sizes[index], checks, cases, advance)]
+
+    def single_loop(self, index: str, point: LatticePoint, body, it: Iterator_) -> list[Stmt]:
+        if it.unique:
+            position = Var(self.names(f"p{it.access.tensor}{it.level}"), I64)
+            it.position = position
+            coordinate = Var(self.names(index), I64)
+            return [b.for_(position, it.begin, it.end,
+                           b.declare(coordinate, self.coordinate_of(it)),
+                           body(point, coordinate, [it]))]
+        setup = self.iterator_positions([it])
+        coordinate = Var(self.names(index), I64)
+        it.coordinate = coordinate
+        loop = b.while_(b.lt(it.position, it.end),
+                        b.declare(coordinate, self.coordinate_of(it)),
+                        self.segment_end(it),
+                        body(point, coordinate, [it]),
+                        b.assign(it.position, it.segment_end))
+        return [*setup, loop]
+
+    def merge_loops(self, index: str, lattice: Lattice, body, iterators: list[Iterator_]
+                    ) -> list[Stmt]:
+        stmts = self.iterator_positions(iterators)
+        by_access = {it.access: it for it in iterators}
+        for point in lattice.points:
+            its = [by_access[a] for a in point.iterators]
+            coordinate = Var(self.names(index), I64)
+            loop_body: list[Stmt] = []
+            for it in its:
+                it.coordinate = Var(self.names(f"{index}_{it.access.tensor}"), I64)
+                loop_body.append(b.declare(it.coordinate, self.coordinate_of(it)))
+            smallest: IRExpr = its[0].coordinate
+            for it in its[1:]:
+                smallest = b.minimum(smallest, it.coordinate)
+            loop_body.append(b.declare(coordinate, smallest))
+            for it in its:
+                it.matched = Var(self.names(f"match_{it.access.tensor}"), BOOL)
+                loop_body.append(b.declare(it.matched, b.eq(it.coordinate, coordinate)))
+                loop_body.extend(self.segment_end(it, guard=it.matched))
+            subpoints = [p for p in lattice.points if set(p.iterators) <= set(point.iterators)]
+            loop_body.extend(self.case_chain(subpoints, body, coordinate, its))
+            loop_body.extend(b.if_(it.matched, b.assign(it.position, self.next_position(it)))
+                             for it in its)
+            valid: IRExpr = b.lt(its[0].position, its[0].end)
+            for it in its[1:]:
+                valid = b.land(valid, b.lt(it.position, it.end))
+            stmts.append(b.while_(valid, loop_body))
+        return stmts
+
+    def case_chain(self, points, body, coordinate: Var, iterators: list[Iterator_]
+                   ) -> list[Stmt]:
+        """An if/else-if chain over lattice points, most operands first.
+
+        The first point all of whose iterators matched is exactly the set that matched, since
+        adding operands never turns a non-zero expression into zero.
+        """
+        chain: list[Stmt] = []
+        for point in reversed(points):
+            stmts = body(point, coordinate, iterators)
+            present = [it.matched for it in iterators if it.access in point.iterators]
+            if not present:
+                chain = stmts
+                continue
+            condition: IRExpr = present[0]
+            for flag in present[1:]:
+                condition = b.land(condition, flag)
+            chain = [b.if_(condition, stmts, chain)]
+        return chain
+
+    # -- iterators ------------------------------------------------------------------------
+
+    def is_iterator(self, access: Access, index: str, context: Context) -> bool:
+        info = self.program.tensor(access.tensor)
+        cursor = context.cursors[access]
+        if cursor.resolved >= info.rank:
+            return False
+        level_index = access.indices[info.format.order[cursor.resolved]]
+        return level_index == index and info.format.levels[cursor.resolved].is_sparse
+
+    def make_iterator(self, access: Access, context: Context) -> Iterator_:
+        info = self.program.tensor(access.tensor)
+        cursor = context.cursors[access]
+        level = cursor.resolved
+        kind = info.format.levels[level]
+        arrays = self.arrays[access.tensor][level]
+        if kind is LevelKind.SINGLETON:
+            parent = cursor.segment or (cursor.position, b.add(cursor.position, 1))
+            begin, end = singleton.child_range(arrays, parent)
+        else:
+            begin, end = compressed.child_range(arrays, cursor.position)
+        return Iterator_(access, level, arrays, info.format.unique(level), begin, end)
+
+    def iterator_positions(self, iterators: list[Iterator_]) -> list[Stmt]:
+        stmts: list[Stmt] = []
+        for it in iterators:
+            it.position = Var(self.names(f"p{it.access.tensor}{it.level}"), I64)
+            end = Var(self.names(f"p{it.access.tensor}{it.level}_end"), I64)
+            stmts += [b.declare(it.position, it.begin), b.declare(end, it.end)]
+            it.end = end
+        return stmts
+
+    def coordinate_of(self, it: Iterator_) -> IRExpr:
+        return compressed.coordinate(it.arrays, it.position)
+
+    def segment_end(self, it: Iterator_, guard: Var | None = None) -> list[Stmt]:
+        """For a non-unique level: the end of the run of positions sharing a coordinate."""
+        if it.unique:
+            return []
+        it.segment_end = Var(self.names(f"p{it.access.tensor}{it.level}_seg"), I64)
+        scan = b.while_(b.land(b.lt(it.segment_end, it.end),
+                               b.eq(compressed.coordinate(it.arrays, it.segment_end),
+                                    compressed.coordinate(it.arrays, it.position))),
+                        b.assign(it.segment_end, b.add(it.segment_end, 1)))
+        start = [b.declare(it.segment_end, b.add(it.position, 1))]
+        return start + ([b.if_(guard, scan)] if guard is not None else [scan])
+
+    def next_position(self, it: Iterator_) -> IRExpr:
+        return b.add(it.position, 1) if it.unique else it.segment_end
+
+    # -- locating known coordinates -------------------------------------------------------
+
+    def resolve_known(self, context: Context, expr: Expr
+                      ) -> tuple[Context, Callable[[list[Stmt]], list[Stmt]]]:
+        """Descend every access through levels whose index is already bound.
+
+        Dense levels are located; a sparse level whose index is already bound (only in a
+        diagonal's own nest, ``t(i) = A(i,i)``) is scanned for the coordinate.
+        """
+        cursors = dict(context.cursors)
+        wrappers: list[Callable[[list[Stmt]], list[Stmt]]] = []
+        for access in dict.fromkeys(accesses(expr)):
+            info = self.program.tensor(access.tensor)
+            cursor = cursors[access]
+            while cursor.resolved < info.rank:
+                level = cursor.resolved
+                index = access.indices[info.format.order[level]]
+                if index not in context.bound:
+                    break
+                coordinate = context.bound[index]
+                kind = info.format.levels[level]
+                arrays = self.arrays[access.tensor][level]
+                if kind is LevelKind.DENSE:
+                    if cursor.position is None:
+                        raise CompileError(f"internal: dense level under a segment in {access}")
+                    cursor = Cursor(level + 1, dense.locate(cursor.position, arrays.size,
+                                                            coordinate))
+                    continue
+                cursor, wrap = self._scan_for(access, level, cursor, coordinate)
+                wrappers.append(wrap)
+            cursors[access] = cursor
+
+        def wrap_all(stmts: list[Stmt]) -> list[Stmt]:
+            for wrap in reversed(wrappers):
+                stmts = wrap(stmts)
+            return stmts
+
+        return context.with_(cursors=cursors), wrap_all
+
+    def _scan_for(self, access: Access, level: int, cursor: Cursor, coordinate: Var):
+        info = self.program.tensor(access.tensor)
+        if len(set(accesses_of_program(self.program, access))) > 1:
+            raise CompileError(f"internal: {access} needs a coordinate search outside a diagonal")
+        arrays = self.arrays[access.tensor][level]
+        if info.format.levels[level] is LevelKind.SINGLETON:
+            begin, end = cursor.segment or (cursor.position, b.add(cursor.position, 1))
+        else:
+            begin, end = compressed.child_range(arrays, cursor.position)
+        position = Var(self.names(f"p{access.tensor}{level}"), I64)
+        found = Cursor(level + 1, position)
+
+        def wrap(stmts: list[Stmt]) -> list[Stmt]:
+            return [b.for_(position, begin, end,
+                           b.if_(b.eq(compressed.coordinate(arrays, position), coordinate),
+                                 stmts))]
+
+        return found, wrap
+
+    # -- values ---------------------------------------------------------------------------
+
+    def compute(self, expr: Expr, context: Context) -> IRExpr:
+        def load(access: Access) -> IRExpr:
+            cursor = context.cursors[access]
+            info = self.program.tensor(access.tensor)
+            if cursor.resolved != info.rank or cursor.position is None:
+                raise CompileError(f"internal: {access} is not fully located at the innermost "
+                                   f"loop (resolved {cursor.resolved} of {info.rank} levels)")
+            return b.load(self.vals[access.tensor], cursor.position)
+
+        return values.value(expr, self.value_dtype, load)
+
+
+def accesses_of_program(program: Program, access: Access) -> list[Access]:
+    """Accesses of the nest holding ``access``: a diagonal nest holds exactly one."""
+    for nest in program.nests:
+        found = accesses(nest.expr)
+        if access in found:
+            return found
+    return [access]
+
+
+def lower(program: Program, name: str = "kernel") -> Function:
+    """Lower a program to an ``ir.Function`` whose params describe the kernel's ABI.
+
+    >>> from tensoralg.api import plan  # doctest: +SKIP
+    """
+    return Lowerer(program, name).lower()

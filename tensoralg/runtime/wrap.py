@@ -1,0 +1,66 @@
+"""Turning what a kernel wrote back into tensors.
+
+A sparse output's buffers were allocated by the kernel with the C allocator; they are adopted
+without copying: each becomes a NumPy array whose memory is released with ``free`` when the
+array (and every view of it) is gone.
+"""
+from __future__ import annotations
+
+import ctypes
+import weakref
+
+import numpy as np
+
+from tensoralg.formats.format import Format
+from tensoralg.formats.level import LevelKind
+from tensoralg.formats.tensor import LevelArrays, Tensor
+from tensoralg.runtime.args import OutputBuffers
+
+_libc = ctypes.CDLL(None)
+_free = _libc.free
+_free.argtypes = [ctypes.c_void_p]
+_free.restype = None
+
+
+def adopt(address: int | None, count: int, dtype: np.dtype) -> np.ndarray:
+    """A NumPy array over ``count`` elements at ``address`` that frees the memory when dropped."""
+    dtype = np.dtype(dtype)
+    if not address:
+        return np.zeros(count, dtype)
+    if count == 0:
+        _free(address)
+        return np.empty(0, dtype)
+    buffer = (ctypes.c_char * (count * dtype.itemsize)).from_address(address)
+    weakref.finalize(buffer, _free, address)
+    return np.frombuffer(buffer, dtype=dtype, count=count)
+
+
+def release(output: OutputBuffers) -> None:
+    """Free whatever the kernel handed back (after a failed run)."""
+    for handle in output.handles.values():
+        if handle.value:
+            _free(handle.value)
+            handle.value = None
+
+
+def sparse_result(shape: tuple[int, ...], fmt: Format, index_dtype: np.dtype,
+                  value_dtype: np.dtype, output: OutputBuffers) -> Tensor:
+    """The output tensor assembled by a kernel with dense levels followed by compressed ones."""
+    assert output.sizes is not None
+    levels: list[LevelArrays] = []
+    positions = 1
+    for k, kind in enumerate(fmt.levels):
+        size = shape[fmt.order[k]]
+        if kind is LevelKind.DENSE:
+            levels.append(LevelArrays())
+            positions *= size
+            continue
+        count = int(output.sizes[k])
+        pos = adopt(output.handles[f"{k}.pos"].value, positions + 1, index_dtype)
+        crd = adopt(output.handles[f"{k}.crd"].value, count, index_dtype)
+        levels.append(LevelArrays(pos, crd))
+        positions = count
+    vals = adopt(output.handles["vals"].value, positions, value_dtype)
+    for handle in output.handles.values():
+        handle.value = None
+    return Tensor(shape, fmt, levels, vals, check=False)
