@@ -120,7 +120,8 @@ class KernelCache:
         program = concretize(stmt, formats, index_dtypes, np.dtype(key.value_dtype), out_format,
                              np.dtype(key.out_index_dtype))
         log = IRLog(echo=self.options.debug)
-        function = optimize(lower(program, "ta_kernel"), log, check=self.options.check_ir)
+        function = optimize(lower(program, f"ta_{key.digest()[:16]}"), log,
+                            check=self.options.check_ir)
         # A cuda kernel is built for the CPU too, for now: it can print CUDA but not run on a GPU.
         backend = "llvm" if key.backend == "cuda" else key.backend
         kernel = build(function, backend, cache=self.disk, key=key.digest())
@@ -385,7 +386,7 @@ class Kernel:
 
     >>> k = compile("y(i) = A(i,j) * x(j)", formats={"A": "ds"})
     >>> print(k.source("ir").splitlines()[0][:20])
-    kernel ta_kernel(i64
+    kernel ta_
     """
 
     statement: Assignment

@@ -1,4 +1,5 @@
 """The C and CUDA emitters: the text they print, the C build path and its errors."""
+
 from __future__ import annotations
 
 import shutil
@@ -13,8 +14,31 @@ from tensoralg.codegen.lines import Lines
 from tensoralg.codegen.target import target_for
 from tensoralg.errors import CompileError, UnsupportedError
 from tensoralg.ir.nodes import (
-    BOOL, F32, F64, I32, I64, Allocate, Assign, Binary, Block, Cast, Comment, Const, Declare,
-    For, Free, Function, Grow, If, Load, Param, Ptr, Select, Store, Unary, Var, While,
+    BOOL,
+    F32,
+    F64,
+    I32,
+    I64,
+    Allocate,
+    Assign,
+    Binary,
+    Block,
+    Cast,
+    Comment,
+    Const,
+    Declare,
+    For,
+    Function,
+    Grow,
+    If,
+    Load,
+    Param,
+    Ptr,
+    Select,
+    Store,
+    Unary,
+    Var,
+    While,
 )
 
 n, x, y, i = Var("n", I64), Var("x", Ptr(F64)), Var("y", Ptr(F64)), Var("i", I64)
@@ -26,28 +50,102 @@ def i64(value: int) -> Const:
 
 def showcase() -> Function:
     """A kernel touching every statement and the dialect-specific expressions."""
-    out, size, buf, cap, k = Var("out", Ptr(Ptr(F64))), Var("size", Ptr(I64)), Var("buf", Ptr(F64)), Var("cap", I64), Var("k", I64)
+    out, size, buf, cap, k = (
+        Var("out", Ptr(Ptr(F64))),
+        Var("size", Ptr(I64)),
+        Var("buf", Ptr(F64)),
+        Var("cap", I64),
+        Var("k", I64),
+    )
     f, c = Var("f", F32), Var("if", I32)  # "if" must be renamed
     a = Load(x, i)
-    return Function("showcase", (
-        Param(n, "x.dim.0"), Param(x, "x.vals"), Param(y, "y.vals", True), Param(out, "out.vals", True),
-        Param(size, "out.size", True), Param(f, "alpha"),
-    ), Block((
-        Comment("first line\nsecond line \\"),
-        Declare(cap, i64(4)), Allocate(buf, cap, zero=True), Declare(k, i64(0)), Declare(c, Const(-2147483648, I32)),
-        For(i, i64(0), Binary("-", n, i64(1)), Block((
-            If(Binary("or", Binary("and", Binary("<", a, Const(0.0, F64)), Binary(">", a, Const(-1.0, F64))),
-                      Binary("==", i, i64(0))),
-               Block((Grow(buf, cap, Binary("+", k, i64(1))), Store(buf, k, Unary("sqrt", Unary("abs", a))),
-                      Assign(k, Binary("+", k, i64(1))))),
-               Block((If(Binary(">", a, Const(2.0, F64)), Block((Store(y, i, Binary("min", a, Const(1e300, F64))),)),
-                         Block((Store(y, i, Binary("-", a, Binary("-", a, Unary("neg", a)))),))),))),
-            Store(y, i, Cast(Binary("pow", Cast(a, F32), f), F64), accumulate=True),
-            Store(y, i, Select(Binary("<", k, i64(3)), Cast(Binary("max", k, i64(3)), F64), Const(float("inf"), F64))),
-        ))),
-        While(Binary("<", k, i64(0)), Block((Assign(k, Binary("%", Unary("abs", k), i64(5))),))),
-        Store(out, i64(0), buf), Store(size, i64(0), Binary("-", Binary("*", i64(100000), i64(100000)), Cast(c, I64))),
-    )), notes=("a note", "another note"))
+    return Function(
+        "showcase",
+        (
+            Param(n, "x.dim.0"),
+            Param(x, "x.vals"),
+            Param(y, "y.vals", True),
+            Param(out, "out.vals", True),
+            Param(size, "out.size", True),
+            Param(f, "alpha"),
+        ),
+        Block(
+            (
+                Comment("first line\nsecond line \\"),
+                Declare(cap, i64(4)),
+                Allocate(buf, cap, zero=True),
+                Declare(k, i64(0)),
+                Declare(c, Const(-2147483648, I32)),
+                For(
+                    i,
+                    i64(0),
+                    Binary("-", n, i64(1)),
+                    Block(
+                        (
+                            If(
+                                Binary(
+                                    "or",
+                                    Binary(
+                                        "and",
+                                        Binary("<", a, Const(0.0, F64)),
+                                        Binary(">", a, Const(-1.0, F64)),
+                                    ),
+                                    Binary("==", i, i64(0)),
+                                ),
+                                Block(
+                                    (
+                                        Grow(buf, cap, Binary("+", k, i64(1))),
+                                        Store(buf, k, Unary("sqrt", Unary("abs", a))),
+                                        Assign(k, Binary("+", k, i64(1))),
+                                    )
+                                ),
+                                Block(
+                                    (
+                                        If(
+                                            Binary(">", a, Const(2.0, F64)),
+                                            Block(
+                                                (Store(y, i, Binary("min", a, Const(1e300, F64))),)
+                                            ),
+                                            Block(
+                                                (
+                                                    Store(
+                                                        y,
+                                                        i,
+                                                        Binary(
+                                                            "-", a, Binary("-", a, Unary("neg", a))
+                                                        ),
+                                                    ),
+                                                )
+                                            ),
+                                        ),
+                                    )
+                                ),
+                            ),
+                            Store(y, i, Cast(Binary("pow", Cast(a, F32), f), F64), accumulate=True),
+                            Store(
+                                y,
+                                i,
+                                Select(
+                                    Binary("<", k, i64(3)),
+                                    Cast(Binary("max", k, i64(3)), F64),
+                                    Const(float("inf"), F64),
+                                ),
+                            ),
+                        )
+                    ),
+                ),
+                While(
+                    Binary("<", k, i64(0)),
+                    Block((Assign(k, Binary("%", Unary("abs", k), i64(5))),)),
+                ),
+                Store(out, i64(0), buf),
+                Store(
+                    size, i64(0), Binary("-", Binary("*", i64(100000), i64(100000)), Cast(c, I64))
+                ),
+            )
+        ),
+        notes=("a note", "another note"),
+    )
 
 
 def test_c_source_layout():
@@ -65,7 +163,11 @@ def test_c_source_layout():
     assert "calloc((size_t)cap, sizeof(double))" in text and "if (buf == NULL) return 1;" in text
     assert "realloc(buf, sizeof(double) * (size_t)buf_capacity)" in text
     assert "buf_grown == NULL) return 1;" in text
-    assert "sqrt(fabs(x[i]))" in text and "fmin(x[i], 1e+300)" in text and "powf((float)x[i], f)" in text
+    assert (
+        "sqrt(fabs(x[i]))" in text
+        and "fmin(x[i], 1e+300)" in text
+        and "powf((float)x[i], f)" in text
+    )
     assert "(x[i] < 0.0 && x[i] > -1.0) || i == 0" in text
     assert "} else if (x[i] > 2.0) {" in text
     assert "x[i] - (x[i] - -x[i])" in text
@@ -80,20 +182,34 @@ def test_c_source_layout():
 def test_showcase_compiles_without_warnings(tmp_path):
     source = tmp_path / "showcase.c"
     source.write_text(emit_source(showcase(), "c"))
-    result = subprocess.run(["cc", "-std=c11", "-Wall", "-Wextra", "-Werror", "-c", "-o", "/dev/null", str(source)],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        ["cc", "-std=c11", "-Wall", "-Wextra", "-Werror", "-c", "-o", "/dev/null", str(source)],
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stderr
 
 
 def test_f32_and_extreme_literals():
     x32 = Var("x", Ptr(F32))
-    body = Block((Store(x32, i64(0), Const(0.1, F32)), Store(x32, i64(1), Const(float("nan"), F32)),
-                  Store(x32, i64(2), Const(-float("inf"), F32)), Store(x32, i64(3), Unary("exp", Const(1e-45, F32))),
-                  Store(x32, i64(4), Cast(Const(2**40, I64), F32)), Store(x32, i64(5), Cast(Const(True, BOOL), F32))))
+    body = Block(
+        (
+            Store(x32, i64(0), Const(0.1, F32)),
+            Store(x32, i64(1), Const(float("nan"), F32)),
+            Store(x32, i64(2), Const(-float("inf"), F32)),
+            Store(x32, i64(3), Unary("exp", Const(1e-45, F32))),
+            Store(x32, i64(4), Cast(Const(2**40, I64), F32)),
+            Store(x32, i64(5), Cast(Const(True, BOOL), F32)),
+        )
+    )
     fn = Function("lits", (Param(x32, "x", True),), body)
     text = emit_source(fn, "c")
     assert "x[0] = 0.10000000149011612f;" in text and "NAN" in text and "-INFINITY" in text
-    assert "expf(1.401298464324817e-45f)" in text and "1099511627776LL" in text and "(float)true" in text
+    assert (
+        "expf(1.401298464324817e-45f)" in text
+        and "1099511627776LL" in text
+        and "(float)true" in text
+    )
     results = []
     for backend in ("c", "llvm"):
         out = np.zeros(6, np.float32)
@@ -161,23 +277,39 @@ def test_cuda_source():
 def test_cuda_source_compiles_with_nvcc(tmp_path):
     source = tmp_path / "showcase.cu"
     source.write_text(emit_source(showcase(), "cuda"))
-    result = subprocess.run(["nvcc", "-c", "-o", "/dev/null", str(source)], capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        ["nvcc", "-c", "-o", "/dev/null", str(source)], capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stderr
 
 
 def test_showcase_runs_the_same_on_both_backends():
     import ctypes
     import ctypes.util
+
     libc = ctypes.CDLL(ctypes.util.find_library("c"))
     libc.free.argtypes = [ctypes.c_void_p]
     xs = np.array([-0.5, 3.0, 0.25, -2.0, 1.0, -0.1, 5.0])
     outputs = []
     for backend in ("c", "llvm"):
         ys, out, size = np.zeros(7), (ctypes.c_void_p * 1)(), np.zeros(1, np.int64)
-        assert build(showcase(), backend)(7, xs.ctypes.data, ys.ctypes.data, ctypes.addressof(out), size.ctypes.data, 1.5) == 0
+        assert (
+            build(showcase(), backend)(
+                7, xs.ctypes.data, ys.ctypes.data, ctypes.addressof(out), size.ctypes.data, 1.5
+            )
+            == 0
+        )
         buffer = ctypes.cast(out[0], ctypes.POINTER(ctypes.c_double))
         outputs.append((ys.tobytes(), [buffer[j] for j in range(3)], size[0]))
         libc.free(out[0])
     assert outputs[0] == outputs[1]
     assert outputs[0][2] == 10**10 + 2**31
     assert outputs[0][1] == [np.sqrt(0.5), np.sqrt(0.1), 0.0]  # calloc zeroed the rest
+
+
+@pytest.mark.parametrize("lang", ["c", "llvm", "cuda"])
+def test_undeclared_variable_is_a_compile_error(lang):
+    ghost = Var("ghost", I64)
+    fn = Function("uses_ghost", (Param(n, "n"),), Block((Assign(ghost, n),)))
+    with pytest.raises(CompileError, match="uses_ghost.*ghost"):
+        emit_source(fn, lang)

@@ -1,4 +1,5 @@
 """The on-disk kernel cache: entries, damage detection, permissions, and `build` through it."""
+
 from __future__ import annotations
 
 import os
@@ -13,7 +14,20 @@ import pytest
 
 from tensoralg.codegen import DiskCache, build, default_cache_dir
 from tensoralg.codegen.cache import HEADER
-from tensoralg.ir.nodes import F64, I64, Binary, Block, Const, For, Function, Load, Param, Ptr, Store, Var
+from tensoralg.ir.nodes import (
+    F64,
+    I64,
+    Binary,
+    Block,
+    Const,
+    For,
+    Function,
+    Load,
+    Param,
+    Ptr,
+    Store,
+    Var,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -21,8 +35,11 @@ ROOT = Path(__file__).resolve().parents[1]
 def scale(name: str = "scale") -> Function:
     n, x, y, i = Var("n", I64), Var("x", Ptr(F64)), Var("y", Ptr(F64)), Var("i", I64)
     body = Store(y, i, Binary("*", Load(x, i), Const(3.0, F64)))
-    return Function(name, (Param(n, "n"), Param(x, "x"), Param(y, "y", True)),
-                    Block((For(i, Const(0, I64), n, Block((body,))),)))
+    return Function(
+        name,
+        (Param(n, "n"), Param(x, "x"), Param(y, "y", True)),
+        Block((For(i, Const(0, I64), n, Block((body,))),)),
+    )
 
 
 def run(kernel) -> np.ndarray:
@@ -82,7 +99,9 @@ def test_default_cache_dir_from_environment():
     assert default_cache_dir({"TENSORALG_CACHE_DIR": "/a", "XDG_CACHE_HOME": "/b"}) == Path("/a")
     assert default_cache_dir({"XDG_CACHE_HOME": "/b", "HOME": "/h"}) == Path("/b/tensoralg")
     assert default_cache_dir({"HOME": "/h"}) == Path("/h/.cache/tensoralg")
-    assert default_cache_dir({"TENSORALG_CACHE_DIR": "", "HOME": "/h"}) == Path("/h/.cache/tensoralg")
+    assert default_cache_dir({"TENSORALG_CACHE_DIR": "", "HOME": "/h"}) == Path(
+        "/h/.cache/tensoralg"
+    )
 
 
 @pytest.mark.parametrize("backend", ["llvm", "c"])
@@ -136,6 +155,8 @@ def test_new_process_loads_without_compiling(cache, backend):
         kernel = build(scale(), {backend!r}, cache=DiskCache({str(cache.directory)!r}), key="scale")
         print(kernel.from_cache, time.perf_counter() - start, run(kernel).sum())
     """)
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    )
     from_cache, seconds, total = result.stdout.split()
     assert from_cache == "True" and float(total) == 135.0

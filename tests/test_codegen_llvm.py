@@ -3,6 +3,7 @@
 The LLVM-specific checks (optimised IR text, lazy initialisation) are at the end; the file is
 named for the LLVM backend, but every kernel runs on "llvm" and "c" alike.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -15,8 +16,33 @@ import pytest
 
 from tensoralg.codegen import build, emit_source
 from tensoralg.ir.nodes import (
-    BOOL, F32, F64, I32, I64, Allocate, Assign, Binary, Block, Cast, Comment, Const, Declare,
-    For, Free, Function, Grow, If, Load, Param, Ptr, Scalar, Select, Store, Unary, Var, While,
+    BOOL,
+    F32,
+    F64,
+    I32,
+    I64,
+    Allocate,
+    Assign,
+    Binary,
+    Block,
+    Cast,
+    Comment,
+    Const,
+    Declare,
+    For,
+    Free,
+    Function,
+    Grow,
+    If,
+    Load,
+    Param,
+    Ptr,
+    Scalar,
+    Select,
+    Store,
+    Unary,
+    Var,
+    While,
 )
 
 BACKENDS = ["llvm", "c"]
@@ -44,13 +70,28 @@ def address(array: np.ndarray) -> int:
 def dot(dtype: Scalar) -> Function:
     n, x, y, out = Var("n", I64), Var("x", Ptr(dtype)), Var("y", Ptr(dtype)), Var("out", Ptr(dtype))
     i, acc = Var("i", I64), Var("acc", dtype)
-    return Function(f"dot_{dtype}", (
-        Param(n, "x.dim.0"), Param(x, "x.vals"), Param(y, "y.vals"), Param(out, "out.vals", True),
-    ), Block((
-        Declare(acc, Const(0, dtype)),
-        For(i, i64(0), n, Block((Assign(acc, add(acc, Binary("*", Load(x, i), Load(y, i)))),))),
-        Store(out, i64(0), acc),
-    )), notes=("dense dot product",))
+    return Function(
+        f"dot_{dtype}",
+        (
+            Param(n, "x.dim.0"),
+            Param(x, "x.vals"),
+            Param(y, "y.vals"),
+            Param(out, "out.vals", True),
+        ),
+        Block(
+            (
+                Declare(acc, Const(0, dtype)),
+                For(
+                    i,
+                    i64(0),
+                    n,
+                    Block((Assign(acc, add(acc, Binary("*", Load(x, i), Load(y, i)))),)),
+                ),
+                Store(out, i64(0), acc),
+            )
+        ),
+        notes=("dense dot product",),
+    )
 
 
 def spmv(index: Scalar) -> Function:
@@ -59,15 +100,36 @@ def spmv(index: Scalar) -> Function:
     vals, x, y = Var("A_vals", Ptr(F64)), Var("x", Ptr(F64)), Var("y", Ptr(F64))
     i, p, acc = Var("i", I64), Var("p", I64), Var("acc", F64)
     start, stop = Cast(Load(pos, i), I64), Cast(Load(pos, add(i, i64(1))), I64)
-    inner = Block((Assign(acc, add(acc, Binary("*", Load(vals, p), Load(x, Cast(Load(crd, p), I64))))),))
-    return Function(f"spmv_{index}", (
-        Param(n, "A.dim.0"), Param(pos, "A.1.pos"), Param(crd, "A.1.crd"), Param(vals, "A.vals"),
-        Param(x, "x.vals"), Param(y, "y.vals", True),
-    ), Block((
-        For(i, i64(0), n, Block((
-            Declare(acc, Const(0.0, F64)), For(p, start, stop, inner), Store(y, i, acc),
-        ))),
-    )))
+    inner = Block(
+        (Assign(acc, add(acc, Binary("*", Load(vals, p), Load(x, Cast(Load(crd, p), I64))))),)
+    )
+    return Function(
+        f"spmv_{index}",
+        (
+            Param(n, "A.dim.0"),
+            Param(pos, "A.1.pos"),
+            Param(crd, "A.1.crd"),
+            Param(vals, "A.vals"),
+            Param(x, "x.vals"),
+            Param(y, "y.vals", True),
+        ),
+        Block(
+            (
+                For(
+                    i,
+                    i64(0),
+                    n,
+                    Block(
+                        (
+                            Declare(acc, Const(0.0, F64)),
+                            For(p, start, stop, inner),
+                            Store(y, i, acc),
+                        )
+                    ),
+                ),
+            )
+        ),
+    )
 
 
 def intersect() -> Function:
@@ -75,22 +137,49 @@ def intersect() -> Function:
     na, nb = Var("na", I64), Var("nb", I64)
     a_crd, b_crd = Var("a_crd", Ptr(I64)), Var("b_crd", Ptr(I64))
     a_vals, b_vals = Var("a_vals", Ptr(F64)), Var("b_vals", Ptr(F64))
-    out_crd, out_size, result = Var("out_crd", Ptr(I64)), Var("out_size", Ptr(I64)), Var("result", Ptr(F64))
+    out_crd, out_size, result = (
+        Var("out_crd", Ptr(I64)),
+        Var("out_size", Ptr(I64)),
+        Var("result", Ptr(F64)),
+    )
     pa, pb, k, acc = Var("pa", I64), Var("pb", I64), Var("k", I64), Var("acc", F64)
     ca, cb = Var("ca", I64), Var("cb", I64)
     step = lambda v: Assign(v, add(v, i64(1)))  # noqa: E731
-    both = If(Binary("==", ca, cb), Block((
-        Assign(acc, add(acc, Binary("*", Load(a_vals, pa), Load(b_vals, pb)))),
-        Store(out_crd, k, ca), step(k), step(pa), step(pb),
-    )), Block((If(Binary("<", ca, cb), Block((step(pa),)), Block((step(pb),))),)))
-    return Function("intersect", tuple(Param(v, v.name, v.name.startswith(("out", "result"))) for v in (
-        na, nb, a_crd, b_crd, a_vals, b_vals, out_crd, out_size, result)), Block((
-            Declare(pa, i64(0)), Declare(pb, i64(0)), Declare(k, i64(0)), Declare(acc, Const(0.0, F64)),
-            Comment("co-iterate a and b: one lattice point, a ∩ b"),
-            While(Binary("and", Binary("<", pa, na), Binary("<", pb, nb)), Block((
-                Declare(ca, Load(a_crd, pa)), Declare(cb, Load(b_crd, pb)), both))),
-            Store(out_size, i64(0), k), Store(result, i64(0), acc),
-        )))
+    both = If(
+        Binary("==", ca, cb),
+        Block(
+            (
+                Assign(acc, add(acc, Binary("*", Load(a_vals, pa), Load(b_vals, pb)))),
+                Store(out_crd, k, ca),
+                step(k),
+                step(pa),
+                step(pb),
+            )
+        ),
+        Block((If(Binary("<", ca, cb), Block((step(pa),)), Block((step(pb),))),)),
+    )
+    return Function(
+        "intersect",
+        tuple(
+            Param(v, v.name, v.name.startswith(("out", "result")))
+            for v in (na, nb, a_crd, b_crd, a_vals, b_vals, out_crd, out_size, result)
+        ),
+        Block(
+            (
+                Declare(pa, i64(0)),
+                Declare(pb, i64(0)),
+                Declare(k, i64(0)),
+                Declare(acc, Const(0.0, F64)),
+                Comment("co-iterate a and b: one lattice point, a ∩ b"),
+                While(
+                    Binary("and", Binary("<", pa, na), Binary("<", pb, nb)),
+                    Block((Declare(ca, Load(a_crd, pa)), Declare(cb, Load(b_crd, pb)), both)),
+                ),
+                Store(out_size, i64(0), k),
+                Store(result, i64(0), acc),
+            )
+        ),
+    )
 
 
 def grow_filter() -> Function:
@@ -99,30 +188,63 @@ def grow_filter() -> Function:
     out, size = Var("out", Ptr(Ptr(F64))), Var("size", Ptr(I64))
     buf, cap, k, i = Var("buf", Ptr(F64)), Var("cap", I64), Var("k", I64), Var("i", I64)
     scratch, j = Var("scratch", Ptr(I64)), Var("j", I64)
-    return Function("grow_filter", (
-        Param(n, "x.dim.0"), Param(x, "x.vals"), Param(out, "out.vals", True), Param(size, "out.size", True),
-    ), Block((
-        Declare(cap, i64(1)), Allocate(buf, cap), Declare(k, i64(0)),
-        Allocate(scratch, add(n, i64(1)), zero=True),
-        For(i, i64(0), n, Block((
-            If(Binary(">", Load(x, i), Const(0.5, F64)), Block((
-                Grow(buf, cap, add(k, i64(1))), Store(buf, k, Load(x, i)), Assign(k, add(k, i64(1))),
-            ))),
-            Store(scratch, i, k, accumulate=True),
-        ))),
-        Comment("scratch is zeroed: its last element is still 0"),
-        Declare(j, Load(scratch, n)), Store(buf, i64(0), Binary("+", Load(buf, i64(0)), Cast(j, F64))),
-        Free(scratch),
-        Store(out, i64(0), buf), Store(size, i64(0), k),
-    )))
+    return Function(
+        "grow_filter",
+        (
+            Param(n, "x.dim.0"),
+            Param(x, "x.vals"),
+            Param(out, "out.vals", True),
+            Param(size, "out.size", True),
+        ),
+        Block(
+            (
+                Declare(cap, i64(1)),
+                Allocate(buf, cap),
+                Declare(k, i64(0)),
+                Allocate(scratch, add(n, i64(1)), zero=True),
+                For(
+                    i,
+                    i64(0),
+                    n,
+                    Block(
+                        (
+                            If(
+                                Binary(">", Load(x, i), Const(0.5, F64)),
+                                Block(
+                                    (
+                                        Grow(buf, cap, add(k, i64(1))),
+                                        Store(buf, k, Load(x, i)),
+                                        Assign(k, add(k, i64(1))),
+                                    )
+                                ),
+                            ),
+                            Store(scratch, i, k, accumulate=True),
+                        )
+                    ),
+                ),
+                Comment("scratch is zeroed: its last element is still 0"),
+                Declare(j, Load(scratch, n)),
+                Store(buf, i64(0), Binary("+", Load(buf, i64(0)), Cast(j, F64))),
+                Free(scratch),
+                Store(out, i64(0), buf),
+                Store(size, i64(0), k),
+            )
+        ),
+    )
 
 
 def huge_allocation(how: str) -> Function:
     """Ask for 2**60 doubles by malloc, calloc or realloc (after a small allocation)."""
     out, buf, cap = Var("out", Ptr(Ptr(F64))), Var("buf", Ptr(F64)), Var("cap", I64)
     if how == "grow":
-        body = (Declare(cap, i64(4)), Allocate(buf, cap), Store(buf, i64(0), Const(42.0, F64)),
-                Store(out, i64(0), buf), Grow(buf, cap, i64(2**60)), Store(out, i64(0), buf))
+        body = (
+            Declare(cap, i64(4)),
+            Allocate(buf, cap),
+            Store(buf, i64(0), Const(42.0, F64)),
+            Store(out, i64(0), buf),
+            Grow(buf, cap, i64(2**60)),
+            Store(out, i64(0), buf),
+        )
     else:
         body = (Allocate(buf, i64(2**60), zero=how == "calloc"), Store(out, i64(0), buf))
     return Function(f"huge_{how}", (Param(out, "out", True),), Block(body))
@@ -149,16 +271,32 @@ def float_ops(dtype: Scalar) -> tuple[Function, list]:
         (Binary("pow", absa, b), lambda a, b: np.power(np.abs(a), b)),
         (Select(Binary("<", a, b), a, b), lambda a, b: np.where(a < b, a, b)),
         (Cast(Cast(Binary("*", a, Const(10.0, dtype)), I64), dtype), lambda a, b: np.trunc(a * 10)),
-        (Cast(Cast(a, F32 if dtype == F64 else F64), dtype), lambda a, b: a.astype(np.float32 if dtype == F64 else np.float64)),
+        (
+            Cast(Cast(a, F32 if dtype == F64 else F64), dtype),
+            lambda a, b: a.astype(np.float32 if dtype == F64 else np.float64),
+        ),
         (Binary("%", a, b), np.fmod),
         (Binary("/", Binary("-", a, b), add(absa, one)), lambda a, b: (a - b) / (np.abs(a) + 1)),
-        (Cast(Unary("not", Binary("or", Binary(">=", a, b), Binary("==", a, Const(0.0, dtype)))), dtype),
-         lambda a, b: ~((a >= b) | (a == 0))),
-        (Cast(Binary("and", Binary("!=", a, b), Cast(a, BOOL)), dtype), lambda a, b: (a != b) & (a != 0)),
+        (
+            Cast(
+                Unary("not", Binary("or", Binary(">=", a, b), Binary("==", a, Const(0.0, dtype)))),
+                dtype,
+            ),
+            lambda a, b: ~((a >= b) | (a == 0)),
+        ),
+        (
+            Cast(Binary("and", Binary("!=", a, b), Cast(a, BOOL)), dtype),
+            lambda a, b: (a != b) & (a != 0),
+        ),
     ]
-    stores = tuple(Store(out, add(Binary("*", i64(k), n), i), expr) for k, (expr, _) in enumerate(cases))
-    fn = Function(f"float_ops_{dtype}", (Param(n, "n"), Param(x, "x"), Param(y, "y"), Param(out, "out", True)),
-                  Block((For(i, i64(0), n, Block(stores)),)))
+    stores = tuple(
+        Store(out, add(Binary("*", i64(k), n), i), expr) for k, (expr, _) in enumerate(cases)
+    )
+    fn = Function(
+        f"float_ops_{dtype}",
+        (Param(n, "n"), Param(x, "x"), Param(y, "y"), Param(out, "out", True)),
+        Block((For(i, i64(0), n, Block(stores)),)),
+    )
     return fn, [oracle for _, oracle in cases]
 
 
@@ -183,9 +321,14 @@ def int_ops(dtype: Scalar) -> tuple[Function, list]:
         (Cast(Cast(a, I32 if dtype == I64 else I64), dtype), lambda a, b: a),
         (Cast(Binary("!=", a, b), dtype), lambda a, b: a != b),
     ]
-    stores = tuple(Store(out, add(Binary("*", i64(k), n), i), expr) for k, (expr, _) in enumerate(cases))
-    fn = Function(f"int_ops_{dtype}", (Param(n, "n"), Param(x, "x"), Param(y, "y"), Param(out, "out", True)),
-                  Block((For(i, i64(0), n, Block(stores)),)))
+    stores = tuple(
+        Store(out, add(Binary("*", i64(k), n), i), expr) for k, (expr, _) in enumerate(cases)
+    )
+    fn = Function(
+        f"int_ops_{dtype}",
+        (Param(n, "n"), Param(x, "x"), Param(y, "y"), Param(out, "out", True)),
+        Block((For(i, i64(0), n, Block(stores)),)),
+    )
     return fn, [oracle for _, oracle in cases]
 
 
@@ -193,11 +336,24 @@ def bool_kernel() -> Function:
     """out[i] = mask[i] != flip for i below the first x[i] >= limit (a short-circuit guard)."""
     n, mask, x = Var("n", I64), Var("mask", Ptr(BOOL)), Var("x", Ptr(F64))
     flip, limit, out, i = Var("flip", BOOL), Var("limit", F64), Var("out", Ptr(BOOL)), Var("i", I64)
-    return Function("bools", tuple(Param(v, v.name, v is out) for v in (n, mask, x, flip, limit, out)),
-                    Block((Declare(i, i64(0)),
-                           While(Binary("and", Binary("<", i, n), Binary("<", Load(x, i), limit)), Block((
-                               Store(out, i, Binary("!=", Load(mask, i), flip)), Assign(i, add(i, i64(1))),
-                           ))))))
+    return Function(
+        "bools",
+        tuple(Param(v, v.name, v is out) for v in (n, mask, x, flip, limit, out)),
+        Block(
+            (
+                Declare(i, i64(0)),
+                While(
+                    Binary("and", Binary("<", i, n), Binary("<", Load(x, i), limit)),
+                    Block(
+                        (
+                            Store(out, i, Binary("!=", Load(mask, i), flip)),
+                            Assign(i, add(i, i64(1))),
+                        )
+                    ),
+                ),
+            )
+        ),
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -224,12 +380,15 @@ def test_dot(backend, dtype):
     out = np.zeros(1, NUMPY[dtype])
     k = kernel(dot(dtype), backend)
     assert k(len(x), address(x), address(y), address(out)) == 0
-    np.testing.assert_allclose(out[0], np.dot(x.astype(np.float64), y), rtol=1e-4 if dtype == F32 else 1e-12)
+    np.testing.assert_allclose(
+        out[0], np.dot(x.astype(np.float64), y), rtol=1e-4 if dtype == F32 else 1e-12
+    )
 
 
 @pytest.mark.parametrize("index", [I32, I64])
 def test_csr_spmv(backend, index):
     import scipy.sparse as sp
+
     A = sp.random(40, 30, density=0.2, format="csr", random_state=1)
     x = np.random.default_rng(1).random(30)
     y = np.full(40, np.nan)
@@ -240,7 +399,10 @@ def test_csr_spmv(backend, index):
 
 
 def test_sorted_merge_intersection(backend):
-    a_crd, b_crd = np.array([0, 2, 3, 7, 9, 12], np.int64), np.array([1, 2, 7, 8, 12, 20, 30], np.int64)
+    a_crd, b_crd = (
+        np.array([0, 2, 3, 7, 9, 12], np.int64),
+        np.array([1, 2, 7, 8, 12, 20, 30], np.int64),
+    )
     a_vals, b_vals = np.arange(1.0, 7.0), np.arange(10.0, 17.0)
     out_crd, size, result = np.full(6, -1, np.int64), np.zeros(1, np.int64), np.zeros(1)
     k = kernel(intersect(), backend)
@@ -258,7 +420,9 @@ def test_grow_hands_back_a_buffer(backend):
     assert k(len(x), address(x), ctypes.addressof(out), address(size)) == 0
     expected = x[x > 0.5].copy()
     assert size[0] == len(expected) > 300  # about ten doublings from a capacity of 1
-    got = np.ctypeslib.as_array(ctypes.cast(out[0], ctypes.POINTER(ctypes.c_double)), (size[0],)).copy()
+    got = np.ctypeslib.as_array(
+        ctypes.cast(out[0], ctypes.POINTER(ctypes.c_double)), (size[0],)
+    ).copy()
     libc.free(out[0])
     expected[0] += 0.0  # scratch[n] stayed 0: calloc zeroed it and only scratch[:n] was added to
     np.testing.assert_array_equal(got, expected)
@@ -307,7 +471,9 @@ def test_every_int_op_and_truncating_division(backend, dtype):
     got, oracles = run_ops(int_ops, dtype, backend, x, y)
     assert list(got[0][:4]) == [3, -3, -3, 3] and list(got[1][:4]) == [1, -1, 1, -1]
     for k, oracle in enumerate(oracles):
-        np.testing.assert_array_equal(got[k], np.asarray(oracle(x, y)).astype(NUMPY[dtype]), err_msg=f"case {k}")
+        np.testing.assert_array_equal(
+            got[k], np.asarray(oracle(x, y)).astype(NUMPY[dtype]), err_msg=f"case {k}"
+        )
 
 
 def test_bool_buffers_params_and_short_circuit(backend):
@@ -324,7 +490,11 @@ def test_bool_buffers_params_and_short_circuit(backend):
 
 @pytest.mark.parametrize("make, dtype", [(float_ops, F32), (float_ops, F64), (int_ops, I64)])
 def test_backends_agree_bit_for_bit(make, dtype):
-    x, y = float_inputs(dtype) if dtype.is_float else (np.arange(-20, 20, dtype=np.int64), np.arange(1, 41, dtype=np.int64) * -1)
+    x, y = (
+        float_inputs(dtype)
+        if dtype.is_float
+        else (np.arange(-20, 20, dtype=np.int64), np.arange(1, 41, dtype=np.int64) * -1)
+    )
     llvm_out, _ = run_ops(make, dtype, "llvm", x, y)
     c_out, _ = run_ops(make, dtype, "c", x, y)
     assert llvm_out.tobytes() == c_out.tobytes()
@@ -335,10 +505,19 @@ def test_backends_agree_bit_for_bit(make, dtype):
 
 
 def axpy() -> Function:
-    n, a, x, y, i = Var("n", I64), Var("a", F64), Var("x", Ptr(F64)), Var("y", Ptr(F64)), Var("i", I64)
+    n, a, x, y, i = (
+        Var("n", I64),
+        Var("a", F64),
+        Var("x", Ptr(F64)),
+        Var("y", Ptr(F64)),
+        Var("i", I64),
+    )
     update = Store(y, i, Binary("*", a, Load(x, i)), accumulate=True)
-    return Function("axpy", (Param(n, "n"), Param(a, "a"), Param(x, "x"), Param(y, "y", True)),
-                    Block((For(i, i64(0), n, Block((update,))),)))
+    return Function(
+        "axpy",
+        (Param(n, "n"), Param(a, "a"), Param(x, "x"), Param(y, "y", True)),
+        Block((For(i, i64(0), n, Block((update,))),)),
+    )
 
 
 def test_llvm_source_is_optimised_ir_with_noalias_and_vectors():
@@ -361,12 +540,15 @@ def test_llvm_math_uses_intrinsics_and_libm_tanh():
 
 def test_importing_codegen_does_not_load_llvm():
     code = "import sys, tensoralg.codegen; print('llvmlite' in sys.modules)"
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
     assert result.stdout.strip() == "False"
 
 
 def test_kernel_keeps_engine_alive_after_builder_objects_go():
     import gc
+
     k = build(dot(F64), "llvm")
     gc.collect()
     x = np.ones(5)

@@ -75,7 +75,7 @@ def test_numpy_round_trip_every_format(fmt: Format) -> None:
                 assert t.nnz == np.count_nonzero(a)
         coords, vals = t.to_coords()
         assert coords.dtype == np.int64 and coords.shape == (t.nnz, len(shape))
-        again = Tensor.from_coords(coords, vals, shape, format=fmt)
+        again = Tensor.from_coords(coords.T, vals, shape, format=fmt)
         np.testing.assert_array_equal(again.to_numpy(), a)
 
 
@@ -132,10 +132,10 @@ def test_from_coords_sums_duplicates_in_any_order() -> None:
     expect = np.zeros((3, 4, 2))
     np.add.at(expect, tuple(coords.T), vals)
     for fmt in all_formats(3):
-        t = Tensor.from_coords(coords, vals, (3, 4, 2), format=fmt)
+        t = Tensor.from_coords(coords.T, vals, (3, 4, 2), format=fmt)
         validate(t)
         np.testing.assert_array_equal(t.to_numpy(), expect, err_msg=str(fmt))
-    assert Tensor.from_coords(coords, vals, (3, 4, 2), "sss").nnz == 3
+    assert Tensor.from_coords(coords.T, vals, (3, 4, 2), "sss").nnz == 3
     # (ndim, nnz) layout is read by the number of values
     t = Tensor.from_coords(coords.T, vals, (3, 4, 2), "sss")
     np.testing.assert_array_equal(t.to_numpy(), expect)
@@ -172,7 +172,7 @@ def test_from_coords_matches_dense_accumulation(entries, fmt) -> None:
     vals = np.array([e[2] for e in entries], dtype=np.int64)
     expect = np.zeros((4, 3), dtype=np.int64)
     np.add.at(expect, tuple(coords.T), vals)
-    t = Tensor.from_coords(coords, vals, (4, 3), fmt)
+    t = Tensor.from_coords(np.asarray(coords).T, vals, (4, 3), fmt)
     validate(t)
     np.testing.assert_array_equal(t.to_numpy(), expect)
 

@@ -5,7 +5,8 @@ import math
 import struct
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tensoralg import ir
 from tensoralg.errors import CompileError
@@ -157,7 +158,7 @@ def test_simplify_folds(expr, expected):
     ir.add(x, 0.0),                          # -0.0 + 0.0 is +0.0
     ir.sub(x, x),                            # NaN - NaN is NaN, inf - inf is NaN
     ir.eq(x, x),                             # false for NaN
-    ir.mul(x, 1.0) if False else ir.div(x, x),
+    ir.div(x, x),                            # NaN, inf and 0 do not give 1
     ir.div(c(1.0, F64), c(0.0, F64)),        # division by zero is left to the target
     ir.div(c(1, I64), c(0, I64)),
     ir.mod(c(1, I64), c(0, I64)),
@@ -170,7 +171,7 @@ def test_simplify_folds(expr, expected):
     ir.Cast(c(1e30, F64), I64),              # undefined in C
     ir.Cast(c(math.nan, F64), I32),
     ir.Cast(c(2**60 + 1, I64), F32),         # would round twice through f64
-    ir.select(a, x, x) if False else ir.select(a, c(0.0, F64), c(-0.0, F64)),
+    ir.select(a, c(0.0, F64), c(-0.0, F64)),  # equal as dataclasses, not as bits
 ])
 def test_simplify_does_not_fold(expr):
     assert simplified_expr(expr) == expr
@@ -293,7 +294,7 @@ def _divides_by_zero(e: ir.Expr) -> bool:
     return False
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(st.sampled_from([I32, I64]).flatmap(_int_exprs))
 def test_simplify_preserves_integer_values(e):
     if _divides_by_zero(e):
@@ -301,8 +302,7 @@ def test_simplify_preserves_integer_values(e):
     expected = evaluate(e)
     got = simplified_expr(e)
     assert evaluate(got) == expected
-    if not _divides_by_zero(e):
-        assert isinstance(got, ir.Const)  # every constant tree folds completely
+    assert isinstance(got, ir.Const)  # every constant tree folds completely
 
 
 @settings(max_examples=100, deadline=None)
@@ -427,12 +427,42 @@ def test_hoists_out_of_nested_loops_and_stays_valid():
     fn = kernel(ir.for_(k, 0, n, ir.for_(m, 0, n, ir.store(y, ir.add(ir.mul(k, n), m), ir.mul(x, z)))))
     out = ir.hoist_invariants(fn)
     ir.verify(out, after="hoist")
-    text = ir.format_function(out)
-    assert "inv0 = x * z" in text and "(k * n) + m" not in text
+    assert ir.format_function(out).splitlines()[1:] == [
+        "  f64 inv1 = x * z;",
+        "  for (i64 k = 0; k < n; k++) {",
+        "    i64 inv0 = k * n;",
+        "    for (i64 m = 0; m < n; m++) {",
+        "      y[inv0 + m] = inv1;",
+        "    }",
+        "  }",
+    ]
 
 
 # ---------------------------------------------------------------------------------------------
 # pipeline
+
+
+def test_hoist_moves_invariant_declares_but_not_assigned_ones():
+    k, t, u = var("k", I64), var("t", F64), var("u", F64)
+    fn = kernel(ir.for_(k, 0, n, ir.declare(t, ir.add(x, z)), ir.declare(u, 0.0),
+                        ir.assign(u, ir.add(u, t)), ir.store(y, k, u)))
+    out = ir.hoist_invariants(fn)
+    ir.verify(out, after="hoist")
+    assert ir.format_function(out).splitlines()[1:] == [
+        "  f64 t = x + z;",
+        "  for (i64 k = 0; k < n; k++) {",
+        "    f64 u = 0.0;",
+        "    u = u + t;",
+        "    y[k] = u;",
+        "  }",
+    ]
+
+
+def test_hoist_leaves_while_loops_alone():
+    p = var("p", I64)
+    fn = kernel(ir.declare(p, 0), ir.while_(ir.lt(p, n), ir.store(y, p, ir.mul(x, z)),
+                                             ir.assign(p, ir.add(p, 1))))
+    assert ir.hoist_invariants(fn) is fn
 
 
 def test_steps_are_named_functions():
@@ -451,9 +481,11 @@ def test_optimize_logs_changed_steps_and_verifies():
     changed = {name: text for name, _, text in log.entries}
     assert "i64 t = 3;" in changed["simplify"]
     assert "t = " not in changed["remove dead code"]
-    assert changed["simplify again"] is None
+    assert "  f64 inv0 = x * 2.0;" in changed["hoist loop invariants"].splitlines()
     assert all(seconds >= 0 for _, seconds, _ in log.entries)
-    assert "-- after simplify again" in str(log) and "unchanged" in str(log)
+    assert "-- after remove dead code" in str(log)
+    log.step("no-op", out, out)
+    assert str(log).endswith("-- after no-op (0.000 ms): unchanged")
     assert "t" not in ir.used_vars(out)
 
 

@@ -5,7 +5,7 @@ import pytest
 
 from tensoralg import ir
 from tensoralg.errors import CompileError, TensorAlgebraError
-from tensoralg.ir import BOOL, F32, F64, I32, I64, Ptr, IRVerifyError, param, var
+from tensoralg.ir import BOOL, F32, F64, I32, I64, IRVerifyError, Ptr, param, var
 
 n = var("n", I64)
 y = var("y", Ptr(F64))

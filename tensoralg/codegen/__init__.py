@@ -5,6 +5,7 @@ building and loading (`build.py`), and the on-disk kernel cache (`cache.py`). Im
 `tensoralg.errors`, `tensoralg.ir.nodes`, the standard library and llvmlite (lazily: importing
 this package does not load LLVM).
 """
+
 from tensoralg.codegen.build import CompiledKernel, build, emit_source
 from tensoralg.codegen.cache import DiskCache, default_cache_dir
 

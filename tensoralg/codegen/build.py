@@ -5,6 +5,7 @@ compiler (a shared object loaded with ctypes), optionally through a `DiskCache`.
 through the same binary form (object code, shared object) whether freshly compiled or read from
 the cache, so a cache hit runs exactly what a miss would have run.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -81,13 +82,15 @@ class CompiledKernel:
 
 def function_type(params: tuple[Param, ...]) -> type[ctypes._CFuncPtr]:
     """The ctypes prototype of a kernel with ``params``: ``int32_t (*)(...)``."""
-    argtypes = [ctypes.c_void_p if isinstance(p.var.dtype, Ptr) else CTYPES[p.var.dtype]
-                for p in params]
+    argtypes = [
+        ctypes.c_void_p if isinstance(p.var.dtype, Ptr) else CTYPES[p.var.dtype] for p in params
+    ]
     return ctypes.CFUNCTYPE(ctypes.c_int32, *argtypes)
 
 
-def build(fn: Function, backend: str, *, cache: DiskCache | None = None,
-          key: str | None = None) -> CompiledKernel:
+def build(
+    fn: Function, backend: str, *, cache: DiskCache | None = None, key: str | None = None
+) -> CompiledKernel:
     """Compile ``fn`` with ``backend`` (``"llvm"`` or ``"c"``) and load it.
 
     With a ``cache`` and a ``key`` naming the kernel, a stored build for this host is loaded
@@ -139,12 +142,13 @@ def _pack(source: str, binary: bytes) -> bytes:
 
 def _unpack(fn: Function, backend: str, payload: bytes) -> CompiledKernel | None:
     (length,) = struct.unpack_from("<Q", payload)
-    source = payload[8:8 + length].decode()
-    return _load(fn, backend, source, payload[8 + length:], from_cache=True)
+    source = payload[8 : 8 + length].decode()
+    return _load(fn, backend, source, payload[8 + length :], from_cache=True)
 
 
-def _load(fn: Function, backend: str, source: str, binary: bytes,
-          from_cache: bool) -> CompiledKernel | None:
+def _load(
+    fn: Function, backend: str, source: str, binary: bytes, from_cache: bool
+) -> CompiledKernel | None:
     """The kernel in ``binary``, or None when it does not export ``fn.name``."""
     if backend == "c":
         address, keepalive = _load_shared_object(binary, fn.name)

@@ -3,6 +3,7 @@
 The C source is a self-contained C11 translation unit; `compile_c` turns it into the bytes of a
 shared object, which `build.py` loads with ctypes (and `cache.py` may keep).
 """
+
 from __future__ import annotations
 
 import os
@@ -18,8 +19,15 @@ from tensoralg.errors import CompileError
 
 # -ffp-contract=off: no fused multiply-adds the IR did not ask for, so that C and LLVM agree
 # bit for bit; -fno-math-errno lets sqrt vectorise and changes no result.
-C_FLAGS = ("-O3", "-march=native", "-fPIC", "-shared", "-std=c11", "-ffp-contract=off",
-           "-fno-math-errno")
+C_FLAGS = (
+    "-O3",
+    "-march=native",
+    "-fPIC",
+    "-shared",
+    "-std=c11",
+    "-ffp-contract=off",
+    "-fno-math-errno",
+)
 
 
 class CEmitter(CFamilyEmitter):
@@ -58,11 +66,13 @@ def compile_c(source: str, name: str, compiler: list[str] | None = None) -> byte
     except OSError as error:
         raise CompileError(
             f"cannot run the C compiler {command[0]!r} ({error}); install one or set CC; "
-            f"source kept at {source_path}") from None
+            f"source kept at {source_path}"
+        ) from None
     if result.returncode != 0:
         raise CompileError(
             f"the C compiler failed on kernel {name!r} (exit {result.returncode}); "
-            f"source kept at {source_path}\n{' '.join(argv)}\n{result.stderr.strip()}")
+            f"source kept at {source_path}\n{' '.join(argv)}\n{result.stderr.strip()}"
+        )
     data = library_path.read_bytes()
     shutil.rmtree(workdir, ignore_errors=True)
     return data

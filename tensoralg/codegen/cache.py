@@ -9,6 +9,7 @@ format version, a name collision) is deleted and reported as a miss, never loade
 The cache directory is chosen by the caller; `default_cache_dir` computes the usual one from an
 environment mapping that the API edge reads once.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -67,7 +68,8 @@ class DiskCache:
         if info.st_uid != os.getuid():
             raise CompileError(
                 f"kernel cache directory {self.directory} belongs to another user; "
-                "choose another one with TENSORALG_CACHE_DIR")
+                "choose another one with TENSORALG_CACHE_DIR"
+            )
         if stat.S_IMODE(info.st_mode) != 0o700:
             # Kernels are code that will be run: nobody else may write (or read) them.
             self.directory.chmod(0o700)
@@ -93,8 +95,13 @@ class DiskCache:
 
     def put(self, key: str, backend: str, data: bytes) -> None:
         """Store ``data`` for (key, backend), replacing any entry atomically."""
-        header = HEADER.pack(MAGIC, FORMAT_VERSION, _entry_digest(key, backend), len(data),
-                             hashlib.sha256(data).digest())
+        header = HEADER.pack(
+            MAGIC,
+            FORMAT_VERSION,
+            _entry_digest(key, backend),
+            len(data),
+            hashlib.sha256(data).digest(),
+        )
         handle, temporary = tempfile.mkstemp(dir=self.directory, prefix=".tmp-")
         try:
             with os.fdopen(handle, "wb") as file:
@@ -110,8 +117,13 @@ class DiskCache:
         if len(data) < HEADER.size:
             return None
         magic, version, entry, length, digest = HEADER.unpack_from(data)
-        payload = data[HEADER.size:]
-        if (magic != MAGIC or version != FORMAT_VERSION or entry != _entry_digest(key, backend)
-                or length != len(payload) or hashlib.sha256(payload).digest() != digest):
+        payload = data[HEADER.size :]
+        if (
+            magic != MAGIC
+            or version != FORMAT_VERSION
+            or entry != _entry_digest(key, backend)
+            or length != len(payload)
+            or hashlib.sha256(payload).digest() != digest
+        ):
             return None
         return payload

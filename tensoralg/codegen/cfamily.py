@@ -8,6 +8,7 @@ Expressions are printed with C precedence, so the source has no more parentheses
 the parse tree of the printed source is exactly the IR's, which keeps floating-point results
 identical to the LLVM backend's.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -15,12 +16,34 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from tensoralg.codegen.lines import Lines
 from tensoralg.errors import CompileError
 from tensoralg.ir.nodes import (
-    Allocate, Assign, Binary, Block, Cast, Comment, Const, Declare, DType, Expr, For, Free,
-    Function, Grow, If, Load, Ptr, Scalar, Select, Stmt, Store, Unary, Var, While,
+    Allocate,
+    Assign,
+    Binary,
+    Block,
+    Cast,
+    Comment,
+    Const,
+    Declare,
+    DType,
+    Expr,
+    For,
+    Free,
+    Function,
+    Grow,
+    If,
+    Load,
+    Ptr,
+    Scalar,
+    Select,
+    Stmt,
+    Store,
+    Unary,
+    Var,
+    While,
 )
-from tensoralg.codegen.lines import Lines
 
 SCALAR_TYPES = {
     Scalar.BOOL: "bool",
@@ -33,8 +56,19 @@ SCALAR_TYPES = {
 # Binding strength of C operators: lower binds tighter (C11 6.5).
 ATOM, UNARY, TERNARY = 0, 2, 13
 BINARY_PRECEDENCE = {
-    "*": 3, "/": 3, "%": 3, "+": 4, "-": 4,
-    "<": 6, "<=": 6, ">": 6, ">=": 6, "==": 7, "!=": 7, "and": 11, "or": 12,
+    "*": 3,
+    "/": 3,
+    "%": 3,
+    "+": 4,
+    "-": 4,
+    "<": 6,
+    "<=": 6,
+    ">": 6,
+    ">=": 6,
+    "==": 7,
+    "!=": 7,
+    "and": 11,
+    "or": 12,
 }
 C_OPERATOR = {"and": "&&", "or": "||"}
 # Operands bind if their precedence is below (left, right); arithmetic is left-associative.
@@ -42,12 +76,14 @@ C_OPERATOR = {"and": "&&", "or": "||"}
 _OPERAND_CONTEXT = {6: (6, 6), 7: (6, 6), 11: (12, 11), 12: (11, 11)}
 FLOAT_MATH = frozenset({"sqrt", "exp", "log", "sin", "cos", "tanh"})
 
-C_KEYWORDS = frozenset("""
+C_KEYWORDS = frozenset(
+    """
     auto break case char const continue default do double else enum extern float for goto if
     inline int long register restrict return short signed sizeof static struct switch typedef
     union unsigned void volatile while bool true false main malloc calloc realloc free fmin fmax
     pow sqrt exp log sin cos tanh fabs abs llabs fmod NULL INFINITY NAN int32_t int64_t size_t
-""".split())
+""".split()
+)
 
 
 @dataclass(slots=True)
@@ -134,7 +170,10 @@ class CFamilyEmitter:
         out.line()
         self.signature(fn, names, out)
         with out.indented():
-            self.block(fn.body, names, out)
+            try:
+                self.block(fn.body, names, out)
+            except KeyError as error:
+                raise CompileError(undeclared_message(fn, error)) from None
             self.end_of_kernel(out)
         out.line("}")
         return out.text()
@@ -189,7 +228,9 @@ class CFamilyEmitter:
                 # A nested Block opens no C scope: IR variables live until the function ends.
                 self.block(stmt, names, out)
             case Declare(var, init):
-                out.line(f"{self.type_name(var.dtype)} {names.of[var.name]} = {self.expr(init, names)};")
+                out.line(
+                    f"{self.type_name(var.dtype)} {names.of[var.name]} = {self.expr(init, names)};"
+                )
             case Assign(var, value):
                 out.line(f"{names.of[var.name]} = {self.expr(value, names)};")
             case Store(array, index, value, accumulate):
@@ -197,8 +238,10 @@ class CFamilyEmitter:
                 out.line(f"{target} {'+=' if accumulate else '='} {self.expr(value, names)};")
             case For(var, start, stop, body):
                 name = names.of[var.name]
-                head = (f"for ({self.type_name(var.dtype)} {name} = {self.expr(start, names)}; "
-                        f"{name} < {self.expr(stop, names, 5)}; ++{name}) {{")
+                head = (
+                    f"for ({self.type_name(var.dtype)} {name} = {self.expr(start, names)}; "
+                    f"{name} < {self.expr(stop, names, 5)}; ++{name}) {{"
+                )
                 with out.block(head, "}"):
                     self.block(body, names, out)
             case While(cond, body):
@@ -210,9 +253,15 @@ class CFamilyEmitter:
                 out.comment(_comment_text(text))
             case Allocate(var, count, zero):
                 name = names.of[var.name]
-                self.allocate(out, self.type_name(var.dtype), name, self.elem_name(var),
-                              self.expr(count, names, UNARY), zero)
-            case Grow(var, capacity, needed):
+                self.allocate(
+                    out,
+                    self.type_name(var.dtype),
+                    name,
+                    self.elem_name(var),
+                    self.expr(count, names, UNARY),
+                    zero,
+                )
+            case Grow():
                 self.grow(stmt, names, out)
             case Free(var):
                 out.line(f"free({names.of[var.name]});")
@@ -242,24 +291,42 @@ class CFamilyEmitter:
             new_buffer = names.fresh(f"{buffer}_grown")
             out.line(f"int64_t {new_capacity} = 2 * {capacity};")
             out.line(f"if ({new_capacity} < {needed}) {new_capacity} = {needed};")
-            self.reallocate(out, self.type_name(stmt.var.dtype), new_buffer,
-                            self.elem_name(stmt.var), buffer, capacity, new_capacity)
+            self.reallocate(
+                out,
+                self.type_name(stmt.var.dtype),
+                new_buffer,
+                self.elem_name(stmt.var),
+                buffer,
+                capacity,
+                new_capacity,
+            )
             out.line(f"{buffer} = {new_buffer};")
             out.line(f"{capacity} = {new_capacity};")
 
-    def allocate(self, out: Lines, ptr_type: str, name: str, elem: str, count: str,
-                 zero: bool) -> None:
+    def allocate(
+        self, out: Lines, ptr_type: str, name: str, elem: str, count: str, zero: bool
+    ) -> None:
         """Declare ``name`` as a fresh buffer of ``count`` ``elem``s; return 1 on failure."""
         size = f"(size_t){count}"
         call = f"calloc({size}, sizeof({elem}))" if zero else f"malloc(sizeof({elem}) * {size})"
         out.line(f"{ptr_type} {name} = ({ptr_type}){call};")
         out.line(f"if ({name} == NULL) {self.return_status(1)}")
 
-    def reallocate(self, out: Lines, ptr_type: str, name: str, elem: str, old: str,
-                   old_count: str, new_count: str) -> None:
+    def reallocate(
+        self,
+        out: Lines,
+        ptr_type: str,
+        name: str,
+        elem: str,
+        old: str,
+        old_count: str,
+        new_count: str,
+    ) -> None:
         """Declare ``name`` as ``old`` moved to ``new_count`` elements; on failure ``old``
         stays valid and the kernel returns 1."""
-        out.line(f"{ptr_type} {name} = ({ptr_type})realloc({old}, sizeof({elem}) * (size_t){new_count});")
+        out.line(
+            f"{ptr_type} {name} = ({ptr_type})realloc({old}, sizeof({elem}) * (size_t){new_count});"
+        )
         out.line(f"if ({name} == NULL) {self.return_status(1)}")
 
     # -- expressions -------------------------------------------------------------------------
@@ -330,7 +397,9 @@ class CFamilyEmitter:
         dtype = lhs.dtype
         if isinstance(dtype, Scalar) and dtype.is_float:
             name = {"min": "fmin", "max": "fmax", "pow": "pow", "%": "fmod"}[op]
-            return f"{self.math_name(name, dtype)}({self.expr(lhs, names)}, {self.expr(rhs, names)})"
+            return (
+                f"{self.math_name(name, dtype)}({self.expr(lhs, names)}, {self.expr(rhs, names)})"
+            )
         if op == "pow" or not isinstance(dtype, Scalar) or not dtype.is_int:
             raise CompileError(f"binary {op!r} is not defined on {dtype}")
         a, b = self.expr(lhs, names, 6), self.expr(rhs, names, 6)
@@ -375,6 +444,13 @@ class CFamilyEmitter:
     def math_name(self, name: str, dtype: DType) -> str:
         """libm's name of ``name`` for ``dtype``: the f-suffixed function for f32."""
         return name + "f" if dtype == Scalar.F32 else name
+
+
+def undeclared_message(fn: Function, error: KeyError) -> str:
+    return (
+        f"kernel {fn.name!r} uses variable {error.args[0]!r}, which no Param, Declare, "
+        "Allocate or For introduces"
+    )
 
 
 def _comment_text(text: str) -> str:

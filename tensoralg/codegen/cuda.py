@@ -5,6 +5,7 @@ the kernel must be launched as ``<<<1, 1>>>``. Mapping loops onto threads comes 
 schedules. ``__global__`` functions return ``void``, so the status travels through an extra last
 parameter ``status`` (an ``int32_t*`` to device memory).
 """
+
 from __future__ import annotations
 
 from tensoralg.codegen.cfamily import CFamilyEmitter, _Names
@@ -39,16 +40,25 @@ class CudaEmitter(CFamilyEmitter):
     def end_of_kernel(self, out: Lines) -> None:
         out.line("status[0] = 0;")
 
-    def allocate(self, out: Lines, ptr_type: str, name: str, elem: str, count: str,
-                 zero: bool) -> None:
+    def allocate(
+        self, out: Lines, ptr_type: str, name: str, elem: str, count: str, zero: bool
+    ) -> None:
         # The device heap has malloc and free only.
         out.line(f"{ptr_type} {name} = ({ptr_type})malloc(sizeof({elem}) * (size_t){count});")
         out.line(f"if ({name} == NULL) {self.return_status(1)}")
         if zero:
             out.line(f"memset({name}, 0, sizeof({elem}) * (size_t){count});")
 
-    def reallocate(self, out: Lines, ptr_type: str, name: str, elem: str, old: str,
-                   old_count: str, new_count: str) -> None:
+    def reallocate(
+        self,
+        out: Lines,
+        ptr_type: str,
+        name: str,
+        elem: str,
+        old: str,
+        old_count: str,
+        new_count: str,
+    ) -> None:
         out.line(f"{ptr_type} {name} = ({ptr_type})malloc(sizeof({elem}) * (size_t){new_count});")
         out.line(f"if ({name} == NULL) {self.return_status(1)}")
         out.line(f"memcpy({name}, {old}, sizeof({elem}) * (size_t){old_count});")

@@ -3,6 +3,7 @@
 Emitters never nest f-strings to build blocks: they call ``line`` and open ``block``s, and the
 builder keeps the indentation.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterator

@@ -5,37 +5,76 @@ parameters are ``noalias``; math uses LLVM intrinsics, except ``tanh`` (libm); m
 libc ``malloc/calloc/realloc/free``. llvmlite is initialised once, on first use, never at import
 time of tensoralg.
 """
+
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
 import functools
-from dataclasses import dataclass
 
 import llvmlite.binding as llvm
 from llvmlite import ir
 
-from tensoralg.codegen.cfamily import introduced_vars
+from tensoralg.codegen.cfamily import introduced_vars, undeclared_message
 from tensoralg.codegen.llvm_helpers import (
-    branch_value, counted_loop, declare, entry_alloca, if_else, if_then, while_loop,
+    branch_value,
+    counted_loop,
+    declare,
+    entry_alloca,
+    if_else,
+    if_then,
+    while_loop,
 )
 from tensoralg.errors import CompileError
 from tensoralg.ir.nodes import (
-    Allocate, Assign, Binary, Block, Cast, Comment, Const, Declare, DType, Expr, For, Free,
-    Function, Grow, If, Load, Ptr, Scalar, Select, Stmt, Store, Unary, Var, While,
+    Allocate,
+    Assign,
+    Binary,
+    Block,
+    Cast,
+    Comment,
+    Const,
+    Declare,
+    DType,
+    Expr,
+    For,
+    Free,
+    Function,
+    Grow,
+    If,
+    Load,
+    Ptr,
+    Scalar,
+    Select,
+    Stmt,
+    Store,
+    Unary,
+    Var,
+    While,
 )
 
 BIT, BYTE, INT32, INT64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 POINTER = ir.PointerType()
 VALUE_TYPES: dict[Scalar, ir.Type] = {
-    Scalar.BOOL: BIT, Scalar.I32: INT32, Scalar.I64: INT64,
-    Scalar.F32: ir.FloatType(), Scalar.F64: ir.DoubleType(),
+    Scalar.BOOL: BIT,
+    Scalar.I32: INT32,
+    Scalar.I64: INT64,
+    Scalar.F32: ir.FloatType(),
+    Scalar.F64: ir.DoubleType(),
 }
 POINTER_SIZE = ctypes.sizeof(ctypes.c_void_p)
 ELEMENT_SIZE = {Scalar.BOOL: 1, Scalar.I32: 4, Scalar.I64: 8, Scalar.F32: 4, Scalar.F64: 8}
-INTRINSICS = {"sqrt": "llvm.sqrt", "exp": "llvm.exp", "log": "llvm.log", "sin": "llvm.sin",
-              "cos": "llvm.cos", "abs": "llvm.fabs", "pow": "llvm.pow", "min": "llvm.minnum",
-              "max": "llvm.maxnum"}
+INTRINSICS = {
+    "sqrt": "llvm.sqrt",
+    "exp": "llvm.exp",
+    "log": "llvm.log",
+    "sin": "llvm.sin",
+    "cos": "llvm.cos",
+    "abs": "llvm.fabs",
+    "pow": "llvm.pow",
+    "min": "llvm.minnum",
+    "max": "llvm.maxnum",
+}
 INT_OPS = {"+": "add", "-": "sub", "*": "mul", "/": "sdiv", "%": "srem"}
 FLOAT_OPS = {"+": "fadd", "-": "fsub", "*": "fmul", "/": "fdiv", "%": "frem"}
 COMPARISONS = frozenset({"<", "<=", ">", ">=", "==", "!="})
@@ -119,8 +158,9 @@ class _FunctionLowering:
                 b.store(new, address)
             case For(var, start, stop, body):
                 slot = self.slots[var.name]
-                with counted_loop(b, slot, self.value(start), lambda: self.value(stop),
-                                  f"for.{var.name}"):
+                with counted_loop(
+                    b, slot, self.value(start), lambda: self.value(stop), f"for.{var.name}"
+                ):
                     self.block(body)
             case While(cond, body):
                 with while_loop(b, lambda: self.value(cond), "while"):
@@ -167,8 +207,9 @@ class _FunctionLowering:
             pointer = self.builder.call(calloc, [self.value(count), size], name=var.name)
         else:
             malloc = declare(self.module, "malloc", POINTER, (INT64,))
-            pointer = self.builder.call(malloc, [self.builder.mul(self.value(count), size)],
-                                        name=var.name)
+            pointer = self.builder.call(
+                malloc, [self.builder.mul(self.value(count), size)], name=var.name
+            )
         self.fail_if_null(pointer, f"alloc.{var.name}")
         self.builder.store(pointer, self.slots[var.name])
 
@@ -183,7 +224,9 @@ class _FunctionLowering:
             realloc = declare(self.module, "realloc", POINTER, (POINTER, INT64))
             size = b.mul(new_capacity, ir.Constant(INT64, element_size(stmt.var.dtype.elem)))
             # On failure realloc leaves the old buffer valid; the kernel just returns 1.
-            pointer = b.call(realloc, [self.variable(stmt.var), size], name=f"{stmt.var.name}.grown")
+            pointer = b.call(
+                realloc, [self.variable(stmt.var), size], name=f"{stmt.var.name}.grown"
+            )
             self.fail_if_null(pointer, f"grow.{stmt.var.name}")
             b.store(pointer, self.slots[stmt.var.name])
             b.store(new_capacity, self.slots[stmt.capacity.name])
@@ -196,14 +239,22 @@ class _FunctionLowering:
 
     def address(self, array: Var, index: Expr) -> ir.Value:
         assert isinstance(array.dtype, Ptr)
-        return self.builder.gep(self.variable(array), [self.value(index)], inbounds=True,
-                                source_etype=memory_type(array.dtype.elem))
+        return self.builder.gep(
+            self.variable(array),
+            [self.value(index)],
+            inbounds=True,
+            source_etype=memory_type(array.dtype.elem),
+        )
 
     def load(self, array: Var, address: ir.Value) -> ir.Value:
         assert isinstance(array.dtype, Ptr)
         elem = array.dtype.elem
         loaded = self.builder.load(address, typ=memory_type(elem))
-        return self.builder.icmp_unsigned("!=", loaded, ir.Constant(BYTE, 0)) if elem == Scalar.BOOL else loaded
+        return (
+            self.builder.icmp_unsigned("!=", loaded, ir.Constant(BYTE, 0))
+            if elem == Scalar.BOOL
+            else loaded
+        )
 
     def value(self, expr: Expr) -> ir.Value:
         b = self.builder
@@ -225,8 +276,13 @@ class _FunctionLowering:
             case Binary(op, lhs, rhs):
                 return self.binary(op, self.value(lhs), self.value(rhs), lhs.dtype)
             case Select(cond, if_true, if_false) if _may_trap(if_true) or _may_trap(if_false):
-                return branch_value(b, self.value(cond), lambda: self.value(if_true),
-                                    lambda: self.value(if_false), "select")
+                return branch_value(
+                    b,
+                    self.value(cond),
+                    lambda: self.value(if_true),
+                    lambda: self.value(if_false),
+                    "select",
+                )
             case Select(cond, if_true, if_false):
                 return b.select(self.value(cond), self.value(if_true), self.value(if_false))
             case Cast(operand, to):
@@ -250,8 +306,12 @@ class _FunctionLowering:
             case "not" if dtype == Scalar.BOOL:
                 return b.not_(operand)
             case "abs" if is_int:
-                abs_fn = declare(self.module, f"llvm.abs.{operand.type.intrinsic_name}",
-                                 operand.type, (operand.type, BIT))
+                abs_fn = declare(
+                    self.module,
+                    f"llvm.abs.{operand.type.intrinsic_name}",
+                    operand.type,
+                    (operand.type, BIT),
+                )
                 return b.call(abs_fn, [operand, ir.Constant(BIT, 0)])
             case "tanh" if is_float:
                 name = "tanhf" if dtype == Scalar.F32 else "tanh"
@@ -266,8 +326,11 @@ class _FunctionLowering:
         if op in COMPARISONS:
             if is_float:
                 # C's != is true for NaN (unordered); the other comparisons are false for NaN.
-                return (b.fcmp_unordered(op, left, right) if op == "!="
-                        else b.fcmp_ordered(op, left, right))
+                return (
+                    b.fcmp_unordered(op, left, right)
+                    if op == "!="
+                    else b.fcmp_ordered(op, left, right)
+                )
             if dtype == Scalar.BOOL or isinstance(dtype, Ptr):
                 return b.icmp_unsigned(op, left, right)
             return b.icmp_signed(op, left, right)
@@ -301,7 +364,11 @@ class _FunctionLowering:
         if source == Scalar.BOOL:
             return b.uitofp(value, target) if to.is_float else b.zext(value, target)
         if source.is_int and to.is_int:
-            return b.sext(value, target) if ELEMENT_SIZE[to] > ELEMENT_SIZE[source] else b.trunc(value, target)
+            return (
+                b.sext(value, target)
+                if ELEMENT_SIZE[to] > ELEMENT_SIZE[source]
+                else b.trunc(value, target)
+            )
         if source.is_int:
             return b.sitofp(value, target)
         if to.is_int:
@@ -322,12 +389,15 @@ def emit_module(fn: Function, triple: str = "", data_layout: str = "") -> ir.Mod
     """The unoptimised llvmlite module holding ``fn``.
 
     >>> from tensoralg.ir.nodes import Function, Block
-    >>> "define i32 @k()" in str(emit_module(Function("k", (), Block())))
+    >>> 'define i32 @"k"()' in str(emit_module(Function("k", (), Block())))
     True
     """
     module = ir.Module(name=fn.name)
     module.triple, module.data_layout = triple, data_layout
-    _FunctionLowering(module, fn).lower(fn.body)
+    try:
+        _FunctionLowering(module, fn).lower(fn.body)
+    except KeyError as error:
+        raise CompileError(undeclared_message(fn, error)) from None
     return module
 
 

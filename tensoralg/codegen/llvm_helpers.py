@@ -4,6 +4,7 @@ functions and intrinsics declared once per module.
 Blocks are named after the construct (``for.i.cond``, ``while.body``, ``if.then``), so that the
 dumped LLVM IR reads like the tensoralg IR it came from.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
@@ -28,8 +29,9 @@ def entry_alloca(builder: ir.IRBuilder, typ: ir.Type, name: str) -> ir.AllocaIns
     return slot
 
 
-def declare(module: ir.Module, name: str, return_type: ir.Type,
-            argument_types: tuple[ir.Type, ...]) -> ir.Function:
+def declare(
+    module: ir.Module, name: str, return_type: ir.Type, argument_types: tuple[ir.Type, ...]
+) -> ir.Function:
     """The function ``name`` of ``module``, declared on first use (intrinsics and libc alike).
 
     >>> m = ir.Module()
@@ -49,8 +51,13 @@ def _continue_to(builder: ir.IRBuilder, target: ir.Block) -> None:
 
 
 @contextmanager
-def counted_loop(builder: ir.IRBuilder, counter: ir.AllocaInstr, start: ir.Value,
-                 stop: Callable[[], ir.Value], name: str) -> Iterator[None]:
+def counted_loop(
+    builder: ir.IRBuilder,
+    counter: ir.AllocaInstr,
+    start: ir.Value,
+    stop: Callable[[], ir.Value],
+    name: str,
+) -> Iterator[None]:
     """Emit ``for (counter = start; counter < stop(); ++counter) <body of the with>``.
 
     ``stop`` is called to emit the bound inside the condition block: it is evaluated before every
@@ -101,8 +108,9 @@ def if_then(builder: ir.IRBuilder, cond: ir.Value, name: str = "if") -> Iterator
 
 
 @contextmanager
-def if_else(builder: ir.IRBuilder, cond: ir.Value,
-            name: str = "if") -> Iterator[tuple[Callable[[], object], Callable[[], object]]]:
+def if_else(
+    builder: ir.IRBuilder, cond: ir.Value, name: str = "if"
+) -> Iterator[tuple[Callable[[], object], Callable[[], object]]]:
     """Emit ``if (cond) A else B``: the ``with`` yields two context-manager factories.
 
     >>> # with if_else(b, c) as (then, otherwise):
@@ -124,8 +132,13 @@ def if_else(builder: ir.IRBuilder, cond: ir.Value,
     builder.position_at_end(end)
 
 
-def branch_value(builder: ir.IRBuilder, cond: ir.Value, if_true: Callable[[], ir.Value],
-                 if_false: Callable[[], ir.Value], name: str) -> ir.Value:
+def branch_value(
+    builder: ir.IRBuilder,
+    cond: ir.Value,
+    if_true: Callable[[], ir.Value],
+    if_false: Callable[[], ir.Value],
+    name: str,
+) -> ir.Value:
     """``cond ? if_true() : if_false()`` evaluating only the chosen side (a phi of two arms)."""
     true_block = builder.append_basic_block(f"{name}.true")
     false_block = builder.append_basic_block(f"{name}.false")

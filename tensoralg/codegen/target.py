@@ -4,6 +4,7 @@ Emitters read capabilities from a `Target` instead of switching on backend names
 cannot express some IR asks for a legalisation pass (a pure ``Function -> Function``) that runs
 before its emitter.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable

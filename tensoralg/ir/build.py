@@ -16,9 +16,37 @@ from __future__ import annotations
 from typing import Iterable, Union
 
 from .nodes import (
-    BOOL, F64, I32, I64, Allocate, Assign, Binary, Block, Cast, Comment, Const, Declare,
-    DType, Expr, For, Free, Function, Grow, If, IRError, Load, Param, Ptr, Scalar, Select, Stmt,
-    Store, Unary, Var, While, dtype_of,
+    BOOL,
+    F64,  # noqa: F401  (the examples in the docstrings use it)
+    I32,
+    I64,
+    Allocate,
+    Assign,
+    Binary,
+    Block,
+    Cast,
+    Comment,
+    Const,
+    Declare,
+    DType,
+    Expr,
+    For,
+    Free,
+    Function,
+    Grow,
+    If,
+    IRError,
+    Load,
+    Param,
+    Ptr,
+    Scalar,
+    Select,
+    Stmt,
+    Store,
+    Unary,
+    Var,
+    While,
+    dtype_of,
 )
 
 Number = Union[int, float, bool]

@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tensoralg.errors import CompileError
+
 from . import nodes as n
 from .printer import format_node
 

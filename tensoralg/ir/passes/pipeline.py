@@ -11,6 +11,7 @@ import time
 from typing import Callable, TextIO
 
 from tensoralg.errors import CompileError, TensorAlgebraError
+
 from .. import nodes as n
 from ..printer import format_function
 from ..verify import verify
@@ -24,7 +25,6 @@ STEPS: tuple[tuple[str, Step], ...] = (
     ("simplify", simplify),
     ("hoist loop invariants", hoist_invariants),
     ("remove dead code", remove_dead_code),
-    ("simplify again", simplify),
 )
 
 
