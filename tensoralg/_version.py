@@ -1,2 +1,23 @@
-"""The package version: part of every kernel cache key."""
+"""The package version and a fingerprint of the compiler's own source.
+
+Both are part of every on-disk kernel cache key: a kernel compiled by another version of the
+compiler, even an unreleased edit of it, is never loaded.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+from pathlib import Path
+
 __version__ = "0.1.0"
+
+
+@functools.lru_cache(maxsize=1)
+def source_fingerprint() -> str:
+    """A hash of every Python file of the package (computed once per process, ~ms)."""
+    digest = hashlib.sha256(__version__.encode())
+    root = Path(__file__).resolve().parent
+    for path in sorted(root.rglob("*.py")):
+        digest.update(str(path.relative_to(root)).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]

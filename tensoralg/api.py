@@ -6,6 +6,7 @@ scipy and pydata objects; below it everything is a ``Tensor`` of flat arrays.
 """
 from __future__ import annotations
 
+import functools
 import math
 import os
 import threading
@@ -21,7 +22,7 @@ from tensoralg.codegen import CompiledKernel, DiskCache, build, default_cache_di
 from tensoralg.errors import (
     KernelRuntimeError, NotationError, ShapeError, TensorAlgebraError, UnsupportedError,
 )
-from tensoralg.formats import Format, Tensor, bind, input_family, resolve_format
+from tensoralg.formats import CSC, CSR, Format, LevelArrays, Tensor, bind, input_family, resolve_format
 from tensoralg.formats.tensor import VALUE_DTYPES
 from tensoralg.ir.nodes import Function
 from tensoralg.ir.passes.pipeline import IRLog, optimize
@@ -34,7 +35,8 @@ from tensoralg.notation import (
     parse_statement,
 )
 from tensoralg.notation.ast import Expr, tensors as tensor_ranks
-from tensoralg.runtime.args import OutputBuffers, pack_arguments
+from tensoralg.runtime.args import ArgumentPlan, OutputBuffers
+from tensoralg.runtime.validate import VALID, StorageValidator
 from tensoralg.runtime.wrap import release, sparse_result
 
 BACKENDS = ("llvm", "c", "cuda")
@@ -66,19 +68,21 @@ class KernelKey:
     """Everything that changes the generated code."""
 
     statement: str
-    formats: tuple[tuple[str, str, tuple[int, ...]], ...]
-    index_dtypes: tuple[str, ...]
-    value_dtype: str
-    out_format: str | None
-    out_index_dtype: str
+    formats: tuple[tuple[str, Format], ...]
+    index_dtypes: tuple[np.dtype, ...]
+    value_dtype: np.dtype
+    out_format: Format | None
+    out_index_dtype: np.dtype
     schedule: str | None
     backend: str
     version: str = _version.__version__
 
     def digest(self) -> str:
+        """A name for the on-disk cache: this key plus the compiler's source fingerprint."""
         import hashlib
 
-        return hashlib.sha256(repr(self).encode()).hexdigest()[:32]
+        text = repr(self) + _version.source_fingerprint()
+        return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -90,6 +94,7 @@ class CompiledProgram:
     function: Function
     kernel: CompiledKernel
     log: IRLog | None
+    arguments: ArgumentPlan
 
 
 class KernelCache:
@@ -100,6 +105,7 @@ class KernelCache:
         self.kernels: dict[KernelKey, CompiledProgram] = {}
         self.disk = DiskCache(options.cache_dir) if options.cache_dir is not None else None
         self.compiles = 0
+        self.validator = StorageValidator(self.disk)
         self._lock = threading.Lock()
 
     def get(self, key: KernelKey, stmt: Assignment, formats: dict[str, Format],
@@ -117,8 +123,8 @@ class KernelCache:
     def _compile(self, key: KernelKey, stmt: Assignment, formats: dict[str, Format],
                  index_dtypes: dict[str, np.dtype], out_format: Format | None
                  ) -> CompiledProgram:
-        program = concretize(stmt, formats, index_dtypes, np.dtype(key.value_dtype), out_format,
-                             np.dtype(key.out_index_dtype))
+        program = concretize(stmt, formats, index_dtypes, key.value_dtype, out_format,
+                             key.out_index_dtype)
         log = IRLog(echo=self.options.debug)
         function = optimize(lower(program, f"ta_{key.digest()[:16]}"), log,
                             check=self.options.check_ir)
@@ -127,7 +133,8 @@ class KernelCache:
         kernel = build(function, backend, cache=self.disk, key=key.digest())
         if not kernel.from_cache:
             self.compiles += 1
-        return CompiledProgram(key, program, function, kernel, log)
+        return CompiledProgram(key, program, function, kernel, log,
+                               ArgumentPlan.from_params(function.params, program.output.name))
 
 
 _cache: KernelCache | None = None
@@ -158,8 +165,8 @@ def einsum(subscripts: str, *operands: Any, out_format: Any = None, formats: Any
     """
     if not isinstance(subscripts, str):
         raise NotationError(f"subscripts must be a string, not {type(subscripts).__name__}")
-    ranks = [_rank(op, k) for k, op in enumerate(operands)]
-    stmt = parse_einsum(subscripts, ranks)
+    ranks = tuple(_rank(op, k) for k, op in enumerate(operands))
+    stmt, canonical = _parse_einsum(subscripts, ranks)
     named = _einsum_names(len(operands))
     overrides = _format_overrides(formats, len(operands))
     bound = {}
@@ -167,9 +174,16 @@ def einsum(subscripts: str, *operands: Any, out_format: Any = None, formats: Any
     for k, (name, operand) in enumerate(zip(named, operands)):
         families.append(input_family(operand))
         bound[name] = _bind(operand, overrides.get(k), f"operand {k} ({name})")
-    return _run(stmt, bound, families, out_format, backend, schedule, dtype, out)
+    return _run(stmt, canonical, bound, families, out_format, backend, schedule, dtype, out)
 
 
+@functools.lru_cache(maxsize=512)
+def _parse_einsum(subscripts: str, ranks: tuple[int, ...]) -> tuple[Assignment, str]:
+    stmt = parse_einsum(subscripts, ranks)
+    return stmt, canonical_text(stmt)
+
+
+@functools.lru_cache(maxsize=64)
 def _einsum_names(count: int) -> list[str]:
     from tensoralg.notation import operand_name
 
@@ -210,7 +224,7 @@ def _format_overrides(formats: Any, count: int) -> dict[int, Any]:
 
 def _bind(operand: Any, fmt: Any, what: str) -> Tensor:
     try:
-        tensor = bind(operand)
+        tensor = _bind_compressed_scipy(operand) or bind(operand)
     except TensorAlgebraError as err:
         raise type(err)(f"{what}: {err}") from None
     if fmt is not None:
@@ -218,6 +232,31 @@ def _bind(operand: Any, fmt: Any, what: str) -> Tensor:
         if wanted != tensor.format:
             tensor = tensor.convert(wanted)
     return tensor
+
+
+_SCIPY_COMPRESSED = {"csr": CSR, "csc": CSC}
+
+
+def _bind_compressed_scipy(operand: Any) -> Tensor | None:
+    """Zero-copy binding of a canonical scipy CSR/CSC matrix, checked by a compiled validator.
+
+    Returns None when the fast path does not apply (other classes, non-canonical or malformed
+    arrays); ``formats.bind`` then canonicalizes a copy or raises a FormatError with details.
+    """
+    fmt = _SCIPY_COMPRESSED.get(getattr(operand, "format", None))
+    if fmt is None or getattr(operand, "ndim", 2) != 2 or operand.dtype not in VALUE_DTYPES:
+        return None
+    indptr, indices, data = operand.indptr, operand.indices, operand.data
+    major, minor = operand.shape if fmt is CSR else operand.shape[::-1]
+    if indptr.shape[0] != major + 1 or indices.shape[0] != data.shape[0] or \
+            not data.flags.c_contiguous:
+        return None
+    if not operand.has_canonical_format:
+        return None
+    if kernel_cache().validator.compressed(indptr, indices, minor, check_order=False) != VALID:
+        return None
+    levels = (LevelArrays(), LevelArrays(indptr, indices))
+    return Tensor(operand.shape, fmt, levels, data, check=False)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -257,8 +296,9 @@ def _out_request(out_format: Any, rank: int) -> tuple[Format | None, bool]:
     return resolve_format(out_format, rank, "out_format"), True
 
 
-def _run(stmt: Assignment, bound: dict[str, Tensor], families: list[str], out_format: Any,
-         backend: str | None, schedule: Any, dtype: Any, out: np.ndarray | None) -> Any:
+def _run(stmt: Assignment, canonical: str, bound: dict[str, Tensor], families: list[str],
+         out_format: Any, backend: str | None, schedule: Any, dtype: Any,
+         out: np.ndarray | None) -> Any:
     backend = _check_backend(backend)
     if schedule is not None:
         raise UnsupportedError("scheduling commands are not implemented yet; pass schedule=None "
@@ -268,7 +308,7 @@ def _run(stmt: Assignment, bound: dict[str, Tensor], families: list[str], out_fo
     dims = infer_dims(stmt, shapes)
     shape = output_shape(stmt, dims)
     requested, explicit = _out_request(out_format, len(shape))
-    compiled = _compiled(stmt, bound, value_dtype, requested, shape, backend)
+    compiled = _compiled(stmt, canonical, bound, value_dtype, requested, shape, backend)
     result = execute(compiled, bound, value_dtype, shape, out)
     return _wrap(result, requested, explicit, families, out)
 
@@ -283,18 +323,21 @@ def _check_backend(backend: str | None) -> str:
     return backend
 
 
-def _compiled(stmt: Assignment, bound: Mapping[str, Tensor], value_dtype: np.dtype,
-              requested: Format | None, shape: tuple[int, ...], backend: str) -> CompiledProgram:
+_INT32, _INT64 = np.dtype(np.int32), np.dtype(np.int64)
+
+
+def _out_index_dtype(shape: tuple[int, ...]) -> np.dtype:
+    """int32 coordinates and positions when every stored count fits, as scipy chooses."""
+    return _INT32 if math.prod(shape) < 2**31 - 1 else _INT64
+
+
+def _compiled(stmt: Assignment, canonical: str, bound: Mapping[str, Tensor],
+              value_dtype: np.dtype, requested: Format | None, shape: tuple[int, ...],
+              backend: str) -> CompiledProgram:
     formats = {name: t.format for name, t in bound.items()}
     index_dtypes = {name: t.index_dtype for name, t in bound.items()}
-    out_index = np.dtype(np.int32) if math.prod(shape) < 2**31 - 1 else np.dtype(np.int64)
-    key = KernelKey(
-        canonical_text(stmt),
-        tuple((name, f.spec, f.order) for name, f in formats.items()),
-        tuple(str(index_dtypes[name]) for name in formats),
-        str(value_dtype),
-        None if requested is None else f"{requested.spec}{requested.order}",
-        str(out_index), None, backend)
+    key = KernelKey(canonical, tuple(formats.items()), tuple(index_dtypes.values()),
+                    value_dtype, requested, _out_index_dtype(shape), None, backend)
     return kernel_cache().get(key, stmt, formats, index_dtypes, requested)
 
 
@@ -318,7 +361,7 @@ def execute(compiled: CompiledProgram, bound: Mapping[str, Tensor], value_dtype:
     else:
         buffers.sizes = np.zeros(output.rank, dtype=np.int64)
         buffers.capacity = max(16, sum(t.nnz for t in tensors.values()))
-    args = pack_arguments(compiled.function.params, tensors, sizes, output.name, buffers)
+    args = compiled.arguments.pack(tensors, sizes, buffers)
     status = compiled.kernel(*args)
     if status != 0:
         release(buffers)
@@ -398,19 +441,16 @@ class Kernel:
     _default: CompiledProgram | None = None
 
     def __post_init__(self) -> None:
+        self._canonical = canonical_text(self.statement)
         index = {name: np.dtype(np.int32) for name in self.formats}
         self._default = self._specialise(index, None)
 
     def _specialise(self, index_dtypes: dict[str, np.dtype], shape: tuple[int, ...] | None
                     ) -> CompiledProgram:
-        out_index = np.dtype(np.int32) if shape is None or math.prod(shape) < 2**31 - 1 \
-            else np.dtype(np.int64)
         key = KernelKey(
-            canonical_text(self.statement),
-            tuple((name, f.spec, f.order) for name, f in self.formats.items()),
-            tuple(str(index_dtypes[name]) for name in self.formats), str(self.dtype),
-            None if self.out_format is None else f"{self.out_format.spec}{self.out_format.order}",
-            str(out_index), None, self.backend)
+            self._canonical, tuple(self.formats.items()),
+            tuple(index_dtypes[name] for name in self.formats), self.dtype, self.out_format,
+            _INT32 if shape is None else _out_index_dtype(shape), None, self.backend)
         return kernel_cache().get(key, self.statement, self.formats, index_dtypes,
                                   self.out_format)
 

@@ -187,6 +187,11 @@ def _load_object_code(binary: bytes, name: str) -> tuple[int, tuple[object, ...]
     empty = llvm.parse_assembly("")
     empty.triple = machine.triple
     engine = llvm.create_mcjit_compiler(empty, machine)
-    engine.add_object_file(llvm.ObjectFileRef.from_data(binary))
+    # llvmlite wraps `binary` without copying it: the bytes and the object file must live as
+    # long as the engine, or the JIT reads freed memory (seen as heap corruption at exit).
+    # The engine takes ownership of the object file: detach it so Python does not free it too.
+    object_file = llvm.ObjectFileRef.from_data(binary)
+    engine.add_object_file(object_file)
+    object_file.detach()
     engine.finalize_object()
-    return engine.get_function_address(name), (engine, machine)
+    return engine.get_function_address(name), (engine, machine, binary)

@@ -5,6 +5,9 @@ Each parameter's ``role`` names what it is: ``index.i`` (the size of index ``i``
 grown output buffers), and for the output either ``out.vals`` (a dense buffer the runtime
 allocates zeroed) or ``out.k.pos`` / ``out.k.crd`` / ``out.vals`` handles plus ``out.sizes``
 (buffers the kernel allocates and hands back). The runtime never guesses: it reads roles.
+
+The roles are read once per kernel into an ``ArgumentPlan``; packing a call is then one short
+loop, which matters because small kernels are dominated by dispatch.
 """
 from __future__ import annotations
 
@@ -18,6 +21,9 @@ from tensoralg.errors import CompileError
 from tensoralg.formats.tensor import Tensor
 from tensoralg.ir.nodes import Param, Ptr
 
+# What one argument is: (kind, name, level); kinds below.
+_SIZE, _CAPACITY, _VALS, _POS, _CRD, _OUT_SIZES, _OUT_HANDLE, _OUT_DENSE = range(8)
+
 
 @dataclass
 class OutputBuffers:
@@ -29,46 +35,62 @@ class OutputBuffers:
     capacity: int = 16
 
 
-def pack_arguments(params: tuple[Param, ...], tensors: Mapping[str, Tensor],
-                   sizes: Mapping[str, int], output_name: str, output: OutputBuffers) -> list:
-    """One argument per parameter, in order: addresses for pointers, numbers for scalars."""
-    args: list = []
-    for param in params:
-        parts = param.role.split(".")
-        if parts[0] == "index":
-            args.append(int(sizes[parts[1]]))
-        elif parts[0] == "capacity":
-            args.append(int(output.capacity))
-        elif parts[0] == output_name and param.output:
-            args.append(_output_argument(param, parts, output))
-        else:
-            args.append(_input_argument(param, parts, tensors))
-    return args
+@dataclass(frozen=True, slots=True)
+class ArgumentPlan:
+    """How to produce each argument of a kernel, read once from the parameters' roles."""
 
+    steps: tuple[tuple[int, str, int], ...]
 
-def _input_argument(param: Param, parts: list[str], tensors: Mapping[str, Tensor]) -> int:
-    tensor = tensors[parts[0]]
-    match parts[1:]:
-        case ["vals"]:
-            array = tensor.vals
-        case [level, "pos"]:
-            array = tensor.levels[int(level)].pos
-        case [level, "crd"]:
-            array = tensor.levels[int(level)].crd
-        case _:
-            raise CompileError(f"internal: unknown parameter role {param.role!r}")
-    if array is None:
-        raise CompileError(f"internal: {param.role} is missing from {tensor}")
-    return array.ctypes.data
+    @staticmethod
+    def from_params(params: tuple[Param, ...], output_name: str) -> "ArgumentPlan":
+        steps = []
+        for param in params:
+            parts = param.role.split(".")
+            if parts[0] == "index":
+                steps.append((_SIZE, parts[1], 0))
+            elif parts[0] == "capacity":
+                steps.append((_CAPACITY, "", 0))
+            elif parts[0] == output_name and param.output:
+                if parts[1:] == ["sizes"]:
+                    steps.append((_OUT_SIZES, "", 0))
+                elif isinstance(param.var.dtype, Ptr) and isinstance(param.var.dtype.elem, Ptr):
+                    steps.append((_OUT_HANDLE, ".".join(parts[1:]), 0))
+                else:
+                    steps.append((_OUT_DENSE, "", 0))
+            else:
+                match parts[1:]:
+                    case ["vals"]:
+                        steps.append((_VALS, parts[0], 0))
+                    case [level, "pos"]:
+                        steps.append((_POS, parts[0], int(level)))
+                    case [level, "crd"]:
+                        steps.append((_CRD, parts[0], int(level)))
+                    case _:
+                        raise CompileError(f"internal: unknown parameter role {param.role!r}")
+        return ArgumentPlan(tuple(steps))
 
-
-def _output_argument(param: Param, parts: list[str], output: OutputBuffers) -> int:
-    if parts[1:] == ["sizes"]:
-        assert output.sizes is not None
-        return output.sizes.ctypes.data
-    if isinstance(param.var.dtype, Ptr) and isinstance(param.var.dtype.elem, Ptr):
-        handle = ctypes.c_void_p(0)
-        output.handles[".".join(parts[1:])] = handle
-        return ctypes.addressof(handle)
-    assert output.dense is not None
-    return output.dense.ctypes.data
+    def pack(self, tensors: Mapping[str, Tensor], sizes: Mapping[str, int],
+             output: OutputBuffers) -> list:
+        """One argument per parameter, in order: addresses for pointers, numbers for scalars."""
+        args: list = []
+        append = args.append
+        for kind, name, level in self.steps:
+            if kind == _SIZE:
+                append(sizes[name])
+            elif kind == _VALS:
+                append(tensors[name].vals.ctypes.data)
+            elif kind == _POS:
+                append(tensors[name].levels[level].pos.ctypes.data)  # type: ignore[union-attr]
+            elif kind == _CRD:
+                append(tensors[name].levels[level].crd.ctypes.data)  # type: ignore[union-attr]
+            elif kind == _CAPACITY:
+                append(output.capacity)
+            elif kind == _OUT_DENSE:
+                append(output.dense.ctypes.data)  # type: ignore[union-attr]
+            elif kind == _OUT_SIZES:
+                append(output.sizes.ctypes.data)  # type: ignore[union-attr]
+            else:
+                handle = ctypes.c_void_p(0)
+                output.handles[name] = handle
+                append(ctypes.addressof(handle))
+        return args

@@ -1,0 +1,791 @@
+#!/usr/bin/env python
+"""Benchmark tensoralg against scipy.sparse, NumPy, pydata sparse and tensora, side by side.
+
+    python benchmarks/run.py [--quick] [--only spmv,spmm,...] [--matrices a,b]
+                             [--out benchmarks/results.json]
+
+Kernels (all float64, int32 indices):
+
+- ``spmv``   y = A @ x                                   ``ta.einsum("ij,j->i", A, x)``
+- ``spmm``   Y = A @ B, B dense with 16 columns          ``ta.einsum("ij,jk->ik", A, B)``
+- ``sddmm``  Z = A * (X @ Y), rank 16                    ``ta.einsum("ij,ik,kj->ij", A, X, Y)``
+- ``spgemm`` C = A @ A (square) or A @ A.T (others)      ``ta.einsum("ij,jk->ik", A, B)``
+- ``add``    C = A + A.T (square) or A + A[perm] (others) ``ta.compile("C(i,j) = A(i,j) + B(i,j)")``
+             (einsum cannot express a sum of operands, so this one is a precompiled kernel)
+- ``mttkrp`` M = T_(1) (D kr C), rank 16, T in CSF ("sss") ``ta.einsum("ijk,jr,kr->ir", T, C, D)``
+
+Every operand is prepared once, outside the timed region, in each library's own format: scipy
+CSR (canonical, float64), pydata ``sparse.COO``, a dense ``numpy.ndarray`` (only when the dense
+array has at most 2e8 elements), a tensora ``Tensor`` with the same formats as tensoralg. For the
+matrices, tensoralg gets the scipy CSR objects directly (zero-copy binding).
+
+Each tensoralg result is checked against scipy (``np.allclose`` semantics, elementwise on the
+sparse difference for sparse results) after a warm-up call; a mismatch prints ``WRONG``. The
+baselines are checked the same way and print ``bad`` on a mismatch (a baseline problem, not ours).
+Then each function is called ``max(5, 0.2 s / t_warm)`` times with ``time.perf_counter`` (garbage
+collector off) and the median is reported. Ratios are ``baseline_time / tensoralg_time``: above 1
+means tensoralg is faster.
+
+Also measured: the first-call time of each tensoralg kernel in a fresh kernel cache (the script
+points ``TENSORALG_CACHE_DIR`` at a new temporary directory before importing tensoralg, so every
+kernel is compiled in this process), the cached dispatch overhead on a 4x4 CSR matrix (einsum and
+a precompiled ``ta.compile`` kernel), and the first call in a *new* process that finds the kernel
+in the on-disk cache.
+
+Note: on some machines ``OPENBLAS_CORETYPE`` is set in the environment, which can slow NumPy's
+BLAS calls. This script does not change it; it prints its value, and the BLAS thread pools when
+``threadpoolctl`` is installed, so that results can be compared.
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import gzip
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+# A fresh, private kernel cache, set before tensoralg is imported (it reads the environment once).
+_CACHE_DIR = tempfile.mkdtemp(prefix="tensoralg-bench-cache-")
+os.environ["TENSORALG_CACHE_DIR"] = _CACHE_DIR
+
+import numpy as np  # noqa: E402
+import scipy  # noqa: E402
+import scipy.io  # noqa: E402
+import scipy.sparse as sp  # noqa: E402
+
+import tensoralg as ta  # noqa: E402
+import tensoralg.data  # noqa: E402
+from tensoralg.api import kernel_cache  # noqa: E402
+
+try:
+    import sparse as pydata_sparse  # noqa: E402
+except ImportError:  # pragma: no cover - optional baseline
+    pydata_sparse = None
+
+try:
+    import tensora  # noqa: E402
+    from tensora import tensor_method  # noqa: E402
+    from tensora.compile._cffi_ownership import (  # noqa: E402
+        taco_structure_to_cffi, tensor_cdefs,
+    )
+except ImportError:  # pragma: no cover - optional baseline
+    tensora = None
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+SHARED = Path(os.environ.get("TENSORALG_BENCH_DATA", ROOT.parent / "shared" / "data"))
+KERNELS = ("spmv", "spmm", "sddmm", "spgemm", "add", "mttkrp")
+BASELINES = ("scipy", "numpy", "pydata", "tensora")
+RANK = 16
+DENSE_LIMIT = 2e8          # NumPy / pydata dense intermediates: skip above this many elements
+DENSE_GEMM_FLOPS = 2e10    # NumPy dense A @ A: skip above this many flops (minutes per call)
+BUDGET = 0.2               # seconds per measurement
+MIN_REPEATS = 5
+MAX_REPEATS = 20000
+# FROSTT tensors: the shape to pass (collegemsg's largest mode-2 index is not its size)
+TENSOR_SHAPES = {"collegemsg": (1899, 1899, 194), "wn18rr": (40943, 11, 40943)}
+
+
+# ---------------------------------------------------------------------------------------------
+# timing and checking
+
+
+def timeit(fn, budget=BUDGET):
+    """Median seconds of ``fn()`` (already warmed up) over an adaptive number of repeats."""
+    gc.collect()
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        t0 = time.perf_counter()
+        fn()
+        probe = time.perf_counter() - t0
+        repeats = max(MIN_REPEATS, min(MAX_REPEATS, int(budget / max(probe, 1e-7))))
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+    finally:
+        if enabled:
+            gc.enable()
+    return statistics.median(times), repeats
+
+
+def comparable(result):
+    """A scipy CSR matrix or a numpy array for any result object."""
+    if sp.issparse(result):
+        return sp.csr_matrix(result)
+    if isinstance(result, ta.Tensor):
+        return sp.csr_matrix(result.to_scipy()) if result.ndim == 2 else result.to_numpy()
+    if pydata_sparse is not None and isinstance(result, pydata_sparse.SparseArray):
+        return sp.csr_matrix(result.to_scipy_sparse()) if result.ndim == 2 else result.todense()
+    if isinstance(result, TensoraResult):
+        return result.value
+    return np.asarray(result)
+
+
+def allclose(result, ref, rtol=1e-5, atol=1e-8):
+    """``np.allclose(result, ref)``, without densifying when both are sparse."""
+    r, e = comparable(result), comparable(ref)
+    if r.shape != e.shape:
+        return False
+    if sp.issparse(r) and sp.issparse(e):
+        diff = abs(r - e) - rtol * abs(e)
+        return diff.nnz == 0 or float(diff.max()) <= atol
+    if sp.issparse(r):
+        r = r.toarray()
+    if sp.issparse(e):
+        e = e.toarray()
+    return bool(np.allclose(r, e, rtol=rtol, atol=atol))
+
+
+# ---------------------------------------------------------------------------------------------
+# tensora adapters (operands are built once, outside the timed region)
+
+
+class TensoraResult:
+    """A tensora output read back into scipy/numpy, for checking only."""
+
+    def __init__(self, value):
+        self.value = value
+
+
+def tensora_csr(A):
+    return tensora.Tensor(taco_structure_to_cffi(
+        [[], [A.indptr.tolist(), A.indices.tolist()]], A.data.tolist(),
+        mode_types=(0, 1), dimensions=A.shape, mode_ordering=(0, 1)))
+
+
+def tensora_dense(a):
+    a = np.ascontiguousarray(a, dtype=np.float64)
+    return tensora.Tensor(taco_structure_to_cffi(
+        [[] for _ in a.shape], a.ravel().tolist(), mode_types=(0,) * a.ndim,
+        dimensions=a.shape, mode_ordering=tuple(range(a.ndim))))
+
+
+def tensora_csf(coords, vals, shape):
+    """CSF (all levels compressed) from lexicographically sorted, unique coordinates."""
+    nnz = len(vals)
+    indices = []
+    parent = np.zeros(nnz, dtype=np.int64)       # position of each entry's parent fiber
+    nparents = 1
+    for level in range(coords.shape[0]):
+        key = coords[: level + 1].T
+        new = np.ones(nnz, dtype=bool)
+        new[1:] = np.any(key[1:] != key[:-1], axis=1)
+        starts = np.flatnonzero(new)
+        counts = np.bincount(parent[starts], minlength=nparents)
+        pos = np.concatenate([[0], np.cumsum(counts)])
+        indices.append([pos.tolist(), coords[level, starts].tolist()])
+        parent = np.cumsum(new) - 1
+        nparents = len(starts)
+    return tensora.Tensor(taco_structure_to_cffi(
+        indices, vals.tolist(), mode_types=(1,) * coords.shape[0], dimensions=shape,
+        mode_ordering=tuple(range(coords.shape[0]))))
+
+
+def tensora_read(out, shape, sparse_out):
+    t = out.cffi_tensor
+    if not sparse_out:
+        n = math.prod(shape)
+        return np.frombuffer(tensor_cdefs.buffer(t.vals, 8 * n), dtype=np.float64).reshape(shape)
+    m = shape[0]
+    pos = np.frombuffer(tensor_cdefs.buffer(t.indices[1][0], 4 * (m + 1)), dtype=np.int32)
+    nnz = int(pos[-1])
+    crd = np.frombuffer(tensor_cdefs.buffer(t.indices[1][1], 4 * nnz), dtype=np.int32)
+    vals = np.frombuffer(tensor_cdefs.buffer(t.vals, 8 * nnz), dtype=np.float64)
+    return sp.csr_matrix((vals.copy(), crd.copy(), pos.copy()), shape=shape)
+
+
+_tensora_compile_times: dict[str, float] = {}
+
+
+def tensora_kernel(kernel, assignment, formats):
+    t0 = time.perf_counter()
+    method = tensor_method(assignment, formats)
+    _tensora_compile_times.setdefault(kernel, time.perf_counter() - t0)
+    return method
+
+
+# ---------------------------------------------------------------------------------------------
+# data
+
+
+def canonical(A):
+    A = sp.csr_matrix(A, dtype=np.float64)
+    A.sum_duplicates()
+    A.sort_indices()
+    if A.indices.dtype != np.int32 and max(A.shape) < 2**31 - 1:
+        A.indices = A.indices.astype(np.int32)
+        A.indptr = A.indptr.astype(np.int32)
+    return A
+
+
+def matrix_sources(quick):
+    """(name, path) of the matrices to run: bundled ones for --quick, else the shared set."""
+    shared = SHARED / "matrices"
+    if not quick and shared.is_dir():
+        return [(p.name.removesuffix(".mtx.gz"), p) for p in sorted(shared.glob("*.mtx.gz"))]
+    if not quick:
+        print(f"note: {shared} not found; using the bundled matrices (as --quick)")
+    return [(name, tensoralg.data.path(name)) for name, (f, _) in tensoralg.data.FILES.items()
+            if f.endswith(".mtx.gz")]
+
+
+def tensor_sources(quick):
+    shared = SHARED / "tensors"
+    if not quick and shared.is_dir():
+        return [(name, shared / f"{name}.tns.gz") for name in ("collegemsg", "wn18rr")
+                if (shared / f"{name}.tns.gz").exists()]
+    return [("collegemsg", tensoralg.data.path("collegemsg"))]
+
+
+def load_tensor(path, shape):
+    t = np.loadtxt(gzip.open(path, "rt"), dtype=np.int64, ndmin=2)
+    coords = np.ascontiguousarray((t[:, :3] - 1).T)
+    vals = t[:, 3].astype(np.float64)
+    order = np.lexsort(coords[::-1])
+    return coords[:, order], vals[order], shape
+
+
+# ---------------------------------------------------------------------------------------------
+# kernels: each returns (tensoralg function, reference function, {baseline: function or reason},
+# tensoralg setup-and-first-call function for the compile measurement)
+
+
+def skip(reason):
+    return ("skip", reason)
+
+
+def dense_or_skip(A, limit=DENSE_LIMIT):
+    n = math.prod(A.shape)
+    return A.toarray() if n <= limit else None
+
+
+def case_spmv(A, rng, ctx):
+    x = rng.random(A.shape[1])
+    base = {"scipy": lambda: A @ x}
+    Ad = ctx.dense(A)
+    base["numpy"] = (lambda: Ad @ x) if Ad is not None else skip("dense>2e8")
+    P = ctx.pydata(A)
+    base["pydata"] = lambda: P @ x
+    if tensora is not None:
+        f = tensora_kernel("spmv", "y(i) = A(i,j) * x(j)", {"y": "d", "A": "ds", "x": "d"})
+        TA, tx = ctx.tensora(A), tensora_dense(x)
+        base["tensora"] = (lambda: f(A=TA, x=tx), (A.shape[0],), False)
+    return (lambda: ta.einsum("ij,j->i", A, x, backend="llvm")), base
+
+
+def case_spmm(A, rng, ctx):
+    B = rng.random((A.shape[1], RANK))
+    base = {"scipy": lambda: A @ B}
+    Ad = ctx.dense(A)
+    base["numpy"] = (lambda: Ad @ B) if Ad is not None else skip("dense>2e8")
+    P = ctx.pydata(A)
+    base["pydata"] = lambda: P @ B
+    if tensora is not None:
+        f = tensora_kernel("spmm", "Y(i,k) = A(i,j) * B(j,k)", {"Y": "dd", "A": "ds", "B": "dd"})
+        TA, TB = ctx.tensora(A), tensora_dense(B)
+        base["tensora"] = (lambda: f(A=TA, B=TB), (A.shape[0], RANK), False)
+    return (lambda: ta.einsum("ij,jk->ik", A, B, backend="llvm")), base
+
+
+def case_sddmm(A, rng, ctx):
+    m, n = A.shape
+    X = rng.random((m, RANK))
+    Y = rng.random((RANK, n))
+    Yt = np.ascontiguousarray(Y.T)
+
+    def scipy_sddmm():
+        # gather formulation: never forms the dense m x n product
+        rows = np.repeat(np.arange(m, dtype=A.indices.dtype), np.diff(A.indptr))
+        vals = A.data * np.einsum("ij,ij->i", X[rows], Yt[A.indices])
+        return sp.csr_matrix((vals, A.indices, A.indptr), shape=A.shape)
+
+    base = {"scipy": scipy_sddmm}
+    Ad = ctx.dense(A)
+    base["numpy"] = (lambda: Ad * (X @ Y)) if Ad is not None else skip("dense>2e8")
+    P = ctx.pydata(A)
+    base["pydata"] = (lambda: P * (X @ Y)) if m * n <= DENSE_LIMIT else skip("dense>2e8")
+    if tensora is not None:
+        f = tensora_kernel("sddmm", "Z(i,j) = A(i,j) * X(i,k) * Y(k,j)",
+                           {"Z": "ds", "A": "ds", "X": "dd", "Y": "dd"})
+        TA, TX, TY = ctx.tensora(A), tensora_dense(X), tensora_dense(Y)
+        base["tensora"] = (lambda: f(A=TA, X=TX, Y=TY), A.shape, True)
+    return (lambda: ta.einsum("ij,ik,kj->ij", A, X, Y, backend="llvm")), base
+
+
+def case_spgemm(A, rng, ctx):
+    B = A if A.shape[0] == A.shape[1] else canonical(A.T)
+    base = {"scipy": lambda: A @ B}
+    m, k = A.shape
+    n = B.shape[1]
+    if m * k <= DENSE_LIMIT and k * n <= DENSE_LIMIT and m * n <= DENSE_LIMIT:
+        if 2.0 * m * k * n <= DENSE_GEMM_FLOPS:
+            Ad = ctx.dense(A)
+            Bd = Ad if B is A else B.toarray()
+            base["numpy"] = lambda: Ad @ Bd
+        else:
+            base["numpy"] = skip("flops>2e10")
+    else:
+        base["numpy"] = skip("dense>2e8")
+    P = ctx.pydata(A)
+    PB = P if B is A else pydata_sparse.COO.from_scipy_sparse(B)
+    base["pydata"] = lambda: P @ PB
+    if tensora is not None:
+        try:
+            tensora_kernel("spgemm", "C(i,j) = A(i,k) * B(k,j)",
+                           {"C": "ds", "A": "ds", "B": "ds"})
+            base["tensora"] = skip("compiled?")
+        except Exception as err:  # noqa: BLE001 - tensora has no CSR x CSR -> CSR kernel
+            base["tensora"] = skip("no kernel" if "NoKernelFound" in type(err).__name__
+                                   else type(err).__name__)
+    return (lambda: ta.einsum("ij,jk->ik", A, B, backend="llvm")), base
+
+
+_add_kernel = None
+
+
+def case_add(A, rng, ctx):
+    global _add_kernel
+    if A.shape[0] == A.shape[1]:
+        B = canonical(A.T)
+    else:
+        B = canonical(A[np.random.default_rng(0).permutation(A.shape[0])])
+    base = {"scipy": lambda: A + B}
+    Ad = ctx.dense(A)
+    if Ad is not None:
+        Bd = B.toarray()
+        base["numpy"] = lambda: Ad + Bd
+    else:
+        base["numpy"] = skip("dense>2e8")
+    P = ctx.pydata(A)
+    PB = pydata_sparse.COO.from_scipy_sparse(B)
+    base["pydata"] = lambda: P + PB
+    if tensora is not None:
+        f = tensora_kernel("add", "C(i,j) = A(i,j) + B(i,j)", {"C": "ds", "A": "ds", "B": "ds"})
+        TA, TB = ctx.tensora(A), tensora_csr(B)
+        base["tensora"] = (lambda: f(A=TA, B=TB), A.shape, True)
+
+    def run():
+        global _add_kernel
+        if _add_kernel is None:
+            _add_kernel = ta.compile("C(i,j) = A(i,j) + B(i,j)", formats={"A": "ds", "B": "ds"},
+                                     dtype="float64", backend="llvm")
+        return _add_kernel(A=A, B=B)
+
+    return run, base
+
+
+def case_mttkrp(T, rng, ctx):
+    coords, vals, shape = T
+    I, J, K = shape
+    C = rng.random((J, RANK))
+    D = rng.random((K, RANK))
+    tensor = ta.Tensor.from_coords(coords, vals, shape, format="sss")
+    unfolded = canonical(sp.csr_matrix((vals, (coords[0], coords[1] * K + coords[2])),
+                                       shape=(I, J * K)))
+
+    def scipy_mttkrp():
+        kr = (C[:, None, :] * D[None, :, :]).reshape(J * K, RANK)
+        return unfolded @ kr
+
+    base = {"scipy": scipy_mttkrp}
+    base["numpy"] = skip("dense>2e8") if I * J * K > DENSE_LIMIT else \
+        (lambda Td=ctx.dense_tensor(T): np.einsum("ijk,jr,kr->ir", Td, C, D, optimize=True))
+    if pydata_sparse is not None:
+        P = pydata_sparse.COO(coords, vals, shape=shape)
+        base["pydata"] = lambda: pydata_sparse.einsum("ijk,jr,kr->ir", P, C, D)
+    if tensora is not None:
+        f = tensora_kernel("mttkrp", "M(i,r) = T(i,j,k) * C(j,r) * D(k,r)",
+                           {"M": "dd", "T": "sss", "C": "dd", "D": "dd"})
+        TT, TC, TD = tensora_csf(coords, vals, shape), tensora_dense(C), tensora_dense(D)
+        base["tensora"] = (lambda: f(T=TT, C=TC, D=TD), (I, RANK), False)
+    return (lambda: ta.einsum("ijk,jr,kr->ir", tensor, C, D, out_format="dense",
+                              backend="llvm")), base
+
+
+CASES = {"spmv": case_spmv, "spmm": case_spmm, "sddmm": case_sddmm, "spgemm": case_spgemm,
+         "add": case_add, "mttkrp": case_mttkrp}
+
+
+class Operands:
+    """Per-matrix conversions, made once and shared by the kernels."""
+
+    def __init__(self, A):
+        self.A = A
+        self._dense = None
+        self._pydata = None
+        self._tensora = None
+
+    def dense(self, A):
+        if A is not self.A:
+            return dense_or_skip(A)
+        if self._dense is None:
+            self._dense = dense_or_skip(A)
+            if self._dense is None:
+                self._dense = False
+        return self._dense if self._dense is not False else None
+
+    def dense_tensor(self, T):
+        coords, vals, shape = T
+        d = np.zeros(shape)
+        d[tuple(coords)] = vals
+        return d
+
+    def pydata(self, A):
+        if self._pydata is None:
+            self._pydata = pydata_sparse.COO.from_scipy_sparse(A)
+        return self._pydata
+
+    def tensora(self, A):
+        if self._tensora is None:
+            self._tensora = tensora_csr(A)
+        return self._tensora
+
+
+# ---------------------------------------------------------------------------------------------
+# one (kernel, data) row
+
+
+def run_row(kernel, dataname, data, rng, ctx, compile_times):
+    row = {"kernel": kernel, "matrix": dataname, "tensoralg": None, "status": "ok",
+           "baselines": {}}
+    try:
+        ta_fn, base = CASES[kernel](data, rng, ctx)
+    except Exception as err:  # noqa: BLE001 - report and go on
+        row["status"] = f"setup error: {type(err).__name__}: {err}"
+        return row
+    ref_fn = base["scipy"]
+    ref = ref_fn()
+
+    # tensoralg: the first call compiles (fresh cache) when this kernel is new in this run
+    compiles_before = kernel_cache().compiles
+    try:
+        t0 = time.perf_counter()
+        result = ta_fn()
+        first = time.perf_counter() - t0
+    except Exception as err:  # noqa: BLE001
+        row["status"] = f"ERROR {type(err).__name__}: {str(err)[:200]}"
+        result = None
+    if result is not None:
+        compiled = kernel_cache().compiles - compiles_before
+        if not allclose(result, ref):
+            row["status"] = "WRONG"
+        t, reps = timeit(ta_fn)
+        row["tensoralg"] = t
+        row["repeats"] = reps
+        if compiled and kernel not in compile_times:
+            compile_times[kernel] = {"first_call_s": first, "warm_s": t,
+                                     "compile_s": first - t, "kernels_compiled": compiled,
+                                     "on": dataname}
+
+    for name in BASELINES:
+        spec = base.get(name)
+        if spec is None:
+            row["baselines"][name] = {"skip": "not installed"}
+            continue
+        if isinstance(spec, tuple) and spec[0] == "skip":
+            row["baselines"][name] = {"skip": spec[1]}
+            continue
+        if isinstance(spec, tuple):          # tensora: (fn, out shape, sparse out)
+            fn, shape, sparse_out = spec
+            check = lambda r, s=shape, so=sparse_out: TensoraResult(tensora_read(r, s, so))
+        else:
+            fn, check = spec, (lambda r: r)
+        entry = {}
+        try:
+            out = fn()
+            if name != "scipy" and not allclose(check(out), ref):
+                entry["bad"] = True
+            del out
+            entry["time"], entry["repeats"] = timeit(fn)
+        except Exception as err:  # noqa: BLE001
+            entry = {"skip": f"error {type(err).__name__}: {str(err)[:120]}"}
+        row["baselines"][name] = entry
+    return row
+
+
+# ---------------------------------------------------------------------------------------------
+# dispatch overhead and disk cache
+
+
+def dispatch_overhead():
+    rng = np.random.default_rng(1)
+    A = canonical(sp.random(4, 4, density=0.5, format="csr", random_state=1))
+    x = rng.random(4)
+    out = {}
+    ta.einsum("ij,j->i", A, x, backend="llvm")
+    out["ta.einsum 4x4 spmv"] = timeit(lambda: ta.einsum("ij,j->i", A, x, backend="llvm"))[0]
+    k = ta.compile("y(i) = A(i,j) * x(j)", formats={"A": "ds"}, dtype="float64", backend="llvm")
+    k(A=A, x=x)
+    out["ta.compile kernel call 4x4 spmv"] = timeit(lambda: k(A=A, x=x))[0]
+    out["scipy A @ x 4x4"] = timeit(lambda: A @ x)[0]
+    Ad = A.toarray()
+    out["numpy A @ x 4x4 dense"] = timeit(lambda: Ad @ x)[0]
+    if tensora is not None:
+        f = tensor_method("y(i) = A(i,j) * x(j)", {"y": "d", "A": "ds", "x": "d"})
+        TA, tx = tensora_csr(A), tensora_dense(x)
+        f(A=TA, x=tx)
+        out["tensora kernel call 4x4 spmv"] = timeit(lambda: f(A=TA, x=tx))[0]
+    assert np.allclose(ta.einsum("ij,j->i", A, x), A @ x)
+    return out
+
+
+_CHILD = r"""
+import json, time, sys
+t0 = time.perf_counter()
+import numpy as np, scipy.io, scipy.sparse as sp
+import tensoralg as ta, tensoralg.data
+from tensoralg.api import kernel_cache
+t1 = time.perf_counter()
+A = sp.csr_matrix(scipy.io.mmread(tensoralg.data.path("bcspwr10")), dtype=np.float64)
+A.sum_duplicates(); A.sort_indices()
+A.indices = A.indices.astype(np.int32); A.indptr = A.indptr.astype(np.int32)
+x = np.ones(A.shape[1])
+t2 = time.perf_counter(); y = ta.einsum("ij,j->i", A, x, backend="llvm"); t3 = time.perf_counter()
+t4 = time.perf_counter(); ta.einsum("ij,j->i", A, x, backend="llvm"); t5 = time.perf_counter()
+assert np.allclose(y, A @ x)
+print(json.dumps({"import_s": t1 - t0, "first_call_s": t3 - t2, "second_call_s": t5 - t4,
+                  "compiles": kernel_cache().compiles}))
+"""
+
+
+def disk_cache_probe(cache_dir):
+    """First spmv call in a new process: with the kernel on disk, and with an empty cache."""
+    out = {}
+    for label, directory in (("disk hit", cache_dir), ("cold (empty cache)", tempfile.mkdtemp(
+            prefix="tensoralg-bench-cold-"))):
+        env = dict(os.environ, TENSORALG_CACHE_DIR=directory)
+        proc = subprocess.run([sys.executable, "-c", _CHILD], env=env, capture_output=True,
+                              text=True, timeout=300)
+        if proc.returncode != 0:
+            out[label] = {"error": proc.stderr.strip().splitlines()[-1:]}
+        else:
+            out[label] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# report
+
+
+def fmt_time(t):
+    if t is None:
+        return "-"
+    if t < 1e-3:
+        return f"{t * 1e6:.1f}us"
+    if t < 1:
+        return f"{t * 1e3:.2f}ms"
+    return f"{t:.2f}s"
+
+
+def ratio(row, name):
+    b = row["baselines"].get(name, {})
+    if row["tensoralg"] is None or "time" not in b:
+        return None
+    return b["time"] / row["tensoralg"]
+
+
+def cell(row, name):
+    b = row["baselines"].get(name, {})
+    if "skip" in b:
+        return b["skip"] if len(b["skip"]) <= 12 else b["skip"][:11] + "~"
+    r = ratio(row, name)
+    if r is None:
+        return "-"
+    return f"{r:.2f}" + (" bad" if b.get("bad") else "")
+
+
+def geomean(values):
+    values = [v for v in values if v is not None and v > 0]
+    if not values:
+        return None
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def print_table(rows):
+    head = ["kernel", "matrix", "tensoralg", *BASELINES, "status"]
+    body = [[r["kernel"], r["matrix"], fmt_time(r["tensoralg"]),
+             *(cell(r, b) for b in BASELINES), r["status"]] for r in rows]
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *body)]
+    line = lambda cells: "  ".join(  # noqa: E731
+        str(c).ljust(w) if k < 2 or k == len(cells) - 1 else str(c).rjust(w)
+        for k, (c, w) in enumerate(zip(cells, widths)))
+    print(line(head))
+    print("  ".join("-" * w for w in widths))
+    for b in body:
+        print(line(b))
+
+
+def summarize(rows):
+    """Geometric means of the ratios per kernel and baseline (rows that are not WRONG)."""
+    good = [r for r in rows if r["status"] == "ok"]
+    summary = {}
+    for kernel in KERNELS:
+        ks = [r for r in good if r["kernel"] == kernel]
+        if ks:
+            summary[kernel] = {b: geomean([ratio(r, b) for r in ks]) for b in BASELINES}
+    summary["all"] = {b: geomean([ratio(r, b) for r in good]) for b in BASELINES}
+    return summary
+
+
+def print_summary(summary):
+    head = ["geomean", *BASELINES]
+    body = [[k, *(("-" if v[b] is None else f"{v[b]:.2f}") for b in BASELINES)]
+            for k, v in summary.items()]
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *body)]
+    print("  ".join(h.ljust(w) if i == 0 else h.rjust(w)
+                    for i, (h, w) in enumerate(zip(head, widths))))
+    for b in body:
+        print("  ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                        for i, (c, w) in enumerate(zip(b, widths))))
+
+
+def environment():
+    info = {
+        "python": sys.version.split()[0], "platform": platform.platform(),
+        "cpus": os.cpu_count(), "numpy": np.__version__, "scipy": scipy.__version__,
+        "tensoralg": ta.__version__,
+        "pydata_sparse": getattr(pydata_sparse, "__version__", None),
+        "tensora": _dist_version("tensora"), "llvmlite": _dist_version("llvmlite"),
+        "OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE"),
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
+    }
+    try:
+        import threadpoolctl
+
+        info["threadpools"] = [
+            {k: p.get(k) for k in ("user_api", "internal_api", "num_threads", "version",
+                                   "architecture")}
+            for p in threadpoolctl.threadpool_info()]
+    except ImportError:
+        info["threadpools"] = "threadpoolctl not installed"
+    return info
+
+
+def _dist_version(name):
+    try:
+        from importlib.metadata import version
+
+        return version(name)
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true",
+                        help="only the matrices and tensor bundled in tensoralg/data")
+    parser.add_argument("--only", default=",".join(KERNELS),
+                        help=f"comma-separated kernels ({','.join(KERNELS)})")
+    parser.add_argument("--matrices", default=None,
+                        help="comma-separated matrix/tensor names (default: all)")
+    parser.add_argument("--out", default=None, help="write the results as JSON here")
+    parser.add_argument("--no-probes", action="store_true",
+                        help="skip the dispatch-overhead and disk-cache measurements")
+    args = parser.parse_args(argv)
+    kernels = [k.strip() for k in args.only.split(",") if k.strip()]
+    unknown = [k for k in kernels if k not in KERNELS]
+    if unknown:
+        parser.error(f"unknown kernel(s) {unknown}; choose from {', '.join(KERNELS)}")
+    wanted = None if args.matrices is None else {m.strip() for m in args.matrices.split(",")}
+
+    started = time.perf_counter()
+    env = environment()
+    print("environment:", json.dumps(env, indent=None))
+    print(f"kernel cache: {_CACHE_DIR} (fresh)")
+    rng = np.random.default_rng(0)
+    rows, compile_times = [], {}
+
+    matrix_kernels = [k for k in kernels if k != "mttkrp"]
+    if matrix_kernels:
+        for name, path in matrix_sources(args.quick):
+            if wanted is not None and name not in wanted:
+                continue
+            A = canonical(scipy.io.mmread(path))
+            print(f"\n{name}: {A.shape[0]}x{A.shape[1]}, nnz {A.nnz}", flush=True)
+            ctx = Operands(A)
+            for kernel in matrix_kernels:
+                row = run_row(kernel, name, A, rng, ctx, compile_times)
+                rows.append(row)
+                print(f"  {kernel:7s} tensoralg {fmt_time(row['tensoralg']):>9s}  "
+                      + "  ".join(f"{b} {cell(row, b)}" for b in BASELINES)
+                      + f"  [{row['status']}]", flush=True)
+            del ctx
+    if "mttkrp" in kernels:
+        for name, path in tensor_sources(args.quick):
+            if wanted is not None and name not in wanted:
+                continue
+            T = load_tensor(path, TENSOR_SHAPES[name])
+            print(f"\n{name}: {'x'.join(map(str, T[2]))}, nnz {len(T[1])}", flush=True)
+            row = run_row("mttkrp", name, T, rng, Operands(None), compile_times)
+            rows.append(row)
+            print(f"  mttkrp  tensoralg {fmt_time(row['tensoralg']):>9s}  "
+                  + "  ".join(f"{b} {cell(row, b)}" for b in BASELINES)
+                  + f"  [{row['status']}]", flush=True)
+
+    rows.sort(key=lambda r: (KERNELS.index(r["kernel"]), r["matrix"].lower()))
+    print("\nratios = baseline time / tensoralg time (> 1: tensoralg is faster); "
+          "tensoralg column = its median time")
+    print_table(rows)
+    summary = summarize(rows)
+    print("\ngeometric means of the ratios (rows marked WRONG/ERROR left out):")
+    print_summary(summary)
+
+    print("\nfirst call of each tensoralg kernel in a fresh kernel cache (compile + one run):")
+    for kernel, c in compile_times.items():
+        print(f"  {kernel:7s} first call {fmt_time(c['first_call_s']):>9s}   "
+              f"minus warm run = compile {fmt_time(c['compile_s']):>9s}   "
+              f"({c['kernels_compiled']} kernel(s), on {c['on']})")
+    if _tensora_compile_times:
+        print("tensora kernel build time (tensor_method), for comparison:")
+        for kernel, t in _tensora_compile_times.items():
+            print(f"  {kernel:7s} {fmt_time(t):>9s}")
+
+    probes = {}
+    if not args.no_probes:
+        probes["dispatch"] = dispatch_overhead()
+        print("\ncached dispatch overhead (median per call):")
+        for label, t in probes["dispatch"].items():
+            print(f"  {label:34s} {fmt_time(t):>9s}")
+        probes["disk_cache"] = disk_cache_probe(_CACHE_DIR)
+        print("\nnew process, first ta.einsum spmv call on bcspwr10:")
+        for label, c in probes["disk_cache"].items():
+            if "error" in c:
+                print(f"  {label:20s} error: {c['error']}")
+            else:
+                print(f"  {label:20s} first call {fmt_time(c['first_call_s']):>9s}   "
+                      f"second call {fmt_time(c['second_call_s']):>9s}   "
+                      f"import tensoralg {fmt_time(c['import_s'])}   "
+                      f"kernels compiled {c['compiles']}")
+
+    wrong = [r for r in rows if r["status"] != "ok"]
+    if wrong:
+        print("\nproblems:")
+        for r in wrong:
+            print(f"  {r['kernel']} on {r['matrix']}: {r['status']}")
+    elapsed = time.perf_counter() - started
+    print(f"\ntotal time {elapsed:.0f} s")
+    if args.out:
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps({
+            "environment": env, "quick": args.quick, "elapsed_s": elapsed, "rows": rows,
+            "summary": summary, "compile": compile_times,
+            "tensora_compile": _tensora_compile_times, "probes": probes,
+        }, indent=1, default=str))
+        print(f"wrote {out}")
+    return 1 if any(r["status"] == "WRONG" for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

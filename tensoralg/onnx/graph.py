@@ -1,0 +1,53 @@
+"""The importer's graph: ONNX nodes with decoded attributes and resolved implementations."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tensoralg.onnx.ops.registry import OpImpl
+
+
+@dataclass(frozen=True, slots=True)
+class ValueInfo:
+    """A graph input or output: name, shape (ints, or names/None for free dims) and dtype."""
+
+    name: str
+    shape: tuple[int | str | None, ...] | None
+    dtype: np.dtype | None
+
+    def __str__(self) -> str:
+        dims = "?" if self.shape is None else \
+            "x".join("?" if d is None else str(d) for d in self.shape) or "scalar"
+        return f"{self.name}: {self.dtype} [{dims}]"
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """One ONNX node: ``version`` is the op's schema version under the model's opset."""
+
+    name: str
+    op_type: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    attributes: dict[str, Any]
+    version: int
+    impl: OpImpl
+
+    def __str__(self) -> str:
+        return (f"{self.name}: {self.op_type}({', '.join(n or '-' for n in self.inputs)}) "
+                f"-> {', '.join(self.outputs)}")
+
+
+@dataclass(slots=True)
+class Graph:
+    """Nodes in topological order, constants (initializers and folded values), inputs, outputs."""
+
+    nodes: list[Node]
+    inputs: list[ValueInfo]
+    outputs: list[ValueInfo]
+    constants: dict[str, np.ndarray]
+    opset: int
+    static_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)

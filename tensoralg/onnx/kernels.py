@@ -1,0 +1,171 @@
+"""From ONNX nodes to tensoralg statements: dtypes, broadcasting and the per-model kernel set.
+
+Every contraction and elementwise step of a node is a TACO-style statement compiled once per
+(statement, dtype) by ``ta.compile`` and owned by the model's :class:`KernelSet`. Broadcasting
+follows NumPy: inputs are aligned on the right, and a size-1 or missing dimension simply has no
+index in that input's access, so ``A + B`` with shapes (3, 4) and (4,) becomes
+``Y(i,j) = A(i,j) + B(j)``.
+
+The core computes in float32, float64, int32 and int64. Other ONNX dtypes are widened for the
+kernel and narrowed back afterwards (:func:`compute_dtype`): float16 in float32, small and
+unsigned integers and bool in int64.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+import tensoralg as ta
+
+INDICES = "ijklmnpqrstuvwxyzabcdefgh"
+OPERANDS = "ABCDEFGHIJKLMNOPQRSTUVWX"
+_CORE_DTYPES = (np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.int32),
+                np.dtype(np.int64))
+
+
+def compute_dtype(dtype: Any, needs_float: bool = False) -> np.dtype:
+    """The dtype a kernel computes in for values of ``dtype``.
+
+    >>> compute_dtype(np.float16), compute_dtype(np.uint8), compute_dtype(np.int32, True)
+    (dtype('float32'), dtype('int64'), dtype('float64'))
+    """
+    dtype = np.dtype(dtype)
+    if dtype.kind == "f":
+        return dtype if dtype in _CORE_DTYPES else np.dtype(np.float32)
+    if dtype.kind in "iub":
+        if needs_float:
+            return np.dtype(np.float64)
+        return dtype if dtype in _CORE_DTYPES else np.dtype(np.int64)
+    raise ta.UnsupportedError(f"tensoralg kernels cannot compute on {dtype} values")
+
+
+def literal(value: float | int) -> str:
+    """A statement literal, parenthesised when negative: ``(-0.5)``."""
+    if isinstance(value, (bool, np.bool_)):
+        value = int(value)
+    if isinstance(value, (int, np.integer)):
+        text = str(int(value))
+    else:
+        value = float(value)
+        if not math.isfinite(value):
+            raise ta.UnsupportedError(f"the literal {value} cannot appear in a statement")
+        text = repr(value)
+    return f"({text})" if text.startswith("-") else text
+
+
+class KernelSet:
+    """The kernels of one model: ``ta.compile`` once per (statement, dtype)."""
+
+    def __init__(self, backend: str) -> None:
+        self.backend = backend
+        self.kernels: dict[tuple[str, str], ta.Kernel] = {}
+
+    def get(self, statement: str, dtype: np.dtype) -> ta.Kernel:
+        key = (statement, dtype.str)
+        kernel = self.kernels.get(key)
+        if kernel is None:
+            kernel = ta.compile(statement, dtype=dtype, backend=self.backend)
+            self.kernels[key] = kernel
+        return kernel
+
+
+class NodeContext:
+    """What an op function sees of its node: names, opset version, and the way to run kernels.
+
+    ``plan`` records, in order, the statements and data-movement decisions the node made, so
+    that ``CompiledModel.print_ir`` can show what every node became.
+    """
+
+    def __init__(self, name: str, op_type: str, inputs: Sequence[str], outputs: Sequence[str],
+                 version: int, kernels: KernelSet) -> None:
+        self.name = name
+        self.op_type = op_type
+        self.inputs = tuple(inputs)
+        self.outputs = tuple(outputs)
+        self.version = version
+        self.kernels = kernels
+        self.plan: dict[str, None] = {}
+
+    def __str__(self) -> str:
+        return f"node {self.name} ({self.op_type}({', '.join(self.inputs)}))"
+
+    def note(self, text: str) -> None:
+        """Record a decision that is not a kernel (data movement, BLAS)."""
+        self.plan.setdefault(text, None)
+
+    def run(self, statement: str, dtype: np.dtype, **operands: np.ndarray) -> np.ndarray:
+        """Compile (once) and run ``statement`` in ``dtype`` on dense operands."""
+        self.plan.setdefault(statement, None)
+        kernel = self.kernels.get(statement, dtype)
+        cast = {name: np.asarray(a, dtype=dtype) for name, a in operands.items()}
+        return np.asarray(kernel(**cast))
+
+
+def access(name: str, array: np.ndarray, out_shape: Sequence[int], indices: str
+           ) -> tuple[str, np.ndarray]:
+    """The access of ``array`` broadcast to ``out_shape`` (whose dims are named by ``indices``).
+
+    Dimensions of size 1 that broadcast get no index and are dropped from the returned view.
+
+    >>> access("B", np.ones((1, 4)), (3, 4), "ij")[0]
+    'B(j)'
+    """
+    kept, names = kept_dims(array.shape, out_shape, indices)
+    view = array.reshape([array.shape[d] for d in kept])
+    return (f"{name}({','.join(names)})" if names else name), view
+
+
+def kept_dims(shape: Sequence[int], out_shape: Sequence[int], indices: str
+              ) -> tuple[list[int], list[str]]:
+    """Dimensions of ``shape`` that do not broadcast against ``out_shape``, and their indices."""
+    offset = len(out_shape) - len(shape)
+    kept = [d for d in range(len(shape)) if not (shape[d] == 1 and out_shape[offset + d] != 1)]
+    return kept, [indices[offset + d] for d in kept]
+
+
+def output_access(indices: str) -> str:
+    return f"Y({','.join(indices)})" if indices else "Y"
+
+
+def broadcast_shape(node: NodeContext, arrays: Sequence[np.ndarray]) -> tuple[int, ...]:
+    try:
+        return tuple(np.broadcast_shapes(*(a.shape for a in arrays)))
+    except ValueError:
+        shapes = ", ".join(str(a.shape) for a in arrays)
+        raise ta.ShapeError(f"{node}: inputs of shapes {shapes} do not broadcast") from None
+
+
+def elementwise(node: NodeContext, template: str | Callable[..., str],
+                *arrays: np.ndarray, dtype: np.dtype, out_dtype: Any = None) -> np.ndarray:
+    """Run ``Y(...) = template`` over broadcast ``arrays`` in ``dtype``.
+
+    ``template`` is a format string whose ``{0}``, ``{1}``, ... stand for the inputs' accesses
+    (or a function of the access strings); the result is cast to ``out_dtype`` (default:
+    the first input's dtype).
+
+    >>> node = NodeContext("n0", "Add", ("a", "b"), ("y",), 14, KernelSet("llvm"))
+    >>> elementwise(node, "{0} + {1}", np.ones((2, 3)), np.arange(3.0), dtype=np.dtype("f8"))[1]
+    array([1., 2., 3.])
+    >>> list(node.plan)
+    ['Y(i,j) = A(i,j) + B(j)']
+    """
+    shape = broadcast_shape(node, arrays)
+    indices = INDICES[:len(shape)]
+    if len(shape) > len(INDICES):
+        raise ta.UnsupportedError(f"{node}: rank {len(shape)} is above {len(INDICES)}")
+    accesses = []
+    operands = {}
+    for k, array in enumerate(arrays):
+        text, view = access(OPERANDS[k], array, shape, indices)
+        accesses.append(text)
+        operands[OPERANDS[k]] = view
+    rhs = template(*accesses) if callable(template) else template.format(*accesses)
+    result = node.run(f"{output_access(indices)} = {rhs}", dtype, **operands)
+    target = arrays[0].dtype if out_dtype is None else np.dtype(out_dtype)
+    return result.reshape(shape).astype(target, copy=False)
+
+
+__all__ = ["KernelSet", "NodeContext", "compute_dtype", "literal", "access", "kept_dims", "output_access",
+           "broadcast_shape", "elementwise", "INDICES", "OPERANDS"]

@@ -1,0 +1,10 @@
+"""ONNX op implementations, one module per op family, registered with ``@op``.
+
+The modules are imported by name below; importing one runs its ``@op`` registrations.
+"""
+from tensoralg.onnx.ops import (  # noqa: F401  (imported for their registrations)
+    constant, elementwise, matmul, movement, normalization, reduce, softmax,
+)
+from tensoralg.onnx.ops.registry import OpImpl, lookup, op, supported_ops
+
+__all__ = ["op", "lookup", "supported_ops", "OpImpl"]

@@ -1,0 +1,145 @@
+"""Elementwise ONNX ops with NumPy broadcasting, each one tensoralg statement.
+
+Ops that the statement language has no function for are written with the functions it has:
+LeakyRelu and Clip and HardSigmoid with ``max``/``min``, Reciprocal as ``1 / x``, Softplus as
+``log(1 + exp(x))``, Where as ``c * a + (1 - c) * b`` with ``c`` in {0, 1} (so an inf or NaN in
+the branch *not* taken still poisons the result: a documented limit), and Erf with the rational
+approximation 7.1.26 of Abramowitz & Stegun (absolute error below 1.5e-7).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+import tensoralg as ta
+from tensoralg.onnx.kernels import NodeContext, compute_dtype, elementwise, literal
+from tensoralg.onnx.ops.registry import op
+
+
+def _unary(template: str, needs_float: bool = False) -> Any:
+    def run(node: NodeContext, x: np.ndarray) -> np.ndarray:
+        return elementwise(node, template, x, dtype=compute_dtype(x.dtype, needs_float))
+    return run
+
+
+def _binary(template: str, needs_float: bool = False) -> Any:
+    def run(node: NodeContext, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        dtype = compute_dtype(np.result_type(a.dtype, b.dtype), needs_float)
+        return elementwise(node, template, a, b, dtype=dtype, out_dtype=a.dtype)
+    return run
+
+
+def _comparison(template: str) -> Any:
+    def run(node: NodeContext, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        dtype = compute_dtype(np.result_type(a.dtype, b.dtype))
+        return elementwise(node, template, a, b, dtype=dtype, out_dtype=np.bool_)
+    return run
+
+
+for _name, _template, _float in [
+    ("Abs", "abs({0})", False), ("Neg", "-({0})", False), ("Relu", "max({0}, 0)", False),
+    ("Sigmoid", "sigmoid({0})", True), ("Tanh", "tanh({0})", True), ("Exp", "exp({0})", True),
+    ("Log", "log({0})", True), ("Sqrt", "sqrt({0})", True), ("Reciprocal", "1 / {0}", True),
+    ("Softplus", "log(1 + exp({0}))", True), ("Sin", "sin({0})", True),
+    ("Cos", "cos({0})", True),
+]:
+    op(_name, since=6)(_unary(_template, _float))
+
+op("Add", since=7)(_binary("{0} + {1}"))
+op("Sub", since=7)(_binary("{0} - {1}"))
+op("Mul", since=7)(_binary("{0} * {1}"))
+for _name, _template in [("Greater", "gt({0}, {1})"), ("Less", "lt({0}, {1})"),
+                         ("Equal", "eq({0}, {1})"), ("GreaterOrEqual", "ge({0}, {1})"),
+                         ("LessOrEqual", "le({0}, {1})")]:
+    op(_name, since=7)(_comparison(_template))
+
+
+@op("Div", since=7)
+def div(node: NodeContext, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Float division, or integer division truncated toward zero (computed in float64)."""
+    dtype = compute_dtype(np.result_type(a.dtype, b.dtype), needs_float=True)
+    return elementwise(node, "{0} / {1}", a, b, dtype=dtype, out_dtype=a.dtype)
+
+
+@op("Pow", since=7)
+def pow_(node: NodeContext, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """``x ** y`` in the dtype of ``x`` (integers computed in float64 and truncated)."""
+    dtype = compute_dtype(np.result_type(x.dtype, y.dtype), needs_float=True)
+    if x.dtype == np.float32 and y.dtype.kind != "f":
+        dtype = np.dtype(np.float32)
+    return elementwise(node, "pow({0}, {1})", x, y, dtype=dtype, out_dtype=x.dtype)
+
+
+@op("LeakyRelu", since=6)
+def leaky_relu(node: NodeContext, x: np.ndarray, *, alpha: float = 0.01) -> np.ndarray:
+    a = literal(alpha)
+    return elementwise(node, f"max({{0}}, 0) + {a} * min({{0}}, 0)", x,
+                       dtype=compute_dtype(x.dtype, True))
+
+
+@op("HardSigmoid", since=6)
+def hard_sigmoid(node: NodeContext, x: np.ndarray, *, alpha: float = 0.2,
+                 beta: float = 0.5) -> np.ndarray:
+    template = f"max(0, min(1, {literal(alpha)} * {{0}} + {literal(beta)}))"
+    return elementwise(node, template, x, dtype=compute_dtype(x.dtype, True))
+
+
+@op("Clip", since=11)
+def clip(node: NodeContext, x: np.ndarray, low: np.ndarray | None = None,
+         high: np.ndarray | None = None) -> np.ndarray:
+    """``min(max(x, low), high)``; a missing bound is left out of the statement."""
+    operands = [x]
+    template = "{0}"
+    if low is not None:
+        operands.append(np.asarray(low, dtype=x.dtype))
+        template = f"max({template}, {{{len(operands) - 1}}})"
+    if high is not None:
+        operands.append(np.asarray(high, dtype=x.dtype))
+        template = f"min({template}, {{{len(operands) - 1}}})"
+    return elementwise(node, template, *operands, dtype=compute_dtype(x.dtype))
+
+
+@op("Where", since=9)
+def where(node: NodeContext, condition: np.ndarray, a: np.ndarray, b: np.ndarray
+          ) -> np.ndarray:
+    """``c * a + (1 - c) * b``, c being the condition as 0/1 (see the module docstring)."""
+    dtype = compute_dtype(np.result_type(a.dtype, b.dtype))
+    c = condition.astype(dtype)
+    return elementwise(node, "{0} * {1} + (1 - {0}) * {2}", c, a, b, dtype=dtype,
+                       out_dtype=a.dtype)
+
+
+# Abramowitz & Stegun 7.1.26: erf(x) = 1 - t (a1 + t (a2 + t (a3 + t (a4 + t a5)))) exp(-x^2),
+# t = 1 / (1 + p |x|), for x >= 0; erf is odd, so the sign of x is multiplied back in.
+_ERF_P = 0.3275911
+_ERF_A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
+
+
+def erf_template(x: str) -> str:
+    """A statement expression for erf(x) in terms of ``x`` (absolute error < 1.5e-7)."""
+    t = f"(1 / (1 + {_ERF_P} * abs({x})))"
+    poly = literal(_ERF_A[-1])
+    for coefficient in reversed(_ERF_A[:-1]):
+        poly = f"({literal(coefficient)} + {t} * {poly})"
+    sign = f"(gt({x}, 0) - lt({x}, 0))"
+    return f"{sign} * (1 - {t} * {poly} * exp(-({x} * {x})))"
+
+
+@op("Erf", since=9)
+def erf(node: NodeContext, x: np.ndarray) -> np.ndarray:
+    return elementwise(node, erf_template, x, dtype=compute_dtype(x.dtype, True))
+
+
+@op("Gelu", since=20)
+def gelu(node: NodeContext, x: np.ndarray, *, approximate: str = "none") -> np.ndarray:
+    """``x/2 (1 + erf(x/sqrt 2))``, or the tanh form when ``approximate="tanh"``."""
+    if approximate == "tanh":
+        def template(a: str) -> str:
+            return f"0.5 * {a} * (1 + tanh(0.7978845608028654 * ({a} + 0.044715 * {a} * {a} * {a})))"
+    elif approximate == "none":
+        def template(a: str) -> str:
+            return f"0.5 * {a} * (1 + {erf_template(f'({a} * 0.7071067811865476)')})"
+    else:
+        raise ta.UnsupportedError(f"{node}: Gelu approximate={approximate!r} is not defined")
+    return elementwise(node, template, x, dtype=compute_dtype(x.dtype, True))

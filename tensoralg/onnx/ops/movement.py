@@ -1,0 +1,165 @@
+"""Data movement in NumPy, without copies where NumPy allows: views for Reshape, Flatten,
+Transpose, Squeeze, Unsqueeze, Slice and Identity; Gather (embedding lookups) and Concat copy.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+import tensoralg as ta
+from tensoralg.onnx.kernels import NodeContext
+from tensoralg.onnx.ops.registry import op
+
+
+def _axis(node: NodeContext, axis: int, rank: int, what: str = "axis") -> int:
+    if not -rank <= axis < max(rank, 1):
+        raise ta.ShapeError(f"{node}: {what} {axis} is out of range for rank {rank}")
+    return axis % max(rank, 1)
+
+
+@op("Identity", since=1)
+def identity(node: NodeContext, x: np.ndarray) -> np.ndarray:
+    node.note("alias (no copy)")
+    return x
+
+
+@op("Reshape", since=5)
+def reshape(node: NodeContext, x: np.ndarray, shape: np.ndarray, *, allowzero: int = 0
+            ) -> np.ndarray:
+    """NumPy reshape; 0 copies the input's dimension unless ``allowzero``; -1 is inferred."""
+    target = [int(d) for d in np.asarray(shape).reshape(-1)]
+    if not allowzero:
+        target = [x.shape[k] if d == 0 and k < x.ndim else d for k, d in enumerate(target)]
+    node.note("numpy reshape (view when contiguous)")
+    try:
+        return x.reshape(target)
+    except ValueError:
+        raise ta.ShapeError(f"{node}: cannot reshape {x.shape} to {target}") from None
+
+
+@op("Flatten", since=1)
+def flatten(node: NodeContext, x: np.ndarray, *, axis: int = 1) -> np.ndarray:
+    if not -x.ndim <= axis <= x.ndim:
+        raise ta.ShapeError(f"{node}: axis {axis} is out of range for rank {x.ndim}")
+    if axis < 0:
+        axis += x.ndim
+    rows = int(np.prod(x.shape[:axis], dtype=np.int64))
+    node.note("numpy reshape to 2-D (view when contiguous)")
+    return x.reshape(rows, int(np.prod(x.shape[axis:], dtype=np.int64)))
+
+
+@op("Transpose", since=1)
+def transpose(node: NodeContext, x: np.ndarray, *, perm: Sequence[int] | None = None
+              ) -> np.ndarray:
+    node.note("numpy transpose (strided view)")
+    if perm is not None and sorted(perm) != list(range(x.ndim)):
+        raise ta.ShapeError(f"{node}: perm {list(perm)} is not a permutation of {x.ndim} axes")
+    return np.transpose(x, perm)
+
+
+def _squeeze(node: NodeContext, x: np.ndarray, axes: Sequence[int] | None) -> np.ndarray:
+    node.note("numpy squeeze (view)")
+    if axes is None or len(axes) == 0:
+        return np.squeeze(x)
+    chosen = tuple(_axis(node, int(a), x.ndim) for a in np.asarray(axes).reshape(-1))
+    for a in chosen:
+        if x.shape[a] != 1:
+            raise ta.ShapeError(f"{node}: cannot squeeze axis {a} of size {x.shape[a]}")
+    return np.squeeze(x, axis=chosen)
+
+
+@op("Squeeze", since=1)
+def squeeze_v1(node: NodeContext, x: np.ndarray, *, axes: Sequence[int] | None = None
+               ) -> np.ndarray:
+    return _squeeze(node, x, axes)
+
+
+@op("Squeeze", since=13)
+def squeeze(node: NodeContext, x: np.ndarray, axes: np.ndarray | None = None) -> np.ndarray:
+    return _squeeze(node, x, axes)
+
+
+def _unsqueeze(node: NodeContext, x: np.ndarray, axes: Sequence[int]) -> np.ndarray:
+    node.note("numpy expand_dims (view)")
+    rank = x.ndim + len(axes)
+    chosen = sorted(_axis(node, int(a), rank) for a in np.asarray(axes).reshape(-1))
+    if len(set(chosen)) != len(chosen):
+        raise ta.ShapeError(f"{node}: repeated axes {list(axes)}")
+    return np.expand_dims(x, tuple(chosen))
+
+
+@op("Unsqueeze", since=1)
+def unsqueeze_v1(node: NodeContext, x: np.ndarray, *, axes: Sequence[int]) -> np.ndarray:
+    return _unsqueeze(node, x, axes)
+
+
+@op("Unsqueeze", since=13)
+def unsqueeze(node: NodeContext, x: np.ndarray, axes: np.ndarray) -> np.ndarray:
+    return _unsqueeze(node, x, np.asarray(axes).reshape(-1).tolist())
+
+
+@op("Slice", since=10)
+def slice_(node: NodeContext, x: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+           axes: np.ndarray | None = None, steps: np.ndarray | None = None) -> np.ndarray:
+    """Basic NumPy slicing (a view); ONNX clamps out-of-range starts and ends as NumPy does."""
+    starts = np.asarray(starts).reshape(-1).tolist()
+    ends = np.asarray(ends).reshape(-1).tolist()
+    axes_list = list(range(len(starts))) if axes is None else \
+        [_axis(node, int(a), x.ndim) for a in np.asarray(axes).reshape(-1)]
+    steps_list = [1] * len(starts) if steps is None else np.asarray(steps).reshape(-1).tolist()
+    if not len(starts) == len(ends) == len(axes_list) == len(steps_list):
+        raise ta.ShapeError(f"{node}: starts, ends, axes and steps differ in length")
+    index: list[slice] = [slice(None)] * x.ndim
+    for start, end, axis, step in zip(starts, ends, axes_list, steps_list):
+        if step == 0:
+            raise ta.ShapeError(f"{node}: step 0 on axis {axis}")
+        size = x.shape[axis]
+        # Huge sentinels (INT64_MAX / INT64_MIN) mean "to the end": clamp before slicing.
+        start = max(min(start, size), -size - 1)
+        end = max(min(end, size), -size - 1)
+        if step < 0 and end < -size:
+            end = None
+        index[axis] = slice(start, end, step)
+    node.note("numpy slice (view)")
+    return x[tuple(index)]
+
+
+@op("Concat", since=4)
+def concat(node: NodeContext, *inputs: np.ndarray, axis: int) -> np.ndarray:
+    arrays = [a for a in inputs if a is not None]
+    node.note("numpy concatenate (copy)")
+    try:
+        return np.concatenate(arrays, axis=_axis(node, axis, arrays[0].ndim))
+    except ValueError as err:
+        raise ta.ShapeError(f"{node}: {err}") from None
+
+
+@op("Gather", since=1)
+def gather(node: NodeContext, data: np.ndarray, indices: np.ndarray, *, axis: int = 0
+           ) -> np.ndarray:
+    """``numpy.take`` along ``axis`` (negative indices count from the end, as in ONNX)."""
+    axis = _axis(node, axis, data.ndim)
+    node.note(f"numpy take along axis {axis} (embedding lookup)")
+    size = data.shape[axis]
+    if indices.size and (indices.min() < -size or indices.max() >= size):
+        raise ta.ShapeError(f"{node}: an index of {node.inputs[1]} is outside [-{size}, {size})")
+    return np.take(data, indices.astype(np.int64, copy=False), axis=axis)
+
+
+@op("Shape", since=1)
+def shape(node: NodeContext, x: np.ndarray, *, start: int = 0, end: int | None = None
+          ) -> np.ndarray:
+    node.note("shape of the input")
+    return np.array(x.shape[start:end], dtype=np.int64)
+
+
+@op("Dropout", since=12)
+def dropout(node: NodeContext, x: np.ndarray, ratio: np.ndarray | None = None,
+            training_mode: np.ndarray | None = None, *, seed: int = 0
+            ) -> tuple[np.ndarray, np.ndarray]:
+    """Inference: the input unchanged and an all-true mask."""
+    if training_mode is not None and bool(np.asarray(training_mode)):
+        raise ta.UnsupportedError(f"{node}: Dropout in training mode is not supported")
+    node.note("alias (inference: no dropout)")
+    return x, np.ones(x.shape, dtype=np.bool_)

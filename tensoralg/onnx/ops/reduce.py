@@ -1,0 +1,105 @@
+"""ReduceSum, ReduceMean, ReduceMax and ReduceMin, with axes as an attribute or an input.
+
+Sums are one statement: ``Y(i) = X(i,j)`` sums over ``j`` (ReduceMean multiplies by 1/n).
+The core has no max/min reduction, so ReduceMax/ReduceMin (and the row maxima of Softmax)
+run as a tree of elementwise ``max``/``min`` kernels over the two overlapping halves of the
+reduced axis: ceil(log2 n) calls of one compiled kernel.
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+
+import tensoralg as ta
+from tensoralg.onnx.kernels import (
+    INDICES, NodeContext, compute_dtype, literal, output_access,
+)
+from tensoralg.onnx.ops.registry import op
+
+
+def normalize_axes(node: NodeContext, axes: Sequence[int] | np.ndarray | None, rank: int,
+                   noop_with_empty_axes: int = 0) -> list[int]:
+    """Sorted, non-negative axes; all axes when none are given (unless noop_with_empty_axes)."""
+    if axes is None or len(axes) == 0:
+        return [] if noop_with_empty_axes else list(range(rank))
+    result = []
+    for axis in np.asarray(axes).reshape(-1).tolist():
+        if not -rank <= axis < max(rank, 1):
+            raise ta.ShapeError(f"{node}: axis {axis} is out of range for rank {rank}")
+        result.append(axis % max(rank, 1))
+    return sorted(set(result))
+
+
+def kept_shape(shape: Sequence[int], axes: Sequence[int], keepdims: int) -> tuple[int, ...]:
+    if keepdims:
+        return tuple(1 if d in axes else n for d, n in enumerate(shape))
+    return tuple(n for d, n in enumerate(shape) if d not in axes)
+
+
+def reduce_sum(node: NodeContext, x: np.ndarray, axes: list[int], keepdims: int,
+               scale: float | None = None) -> np.ndarray:
+    """``Y(kept) = X(all) [* scale]``: one statement summing over ``axes``."""
+    if x.ndim > len(INDICES):
+        raise ta.UnsupportedError(f"{node}: rank {x.ndim} is above {len(INDICES)}")
+    dtype = compute_dtype(x.dtype, needs_float=scale is not None and x.dtype.kind != "f")
+    indices = INDICES[:x.ndim]
+    kept = "".join(indices[d] for d in range(x.ndim) if d not in axes)
+    body = f"X({','.join(indices)})" if indices else "X"
+    if scale is not None:
+        body = f"{body} * {literal(scale)}"
+    result = node.run(f"{output_access(kept)} = {body}", dtype, X=x)
+    return result.reshape(kept_shape(x.shape, axes, keepdims)).astype(x.dtype, copy=False)
+
+
+def reduce_extreme(node: NodeContext, x: np.ndarray, axes: list[int], keepdims: int,
+                   function: str) -> np.ndarray:
+    """Max or min over ``axes`` as a tree of elementwise ``function`` kernels."""
+    out_shape = kept_shape(x.shape, axes, keepdims)
+    kept = [d for d in range(x.ndim) if d not in axes]
+    rows = math.prod(x.shape[d] for d in kept)
+    n = math.prod(x.shape[d] for d in axes)
+    if n == 0:
+        return np.full(out_shape, _identity(x.dtype, function), dtype=x.dtype)
+    flat = np.transpose(x, kept + axes).reshape(rows, n)
+    dtype = compute_dtype(x.dtype)
+    statement = f"Y(i,j) = {function}(A(i,j), B(i,j))"
+    while n > 1:
+        half = (n + 1) // 2
+        flat = node.run(statement, dtype, A=flat[:, :half], B=flat[:, n - half:])
+        n = half
+    return flat.reshape(out_shape).astype(x.dtype, copy=False)
+
+
+def _identity(dtype: np.dtype, function: str) -> float | int:
+    if dtype.kind == "f":
+        return -np.inf if function == "max" else np.inf
+    info = np.iinfo(dtype) if dtype.kind in "iu" else np.iinfo(np.uint8)
+    return info.min if function == "max" else info.max
+
+
+def _reduction(kind: str, axes_input: bool):  # type: ignore[no-untyped-def]
+    def run(node: NodeContext, x: np.ndarray, axes_in: np.ndarray | None = None, *,
+            axes: Sequence[int] | None = None, keepdims: int = 1,
+            noop_with_empty_axes: int = 0) -> np.ndarray:
+        chosen = normalize_axes(node, axes_in if axes_input else axes, x.ndim,
+                                noop_with_empty_axes)
+        if not chosen:
+            node.note("no axes: identity")
+            return x
+        if kind == "sum":
+            return reduce_sum(node, x, chosen, keepdims)
+        if kind == "mean":
+            count = math.prod(x.shape[d] for d in chosen)
+            if count == 0:
+                return np.full(kept_shape(x.shape, chosen, keepdims), np.nan, x.dtype)
+            return reduce_sum(node, x, chosen, keepdims, 1.0 / count)
+        return reduce_extreme(node, x, chosen, keepdims, kind)
+    return run
+
+
+for _name, _kind, _input_since in [("ReduceSum", "sum", 13), ("ReduceMean", "mean", 18),
+                                   ("ReduceMax", "max", 18), ("ReduceMin", "min", 18)]:
+    op(_name, since=1)(_reduction(_kind, axes_input=False))
+    op(_name, since=_input_since)(_reduction(_kind, axes_input=True))

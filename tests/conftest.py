@@ -1,0 +1,148 @@
+"""Shared fixtures of the test suite: a seeded rng, random operands, densify, real matrices.
+
+The kernel cache of the whole session lives in a private temporary directory: the environment
+variable is set here, at import time, before any test can make tensoralg create its cache, so
+tests never read or pollute the user's real cache (``~/.cache/tensoralg``).
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import pathlib
+import shutil
+import tempfile
+
+_SESSION_CACHE = tempfile.mkdtemp(prefix="tensoralg-test-cache-")
+os.environ["TENSORALG_CACHE_DIR"] = _SESSION_CACHE
+atexit.register(shutil.rmtree, _SESSION_CACHE, True)
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import scipy.sparse as sp  # noqa: E402
+
+import tensoralg as ta  # noqa: E402
+
+try:  # register hypothesis profiles once for the whole suite
+    from hypothesis import HealthCheck, settings
+
+    settings.register_profile(
+        "default", max_examples=60, deadline=None, derandomize=True,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    settings.register_profile(
+        "ci", max_examples=200, deadline=None, derandomize=True,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+except ImportError:  # pragma: no cover - hypothesis is a test dependency
+    pass
+
+SHARED_DATA = pathlib.Path(__file__).resolve().parents[1].parent / "shared" / "data"
+BUNDLED = ("bcspwr10", "lp_ship04l", "ca-GrQc", "collegemsg")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: long-running tests (deselect with -m 'not slow')")
+
+
+# ---------------------------------------------------------------------------------------------
+# helpers (plain functions, importable as `from conftest import ...`)
+
+
+def densify(x) -> np.ndarray:
+    """Any operand or result as a dense numpy array (scalars as 0-d arrays)."""
+    if isinstance(x, ta.Tensor):
+        return np.asarray(x.to_numpy())
+    if sp.issparse(x):
+        return np.asarray(x.toarray())
+    if hasattr(x, "todense") and not isinstance(x, np.ndarray):  # pydata sparse
+        return np.asarray(x.todense())
+    return np.asarray(x)
+
+
+def random_dense(shape, density, rng, dtype=np.float64) -> np.ndarray:
+    """A dense array with about ``density`` of its entries nonzero.
+
+    ``density`` may be a float in [0, 1] or the string "one" (exactly one nonzero when possible).
+    Values avoid 0 so that the pattern is exactly what was drawn; integers are small.
+    """
+    shape = tuple(shape)
+    size = int(np.prod(shape)) if shape else 1
+    out = np.zeros(size, dtype=dtype)
+    if size == 0:
+        return out.reshape(shape)
+    if density == "one":
+        mask = np.zeros(size, dtype=bool)
+        mask[rng.integers(size)] = True
+    else:
+        mask = rng.random(size) < density
+    count = int(mask.sum())
+    if np.dtype(dtype).kind in "iu":
+        values = rng.integers(1, 5, size=count) * rng.choice([-1, 1], size=count)
+    else:
+        values = rng.uniform(0.5, 2.0, size=count) * rng.choice([-1.0, 1.0], size=count)
+    out[mask] = values.astype(dtype)
+    return out.reshape(shape)
+
+
+def random_operand(shape, density, fmt, rng, dtype=np.float64):
+    """A random operand of ``shape``: dense numpy for fmt None / all-dense, else a ta.Tensor."""
+    a = random_dense(shape, density, rng, dtype)
+    if fmt is None:
+        return a
+    if len(shape) == 0:
+        return a
+    return ta.Tensor.from_numpy(a, format=fmt)
+
+
+def shared_data_path(name: str) -> pathlib.Path | None:
+    """Path of a file of ../shared/data (matrices or tensors), or None when it is not there."""
+    for sub, ext in (("matrices", ".mtx.gz"), ("tensors", ".tns.gz")):
+        path = SHARED_DATA / sub / f"{name}{ext}"
+        if path.exists():
+            return path
+    return None
+
+
+_REAL_CACHE: dict[str, ta.Tensor] = {}
+
+
+def real_matrix(name: str) -> ta.Tensor:
+    """A real matrix/tensor as a ta.Tensor: bundled via tensoralg.data, else ../shared/data.
+
+    Skips the test when the file is not available.
+    """
+    if name in _REAL_CACHE:
+        return _REAL_CACHE[name]
+    if name in BUNDLED:
+        from tensoralg.data import load
+
+        tensor = load(name)
+    else:
+        path = shared_data_path(name)
+        if path is None:
+            pytest.skip(f"{name} is not available (no ../shared/data)")
+        tensor = ta.read(str(path))
+    _REAL_CACHE[name] = tensor
+    return tensor
+
+
+def real_scipy(name: str) -> sp.csr_array:
+    """A real matrix as a canonical scipy CSR array (float64)."""
+    t = real_matrix(name)
+    m = sp.csr_array(t.to_scipy())
+    m.sum_duplicates()
+    m.sort_indices()
+    return m.astype(np.float64)
+
+
+# ---------------------------------------------------------------------------------------------
+# fixtures
+
+
+@pytest.fixture
+def rng() -> np.random.Generator:
+    return np.random.default_rng(20240601)
+
+
+@pytest.fixture
+def session_cache_dir() -> pathlib.Path:
+    return pathlib.Path(_SESSION_CACHE)
