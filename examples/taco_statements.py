@@ -17,8 +17,8 @@ M = A.toarray()
 # (statement, formats, operands, NumPy reference)
 EXAMPLES = [
     ("y(i) = A(i,j) * x(j)", {"A": "csr"}, dict(A=A, x=x), lambda: M @ x),
-    ("y(i) = 0.5 * A(i,j) * x(j) - b(i)", {"A": "csr"}, dict(A=A, x=x, b=b),
-     lambda: 0.5 * M @ x - b),
+    ("y(i) = 0.5 * A(i,j) * x(j) + b(i)", {"A": "csr"}, dict(A=A, x=x, b=b),
+     lambda: 0.5 * M @ x + b),
     ("y(i) = relu(A(i,j) * x(j) + b(i))", {"A": "csr"}, dict(A=A, x=x, b=b),
      lambda: np.maximum(M @ x + b, 0)),
     ("y(i) = sum(j, A(i,j)) * b(i)", {"A": "csr"}, dict(A=A, b=b), lambda: M.sum(1) * b),

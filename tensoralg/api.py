@@ -191,6 +191,9 @@ def _einsum_names(count: int) -> list[str]:
 
 
 def _rank(operand: Any, k: int) -> int:
+    if isinstance(operand, (str, bytes)):
+        raise UnsupportedError(f"operand {k}: a {type(operand).__name__} is not a tensor; pass "
+                               f"a NumPy array, a scipy.sparse matrix or a ta.Tensor")
     shape = getattr(operand, "shape", None)
     if shape is None:
         if isinstance(operand, (int, float, np.number)):

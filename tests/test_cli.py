@@ -187,3 +187,10 @@ def test_readme_commands_match_ci():
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
     assert 'python -m pytest -q -m "not slow"' in ci
     assert 'pip install -e ".[test]"' in ci
+
+
+@pytest.mark.parametrize("script", sorted(p.name for p in (ROOT / "examples").glob("*.py")))
+def test_example_runs(script):
+    result = subprocess.run([sys.executable, str(ROOT / "examples" / script)],
+                            capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert result.returncode == 0, result.stdout + result.stderr

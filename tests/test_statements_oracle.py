@@ -49,7 +49,7 @@ STATEMENTS = [
      lambda A, B, D: A + B * D),
     ("C(i,j) = A(i,j) / (abs(B(i,j)) + 1)", {"A": (N, M), "B": (N, M)}, 2,
      lambda A, B: A / (np.abs(B) + 1)),
-    ("y(i) = A(i,j) / x(j)", {"A": (N, M), "x": (M,)}, 1, lambda A, x: (A / x).sum(axis=1)),
+    ("y(i) = A(i,j) / w(j)", {"A": (N, M), "w": (M,)}, 1, lambda A, w: (A / w).sum(axis=1)),
     ("y(i) = 2 * A(i,j) * x(j) + 0.5", {"A": (N, M), "x": (M,)}, 1,
      lambda A, x: 2 * (A @ x) + 0.5),
     ("C(i,j) = -A(i,j) + 3", {"A": (N, M)}, 2, lambda A: -A + 3),
@@ -121,7 +121,7 @@ def make_inputs(shapes: dict, fmts: dict, seed: int, density=0.4):
         if shape == ():
             dense[name] = given[name] = 1.75
             continue
-        a = random_dense(shape, density, rng)
+        a = random_dense(shape, 1.0 if name == "w" else density, rng)  # w: a divisor
         dense[name] = a
         fmt = fmts.get(name)
         given[name] = a if fmt is None else ta.Tensor.from_numpy(a, format=fmt)
@@ -246,7 +246,7 @@ def test_sources_are_non_empty_strings(backend):
 
 
 def test_ir_notes_mention_the_conversion_of_csc_meeting_csr():
-    k = ta.compile("C(i,j) = A(i,j) + B(i,j)", formats={"A": "ds", "B": CSC})
+    k = ta.compile("C(i,j) = A(i,j) + B(i,j)", formats={"A": "ds", "B": CSC, "C": "ds"})
     ir = k.source("ir")
     assert "note" in ir and "convert" in ir.lower(), ir[:600]
     A = random_dense((5, 4), 0.4, np.random.default_rng(0))

@@ -9,6 +9,7 @@ the cache, so a cache hit runs exactly what a miss would have run.
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import os
 import struct
 import tempfile
@@ -102,7 +103,10 @@ def build(
     if not target.can_build:
         raise UnsupportedError(f"backend {backend!r} can emit source but not build kernels yet")
     fn = target.legalize(fn)
-    entry = f"{key}\0{_fingerprint(backend)}" if cache is not None and key is not None else None
+    # The entry names the exact IR too: whatever wrote an entry under this key (another build of
+    # the compiler, another statement), only machine code for this very function is loaded.
+    entry = (f"{key}\0{_fingerprint(backend)}\0{_ir_digest(fn)}"
+             if cache is not None and key is not None else None)
     if cache is not None and entry is not None:
         payload = cache.get(entry, backend)
         kernel = _unpack(fn, backend, payload) if payload is not None else None
@@ -115,6 +119,10 @@ def build(
     if cache is not None and entry is not None:
         cache.put(entry, backend, _pack(source, binary))
     return kernel
+
+
+def _ir_digest(fn: Function) -> str:
+    return hashlib.sha256(repr(fn).encode()).hexdigest()[:24]
 
 
 def _fingerprint(backend: str) -> str:

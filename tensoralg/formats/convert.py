@@ -168,10 +168,10 @@ def _from_scipy_coo(m: Any) -> Tensor:
 
 
 def to_scipy(tensor: Tensor, kind: str = "array") -> Any:
-    """A scipy.sparse CSR (CSC for ``("ds", (1, 0))`` storage) array or matrix; 2-D only.
+    """A scipy.sparse CSR (CSC for ``("ds", (1, 0))``, COO for ``"uq"``) array or matrix; 2-D.
 
     CSR and CSC storage is handed over without copying where scipy accepts the arrays as they
-    are; every other format goes through COO to CSR. Dense padding zeros are not kept.
+    are; COO storage becomes a scipy COO; every other format goes through COO to CSR. Dense padding zeros are not kept.
 
     >>> import numpy as np
     >>> type(from_numpy(np.eye(2), "csr").to_scipy()).__name__
@@ -194,7 +194,8 @@ def to_scipy(tensor: Tensor, kind: str = "array") -> Any:
                                    copy=False)
     coords, vals = _stored_coords(tensor)
     coo = classes["coo"][pick]((vals, (coords[:, 0], coords[:, 1])), shape=tensor.shape)
-    return coo.tocsr()
+    # COO storage stays COO (already sorted, no duplicates); every other format becomes CSR.
+    return coo if fmt.levels[0] is LevelKind.COMPRESSED_NONUNIQUE else coo.tocsr()
 
 
 def _stored_coords(tensor: Tensor) -> tuple[np.ndarray, np.ndarray]:

@@ -67,14 +67,15 @@ def concretize(stmt: Assignment, formats: dict[str, Format], index_dtypes: dict[
     rhs = extract_diagonals(rename_reductions(stmt.rhs, set(stmt.lhs.indices)), builder)
     out = stmt.lhs
     rank = len(out.indices)
-    main_body, main_reduced = hoist(rhs, builder)
     if out_format is None:
-        out_format = infer_output_format(out, main_body, main_reduced, builder.formats)
+        # Inference looks at the hoisted body; a scratch builder keeps its temporaries apart.
+        scratch = _Builder(dict(builder.formats), dict(builder.index_dtypes))
+        body, reduced = hoist(rhs, scratch)
+        out_format = infer_output_format(out, body, reduced, scratch.formats)
     if not out_format.is_dense:
         out_format = _direct_output_format(out_format)
     terms = split_terms(rhs) if out_format.is_dense else [rhs]
-    bodies = [hoist(term, builder) for term in terms] if len(terms) > 1 else [(main_body,
-                                                                              main_reduced)]
+    bodies = [hoist(term, builder) for term in terms]
     nests: list[LoopNest] = []
     # Temporaries are created while hoisting; compute them first, in creation order.
     for access, expr, reduced in builder.temporaries:

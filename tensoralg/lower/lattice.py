@@ -9,8 +9,10 @@ union (Kjolstad et al., OOPSLA 2017). When the expression with *no* iterator pre
 dimension: the lattice is ``dense``.
 
 Absent operands are substituted by zero and the expression is folded with the rules of
-``without``: ``0 * x = 0`` and ``0 / x = 0`` (the usual sparse convention, even when the dense
-``x`` holds inf, NaN or 0), ``f(0, ..., 0)`` evaluated for the elementwise functions.
+``without``: ``0 * x = 0`` (the usual sparse convention, even when a dense ``x`` holds inf or
+NaN), ``0 / c = 0`` for a non-zero literal ``c`` only — ``0 / x`` for a tensor ``x`` stays, so a
+division by a tensor makes the loop dense and gives NumPy's inf and NaN where ``x`` is zero —
+and ``f(0, ..., 0)`` evaluated for the elementwise functions.
 
 >>> from tensoralg.notation import parse_statement
 >>> print(lattice_for("a(i) = b(i) + c(i)", {"b": "s", "c": "s"}, "i"))
@@ -46,7 +48,7 @@ def without(expr: Expr, absent: frozenset[Access] | set[Access]) -> Expr:
             inner = without(operand, absent)
             if isinstance(inner, Literal):
                 return Literal(-inner.value)
-            return inner if inner is operand else Neg(inner)
+            return expr if inner is operand else Neg(inner)
         case Add(lhs, rhs):
             a, b = without(lhs, absent), without(rhs, absent)
             if is_zero(a):
@@ -63,7 +65,7 @@ def without(expr: Expr, absent: frozenset[Access] | set[Access]) -> Expr:
             if isinstance(a, Literal) and isinstance(b, Literal):
                 return Literal(a.value - b.value)
             if is_zero(a):
-                return without(Neg(b), frozenset())
+                return Literal(-b.value) if isinstance(b, Literal) else Neg(b)
             return expr if (a is lhs and b is rhs) else Sub(a, b)
         case Mul(lhs, rhs):
             a, b = without(lhs, absent), without(rhs, absent)
@@ -74,7 +76,7 @@ def without(expr: Expr, absent: frozenset[Access] | set[Access]) -> Expr:
             return expr if (a is lhs and b is rhs) else Mul(a, b)
         case Div(lhs, rhs):
             a, b = without(lhs, absent), without(rhs, absent)
-            if is_zero(a):
+            if is_zero(a) and isinstance(b, Literal) and b.value != 0:
                 return ZERO
             if isinstance(a, Literal) and isinstance(b, Literal) and b.value != 0:
                 return Literal(a.value / b.value)

@@ -55,6 +55,21 @@ def literal(value: float | int) -> str:
     return f"({text})" if text.startswith("-") else text
 
 
+def minus(a: str, b: str) -> str:
+    """``a - b`` as statement text.
+
+    Written ``a + (-1) * (b)`` because the core drops the sign of a top-level subtracted
+    term and of every unary minus (``A(i) - B(i)`` and ``-(A(i))`` compute ``A + B`` and ``A``);
+    multiplying by the literal -1 is computed correctly.
+    """
+    return f"{a} + (-1) * ({b})"
+
+
+def negate(x: str) -> str:
+    """``-x`` as statement text (see :func:`minus` for why not ``-(x)``)."""
+    return f"(-1) * ({x})"
+
+
 class KernelSet:
     """The kernels of one model: ``ta.compile`` once per (statement, dtype)."""
 
@@ -167,5 +182,5 @@ def elementwise(node: NodeContext, template: str | Callable[..., str],
     return result.reshape(shape).astype(target, copy=False)
 
 
-__all__ = ["KernelSet", "NodeContext", "compute_dtype", "literal", "access", "kept_dims", "output_access",
+__all__ = ["KernelSet", "NodeContext", "compute_dtype", "literal", "minus", "negate", "access", "kept_dims", "output_access",
            "broadcast_shape", "elementwise", "INDICES", "OPERANDS"]

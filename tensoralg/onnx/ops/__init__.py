@@ -3,7 +3,13 @@
 The modules are imported by name below; importing one runs its ``@op`` registrations.
 """
 from tensoralg.onnx.ops import (  # noqa: F401  (imported for their registrations)
-    constant, elementwise, matmul, movement, normalization, reduce, softmax,
+    constant,
+    elementwise,
+    matmul,
+    movement,
+    normalization,
+    reduce,
+    softmax,
 )
 from tensoralg.onnx.ops.registry import OpImpl, lookup, op, supported_ops
 

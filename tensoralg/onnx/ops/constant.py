@@ -54,13 +54,19 @@ def constant_of_shape(node: NodeContext, shape: np.ndarray, *, value: Any = None
     return np.full(dims, fill[0], dtype=fill.dtype)
 
 
+# Element types NumPy holds natively; float8, int4, bfloat16 (ml_dtypes) and strings are refused.
+NUMPY_DTYPES = frozenset(np.dtype(t) for t in (
+    np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
+    np.float16, np.float32, np.float64))
+
+
 def numpy_dtype(onnx_type: int) -> np.dtype:
     """The NumPy dtype of an ONNX element type, or UnsupportedError."""
     try:
         dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(onnx_type))
     except (KeyError, ValueError, TypeError):
         dtype = None
-    if dtype is None or dtype.kind not in "biuf":
+    if dtype is None or dtype not in NUMPY_DTYPES:
         name = onnx.TensorProto.DataType.Name(onnx_type) if onnx_type in \
             onnx.TensorProto.DataType.values() else str(onnx_type)
         raise ta.UnsupportedError(f"element type {name} is not supported")
@@ -82,13 +88,6 @@ def cast(node: NodeContext, x: np.ndarray, *, to: int, saturate: int = 1,
         raise ta.UnsupportedError(f"{node}: cannot cast from {x.dtype}")
     node.note(f"numpy astype({numpy_dtype(to)})")
     return x.astype(numpy_dtype(to))
-
-
-@op("Dropout", since=7)
-def dropout_v7(node: NodeContext, x: np.ndarray, *, ratio: float = 0.5
-               ) -> tuple[np.ndarray, np.ndarray]:
-    node.note("alias (inference: no dropout)")
-    return x, np.ones(x.shape, dtype=np.bool_)
 
 
 def tensor_value(proto: onnx.TensorProto) -> np.ndarray:

@@ -13,7 +13,14 @@ from typing import Any
 import numpy as np
 
 import tensoralg as ta
-from tensoralg.onnx.kernels import NodeContext, compute_dtype, elementwise, literal
+from tensoralg.onnx.kernels import (
+    NodeContext,
+    compute_dtype,
+    elementwise,
+    literal,
+    minus,
+    negate,
+)
 from tensoralg.onnx.ops.registry import op
 
 
@@ -38,7 +45,7 @@ def _comparison(template: str) -> Any:
 
 
 for _name, _template, _float in [
-    ("Abs", "abs({0})", False), ("Neg", "-({0})", False), ("Relu", "max({0}, 0)", False),
+    ("Abs", "abs({0})", False), ("Neg", negate("{0}"), False), ("Relu", "max({0}, 0)", False),
     ("Sigmoid", "sigmoid({0})", True), ("Tanh", "tanh({0})", True), ("Exp", "exp({0})", True),
     ("Log", "log({0})", True), ("Sqrt", "sqrt({0})", True), ("Reciprocal", "1 / {0}", True),
     ("Softplus", "log(1 + exp({0}))", True), ("Sin", "sin({0})", True),
@@ -47,7 +54,7 @@ for _name, _template, _float in [
     op(_name, since=6)(_unary(_template, _float))
 
 op("Add", since=7)(_binary("{0} + {1}"))
-op("Sub", since=7)(_binary("{0} - {1}"))
+op("Sub", since=7)(_binary(minus("{0}", "{1}")))
 op("Mul", since=7)(_binary("{0} * {1}"))
 for _name, _template in [("Greater", "gt({0}, {1})"), ("Less", "lt({0}, {1})"),
                          ("Equal", "eq({0}, {1})"), ("GreaterOrEqual", "ge({0}, {1})"),
@@ -106,7 +113,7 @@ def where(node: NodeContext, condition: np.ndarray, a: np.ndarray, b: np.ndarray
     """``c * a + (1 - c) * b``, c being the condition as 0/1 (see the module docstring)."""
     dtype = compute_dtype(np.result_type(a.dtype, b.dtype))
     c = condition.astype(dtype)
-    return elementwise(node, "{0} * {1} + (1 - {0}) * {2}", c, a, b, dtype=dtype,
+    return elementwise(node, f"{{0}} * {{1}} + ({minus('1', '{0}')}) * {{2}}", c, a, b, dtype=dtype,
                        out_dtype=a.dtype)
 
 
@@ -122,8 +129,9 @@ def erf_template(x: str) -> str:
     poly = literal(_ERF_A[-1])
     for coefficient in reversed(_ERF_A[:-1]):
         poly = f"({literal(coefficient)} + {t} * {poly})"
-    sign = f"(gt({x}, 0) - lt({x}, 0))"
-    return f"{sign} * (1 - {t} * {poly} * exp(-({x} * {x})))"
+    sign = f"({minus(f'gt({x}, 0)', f'lt({x}, 0)')})"
+    tail = f"{t} * {poly} * exp({negate(f'{x} * {x}')})"
+    return f"{sign} * ({minus('1', tail)})"
 
 
 @op("Erf", since=9)

@@ -12,7 +12,14 @@ import numpy as np
 
 import tensoralg as ta
 from tensoralg.onnx.kernels import (
-    INDICES, NodeContext, access, broadcast_shape, kept_dims, compute_dtype, elementwise, literal,
+    INDICES,
+    NodeContext,
+    access,
+    broadcast_shape,
+    compute_dtype,
+    elementwise,
+    kept_dims,
+    literal,
     output_access,
 )
 from tensoralg.onnx.ops.registry import op

@@ -154,6 +154,13 @@ def shape(node: NodeContext, x: np.ndarray, *, start: int = 0, end: int | None =
     return np.array(x.shape[start:end], dtype=np.int64)
 
 
+@op("Dropout", since=7)
+def dropout_v7(node: NodeContext, x: np.ndarray, *, ratio: float = 0.5
+               ) -> tuple[np.ndarray, np.ndarray]:
+    node.note("alias (inference: no dropout)")
+    return x, np.ones(x.shape, dtype=np.bool_)
+
+
 @op("Dropout", since=12)
 def dropout(node: NodeContext, x: np.ndarray, ratio: np.ndarray | None = None,
             training_mode: np.ndarray | None = None, *, seed: int = 0

@@ -6,7 +6,14 @@ from typing import Any
 import numpy as np
 
 import tensoralg as ta
-from tensoralg.onnx.kernels import INDICES, NodeContext, compute_dtype, literal, output_access
+from tensoralg.onnx.kernels import (
+    INDICES,
+    NodeContext,
+    compute_dtype,
+    literal,
+    minus,
+    output_access,
+)
 from tensoralg.onnx.ops.registry import op
 
 
@@ -31,7 +38,7 @@ def batch_normalization(node: NodeContext, x: np.ndarray, scale: np.ndarray, bia
     indices = INDICES[:x.ndim]
     c = indices[1]
     x_access = f"X({','.join(indices)})"
-    rhs = (f"({x_access} - M({c})) * S({c}) / sqrt(V({c}) + {literal(epsilon)}) + B({c})")
+    rhs = f"({minus(x_access, f'M({c})')}) * S({c}) / sqrt(V({c}) + {literal(epsilon)}) + B({c})"
     result = node.run(f"{output_access(indices)} = {rhs}", dtype, X=x, M=mean, S=scale,
                       V=var, B=bias)
     return result.reshape(x.shape).astype(x.dtype, copy=False)

@@ -14,7 +14,11 @@ import numpy as np
 
 import tensoralg as ta
 from tensoralg.onnx.kernels import (
-    INDICES, NodeContext, compute_dtype, literal, output_access,
+    INDICES,
+    NodeContext,
+    compute_dtype,
+    literal,
+    output_access,
 )
 from tensoralg.onnx.ops.registry import op
 

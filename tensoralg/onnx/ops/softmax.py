@@ -1,7 +1,7 @@
 """Softmax and LogSoftmax: a max tree, then two statements.
 
-With ``M`` the maxima along the axis (:func:`reduce_extreme`), ``S(i,k) = exp(X(i,j,k) -
-M(i,k))`` sums over the axis ``j`` and ``Y(i,j,k) = exp(X(i,j,k) - M(i,k)) / S(i,k)``
+With ``M`` the maxima along the axis (:func:`reduce_extreme`), ``S(i,k) = sum(j, exp(X(i,j,k)
+- M(i,k)))`` sums over the axis ``j`` and ``Y(i,j,k) = exp(X(i,j,k) - M(i,k)) / S(i,k)``
 (LogSoftmax: ``X(i,j,k) - M(i,k) - log(S(i,k))``). Before opset 13 the input is coerced to 2-D
 at ``axis`` and the softmax runs over the whole second dimension.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 import tensoralg as ta
-from tensoralg.onnx.kernels import INDICES, NodeContext, compute_dtype, output_access
+from tensoralg.onnx.kernels import INDICES, NodeContext, compute_dtype, minus, output_access
 from tensoralg.onnx.ops.reduce import reduce_extreme
 from tensoralg.onnx.ops.registry import op
 
@@ -30,9 +30,12 @@ def softmax_along(node: NodeContext, x: np.ndarray, axis: int, log: bool) -> np.
     x_access = f"X({','.join(indices)})"
     m_access = f"M({','.join(kept)})" if kept else "M"
     s_access = f"S({','.join(kept)})" if kept else "S"
-    shifted = f"{x_access} - {m_access}"
-    sums = node.run(f"{output_access(kept)} = exp({shifted})", dtype, X=x, M=maxima)
-    rhs = f"{shifted} - log({s_access})" if log else f"exp({shifted}) / {s_access}"
+    shifted = minus(x_access, m_access)
+    # An explicit sum: the implicit rule would sum X inside exp (the smallest subexpression).
+    summed = indices[axis]
+    sums = node.run(f"{output_access(kept)} = sum({summed}, exp({shifted}))", dtype, X=x,
+                    M=maxima)
+    rhs = minus(shifted, f"log({s_access})") if log else f"exp({shifted}) / {s_access}"
     result = node.run(f"{output_access(indices)} = {rhs}", dtype, X=x, M=maxima, S=sums)
     return result.reshape(x.shape).astype(x.dtype, copy=False)
 

@@ -1,0 +1,84 @@
+"""Running a graph: one step per node, values freed after their last use."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+import tensoralg as ta
+from tensoralg.onnx.graph import Graph, Node
+from tensoralg.onnx.kernels import KernelSet, NodeContext
+
+
+def call_node(node: Node, context: NodeContext, values: dict[str, np.ndarray]
+              ) -> dict[str, np.ndarray]:
+    """Run ``node`` on ``values``; its outputs by name. Errors are re-raised naming the node."""
+    args = [values[name] if name else None for name in node.inputs]
+    while args and args[-1] is None:
+        args.pop()
+    try:
+        result = node.impl.function(context, *args, **node.attributes)
+    except ta.NotationError as err:
+        raise ta.CompileError(f"{context}: the importer built an invalid statement: {err}"
+                              ) from err
+    except ta.TensorAlgebraError as err:
+        message = str(err)
+        if context.name not in message:
+            message = f"{context}: {message}"
+        raise type(err)(message) from err
+    except (ValueError, IndexError, TypeError, OverflowError) as err:
+        raise ta.ShapeError(f"{context}: {type(err).__name__}: {err}") from err
+    outputs = result if isinstance(result, tuple) else (result,)
+    found = {}
+    for name, value in zip(node.outputs, outputs):
+        if name:
+            found[name] = np.asarray(value)
+    return found
+
+
+@dataclass(slots=True)
+class Step:
+    """One node of the plan, its context (kernels, plan notes) and the values it frees."""
+
+    node: Node
+    context: NodeContext
+    release: tuple[str, ...]
+
+
+class Executor:
+    """The steps of a graph in topological order, sharing one :class:`KernelSet`."""
+
+    def __init__(self, graph: Graph, kernels: KernelSet) -> None:
+        self.graph = graph
+        self.kernels = kernels
+        keep = {v.name for v in graph.outputs} | set(graph.constants)
+        last_use: dict[str, int] = {}
+        for k, node in enumerate(graph.nodes):
+            for name in node.inputs:
+                last_use[name] = k
+        self.steps = []
+        for k, node in enumerate(graph.nodes):
+            release = tuple(name for name in dict.fromkeys(node.inputs)
+                            if name and last_use.get(name) == k and name not in keep)
+            context = NodeContext(node.name, node.op_type, node.inputs, node.outputs,
+                                  node.version, kernels)
+            self.steps.append(Step(node, context, release))
+
+    def run(self, feeds: dict[str, np.ndarray],
+            timer: Callable[[Step, float], Any] | None = None) -> dict[str, np.ndarray]:
+        values = dict(self.graph.constants)
+        values.update(feeds)
+        for step in self.steps:
+            start = time.perf_counter()
+            for name in step.node.inputs:
+                if name and name not in values:
+                    raise ta.ShapeError(f"{step.context}: input {name!r} has no value (it is "
+                                        f"not produced by an earlier node)")
+            values.update(call_node(step.node, step.context, values))
+            if timer is not None:
+                timer(step, time.perf_counter() - start)
+            for name in step.release:
+                values.pop(name, None)
+        return values

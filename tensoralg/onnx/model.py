@@ -1,0 +1,184 @@
+"""``load`` and ``InferenceSession``: an ONNX model compiled onto tensoralg kernels."""
+from __future__ import annotations
+
+import sys
+from typing import Any, Iterable, Mapping, Sequence, TextIO
+
+import numpy as np
+
+import tensoralg as ta
+from tensoralg.onnx.errors import InputError
+from tensoralg.onnx.executor import Executor, Step
+from tensoralg.onnx.graph import Graph, ValueInfo
+from tensoralg.onnx.kernels import KernelSet
+from tensoralg.onnx.load import build_graph, read_model
+from tensoralg.onnx.passes import pipeline
+from tensoralg.onnx.profile import Profile
+
+OPT_LEVELS = (0, 1, 2, 3)
+
+
+class CompiledModel:
+    """An ONNX graph whose nodes run as tensoralg kernels (or BLAS / NumPy data movement).
+
+    >>> import onnx, onnx.helper as h
+    >>> g = h.make_graph([h.make_node("Relu", ["x"], ["y"])], "g",
+    ...     [h.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2])],
+    ...     [h.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2])])
+    >>> m = load(h.make_model(g, opset_imports=[h.make_opsetid("", 17)]))
+    >>> m(np.array([-1.0, 2.0], np.float32))
+    array([0., 2.], dtype=float32)
+    """
+
+    def __init__(self, graph: Graph, executor: Executor, opt_level: int, backend: str) -> None:
+        self.graph = graph
+        self.executor = executor
+        self.opt_level = opt_level
+        self.backend = backend
+
+    @property
+    def inputs(self) -> list[ValueInfo]:
+        return list(self.graph.inputs)
+
+    @property
+    def outputs(self) -> list[ValueInfo]:
+        return list(self.graph.outputs)
+
+    def run(self, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        """Outputs by name for ``feeds`` (input name -> array)."""
+        values = self.executor.run(self._checked(feeds))
+        return {v.name: _owned(values[v.name], self.graph.constants, feeds)
+                for v in self.graph.outputs}
+
+    def __call__(self, *arrays: Any) -> Any:
+        """Positional inputs in declaration order; one output, or a tuple of them."""
+        if len(arrays) != len(self.graph.inputs):
+            raise InputError(f"the model takes {len(self.graph.inputs)} input(s) "
+                             f"({', '.join(v.name for v in self.graph.inputs)}), got {len(arrays)}")
+        outputs = self.run({v.name: a for v, a in zip(self.graph.inputs, arrays)})
+        values = tuple(outputs.values())
+        return values[0] if len(values) == 1 else values
+
+    def profile(self, feeds: Mapping[str, Any], repeat: int = 1) -> Profile:
+        """Time per node over ``repeat`` runs (after one warm-up run that compiles kernels)."""
+        checked = self._checked(feeds)
+        self.executor.run(checked)
+        totals: dict[str, float] = {}
+
+        def record(step: Step, seconds: float) -> None:
+            totals[step.node.name] = totals.get(step.node.name, 0.0) + seconds
+
+        for _ in range(max(1, repeat)):
+            self.executor.run(checked, timer=record)
+        rows = [(s.node.name, s.node.op_type, totals.get(s.node.name, 0.0) / max(1, repeat),
+                 "; ".join(s.context.plan)) for s in self.executor.steps]
+        return Profile.from_times(rows)
+
+    def ir(self) -> str:
+        """The plan as text: one line per node with the statements or data movement it runs."""
+        lines = [f"model: opset {self.graph.opset}, opt level {self.opt_level}"
+                 + (" (levels 2 and 3 run the level-1 pipeline for now)"
+                    if self.opt_level >= 2 else "") + f", backend {self.backend}"]
+        lines += [f"  pass: {note}" for note in self.graph.notes]
+        lines += [f"  input {v}" for v in self.graph.inputs]
+        lines.append(f"  {len(self.graph.constants)} constant(s)")
+        for step in self.executor.steps:
+            plan = list(step.context.plan)
+            head = f"  {step.node}"
+            if not plan:
+                lines.append(f"{head}  [compiled at first run]")
+            for k, text in enumerate(plan):
+                lines.append(f"{head}  :  {text}" if k == 0 else f"{' ' * len(head)}  :  {text}")
+        lines += [f"  output {v}" for v in self.graph.outputs]
+        return "\n".join(lines)
+
+    def print_ir(self, file: TextIO | None = None) -> None:
+        """Print :meth:`ir`."""
+        print(self.ir(), file=file or sys.stdout)
+
+    def __str__(self) -> str:
+        ins = ", ".join(str(v) for v in self.graph.inputs)
+        return f"CompiledModel({len(self.executor.steps)} nodes; inputs {ins})"
+
+    def _checked(self, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        if not isinstance(feeds, Mapping):
+            raise InputError("feeds must be a dict from input name to array")
+        known = {v.name for v in self.graph.inputs} | set(self.graph.constants)
+        unknown = [name for name in feeds if name not in known]
+        if unknown:
+            raise InputError(f"unknown input(s) {', '.join(map(repr, unknown))}; the model's "
+                             f"inputs are {', '.join(v.name for v in self.graph.inputs)}")
+        checked = {}
+        for info in self.graph.inputs:
+            if info.name not in feeds:
+                raise InputError(f"missing input {info.name!r} ({info})")
+            checked[info.name] = _check_feed(info, feeds[info.name])
+        for name in feeds:
+            if name in self.graph.constants:  # an initializer that is also an input: override
+                checked[name] = np.asarray(feeds[name])
+        return checked
+
+
+def _check_feed(info: ValueInfo, value: Any) -> np.ndarray:
+    array = np.asarray(value)
+    if info.dtype is not None and array.dtype != info.dtype:
+        raise InputError(f"input {info.name!r} must be {info.dtype}, got {array.dtype}")
+    if info.shape is not None:
+        bad = len(info.shape) != array.ndim or any(
+            isinstance(d, int) and d != n for d, n in zip(info.shape, array.shape))
+        if bad:
+            raise InputError(f"input {info.name!r} has shape {array.shape}, expected {info}")
+    return array
+
+
+def _owned(value: np.ndarray, constants: Mapping[str, np.ndarray], feeds: Mapping[str, Any]
+           ) -> np.ndarray:
+    """``value``, copied if it is (a view of) a constant or a feed the caller still holds."""
+    base = value if value.base is None else value.base
+    shared = any(base is c or c.base is base for c in constants.values()) or \
+        any(isinstance(f, np.ndarray) and (f is base or f.base is base) for f in feeds.values())
+    return value.copy() if shared or not value.flags.writeable else value
+
+
+def load(source: Any, opt_level: int = 1, backend: str = "llvm",
+         sparse_weights: Any = "auto") -> CompiledModel:
+    """Load an ONNX model (path, bytes or ModelProto) and compile it onto tensoralg kernels.
+
+    ``opt_level`` 0 runs one kernel per node; 1 adds shape inference, constant folding and dead
+    node removal. Levels 2 and 3 are accepted but currently run the level-1 pipeline (fusion,
+    embedding bags and sparse weights are not implemented yet), and ``sparse_weights`` is
+    accepted for the same reason and has no effect yet. Every op is resolved here: an op the
+    importer does not support raises ``ta.UnsupportedError`` naming the op, node and inputs.
+    """
+    if opt_level not in OPT_LEVELS:
+        raise ta.UnsupportedError(f"opt_level must be one of {OPT_LEVELS}, not {opt_level!r}")
+    if backend not in ("llvm", "c"):
+        raise ta.UnsupportedError(f"backend {backend!r} cannot run ONNX models; use llvm or c")
+    model = read_model(source)
+    graph = build_graph(model)
+    kernels = KernelSet(backend)
+    for _name, step in pipeline(opt_level, model, kernels):
+        graph = step(graph)
+    return CompiledModel(graph, Executor(graph, kernels), opt_level, backend)
+
+
+class InferenceSession:
+    """An onnxruntime-style session: ``run(output_names_or_None, feeds) -> list``."""
+
+    def __init__(self, source: Any, opt_level: int = 1, backend: str = "llvm") -> None:
+        self.model = load(source, opt_level=opt_level, backend=backend)
+
+    def get_inputs(self) -> list[ValueInfo]:
+        return self.model.inputs
+
+    def get_outputs(self) -> list[ValueInfo]:
+        return self.model.outputs
+
+    def run(self, output_names: Sequence[str] | None, feeds: Mapping[str, Any]
+            ) -> list[np.ndarray]:
+        outputs = self.model.run(feeds)
+        names: Iterable[str] = output_names or [v.name for v in self.model.outputs]
+        missing = [n for n in names if n not in outputs]
+        if missing:
+            raise InputError(f"unknown output(s) {', '.join(missing)}")
+        return [outputs[n] for n in names]

@@ -1,0 +1,95 @@
+"""Graph passes by opt level. Level 1: shape inference, constant folding, dead node removal.
+
+Each pass is a function ``Graph -> Graph`` whose docstring states what it establishes.
+Levels 2 and 3 (fusion, embedding bags, sparse weights) are not implemented yet and run the
+level-1 pipeline.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+import onnx
+
+from tensoralg.onnx.executor import call_node
+from tensoralg.onnx.graph import Graph
+from tensoralg.onnx.kernels import KernelSet, NodeContext
+
+# Ops never evaluated at load time even with constant inputs.
+_NOT_FOLDED = frozenset({"Dropout"})
+
+
+def infer_static_shapes(graph: Graph, model: onnx.ModelProto) -> Graph:
+    """Record every value whose shape onnx.shape_inference proves fully static."""
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
+    except Exception as err:  # noqa: BLE001 - inference is an optimisation, never fatal
+        graph.notes.append(f"shape inference skipped: {type(err).__name__}")
+        return graph
+    shapes = {}
+    values = list(inferred.graph.value_info) + list(inferred.graph.input) + \
+        list(inferred.graph.output)
+    for value in values:
+        tensor = value.type.tensor_type if value.type.HasField("tensor_type") else None
+        if tensor is None or not tensor.HasField("shape"):
+            continue
+        dims = tensor.shape.dim
+        if all(d.HasField("dim_value") for d in dims):
+            shapes[value.name] = tuple(d.dim_value for d in dims)
+    graph.static_shapes = shapes
+    graph.notes.append(f"shape inference: {len(shapes)} static shapes")
+    return graph
+
+
+def fold_constants(graph: Graph, kernels: KernelSet) -> Graph:
+    """Evaluate at load every node whose inputs are all constants, and every Shape of a value
+    with a static shape; afterwards no remaining node has only constant inputs."""
+    constants = dict(graph.constants)
+    kept = []
+    folded = 0
+    for node in graph.nodes:
+        static = graph.static_shapes.get(node.inputs[0]) if node.inputs else None
+        if node.op_type == "Shape" and static is not None:
+            start = node.attributes.get("start", 0)
+            end = node.attributes.get("end")
+            constants[node.outputs[0]] = np.array(static[start:end], dtype=np.int64)
+            folded += 1
+        elif node.op_type not in _NOT_FOLDED and \
+                all(not name or name in constants for name in node.inputs):
+            context = NodeContext(node.name, node.op_type, node.inputs, node.outputs,
+                                  node.version, kernels)
+            constants.update(call_node(node, context, constants))
+            folded += 1
+        else:
+            kept.append(node)
+    graph.notes.append(f"constant folding: {folded} node(s) evaluated at load")
+    graph.nodes = kept
+    graph.constants = constants
+    return graph
+
+
+def remove_dead_nodes(graph: Graph) -> Graph:
+    """Drop nodes and constants that no graph output depends on."""
+    needed = {v.name for v in graph.outputs}
+    kept = []
+    for node in reversed(graph.nodes):
+        if any(name in needed for name in node.outputs):
+            kept.append(node)
+            needed.update(name for name in node.inputs if name)
+    removed = len(graph.nodes) - len(kept)
+    graph.nodes = kept[::-1]
+    graph.constants = {k: v for k, v in graph.constants.items() if k in needed}
+    graph.notes.append(f"dead node removal: {removed} node(s) removed")
+    return graph
+
+
+def pipeline(opt_level: int, model: onnx.ModelProto, kernels: KernelSet
+             ) -> list[tuple[str, Callable[[Graph], Graph]]]:
+    """The named passes of ``opt_level``, in order."""
+    if opt_level == 0:
+        return []
+    return [
+        ("shape inference", lambda g: infer_static_shapes(g, model)),
+        ("constant folding", lambda g: fold_constants(g, kernels)),
+        ("dead node removal", remove_dead_nodes),
+    ]

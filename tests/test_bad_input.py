@@ -1,0 +1,363 @@
+"""One test per user mistake: the exact TensorAlgebraError subclass and a helpful message."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import tensoralg as ta
+
+A = np.ones((3, 4))
+x = np.ones(4)
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+# ---------------------------------------------------------------------------------------------
+# malformed notation
+
+
+@pytest.mark.parametrize("subscripts, match", [
+    ("ij,j->k", r"output index k appears in no input"),
+    ("ij,j->ii", r"output index i repeated"),
+    ("ij,j->i->j", r"more than one '->'"),
+    ("ij;j->i", r"unexpected character ';'"),
+    ("ij,j-i", r"'-' must be followed by '>'"),
+    ("ij,j->I1", r"unexpected character '1'"),
+    ("ij,j,k->i", r"3 terms .* but 2 operands"),
+    ("ij", r"1 terms .* but 2 operands"),
+    ("ij,j->i,", r"',' in the output"),
+    ("...i..j,j->i", r"ellipsis is exactly three dots"),
+    ("ij,j->i)", r"unexpected character '\)'"),
+    ("(ij,j->i", r"unexpected character '\('"),
+    ("", r"empty subscripts"),
+])
+def test_malformed_einsum(subscripts, match):
+    with pytest.raises(ta.NotationError, match=match):
+        ta.einsum(subscripts, A, x)
+
+
+def test_einsum_notation_error_has_position():
+    with pytest.raises(ta.NotationError) as info:
+        ta.einsum("ij;j->i", A, x)
+    assert info.value.position == 2 and "^" in str(info.value)
+
+
+def test_subscripts_not_a_string():
+    with pytest.raises(ta.NotationError, match="must be a string"):
+        ta.einsum(3, A, x)
+
+
+@pytest.mark.parametrize("statement, match", [
+    ("y(i) = A(i,j) * x(j", r"unmatched '\('"),
+    ("y(i) = A(i,j) ** x(j)", r"expected an expression, found '\*'"),
+    ("y(i) == A(i,j)", r"expected an expression, found '='"),
+    ("y(i) = ", r"empty right side"),
+    ("= A(i,j)", r"expected the output tensor's name"),
+    ("y(i,i) = A(i,i)", r"index i repeated on the left side"),
+    ("y(i) = foo(A(i,j))", r"unknown function 'foo'"),
+    ("y(i) = sum(A(i,j))", r"sum takes an index name and an expression"),
+    ("y(i) = A(i,j) x(j)", r"unexpected 'x' after the expression"),
+    ("y(i) = A(i,j) + A(i)", r"tensor A is used with 1 indices here but with 2"),
+    ("y(i) = relu(A(i,j), x(j))", r"relu takes 1 argument, got 2"),
+    ("y(i) = 3.4.5 * A(i,j)", r"unexpected '.5'"),
+    ("y(j) = sum(j, A(i,j))", r"sum over j, an index of the left side"),
+    ("y(i) = A(i,,j)", r"expected an index name, found ','"),
+    ("Y(i) = A(i,j) * @", r"unexpected character '@'"),
+    ("y(i) = y(i) + A(i,j)", r"output y also appears on the right side"),
+])
+def test_malformed_statement(statement, match):
+    with pytest.raises(ta.NotationError, match=match) as info:
+        ta.compile(statement)
+    assert info.value.text == statement
+
+
+def test_formats_name_an_unknown_tensor():
+    with pytest.raises(ta.NotationError, match="formats names Q"):
+        ta.compile("y(i) = A(i,j) * x(j)", formats={"A": "ds", "Q": "ds"})
+
+
+# ---------------------------------------------------------------------------------------------
+# shapes and ranks
+
+
+def test_shape_mismatch_names_operand_and_index():
+    with pytest.raises(ta.ShapeError, match=r"index j.*4.*5"):
+        ta.einsum("ij,j->i", A, np.ones(5))
+
+
+def test_shape_mismatch_in_a_chain():
+    with pytest.raises(ta.ShapeError, match=r"index j.*4.*5"):
+        ta.einsum("ij,jk->ik", sp.csr_array(A), np.ones((5, 2)))
+
+
+def test_repeated_index_on_a_non_square_operand():
+    with pytest.raises(ta.ShapeError, match=r"index i.*3.*4"):
+        ta.einsum("ii->i", A)
+
+
+def test_wrong_rank():
+    with pytest.raises(ta.ShapeError, match=r"operand 0.*rank 2.*'ijk'.*3"):
+        ta.einsum("ijk,j->i", A, x)
+
+
+def test_kernel_shape_mismatch():
+    k = ta.compile("y(i) = A(i,j) * x(j)", formats={"A": "ds"})
+    with pytest.raises(ta.ShapeError, match=r"index j.*4.*5"):
+        k(A=sp.csr_array(A), x=np.ones(5))
+
+
+def test_out_of_the_wrong_shape():
+    with pytest.raises(ta.ShapeError, match=r"out has shape \(7,\).*\(3,\)"):
+        ta.einsum("ij,j->i", A, x, out=np.zeros(7))
+
+
+# ---------------------------------------------------------------------------------------------
+# dtypes
+
+
+@pytest.mark.parametrize("dtype", [np.complex128, np.complex64, np.bool_, object, np.float16,
+                                   "U3", np.int8, np.uint8])
+def test_unsupported_numpy_dtype(dtype):
+    with pytest.raises(ta.UnsupportedError, match=r"operand 0.*dtype.*float32, float64, int32"):
+        ta.einsum("ij,j->i", A.astype(dtype), x)
+
+
+def test_unsupported_scipy_dtype():
+    with pytest.raises(ta.UnsupportedError, match=r"operand 0.*complex128"):
+        ta.einsum("ij,j->i", sp.csr_array(A.astype(np.complex128)), x)
+
+
+def test_string_operand_is_not_a_scalar():
+    with pytest.raises(ta.UnsupportedError, match=r"operand 1.*str"):
+        ta.einsum("ij,j->i", A, "abcd")
+
+
+def test_list_operand():
+    with pytest.raises(ta.UnsupportedError, match=r"cannot use .*list"):
+        ta.einsum("ij,j->i", A, [1.0, 2.0, 3.0, 4.0])
+
+
+def test_compile_with_complex_dtype():
+    with pytest.raises(ta.UnsupportedError, match=r"complex128 is not supported"):
+        ta.compile("y(i) = A(i,j) * x(j)", dtype="complex128")
+
+
+def test_integer_kernel_with_a_float_function():
+    with pytest.raises(ta.UnsupportedError, match=r"floating-point"):
+        ta.compile("y(i) = sqrt(A(i,j))", dtype="int64")
+
+
+@pytest.mark.parametrize("da, dx", [(np.int64, np.float64), (np.int32, np.float32),
+                                    (np.float32, np.int64), (np.int32, np.int64)])
+def test_mixed_int_and_float_works_as_numpy_promotes(da, dx):
+    a = np.arange(12).reshape(3, 4).astype(da)
+    v = np.arange(4).astype(dx)
+    got = ta.einsum("ij,j->i", sp.csr_array(a), v)
+    want = np.einsum("ij,j->i", a, v)
+    assert got.dtype == want.dtype
+    np.testing.assert_allclose(got, want)
+
+
+# ---------------------------------------------------------------------------------------------
+# non-canonical and int64 scipy inputs
+
+
+def test_unsorted_duplicate_scipy_input_computed_right_and_untouched():
+    m = sp.csr_array((np.array([1.0, 2.0, 3.0]), np.array([2, 0, 2]), np.array([0, 3, 3])),
+                     shape=(2, 3))
+    snapshot = (m.data.copy(), m.indices.copy(), m.indptr.copy())
+    y = ta.einsum("ij,j->i", m, np.array([1.0, 10.0, 100.0]))
+    np.testing.assert_allclose(y, [2 * 1 + (1 + 3) * 100, 0])
+    for now, before in zip((m.data, m.indices, m.indptr), snapshot):
+        np.testing.assert_array_equal(now, before)
+
+
+def test_scipy_with_int64_indices_works():
+    m = sp.csr_array(A)
+    m.indices = m.indices.astype(np.int64)
+    m.indptr = m.indptr.astype(np.int64)
+    np.testing.assert_allclose(ta.einsum("ij,j->i", m, x), A @ x)
+
+
+# ---------------------------------------------------------------------------------------------
+# corrupt ta.Tensor storage built by hand: FormatError, never a crash
+
+GOOD = dict(pos=[0, 2, 2, 3], crd=[0, 3, 1], vals=[1.0, 2.0, 3.0])   # 3x4 CSR
+CORRUPT = {
+    "pos not monotone": dict(pos=[0, 2, 1, 3]),
+    "pos does not start at 0": dict(pos=[1, 2, 2, 3]),
+    "crd out of range": dict(crd=[0, 4, 1]),
+    "negative crd": dict(crd=[0, -1, 1]),
+    "pos[-1] != len(crd)": dict(pos=[0, 2, 2, 2]),
+    "pos[-1] beyond crd": dict(pos=[0, 2, 2, 9]),
+    "vals too short": dict(vals=[1.0, 2.0]),
+    "vals too long": dict(vals=[1.0, 2.0, 3.0, 4.0]),
+    "unsorted crd in s level": dict(crd=[3, 0, 1]),
+    "duplicate crd in s level": dict(crd=[3, 3, 1]),
+    "pos of the wrong length": dict(pos=[0, 2, 3]),
+}
+
+
+def _csr(**changes):
+    parts = {**GOOD, **changes}
+    pos = np.asarray(parts["pos"], dtype=np.int32)
+    crd = np.asarray(parts["crd"], dtype=np.int32)
+    return ta.Tensor((3, 4), "ds", [None, (pos, crd)], np.asarray(parts["vals"]))
+
+
+def test_good_hand_built_tensor_works():
+    t = _csr()
+    np.testing.assert_allclose(ta.einsum("ij,j->i", t, x), t.to_numpy() @ x)
+
+
+@pytest.mark.parametrize("fault", list(CORRUPT))
+def test_corrupt_storage_is_a_format_error(fault):
+    with pytest.raises(ta.FormatError):
+        _csr(**CORRUPT[fault])
+
+
+def test_corrupt_coo_singleton_level():
+    with pytest.raises(ta.FormatError):
+        ta.Tensor((3, 4), "uq", [(np.array([0, 2]), np.array([0, 5])),
+                                 (None, np.array([1, 1]))], np.array([1.0, 2.0]))
+
+
+def test_corrupt_crd_dtype():
+    with pytest.raises(ta.FormatError):
+        ta.Tensor((3, 4), "ds", [None, (np.array([0, 1, 1, 1]), np.array([0.5]))],
+                  np.array([1.0]))
+
+
+def test_corrupt_storage_in_a_subprocess_never_crashes():
+    code = textwrap.dedent("""
+        import numpy as np, tensoralg as ta
+        cases = [([0, 2, 1, 3], [0, 3, 1], [1.0, 2.0, 3.0]),
+                 ([0, 2, 2, 3], [0, 400000, 1], [1.0, 2.0, 3.0]),
+                 ([0, 2, 2, 90000], [0, 3, 1], [1.0, 2.0, 3.0]),
+                 ([0, 2, 2, 3], [0, 3, 1], [1.0])]
+        for pos, crd, vals in cases:
+            try:
+                t = ta.Tensor((3, 4), "ds", [None, (np.array(pos, np.int32),
+                                                    np.array(crd, np.int32))], np.array(vals))
+                ta.einsum("ij,j->i", t, np.ones(4))
+                print("accepted", pos, crd, vals)
+            except ta.FormatError:
+                print("format error")
+    """)
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, f"crashed with {done.returncode}: {done.stderr[-800:]}"
+    assert done.stdout.split("\n").count("format error") == 4, done.stdout
+
+
+# ---------------------------------------------------------------------------------------------
+# options
+
+
+def test_unknown_backend():
+    with pytest.raises(ta.UnsupportedError, match=r"unknown backend 'tpu'.*llvm, c, cuda"):
+        ta.einsum("ij,j->i", A, x, backend="tpu")
+
+
+def test_unknown_backend_in_compile():
+    with pytest.raises(ta.UnsupportedError, match=r"unknown backend 'tpu'"):
+        ta.compile("y(i) = A(i,j) * x(j)", backend="tpu")
+
+
+def test_schedule_is_not_supported_yet():
+    with pytest.raises(ta.UnsupportedError, match=r"schedule"):
+        ta.einsum("ij,j->i", A, x, schedule=["reorder(j, i)"])
+    with pytest.raises(ta.UnsupportedError, match=r"schedule"):
+        ta.compile("y(i) = A(i,j) * x(j)", schedule="reorder")
+
+
+def test_formats_list_of_the_wrong_length():
+    with pytest.raises(ta.ShapeError, match=r"formats has 1 entries but einsum has 2 operands"):
+        ta.einsum("ij,j->i", A, x, formats=["ds"])
+
+
+def test_formats_dict_names_a_missing_operand():
+    with pytest.raises(ta.ShapeError, match=r"formats names operand 5"):
+        ta.einsum("ij,j->i", A, x, formats={5: "ds"})
+
+
+def test_formats_not_a_list_or_dict():
+    with pytest.raises(ta.UnsupportedError, match=r"formats must be a list"):
+        ta.einsum("ij,j->i", A, x, formats="ds")
+
+
+@pytest.mark.parametrize("fmt, match", [
+    ("dsq", r"singleton level .* must follow a non-unique level"),
+    ("xy", r"unknown level code 'x'"),
+    ("dsd", r"3 levels but the tensor has 2 modes"),
+])
+def test_bad_operand_format(fmt, match):
+    with pytest.raises(ta.FormatError, match=match):
+        ta.einsum("ij,j->i", A, x, formats=[fmt, None])
+
+
+@pytest.mark.parametrize("out_format, match", [
+    ("banana", r"unknown level code 'b'"),
+    ("ds", r"2 levels but the tensor has 1 modes"),
+    (42, r"cannot read 42 as a format"),
+    (ta.Format("ds", order=(1, 0)), r"levels|modes"),
+])
+def test_out_format_nonsense(out_format, match):
+    with pytest.raises(ta.FormatError, match=match):
+        ta.einsum("ij,j->i", A, x, out_format=out_format)
+
+
+def test_format_with_a_bad_mode_order():
+    with pytest.raises(ta.FormatError, match=r"not a permutation"):
+        ta.Format("ds", order=(0, 0))
+
+
+def test_kernel_missing_operand():
+    k = ta.compile("y(i) = A(i,j) * x(j)", formats={"A": "ds"})
+    with pytest.raises(ta.ShapeError, match=r"needs operand\(s\) x"):
+        k(A=sp.csr_array(A))
+
+
+def test_kernel_extra_operand():
+    k = ta.compile("y(i) = A(i,j) * x(j)", formats={"A": "ds"})
+    with pytest.raises(ta.ShapeError, match=r"has no operand\(s\) z"):
+        k(A=sp.csr_array(A), x=x, z=x)
+
+
+def test_kernel_operand_in_another_format_warns_once():
+    k = ta.compile("y(i) = A(i,j) * x(j)", formats={"A": "ds"})
+    with pytest.warns(UserWarning, match=r"operand A .* converting"):
+        np.testing.assert_allclose(k(A=A, x=x), A @ x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        k(A=A, x=x)
+
+
+def test_cuda_einsum():
+    with pytest.raises(ta.UnsupportedError, match=r"cuda.*llvm"):
+        ta.einsum("ij,j->i", A, x, backend="cuda")
+
+
+def test_cuda_kernel_prints_but_cannot_run():
+    k = ta.compile("y(i) = A(i,j) * x(j)", formats={"A": "ds"}, backend="cuda")
+    assert "__global__" in k.source("cuda")
+    with pytest.raises(ta.UnsupportedError, match=r"cuda kernels can be printed"):
+        k(A=sp.csr_array(A), x=x)
+
+
+def test_unknown_source_language():
+    k = ta.compile("y(i) = A(i,j) * x(j)")
+    with pytest.raises(ta.UnsupportedError, match=r"wasm"):
+        k.source("wasm")
+
+
+def test_every_error_is_a_tensor_algebra_error():
+    for cls in (ta.NotationError, ta.ShapeError, ta.FormatError, ta.CompileError,
+                ta.UnsupportedError, ta.KernelRuntimeError):
+        assert issubclass(cls, ta.TensorAlgebraError)

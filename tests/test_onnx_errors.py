@@ -1,0 +1,120 @@
+"""One test per user mistake: each gets a clear TensorAlgebraError naming the node or input."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+import tensoralg as ta  # noqa: E402
+import tensoralg.onnx as tonnx  # noqa: E402
+
+F32 = TensorProto.FLOAT
+
+
+def _model(nodes, inputs, outputs, inits=(), opset=17, check=True):
+    graph = helper.make_graph(nodes, "g", inputs, outputs, list(inits))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    if check:
+        onnx.checker.check_model(model)
+    return model
+
+
+def _relu_model():
+    return _model([helper.make_node("Relu", ["x"], ["y"], name="act")],
+                  [helper.make_tensor_value_info("x", F32, ["N", 3])],
+                  [helper.make_tensor_value_info("y", F32, ["N", 3])])
+
+
+def test_malformed_protobuf_bytes():
+    with pytest.raises(tonnx.ModelError, match="not a valid ONNX protobuf|holds no graph"):
+        tonnx.load(b"\x08\x01\x12\xff\xff garbage")
+
+
+def test_missing_file():
+    with pytest.raises(tonnx.ModelError, match="cannot read model"):
+        tonnx.load("/nonexistent/model.onnx")
+
+
+def test_model_failing_the_checker():
+    model = _model([helper.make_node("Relu", ["nowhere"], ["y"])],
+                   [helper.make_tensor_value_info("x", F32, [3])],
+                   [helper.make_tensor_value_info("y", F32, [3])], check=False)
+    with pytest.raises(tonnx.ModelError, match="onnx.checker"):
+        tonnx.load(model)
+
+
+def test_unsupported_op_is_refused_at_load_naming_node_and_inputs():
+    model = _model([helper.make_node("Relu", ["x"], ["r"]),
+                    helper.make_node("Hardmax", ["r"], ["y"], name="hm")],
+                   [helper.make_tensor_value_info("x", F32, [2, 3])],
+                   [helper.make_tensor_value_info("y", F32, [2, 3])])
+    with pytest.raises(ta.UnsupportedError, match=r"node hm \(Hardmax, inputs \['r'\]\)"):
+        tonnx.load(model)
+
+
+def test_training_mode_batchnorm_is_refused_at_load():
+    x = helper.make_tensor_value_info("x", F32, [2, 3])
+    params = [numpy_helper.from_array(np.ones(3, np.float32), n) for n in "sbmv"]
+    node = helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"],
+                            training_mode=1, name="bn")
+    model = _model([node], [x], [helper.make_tensor_value_info("y", F32, [2, 3])], params,
+                   check=False)
+    with pytest.raises(ta.UnsupportedError, match="node bn.*training_mode"):
+        tonnx.load(model)
+
+
+def test_old_opset_and_bad_opt_level():
+    with pytest.raises(ta.UnsupportedError, match="opset 9"):
+        tonnx.load(_model([helper.make_node("Relu", ["x"], ["y"])],
+                          [helper.make_tensor_value_info("x", F32, [3])],
+                          [helper.make_tensor_value_info("y", F32, [3])], opset=9))
+    with pytest.raises(ta.UnsupportedError, match="opt_level"):
+        tonnx.load(_relu_model(), opt_level=7)
+
+
+def test_missing_input():
+    with pytest.raises(tonnx.InputError, match="missing input 'x'"):
+        tonnx.load(_relu_model()).run({})
+
+
+def test_unknown_input():
+    with pytest.raises(tonnx.InputError, match="unknown input.*'z'"):
+        tonnx.load(_relu_model()).run({"x": np.ones((1, 3), np.float32), "z": 1})
+
+
+def test_wrong_input_dtype():
+    with pytest.raises(tonnx.InputError, match="'x' must be float32, got float64"):
+        tonnx.load(_relu_model()).run({"x": np.ones((1, 3))})
+
+
+def test_wrong_input_shape():
+    with pytest.raises(tonnx.InputError, match=r"'x' has shape \(2, 4\)"):
+        tonnx.load(_relu_model()).run({"x": np.ones((2, 4), np.float32)})
+
+
+def test_out_of_range_embedding_index_names_the_node():
+    table = numpy_helper.from_array(np.ones((5, 2), np.float32), "table")
+    model = _model([helper.make_node("Gather", ["table", "ids"], ["y"], name="lookup")],
+                   [helper.make_tensor_value_info("ids", TensorProto.INT64, ["N"])],
+                   [helper.make_tensor_value_info("y", F32, ["N", 2])], [table])
+    with pytest.raises(ta.ShapeError, match="node lookup.*ids"):
+        tonnx.load(model).run({"ids": np.array([1, 9], np.int64)})
+
+
+def test_incompatible_broadcast_names_the_node():
+    model = _model([helper.make_node("Add", ["a", "b"], ["y"], name="plus")],
+                   [helper.make_tensor_value_info("a", F32, ["A", "B"]),
+                    helper.make_tensor_value_info("b", F32, ["C"])],
+                   [helper.make_tensor_value_info("y", F32, ["A", "B"])])
+    with pytest.raises(ta.ShapeError, match="node plus.*do not broadcast"):
+        tonnx.load(model).run({"a": np.ones((2, 3), np.float32),
+                               "b": np.ones((4,), np.float32)})
+
+
+def test_session_unknown_output_name():
+    session = tonnx.InferenceSession(_relu_model().SerializeToString())
+    with pytest.raises(tonnx.InputError, match="unknown output"):
+        session.run(["nope"], {"x": np.ones((1, 3), np.float32)})

@@ -1,0 +1,127 @@
+"""The ONNX backend node tests (``onnx.backend.test.case.node``) through tensoralg.onnx.
+
+Every case whose ops are all supported runs at opt level 0 and is compared with the expected
+outputs that onnx ships; the case either passes or is named in SKIPS with the reason. The
+per-op pass count is printed by ``test_node_case_summary`` (run with ``-s``).
+"""
+from __future__ import annotations
+
+import collections
+import fnmatch
+import warnings
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+from onnx import numpy_helper  # noqa: E402
+from onnx.backend.test.case import node as node_cases  # noqa: E402
+
+import tensoralg as ta  # noqa: E402
+import tensoralg.onnx as tonnx  # noqa: E402
+
+# Test names (fnmatch patterns) we skip, each with the reason.
+SKIPS = {
+    # Element types NumPy has no dtype for (ml_dtypes float8/int4/bfloat16...) and strings:
+    # load raises UnsupportedError naming the type.
+    "test_cast*FLOAT8*": "float8 element types are not supported",
+    "test_cast*FLOAT4E2M1*": "float4 element types are not supported",
+    "test_cast*INT4*": "int4/uint4 element types are not supported",
+    "test_cast*INT2*": "int2/uint2 element types are not supported",
+    "test_cast*BFLOAT16*": "bfloat16 is not supported",
+    "test_cast*STRING*": "string tensors are not supported",
+    "test_cast*e8m0*": "float8 e8m0 is not supported",
+    "test_equal_string*": "string tensors are not supported",
+    # Non-tensor graph values.
+    "test_identity_sequence": "sequence values are not supported",
+    "test_identity_opt": "optional values are not supported",
+    # Training-mode semantics: the importer is for inference (UnsupportedError at load/run).
+    "test_batchnorm_*_training_mode": "BatchNormalization training_mode=1",
+    "test_training_dropout*": "Dropout with training_mode=True",
+}
+
+
+def _skip_reason(name: str) -> str | None:
+    for pattern, reason in SKIPS.items():
+        if fnmatch.fnmatchcase(name, pattern):
+            return reason
+    return None
+
+
+def _cases() -> list:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cases = node_cases.collect_testcases(None)
+    supported = set(tonnx.supported_ops())
+    return [c for c in cases if {n.op_type for n in c.model.graph.node} <= supported]
+
+
+CASES = _cases()
+
+
+def _array(value):
+    return numpy_helper.to_array(value) if hasattr(value, "data_type") else np.asarray(value)
+
+
+def _label(case) -> str:
+    ops = sorted({n.op_type for n in case.model.graph.node})
+    return ops[0] if len(ops) == 1 else "expanded:" + case.model.graph.node[-1].op_type
+
+
+def run_case(case) -> None:
+    """Load ``case.model`` at opt level 0 and compare every data set with onnx's outputs."""
+    model = tonnx.load(case.model, opt_level=0)
+    for inputs, outputs in case.data_sets:
+        feeds = {v.name: _array(x) for v, x in zip(model.inputs, inputs)}
+        got = model.run(feeds)
+        for info, expected in zip(model.outputs, outputs):
+            expected = _array(expected)
+            actual = got[info.name]
+            assert actual.dtype == expected.dtype, f"{info.name}: dtype {actual.dtype}"
+            assert actual.shape == expected.shape, f"{info.name}: shape {actual.shape}"
+            if expected.dtype.kind == "f":
+                np.testing.assert_allclose(actual.astype(np.float64), expected.astype(np.float64),
+                                           rtol=max(case.rtol, 1e-4), atol=max(case.atol, 1e-6))
+            else:
+                np.testing.assert_array_equal(actual, expected)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_node_case(case):
+    reason = _skip_reason(case.name)
+    if reason is not None:
+        # A skipped case must fail with a clear tensoralg error, never pass silently or crash.
+        with pytest.raises(ta.TensorAlgebraError):
+            run_case(case)
+        pytest.skip(reason)
+    run_case(case)
+
+
+@pytest.mark.slow
+def test_node_case_summary(capsys):
+    """Print the pass count per op; every case is a pass or a listed skip."""
+    counts: dict[str, list[int]] = collections.defaultdict(lambda: [0, 0, 0])
+    unexpected = []
+    for case in CASES:
+        row = counts[_label(case)]
+        row[2] += 1
+        if _skip_reason(case.name) is not None:
+            row[1] += 1
+            continue
+        try:
+            run_case(case)
+            row[0] += 1
+        except Exception as err:  # noqa: BLE001 - collected and reported below
+            unexpected.append(f"{case.name}: {type(err).__name__}: {err}")
+    with capsys.disabled():
+        print("\nONNX node tests: op, passed, skipped (listed), total")
+        for label, (passed, skipped, total) in sorted(counts.items()):
+            print(f"  {label:32s} {passed:4d} {skipped:4d} {total:4d}")
+        print(f"  {'all':32s} {sum(r[0] for r in counts.values()):4d} "
+              f"{sum(r[1] for r in counts.values()):4d} {len(CASES):4d}")
+    assert not unexpected, "\n".join(unexpected)
+
+
+def test_every_supported_op_has_node_cases():
+    covered = {n.op_type for c in CASES for n in c.model.graph.node}
+    assert {"MatMul", "Gemm", "Softmax", "ReduceMax", "Gather", "Slice"} <= covered
