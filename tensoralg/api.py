@@ -22,7 +22,9 @@ from tensoralg.codegen import CompiledKernel, DiskCache, build, default_cache_di
 from tensoralg.errors import (
     KernelRuntimeError, NotationError, ShapeError, TensorAlgebraError, UnsupportedError,
 )
-from tensoralg.formats import CSC, CSR, Format, LevelArrays, Tensor, bind, input_family, resolve_format
+from tensoralg.formats import (
+    CSC, CSR, Format, LevelArrays, Tensor, bind, dense, input_family, resolve_format,
+)
 from tensoralg.formats.tensor import VALUE_DTYPES
 from tensoralg.ir.nodes import Function
 from tensoralg.ir.passes.pipeline import IRLog, optimize
@@ -95,6 +97,7 @@ class CompiledProgram:
     kernel: CompiledKernel
     log: IRLog | None
     arguments: ArgumentPlan
+    sizes: tuple[tuple[str, int, str], ...]   # (input tensor, mode, index): where sizes come from
 
 
 class KernelCache:
@@ -133,8 +136,11 @@ class KernelCache:
         kernel = build(function, backend, cache=self.disk, key=key.digest())
         if not kernel.from_cache:
             self.compiles += 1
+        sizes = tuple((info.name, mode, index) for info in program.tensors
+                      if info.role is TensorRole.INPUT for mode, index in enumerate(info.dims))
         return CompiledProgram(key, program, function, kernel, log,
-                               ArgumentPlan.from_params(function.params, program.output.name))
+                               ArgumentPlan.from_params(function.params, program.output.name),
+                               sizes)
 
 
 _cache: KernelCache | None = None
@@ -227,7 +233,12 @@ def _format_overrides(formats: Any, count: int) -> dict[int, Any]:
 
 def _bind(operand: Any, fmt: Any, what: str) -> Tensor:
     try:
-        tensor = _bind_compressed_scipy(operand) or bind(operand)
+        if type(operand) is np.ndarray and operand.dtype in VALUE_DTYPES and \
+                operand.flags.c_contiguous:
+            tensor = Tensor.trusted(operand.shape, dense(operand.ndim), _DENSE_LEVELS[
+                :operand.ndim], operand.reshape(-1))   # zero-copy, nothing to validate
+        else:
+            tensor = _bind_compressed_scipy(operand) or bind(operand)
     except TensorAlgebraError as err:
         raise type(err)(f"{what}: {err}") from None
     if fmt is not None:
@@ -238,6 +249,7 @@ def _bind(operand: Any, fmt: Any, what: str) -> Tensor:
 
 
 _SCIPY_COMPRESSED = {"csr": CSR, "csc": CSC}
+_DENSE_LEVELS = (LevelArrays(),) * 32
 
 
 def _bind_compressed_scipy(operand: Any) -> Tensor | None:
@@ -258,8 +270,8 @@ def _bind_compressed_scipy(operand: Any) -> Tensor | None:
         return None
     if kernel_cache().validator.compressed(indptr, indices, minor, check_order=False) != VALID:
         return None
-    levels = (LevelArrays(), LevelArrays(indptr, indices))
-    return Tensor(operand.shape, fmt, levels, data, check=False)
+    levels = (_DENSE_LEVELS[0], LevelArrays(indptr, indices))
+    return Tensor.trusted(operand.shape, fmt, levels, data)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -352,11 +364,7 @@ def execute(compiled: CompiledProgram, bound: Mapping[str, Tensor], value_dtype:
                for name, t in bound.items()}
     for alias, source in program.conversions:
         tensors[alias] = tensors[source].convert(program.tensor(alias).format)
-    sizes: dict[str, int] = {}
-    for info in program.tensors:
-        if info.role is TensorRole.INPUT:
-            for mode, index in enumerate(info.dims):
-                sizes[index] = tensors[info.name].shape[mode]
+    sizes = {index: tensors[name].shape[mode] for name, mode, index in compiled.sizes}
     output = program.output
     buffers = OutputBuffers()
     if output.format.is_dense:

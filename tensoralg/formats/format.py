@@ -9,6 +9,7 @@ Format('ds', order=(1, 0))
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -110,6 +111,7 @@ def _parse_level(code: LevelKind | str, spec: Any) -> LevelKind:
             f"u (compressed non-unique) or q (singleton)") from None
 
 
+@functools.lru_cache(maxsize=None)
 def dense(rank: int) -> Format:
     """The all-dense format of a given rank, in natural mode order.
 

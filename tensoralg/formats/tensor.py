@@ -69,6 +69,18 @@ class Tensor:
             from tensoralg.formats.validate import validate
             validate(self)
 
+    @classmethod
+    def trusted(cls, shape: tuple[int, ...], format: Format, levels: tuple[LevelArrays, ...],
+                vals: np.ndarray) -> "Tensor":
+        """Wrap arrays that the caller has already checked, with no conversion at all.
+
+        For hot paths only: ``shape`` a tuple of ints, ``format`` a resolved ``Format`` of that
+        rank, ``levels`` ``LevelArrays``, ``vals`` a 1-D array.
+        """
+        tensor = object.__new__(cls)
+        tensor._shape, tensor._format, tensor._levels, tensor._vals = shape, format, levels, vals
+        return tensor
+
     # -- properties -------------------------------------------------------------------------
 
     @property

@@ -298,6 +298,9 @@ class Lowerer:
         by_access = {it.access: it for it in iterators}
         for point in lattice.points:
             its = [by_access[a] for a in point.iterators]
+            if len(its) == 1:
+                stmts.append(self.tail_loop(index, point, body, its[0]))
+                continue
             coordinate = Var(self.names(index), I64)
             loop_body: list[Stmt] = []
             for it in its:
@@ -320,6 +323,15 @@ class Lowerer:
                 valid = b.land(valid, b.lt(it.position, it.end))
             stmts.append(b.while_(valid, loop_body))
         return stmts
+
+    def tail_loop(self, index: str, point: LatticePoint, body, it: Iterator_) -> Stmt:
+        """The rest of one iterator after a merge: every remaining position matches."""
+        coordinate = Var(self.names(index), I64)
+        return b.while_(b.lt(it.position, it.end),
+                        b.declare(coordinate, self.coordinate_of(it)),
+                        self.segment_end(it),
+                        body(point, coordinate, [it]),
+                        b.assign(it.position, self.next_position(it)))
 
     def case_chain(self, points, body, coordinate: Var, iterators: list[Iterator_]
                    ) -> list[Stmt]:

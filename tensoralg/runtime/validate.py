@@ -86,6 +86,7 @@ class StorageValidator:
         self.disk = disk
         self._kernels: dict[np.dtype, CompiledKernel] = {}
         self._lock = threading.Lock()
+        self._status = threading.local()   # one status word per thread, reused across calls
 
     def _kernel(self, dtype: np.dtype) -> CompiledKernel:
         kernel = self._kernels.get(dtype)
@@ -105,7 +106,9 @@ class StorageValidator:
         if pos.dtype != crd.dtype or pos.dtype not in _INDEX or pos.ndim != 1 or crd.ndim != 1 \
                 or pos.shape[0] < 1 or not (pos.flags.c_contiguous and crd.flags.c_contiguous):
             return BAD_SEGMENT
-        status = np.zeros(1, dtype=np.int64)
+        status = self._status.__dict__.get("buffer")
+        if status is None:
+            status = self._status.buffer = np.zeros(1, dtype=np.int64)
         self._kernel(pos.dtype).function(pos.ctypes.data, crd.ctypes.data, pos.shape[0] - 1,
                                          dim, crd.shape[0], int(check_order),
                                          status.ctypes.data)
