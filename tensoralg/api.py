@@ -38,6 +38,7 @@ from tensoralg.notation import (
 )
 from tensoralg.notation.ast import Expr, tensors as tensor_ranks
 from tensoralg.runtime.args import ArgumentPlan, OutputBuffers
+from tensoralg.runtime.threads import KernelThreads, split
 from tensoralg.runtime.validate import VALID, StorageValidator
 from tensoralg.runtime.wrap import release, sparse_result
 
@@ -56,13 +57,16 @@ class CompileOptions:
     cache_dir: Path | None
     debug: bool = False
     check_ir: bool = False
+    threads: int | None = None
 
     @staticmethod
     def from_environment(environ: Mapping[str, str] = os.environ) -> "CompileOptions":
         disk = environ.get("TENSORALG_DISK_CACHE", "1") not in ("0", "false", "no")
         debug = environ.get("TA_DEBUG", "") not in ("", "0")
+        threads = environ.get("TENSORALG_NUM_THREADS", "")
         return CompileOptions(default_cache_dir(environ) if disk else None, debug,
-                              check_ir=debug or environ.get("TA_CHECK_IR", "") not in ("", "0"))
+                              check_ir=debug or environ.get("TA_CHECK_IR", "") not in ("", "0"),
+                              threads=int(threads) if threads.strip().isdigit() else None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +102,7 @@ class CompiledProgram:
     log: IRLog | None
     arguments: ArgumentPlan
     sizes: tuple[tuple[str, int, str], ...]   # (input tensor, mode, index): where sizes come from
+    balance_by: str | None                    # input whose pos balances a split outer loop
 
 
 class KernelCache:
@@ -109,6 +114,7 @@ class KernelCache:
         self.disk = DiskCache(options.cache_dir) if options.cache_dir is not None else None
         self.compiles = 0
         self.validator = StorageValidator(self.disk)
+        self.threads = KernelThreads(options.threads)
         self._lock = threading.Lock()
 
     def get(self, key: KernelKey, stmt: Assignment, formats: dict[str, Format],
@@ -138,9 +144,21 @@ class KernelCache:
             self.compiles += 1
         sizes = tuple((info.name, mode, index) for info in program.tensors
                       if info.role is TensorRole.INPUT for mode, index in enumerate(info.dims))
-        return CompiledProgram(key, program, function, kernel, log,
-                               ArgumentPlan.from_params(function.params, program.output.name),
-                               sizes)
+        arguments = ArgumentPlan.from_params(function.params, program.output.name)
+        return CompiledProgram(key, program, function, kernel, log, arguments, sizes,
+                               _balancing_operand(program, arguments.range_index))
+
+
+def _balancing_operand(program: Program, index: str | None) -> str | None:
+    """An input stored dense-then-compressed along ``index``: its pos counts work per row."""
+    if index is None:
+        return None
+    for info in program.tensors:
+        fmt = info.format
+        if info.role is TensorRole.INPUT and fmt.rank >= 2 and not fmt.levels[0].is_sparse \
+                and fmt.levels[1].has_pos and info.dims[fmt.order[0]] == index:
+            return info.name
+    return None
 
 
 _cache: KernelCache | None = None
@@ -373,7 +391,7 @@ def execute(compiled: CompiledProgram, bound: Mapping[str, Tensor], value_dtype:
         buffers.sizes = np.zeros(output.rank, dtype=np.int64)
         buffers.capacity = max(16, sum(t.nnz for t in tensors.values()))
     args = compiled.arguments.pack(tensors, sizes, buffers)
-    status = compiled.kernel(*args)
+    status = _launch(compiled, args, tensors, sizes, buffers)
     if status != 0:
         release(buffers)
         raise KernelRuntimeError(f"the kernel for {compiled.key.statement} could not allocate "
@@ -382,6 +400,26 @@ def execute(compiled: CompiledProgram, bound: Mapping[str, Tensor], value_dtype:
         assert buffers.dense is not None
         return buffers.dense.reshape(shape)
     return sparse_result(shape, output.format, output.index_dtype, value_dtype, buffers)
+
+
+def _launch(compiled: CompiledProgram, args: list, tensors: Mapping[str, Tensor],
+            sizes: Mapping[str, int], buffers: OutputBuffers) -> int:
+    """Run the kernel, on several threads when its outer loop may be split and work is large."""
+    plan = compiled.arguments
+    if plan.range_slots is None or plan.range_index is None:
+        return compiled.kernel(*args)
+    threads = kernel_cache().threads
+    work = sum(t.nnz for t in tensors.values())
+    if buffers.dense is not None:
+        work += buffers.dense.shape[0]
+    parts = threads.parts(work)
+    if parts == 1:
+        return compiled.kernel(*args)
+    weights = (tensors[compiled.balance_by].levels[1].pos
+               if compiled.balance_by is not None else None)
+    bounds = split(sizes[plan.range_index], parts, weights)
+    function = compiled.kernel.function
+    return max(threads.run(lambda part: function(*part), args, plan.range_slots, bounds))
 
 
 def _dense_output(out: np.ndarray | None, shape: tuple[int, ...], dtype: np.dtype

@@ -30,7 +30,7 @@ def run_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize("emit, marker", [
-    ("ir", "for (i64 i = 0; i < n_i; i++)"),
+    ("ir", "for (i64 i = range_begin; i < range_end; i++)"),
     ("c", "#include <stdint.h>"),
     ("llvm", "define "),
     ("cuda", "__global__"),
@@ -129,7 +129,7 @@ def test_demo_runs_and_checks_every_kernel():
     for kernel in ("SpMV", "SpMM", "SDDMM", "SpGEMM"):
         assert re.search(rf"^{kernel}\s.*\sOK\s", out, re.MULTILINE), out
     assert "FAIL" not in out
-    assert "for (i64 i = 0; i < n_i; i++)" in out      # the SpMV's IR
+    assert "for (i64 i = range_begin; i < range_end; i++)" in out      # the SpMV's IR
 
 
 def test_demo_with_c_backend_on_another_matrix():

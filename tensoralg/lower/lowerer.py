@@ -125,6 +125,7 @@ class Lowerer:
     sizes: dict[str, Var] = field(default_factory=dict)
     setup: list[Stmt] = field(default_factory=list)
     finish: list[Stmt] = field(default_factory=list)
+    parallel_index: str | None = None   # the outer index whose range the runtime may split
 
     @property
     def value_dtype(self) -> Scalar:
@@ -187,6 +188,9 @@ class Lowerer:
         params = tuple(self.params)
         notes = (*self.program.notes, *[f"loop order {', '.join(n.loop_order)} for "
                                         f"{n.output} ({n.mode.value})" for n in self.program.nests])
+        if self.parallel_index is not None:
+            notes += (f"parallel: the runtime may split the loop over {self.parallel_index} into "
+                      f"ranges run by several threads (each writes its own output rows)",)
         return Function(self.name, params, b.block(self.setup, body, self.finish), notes)
 
     def _writer(self, nest: LoopNest, output: TensorInfo) -> Writer:
@@ -272,7 +276,26 @@ class Lowerer:
         cases = self.case_chain(lattice.points, body, coordinate, iterators)
         advance = [b.if_(it.matched, b.assign(it.position, self.next_position(it)))
                    for it in iterators]
-        return [*setup, b.for_(coordinate, 0, self.sizes[index], checks, cases, advance)]
+        start, stop = b.i64(0), self.sizes[index]
+        if not iterators and self.splittable(index):
+            self.parallel_index = index
+            start = self._param("range_begin", I64, f"range.begin.{index}")
+            stop = self._param("range_end", I64, f"range.end.{index}")
+        return [*setup, b.for_(coordinate, start, stop, checks, cases, advance)]
+
+    def splittable(self, index: str) -> bool:
+        """Whether disjoint ranges of this outermost loop may run at the same time.
+
+        True for the first loop of a program with one nest, no temporaries, and a dense output
+        that the index addresses: each range then writes its own output positions.
+        """
+        program = self.program
+        if self.parallel_index is not None or len(program.nests) != 1:
+            return False
+        nest = program.nests[0]
+        return (nest.loop_order[:1] == (index,) and index in nest.output.indices
+                and program.output.format.is_dense
+                and all(t.role is not TensorRole.TEMPORARY for t in program.tensors))
 
     def single_loop(self, index: str, point: LatticePoint, body, it: Iterator_) -> list[Stmt]:
         if it.unique:

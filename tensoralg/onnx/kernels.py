@@ -71,18 +71,28 @@ def negate(x: str) -> str:
 
 
 class KernelSet:
-    """The kernels of one model: ``ta.compile`` once per (statement, dtype)."""
+    """The kernels of one model: ``ta.compile`` once per (statement, dtype, formats).
 
-    def __init__(self, backend: str) -> None:
+    ``on_compile``, when given, is called with each new kernel (``TENSORALG_PRINT_IR`` prints
+    its source that way).
+    """
+
+    def __init__(self, backend: str,
+                 on_compile: Callable[[ta.Kernel], Any] | None = None) -> None:
         self.backend = backend
-        self.kernels: dict[tuple[str, str], ta.Kernel] = {}
+        self.on_compile = on_compile
+        self.kernels: dict[tuple[str, str, str], ta.Kernel] = {}
 
-    def get(self, statement: str, dtype: np.dtype) -> ta.Kernel:
-        key = (statement, dtype.str)
+    def get(self, statement: str, dtype: np.dtype,
+            formats: dict[str, Any] | None = None) -> ta.Kernel:
+        key = (statement, np.dtype(dtype).str, repr(sorted((formats or {}).items())))
         kernel = self.kernels.get(key)
         if kernel is None:
-            kernel = ta.compile(statement, dtype=dtype, backend=self.backend)
+            kernel = ta.compile(statement, formats=formats or None, dtype=dtype,
+                                backend=self.backend)
             self.kernels[key] = kernel
+            if self.on_compile is not None:
+                self.on_compile(kernel)
         return kernel
 
 
@@ -110,11 +120,16 @@ class NodeContext:
         """Record a decision that is not a kernel (data movement, BLAS)."""
         self.plan.setdefault(text, None)
 
-    def run(self, statement: str, dtype: np.dtype, **operands: np.ndarray) -> np.ndarray:
-        """Compile (once) and run ``statement`` in ``dtype`` on dense operands."""
-        self.plan.setdefault(statement, None)
-        kernel = self.kernels.get(statement, dtype)
-        cast = {name: np.asarray(a, dtype=dtype) for name, a in operands.items()}
+    def run(self, statement: str, dtype: np.dtype, formats: dict[str, Any] | None = None,
+            **operands: Any) -> np.ndarray:
+        """Compile (once) and run ``statement`` in ``dtype``; operands named in ``formats``
+        are passed as they are (a ``ta.Tensor`` in that format), the others as dense arrays."""
+        self.plan.setdefault(statement if not formats else
+                             f"{statement}  [{', '.join(f'{k}: {v}' for k, v in formats.items())}]",
+                             None)
+        kernel = self.kernels.get(statement, dtype, formats)
+        cast = {name: a if formats and name in formats else np.asarray(a, dtype=dtype)
+                for name, a in operands.items()}
         return np.asarray(kernel(**cast))
 
 

@@ -22,7 +22,7 @@ from tensoralg.formats.tensor import Tensor
 from tensoralg.ir.nodes import Param, Ptr
 
 # What one argument is: (kind, name, level); kinds below.
-_SIZE, _CAPACITY, _VALS, _POS, _CRD, _OUT_SIZES, _OUT_HANDLE, _OUT_DENSE = range(8)
+_SIZE, _CAPACITY, _VALS, _POS, _CRD, _OUT_SIZES, _OUT_HANDLE, _OUT_DENSE, _RANGE = range(9)
 
 
 @dataclass
@@ -37,19 +37,29 @@ class OutputBuffers:
 
 @dataclass(frozen=True, slots=True)
 class ArgumentPlan:
-    """How to produce each argument of a kernel, read once from the parameters' roles."""
+    """How to produce each argument of a kernel, read once from the parameters' roles.
+
+    A kernel whose outer loop may be split has ``range.begin``/``range.end`` parameters;
+    ``range_slots`` says where they are so the runtime can set them per thread.
+    """
 
     steps: tuple[tuple[int, str, int], ...]
+    range_slots: tuple[int, int] | None = None
+    range_index: str | None = None
 
     @staticmethod
     def from_params(params: tuple[Param, ...], output_name: str) -> "ArgumentPlan":
         steps = []
+        range_index = None
         for param in params:
             parts = param.role.split(".")
             if parts[0] == "index":
                 steps.append((_SIZE, parts[1], 0))
             elif parts[0] == "capacity":
                 steps.append((_CAPACITY, "", 0))
+            elif parts[0] == "range":
+                steps.append((_RANGE, parts[1], 0))
+                range_index = parts[2]
             elif parts[0] == output_name and param.output:
                 if parts[1:] == ["sizes"]:
                     steps.append((_OUT_SIZES, "", 0))
@@ -67,7 +77,8 @@ class ArgumentPlan:
                         steps.append((_CRD, parts[0], int(level)))
                     case _:
                         raise CompileError(f"internal: unknown parameter role {param.role!r}")
-        return ArgumentPlan(tuple(steps))
+        slots = [k for k, step in enumerate(steps) if step[0] == _RANGE]
+        return ArgumentPlan(tuple(steps), (slots[0], slots[1]) if slots else None, range_index)
 
     def pack(self, tensors: Mapping[str, Tensor], sizes: Mapping[str, int],
              output: OutputBuffers) -> list:
@@ -89,6 +100,8 @@ class ArgumentPlan:
                 append(output.dense.ctypes.data)  # type: ignore[union-attr]
             elif kind == _OUT_SIZES:
                 append(output.sizes.ctypes.data)  # type: ignore[union-attr]
+            elif kind == _RANGE:
+                append(0 if name == "begin" else sizes[self.range_index])  # whole range
             else:
                 handle = ctypes.c_void_p(0)
                 output.handles[name] = handle

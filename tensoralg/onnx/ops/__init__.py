@@ -4,10 +4,15 @@ The modules are imported by name below; importing one runs its ``@op`` registrat
 """
 from tensoralg.onnx.ops import (  # noqa: F401  (imported for their registrations)
     constant,
+    conv,
+    einsum,
     elementwise,
+    indexing,
+    layernorm,
     matmul,
     movement,
     normalization,
+    pool,
     reduce,
     softmax,
 )

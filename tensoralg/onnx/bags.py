@@ -1,0 +1,175 @@
+"""Opt level 2: embedding bags recognised and run as ONE sparse·dense contraction.
+
+Two forms that exporters emit for a bag of embeddings are rewritten into an ``EmbeddingBag``
+node:
+
+- ``Gather(T, I)`` with a constant 2-D table ``T`` and a 2-D index input ``I`` (batch x bag
+  size), optionally followed by ``Mul`` with per-sample weights of shape (batch, bag, 1), then
+  ``ReduceSum``/``ReduceMean`` over axis 1;
+- ``MatMul(X, T)`` of a graph input ``X`` (a multi-hot or otherwise mostly-zero matrix) and a
+  constant table ``T``.
+
+At run time the bag matrix ``S`` (batch x rows of T) is built in CSR from the offsets
+(``b * L``), the indices (sorted within each bag; repeated indices summed) and the per-sample
+weights (1, 1/L for a mean, or the weights given), and the node runs
+
+    Y(i,j) = S(i,k) * T(k,j)        with S in CSR
+
+so the (batch, bag, dim) tensor that Gather would materialise never exists. A multi-hot input
+denser than ``MULTI_HOT_MAX_DENSITY`` (checked per call) runs the original dense MatMul; an index
+input that is not 2-D runs the original nodes.
+
+The TorchScript ``Loop`` form of ``nn.EmbeddingBag`` and the sequence-op loop of the newer
+exporter are not recognised: the loader refuses subgraph attributes (see the importer README).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+import tensoralg as ta
+from tensoralg.onnx.fusion import consumers_of, run_original
+from tensoralg.onnx.graph import Graph, Node
+from tensoralg.onnx.kernels import NodeContext
+from tensoralg.onnx.ops.registry import OpImpl
+
+MULTI_HOT_MAX_DENSITY = 0.25
+BAG_STATEMENT = "Y(i,j) = S(i,k) * T(k,j)"
+
+
+@dataclass
+class Bag:
+    """One recognised bag: the nodes it replaces, and how its bag matrix is weighted."""
+
+    nodes: tuple[Node, ...]
+    mode: str                       # "sum", "mean", or "multi-hot"
+    keepdims: int = 0
+    cache: dict[Any, Any] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        return f"embedding bag ({self.mode}) from {' -> '.join(n.op_type for n in self.nodes)}"
+
+
+def run_bag(context: NodeContext, table: np.ndarray, index: np.ndarray,
+            weights: np.ndarray | None = None, *, bag: Bag) -> np.ndarray:
+    """Build the CSR bag matrix of this call and run the one sparse·dense statement."""
+    names = bag.nodes[0].inputs[:1] + bag.nodes[0].inputs[1:2]
+    if bag.mode == "multi-hot":
+        return _multi_hot(context, table, index, bag)
+    batch_ok = index.ndim == 2 and table.ndim == 2 and table.dtype in (np.float32, np.float64)
+    if weights is not None:
+        batch_ok = batch_ok and weights.dtype == table.dtype and \
+            weights.shape in (index.shape + (1,),)
+    if not batch_ok:
+        context.note("bag not recognised at run time (shapes or dtypes): original nodes")
+        values = dict(zip(names, (table, index)))
+        if weights is not None:
+            values[_weight_name(bag)] = weights
+        local = run_original(context, bag.nodes, values, bag.cache)
+        return local[bag.nodes[-1].outputs[0]]
+    rows, size = index.shape
+    n = table.shape[0]
+    flat = index.astype(np.int64, copy=False).reshape(-1)
+    if flat.size and (flat.min() < -n or flat.max() >= n):
+        raise ta.ShapeError(f"{context}: an index of {names[1]} is outside [-{n}, {n})")
+    flat = np.where(flat < 0, flat + n, flat).reshape(rows, size)
+    order = np.argsort(flat, axis=1, kind="stable")
+    indices = np.take_along_axis(flat, order, axis=1)
+    if weights is None:
+        data = np.full(indices.shape, 1.0 / size if bag.mode == "mean" else 1.0, table.dtype)
+    else:
+        data = np.take_along_axis(weights.reshape(rows, size), order, axis=1)
+        if bag.mode == "mean":
+            data = data / table.dtype.type(size)
+    indptr = np.arange(0, rows * size + 1, size, dtype=np.int64)
+    matrix = sp.csr_array((data.reshape(-1), indices.reshape(-1), indptr), shape=(rows, n))
+    if size > 1 and np.any(indices[:, 1:] == indices[:, :-1]):
+        matrix.sum_duplicates()
+    matrix.has_sorted_indices = True
+    context.note(f"bag matrix in CSR: {rows} bags x {size} ids over {n} rows")
+    result = context.run(BAG_STATEMENT, table.dtype, {"S": ta.CSR}, S=matrix, T=table)
+    return result.reshape((rows, 1, table.shape[1]) if bag.keepdims else (rows, table.shape[1]))
+
+
+def _multi_hot(context: NodeContext, table: np.ndarray, x: np.ndarray, bag: Bag) -> np.ndarray:
+    node = bag.nodes[0]
+    if x.ndim == 2 and table.ndim == 2 and x.dtype == table.dtype and \
+            x.dtype in (np.float32, np.float64) and \
+            np.count_nonzero(x) <= MULTI_HOT_MAX_DENSITY * x.size:
+        context.note(f"multi-hot input in CSR (<= {MULTI_HOT_MAX_DENSITY:.0%} nonzeros)")
+        return context.run(BAG_STATEMENT, table.dtype, {"S": ta.CSR}, S=sp.csr_array(x),
+                           T=table)
+    context.note("multi-hot input too dense at run time: dense MatMul")
+    local = run_original(context, bag.nodes, {node.inputs[0]: x, node.inputs[1]: table},
+                         bag.cache)
+    return local[node.outputs[0]]
+
+
+def _weight_name(bag: Bag) -> str:
+    mul = bag.nodes[1]
+    return mul.inputs[1] if mul.inputs[0] == bag.nodes[0].outputs[0] else mul.inputs[0]
+
+
+EMBEDDING_BAG = OpImpl("EmbeddingBag", 1, run_bag, None, None)
+
+
+def _reduced_axes(node: Node, graph: Graph) -> list[int] | None:
+    if len(node.inputs) > 1 and node.inputs[1]:
+        axes = graph.constants.get(node.inputs[1])
+        return None if axes is None else [int(a) for a in np.asarray(axes).reshape(-1)]
+    axes = node.attributes.get("axes")
+    return None if axes is None else [int(a) for a in axes]
+
+
+def recognise_bags(graph: Graph) -> Graph:
+    """Replace each Gather[->Mul]->ReduceSum/ReduceMean over the bag axis, and each MatMul of
+    a graph input by a constant table, by one ``EmbeddingBag`` node."""
+    consumers = consumers_of(graph)
+    outputs = {v.name for v in graph.outputs}
+    inputs = {v.name for v in graph.inputs}
+    replaced: dict[str, Node] = {}     # last node name -> bag node
+    removed: set[str] = set()
+
+    def only_consumer(node: Node) -> Node | None:
+        users = consumers.get(node.outputs[0], [])
+        return users[0] if len(users) == 1 and node.outputs[0] not in outputs else None
+
+    for node in graph.nodes:
+        table = graph.constants.get(node.inputs[0]) if node.inputs else None
+        if node.op_type == "Gather" and table is not None and table.ndim == 2 and \
+                node.attributes.get("axis", 0) == 0:
+            chain = [node]
+            weight = None
+            nxt = only_consumer(node)
+            if nxt is not None and nxt.op_type == "Mul":
+                weight = nxt.inputs[1] if nxt.inputs[0] == node.outputs[0] else nxt.inputs[0]
+                chain.append(nxt)
+                nxt = only_consumer(nxt)
+            if nxt is None or nxt.op_type not in ("ReduceSum", "ReduceMean") or \
+                    _reduced_axes(nxt, graph) not in ([1], [-2]) or weight == node.outputs[0]:
+                continue
+            chain.append(nxt)
+            bag = Bag(tuple(chain), "sum" if nxt.op_type == "ReduceSum" else "mean",
+                      int(nxt.attributes.get("keepdims", 1)))
+            ins = (node.inputs[0], node.inputs[1]) + ((weight,) if weight else ())
+            replaced[nxt.name] = Node(f"bag_{node.name}", "EmbeddingBag", ins, nxt.outputs,
+                                      {"bag": bag}, 1, EMBEDDING_BAG)
+            removed.update(n.name for n in chain)
+        elif node.op_type == "MatMul" and node.inputs[0] in inputs and \
+                (w := graph.constants.get(node.inputs[1])) is not None and w.ndim == 2:
+            bag = Bag((node,), "multi-hot")
+            replaced[node.name] = Node(f"bag_{node.name}", "EmbeddingBag",
+                                       (node.inputs[1], node.inputs[0]), node.outputs,
+                                       {"bag": bag}, 1, EMBEDDING_BAG)
+            removed.add(node.name)
+    kept = [replaced[n.name] if n.name in replaced else n for n in graph.nodes
+            if n.name not in removed or n.name in replaced]
+    graph.nodes = kept
+    graph.notes.append(f"embedding bags: {len(replaced)} recognised")
+    return graph
+
+
+__all__ = ["recognise_bags", "run_bag", "Bag", "EMBEDDING_BAG", "MULTI_HOT_MAX_DENSITY"]

@@ -1,0 +1,419 @@
+"""Opt level 2 fusion: an elementwise chain, and the contraction feeding it, as ONE statement.
+
+A *fused program* replaces a group of nodes: elementwise nodes whose intermediate values have
+exactly one consumer, all inside the group, optionally headed by the MatMul or Gemm that
+produces one of the chain's inputs. It runs as a single tensoralg statement, for example
+
+    Y(i,j) = max((sum(k, A(i,k) * B(k,j)) + C(j)), 0)        # Gemm -> Relu
+
+The sum is written explicitly: the core sums a missing index over the *smallest* subexpression
+holding its uses, which is the product, but ``sum(k, ...)`` says so and survives edits.
+
+Run time decides what each call can do, and the plan (``print_ir``) records it:
+- the chain computes in the dtype of its inputs; a chain whose inputs are not all float32 or
+  all float64 runs its original nodes one by one (integer Div, mixed dtypes);
+- a dense contraction large enough for BLAS (``use_blas``) runs in BLAS and only the epilogue
+  is fused; a batched (N-D) MatMul also runs on its own;
+- a *sparse weight* (opt level 3, :mod:`tensoralg.onnx.sparse_weights`) keeps the contraction in
+  the statement as a sparse kernel: CSC weight and loop order i, j, k for small batches (a
+  sparse dot product per output), or, from ``TRANSPOSE_MIN_ROWS`` rows on, the transposed
+  statement ``Y(j,i) = ... sum(k, W(j,k) * X(k,i)) ...`` with W in CSR, whose innermost loop
+  runs over the batch in unit stride.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+import tensoralg as ta
+from tensoralg.onnx.executor import call_node
+from tensoralg.onnx.graph import Graph, Node
+from tensoralg.onnx.kernels import INDICES, OPERANDS, NodeContext, access, literal
+from tensoralg.onnx.ops.elementwise import erf_template
+from tensoralg.onnx.ops.matmul import use_blas
+from tensoralg.onnx.ops.registry import OpImpl
+
+MAX_GROUP = 16          # nodes per fused statement (compile time grows with the statement)
+TRANSPOSE_MIN_ROWS = 8  # sparse weights: batch from which the transposed statement is used
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _gelu(attributes: dict[str, Any], a: str) -> str:
+    if attributes.get("approximate", "none") == "tanh":
+        return (f"(0.5 * {a} * (1 + tanh(0.7978845608028654 * ({a} + 0.044715 * {a} * {a} "
+                f"* {a}))))")
+    return f"(0.5 * {a} * (1 + {erf_template(f'({a} * 0.7071067811865476)')}))"
+
+
+def _clip(attributes: dict[str, Any], x: str, low: str | None = None,
+          high: str | None = None) -> str:
+    text = x
+    if low is not None:
+        text = f"max({text}, {low})"
+    if high is not None:
+        text = f"min({text}, {high})"
+    return text
+
+
+# ONNX elementwise op -> statement text of its output from its inputs' texts (floats only).
+TEMPLATES: dict[str, Callable[..., str]] = {
+    "Add": lambda _, a, b: f"({a} + {b})",
+    "Sub": lambda _, a, b: f"({a} - {b})",
+    "Mul": lambda _, a, b: f"({a} * {b})",
+    "Div": lambda _, a, b: f"({a} / {b})",
+    "Pow": lambda _, a, b: f"pow({a}, {b})",
+    "Neg": lambda _, a: f"(-{a})",
+    "Abs": lambda _, a: f"abs({a})",
+    "Relu": lambda _, a: f"max({a}, 0)",
+    "Sigmoid": lambda _, a: f"sigmoid({a})",
+    "Tanh": lambda _, a: f"tanh({a})",
+    "Exp": lambda _, a: f"exp({a})",
+    "Log": lambda _, a: f"log({a})",
+    "Sqrt": lambda _, a: f"sqrt({a})",
+    "Sin": lambda _, a: f"sin({a})",
+    "Cos": lambda _, a: f"cos({a})",
+    "Reciprocal": lambda _, a: f"(1 / {a})",
+    "Softplus": lambda _, a: f"log(1 + exp({a}))",
+    "Identity": lambda _, a: a,
+    "Erf": lambda _, a: f"({erf_template(a)})",
+    "Gelu": _gelu,
+    "Clip": _clip,
+    "LeakyRelu": lambda at, a: (f"(max({a}, 0) + {literal(at.get('alpha', 0.01))} * "
+                                f"min({a}, 0))"),
+    "HardSigmoid": lambda at, a: (f"max(0, min(1, {literal(at.get('alpha', 0.2))} * {a} + "
+                                  f"{literal(at.get('beta', 0.5))}))"),
+}
+CONTRACTIONS = ("MatMul", "Gemm")
+
+
+@dataclass
+class Program:
+    """A fused group: the nodes it replaces (topological order), its external inputs, its
+    output, and the contraction heading it (if any), with the sparse weight level 3 chose."""
+
+    nodes: tuple[Node, ...]
+    externals: tuple[str, ...]
+    output: str
+    head: Node | None = None
+    sparse: Any = None                      # (CSR of W^T, CSC of W) for a sparse head weight
+    sparse_name: str | None = None          # the weight's constant name
+    cache: dict[Any, Any] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        head = f"{self.head.op_type} + " if self.head is not None else ""
+        chain = " -> ".join(n.op_type for n in self.nodes if n is not self.head)
+        return f"fused {head}{chain or '(no epilogue)'}"
+
+
+def fused_node(program: Program, name: str) -> Node:
+    """The graph node that runs ``program``."""
+    return Node(name, "Fused", program.externals, (program.output,), {"program": program}, 1,
+                FUSED)
+
+
+def run_program(context: NodeContext, *arrays: np.ndarray, program: Program) -> np.ndarray:
+    """Run ``program`` on its external inputs (see the module docstring for the run-time
+    choices)."""
+    values = {name: np.asarray(a) for name, a in zip(program.externals, arrays)}
+    dtypes = {a.dtype for a in values.values()}
+    if len(dtypes) != 1 or next(iter(dtypes)) not in _FLOATS:
+        context.note("not fused at run time (non-float or mixed dtypes): nodes run one by one")
+        return _run_nodes(context, program, values, program.nodes)
+    dtype = next(iter(dtypes))
+    chain = [n for n in program.nodes if n is not program.head]
+    head = program.head
+    inline = None
+    if head is not None:
+        inline = _inline_head(program, head, values, dtype)
+        if inline is None:
+            values.update(_run_nodes(context, program, values, [head], keep=True))
+            if not chain:
+                return values[head.outputs[0]]
+    if not chain:  # a lone sparse contraction
+        return _run_statement(context, program, values, dtype, inline, head.outputs[0])
+    return _run_statement(context, program, values, dtype, inline, program.output)
+
+
+def _inline_head(program: Program, head: Node, values: dict[str, np.ndarray],
+                 dtype: np.dtype) -> dict[str, Any] | None:
+    """How the head contraction enters the statement, or None to run it on its own."""
+    a, b = values[head.inputs[0]], program_weight(program, values)
+    if a.ndim != 2 or (b is not None and b.ndim != 2):
+        return None
+    attrs = head.attributes
+    trans_a = head.op_type == "Gemm" and attrs.get("transA", 0)
+    trans_b = head.op_type == "Gemm" and attrs.get("transB", 0)
+    m, k = a.shape[::-1] if trans_a else a.shape
+    n = b.shape[0] if trans_b else b.shape[1]
+    if program.sparse is None and use_blas(dtype, m * k * n):
+        return None
+    return {"m": m, "n": n, "trans_a": trans_a, "trans_b": trans_b,
+            "transposed": program.sparse is not None and m >= TRANSPOSE_MIN_ROWS}
+
+
+def program_weight(program: Program, values: dict[str, np.ndarray]) -> np.ndarray | None:
+    head = program.head
+    return values.get(head.inputs[1]) if head is not None else None
+
+
+def _run_nodes(context: NodeContext, program: Program, values: dict[str, np.ndarray],
+               nodes: Any, keep: bool = False) -> Any:
+    local = run_original(context, nodes, values, program.cache)
+    if keep:
+        return {name: local[name] for node in nodes for name in node.outputs if name}
+    return local[program.output]
+
+
+def run_original(context: NodeContext, nodes: Any, values: dict[str, np.ndarray],
+                 cache: dict[Any, Any]) -> dict[str, np.ndarray]:
+    """Run the original ``nodes`` one by one (the fallback of a rewritten group); their
+    decisions are noted in ``context``'s plan."""
+    local = dict(values)
+    for node in nodes:
+        sub = cache.get(("context", node.name))
+        if sub is None:
+            sub = NodeContext(node.name, node.op_type, node.inputs, node.outputs, node.version,
+                              context.kernels)
+            cache[("context", node.name)] = sub
+        local.update(call_node(node, sub, local))
+        for text in sub.plan:
+            context.note(f"{node.name}: {text}")
+    return local
+
+
+def _run_statement(context: NodeContext, program: Program, values: dict[str, np.ndarray],
+                   dtype: np.dtype, inline: dict[str, Any] | None, output: str) -> np.ndarray:
+    key = (dtype.str, None if inline is None else tuple(sorted(inline.items())),
+           tuple((name, a.shape) for name, a in values.items()))
+    built = program.cache.get(key)
+    if built is None:
+        built = _build(program, values, inline, output)
+        program.cache[key] = built
+    statement, operands, formats, out_shape, transposed = built
+    arrays = {}
+    for letter, (name, shape, transpose) in operands.items():
+        if name == program.sparse_name and program.sparse is not None:
+            arrays[letter] = program.sparse[0 if transposed else 1]
+            continue
+        value = values[name]
+        if transpose:
+            value = np.ascontiguousarray(value.T)
+        arrays[letter] = value.reshape(shape)
+    result = context.run(statement, dtype, formats, **arrays)
+    if transposed:
+        return np.ascontiguousarray(result.reshape(out_shape[::-1]).T)
+    return result.reshape(out_shape)
+
+
+def _build(program: Program, values: dict[str, np.ndarray], inline: dict[str, Any] | None,
+           output: str) -> tuple[str, dict[str, Any], dict[str, Any], tuple[int, ...], bool]:
+    """The statement text of ``program`` for these input shapes, and how to pass operands."""
+    chain = [n for n in program.nodes if n is not program.head]
+    shapes = [values[name].shape for node in chain for name in node.inputs
+              if name and name in values]
+    if inline is not None:
+        shapes.append((inline["m"], inline["n"]))
+    elif program.head is not None and program.head.outputs[0] in values:
+        shapes.append(values[program.head.outputs[0]].shape)
+    out_shape = tuple(np.broadcast_shapes(*shapes))
+    if inline is not None and out_shape != (inline["m"], inline["n"]):
+        raise ta.ShapeError(f"fused {program}: the epilogue broadcasts the {inline['m']}x"
+                            f"{inline['n']} product to {out_shape}")
+    indices = INDICES[:len(out_shape)]
+    operands: dict[str, tuple[str, tuple[int, ...], bool]] = {}
+    letters: dict[str, str] = {}
+    texts: dict[str, str] = {}
+
+    def letter(name: Any) -> str:
+        if name not in letters:
+            if len(letters) >= len(OPERANDS):
+                raise ta.UnsupportedError(f"{program}: more than {len(OPERANDS)} operands")
+            letters[name] = OPERANDS[len(letters)]
+        return letters[name]
+
+    formats: dict[str, Any] = {}
+    transposed = bool(inline and inline["transposed"])
+    if inline is not None:
+        texts[program.head.outputs[0]] = _head_text(program, values, inline, letter, operands,
+                                                    formats)
+    producers = {node.outputs[0]: node for node in chain}
+
+    def text_of(name: str) -> str:
+        if name in texts:
+            return texts[name]
+        node = producers.get(name)
+        if node is None:  # an external input, broadcast to the output shape
+            text, view = access(letter(name), values[name], out_shape, indices)
+            operands[letter(name)] = (name, view.shape, False)
+            texts[name] = text
+            return text
+        args = [text_of(i) if i else None for i in node.inputs]
+        while args and args[-1] is None:
+            args.pop()
+        texts[name] = TEMPLATES[node.op_type](node.attributes, *args)
+        return texts[name]
+
+    rhs = text_of(output)
+    lhs_indices = indices[::-1] if transposed else indices
+    lhs = f"Y({','.join(lhs_indices)})" if lhs_indices else "Y"
+    return f"{lhs} = {rhs}", operands, formats, out_shape, transposed
+
+
+def _head_text(program: Program, values: dict[str, np.ndarray], inline: dict[str, Any],
+               letter: Callable[[str], str], operands: dict[str, Any],
+               formats: dict[str, Any]) -> str:
+    head = program.head
+    a_name, b_name = head.inputs[0], head.inputs[1]
+    la, lb = letter(("head", a_name)), letter(("head", b_name))
+    a, b = values[a_name], values[b_name]
+    transposed = inline["transposed"]
+    if program.sparse is not None:
+        # The sparse weight is W (k x n) whatever transB says: stored W^T in CSR / W in CSC.
+        b_text = f"{lb}(j,k)" if transposed else f"{lb}(k,j)"
+        formats[lb] = ta.CSR if transposed else ta.CSC
+        operands[lb] = (b_name, None, False)
+    else:
+        b_text = f"{lb}(j,k)" if inline["trans_b"] else f"{lb}(k,j)"
+        operands[lb] = (b_name, b.shape, False)
+    if transposed:  # X^T stored k-major so the innermost loop runs over the batch i
+        a_text = f"{la}(k,i)"
+        operands[la] = (a_name, a.shape, False) if inline["trans_a"] else \
+            (a_name, a.shape[::-1], True)
+    else:
+        a_text = f"{la}(k,i)" if inline["trans_a"] else f"{la}(i,k)"
+        operands[la] = (a_name, a.shape, False)
+    text = f"sum(k, {a_text} * {b_text})"
+    if head.op_type == "Gemm":
+        alpha = head.attributes.get("alpha", 1.0)
+        beta = head.attributes.get("beta", 1.0)
+        if alpha != 1.0:
+            text = f"{literal(alpha)} * {text}"
+        if len(head.inputs) > 2 and head.inputs[2] and beta != 0.0:
+            c_name = head.inputs[2]
+            lc = letter(("head", c_name))
+            c_text, view = access(lc, values[c_name], (inline["m"], inline["n"]), "ij")
+            operands[lc] = (c_name, view.shape, False)
+            text = f"{text} + {c_text}" if beta == 1.0 else f"{text} + {literal(beta)} * {c_text}"
+    return f"({text})"
+
+
+FUSED = OpImpl("Fused", 1, run_program, None, None)
+
+
+def consumers_of(graph: Graph) -> dict[str, list[Node]]:
+    found: dict[str, list[Node]] = {}
+    for node in graph.nodes:
+        for name in node.inputs:
+            if name:
+                found.setdefault(name, []).append(node)
+    return found
+
+
+def fuse(graph: Graph, sparse_heads: dict[str, Any] | None = None) -> Graph:
+    """Replace every elementwise chain (two or more nodes, or one node after a contraction)
+    by one ``Fused`` node; afterwards no fusable node feeds a single fusable consumer.
+
+    ``sparse_heads`` (opt level 3) maps contraction node names to their sparse weights; such a
+    contraction becomes a program even with no epilogue.
+    """
+    sparse_heads = sparse_heads or {}
+    consumers = consumers_of(graph)
+    outputs = {v.name for v in graph.outputs}
+    producer = {name: node for node in graph.nodes for name in node.outputs if name}
+    assigned: dict[str, Program] = {}
+    programs: list[Program] = []
+
+    def single_use(node: Node) -> bool:
+        out = node.outputs[0]
+        return out not in outputs and len(consumers.get(out, [])) == 1
+
+    for root in reversed(graph.nodes):
+        if root.name in assigned or root.op_type not in TEMPLATES or len(root.outputs) != 1:
+            continue
+        members = [root]
+        head = None
+        frontier = [root]
+        while frontier and len(members) < MAX_GROUP:
+            node = frontier.pop()
+            for name in node.inputs:
+                source = producer.get(name)
+                if source is None or source.name in assigned or source in members or \
+                        not single_use(source):
+                    continue
+                if source.op_type in TEMPLATES and len(source.outputs) == 1:
+                    members.append(source)
+                    frontier.append(source)
+                elif head is None and source.op_type in CONTRACTIONS and \
+                        len(source.outputs) == 1:
+                    head = source
+        if head is not None:
+            members.append(head)
+        if len(members) < 2:
+            continue
+        order = {id(n): k for k, n in enumerate(graph.nodes)}
+        nodes = tuple(sorted(members, key=lambda n: order[id(n)]))
+        programs.append(_program(nodes, root.outputs[0], head, sparse_heads))
+        for node in nodes:
+            assigned[node.name] = programs[-1]
+    for node in graph.nodes:  # lone sparse contractions
+        if node.name in sparse_heads and node.name not in assigned:
+            programs.append(_program((node,), node.outputs[0], node, sparse_heads))
+            assigned[node.name] = programs[-1]
+    kept = []
+    for node in graph.nodes:
+        program = assigned.get(node.name)
+        if program is None:
+            kept.append(node)
+        elif node.outputs[0] == program.output:
+            kept.append(fused_node(program, f"fused_{node.name}"))
+    fused = sum(len(p.nodes) for p in programs)
+    graph.nodes = kept
+    graph.notes.append(f"fusion: {fused} node(s) into {len(programs)} statement(s)")
+    return graph
+
+
+def _program(nodes: tuple[Node, ...], output: str, head: Node | None,
+             sparse_heads: dict[str, Any]) -> Program:
+    produced = {name for node in nodes for name in node.outputs}
+    externals = tuple(dict.fromkeys(name for node in nodes for name in node.inputs
+                                    if name and name not in produced))
+    sparse = sparse_heads.get(head.name) if head is not None else None
+    return Program(nodes, externals, output, head, sparse,
+                   head.inputs[1] if sparse is not None else None)
+
+
+def reassociate_matmuls(graph: Graph) -> Graph:
+    """Rewrite ``(X @ B) @ C`` as ``X @ (B C)`` when B and C are constant 2-D matrices and the
+    product B C, computed once here, makes each row cheaper: per row of X the cost goes from
+    ``a b + b c`` to ``a c`` multiply-adds. Afterwards no such chain remains."""
+    consumers = consumers_of(graph)
+    outputs = {v.name for v in graph.outputs}
+    producer = {node.outputs[0]: node for node in graph.nodes if node.outputs}
+    removed: set[str] = set()
+    rewritten = 0
+    nodes = []
+    for node in graph.nodes:
+        inner = producer.get(node.inputs[0]) if node.op_type == "MatMul" else None
+        c = graph.constants.get(node.inputs[1]) if inner is not None else None
+        b = graph.constants.get(inner.inputs[1]) if inner is not None and \
+            inner.op_type == "MatMul" else None
+        if b is not None and c is not None and b.ndim == 2 and c.ndim == 2 and \
+                inner.outputs[0] not in outputs and len(consumers[inner.outputs[0]]) == 1 and \
+                b.dtype == c.dtype and b.dtype.kind == "f" and \
+                b.shape[0] * c.shape[1] < b.shape[0] * b.shape[1] + b.shape[1] * c.shape[1]:
+            name = f"{inner.inputs[1]}@{node.inputs[1]}"
+            graph.constants[name] = np.matmul(b.astype(np.float64), c).astype(b.dtype)
+            nodes.append(Node(node.name, "MatMul", (inner.inputs[0], name), node.outputs,
+                              node.attributes, node.version, node.impl))
+            removed.add(inner.name)
+            rewritten += 1
+        else:
+            nodes.append(node)
+    graph.nodes = [n for n in nodes if n.name not in removed]
+    graph.notes.append(f"matmul re-association: {rewritten} chain(s) folded")
+    return graph
+
+
+__all__ = ["Program", "fuse", "reassociate_matmuls", "run_program", "TEMPLATES", "FUSED"]
