@@ -3,6 +3,8 @@
     tensoralg compile "y(i) = A(i,j) * x(j)" -f A:csr --emit ir
     tensoralg demo [--backend llvm|c] [--matrix bcspwr10]
     tensoralg formats
+    tensoralg onnx run model.onnx [--inputs x.npz] [--opt-level N]
+    tensoralg onnx profile model.onnx [--repeat 10]
     tensoralg --version
 
 Errors that tensoralg raises on purpose (``TensorAlgebraError``) are printed as one clean message
@@ -98,6 +100,25 @@ def build_parser() -> argparse.ArgumentParser:
                       help="bundled matrix: bcspwr10 (default), lp_ship04l, ca-GrQc")
 
     commands.add_parser("formats", help="list level codes and named formats")
+
+    onnx_ = commands.add_parser("onnx", help="run or profile an ONNX model on tensoralg kernels",
+                                description="Run or profile an ONNX model compiled onto "
+                                            "tensoralg kernels.")
+    onnx_commands = onnx_.add_subparsers(dest="onnx_command", metavar="ACTION", required=True)
+    for action, text in (("run", "run the model and print its outputs"),
+                         ("profile", "time each node and report the memory plan")):
+        sub = onnx_commands.add_parser(action, help=text, description=text)
+        sub.add_argument("model", help="path of an .onnx file")
+        sub.add_argument("--inputs", metavar="X.NPZ",
+                         help="inputs by name in an .npz (default: random, declared shapes)")
+        sub.add_argument("--opt-level", type=int, default=3, choices=(0, 1, 2, 3),
+                         help="graph passes (default 3)")
+        sub.add_argument("--backend", choices=BACKEND_CHOICES, default="llvm")
+        sub.add_argument("--batch", type=int, default=1,
+                         help="size of free dimensions of random inputs (default 1)")
+        sub.add_argument("--repeat", type=int, default=10, help="profile: runs to average")
+        sub.add_argument("--print-ir", action="store_true",
+                         help="also print the graph after each pass, the plan and the kernels")
     return parser
 
 
@@ -136,6 +157,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_compile(args, sys.stdout)
         if args.command == "formats":
             return run_formats(sys.stdout)
+        if args.command == "onnx":
+            from tensoralg.onnx import command
+
+            return command.run(args.model, args.inputs, args.opt_level, args.backend,
+                               args.batch, args.onnx_command == "profile", args.repeat,
+                               args.print_ir, sys.stdout)
         from tensoralg.demo import run_demo
 
         return run_demo(matrix=args.matrix, backend=args.backend, out=sys.stdout)

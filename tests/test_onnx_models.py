@@ -165,7 +165,7 @@ def _reference(model, feeds):
     return dict(zip(names, session.run(None, feeds)))
 
 
-@pytest.mark.parametrize("opt_level", [0, 1])
+@pytest.mark.parametrize("opt_level", [0, 1, 2, 3])
 @pytest.mark.parametrize("name", list(MODELS))
 def test_model_matches_onnxruntime(name, opt_level):
     model, feeds = MODELS[name](np.random.default_rng(7))
@@ -201,9 +201,10 @@ def test_call_inputs_outputs_and_print_ir(capsys):
     assert compiled.outputs[0].name == "y"
     compiled.print_ir()
     text = capsys.readouterr().out
-    assert "level-1 pipeline" in text
-    assert "fc1: Gemm(x, W1, b1) -> h  :  BLAS (dense 16x48x64)" in text
-    assert "Y(i,j) = max(A(i,j), 0)" in text           # the Relu node's statement
+    assert "fusion: 2 node(s) into 1 statement(s)" in text
+    # fc1 goes to BLAS; its bias and the Relu are one epilogue statement
+    assert "fused_relu: Fused(x, W1, b1) -> r  :  BLAS (dense 16x48x64) then:" in text
+    assert "Y(i,j) = max((A(i,j) + B(j)), 0)" in text
     assert "Y(i,j) = 0.5 * A(i,k) * B(k,j) + 2.0 * C(j)" in text   # fc2: a kernel
 
 
@@ -215,7 +216,9 @@ def test_profile_table_sorted_with_percentages():
     assert abs(sum(row.percent for row in profile.rows) - 100.0) < 1e-6
     text = str(profile)
     assert text.splitlines()[0].split()[:3] == ["node", "op", "time"]
-    assert "total" in text.splitlines()[-1]
+    assert "total" in text.splitlines()[-2]
+    assert "intermediate memory" in text.splitlines()[-1]
+    assert 0 < profile.peak_bytes <= profile.total_bytes
 
 
 def test_level_one_folds_constants_and_removes_dead_nodes():

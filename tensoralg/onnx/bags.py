@@ -1,13 +1,10 @@
 """Opt level 2: embedding bags recognised and run as ONE sparse·dense contraction.
 
-Two forms that exporters emit for a bag of embeddings are rewritten into an ``EmbeddingBag``
-node:
-
-- ``Gather(T, I)`` with a constant 2-D table ``T`` and a 2-D index input ``I`` (batch x bag
-  size), optionally followed by ``Mul`` with per-sample weights of shape (batch, bag, 1), then
-  ``ReduceSum``/``ReduceMean`` over axis 1;
-- ``MatMul(X, T)`` of a graph input ``X`` (a multi-hot or otherwise mostly-zero matrix) and a
-  constant table ``T``.
+``Gather(T, I)`` with a constant 2-D table ``T`` and a 2-D index input ``I`` (batch x bag size),
+optionally followed by ``Mul`` with per-sample weights of shape (batch, bag, 1), then
+``ReduceSum``/``ReduceMean`` over axis 1, becomes one ``EmbeddingBag`` node. (The other bag
+form, a ``MatMul(X, T)`` of a multi-hot graph input, is a program of
+:func:`tensoralg.onnx.fusion.fuse`, which passes ``X`` in CSR when it is mostly zeros.)
 
 At run time the bag matrix ``S`` (batch x rows of T) is built in CSR from the offsets
 (``b * L``), the indices (sorted within each bag; repeated indices summed) and the per-sample
@@ -15,12 +12,11 @@ weights (1, 1/L for a mean, or the weights given), and the node runs
 
     Y(i,j) = S(i,k) * T(k,j)        with S in CSR
 
-so the (batch, bag, dim) tensor that Gather would materialise never exists. A multi-hot input
-denser than ``MULTI_HOT_MAX_DENSITY`` (checked per call) runs the original dense MatMul; an index
-input that is not 2-D runs the original nodes.
+so the (batch, bag, dim) tensor that Gather would materialise never exists. An index input that
+is not 2-D runs the original nodes.
 
 The TorchScript ``Loop`` form of ``nn.EmbeddingBag`` and the sequence-op loop of the newer
-exporter are not recognised: the loader refuses subgraph attributes (see the importer README).
+exporter are not recognised: the loader refuses subgraph attributes (a ``Loop`` is refused at load time).
 """
 from __future__ import annotations
 
@@ -36,7 +32,6 @@ from tensoralg.onnx.graph import Graph, Node
 from tensoralg.onnx.kernels import NodeContext
 from tensoralg.onnx.ops.registry import OpImpl
 
-MULTI_HOT_MAX_DENSITY = 0.25
 BAG_STATEMENT = "Y(i,j) = S(i,k) * T(k,j)"
 
 
@@ -45,7 +40,7 @@ class Bag:
     """One recognised bag: the nodes it replaces, and how its bag matrix is weighted."""
 
     nodes: tuple[Node, ...]
-    mode: str                       # "sum", "mean", or "multi-hot"
+    mode: str                       # "sum" or "mean"
     keepdims: int = 0
     cache: dict[Any, Any] = field(default_factory=dict)
 
@@ -57,8 +52,6 @@ def run_bag(context: NodeContext, table: np.ndarray, index: np.ndarray,
             weights: np.ndarray | None = None, *, bag: Bag) -> np.ndarray:
     """Build the CSR bag matrix of this call and run the one sparse·dense statement."""
     names = bag.nodes[0].inputs[:1] + bag.nodes[0].inputs[1:2]
-    if bag.mode == "multi-hot":
-        return _multi_hot(context, table, index, bag)
     batch_ok = index.ndim == 2 and table.ndim == 2 and table.dtype in (np.float32, np.float64)
     if weights is not None:
         batch_ok = batch_ok and weights.dtype == table.dtype and \
@@ -94,20 +87,6 @@ def run_bag(context: NodeContext, table: np.ndarray, index: np.ndarray,
     return result.reshape((rows, 1, table.shape[1]) if bag.keepdims else (rows, table.shape[1]))
 
 
-def _multi_hot(context: NodeContext, table: np.ndarray, x: np.ndarray, bag: Bag) -> np.ndarray:
-    node = bag.nodes[0]
-    if x.ndim == 2 and table.ndim == 2 and x.dtype == table.dtype and \
-            x.dtype in (np.float32, np.float64) and \
-            np.count_nonzero(x) <= MULTI_HOT_MAX_DENSITY * x.size:
-        context.note(f"multi-hot input in CSR (<= {MULTI_HOT_MAX_DENSITY:.0%} nonzeros)")
-        return context.run(BAG_STATEMENT, table.dtype, {"S": ta.CSR}, S=sp.csr_array(x),
-                           T=table)
-    context.note("multi-hot input too dense at run time: dense MatMul")
-    local = run_original(context, bag.nodes, {node.inputs[0]: x, node.inputs[1]: table},
-                         bag.cache)
-    return local[node.outputs[0]]
-
-
 def _weight_name(bag: Bag) -> str:
     mul = bag.nodes[1]
     return mul.inputs[1] if mul.inputs[0] == bag.nodes[0].outputs[0] else mul.inputs[0]
@@ -125,11 +104,10 @@ def _reduced_axes(node: Node, graph: Graph) -> list[int] | None:
 
 
 def recognise_bags(graph: Graph) -> Graph:
-    """Replace each Gather[->Mul]->ReduceSum/ReduceMean over the bag axis, and each MatMul of
-    a graph input by a constant table, by one ``EmbeddingBag`` node."""
+    """Replace each Gather[->Mul]->ReduceSum/ReduceMean over the bag axis by one
+    ``EmbeddingBag`` node (multi-hot MatMuls are programs of :func:`fusion.fuse`)."""
     consumers = consumers_of(graph)
     outputs = {v.name for v in graph.outputs}
-    inputs = {v.name for v in graph.inputs}
     replaced: dict[str, Node] = {}     # last node name -> bag node
     removed: set[str] = set()
 
@@ -158,13 +136,6 @@ def recognise_bags(graph: Graph) -> Graph:
             replaced[nxt.name] = Node(f"bag_{node.name}", "EmbeddingBag", ins, nxt.outputs,
                                       {"bag": bag}, 1, EMBEDDING_BAG)
             removed.update(n.name for n in chain)
-        elif node.op_type == "MatMul" and node.inputs[0] in inputs and \
-                (w := graph.constants.get(node.inputs[1])) is not None and w.ndim == 2:
-            bag = Bag((node,), "multi-hot")
-            replaced[node.name] = Node(f"bag_{node.name}", "EmbeddingBag",
-                                       (node.inputs[1], node.inputs[0]), node.outputs,
-                                       {"bag": bag}, 1, EMBEDDING_BAG)
-            removed.add(node.name)
     kept = [replaced[n.name] if n.name in replaced else n for n in graph.nodes
             if n.name not in removed or n.name in replaced]
     graph.nodes = kept
@@ -172,4 +143,4 @@ def recognise_bags(graph: Graph) -> Graph:
     return graph
 
 
-__all__ = ["recognise_bags", "run_bag", "Bag", "EMBEDDING_BAG", "MULTI_HOT_MAX_DENSITY"]
+__all__ = ["recognise_bags", "run_bag", "Bag", "EMBEDDING_BAG"]

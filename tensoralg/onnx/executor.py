@@ -10,6 +10,7 @@ import numpy as np
 import tensoralg as ta
 from tensoralg.onnx.graph import Graph, Node
 from tensoralg.onnx.kernels import KernelSet, NodeContext
+from tensoralg.onnx.plan import MemoryTrace, last_uses
 
 
 def call_node(node: Node, context: NodeContext, values: dict[str, np.ndarray]
@@ -54,31 +55,33 @@ class Executor:
         self.graph = graph
         self.kernels = kernels
         keep = {v.name for v in graph.outputs} | set(graph.constants)
-        last_use: dict[str, int] = {}
-        for k, node in enumerate(graph.nodes):
-            for name in node.inputs:
-                last_use[name] = k
         self.steps = []
-        for k, node in enumerate(graph.nodes):
-            release = tuple(name for name in dict.fromkeys(node.inputs)
-                            if name and last_use.get(name) == k and name not in keep)
+        for node, release in zip(graph.nodes, last_uses(graph.nodes, keep)):
             context = NodeContext(node.name, node.op_type, node.inputs, node.outputs,
                                   node.version, kernels)
             self.steps.append(Step(node, context, release))
 
     def run(self, feeds: dict[str, np.ndarray],
-            timer: Callable[[Step, float], Any] | None = None) -> dict[str, np.ndarray]:
+            timer: Callable[[Step, float], Any] | None = None,
+            memory: MemoryTrace | None = None) -> dict[str, np.ndarray]:
+        """All values after running every step (``memory`` records buffers and lifetimes)."""
         values = dict(self.graph.constants)
         values.update(feeds)
-        for step in self.steps:
+        if memory is not None:
+            memory.foreign.update(MemoryTrace.start(values).foreign)
+        for k, step in enumerate(self.steps):
             start = time.perf_counter()
             for name in step.node.inputs:
                 if name and name not in values:
                     raise ta.ShapeError(f"{step.context}: input {name!r} has no value (it is "
                                         f"not produced by an earlier node)")
-            values.update(call_node(step.node, step.context, values))
+            produced = call_node(step.node, step.context, values)
+            values.update(produced)
             if timer is not None:
                 timer(step, time.perf_counter() - start)
+            if memory is not None:
+                memory.produced(k, produced)
+                memory.released(k, step.release)
             for name in step.release:
                 values.pop(name, None)
         return values

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
+import scipy.sparse as sp
 
 import tensoralg as ta
 from tensoralg.onnx.executor import call_node
@@ -37,7 +38,9 @@ from tensoralg.onnx.ops.registry import OpImpl
 
 MAX_GROUP = 16          # nodes per fused statement (compile time grows with the statement)
 TRANSPOSE_MIN_ROWS = 8  # sparse weights: batch from which the transposed statement is used
+MULTI_HOT_MAX_DENSITY = 0.25  # a graph-input MatMul operand this sparse goes in CSR
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+PRODUCT = "<product>"  # the value name of a head's BLAS product inside a fused program
 
 
 def _gelu(attributes: dict[str, Any], a: str) -> str:
@@ -99,6 +102,7 @@ class Program:
     head: Node | None = None
     sparse: Any = None                      # (CSR of W^T, CSC of W) for a sparse head weight
     sparse_name: str | None = None          # the weight's constant name
+    multi_hot: bool = False                 # head input is a graph input: CSR when mostly 0
     cache: dict[Any, Any] = field(default_factory=dict)
 
     def __str__(self) -> str:
@@ -131,6 +135,12 @@ def run_program(context: NodeContext, *arrays: np.ndarray, program: Program) -> 
             values.update(_run_nodes(context, program, values, [head], keep=True))
             if not chain:
                 return values[head.outputs[0]]
+        elif inline["blas"]:  # BLAS product; the rest of the Gemm joins the epilogue
+            a, b = values[head.inputs[0]], values[head.inputs[1]]
+            a = a.T if inline["trans_a"] else a
+            b = b.T if inline["trans_b"] else b
+            context.note(f"BLAS (dense {a.shape[0]}x{a.shape[1]}x{b.shape[1]}) then:")
+            values[PRODUCT] = np.matmul(a, b)
     if not chain:  # a lone sparse contraction
         return _run_statement(context, program, values, dtype, inline, head.outputs[0])
     return _run_statement(context, program, values, dtype, inline, program.output)
@@ -147,10 +157,11 @@ def _inline_head(program: Program, head: Node, values: dict[str, np.ndarray],
     trans_b = head.op_type == "Gemm" and attrs.get("transB", 0)
     m, k = a.shape[::-1] if trans_a else a.shape
     n = b.shape[0] if trans_b else b.shape[1]
-    if program.sparse is None and use_blas(dtype, m * k * n):
-        return None
-    return {"m": m, "n": n, "trans_a": trans_a, "trans_b": trans_b,
-            "transposed": program.sparse is not None and m >= TRANSPOSE_MIN_ROWS}
+    csr_a = program.multi_hot and program.sparse is None and not trans_a and \
+        np.count_nonzero(a) <= MULTI_HOT_MAX_DENSITY * a.size
+    blas = program.sparse is None and not csr_a and use_blas(dtype, m * k * n)
+    return {"m": m, "n": n, "trans_a": trans_a, "trans_b": trans_b, "blas": blas,
+            "csr_a": csr_a, "transposed": program.sparse is not None and m >= TRANSPOSE_MIN_ROWS}
 
 
 def program_weight(program: Program, values: dict[str, np.ndarray]) -> np.ndarray | None:
@@ -193,14 +204,19 @@ def _run_statement(context: NodeContext, program: Program, values: dict[str, np.
         program.cache[key] = built
     statement, operands, formats, out_shape, transposed = built
     arrays = {}
-    for letter, (name, shape, transpose) in operands.items():
-        if name == program.sparse_name and program.sparse is not None:
-            arrays[letter] = program.sparse[0 if transposed else 1]
-            continue
-        value = values[name]
-        if transpose:
-            value = np.ascontiguousarray(value.T)
-        arrays[letter] = value.reshape(shape)
+    for letter, (name, shape, kind) in operands.items():
+        value = values.get(name)
+        if kind == "sparse weight":
+            value = program.sparse[0 if transposed else 1]
+        elif kind == "csr":
+            context.note(f"multi-hot input {name} in CSR (<= {MULTI_HOT_MAX_DENSITY:.0%} "
+                         f"nonzeros)")
+            value = sp.csr_array(value)
+        elif kind == "transpose":
+            value = np.ascontiguousarray(value.T).reshape(shape)
+        else:
+            value = value.reshape(shape)
+        arrays[letter] = value
     result = context.run(statement, dtype, formats, **arrays)
     if transposed:
         return np.ascontiguousarray(result.reshape(out_shape[::-1]).T)
@@ -246,7 +262,7 @@ def _build(program: Program, values: dict[str, np.ndarray], inline: dict[str, An
         node = producers.get(name)
         if node is None:  # an external input, broadcast to the output shape
             text, view = access(letter(name), values[name], out_shape, indices)
-            operands[letter(name)] = (name, view.shape, False)
+            operands[letter(name)] = (name, view.shape, "view")
             texts[name] = text
             return text
         args = [text_of(i) if i else None for i in node.inputs]
@@ -262,29 +278,17 @@ def _build(program: Program, values: dict[str, np.ndarray], inline: dict[str, An
 
 
 def _head_text(program: Program, values: dict[str, np.ndarray], inline: dict[str, Any],
-               letter: Callable[[str], str], operands: dict[str, Any],
+               letter: Callable[[Any], str], operands: dict[str, Any],
                formats: dict[str, Any]) -> str:
+    """The head contraction as statement text: ``sum(k, ...)`` (dense or sparse weight), or
+    the BLAS product ``P(i,j)``; then Gemm's alpha and ``beta * C``."""
     head = program.head
-    a_name, b_name = head.inputs[0], head.inputs[1]
-    la, lb = letter(("head", a_name)), letter(("head", b_name))
-    a, b = values[a_name], values[b_name]
-    transposed = inline["transposed"]
-    if program.sparse is not None:
-        # The sparse weight is W (k x n) whatever transB says: stored W^T in CSR / W in CSC.
-        b_text = f"{lb}(j,k)" if transposed else f"{lb}(k,j)"
-        formats[lb] = ta.CSR if transposed else ta.CSC
-        operands[lb] = (b_name, None, False)
+    if inline["blas"]:
+        lp = letter(("head", PRODUCT))
+        operands[lp] = (PRODUCT, (inline["m"], inline["n"]), "view")
+        text = f"{lp}(i,j)"
     else:
-        b_text = f"{lb}(j,k)" if inline["trans_b"] else f"{lb}(k,j)"
-        operands[lb] = (b_name, b.shape, False)
-    if transposed:  # X^T stored k-major so the innermost loop runs over the batch i
-        a_text = f"{la}(k,i)"
-        operands[la] = (a_name, a.shape, False) if inline["trans_a"] else \
-            (a_name, a.shape[::-1], True)
-    else:
-        a_text = f"{la}(k,i)" if inline["trans_a"] else f"{la}(i,k)"
-        operands[la] = (a_name, a.shape, False)
-    text = f"sum(k, {a_text} * {b_text})"
+        text = _product_text(program, values, inline, letter, operands, formats)
     if head.op_type == "Gemm":
         alpha = head.attributes.get("alpha", 1.0)
         beta = head.attributes.get("beta", 1.0)
@@ -294,9 +298,37 @@ def _head_text(program: Program, values: dict[str, np.ndarray], inline: dict[str
             c_name = head.inputs[2]
             lc = letter(("head", c_name))
             c_text, view = access(lc, values[c_name], (inline["m"], inline["n"]), "ij")
-            operands[lc] = (c_name, view.shape, False)
+            operands[lc] = (c_name, view.shape, "view")
             text = f"{text} + {c_text}" if beta == 1.0 else f"{text} + {literal(beta)} * {c_text}"
     return f"({text})"
+
+
+def _product_text(program: Program, values: dict[str, np.ndarray], inline: dict[str, Any],
+                  letter: Callable[[Any], str], operands: dict[str, Any],
+                  formats: dict[str, Any]) -> str:
+    head = program.head
+    a_name, b_name = head.inputs[0], head.inputs[1]
+    la, lb = letter(("head", a_name)), letter(("head", b_name))
+    a, b = values[a_name], values[b_name]
+    transposed = inline["transposed"]
+    if program.sparse is not None:
+        # The sparse weight is W (k x n) whatever transB says: stored W^T in CSR / W in CSC.
+        b_text = f"{lb}(j,k)" if transposed else f"{lb}(k,j)"
+        formats[lb] = ta.CSR if transposed else ta.CSC
+        operands[lb] = (b_name, None, "sparse weight")
+    else:
+        b_text = f"{lb}(j,k)" if inline["trans_b"] else f"{lb}(k,j)"
+        operands[lb] = (b_name, b.shape, "view")
+    if transposed:  # X^T stored k-major so the innermost loop runs over the batch i
+        a_text = f"{la}(k,i)"
+        operands[la] = (a_name, a.shape, "view") if inline["trans_a"] else \
+            (a_name, a.shape[::-1], "transpose")
+    else:
+        a_text = f"{la}(k,i)" if inline["trans_a"] else f"{la}(i,k)"
+        operands[la] = (a_name, a.shape, "csr" if inline["csr_a"] else "view")
+        if inline["csr_a"]:
+            formats[la] = ta.CSR
+    return f"sum(k, {a_text} * {b_text})"
 
 
 FUSED = OpImpl("Fused", 1, run_program, None, None)
@@ -315,10 +347,19 @@ def fuse(graph: Graph, sparse_heads: dict[str, Any] | None = None) -> Graph:
     """Replace every elementwise chain (two or more nodes, or one node after a contraction)
     by one ``Fused`` node; afterwards no fusable node feeds a single fusable consumer.
 
+    A MatMul of a graph input by a constant matrix becomes a program even alone: when the
+    input is multi-hot (at most ``MULTI_HOT_MAX_DENSITY`` nonzeros, checked per call) it is
+    passed in CSR and the contraction is a sparse·dense kernel, the bag form of one-hot and
+    multi-hot features.
+
     ``sparse_heads`` (opt level 3) maps contraction node names to their sparse weights; such a
     contraction becomes a program even with no epilogue.
     """
     sparse_heads = sparse_heads or {}
+    inputs = {v.name for v in graph.inputs}
+    multi_hot = {node.name for node in graph.nodes
+                 if node.op_type == "MatMul" and node.inputs[0] in inputs and
+                 getattr(graph.constants.get(node.inputs[1]), "ndim", 0) == 2}
     consumers = consumers_of(graph)
     outputs = {v.name for v in graph.outputs}
     producer = {name: node for node in graph.nodes for name in node.outputs if name}
@@ -357,10 +398,12 @@ def fuse(graph: Graph, sparse_heads: dict[str, Any] | None = None) -> Graph:
         programs.append(_program(nodes, root.outputs[0], head, sparse_heads))
         for node in nodes:
             assigned[node.name] = programs[-1]
-    for node in graph.nodes:  # lone sparse contractions
-        if node.name in sparse_heads and node.name not in assigned:
+    for node in graph.nodes:  # lone sparse contractions, lone multi-hot candidates
+        if node.name not in assigned and (node.name in sparse_heads or node.name in multi_hot):
             programs.append(_program((node,), node.outputs[0], node, sparse_heads))
             assigned[node.name] = programs[-1]
+    for program in programs:
+        program.multi_hot = program.head is not None and program.head.name in multi_hot
     kept = []
     for node in graph.nodes:
         program = assigned.get(node.name)

@@ -13,6 +13,7 @@ from tensoralg.onnx.errors import ModelError
 from tensoralg.onnx.graph import Graph, Node, ValueInfo
 from tensoralg.onnx.ops import lookup
 from tensoralg.onnx.ops.constant import numpy_dtype, tensor_value
+from tensoralg.onnx.sparse_weights import sparse_initializer
 
 MIN_OPSET = 11
 _DEFAULT_DOMAINS = ("", "ai.onnx")
@@ -128,8 +129,8 @@ def build_graph(model: onnx.ModelProto) -> Graph:
     opset = opset_of(model)
     graph = model.graph
     constants = {init.name: tensor_value(init) for init in graph.initializer}
-    if graph.sparse_initializer:
-        raise ta.UnsupportedError("sparse initializers are not supported yet (opt level 3)")
+    for sparse in graph.sparse_initializer:  # dense here; level 3 compresses mostly-zero weights
+        constants[sparse.values.name] = sparse_initializer(sparse)
     inputs = [value_info(v) for v in graph.input if v.name not in constants]
     outputs = [value_info(v) for v in graph.output]
     nodes = []

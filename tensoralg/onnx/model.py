@@ -1,6 +1,7 @@
 """``load`` and ``InferenceSession``: an ONNX model compiled onto tensoralg kernels."""
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any, Iterable, Mapping, Sequence, TextIO
 
@@ -12,8 +13,10 @@ from tensoralg.onnx.executor import Executor, Step
 from tensoralg.onnx.graph import Graph, ValueInfo
 from tensoralg.onnx.kernels import KernelSet
 from tensoralg.onnx.load import build_graph, read_model
-from tensoralg.onnx.passes import pipeline
+from tensoralg.onnx.passes import describe, pipeline
+from tensoralg.onnx.plan import MemoryTrace
 from tensoralg.onnx.profile import Profile
+from tensoralg.onnx.sparse_weights import threshold_of
 
 OPT_LEVELS = (0, 1, 2, 3)
 
@@ -30,11 +33,13 @@ class CompiledModel:
     array([0., 2.], dtype=float32)
     """
 
-    def __init__(self, graph: Graph, executor: Executor, opt_level: int, backend: str) -> None:
+    def __init__(self, graph: Graph, executor: Executor, opt_level: int, backend: str,
+                 stages: list[tuple[str, str]] | None = None) -> None:
         self.graph = graph
         self.executor = executor
         self.opt_level = opt_level
         self.backend = backend
+        self.stages = stages or []   # (pass name, graph text after it)
 
     @property
     def inputs(self) -> list[ValueInfo]:
@@ -68,17 +73,18 @@ class CompiledModel:
         def record(step: Step, seconds: float) -> None:
             totals[step.node.name] = totals.get(step.node.name, 0.0) + seconds
 
+        trace = None
         for _ in range(max(1, repeat)):
-            self.executor.run(checked, timer=record)
+            trace = MemoryTrace()
+            self.executor.run(checked, timer=record, memory=trace)
         rows = [(s.node.name, s.node.op_type, totals.get(s.node.name, 0.0) / max(1, repeat),
                  "; ".join(s.context.plan)) for s in self.executor.steps]
-        return Profile.from_times(rows)
+        return Profile.from_times(rows, trace.stats(len(self.executor.steps)))
 
     def ir(self) -> str:
         """The plan as text: one line per node with the statements or data movement it runs."""
-        lines = [f"model: opset {self.graph.opset}, opt level {self.opt_level}"
-                 + (" (levels 2 and 3 run the level-1 pipeline for now)"
-                    if self.opt_level >= 2 else "") + f", backend {self.backend}"]
+        lines = [f"model: opset {self.graph.opset}, opt level {self.opt_level}, "
+                 f"backend {self.backend}"]
         lines += [f"  pass: {note}" for note in self.graph.notes]
         lines += [f"  input {v}" for v in self.graph.inputs]
         lines.append(f"  {len(self.graph.constants)} constant(s)")
@@ -92,9 +98,31 @@ class CompiledModel:
         lines += [f"  output {v}" for v in self.graph.outputs]
         return "\n".join(lines)
 
-    def print_ir(self, file: TextIO | None = None) -> None:
-        """Print :meth:`ir`."""
-        print(self.ir(), file=file or sys.stdout)
+    def stage_text(self, stage: str = "plan") -> str:
+        """One stage as text: ``"passes"`` (the graph after each pass), a pass name (the graph
+        after it), ``"plan"`` (:meth:`ir`: what each node runs), ``"kernels"`` (the IR of
+        every kernel compiled so far; kernels compile at the first run), or ``"all"``."""
+        names = [name for name, _ in self.stages]
+        if stage == "passes":
+            return "\n".join(f"== after {name} ==\n{text}" for name, text in self.stages) or \
+                "(opt level 0: no passes)"
+        if stage in names:
+            return f"== after {stage} ==\n" + dict(self.stages)[stage]
+        if stage == "plan":
+            return self.ir()
+        if stage == "kernels":
+            kernels = self.executor.kernels.kernels.values()
+            return "\n\n".join(f"== kernel {k.statement} ==\n{k.source('ir')}"
+                                for k in kernels) or "(no kernel compiled yet: run the model)"
+        if stage == "all":
+            return "\n\n".join(self.stage_text(s) for s in ("passes", "plan", "kernels"))
+        raise ta.UnsupportedError(f"print_ir stage must be one of passes, plan, kernels, all or "
+                                  f"a pass name ({', '.join(names) or 'none at this level'}), "
+                                  f"not {stage!r}")
+
+    def print_ir(self, stage: str = "plan", file: TextIO | None = None) -> None:
+        """Print :meth:`stage_text` of ``stage``."""
+        print(self.stage_text(stage), file=file or sys.stdout)
 
     def __str__(self) -> str:
         ins = ", ".join(str(v) for v in self.graph.inputs)
@@ -140,33 +168,47 @@ def _owned(value: np.ndarray, constants: Mapping[str, np.ndarray], feeds: Mappin
     return value.copy() if shared or not value.flags.writeable else value
 
 
-def load(source: Any, opt_level: int = 1, backend: str = "llvm",
+def load(source: Any, opt_level: int = 3, backend: str = "llvm",
          sparse_weights: Any = "auto") -> CompiledModel:
     """Load an ONNX model (path, bytes or ModelProto) and compile it onto tensoralg kernels.
 
     ``opt_level`` 0 runs one kernel per node; 1 adds shape inference, constant folding and dead
-    node removal. Levels 2 and 3 are accepted but currently run the level-1 pipeline (fusion,
-    embedding bags and sparse weights are not implemented yet), and ``sparse_weights`` is
-    accepted for the same reason and has no effect yet. Every op is resolved here: an op the
+    node removal; 2 adds MatMul re-association, embedding bags and fusion; 3 adds sparse
+    weights: a MatMul/Gemm weight with at least ``sparse_weights`` zeros ("auto": 0.7; a float;
+    False to disable) runs as a sparse kernel. ``TENSORALG_PRINT_IR=1``, read here once, prints
+    the graph after each pass and the source of each kernel as it compiles (on stderr).
+    Every op is resolved here: an op the
     importer does not support raises ``ta.UnsupportedError`` naming the op, node and inputs.
     """
     if opt_level not in OPT_LEVELS:
         raise ta.UnsupportedError(f"opt_level must be one of {OPT_LEVELS}, not {opt_level!r}")
     if backend not in ("llvm", "c"):
         raise ta.UnsupportedError(f"backend {backend!r} cannot run ONNX models; use llvm or c")
+    threshold = threshold_of(sparse_weights)
+    show = os.environ.get("TENSORALG_PRINT_IR", "") not in ("", "0")
     model = read_model(source)
     graph = build_graph(model)
-    kernels = KernelSet(backend)
-    for _name, step in pipeline(opt_level, model, kernels):
+    kernels = KernelSet(backend, on_compile=_print_kernel if show else None)
+    stages = []
+    for name, step in pipeline(opt_level, model, kernels, threshold):
         graph = step(graph)
-    return CompiledModel(graph, Executor(graph, kernels), opt_level, backend)
+        stages.append((name, describe(graph)))
+        if show:
+            print(f"== after {name} ==\n{stages[-1][1]}", file=sys.stderr)
+    return CompiledModel(graph, Executor(graph, kernels), opt_level, backend, stages)
+
+
+def _print_kernel(kernel: ta.Kernel) -> None:
+    print(f"== kernel {kernel.statement} ==\n{kernel.source('ir')}", file=sys.stderr)
 
 
 class InferenceSession:
     """An onnxruntime-style session: ``run(output_names_or_None, feeds) -> list``."""
 
-    def __init__(self, source: Any, opt_level: int = 1, backend: str = "llvm") -> None:
-        self.model = load(source, opt_level=opt_level, backend=backend)
+    def __init__(self, source: Any, opt_level: int = 3, backend: str = "llvm",
+                 sparse_weights: Any = "auto") -> None:
+        self.model = load(source, opt_level=opt_level, backend=backend,
+                          sparse_weights=sparse_weights)
 
     def get_inputs(self) -> list[ValueInfo]:
         return self.model.inputs

@@ -1,8 +1,11 @@
-"""Graph passes by opt level. Level 1: shape inference, constant folding, dead node removal.
+"""Graph passes by opt level, as one visible list per level (:func:`pipeline`).
 
-Each pass is a function ``Graph -> Graph`` whose docstring states what it establishes.
-Levels 2 and 3 (fusion, embedding bags, sparse weights) are not implemented yet and run the
-level-1 pipeline.
+Level 1: shape inference, constant folding, dead node removal. Level 2 adds MatMul
+re-association (:mod:`fusion`), embedding bags (:mod:`bags`) and fusion of elementwise chains
+and contraction epilogues (:mod:`fusion`). Level 3 adds sparse weights
+(:mod:`sparse_weights`), compiled into the fused statements. Each pass is a function
+``Graph -> Graph`` whose docstring states what it establishes; :func:`describe` prints a graph
+after each pass (``print_ir("passes")``).
 """
 from __future__ import annotations
 
@@ -11,9 +14,12 @@ from typing import Callable
 import numpy as np
 import onnx
 
+from tensoralg.onnx.bags import recognise_bags
 from tensoralg.onnx.executor import call_node
+from tensoralg.onnx.fusion import fuse, reassociate_matmuls
 from tensoralg.onnx.graph import Graph
 from tensoralg.onnx.kernels import KernelSet, NodeContext
+from tensoralg.onnx.sparse_weights import find_sparse_weights
 
 # Ops never evaluated at load time even with constant inputs.
 _NOT_FOLDED = frozenset({"Dropout"})
@@ -83,13 +89,36 @@ def remove_dead_nodes(graph: Graph) -> Graph:
     return graph
 
 
-def pipeline(opt_level: int, model: onnx.ModelProto, kernels: KernelSet
+def pipeline(opt_level: int, model: onnx.ModelProto, kernels: KernelSet,
+             sparse_threshold: float | None = None
              ) -> list[tuple[str, Callable[[Graph], Graph]]]:
     """The named passes of ``opt_level``, in order."""
-    if opt_level == 0:
-        return []
-    return [
-        ("shape inference", lambda g: infer_static_shapes(g, model)),
-        ("constant folding", lambda g: fold_constants(g, kernels)),
-        ("dead node removal", remove_dead_nodes),
-    ]
+    steps: list[tuple[str, Callable[[Graph], Graph]]] = []
+    if opt_level >= 1:
+        steps += [
+            ("shape inference", lambda g: infer_static_shapes(g, model)),
+            ("constant folding", lambda g: fold_constants(g, kernels)),
+            ("dead node removal", remove_dead_nodes),
+        ]
+    if opt_level >= 2:
+        steps += [
+            ("matmul re-association", reassociate_matmuls),
+            ("embedding bags", recognise_bags),
+        ]
+    if opt_level == 2:
+        steps.append(("fusion", fuse))
+    if opt_level >= 3:
+        steps.append(("sparse weights + fusion",
+                      lambda g: fuse(g, find_sparse_weights(g, sparse_threshold))))
+    return steps
+
+
+def describe(graph: Graph) -> str:
+    """The graph as text: one line per node (a fused node names what it replaced)."""
+    lines = [f"  input {v}" for v in graph.inputs]
+    lines.append(f"  {len(graph.constants)} constant(s)")
+    for node in graph.nodes:
+        extra = node.attributes.get("program") or node.attributes.get("bag")
+        lines.append(f"  {node}" + (f"   # {extra}" if extra is not None else ""))
+    lines += [f"  output {v}" for v in graph.outputs]
+    return "\n".join(lines)

@@ -24,6 +24,7 @@ import numpy as np
 from tensoralg._version import source_fingerprint
 from tensoralg.codegen import CompiledKernel, DiskCache, build
 from tensoralg.ir import build as b
+from tensoralg.runtime.args import address_of
 from tensoralg.ir.nodes import I32, I64, Function, Ptr, Scalar, Var
 
 VALID, BAD_START, BAD_SEGMENT, BAD_END, OUT_OF_RANGE, UNSORTED = range(6)
@@ -109,7 +110,7 @@ class StorageValidator:
         status = self._status.__dict__.get("buffer")
         if status is None:
             status = self._status.buffer = np.zeros(1, dtype=np.int64)
-        self._kernel(pos.dtype).function(pos.ctypes.data, crd.ctypes.data, pos.shape[0] - 1,
+        self._kernel(pos.dtype).function(address_of(pos), address_of(crd), pos.shape[0] - 1,
                                          dim, crd.shape[0], int(check_order),
                                          status.ctypes.data)
         return int(status[0])

@@ -1,0 +1,340 @@
+#!/usr/bin/env python
+"""Recommender models on tensoralg.onnx against onnxruntime, side by side in one run.
+
+    python benchmarks/onnx_models.py [--quick] [--models mlp,fm,...] [--out benchmarks/ONNX_RESULTS.md]
+
+Models (built with onnx.helper, float32, random weights):
+
+- ``mlp``        256 -> 512 -> 256 -> 1 (Gemm, Relu, Sigmoid)
+- ``fm``         factorization machine over a 10^4-wide multi-hot input (20 ones per row), k=16
+- ``neumf``      NCF/NeuMF: user/item tables 10^5 and 5*10^4 rows x 32 (GMF and MLP towers),
+                 MLP 64 -> 256 -> 128 -> 64, concat with GMF, Gemm, Sigmoid
+- ``dlrm``       13 dense features -> bottom MLP 512-256-64; 8 bags of 4 ids over 2*10^4 x 64
+                 tables (Gather + ReduceSum); pairwise dot interaction (MatMul with its
+                 transpose); top MLP 145 -> 512 -> 256 -> 1
+- ``wide_deep``  wide: multi-hot 10^4 input MatMul; deep: 4 embeddings 10^4 x 32 + 13 dense ->
+                 256 -> 128 -> 1; sum, Sigmoid
+- ``two_tower``  user: bag of 10 ids (ReduceMean) over 10^5 x 32 -> 256 -> 64; item: id over
+                 5*10^4 x 32 -> 256 -> 64; dot product, Sigmoid
+
+For each model and batch (1 and 256): tensoralg at opt levels 0..3, onnxruntime with one intra-op
+thread and with all cores; ratios are onnxruntime time / tensoralg level-3 time (above 1:
+tensoralg faster). Then the same models with 90% of every MatMul/Gemm weight pruned to zero
+(embedding tables untouched): tensoralg level 3 (sparse weights) against onnxruntime on the same
+pruned model, which it runs dense. Compile time is load + first run at level 3 (kernels compile
+at the first run; the on-disk kernel cache may make a repeat run of this script faster).
+Every tensoralg output is checked against onnxruntime (rtol 1e-3, atol 1e-4) before timing.
+Each figure is the median of ``max(3, 0.25 s / t)`` calls.
+
+OpenBLAS (NumPy's BLAS, which tensoralg's importer uses for large dense contractions) is pinned to
+one thread (``OPENBLAS_NUM_THREADS=1`` unless already set): multi-threaded OpenBLAS on the 2-core
+machine these figures come from was erratic (a 256x256x64 matmul took 0.07 ms or 8 ms from one
+call to the next, while its threads fought the kernel thread pool). So "ort all cores" against
+tensoralg compares onnxruntime on 2 threads with tensoralg's BLAS on one.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+import platform
+import statistics
+import sys
+import time
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper as h, numpy_helper
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+import tensoralg.onnx as tonnx  # noqa: E402
+
+F32, I64 = TensorProto.FLOAT, TensorProto.INT64
+
+
+class Builder:
+    """Nodes, initializers and inputs of one model; weights pruned when ``prune`` is set."""
+
+    def __init__(self, seed: int, prune: float = 0.0) -> None:
+        self.rng = np.random.default_rng(seed)
+        self.prune = prune
+        self.nodes, self.inits, self.inputs = [], [], []
+        self.count = 0
+
+    def name(self, stem: str) -> str:
+        self.count += 1
+        return f"{stem}{self.count}"
+
+    def const(self, array: np.ndarray, stem: str = "c") -> str:
+        name = self.name(stem)
+        self.inits.append(numpy_helper.from_array(np.asarray(array), name))
+        return name
+
+    def table(self, rows: int, dim: int) -> str:
+        return self.const((self.rng.standard_normal((rows, dim)) * 0.1).astype(np.float32), "E")
+
+    def weight(self, n_in: int, n_out: int) -> str:
+        w = (self.rng.standard_normal((n_in, n_out)) / np.sqrt(n_in)).astype(np.float32)
+        if self.prune:
+            w[self.rng.random(w.shape) < self.prune] = 0.0
+        return self.const(w, "W")
+
+    def node(self, op: str, inputs: list[str], **attrs) -> str:
+        out = self.name(op.lower())
+        self.nodes.append(h.make_node(op, inputs, [out], **attrs))
+        return out
+
+    def dense(self, x: str, n_in: int, n_out: int, act: str | None = "Relu",
+              gemm: bool = True) -> str:
+        b = self.const((self.rng.standard_normal(n_out) * 0.1).astype(np.float32), "b")
+        if gemm:
+            y = self.node("Gemm", [x, self.weight(n_in, n_out), b])
+        else:
+            y = self.node("Add", [self.node("MatMul", [x, self.weight(n_in, n_out)]), b])
+        return self.node(act, [y]) if act else y
+
+    def mlp(self, x: str, sizes: list[int], last_act: str | None = "Relu") -> str:
+        for k, (a, b) in enumerate(zip(sizes, sizes[1:])):
+            x = self.dense(x, a, b, last_act if k == len(sizes) - 2 else "Relu", gemm=k % 2 == 0)
+        return x
+
+    def input(self, name: str, elem: int, shape: list) -> str:
+        self.inputs.append(h.make_tensor_value_info(name, elem, shape))
+        return name
+
+    def model(self, output: str, out_shape: list) -> onnx.ModelProto:
+        self.nodes.append(h.make_node("Identity", [output], ["y"]))
+        graph = h.make_graph(self.nodes, "m", self.inputs,
+                             [h.make_tensor_value_info("y", F32, out_shape)], self.inits)
+        model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+        model.ir_version = 8
+        onnx.checker.check_model(model)
+        return model
+
+
+def build_mlp(b: Builder):
+    x = b.input("x", F32, ["N", 256])
+    return b.model(b.mlp(x, [256, 512, 256, 1], "Sigmoid"), ["N", 1]), \
+        lambda n, rng: {"x": rng.standard_normal((n, 256)).astype(np.float32)}
+
+
+def multi_hot(n: int, width: int, ones: int, rng) -> np.ndarray:
+    x = np.zeros((n, width), np.float32)
+    for row in range(n):
+        x[row, rng.choice(width, ones, replace=False)] = 1.0
+    return x
+
+
+def build_fm(b: Builder):
+    n, k = 10_000, 16
+    x = b.input("x", F32, ["N", n])
+    v = b.table(n, k)
+    linear = b.node("MatMul", [x, b.table(n, 1)])
+    xv = b.node("MatMul", [x, v])
+    x2v2 = b.node("MatMul", [b.node("Mul", [x, x]), b.node("Mul", [v, v])])
+    diff = b.node("Sub", [b.node("Mul", [xv, xv]), x2v2])
+    pair = b.node("ReduceSum", [diff, b.const(np.array([1], np.int64))], keepdims=1)
+    logit = b.node("Add", [linear, b.node("Mul", [pair, b.const(np.float32(0.5))])])
+    return b.model(b.node("Sigmoid", [logit]), ["N", 1]), \
+        lambda m, rng: {"x": multi_hot(m, n, 20, rng)}
+
+
+def build_neumf(b: Builder):
+    users, items, d = 100_000, 50_000, 32
+    u, i = b.input("user", I64, ["N"]), b.input("item", I64, ["N"])
+    gmf = b.node("Mul", [b.node("Gather", [b.table(users, d), u]),
+                         b.node("Gather", [b.table(items, d), i])])
+    mlp_in = b.node("Concat", [b.node("Gather", [b.table(users, d), u]),
+                               b.node("Gather", [b.table(items, d), i])], axis=1)
+    mlp_out = b.mlp(mlp_in, [2 * d, 256, 128, 64])
+    both = b.node("Concat", [gmf, mlp_out], axis=1)
+    return b.model(b.dense(both, d + 64, 1, "Sigmoid"), ["N", 1]), \
+        lambda m, rng: {"user": rng.integers(0, users, m).astype(np.int64),
+                        "item": rng.integers(0, items, m).astype(np.int64)}
+
+
+def build_dlrm(b: Builder):
+    rows, d, tables, bag = 20_000, 64, 8, 4
+    dense = b.input("dense", F32, ["N", 13])
+    ids = b.input("ids", I64, ["N", tables, bag])
+    bottom = b.mlp(dense, [13, 512, 256, d])
+    parts = [b.node("Unsqueeze", [bottom, b.const(np.array([1], np.int64))])]
+    for t in range(tables):
+        idx = b.node("Gather", [ids, b.const(np.array(t, np.int64))], axis=1)
+        pooled = b.node("ReduceSum", [b.node("Gather", [b.table(rows, d), idx]),
+                                      b.const(np.array([1], np.int64))], keepdims=1)
+        parts.append(pooled)
+    feats = b.node("Concat", parts, axis=1)
+    z = b.node("MatMul", [feats, b.node("Transpose", [feats], perm=[0, 2, 1])])
+    top_in = b.node("Concat", [bottom, b.node("Flatten", [z], axis=1)], axis=1)
+    width = d + (tables + 1) ** 2
+    return b.model(b.mlp(top_in, [width, 512, 256, 1], "Sigmoid"), ["N", 1]), \
+        lambda m, rng: {"dense": rng.standard_normal((m, 13)).astype(np.float32),
+                        "ids": rng.integers(0, rows, (m, tables, bag)).astype(np.int64)}
+
+
+def build_wide_deep(b: Builder):
+    width, rows, d = 10_000, 10_000, 32
+    wide_x = b.input("wide", F32, ["N", width])
+    dense = b.input("dense", F32, ["N", 13])
+    cats = b.input("cats", I64, ["N", 4])
+    wide = b.node("MatMul", [wide_x, b.table(width, 1)])
+    embs = [b.node("Gather", [b.table(rows, d),
+                              b.node("Gather", [cats, b.const(np.array(t, np.int64))], axis=1)])
+            for t in range(4)]
+    deep_in = b.node("Concat", embs + [dense], axis=1)
+    deep = b.mlp(deep_in, [4 * d + 13, 256, 128, 1], None)
+    return b.model(b.node("Sigmoid", [b.node("Add", [wide, deep])]), ["N", 1]), \
+        lambda m, rng: {"wide": multi_hot(m, width, 10, rng),
+                        "dense": rng.standard_normal((m, 13)).astype(np.float32),
+                        "cats": rng.integers(0, rows, (m, 4)).astype(np.int64)}
+
+
+def build_two_tower(b: Builder):
+    users, items, d, bag = 100_000, 50_000, 32, 10
+    hist = b.input("history", I64, ["N", bag])
+    item = b.input("item", I64, ["N"])
+    u = b.node("ReduceMean", [b.node("Gather", [b.table(users, d), hist])], axes=[1], keepdims=0)
+    u = b.mlp(u, [d, 256, 64], None)
+    v = b.mlp(b.node("Gather", [b.table(items, d), item]), [d, 256, 64], None)
+    score = b.node("ReduceSum", [b.node("Mul", [u, v]), b.const(np.array([1], np.int64))],
+                   keepdims=1)
+    return b.model(b.node("Sigmoid", [score]), ["N", 1]), \
+        lambda m, rng: {"history": rng.integers(0, users, (m, bag)).astype(np.int64),
+                        "item": rng.integers(0, items, m).astype(np.int64)}
+
+
+MODELS = {"mlp": build_mlp, "fm": build_fm, "neumf": build_neumf, "dlrm": build_dlrm,
+          "wide_deep": build_wide_deep, "two_tower": build_two_tower}
+
+
+def timeit(fn, budget: float) -> float:
+    fn()
+    start = time.perf_counter()
+    fn()
+    once = max(time.perf_counter() - start, 1e-7)
+    times = []
+    for _ in range(max(3, min(2000, int(budget / once)))):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def ort_session(model: onnx.ModelProto, threads: int) -> ort.InferenceSession:
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    return ort.InferenceSession(model.SerializeToString(), options,
+                                providers=["CPUExecutionProvider"])
+
+
+def measure(name: str, prune: float, batches: list[int], levels: list[int], budget: float):
+    model, feeds_of = MODELS[name](Builder(seed=1, prune=prune))
+    rows = []
+    compiled, compile_s = {}, None
+    for level in levels:
+        start = time.perf_counter()
+        compiled[level] = tonnx.load(model, opt_level=level)
+        if level == 3:
+            compiled[level].run(feeds_of(2, np.random.default_rng(0)))
+            compile_s = time.perf_counter() - start
+    sessions = {1: ort_session(model, 1), 0: ort_session(model, 0)}
+    for batch in batches:
+        feeds = feeds_of(batch, np.random.default_rng(batch))
+        expected = sessions[0].run(None, feeds)[0]
+        row = {"model": name, "batch": batch, "prune": prune}
+        for level in levels:
+            got = compiled[level].run(feeds)["y"]
+            if not np.allclose(got, expected, rtol=1e-3, atol=1e-4):
+                row[f"L{level}"] = float("nan")
+                print(f"  WRONG: {name} batch {batch} level {level}", file=sys.stderr)
+                continue
+            row[f"L{level}"] = timeit(lambda m=compiled[level]: m.run(feeds), budget)
+        for threads, session in sessions.items():
+            row[f"ort{threads}"] = timeit(lambda s=session: s.run(None, feeds), budget)
+        row["compile"] = compile_s
+        rows.append(row)
+        print(_line(row, levels), flush=True)
+    return rows
+
+
+def _ms(seconds: float) -> str:
+    return "   WRONG" if seconds != seconds else f"{seconds * 1e3:8.3f}"
+
+
+HEADER_LEVELS = "model       batch  " + "  ".join(f"{'L' + str(v) + ' ms':>8}" for v in range(4))
+
+
+def _line(row, levels) -> str:
+    cells = "  ".join(_ms(row[f"L{v}"]) if f"L{v}" in row else f"{'-':>8}" for v in range(4))
+    best = row["L3"]
+    return (f"{row['model']:<10} {row['batch']:>5}  {cells}  {_ms(row['ort1'])}  "
+            f"{_ms(row['ort0'])}  {row['ort1'] / best:6.2f}x  {row['ort0'] / best:6.2f}x  "
+            f"{row['compile']:6.2f}")
+
+
+TABLE_HEAD = (f"{HEADER_LEVELS}  {'ort1 ms':>8}  {'ortN ms':>8}  {'ort1/L3':>7}  "
+              f"{'ortN/L3':>7}  compile s")
+
+
+def markdown(dense_rows, pruned_rows, quick: bool) -> str:
+    cpu = platform.processor() or platform.machine()
+    lines = ["# tensoralg.onnx vs onnxruntime on recommender models", "",
+             f"Machine: {os.cpu_count()} cores ({cpu}), Linux, shared and possibly noisy; "
+             f"onnxruntime {ort.__version__}, numpy {np.__version__}. "
+             f"Generated by `python benchmarks/onnx_models.py{' --quick' if quick else ''}` "
+             "(model definitions and method in its docstring). Times are medians in ms; "
+             "ratios are onnxruntime time / tensoralg opt-level-3 time, **above 1 means "
+             "tensoralg is faster**. `ort1` = onnxruntime with 1 intra-op thread, `ortN` = all "
+             "cores. tensoralg runs generated kernels single-threaded except where a kernel "
+             "parallelises its outer loop, and BLAS (NumPy, all cores) for large dense "
+             "contractions. Compile = load + first run at level 3.", "",
+             "## Dense models: opt levels 0..3 and onnxruntime", "",
+             "| model | batch | L0 | L1 | L2 | L3 | ort 1 thr | ort all | ort1/L3 | ortN/L3 | "
+             "compile s |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in dense_rows:
+        lines.append(_md_row(r))
+    lines += ["", "## 90%-pruned weights: tensoralg level 3 (sparse weights) vs onnxruntime "
+              "on the same pruned model (dense)", "",
+              "| model | batch | L2 (dense) | L3 (sparse) | ort 1 thr | ort all | ort1/L3 | "
+              "ortN/L3 | compile s |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in pruned_rows:
+        lines.append(f"| {r['model']} | {r['batch']} | {_ms(r.get('L2', float('nan')))} | "
+                     f"{_ms(r['L3'])} | {_ms(r['ort1'])} | {_ms(r['ort0'])} | "
+                     f"{r['ort1'] / r['L3']:.2f} | {r['ort0'] / r['L3']:.2f} | "
+                     f"{r['compile']:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+def _md_row(r) -> str:
+    levels = " | ".join(_ms(r.get(f"L{v}", float("nan"))) for v in range(4))
+    return (f"| {r['model']} | {r['batch']} | {levels} | {_ms(r['ort1'])} | {_ms(r['ort0'])} | "
+            f"{r['ort1'] / r['L3']:.2f} | {r['ort0'] / r['L3']:.2f} | {r['compile']:.2f} |")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="shorter timing budget")
+    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__),
+                                                      "ONNX_RESULTS.md"))
+    args = parser.parse_args(argv)
+    budget = 0.08 if args.quick else 0.25
+    names = [n for n in args.models.split(",") if n]
+    print(TABLE_HEAD)
+    dense = [r for n in names for r in measure(n, 0.0, [1, 256], [0, 1, 2, 3], budget)]
+    print("\n90%-pruned weights (L3 sparse vs onnxruntime on the pruned model)")
+    print(TABLE_HEAD)
+    pruned = [r for n in names for r in measure(n, 0.9, [1, 256], [2, 3], budget)]
+    text = markdown(dense, pruned, args.quick)
+    with open(args.out, "w") as handle:
+        handle.write(text)
+    print(f"\nwrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,129 @@
+"""The memory plan: value lifetimes, release after last use, and buffer reuse by lifetime.
+
+The executor frees every value after the step that uses it last (the ``release`` list of each
+step, computed from the lifetimes below). :class:`MemoryTrace` measures one run: the bytes
+of every buffer a node produced (views of inputs and constants are not counted), the sum over
+all of them, and the peak of what is alive at once. :func:`reuse_plan` then assigns those
+buffers to arenas by lifetime (a buffer may take an arena whose previous tenant is dead and
+which is large enough), the plan that a runtime writing kernel outputs into preallocated
+buffers would follow; its total is what such a runtime would hold.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable
+
+import numpy as np
+
+
+def last_uses(nodes: Iterable, keep: set[str]) -> list[tuple[str, ...]]:
+    """For each node, the values it uses for the last time (never those in ``keep``)."""
+    nodes = list(nodes)
+    last: dict[str, int] = {}
+    for k, node in enumerate(nodes):
+        for name in node.inputs:
+            last[name] = k
+    return [tuple(name for name in dict.fromkeys(node.inputs)
+                  if name and last.get(name) == k and name not in keep)
+            for k, node in enumerate(nodes)]
+
+
+def _root(array: np.ndarray) -> np.ndarray:
+    while isinstance(array.base, np.ndarray):
+        array = array.base
+    return array
+
+
+@dataclass
+class MemoryTrace:
+    """Buffers produced during one run, with their lifetimes (step of birth, step of death)."""
+
+    foreign: set[int] = field(default_factory=set)       # roots of feeds and constants
+    owners: dict[str, int] = field(default_factory=dict)  # value -> root id
+    counts: dict[int, int] = field(default_factory=dict)
+    sizes: dict[int, int] = field(default_factory=dict)
+    born: dict[int, int] = field(default_factory=dict)
+    died: dict[int, int] = field(default_factory=dict)
+    live: int = 0
+    peak: int = 0
+
+    @staticmethod
+    def start(values: dict[str, np.ndarray]) -> "MemoryTrace":
+        return MemoryTrace(foreign={id(_root(v)) for v in values.values()
+                                    if isinstance(v, np.ndarray)})
+
+    def produced(self, step: int, outputs: dict[str, np.ndarray]) -> None:
+        for name, value in outputs.items():
+            root = _root(value)
+            key = id(root)
+            if key in self.foreign:
+                continue
+            self.owners[name] = key
+            if key not in self.counts:
+                self.counts[key] = 0
+                self.sizes[key] = root.nbytes
+                self.born[key] = step
+                self.live += root.nbytes
+                self.peak = max(self.peak, self.live)
+            self.counts[key] += 1
+
+    def released(self, step: int, names: Iterable[str]) -> None:
+        for name in names:
+            key = self.owners.pop(name, None)
+            if key is None:
+                continue
+            self.counts[key] -= 1
+            if self.counts[key] == 0:
+                self.live -= self.sizes[key]
+                self.died[key] = step
+
+    def stats(self, steps: int) -> "MemoryStats":
+        total = sum(self.sizes.values())
+        lifetimes = [(self.born[k], self.died.get(k, steps), self.sizes[k]) for k in self.sizes]
+        return MemoryStats(total, self.peak, reuse_plan(lifetimes), len(self.sizes))
+
+
+def reuse_plan(lifetimes: list[tuple[int, int, int]]) -> int:
+    """Bytes of arenas when each buffer (birth, death, bytes) takes a free arena: the smallest
+    that fits, else the largest free one, grown; a new arena only when none is free.
+
+    >>> reuse_plan([(0, 1, 100), (1, 2, 100), (2, 3, 50)])   # the third reuses the first's
+    200
+    """
+    arenas: list[list[int]] = []  # [size, busy until]
+    for born, died, size in sorted(lifetimes):
+        free = [a for a in arenas if a[1] < born]  # a buffer dies after its last step
+        fits = [a for a in free if a[0] >= size]
+        if fits:
+            arena = min(fits, key=lambda a: a[0])
+        elif free:
+            arena = max(free, key=lambda a: a[0])
+            arena[0] = size
+        else:
+            arena = [size, died]
+            arenas.append(arena)
+        arena[1] = died
+    return sum(a[0] for a in arenas)
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryStats:
+    """Bytes of node-produced buffers in one run: their sum, the peak alive at once (release
+    after last use), and the arena total of the lifetime reuse plan."""
+
+    total: int
+    peak: int
+    planned: int
+    buffers: int
+
+    def __str__(self) -> str:
+        return (f"intermediate memory: {self.buffers} buffers, sum {_kib(self.total)}, "
+                f"peak alive {_kib(self.peak)} (released after last use), "
+                f"lifetime reuse plan {_kib(self.planned)}")
+
+
+def _kib(n: int) -> str:
+    return f"{n / 1024:.1f} KiB"
+
+
+__all__ = ["last_uses", "MemoryTrace", "MemoryStats", "reuse_plan"]
