@@ -146,3 +146,28 @@ def rng() -> np.random.Generator:
 @pytest.fixture
 def session_cache_dir() -> pathlib.Path:
     return pathlib.Path(_SESSION_CACHE)
+
+
+def pytest_addoption(parser):
+    parser.addoption("--update-golden", action="store_true", default=False,
+                     help="rewrite tests/golden/* from the current compiler output")
+
+
+@pytest.fixture
+def golden(request):
+    """Compare text with tests/golden/<name>; ``--update-golden`` rewrites the file instead."""
+    directory = pathlib.Path(__file__).parent / "golden"
+    update = request.config.getoption("--update-golden")
+
+    class Golden:
+        def check(self, name: str, text: str) -> None:
+            path = directory / name
+            if update:
+                directory.mkdir(exist_ok=True)
+                path.write_text(text)
+                return
+            assert path.exists(), f"no golden file {path}; run pytest --update-golden"
+            assert text == path.read_text(), (
+                f"{name} changed; if on purpose, run pytest --update-golden and review the diff")
+
+    return Golden()

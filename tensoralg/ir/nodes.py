@@ -334,3 +334,15 @@ class Function:
 
 
 Node = Union[Expr, Stmt, Function, Param]
+
+
+def _print(node: object) -> str:
+    from tensoralg.ir.printer import format_node
+
+    return format_node(node)
+
+
+# Every IR value prints as the printer shows it (``print(fn)`` gives the whole kernel).
+for _node_class in (Const, Var, Load, Unary, Binary, Select, Cast, Block, Declare, Assign, Store,
+                    For, While, If, Comment, Allocate, Grow, Free, Param, Function):
+    _node_class.__str__ = _print  # type: ignore[method-assign]

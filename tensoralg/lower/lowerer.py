@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import keyword
 from dataclasses import dataclass, field, replace
-from typing import Callable, Iterator, Mapping
+from typing import Callable, Mapping
 
 import numpy as np
 
@@ -97,7 +97,7 @@ class Context:
 
 
 @dataclass
-class Iterator_:
+class SparseIterator:
     """A sparse iterator inside one loop: its position variable and segment end."""
 
     access: Access
@@ -233,7 +233,7 @@ class Lowerer:
         if not lattice.points:
             return []
 
-        def body(point: LatticePoint, coordinate: Var, its: list[Iterator_]) -> list[Stmt]:
+        def body(point: LatticePoint, coordinate: Var, its: list[SparseIterator]) -> list[Stmt]:
             return self.case_body(nest, writer, depth, index, coordinate, point, its, context)
 
         if not iterators:
@@ -245,7 +245,7 @@ class Lowerer:
         return self.merge_loops(index, lattice, body, iterators)
 
     def case_body(self, nest: LoopNest, writer: Writer, depth: int, index: str,
-                  coordinate: Var, point: LatticePoint, iterators: list[Iterator_],
+                  coordinate: Var, point: LatticePoint, iterators: list[SparseIterator],
                   context: Context) -> list[Stmt]:
         cursors = dict(context.cursors)
         for it in iterators:
@@ -262,7 +262,7 @@ class Lowerer:
 
         return wrap(writer.around_index(index, inner, rest))
 
-    def dense_loop(self, index: str, lattice: Lattice, body, iterators: list[Iterator_]
+    def dense_loop(self, index: str, lattice: Lattice, body, iterators: list[SparseIterator]
                    ) -> list[Stmt]:
         coordinate = Var(self.names(index), I64)
         setup = self.iterator_positions(iterators)
@@ -297,7 +297,7 @@ class Lowerer:
                 and program.output.format.is_dense
                 and all(t.role is not TensorRole.TEMPORARY for t in program.tensors))
 
-    def single_loop(self, index: str, point: LatticePoint, body, it: Iterator_) -> list[Stmt]:
+    def single_loop(self, index: str, point: LatticePoint, body, it: SparseIterator) -> list[Stmt]:
         if it.unique:
             position = Var(self.names(f"p{it.access.tensor}{it.level}"), I64)
             it.position = position
@@ -315,7 +315,7 @@ class Lowerer:
                         b.assign(it.position, it.segment_end))
         return [*setup, loop]
 
-    def merge_loops(self, index: str, lattice: Lattice, body, iterators: list[Iterator_]
+    def merge_loops(self, index: str, lattice: Lattice, body, iterators: list[SparseIterator]
                     ) -> list[Stmt]:
         stmts = self.iterator_positions(iterators)
         by_access = {it.access: it for it in iterators}
@@ -347,7 +347,7 @@ class Lowerer:
             stmts.append(b.while_(valid, loop_body))
         return stmts
 
-    def tail_loop(self, index: str, point: LatticePoint, body, it: Iterator_) -> Stmt:
+    def tail_loop(self, index: str, point: LatticePoint, body, it: SparseIterator) -> Stmt:
         """The rest of one iterator after a merge: every remaining position matches."""
         coordinate = Var(self.names(index), I64)
         return b.while_(b.lt(it.position, it.end),
@@ -356,7 +356,7 @@ class Lowerer:
                         body(point, coordinate, [it]),
                         b.assign(it.position, self.next_position(it)))
 
-    def case_chain(self, points, body, coordinate: Var, iterators: list[Iterator_]
+    def case_chain(self, points, body, coordinate: Var, iterators: list[SparseIterator]
                    ) -> list[Stmt]:
         """An if/else-if chain over lattice points, most operands first.
 
@@ -386,7 +386,7 @@ class Lowerer:
         level_index = access.indices[info.format.order[cursor.resolved]]
         return level_index == index and info.format.levels[cursor.resolved].is_sparse
 
-    def make_iterator(self, access: Access, context: Context) -> Iterator_:
+    def make_iterator(self, access: Access, context: Context) -> SparseIterator:
         info = self.program.tensor(access.tensor)
         cursor = context.cursors[access]
         level = cursor.resolved
@@ -397,9 +397,9 @@ class Lowerer:
             begin, end = singleton.child_range(arrays, parent)
         else:
             begin, end = compressed.child_range(arrays, cursor.position)
-        return Iterator_(access, level, arrays, info.format.unique(level), begin, end)
+        return SparseIterator(access, level, arrays, info.format.unique(level), begin, end)
 
-    def iterator_positions(self, iterators: list[Iterator_]) -> list[Stmt]:
+    def iterator_positions(self, iterators: list[SparseIterator]) -> list[Stmt]:
         stmts: list[Stmt] = []
         for it in iterators:
             it.position = Var(self.names(f"p{it.access.tensor}{it.level}"), I64)
@@ -408,10 +408,10 @@ class Lowerer:
             it.end = end
         return stmts
 
-    def coordinate_of(self, it: Iterator_) -> IRExpr:
+    def coordinate_of(self, it: SparseIterator) -> IRExpr:
         return compressed.coordinate(it.arrays, it.position)
 
-    def segment_end(self, it: Iterator_, guard: Var | None = None) -> list[Stmt]:
+    def segment_end(self, it: SparseIterator, guard: Var | None = None) -> list[Stmt]:
         """For a non-unique level: the end of the run of positions sharing a coordinate."""
         if it.unique:
             return []
@@ -423,7 +423,7 @@ class Lowerer:
         start = [b.declare(it.segment_end, b.add(it.position, 1))]
         return start + ([b.if_(guard, scan)] if guard is not None else [scan])
 
-    def next_position(self, it: Iterator_) -> IRExpr:
+    def next_position(self, it: SparseIterator) -> IRExpr:
         return b.add(it.position, 1) if it.unique else it.segment_end
 
     # -- locating known coordinates -------------------------------------------------------

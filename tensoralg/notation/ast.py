@@ -208,3 +208,14 @@ def tensors(stmt: Assignment) -> dict[str, int]:
         if access.tensor != stmt.lhs.tensor:
             found.setdefault(access.tensor, len(access.indices))
     return found
+
+
+def _print_expr(expr: object) -> str:
+    from tensoralg.notation.printer import format_expr
+
+    return format_expr(expr)  # type: ignore[arg-type]
+
+
+# Every expression node prints in TACO syntax, as the parser reads it back.
+for _node_class in (Literal, Neg, Add, Sub, Mul, Div, Call, Reduce):
+    _node_class.__str__ = _print_expr  # type: ignore[method-assign]
