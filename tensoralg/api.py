@@ -36,7 +36,7 @@ from tensoralg.notation import (
     Assignment, Call, Div, Literal, canonical_text, infer_dims, output_shape, parse_einsum,
     parse_statement,
 )
-from tensoralg.notation.ast import Expr, tensors as tensor_ranks
+from tensoralg.notation.ast import Expr, accesses, tensors as tensor_ranks
 from tensoralg.runtime.args import ArgumentPlan, OutputBuffers
 from tensoralg.runtime.threads import KernelThreads, split
 from tensoralg.runtime.validate import VALID, StorageValidator
@@ -115,7 +115,17 @@ class KernelCache:
         self.compiles = 0
         self.validator = StorageValidator(self.disk)
         self.threads = KernelThreads(options.threads)
+        self.dispatch: dict[tuple, Any] = {}          # einsum's fast path, see _Dispatch
+        self._latest = threading.local()              # the program of this thread's last call
         self._lock = threading.Lock()
+
+    @property
+    def last(self) -> CompiledProgram | None:
+        return getattr(self._latest, "program", None)
+
+    @last.setter
+    def last(self, program: CompiledProgram | None) -> None:
+        self._latest.program = program
 
     def get(self, key: KernelKey, stmt: Assignment, formats: dict[str, Format],
             index_dtypes: dict[str, np.dtype], out_format: Format | None) -> CompiledProgram:
@@ -187,6 +197,15 @@ def einsum(subscripts: str, *operands: Any, out_format: Any = None, formats: Any
     >>> bool(np.allclose(einsum("ij,j->i", A, x), A @ x))
     True
     """
+    plain = formats is None and out_format is None and schedule is None and dtype is None \
+        and out is None
+    signature = _signature(subscripts, operands, backend) if plain else None
+    if signature is not None:
+        entry = kernel_cache().dispatch.get(signature)
+        if entry is not None:
+            result = entry.run(operands)
+            if result is not None:
+                return result
     if not isinstance(subscripts, str):
         raise NotationError(f"subscripts must be a string, not {type(subscripts).__name__}")
     ranks = tuple(_rank(op, k) for k, op in enumerate(operands))
@@ -198,7 +217,93 @@ def einsum(subscripts: str, *operands: Any, out_format: Any = None, formats: Any
     for k, (name, operand) in enumerate(zip(named, operands)):
         families.append(input_family(operand))
         bound[name] = _bind(operand, overrides.get(k), f"operand {k} ({name})")
-    return _run(stmt, canonical, bound, families, out_format, backend, schedule, dtype, out)
+    result = _run(stmt, canonical, bound, families, out_format, backend, schedule, dtype, out)
+    if signature is not None:
+        _remember(signature, stmt, named, operands, bound)
+    return result
+
+
+# -- the fast path of repeated einsum calls ---------------------------------------------------
+
+_DENSE, _COMPRESSED = "dense", "compressed"
+
+
+def _signature(subscripts: Any, operands: tuple, backend: str | None) -> tuple | None:
+    """What a repeated call must share with an earlier one to reuse its decisions, or None.
+
+    Only C-contiguous NumPy arrays and scipy CSR/CSC matrices take the fast path.
+    """
+    parts: list = [subscripts, backend]
+    for operand in operands:
+        kind = type(operand)
+        if kind is np.ndarray:
+            if not operand.flags.c_contiguous:
+                return None
+            parts.append((kind, operand.dtype, operand.ndim))
+        elif getattr(operand, "format", None) in _SCIPY_COMPRESSED and \
+                getattr(operand, "ndim", 0) == 2:
+            parts.append((kind, operand.dtype, operand.indices.dtype, operand.indptr.dtype))
+        else:
+            return None
+    return tuple(parts)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class _Dispatch:
+    """Everything an earlier einsum call decided, replayed for operands of the same kinds.
+
+    ``run`` returns None whenever anything differs from the general path's assumptions (a
+    non-canonical scipy matrix, mismatched sizes): the general path then handles the call and
+    raises its precise errors.
+    """
+
+    compiled: CompiledProgram
+    names: tuple[str, ...]
+    kinds: tuple[str, ...]
+    equal_sizes: tuple[tuple[int, int, int, int], ...]   # (operand, mode) pairs that must agree
+    out_dims: tuple[tuple[int, int], ...]                 # output size k = operand's mode
+    value_dtype: np.dtype
+
+    def run(self, operands: tuple) -> Any:
+        if len(operands) != len(self.names):
+            return None
+        for a, mode_a, b, mode_b in self.equal_sizes:
+            if operands[a].shape[mode_a] != operands[b].shape[mode_b]:
+                return None
+        tensors = {}
+        for name, kind, operand in zip(self.names, self.kinds, operands):
+            if kind == _DENSE:
+                tensors[name] = Tensor.trusted(operand.shape, dense(operand.ndim),
+                                               _DENSE_LEVELS[:operand.ndim], operand.reshape(-1))
+            else:
+                tensor = _bind_compressed_scipy(operand)
+                if tensor is None:
+                    return None
+                tensors[name] = tensor
+        shape = tuple(operands[k].shape[mode] for k, mode in self.out_dims)
+        result = execute(self.compiled, tensors, self.value_dtype, shape)
+        return result[()] if result.ndim == 0 else result
+
+
+def _remember(signature: tuple, stmt: Assignment, names: list[str], operands: tuple,
+              bound: dict[str, Tensor]) -> None:
+    """Record a plain call whose result was dense, so that the next one skips the decisions."""
+    cache = kernel_cache()
+    compiled = cache.last
+    if compiled is None or not compiled.program.output.format.is_dense or \
+            compiled.program.conversions or \
+            any(t.dtype != compiled.key.value_dtype for t in bound.values()):
+        return
+    where: dict[str, list[tuple[int, int]]] = {}
+    for k, access in enumerate(accesses(stmt.rhs)):
+        for mode, index in enumerate(access.indices):
+            where.setdefault(index, []).append((k, mode))
+    equal = tuple((*first, *other) for uses in where.values()
+                  for first, other in zip(uses, uses[1:]))
+    out_dims = tuple(where[index][0] for index in stmt.lhs.indices)
+    kinds = tuple(_DENSE if type(op) is np.ndarray else _COMPRESSED for op in operands)
+    cache.dispatch[signature] = _Dispatch(compiled, tuple(names), kinds, equal, out_dims,
+                                          compiled.key.value_dtype)
 
 
 @functools.lru_cache(maxsize=512)
@@ -371,7 +476,9 @@ def _compiled(stmt: Assignment, canonical: str, bound: Mapping[str, Tensor],
     index_dtypes = {name: t.index_dtype for name, t in bound.items()}
     key = KernelKey(canonical, tuple(formats.items()), tuple(index_dtypes.values()),
                     value_dtype, requested, _out_index_dtype(shape), None, backend)
-    return kernel_cache().get(key, stmt, formats, index_dtypes, requested)
+    cache = kernel_cache()
+    cache.last = cache.get(key, stmt, formats, index_dtypes, requested)
+    return cache.last
 
 
 def execute(compiled: CompiledProgram, bound: Mapping[str, Tensor], value_dtype: np.dtype,
