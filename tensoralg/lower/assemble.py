@@ -68,8 +68,15 @@ class DenseWriter:
 
     def region(self, context: "Context", inner: Rest) -> list[Stmt]:
         acc = Var(self.lowerer.names("acc"), self.lowerer.value_dtype)
+        # When only output indices enclose the region, it runs once per output position; if no
+        # other nest writes this output either, the sum can be stored, not added.
+        once = all(index in self.nest.output.indices
+                   for index in self.nest.loop_order[:self.region_depth])
+        only_writer = sum(n.output.tensor == self.info.name
+                          for n in self.lowerer.program.nests) == 1
         return [b.declare(acc, 0), *inner(context.with_(accumulator=acc)),
-                *self.leaf(acc, context)]
+                b.store(self.vals, self.position(context), acc,
+                        accumulate=not (once and only_writer))]
 
     def leaf(self, value: IRExpr, context: "Context") -> list[Stmt]:
         return [b.store(self.vals, self.position(context), value, accumulate=True)]

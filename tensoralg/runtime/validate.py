@@ -7,7 +7,9 @@ in one pass with a kernel built by tensoralg's own code generator (IR → LLVM),
 600k-entry CSR matrix costs a fraction of an SpMV. On failure it returns a status, and the caller
 falls back to the detailed (and canonicalizing) checks of ``formats``.
 
-The bounds are checked on every call. Whether coordinates are sorted and unique within each row
+The bounds are checked the first time tensoralg sees a pair of arrays; while those very array
+objects live, with the same addresses, lengths and dimension, the result is remembered. Like
+scipy itself, tensoralg does not notice a later in-place write into a matrix's index arrays. Whether coordinates are sorted and unique within each row
 is taken from scipy's own ``has_canonical_format`` flag (which scipy computes once and keeps, and
 which its own kernels rely on); a non-canonical matrix is canonicalized on a copy.
 
@@ -18,6 +20,7 @@ segment are not strictly increasing (unsorted or duplicated).
 from __future__ import annotations
 
 import threading
+import weakref
 
 import numpy as np
 
@@ -88,6 +91,8 @@ class StorageValidator:
         self._kernels: dict[np.dtype, CompiledKernel] = {}
         self._lock = threading.Lock()
         self._status = threading.local()   # one status word per thread, reused across calls
+        # (id(pos), id(crd)) -> addresses, lengths, dim of arrays already found valid
+        self._seen: dict[tuple[int, int], tuple] = {}
 
     def _kernel(self, dtype: np.dtype) -> CompiledKernel:
         kernel = self._kernels.get(dtype)
@@ -107,10 +112,25 @@ class StorageValidator:
         if pos.dtype != crd.dtype or pos.dtype not in _INDEX or pos.ndim != 1 or crd.ndim != 1 \
                 or pos.shape[0] < 1 or not (pos.flags.c_contiguous and crd.flags.c_contiguous):
             return BAD_SEGMENT
+        facts = (address_of(pos), address_of(crd), pos.shape[0], crd.shape[0], dim, check_order)
+        if self._seen.get((id(pos), id(crd))) == facts:
+            return VALID
         status = self._status.__dict__.get("buffer")
         if status is None:
             status = self._status.buffer = np.zeros(1, dtype=np.int64)
-        self._kernel(pos.dtype).function(address_of(pos), address_of(crd), pos.shape[0] - 1,
-                                         dim, crd.shape[0], int(check_order),
-                                         status.ctypes.data)
-        return int(status[0])
+        self._kernel(pos.dtype).function(facts[0], facts[1], pos.shape[0] - 1, dim,
+                                         crd.shape[0], int(check_order), status.ctypes.data)
+        result = int(status[0])
+        if result == VALID:
+            self._remember(pos, crd, facts)
+        return result
+
+    def _remember(self, pos: np.ndarray, crd: np.ndarray, facts: tuple) -> None:
+        """Skip re-checking these very arrays while both live (ids are dropped with them)."""
+        key = (id(pos), id(crd))
+        if len(self._seen) >= 4096:
+            self._seen.clear()
+        self._seen[key] = facts
+        forget = self._seen.pop
+        weakref.finalize(pos, forget, key, None)
+        weakref.finalize(crd, forget, key, None)

@@ -24,7 +24,7 @@ int32_t ta_KERNEL(
       int64_t j = (int64_t)A1_crd[pA1];
       acc = acc + A_vals[pA1] * x_vals[j];
     }
-    y_vals[i] += acc;
+    y_vals[i] = acc;
   }
   return 0;
 }
