@@ -598,6 +598,10 @@ class Kernel:
 
     def __post_init__(self) -> None:
         self._canonical = canonical_text(self.statement)
+        self._programs: dict[tuple, CompiledProgram] = {}
+        self._uses = [(a.tensor, mode, index) for a in accesses(self.statement.rhs)
+                      for mode, index in enumerate(a.indices)]
+        self._ranks = {a.tensor: a.indices for a in accesses(self.statement.rhs)}
         index = {name: np.dtype(np.int32) for name in self.formats}
         self._default = self._specialise(index, None)
 
@@ -637,11 +641,11 @@ class Kernel:
         if extra:
             raise ShapeError(f"kernel for {self.statement} has no operand(s) {', '.join(extra)}")
         bound: dict[str, Tensor] = {}
-        families = []
         for name, fmt in self.formats.items():
-            obj = operands[name]
-            families.append(input_family(obj))
-            tensor = _bind(obj, None, f"operand {name}")
+            tensor = _bind(operands[name], None, f"operand {name}")
+            if tensor.ndim != fmt.rank:
+                raise ShapeError(f"operand {name} has shape {tensor.shape} (rank {tensor.ndim}) "
+                                 f"but {self.statement} uses it with {fmt.rank} indices")
             if tensor.format != fmt:
                 if name not in self._warned:
                     self._warned.add(name)
@@ -650,12 +654,31 @@ class Kernel:
                                   stacklevel=2)
                 tensor = tensor.convert(fmt)
             bound[name] = tensor
-        dims = infer_dims(self.statement, {n: t.shape for n, t in bound.items()})
-        shape = output_shape(self.statement, dims)
-        compiled = self._specialise({n: t.index_dtype for n, t in bound.items()}, shape)
+        shape = self._output_shape(bound)
+        index = tuple(t.index_dtype for t in bound.values())
+        signature = (index, _INT32 if math.prod(shape) < 2**31 - 1 else _INT64)
+        compiled = self._programs.get(signature)
+        if compiled is None:
+            compiled = self._specialise(dict(zip(bound, index)), shape)
+            self._programs[signature] = compiled
         result = execute(compiled, bound, self.dtype, shape)
-        explicit = self.out_format is not None
-        return _wrap(result, self.out_format, explicit, families, None)
+        if isinstance(result, np.ndarray) and self.out_format is None:
+            return result[()] if result.ndim == 0 else result
+        families = [input_family(operands[name]) for name in self.formats]
+        return _wrap(result, self.out_format, self.out_format is not None, families, None)
+
+    def _output_shape(self, bound: Mapping[str, Tensor]) -> tuple[int, ...]:
+        """The output shape, after checking that every index has one size (fast when it has)."""
+        sizes: dict[str, int] = {}
+        for name, mode, index in self._uses:
+            size = bound[name].shape[mode] if mode < bound[name].ndim else -1
+            if sizes.setdefault(index, size) != size:
+                break
+        else:
+            if all(len(self._ranks[n]) == bound[n].ndim for n in bound):
+                return tuple(sizes[i] for i in self.statement.lhs.indices)
+        dims = infer_dims(self.statement, {n: t.shape for n, t in bound.items()})  # the error
+        return output_shape(self.statement, dims)
 
     def __str__(self) -> str:
         formats = ", ".join(f"{n}: {f}" for n, f in self.formats.items())
