@@ -86,7 +86,7 @@ int32_t ta_KERNEL(
           marks[c_1] = 0;
         }
       }
-    } else if (count <= 24) {
+    } else if (count <= 64) {
       for (int64_t is_t = 1; is_t < count; ++is_t) {
         int64_t is_key = coords[is_t];
         int64_t is_s = is_t;
