@@ -431,7 +431,9 @@ def _out_request(out_format: Any, rank: int) -> tuple[Format | None, bool]:
     """(format to produce, whether it was asked for explicitly)."""
     if out_format is None:
         return None, False
-    return resolve_format(out_format, rank, "out_format"), True
+    fmt = resolve_format(out_format, rank, "out_format")
+    # A dense result comes back as a NumPy array in mode order, whatever order was asked for.
+    return (dense(rank) if fmt.is_dense else fmt), True
 
 
 def _run(stmt: Assignment, canonical: str, bound: dict[str, Tensor], families: list[str],
@@ -713,6 +715,8 @@ def compile(statement: str, formats: Mapping[str, Any] | None = None, dtype: Any
                 for name, rank in ranks.items()}
     out_format = given.get(stmt.lhs.tensor)
     out = resolve_format(out_format, len(stmt.lhs.indices), "output") if out_format else None
+    if out is not None and out.is_dense:
+        out = dense(out.rank)   # returned as a NumPy array in mode order
     value_dtype = np.dtype(dtype)
     if value_dtype not in VALUE_DTYPES:
         raise UnsupportedError(f"dtype {value_dtype} is not supported; use float32, float64, "

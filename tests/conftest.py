@@ -31,6 +31,9 @@ try:  # register hypothesis profiles once for the whole suite
     settings.register_profile(
         "ci", max_examples=200, deadline=None, derandomize=True,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    settings.register_profile(   # local bug hunting: fresh random examples every run
+        "deep", max_examples=1000, deadline=None, derandomize=False,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
     settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 except ImportError:  # pragma: no cover - hypothesis is a test dependency
     pass
