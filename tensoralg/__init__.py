@@ -8,11 +8,27 @@ True
 from tensoralg._version import __version__
 from tensoralg.api import Kernel, compile, einsum
 from tensoralg.errors import (
-    CompileError, FormatError, KernelRuntimeError, NotationError, ShapeError,
-    TensorAlgebraError, UnsupportedError,
+    CompileError,
+    FormatError,
+    KernelRuntimeError,
+    NotationError,
+    ShapeError,
+    TensorAlgebraError,
+    UnsupportedError,
 )
 from tensoralg.formats import (
-    COO, CSC, CSF, CSR, DCSC, DCSR, Format, LevelKind, Tensor, dense, read, write,
+    COO,
+    CSC,
+    CSF,
+    CSR,
+    DCSC,
+    DCSR,
+    Format,
+    LevelKind,
+    Tensor,
+    dense,
+    read,
+    write,
 )
 
 __all__ = [

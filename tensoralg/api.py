@@ -20,10 +20,22 @@ import numpy as np
 from tensoralg import _version
 from tensoralg.codegen import CompiledKernel, DiskCache, build, default_cache_dir, emit_source
 from tensoralg.errors import (
-    KernelRuntimeError, NotationError, ShapeError, TensorAlgebraError, UnsupportedError,
+    KernelRuntimeError,
+    NotationError,
+    ShapeError,
+    TensorAlgebraError,
+    UnsupportedError,
 )
 from tensoralg.formats import (
-    CSC, CSR, Format, LevelArrays, Tensor, bind, dense, input_family, resolve_format,
+    CSC,
+    CSR,
+    Format,
+    LevelArrays,
+    Tensor,
+    bind,
+    dense,
+    input_family,
+    resolve_format,
 )
 from tensoralg.formats.tensor import VALUE_DTYPES
 from tensoralg.ir.nodes import Function
@@ -33,10 +45,18 @@ from tensoralg.lower.concretize import concretize
 from tensoralg.lower.lowerer import lower
 from tensoralg.lower.program import Program, TensorRole
 from tensoralg.notation import (
-    Assignment, Call, Div, Literal, canonical_text, infer_dims, output_shape, parse_einsum,
+    Assignment,
+    Call,
+    Div,
+    Literal,
+    canonical_text,
+    infer_dims,
+    output_shape,
+    parse_einsum,
     parse_statement,
 )
-from tensoralg.notation.ast import Expr, accesses, tensors as tensor_ranks
+from tensoralg.notation.ast import Expr, accesses
+from tensoralg.notation.ast import tensors as tensor_ranks
 from tensoralg.runtime.args import ArgumentPlan, OutputBuffers
 from tensoralg.runtime.threads import KernelThreads, split
 from tensoralg.runtime.validate import VALID, StorageValidator

@@ -6,8 +6,18 @@
 'Tensor 3x3 csr (ds) float64 nnz=3'
 """
 from tensoralg.formats.convert import bind, from_numpy, from_scipy, from_sparse, input_family
-from tensoralg.formats.format import (COO, CSC, CSF, CSR, DCSC, DCSR, NAMED, Format, dense,
-                                      resolve_format)
+from tensoralg.formats.format import (
+                                      COO,
+                                      CSC,
+                                      CSF,
+                                      CSR,
+                                      DCSC,
+                                      DCSR,
+                                      NAMED,
+                                      Format,
+                                      dense,
+                                      resolve_format,
+)
 from tensoralg.formats.io import read, write
 from tensoralg.formats.level import LevelKind
 from tensoralg.formats.pack import from_coords

@@ -21,10 +21,9 @@ from typing import Any, Sequence
 import numpy as np
 
 from tensoralg.errors import FormatError, UnsupportedError
-from tensoralg.formats.format import CSR
+from tensoralg.formats.format import CSR, resolve_format
 from tensoralg.formats.level import LevelKind
 from tensoralg.formats.pack import from_coords, pack, pack_dense, to_coords
-from tensoralg.formats.format import resolve_format
 from tensoralg.formats.tensor import Tensor
 
 _SPACE = np.zeros(256, dtype=bool)

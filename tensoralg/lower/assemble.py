@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Callable, Protocol
 
 from tensoralg.formats.level import LevelKind
 from tensoralg.ir import build as b
-from tensoralg.ir.nodes import BOOL, I32, I64, Expr as IRExpr, Ptr, Stmt, Var
+from tensoralg.ir.nodes import BOOL, I32, I64, Ptr, Stmt, Var
+from tensoralg.ir.nodes import Expr as IRExpr
 from tensoralg.lower.levels import dense
 from tensoralg.lower.program import LoopNest, OutputMode, TensorInfo
 

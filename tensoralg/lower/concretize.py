@@ -30,7 +30,18 @@ from tensoralg.formats.level import LevelKind
 from tensoralg.lower.lattice import build_lattice
 from tensoralg.lower.program import LoopNest, OutputMode, Program, TensorInfo, TensorRole
 from tensoralg.notation.ast import (
-    Access, Add, Assignment, Call, Div, Expr, Literal, Mul, Neg, Reduce, Sub, accesses,
+    Access,
+    Add,
+    Assignment,
+    Call,
+    Div,
+    Expr,
+    Literal,
+    Mul,
+    Neg,
+    Reduce,
+    Sub,
+    accesses,
 )
 
 MAX_PERMUTED_INDICES = 8
@@ -66,7 +77,6 @@ def concretize(stmt: Assignment, formats: dict[str, Format], index_dtypes: dict[
     builder = _Builder(dict(formats), dict(index_dtypes))
     rhs = extract_diagonals(rename_reductions(stmt.rhs, set(stmt.lhs.indices)), builder)
     out = stmt.lhs
-    rank = len(out.indices)
     if out_format is None:
         # Inference looks at the hoisted body; a scratch builder keeps its temporaries apart.
         scratch = _Builder(dict(builder.formats), dict(builder.index_dtypes))
@@ -174,7 +184,7 @@ def rename_reductions(expr: Expr, taken: set[str]) -> Expr:
 def extract_diagonals(expr: Expr, builder: _Builder) -> Expr:
     """Replace each access with a repeated index by a temporary holding its diagonal."""
     match expr:
-        case Access(tensor, indices) if len(set(indices)) < len(indices):
+        case Access(_, indices) if len(set(indices)) < len(indices):
             unique = tuple(dict.fromkeys(indices))
             note = f"{expr} reads a diagonal: it is gathered into a dense temporary first"
             if note not in builder.notes:
@@ -432,4 +442,4 @@ def _rename_accesses(expr: Expr, aliases: dict[Access, str]) -> Expr:
 
 
 __all__ = ["concretize", "choose_loop_order", "infer_output_format", "output_mode", "respects",
-           "hoist", "split_terms", "rename_reductions", "extract_diagonals", "replace"]
+           "hoist", "split_terms", "rename_reductions", "extract_diagonals"]

@@ -26,7 +26,18 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping
 
 from tensoralg.notation.ast import (
-    FUNCTIONS, Access, Add, Call, Div, Expr, Literal, Mul, Neg, Reduce, Sub, accesses,
+    FUNCTIONS,
+    Access,
+    Add,
+    Call,
+    Div,
+    Expr,
+    Literal,
+    Mul,
+    Neg,
+    Reduce,
+    Sub,
+    accesses,
 )
 
 ZERO = Literal(0)

@@ -22,17 +22,29 @@ from typing import Callable, Mapping
 import numpy as np
 
 from tensoralg.errors import CompileError
-from tensoralg.formats.format import Format
 from tensoralg.formats.level import LevelKind
 from tensoralg.ir import build as b
 from tensoralg.ir.nodes import (
-    BOOL, F32, F64, I32, I64, Const, Expr as IRExpr, Function, Param, Ptr, Scalar, Stmt, Var,
+    BOOL,
+    F32,
+    F64,
+    I32,
+    I64,
+    Function,
+    Param,
+    Ptr,
+    Scalar,
+    Stmt,
+    Var,
+)
+from tensoralg.ir.nodes import (
+    Expr as IRExpr,
 )
 from tensoralg.lower import values
 from tensoralg.lower.assemble import DenseWriter, SparseWriter, Writer
 from tensoralg.lower.lattice import Lattice, LatticePoint, build_lattice, is_zero
 from tensoralg.lower.levels import LevelArrays, compressed, dense, singleton
-from tensoralg.lower.program import LoopNest, OutputMode, Program, TensorInfo, TensorRole
+from tensoralg.lower.program import LoopNest, Program, TensorInfo, TensorRole
 from tensoralg.notation.ast import Access, Expr, accesses
 
 SCALARS = {np.dtype(np.float32): F32, np.dtype(np.float64): F64,

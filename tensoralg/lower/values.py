@@ -10,7 +10,8 @@ from typing import Callable
 
 from tensoralg.errors import UnsupportedError
 from tensoralg.ir import build as b
-from tensoralg.ir.nodes import Expr as IRExpr, Scalar
+from tensoralg.ir.nodes import Expr as IRExpr
+from tensoralg.ir.nodes import Scalar
 from tensoralg.notation.ast import Access, Add, Call, Div, Expr, Literal, Mul, Neg, Sub
 
 _COMPARISONS = {"gt": ">", "lt": "<", "ge": ">=", "le": "<=", "eq": "==", "ne": "!="}

@@ -22,6 +22,7 @@ from tensoralg.errors import CompileError
 from tensoralg.formats.tensor import Tensor
 from tensoralg.ir.nodes import Param, Ptr
 
+
 class _Addresses:
     """Data addresses of arrays seen before: ``array.ctypes.data`` costs ~1.5 µs a call.
 

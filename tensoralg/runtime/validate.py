@@ -27,8 +27,8 @@ import numpy as np
 from tensoralg._version import source_fingerprint
 from tensoralg.codegen import CompiledKernel, DiskCache, build
 from tensoralg.ir import build as b
-from tensoralg.runtime.args import address_of
 from tensoralg.ir.nodes import I32, I64, Function, Ptr, Scalar, Var
+from tensoralg.runtime.args import address_of
 
 VALID, BAD_START, BAD_SEGMENT, BAD_END, OUT_OF_RANGE, UNSORTED = range(6)
 
