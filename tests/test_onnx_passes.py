@@ -152,8 +152,8 @@ def test_multi_hot_matmul_is_a_bag():
     rng = np.random.default_rng(5)
     nodes = [h.make_node("MatMul", ["x", "T"], ["e"]), h.make_node("Relu", ["e"], ["y"])]
     model = _model(nodes, [h.make_tensor_value_info("x", F32, ["N", 40])],
-                   [h.make_tensor_value_info("y", F32, ["N", 8])],
-                   [_const("T", rng.standard_normal((40, 8)).astype(np.float32))])
+                   [h.make_tensor_value_info("y", F32, ["N", 64])],
+                   [_const("T", rng.standard_normal((40, 64)).astype(np.float32))])
     x = (rng.random((6, 40)) < 0.1).astype(np.float32)
     levels = check_all_levels(model, {"x": x})
     assert "multi-hot input x in CSR" in levels[2].ir()
@@ -161,6 +161,17 @@ def test_multi_hot_matmul_is_a_bag():
     dense = rng.standard_normal((6, 40)).astype(np.float32)   # not multi-hot: dense MatMul
     np.testing.assert_allclose(levels[2].run({"x": dense})["y"],
                                levels[0].run({"x": dense})["y"], rtol=RTOL, atol=ATOL)
+
+
+def test_narrow_multi_hot_table_stays_dense():
+    """Scanning a dense multi-hot input into CSR costs more than a narrow product saves."""
+    rng = np.random.default_rng(6)
+    nodes = [h.make_node("MatMul", ["x", "T"], ["e"]), h.make_node("Relu", ["e"], ["y"])]
+    model = _model(nodes, [h.make_tensor_value_info("x", F32, ["N", 40])],
+                   [h.make_tensor_value_info("y", F32, ["N", 8])],
+                   [_const("T", rng.standard_normal((40, 8)).astype(np.float32))])
+    levels = check_all_levels(model, {"x": (rng.random((6, 40)) < 0.1).astype(np.float32)})
+    assert "multi-hot input x in CSR" not in levels[2].ir()
 
 
 def _pruned_mlp(rng, zeros=0.9, batch=3):
@@ -178,14 +189,18 @@ def _pruned_mlp(rng, zeros=0.9, batch=3):
     return model, {"x": rng.standard_normal((batch, 32)).astype(np.float32)}
 
 
-@pytest.mark.parametrize("batch", [1, 3, 40])
-def test_sparse_weights_at_level_three(batch):
-    model, feeds = _pruned_mlp(np.random.default_rng(6), batch=batch)
+@pytest.mark.parametrize("batch, zeros, expected", [
+    (1, 0.9, "csc"), (3, 0.9, "csc"),
+    (40, 0.9, "BLAS (dense 40x64x16)"),   # BLAS-sized and 10% dense: the dense weight wins
+    (40, 0.99, "[B: csr (ds)]"),          # sparse enough to beat BLAS: transposed CSR kernel
+])
+def test_sparse_weights_at_level_three(batch, zeros, expected):
+    model, feeds = _pruned_mlp(np.random.default_rng(6), zeros=zeros, batch=batch)
     levels = check_all_levels(model, feeds)
     plan = levels[3].ir()
     assert "sparse weights (>= 70% zeros): n0, n3" in plan
     assert _ops(levels[3]) == ["Fused", "Fused"]
-    assert ("[B: csr (ds)]" if batch >= 8 else "csc") in plan
+    assert expected in plan
 
 
 def test_sparse_weights_threshold_and_off():

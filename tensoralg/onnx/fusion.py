@@ -39,6 +39,13 @@ from tensoralg.onnx.ops.registry import OpImpl
 MAX_GROUP = 16          # nodes per fused statement (compile time grows with the statement)
 TRANSPOSE_MIN_ROWS = 8  # sparse weights: batch from which the transposed statement is used
 MULTI_HOT_MAX_DENSITY = 0.25  # a graph-input MatMul operand this sparse goes in CSR
+# Building CSR from a dense input scans every entry (about as costly as ~40 BLAS multiply-adds
+# per entry here), so the CSR path only pays when the table is at least this wide.
+MULTI_HOT_MIN_COLUMNS = 64
+# The generated sparse-weight kernel runs at a small fraction of BLAS's rate on dense weights
+# (measured: a 90%-pruned MLP layer at batch 256 took 7.9 ms sparse vs 1.4 ms in BLAS), so a
+# BLAS-sized contraction keeps the dense weight unless the weight is sparser than this.
+SPARSE_WEIGHT_MAX_DENSITY_WITH_BLAS = 0.02
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 PRODUCT = "<product>"  # the value name of a head's BLAS product inside a fused program
 
@@ -158,10 +165,14 @@ def _inline_head(program: Program, head: Node, values: dict[str, np.ndarray],
     m, k = a.shape[::-1] if trans_a else a.shape
     n = b.shape[0] if trans_b else b.shape[1]
     csr_a = program.multi_hot and program.sparse is None and not trans_a and \
-        np.count_nonzero(a) <= MULTI_HOT_MAX_DENSITY * a.size
-    blas = program.sparse is None and not csr_a and use_blas(dtype, m * k * n)
+        n >= MULTI_HOT_MIN_COLUMNS and np.count_nonzero(a) <= MULTI_HOT_MAX_DENSITY * a.size
+    dense_weight_wins = program.sparse is not None and use_blas(dtype, m * k * n) and \
+        program.sparse[0].nnz > SPARSE_WEIGHT_MAX_DENSITY_WITH_BLAS * k * n
+    blas = (program.sparse is None or dense_weight_wins) and not csr_a and \
+        use_blas(dtype, m * k * n)
     return {"m": m, "n": n, "trans_a": trans_a, "trans_b": trans_b, "blas": blas,
-            "csr_a": csr_a, "transposed": program.sparse is not None and m >= TRANSPOSE_MIN_ROWS}
+            "csr_a": csr_a,
+            "transposed": program.sparse is not None and not blas and m >= TRANSPOSE_MIN_ROWS}
 
 
 def program_weight(program: Program, values: dict[str, np.ndarray]) -> np.ndarray | None:
