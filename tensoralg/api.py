@@ -447,13 +447,13 @@ def _needs_float(expr: Expr) -> bool:
     return any(_needs_float(c) for c in children)
 
 
-def _out_request(out_format: Any, rank: int) -> tuple[Format | None, bool]:
-    """(format to produce, whether it was asked for explicitly)."""
+def _out_request(out_format: Any, rank: int) -> Format | None:
+    """The format asked for, or None to infer it."""
     if out_format is None:
-        return None, False
+        return None
     fmt = resolve_format(out_format, rank, "out_format")
     # A dense result comes back as a NumPy array in mode order, whatever order was asked for.
-    return (dense(rank) if fmt.is_dense else fmt), True
+    return dense(rank) if fmt.is_dense else fmt
 
 
 def _run(stmt: Assignment, canonical: str, bound: dict[str, Tensor], families: list[str],
@@ -467,10 +467,10 @@ def _run(stmt: Assignment, canonical: str, bound: dict[str, Tensor], families: l
     shapes = {name: t.shape for name, t in bound.items()}
     dims = infer_dims(stmt, shapes)
     shape = output_shape(stmt, dims)
-    requested, explicit = _out_request(out_format, len(shape))
+    requested = _out_request(out_format, len(shape))
     compiled = _compiled(stmt, canonical, bound, value_dtype, requested, shape, backend)
     result = execute(compiled, bound, value_dtype, shape, out)
-    return _wrap(result, requested, explicit, families, out)
+    return _wrap(result, requested, families, out)
 
 
 def _check_backend(backend: str | None) -> str:
@@ -561,8 +561,9 @@ def _dense_output(out: np.ndarray | None, shape: tuple[int, ...], dtype: np.dtyp
     return np.zeros(max(1, math.prod(shape)) if not shape else math.prod(shape), dtype=dtype)
 
 
-def _wrap(result: Tensor | np.ndarray, requested: Format | None, explicit: bool,
-          families: list[str], out: np.ndarray | None) -> Any:
+def _wrap(result: Tensor | np.ndarray, requested: Format | None, families: list[str],
+          out: np.ndarray | None) -> Any:
+    """The result in the family of the inputs, converted to the requested format if any."""
     if isinstance(result, np.ndarray):
         if requested is not None and not requested.is_dense:
             result = Tensor.from_numpy(result, format=requested)
@@ -687,7 +688,7 @@ class Kernel:
         if isinstance(result, np.ndarray) and self.out_format is None:
             return result[()] if result.ndim == 0 else result
         families = [input_family(operands[name]) for name in self.formats]
-        return _wrap(result, self.out_format, self.out_format is not None, families, None)
+        return _wrap(result, self.out_format, families, None)
 
     def _output_shape(self, bound: Mapping[str, Tensor]) -> tuple[int, ...]:
         """The output shape, after checking that every index has one size (fast when it has)."""
