@@ -10,7 +10,9 @@ from tensoralg.api import Kernel, compile, einsum
 from tensoralg.errors import (
     CompileError,
     FormatError,
+    InputError,
     KernelRuntimeError,
+    ModelError,
     NotationError,
     ShapeError,
     TensorAlgebraError,
@@ -35,5 +37,5 @@ __all__ = [
     "__version__", "einsum", "compile", "Kernel", "Tensor", "Format", "LevelKind", "CSR", "CSC",
     "DCSR", "DCSC", "COO", "CSF", "dense", "read", "write", "TensorAlgebraError",
     "NotationError", "ShapeError", "FormatError", "CompileError", "UnsupportedError",
-    "KernelRuntimeError",
+    "KernelRuntimeError", "ModelError", "InputError",
 ]

@@ -59,6 +59,14 @@ class KernelRuntimeError(TensorAlgebraError, RuntimeError):
     """A compiled kernel reported a failure while running (for example, out of memory)."""
 
 
+class ModelError(TensorAlgebraError, ValueError):
+    """An ONNX model cannot be read: malformed protobuf, a failed ``onnx.checker``, a bad graph."""
+
+
+class InputError(TensorAlgebraError, ValueError):
+    """A model's feed is missing, unknown, or has the wrong dtype or shape; the message names it."""
+
+
 __all__ = [
     "TensorAlgebraError",
     "NotationError",
@@ -67,4 +75,6 @@ __all__ = [
     "CompileError",
     "UnsupportedError",
     "KernelRuntimeError",
+    "ModelError",
+    "InputError",
 ]
