@@ -136,16 +136,7 @@ class KernelCache:
         self.validator = StorageValidator(self.disk)
         self.threads = KernelThreads(options.threads)
         self.dispatch: dict[tuple, Any] = {}          # einsum's fast path, see _Dispatch
-        self._latest = threading.local()              # the program of this thread's last call
         self._lock = threading.Lock()
-
-    @property
-    def last(self) -> CompiledProgram | None:
-        return getattr(self._latest, "program", None)
-
-    @last.setter
-    def last(self, program: CompiledProgram | None) -> None:
-        self._latest.program = program
 
     def get(self, key: KernelKey, stmt: Assignment, formats: dict[str, Format],
             index_dtypes: dict[str, np.dtype], out_format: Format | None) -> CompiledProgram:
@@ -237,9 +228,10 @@ def einsum(subscripts: str, *operands: Any, out_format: Any = None, formats: Any
     for k, (name, operand) in enumerate(zip(named, operands)):
         families.append(input_family(operand))
         bound[name] = _bind(operand, overrides.get(k), f"operand {k} ({name})")
-    result = _run(stmt, canonical, bound, families, out_format, backend, schedule, dtype, out)
+    result, compiled = _run(stmt, canonical, bound, families, out_format, backend, schedule,
+                            dtype, out)
     if signature is not None:
-        _remember(signature, stmt, named, operands, bound)
+        _remember(signature, compiled, stmt, named, operands, bound)
     return result
 
 
@@ -305,12 +297,10 @@ class _Dispatch:
         return result[()] if result.ndim == 0 else result
 
 
-def _remember(signature: tuple, stmt: Assignment, names: list[str], operands: tuple,
-              bound: dict[str, Tensor]) -> None:
+def _remember(signature: tuple, compiled: CompiledProgram, stmt: Assignment,
+              names: Sequence[str], operands: tuple, bound: dict[str, Tensor]) -> None:
     """Record a plain call whose result was dense, so that the next one skips the decisions."""
-    cache = kernel_cache()
-    compiled = cache.last
-    if compiled is None or not compiled.program.output.format.is_dense or \
+    if not compiled.program.output.format.is_dense or \
             compiled.program.conversions or \
             any(t.dtype != compiled.key.value_dtype for t in bound.values()):
         return
@@ -322,8 +312,8 @@ def _remember(signature: tuple, stmt: Assignment, names: list[str], operands: tu
                   for first, other in zip(uses, uses[1:]))
     out_dims = tuple(where[index][0] for index in stmt.lhs.indices)
     kinds = tuple(_DENSE if type(op) is np.ndarray else _COMPRESSED for op in operands)
-    cache.dispatch[signature] = _Dispatch(compiled, tuple(names), kinds, equal, out_dims,
-                                          compiled.key.value_dtype)
+    kernel_cache().dispatch[signature] = _Dispatch(compiled, tuple(names), kinds, equal,
+                                                   out_dims, compiled.key.value_dtype)
 
 
 @functools.lru_cache(maxsize=512)
@@ -333,10 +323,10 @@ def _parse_einsum(subscripts: str, ranks: tuple[int, ...]) -> tuple[Assignment, 
 
 
 @functools.lru_cache(maxsize=64)
-def _einsum_names(count: int) -> list[str]:
+def _einsum_names(count: int) -> tuple[str, ...]:
     from tensoralg.notation import operand_name
 
-    return [operand_name(k) for k in range(count)]
+    return tuple(operand_name(k) for k in range(count))
 
 
 def _rank(operand: Any, k: int) -> int:
@@ -458,7 +448,8 @@ def _out_request(out_format: Any, rank: int) -> Format | None:
 
 def _run(stmt: Assignment, canonical: str, bound: dict[str, Tensor], families: list[str],
          out_format: Any, backend: str | None, schedule: Any, dtype: Any,
-         out: np.ndarray | None) -> Any:
+         out: np.ndarray | None) -> tuple[Any, CompiledProgram]:
+    """The wrapped result and the compiled program that produced it."""
     backend = _check_backend(backend)
     if schedule is not None:
         raise UnsupportedError("scheduling commands are not implemented yet; pass schedule=None "
@@ -470,7 +461,7 @@ def _run(stmt: Assignment, canonical: str, bound: dict[str, Tensor], families: l
     requested = _out_request(out_format, len(shape))
     compiled = _compiled(stmt, canonical, bound, value_dtype, requested, shape, backend)
     result = execute(compiled, bound, value_dtype, shape, out)
-    return _wrap(result, requested, families, out)
+    return _wrap(result, requested, families, out), compiled
 
 
 def _check_backend(backend: str | None) -> str:
@@ -498,9 +489,7 @@ def _compiled(stmt: Assignment, canonical: str, bound: Mapping[str, Tensor],
     index_dtypes = {name: t.index_dtype for name, t in bound.items()}
     key = KernelKey(canonical, tuple(formats.items()), tuple(index_dtypes.values()),
                     value_dtype, requested, _out_index_dtype(shape), None, backend)
-    cache = kernel_cache()
-    cache.last = cache.get(key, stmt, formats, index_dtypes, requested)
-    return cache.last
+    return kernel_cache().get(key, stmt, formats, index_dtypes, requested)
 
 
 def execute(compiled: CompiledProgram, bound: Mapping[str, Tensor], value_dtype: np.dtype,

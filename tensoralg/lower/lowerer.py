@@ -522,6 +522,13 @@ def accesses_of_program(program: Program, access: Access) -> list[Access]:
 def lower(program: Program, name: str = "kernel") -> Function:
     """Lower a program to an ``ir.Function`` whose params describe the kernel's ABI.
 
-    >>> from tensoralg.api import plan  # doctest: +SKIP
+    >>> import numpy as np
+    >>> from tensoralg.formats import CSR, dense
+    >>> from tensoralg.lower.concretize import concretize
+    >>> from tensoralg.notation import parse_statement
+    >>> program = concretize(parse_statement("y(i) = A(i,j) * x(j)"), {"A": CSR, "x": dense(1)},
+    ...                      {"A": np.dtype(np.int32)}, np.dtype(np.float64), None)
+    >>> [p.role for p in lower(program).params][:4]
+    ['index.i', 'index.j', 'A.1.pos', 'A.1.crd']
     """
     return Lowerer(program, name).lower()
