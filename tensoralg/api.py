@@ -58,6 +58,7 @@ from tensoralg.notation import (
 from tensoralg.notation.ast import Expr, accesses
 from tensoralg.notation.ast import tensors as tensor_ranks
 from tensoralg.runtime.args import ArgumentPlan, OutputBuffers
+from tensoralg.runtime.bound import BoundCall, dense_output
 from tensoralg.runtime.threads import KernelThreads, split
 from tensoralg.runtime.validate import VALID, StorageValidator
 from tensoralg.runtime.wrap import release, sparse_result
@@ -596,7 +597,7 @@ class Kernel:
     """A statement compiled for given operand formats; call it with operands by name.
 
     >>> k = compile("y(i) = A(i,j) * x(j)", formats={"A": "ds"})
-    >>> print(k.source("ir").splitlines()[0][:20])
+    >>> print(k.source("ir").splitlines()[0][:10])
     kernel ta_
     """
 
@@ -641,7 +642,9 @@ class Kernel:
             return self._default.kernel.source
         return emit_source(function, lang)
 
-    def __call__(self, **operands: Any) -> Any:
+    def _bound(self, operands: Mapping[str, Any]) -> dict[str, Tensor]:
+        """The operands bound to tensors of the compiled formats (converted, with a warning,
+        when stored otherwise)."""
         if self.backend == "cuda":
             raise UnsupportedError("cuda kernels can be printed (source('cuda')) but not run yet; "
                                    "compile with backend='llvm' or 'c'")
@@ -663,21 +666,89 @@ class Kernel:
                     self._warned.add(name)
                     warnings.warn(f"operand {name} is stored as {tensor.format} but the kernel "
                                   f"was compiled for {fmt}; converting it on every call",
-                                  stacklevel=2)
+                                  stacklevel=3)
                 tensor = tensor.convert(fmt)
             bound[name] = tensor
-        shape = self._output_shape(bound)
+        return bound
+
+    def _program_for(self, bound: Mapping[str, Tensor], shape: tuple[int, ...]
+                     ) -> CompiledProgram:
         index = tuple(t.index_dtype for t in bound.values())
         signature = (index, _INT32 if math.prod(shape) < 2**31 - 1 else _INT64)
         compiled = self._programs.get(signature)
         if compiled is None:
             compiled = self._specialise(dict(zip(bound, index)), shape)
             self._programs[signature] = compiled
-        result = execute(compiled, bound, self.dtype, shape)
+        return compiled
+
+    def __call__(self, **operands: Any) -> Any:
+        bound = self._bound(operands)
+        shape = self._output_shape(bound)
+        result = execute(self._program_for(bound, shape), bound, self.dtype, shape)
         if isinstance(result, np.ndarray) and self.out_format is None:
             return result[()] if result.ndim == 0 else result
         families = [input_family(operands[name]) for name in self.formats]
         return _wrap(result, self.out_format, families, None)
+
+    def bind(self, out: np.ndarray | None = None, **operands: Any) -> BoundCall:
+        """Fix the operands (and a dense output buffer) for repeated calls.
+
+        The returned call runs the kernel on whatever the arrays hold at that moment, without
+        re-checking or re-packing anything, so dense operands must already be C-contiguous
+        arrays of the kernel's dtype: they are used in place, never copied. Sparse operands
+        are validated here, once; do not change their index arrays afterwards. ``out``, if
+        given, must be a C-contiguous array of the output's shape and dtype. A dense operand
+        can be swapped for another of the same shape with ``call.rebind(name, array)``.
+
+        >>> import numpy as np, scipy.sparse as sp
+        >>> k = compile("y(i) = A(i,j) * x(j)", formats={"A": "ds"})
+        >>> x = np.zeros(2)
+        >>> call = k.bind(A=sp.csr_array(np.eye(2)), x=x)
+        >>> x[:] = [1.0, 2.0]
+        >>> call().tolist()
+        [1.0, 2.0]
+        """
+        what = f"bound kernel for {self.statement}"
+        if self.out_format is not None and not self.out_format.is_dense:
+            raise UnsupportedError(f"{what}: only dense outputs can be bound (the output is "
+                                   f"{self.out_format}); call the kernel instead")
+        for name, operand in operands.items():
+            fmt = self.formats.get(name)
+            if fmt is not None and fmt.is_dense and (
+                    type(operand) is not np.ndarray or operand.dtype != self.dtype or
+                    not operand.flags.c_contiguous):
+                raise ShapeError(f"{what}: dense operand {name} must be a C-contiguous "
+                                 f"{self.dtype} NumPy array (it is used in place); got "
+                                 f"{getattr(operand, 'dtype', type(operand).__name__)}")
+        bound = self._bound(operands)
+        for name, tensor in bound.items():
+            if tensor.dtype != self.dtype:
+                bound[name] = tensor.astype(self.dtype)
+        shape = self._output_shape(bound)
+        compiled = self._program_for(bound, shape)
+        tensors = dict(bound)
+        for alias, source in compiled.program.conversions:
+            if bound[source].format.is_dense:
+                raise UnsupportedError(f"{what}: the kernel converts dense operand {source} "
+                                       f"on every call, so it cannot be bound in place")
+            tensors[alias] = tensors[source].convert(compiled.program.tensor(alias).format)
+        if not compiled.program.output.format.is_dense:
+            raise UnsupportedError(f"{what}: only dense outputs can be bound")
+        buffer = dense_output(out, shape, self.dtype, what)
+        sizes = {index: tensors[name].shape[mode] for name, mode, index in compiled.sizes}
+        plan = compiled.arguments
+        bounds = None
+        threads = kernel_cache().threads
+        if plan.range_slots is not None and plan.range_index is not None:
+            work = sum(t.nnz for t in tensors.values()) + (shape[0] if shape else 0)
+            parts = threads.parts(work)
+            if parts > 1:
+                weights = (tensors[compiled.balance_by].levels[1].pos
+                           if compiled.balance_by is not None else None)
+                bounds = split(sizes[plan.range_index], parts, weights)
+        function = compiled.kernel.function
+        return BoundCall(function, plan, tensors, sizes, buffer, bounds,
+                         lambda calls: threads.run_calls(lambda a: function(*a), calls), what)
 
     def _output_shape(self, bound: Mapping[str, Tensor]) -> tuple[int, ...]:
         """The output shape, after checking that every index has one size (fast when it has)."""

@@ -109,6 +109,10 @@ class ArgumentPlan:
         slots = [k for k, step in enumerate(steps) if step[0] == _RANGE]
         return ArgumentPlan(tuple(steps), (slots[0], slots[1]) if slots else None, range_index)
 
+    def value_slots(self, name: str) -> list[int]:
+        """Positions of the arguments that carry ``name``'s values array."""
+        return [k for k, (kind, n, _) in enumerate(self.steps) if kind == _VALS and n == name]
+
     def pack(self, tensors: Mapping[str, Tensor], sizes: Mapping[str, int],
              output: OutputBuffers) -> list:
         """One argument per parameter, in order: addresses for pointers, numbers for scalars."""

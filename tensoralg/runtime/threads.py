@@ -33,14 +33,18 @@ class KernelThreads:
     def run(self, call: Callable[[list], int], args: list, slots: tuple[int, int],
             bounds: Sequence[int]) -> list[int]:
         """Run ``call`` once per range ``[bounds[k], bounds[k+1])``; returns each status."""
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(self.threads - 1 or 1, thread_name_prefix="tensoralg")
         begin, end = slots
         calls = []
         for k in range(len(bounds) - 1):
             part = list(args)
             part[begin], part[end] = int(bounds[k]), int(bounds[k + 1])
             calls.append(part)
+        return self.run_calls(call, calls)
+
+    def run_calls(self, call: Callable[[list], int], calls: Sequence[list]) -> list[int]:
+        """Run ``call`` on each prepared argument list concurrently; returns each status."""
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.threads - 1 or 1, thread_name_prefix="tensoralg")
         futures = [self._pool.submit(call, part) for part in calls[1:]]
         return [call(calls[0]), *[future.result() for future in futures]]
 

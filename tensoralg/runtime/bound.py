@@ -1,0 +1,94 @@
+"""A kernel call with every argument fixed in advance: the repeated-call fast path.
+
+``Kernel.__call__`` binds its operands, infers the output shape, allocates the output and packs
+the arguments on every call: about 30 µs, which dominates a small kernel. A :class:`BoundCall`
+does all of that once, for operands and an output buffer that stay where they are; calling it
+then zeroes the output and runs the machine code (one ctypes call, or one per thread range).
+What may change between calls is the *contents* of the arrays. An operand may also be swapped
+for another array of the same shape and dtype with :meth:`BoundCall.rebind`, which is how a
+model runtime feeds a new input into an otherwise fixed plan.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from tensoralg.errors import KernelRuntimeError, ShapeError
+from tensoralg.formats.tensor import Tensor
+from tensoralg.runtime.args import ArgumentPlan, OutputBuffers
+
+
+class BoundCall:
+    """One compiled kernel with its operands and dense output fixed (see the module docstring).
+
+    ``calls`` holds one argument list per thread range (one list when the kernel runs on one
+    thread); ``run_parts`` runs several of them concurrently.
+    """
+
+    def __init__(self, function: Callable[..., int], plan: ArgumentPlan,
+                 tensors: Mapping[str, Tensor], sizes: Mapping[str, int], out: np.ndarray,
+                 bounds: Sequence[int] | None, run_parts: Callable[..., list[int]] | None,
+                 what: str) -> None:
+        self.function = function
+        self.out = out
+        self.what = what
+        self._flat = out.reshape(-1)
+        self._tensors = dict(tensors)    # keeps every bound array alive
+        args = plan.pack(tensors, sizes, OutputBuffers(dense=self._flat))
+        self._vals = {name: plan.value_slots(name) for name in tensors}
+        if bounds is None or plan.range_slots is None or len(bounds) <= 2:
+            self.calls = [args]
+        else:
+            begin, end = plan.range_slots
+            self.calls = []
+            for k in range(len(bounds) - 1):
+                part = list(args)
+                part[begin], part[end] = int(bounds[k]), int(bounds[k + 1])
+                self.calls.append(part)
+        self._run_parts = run_parts
+
+    def rebind(self, name: str, array: np.ndarray) -> None:
+        """Use ``array`` (same shape and dtype as the bound dense operand) from now on."""
+        bound = self._tensors.get(name)
+        if bound is None or name not in self._vals or not bound.format.is_dense:
+            raise ShapeError(f"{self.what}: {name!r} is not a dense operand of this call")
+        if type(array) is not np.ndarray or array.shape != bound.shape or \
+                array.dtype != bound.dtype or not array.flags.c_contiguous:
+            raise ShapeError(f"{self.what}: operand {name} must stay a C-contiguous "
+                             f"{bound.dtype} array of shape {bound.shape}; got "
+                             f"{getattr(array, 'dtype', type(array).__name__)} "
+                             f"{getattr(array, 'shape', '')}")
+        self._tensors[name] = Tensor.trusted(bound.shape, bound.format, bound.levels,
+                                             array.reshape(-1))
+        address = array.ctypes.data
+        for call in self.calls:
+            for slot in self._vals[name]:
+                call[slot] = address
+
+    def __call__(self) -> np.ndarray:
+        """Run the kernel on the current contents of the operands; returns the output."""
+        self._flat.fill(0)
+        if len(self.calls) == 1:
+            status = self.function(*self.calls[0])
+        else:
+            assert self._run_parts is not None
+            status = max(self._run_parts(self.calls))
+        if status != 0:
+            raise KernelRuntimeError(f"{self.what}: the kernel failed (status {status})")
+        return self.out
+
+
+def dense_output(out: Any, shape: tuple[int, ...], dtype: np.dtype, what: str) -> np.ndarray:
+    """``out`` checked as the output buffer of a bound call, or a new zeroed one."""
+    if out is None:
+        return np.zeros(shape, dtype=dtype)
+    if type(out) is not np.ndarray or out.shape != shape or out.dtype != dtype or \
+            not out.flags.c_contiguous or not out.flags.writeable:
+        raise ShapeError(f"{what}: out must be a writeable C-contiguous {dtype} array of shape "
+                         f"{shape}; got {getattr(out, 'dtype', type(out).__name__)} "
+                         f"{getattr(out, 'shape', '')}")
+    return out
+
+
+__all__ = ["BoundCall", "dense_output"]

@@ -1,0 +1,91 @@
+"""Kernel.bind: the repeated-call fast path with fixed operands and output."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import tensoralg as ta
+from tensoralg.api import kernel_cache
+
+
+def test_bound_call_sees_new_contents_and_matches_call():
+    k = ta.compile("Y(i,j) = max(A(i,j) + B(j), 0)", dtype=np.float32)
+    a = np.zeros((3, 4), np.float32)
+    b = np.zeros(4, np.float32)
+    call = k.bind(A=a, B=b)
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        a[...] = rng.standard_normal(a.shape)
+        b[...] = rng.standard_normal(b.shape)
+        np.testing.assert_array_equal(call(), k(A=a, B=b))
+        np.testing.assert_allclose(call(), np.maximum(a + b, 0))
+
+
+def test_bound_output_is_zeroed_between_calls():
+    # A reduction accumulates into its output: a second call must not add to the first.
+    k = ta.compile("y(i) = A(i,j) * x(j)")
+    a, x = np.ones((2, 3)), np.ones(3)
+    call = k.bind(A=a, x=x)
+    call()
+    np.testing.assert_array_equal(call(), [3.0, 3.0])
+
+
+def test_bound_into_given_out_and_rebind():
+    k = ta.compile("y(i) = A(i,j) * x(j)", formats={"A": "ds"})
+    a = sp.random(50, 40, density=0.2, format="csr", random_state=1)
+    x = np.arange(40.0)
+    out = np.empty(50)
+    call = k.bind(out=out, A=a, x=x)
+    assert call() is out
+    np.testing.assert_allclose(out, a @ x)
+    other = np.ones(40)
+    call.rebind("x", other)
+    np.testing.assert_allclose(call(), a @ other)
+
+
+def test_bound_threaded_split_matches():
+    # Large enough that the runtime splits the outer loop over the threads it has.
+    k = ta.compile("Y(i,j) = A(i,k) * B(k,j)", formats={"A": "ds"})
+    rng = np.random.default_rng(2)
+    a = sp.random(3000, 2000, density=0.2, format="csr", random_state=2)
+    b = rng.standard_normal((2000, 16))
+    call = k.bind(A=a, B=b)
+    if kernel_cache().threads.threads > 1:
+        assert len(call.calls) > 1
+    np.testing.assert_allclose(call(), a @ b)
+    b *= 2
+    np.testing.assert_allclose(call(), a @ b)
+
+
+@pytest.mark.parametrize("bad", [
+    np.zeros((3, 4), np.float64),          # wrong dtype
+    np.zeros((4, 3), np.float32).T,         # not C-contiguous
+    [[0.0] * 4] * 3,                        # not an array
+])
+def test_bind_refuses_operands_it_would_have_to_copy(bad):
+    k = ta.compile("Y(i,j) = A(i,j) + B(j)", dtype=np.float32)
+    with pytest.raises(ta.ShapeError, match="operand A"):
+        k.bind(A=bad, B=np.zeros(4, np.float32))
+
+
+def test_bind_refuses_bad_out_and_bad_rebind():
+    k = ta.compile("Y(i,j) = A(i,j) + B(j)", dtype=np.float32)
+    a, b = np.zeros((3, 4), np.float32), np.zeros(4, np.float32)
+    with pytest.raises(ta.ShapeError, match="out must be"):
+        k.bind(out=np.zeros((4, 3), np.float32), A=a, B=b)
+    call = k.bind(A=a, B=b)
+    with pytest.raises(ta.ShapeError, match="shape"):
+        call.rebind("A", np.zeros((2, 4), np.float32))
+    with pytest.raises(ta.ShapeError, match="not a dense operand"):
+        call.rebind("Z", a)
+
+
+def test_bind_refuses_sparse_output_and_missing_operands():
+    k = ta.compile("Y(i,j) = A(i,j) + B(i,j)", formats={"A": "ds", "B": "ds", "Y": "ds"})
+    a = sp.random(5, 5, density=0.3, format="csr", random_state=3)
+    with pytest.raises(ta.UnsupportedError, match="dense outputs"):
+        k.bind(A=a, B=a)
+    dense = ta.compile("Y(i,j) = A(i,j) + B(i,j)")
+    with pytest.raises(ta.ShapeError, match="needs operand"):
+        dense.bind(A=np.zeros((2, 2)))
