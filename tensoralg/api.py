@@ -59,7 +59,7 @@ from tensoralg.notation.ast import Expr, accesses
 from tensoralg.notation.ast import tensors as tensor_ranks
 from tensoralg.runtime.args import ArgumentPlan, OutputBuffers
 from tensoralg.runtime.bound import BoundCall, dense_output
-from tensoralg.runtime.threads import KernelThreads, split
+from tensoralg.runtime.threads import MIN_ROWS_PER_THREAD, KernelThreads, split
 from tensoralg.runtime.validate import VALID, StorageValidator
 from tensoralg.runtime.wrap import release, sparse_result
 
@@ -531,8 +531,8 @@ def _launch(compiled: CompiledProgram, args: list, tensors: Mapping[str, Tensor]
     work = sum(t.nnz for t in tensors.values())
     if buffers.dense is not None:
         work += buffers.dense.shape[0]
-    parts = threads.parts(work)
-    if parts == 1:
+    parts = min(threads.parts(work), sizes[plan.range_index] // MIN_ROWS_PER_THREAD)
+    if parts <= 1:
         return compiled.kernel(*args)
     weights = (tensors[compiled.balance_by].levels[1].pos
                if compiled.balance_by is not None else None)
@@ -741,7 +741,7 @@ class Kernel:
         threads = kernel_cache().threads
         if plan.range_slots is not None and plan.range_index is not None:
             work = sum(t.nnz for t in tensors.values()) + (shape[0] if shape else 0)
-            parts = threads.parts(work)
+            parts = min(threads.parts(work), sizes[plan.range_index] // MIN_ROWS_PER_THREAD)
             if parts > 1:
                 weights = (tensors[compiled.balance_by].levels[1].pos
                            if compiled.balance_by is not None else None)

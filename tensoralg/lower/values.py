@@ -61,6 +61,8 @@ def _call(func: str, args: list[IRExpr], dtype: Scalar) -> IRExpr:
             return b.maximum(x, y)
         case "min", [x, y]:
             return b.minimum(x, y)
+        case "where", [c, x, y]:
+            return b.select(b.binary("!=", c, b.const(0, dtype)), x, y)
         case _ if func in _COMPARISONS and len(args) == 2:
             return b.select(b.binary(_COMPARISONS[func], args[0], args[1]),
                             b.const(1, dtype), b.const(0, dtype))

@@ -143,6 +143,9 @@ FUNCTIONS: dict[str, tuple[int, Callable[..., float]]] = {
     "le": (2, lambda x, y: float(x <= y)),
     "eq": (2, lambda x, y: float(x == y)),
     "ne": (2, lambda x, y: float(x != y)),
+    # where(c, a, b): a where c is nonzero, else b; the branch not taken never reaches the
+    # result (unlike c * a + (1 - c) * b, where an inf or NaN in it poisons it).
+    "where": (3, lambda c, a, b: a if c != 0 else b),
 }
 
 ZERO_PRESERVING = frozenset(

@@ -46,6 +46,7 @@ class Step:
     node: Node
     context: NodeContext
     release: tuple[str, ...]
+    captured: list | None = None    # kernel calls of the last recording run (static plans)
 
 
 class Executor:
@@ -63,8 +64,10 @@ class Executor:
 
     def run(self, feeds: dict[str, np.ndarray],
             timer: Callable[[Step, float], Any] | None = None,
-            memory: MemoryTrace | None = None) -> dict[str, np.ndarray]:
-        """All values after running every step (``memory`` records buffers and lifetimes)."""
+            memory: MemoryTrace | None = None, keep_all: bool = False
+            ) -> dict[str, np.ndarray]:
+        """All values after running every step (``memory`` records buffers and lifetimes;
+        ``keep_all`` keeps every value instead of releasing it after its last use)."""
         values = dict(self.graph.constants)
         values.update(feeds)
         if memory is not None:
@@ -75,13 +78,20 @@ class Executor:
                 if name and name not in values:
                     raise ta.ShapeError(f"{step.context}: input {name!r} has no value (it is "
                                         f"not produced by an earlier node)")
-            produced = call_node(step.node, step.context, values)
+            if keep_all:
+                step.context.capture = []
+            try:
+                produced = call_node(step.node, step.context, values)
+            finally:
+                if keep_all:
+                    step.captured, step.context.capture = step.context.capture, None
             values.update(produced)
             if timer is not None:
                 timer(step, time.perf_counter() - start)
             if memory is not None:
                 memory.produced(k, produced)
                 memory.released(k, step.release)
-            for name in step.release:
-                values.pop(name, None)
+            if not keep_all:
+                for name in step.release:
+                    values.pop(name, None)
         return values

@@ -46,7 +46,7 @@ MULTI_HOT_MIN_COLUMNS = 64
 # (measured: a 90%-pruned MLP layer at batch 256 took 7.9 ms sparse vs 1.4 ms in BLAS), so a
 # BLAS-sized contraction keeps the dense weight unless the weight is sparser than this.
 SPARSE_WEIGHT_MAX_DENSITY_WITH_BLAS = 0.02
-_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 PRODUCT = "<product>"  # the value name of a head's BLAS product inside a fused program
 
 
@@ -129,7 +129,7 @@ def run_program(context: NodeContext, *arrays: np.ndarray, program: Program) -> 
     choices)."""
     values = {name: np.asarray(a) for name, a in zip(program.externals, arrays)}
     dtypes = {a.dtype for a in values.values()}
-    if len(dtypes) != 1 or next(iter(dtypes)) not in _FLOATS:
+    if len(dtypes) != 1 or next(iter(dtypes)) not in FLOATS:
         context.note("not fused at run time (non-float or mixed dtypes): nodes run one by one")
         return _run_nodes(context, program, values, program.nodes)
     dtype = next(iter(dtypes))
@@ -137,7 +137,7 @@ def run_program(context: NodeContext, *arrays: np.ndarray, program: Program) -> 
     head = program.head
     inline = None
     if head is not None:
-        inline = _inline_head(program, head, values, dtype)
+        inline = inline_head(program, head, values, dtype)
         if inline is None:
             values.update(_run_nodes(context, program, values, [head], keep=True))
             if not chain:
@@ -153,7 +153,7 @@ def run_program(context: NodeContext, *arrays: np.ndarray, program: Program) -> 
     return _run_statement(context, program, values, dtype, inline, program.output)
 
 
-def _inline_head(program: Program, head: Node, values: dict[str, np.ndarray],
+def inline_head(program: Program, head: Node, values: dict[str, np.ndarray],
                  dtype: np.dtype) -> dict[str, Any] | None:
     """How the head contraction enters the statement, or None to run it on its own."""
     a, b = values[head.inputs[0]], program_weight(program, values)
@@ -211,7 +211,7 @@ def _run_statement(context: NodeContext, program: Program, values: dict[str, np.
            tuple((name, a.shape) for name, a in values.items()))
     built = program.cache.get(key)
     if built is None:
-        built = _build(program, values, inline, output)
+        built = build_statement(program, values, inline, output)
         program.cache[key] = built
     statement, operands, formats, out_shape, transposed = built
     arrays = {}
@@ -234,7 +234,7 @@ def _run_statement(context: NodeContext, program: Program, values: dict[str, np.
     return result.reshape(out_shape)
 
 
-def _build(program: Program, values: dict[str, np.ndarray], inline: dict[str, Any] | None,
+def build_statement(program: Program, values: dict[str, np.ndarray], inline: dict[str, Any] | None,
            output: str) -> tuple[str, dict[str, Any], dict[str, Any], tuple[int, ...], bool]:
     """The statement text of ``program`` for these input shapes, and how to pass operands."""
     chain = [n for n in program.nodes if n is not program.head]

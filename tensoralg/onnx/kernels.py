@@ -112,6 +112,8 @@ class NodeContext:
         self.version = version
         self.kernels = kernels
         self.plan: dict[str, None] = {}
+        # While a static plan is being recorded: each kernel call as (kernel, operands, result).
+        self.capture: list[tuple[ta.Kernel, dict[str, Any], np.ndarray]] | None = None
 
     def __str__(self) -> str:
         return f"node {self.name} ({self.op_type}({', '.join(self.inputs)}))"
@@ -130,7 +132,10 @@ class NodeContext:
         kernel = self.kernels.get(statement, dtype, formats)
         cast = {name: a if formats and name in formats else np.asarray(a, dtype=dtype)
                 for name, a in operands.items()}
-        return np.asarray(kernel(**cast))
+        result = np.asarray(kernel(**cast))
+        if self.capture is not None:
+            self.capture.append((kernel, cast, result))
+        return result
 
 
 def access(name: str, array: np.ndarray, out_shape: Sequence[int], indices: str

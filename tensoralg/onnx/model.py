@@ -17,6 +17,7 @@ from tensoralg.onnx.passes import describe, pipeline
 from tensoralg.onnx.plan import MemoryTrace
 from tensoralg.onnx.profile import Profile
 from tensoralg.onnx.sparse_weights import threshold_of
+from tensoralg.onnx.static import Specialiser
 
 OPT_LEVELS = (0, 1, 2, 3)
 
@@ -40,6 +41,9 @@ class CompiledModel:
         self.opt_level = opt_level
         self.backend = backend
         self.stages = stages or []   # (pass name, graph text after it)
+        # Level 3 runs a static plan per input-shape signature (buffers by lifetime, prebound
+        # kernels); lower levels run node by node, so what each level buys stays measurable.
+        self.specialiser = Specialiser(executor) if opt_level >= 3 else None
 
     @property
     def inputs(self) -> list[ValueInfo]:
@@ -51,7 +55,9 @@ class CompiledModel:
 
     def run(self, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
         """Outputs by name for ``feeds`` (input name -> array)."""
-        values = self.executor.run(self._checked(feeds))
+        checked = self._checked(feeds)
+        values = (self.specialiser.run(checked) if self.specialiser is not None
+                  else self.executor.run(checked))
         return {v.name: _owned(values[v.name], self.graph.constants, feeds)
                 for v in self.graph.outputs}
 
@@ -65,21 +71,35 @@ class CompiledModel:
         return values[0] if len(values) == 1 else values
 
     def profile(self, feeds: Mapping[str, Any], repeat: int = 1) -> Profile:
-        """Time per node over ``repeat`` runs (after one warm-up run that compiles kernels)."""
+        """Time per node over ``repeat`` runs (after warm-up runs that compile kernels and, at
+        level 3, build the static plan), and the memory of intermediate values."""
         checked = self._checked(feeds)
-        self.executor.run(checked)
         totals: dict[str, float] = {}
 
         def record(step: Step, seconds: float) -> None:
             totals[step.node.name] = totals.get(step.node.name, 0.0) + seconds
 
-        trace = None
-        for _ in range(max(1, repeat)):
+        memory = None
+        if self.specialiser is not None:
+            self.specialiser.run(checked)
+            self.specialiser.run(checked)
+            for _ in range(max(1, repeat)):
+                self.specialiser.run(checked, timer=record)
+            plan = self.specialiser.plans.get(self.specialiser.signature(checked))
+            if plan is not None:
+                memory = plan.memory
+        else:
+            self.executor.run(checked)
+        if memory is None:
+            totals.clear()
             trace = MemoryTrace()
-            self.executor.run(checked, timer=record, memory=trace)
+            for _ in range(max(1, repeat)):
+                trace = MemoryTrace()
+                self.executor.run(checked, timer=record, memory=trace)
+            memory = trace.stats(len(self.executor.steps))
         rows = [(s.node.name, s.node.op_type, totals.get(s.node.name, 0.0) / max(1, repeat),
                  "; ".join(s.context.plan)) for s in self.executor.steps]
-        return Profile.from_times(rows, trace.stats(len(self.executor.steps)))
+        return Profile.from_times(rows, memory)
 
     def ir(self) -> str:
         """The plan as text: one line per node with the statements or data movement it runs."""
@@ -96,6 +116,10 @@ class CompiledModel:
             for k, text in enumerate(plan):
                 lines.append(f"{head}  :  {text}" if k == 0 else f"{' ' * len(head)}  :  {text}")
         lines += [f"  output {v}" for v in self.graph.outputs]
+        if self.specialiser is not None:
+            notes = list(self.specialiser.notes.values())
+            lines.append(f"  {notes[-1]}" if notes else
+                         "  static plan: built at the second run with given input shapes")
         return "\n".join(lines)
 
     def stage_text(self, stage: str = "plan") -> str:

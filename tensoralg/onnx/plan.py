@@ -84,26 +84,44 @@ class MemoryTrace:
 
 
 def reuse_plan(lifetimes: list[tuple[int, int, int]]) -> int:
-    """Bytes of arenas when each buffer (birth, death, bytes) takes a free arena: the smallest
-    that fits, else the largest free one, grown; a new arena only when none is free.
+    """Bytes of arenas when each buffer (birth, death, bytes) takes a free arena (see
+    :func:`assign_arenas`).
 
     >>> reuse_plan([(0, 1, 100), (1, 2, 100), (2, 3, 50)])   # the third reuses the first's
     200
     """
-    arenas: list[list[int]] = []  # [size, busy until]
-    for born, died, size in sorted(lifetimes):
-        free = [a for a in arenas if a[1] < born]  # a buffer dies after its last step
-        fits = [a for a in free if a[0] >= size]
+    return sum(assign_arenas(lifetimes)[0])
+
+
+def assign_arenas(lifetimes: list[tuple[int, int, int]]) -> tuple[list[int], list[int]]:
+    """Arena sizes, and the arena of each buffer (birth step, death step, bytes).
+
+    A buffer takes a free arena (its tenant died at an earlier step than this buffer's birth,
+    so a step never writes over one of its own inputs): the smallest that fits, else the
+    largest free one, grown; a new arena only when none is free.
+
+    >>> assign_arenas([(0, 1, 100), (1, 2, 100), (2, 3, 50)])
+    ([100, 100], [0, 1, 0])
+    """
+    sizes: list[int] = []
+    busy: list[int] = []
+    where = [0] * len(lifetimes)
+    for k in sorted(range(len(lifetimes)), key=lambda k: lifetimes[k]):
+        born, died, size = lifetimes[k]
+        free = [a for a in range(len(sizes)) if busy[a] < born]
+        fits = [a for a in free if sizes[a] >= size]
         if fits:
-            arena = min(fits, key=lambda a: a[0])
+            arena = min(fits, key=lambda a: sizes[a])
         elif free:
-            arena = max(free, key=lambda a: a[0])
-            arena[0] = size
+            arena = max(free, key=lambda a: sizes[a])
+            sizes[arena] = size
         else:
-            arena = [size, died]
-            arenas.append(arena)
-        arena[1] = died
-    return sum(a[0] for a in arenas)
+            arena = len(sizes)
+            sizes.append(size)
+            busy.append(died)
+        busy[arena] = died
+        where[k] = arena
+    return sizes, where
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,4 +144,4 @@ def _kib(n: int) -> str:
     return f"{n / 1024:.1f} KiB"
 
 
-__all__ = ["last_uses", "MemoryTrace", "MemoryStats", "reuse_plan"]
+__all__ = ["last_uses", "MemoryTrace", "MemoryStats", "reuse_plan", "assign_arenas"]

@@ -17,6 +17,9 @@ import numpy as np
 # Below this many stored values (operands plus output) per thread, handing a range to another
 # thread costs more than it saves (measured: an SpMV over 600k entries is faster on one thread).
 MIN_WORK_PER_THREAD = 400_000
+# A range of a few outer iterations is not worth a thread either, whatever the work estimate
+# says (the estimate counts a dense operand whole, e.g. a table that a 1-row bag touches once).
+MIN_ROWS_PER_THREAD = 8
 
 
 class KernelThreads:

@@ -2,8 +2,7 @@
 
 Ops that the statement language has no function for are written with the functions it has:
 LeakyRelu and Clip and HardSigmoid with ``max``/``min``, Reciprocal as ``1 / x``, Softplus as
-``log(1 + exp(x))``, Where as ``c * a + (1 - c) * b`` with ``c`` in {0, 1} (so an inf or NaN in
-the branch *not* taken still poisons the result: a documented limit), and Erf with the rational
+``log(1 + exp(x))``, Where as the select ``where(c, a, b)``, and Erf with the rational
 approximation 7.1.26 of Abramowitz & Stegun (absolute error below 1.5e-7).
 """
 from __future__ import annotations
@@ -110,11 +109,10 @@ def clip(node: NodeContext, x: np.ndarray, low: np.ndarray | None = None,
 @op("Where", since=9)
 def where(node: NodeContext, condition: np.ndarray, a: np.ndarray, b: np.ndarray
           ) -> np.ndarray:
-    """``c * a + (1 - c) * b``, c being the condition as 0/1 (see the module docstring)."""
+    """``where(c, a, b)``: a select, so the branch not taken never reaches the result."""
     dtype = compute_dtype(np.result_type(a.dtype, b.dtype))
     c = condition.astype(dtype)
-    return elementwise(node, f"{{0}} * {{1}} + ({minus('1', '{0}')}) * {{2}}", c, a, b, dtype=dtype,
-                       out_dtype=a.dtype)
+    return elementwise(node, "where({0}, {1}, {2})", c, a, b, dtype=dtype, out_dtype=a.dtype)
 
 
 # Abramowitz & Stegun 7.1.26: erf(x) = 1 - t (a1 + t (a2 + t (a3 + t (a4 + t a5)))) exp(-x^2),

@@ -1,0 +1,557 @@
+"""Opt level 3's runtime: the graph specialised to one set of input shapes, every step prebound.
+
+The first run with new input shapes runs node by node (:class:`~tensoralg.onnx.executor.
+Executor`) and records the shape and dtype of every value. From those, a :class:`StaticPlan`
+is built and used for every later run with the same shapes:
+
+- **Memory plan.** Every value a node produces lives in an *arena* chosen by lifetime
+  (:func:`~tensoralg.onnx.plan.assign_arenas`): a buffer takes over an arena whose previous
+  tenant is dead, so the arenas hold less than the sum of all intermediates. Reshape-like nodes
+  (Identity, Reshape, Flatten, Squeeze, Unsqueeze, Dropout) become views of their input's buffer
+  and cost nothing at run time. Graph outputs get their own buffers and are returned as copies.
+- **Prebound kernels.** Fused programs, embedding bags and small contractions run through
+  ``Kernel.bind``: operands and output buffers are fixed once, so a call is one ctypes call
+  (~3 µs) instead of ~30 µs of argument checking, packing and allocation. BLAS products,
+  gathers and concatenations write into their buffers with ``out=``.
+- **Everything else** runs its op function as at other levels (a *generic* step) and copies the
+  result into its buffer. A generic step checks that its result has the recorded shape: if an
+  op's output shape depends on input *values* (NonZero, a Reshape to a computed shape) and
+  changed, the plan is dropped for these shapes and the call runs node by node.
+
+Values are checked exactly as node by node: indices out of range raise ``ta.ShapeError`` naming
+the node. A plan is used by one thread at a time; a concurrent call runs node by node.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+import tensoralg as ta
+from tensoralg.onnx.bags import BAG_STATEMENT
+from tensoralg.onnx.executor import Executor, Step, call_node
+from tensoralg.onnx.fusion import FLOATS, PRODUCT, build_statement, inline_head
+from tensoralg.onnx.plan import MemoryStats, assign_arenas
+
+Env = dict[str, np.ndarray]
+Run = Callable[[Env], None]
+ALIAS_OPS = {"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Dropout"}
+ALIGN = 64   # arena alignment in bytes (a cache line; AVX-512 vectors)
+
+
+class Replan(Exception):
+    """A generic step produced a shape other than the recorded one: run node by node."""
+
+
+@dataclass
+class Getter:
+    """Where a step reads a value: fixed at plan time, or looked up by name each run."""
+
+    name: str
+    fixed: np.ndarray | None
+
+    def __call__(self, env: Env) -> np.ndarray:
+        return self.fixed if self.fixed is not None else env[self.name]
+
+
+@dataclass
+class Spec:
+    """A node's static form: scratch buffers it needs, and how to make its run function once
+    every buffer exists (``make(outputs, scratch, getters)``)."""
+
+    make: Callable[[list[np.ndarray], list[np.ndarray], list[Getter]], Run]
+    scratch: list[tuple[tuple[int, ...], np.dtype]] = field(default_factory=list)
+    kind: str = "prebound"
+
+
+@dataclass
+class PlanStep:
+    step: Step
+    run: Run
+    kind: str
+
+
+class StaticPlan:
+    """See the module docstring. Built by :func:`build_plan` from a recorded run."""
+
+    def __init__(self, steps: list[PlanStep], outputs: list[Getter], feeds: list[str],
+                 aliases: list[tuple[str, str, tuple[int, ...]]], memory: MemoryStats,
+                 arenas: list[np.ndarray]) -> None:
+        self.steps = steps
+        self.outputs = outputs
+        self.feeds = feeds
+        self.aliases = aliases        # dynamic views: (name, base, shape), made each run
+        self.memory = memory
+        self.arenas = arenas          # keeps the buffers alive
+        self.lock = threading.Lock()
+
+    def run(self, feeds: Mapping[str, np.ndarray],
+            timer: Callable[[Step, float], Any] | None = None) -> Env:
+        """The graph outputs for ``feeds`` (shapes as recorded); raises :class:`Replan`."""
+        env: Env = {name: _contiguous(feeds[name]) for name in self.feeds}
+        for name, base, shape in self.aliases:
+            env[name] = env[base].reshape(shape)
+        if timer is None:
+            for step in self.steps:
+                step.run(env)
+        else:
+            for step in self.steps:
+                start = time.perf_counter()
+                step.run(env)
+                timer(step.step, time.perf_counter() - start)
+        return {g.name: (g(env).copy() if g.fixed is not None else g(env))
+                for g in self.outputs}
+
+    def describe(self) -> str:
+        kinds: dict[str, int] = {}
+        for step in self.steps:
+            kinds[step.kind] = kinds.get(step.kind, 0) + 1
+        counts = ", ".join(f"{n} {k}" for k, n in sorted(kinds.items()))
+        return f"static plan: {len(self.steps)} steps ({counts or 'none'}); {self.memory}"
+
+
+def build_plan(executor: Executor, feeds: Mapping[str, np.ndarray], recorded: Env
+               ) -> StaticPlan:
+    """The static plan of ``executor``'s graph for these feeds, from the values of one run."""
+    graph = executor.graph
+    outputs = {v.name for v in graph.outputs}
+    constants = graph.constants
+    base: dict[str, str] = {}            # alias -> the buffer (or feed/constant) it views
+    specs: list[tuple[Step, Spec | None]] = []
+    for step in executor.steps:
+        node = step.node
+        if _is_alias(node, constants) and node.outputs[0] not in outputs and \
+                node.inputs[0] in recorded and node.outputs[0] in recorded:
+            source = node.inputs[0]
+            base[node.outputs[0]] = base.get(source, source)
+            continue
+        specs.append((step, _spec(step, recorded, constants)))
+    # Lifetimes of the buffers: birth at the producing step, death at the last use (through
+    # any alias); graph outputs never die, so no other value shares their buffer.
+    last: dict[str, int] = {}
+    requests: list[tuple[int, int, int, Any]] = []     # (birth, death, bytes, key)
+    for k, (step, spec) in enumerate(specs):
+        for name in step.node.inputs:
+            if name:
+                last[base.get(name, name)] = k
+    forever = len(specs) + 1
+    layout: dict[Any, tuple[tuple[int, ...], np.dtype]] = {}
+    for k, (step, spec) in enumerate(specs):
+        for name in step.node.outputs:
+            if name and name in recorded:
+                array = recorded[name]
+                layout[name] = (array.shape, array.dtype)
+                death = forever if name in outputs else last.get(name, k)
+                requests.append((k, death, array.nbytes, name))
+        for s, (shape, dtype) in enumerate(spec.scratch if spec is not None else ()):
+            layout[(step.node.name, s)] = (shape, np.dtype(dtype))
+            requests.append((k, k, int(np.prod(shape)) * np.dtype(dtype).itemsize,
+                             (step.node.name, s)))
+    sizes, where = assign_arenas([(b, d, n) for b, d, n, _ in requests])
+    arenas = [np.empty(size + ALIGN, np.uint8) for size in sizes]
+    buffers = {key: _view(arenas[arena], *layout[key])
+               for (_, _, _, key), arena in zip(requests, where)}
+    fixed: dict[str, np.ndarray] = dict(constants)
+    fixed.update((name, buf) for name, buf in buffers.items() if isinstance(name, str))
+    dynamic_aliases = []
+    for name, root in base.items():
+        if root in fixed:
+            fixed[name] = fixed[root].reshape(recorded[name].shape)
+        else:
+            dynamic_aliases.append((name, root, recorded[name].shape))
+
+    def getter(name: str) -> Getter:
+        return Getter(name, fixed.get(name))
+
+    steps = []
+    for step, spec in specs:
+        node = step.node
+        names = [n for n in node.outputs if n and n in buffers]
+        outs = [buffers[n] for n in names]
+        ins = [getter(n) for n in node.inputs if n]
+        if spec is None:
+            steps.append(PlanStep(step, _generic(step, ins, names, outs), "generic"))
+            continue
+        scratch = [buffers[(node.name, s)] for s in range(len(spec.scratch))]
+        steps.append(PlanStep(step, spec.make(outs, scratch, ins), spec.kind))
+    memory = MemoryStats(sum(r[2] for r in requests), _peak(requests, forever), sum(sizes),
+                         len(requests))
+    return StaticPlan(steps, [getter(v.name) for v in graph.outputs],
+                      [n for n in feeds if n not in constants], dynamic_aliases, memory, arenas)
+
+
+def _peak(requests: list[tuple[int, int, int, Any]], steps: int) -> int:
+    """The most bytes alive at once, had every value its own buffer."""
+    return max([sum(n for born, died, n, _ in requests if born <= k <= died)
+                for k in range(steps + 1)] or [0])
+
+
+def _view(arena: np.ndarray, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    offset = -arena.ctypes.data % ALIGN
+    count = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    return arena[offset:offset + count].view(dtype).reshape(shape)
+
+
+def _is_alias(node: Any, constants: Mapping[str, np.ndarray]) -> bool:
+    """A node whose output is its first input reshaped, with the shape fixed by constants."""
+    if node.op_type not in ALIAS_OPS or not node.inputs:
+        return False
+    if node.op_type == "Dropout" and len([o for o in node.outputs if o]) > 1:
+        return False
+    return all(name in constants for name in node.inputs[1:] if name)
+
+
+def _generic(step: Step, ins: list[Getter], names: list[str], outs: list[np.ndarray]) -> Run:
+    """Run the op function as node by node; copy each result into its buffer."""
+    node, context = step.node, step.context
+    targets = list(zip(names, outs))
+
+    def run(env: Env) -> None:
+        produced = call_node(node, context, {g.name: g(env) for g in ins})
+        for name, buf in targets:
+            result = produced[name]
+            if result.shape != buf.shape or result.dtype != buf.dtype:
+                raise Replan(f"{context}: {name} is {result.dtype}{list(result.shape)} now, "
+                             f"{buf.dtype}{list(buf.shape)} when the plan was made")
+            np.copyto(buf, result)
+    return run
+
+
+# ---------------------------------------------------------------------------------------------
+# Static forms of the ops that dominate recommender models
+
+
+def _spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) -> Spec | None:
+    if not all(n in recorded for n in step.node.inputs if n) or \
+            not all(n in recorded for n in step.node.outputs if n):
+        return None
+    builder = _BUILDERS.get(step.node.op_type)
+    if builder is not None:
+        return builder(step, recorded)
+    return _captured(step, recorded, constants)
+
+
+def _captured(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) -> Spec | None:
+    """Any other node whose recorded run was exactly one float kernel call on views of its
+    inputs, returning the kernel's output itself: that call, prebound.
+
+    Sound because everything else the node read is a constant: a non-constant input that did
+    not reach the kernel as an operand (its value may be baked into the statement, or checked
+    in Python) disqualifies the node, and so does any copy, cast or post-processing, which
+    shows as an operand or output not sharing memory with a value.
+    """
+    node = step.node
+    calls = step.captured or []
+    outputs = [n for n in node.outputs if n]
+    if len(calls) != 1 or len(outputs) != 1:
+        return None
+    kernel, operands, result = calls[0]
+    out = recorded[outputs[0]]
+    if kernel.dtype not in FLOATS or any(not fmt.is_dense for fmt in kernel.formats.values()) \
+            or not _same_memory(out, result):
+        return None
+    sources: dict[str, tuple[str, tuple[int, ...]]] = {}
+    for letter, array in operands.items():
+        match = [n for n in node.inputs if n and _same_memory(recorded[n], array)]
+        if not match:
+            return None
+        sources[letter] = (match[0], array.shape)
+    used = {name for name, _ in sources.values()}
+    if any(n and n not in used and n not in constants for n in node.inputs):
+        return None
+
+    def make(outs: list[np.ndarray], buffers: list[np.ndarray], ins: list[Getter]) -> Run:
+        by_name = {g.name: g for g in ins}
+        arrays: dict[str, np.ndarray] = {}
+        dynamic = []
+        for letter, (name, shape) in sources.items():
+            get = by_name[name]
+            if get.fixed is not None:
+                arrays[letter] = _contiguous(get.fixed.reshape(shape))
+            else:
+                arrays[letter] = np.zeros(shape, kernel.dtype)   # replaced by rebind
+                dynamic.append((letter, get, shape))
+        bound = kernel.bind(out=outs[0].reshape(result.shape), **arrays)
+
+        def run(env: Env) -> None:
+            for letter, get, shape in dynamic:
+                bound.rebind(letter, get(env).reshape(shape))
+            bound()
+        return run
+
+    return Spec(make, [], "kernel")
+
+
+def _contiguous(array: np.ndarray) -> np.ndarray:
+    """``array`` itself when C-contiguous, else a C-contiguous copy (0-d stays 0-d, unlike
+    ``np.ascontiguousarray``)."""
+    return array if array.flags.c_contiguous else np.array(array, order="C")
+
+
+def _same_memory(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether ``b`` is ``a`` reshaped: same dtype, size and bytes, both C-contiguous."""
+    return a.dtype == b.dtype and a.size == b.size and a.flags.c_contiguous and \
+        b.flags.c_contiguous and (a.size == 0 or a.ctypes.data == b.ctypes.data)
+
+
+def _fused(step: Step, recorded: Env) -> Spec | None:
+    """A fused program: its BLAS head into a scratch product, then one prebound kernel."""
+    node, context = step.node, step.context
+    program = node.attributes["program"]
+    values = {name: recorded[name] for name in program.externals}
+    dtypes = {a.dtype for a in values.values()}
+    if program.multi_hot or len(dtypes) != 1 or next(iter(dtypes)) not in FLOATS:
+        return None       # data-dependent CSR, or the nodes run one by one
+    dtype = next(iter(dtypes))
+    head = program.head
+    chain = [n for n in program.nodes if n is not head]
+    inline = None
+    if head is not None:
+        inline = inline_head(program, head, values, dtype)
+        if inline is None:
+            return None
+        if inline["blas"]:
+            values[PRODUCT] = np.empty((inline["m"], inline["n"]), dtype)
+    output = program.output if chain or head is None else head.outputs[0]
+    statement, operands, formats, out_shape, transposed = build_statement(program, values, inline, output)
+    if any(kind == "csr" for _, _, kind in operands.values()):
+        return None
+    kernel = context.kernels.get(statement, dtype, formats)
+    blas = inline is not None and inline["blas"]
+    scratch: list[tuple[tuple[int, ...], np.dtype]] = []
+    if blas:
+        scratch.append(((inline["m"], inline["n"]), dtype))
+    for name, shape, kind in operands.values():
+        if kind == "transpose":
+            scratch.append((tuple(shape), dtype))
+    if transposed:
+        scratch.append((tuple(out_shape[::-1]), dtype))
+
+    def make(outs: list[np.ndarray], buffers: list[np.ndarray], ins: list[Getter]) -> Run:
+        by_name = {g.name: g for g in ins}
+        spare = iter(buffers)
+        product = next(spare) if blas else None
+        arrays: dict[str, Any] = {}
+        dynamic: list[tuple[str, Getter, tuple[int, ...]]] = []
+        copies: list[tuple[Getter, np.ndarray]] = []
+        for letter, (name, shape, kind) in operands.items():
+            if kind == "sparse weight":
+                arrays[letter] = program.sparse[0 if transposed else 1]
+            elif kind == "transpose":
+                target = next(spare)
+                copies.append((by_name[name], target))
+                arrays[letter] = target
+            elif name == PRODUCT:
+                arrays[letter] = product.reshape(shape)
+            elif by_name[name].fixed is not None:
+                # Buffers are contiguous; only a constant can need this (one) copy.
+                arrays[letter] = _contiguous(by_name[name].fixed.reshape(shape))
+            else:
+                arrays[letter] = np.zeros(shape, dtype)     # replaced by rebind each run
+                dynamic.append((letter, by_name[name], tuple(shape)))
+        result = next(spare) if transposed else outs[0].reshape(out_shape)
+        bound = kernel.bind(out=result, **arrays)
+        final = outs[0].reshape(out_shape)
+        if blas:
+            a_get, b_get = by_name[head.inputs[0]], by_name[head.inputs[1]]
+            trans_a, trans_b = inline["trans_a"], inline["trans_b"]
+
+        def run(env: Env) -> None:
+            if blas:
+                a, b = a_get(env), b_get(env)
+                np.matmul(a.T if trans_a else a, b.T if trans_b else b, out=product)
+            for get, target in copies:
+                np.copyto(target, get(env).T.reshape(target.shape))
+            for letter, get, shape in dynamic:
+                bound.rebind(letter, get(env).reshape(shape))
+            bound()
+            if transposed:
+                np.copyto(final, result.T)
+        return run
+
+    return Spec(make, scratch, "BLAS + kernel" if blas else "kernel")
+
+
+def _bag(step: Step, recorded: Env) -> Spec | None:
+    """An embedding bag: the CSR bag matrix's arrays are fixed, refilled from the ids."""
+    node, context = step.node, step.context
+    bag = node.attributes["bag"]
+    table, index = recorded[node.inputs[0]], recorded[node.inputs[1]]
+    weights = recorded[node.inputs[2]] if len(node.inputs) > 2 and node.inputs[2] else None
+    if index.ndim != 2 or table.ndim != 2 or table.dtype not in FLOATS or \
+            index.dtype.kind not in "iu":
+        return None
+    if weights is not None and (weights.dtype != table.dtype or
+                                weights.shape != index.shape + (1,)):
+        return None
+    rows, size = index.shape
+    n, dim = table.shape
+    scale = table.dtype.type(1.0 / size if bag.mode == "mean" and size else 1.0)
+    if size > n or not rows * size:
+        return None
+    kernel = context.kernels.get(BAG_STATEMENT, table.dtype, {"S": ta.CSR})
+
+    def make(outs: list[np.ndarray], buffers: list[np.ndarray], ins: list[Getter]) -> Run:
+        if ins[0].fixed is None:
+            raise ta.UnsupportedError("the table is not a constant")
+        pos = np.arange(0, rows * size + 1, size, dtype=np.int64)
+        crd = np.tile(np.arange(size, dtype=np.int64), rows)     # valid until the first run
+        vals = np.full(rows * size, scale, table.dtype)
+        matrix = ta.Tensor((rows, n), ta.CSR, [None, (pos, crd)], vals)
+        if matrix.levels[1].crd is not crd or matrix.vals is not vals:
+            raise ta.UnsupportedError("the bag matrix's arrays were copied")
+        bound = kernel.bind(out=outs[0].reshape(rows, dim), S=matrix,
+                            T=_contiguous(ins[0].fixed))
+        ids = ins[1]
+        weight = ins[2] if weights is not None else None
+
+        def run(env: Env) -> None:
+            idx = ids(env)
+            if idx.size:
+                low, high = int(idx.min()), int(idx.max())
+                if low < -n or high >= n:
+                    raise ta.ShapeError(f"{context}: an index of {node.inputs[1]} is outside "
+                                        f"[-{n}, {n})")
+                np.copyto(crd, idx.reshape(-1), casting="unsafe")
+                if low < 0:
+                    np.add(crd, n, out=crd, where=crd < 0)
+            if weight is not None:
+                np.multiply(weight(env).reshape(-1), scale, out=vals)
+            bound()
+        return run
+
+    return Spec(make, [], "kernel")
+
+
+def _gather(step: Step, recorded: Env) -> Spec | None:
+    node, context = step.node, step.context
+    data = recorded[node.inputs[0]]
+    if recorded[node.inputs[1]].dtype.kind not in "iu":
+        return None
+    axis = int(node.attributes.get("axis", 0))
+    axis = axis + data.ndim if axis < 0 else axis
+    if not 0 <= axis < data.ndim:
+        return None
+    size = data.shape[axis]
+
+    def make(outs: list[np.ndarray], buffers: list[np.ndarray], ins: list[Getter]) -> Run:
+        out, (data_of, index_of) = outs[0], ins
+
+        def run(env: Env) -> None:
+            index = index_of(env)
+            if index.size and (index.min() < -size or index.max() >= size):
+                raise ta.ShapeError(f"{context}: an index of {node.inputs[1]} is outside "
+                                    f"[-{size}, {size})")
+            np.take(data_of(env), index, axis=axis, out=out, mode="wrap")  # checked above
+        return run
+
+    return Spec(make, [], "copy")
+
+
+def _concat(step: Step, recorded: Env) -> Spec | None:
+    out_rank = recorded[step.node.outputs[0]].ndim
+    axis = int(step.node.attributes.get("axis", 0))
+    axis = axis + out_rank if axis < 0 else axis
+
+    def make(outs: list[np.ndarray], buffers: list[np.ndarray], ins: list[Getter]) -> Run:
+        out = outs[0]
+        return lambda env: np.concatenate([g(env) for g in ins], axis=axis, out=out)
+
+    return Spec(make, [], "copy")
+
+
+def _matmul(step: Step, recorded: Env) -> Spec | None:
+    """A MatMul the node-by-node run sent to BLAS: the same product, into its buffer."""
+    a, b = (recorded[n] for n in step.node.inputs[:2])
+    out = recorded[step.node.outputs[0]]
+    if not any(text.startswith("BLAS") for text in step.context.plan) or a.ndim < 2 or \
+            b.ndim < 2 or not a.dtype == b.dtype == out.dtype or a.dtype not in FLOATS:
+        return None
+
+    def make(outs: list[np.ndarray], buffers: list[np.ndarray], ins: list[Getter]) -> Run:
+        buf, (a_of, b_of) = outs[0], ins
+        return lambda env: np.matmul(a_of(env), b_of(env), out=buf)
+
+    return Spec(make, [], "BLAS")
+
+
+def _transpose(step: Step, recorded: Env) -> Spec | None:
+    rank = recorded[step.node.inputs[0]].ndim
+    perm = step.node.attributes.get("perm")
+    perm = tuple(perm) if perm is not None else tuple(range(rank))[::-1]
+
+    def make(outs: list[np.ndarray], buffers: list[np.ndarray], ins: list[Getter]) -> Run:
+        out, get = outs[0], ins[0]
+        return lambda env: np.copyto(out, get(env).transpose(perm))
+
+    return Spec(make, [], "copy")
+
+
+_BUILDERS: dict[str, Callable[[Step, Env], Spec | None]] = {
+    "Fused": _fused, "EmbeddingBag": _bag, "Gather": _gather, "Concat": _concat,
+    "MatMul": _matmul, "Transpose": _transpose,
+}
+
+MAX_PLANS = 8   # input-shape signatures kept per model
+
+
+class Specialiser:
+    """Runs a graph through a :class:`StaticPlan` per input-shape signature (see the module
+    docstring); the first run of each signature, and anything a plan cannot do, runs node by
+    node."""
+
+    def __init__(self, executor: Executor) -> None:
+        self.executor = executor
+        self.plans: dict[tuple, StaticPlan | None] = {}
+        self.notes: dict[tuple, str] = {}
+
+    def run(self, feeds: Mapping[str, np.ndarray],
+            timer: Callable[[Step, float], Any] | None = None) -> Env:
+        """Values after a run: at least every graph output."""
+        constants = self.executor.graph.constants
+        if any(name in constants for name in feeds):   # an initializer overridden by a feed
+            return self.executor.run(feeds, timer)
+        signature = self.signature(feeds)
+        if signature not in self.plans:
+            recorded = self.executor.run(feeds, timer, keep_all=True)
+            self._build(signature, feeds, recorded)
+            return recorded
+        plan = self.plans[signature]
+        if plan is None or not plan.lock.acquire(blocking=False):
+            return self.executor.run(feeds, timer)
+        try:
+            return plan.run(feeds, timer)
+        except Replan as why:
+            self.plans[signature] = None
+            self.notes[signature] = f"static plan dropped: {why}"
+            return self.executor.run(feeds, timer)
+        finally:
+            plan.lock.release()
+
+    @staticmethod
+    def signature(feeds: Mapping[str, np.ndarray]) -> tuple:
+        """What a plan is specialised to: each input's name, shape and dtype."""
+        return tuple((name, a.shape, a.dtype.str) for name, a in feeds.items())
+
+    def _build(self, signature: tuple, feeds: Mapping[str, np.ndarray], recorded: Env) -> None:
+        if len(self.plans) >= MAX_PLANS:
+            del self.plans[next(iter(self.plans))]
+        try:
+            plan = build_plan(self.executor, feeds, recorded)
+        except ta.TensorAlgebraError as err:
+            self.plans[signature] = None
+            self.notes[signature] = f"no static plan: {err}"
+            return
+        self.plans[signature] = plan
+        self.notes[signature] = plan.describe()
+
+    def latest(self) -> StaticPlan | None:
+        """The most recently built plan, if any."""
+        plans = [p for p in self.plans.values() if p is not None]
+        return plans[-1] if plans else None
+
+
+__all__ = ["Specialiser", "StaticPlan", "build_plan", "Replan"]
