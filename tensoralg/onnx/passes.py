@@ -1,11 +1,11 @@
 """Graph passes by opt level, as one visible list per level (:func:`pipeline`).
 
-Level 1: shape inference, constant folding, dead node removal. Level 2 adds MatMul
-re-association (:mod:`fusion`), embedding bags (:mod:`bags`) and fusion of elementwise chains
-and contraction epilogues (:mod:`fusion`). Level 3 adds sparse weights
-(:mod:`sparse_weights`), compiled into the fused statements. Each pass is a function
-``Graph -> Graph`` whose docstring states what it establishes; :func:`describe` prints a graph
-after each pass (``print_ir("passes")``).
+Level 1: shape inference, constant folding, dead node removal. Level 2 adds Conv +
+BatchNormalization folding (:mod:`folding`), MatMul re-association (:mod:`fusion`), embedding
+bags (:mod:`bags`) and fusion of elementwise chains and contraction epilogues (:mod:`fusion`).
+Level 3 adds sparse weights (:mod:`sparse_weights`), compiled into the fused statements. Each
+pass is a function ``Graph -> Graph`` whose docstring states what it establishes;
+:func:`describe` prints a graph after each pass (``print_ir("passes")``).
 """
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import onnx
 
 from tensoralg.onnx.bags import recognise_bags
 from tensoralg.onnx.executor import call_node
+from tensoralg.onnx.folding import fold_conv_batchnorm
 from tensoralg.onnx.fusion import fuse, reassociate_matmuls
 from tensoralg.onnx.graph import Graph
 from tensoralg.onnx.kernels import KernelSet, NodeContext
@@ -101,7 +102,10 @@ def pipeline(opt_level: int, model: onnx.ModelProto, kernels: KernelSet,
             ("dead node removal", remove_dead_nodes),
         ]
     if opt_level >= 2:
+        # Conv+BN folding first: it needs the constants level 1 computed, and must see the
+        # original nodes, before any later pass replaces them.
         steps += [
+            ("conv+batchnorm folding", fold_conv_batchnorm),
             ("matmul re-association", reassociate_matmuls),
             ("embedding bags", recognise_bags),
         ]

@@ -1,0 +1,137 @@
+"""Opt level 2: an inference BatchNormalization after a Conv, folded into the Conv's weights.
+
+In inference mode BatchNormalization is a per-channel affine map of its input,
+``Y(n,c,...) = (X(n,c,...) - mean(c)) * s(c) + beta(c)`` with ``s = scale / sqrt(var + eps)``.
+Output channel ``m`` of a Conv is linear in the weights of that channel alone (whatever the
+group), so the map moves into the weights and bias, computed once at load::
+
+    W'(m,...) = W(m,...) * s(m)        B'(m) = (B(m) - mean(m)) * s(m) + beta(m)
+
+and the pair runs as one Conv, one pass over the activations instead of two.
+"""
+from __future__ import annotations
+
+from typing import Iterable
+
+import numpy as np
+
+from tensoralg.onnx.fusion import consumers_of
+from tensoralg.onnx.graph import Graph, Node
+
+
+def fold_conv_batchnorm(graph: Graph) -> Graph:
+    """Replace each Conv whose only consumer is an inference BatchNormalization by one Conv
+    with folded constants; afterwards no foldable pair remains.
+
+    For example ``conv1: Conv(x, W1, b1) -> c1`` then ``bn1: BatchNormalization(c1, gamma,
+    beta, mu, var) -> bn`` becomes ``conv1: Conv(x, W1*bn1, b1*bn1) -> bn``, with the new
+    constants in ``graph.constants``. A pair is left as it is unless the Conv's weight (and
+    bias, if any) and the four statistics are float constants of matching channel count, the
+    Conv's output is used by the BatchNormalization alone and is no graph output, and the
+    BatchNormalization has no other used output.
+    """
+    consumers = consumers_of(graph)
+    outputs = {v.name for v in graph.outputs}
+    taken = _value_names(graph)
+    nodes = list(graph.nodes)
+    producer = {name: k for k, node in enumerate(nodes) for name in node.outputs if name}
+    removed: set[int] = set()
+    replaced: set[str] = set()
+    folded = []
+    # In topological order, so Conv -> BN -> BN folds twice: the first fold's Conv is found as
+    # the producer of the second BN's input.
+    for k, bn in enumerate(nodes):
+        if bn.op_type != "BatchNormalization" or not bn.inputs:
+            continue
+        j = producer.get(bn.inputs[0])
+        if j is None or nodes[j].op_type != "Conv":
+            continue
+        conv = nodes[j]
+        if not _foldable(conv, bn, graph, consumers, outputs):
+            continue
+        nodes[j] = _folded(conv, bn, graph, taken)
+        producer[bn.outputs[0]] = j
+        replaced.update(name for name in conv.inputs[1:] + bn.inputs[1:] if name)
+        removed.add(k)
+        folded.append(f"{bn.name} into {conv.name}")
+    graph.nodes = [node for k, node in enumerate(nodes) if k not in removed]
+    # The original weights and statistics are dead unless something else still reads them.
+    still_used = outputs | {name for node in graph.nodes for name in node.inputs}
+    for name in replaced - still_used:
+        graph.constants.pop(name, None)
+    graph.notes.append(f"conv+batchnorm: {len(folded)} folded" +
+                       (f" ({', '.join(folded)})" if folded else ""))
+    return graph
+
+
+def _foldable(conv: Node, bn: Node, graph: Graph, consumers: dict[str, list[Node]],
+              outputs: set[str]) -> bool:
+    """Whether the pair may be folded without changing any value the graph exposes."""
+    if len(conv.inputs) < 2 or not conv.outputs or len(bn.inputs) != 5 or \
+            bn.attributes.get("training_mode", 0):
+        return False
+    hidden = conv.outputs[0]
+    if hidden in outputs or [c.name for c in consumers.get(hidden, [])] != [bn.name]:
+        return False
+    # Running mean/var outputs (training exports) vanish with the node: only fold if unused.
+    if any(name and (name in outputs or name in consumers) for name in bn.outputs[1:]):
+        return False
+    weight = graph.constants.get(conv.inputs[1])
+    bias_name = conv.inputs[2] if len(conv.inputs) > 2 else ""
+    stats = [graph.constants.get(name) for name in bn.inputs[1:]]
+    if weight is None or weight.ndim < 3 or any(s is None for s in stats) or \
+            (bias_name and bias_name not in graph.constants):
+        return False
+    channels = (weight.shape[0],)
+    vectors = stats + ([graph.constants[bias_name]] if bias_name else [])
+    if weight.dtype.kind != "f" or any(v.dtype.kind != "f" or v.shape != channels
+                                       for v in vectors):
+        return False
+    # A variance with var + eps <= 0 gives inf/NaN either way; the original nodes keep the
+    # model's own inf/NaN pattern, which folding into the weights would not.
+    epsilon = float(bn.attributes.get("epsilon", 1e-5))
+    return bool(np.all(stats[3].astype(np.float64) + epsilon > 0))
+
+
+def _folded(conv: Node, bn: Node, graph: Graph, taken: set[str]) -> Node:
+    """The Conv computing ``bn``'s output, its new weight and bias added to the constants."""
+    weight = graph.constants[conv.inputs[1]]
+    bias_name = conv.inputs[2] if len(conv.inputs) > 2 else ""
+    scale, beta, mean, var = (graph.constants[name].astype(np.float64) for name in bn.inputs[1:])
+    # float64 here whatever the model's float type, so folding adds no rounding of its own
+    # beyond the one cast back to the weight's dtype.
+    factor = scale / np.sqrt(var + float(bn.attributes.get("epsilon", 1e-5)))
+    bias = graph.constants[bias_name].astype(np.float64) if bias_name else 0.0
+    new_weight = weight.astype(np.float64) * factor.reshape((-1,) + (1,) * (weight.ndim - 1))
+    new_bias = (bias - mean) * factor + beta
+    w_name = _fresh(f"{conv.inputs[1]}*{bn.name}", taken)
+    b_name = _fresh(f"{bias_name or conv.name + '.bias'}*{bn.name}", taken)
+    graph.constants[w_name] = new_weight.astype(weight.dtype)
+    graph.constants[b_name] = new_bias.astype(weight.dtype)
+    return Node(conv.name, conv.op_type, (conv.inputs[0], w_name, b_name), bn.outputs[:1],
+                conv.attributes, conv.version, conv.impl)
+
+
+def _value_names(graph: Graph) -> set[str]:
+    names: set[str] = set(graph.constants)
+    names.update(v.name for v in list(graph.inputs) + list(graph.outputs))
+    for node in graph.nodes:
+        names.update(_nonempty(node.inputs))
+        names.update(_nonempty(node.outputs))
+    return names
+
+
+def _nonempty(names: Iterable[str]) -> Iterable[str]:
+    return (name for name in names if name)
+
+
+def _fresh(base: str, taken: set[str]) -> str:
+    """``base``, or ``base#k`` for the first k that names no value yet; reserved in ``taken``."""
+    name, k = base, 1
+    while name in taken:
+        name, k = f"{base}#{k}", k + 1
+    taken.add(name)
+    return name
+
+
+__all__ = ["fold_conv_batchnorm"]
