@@ -58,6 +58,9 @@ class _Builder:
     counter: itertools.count = field(default_factory=itertools.count)
     conversions: dict[Access, str] = field(default_factory=dict)   # of the nest being built
     aliases: dict[str, str] = field(default_factory=dict)          # alias -> source tensor
+    # The statement's output indices: a temporary orders its modes like them, so that the loop
+    # order that suits the output also walks the temporary in storage order.
+    preferred: tuple[str, ...] = ()
 
     def temporary(self, indices: tuple[str, ...], expr: Expr, reduced: tuple[str, ...]) -> Access:
         name = f"_t{next(self.counter)}"
@@ -74,12 +77,13 @@ def concretize(stmt: Assignment, formats: dict[str, Format], index_dtypes: dict[
 
     ``out_format`` None means: infer the output format (DESIGN.md, "out_format").
     """
-    builder = _Builder(dict(formats), dict(index_dtypes))
+    builder = _Builder(dict(formats), dict(index_dtypes), preferred=stmt.lhs.indices)
     rhs = extract_diagonals(rename_reductions(stmt.rhs, set(stmt.lhs.indices)), builder)
     out = stmt.lhs
     if out_format is None:
         # Inference looks at the hoisted body; a scratch builder keeps its temporaries apart.
-        scratch = _Builder(dict(builder.formats), dict(builder.index_dtypes))
+        scratch = _Builder(dict(builder.formats), dict(builder.index_dtypes),
+                           preferred=stmt.lhs.indices)
         body, reduced = hoist(rhs, scratch)
         out_format = infer_output_format(out, body, reduced, scratch.formats)
     if not out_format.is_dense:
@@ -245,9 +249,12 @@ def _materialize(expr: Expr, builder: _Builder) -> Expr:
     match expr:
         case Reduce():
             body, reduced = hoist(expr, builder)
-            free = tuple(i for i in dict.fromkeys(
-                idx for a in accesses(body) for idx in a.indices) if i not in reduced)
-            return builder.temporary(free, body, reduced)
+            seen = [i for i in dict.fromkeys(
+                idx for a in accesses(body) for idx in a.indices) if i not in reduced]
+            lhs = builder.preferred
+            free = sorted(seen, key=lambda i: (0, lhs.index(i)) if i in lhs
+                          else (1, seen.index(i)))
+            return builder.temporary(tuple(free), body, reduced)
         case Access() | Literal():
             return expr
         case Neg(x):

@@ -15,8 +15,11 @@ weights (1, 1/L for a mean, or the weights given), and the node runs
 so the (batch, bag, dim) tensor that Gather would materialise never exists. An index input that
 is not 2-D runs the original nodes.
 
-The TorchScript ``Loop`` form of ``nn.EmbeddingBag`` and the sequence-op loop of the newer
-exporter are not recognised: the loader refuses subgraph attributes (a ``Loop`` is refused at load time).
+The ``Loop`` forms of ``nn.EmbeddingBag`` (the TorchScript exporter's Gather/Slice/ReduceSum
+body and the dynamo exporter's sequence-op loop) are recognised when the model is loaded, at every
+opt level, by :mod:`tensoralg.onnx.bag_loops`, which replaces each by an ``EmbeddingBag`` node run
+by :func:`run_loop_bag`: bag ``b`` covers ``indices[offsets[b]:offsets[b+1]]`` (the last bag to
+the end), and its CSR row is built from those ranges directly, then the same statement runs.
 """
 from __future__ import annotations
 
@@ -29,7 +32,7 @@ import scipy.sparse as sp
 import tensoralg as ta
 from tensoralg.onnx.fusion import consumers_of, run_original
 from tensoralg.onnx.graph import Graph, Node
-from tensoralg.onnx.kernels import NodeContext
+from tensoralg.onnx.kernels import NodeContext, compute_dtype
 from tensoralg.onnx.ops.registry import OpImpl
 
 BAG_STATEMENT = "Y(i,j) = S(i,k) * T(k,j)"
@@ -95,6 +98,109 @@ def _weight_name(bag: Bag) -> str:
 EMBEDDING_BAG = OpImpl("EmbeddingBag", 1, run_bag, None, None)
 
 
+@dataclass
+class LoopBag:
+    """A bag ``Loop`` recognised at load: bag ``b`` sums (or averages) the members
+    ``starts[b] <= p < ends[b]``, with ``starts = first[:count]`` and
+    ``ends = last[end_shift:end_shift + count]`` (the TorchScript body reads a separate ends
+    array; the sequence-op body reads the next entry of the same one)."""
+
+    loop: str                      # the Loop node's name
+    form: str                      # which exporter's loop, for the plan
+    mode: str                      # "sum" or "mean"
+    end_shift: int = 0
+
+    def __str__(self) -> str:
+        return f"embedding bag ({self.mode}) from the {self.form} {self.loop}"
+
+
+def run_loop_bag(context: NodeContext, table: np.ndarray, indices: np.ndarray | None,
+                 first: np.ndarray, last: np.ndarray, count: np.ndarray,
+                 weights: np.ndarray | None = None, *, bag: LoopBag) -> np.ndarray:
+    """Rows ``Y[b] = sum/mean over members p of bag b of weights[p] * table[indices[p]]`` as
+    one ``Y(i,j) = S(i,k) * T(k,j)`` with S in CSR (no indices: ``table`` already holds the
+    gathered member rows, ``T[p]``). A mean of an empty bag is 0, as in PyTorch.
+
+    >>> from tensoralg.onnx.kernels import KernelSet
+    >>> ctx = NodeContext("bag", "EmbeddingBag", (), ("y",), 1, KernelSet("llvm"))
+    >>> run_loop_bag(ctx, np.eye(3), np.array([0, 2, 2]), np.array([0, 1]), np.array([1, 3]),
+    ...              np.array(2), bag=LoopBag("loop", "TorchScript Loop", "sum"))
+    array([[1., 0., 0.],
+           [0., 0., 2.]])
+    """
+    if table.ndim < 1 or table.dtype.kind != "f":
+        raise ta.UnsupportedError(f"{context}: the embedding table must be a floating-point "
+                                  f"tensor, got {table.dtype} of shape {table.shape}")
+    if indices is not None and indices.ndim != 1:
+        raise ta.UnsupportedError(f"{context}: bag indices must be 1-D, got shape "
+                                  f"{indices.shape}")
+    members = len(indices) if indices is not None else table.shape[0]
+    starts, ends = _bag_ranges(context, first, last, count, bag.end_shift, members)
+    rows, n = len(starts), table.shape[0]
+    dtype = compute_dtype(table.dtype)
+    lengths = ends - starts
+    indptr = np.zeros(rows + 1, dtype=np.int64)
+    np.cumsum(lengths, out=indptr[1:])
+    # member positions of every bag, in bag order: starts[b], starts[b] + 1, ..., ends[b] - 1
+    positions = np.arange(indptr[-1], dtype=np.int64) - np.repeat(indptr[:-1] - starts, lengths)
+    columns = positions
+    if indices is not None:
+        columns = indices[positions].astype(np.int64, copy=False)
+        if columns.size and (columns.min() < -n or columns.max() >= n):
+            bad = columns[(columns < -n) | (columns >= n)][0]
+            raise ta.ShapeError(f"{context}: index {bad} of {context.inputs[1]} is outside the "
+                                f"table's rows [-{n}, {n})")
+        columns = np.where(columns < 0, columns + n, columns)
+    if weights is None:
+        data = np.ones(len(positions), dtype=dtype)
+    else:
+        try:
+            data = np.broadcast_to(weights.reshape(-1), (members,))[positions].astype(dtype)
+        except ValueError:
+            raise ta.ShapeError(f"{context}: per-sample weights of shape {weights.shape} do not "
+                                f"match the {members} bag members") from None
+    if bag.mode == "mean":
+        data = data / np.repeat(lengths, lengths).astype(dtype)
+    matrix = sp.csr_array((data, columns, indptr), shape=(rows, n))
+    matrix.sum_duplicates()       # a repeated id in one bag is one entry of S, sorted
+    context.note(f"bag matrix in CSR from offsets: {rows} bags, {len(positions)} members over "
+                 f"{n} rows")
+    flat = table.reshape(n, -1)
+    if rows == 0 or flat.shape[1] == 0:
+        result = np.zeros((rows, flat.shape[1]), dtype=dtype)
+    else:
+        result = context.run(BAG_STATEMENT, dtype, {"S": ta.CSR}, S=matrix, T=flat)
+    return result.reshape((rows,) + table.shape[1:]).astype(table.dtype, copy=False)
+
+
+def _bag_ranges(context: NodeContext, first: np.ndarray, last: np.ndarray, count: np.ndarray,
+                end_shift: int, members: int) -> tuple[np.ndarray, np.ndarray]:
+    """``starts`` and ``ends`` of every bag, checked as PyTorch checks offsets: they start at 0,
+    never decrease and stay within the ``members`` indices (ORT would silently clamp)."""
+    if np.asarray(count).size != 1 or first.ndim != 1 or last.ndim != 1:
+        raise ta.ShapeError(f"{context}: bag offsets must be 1-D and the bag count a scalar")
+    rows = max(int(np.asarray(count).reshape(-1)[0]), 0)
+    if len(first) < rows or len(last) < rows + end_shift:
+        raise ta.ShapeError(f"{context}: the loop runs {rows} bags but the offsets hold only "
+                            f"{min(len(first), len(last) - end_shift)}")
+    starts = first[:rows].astype(np.int64, copy=False)
+    ends = last[end_shift:end_shift + rows].astype(np.int64, copy=False)
+    if rows and starts[0] != 0:
+        raise ta.ShapeError(f"{context}: offsets must start at 0, got {starts[0]}")
+    outside = (starts < 0) | (starts > members) | (ends > members)
+    if outside.any():
+        b = int(np.argmax(outside))
+        raise ta.ShapeError(f"{context}: bag {b} covers [{starts[b]}, {ends[b]}), outside the "
+                            f"{members} indices")
+    if np.any(starts[1:] < starts[:-1]) or np.any(ends < starts):
+        raise ta.ShapeError(f"{context}: offsets must be non-decreasing, got "
+                            f"{np.asarray(first).tolist()[:rows + 1]}")
+    return starts, ends
+
+
+EMBEDDING_BAG_LOOP = OpImpl("EmbeddingBag", 1, run_loop_bag, None, None)
+
+
 def _reduced_axes(node: Node, graph: Graph) -> list[int] | None:
     if len(node.inputs) > 1 and node.inputs[1]:
         axes = graph.constants.get(node.inputs[1])
@@ -143,4 +249,5 @@ def recognise_bags(graph: Graph) -> Graph:
     return graph
 
 
-__all__ = ["recognise_bags", "run_bag", "Bag", "EMBEDDING_BAG"]
+__all__ = ["recognise_bags", "run_bag", "Bag", "EMBEDDING_BAG", "run_loop_bag", "LoopBag",
+           "EMBEDDING_BAG_LOOP"]

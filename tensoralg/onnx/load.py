@@ -1,4 +1,9 @@
-"""Reading an ONNX model into a :class:`Graph`: parse, check, resolve every op at load time."""
+"""Reading an ONNX model into a :class:`Graph`: parse, check, resolve every op at load time.
+
+Subgraph attributes (control flow) are refused, except a ``Loop`` that is an exported
+``nn.EmbeddingBag``: :mod:`tensoralg.onnx.bag_loops` replaces it by one ``EmbeddingBag`` node
+here, before any pass, so every opt level runs it and any other Loop is refused at load.
+"""
 from __future__ import annotations
 
 import os
@@ -9,9 +14,10 @@ import onnx
 from google.protobuf.message import DecodeError
 
 import tensoralg as ta
+from tensoralg.onnx.bag_loops import recognise_bag_loops
 from tensoralg.onnx.errors import ModelError
 from tensoralg.onnx.graph import Graph, Node, ValueInfo
-from tensoralg.onnx.ops import lookup
+from tensoralg.onnx.ops import lookup, shape_math  # noqa: F401  (shape_math: Size, Range, ...)
 from tensoralg.onnx.ops.constant import numpy_dtype, tensor_value
 from tensoralg.onnx.sparse_weights import sparse_initializer
 
@@ -133,13 +139,20 @@ def build_graph(model: onnx.ModelProto) -> Graph:
         constants[sparse.values.name] = sparse_initializer(sparse)
     inputs = [value_info(v) for v in graph.input if v.name not in constants]
     outputs = [value_info(v) for v in graph.output]
-    nodes = []
+    names = []
     used: set[str] = set()
     for k, proto in enumerate(graph.node):
-        name = proto.name if proto.name and proto.name not in used else f"n{k}"
-        used.add(name)
-        nodes.append(resolve_node(proto, name, opset))
-    return Graph(nodes, inputs, outputs, constants, opset)
+        names.append(proto.name if proto.name and proto.name not in used else f"n{k}")
+        used.add(names[-1])
+    # Loops first: an unrecognised one is refused before the sequence ops around it are
+    bags, notes = recognise_bag_loops(graph, names)
+    nodes = []
+    for k, proto in enumerate(graph.node):
+        if k in bags:
+            nodes.extend([bags[k]] if bags[k] is not None else [])
+        else:
+            nodes.append(resolve_node(proto, names[k], opset))
+    return Graph(nodes, inputs, outputs, constants, opset, notes=notes)
 
 
 def np_dtype_name(dtype: np.dtype | None) -> str:

@@ -297,8 +297,17 @@ def _same_memory(a: np.ndarray, b: np.ndarray) -> bool:
         b.flags.c_contiguous and (a.size == 0 or a.ctypes.data == b.ctypes.data)
 
 
+SPARSE_PRODUCT = "Y(j,i) = sum(k, W(j,k) * X(k,i))"   # a sparse head, transposed: batch inner
+
+
 def _fused(step: Step, recorded: Env) -> Spec | None:
-    """A fused program: its BLAS head into a scratch product, then one prebound kernel."""
+    """A fused program: its head (BLAS, or a sparse-weight kernel) into a scratch product, then
+    one prebound kernel for the rest.
+
+    A sparse head with an epilogue runs as two kernels: ``W^T X^T`` (the batch innermost, in
+    unit stride) into a scratch product, and the epilogue reading that product transposed, so
+    the result lands in the output's layout with no calloc'ed temporary or extra transpose.
+    """
     node, context = step.node, step.context
     program = node.attributes["program"]
     values = {name: recorded[name] for name in program.externals}
@@ -309,21 +318,35 @@ def _fused(step: Step, recorded: Env) -> Spec | None:
     head = program.head
     chain = [n for n in program.nodes if n is not head]
     inline = None
+    split = False
     if head is not None:
         inline = inline_head(program, head, values, dtype)
         if inline is None:
             return None
+        split = bool(inline["transposed"] and chain)
+        if split:
+            inline = dict(inline, blas=True, transposed=False)
         if inline["blas"]:
             values[PRODUCT] = np.empty((inline["m"], inline["n"]), dtype)
     output = program.output if chain or head is None else head.outputs[0]
-    statement, operands, formats, out_shape, transposed = build_statement(program, values, inline, output)
+    statement, operands, formats, out_shape, transposed = build_statement(
+        program, values, inline, output)
     if any(kind == "csr" for _, _, kind in operands.values()):
         return None
-    kernel = context.kernels.get(statement, dtype, formats)
-    blas = inline is not None and inline["blas"]
+    blas = inline is not None and inline["blas"] and not split
     scratch: list[tuple[tuple[int, ...], np.dtype]] = []
-    if blas:
+    if split:
+        m, n = inline["m"], inline["n"]
+        letter_p = next(k for k, (name, _, _) in operands.items() if name == PRODUCT)
+        statement = statement.replace(f"{letter_p}(i,j)", f"{letter_p}(j,i)")
+        operands[letter_p] = (PRODUCT, (n, m), "view")
+        product_kernel = context.kernels.get(SPARSE_PRODUCT, dtype, {"W": ta.CSR})
+        scratch.append(((n, m), dtype))
+        if not inline["trans_a"]:
+            scratch.append(((values[head.inputs[0]].shape[1], m), dtype))
+    elif blas:
         scratch.append(((inline["m"], inline["n"]), dtype))
+    kernel = context.kernels.get(statement, dtype, formats)
     for name, shape, kind in operands.values():
         if kind == "transpose":
             scratch.append((tuple(shape), dtype))
@@ -333,7 +356,12 @@ def _fused(step: Step, recorded: Env) -> Spec | None:
     def make(outs: list[np.ndarray], buffers: list[np.ndarray], ins: list[Getter]) -> Run:
         by_name = {g.name: g for g in ins}
         spare = iter(buffers)
-        product = next(spare) if blas else None
+        product = next(spare) if blas or split else None
+        head_run = None
+        if split:
+            head_run = _sparse_head(product_kernel, program.sparse[0], product,
+                                    by_name[head.inputs[0]],
+                                    None if inline["trans_a"] else next(spare))
         arrays: dict[str, Any] = {}
         dynamic: list[tuple[str, Getter, tuple[int, ...]]] = []
         copies: list[tuple[Getter, np.ndarray]] = []
@@ -363,6 +391,8 @@ def _fused(step: Step, recorded: Env) -> Spec | None:
             if blas:
                 a, b = a_get(env), b_get(env)
                 np.matmul(a.T if trans_a else a, b.T if trans_b else b, out=product)
+            elif head_run is not None:
+                head_run(env)
             for get, target in copies:
                 np.copyto(target, get(env).T.reshape(target.shape))
             for letter, get, shape in dynamic:
@@ -372,7 +402,31 @@ def _fused(step: Step, recorded: Env) -> Spec | None:
                 np.copyto(final, result.T)
         return run
 
-    return Spec(make, scratch, "BLAS + kernel" if blas else "kernel")
+    kind = "BLAS + kernel" if blas else "sparse kernel + kernel" if split else "kernel"
+    return Spec(make, scratch, kind)
+
+
+def _sparse_head(kernel: ta.Kernel, weight_t: Any, product: np.ndarray, x: Getter,
+                 x_t: np.ndarray | None) -> Run:
+    """``product = W^T X^T`` with the batch innermost; ``x_t`` receives ``X^T`` each run
+    (None: the input is already stored k-major, as Gemm's transA gives it)."""
+    if x_t is not None:
+        bound = kernel.bind(out=product, W=weight_t, X=x_t)
+
+        def run(env: Env) -> None:
+            np.copyto(x_t, x(env).T)
+            bound()
+        return run
+    if x.fixed is not None:
+        return lambda env, call=kernel.bind(out=product, W=weight_t,
+                                             X=_contiguous(x.fixed)): call()
+    placeholder = np.zeros((weight_t.shape[1], product.shape[1]), product.dtype)
+    bound = kernel.bind(out=product, W=weight_t, X=placeholder)     # rebound each run
+
+    def run_dynamic(env: Env) -> None:
+        bound.rebind("X", x(env))
+        bound()
+    return run_dynamic
 
 
 def _bag(step: Step, recorded: Env) -> Spec | None:
