@@ -510,7 +510,7 @@ def execute(compiled: CompiledProgram, bound: Mapping[str, Tensor], value_dtype:
         buffers.sizes = np.zeros(output.rank, dtype=np.int64)
         buffers.capacity = max(16, sum(t.nnz for t in tensors.values()))
     args = compiled.arguments.pack(tensors, sizes, buffers)
-    status = _launch(compiled, args, tensors, sizes, buffers)
+    status = _launch(compiled, args, tensors, sizes, buffers, shape)
     if status != 0:
         release(buffers)
         raise KernelRuntimeError(f"the kernel for {compiled.key.statement} could not allocate "
@@ -522,15 +522,13 @@ def execute(compiled: CompiledProgram, bound: Mapping[str, Tensor], value_dtype:
 
 
 def _launch(compiled: CompiledProgram, args: list, tensors: Mapping[str, Tensor],
-            sizes: Mapping[str, int], buffers: OutputBuffers) -> int:
+            sizes: Mapping[str, int], buffers: OutputBuffers, shape: tuple[int, ...]) -> int:
     """Run the kernel, on several threads when its outer loop may be split and work is large."""
     plan = compiled.arguments
     if plan.range_slots is None or plan.range_index is None:
         return compiled.kernel(*args)
     threads = kernel_cache().threads
-    work = sum(t.nnz for t in tensors.values())
-    if buffers.dense is not None:
-        work += buffers.dense.shape[0]
+    work = estimated_work(tensors, shape if buffers.dense is not None else None)
     parts = min(threads.parts(work), sizes[plan.range_index] // MIN_ROWS_PER_THREAD)
     if parts <= 1:
         return compiled.kernel(*args)
@@ -539,6 +537,21 @@ def _launch(compiled: CompiledProgram, args: list, tensors: Mapping[str, Tensor]
     bounds = split(sizes[plan.range_index], parts, weights)
     function = compiled.kernel.function
     return max(threads.run(lambda part: function(*part), args, plan.range_slots, bounds))
+
+
+def estimated_work(tensors: Mapping[str, Tensor], dense_shape: tuple[int, ...] | None) -> int:
+    """Stored values a call touches, to decide whether splitting it over threads pays.
+
+    Dense operands count whole, unless a sparse operand drives the loops: then a dense operand
+    is read only where the sparse one has entries (an embedding table behind a bag matrix of a
+    few ids), so the work is the sparse entries times the output row width.
+    """
+    sparse = [t for t in tensors.values() if not t.format.is_dense]
+    out_rows = dense_shape[0] if dense_shape else 1
+    if not sparse:
+        return sum(t.nnz for t in tensors.values()) + out_rows
+    width = math.prod(dense_shape[1:]) if dense_shape else 1
+    return sum(t.nnz for t in sparse) * max(width, 1) + out_rows
 
 
 def _dense_output(out: np.ndarray | None, shape: tuple[int, ...], dtype: np.dtype
@@ -740,7 +753,7 @@ class Kernel:
         bounds = None
         threads = kernel_cache().threads
         if plan.range_slots is not None and plan.range_index is not None:
-            work = sum(t.nnz for t in tensors.values()) + (shape[0] if shape else 0)
+            work = estimated_work(tensors, shape)
             parts = min(threads.parts(work), sizes[plan.range_index] // MIN_ROWS_PER_THREAD)
             if parts > 1:
                 weights = (tensors[compiled.balance_by].levels[1].pos

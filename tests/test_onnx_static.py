@@ -149,3 +149,18 @@ def test_feed_overriding_an_initializer_is_honoured():
         compiled.run(feeds)
     np.testing.assert_allclose(compiled.run(override)["y"], reference.run(override)["y"],
                                rtol=RTOL, atol=ATOL)
+
+
+def test_consecutive_sparse_layers_keep_the_transposed_layout():
+    from test_onnx_passes import _pruned_mlp
+
+    model, feeds = _pruned_mlp(np.random.default_rng(12), zeros=0.9, batch=40)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    compiled = tonnx.load(model, opt_level=3)
+    rng = np.random.default_rng(13)
+    for k in range(3):
+        data = feeds if k == 0 else _fresh(feeds, rng)
+        np.testing.assert_allclose(compiled.run(data)["y"], session.run(None, data)[0],
+                                   rtol=RTOL, atol=ATOL)
+    kinds = [step.kind for step in compiled.specialiser.latest().steps]
+    assert kinds == ["sparse kernel + kernel (transposed layout)"] * 2

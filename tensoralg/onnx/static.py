@@ -33,7 +33,13 @@ import numpy as np
 import tensoralg as ta
 from tensoralg.onnx.bags import BAG_STATEMENT
 from tensoralg.onnx.executor import Executor, Step, call_node
-from tensoralg.onnx.fusion import FLOATS, PRODUCT, build_statement, inline_head
+from tensoralg.onnx.fusion import (
+    FLOATS,
+    MULTI_HOT_MIN_COLUMNS,
+    PRODUCT,
+    build_statement,
+    inline_head,
+)
 from tensoralg.onnx.plan import MemoryStats, assign_arenas
 
 Env = dict[str, np.ndarray]
@@ -65,6 +71,12 @@ class Spec:
     make: Callable[[list[np.ndarray], list[np.ndarray], list[Getter]], Run]
     scratch: list[tuple[tuple[int, ...], np.dtype]] = field(default_factory=list)
     kind: str = "prebound"
+    # Layout hooks of sparse heads: the input that may arrive stored transposed (k-major, as
+    # the kernel wants it), whether the output can be written transposed, and ``relayout``
+    # to apply the plan's choice (it may change ``scratch``).
+    transposable_input: str | None = None
+    transposable_output: bool = False
+    relayout: Callable[[bool, bool], None] | None = None
 
 
 @dataclass
@@ -129,6 +141,7 @@ def build_plan(executor: Executor, feeds: Mapping[str, np.ndarray], recorded: En
             base[node.outputs[0]] = base.get(source, source)
             continue
         specs.append((step, _spec(step, recorded, constants)))
+    transposed = _transposed_values(specs, outputs, set(base.values()))
     # Lifetimes of the buffers: birth at the producing step, death at the last use (through
     # any alias); graph outputs never die, so no other value shares their buffer.
     last: dict[str, int] = {}
@@ -143,7 +156,8 @@ def build_plan(executor: Executor, feeds: Mapping[str, np.ndarray], recorded: En
         for name in step.node.outputs:
             if name and name in recorded:
                 array = recorded[name]
-                layout[name] = (array.shape, array.dtype)
+                layout[name] = (array.shape[::-1] if name in transposed else array.shape,
+                                array.dtype)
                 death = forever if name in outputs else last.get(name, k)
                 requests.append((k, death, array.nbytes, name))
         for s, (shape, dtype) in enumerate(spec.scratch if spec is not None else ()):
@@ -181,6 +195,29 @@ def build_plan(executor: Executor, feeds: Mapping[str, np.ndarray], recorded: En
                          len(requests))
     return StaticPlan(steps, [getter(v.name) for v in graph.outputs],
                       [n for n in feeds if n not in constants], dynamic_aliases, memory, arenas)
+
+
+def _transposed_values(specs: list[tuple[Step, Spec | None]], outputs: set[str],
+                       aliased: set[str]) -> set[str]:
+    """Values kept stored transposed: written so by a sparse-head step, read only by sparse
+    heads that want them that way (consecutive pruned layers then skip both transposes)."""
+    readers: dict[str, list[Spec | None]] = {}
+    for step, spec in specs:
+        for name in dict.fromkeys(n for n in step.node.inputs if n):
+            readers.setdefault(name, []).append(spec)
+    chosen = set()
+    for step, spec in specs:
+        name = step.node.outputs[0] if step.node.outputs else ""
+        users = readers.get(name, [])
+        if spec is not None and spec.transposable_output and name not in outputs and \
+                name not in aliased and users and \
+                all(u is not None and u.transposable_input == name for u in users):
+            chosen.add(name)
+    for step, spec in specs:
+        if spec is not None and spec.relayout is not None:
+            spec.relayout(spec.transposable_input in chosen,
+                          bool(step.node.outputs) and step.node.outputs[0] in chosen)
+    return chosen
 
 
 def _peak(requests: list[tuple[int, int, int, Any]], steps: int) -> int:
@@ -229,9 +266,8 @@ def _spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) -> Spe
             not all(n in recorded for n in step.node.outputs if n):
         return None
     builder = _BUILDERS.get(step.node.op_type)
-    if builder is not None:
-        return builder(step, recorded)
-    return _captured(step, recorded, constants)
+    spec = builder(step, recorded) if builder is not None else None
+    return spec if spec is not None else _captured(step, recorded, constants)
 
 
 def _captured(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) -> Spec | None:
@@ -312,8 +348,8 @@ def _fused(step: Step, recorded: Env) -> Spec | None:
     program = node.attributes["program"]
     values = {name: recorded[name] for name in program.externals}
     dtypes = {a.dtype for a in values.values()}
-    if program.multi_hot or len(dtypes) != 1 or next(iter(dtypes)) not in FLOATS:
-        return None       # data-dependent CSR, or the nodes run one by one
+    if len(dtypes) != 1 or next(iter(dtypes)) not in FLOATS:
+        return None       # the nodes run one by one
     dtype = next(iter(dtypes))
     head = program.head
     chain = [n for n in program.nodes if n is not head]
@@ -323,7 +359,10 @@ def _fused(step: Step, recorded: Env) -> Spec | None:
         inline = inline_head(program, head, values, dtype)
         if inline is None:
             return None
-        split = bool(inline["transposed"] and chain)
+        if program.multi_hot and program.sparse is None and not inline["trans_a"] and \
+                inline["n"] >= MULTI_HOT_MIN_COLUMNS:
+            return None   # whether the input goes in CSR depends on its values, each run
+        split = bool(inline["transposed"])
         if split:
             inline = dict(inline, blas=True, transposed=False)
         if inline["blas"]:
@@ -334,34 +373,43 @@ def _fused(step: Step, recorded: Env) -> Spec | None:
     if any(kind == "csr" for _, _, kind in operands.values()):
         return None
     blas = inline is not None and inline["blas"] and not split
-    scratch: list[tuple[tuple[int, ...], np.dtype]] = []
+    options = {"input_t": False, "output_t": False}
     if split:
         m, n = inline["m"], inline["n"]
         letter_p = next(k for k, (name, _, _) in operands.items() if name == PRODUCT)
         statement = statement.replace(f"{letter_p}(i,j)", f"{letter_p}(j,i)")
         operands[letter_p] = (PRODUCT, (n, m), "view")
         product_kernel = context.kernels.get(SPARSE_PRODUCT, dtype, {"W": ta.CSR})
-        scratch.append(((n, m), dtype))
-        if not inline["trans_a"]:
-            scratch.append(((values[head.inputs[0]].shape[1], m), dtype))
-    elif blas:
-        scratch.append(((inline["m"], inline["n"]), dtype))
-    kernel = context.kernels.get(statement, dtype, formats)
-    for name, shape, kind in operands.values():
-        if kind == "transpose":
-            scratch.append((tuple(shape), dtype))
+        x_rows = values[head.inputs[0]].shape[0 if inline["trans_a"] else 1]
+    extra = [(tuple(shape), dtype) for name, shape, kind in operands.values()
+             if kind == "transpose"]
     if transposed:
-        scratch.append((tuple(out_shape[::-1]), dtype))
+        extra.append((tuple(out_shape[::-1]), dtype))
+
+    def scratch_list() -> list[tuple[tuple[int, ...], np.dtype]]:
+        head_scratch = []
+        if split:
+            head_scratch.append(((n, m), dtype))
+            if not inline["trans_a"] and not options["input_t"]:
+                head_scratch.append(((x_rows, m), dtype))
+        elif blas:
+            head_scratch.append(((inline["m"], inline["n"]), dtype))
+        return head_scratch + extra
 
     def make(outs: list[np.ndarray], buffers: list[np.ndarray], ins: list[Getter]) -> Run:
         by_name = {g.name: g for g in ins}
         spare = iter(buffers)
         product = next(spare) if blas or split else None
         head_run = None
+        text = statement
         if split:
-            head_run = _sparse_head(product_kernel, program.sparse[0], product,
-                                    by_name[head.inputs[0]],
-                                    None if inline["trans_a"] else next(spare))
+            x = by_name[head.inputs[0]]
+            stored_t = inline["trans_a"] or options["input_t"]
+            head_run = _sparse_head(product_kernel, program.sparse[0], product, x,
+                                    None if stored_t else next(spare))
+            if options["output_t"]:
+                text = statement.replace("Y(i,j) =", "Y(j,i) =", 1)
+        kernel = context.kernels.get(text, dtype, formats)
         arrays: dict[str, Any] = {}
         dynamic: list[tuple[str, Getter, tuple[int, ...]]] = []
         copies: list[tuple[Getter, np.ndarray]] = []
@@ -380,9 +428,14 @@ def _fused(step: Step, recorded: Env) -> Spec | None:
             else:
                 arrays[letter] = np.zeros(shape, dtype)     # replaced by rebind each run
                 dynamic.append((letter, by_name[name], tuple(shape)))
-        result = next(spare) if transposed else outs[0].reshape(out_shape)
+        if transposed:
+            result = next(spare)
+        elif options["output_t"]:
+            result = outs[0]
+        else:
+            result = outs[0].reshape(out_shape)
         bound = kernel.bind(out=result, **arrays)
-        final = outs[0].reshape(out_shape)
+        final = outs[0].reshape(out_shape) if transposed else None
         if blas:
             a_get, b_get = by_name[head.inputs[0]], by_name[head.inputs[1]]
             trans_a, trans_b = inline["trans_a"], inline["trans_b"]
@@ -398,12 +451,26 @@ def _fused(step: Step, recorded: Env) -> Spec | None:
             for letter, get, shape in dynamic:
                 bound.rebind(letter, get(env).reshape(shape))
             bound()
-            if transposed:
+            if final is not None:
                 np.copyto(final, result.T)
         return run
 
     kind = "BLAS + kernel" if blas else "sparse kernel + kernel" if split else "kernel"
-    return Spec(make, scratch, kind)
+    spec = Spec(make, scratch_list(), kind)
+    if split and len(out_shape) == 2:
+        chain_inputs = {name for n in chain for name in n.inputs}
+        a_name = head.inputs[0]
+        if not inline["trans_a"] and a_name not in chain_inputs:
+            spec.transposable_input = a_name
+        spec.transposable_output = True
+
+        def relayout(input_t: bool, output_t: bool) -> None:
+            options["input_t"], options["output_t"] = input_t, output_t
+            spec.scratch = scratch_list()
+            if input_t or output_t:
+                spec.kind = "sparse kernel + kernel (transposed layout)"
+        spec.relayout = relayout
+    return spec
 
 
 def _sparse_head(kernel: ta.Kernel, weight_t: Any, product: np.ndarray, x: Getter,

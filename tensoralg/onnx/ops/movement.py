@@ -52,10 +52,11 @@ def flatten(node: NodeContext, x: np.ndarray, *, axis: int = 1) -> np.ndarray:
 @op("Transpose", since=1)
 def transpose(node: NodeContext, x: np.ndarray, *, perm: Sequence[int] | None = None
               ) -> np.ndarray:
-    node.note("numpy transpose (strided view)")
+    # A contiguous copy, not a strided view: every kernel reading it would copy it anyway.
+    node.note("numpy transpose (copy, C order)")
     if perm is not None and sorted(perm) != list(range(x.ndim)):
         raise ta.ShapeError(f"{node}: perm {list(perm)} is not a permutation of {x.ndim} axes")
-    return np.transpose(x, perm)
+    return np.ascontiguousarray(np.transpose(x, perm)) if x.ndim else x.copy()
 
 
 def _squeeze(node: NodeContext, x: np.ndarray, axes: Sequence[int] | None) -> np.ndarray:
