@@ -47,6 +47,7 @@ MULTI_HOT_MIN_COLUMNS = 64
 # at 10% nonzeros, so it wins up to about 15%; a BLAS-sized contraction keeps the dense weight
 # above this density.
 SPARSE_WEIGHT_MAX_DENSITY_WITH_BLAS = 0.15
+NARROW_PRODUCT_COLUMNS = 4  # a dense product this narrow reads its weight transposed
 FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 PRODUCT = "<product>"  # the value name of a head's BLAS product inside a fused program
 
@@ -328,6 +329,11 @@ def _product_text(program: Program, values: dict[str, np.ndarray], inline: dict[
         b_text = f"{lb}(j,k)" if transposed else f"{lb}(k,j)"
         formats[lb] = ta.CSR if transposed else ta.CSC
         operands[lb] = (b_name, None, "sparse weight")
+    elif not inline["trans_b"] and inline["n"] <= NARROW_PRODUCT_COLUMNS:
+        # A few output columns: read the weight transposed so that the innermost loop is a
+        # unit-stride dot product over k, not a loop over a handful of columns.
+        b_text = f"{lb}(j,k)"
+        operands[lb] = (b_name, b.shape[::-1], "transpose")
     else:
         b_text = f"{lb}(j,k)" if inline["trans_b"] else f"{lb}(k,j)"
         operands[lb] = (b_name, b.shape, "view")
