@@ -58,7 +58,7 @@ from tensoralg.notation import (
 from tensoralg.notation.ast import Expr, accesses
 from tensoralg.notation.ast import tensors as tensor_ranks
 from tensoralg.runtime.args import ArgumentPlan, OutputBuffers
-from tensoralg.runtime.bound import BoundCall, dense_output
+from tensoralg.runtime.bound import BoundCall, dense_output, overwrites_output
 from tensoralg.runtime.threads import MIN_ROWS_PER_THREAD, KernelThreads, split
 from tensoralg.runtime.validate import VALID, StorageValidator
 from tensoralg.runtime.wrap import release, sparse_result
@@ -760,8 +760,10 @@ class Kernel:
                            if compiled.balance_by is not None else None)
                 bounds = split(sizes[plan.range_index], parts, weights)
         function = compiled.kernel.function
+        overwrites = overwrites_output(compiled.function, compiled.program.output.dims)
         return BoundCall(function, plan, tensors, sizes, buffer, bounds,
-                         lambda calls: threads.run_calls(lambda a: function(*a), calls), what)
+                         lambda calls: threads.run_calls(lambda a: function(*a), calls), what,
+                         overwrites)
 
     def _output_shape(self, bound: Mapping[str, Tensor]) -> tuple[int, ...]:
         """The output shape, after checking that every index has one size (fast when it has)."""

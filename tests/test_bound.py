@@ -89,3 +89,23 @@ def test_bind_refuses_sparse_output_and_missing_operands():
     dense = ta.compile("Y(i,j) = A(i,j) + B(i,j)")
     with pytest.raises(ta.ShapeError, match="needs operand"):
         dense.bind(A=np.zeros((2, 2)))
+
+
+def test_zeroing_is_skipped_only_when_every_element_is_assigned():
+    dense = ta.compile("Y(i,j) = A(i,j) * B(i,j)", dtype=np.float32)
+    a = np.ones((4, 5), np.float32)
+    call = dense.bind(A=a, B=a)
+    assert call.overwrites
+    call.out[...] = 7.0            # stale contents are overwritten, not added to
+    np.testing.assert_array_equal(call(), np.ones((4, 5)))
+    # A sparse operand drives the loop: unvisited positions must read 0 on every call.
+    masked = ta.compile("y(i) = a(i) * x(i)", formats={"a": "s"})
+    vec = ta.Tensor.from_numpy(np.array([0.0, 2.0, 0.0, 3.0]), "s")
+    x = np.arange(4.0)
+    call = masked.bind(a=vec, x=x)
+    assert not call.overwrites
+    call.out[...] = 7.0
+    np.testing.assert_array_equal(call(), [0.0, 2.0, 0.0, 9.0])
+    reduction = ta.compile("y(i) = A(i,j) * x(j)").bind(A=np.ones((2, 3)), x=np.ones(3))
+    reduction()                    # whether it assigns or accumulates, a second call agrees
+    np.testing.assert_array_equal(reduction(), [3.0, 3.0])

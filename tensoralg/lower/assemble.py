@@ -80,7 +80,15 @@ class DenseWriter:
                         accumulate=not (once and only_writer))]
 
     def leaf(self, value: IRExpr, context: "Context") -> list[Stmt]:
-        return [b.store(self.vals, self.position(context), value, accumulate=True)]
+        # A nest with no reduction visits each output position at most once; if it is the only
+        # writer, the value can be stored instead of added (no read of the output).
+        # A non-unique level (COO) may repeat a coordinate, and repeats must add up.
+        program = self.lowerer.program
+        once = not any(index not in self.nest.output.indices for index in self.nest.loop_order) \
+            and sum(n.output.tensor == self.info.name for n in program.nests) == 1 \
+            and not any(kind is LevelKind.COMPRESSED_NONUNIQUE
+                        for t in program.tensors for kind in t.format.levels)
+        return [b.store(self.vals, self.position(context), value, accumulate=not once)]
 
 
 class SparseWriter:

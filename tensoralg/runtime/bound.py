@@ -16,6 +16,7 @@ import numpy as np
 
 from tensoralg.errors import KernelRuntimeError, ShapeError
 from tensoralg.formats.tensor import Tensor
+from tensoralg.ir.nodes import Block, Const, For, Function, If, Stmt, Store, Var, While
 from tensoralg.runtime.args import ArgumentPlan, OutputBuffers
 
 
@@ -29,7 +30,7 @@ class BoundCall:
     def __init__(self, function: Callable[..., int], plan: ArgumentPlan,
                  tensors: Mapping[str, Tensor], sizes: Mapping[str, int], out: np.ndarray,
                  bounds: Sequence[int] | None, run_parts: Callable[..., list[int]] | None,
-                 what: str) -> None:
+                 what: str, overwrites: bool = False) -> None:
         self.function = function
         self.out = out
         self.what = what
@@ -47,6 +48,7 @@ class BoundCall:
                 part[begin], part[end] = int(bounds[k]), int(bounds[k + 1])
                 self.calls.append(part)
         self._run_parts = run_parts
+        self.overwrites = overwrites   # the kernel assigns every output element: no zeroing
 
     def rebind(self, name: str, array: np.ndarray) -> None:
         """Use ``array`` (same shape and dtype as the bound dense operand) from now on."""
@@ -68,7 +70,8 @@ class BoundCall:
 
     def __call__(self) -> np.ndarray:
         """Run the kernel on the current contents of the operands; returns the output."""
-        self._flat.fill(0)
+        if not self.overwrites:
+            self._flat.fill(0)
         if len(self.calls) == 1:
             status = self.function(*self.calls[0])
         else:
@@ -77,6 +80,55 @@ class BoundCall:
         if status != 0:
             raise KernelRuntimeError(f"{self.what}: the kernel failed (status {status})")
         return self.out
+
+
+def overwrites_output(function: Function, dims: Sequence[str]) -> bool:
+    """Whether the kernel assigns every element of its dense output, so that the buffer need
+    not be zeroed first: exactly one store writes the output, with ``=`` (never ``+=``), inside
+    full-range loops (``0 .. n_x``, or the thread range) over every output dimension, and no
+    ``if`` or ``while`` around it (those visit only some coordinates).
+
+    >>> overwrites_output(Function("k", (), Block()), ("i",))
+    False
+    """
+    outputs = [p.var for p in function.params if p.output]
+    sizes = {p.var.name: p.role.split(".", 1)[1] for p in function.params
+             if p.role.startswith("index.")}
+    ranged = next((p.role.split(".")[2] for p in function.params
+                   if p.role.startswith("range.begin.")), None)
+    if len(outputs) != 1:
+        return False
+    found: list[tuple[Store, frozenset[str], bool]] = []
+
+    def covered(loop: For) -> str | None:
+        if isinstance(loop.start, Const) and loop.start.value == 0 and \
+                isinstance(loop.stop, Var):
+            return sizes.get(loop.stop.name)
+        if isinstance(loop.start, Var) and loop.start.name == "range_begin" and \
+                isinstance(loop.stop, Var) and loop.stop.name == "range_end":
+            return ranged
+        return None
+
+    def walk(stmts: Sequence[Stmt], loops: frozenset[str], plain: bool) -> None:
+        for stmt in stmts:
+            if isinstance(stmt, Store) and stmt.array == outputs[0]:
+                found.append((stmt, loops, plain))
+            elif isinstance(stmt, For):
+                index = covered(stmt)
+                walk(stmt.body.body, loops | {index} if index else loops, plain)
+            elif isinstance(stmt, While):
+                walk(stmt.body.body, loops, False)
+            elif isinstance(stmt, If):
+                walk(stmt.then.body, loops, False)
+                walk(stmt.otherwise.body, loops, False)
+            elif isinstance(stmt, Block):
+                walk(stmt.body, loops, plain)
+
+    walk(function.body.body, frozenset(), True)
+    if len(found) != 1:
+        return False
+    store, loops, plain = found[0]
+    return plain and not store.accumulate and set(dims) <= loops
 
 
 def dense_output(out: Any, shape: tuple[int, ...], dtype: np.dtype, what: str) -> np.ndarray:
@@ -91,4 +143,4 @@ def dense_output(out: Any, shape: tuple[int, ...], dtype: np.dtype, what: str) -
     return out
 
 
-__all__ = ["BoundCall", "dense_output"]
+__all__ = ["BoundCall", "dense_output", "overwrites_output"]
