@@ -155,8 +155,64 @@ def assorted(rng):
                   inits, opset=14), {"x": rng.standard_normal((2, 3, 4, 5)).astype(np.float32)}
 
 
+def neumf(rng):
+    """NCF/NeuMF: GMF (product of user and item embeddings) and an MLP tower, concatenated."""
+    h = helper
+    d = 4
+    nodes = [h.make_node("Gather", ["U1", "user"], ["u1"]),
+             h.make_node("Gather", ["I1", "item"], ["i1"]),
+             h.make_node("Mul", ["u1", "i1"], ["gmf"]),
+             h.make_node("Gather", ["U2", "user"], ["u2"]),
+             h.make_node("Gather", ["I2", "item"], ["i2"]),
+             h.make_node("Concat", ["u2", "i2"], ["mlp_in"], axis=1),
+             h.make_node("Gemm", ["mlp_in", "W1", "b1"], ["h1"]),
+             h.make_node("Relu", ["h1"], ["r1"]),
+             h.make_node("MatMul", ["r1", "W2"], ["m2"]),
+             h.make_node("Add", ["m2", "b2"], ["h2"]),
+             h.make_node("Relu", ["h2"], ["r2"]),
+             h.make_node("Concat", ["gmf", "r2"], ["both"], axis=1),
+             h.make_node("Gemm", ["both", "W3", "b3"], ["logit"]),
+             h.make_node("Sigmoid", ["logit"], ["y"])]
+    inits = _weights(rng, U1=(30, d), I1=(20, d), U2=(30, d), I2=(20, d), W1=(2 * d, 16),
+                     b1=(16,), W2=(16, 8), b2=(8,), W3=(d + 8, 1), b3=(1,))
+    feeds = {"user": rng.integers(0, 30, 7).astype(np.int64),
+             "item": rng.integers(0, 20, 7).astype(np.int64)}
+    return _model(nodes, [h.make_tensor_value_info("user", I64, ["N"]),
+                          h.make_tensor_value_info("item", I64, ["N"])],
+                  [h.make_tensor_value_info("y", F32, ["N", 1])], inits), feeds
+
+
+def wide_deep(rng):
+    """Wide (a multi-hot input times a weight column) plus deep (embeddings + dense -> MLP)."""
+    h = helper
+    d, width = 4, 80
+    nodes = [h.make_node("MatMul", ["wide", "Ww"], ["w"])]
+    for t in range(2):
+        nodes += [h.make_node("Gather", ["cats", f"col{t}"], [f"c{t}"], axis=1),
+                  h.make_node("Gather", [f"E{t}", f"c{t}"], [f"e{t}"])]
+    nodes += [h.make_node("Concat", ["e0", "e1", "dense"], ["deep_in"], axis=1),
+              h.make_node("Gemm", ["deep_in", "W1", "b1"], ["h1"]),
+              h.make_node("Relu", ["h1"], ["r1"]),
+              h.make_node("Gemm", ["r1", "W2", "b2"], ["deep"]),
+              h.make_node("Add", ["w", "deep"], ["logit"]),
+              h.make_node("Sigmoid", ["logit"], ["y"])]
+    inits = _weights(rng, Ww=(width, 1), E0=(25, d), E1=(12, d), W1=(2 * d + 3, 16),
+                     b1=(16,), W2=(16, 1), b2=(1,))
+    inits += [numpy_helper.from_array(np.array(t, np.int64), f"col{t}") for t in range(2)]
+    wide = np.zeros((9, width), np.float32)
+    for row in wide:
+        row[rng.choice(width, 5, replace=False)] = 1.0
+    cats = np.stack([rng.integers(0, n, 9) for n in (25, 12)], axis=1).astype(np.int64)
+    feeds = {"wide": wide, "dense": rng.standard_normal((9, 3)).astype(np.float32),
+             "cats": cats}
+    return _model(nodes, [h.make_tensor_value_info("wide", F32, ["N", width]),
+                          h.make_tensor_value_info("dense", F32, ["N", 3]),
+                          h.make_tensor_value_info("cats", I64, ["N", 2])],
+                  [h.make_tensor_value_info("y", F32, ["N", 1])], inits), feeds
+
+
 MODELS = {"mlp": mlp, "factorization_machine": factorization_machine, "two_tower": two_tower,
-          "dlrm": dlrm, "assorted": assorted}
+          "dlrm": dlrm, "neumf": neumf, "wide_deep": wide_deep, "assorted": assorted}
 
 
 def _reference(model, feeds):
