@@ -164,3 +164,15 @@ def test_consecutive_sparse_layers_keep_the_transposed_layout():
                                    rtol=RTOL, atol=ATOL)
     kinds = [step.kind for step in compiled.specialiser.latest().steps]
     assert kinds == ["sparse kernel + kernel (transposed layout)"] * 2
+
+
+def test_static_plan_handles_negative_ids():
+    model, feeds = MODELS["dlrm"](np.random.default_rng(9))
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    compiled = tonnx.load(model, opt_level=3)
+    for _ in range(2):
+        compiled.run(feeds)
+    negative = dict(feeds)
+    negative["ids"] = feeds["ids"] - np.array([20, 15, 10], np.int64)   # same rows, from the end
+    np.testing.assert_allclose(compiled.run(negative)["y"], session.run(None, negative)[0],
+                               rtol=RTOL, atol=ATOL)

@@ -266,7 +266,7 @@ def _spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) -> Spe
             not all(n in recorded for n in step.node.outputs if n):
         return None
     builder = _BUILDERS.get(step.node.op_type)
-    spec = builder(step, recorded) if builder is not None else None
+    spec = builder(step, recorded, constants) if builder is not None else None
     return spec if spec is not None else _captured(step, recorded, constants)
 
 
@@ -336,7 +336,8 @@ def _same_memory(a: np.ndarray, b: np.ndarray) -> bool:
 SPARSE_PRODUCT = "Y(j,i) = sum(k, W(j,k) * X(k,i))"   # a sparse head, transposed: batch inner
 
 
-def _fused(step: Step, recorded: Env) -> Spec | None:
+def _fused(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]
+           ) -> Spec | None:
     """A fused program: its head (BLAS, or a sparse-weight kernel) into a scratch product, then
     one prebound kernel for the rest.
 
@@ -496,7 +497,8 @@ def _sparse_head(kernel: ta.Kernel, weight_t: Any, product: np.ndarray, x: Gette
     return run_dynamic
 
 
-def _bag(step: Step, recorded: Env) -> Spec | None:
+def _bag(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]
+         ) -> Spec | None:
     """An embedding bag: the CSR bag matrix's arrays are fixed, refilled from the ids."""
     node, context = step.node, step.context
     bag = node.attributes["bag"]
@@ -532,12 +534,9 @@ def _bag(step: Step, recorded: Env) -> Spec | None:
         def run(env: Env) -> None:
             idx = ids(env)
             if idx.size:
-                low, high = int(idx.min()), int(idx.max())
-                if low < -n or high >= n:
-                    raise ta.ShapeError(f"{context}: an index of {node.inputs[1]} is outside "
-                                        f"[-{n}, {n})")
                 np.copyto(crd, idx.reshape(-1), casting="unsafe")
-                if low < 0:
+                if not all_below(crd, n):
+                    check_indices(crd, n, context, node.inputs[1])
                     np.add(crd, n, out=crd, where=crd < 0)
             if weight is not None:
                 np.multiply(weight(env).reshape(-1), scale, out=vals)
@@ -547,7 +546,8 @@ def _bag(step: Step, recorded: Env) -> Spec | None:
     return Spec(make, [], "kernel")
 
 
-def _gather(step: Step, recorded: Env) -> Spec | None:
+def _gather(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]
+            ) -> Spec | None:
     node, context = step.node, step.context
     data = recorded[node.inputs[0]]
     if recorded[node.inputs[1]].dtype.kind not in "iu":
@@ -560,19 +560,40 @@ def _gather(step: Step, recorded: Env) -> Spec | None:
 
     def make(outs: list[np.ndarray], buffers: list[np.ndarray], ins: list[Getter]) -> Run:
         out, (data_of, index_of) = outs[0], ins
+        if node.inputs[1] in constants:        # constant indices: checked once, here
+            check_indices(index_of.fixed, size, context, node.inputs[1])
+            fixed = index_of.fixed
+            return lambda env: np.take(data_of(env), fixed, axis=axis, out=out, mode="wrap")
 
         def run(env: Env) -> None:
             index = index_of(env)
-            if index.size and (index.min() < -size or index.max() >= size):
-                raise ta.ShapeError(f"{context}: an index of {node.inputs[1]} is outside "
-                                    f"[-{size}, {size})")
+            if not all_below(index, size):
+                check_indices(index, size, context, node.inputs[1])
             np.take(data_of(env), index, axis=axis, out=out, mode="wrap")  # checked above
         return run
 
     return Spec(make, [], "copy")
 
 
-def _concat(step: Step, recorded: Env) -> Spec | None:
+def all_below(index: np.ndarray, size: int) -> bool:
+    """Whether every entry of an integer array is in ``[0, size)``, in one pass: read as
+    unsigned, a negative entry is huge."""
+    if not index.size:
+        return True
+    unsigned = index.view(np.dtype(f"u{index.dtype.itemsize}")) if index.dtype.kind == "i" \
+        else index
+    return int(unsigned.max()) < size
+
+
+def check_indices(index: np.ndarray, size: int, context: Any, name: str) -> None:
+    """Raise a ShapeError naming the node unless every entry is in ``[-size, size)`` (ONNX
+    counts negative indices from the end)."""
+    if index.size and (int(index.min()) < -size or int(index.max()) >= size):
+        raise ta.ShapeError(f"{context}: an index of {name} is outside [-{size}, {size})")
+
+
+def _concat(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]
+            ) -> Spec | None:
     out_rank = recorded[step.node.outputs[0]].ndim
     axis = int(step.node.attributes.get("axis", 0))
     axis = axis + out_rank if axis < 0 else axis
@@ -584,7 +605,8 @@ def _concat(step: Step, recorded: Env) -> Spec | None:
     return Spec(make, [], "copy")
 
 
-def _matmul(step: Step, recorded: Env) -> Spec | None:
+def _matmul(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]
+            ) -> Spec | None:
     """A MatMul the node-by-node run sent to BLAS: the same product, into its buffer."""
     a, b = (recorded[n] for n in step.node.inputs[:2])
     out = recorded[step.node.outputs[0]]
@@ -599,7 +621,8 @@ def _matmul(step: Step, recorded: Env) -> Spec | None:
     return Spec(make, [], "BLAS")
 
 
-def _transpose(step: Step, recorded: Env) -> Spec | None:
+def _transpose(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]
+               ) -> Spec | None:
     rank = recorded[step.node.inputs[0]].ndim
     perm = step.node.attributes.get("perm")
     perm = tuple(perm) if perm is not None else tuple(range(rank))[::-1]
@@ -611,7 +634,7 @@ def _transpose(step: Step, recorded: Env) -> Spec | None:
     return Spec(make, [], "copy")
 
 
-_BUILDERS: dict[str, Callable[[Step, Env], Spec | None]] = {
+_BUILDERS: dict[str, Callable[[Step, Env, Mapping[str, np.ndarray]], Spec | None]] = {
     "Fused": _fused, "EmbeddingBag": _bag, "Gather": _gather, "Concat": _concat,
     "MatMul": _matmul, "Transpose": _transpose,
 }
