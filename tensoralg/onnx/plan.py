@@ -126,18 +126,25 @@ def assign_arenas(lifetimes: list[tuple[int, int, int]]) -> tuple[list[int], lis
 
 @dataclass(frozen=True, slots=True)
 class MemoryStats:
-    """Bytes of node-produced buffers in one run: their sum, the peak alive at once (release
-    after last use), and the arena total of the lifetime reuse plan."""
+    """Bytes of node-produced buffers in one run: their sum, the peak alive at once, and the
+    arena total of the lifetime reuse plan (``held``: the static plan really allocates those
+    arenas; otherwise values are released after their last use and the plan is what arenas
+    would hold)."""
 
     total: int
     peak: int
     planned: int
     buffers: int
+    held: bool = False
 
     def __str__(self) -> str:
+        if self.held:
+            return (f"intermediate memory (static plan): {self.buffers} buffers, sum "
+                    f"{_kib(self.total)}, peak alive {_kib(self.peak)}, arenas held "
+                    f"{_kib(self.planned)}")
         return (f"intermediate memory: {self.buffers} buffers, sum {_kib(self.total)}, "
-                f"peak alive {_kib(self.peak)} (released after last use), "
-                f"lifetime reuse plan {_kib(self.planned)}")
+                f"peak alive {_kib(self.peak)} (released after last use); arenas by lifetime "
+                f"would hold {_kib(self.planned)}")
 
 
 def _kib(n: int) -> str:

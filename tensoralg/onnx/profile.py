@@ -20,7 +20,7 @@ class Profile:
     """Rows sorted by time, slowest first, and the memory of one run; ``str()`` gives the
     table. ``peak_bytes`` (alive at once) and ``total_bytes`` (sum of every buffer a node
     produced) come from :class:`~tensoralg.onnx.plan.MemoryTrace`; ``planned_bytes`` is the
-    arena total of the lifetime reuse plan."""
+    arena total of the lifetime reuse plan (held by the static plan at level 3)."""
 
     rows: tuple[ProfileRow, ...]
     total: float

@@ -192,7 +192,7 @@ def build_plan(executor: Executor, feeds: Mapping[str, np.ndarray], recorded: En
         scratch = [buffers[(node.name, s)] for s in range(len(spec.scratch))]
         steps.append(PlanStep(step, spec.make(outs, scratch, ins), spec.kind))
     memory = MemoryStats(sum(r[2] for r in requests), _peak(requests, forever), sum(sizes),
-                         len(requests))
+                         len(requests), held=True)
     return StaticPlan(steps, [getter(v.name) for v in graph.outputs],
                       [n for n in feeds if n not in constants], dynamic_aliases, memory, arenas)
 
