@@ -14,9 +14,9 @@ import zlib
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from conftest import densify, random_dense
 
 import tensoralg as ta
-from conftest import densify, random_dense
 
 SIZES = {"i": 5, "j": 4, "k": 3, "l": 6, "m": 2}
 

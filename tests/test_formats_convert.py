@@ -7,7 +7,7 @@ import scipy.sparse as sp
 import sparse
 
 from tensoralg.errors import FormatError, ShapeError, UnsupportedError
-from tensoralg.formats import (COO, CSC, CSR, Format, Tensor, bind, input_family, validate)
+from tensoralg.formats import COO, CSC, CSR, Format, Tensor, bind, input_family, validate
 
 RNG = np.random.default_rng(42)
 DENSE = np.where(RNG.random((6, 9)) < 0.3, RNG.integers(1, 9, (6, 9)), 0).astype(np.float64)

@@ -9,8 +9,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tensoralg.errors import FormatError, ShapeError, UnsupportedError
-from tensoralg.formats import (COO, CSC, CSR, Format, LevelArrays, LevelKind, Tensor, dense,
-                               from_coords, validate)
+from tensoralg.formats import (
+    COO,
+    CSC,
+    CSR,
+    Format,
+    LevelArrays,
+    LevelKind,
+    Tensor,
+    dense,
+    from_coords,
+    validate,
+)
 
 
 def mode_orders(rank: int) -> list[tuple[int, ...]]:

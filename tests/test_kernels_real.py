@@ -8,9 +8,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from conftest import densify, real_matrix, real_scipy
 
 import tensoralg as ta
-from conftest import densify, real_matrix, real_scipy
 
 BACKENDS = ["llvm", "c"]
 MATRICES = ["bcspwr10", "lp_ship04l", "ca-GrQc"]

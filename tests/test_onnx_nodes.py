@@ -72,7 +72,7 @@ def _label(case) -> str:
 
 def run_case(case, opt_level: int = 0, repeat: int = 1) -> None:
     """Load ``case.model`` and compare every data set with onnx's outputs (each data set run
-    ``repeat`` times: at level 3 the second run goes through the static plan)."""
+    ``repeat`` times: at level 3 the third run goes through the static plan)."""
     model = tonnx.load(case.model, opt_level=opt_level)
     for inputs, outputs in case.data_sets:
         feeds = {v.name: _array(x) for v, x in zip(model.inputs, inputs)}
@@ -107,7 +107,8 @@ def test_node_case(case):
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_node_case_static_plan(case):
-    """Level 3, three runs per data set: the first builds the static plan, the others use it."""
+    """Level 3, three runs per data set: the second records the static plan, the third uses it;
+    then runs on new values, through the plan."""
     if _skip_reason(case.name) is not None:
         pytest.skip(_skip_reason(case.name))
     run_case(case, opt_level=3, repeat=3)

@@ -7,7 +7,8 @@ import pytest
 
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
-from onnx import TensorProto, helper as h, numpy_helper  # noqa: E402
+from onnx import TensorProto, numpy_helper  # noqa: E402
+from onnx import helper as h
 
 import tensoralg.onnx as tonnx  # noqa: E402
 

@@ -7,11 +7,12 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper as h, numpy_helper
+from onnx import TensorProto, numpy_helper
+from onnx import helper as h
+from test_onnx_models import ATOL, MODELS, RTOL
 
 import tensoralg as ta
 import tensoralg.onnx as tonnx
-from test_onnx_models import ATOL, MODELS, RTOL
 
 F32, I64 = TensorProto.FLOAT, TensorProto.INT64
 
@@ -33,7 +34,7 @@ def test_static_plan_matches_onnxruntime_on_new_values(name):
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     compiled = tonnx.load(model, opt_level=3)
     rng = np.random.default_rng(5)
-    for k in range(4):   # run 0 records; runs 1.. go through the plan, each on new values
+    for k in range(4):   # run 1 records; runs 2.. go through the plan, each on new values
         data = feeds if k == 0 else _fresh(feeds, rng)
         expected = dict(zip([o.name for o in session.get_outputs()], session.run(None, data)))
         got = compiled.run(data)

@@ -6,11 +6,11 @@ choose one with HYPOTHESIS_PROFILE=ci.
 from __future__ import annotations
 
 import numpy as np
-import pytest
-from hypothesis import given, strategies as st
+from conftest import densify, random_dense
+from hypothesis import given
+from hypothesis import strategies as st
 
 import tensoralg as ta
-from conftest import densify, random_dense
 
 LETTERS = "ijkl"
 DENSITIES = [0.0, "one", 0.01, 0.5, 1.0]

@@ -13,9 +13,9 @@ import zlib
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from conftest import densify, random_dense
 
 import tensoralg as ta
-from conftest import densify, random_dense
 
 N, M, K = 6, 5, 4
 CSC = ("ds", (1, 0))

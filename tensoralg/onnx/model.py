@@ -118,8 +118,8 @@ class CompiledModel:
         lines += [f"  output {v}" for v in self.graph.outputs]
         if self.specialiser is not None:
             notes = list(self.specialiser.notes.values())
-            lines.append(f"  {notes[-1]}" if notes else
-                         "  static plan: built at the second run with given input shapes")
+            lines.append(f"  {notes[-1]}" if notes else "  static plan: built at the second "
+                         "run with given input shapes, used from the third")
         return "\n".join(lines)
 
     def stage_text(self, stage: str = "plan") -> str:

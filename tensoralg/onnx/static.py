@@ -1,8 +1,9 @@
 """Opt level 3's runtime: the graph specialised to one set of input shapes, every step prebound.
 
 The first run with new input shapes runs node by node (:class:`~tensoralg.onnx.executor.
-Executor`) and records the shape and dtype of every value. From those, a :class:`StaticPlan`
-is built and used for every later run with the same shapes:
+Executor`); the second records the shape and dtype of every value (so a batch size seen once
+costs nothing extra). From those, a :class:`StaticPlan` is built and used for every later run
+with the same shapes:
 
 - **Memory plan.** Every value a node produces lives in an *arena* chosen by lifetime
   (:func:`~tensoralg.onnx.plan.assign_arenas`): a buffer takes over an arena whose previous
@@ -651,6 +652,7 @@ class Specialiser:
         self.executor = executor
         self.plans: dict[tuple, StaticPlan | None] = {}
         self.notes: dict[tuple, str] = {}
+        self.seen: set[tuple] = set()
 
     def run(self, feeds: Mapping[str, np.ndarray],
             timer: Callable[[Step, float], Any] | None = None) -> Env:
@@ -660,6 +662,13 @@ class Specialiser:
             return self.executor.run(feeds, timer)
         signature = self.signature(feeds)
         if signature not in self.plans:
+            # A signature seen once may never come back (a variable batch size): only the
+            # second run with it records values and builds a plan.
+            if signature not in self.seen:
+                if len(self.seen) >= 64 * MAX_PLANS:
+                    self.seen.clear()
+                self.seen.add(signature)
+                return self.executor.run(feeds, timer)
             recorded = self.executor.run(feeds, timer, keep_all=True)
             self._build(signature, feeds, recorded)
             return recorded
