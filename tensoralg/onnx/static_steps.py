@@ -1,0 +1,439 @@
+"""The static form of each node of a :mod:`tensoralg.onnx.static` plan: how it runs with its
+buffers fixed.
+
+A builder looks at a node and the values of a recorded run and returns a :class:`Spec` (scratch
+buffers it needs, and ``make``, which binds kernels once every buffer exists), or None: the node
+then runs as a generic step. Fused programs, embedding bags, gathers, concatenations, BLAS
+products and transposes have builders; any other node whose recorded run was one float kernel
+on views of its inputs is *captured* and replayed prebound.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+import tensoralg as ta
+from tensoralg.onnx.bags import BAG_STATEMENT
+from tensoralg.onnx.executor import Step
+from tensoralg.onnx.fusion import (
+    FLOATS,
+    MULTI_HOT_MIN_COLUMNS,
+    PRODUCT,
+    build_statement,
+    inline_head,
+)
+
+Env = dict[str, np.ndarray]
+Run = Callable[[Env], None]
+
+
+@dataclass
+class Getter:
+    """Where a step reads a value: fixed at plan time, or looked up by name each run."""
+
+    name: str
+    fixed: np.ndarray | None
+
+    def __call__(self, env: Env) -> np.ndarray:
+        return self.fixed if self.fixed is not None else env[self.name]
+
+
+@dataclass
+class Spec:
+    """A node's static form: scratch buffers it needs, and how to make its run function once
+    every buffer exists (``make(outputs, scratch, getters)``)."""
+
+    make: Callable[[list[np.ndarray], list[np.ndarray], list[Getter]], Run]
+    scratch: list[tuple[tuple[int, ...], np.dtype]] = field(default_factory=list)
+    kind: str = "prebound"
+    # Layout hooks of sparse heads: the input that may arrive stored transposed (k-major, as
+    # the kernel wants it), whether the output can be written transposed, and ``relayout``
+    # to apply the plan's choice (it may change ``scratch``).
+    transposable_input: str | None = None
+    transposable_output: bool = False
+    relayout: Callable[[bool, bool], None] | None = None
+
+
+def spec_of(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) -> Spec | None:
+    """The static form of ``step``'s node, or None to run it as a generic step."""
+    if not all(n in recorded for n in step.node.inputs if n) or \
+            not all(n in recorded for n in step.node.outputs if n):
+        return None
+    builder = _BUILDERS.get(step.node.op_type)
+    spec = builder(step, recorded, constants) if builder is not None else None
+    return spec if spec is not None else _captured(step, recorded, constants)
+
+
+def _captured(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) -> Spec | None:
+    """Any other node whose recorded run was exactly one float kernel call on views of its
+    inputs, returning the kernel's output itself: that call, prebound.
+
+    Sound because everything else the node read is a constant: a non-constant input that did
+    not reach the kernel as an operand (its value may be baked into the statement, or checked
+    in Python) disqualifies the node, and so does any copy, cast or post-processing, which
+    shows as an operand or output not sharing memory with a value.
+    """
+    node = step.node
+    calls = step.captured or []
+    outputs = [n for n in node.outputs if n]
+    if len(calls) != 1 or len(outputs) != 1:
+        return None
+    kernel, operands, result = calls[0]
+    out = recorded[outputs[0]]
+    if kernel.dtype not in FLOATS or any(not fmt.is_dense for fmt in kernel.formats.values()) \
+            or not _same_memory(out, result):
+        return None
+    sources: dict[str, tuple[str, tuple[int, ...]]] = {}
+    for letter, array in operands.items():
+        match = [n for n in node.inputs if n and _same_memory(recorded[n], array)]
+        if not match:
+            return None
+        sources[letter] = (match[0], array.shape)
+    used = {name for name, _ in sources.values()}
+    if any(n and n not in used and n not in constants for n in node.inputs):
+        return None
+
+    def make(outs: list[np.ndarray], buffers: list[np.ndarray], ins: list[Getter]) -> Run:
+        by_name = {g.name: g for g in ins}
+        arrays: dict[str, np.ndarray] = {}
+        dynamic = []
+        for letter, (name, shape) in sources.items():
+            get = by_name[name]
+            if get.fixed is not None:
+                arrays[letter] = contiguous(get.fixed.reshape(shape))
+            else:
+                arrays[letter] = np.zeros(shape, kernel.dtype)   # replaced by rebind
+                dynamic.append((letter, get, shape))
+        bound = kernel.bind(out=outs[0].reshape(result.shape), **arrays)
+
+        def run(env: Env) -> None:
+            for letter, get, shape in dynamic:
+                bound.rebind(letter, get(env).reshape(shape))
+            bound()
+        return run
+
+    return Spec(make, [], "kernel")
+
+
+def contiguous(array: np.ndarray) -> np.ndarray:
+    """``array`` itself when C-contiguous, else a C-contiguous copy (0-d stays 0-d, unlike
+    ``np.ascontiguousarray``)."""
+    return array if array.flags.c_contiguous else np.array(array, order="C")
+
+
+def _same_memory(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether ``b`` is ``a`` reshaped: same dtype, size and bytes, both C-contiguous."""
+    return a.dtype == b.dtype and a.size == b.size and a.flags.c_contiguous and \
+        b.flags.c_contiguous and (a.size == 0 or a.ctypes.data == b.ctypes.data)
+
+
+SPARSE_PRODUCT = "Y(j,i) = sum(k, W(j,k) * X(k,i))"   # a sparse head, transposed: batch inner
+
+
+def _fused(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]
+           ) -> Spec | None:
+    """A fused program: its head (BLAS, or a sparse-weight kernel) into a scratch product, then
+    one prebound kernel for the rest.
+
+    A sparse head with an epilogue runs as two kernels: ``W^T X^T`` (the batch innermost, in
+    unit stride) into a scratch product, and the epilogue reading that product transposed, so
+    the result lands in the output's layout with no calloc'ed temporary or extra transpose.
+    """
+    node, context = step.node, step.context
+    program = node.attributes["program"]
+    values = {name: recorded[name] for name in program.externals}
+    dtypes = {a.dtype for a in values.values()}
+    if len(dtypes) != 1 or next(iter(dtypes)) not in FLOATS:
+        return None       # the nodes run one by one
+    dtype = next(iter(dtypes))
+    head = program.head
+    chain = [n for n in program.nodes if n is not head]
+    inline = None
+    split = False
+    if head is not None:
+        inline = inline_head(program, head, values, dtype)
+        if inline is None:
+            return None
+        if program.multi_hot and program.sparse is None and not inline["trans_a"] and \
+                inline["n"] >= MULTI_HOT_MIN_COLUMNS:
+            return None   # whether the input goes in CSR depends on its values, each run
+        split = bool(inline["transposed"])
+        if split:
+            inline = dict(inline, blas=True, transposed=False)
+        if inline["blas"]:
+            values[PRODUCT] = np.empty((inline["m"], inline["n"]), dtype)
+    output = program.output if chain or head is None else head.outputs[0]
+    statement, operands, formats, out_shape, transposed = build_statement(
+        program, values, inline, output)
+    if any(kind == "csr" for _, _, kind in operands.values()):
+        return None
+    blas = inline is not None and inline["blas"] and not split
+    options = {"input_t": False, "output_t": False}
+    if split:
+        m, n = inline["m"], inline["n"]
+        letter_p = next(k for k, (name, _, _) in operands.items() if name == PRODUCT)
+        statement = statement.replace(f"{letter_p}(i,j)", f"{letter_p}(j,i)")
+        operands[letter_p] = (PRODUCT, (n, m), "view")
+        product_kernel = context.kernels.get(SPARSE_PRODUCT, dtype, {"W": ta.CSR})
+        x_rows = values[head.inputs[0]].shape[0 if inline["trans_a"] else 1]
+    extra = [(tuple(shape), dtype) for name, shape, kind in operands.values()
+             if kind == "transpose"]
+    if transposed:
+        extra.append((tuple(out_shape[::-1]), dtype))
+
+    def scratch_list() -> list[tuple[tuple[int, ...], np.dtype]]:
+        head_scratch = []
+        if split:
+            head_scratch.append(((n, m), dtype))
+            if not inline["trans_a"] and not options["input_t"]:
+                head_scratch.append(((x_rows, m), dtype))
+        elif blas:
+            head_scratch.append(((inline["m"], inline["n"]), dtype))
+        return head_scratch + extra
+
+    def make(outs: list[np.ndarray], buffers: list[np.ndarray], ins: list[Getter]) -> Run:
+        by_name = {g.name: g for g in ins}
+        spare = iter(buffers)
+        product = next(spare) if blas or split else None
+        head_run = None
+        text = statement
+        if split:
+            x = by_name[head.inputs[0]]
+            stored_t = inline["trans_a"] or options["input_t"]
+            head_run = _sparse_head(product_kernel, program.sparse[0], product, x,
+                                    None if stored_t else next(spare))
+            if options["output_t"]:
+                text = statement.replace("Y(i,j) =", "Y(j,i) =", 1)
+        kernel = context.kernels.get(text, dtype, formats)
+        arrays: dict[str, Any] = {}
+        dynamic: list[tuple[str, Getter, tuple[int, ...]]] = []
+        copies: list[tuple[Getter, np.ndarray]] = []
+        for letter, (name, shape, kind) in operands.items():
+            if kind == "sparse weight":
+                arrays[letter] = program.sparse[0 if transposed else 1]
+            elif kind == "transpose":
+                target = next(spare)
+                copies.append((by_name[name], target))
+                arrays[letter] = target
+            elif name == PRODUCT:
+                arrays[letter] = product.reshape(shape)
+            elif by_name[name].fixed is not None:
+                # Buffers are contiguous; only a constant can need this (one) copy.
+                arrays[letter] = contiguous(by_name[name].fixed.reshape(shape))
+            else:
+                arrays[letter] = np.zeros(shape, dtype)     # replaced by rebind each run
+                dynamic.append((letter, by_name[name], tuple(shape)))
+        if transposed:
+            result = next(spare)
+        elif options["output_t"]:
+            result = outs[0]
+        else:
+            result = outs[0].reshape(out_shape)
+        bound = kernel.bind(out=result, **arrays)
+        final = outs[0].reshape(out_shape) if transposed else None
+        if blas:
+            a_get, b_get = by_name[head.inputs[0]], by_name[head.inputs[1]]
+            trans_a, trans_b = inline["trans_a"], inline["trans_b"]
+
+        def run(env: Env) -> None:
+            if blas:
+                a, b = a_get(env), b_get(env)
+                np.matmul(a.T if trans_a else a, b.T if trans_b else b, out=product)
+            elif head_run is not None:
+                head_run(env)
+            for get, target in copies:
+                np.copyto(target, get(env).T.reshape(target.shape))
+            for letter, get, shape in dynamic:
+                bound.rebind(letter, get(env).reshape(shape))
+            bound()
+            if final is not None:
+                np.copyto(final, result.T)
+        return run
+
+    kind = "BLAS + kernel" if blas else "sparse kernel + kernel" if split else "kernel"
+    spec = Spec(make, scratch_list(), kind)
+    if split and len(out_shape) == 2:
+        chain_inputs = {name for n in chain for name in n.inputs}
+        a_name = head.inputs[0]
+        if not inline["trans_a"] and a_name not in chain_inputs:
+            spec.transposable_input = a_name
+        spec.transposable_output = True
+
+        def relayout(input_t: bool, output_t: bool) -> None:
+            options["input_t"], options["output_t"] = input_t, output_t
+            spec.scratch = scratch_list()
+            if input_t or output_t:
+                spec.kind = "sparse kernel + kernel (transposed layout)"
+        spec.relayout = relayout
+    return spec
+
+
+def _sparse_head(kernel: ta.Kernel, weight_t: Any, product: np.ndarray, x: Getter,
+                 x_t: np.ndarray | None) -> Run:
+    """``product = W^T X^T`` with the batch innermost; ``x_t`` receives ``X^T`` each run
+    (None: the input is already stored k-major, as Gemm's transA gives it)."""
+    if x_t is not None:
+        bound = kernel.bind(out=product, W=weight_t, X=x_t)
+
+        def run(env: Env) -> None:
+            np.copyto(x_t, x(env).T)
+            bound()
+        return run
+    if x.fixed is not None:
+        return lambda env, call=kernel.bind(out=product, W=weight_t,
+                                             X=contiguous(x.fixed)): call()
+    placeholder = np.zeros((weight_t.shape[1], product.shape[1]), product.dtype)
+    bound = kernel.bind(out=product, W=weight_t, X=placeholder)     # rebound each run
+
+    def run_dynamic(env: Env) -> None:
+        bound.rebind("X", x(env))
+        bound()
+    return run_dynamic
+
+
+def _bag(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]
+         ) -> Spec | None:
+    """An embedding bag: the CSR bag matrix's arrays are fixed, refilled from the ids."""
+    node, context = step.node, step.context
+    bag = node.attributes["bag"]
+    table, index = recorded[node.inputs[0]], recorded[node.inputs[1]]
+    weights = recorded[node.inputs[2]] if len(node.inputs) > 2 and node.inputs[2] else None
+    if index.ndim != 2 or table.ndim != 2 or table.dtype not in FLOATS or \
+            index.dtype.kind not in "iu":
+        return None
+    if weights is not None and (weights.dtype != table.dtype or
+                                weights.shape != index.shape + (1,)):
+        return None
+    rows, size = index.shape
+    n, dim = table.shape
+    scale = table.dtype.type(1.0 / size if bag.mode == "mean" and size else 1.0)
+    if size > n or not rows * size:
+        return None
+    kernel = context.kernels.get(BAG_STATEMENT, table.dtype, {"S": ta.CSR})
+
+    def make(outs: list[np.ndarray], buffers: list[np.ndarray], ins: list[Getter]) -> Run:
+        if ins[0].fixed is None:
+            raise ta.UnsupportedError("the table is not a constant")
+        pos = np.arange(0, rows * size + 1, size, dtype=np.int64)
+        crd = np.tile(np.arange(size, dtype=np.int64), rows)     # valid until the first run
+        vals = np.full(rows * size, scale, table.dtype)
+        matrix = ta.Tensor((rows, n), ta.CSR, [None, (pos, crd)], vals)
+        if matrix.levels[1].crd is not crd or matrix.vals is not vals:
+            raise ta.UnsupportedError("the bag matrix's arrays were copied")
+        bound = kernel.bind(out=outs[0].reshape(rows, dim), S=matrix,
+                            T=contiguous(ins[0].fixed))
+        ids = ins[1]
+        weight = ins[2] if weights is not None else None
+
+        def run(env: Env) -> None:
+            idx = ids(env)
+            if idx.size:
+                np.copyto(crd, idx.reshape(-1), casting="unsafe")
+                if not all_below(crd, n):
+                    check_indices(crd, n, context, node.inputs[1])
+                    np.add(crd, n, out=crd, where=crd < 0)
+            if weight is not None:
+                np.multiply(weight(env).reshape(-1), scale, out=vals)
+            bound()
+        return run
+
+    return Spec(make, [], "kernel")
+
+
+def _gather(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]
+            ) -> Spec | None:
+    node, context = step.node, step.context
+    data = recorded[node.inputs[0]]
+    if recorded[node.inputs[1]].dtype.kind not in "iu":
+        return None
+    axis = int(node.attributes.get("axis", 0))
+    axis = axis + data.ndim if axis < 0 else axis
+    if not 0 <= axis < data.ndim:
+        return None
+    size = data.shape[axis]
+
+    def make(outs: list[np.ndarray], buffers: list[np.ndarray], ins: list[Getter]) -> Run:
+        out, (data_of, index_of) = outs[0], ins
+        if node.inputs[1] in constants:        # constant indices: checked once, here
+            check_indices(index_of.fixed, size, context, node.inputs[1])
+            fixed = index_of.fixed
+            return lambda env: np.take(data_of(env), fixed, axis=axis, out=out, mode="wrap")
+
+        def run(env: Env) -> None:
+            index = index_of(env)
+            if not all_below(index, size):
+                check_indices(index, size, context, node.inputs[1])
+            np.take(data_of(env), index, axis=axis, out=out, mode="wrap")  # checked above
+        return run
+
+    return Spec(make, [], "copy")
+
+
+def all_below(index: np.ndarray, size: int) -> bool:
+    """Whether every entry of an integer array is in ``[0, size)``, in one pass: read as
+    unsigned, a negative entry is huge."""
+    if not index.size:
+        return True
+    unsigned = index.view(np.dtype(f"u{index.dtype.itemsize}")) if index.dtype.kind == "i" \
+        else index
+    return int(unsigned.max()) < size
+
+
+def check_indices(index: np.ndarray, size: int, context: Any, name: str) -> None:
+    """Raise a ShapeError naming the node unless every entry is in ``[-size, size)`` (ONNX
+    counts negative indices from the end)."""
+    if index.size and (int(index.min()) < -size or int(index.max()) >= size):
+        raise ta.ShapeError(f"{context}: an index of {name} is outside [-{size}, {size})")
+
+
+def _concat(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]
+            ) -> Spec | None:
+    out_rank = recorded[step.node.outputs[0]].ndim
+    axis = int(step.node.attributes.get("axis", 0))
+    axis = axis + out_rank if axis < 0 else axis
+
+    def make(outs: list[np.ndarray], buffers: list[np.ndarray], ins: list[Getter]) -> Run:
+        out = outs[0]
+        return lambda env: np.concatenate([g(env) for g in ins], axis=axis, out=out)
+
+    return Spec(make, [], "copy")
+
+
+def _matmul(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]
+            ) -> Spec | None:
+    """A MatMul the node-by-node run sent to BLAS: the same product, into its buffer."""
+    a, b = (recorded[n] for n in step.node.inputs[:2])
+    out = recorded[step.node.outputs[0]]
+    if not any(text.startswith("BLAS") for text in step.context.plan) or a.ndim < 2 or \
+            b.ndim < 2 or not a.dtype == b.dtype == out.dtype or a.dtype not in FLOATS:
+        return None
+
+    def make(outs: list[np.ndarray], buffers: list[np.ndarray], ins: list[Getter]) -> Run:
+        buf, (a_of, b_of) = outs[0], ins
+        return lambda env: np.matmul(a_of(env), b_of(env), out=buf)
+
+    return Spec(make, [], "BLAS")
+
+
+def _transpose(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]
+               ) -> Spec | None:
+    rank = recorded[step.node.inputs[0]].ndim
+    perm = step.node.attributes.get("perm")
+    perm = tuple(perm) if perm is not None else tuple(range(rank))[::-1]
+
+    def make(outs: list[np.ndarray], buffers: list[np.ndarray], ins: list[Getter]) -> Run:
+        out, get = outs[0], ins[0]
+        return lambda env: np.copyto(out, get(env).transpose(perm))
+
+    return Spec(make, [], "copy")
+
+
+_BUILDERS: dict[str, Callable[[Step, Env, Mapping[str, np.ndarray]], Spec | None]] = {
+    "Fused": _fused, "EmbeddingBag": _bag, "Gather": _gather, "Concat": _concat,
+    "MatMul": _matmul, "Transpose": _transpose,
+}
+
+
+__all__ = ["Getter", "Spec", "spec_of", "Env", "Run", "all_below", "check_indices", "contiguous"]
