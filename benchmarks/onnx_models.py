@@ -24,7 +24,8 @@ tensoralg faster). Then the same models with 90% of every MatMul/Gemm weight pru
 pruned model, which it runs dense. Compile time is load + first run at level 3 (kernels compile
 at the first run; the on-disk kernel cache may make a repeat run of this script faster).
 Every tensoralg output is checked against onnxruntime (rtol 1e-3, atol 1e-4) before timing.
-Each figure is the median of ``max(3, 0.25 s / t)`` calls.
+Each figure is the median over 5 interleaved rounds (every configuration of a row timed once per
+round) of the median of ``max(3, 0.05 s / t)`` calls.
 
 OpenBLAS (NumPy's BLAS, which tensoralg's importer uses for large dense contractions) is pinned to
 one thread (``OPENBLAS_NUM_THREADS=1`` unless already set): multi-threaded OpenBLAS on the 2-core
@@ -210,6 +211,9 @@ MODELS = {"mlp": build_mlp, "fm": build_fm, "neumf": build_neumf, "dlrm": build_
           "wide_deep": build_wide_deep, "two_tower": build_two_tower}
 
 
+ROUNDS = 5
+
+
 def timeit(fn, budget: float) -> float:
     fn()
     start = time.perf_counter()
@@ -246,15 +250,23 @@ def measure(name: str, prune: float, batches: list[int], levels: list[int], budg
         feeds = feeds_of(batch, np.random.default_rng(batch))
         expected = sessions[0].run(None, feeds)[0]
         row = {"model": name, "batch": batch, "prune": prune}
+        calls = {}
         for level in levels:
             got = compiled[level].run(feeds)["y"]
             if not np.allclose(got, expected, rtol=1e-3, atol=1e-4):
                 row[f"L{level}"] = float("nan")
                 print(f"  WRONG: {name} batch {batch} level {level}", file=sys.stderr)
                 continue
-            row[f"L{level}"] = timeit(lambda m=compiled[level]: m.run(feeds), budget)
+            calls[f"L{level}"] = lambda m=compiled[level]: m.run(feeds)
         for threads, session in sessions.items():
-            row[f"ort{threads}"] = timeit(lambda s=session: s.run(None, feeds), budget)
+            calls[f"ort{threads}"] = lambda s=session: s.run(None, feeds)
+        # Interleaved rounds: every configuration is timed in each round and the median over
+        # rounds is kept, so a burst of noise on the shared VM hits all of them alike.
+        samples = {key: [] for key in calls}
+        for _ in range(ROUNDS):
+            for key, call in calls.items():
+                samples[key].append(timeit(call, budget / ROUNDS))
+        row.update({key: statistics.median(values) for key, values in samples.items()})
         row["compile"] = compile_s
         rows.append(row)
         print(_line(row, levels), flush=True)
