@@ -267,6 +267,8 @@ def measure(name: str, prune: float, batches: list[int], levels: list[int], budg
             for key, call in calls.items():
                 samples[key].append(timeit(call, budget / ROUNDS))
         row.update({key: statistics.median(values) for key, values in samples.items()})
+        if 3 in levels and not np.isnan(row.get("L3", 0.0)):
+            row["memory"] = compiled[3].profile(feeds).memory
         row["compile"] = compile_s
         rows.append(row)
         print(_line(row, levels), flush=True)
@@ -318,6 +320,20 @@ def markdown(dense_rows, pruned_rows, quick: bool) -> str:
                      f"{_ms(r['L3'])} | {_ms(r['ort1'])} | {_ms(r['ort0'])} | "
                      f"{r['ort1'] / r['L3']:.2f} | {r['ort0'] / r['L3']:.2f} | "
                      f"{r['compile']:.2f} |")
+    lines += ["", "## Memory plan at level 3", "",
+              "From `model.profile(feeds)` at level 3: the buffers of every value a node "
+              "produces (and fused nodes' scratch products), their sum, the most alive at once, "
+              "and the arenas the static plan allocates (buffers placed by lifetime). KiB.", "",
+              "| model | batch | buffers | sum | peak alive | arenas held |",
+              "|---|---:|---:|---:|---:|---:|"]
+    for r in dense_rows:
+        memory = r.get("memory")
+        if memory is not None:
+            lines.append(f"| {r['model']} | {r['batch']} | {memory.buffers} | "
+                         f"{memory.total / 1024:.0f} | {memory.peak / 1024:.0f} | "
+                         f"{memory.planned / 1024:.0f} |")
+    lines += ["", "What these figures mean, and what they do not: benchmarks/RESULTS.md, section "
+              "\"ONNX models against onnxruntime\"."]
     return "\n".join(lines) + "\n"
 
 

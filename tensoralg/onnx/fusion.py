@@ -42,10 +42,10 @@ MULTI_HOT_MAX_DENSITY = 0.25  # a graph-input MatMul operand this sparse goes in
 # Building CSR from a dense input scans every entry (about as costly as ~40 BLAS multiply-adds
 # per entry here), so the CSR path only pays when the table is at least this wide.
 MULTI_HOT_MIN_COLUMNS = 64
-# The generated sparse-weight kernel (transposed form: the batch in unit stride, 512-bit FMA
-# vectors) against BLAS on the dense weight, 256x256x512 float32 on one core: 0.28 ms vs 0.46 ms
-# at 10% nonzeros, so it wins up to about 15%; a BLAS-sized contraction keeps the dense weight
-# above this density.
+# The generated sparse-weight kernel (transposed form: the batch in unit stride, FMA) against
+# BLAS on the dense weight, 256x256x512 float32: about 1.4x faster at 10% nonzeros and even
+# around 20% (`python benchmarks/sparse_weight_kernel.py`); a BLAS-sized contraction keeps
+# the dense weight above this density.
 SPARSE_WEIGHT_MAX_DENSITY_WITH_BLAS = 0.15
 NARROW_PRODUCT_COLUMNS = 4  # a dense product this narrow reads its weight transposed
 FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
