@@ -165,8 +165,8 @@ def _fused(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]
         if inline["blas"]:
             values[PRODUCT] = np.empty((inline["m"], inline["n"]), dtype)
     output = program.output if chain or head is None else head.outputs[0]
-    statement, operands, formats, out_shape, transposed = build_statement(
-        program, values, inline, output)
+    # A transposed head was turned into ``split`` above, so the statement is never transposed.
+    statement, operands, formats, out_shape, _ = build_statement(program, values, inline, output)
     if any(kind == "csr" for _, _, kind in operands.values()):
         return None
     blas = inline is not None and inline["blas"] and not split
@@ -180,8 +180,6 @@ def _fused(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]
         x_rows = values[head.inputs[0]].shape[0 if inline["trans_a"] else 1]
     extra = [(tuple(shape), dtype) for name, shape, kind in operands.values()
              if kind == "transpose"]
-    if transposed:
-        extra.append((tuple(out_shape[::-1]), dtype))
 
     def scratch_list() -> list[tuple[tuple[int, ...], np.dtype]]:
         head_scratch = []
@@ -212,7 +210,7 @@ def _fused(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]
         copies: list[tuple[Getter, np.ndarray]] = []
         for letter, (name, shape, kind) in operands.items():
             if kind == "sparse weight":
-                arrays[letter] = program.sparse[0 if transposed else 1]
+                arrays[letter] = program.sparse[1]       # W in CSC (a small batch)
             elif kind == "transpose":
                 target = next(spare)
                 copies.append((by_name[name], target))
@@ -225,14 +223,8 @@ def _fused(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]
             else:
                 arrays[letter] = np.zeros(shape, dtype)     # replaced by rebind each run
                 dynamic.append((letter, by_name[name], tuple(shape)))
-        if transposed:
-            result = next(spare)
-        elif options["output_t"]:
-            result = outs[0]
-        else:
-            result = outs[0].reshape(out_shape)
+        result = outs[0] if options["output_t"] else outs[0].reshape(out_shape)
         bound = kernel.bind(out=result, **arrays)
-        final = outs[0].reshape(out_shape) if transposed else None
         if blas:
             a_get, b_get = by_name[head.inputs[0]], by_name[head.inputs[1]]
             trans_a, trans_b = inline["trans_a"], inline["trans_b"]
@@ -248,8 +240,6 @@ def _fused(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]
             for letter, get, shape in dynamic:
                 bound.rebind(letter, get(env).reshape(shape))
             bound()
-            if final is not None:
-                np.copyto(final, result.T)
         return run
 
     kind = "BLAS + kernel" if blas else "sparse kernel + kernel" if split else "kernel"
