@@ -138,6 +138,9 @@ class Lowerer:
     setup: list[Stmt] = field(default_factory=list)
     finish: list[Stmt] = field(default_factory=list)
     parallel_index: str | None = None   # the outer index whose range the runtime may split
+    allow_split: bool = True
+    range: tuple[Var, Var] | None = None  # range_begin / range_end parameters, once made
+    split_loops: int = 0                  # outer loops that run over that range
 
     @property
     def value_dtype(self) -> Scalar:
@@ -197,6 +200,10 @@ class Lowerer:
         output = self.program.output
         writers = [self._writer(nest, output) for nest in self.program.nests]
         body = [self.lower_nest(nest, writer) for nest, writer in zip(self.program.nests, writers)]
+        if self.parallel_index is not None and self.split_loops != len(self.program.nests):
+            # A nest whose outer loop co-iterates a sparse operand cannot take the range: it
+            # would run whole in every thread. Lower again without splitting.
+            return Lowerer(self.program, self.name, allow_split=False).lower()
         params = tuple(self.params)
         notes = (*self.program.notes, *[f"loop order {', '.join(n.loop_order)} for "
                                         f"{n.output} ({n.mode.value})" for n in self.program.nests])
@@ -249,7 +256,7 @@ class Lowerer:
             return self.case_body(nest, writer, depth, index, coordinate, point, its, context)
 
         if not iterators:
-            return self.dense_loop(index, lattice, body, [])
+            return self.dense_loop(index, lattice, body, [], outer=depth == 0)
         if lattice.dense:
             return self.dense_loop(index, lattice, body, iterators)
         if len(iterators) == 1:
@@ -274,8 +281,8 @@ class Lowerer:
 
         return wrap(writer.around_index(index, inner, rest))
 
-    def dense_loop(self, index: str, lattice: Lattice, body, iterators: list[SparseIterator]
-                   ) -> list[Stmt]:
+    def dense_loop(self, index: str, lattice: Lattice, body, iterators: list[SparseIterator],
+                   outer: bool = False) -> list[Stmt]:
         coordinate = Var(self.names(index), I64)
         setup = self.iterator_positions(iterators)
         checks: list[Stmt] = []
@@ -289,25 +296,14 @@ class Lowerer:
         advance = [b.if_(it.matched, b.assign(it.position, self.next_position(it)))
                    for it in iterators]
         start, stop = b.i64(0), self.sizes[index]
-        if not iterators and self.splittable(index):
-            self.parallel_index = index
-            start = self._param("range_begin", I64, f"range.begin.{index}")
-            stop = self._param("range_end", I64, f"range.end.{index}")
+        if outer and not iterators and self.allow_split and splittable(self.program, index):
+            if self.parallel_index is None:
+                self.parallel_index = index
+                self.range = (self._param("range_begin", I64, f"range.begin.{index}"),
+                              self._param("range_end", I64, f"range.end.{index}"))
+            start, stop = self.range
+            self.split_loops += 1
         return [*setup, b.for_(coordinate, start, stop, checks, cases, advance)]
-
-    def splittable(self, index: str) -> bool:
-        """Whether disjoint ranges of this outermost loop may run at the same time.
-
-        True for the first loop of a program with one nest, no temporaries, and a dense output
-        that the index addresses: each range then writes its own output positions.
-        """
-        program = self.program
-        if self.parallel_index is not None or len(program.nests) != 1:
-            return False
-        nest = program.nests[0]
-        return (nest.loop_order[:1] == (index,) and index in nest.output.indices
-                and program.output.format.is_dense
-                and all(t.role is not TensorRole.TEMPORARY for t in program.tensors))
 
     def single_loop(self, index: str, point: LatticePoint, body, it: SparseIterator) -> list[Stmt]:
         if it.unique:
@@ -508,6 +504,40 @@ class Lowerer:
             return b.load(self.vals[access.tensor], cursor.position)
 
         return values.value(expr, self.value_dtype, load)
+
+
+def splittable(program: Program, index: str) -> bool:
+    """Whether disjoint ranges of the outer loop over ``index`` may run at the same time.
+
+    Each nest must run ``index`` outermost and address its output by it, and the final output
+    must be dense: each range then writes its own output positions. A temporary may take part
+    when ``index`` is its first mode and every nest reads and writes it at ``index``: a range
+    then fills and reads only its own rows (each call allocates its own temporary).
+
+    >>> import numpy as np
+    >>> from tensoralg.formats import CSR, dense
+    >>> from tensoralg.lower.concretize import concretize
+    >>> from tensoralg.notation import parse_statement
+    >>> stmt = parse_statement("y(i) = max(sum(j, A(i,j) * x(j)), 0)")
+    >>> program = concretize(stmt, {"A": CSR, "x": dense(1)}, {"A": np.dtype(np.int32)},
+    ...                      np.dtype(np.float64), None)
+    >>> splittable(program, "i"), splittable(program, "j")
+    (True, False)
+    """
+    if not program.output.format.is_dense:
+        return False
+    for nest in program.nests:
+        if nest.loop_order[:1] != (index,) or index not in nest.output.indices:
+            return False
+    temporaries = {t.name for t in program.tensors if t.role is TensorRole.TEMPORARY}
+    for t in program.tensors:
+        if t.name in temporaries and t.dims[:1] != (index,):
+            return False
+    for nest in program.nests:
+        for access in (nest.output, *accesses(nest.expr)):
+            if access.tensor in temporaries and access.indices[:1] != (index,):
+                return False
+    return True
 
 
 def accesses_of_program(program: Program, access: Access) -> list[Access]:

@@ -161,6 +161,10 @@ def _fused(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]
             return None   # whether the input goes in CSR depends on its values, each run
         split = bool(inline["transposed"])
         if split:
+            # Written transposed (a chain of sparse layers), the whole program is one kernel:
+            # the compiler keeps one row of the product in a workspace (ir/passes/workspace.py).
+            one_kernel = build_statement(program, values, inline, program.output
+                                         if chain else head.outputs[0])
             inline = dict(inline, blas=True, transposed=False)
         if inline["blas"]:
             values[PRODUCT] = np.empty((inline["m"], inline["n"]), dtype)
@@ -183,6 +187,9 @@ def _fused(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]
 
     def scratch_list() -> list[tuple[tuple[int, ...], np.dtype]]:
         head_scratch = []
+        if split and options["output_t"]:
+            return [(tuple(shape), dtype) for name, shape, kind in one_kernel[1].values()
+                    if kind == "transpose" and not (name == head.inputs[0] and stored_t())]
         if split:
             head_scratch.append(((n, m), dtype))
             if not inline["trans_a"] and not options["input_t"]:
@@ -191,17 +198,22 @@ def _fused(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]
             head_scratch.append(((inline["m"], inline["n"]), dtype))
         return head_scratch + extra
 
+    def stored_t() -> bool:
+        return bool(inline["trans_a"] or options["input_t"])
+
     def make(outs: list[np.ndarray], buffers: list[np.ndarray], ins: list[Getter]) -> Run:
         by_name = {g.name: g for g in ins}
         spare = iter(buffers)
+        if split and options["output_t"]:
+            return _one_kernel(context, one_kernel, dtype, program.sparse[0], outs[0], spare,
+                               by_name, head.inputs[0] if stored_t() else None)
         product = next(spare) if blas or split else None
         head_run = None
         text = statement
         if split:
             x = by_name[head.inputs[0]]
-            stored_t = inline["trans_a"] or options["input_t"]
             head_run = _sparse_head(product_kernel, program.sparse[0], product, x,
-                                    None if stored_t else next(spare))
+                                    None if stored_t() else next(spare))
             if options["output_t"]:
                 text = statement.replace("Y(i,j) =", "Y(j,i) =", 1)
         kernel = context.kernels.get(text, dtype, formats)
@@ -254,10 +266,47 @@ def _fused(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]
         def relayout(input_t: bool, output_t: bool) -> None:
             options["input_t"], options["output_t"] = input_t, output_t
             spec.scratch = scratch_list()
-            if input_t or output_t:
+            if output_t:
+                spec.kind = "sparse kernel (transposed layout)"
+            elif input_t:
                 spec.kind = "sparse kernel + kernel (transposed layout)"
         spec.relayout = relayout
     return spec
+
+
+def _one_kernel(context: Any, built: tuple, dtype: np.dtype, weight_t: Any, out: np.ndarray,
+                spare: Any, by_name: dict[str, Getter], stored_input: str | None) -> Run:
+    """The transposed statement ``Y(j,i) = f(sum(k, X(k,i) * W(j,k)), ...)`` as one prebound
+    kernel writing ``out`` (stored transposed). ``stored_input`` names the head's input when
+    it already arrives stored k-major; otherwise it is copied transposed into a scratch buffer,
+    like every other operand the statement reads transposed."""
+    statement, operands, formats, _, _ = built
+    kernel = context.kernels.get(statement, dtype, formats)
+    arrays: dict[str, Any] = {}
+    copies: list[tuple[Getter, np.ndarray]] = []
+    dynamic: list[tuple[str, Getter, tuple[int, ...]]] = []
+    for letter, (name, shape, kind) in operands.items():
+        get = by_name.get(name)
+        if kind == "sparse weight":
+            arrays[letter] = weight_t            # W^T in CSR: rows are the output features
+        elif kind == "transpose" and name != stored_input:
+            target = next(spare)
+            copies.append((get, target))
+            arrays[letter] = target
+        elif get.fixed is not None:
+            arrays[letter] = contiguous(get.fixed.reshape(shape))
+        else:
+            arrays[letter] = np.zeros(shape, dtype)     # replaced by rebind each run
+            dynamic.append((letter, get, tuple(shape)))
+    bound = kernel.bind(out=out, **arrays)
+
+    def run(env: Env) -> None:
+        for get, target in copies:
+            np.copyto(target, get(env).T.reshape(target.shape))
+        for letter, get, shape in dynamic:
+            bound.rebind(letter, get(env).reshape(shape))
+        bound()
+    return run
 
 
 def _sparse_head(kernel: ta.Kernel, weight_t: Any, product: np.ndarray, x: Getter,

@@ -3,6 +3,8 @@ from .dead_code import read_vars, remove_dead_code
 from .hoist import hoist_invariants
 from .pipeline import STEPS, IRLog, optimize
 from .simplify import simplify
+from .tile import TILE_BYTES, tile_accumulators
+from .workspace import row_workspaces
 
 __all__ = ["IRLog", "STEPS", "hoist_invariants", "optimize", "read_vars", "remove_dead_code",
-           "simplify"]
+           "simplify", "TILE_BYTES", "row_workspaces", "tile_accumulators"]

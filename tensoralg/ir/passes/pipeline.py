@@ -18,12 +18,16 @@ from ..verify import verify
 from .dead_code import remove_dead_code
 from .hoist import hoist_invariants
 from .simplify import simplify
+from .tile import tile_accumulators
+from .workspace import row_workspaces
 
 Step = Callable[[n.Function], n.Function]
 
 STEPS: tuple[tuple[str, Step], ...] = (
     ("simplify", simplify),
     ("hoist loop invariants", hoist_invariants),
+    ("fuse temporaries into row workspaces", row_workspaces),
+    ("tile accumulators into registers", tile_accumulators),
     ("remove dead code", remove_dead_code),
 )
 

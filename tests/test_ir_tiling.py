@@ -1,0 +1,160 @@
+"""Register tiling and row workspaces: when each IR pass fires, when it must not, and the
+kernels it shapes checked against NumPy across tile boundaries, dtypes and thread splits."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import tensoralg as ta
+from tensoralg import ir
+from tensoralg.ir import F32, I64, Ptr, param, var
+from tensoralg.ir.passes.tile import tile_accumulators
+from tensoralg.ir.passes.workspace import row_workspaces
+from tensoralg.ir.rewrite import walk
+
+p, i, j, m, k, r, r2, j2, i2 = (var(name, I64) for name in
+                                ("p", "i", "j", "m", "k", "r", "r2", "j2", "i2"))
+x, y, t = var("x", Ptr(F32)), var("y", Ptr(F32)), var("t", Ptr(F32))
+PARAMS = [param(m, "m"), param(k, "k"), param(x, "x"), param(y, "y", output=True)]
+
+
+def fn(*body) -> ir.Function:
+    return ir.function("k", PARAMS, *body)
+
+
+def loops(f: ir.Function) -> list[ir.For]:
+    return [node for node in walk(f) if isinstance(node, ir.For)]
+
+
+def product_nest(store_index=None, value=None, accumulate=True, inner_stop=None):
+    """for p < k: for i < m: y[store_index] (+)= value"""
+    return fn(ir.for_(p, 0, k, ir.for_(
+        i, 0, inner_stop if inner_stop is not None else m,
+        ir.store(y, store_index if store_index is not None else i,
+                 value if value is not None else ir.load(x, ir.add(ir.mul(p, m), i)),
+                 accumulate))))
+
+
+# ---------------------------------------------------------------------------------------------
+# tile_accumulators
+
+
+def test_tiling_fires_on_an_accumulation_under_a_reduction():
+    before = product_nest()
+    after = tile_accumulators(before)
+    ir.verify(after, after="tile")
+    constant = [loop for loop in loops(after) if loop.stop == ir.const(64, I64)]
+    assert len(constant) == 1                      # the register tile: 64 f32 = 256 bytes
+    assert len(loops(after)) == 5                  # tiles, reduction, tile, rest reduction, rest
+
+
+@pytest.mark.parametrize("case", [
+    "plain store", "index uses the reduction", "output read in the loop", "bounds vary",
+    "index scaled",
+])
+def test_tiling_leaves_other_nests_alone(case):
+    f = {
+        "plain store": lambda: product_nest(accumulate=False),
+        "index uses the reduction": lambda: product_nest(store_index=ir.add(p, i)),
+        "output read in the loop": lambda: product_nest(value=ir.load(y, ir.add(i, 1))),
+        "bounds vary": lambda: product_nest(inner_stop=p),
+        "index scaled": lambda: product_nest(store_index=ir.mul(i, 2)),
+    }[case]()
+    assert tile_accumulators(f) is f
+
+
+# ---------------------------------------------------------------------------------------------
+# row_workspaces
+
+
+def temp_program(consumer_row=None, producer_reads_y=False) -> ir.Function:
+    source = ir.load(y, ir.add(r, i)) if producer_reads_y else ir.load(x, ir.add(r, i))
+    return fn(
+        ir.allocate(t, ir.mul(m, k), zero=True),
+        ir.for_(j, 0, m, ir.declare(r, ir.mul(j, k)),
+                ir.for_(i, 0, k, ir.store(t, ir.add(r, i), source, True))),
+        ir.for_(j2, 0, m, ir.declare(r2, consumer_row if consumer_row is not None
+                                     else ir.mul(j2, k)),
+                ir.for_(i2, 0, k, ir.store(y, ir.add(r2, i2),
+                                           ir.maximum(ir.load(t, ir.add(r2, i2)), 0.0)))),
+        ir.free(t))
+
+
+def test_workspace_fuses_producer_and_consumer():
+    after = row_workspaces(temp_program())
+    ir.verify(after, after="workspace")
+    alloc = next(s for s in after.body.body if isinstance(s, ir.Allocate))
+    assert alloc.count == k and not alloc.zero
+    assert sum(isinstance(s, ir.For) for s in after.body.body) == 1
+
+
+@pytest.mark.parametrize("consumer_row", ["next row", "producer reads the output"])
+def test_workspace_needs_row_locality(consumer_row):
+    f = temp_program(ir.mul(ir.add(j2, 1), k)) if consumer_row == "next row" \
+        else temp_program(producer_reads_y=True)
+    assert row_workspaces(f) is f
+
+
+# ---------------------------------------------------------------------------------------------
+# Kernels, end to end
+
+
+def _csr(rows: int, cols: int, density: float, dtype, seed: int) -> sp.csr_array:
+    rng = np.random.default_rng(seed)
+    a = sp.random_array((rows, cols), density=density, format="csr", rng=rng)
+    if np.dtype(dtype).kind == "i":
+        a.data = rng.integers(-5, 6, a.nnz)
+    a = a.astype(dtype)
+    if rows > 2:
+        a = sp.csr_array(a.multiply(np.arange(rows)[:, None] % 3 != 1))   # all-zero rows
+    return a
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.int64])
+@pytest.mark.parametrize("width", [0, 1, 31, 32, 33, 64, 65, 130])
+def test_spmm_across_tile_boundaries(dtype, width):
+    a = _csr(23, 17, 0.3, dtype, seed=width)
+    b = (np.random.default_rng(1).standard_normal((17, width)) * 4).astype(dtype)
+    got = ta.einsum("ij,jk->ik", a, b)
+    np.testing.assert_allclose(np.asarray(got), a.toarray() @ b, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("batch", [0, 1, 63, 64, 65, 300])
+def test_fused_sparse_layer_across_tile_boundaries(dtype, batch):
+    kernel = ta.compile("Y(j,i) = max(sum(k, W(j,k) * X(k,i)) + C(j), 0)",
+                        formats={"W": ta.CSR}, dtype=np.dtype(dtype).name)
+    assert "holds one row" in kernel.source("ir") and "register tiles" in kernel.source("ir")
+    w = _csr(40, 24, 0.2, dtype, seed=batch)
+    rng = np.random.default_rng(batch)
+    xv = rng.standard_normal((24, batch)).astype(dtype)
+    c = rng.standard_normal(40).astype(dtype)
+    expected = np.maximum(w.toarray() @ xv + c[:, None], 0)
+    np.testing.assert_allclose(kernel(W=w, X=xv, C=c), expected, rtol=1e-5, atol=1e-5)
+    bound = kernel.bind(W=w, X=xv, C=c)
+    for _ in range(2):   # the bound call skips zeroing: every element must be assigned
+        np.testing.assert_allclose(bound(), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_fused_layer_split_over_threads_matches():
+    """Large enough to be split by rows: each thread's call holds its own workspace row."""
+    kernel = ta.compile("Y(j,i) = max(sum(k, W(j,k) * X(k,i)) + C(j), 0)",
+                        formats={"W": ta.CSR}, dtype="float64")
+    assert "range_begin" in kernel.source("ir")
+    w = _csr(3000, 300, 0.05, np.float64, seed=3)
+    rng = np.random.default_rng(4)
+    xv, c = rng.standard_normal((300, 256)), rng.standard_normal(3000)
+    np.testing.assert_allclose(kernel(W=w, X=xv, C=c), np.maximum(w @ xv + c[:, None], 0),
+                               rtol=1e-10, atol=1e-10)
+
+
+def test_split_needs_every_nest_on_the_range():
+    """A DCSR operand's outer loop is sparse: it cannot take the thread range, so neither may
+    the nest after it (it would run whole in every thread)."""
+    kernel = ta.compile("y(i) = max(sum(j, A(i,j) * x(j)), 0)", formats={"A": "ss"},
+                        dtype="float64")
+    assert "range_begin" not in kernel.source("ir")
+    a = _csr(500, 400, 0.05, np.float64, seed=5)
+    xv = np.random.default_rng(6).standard_normal(400)
+    np.testing.assert_allclose(kernel(A=a, x=xv), np.maximum(a @ xv, 0), rtol=1e-12)
