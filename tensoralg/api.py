@@ -124,6 +124,7 @@ class CompiledProgram:
     arguments: ArgumentPlan
     sizes: tuple[tuple[str, int, str], ...]   # (input tensor, mode, index): where sizes come from
     balance_by: str | None                    # input whose pos balances a split outer loop
+    overwrites: bool                          # every output element assigned: skip zeroing
 
 
 class KernelCache:
@@ -157,8 +158,11 @@ class KernelCache:
         program = concretize(stmt, formats, index_dtypes, key.value_dtype, out_format,
                              key.out_index_dtype)
         log = IRLog(echo=self.options.debug)
-        function = optimize(lower(program, f"ta_{key.digest()[:16]}"), log,
-                            check=self.options.check_ir)
+        lowered = lower(program, f"ta_{key.digest()[:16]}")
+        function = optimize(lowered, log, check=self.options.check_ir)
+        # Judged before the passes that tile loops: the tiled nests store the same elements
+        # the same way, but through loops the analysis does not follow.
+        overwrites = overwrites_output(lowered, program.output.dims)
         # A cuda kernel is built for the CPU too, for now: it can print CUDA but not run on a GPU.
         backend = "llvm" if key.backend == "cuda" else key.backend
         kernel = build(function, backend, cache=self.disk, key=key.digest())
@@ -168,7 +172,7 @@ class KernelCache:
                       if info.role is TensorRole.INPUT for mode, index in enumerate(info.dims))
         arguments = ArgumentPlan.from_params(function.params, program.output.name)
         return CompiledProgram(key, program, function, kernel, log, arguments, sizes,
-                               _balancing_operand(program, arguments.range_index))
+                               _balancing_operand(program, arguments.range_index), overwrites)
 
 
 def _balancing_operand(program: Program, index: str | None) -> str | None:
@@ -760,10 +764,9 @@ class Kernel:
                            if compiled.balance_by is not None else None)
                 bounds = split(sizes[plan.range_index], parts, weights)
         function = compiled.kernel.function
-        overwrites = overwrites_output(compiled.function, compiled.program.output.dims)
         return BoundCall(function, plan, tensors, sizes, buffer, bounds,
                          lambda calls: threads.run_calls(lambda a: function(*a), calls), what,
-                         overwrites)
+                         compiled.overwrites)
 
     def _output_shape(self, bound: Mapping[str, Tensor]) -> tuple[int, ...]:
         """The output shape, after checking that every index has one size (fast when it has)."""

@@ -157,4 +157,28 @@ def test_split_needs_every_nest_on_the_range():
     assert "range_begin" not in kernel.source("ir")
     a = _csr(500, 400, 0.05, np.float64, seed=5)
     xv = np.random.default_rng(6).standard_normal(400)
-    np.testing.assert_allclose(kernel(A=a, x=xv), np.maximum(a @ xv, 0), rtol=1e-12)
+    dcsr = ta.Tensor.from_scipy(a, ta.DCSR)
+    np.testing.assert_allclose(kernel(A=dcsr, x=xv), np.maximum(a @ xv, 0), rtol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32])
+@pytest.mark.parametrize("shape", [(0, 5), (1, 40), (17, 3), (33, 65), (64, 256)])
+def test_transposed_copy_tiles(dtype, shape):
+    kernel = ta.compile("Y(k,i) = X(i,k)", dtype=np.dtype(dtype).name)
+    assert "transposed access" in kernel.source("ir")
+    source = (np.arange(np.prod(shape)).reshape(shape) % 97).astype(dtype)
+    out = np.full(shape[::-1], 7, dtype)           # garbage: the call must assign every element
+    bound = kernel.bind(out=out, X=source)
+    for _ in range(2):
+        np.testing.assert_array_equal(bound(), source.T)
+
+
+def test_transposed_read_in_an_epilogue_and_in_three_dimensions():
+    rng = np.random.default_rng(7)
+    a, c = rng.standard_normal((70, 37)), rng.standard_normal(70)
+    got = ta.compile("Y(i,j) = max(A(j,i) + C(j), 0)").bind(A=a, C=c)()
+    np.testing.assert_allclose(got, np.maximum(a.T + c, 0))
+    x = rng.standard_normal((5, 19, 40))
+    kernel = ta.compile("Y(b,j,i) = X(b,i,j)")
+    assert "transposed access" in kernel.source("ir")
+    np.testing.assert_array_equal(kernel(X=x), x.transpose(0, 2, 1))

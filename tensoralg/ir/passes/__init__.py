@@ -4,7 +4,9 @@ from .hoist import hoist_invariants
 from .pipeline import STEPS, IRLog, optimize
 from .simplify import simplify
 from .tile import TILE_BYTES, tile_accumulators
+from .transpose import LINE_BYTES, tile_transposes
 from .workspace import row_workspaces
 
 __all__ = ["IRLog", "STEPS", "hoist_invariants", "optimize", "read_vars", "remove_dead_code",
-           "simplify", "TILE_BYTES", "row_workspaces", "tile_accumulators"]
+           "simplify", "LINE_BYTES", "TILE_BYTES", "row_workspaces", "tile_accumulators",
+           "tile_transposes"]

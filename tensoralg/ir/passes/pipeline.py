@@ -19,6 +19,7 @@ from .dead_code import remove_dead_code
 from .hoist import hoist_invariants
 from .simplify import simplify
 from .tile import tile_accumulators
+from .transpose import tile_transposes
 from .workspace import row_workspaces
 
 Step = Callable[[n.Function], n.Function]
@@ -28,6 +29,7 @@ STEPS: tuple[tuple[str, Step], ...] = (
     ("hoist loop invariants", hoist_invariants),
     ("fuse temporaries into row workspaces", row_workspaces),
     ("tile accumulators into registers", tile_accumulators),
+    ("tile transposed accesses by cache line", tile_transposes),
     ("remove dead code", remove_dead_code),
 )
 

@@ -53,7 +53,7 @@ def tile_accumulators(fn: n.Function) -> n.Function:
       i64 i_tiles = max(m / 64, 0);
     """
     taken = used_vars(fn)
-    names = _fresh_names(taken)
+    names = fresh_names(taken)
 
     def visit(node: n.Node) -> n.Node | None:
         match node:
@@ -69,7 +69,7 @@ def tile_accumulators(fn: n.Function) -> n.Function:
     return fn if result is fn else simplify(result)
 
 
-def _fresh_names(taken: set[str]) -> Callable[[str], str]:
+def fresh_names(taken: set[str]) -> Callable[[str], str]:
     def fresh(stem: str) -> str:
         for name in chain((stem,), (f"{stem}_{k}" for k in count(1))):
             if name not in taken:
@@ -88,7 +88,7 @@ def _tile(reduction: n.For, fresh: Callable[[str], str]) -> n.Block | None:
     if not all(isinstance(s, n.Declare) for s in locals_):
         return None
     varying = {reduction.var.name, *(s.var.name for s in locals_)}
-    if _uses(inner.start, varying) or _uses(inner.stop, varying):
+    if uses(inner.start, varying) or uses(inner.stop, varying):
         return None
     stores = inner.body.body
     if not stores or not all(_strip_store(s, inner.var, varying) for s in stores):
@@ -112,7 +112,7 @@ def _strip_store(s: n.Stmt, i: n.Var, varying: set[str]) -> bool:
         return False
     lhs, rhs = s.index.lhs, s.index.rhs
     base = rhs if lhs == i else lhs if rhs == i else None
-    return base is not None and not _uses(base, varying | {i.name})
+    return base is not None and not uses(base, varying | {i.name})
 
 
 def _elem(s: n.Store) -> n.DType:
@@ -120,7 +120,7 @@ def _elem(s: n.Store) -> n.DType:
     return s.array.dtype.elem
 
 
-def _uses(e: n.Node, names: set[str]) -> bool:
+def uses(e: n.Node, names: set[str]) -> bool:
     return any(isinstance(x, n.Var) and x.name in names for x in walk(e))
 
 
@@ -138,7 +138,7 @@ def _strip_mine(reduction: n.For, locals_: list[n.Stmt], inner: n.For, width: in
     count_ = n.Binary("max", n.Binary("/", span, w), n.Const(0, i64))
     # Inside tile t the dense counter is lo + i1, lo = start + t * W.
     at = n.Binary("+", lo, i1)
-    tiled_inner = n.For(i1, n.Const(0, i64), w, _substitute(inner.body, {inner.var.name: at}))
+    tiled_inner = n.For(i1, n.Const(0, i64), w, substitute(inner.body, {inner.var.name: at}))
     tiled = n.For(t, n.Const(0, i64), tiles, n.Block((
         n.Declare(lo, n.Binary("+", inner.start, n.Binary("*", t, w))),
         n.For(reduction.var, reduction.start, reduction.stop,
@@ -146,11 +146,11 @@ def _strip_mine(reduction: n.For, locals_: list[n.Stmt], inner: n.For, width: in
     )))
     # The rest runs the original nest over the last stop - start - tiles * W counters, with
     # every local renamed: each variable is introduced once per function.
-    renamed = {v.name: n.Var(fresh(v.name), v.dtype) for v in _introduced(reduction)}
+    renamed = {v.name: n.Var(fresh(v.name), v.dtype) for v in introduced(reduction)}
     rest_start = n.Binary("+", inner.start, n.Binary("*", tiles, w))
     rest = n.For(reduction.var, reduction.start, reduction.stop,
                  n.Block((*locals_, n.For(inner.var, rest_start, inner.stop, inner.body))))
-    rest = _substitute(rest, renamed)
+    rest = substitute(rest, renamed)
     assert isinstance(rest, n.For)
     return n.Block((
         n.Comment(f"register tiles of {width} along {inner.var.name} across the "
@@ -158,14 +158,14 @@ def _strip_mine(reduction: n.For, locals_: list[n.Stmt], inner: n.For, width: in
         n.Declare(tiles, count_), tiled, rest))
 
 
-def _introduced(loop: n.For) -> Iterator[n.Var]:
+def introduced(loop: n.For) -> Iterator[n.Var]:
     for x in walk(loop):
         match x:
             case n.For(v) | n.Declare(v) | n.Allocate(v):
                 yield v
 
 
-def _substitute(node: n.Node, by: dict[str, n.Expr]) -> n.Node:
+def substitute(node: n.Node, by: dict[str, n.Expr]) -> n.Node:
     def visit(x: n.Node) -> n.Node | None:
         if isinstance(x, n.Var) and x.name in by:
             return by[x.name]
@@ -174,4 +174,4 @@ def _substitute(node: n.Node, by: dict[str, n.Expr]) -> n.Node:
     return rewrite(node, visit)
 
 
-__all__ = ["TILE_BYTES", "tile_accumulators"]
+__all__ = ["TILE_BYTES", "fresh_names", "introduced", "substitute", "tile_accumulators", "uses"]

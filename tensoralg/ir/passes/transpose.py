@@ -1,0 +1,158 @@
+"""Transposed copies in cache-line tiles.
+
+A dense nest that writes rows while reading columns (``Y(k,i) = X(i,k)``, an epilogue reading
+a product stored transposed) lowers to::
+
+    for (k = 0; k < n_k; k++) { r = k * n_i; for (i = 0; i < n_i; i++) Y[r + i] = f(X[i * n_k + k]); }
+
+Every iteration of the inner loop reads a new cache line of ``X`` and uses 4 bytes of it. Tiling
+the outer loop by one cache line of the strided operand (16 f32) and moving the tile inside the
+inner loop makes each line read once and used whole, while the stores still go to only 16
+rows, each filled in order::
+
+    for (t = 0; t < n_k / 16; t++)
+      for (i = 0; i < n_i; i++)
+        for (k_in = 0; k_in < 16; k_in++) { k = 16 * t + k_in; Y[k * n_i + i] = f(X[i * n_k + k]); }
+    ... the last n_k % 16 rows as before
+
+When this is exact: every (k, i) iteration runs once with the same values, only in another
+order; the stores of different iterations go to different elements (``r = x * n_i`` with ``x``
+one-to-one in ``k`` and the inner counter in ``[0, n_i)``), and nothing the nest stores is read in
+it, so the order cannot be observed.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from .. import nodes as n
+from ..rewrite import rewrite, used_vars, walk
+from .simplify import simplify, splice_blocks
+from .tile import fresh_names, introduced, substitute, uses
+
+LINE_BYTES = 64      # one cache line of the strided operand per tile
+_BYTES = {n.I32: 4, n.I64: 8, n.F32: 4, n.F64: 8, n.BOOL: 1}
+
+
+def tile_transposes(fn: n.Function) -> n.Function:
+    """Tile row-writing, column-reading nests by a cache line (see the module docstring).
+
+    >>> from tensoralg.ir.build import for_, store, var, add, mul, load, function, param, declare
+    >>> from tensoralg.ir.printer import format_function
+    >>> k, i, m, r = (var(x, n.I64) for x in ("k", "i", "m", "r"))
+    >>> x, y = var("x", n.Ptr(n.F32)), var("y", n.Ptr(n.F32))
+    >>> f = function("t", [param(m, "m"), param(x, "x"), param(y, "y")],
+    ...     for_(k, 0, m, declare(r, mul(k, m)),
+    ...          for_(i, 0, m, store(y, add(r, i), load(x, add(mul(i, m), k))))))
+    >>> print(format_function(tile_transposes(f)).splitlines()[3])
+      for (i64 k_tile = 0; k_tile < k_tiles; k_tile++) {
+    """
+    fresh = fresh_names(used_vars(fn))
+
+    def visit(node: n.Node) -> n.Node | None:
+        match node:
+            case n.For():
+                return _tile(node, fresh)
+            case n.Block():
+                return splice_blocks(node)
+        return None
+
+    result = rewrite(fn, visit)
+    assert isinstance(result, n.Function)
+    return fn if result is fn else simplify(result)
+
+
+def _tile(outer: n.For, fresh: Callable[[str], str]) -> n.Block | None:
+    stmts = [s for s in outer.body.body if not isinstance(s, n.Comment)]
+    if not stmts or not isinstance(stmts[-1], n.For):
+        return None
+    decls, inner = stmts[:-1], stmts[-1]
+    if not all(isinstance(s, n.Declare) for s in decls):
+        return None
+    a, b = outer.var.name, inner.var.name
+    local = {s.var.name: s.init for s in decls if isinstance(s, n.Declare)}
+    if uses(inner.start, {a, *local}) or uses(inner.stop, {a, *local}):
+        return None
+    stores = inner.body.body
+    if not stores or not all(isinstance(s, n.Store) for s in stores):
+        return None
+    if not all(_row_store(s, a, b, local, inner.stop) for s in stores):
+        return None
+    written = {s.array.name for s in stores}
+    if any(isinstance(x, n.Load) and x.array.name in written for x in walk(outer)):
+        return None
+    strided = [x for s in stores for x in walk(s.value)
+               if isinstance(x, n.Load) and _column_read(x.index, a, b, set(local))]
+    if not strided:
+        return None
+    width = LINE_BYTES // max(_BYTES.get(x.dtype, 8) for x in strided)
+    if width < 4:
+        return None
+    return _tiled(outer, decls, inner, width, fresh)
+
+
+def _row_store(s: n.Store, a: str, b: str, local: dict[str, n.Expr], row: n.Expr) -> bool:
+    """``y[base + b]`` with ``base = x * row`` (maybe through a local), ``x`` one-to-one in
+    ``a``: ``a`` itself or ``c + a`` with ``c`` fixed in the nest."""
+    base = _other_operand(s.index, b)
+    if isinstance(base, n.Var) and base.name in local:
+        base = local[base.name]
+    match base:
+        case n.Binary("*", lhs, rhs) if rhs == row or lhs == row:
+            x = lhs if rhs == row else rhs
+            return _shifted(x, a, {b, *local})
+    return False
+
+
+def _column_read(index: n.Expr, a: str, b: str, local: set[str]) -> bool:
+    """``e * s + a`` with ``e`` one-to-one in ``b`` and ``s`` fixed: a stride across ``b``."""
+    rest = _other_operand(index, a)
+    match rest:
+        case n.Binary("*", lhs, rhs):
+            for e, s in ((lhs, rhs), (rhs, lhs)):
+                if _shifted(e, b, {a, *local}) and not uses(s, {a, b, *local}):
+                    return True
+    return False
+
+
+def _other_operand(index: n.Expr, name: str) -> n.Expr | None:
+    """For ``index = e + name`` (either order), ``e`` when ``e`` does not use ``name``."""
+    if isinstance(index, n.Binary) and index.op == "+":
+        for this, other in ((index.rhs, index.lhs), (index.lhs, index.rhs)):
+            if isinstance(this, n.Var) and this.name == name and not uses(other, {name}):
+                return other
+    return None
+
+
+def _shifted(x: n.Expr, name: str, varying: set[str]) -> bool:
+    """``x`` is ``name`` or ``c + name`` with ``c`` free of ``name`` and ``varying``."""
+    if isinstance(x, n.Var) and x.name == name:
+        return True
+    c = _other_operand(x, name)
+    return c is not None and not uses(c, varying)
+
+
+def _tiled(outer: n.For, decls: list[n.Stmt], inner: n.For, width: int,
+           fresh: Callable[[str], str]) -> n.Block:
+    i64, stem = n.I64, outer.var.name
+    tiles, t = n.Var(fresh(f"{stem}_tiles"), i64), n.Var(fresh(f"{stem}_tile"), i64)
+    lo, a_in = n.Var(fresh(f"{stem}_lo"), i64), n.Var(fresh(f"{stem}_in"), i64)
+    w = n.Const(width, i64)
+    count = n.Binary("max", n.Binary("/", n.Binary("-", outer.stop, outer.start), w),
+                     n.Const(0, i64))
+    body = n.Block((*decls, *inner.body.body))
+    at = {outer.var.name: n.Binary("+", lo, a_in)}
+    tiled = n.For(t, n.Const(0, i64), tiles, n.Block((
+        n.Declare(lo, n.Binary("+", outer.start, n.Binary("*", t, w))),
+        n.For(inner.var, inner.start, inner.stop, n.Block((
+            n.For(a_in, n.Const(0, i64), w, substitute(body, at)),))),
+    )))
+    renamed = {v.name: n.Var(fresh(v.name), v.dtype) for v in introduced(outer)}
+    rest = substitute(n.For(outer.var, n.Binary("+", outer.start, n.Binary("*", tiles, w)),
+                            outer.stop, outer.body), renamed)
+    return n.Block((
+        n.Comment(f"transposed access: tiles of {width} along {stem} inside the "
+                  f"{inner.var.name} loop"),
+        n.Declare(tiles, count), tiled, rest))
+
+
+__all__ = ["LINE_BYTES", "tile_transposes"]
