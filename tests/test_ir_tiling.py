@@ -7,6 +7,7 @@ import pytest
 import scipy.sparse as sp
 
 import tensoralg as ta
+from tensoralg.api import kernel_cache
 from tensoralg import ir
 from tensoralg.ir import F32, I64, Ptr, param, var
 from tensoralg.ir.passes.tile import tile_accumulators
@@ -142,10 +143,13 @@ def test_fused_layer_split_over_threads_matches():
     kernel = ta.compile("Y(j,i) = max(sum(k, W(j,k) * X(k,i)) + C(j), 0)",
                         formats={"W": ta.CSR}, dtype="float64")
     assert "range_begin" in kernel.source("ir")
-    w = _csr(3000, 300, 0.05, np.float64, seed=3)
+    w = _csr(4000, 600, 0.05, np.float64, seed=3)
     rng = np.random.default_rng(4)
-    xv, c = rng.standard_normal((300, 256)), rng.standard_normal(3000)
-    np.testing.assert_allclose(kernel(W=w, X=xv, C=c), np.maximum(w @ xv + c[:, None], 0),
+    xv, c = rng.standard_normal((600, 256)), rng.standard_normal(4000)
+    bound = kernel.bind(W=w, X=xv, C=c)
+    if kernel_cache().threads.threads > 1:
+        assert len(bound.calls) > 1
+    np.testing.assert_allclose(bound(), np.maximum(w @ xv + c[:, None], 0),
                                rtol=1e-10, atol=1e-10)
 
 
