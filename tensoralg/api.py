@@ -59,6 +59,7 @@ from tensoralg.notation.ast import Expr, accesses
 from tensoralg.notation.ast import tensors as tensor_ranks
 from tensoralg.runtime.args import ArgumentPlan, OutputBuffers
 from tensoralg.runtime.bound import BoundCall, dense_output, overwrites_output
+from tensoralg.runtime.compress import RowCompressor
 from tensoralg.runtime.threads import MIN_ROWS_PER_THREAD, KernelThreads, split
 from tensoralg.runtime.validate import VALID, StorageValidator
 from tensoralg.runtime.wrap import release, sparse_result
@@ -833,4 +834,5 @@ def compile(statement: str, formats: Mapping[str, Any] | None = None, dtype: Any
 
 
 __all__ = ["einsum", "compile", "Kernel", "KernelKey", "CompileOptions", "kernel_cache",
+           "RowCompressor",
            "execute"]

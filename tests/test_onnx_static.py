@@ -177,3 +177,78 @@ def test_static_plan_handles_negative_ids():
     negative["ids"] = feeds["ids"] - np.array([20, 15, 10], np.int64)   # same rows, from the end
     np.testing.assert_allclose(compiled.run(negative)["y"], session.run(None, negative)[0],
                                rtol=RTOL, atol=ATOL)
+
+
+def _multi_hot(rng: np.random.Generator, rows: int, width: int, ones: int) -> np.ndarray:
+    x = np.zeros((rows, width), np.float32)
+    for r in range(rows):
+        x[r, rng.choice(width, ones, replace=False)] = rng.random(ones) + 0.5
+    if rows > 2:
+        x[1] = 0          # an all-zero row
+    return x
+
+
+def test_multi_hot_input_is_scanned_once_into_csr():
+    """FM: x @ V, (x * x) @ (V * V) and x @ w all read x's CSR, refilled once per run by the
+    compiled scan; the dense x * x is never made. A dense x later drops the plan."""
+    from test_onnx_models import factorization_machine
+
+    model, _ = factorization_machine(np.random.default_rng(0))
+    width = 10
+    rng = np.random.default_rng(21)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    compiled = tonnx.load(model, opt_level=3)
+    for k in range(4):
+        x = _multi_hot(rng, 33, width, 2)
+        np.testing.assert_allclose(compiled.run({"x": x})["y"], session.run(None, {"x": x})[0],
+                                   rtol=RTOL, atol=ATOL)
+    steps = compiled.specialiser.latest().steps
+    kinds = [step.kind for step in steps]
+    assert kinds.count("multi-hot CSR kernel") == 3, kinds
+    assert not any(step.step.node.op_type == "Mul" and step.step.node.inputs == ("x", "x")
+                   for step in steps)
+    dense = rng.random((33, width)).astype(np.float32) + 0.1
+    np.testing.assert_allclose(compiled.run({"x": dense})["y"],
+                               session.run(None, {"x": dense})[0], rtol=RTOL, atol=ATOL)
+    assert any("more than" in note and "CSR buffers" in note
+               for note in compiled.specialiser.notes.values())
+
+
+def test_one_narrow_multi_hot_product_keeps_blas():
+    x_info = h.make_tensor_value_info("x", F32, ["N", 40])
+    w = numpy_helper.from_array(np.random.default_rng(0).random((40, 1)).astype(np.float32), "w")
+    model = h.make_model(h.make_graph([h.make_node("MatMul", ["x", "w"], ["y"])], "g", [x_info],
+                                      [h.make_tensor_value_info("y", F32, ["N", 1])], [w]),
+                         opset_imports=[h.make_opsetid("", 17)])
+    compiled = tonnx.load(model, opt_level=3)
+    x = _multi_hot(np.random.default_rng(1), 16, 40, 3)
+    for _ in range(3):
+        got = compiled.run({"x": x})["y"]
+    np.testing.assert_allclose(got, x @ numpy_helper.to_array(w), rtol=1e-5, atol=1e-6)
+    assert "multi-hot CSR kernel" not in [s.kind for s in compiled.specialiser.latest().steps]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_row_compressor_matches_scipy(dtype):
+    import scipy.sparse as sp
+
+    rng = np.random.default_rng(3)
+    x = np.where(rng.random((37, 53)) < 0.1, rng.standard_normal((37, 53)), 0).astype(dtype)
+    x[4] = 0
+    x[5, 52] = np.nan                   # NaN is a nonzero: the product must see it
+    x[6, 0] = -0.0                      # a negative zero is a zero
+    rows = ta.api.RowCompressor(x.shape, dtype, capacity=x.size)
+    assert rows.compress(x)
+    ref = sp.csr_array(np.where(x == 0, 0, x))
+    nnz = rows.nnz
+    np.testing.assert_array_equal(rows.pos, ref.indptr)
+    np.testing.assert_array_equal(rows.crd[:nnz], ref.indices)
+    np.testing.assert_array_equal(rows.vals[:nnz], ref.data)
+    small = ta.api.RowCompressor(x.shape, dtype, capacity=5)
+    assert not small.compress(x) and small.nnz == nnz and small.pos[-1] <= 5
+    empty = ta.api.RowCompressor((0, 7), dtype, capacity=0)
+    assert empty.compress(np.zeros((0, 7), dtype)) and empty.nnz == 0
+    with pytest.raises(ValueError, match="float32/float64"):
+        ta.api.RowCompressor((2, 2), np.int32, capacity=4)
+    with pytest.raises(ValueError, match="not contiguous"):
+        rows.compress(np.asfortranarray(x))

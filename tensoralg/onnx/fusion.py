@@ -112,6 +112,8 @@ class Program:
     sparse: Any = None                      # (CSR of W^T, CSC of W) for a sparse head weight
     sparse_name: str | None = None          # the weight's constant name
     multi_hot: bool = False                 # head input is a graph input: CSR when mostly 0
+    square_of: str | None = None            # head input is Mul(g, g) of this graph input g
+    multi_hot_readers: int = 0              # programs whose head reads that graph input's CSR
     cache: dict[Any, Any] = field(default_factory=dict)
 
     def __str__(self) -> str:
@@ -375,11 +377,21 @@ def fuse(graph: Graph, sparse_heads: dict[str, Any] | None = None) -> Graph:
     """
     sparse_heads = sparse_heads or {}
     inputs = {v.name for v in graph.inputs}
+    consumers = consumers_of(graph)
+    outputs = {v.name for v in graph.outputs}
+    # x * x of a graph input, read only by a MatMul: at level 3 that product takes the
+    # input's CSR with squared values (the FM's second-order term), not a dense x * x.
+    squares = {node.outputs[0]: node.inputs[0] for node in graph.nodes
+               if node.op_type == "Mul" and len(node.inputs) == 2 and
+               node.inputs[0] == node.inputs[1] and node.inputs[0] in inputs and
+               node.outputs[0] not in outputs and
+               [c.op_type for c in consumers.get(node.outputs[0], [])] == ["MatMul"]}
     multi_hot = {node.name for node in graph.nodes
                  if node.op_type == "MatMul" and node.inputs[0] in inputs and
                  getattr(graph.constants.get(node.inputs[1]), "ndim", 0) == 2}
-    consumers = consumers_of(graph)
-    outputs = {v.name for v in graph.outputs}
+    squared = {node.name: squares[node.inputs[0]] for node in graph.nodes
+               if node.op_type == "MatMul" and node.inputs[0] in squares and
+               getattr(graph.constants.get(node.inputs[1]), "ndim", 0) == 2}
     producer = {name: node for node in graph.nodes for name in node.outputs if name}
     assigned: dict[str, Program] = {}
     programs: list[Program] = []
@@ -417,11 +429,23 @@ def fuse(graph: Graph, sparse_heads: dict[str, Any] | None = None) -> Graph:
         for node in nodes:
             assigned[node.name] = programs[-1]
     for node in graph.nodes:  # lone sparse contractions, lone multi-hot candidates
-        if node.name not in assigned and (node.name in sparse_heads or node.name in multi_hot):
+        if node.name not in assigned and (node.name in sparse_heads or node.name in multi_hot
+                                          or node.name in squared):
             programs.append(_program((node,), node.outputs[0], node, sparse_heads))
             assigned[node.name] = programs[-1]
+    readers: dict[str, int] = {}
     for program in programs:
-        program.multi_hot = program.head is not None and program.head.name in multi_hot
+        if program.head is None:
+            continue
+        program.multi_hot = program.head.name in multi_hot
+        program.square_of = squared.get(program.head.name)
+        source = program.head.inputs[0] if program.multi_hot else program.square_of
+        if source is not None:
+            readers[source] = readers.get(source, 0) + 1
+    for program in programs:
+        if program.head is not None and (program.multi_hot or program.square_of):
+            source = program.head.inputs[0] if program.multi_hot else program.square_of
+            program.multi_hot_readers = readers[source]
     kept = []
     for node in graph.nodes:
         program = assigned.get(node.name)

@@ -34,14 +34,10 @@ import numpy as np
 import tensoralg as ta
 from tensoralg.onnx.executor import Executor, Step, call_node
 from tensoralg.onnx.plan import MemoryStats, assign_arenas
-from tensoralg.onnx.static_steps import Env, Getter, Run, Spec, contiguous, spec_of
+from tensoralg.onnx.static_steps import Env, Getter, Replan, Run, Spec, contiguous, spec_of
 
 ALIAS_OPS = {"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Dropout"}
 ALIGN = 64   # arena alignment in bytes (a cache line; AVX-512 vectors)
-
-
-class Replan(Exception):
-    """A generic step produced a shape other than the recorded one: run node by node."""
 
 
 @dataclass
@@ -98,6 +94,7 @@ def build_plan(executor: Executor, feeds: Mapping[str, np.ndarray], recorded: En
     constants = graph.constants
     base: dict[str, str] = {}            # alias -> the buffer (or feed/constant) it views
     specs: list[tuple[Step, Spec | None]] = []
+    shared: dict[str, Any] = {}
     for step in executor.steps:
         node = step.node
         if _is_alias(node, constants) and node.outputs[0] not in outputs and \
@@ -105,7 +102,8 @@ def build_plan(executor: Executor, feeds: Mapping[str, np.ndarray], recorded: En
             source = node.inputs[0]
             base[node.outputs[0]] = base.get(source, source)
             continue
-        specs.append((step, spec_of(step, recorded, constants)))
+        specs.append((step, spec_of(step, recorded, constants, shared)))
+    specs = _read_steps(specs, outputs, base)
     transposed = _transposed_values(specs, outputs, set(base.values()))
     # Lifetimes of the buffers: birth at the producing step, death at the last use (through
     # any alias); graph outputs never die, so no other value shares their buffer.
@@ -160,6 +158,23 @@ def build_plan(executor: Executor, feeds: Mapping[str, np.ndarray], recorded: En
                          len(requests), held=True)
     return StaticPlan(steps, [getter(v.name) for v in graph.outputs],
                       [n for n in feeds if n not in constants], dynamic_aliases, memory, arenas)
+
+
+def _read_steps(specs: list[tuple[Step, Spec | None]], outputs: set[str],
+                base: dict[str, str]) -> list[tuple[Step, Spec | None]]:
+    """The steps whose outputs someone reads (a step, through any alias, or the caller)."""
+    while True:
+        read = set(outputs)
+        for step, spec in specs:
+            unread = spec.unread if spec is not None else frozenset()
+            for name in step.node.inputs:
+                if name and name not in unread:
+                    read.update((name, base.get(name, name)))
+        kept = [(step, spec) for step, spec in specs
+                if not step.node.outputs or any(n in read for n in step.node.outputs if n)]
+        if len(kept) == len(specs):
+            return specs
+        specs = kept
 
 
 def _transposed_values(specs: list[tuple[Step, Spec | None]], outputs: set[str],

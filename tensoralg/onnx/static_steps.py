@@ -15,10 +15,12 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 import tensoralg as ta
+from tensoralg.api import RowCompressor
 from tensoralg.onnx.bags import BAG_STATEMENT
 from tensoralg.onnx.executor import Step
 from tensoralg.onnx.fusion import (
     FLOATS,
+    MULTI_HOT_MAX_DENSITY,
     MULTI_HOT_MIN_COLUMNS,
     PRODUCT,
     build_statement,
@@ -27,6 +29,11 @@ from tensoralg.onnx.fusion import (
 
 Env = dict[str, np.ndarray]
 Run = Callable[[Env], None]
+
+
+class Replan(Exception):
+    """A run no longer fits the plan (a generic step produced a shape other than the recorded
+    one, a multi-hot input outgrew its CSR buffers): run node by node."""
 
 
 @dataclass
@@ -54,15 +61,23 @@ class Spec:
     transposable_input: str | None = None
     transposable_output: bool = False
     relayout: Callable[[bool, bool], None] | None = None
+    # Inputs the step never reads (a product that takes x * x from x's CSR): a step whose
+    # outputs nobody reads is left out of the plan.
+    unread: frozenset[str] = frozenset()
 
 
-def spec_of(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) -> Spec | None:
-    """The static form of ``step``'s node, or None to run it as a generic step."""
+def spec_of(step: Step, recorded: Env, constants: Mapping[str, np.ndarray],
+            shared: dict[str, Any] | None = None) -> Spec | None:
+    """The static form of ``step``'s node, or None to run it as a generic step. ``shared``
+    holds what the steps of one plan share (the CSR buffers of a multi-hot input)."""
     if not all(n in recorded for n in step.node.inputs if n) or \
             not all(n in recorded for n in step.node.outputs if n):
         return None
     builder = _BUILDERS.get(step.node.op_type)
-    spec = builder(step, recorded, constants) if builder is not None else None
+    if builder is _fused:
+        spec = _fused(step, recorded, constants, {} if shared is None else shared)
+    else:
+        spec = builder(step, recorded, constants) if builder is not None else None
     return spec if spec is not None else _captured(step, recorded, constants)
 
 
@@ -165,8 +180,63 @@ def _same_memory(a: np.ndarray, b: np.ndarray) -> bool:
 SPARSE_PRODUCT = "Y(j,i) = sum(k, W(j,k) * X(k,i))"   # a sparse head, transposed: batch inner
 
 
-def _fused(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]
-           ) -> Spec | None:
+class MultiHot:
+    """The CSR form of a multi-hot graph input, refilled once per run by a compiled scan
+    (``RowCompressor``) and read by every program that multiplies it."""
+
+    def __init__(self, name: str, value: np.ndarray) -> None:
+        self.name = name
+        self.key = f"\0csr {name}"      # marks, in a run's values, that the scan has run
+        self.rows = RowCompressor(value.shape, value.dtype,
+                                  int(MULTI_HOT_MAX_DENSITY * value.size) + 1)
+        self._squares: np.ndarray | None = None
+        self._squared: ta.Tensor | None = None
+
+    def squared(self) -> ta.Tensor:
+        """The CSR form of ``x * x``: the same positions, values squared at each refresh."""
+        if self._squared is None:
+            tensor = self.rows.tensor
+            self._squares = np.zeros_like(self.rows.vals)
+            self._squared = ta.Tensor.trusted(tensor.shape, tensor.format, tensor.levels,
+                                              self._squares)
+        return self._squared
+
+    def refresh(self, env: Env) -> None:
+        """Scan this run's input, once however many programs read it."""
+        if self.key in env:
+            return
+        x = env[self.name]
+        if not self.rows.compress(contiguous(x)):
+            raise Replan(f"multi-hot input {self.name} has {self.rows.nnz} nonzeros, more "
+                         f"than the {self.rows.capacity} its CSR buffers hold")
+        if self._squares is not None:
+            used = self.rows.vals[:self.rows.nnz]
+            np.multiply(used, used, out=self._squares[:self.rows.nnz])
+        env[self.key] = x
+
+
+def multi_hot_input(program: Any, inline: dict[str, Any], recorded: Env,
+                    shared: dict[str, Any]) -> MultiHot | None:
+    """The shared CSR form of the program's head input (or of ``g`` when it is ``g * g``)
+    when that is a multi-hot graph input, mostly zeros when the plan was recorded (the scan
+    checks every later run). One narrow product alone keeps BLAS: it reads the dense input
+    once, as fast as the scan does."""
+    name = program.head.inputs[0] if program.multi_hot else program.square_of
+    if name is None or program.sparse is not None or inline["trans_a"] or \
+            (program.multi_hot_readers < 2 and inline["n"] < MULTI_HOT_MIN_COLUMNS):
+        return None
+    value = recorded[name]
+    if value.ndim != 2 or value.dtype not in FLOATS or not value.size or \
+            np.count_nonzero(value) > MULTI_HOT_MAX_DENSITY * value.size:
+        return None
+    key = f"multi-hot {name}"
+    if key not in shared:
+        shared[key] = MultiHot(name, value)
+    return shared[key]
+
+
+def _fused(step: Step, recorded: Env, constants: Mapping[str, np.ndarray],
+           shared: dict[str, Any]) -> Spec | None:
     """A fused program: its head (BLAS, or a sparse-weight kernel) into a scratch product, then
     one prebound kernel for the rest.
 
@@ -185,13 +255,14 @@ def _fused(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]
     chain = [n for n in program.nodes if n is not head]
     inline = None
     split = False
+    multi = None
     if head is not None:
         inline = inline_head(program, head, values, dtype)
         if inline is None:
             return None
-        if program.multi_hot and program.sparse is None and not inline["trans_a"] and \
-                inline["n"] >= MULTI_HOT_MIN_COLUMNS:
-            return None   # whether the input goes in CSR depends on its values, each run
+        multi = multi_hot_input(program, inline, recorded, shared)
+        if multi is not None:
+            inline = dict(inline, csr_a=True, blas=False, transposed=False)
         split = bool(inline["transposed"])
         if split:
             # Written transposed (a chain of sparse layers), the whole program is one kernel:
@@ -204,7 +275,7 @@ def _fused(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]
     output = program.output if chain or head is None else head.outputs[0]
     # A transposed head was turned into ``split`` above, so the statement is never transposed.
     statement, operands, formats, out_shape, _ = build_statement(program, values, inline, output)
-    if any(kind == "csr" for _, _, kind in operands.values()):
+    if any(kind == "csr" for _, _, kind in operands.values()) and multi is None:
         return None
     blas = inline is not None and inline["blas"] and not split
     options = {"input_t": False, "output_t": False}
@@ -256,6 +327,8 @@ def _fused(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]
         for letter, (name, shape, kind) in operands.items():
             if kind == "sparse weight":
                 arrays[letter] = program.sparse[1]       # W in CSC (a small batch)
+            elif kind == "csr":
+                arrays[letter] = multi.squared() if program.square_of else multi.rows.tensor
             elif kind == "transpose":
                 target = next(spare)
                 source = values[name]
@@ -276,6 +349,8 @@ def _fused(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]
             trans_a, trans_b = inline["trans_a"], inline["trans_b"]
 
         def run(env: Env) -> None:
+            if multi is not None:
+                multi.refresh(env)
             if blas:
                 a, b = a_get(env), b_get(env)
                 np.matmul(a.T if trans_a else a, b.T if trans_b else b, out=product)
@@ -288,8 +363,11 @@ def _fused(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]
             bound()
         return run
 
-    kind = "BLAS + kernel" if blas else "sparse kernel + kernel" if split else "kernel"
+    kind = "BLAS + kernel" if blas else "sparse kernel + kernel" if split else \
+        "multi-hot CSR kernel" if multi is not None else "kernel"
     spec = Spec(make, scratch_list(), kind)
+    if multi is not None and program.square_of:
+        spec.unread = frozenset({head.inputs[0]})
     if split and len(out_shape) == 2:
         chain_inputs = {name for n in chain for name in n.inputs}
         a_name = head.inputs[0]
@@ -512,4 +590,4 @@ _BUILDERS: dict[str, Callable[[Step, Env, Mapping[str, np.ndarray]], Spec | None
 }
 
 
-__all__ = ["Getter", "Spec", "spec_of", "Env", "Run", "all_below", "check_indices", "contiguous"]
+__all__ = ["Getter", "MultiHot", "Replan", "Spec", "spec_of", "Env", "Run", "all_below", "check_indices", "contiguous"]
