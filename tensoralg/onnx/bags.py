@@ -71,20 +71,18 @@ def run_bag(context: NodeContext, table: np.ndarray, index: np.ndarray,
     flat = index.astype(np.int64, copy=False).reshape(-1)
     if flat.size and (flat.min() < -n or flat.max() >= n):
         raise ta.ShapeError(f"{context}: an index of {names[1]} is outside [-{n}, {n})")
-    flat = np.where(flat < 0, flat + n, flat).reshape(rows, size)
-    order = np.argsort(flat, axis=1, kind="stable")
-    indices = np.take_along_axis(flat, order, axis=1)
+    flat = np.where(flat < 0, flat + n, flat)
     if weights is None:
-        data = np.full(indices.shape, 1.0 / size if bag.mode == "mean" else 1.0, table.dtype)
+        data = np.full(flat.shape, 1.0 / size if bag.mode == "mean" else 1.0, table.dtype)
     else:
-        data = np.take_along_axis(weights.reshape(rows, size), order, axis=1)
+        data = np.ascontiguousarray(weights, dtype=table.dtype).reshape(-1)
         if bag.mode == "mean":
             data = data / table.dtype.type(size)
     indptr = np.arange(0, rows * size + 1, size, dtype=np.int64)
-    matrix = sp.csr_array((data.reshape(-1), indices.reshape(-1), indptr), shape=(rows, n))
-    if size > 1 and np.any(indices[:, 1:] == indices[:, :-1]):
-        matrix.sum_duplicates()
-    matrix.has_sorted_indices = True
+    # Ids in bag order, repeats kept: the kernel adds S's entries of a row one by one into a
+    # dense output, so neither sorting nor merging repeats changes a sum, and the arrays are
+    # passed as they are (every id was range-checked above).
+    matrix = ta.Tensor((rows, n), ta.CSR, [None, (indptr, flat)], data, check=False)
     context.note(f"bag matrix in CSR: {rows} bags x {size} ids over {n} rows")
     result = context.run(BAG_STATEMENT, table.dtype, {"S": ta.CSR}, S=matrix, T=table)
     return result.reshape((rows, 1, table.shape[1]) if bag.keepdims else (rows, table.shape[1]))
