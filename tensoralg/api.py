@@ -549,21 +549,22 @@ def estimated_work(tensors: Mapping[str, Tensor], dense_shape: tuple[int, ...] |
 
     Dense operands count whole, unless a sparse operand drives the loops: then a dense operand
     is read only where the sparse one has entries (an embedding table behind a bag matrix of a
-    few ids), so the work is the sparse entries times the output row width. That row runs in
-    vector registers (``ir/passes/tile.py``), ``VECTOR_LANES`` values at a time, so it counts
-    as one value per vector: a 256-wide row costs a stored entry 17 units, not 257. (Counted
-    whole, a pruned 128x256 layer at batch 256 went to two threads and lost 30 µs handing
-    half its 40 µs over.)
+    few ids), so the work is the sparse entries times the output row width. That row runs
+    vectorised, so ``ROW_VALUES_PER_UNIT`` of its values count as one: a 256-wide row costs a
+    stored entry 65 units, not 257. Calibrated on two cases: counted whole, a pruned 128x256
+    layer at batch 256 went to two threads and lost 30 µs handing half its 40 µs over; at a
+    quarter, SpMM with 16 columns still splits on the larger matrices, where the second core
+    pays (at a sixteenth it did not, and bcsstk16 ran 2x slower).
     """
     sparse = [t for t in tensors.values() if not t.format.is_dense]
     out_rows = dense_shape[0] if dense_shape else 1
     if not sparse:
         return sum(t.nnz for t in tensors.values()) + out_rows
     width = math.prod(dense_shape[1:]) if dense_shape else 1
-    return sum(t.nnz for t in sparse) * (1 + max(width, 1) // VECTOR_LANES) + out_rows
+    return sum(t.nnz for t in sparse) * (1 + max(width, 1) // ROW_VALUES_PER_UNIT) + out_rows
 
 
-VECTOR_LANES = 16   # float32 lanes of one AVX-512 register
+ROW_VALUES_PER_UNIT = 4   # values of a vectorised dense row that cost one stored value
 
 
 def _dense_output(out: np.ndarray | None, shape: tuple[int, ...], dtype: np.dtype
