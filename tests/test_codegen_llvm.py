@@ -555,3 +555,20 @@ def test_kernel_keeps_engine_alive_after_builder_objects_go():
     out = np.zeros(1)
     assert k(5, address(x), address(x), address(out)) == 0 and out[0] == 5.0
     assert "dot_f64" in str(k) and k.params == dot(F64).params
+
+
+@pytest.mark.parametrize("dtype", [F32, F64])
+def test_float_reduction_is_vectorised_and_only_it_is_reassociated(dtype):
+    """``acc = acc + e`` may be summed in vector lanes (the IR allows it for reductions); the
+    product inside stays a contraction only."""
+    text = emit_source(dot(dtype), "llvm")
+    assert "reassoc" in text
+    assert any(f"x {'float' if dtype == F32 else 'double'}>" in line and "fadd" in line
+               for line in text.splitlines()), "the reduction was not vectorised"
+    assert all("reassoc" not in line for line in text.splitlines() if "fmul" in line)
+    k = build(dot(dtype), "llvm")
+    n = 1001
+    x = np.linspace(0, 1, n).astype(np.float32 if dtype == F32 else np.float64)
+    out = np.zeros(1, x.dtype)
+    assert k(n, address(x), address(x), address(out)) == 0
+    np.testing.assert_allclose(out[0], np.dot(x.astype(np.float64), x), rtol=1e-5)

@@ -146,6 +146,13 @@ class _FunctionLowering:
         match stmt:
             case Block():
                 self.block(stmt)
+            case Assign(var, Binary("+", lhs, rhs)) if var in (lhs, rhs) and \
+                    isinstance(var.dtype, Scalar) and var.dtype.is_float:
+                # ``acc = acc + e``: a reduction, whose additions LLVM may reassociate into
+                # vector lanes (see ir.nodes: the order of a reduction's terms is not fixed).
+                total = self.arithmetic("+", self.value(lhs), self.value(rhs), var.dtype,
+                                        reassociate=True)
+                b.store(total, self.slots[var.name])
             case Declare(var, value) | Assign(var, value):
                 b.store(self.value(value), self.slots[var.name])
             case Store(array, index, value, accumulate):
@@ -342,12 +349,16 @@ class _FunctionLowering:
             return self.arithmetic(op, left, right, dtype)
         raise CompileError(f"binary {op!r} is not defined on {dtype}")
 
-    def arithmetic(self, op: str, left: ir.Value, right: ir.Value, dtype: DType) -> ir.Value:
+    def arithmetic(self, op: str, left: ir.Value, right: ir.Value, dtype: DType,
+                   reassociate: bool = False) -> ir.Value:
         if isinstance(dtype, Scalar) and dtype.is_float:
             result = getattr(self.builder, FLOAT_OPS[op])(left, right)
             # Let LLVM fuse a*b+c into one FMA (one rounding instead of two), as C compilers
-            # do by default (-ffp-contract) and BLAS does; nothing else is relaxed.
+            # do by default (-ffp-contract) and BLAS does; and reorder the additions of a
+            # reduction. Nothing else is relaxed.
             result.flags.append("contract")
+            if reassociate:
+                result.flags.append("reassoc")
             return result
         if isinstance(dtype, Scalar) and dtype.is_int:
             return getattr(self.builder, INT_OPS[op])(left, right)

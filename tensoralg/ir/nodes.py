@@ -17,6 +17,10 @@ Semantics, which every pass and every backend may rely on:
   ``pow`` is the C ``pow``. Unary math (``sqrt exp log sin cos tanh abs``) follows C's libm.
 - Expressions have no side effects and may be evaluated in any order, any number of times.
   Only statements change state.
+- A float local updated as ``acc = acc + e`` is a reduction: a backend may reassociate its
+  additions (the LLVM backend sums in vector lanes, as BLAS and NumPy's pairwise sums do), so
+  its result may differ from left-to-right summation by rounding. No other float operation is
+  reordered.
 - Every variable is introduced exactly once per function: by a ``Param``, a ``Declare``, an
   ``Allocate`` or as the counter of a ``For``; names are unique within a function, so a backend
   may give each its own stack slot.
