@@ -35,11 +35,13 @@ from tensoralg.ir.nodes import (
     Ptr,
     Scalar,
     Stmt,
+    Store,
     Var,
 )
 from tensoralg.ir.nodes import (
     Expr as IRExpr,
 )
+from tensoralg.ir.rewrite import walk
 from tensoralg.lower import values
 from tensoralg.lower.assemble import DenseWriter, SparseWriter, Writer
 from tensoralg.lower.lattice import Lattice, LatticePoint, build_lattice, is_zero
@@ -228,8 +230,13 @@ class Lowerer:
         cursors = {a: root for a in accesses(nest.expr)}
         context = Context({}, cursors)
         context, wrap = self.resolve_known(context, nest.expr)
-        return [b.comment(f"{nest.output} += ... over {', '.join(nest.loop_order) or '()'}"),
-                *wrap(self.index_loop(nest, writer, 0, nest.expr, context))]
+        body = wrap(self.index_loop(nest, writer, 0, nest.expr, context))
+        # The comment shows how the nest writes: "=" when every store to the output assigns.
+        target = self.vals.get(nest.output.tensor)
+        stores = [s for s in walk(b.block(body)) if isinstance(s, Store) and s.array == target]
+        op = "=" if stores and not any(s.accumulate for s in stores) else "+="
+        return [b.comment(f"{nest.output} {op} ... over {', '.join(nest.loop_order) or '()'}"),
+                *body]
 
     # -- loops ----------------------------------------------------------------------------
 

@@ -17,7 +17,7 @@ int32_t ta_KERNEL(
     int64_t range_begin,            // range.begin.i
     int64_t range_end               // range.end.i
 ) {
-  // y(i) += ... over i, j
+  // y(i) = ... over i, j
   for (int64_t i = range_begin; i < range_end; ++i) {
     double acc = 0.0;
     for (int64_t pA1 = (int64_t)A1_pos[i]; pA1 < (int64_t)A1_pos[i + 1]; ++pA1) {
