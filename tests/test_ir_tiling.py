@@ -7,8 +7,8 @@ import pytest
 import scipy.sparse as sp
 
 import tensoralg as ta
-from tensoralg.api import kernel_cache
 from tensoralg import ir
+from tensoralg.api import kernel_cache
 from tensoralg.ir import F32, I64, Ptr, param, var
 from tensoralg.ir.passes.tile import tile_accumulators
 from tensoralg.ir.passes.workspace import row_workspaces

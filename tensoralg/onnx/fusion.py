@@ -42,11 +42,12 @@ MULTI_HOT_MAX_DENSITY = 0.25  # a graph-input MatMul operand this sparse goes in
 # Building CSR from a dense input scans every entry (about as costly as ~40 BLAS multiply-adds
 # per entry here), so the CSR path only pays when the table is at least this wide.
 MULTI_HOT_MIN_COLUMNS = 64
-# The generated sparse-weight kernel (transposed form: the batch in unit stride, FMA) against
-# BLAS on the dense weight, 256x256x512 float32: about 1.4x faster at 10% nonzeros and even
-# around 20% (`python benchmarks/sparse_weight_kernel.py`); a BLAS-sized contraction keeps
-# the dense weight above this density.
-SPARSE_WEIGHT_MAX_DENSITY_WITH_BLAS = 0.15
+# The generated sparse-weight kernel (transposed form: the batch in unit stride, held in
+# register tiles) against BLAS on the dense weight, 256x256x512 float32: 3x faster at 10%
+# nonzeros, 2x at 20%, 1.4x at 30% (`python benchmarks/sparse_weight_kernel.py`; before the
+# register tiles it was even at 20%); a BLAS-sized contraction keeps the dense weight above
+# this density, which the default threshold (70% zeros) never reaches.
+SPARSE_WEIGHT_MAX_DENSITY_WITH_BLAS = 0.3
 NARROW_PRODUCT_COLUMNS = 4  # a dense product this narrow reads its weight transposed
 FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 PRODUCT = "<product>"  # the value name of a head's BLAS product inside a fused program
