@@ -323,7 +323,7 @@ def _fused(step: Step, recorded: Env, constants: Mapping[str, np.ndarray],
         kernel = context.kernels.get(text, dtype, formats)
         arrays: dict[str, Any] = {}
         dynamic: list[tuple[str, Getter, tuple[int, ...]]] = []
-        copies: list[tuple[Getter, np.ndarray]] = []
+        copies: list[tuple[Getter, Callable[[np.ndarray], None]]] = []
         for letter, (name, shape, kind) in operands.items():
             if kind == "sparse weight":
                 arrays[letter] = program.sparse[1]       # W in CSC (a small batch)
@@ -356,11 +356,7 @@ def _fused(step: Step, recorded: Env, constants: Mapping[str, np.ndarray],
                 np.matmul(a.T if trans_a else a, b.T if trans_b else b, out=product)
             elif head_run is not None:
                 head_run(env)
-            for get, copy in copies:
-                copy(get(env))
-            for letter, get, shape in dynamic:
-                bound.rebind(letter, get(env).reshape(shape))
-            bound()
+            _refresh_and_call(env, copies, dynamic, bound)
         return run
 
     kind = "BLAS + kernel" if blas else "sparse kernel + kernel" if split else \
@@ -395,7 +391,7 @@ def _one_kernel(context: Any, built: tuple, dtype: np.dtype, weight_t: Any, out:
     statement, operands, formats, _, _ = built
     kernel = context.kernels.get(statement, dtype, formats)
     arrays: dict[str, Any] = {}
-    copies: list[tuple[Getter, np.ndarray]] = []
+    copies: list[tuple[Getter, Callable[[np.ndarray], None]]] = []
     dynamic: list[tuple[str, Getter, tuple[int, ...]]] = []
     for letter, (name, shape, kind) in operands.items():
         get = by_name.get(name)
@@ -411,14 +407,17 @@ def _one_kernel(context: Any, built: tuple, dtype: np.dtype, weight_t: Any, out:
             arrays[letter] = np.zeros(shape, dtype)     # replaced by rebind each run
             dynamic.append((letter, get, tuple(shape)))
     bound = kernel.bind(out=out, **arrays)
+    return lambda env: _refresh_and_call(env, copies, dynamic, bound)
 
-    def run(env: Env) -> None:
-        for get, copy in copies:
-            copy(get(env))
-        for letter, get, shape in dynamic:
-            bound.rebind(letter, get(env).reshape(shape))
-        bound()
-    return run
+
+def _refresh_and_call(env: Env, copies: list[tuple[Getter, Callable[[np.ndarray], None]]],
+                      dynamic: list[tuple[str, Getter, tuple[int, ...]]], bound: Any) -> None:
+    """Refill the transposed copies, point the bound call at this run's inputs, and call it."""
+    for get, copy in copies:
+        copy(get(env))
+    for letter, get, shape in dynamic:
+        bound.rebind(letter, get(env).reshape(shape))
+    bound()
 
 
 def _sparse_head(context: Any, kernel: ta.Kernel, weight_t: Any, product: np.ndarray,

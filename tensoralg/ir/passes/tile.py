@@ -52,13 +52,19 @@ def tile_accumulators(fn: n.Function) -> n.Function:
     >>> print(format_function(tile_accumulators(f)).splitlines()[2])
       i64 i_tiles = max(m / 64, 0);
     """
-    taken = used_vars(fn)
-    names = fresh_names(taken)
+    return tile_loops(fn, _tile)
+
+
+def tile_loops(fn: n.Function, tile: Callable[[n.For, Callable[[str], str]], n.Block | None]
+               ) -> n.Function:
+    """Offer every loop of ``fn``, innermost first, to ``tile`` (which returns a replacement
+    block or None, and takes a source of fresh variable names), then fold the new bounds."""
+    names = fresh_names(used_vars(fn))
 
     def visit(node: n.Node) -> n.Node | None:
         match node:
             case n.For():
-                return _tile(node, names)
+                return tile(node, names)
             case n.Block():
                 return splice_blocks(node)
         return None
@@ -174,4 +180,5 @@ def substitute(node: n.Node, by: dict[str, n.Expr]) -> n.Node:
     return rewrite(node, visit)
 
 
-__all__ = ["TILE_BYTES", "fresh_names", "introduced", "substitute", "tile_accumulators", "uses"]
+__all__ = ["TILE_BYTES", "fresh_names", "introduced", "substitute", "tile_accumulators",
+           "tile_loops", "uses"]

@@ -25,9 +25,8 @@ from __future__ import annotations
 from typing import Callable
 
 from .. import nodes as n
-from ..rewrite import rewrite, used_vars, walk
-from .simplify import simplify, splice_blocks
-from .tile import fresh_names, introduced, substitute, uses
+from ..rewrite import walk
+from .tile import introduced, substitute, tile_loops, uses
 
 LINE_BYTES = 64      # one cache line of the strided operand per tile
 _BYTES = {n.I32: 4, n.I64: 8, n.F32: 4, n.F64: 8, n.BOOL: 1}
@@ -46,19 +45,7 @@ def tile_transposes(fn: n.Function) -> n.Function:
     >>> print(format_function(tile_transposes(f)).splitlines()[3])
       for (i64 k_tile = 0; k_tile < k_tiles; k_tile++) {
     """
-    fresh = fresh_names(used_vars(fn))
-
-    def visit(node: n.Node) -> n.Node | None:
-        match node:
-            case n.For():
-                return _tile(node, fresh)
-            case n.Block():
-                return splice_blocks(node)
-        return None
-
-    result = rewrite(fn, visit)
-    assert isinstance(result, n.Function)
-    return fn if result is fn else simplify(result)
+    return tile_loops(fn, _tile)
 
 
 def _tile(outer: n.For, fresh: Callable[[str], str]) -> n.Block | None:
