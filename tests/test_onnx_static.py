@@ -179,6 +179,44 @@ def test_static_plan_handles_negative_ids():
                                rtol=RTOL, atol=ATOL)
 
 
+def test_bags_read_their_id_column_from_the_graph_input():
+    """DLRM's Gather(ids, t, axis=1) per table feeds only its bag: the bag reads that column of
+    ``ids`` itself and the Gather leaves the plan; bad ids are still caught, naming the bag."""
+    rng = np.random.default_rng(10)
+    nodes, inits = [], []
+    for t, rows in enumerate((30, 17)):
+        nodes += [h.make_node("Gather", ["ids", f"col{t}"], [f"id{t}"], axis=1),
+                  h.make_node("Gather", [f"E{t}", f"id{t}"], [f"g{t}"]),
+                  h.make_node("ReduceSum", [f"g{t}", "axis1"], [f"bag{t}"], keepdims=0)]
+        inits += [numpy_helper.from_array(rng.standard_normal((rows, 4)).astype(np.float32),
+                                          f"E{t}"),
+                  numpy_helper.from_array(np.array(t - 2, np.int64), f"col{t}")]  # -2, -1
+    inits.append(numpy_helper.from_array(np.array([1], np.int64), "axis1"))
+    nodes.append(h.make_node("Concat", ["bag0", "bag1"], ["y"], axis=1))
+    model = h.make_model(h.make_graph(
+        nodes, "bags", [h.make_tensor_value_info("ids", I64, ["N", 2, 3])],
+        [h.make_tensor_value_info("y", F32, ["N", 8])], inits),
+        opset_imports=[h.make_opsetid("", 17)])
+    feeds = {"ids": np.stack([rng.integers(0, 30, (9, 3)), rng.integers(-17, 17, (9, 3))],
+                             axis=1).astype(np.int64)}
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    compiled = tonnx.load(model, opt_level=3)
+    rng = np.random.default_rng(4)
+    for k in range(4):
+        data = feeds if k == 0 else _fresh(feeds, rng)
+        np.testing.assert_allclose(compiled.run(data)["y"], session.run(None, data)[0],
+                                   rtol=RTOL, atol=ATOL)
+    steps = compiled.specialiser.latest().steps
+    assert not any(s.step.node.op_type == "Gather" and s.step.node.inputs[0] == "ids"
+                   for s in steps)
+    assert sum(s.step.node.op_type == "EmbeddingBag" for s in steps) == 2
+    bad = dict(feeds)
+    bad["ids"] = feeds["ids"].copy()
+    bad["ids"][0, 1, 0] = 10**6
+    with pytest.raises(ta.ShapeError, match=r"bag.*outside"):
+        compiled.run(bad)
+
+
 def _multi_hot(rng: np.random.Generator, rows: int, width: int, ones: int) -> np.ndarray:
     x = np.zeros((rows, width), np.float32)
     for r in range(rows):

@@ -94,7 +94,16 @@ def build_plan(executor: Executor, feeds: Mapping[str, np.ndarray], recorded: En
     constants = graph.constants
     base: dict[str, str] = {}            # alias -> the buffer (or feed/constant) it views
     specs: list[tuple[Step, Spec | None]] = []
-    shared: dict[str, Any] = {}
+    readers: dict[str, int] = {name: 1 for name in outputs}
+    for step in executor.steps:
+        for name in dict.fromkeys(n for n in step.node.inputs if n):
+            readers[name] = readers.get(name, 0) + 1
+    shared: dict[str, Any] = {
+        "producers": {name: step for step in executor.steps for name in step.node.outputs
+                      if name},
+        "readers": readers,
+        "feeds": {n for n in feeds if n not in constants},
+    }
     for step in executor.steps:
         node = step.node
         if _is_alias(node, constants) and node.outputs[0] not in outputs and \

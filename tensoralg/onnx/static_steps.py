@@ -74,8 +74,8 @@ def spec_of(step: Step, recorded: Env, constants: Mapping[str, np.ndarray],
             not all(n in recorded for n in step.node.outputs if n):
         return None
     builder = _BUILDERS.get(step.node.op_type)
-    if builder is _fused:
-        spec = _fused(step, recorded, constants, {} if shared is None else shared)
+    if builder is _fused or builder is _bag:
+        spec = builder(step, recorded, constants, {} if shared is None else shared)
     else:
         spec = builder(step, recorded, constants) if builder is not None else None
     return spec if spec is not None else _captured(step, recorded, constants)
@@ -444,9 +444,36 @@ def _sparse_head(context: Any, kernel: ta.Kernel, weight_t: Any, product: np.nda
     return run_dynamic
 
 
-def _bag(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]
-         ) -> Spec | None:
-    """An embedding bag: the CSR bag matrix's arrays are fixed, refilled from the ids."""
+def _id_column(name: str, recorded: Env, constants: Mapping[str, np.ndarray],
+               shared: dict[str, Any]) -> tuple[str, tuple[Any, ...]] | None:
+    """When the ids ``name`` are ``Gather(x, t, axis)`` of a graph input ``x`` with a constant
+    scalar ``t``, read by nothing else (DLRM's one id column per table): ``x`` and the index
+    that views the column, so a bag can read its ids from ``x`` and the Gather leaves the
+    plan."""
+    producer = shared.get("producers", {}).get(name)
+    if producer is None or producer.node.op_type != "Gather" or \
+            shared.get("readers", {}).get(name) != 1:
+        return None
+    data, index = producer.node.inputs[0], producer.node.inputs[1]
+    t = constants.get(index)
+    if data not in shared.get("feeds", ()) or t is None or t.ndim != 0 or t.dtype.kind not in "iu":
+        return None
+    rank = recorded[data].ndim
+    axis = int(producer.node.attributes.get("axis", 0))
+    axis = axis + rank if axis < 0 else axis
+    if not 0 <= axis < rank:
+        return None
+    size = recorded[data].shape[axis]
+    column = int(t) + size if int(t) < 0 else int(t)
+    if not 0 <= column < size:
+        return None       # the Gather step raises its error
+    return data, (slice(None),) * axis + (column,)
+
+
+def _bag(step: Step, recorded: Env, constants: Mapping[str, np.ndarray],
+         shared: dict[str, Any]) -> Spec | None:
+    """An embedding bag: the CSR bag matrix's arrays are fixed, refilled from the ids (read
+    straight from the graph input when they are one column of it)."""
     node, context = step.node, step.context
     bag = node.attributes["bag"]
     table, index = recorded[node.inputs[0]], recorded[node.inputs[1]]
@@ -477,11 +504,17 @@ def _bag(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]
                             T=contiguous(ins[0].fixed))
         ids = ins[1]
         weight = ins[2] if weights is not None else None
+        grid = crd.reshape(rows, size)
 
         def run(env: Env) -> None:
-            idx = ids(env)
+            if column is not None:
+                idx = env[column[0]][column[1]]
+                np.copyto(grid, idx, casting="unsafe")
+            else:
+                idx = ids(env)
+                if idx.size:
+                    np.copyto(crd, idx.reshape(-1), casting="unsafe")
             if idx.size:
-                np.copyto(crd, idx.reshape(-1), casting="unsafe")
                 if not all_below(crd, n):
                     check_indices(crd, n, context, node.inputs[1])
                     np.add(crd, n, out=crd, where=crd < 0)
@@ -490,7 +523,11 @@ def _bag(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]
             bound()
         return run
 
-    return Spec(make, [], "kernel")
+    column = _id_column(node.inputs[1], recorded, constants, shared)
+    spec = Spec(make, [], "kernel")
+    if column is not None:
+        spec.unread = frozenset({node.inputs[1]})
+    return spec
 
 
 def _gather(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]
