@@ -86,16 +86,27 @@ def fresh_names(taken: set[str]) -> Callable[[str], str]:
     return fresh
 
 
-def _tile(reduction: n.For, fresh: Callable[[str], str]) -> n.Block | None:
-    stmts = [s for s in reduction.body.body if not isinstance(s, n.Comment)]
+def perfect_nest(outer: n.For) -> tuple[list[n.Declare], n.For] | None:
+    """``outer``'s body as locals then one inner loop whose bounds do not depend on ``outer``
+    or those locals (comments ignored), or None when it is anything else."""
+    stmts = [s for s in outer.body.body if not isinstance(s, n.Comment)]
     if not stmts or not isinstance(stmts[-1], n.For):
         return None
-    locals_, inner = stmts[:-1], stmts[-1]
-    if not all(isinstance(s, n.Declare) for s in locals_):
+    decls, inner = stmts[:-1], stmts[-1]
+    if not all(isinstance(s, n.Declare) for s in decls):
         return None
-    varying = {reduction.var.name, *(s.var.name for s in locals_)}
+    varying = {outer.var.name, *(s.var.name for s in decls if isinstance(s, n.Declare))}
     if uses(inner.start, varying) or uses(inner.stop, varying):
         return None
+    return [s for s in decls if isinstance(s, n.Declare)], inner
+
+
+def _tile(reduction: n.For, fresh: Callable[[str], str]) -> n.Block | None:
+    nest = perfect_nest(reduction)
+    if nest is None:
+        return None
+    locals_, inner = nest
+    varying = {reduction.var.name, *(s.var.name for s in locals_)}
     stores = inner.body.body
     if not stores or not all(_strip_store(s, inner.var, varying) for s in stores):
         return None
@@ -134,7 +145,7 @@ def _reads_any(node: n.Node, arrays: set[str]) -> bool:
     return any(isinstance(x, n.Load) and x.array.name in arrays for x in walk(node))
 
 
-def _strip_mine(reduction: n.For, locals_: list[n.Stmt], inner: n.For, width: int,
+def _strip_mine(reduction: n.For, locals_: list[n.Declare], inner: n.For, width: int,
                 fresh: Callable[[str], str]) -> n.Block:
     i64, stem = n.I64, inner.var.name
     tiles, t = n.Var(fresh(f"{stem}_tiles"), i64), n.Var(fresh(f"{stem}_tile"), i64)
@@ -180,5 +191,5 @@ def substitute(node: n.Node, by: dict[str, n.Expr]) -> n.Node:
     return rewrite(node, visit)
 
 
-__all__ = ["TILE_BYTES", "fresh_names", "introduced", "substitute", "tile_accumulators",
-           "tile_loops", "uses"]
+__all__ = ["TILE_BYTES", "fresh_names", "introduced", "perfect_nest", "substitute",
+           "tile_accumulators", "tile_loops", "uses"]

@@ -26,7 +26,7 @@ from typing import Callable
 
 from .. import nodes as n
 from ..rewrite import walk
-from .tile import introduced, substitute, tile_loops, uses
+from .tile import introduced, perfect_nest, substitute, tile_loops, uses
 
 LINE_BYTES = 64      # one cache line of the strided operand per tile
 _BYTES = {n.I32: 4, n.I64: 8, n.F32: 4, n.F64: 8, n.BOOL: 1}
@@ -49,16 +49,12 @@ def tile_transposes(fn: n.Function) -> n.Function:
 
 
 def _tile(outer: n.For, fresh: Callable[[str], str]) -> n.Block | None:
-    stmts = [s for s in outer.body.body if not isinstance(s, n.Comment)]
-    if not stmts or not isinstance(stmts[-1], n.For):
+    nest = perfect_nest(outer)
+    if nest is None:
         return None
-    decls, inner = stmts[:-1], stmts[-1]
-    if not all(isinstance(s, n.Declare) for s in decls):
-        return None
+    decls, inner = nest
     a, b = outer.var.name, inner.var.name
-    local = {s.var.name: s.init for s in decls if isinstance(s, n.Declare)}
-    if uses(inner.start, {a, *local}) or uses(inner.stop, {a, *local}):
-        return None
+    local = {s.var.name: s.init for s in decls}
     stores = inner.body.body
     if not stores or not all(isinstance(s, n.Store) for s in stores):
         return None
@@ -118,7 +114,7 @@ def _shifted(x: n.Expr, name: str, varying: set[str]) -> bool:
     return c is not None and not uses(c, varying)
 
 
-def _tiled(outer: n.For, decls: list[n.Stmt], inner: n.For, width: int,
+def _tiled(outer: n.For, decls: list[n.Declare], inner: n.For, width: int,
            fresh: Callable[[str], str]) -> n.Block:
     i64, stem = n.I64, outer.var.name
     tiles, t = n.Var(fresh(f"{stem}_tiles"), i64), n.Var(fresh(f"{stem}_tile"), i64)
