@@ -44,6 +44,10 @@ class CompiledModel:
         # Level 3 runs a static plan per input-shape signature (buffers by lifetime, prebound
         # kernels); lower levels run node by node, so what each level buys stays measurable.
         self.specialiser = Specialiser(executor) if opt_level >= 3 else None
+        # Fixed once loaded; run() consults them on every call.
+        self._known = frozenset(v.name for v in graph.inputs) | frozenset(graph.constants)
+        self._constant_memory = frozenset(
+            id(a) for c in graph.constants.values() for a in (c, c.base) if a is not None)
 
     @property
     def inputs(self) -> list[ValueInfo]:
@@ -58,7 +62,7 @@ class CompiledModel:
         checked = self._checked(feeds)
         values = (self.specialiser.run(checked) if self.specialiser is not None
                   else self.executor.run(checked))
-        return {v.name: _owned(values[v.name], self.graph.constants, feeds)
+        return {v.name: _owned(values[v.name], self._constant_memory, feeds)
                 for v in self.graph.outputs}
 
     def __call__(self, *arrays: Any) -> Any:
@@ -155,8 +159,7 @@ class CompiledModel:
     def _checked(self, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
         if not isinstance(feeds, Mapping):
             raise InputError("feeds must be a dict from input name to array")
-        known = {v.name for v in self.graph.inputs} | set(self.graph.constants)
-        unknown = [name for name in feeds if name not in known]
+        unknown = [name for name in feeds if name not in self._known]
         if unknown:
             raise InputError(f"unknown input(s) {', '.join(map(repr, unknown))}; the model's "
                              f"inputs are {', '.join(v.name for v in self.graph.inputs)}")
@@ -183,11 +186,12 @@ def _check_feed(info: ValueInfo, value: Any) -> np.ndarray:
     return array
 
 
-def _owned(value: np.ndarray, constants: Mapping[str, np.ndarray], feeds: Mapping[str, Any]
+def _owned(value: np.ndarray, constant_memory: frozenset[int], feeds: Mapping[str, Any]
            ) -> np.ndarray:
-    """``value``, copied if it is (a view of) a constant or a feed the caller still holds."""
+    """``value``, copied if it is (a view of) a constant or a feed the caller still holds
+    (``constant_memory``: the ids of every constant and of its base array)."""
     base = value if value.base is None else value.base
-    shared = any(base is c or c.base is base for c in constants.values()) or \
+    shared = id(base) in constant_memory or \
         any(isinstance(f, np.ndarray) and (f is base or f.base is base) for f in feeds.values())
     return value.copy() if shared or not value.flags.writeable else value
 
