@@ -27,6 +27,7 @@ meet), each output array stored once and never read inside the reduction.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from itertools import chain, count
 from typing import Callable, Iterator
 
@@ -145,34 +146,60 @@ def _reads_any(node: n.Node, arrays: set[str]) -> bool:
     return any(isinstance(x, n.Load) and x.array.name in arrays for x in walk(node))
 
 
+@dataclass(frozen=True)
+class Strip:
+    """A loop ``for v in [start, stop)`` cut into ``tiles`` tiles of ``width`` counters and a
+    rest: inside tile ``tile`` the original counter is ``at`` (``lo + lane``, ``lane`` in
+    ``[0, width)``); the rest runs from ``rest_start`` to ``stop``."""
+
+    count: n.Declare      # tiles = max((stop - start) / width, 0)
+    tile: n.Var           # 0 .. tiles
+    lo: n.Declare         # lo = start + tile * width
+    lane: n.Var           # 0 .. width
+    width: n.Const
+    at: n.Expr
+    rest_start: n.Expr
+
+    def tile_loop(self, *body: n.Stmt) -> n.For:
+        """``for tile: lo = ...; body``."""
+        return n.For(self.tile, n.Const(0, n.I64), self.count.var, n.Block((self.lo, *body)))
+
+    def lane_loop(self, body: n.Block) -> n.For:
+        """``for lane < width: body`` with the original counter read as ``at``."""
+        return n.For(self.lane, n.Const(0, n.I64), self.width, body)
+
+
+def strip(loop: n.For, width: int, fresh: Callable[[str], str]) -> Strip:
+    """How to cut ``loop`` into tiles of ``width`` (fresh names stem from its counter)."""
+    i64, stem = n.I64, loop.var.name
+    tiles, tile = n.Var(fresh(f"{stem}_tiles"), i64), n.Var(fresh(f"{stem}_tile"), i64)
+    lo, lane = n.Var(fresh(f"{stem}_lo"), i64), n.Var(fresh(f"{stem}_in"), i64)
+    w = n.Const(width, i64)
+    count = n.Binary("max", n.Binary("/", n.Binary("-", loop.stop, loop.start), w),
+                     n.Const(0, i64))
+    return Strip(n.Declare(tiles, count), tile,
+                 n.Declare(lo, n.Binary("+", loop.start, n.Binary("*", tile, w))), lane, w,
+                 n.Binary("+", lo, lane), n.Binary("+", loop.start, n.Binary("*", tiles, w)))
+
+
 def _strip_mine(reduction: n.For, locals_: list[n.Declare], inner: n.For, width: int,
                 fresh: Callable[[str], str]) -> n.Block:
-    i64, stem = n.I64, inner.var.name
-    tiles, t = n.Var(fresh(f"{stem}_tiles"), i64), n.Var(fresh(f"{stem}_tile"), i64)
-    lo, i1 = n.Var(fresh(f"{stem}_lo"), i64), n.Var(fresh(f"{stem}_in"), i64)
-    w = n.Const(width, i64)
-    span = n.Binary("-", inner.stop, inner.start)
-    count_ = n.Binary("max", n.Binary("/", span, w), n.Const(0, i64))
-    # Inside tile t the dense counter is lo + i1, lo = start + t * W.
-    at = n.Binary("+", lo, i1)
-    tiled_inner = n.For(i1, n.Const(0, i64), w, substitute(inner.body, {inner.var.name: at}))
-    tiled = n.For(t, n.Const(0, i64), tiles, n.Block((
-        n.Declare(lo, n.Binary("+", inner.start, n.Binary("*", t, w))),
-        n.For(reduction.var, reduction.start, reduction.stop,
-              n.Block((*locals_, tiled_inner))),
-    )))
+    cut = strip(inner, width, fresh)
+    body = substitute(inner.body, {inner.var.name: cut.at})
+    assert isinstance(body, n.Block)
+    tiled = cut.tile_loop(n.For(reduction.var, reduction.start, reduction.stop,
+                                n.Block((*locals_, cut.lane_loop(body)))))
     # The rest runs the original nest over the last stop - start - tiles * W counters, with
     # every local renamed: each variable is introduced once per function.
     renamed = {v.name: n.Var(fresh(v.name), v.dtype) for v in introduced(reduction)}
-    rest_start = n.Binary("+", inner.start, n.Binary("*", tiles, w))
     rest = n.For(reduction.var, reduction.start, reduction.stop,
-                 n.Block((*locals_, n.For(inner.var, rest_start, inner.stop, inner.body))))
+                 n.Block((*locals_, n.For(inner.var, cut.rest_start, inner.stop, inner.body))))
     rest = substitute(rest, renamed)
     assert isinstance(rest, n.For)
     return n.Block((
         n.Comment(f"register tiles of {width} along {inner.var.name} across the "
                   f"{reduction.var.name} loop"),
-        n.Declare(tiles, count_), tiled, rest))
+        cut.count, tiled, rest))
 
 
 def introduced(loop: n.For) -> Iterator[n.Var]:
@@ -191,5 +218,5 @@ def substitute(node: n.Node, by: dict[str, n.Expr]) -> n.Node:
     return rewrite(node, visit)
 
 
-__all__ = ["TILE_BYTES", "fresh_names", "introduced", "perfect_nest", "substitute",
-           "tile_accumulators", "tile_loops", "uses"]
+__all__ = ["TILE_BYTES", "Strip", "fresh_names", "introduced", "perfect_nest", "strip",
+           "substitute", "tile_accumulators", "tile_loops", "uses"]

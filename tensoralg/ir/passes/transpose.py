@@ -26,7 +26,7 @@ from typing import Callable
 
 from .. import nodes as n
 from ..rewrite import walk
-from .tile import introduced, perfect_nest, substitute, tile_loops, uses
+from .tile import introduced, perfect_nest, strip, substitute, tile_loops, uses
 
 LINE_BYTES = 64      # one cache line of the strided operand per tile
 _BYTES = {n.I32: 4, n.I64: 8, n.F32: 4, n.F64: 8, n.BOOL: 1}
@@ -116,26 +116,17 @@ def _shifted(x: n.Expr, name: str, varying: set[str]) -> bool:
 
 def _tiled(outer: n.For, decls: list[n.Declare], inner: n.For, width: int,
            fresh: Callable[[str], str]) -> n.Block:
-    i64, stem = n.I64, outer.var.name
-    tiles, t = n.Var(fresh(f"{stem}_tiles"), i64), n.Var(fresh(f"{stem}_tile"), i64)
-    lo, a_in = n.Var(fresh(f"{stem}_lo"), i64), n.Var(fresh(f"{stem}_in"), i64)
-    w = n.Const(width, i64)
-    count = n.Binary("max", n.Binary("/", n.Binary("-", outer.stop, outer.start), w),
-                     n.Const(0, i64))
-    body = n.Block((*decls, *inner.body.body))
-    at = {outer.var.name: n.Binary("+", lo, a_in)}
-    tiled = n.For(t, n.Const(0, i64), tiles, n.Block((
-        n.Declare(lo, n.Binary("+", outer.start, n.Binary("*", t, w))),
-        n.For(inner.var, inner.start, inner.stop, n.Block((
-            n.For(a_in, n.Const(0, i64), w, substitute(body, at)),))),
-    )))
+    cut = strip(outer, width, fresh)
+    body = substitute(n.Block((*decls, *inner.body.body)), {outer.var.name: cut.at})
+    assert isinstance(body, n.Block)
+    tiled = cut.tile_loop(n.For(inner.var, inner.start, inner.stop,
+                                n.Block((cut.lane_loop(body),))))
     renamed = {v.name: n.Var(fresh(v.name), v.dtype) for v in introduced(outer)}
-    rest = substitute(n.For(outer.var, n.Binary("+", outer.start, n.Binary("*", tiles, w)),
-                            outer.stop, outer.body), renamed)
+    rest = substitute(n.For(outer.var, cut.rest_start, outer.stop, outer.body), renamed)
     return n.Block((
-        n.Comment(f"transposed access: tiles of {width} along {stem} inside the "
+        n.Comment(f"transposed access: tiles of {width} along {outer.var.name} inside the "
                   f"{inner.var.name} loop"),
-        n.Declare(tiles, count), tiled, rest))
+        cut.count, tiled, rest))
 
 
 __all__ = ["LINE_BYTES", "tile_transposes"]

@@ -8,7 +8,7 @@ reduced axis: ceil(log2 n) calls of one compiled kernel.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -83,7 +83,11 @@ def _identity(dtype: np.dtype, function: str) -> float | int:
     return info.min if function == "max" else info.max
 
 
-def _reduction(kind: str, axes_input: bool):  # type: ignore[no-untyped-def]
+def reduction_op(compute: Callable[[NodeContext, np.ndarray, list[int], int], np.ndarray],
+                 axes_input: bool):  # type: ignore[no-untyped-def]
+    """The op function of a Reduce* node: axes from the attribute (``axes_input`` False) or the
+    second input, no axes meaning identity when ``noop_with_empty_axes``; ``compute(node, x,
+    axes, keepdims)`` does the reduction."""
     def run(node: NodeContext, x: np.ndarray, axes_in: np.ndarray | None = None, *,
             axes: Sequence[int] | None = None, keepdims: int = 1,
             noop_with_empty_axes: int = 0) -> np.ndarray:
@@ -92,6 +96,13 @@ def _reduction(kind: str, axes_input: bool):  # type: ignore[no-untyped-def]
         if not chosen:
             node.note("no axes: identity")
             return x
+        return compute(node, x, chosen, keepdims)
+    return run
+
+
+def _reduce(kind: str) -> Callable[[NodeContext, np.ndarray, list[int], int], np.ndarray]:
+    def compute(node: NodeContext, x: np.ndarray, chosen: list[int], keepdims: int
+                ) -> np.ndarray:
         if kind == "sum":
             return reduce_sum(node, x, chosen, keepdims)
         if kind == "mean":
@@ -100,10 +111,10 @@ def _reduction(kind: str, axes_input: bool):  # type: ignore[no-untyped-def]
                 return np.full(kept_shape(x.shape, chosen, keepdims), np.nan, x.dtype)
             return reduce_sum(node, x, chosen, keepdims, 1.0 / count)
         return reduce_extreme(node, x, chosen, keepdims, kind)
-    return run
+    return compute
 
 
 for _name, _kind, _input_since in [("ReduceSum", "sum", 13), ("ReduceMean", "mean", 18),
                                    ("ReduceMax", "max", 18), ("ReduceMin", "min", 18)]:
-    op(_name, since=1)(_reduction(_kind, axes_input=False))
-    op(_name, since=_input_since)(_reduction(_kind, axes_input=True))
+    op(_name, since=1)(reduction_op(_reduce(_kind), axes_input=False))
+    op(_name, since=_input_since)(reduction_op(_reduce(_kind), axes_input=True))

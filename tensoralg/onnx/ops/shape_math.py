@@ -13,13 +13,12 @@ array([0, 3, 6])
 from __future__ import annotations
 
 import math
-from typing import Sequence
 
 import numpy as np
 
 import tensoralg as ta
 from tensoralg.onnx.kernels import NodeContext, compute_dtype
-from tensoralg.onnx.ops.reduce import kept_shape, normalize_axes
+from tensoralg.onnx.ops.reduce import kept_shape, reduction_op
 from tensoralg.onnx.ops.registry import op
 
 
@@ -64,18 +63,5 @@ def _product(node: NodeContext, x: np.ndarray, axes: list[int], keepdims: int) -
     return flat.reshape(out_shape).astype(x.dtype, copy=False)
 
 
-def _reduce_prod(axes_input: bool):  # type: ignore[no-untyped-def]
-    def run(node: NodeContext, x: np.ndarray, axes_in: np.ndarray | None = None, *,
-            axes: Sequence[int] | None = None, keepdims: int = 1,
-            noop_with_empty_axes: int = 0) -> np.ndarray:
-        chosen = normalize_axes(node, axes_in if axes_input else axes, x.ndim,
-                                noop_with_empty_axes)
-        if not chosen:
-            node.note("no axes: identity")
-            return x
-        return _product(node, x, chosen, keepdims)
-    return run
-
-
-op("ReduceProd", since=1)(_reduce_prod(axes_input=False))
-op("ReduceProd", since=18)(_reduce_prod(axes_input=True))
+op("ReduceProd", since=1)(reduction_op(_product, axes_input=False))
+op("ReduceProd", since=18)(reduction_op(_product, axes_input=True))
