@@ -6,7 +6,7 @@
 True
 """
 from tensoralg._version import __version__
-from tensoralg.api import Kernel, compile, einsum
+from tensoralg.api import Kernel, compile, einsum, get_num_threads, set_num_threads
 from tensoralg.errors import (
     CompileError,
     FormatError,
@@ -34,7 +34,7 @@ from tensoralg.formats import (
 )
 
 __all__ = [
-    "__version__", "einsum", "compile", "Kernel", "Tensor", "Format", "LevelKind", "CSR", "CSC",
+    "__version__", "einsum", "compile", "Kernel", "set_num_threads", "get_num_threads", "Tensor", "Format", "LevelKind", "CSR", "CSC",
     "DCSR", "DCSC", "COO", "CSF", "dense", "read", "write", "TensorAlgebraError",
     "NotationError", "ShapeError", "FormatError", "CompileError", "UnsupportedError",
     "KernelRuntimeError", "ModelError", "InputError",

@@ -60,6 +60,7 @@ from tensoralg.notation.ast import tensors as tensor_ranks
 from tensoralg.runtime.args import ArgumentPlan, OutputBuffers
 from tensoralg.runtime.bound import BoundCall, dense_output, overwrites_output
 from tensoralg.runtime.compress import RowCompressor
+from tensoralg.runtime.gemm import DenseLayer
 from tensoralg.runtime.threads import MIN_ROWS_PER_THREAD, KernelThreads, split
 from tensoralg.runtime.validate import VALID, StorageValidator
 from tensoralg.runtime.wrap import release, sparse_result
@@ -834,6 +835,37 @@ def compile(statement: str, formats: Mapping[str, Any] | None = None, dtype: Any
     return Kernel(stmt, resolved, value_dtype, backend, out)
 
 
+def dense_layer(weight: np.ndarray, bias: np.ndarray | None = None, relu: bool = False
+                ) -> DenseLayer:
+    """``act(A @ weight + bias)`` on the generated GEMM, the weight packed once (see
+    ``runtime/gemm.py``); large products split over the kernel threads.
+
+    >>> layer = dense_layer(np.ones((2, 3), np.float32), np.zeros(3, np.float32), relu=True)
+    >>> layer(np.array([[1.0, -3.0]], np.float32)).tolist()
+    [[0.0, 0.0, 0.0]]
+    """
+    cache = kernel_cache()
+    return DenseLayer(weight, bias, relu, cache=cache.disk, threads=cache.threads)
+
+
+def set_num_threads(threads: int) -> None:
+    """Run kernels on at most ``threads`` threads (default: one per core, or
+    ``TENSORALG_NUM_THREADS``). Applies to every call from now on, and to calls bound from now
+    on (a model's plan is bound when it is built).
+
+    >>> set_num_threads(1); get_num_threads()
+    1
+    """
+    if not isinstance(threads, (int, np.integer)) or isinstance(threads, bool) or threads < 1:
+        raise UnsupportedError(f"set_num_threads takes a positive integer, got {threads!r}")
+    kernel_cache().threads.resize(int(threads))
+
+
+def get_num_threads() -> int:
+    """The number of threads kernels may run on (see :func:`set_num_threads`)."""
+    return kernel_cache().threads.threads
+
+
 __all__ = ["einsum", "compile", "Kernel", "KernelKey", "CompileOptions", "kernel_cache",
-           "RowCompressor",
+           "RowCompressor", "DenseLayer", "dense_layer", "set_num_threads", "get_num_threads",
            "execute"]

@@ -49,10 +49,12 @@ def test_static_plan_matches_onnxruntime_on_new_values(name):
 def test_outputs_are_not_overwritten_by_the_next_run():
     model, feeds = MODELS["mlp"](np.random.default_rng(1))
     compiled = tonnx.load(model, opt_level=3)
-    first = [compiled.run(feeds)["y"] for _ in range(3)]
+    first = [compiled.run(feeds)["y"] for _ in range(4)]
     other = compiled.run(_fresh(feeds, np.random.default_rng(2)))["y"]
-    np.testing.assert_array_equal(first[1], first[2])
-    assert not np.shares_memory(first[1], first[2]) and not np.shares_memory(first[2], other)
+    # Runs 3 and 4 go through the plan (its GEMM rounds differently from BLAS in run 2).
+    np.testing.assert_array_equal(first[2], first[3])
+    np.testing.assert_allclose(first[1], first[2], rtol=RTOL, atol=ATOL)
+    assert not np.shares_memory(first[2], first[3]) and not np.shares_memory(first[3], other)
 
 
 def test_memory_plan_reuses_buffers():

@@ -203,3 +203,35 @@ def _load_object_code(binary: bytes, name: str) -> tuple[int, tuple[object, ...]
     object_file.detach()
     engine.finalize_object()
     return engine.get_function_address(name), (engine, machine, binary)
+
+
+def build_llvm_module(module: object, entry: str, prototype: type[ctypes._CFuncPtr], *,
+                      cache: DiskCache | None = None, key: str | None = None
+                      ) -> tuple[ctypes._CFuncPtr, str, tuple[object, ...]]:
+    """Compile a hand-built llvmlite ``module`` and load its function ``entry``.
+
+    For emitters that write LLVM IR directly (``codegen/gemm.py``) rather than through
+    `ir.nodes`; cached like :func:`build`, keyed by ``key``, the IR text and the host. Returns
+    the function (with ``prototype``), the optimised IR and what keeps the code alive.
+
+    >>> # function, source, keepalive = build_llvm_module(module, "f", prototype)
+    """
+    from tensoralg.codegen.llvm import optimize, target_machine
+
+    text = str(module)
+    entry_key = (f"{key}\0{_fingerprint('llvm')}\0{hashlib.sha256(text.encode()).hexdigest()}"
+                 if cache is not None and key is not None else None)
+    payload = cache.get(entry_key, "llvm") if cache is not None and entry_key else None
+    if payload is not None:
+        (length,) = struct.unpack_from("<Q", payload)
+        source, binary = payload[8: 8 + length].decode(), payload[8 + length:]
+    else:
+        machine = target_machine()
+        optimised = optimize(module, machine)
+        source, binary = str(optimised), machine.emit_object(optimised)
+        if cache is not None and entry_key:
+            cache.put(entry_key, "llvm", _pack(source, binary))
+    address, keepalive = _load_object_code(binary, entry)
+    if not address:
+        raise CompileError(f"module {getattr(module, 'name', '?')!r} does not export {entry!r}")
+    return prototype(address), source, keepalive

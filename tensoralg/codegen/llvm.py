@@ -440,6 +440,11 @@ def _host() -> tuple[str, str, str]:
     return llvm.get_default_triple(), llvm.get_host_cpu_name(), features
 
 
+def host_has(feature: str) -> bool:
+    """Whether the host CPU has ``feature`` as LLVM names it (``"avx512f"``, ``"avx2"``)."""
+    return f"+{feature}" in _host()[2].split(",")
+
+
 def host_fingerprint() -> str:
     """What LLVM object code depends on: LLVM version, triple, CPU and its features."""
     triple, cpu, features = _host()

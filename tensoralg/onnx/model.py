@@ -84,6 +84,7 @@ class CompiledModel:
             totals[step.node.name] = totals.get(step.node.name, 0.0) + seconds
 
         memory = None
+        static_plans: dict[str, str] = {}
         if self.specialiser is not None:
             self.specialiser.run(checked)
             self.specialiser.run(checked)
@@ -92,6 +93,7 @@ class CompiledModel:
             plan = self.specialiser.plans.get(self.specialiser.signature(checked))
             if plan is not None:
                 memory = plan.memory
+                static_plans = {s.step.node.name: s.plan for s in plan.steps if s.plan}
         else:
             self.executor.run(checked)
         if memory is None:
@@ -102,7 +104,8 @@ class CompiledModel:
                 self.executor.run(checked, timer=record, memory=trace)
             memory = trace.stats(len(self.executor.steps))
         rows = [(s.node.name, s.node.op_type, totals.get(s.node.name, 0.0) / max(1, repeat),
-                 "; ".join(s.context.plan)) for s in self.executor.steps]
+                 static_plans.get(s.node.name) or "; ".join(s.context.plan))
+                for s in self.executor.steps]
         return Profile.from_times(rows, memory)
 
     def ir(self) -> str:

@@ -45,6 +45,7 @@ class PlanStep:
     step: Step
     run: Run
     kind: str
+    plan: str | None = None      # what the step runs, where it differs from the node's plan
 
 
 class StaticPlan:
@@ -162,7 +163,7 @@ def build_plan(executor: Executor, feeds: Mapping[str, np.ndarray], recorded: En
             steps.append(PlanStep(step, _generic(step, ins, names, outs), "generic"))
             continue
         scratch = [buffers[(node.name, s)] for s in range(len(spec.scratch))]
-        steps.append(PlanStep(step, spec.make(outs, scratch, ins), spec.kind))
+        steps.append(PlanStep(step, spec.make(outs, scratch, ins), spec.kind, spec.plan))
     memory = MemoryStats(sum(r[2] for r in requests), _peak(requests, forever), sum(sizes),
                          len(requests), held=True)
     return StaticPlan(steps, [getter(v.name) for v in graph.outputs],

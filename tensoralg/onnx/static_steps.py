@@ -26,6 +26,7 @@ from tensoralg.onnx.fusion import (
     build_statement,
     inline_head,
 )
+from tensoralg.onnx.gemm_steps import MIN_COLUMNS, gemm_epilogue, layer_of
 
 Env = dict[str, np.ndarray]
 Run = Callable[[Env], None]
@@ -64,6 +65,9 @@ class Spec:
     # Inputs the step never reads (a product that takes x * x from x's CSR): a step whose
     # outputs nobody reads is left out of the plan.
     unread: frozenset[str] = frozenset()
+    # What the step runs, for the printed plan and the profile, when it differs from what the
+    # node-by-node run noted (None: the same).
+    plan: str | None = None
 
 
 def spec_of(step: Step, recorded: Env, constants: Mapping[str, np.ndarray],
@@ -278,6 +282,18 @@ def _fused(step: Step, recorded: Env, constants: Mapping[str, np.ndarray],
     if any(kind == "csr" for _, _, kind in operands.values()) and multi is None:
         return None
     blas = inline is not None and inline["blas"] and not split
+    layer, direct = None, False
+    if blas and not inline["trans_a"] and head.inputs[1] in constants and \
+            inline["n"] >= MIN_COLUMNS:
+        # The generated GEMM replaces BLAS; with a bias/ReLU epilogue it is the whole step.
+        letter_p = next(k for k, (name, _, _) in operands.items() if name == PRODUCT)
+        epilogue = gemm_epilogue(statement, operands, letter_p, inline["n"])
+        weight = constants[head.inputs[1]]
+        if epilogue is not None and tuple(out_shape) == (inline["m"], inline["n"]):
+            layer = layer_of(weight, inline["trans_b"], epilogue, constants, dtype)
+            direct = layer is not None
+        if layer is None:
+            layer = layer_of(weight, inline["trans_b"], None, constants, dtype)
     options = {"input_t": False, "output_t": False}
     if split:
         m, n = inline["m"], inline["n"]
@@ -298,6 +314,8 @@ def _fused(step: Step, recorded: Env, constants: Mapping[str, np.ndarray],
             head_scratch.append(((n, m), dtype))
             if not inline["trans_a"] and not options["input_t"]:
                 head_scratch.append(((x_rows, m), dtype))
+        elif direct:
+            return []
         elif blas:
             head_scratch.append(((inline["m"], inline["n"]), dtype))
         return head_scratch + extra
@@ -311,6 +329,9 @@ def _fused(step: Step, recorded: Env, constants: Mapping[str, np.ndarray],
         if split and options["output_t"]:
             return _one_kernel(context, one_kernel, dtype, program.sparse[0], outs[0], spare,
                                by_name, head.inputs[0] if stored_t() else None)
+        if direct:
+            return _layer_run(layer, by_name[head.inputs[0]], outs[0].reshape(out_shape),
+                              values[head.inputs[0]].shape)
         product = next(spare) if blas or split else None
         head_run = None
         text = statement
@@ -344,14 +365,17 @@ def _fused(step: Step, recorded: Env, constants: Mapping[str, np.ndarray],
                 dynamic.append((letter, by_name[name], tuple(shape)))
         result = outs[0] if options["output_t"] else outs[0].reshape(out_shape)
         bound = kernel.bind(out=result, **arrays)
-        if blas:
+        if layer is not None:
+            head_run = _layer_run(layer, by_name[head.inputs[0]], product,
+                                  values[head.inputs[0]].shape)
+        elif blas:
             a_get, b_get = by_name[head.inputs[0]], by_name[head.inputs[1]]
             trans_a, trans_b = inline["trans_a"], inline["trans_b"]
 
         def run(env: Env) -> None:
             if multi is not None:
                 multi.refresh(env)
-            if blas:
+            if blas and layer is None:
                 a, b = a_get(env), b_get(env)
                 np.matmul(a.T if trans_a else a, b.T if trans_b else b, out=product)
             elif head_run is not None:
@@ -359,9 +383,12 @@ def _fused(step: Step, recorded: Env, constants: Mapping[str, np.ndarray],
             _refresh_and_call(env, copies, dynamic, bound)
         return run
 
-    kind = "BLAS + kernel" if blas else "sparse kernel + kernel" if split else \
+    kind = "generated GEMM" if direct else "generated GEMM + kernel" if layer is not None else \
+        "BLAS + kernel" if blas else "sparse kernel + kernel" if split else \
         "multi-hot CSR kernel" if multi is not None else "kernel"
     spec = Spec(make, scratch_list(), kind)
+    if layer is not None:
+        spec.plan = layer.describe(inline["m"]) + ("" if direct else f"; then {statement}")
     if multi is not None and program.square_of:
         spec.unread = frozenset({head.inputs[0]})
     if split and len(out_shape) == 2:
@@ -408,6 +435,17 @@ def _one_kernel(context: Any, built: tuple, dtype: np.dtype, weight_t: Any, out:
             dynamic.append((letter, get, tuple(shape)))
     bound = kernel.bind(out=out, **arrays)
     return lambda env: _refresh_and_call(env, copies, dynamic, bound)
+
+
+def _layer_run(layer: Any, a_get: Getter, out: np.ndarray, a_shape: tuple[int, ...]) -> Run:
+    """The bound dense layer reading this run's ``A`` and writing ``out``."""
+    placeholder = a_get.fixed if a_get.fixed is not None else np.zeros(a_shape, layer.dtype)
+    bound = layer.bind(contiguous(placeholder), out)
+
+    def run(env: Env) -> None:
+        bound.rebind(contiguous(a_get(env)))
+        bound()
+    return run
 
 
 def _refresh_and_call(env: Env, copies: list[tuple[Getter, Callable[[np.ndarray], None]]],
@@ -597,6 +635,16 @@ def _matmul(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]
     if not any(text.startswith("BLAS") for text in step.context.plan) or a.ndim < 2 or \
             b.ndim < 2 or not a.dtype == b.dtype == out.dtype or a.dtype not in FLOATS:
         return None
+
+    weight = constants.get(step.node.inputs[1])
+    if a.ndim == 2 and weight is not None and weight.ndim == 2 and \
+            weight.shape[1] >= MIN_COLUMNS:
+        layer = layer_of(weight, False, None, constants, a.dtype)
+        if layer is not None:
+            spec = Spec(lambda outs, buffers, ins: _layer_run(layer, ins[0], outs[0], a.shape),
+                        [], "generated GEMM")
+            spec.plan = layer.describe(a.shape[0])
+            return spec
 
     def make(outs: list[np.ndarray], buffers: list[np.ndarray], ins: list[Getter]) -> Run:
         buf, (a_of, b_of) = outs[0], ins

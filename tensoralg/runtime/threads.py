@@ -29,6 +29,13 @@ class KernelThreads:
         self.threads = max(1, threads if threads is not None else (os.cpu_count() or 1))
         self._pool: ThreadPoolExecutor | None = None
 
+    def resize(self, threads: int) -> None:
+        """Use ``threads`` threads for calls bound or split from now on."""
+        self.threads = max(1, int(threads))
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
+            self._pool = None
+
     def parts(self, work: int) -> int:
         """How many ranges to run for a call that touches ``work`` stored values."""
         return max(1, min(self.threads, work // MIN_WORK_PER_THREAD))

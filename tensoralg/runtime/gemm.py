@@ -1,0 +1,164 @@
+"""Dense layers ``act(A @ W + bias)`` on the generated GEMM (``codegen/gemm.py``).
+
+A :class:`DenseLayer` packs its constant weight once; :meth:`DenseLayer.bind` fixes an input
+and an output buffer and returns a call that costs one ctypes call (or one per thread range).
+Rows are split over the kernel thread pool only when each range has enough multiply-adds to
+pay for the hand-over (~30-40 µs on the 2-core VM, measured in ``benchmarks/kernel_micro.py``).
+"""
+from __future__ import annotations
+
+import ctypes
+from typing import Any, Callable
+
+import numpy as np
+
+from tensoralg.codegen.build import build_llvm_module
+from tensoralg.codegen.cache import DiskCache
+from tensoralg.errors import KernelRuntimeError, ShapeError
+
+# As in codegen/gemm.py, which is imported on first use: it loads llvmlite, and importing
+# tensoralg must not.
+FLAG_BIAS, FLAG_RELU = 1, 2
+
+# Per thread range: below this many multiply-adds (~120 µs at 70 GFMA/s) a second
+# thread costs about as much as it saves.
+MIN_FMAS_PER_THREAD = 8_000_000
+_PROTOTYPE = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
+                              ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64,
+                              ctypes.c_void_p, ctypes.c_int32, ctypes.c_int64, ctypes.c_int64)
+_KERNELS: dict[tuple[np.dtype, bool], tuple[Any, Any, str, tuple]] = {}
+
+
+def gemm_kernel(dtype: np.dtype, cache: DiskCache | None = None) -> tuple[Any, Any, str]:
+    """The generated GEMM for ``dtype`` on this host: its blocking (a ``GemmShape``),
+    function and LLVM IR. Compiled once per process (and stored in ``cache`` when given).
+    """
+    from tensoralg.codegen.gemm import ENTRY, GemmShape, gemm_module
+    from tensoralg.codegen.llvm import host_has
+
+    avx512 = host_has("avx512f")
+    key = (np.dtype(dtype), avx512)
+    found = _KERNELS.get(key)
+    if found is None:
+        shape = GemmShape.for_host(dtype, avx512)
+        function, source, keepalive = build_llvm_module(
+            gemm_module(shape), ENTRY, _PROTOTYPE, cache=cache, key=f"gemm|{shape}")
+        found = _KERNELS[key] = (shape, function, source, keepalive)
+    return found[0], found[1], found[2]
+
+
+class DenseLayer:
+    """``out = act(a @ weight + bias)`` with ``weight`` (K x N) packed once; ``act`` is ReLU
+    when ``relu`` is set, else the identity.
+
+    >>> layer = DenseLayer(np.eye(3, dtype=np.float32), bias=np.ones(3, np.float32), relu=True)
+    >>> layer(np.array([[1.0, -2.0, 0.0]], np.float32)).tolist()
+    [[2.0, 0.0, 1.0]]
+    """
+
+    def __init__(self, weight: np.ndarray, bias: np.ndarray | None = None, relu: bool = False,
+                 cache: DiskCache | None = None, threads: Any = None) -> None:
+        weight = np.asarray(weight)
+        if weight.ndim != 2 or weight.dtype not in (np.float32, np.float64):
+            raise ShapeError(f"DenseLayer: the weight must be a 2-D float32/float64 array, got "
+                             f"{weight.dtype} {weight.shape}")
+        self.dtype = weight.dtype
+        self.threads = threads      # a KernelThreads pool to split large products over
+        self.k, self.n = weight.shape
+        from tensoralg.codegen.gemm import pack_weight
+
+        self.shape, self.function, self.source = gemm_kernel(self.dtype, cache)
+        self.packed = pack_weight(weight, self.shape)
+        self.flags = (FLAG_BIAS if bias is not None else 0) | (FLAG_RELU if relu else 0)
+        # Always a valid pointer: the kernel reads it (masked) only when FLAG_BIAS is set.
+        self.bias = np.zeros(max(self.n, 1), self.dtype)
+        if bias is not None:
+            bias = np.asarray(bias)
+            if bias.shape != (self.n,) or bias.dtype != self.dtype:
+                raise ShapeError(f"DenseLayer: the bias must be a {self.dtype} vector of "
+                                 f"{self.n} values, got {bias.dtype} {bias.shape}")
+            self.bias[:self.n] = bias
+
+    def __repr__(self) -> str:
+        act = " + relu" if self.flags & FLAG_RELU else ""
+        bias = " + bias" if self.flags & FLAG_BIAS else ""
+        return f"DenseLayer({self.dtype} {self.k}x{self.n}{bias}{act})"
+
+    def describe(self, rows: int) -> str:
+        """One line for a printed plan: the product, the blocking and the epilogue."""
+        parts = ["bias"] * bool(self.flags & FLAG_BIAS) + ["relu"] * bool(self.flags & FLAG_RELU)
+        epilogue = f" + {' + '.join(parts)} in registers" if parts else ""
+        return (f"generated GEMM (dense {rows}x{self.k}x{self.n}, {self.shape.mr}x"
+                f"{self.shape.nr} register tile, weight packed at load{epilogue})")
+
+    def __call__(self, a: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """The layer on ``a`` (M x K, C-contiguous), into ``out`` when given."""
+        if out is None:
+            out = np.empty((np.shape(a)[0] if np.ndim(a) == 2 else 0, self.n), self.dtype)
+        return self.bind(a, out)()
+
+    def bind(self, a: np.ndarray, out: np.ndarray) -> "BoundLayer":
+        """A call of this layer reading ``a`` and writing ``out``, both fixed (``a`` may be
+        swapped with :meth:`BoundLayer.rebind`). Large products are split over the layer's
+        thread pool, as many ranges as it has threads now."""
+        self._check(a, "input", (None, self.k))
+        self._check(out, "output", (a.shape[0], self.n), writeable=True)
+        return BoundLayer(self, a, out, self.threads)
+
+    def _check(self, array: Any, what: str, shape: tuple, writeable: bool = False) -> None:
+        if type(array) is not np.ndarray or array.ndim != 2 or array.dtype != self.dtype or \
+                not array.flags.c_contiguous or any(s is not None and s != d
+                                                    for s, d in zip(shape, array.shape)) or \
+                (writeable and not array.flags.writeable):
+            want = " x ".join("M" if s is None else str(s) for s in shape)
+            raise ShapeError(f"{self!r}: the {what} must be a C-contiguous{' writeable' * writeable}"
+                             f" {self.dtype} array of shape {want}; got "
+                             f"{getattr(array, 'dtype', type(array).__name__)} "
+                             f"{getattr(array, 'shape', '')}")
+
+
+class BoundLayer:
+    """A :class:`DenseLayer` call with its buffers fixed; ``__call__`` runs it."""
+
+    def __init__(self, layer: DenseLayer, a: np.ndarray, out: np.ndarray, threads: Any) -> None:
+        self.layer, self.a, self.out = layer, a, out
+        m = a.shape[0]
+        parts = 1
+        if threads is not None:
+            parts = max(1, min(threads.threads, m * layer.k * layer.n // MIN_FMAS_PER_THREAD,
+                               m // layer.shape.mr))
+        # Ranges start on whole register tiles, so only the last one has a short tile.
+        tiles = -(-m // layer.shape.mr)
+        bounds = [min(m, (tiles * part // parts) * layer.shape.mr) for part in range(parts + 1)]
+        bounds[-1] = m
+        self.calls = [[a.ctypes.data, layer.k, layer.packed.ctypes.data, layer.k, layer.n,
+                       out.ctypes.data, layer.n, layer.bias.ctypes.data, layer.flags, lo, hi]
+                      for lo, hi in zip(bounds, bounds[1:]) if hi > lo] or \
+            [[a.ctypes.data, layer.k, layer.packed.ctypes.data, layer.k, layer.n,
+              out.ctypes.data, layer.n, layer.bias.ctypes.data, layer.flags, 0, 0]]
+        self.threads = threads if len(self.calls) > 1 else None
+
+    def rebind(self, a: np.ndarray) -> None:
+        """Read ``a`` (same shape and dtype, C-contiguous) from now on."""
+        if a is self.a:
+            return
+        if type(a) is not np.ndarray or a.shape != self.a.shape or a.dtype != self.a.dtype or \
+                not a.flags.c_contiguous:
+            self.layer._check(a, "input", self.a.shape)
+        self.a = a
+        address = a.ctypes.data
+        for call in self.calls:
+            call[0] = address
+
+    def __call__(self) -> np.ndarray:
+        function: Callable[..., int] = self.layer.function
+        if self.threads is None:
+            status = function(*self.calls[0])
+        else:
+            status = max(self.threads.run_calls(lambda args: function(*args), self.calls))
+        if status != 0:
+            raise KernelRuntimeError(f"{self.layer!r}: the kernel failed (status {status})")
+        return self.out
+
+
+__all__ = ["DenseLayer", "BoundLayer", "MIN_FMAS_PER_THREAD", "gemm_kernel"]

@@ -1,0 +1,179 @@
+"""The generated dense GEMM (codegen/gemm.py, runtime/gemm.py) and its use by level 3."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, numpy_helper
+from onnx import helper as h
+
+import tensoralg as ta
+from tensoralg.api import dense_layer
+from tensoralg.codegen.gemm import GemmShape, pack_weight
+from tensoralg.onnx.gemm_steps import Epilogue, gemm_epilogue
+from tensoralg.runtime.gemm import DenseLayer
+from tensoralg.runtime.threads import KernelThreads
+
+TOL = {np.float32: 2e-5, np.float64: 1e-12}
+
+# M below, at and above a 6-row tile; N below one vector, across narrow panels and several
+# 64-wide panels; K across several 128-deep blocks; zero sizes.
+SHAPES = [(1, 1, 1), (5, 7, 3), (6, 16, 16), (7, 13, 17), (13, 300, 65), (37, 129, 130),
+          (64, 256, 64), (0, 8, 20), (9, 0, 20), (9, 8, 0)]
+
+
+def _reference(a, w, bias, relu):
+    y = a.astype(np.float64) @ w.astype(np.float64)
+    if bias is not None:
+        y = y + bias
+    return np.maximum(y, 0) if relu else y
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("m,k,n", SHAPES)
+def test_dense_layer_matches_numpy(dtype, m, k, n):
+    rng = np.random.default_rng(m * 1000 + k * 10 + n)
+    a = rng.standard_normal((m, k)).astype(dtype)
+    w = rng.standard_normal((k, n)).astype(dtype)
+    bias = rng.standard_normal(n).astype(dtype)
+    for with_bias in (False, True):
+        for relu in (False, True):
+            layer = DenseLayer(w, bias if with_bias else None, relu)
+            got = layer(a)
+            assert got.shape == (m, n) and got.dtype == dtype
+            want = _reference(a, w, bias if with_bias else None, relu)
+            scale = max(1.0, np.sqrt(k))
+            np.testing.assert_allclose(got, want, rtol=TOL[dtype] * scale,
+                                       atol=TOL[dtype] * scale)
+
+
+def test_output_is_written_only_in_bounds():
+    # The last panel is masked: columns past N, and the memory after the output, stay intact.
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((11, 40)).astype(np.float32)
+    w = rng.standard_normal((40, 70)).astype(np.float32)
+    store = np.full(11 * 70 + 64, 7.0, np.float32)
+    out = store[:11 * 70].reshape(11, 70)
+    DenseLayer(w, np.ones(70, np.float32), relu=True).bind(a, out)()
+    np.testing.assert_allclose(out, _reference(a, w, np.ones(70), True), rtol=1e-4, atol=1e-4)
+    assert (store[11 * 70:] == 7.0).all()
+
+
+def test_relu_keeps_nan_and_zero_k_writes_the_bias():
+    w = np.ones((2, 16), np.float32)
+    a = np.array([[np.nan, 1.0], [-1.0, -1.0]], np.float32)
+    y = DenseLayer(w, None, relu=True)(a)
+    assert np.isnan(y[0]).all() and (y[1] == 0).all()
+    bias = np.arange(-8, 8, dtype=np.float32)
+    y0 = DenseLayer(np.zeros((0, 16), np.float32), bias, relu=True)(np.zeros((3, 0), np.float32))
+    np.testing.assert_array_equal(y0, np.tile(np.maximum(bias, 0), (3, 1)))
+
+
+def test_threads_split_rows_with_the_same_result():
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((256, 256)).astype(np.float32)
+    w = rng.standard_normal((256, 512)).astype(np.float32)
+    one = DenseLayer(w, None, relu=True).bind(a, np.empty((256, 512), np.float32))
+    two = DenseLayer(w, None, relu=True, threads=KernelThreads(2)).bind(
+        a, np.empty((256, 512), np.float32))
+    assert len(one.calls) == 1 and len(two.calls) == 2
+    assert two.calls[0][-1] % 6 == 0          # the ranges start on whole register tiles
+    np.testing.assert_array_equal(one(), two())
+
+
+def test_rebind_and_bad_operands():
+    w = np.ones((4, 32), np.float32)
+    layer = dense_layer(w)
+    bound = layer.bind(np.ones((3, 4), np.float32), np.empty((3, 32), np.float32))
+    bound.rebind(np.full((3, 4), 2.0, np.float32))
+    assert (bound() == 8.0).all()
+    with pytest.raises(ta.ShapeError, match="input"):
+        bound.rebind(np.ones((2, 4), np.float32))
+    with pytest.raises(ta.ShapeError, match="input"):
+        layer(np.ones((3, 4), np.float64))
+    with pytest.raises(ta.ShapeError, match="input"):
+        layer(np.ones((4, 3), np.float32).T)              # not C-contiguous
+    with pytest.raises(ta.ShapeError, match="output"):
+        layer(np.ones((3, 4), np.float32), out=np.empty((3, 31), np.float32))
+    with pytest.raises(ta.ShapeError, match="weight"):
+        DenseLayer(np.ones((4, 4), np.int32))
+    with pytest.raises(ta.ShapeError, match="bias"):
+        DenseLayer(w, np.ones(31, np.float32))
+
+
+def test_packing_pads_panels_with_zeros():
+    shape = GemmShape(np.dtype(np.float32), 16, 4)
+    w = np.arange(3 * 70, dtype=np.float32).reshape(3, 70)
+    packed = pack_weight(w, shape)
+    assert packed.shape == (2, 3, 64)
+    np.testing.assert_array_equal(packed[1, :, :6], w[:, 64:])
+    assert (packed[1, :, 6:] == 0).all()
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("Y(i,j) = A(i,j)", Epilogue(None, False)),
+    ("Y(i,j) = max(A(i,j), 0)", Epilogue(None, True)),
+    ("Y(i,j) = (B(j) + (A(i,j)))", Epilogue("b", False)),
+    ("Y(i,j) = max(((A(i,j)) + B(j)), 0)", Epilogue("b", True)),
+    ("Y(i,j) = max((A(i,j) + B(i)), 0)", None),          # a row bias
+    ("Y(i,j) = max((A(i,j) + C(j)), 0)", None),          # wrong length
+    ("Y(i,j) = max((A(i,j) + B(j)), 1)", None),
+    ("Y(i,j) = sigmoid((A(i,j) + B(j)))", None),
+    ("Y(i,j) = (A(i,j) + B(j)) * 2", None),
+    ("Y(j,i) = A(i,j)", None),
+])
+def test_epilogue_patterns(text, expected):
+    operands = {"A": ("P", (4, 3), "view"), "B": ("b", (3,), "view"),
+                "C": ("c", (4,), "view")}
+    assert gemm_epilogue(text, operands, "A", 3) == expected
+
+
+def _layers_model(transposed: bool) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """Gemm(+bias) -> Relu -> MatMul + Add -> Sigmoid: one GEMM with its epilogue fused, one
+    GEMM whose epilogue (sigmoid) keeps its kernel."""
+    rng = np.random.default_rng(7)
+    w1 = rng.standard_normal((48, 40) if transposed else (40, 48)).astype(np.float32) / 6
+    b1 = rng.standard_normal(48).astype(np.float32)
+    w2 = rng.standard_normal((48, 32)).astype(np.float32) / 7
+    b2 = rng.standard_normal(32).astype(np.float32)
+    nodes = [h.make_node("Gemm", ["x", "w1", "b1"], ["g"], transB=int(transposed)),
+             h.make_node("Relu", ["g"], ["r"]),
+             h.make_node("MatMul", ["r", "w2"], ["p"]),
+             h.make_node("Add", ["p", "b2"], ["s"]),
+             h.make_node("Sigmoid", ["s"], ["y"])]
+    inits = [numpy_helper.from_array(v, n) for n, v in
+             (("w1", w1), ("b1", b1), ("w2", w2), ("b2", b2))]
+    graph = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                               ["N", 40])],
+                         [h.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 32])], inits)
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    return model, {"x": rng.standard_normal((300, 40)).astype(np.float32)}
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+def test_level3_runs_layers_on_the_generated_gemm(transposed):
+    model, feeds = _layers_model(transposed)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    compiled = ta.onnx.load(model, opt_level=3)
+    rng = np.random.default_rng(3)
+    for k in range(4):
+        data = feeds if k < 3 else {"x": rng.standard_normal((300, 40)).astype(np.float32)}
+        np.testing.assert_allclose(compiled.run(data)["y"], session.run(None, data)[0],
+                                   rtol=1e-4, atol=1e-5)
+    kinds = sorted(step.kind for step in compiled.specialiser.latest().steps)
+    assert kinds == ["generated GEMM", "generated GEMM + kernel"], kinds
+    table = str(compiled.profile(feeds))
+    assert "generated GEMM (dense 300x40x48" in table and "bias + relu in registers" in table
+
+
+def test_set_num_threads():
+    before = ta.get_num_threads()
+    try:
+        ta.set_num_threads(1)
+        assert ta.get_num_threads() == 1
+        for bad in (0, -1, 1.5, True, "2"):
+            with pytest.raises(ta.UnsupportedError, match="positive integer"):
+                ta.set_num_threads(bad)
+    finally:
+        ta.set_num_threads(before)
