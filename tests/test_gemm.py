@@ -86,10 +86,10 @@ def test_rebind_and_bad_operands():
     w = np.ones((4, 32), np.float32)
     layer = dense_layer(w)
     bound = layer.bind(np.ones((3, 4), np.float32), np.empty((3, 32), np.float32))
-    bound.rebind(np.full((3, 4), 2.0, np.float32))
+    bound.rebind("A", np.full((3, 4), 2.0, np.float32))
     assert (bound() == 8.0).all()
     with pytest.raises(ta.ShapeError, match="input"):
-        bound.rebind(np.ones((2, 4), np.float32))
+        bound.rebind("A", np.ones((2, 4), np.float32))
     with pytest.raises(ta.ShapeError, match="input"):
         layer(np.ones((3, 4), np.float64))
     with pytest.raises(ta.ShapeError, match="input"):

@@ -30,6 +30,21 @@ from tensoralg.onnx.gemm_steps import MIN_COLUMNS, gemm_epilogue, layer_of
 
 Env = dict[str, np.ndarray]
 Run = Callable[[Env], None]
+# A prebound call (``BoundCall`` or a dense layer's) and the operands it reads each run:
+# (operand, where from, shape to view it as, or None).
+Part = tuple[Any, list[tuple[str, "Getter", tuple[int, ...] | None]]]
+
+
+def made_of(run: Run, parts: list[Part] | None) -> Run:
+    """Mark ``run`` as exactly ``parts`` called in order, so that a plan may compile a run of
+    such steps into one native sequence (``tensoralg.api.CallSequence``). None: it is not."""
+    run.parts = parts      # type: ignore[attr-defined]
+    return run
+
+
+def parts_of(run: Any) -> list[Part] | None:
+    """The parts ``run`` was marked with (None if it has Python work of its own)."""
+    return getattr(run, "parts", None)
 
 
 class Replan(Exception):
@@ -131,7 +146,7 @@ def _captured(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) ->
             for letter, get, shape in dynamic:
                 bound.rebind(letter, get(env).reshape(shape))
             bound()
-        return run
+        return made_of(run, [(bound, [(letter, get, shape) for letter, get, shape in dynamic])])
 
     return Spec(make, [], "kernel")
 
@@ -169,6 +184,7 @@ def permuter(context: Any, target: np.ndarray, shape: tuple[int, ...],
             return
         bound.rebind("X", source)
         bound()
+    run.bound = bound      # type: ignore[attr-defined]
     return run
 
 
@@ -276,6 +292,13 @@ def _fused(step: Step, recorded: Env, constants: Mapping[str, np.ndarray],
             inline = dict(inline, blas=True, transposed=False)
         if inline["blas"]:
             values[PRODUCT] = np.empty((inline["m"], inline["n"]), dtype)
+    if inline is not None and inline["blas"] and not split and not inline["trans_a"] and \
+            head.inputs[1] in constants and inline["n"] < MIN_COLUMNS:
+        # Too narrow for the generated GEMM (an n=1 output layer): the contraction joins the
+        # statement, one kernel with a vectorised dot product per row, instead of BLAS plus
+        # an epilogue kernel.
+        inline = dict(inline, blas=False)
+        values.pop(PRODUCT, None)
     output = program.output if chain or head is None else head.outputs[0]
     # A transposed head was turned into ``split`` above, so the statement is never transposed.
     statement, operands, formats, out_shape, _ = build_statement(program, values, inline, output)
@@ -381,7 +404,11 @@ def _fused(step: Step, recorded: Env, constants: Mapping[str, np.ndarray],
             elif head_run is not None:
                 head_run(env)
             _refresh_and_call(env, copies, dynamic, bound)
-        return run
+        head_parts = parts_of(head_run) if head_run is not None else []
+        own = _call_parts(copies, dynamic, bound)
+        native = multi is None and not (blas and layer is None) and head_parts is not None and \
+            own is not None
+        return made_of(run, head_parts + own if native else None)
 
     kind = "generated GEMM" if direct else "generated GEMM + kernel" if layer is not None else \
         "BLAS + kernel" if blas else "sparse kernel + kernel" if split else \
@@ -434,7 +461,8 @@ def _one_kernel(context: Any, built: tuple, dtype: np.dtype, weight_t: Any, out:
             arrays[letter] = np.zeros(shape, dtype)     # replaced by rebind each run
             dynamic.append((letter, get, tuple(shape)))
     bound = kernel.bind(out=out, **arrays)
-    return lambda env: _refresh_and_call(env, copies, dynamic, bound)
+    return made_of(lambda env: _refresh_and_call(env, copies, dynamic, bound),
+                   _call_parts(copies, dynamic, bound))
 
 
 def _layer_run(layer: Any, a_get: Getter, out: np.ndarray, a_shape: tuple[int, ...]) -> Run:
@@ -443,9 +471,9 @@ def _layer_run(layer: Any, a_get: Getter, out: np.ndarray, a_shape: tuple[int, .
     bound = layer.bind(contiguous(placeholder), out)
 
     def run(env: Env) -> None:
-        bound.rebind(contiguous(a_get(env)))
+        bound.rebind("A", contiguous(a_get(env)))
         bound()
-    return run
+    return made_of(run, [(bound, [("A", a_get, a_shape)])])
 
 
 def _refresh_and_call(env: Env, copies: list[tuple[Getter, Callable[[np.ndarray], None]]],
@@ -456,6 +484,17 @@ def _refresh_and_call(env: Env, copies: list[tuple[Getter, Callable[[np.ndarray]
     for letter, get, shape in dynamic:
         bound.rebind(letter, get(env).reshape(shape))
     bound()
+
+
+def _call_parts(copies: list[tuple[Getter, Callable[[np.ndarray], None]]],
+                dynamic: list[tuple[str, Getter, tuple[int, ...]]], bound: Any
+                ) -> list[Part] | None:
+    """The parts of :func:`_refresh_and_call` (None when a copy runs in NumPy)."""
+    if any(getattr(copy, "bound", None) is None for _, copy in copies):
+        return None
+    return [(copy.bound, [("X", get, None)])          # type: ignore[attr-defined]
+            for get, copy in copies] + [(bound, [(letter, get, shape)
+                                                 for letter, get, shape in dynamic])]
 
 
 def _sparse_head(context: Any, kernel: ta.Kernel, weight_t: Any, product: np.ndarray,
@@ -469,17 +508,19 @@ def _sparse_head(context: Any, kernel: ta.Kernel, weight_t: Any, product: np.nda
         def run(env: Env) -> None:
             copy(x(env))
             bound()
-        return run
+        copier = getattr(copy, "bound", None)
+        return made_of(run, None if copier is None else
+                       [(copier, [("X", x, None)]), (bound, [])])
     if x.fixed is not None:
-        return lambda env, call=kernel.bind(out=product, W=weight_t,
-                                             X=contiguous(x.fixed)): call()
+        call = kernel.bind(out=product, W=weight_t, X=contiguous(x.fixed))
+        return made_of(lambda env: call(), [(call, [])])
     placeholder = np.zeros((weight_t.shape[1], product.shape[1]), product.dtype)
     bound = kernel.bind(out=product, W=weight_t, X=placeholder)     # rebound each run
 
     def run_dynamic(env: Env) -> None:
         bound.rebind("X", x(env))
         bound()
-    return run_dynamic
+    return made_of(run_dynamic, [(bound, [("X", x, None)])])
 
 
 def _id_column(name: str, recorded: Env, constants: Mapping[str, np.ndarray],
@@ -559,13 +600,35 @@ def _bag(step: Step, recorded: Env, constants: Mapping[str, np.ndarray],
             if weight is not None:
                 np.multiply(weight(env).reshape(-1), scale, out=vals)
             bound()
-        return run
+        return made_of(run, None if weight is not None else
+                       _bag_parts(ids, column, recorded, crd, n, bound, str(context)))
 
     column = _id_column(node.inputs[1], recorded, constants, shared)
     spec = Spec(make, [], "kernel")
     if column is not None:
         spec.unread = frozenset({node.inputs[1]})
     return spec
+
+
+def _bag_parts(ids: Getter, column: tuple[str, tuple[Any, ...]] | None, recorded: Env,
+               crd: np.ndarray, rows: int, bound: Any, what: str) -> list[Part] | None:
+    """A bag as two native calls: its CSR coordinates from the ids (checked), then the
+    product. The ids are a ``count x size`` input, or DLRM's column ``t`` of a graph input
+    ``x[:, t, :]`` (read in place)."""
+    if column is None:
+        source = recorded[ids.name]
+        if source.ndim != 2:
+            return None
+        call = ta.api.ids_call(np.zeros(source.shape, source.dtype), 0, crd, rows, what)
+        return None if call is None else [(call, [("ids", ids, source.shape)]), (bound, [])]
+    source = recorded[column[0]]
+    if len(column[1]) != 2 or source.ndim != 3:
+        return None
+    count, tables, size = source.shape
+    flat = (count, tables * size)
+    call = ta.api.ids_call(np.zeros(flat, source.dtype), column[1][1] * size, crd, rows, what)
+    return None if call is None else [(call, [("ids", Getter(column[0], None), flat)]),
+                                      (bound, [])]
 
 
 def _gather(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]
@@ -592,7 +655,12 @@ def _gather(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]
             if not all_below(index, size):
                 check_indices(index, size, context, node.inputs[1])
             np.take(data_of(env), index, axis=axis, out=out, mode="wrap")  # checked above
-        return run
+        call = None
+        if axis == 0 and data_of.fixed is not None:
+            ids = recorded[node.inputs[1]]
+            call = ta.api.gather_call(contiguous(data_of.fixed),
+                                      np.zeros(ids.shape, ids.dtype), out, str(context))
+        return made_of(run, None if call is None else [(call, [("ids", index_of, None)])])
 
     return Spec(make, [], "copy")
 
@@ -622,7 +690,26 @@ def _concat(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]
 
     def make(outs: list[np.ndarray], buffers: list[np.ndarray], ins: list[Getter]) -> Run:
         out = outs[0]
-        return lambda env: np.concatenate([g(env) for g in ins], axis=axis, out=out)
+
+        def run(env: Env) -> None:
+            np.concatenate([g(env) for g in ins], axis=axis, out=out)
+        # As copies of row blocks: out viewed as (outer, width), each input a column block.
+        outer = int(np.prod(out.shape[:axis], dtype=np.int64))
+        if not out.flags.c_contiguous or not outer:
+            return made_of(run, None)
+        rows = out.reshape(outer, -1)
+        parts: list[Part] = []
+        start = 0
+        for get, name in zip(ins, [n for n in step.node.inputs if n]):
+            value = recorded[name]
+            width = value.size // outer
+            call = ta.api.copy_call(np.zeros(value.shape, value.dtype),
+                                    rows[:, start:start + width], str(step.context))
+            if call is None:
+                return made_of(run, None)
+            parts.append((call, [("src", get, None)]))
+            start += width
+        return made_of(run, parts)
 
     return Spec(make, [], "copy")
 
@@ -663,7 +750,9 @@ def _transpose(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]
 
     def make(outs: list[np.ndarray], buffers: list[np.ndarray], ins: list[Getter]) -> Run:
         copy, get = permuter(step.context, outs[0], shape, perm), ins[0]
-        return lambda env: copy(get(env))
+        copier = getattr(copy, "bound", None)
+        return made_of(lambda env: copy(get(env)),
+                       None if copier is None else [(copier, [("X", get, None)])])
 
     return Spec(make, [], "transpose kernel")
 
@@ -674,4 +763,4 @@ _BUILDERS: dict[str, Callable[[Step, Env, Mapping[str, np.ndarray]], Spec | None
 }
 
 
-__all__ = ["Getter", "MultiHot", "Replan", "Spec", "spec_of", "Env", "Run", "all_below", "check_indices", "contiguous"]
+__all__ = ["Part", "made_of", "parts_of", "Getter", "MultiHot", "Replan", "Spec", "spec_of", "Env", "Run", "all_below", "check_indices", "contiguous"]

@@ -10,6 +10,7 @@ model runtime feeds a new input into an otherwise fixed plan.
 """
 from __future__ import annotations
 
+import ctypes
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -67,6 +68,24 @@ class BoundCall:
         for call in self.calls:
             for slot in self._vals[name]:
                 call[slot] = address
+
+    def native(self, slots: Mapping[str, Any]) -> Any:
+        """This call as a ``NativeCall`` for a compiled sequence (``codegen/sequence.py``),
+        with the dense operands named in ``slots`` read from those slots at run time; None when
+        it runs split over threads."""
+        from tensoralg.codegen.sequence import NativeCall, supported
+
+        argtypes = tuple(getattr(self.function, "argtypes", None) or ())
+        if len(self.calls) != 1 or not supported(argtypes) or \
+                any(name not in self._vals for name in slots):
+            return None
+        args = list(self.calls[0])
+        for name, slot in slots.items():
+            for index in self._vals[name]:
+                args[index] = slot
+        zero = None if self.overwrites else (self._flat.ctypes.data, self._flat.nbytes)
+        address = ctypes.cast(self.function, ctypes.c_void_p).value or 0
+        return NativeCall(address, argtypes, tuple(args), zero, self.what)
 
     def __call__(self) -> np.ndarray:
         """Run the kernel on the current contents of the operands; returns the output."""

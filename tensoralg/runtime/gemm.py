@@ -138,8 +138,11 @@ class BoundLayer:
               out.ctypes.data, layer.n, layer.bias.ctypes.data, layer.flags, 0, 0]]
         self.threads = threads if len(self.calls) > 1 else None
 
-    def rebind(self, a: np.ndarray) -> None:
-        """Read ``a`` (same shape and dtype, C-contiguous) from now on."""
+    def rebind(self, name: str, a: np.ndarray) -> None:
+        """Read ``a`` (same shape and dtype, C-contiguous) as the input ``name`` (``"A"``,
+        the only operand that may change) from now on."""
+        if name != "A":
+            raise ShapeError(f"{self.layer!r}: only the input A can be rebound, not {name!r}")
         if a is self.a:
             return
         if type(a) is not np.ndarray or a.shape != self.a.shape or a.dtype != self.a.dtype or \
@@ -149,6 +152,20 @@ class BoundLayer:
         address = a.ctypes.data
         for call in self.calls:
             call[0] = address
+
+    def native(self, slots: dict[str, Any]) -> Any:
+        """This call as a ``NativeCall`` (``codegen/sequence.py``), reading A from
+        ``slots["A"]`` when given; None when it runs split over threads."""
+        from tensoralg.codegen.sequence import NativeCall
+
+        if self.threads is not None or set(slots) - {"A"}:
+            return None
+        args = list(self.calls[0])
+        if "A" in slots:
+            args[0] = slots["A"]
+        address = ctypes.cast(self.layer.function, ctypes.c_void_p).value or 0
+        return NativeCall(address, tuple(_PROTOTYPE._argtypes_), tuple(args), None,
+                          repr(self.layer))
 
     def __call__(self) -> np.ndarray:
         function: Callable[..., int] = self.layer.function

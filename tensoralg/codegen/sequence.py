@@ -1,0 +1,115 @@
+"""One native function that runs a fixed sequence of kernel calls: a model plan's driver.
+
+A static plan calls the same kernels with the same buffers on every run; from Python each call
+costs 2-5 µs (a closure, argument conversion by ctypes, a status check), which is most of a
+small model's run time at batch 1. The emitted function makes the calls itself: every argument
+is a constant (an address or a size) except the addresses of the graph inputs, which it reads
+from a table of slots; outputs that are accumulated into are zeroed with ``memset`` first.
+
+    int32 tensoralg_sequence(int64 *slots)    // 0, or 1 + the index of the call that failed
+
+The addresses are baked in, so the code is valid only in the process that built it, and is
+never stored in the disk cache.
+"""
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+from typing import Any
+
+ENTRY = "tensoralg_sequence"
+# ctypes argument types a sequence can pass, by their LLVM names (llvmlite loads on first use)
+_TYPES: dict[type, str] = {ctypes.c_void_p: "ptr", ctypes.c_int64: "i64",
+                           ctypes.c_int32: "i32", ctypes.c_float: "float",
+                           ctypes.c_double: "double"}
+
+
+@dataclass(frozen=True, slots=True)
+class Slot:
+    """An argument read at run time from ``slots[index]`` (a graph input's address), plus
+    ``offset`` bytes."""
+
+    index: int
+    offset: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class NativeCall:
+    """One kernel call: the function's address and ctypes argument types, its arguments
+    (numbers, or :class:`Slot`), the bytes ``(address, count)`` to zero before it, and the
+    address of an int64 that must be 0 after it (a count of bad ids), if any."""
+
+    address: int
+    argtypes: tuple[type, ...]
+    args: tuple[int | float | Slot, ...]
+    zero: tuple[int, int] | None = None
+    name: str = ""
+    flag: int | None = None
+
+    def __post_init__(self) -> None:
+        if len(self.args) != len(self.argtypes):
+            raise ValueError(f"{self.name or 'call'}: {len(self.args)} arguments for "
+                             f"{len(self.argtypes)} parameters")
+
+
+def supported(argtypes: tuple[type, ...]) -> bool:
+    """Whether a function with these ctypes argument types can be called from a sequence."""
+    return all(t in _TYPES for t in argtypes)
+
+
+def sequence_module(calls: list[NativeCall]) -> Any:
+    """The llvmlite module exporting ``tensoralg_sequence`` for ``calls``.
+
+    >>> call = NativeCall(4096, (ctypes.c_int64,), (7,), None, "k")
+    >>> "inttoptr" in str(sequence_module([call]))
+    True
+    """
+    from llvmlite import ir
+
+    from tensoralg.codegen.llvm_helpers import declare
+
+    I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
+    POINTER = ir.PointerType()
+    llvm_types = {"ptr": POINTER, "i64": I64, "i32": I32, "float": ir.FloatType(),
+                  "double": ir.DoubleType()}
+    module = ir.Module(name="sequence")
+    fn = ir.Function(module, ir.FunctionType(I32, (POINTER,)), name=ENTRY)
+    slots = fn.args[0]
+    builder = ir.IRBuilder(fn.append_basic_block("entry"))
+    memset = declare(module, "llvm.memset.p0.i64", ir.VoidType(), (POINTER, I8, I64, I1))
+    for number, call in enumerate(calls):
+        if call.zero is not None and call.zero[1] > 0:
+            builder.call(memset, [builder.inttoptr(ir.Constant(I64, call.zero[0]), POINTER),
+                                  ir.Constant(I8, 0), ir.Constant(I64, call.zero[1]),
+                                  ir.Constant(I1, 0)])
+        types = [llvm_types[_TYPES[t]] for t in call.argtypes]
+        values = []
+        for typ, arg in zip(types, call.args):
+            if isinstance(arg, Slot):
+                loaded = builder.load(builder.gep(slots, [ir.Constant(I64, arg.index)],
+                                                  inbounds=True, source_etype=I64), typ=I64)
+                if arg.offset:
+                    loaded = builder.add(loaded, ir.Constant(I64, arg.offset))
+                values.append(builder.inttoptr(loaded, typ) if typ is POINTER else loaded)
+            elif typ is POINTER:
+                values.append(builder.inttoptr(ir.Constant(I64, int(arg or 0)), POINTER))
+            else:
+                values.append(ir.Constant(typ, arg))
+        callee = builder.inttoptr(ir.Constant(I64, call.address),
+                                  ir.FunctionType(I32, types).as_pointer())
+        status = builder.call(callee, values)
+        if call.flag is not None:
+            bad = builder.load(builder.inttoptr(ir.Constant(I64, call.flag), POINTER), typ=I64)
+            status = builder.or_(status, builder.trunc(
+                builder.zext(builder.icmp_signed("!=", bad, ir.Constant(I64, 0)), I64), I32))
+        failed = builder.append_basic_block(f"failed{number}")
+        ok = builder.append_basic_block(f"ok{number}")
+        builder.cbranch(builder.icmp_signed("!=", status, ir.Constant(I32, 0)), failed, ok)
+        builder.position_at_end(failed)
+        builder.ret(ir.Constant(I32, number + 1))
+        builder.position_at_end(ok)
+    builder.ret(ir.Constant(I32, 0))
+    return module
+
+
+__all__ = ["ENTRY", "NativeCall", "Slot", "sequence_module", "supported"]

@@ -1,0 +1,197 @@
+"""Compiled data movement for model plans: row gathers, strided row copies, bag ids.
+
+NumPy does these (``take``, ``concatenate``, ``copyto`` plus a range check) in 3-8 µs per call
+at the sizes of a recommender model, mostly in call overhead; as kernels they join a plan's
+compiled sequence of calls (``runtime/sequence.py``). They are built as IR and compiled by the
+LLVM backend like every other kernel. Values are moved as same-sized integers (bit-exact).
+
+Index checks never stop a kernel: an id outside ``[-n, n)`` reads row 0 instead (so nothing is
+read out of bounds) and is counted into ``bad[0]``; the caller treats a nonzero count as an
+error and reports it from its own (NumPy) path, which names the node and the value.
+"""
+from __future__ import annotations
+
+import ctypes
+from typing import Any
+
+import numpy as np
+
+from tensoralg.codegen.build import CompiledKernel, build
+from tensoralg.codegen.sequence import NativeCall, Slot
+from tensoralg.errors import ShapeError
+from tensoralg.ir import build as b
+from tensoralg.ir.nodes import I32, I64, Function, Ptr, Scalar
+
+_BY_SIZE = {4: I32, 8: I64}
+_INDEX = {np.dtype(np.int32): I32, np.dtype(np.int64): I64}
+_KERNELS: dict[tuple, CompiledKernel] = {}
+
+
+def _safe_row(k: b.Var, rows: b.Var, bad: b.Var) -> list:
+    """``k`` wrapped if negative, counted in ``bad`` and replaced by 0 if still outside."""
+    ok = b.var(f"{k.name}_ok", I32)
+    return [b.assign(k, b.select(b.lt(k, 0), b.add(k, rows), k)),
+            b.declare(ok, b.select(b.land(b.ge(k, 0), b.lt(k, rows)), b.const(1, I32),
+                                   b.const(0, I32))),
+            b.assign(bad, b.add(bad, b.sub(b.const(1, I32), ok))),
+            b.assign(k, b.select(b.eq(ok, b.const(1, I32)), k, b.i64(0)))]
+
+
+def gather_function(value: Scalar, index: Scalar) -> Function:
+    """``out[r*ld + j] = table[ids[r]*dim + j]`` for ``r < count``, ``j < dim``.
+
+    >>> "gather_rows" in gather_function(I32, I64).name
+    True
+    """
+    table, ids, out = (b.var("table", Ptr(value)), b.var("ids", Ptr(index)),
+                       b.var("out", Ptr(value)))
+    rows, dim, count, ld = (b.var(n, I64) for n in ("rows", "dim", "count", "ld"))
+    flag = b.var("bad_out", Ptr(I64))
+    r, j, k = b.var("r", I64), b.var("j", I64), b.var("k", I64)
+    bad = b.var("bad", I32)
+    body = [b.declare(bad, b.const(0, I32)),
+            b.for_(r, 0, count,
+                   b.declare(k, b.cast(b.load(ids, r), I64)),
+                   *_safe_row(k, rows, bad),
+                   b.for_(j, 0, dim, b.store(out, b.add(b.mul(r, ld), j),
+                                             b.load(table, b.add(b.mul(k, dim), j))))),
+            b.store(flag, 0, b.cast(bad, I64))]
+    params = [b.param(table, "table"), b.param(rows, "rows"), b.param(dim, "dim"),
+              b.param(ids, "ids"), b.param(count, "count"), b.param(out, "out", output=True),
+              b.param(ld, "ld"), b.param(flag, "bad", output=True)]
+    return b.function(f"gather_rows_{value}_{index}", params, *body)
+
+
+def copy_function(value: Scalar) -> Function:
+    """``dst[r*ld_dst + j] = src[r*cols + j]``: a block copied into a wider row layout."""
+    src, dst = b.var("src", Ptr(value)), b.var("dst", Ptr(value))
+    rows, cols, ld = (b.var(n, I64) for n in ("rows", "cols", "ld_dst"))
+    r, j = b.var("r", I64), b.var("j", I64)
+    body = [b.for_(r, 0, rows, b.for_(j, 0, cols, b.store(
+        dst, b.add(b.mul(r, ld), j), b.load(src, b.add(b.mul(r, cols), j)))))]
+    params = [b.param(src, "src"), b.param(rows, "rows"), b.param(cols, "cols"),
+              b.param(dst, "dst", output=True), b.param(ld, "ld_dst")]
+    return b.function(f"copy_rows_{value}", params, *body)
+
+
+def ids_function(index: Scalar) -> Function:
+    """``crd[r*size + c] = ids[r*ld + c]`` checked against ``rows`` (a bag's CSR coordinates
+    from a block of the id input)."""
+    ids, crd = b.var("ids", Ptr(index)), b.var("crd", Ptr(I64))
+    count, size, ld, rows = (b.var(n, I64) for n in ("count", "size", "ld", "rows"))
+    flag = b.var("bad_out", Ptr(I64))
+    r, c, k = b.var("r", I64), b.var("c", I64), b.var("k", I64)
+    bad = b.var("bad", I32)
+    body = [b.declare(bad, b.const(0, I32)),
+            b.for_(r, 0, count, b.for_(
+                c, 0, size,
+                b.declare(k, b.cast(b.load(ids, b.add(b.mul(r, ld), c)), I64)),
+                *_safe_row(k, rows, bad),
+                b.store(crd, b.add(b.mul(r, size), c), k))),
+            b.store(flag, 0, b.cast(bad, I64))]
+    params = [b.param(ids, "ids"), b.param(count, "count"), b.param(size, "size"),
+              b.param(ld, "ld"), b.param(rows, "rows"), b.param(crd, "crd", output=True),
+              b.param(flag, "bad", output=True)]
+    return b.function(f"bag_ids_{index}", params, *body)
+
+
+def _kernel(key: tuple, make: Any) -> CompiledKernel:
+    kernel = _KERNELS.get(key)
+    if kernel is None:
+        kernel = _KERNELS[key] = build(make(), "llvm")
+    return kernel
+
+
+class MovementCall:
+    """One data-movement kernel call with fixed arguments; ``rebind(name, array)`` points an
+    input at another array, ``native(slots)`` gives it to a compiled sequence, and calling it
+    runs it (``ShapeError`` when an id was out of range)."""
+
+    def __init__(self, kernel: CompiledKernel, args: list, inputs: dict[str, int],
+                 keep: list[np.ndarray], what: str, flag: np.ndarray | None = None,
+                 offsets: dict[str, int] | None = None) -> None:
+        self.kernel, self.args, self.inputs, self.what = kernel, args, inputs, what
+        self.keep, self.flag = keep, flag      # keeps the arrays behind the addresses alive
+        self.offsets = offsets or {}           # bytes past an input's start that it reads
+        self.rebound: dict[str, np.ndarray] = {}
+
+    def rebind(self, name: str, array: np.ndarray) -> None:
+        self.rebound[name] = array
+        self.args[self.inputs[name]] = array.ctypes.data + self.offsets.get(name, 0)
+
+    def native(self, slots: dict[str, Slot]) -> NativeCall | None:
+        args = list(self.args)
+        for name, slot in slots.items():
+            args[self.inputs[name]] = Slot(slot.index, slot.offset + self.offsets.get(name, 0))
+        function = self.kernel.function
+        return NativeCall(ctypes.cast(function, ctypes.c_void_p).value or 0,
+                          tuple(function.argtypes), tuple(args), None, self.what,
+                          None if self.flag is None else self.flag.ctypes.data)
+
+    def __call__(self) -> None:
+        self.kernel.function(*self.args)
+        if self.flag is not None and self.flag[0]:
+            raise ShapeError(f"{self.what}: {int(self.flag[0])} id(s) outside the table")
+
+
+def _value_type(dtype: np.dtype) -> Scalar | None:
+    return _BY_SIZE.get(np.dtype(dtype).itemsize) if np.dtype(dtype).kind in "fiub" else None
+
+
+def gather_call(table: np.ndarray, ids: np.ndarray, out: np.ndarray, what: str
+                ) -> MovementCall | None:
+    """``out[r] = table[ids[r]]`` (rows of a C-contiguous table; ``out`` rows may be a column
+    block of a wider C-contiguous array); None when the dtypes or layouts do not allow it."""
+    value, index = _value_type(table.dtype), _INDEX.get(ids.dtype)
+    if value is None or index is None or table.ndim < 1 or not table.shape[0] or \
+            out.dtype != table.dtype or not table.flags.c_contiguous or \
+            not ids.flags.c_contiguous:
+        return None
+    dim = int(np.prod(table.shape[1:], dtype=np.int64))
+    flat = out.reshape(ids.size, -1) if out.flags.c_contiguous else out
+    if flat.ndim != 2 or flat.shape != (ids.size, dim) or flat.strides[1] != out.itemsize:
+        return None
+    flag = np.zeros(1, np.int64)
+    kernel = _kernel(("gather", value, index), lambda: gather_function(value, index))
+    args = [table.ctypes.data, table.shape[0], dim, ids.ctypes.data, ids.size,
+            flat.ctypes.data, flat.strides[0] // out.itemsize, flag.ctypes.data]
+    return MovementCall(kernel, args, {"ids": 3}, [table, ids, out, flag], what, flag)
+
+
+def copy_call(src: np.ndarray, dst: np.ndarray, what: str) -> MovementCall | None:
+    """``dst[...] = src`` for ``dst`` a block of rows (unit stride within a row, any row
+    stride) of a C-contiguous array, and ``src`` C-contiguous of the same number of values."""
+    value = _value_type(src.dtype)
+    if value is None or src.dtype != dst.dtype or dst.ndim != 2 or \
+            dst.strides[1] != dst.itemsize or src.size != dst.size or \
+            not src.flags.c_contiguous:
+        return None
+    kernel = _kernel(("copy", value), lambda: copy_function(value))
+    rows, cols = dst.shape
+    args = [src.ctypes.data, rows, cols, dst.ctypes.data, dst.strides[0] // dst.itemsize]
+    return MovementCall(kernel, args, {"src": 0}, [src, dst], what)
+
+
+def ids_call(ids: np.ndarray, column: int, crd: np.ndarray, rows: int, what: str
+             ) -> MovementCall | None:
+    """A bag's CSR coordinates ``crd`` (int64, ``count x size``) from the ids ``ids``
+    (``count x width`` C-contiguous, the block starting at ``column``), checked against
+    ``rows`` table rows."""
+    index = _INDEX.get(ids.dtype)
+    if index is None or crd.dtype != np.int64 or ids.ndim != 2 or not ids.flags.c_contiguous \
+            or not rows:
+        return None
+    count, width = ids.shape
+    size = crd.size // max(count, 1)
+    if size * count != crd.size or column + size > width:
+        return None
+    flag = np.zeros(1, np.int64)
+    kernel = _kernel(("ids", index), lambda: ids_function(index))
+    args = [ids.ctypes.data + column * ids.itemsize, count, size, width, rows, crd.ctypes.data,
+            flag.ctypes.data]
+    return MovementCall(kernel, args, {"ids": 0}, [ids, crd, flag], what, flag,
+                        {"ids": column * ids.itemsize})
+
+
+__all__ = ["MovementCall", "copy_call", "copy_function", "gather_call", "gather_function",
+           "ids_call", "ids_function"]
