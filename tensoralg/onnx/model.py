@@ -94,6 +94,10 @@ class CompiledModel:
             if plan is not None:
                 memory = plan.memory
                 static_plans = {s.step.node.name: s.plan for s in plan.steps if s.plan}
+                running = {s.step.node.name for s in plan.steps}
+                static_plans.update((s.node.name, "not run: the static plan folds it into "
+                                     "another step or a view") for s in self.executor.steps
+                                    if s.node.name not in running)
         else:
             self.executor.run(checked)
         if memory is None:

@@ -93,7 +93,7 @@ def spec_of(step: Step, recorded: Env, constants: Mapping[str, np.ndarray],
             not all(n in recorded for n in step.node.outputs if n):
         return None
     builder = _BUILDERS.get(step.node.op_type)
-    if builder is _fused or builder is _bag:
+    if builder in (_fused, _bag, _gather, _matmul):
         spec = builder(step, recorded, constants, {} if shared is None else shared)
     else:
         spec = builder(step, recorded, constants) if builder is not None else None
@@ -631,8 +631,8 @@ def _bag_parts(ids: Getter, column: tuple[str, tuple[Any, ...]] | None, recorded
                                       (bound, [])]
 
 
-def _gather(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]
-            ) -> Spec | None:
+def _gather(step: Step, recorded: Env, constants: Mapping[str, np.ndarray],
+            shared: dict[str, Any]) -> Spec | None:
     node, context = step.node, step.context
     data = recorded[node.inputs[0]]
     if recorded[node.inputs[1]].dtype.kind not in "iu":
@@ -650,19 +650,31 @@ def _gather(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]
             fixed = index_of.fixed
             return lambda env: np.take(data_of(env), fixed, axis=axis, out=out, mode="wrap")
 
+        if column is not None:          # the ids are a column of a graph input: read in place
+            index_of = Getter(column[0], None)
+            where = column[1]
+        else:
+            where = None
+
         def run(env: Env) -> None:
-            index = index_of(env)
+            index = index_of(env) if where is None else index_of(env)[where]
             if not all_below(index, size):
                 check_indices(index, size, context, node.inputs[1])
             np.take(data_of(env), index, axis=axis, out=out, mode="wrap")  # checked above
         call = None
         if axis == 0 and data_of.fixed is not None:
-            ids = recorded[node.inputs[1]]
-            call = ta.api.gather_call(contiguous(data_of.fixed),
-                                      np.zeros(ids.shape, ids.dtype), out, str(context))
+            ids = recorded[node.inputs[1] if column is None else column[0]]
+            call = ta.api.gather_call(contiguous(data_of.fixed), np.zeros(ids.shape, ids.dtype),
+                                      out, str(context), None if where is None else where[1])
         return made_of(run, None if call is None else [(call, [("ids", index_of, None)])])
 
-    return Spec(make, [], "copy")
+    column = _id_column(node.inputs[1], recorded, constants, shared) if axis == 0 else None
+    if column is not None and (len(column[1]) != 2 or recorded[column[0]].ndim != 2):
+        column = None       # only a column of a 2-D input (ids x fields) is read in place
+    spec = Spec(make, [], "copy")
+    if column is not None:
+        spec.unread = frozenset({node.inputs[1]})
+    return spec
 
 
 def all_below(index: np.ndarray, size: int) -> bool:
@@ -714,14 +726,18 @@ def _concat(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]
     return Spec(make, [], "copy")
 
 
-def _matmul(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]
-            ) -> Spec | None:
-    """A MatMul the node-by-node run sent to BLAS: the same product, into its buffer."""
+def _matmul(step: Step, recorded: Env, constants: Mapping[str, np.ndarray],
+            shared: dict[str, Any]) -> Spec | None:
+    """A MatMul the node-by-node run sent to BLAS: the same product, into its buffer (on the
+    generated GEMM for a constant weight; one kernel for a batched ``X @ X^T``)."""
     a, b = (recorded[n] for n in step.node.inputs[:2])
     out = recorded[step.node.outputs[0]]
-    if not any(text.startswith("BLAS") for text in step.context.plan) or a.ndim < 2 or \
-            b.ndim < 2 or not a.dtype == b.dtype == out.dtype or a.dtype not in FLOATS:
+    if a.ndim < 2 or b.ndim < 2 or not a.dtype == b.dtype == out.dtype or \
+            a.dtype not in FLOATS:
         return None
+    gram = _gram(step, recorded, shared)
+    if gram is not None or not any(text.startswith("BLAS") for text in step.context.plan):
+        return gram      # None: a small product, captured as the kernel it ran
 
     weight = constants.get(step.node.inputs[1])
     if a.ndim == 2 and weight is not None and weight.ndim == 2 and \
@@ -738,6 +754,86 @@ def _matmul(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]
         return lambda env: np.matmul(a_of(env), b_of(env), out=buf)
 
     return Spec(make, [], "BLAS")
+
+
+NARROW_LAYER = "Y(i,j) = sum(k, A(i,k) * B(k,j)) + C(j)"
+
+
+def _gemm(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) -> Spec | None:
+    """An unfused ``Gemm`` with a constant weight and bias (alpha = beta = 1, no transA): a
+    dense layer on the generated GEMM, or for fewer than 16 outputs one kernel with the bias."""
+    node = step.node
+    attrs = node.attributes
+    if len(node.inputs) < 2 or attrs.get("transA", 0) or attrs.get("alpha", 1.0) != 1.0 or \
+            attrs.get("beta", 1.0) != 1.0 or node.inputs[1] not in constants:
+        return None
+    a = recorded[node.inputs[0]]
+    weight = constants[node.inputs[1]]
+    weight = weight.T if attrs.get("transB", 0) else weight
+    bias_name = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else None
+    bias = constants.get(bias_name) if bias_name else np.zeros(weight.shape[1:], a.dtype)
+    if a.ndim != 2 or weight.ndim != 2 or a.dtype not in FLOATS or weight.dtype != a.dtype or \
+            bias is None or bias.dtype != a.dtype or bias.size not in (1, weight.shape[1]):
+        return None
+    bias = np.ascontiguousarray(np.broadcast_to(bias.reshape(-1), (weight.shape[1],)))
+    if weight.shape[1] >= MIN_COLUMNS:
+        layer = ta.api.dense_layer(np.ascontiguousarray(weight), bias)
+        spec = Spec(lambda outs, buffers, ins: _layer_run(layer, ins[0], outs[0], a.shape),
+                    [], "generated GEMM")
+        spec.plan = layer.describe(a.shape[0])
+        return spec
+    kernel = step.context.kernels.get(NARROW_LAYER, a.dtype, {})
+    w = np.ascontiguousarray(weight)
+
+    def make(outs: list[np.ndarray], buffers: list[np.ndarray], ins: list[Getter]) -> Run:
+        get = ins[0]
+        source = contiguous(get.fixed) if get.fixed is not None else np.zeros(a.shape, a.dtype)
+        bound = kernel.bind(out=outs[0], A=source, B=w, C=bias)
+
+        def run(env: Env) -> None:
+            if get.fixed is None:
+                bound.rebind("A", contiguous(get(env)))
+            bound()
+        return made_of(run, [(bound, [("A", get, None)])])
+
+    spec = Spec(make, [], "kernel")
+    spec.plan = NARROW_LAYER
+    return spec
+
+
+GRAM = "Y(b,i,j) = A(b,i,k) * B(b,j,k)"      # A and B are the same array
+
+
+def _gram(step: Step, recorded: Env, shared: dict[str, Any]) -> Spec | None:
+    """``MatMul(X, Transpose(X, perm=[0, 2, 1]))`` (DLRM's pairwise dot products) as one
+    kernel reading X twice, so the transposed copy leaves the plan."""
+    x, t = step.node.inputs[:2]
+    producer = shared.get("producers", {}).get(t)
+    if producer is None or producer.node.op_type != "Transpose" or \
+            producer.node.inputs[0] != x or shared.get("readers", {}).get(t) != 1 or \
+            recorded[x].ndim != 3 or tuple(producer.node.attributes.get("perm") or ()) != (0, 2, 1):
+        return None
+    dtype = recorded[x].dtype
+    kernel = step.context.kernels.get(GRAM, dtype, {})
+
+    def make(outs: list[np.ndarray], buffers: list[np.ndarray], ins: list[Getter]) -> Run:
+        get = ins[0]
+        source = get.fixed if get.fixed is not None else np.zeros(recorded[x].shape, dtype)
+        source = contiguous(source)
+        bound = kernel.bind(out=outs[0], A=source, B=source)
+
+        def run(env: Env) -> None:
+            if get.fixed is None:
+                current = contiguous(get(env))
+                bound.rebind("A", current)
+                bound.rebind("B", current)
+            bound()
+        return made_of(run, [(bound, [("A", get, None), ("B", get, None)])])
+
+    spec = Spec(make, [], "kernel")
+    spec.unread = frozenset({t})
+    spec.plan = f"{GRAM}  (X @ X^T per batch, no transposed copy)"
+    return spec
 
 
 def _transpose(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]
@@ -759,7 +855,7 @@ def _transpose(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]
 
 _BUILDERS: dict[str, Callable[[Step, Env, Mapping[str, np.ndarray]], Spec | None]] = {
     "Fused": _fused, "EmbeddingBag": _bag, "Gather": _gather, "Concat": _concat,
-    "MatMul": _matmul, "Transpose": _transpose,
+    "MatMul": _matmul, "Transpose": _transpose, "Gemm": _gemm,
 }
 
 

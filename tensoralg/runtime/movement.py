@@ -38,27 +38,29 @@ def _safe_row(k: b.Var, rows: b.Var, bad: b.Var) -> list:
 
 
 def gather_function(value: Scalar, index: Scalar) -> Function:
-    """``out[r*ld + j] = table[ids[r]*dim + j]`` for ``r < count``, ``j < dim``.
+    """``out[r*ld + j] = table[ids[r*ld_ids]*dim + j]`` for ``r < count``, ``j < dim``.
 
     >>> "gather_rows" in gather_function(I32, I64).name
     True
     """
     table, ids, out = (b.var("table", Ptr(value)), b.var("ids", Ptr(index)),
                        b.var("out", Ptr(value)))
-    rows, dim, count, ld = (b.var(n, I64) for n in ("rows", "dim", "count", "ld"))
+    rows, dim, count, ld, ld_ids = (b.var(n, I64) for n in ("rows", "dim", "count", "ld",
+                                                             "ld_ids"))
     flag = b.var("bad_out", Ptr(I64))
     r, j, k = b.var("r", I64), b.var("j", I64), b.var("k", I64)
     bad = b.var("bad", I32)
     body = [b.declare(bad, b.const(0, I32)),
             b.for_(r, 0, count,
-                   b.declare(k, b.cast(b.load(ids, r), I64)),
+                   b.declare(k, b.cast(b.load(ids, b.mul(r, ld_ids)), I64)),
                    *_safe_row(k, rows, bad),
                    b.for_(j, 0, dim, b.store(out, b.add(b.mul(r, ld), j),
                                              b.load(table, b.add(b.mul(k, dim), j))))),
             b.store(flag, 0, b.cast(bad, I64))]
     params = [b.param(table, "table"), b.param(rows, "rows"), b.param(dim, "dim"),
-              b.param(ids, "ids"), b.param(count, "count"), b.param(out, "out", output=True),
-              b.param(ld, "ld"), b.param(flag, "bad", output=True)]
+              b.param(ids, "ids"), b.param(ld_ids, "ld_ids"), b.param(count, "count"),
+              b.param(out, "out", output=True), b.param(ld, "ld"),
+              b.param(flag, "bad", output=True)]
     return b.function(f"gather_rows_{value}_{index}", params, *body)
 
 
@@ -138,24 +140,28 @@ def _value_type(dtype: np.dtype) -> Scalar | None:
     return _BY_SIZE.get(np.dtype(dtype).itemsize) if np.dtype(dtype).kind in "fiub" else None
 
 
-def gather_call(table: np.ndarray, ids: np.ndarray, out: np.ndarray, what: str
-                ) -> MovementCall | None:
+def gather_call(table: np.ndarray, ids: np.ndarray, out: np.ndarray, what: str,
+                column: int | None = None) -> MovementCall | None:
     """``out[r] = table[ids[r]]`` (rows of a C-contiguous table; ``out`` rows may be a column
-    block of a wider C-contiguous array); None when the dtypes or layouts do not allow it."""
+    block of a wider C-contiguous array); with ``column``, the ids are that column of the
+    2-D ``ids``, read in place. None when the dtypes or layouts do not allow it."""
     value, index = _value_type(table.dtype), _INDEX.get(ids.dtype)
     if value is None or index is None or table.ndim < 1 or not table.shape[0] or \
             out.dtype != table.dtype or not table.flags.c_contiguous or \
-            not ids.flags.c_contiguous:
+            not ids.flags.c_contiguous or (column is not None and ids.ndim != 2):
         return None
+    count, step = (ids.size, 1) if column is None else ids.shape
     dim = int(np.prod(table.shape[1:], dtype=np.int64))
-    flat = out.reshape(ids.size, -1) if out.flags.c_contiguous else out
-    if flat.ndim != 2 or flat.shape != (ids.size, dim) or flat.strides[1] != out.itemsize:
+    flat = out.reshape(count, -1) if out.flags.c_contiguous else out
+    if flat.ndim != 2 or flat.shape != (count, dim) or flat.strides[1] != out.itemsize:
         return None
     flag = np.zeros(1, np.int64)
     kernel = _kernel(("gather", value, index), lambda: gather_function(value, index))
-    args = [table.ctypes.data, table.shape[0], dim, ids.ctypes.data, ids.size,
+    offset = 0 if column is None else column * ids.itemsize
+    args = [table.ctypes.data, table.shape[0], dim, ids.ctypes.data + offset, step, count,
             flat.ctypes.data, flat.strides[0] // out.itemsize, flag.ctypes.data]
-    return MovementCall(kernel, args, {"ids": 3}, [table, ids, out, flag], what, flag)
+    return MovementCall(kernel, args, {"ids": 3}, [table, ids, out, flag], what, flag,
+                        {"ids": offset})
 
 
 def copy_call(src: np.ndarray, dst: np.ndarray, what: str) -> MovementCall | None:
