@@ -129,14 +129,15 @@ def test_epilogue_patterns(text, expected):
     assert gemm_epilogue(text, operands, "A", 3) == expected
 
 
-def _layers_model(transposed: bool) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+def _layers_model(transposed: bool, dtype: type = np.float32
+                  ) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
     """Gemm(+bias) -> Relu -> MatMul + Add -> Sigmoid: one GEMM with its epilogue fused, one
     GEMM whose epilogue (sigmoid) keeps its kernel."""
     rng = np.random.default_rng(7)
-    w1 = rng.standard_normal((48, 40) if transposed else (40, 48)).astype(np.float32) / 6
-    b1 = rng.standard_normal(48).astype(np.float32)
-    w2 = rng.standard_normal((48, 32)).astype(np.float32) / 7
-    b2 = rng.standard_normal(32).astype(np.float32)
+    w1 = rng.standard_normal((48, 40) if transposed else (40, 48)).astype(dtype) / 6
+    b1 = rng.standard_normal(48).astype(dtype)
+    w2 = rng.standard_normal((48, 32)).astype(dtype) / 7
+    b2 = rng.standard_normal(32).astype(dtype)
     nodes = [h.make_node("Gemm", ["x", "w1", "b1"], ["g"], transB=int(transposed)),
              h.make_node("Relu", ["g"], ["r"]),
              h.make_node("MatMul", ["r", "w2"], ["p"]),
@@ -144,23 +145,25 @@ def _layers_model(transposed: bool) -> tuple[onnx.ModelProto, dict[str, np.ndarr
              h.make_node("Sigmoid", ["s"], ["y"])]
     inits = [numpy_helper.from_array(v, n) for n, v in
              (("w1", w1), ("b1", b1), ("w2", w2), ("b2", b2))]
-    graph = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", TensorProto.FLOAT,
-                                                               ["N", 40])],
-                         [h.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 32])], inits)
+    elem = TensorProto.FLOAT if dtype == np.float32 else TensorProto.DOUBLE
+    graph = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", elem, ["N", 40])],
+                         [h.make_tensor_value_info("y", elem, ["N", 32])], inits)
     model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
-    return model, {"x": rng.standard_normal((300, 40)).astype(np.float32)}
+    return model, {"x": rng.standard_normal((300, 40)).astype(dtype)}
 
 
-@pytest.mark.parametrize("transposed", [False, True])
-def test_level3_runs_layers_on_the_generated_gemm(transposed):
-    model, feeds = _layers_model(transposed)
+@pytest.mark.parametrize("transposed,dtype", [(False, np.float32), (True, np.float32),
+                                              (False, np.float64)])
+def test_level3_runs_layers_on_the_generated_gemm(transposed, dtype):
+    model, feeds = _layers_model(transposed, dtype)
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     compiled = ta.onnx.load(model, opt_level=3)
     rng = np.random.default_rng(3)
     for k in range(4):
-        data = feeds if k < 3 else {"x": rng.standard_normal((300, 40)).astype(np.float32)}
+        data = feeds if k < 3 else {"x": rng.standard_normal((300, 40)).astype(dtype)}
         np.testing.assert_allclose(compiled.run(data)["y"], session.run(None, data)[0],
-                                   rtol=1e-4, atol=1e-5)
+                                   rtol=1e-4 if dtype == np.float32 else 1e-10,
+                                   atol=1e-5 if dtype == np.float32 else 1e-12)
     kinds = sorted(step.kind for step in compiled.specialiser.latest().steps)
     assert kinds == ["generated GEMM", "generated GEMM + kernel"], kinds
     table = str(compiled.profile(feeds))

@@ -119,3 +119,26 @@ def test_bad_ids_in_a_sequence_raise_the_nodes_error():
     session = ort.InferenceSession(model.SerializeToString(),
                                    providers=["CPUExecutionProvider"])
     np.testing.assert_allclose(again, session.run(None, feeds)[0], rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("name", ["two_tower", "dlrm", "neumf", "wide_deep", "mlp"])
+@pytest.mark.parametrize("batch", [0, 1, 300])
+def test_plans_at_other_batch_sizes(name, batch):
+    import onnxruntime as ort
+
+    model, feeds = MODELS[name](np.random.default_rng(2))
+
+    def resized(value: np.ndarray) -> np.ndarray:
+        if value.ndim == 0:
+            return value
+        return np.resize(value, (batch,) + value.shape[1:])
+
+    data = {key: resized(value) for key, value in feeds.items()}
+    compiled = tonnx.load(model, opt_level=3)
+    got = [compiled.run(data) for _ in range(3)][-1]     # the third run uses the plan
+    session = ort.InferenceSession(model.SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    for output, want in zip(session.get_outputs(), session.run(None, data)):
+        assert got[output.name].shape == want.shape
+        np.testing.assert_allclose(got[output.name], want, rtol=RTOL, atol=ATOL)
+    assert compiled.specialiser.latest() is not None

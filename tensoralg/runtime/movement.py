@@ -152,6 +152,8 @@ def gather_call(table: np.ndarray, ids: np.ndarray, out: np.ndarray, what: str,
         return None
     count, step = (ids.size, 1) if column is None else ids.shape
     dim = int(np.prod(table.shape[1:], dtype=np.int64))
+    if not count or not dim:
+        return None          # nothing to move: the caller's own path handles empty arrays
     flat = out.reshape(count, -1) if out.flags.c_contiguous else out
     if flat.ndim != 2 or flat.shape != (count, dim) or flat.strides[1] != out.itemsize:
         return None
@@ -168,7 +170,7 @@ def copy_call(src: np.ndarray, dst: np.ndarray, what: str) -> MovementCall | Non
     """``dst[...] = src`` for ``dst`` a block of rows (unit stride within a row, any row
     stride) of a C-contiguous array, and ``src`` C-contiguous of the same number of values."""
     value = _value_type(src.dtype)
-    if value is None or src.dtype != dst.dtype or dst.ndim != 2 or \
+    if value is None or src.dtype != dst.dtype or dst.ndim != 2 or not dst.size or \
             dst.strides[1] != dst.itemsize or src.size != dst.size or \
             not src.flags.c_contiguous:
         return None
@@ -185,7 +187,7 @@ def ids_call(ids: np.ndarray, column: int, crd: np.ndarray, rows: int, what: str
     ``rows`` table rows."""
     index = _INDEX.get(ids.dtype)
     if index is None or crd.dtype != np.int64 or ids.ndim != 2 or not ids.flags.c_contiguous \
-            or not rows:
+            or not rows or not crd.size:
         return None
     count, width = ids.shape
     size = crd.size // max(count, 1)
