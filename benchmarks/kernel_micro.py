@@ -8,8 +8,11 @@
 - a row sum and a narrow product (one output column), whose reductions the LLVM backend sums
   in vector lanes, against NumPy;
 - a transposed copy (tiled by cache line) against NumPy's strided copy;
-- a fused dense layer ``relu(X W + b)`` generated with register tiles against BLAS plus the
-  epilogue kernel, the reason dense products stay in BLAS;
+- a fused dense layer ``relu(X W + b)``: the statement compiler's kernel with register tiles,
+  the hand-scheduled generated GEMM (``tensoralg.api.dense_layer``, what level 3 uses) and
+  BLAS plus the epilogue kernel;
+- the cost of calling a prebound kernel from Python against calling the same kernels from a
+  compiled call sequence (what level 3's static plans do);
 - the thread-pool round trip that a split kernel pays.
 
 Times are medians in µs over 5 interleaved rounds; the VM these ran on moves by ±30%.
@@ -95,12 +98,27 @@ def main() -> None:
         np.matmul(xs, ws, out=product)
         epilogue()
 
-    results = median_us({"tensoralg generated, register tiles": layer,
+    gemm = ta.api.dense_layer(ws, bs, relu=True)
+    gemm.threads = None              # one thread, like the others
+    bound_gemm = gemm.bind(xs, np.empty((256, 512), np.float32))
+    results = median_us({"tensoralg statement, register tiles": layer,
+                         "tensoralg generated GEMM (dense_layer)": bound_gemm,
                          "BLAS + epilogue kernel": blas_layer})
     flops = 256 * 256 * 512
     show("dense layer relu(X W + b), 256 x 256 x 512 float32", results)
     for name, us in results.items():
         print(f"  {name:34s} {flops / us / 1e3:10.1f} GFMA/s")
+
+    tiny = ta.compile("Y(i) = max(A(i) + B(i), 0)", dtype="float32")
+    small = [tiny.bind(A=np.ones(4, np.float32), B=np.ones(4, np.float32)) for _ in range(10)]
+    sequence = ta.api.CallSequence([call.native({}) for call in small], slots=0)
+
+    def from_python() -> None:
+        for call in small:
+            call()
+    show("10 calls of a 4-element kernel", median_us({
+        "prebound calls from Python": from_python,
+        "one compiled call sequence": sequence.run}))
 
     pool = ThreadPoolExecutor(1)
     show("thread pool round trip (what a split kernel pays)", median_us({

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Recommender models on tensoralg.onnx against onnxruntime, side by side in one run.
 
-    python benchmarks/onnx_models.py [--quick] [--models mlp,fm,...] [--out benchmarks/ONNX_RESULTS.md]
+    python benchmarks/onnx_models.py [--quick] [--runs 3] [--models mlp,fm,...] [--out benchmarks/ONNX_RESULTS.md]
 
 Models (built with onnx.helper, float32, random weights):
 
@@ -26,7 +26,9 @@ pruned model, which it runs dense. Compile time is load + first run at level 3 (
 at the first run; the on-disk kernel cache may make a repeat run of this script faster).
 Every tensoralg output is checked against onnxruntime (rtol 1e-3, atol 1e-4) before timing.
 Each figure is the median over 5 interleaved rounds (every configuration of a row timed once per
-round) of the median of ``max(3, 0.05 s / t)`` calls.
+round) of the median of ``max(3, 0.05 s / t)`` calls; with ``--runs N`` the whole measurement is
+repeated N times (fresh models each time) and each figure is the median of the N (the shared VM
+these ran on drifts by ±30% over minutes).
 
 OpenBLAS (NumPy's BLAS, which tensoralg's importer uses for large dense contractions) is pinned to
 one thread (``OPENBLAS_NUM_THREADS=1`` unless already set): multi-threaded OpenBLAS on the 2-core
@@ -361,20 +363,46 @@ def _md_row(r) -> str:
             f"{r['compile']:.2f} |")
 
 
+def _medians(runs: list[list[dict]]) -> list[dict]:
+    """Row by row, the median of every figure over the runs (memory from the last run)."""
+    merged = []
+    for rows in zip(*runs):
+        row = dict(rows[-1])
+        for key, value in rows[-1].items():
+            if isinstance(value, float) and key != "prune":
+                row[key] = statistics.median(r[key] for r in rows)
+        merged.append(row)
+    return merged
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="shorter timing budget")
     parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--runs", type=int, default=1,
+                        help="repeat everything N times and keep the median of each figure")
     parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__),
                                                       "ONNX_RESULTS.md"))
     args = parser.parse_args(argv)
     budget = 0.08 if args.quick else 0.25
     names = [n for n in args.models.split(",") if n]
-    print(TABLE_HEAD)
-    dense = [r for n in names for r in measure(n, 0.0, [1, 256], [0, 1, 2, 3], budget)]
-    print("\n90%-pruned weights (L3 sparse vs onnxruntime on the pruned model)")
-    print(TABLE_HEAD)
-    pruned = [r for n in names for r in measure(n, 0.9, [1, 256], [2, 3], budget)]
+    runs_dense, runs_pruned = [], []
+    for run in range(max(1, args.runs)):
+        if args.runs > 1:
+            print(f"\n== run {run + 1} of {args.runs} ==")
+        print(TABLE_HEAD)
+        runs_dense.append([r for n in names for r in measure(n, 0.0, [1, 256], [0, 1, 2, 3],
+                                                              budget)])
+        print("\n90%-pruned weights (L3 sparse vs onnxruntime on the pruned model)")
+        print(TABLE_HEAD)
+        runs_pruned.append([r for n in names for r in measure(n, 0.9, [1, 256], [2, 3],
+                                                               budget)])
+    dense, pruned = _medians(runs_dense), _medians(runs_pruned)
+    if args.runs > 1:
+        print(f"\nmedians of {args.runs} runs")
+        print(TABLE_HEAD)
+        for row in dense + pruned:
+            print(_line(row, [0, 1, 2, 3]))
     text = markdown(dense, pruned, args.quick)
     with open(args.out, "w") as handle:
         handle.write(text)
