@@ -369,8 +369,10 @@ def _medians(runs: list[list[dict]]) -> list[dict]:
     for rows in zip(*runs):
         row = dict(rows[-1])
         for key, value in rows[-1].items():
-            if isinstance(value, float) and key != "prune":
+            if isinstance(value, float) and key not in ("prune", "compile"):
                 row[key] = statistics.median(r[key] for r in rows)
+        # compile time: the first run's (later runs find the kernels already compiled)
+        row["compile"] = rows[0]["compile"]
         merged.append(row)
     return merged
 

@@ -292,3 +292,25 @@ def test_row_compressor_matches_scipy(dtype):
         ta.api.RowCompressor((2, 2), np.int32, capacity=4)
     with pytest.raises(ValueError, match="not contiguous"):
         rows.compress(np.asfortranarray(x))
+
+
+def test_known_feeds_take_the_fast_path_and_others_are_still_checked():
+    model, feeds = MODELS["mlp"](np.random.default_rng(1))
+    compiled = tonnx.load(model, opt_level=3)
+    for _ in range(3):
+        compiled.run(feeds)
+    assert compiled._known_plans                         # the third run remembered the plan
+    name, x = next(iter(feeds.items()))
+    with pytest.raises(ta.InputError, match="must be"):
+        compiled.run({name: x.astype(np.float64)})
+    with pytest.raises(ta.InputError, match="unknown input"):
+        compiled.run({name: x, "extra": x})
+    with pytest.raises(ta.InputError, match="missing input"):
+        compiled.run({})
+    fresh = _fresh(feeds, np.random.default_rng(9))
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(compiled.run(fresh)["y"], session.run(None, fresh)[0],
+                               rtol=RTOL, atol=ATOL)
+    strided = {name: np.asfortranarray(fresh[name])}      # same key, copied to C order
+    np.testing.assert_allclose(compiled.run(strided)["y"], session.run(None, fresh)[0],
+                               rtol=RTOL, atol=ATOL)

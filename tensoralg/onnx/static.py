@@ -385,11 +385,15 @@ class Specialiser:
         try:
             return plan.run(feeds, timer)
         except Replan as why:
-            self.plans[signature] = None
-            self.notes[signature] = f"static plan dropped: {why}"
+            self.drop(signature, why)
             return self.executor.run(feeds, timer)
         finally:
             plan.lock.release()
+
+    def drop(self, signature: tuple, why: Exception) -> None:
+        """Stop using the plan of ``signature`` (a run no longer fits it)."""
+        self.plans[signature] = None
+        self.notes[signature] = f"static plan dropped: {why}"
 
     @staticmethod
     def signature(feeds: Mapping[str, np.ndarray]) -> tuple:
