@@ -778,7 +778,7 @@ class Kernel:
         function = compiled.kernel.function
         return BoundCall(function, plan, tensors, sizes, buffer, bounds,
                          lambda calls: threads.run_calls(lambda a: function(*a), calls), what,
-                         compiled.overwrites)
+                         compiled.overwrites, owner=compiled.kernel)
 
     def _output_shape(self, bound: Mapping[str, Tensor]) -> tuple[int, ...]:
         """The output shape, after checking that every index has one size (fast when it has)."""

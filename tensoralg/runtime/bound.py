@@ -31,8 +31,9 @@ class BoundCall:
     def __init__(self, function: Callable[..., int], plan: ArgumentPlan,
                  tensors: Mapping[str, Tensor], sizes: Mapping[str, int], out: np.ndarray,
                  bounds: Sequence[int] | None, run_parts: Callable[..., list[int]] | None,
-                 what: str, overwrites: bool = False) -> None:
+                 what: str, overwrites: bool = False, owner: Any = None) -> None:
         self.function = function
+        self.owner = owner             # what keeps the machine code alive (its CompiledKernel)
         self.out = out
         self.what = what
         self._flat = out.reshape(-1)
