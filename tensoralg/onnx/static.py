@@ -39,17 +39,8 @@ import numpy as np
 import tensoralg as ta
 from tensoralg.onnx.executor import Executor, Step, call_node
 from tensoralg.onnx.plan import MemoryStats, assign_arenas
-from tensoralg.onnx.static_steps import (
-    Env,
-    Getter,
-    Part,
-    Replan,
-    Run,
-    Spec,
-    contiguous,
-    parts_of,
-    spec_of,
-)
+from tensoralg.onnx.static_steps import spec_of
+from tensoralg.onnx.step_base import Env, Getter, Part, Replan, Run, Spec, contiguous, parts_of
 
 ALIAS_OPS = {"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Dropout"}
 ALIGN = 64   # arena alignment in bytes (a cache line; AVX-512 vectors)

@@ -3,13 +3,13 @@ buffers fixed.
 
 A builder looks at a node and the values of a recorded run and returns a :class:`Spec` (scratch
 buffers it needs, and ``make``, which binds kernels once every buffer exists), or None: the node
-then runs as a generic step. Fused programs, embedding bags, gathers, concatenations, BLAS
-products and transposes have builders; any other node whose recorded run was one float kernel
-on views of its inputs is *captured* and replayed prebound.
+then runs as a generic step. Fused programs and embedding bags have builders here,
+data movement in :mod:`~tensoralg.onnx.movement_steps` and products in
+:mod:`~tensoralg.onnx.product_steps`; any other node whose recorded run was one float kernel on
+views of its inputs is *captured* and replayed prebound.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -26,63 +26,34 @@ from tensoralg.onnx.fusion import (
     build_statement,
     inline_head,
 )
-from tensoralg.onnx.gemm_steps import MIN_COLUMNS, gemm_epilogue, layer_of
-
-Env = dict[str, np.ndarray]
-Run = Callable[[Env], None]
-# A prebound call (``BoundCall`` or a dense layer's) and the operands it reads each run:
-# (operand, where from, shape to view it as, or None).
-Part = tuple[Any, list[tuple[str, "Getter", tuple[int, ...] | None]]]
-
-
-def made_of(run: Run, parts: list[Part] | None) -> Run:
-    """Mark ``run`` as exactly ``parts`` called in order, so that a plan may compile a run of
-    such steps into one native sequence (``tensoralg.api.CallSequence``). None: it is not."""
-    run.parts = parts      # type: ignore[attr-defined]
-    return run
-
-
-def parts_of(run: Any) -> list[Part] | None:
-    """The parts ``run`` was marked with (None if it has Python work of its own)."""
-    return getattr(run, "parts", None)
-
-
-class Replan(Exception):
-    """A run no longer fits the plan (a generic step produced a shape other than the recorded
-    one, a multi-hot input outgrew its CSR buffers): run node by node."""
-
-
-@dataclass
-class Getter:
-    """Where a step reads a value: fixed at plan time, or looked up by name each run."""
-
-    name: str
-    fixed: np.ndarray | None
-
-    def __call__(self, env: Env) -> np.ndarray:
-        return self.fixed if self.fixed is not None else env[self.name]
-
-
-@dataclass
-class Spec:
-    """A node's static form: scratch buffers it needs, and how to make its run function once
-    every buffer exists (``make(outputs, scratch, getters)``)."""
-
-    make: Callable[[list[np.ndarray], list[np.ndarray], list[Getter]], Run]
-    scratch: list[tuple[tuple[int, ...], np.dtype]] = field(default_factory=list)
-    kind: str = "prebound"
-    # Layout hooks of sparse heads: the input that may arrive stored transposed (k-major, as
-    # the kernel wants it), whether the output can be written transposed, and ``relayout``
-    # to apply the plan's choice (it may change ``scratch``).
-    transposable_input: str | None = None
-    transposable_output: bool = False
-    relayout: Callable[[bool, bool], None] | None = None
-    # Inputs the step never reads (a product that takes x * x from x's CSR): a step whose
-    # outputs nobody reads is left out of the plan.
-    unread: frozenset[str] = frozenset()
-    # What the step runs, for the printed plan and the profile, when it differs from what the
-    # node-by-node run noted (None: the same).
-    plan: str | None = None
+from tensoralg.onnx.movement_steps import (
+    all_below,
+    check_indices,
+    concat_spec,
+    gather_spec,
+    id_column,
+    permuter,
+    transpose_spec,
+)
+from tensoralg.onnx.product_steps import (
+    MIN_COLUMNS,
+    gemm_epilogue,
+    gemm_spec,
+    layer_of,
+    layer_run,
+    matmul_spec,
+)
+from tensoralg.onnx.step_base import (
+    Env,
+    Getter,
+    Part,
+    Replan,
+    Run,
+    Spec,
+    contiguous,
+    made_of,
+    parts_of,
+)
 
 
 def spec_of(step: Step, recorded: Env, constants: Mapping[str, np.ndarray],
@@ -93,12 +64,11 @@ def spec_of(step: Step, recorded: Env, constants: Mapping[str, np.ndarray],
             not all(n in recorded for n in step.node.outputs if n):
         return None
     builder = _BUILDERS.get(step.node.op_type)
-    if builder in (_fused, _bag, _gather, _matmul):
+    if builder in (_fused, _bag, gather_spec, matmul_spec):
         spec = builder(step, recorded, constants, {} if shared is None else shared)
     else:
         spec = builder(step, recorded, constants) if builder is not None else None
     return spec if spec is not None else _captured(step, recorded, constants)
-
 
 def _captured(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) -> Spec | None:
     """Any other node whose recorded run was exactly one float kernel call on views of its
@@ -150,55 +120,12 @@ def _captured(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) ->
 
     return Spec(make, [], "kernel")
 
-
-def contiguous(array: np.ndarray) -> np.ndarray:
-    """``array`` itself when C-contiguous, else a C-contiguous copy (0-d stays 0-d, unlike
-    ``np.ascontiguousarray``)."""
-    return array if array.flags.c_contiguous else np.array(array, order="C")
-
-
-def permuter(context: Any, target: np.ndarray, shape: tuple[int, ...],
-             perm: tuple[int, ...] | None = None) -> Callable[[np.ndarray], None]:
-    """Writes ``source.transpose(perm)`` (a ``shape`` array; reversed axes by default) into
-    ``target`` (same elements) with a compiled kernel, whose transposed reads the compiler
-    tiles by cache line; NumPy's strided copy takes 2-3x longer. A source of another shape,
-    dtype or layout is copied by NumPy."""
-    perm = tuple(range(len(shape)))[::-1] if perm is None else tuple(perm)
-    out_shape = tuple(shape[p] for p in perm)
-
-    def by_numpy(source: np.ndarray) -> None:
-        np.copyto(target, source.transpose(perm).reshape(target.shape))
-
-    if target.dtype not in FLOATS or not 2 <= len(shape) <= len(TRANSPOSE_INDICES) or \
-            not target.flags.c_contiguous or target.size != int(np.prod(shape)) or not target.size:
-        return by_numpy
-    names = TRANSPOSE_INDICES[:len(shape)]
-    statement = f"Y({','.join(names[p] for p in perm)}) = X({','.join(names)})"
-    kernel = context.kernels.get(statement, target.dtype, {})
-    bound = kernel.bind(out=target.reshape(out_shape), X=np.zeros(shape, target.dtype))
-
-    def run(source: np.ndarray) -> None:
-        if source.shape != shape or source.dtype != target.dtype or \
-                not source.flags.c_contiguous:
-            by_numpy(source)
-            return
-        bound.rebind("X", source)
-        bound()
-    run.bound = bound      # type: ignore[attr-defined]
-    return run
-
-
-TRANSPOSE_INDICES = "abcdef"
-
-
 def _same_memory(a: np.ndarray, b: np.ndarray) -> bool:
     """Whether ``b`` is ``a`` reshaped: same dtype, size and bytes, both C-contiguous."""
     return a.dtype == b.dtype and a.size == b.size and a.flags.c_contiguous and \
         b.flags.c_contiguous and (a.size == 0 or a.ctypes.data == b.ctypes.data)
 
-
 SPARSE_PRODUCT = "Y(j,i) = sum(k, W(j,k) * X(k,i))"   # a sparse head, transposed: batch inner
-
 
 class MultiHot:
     """The CSR form of a multi-hot graph input, refilled once per run by a compiled scan
@@ -234,7 +161,6 @@ class MultiHot:
             np.multiply(used, used, out=self._squares[:self.rows.nnz])
         env[self.key] = x
 
-
 def multi_hot_input(program: Any, inline: dict[str, Any], recorded: Env,
                     shared: dict[str, Any]) -> MultiHot | None:
     """The shared CSR form of the program's head input (or of ``g`` when it is ``g * g``)
@@ -253,7 +179,6 @@ def multi_hot_input(program: Any, inline: dict[str, Any], recorded: Env,
     if key not in shared:
         shared[key] = MultiHot(name, value)
     return shared[key]
-
 
 def _fused(step: Step, recorded: Env, constants: Mapping[str, np.ndarray],
            shared: dict[str, Any]) -> Spec | None:
@@ -353,7 +278,7 @@ def _fused(step: Step, recorded: Env, constants: Mapping[str, np.ndarray],
             return _one_kernel(context, one_kernel, dtype, program.sparse[0], outs[0], spare,
                                by_name, head.inputs[0] if stored_t() else None)
         if direct:
-            return _layer_run(layer, by_name[head.inputs[0]], outs[0].reshape(out_shape),
+            return layer_run(layer, by_name[head.inputs[0]], outs[0].reshape(out_shape),
                               values[head.inputs[0]].shape)
         product = next(spare) if blas or split else None
         head_run = None
@@ -389,7 +314,7 @@ def _fused(step: Step, recorded: Env, constants: Mapping[str, np.ndarray],
         result = outs[0] if options["output_t"] else outs[0].reshape(out_shape)
         bound = kernel.bind(out=result, **arrays)
         if layer is not None:
-            head_run = _layer_run(layer, by_name[head.inputs[0]], product,
+            head_run = layer_run(layer, by_name[head.inputs[0]], product,
                                   values[head.inputs[0]].shape)
         elif blas:
             a_get, b_get = by_name[head.inputs[0]], by_name[head.inputs[1]]
@@ -435,7 +360,6 @@ def _fused(step: Step, recorded: Env, constants: Mapping[str, np.ndarray],
         spec.relayout = relayout
     return spec
 
-
 def _one_kernel(context: Any, built: tuple, dtype: np.dtype, weight_t: Any, out: np.ndarray,
                 spare: Any, by_name: dict[str, Getter], stored_input: str | None) -> Run:
     """The transposed statement ``Y(j,i) = f(sum(k, X(k,i) * W(j,k)), ...)`` as one prebound
@@ -464,18 +388,6 @@ def _one_kernel(context: Any, built: tuple, dtype: np.dtype, weight_t: Any, out:
     return made_of(lambda env: _refresh_and_call(env, copies, dynamic, bound),
                    _call_parts(copies, dynamic, bound))
 
-
-def _layer_run(layer: Any, a_get: Getter, out: np.ndarray, a_shape: tuple[int, ...]) -> Run:
-    """The bound dense layer reading this run's ``A`` and writing ``out``."""
-    placeholder = a_get.fixed if a_get.fixed is not None else np.zeros(a_shape, layer.dtype)
-    bound = layer.bind(contiguous(placeholder), out)
-
-    def run(env: Env) -> None:
-        bound.rebind("A", contiguous(a_get(env)))
-        bound()
-    return made_of(run, [(bound, [("A", a_get, a_shape)])])
-
-
 def _refresh_and_call(env: Env, copies: list[tuple[Getter, Callable[[np.ndarray], None]]],
                       dynamic: list[tuple[str, Getter, tuple[int, ...]]], bound: Any) -> None:
     """Refill the transposed copies, point the bound call at this run's inputs, and call it."""
@@ -484,7 +396,6 @@ def _refresh_and_call(env: Env, copies: list[tuple[Getter, Callable[[np.ndarray]
     for letter, get, shape in dynamic:
         bound.rebind(letter, get(env).reshape(shape))
     bound()
-
 
 def _call_parts(copies: list[tuple[Getter, Callable[[np.ndarray], None]]],
                 dynamic: list[tuple[str, Getter, tuple[int, ...]]], bound: Any
@@ -495,7 +406,6 @@ def _call_parts(copies: list[tuple[Getter, Callable[[np.ndarray], None]]],
     return [(copy.bound, [("X", get, None)])          # type: ignore[attr-defined]
             for get, copy in copies] + [(bound, [(letter, get, shape)
                                                  for letter, get, shape in dynamic])]
-
 
 def _sparse_head(context: Any, kernel: ta.Kernel, weight_t: Any, product: np.ndarray,
                  x: Getter, x_t: np.ndarray | None) -> Run:
@@ -521,33 +431,6 @@ def _sparse_head(context: Any, kernel: ta.Kernel, weight_t: Any, product: np.nda
         bound.rebind("X", x(env))
         bound()
     return made_of(run_dynamic, [(bound, [("X", x, None)])])
-
-
-def _id_column(name: str, recorded: Env, constants: Mapping[str, np.ndarray],
-               shared: dict[str, Any]) -> tuple[str, tuple[Any, ...]] | None:
-    """When the ids ``name`` are ``Gather(x, t, axis)`` of a graph input ``x`` with a constant
-    scalar ``t``, read by nothing else (DLRM's one id column per table): ``x`` and the index
-    that views the column, so a bag can read its ids from ``x`` and the Gather leaves the
-    plan."""
-    producer = shared.get("producers", {}).get(name)
-    if producer is None or producer.node.op_type != "Gather" or \
-            shared.get("readers", {}).get(name) != 1:
-        return None
-    data, index = producer.node.inputs[0], producer.node.inputs[1]
-    t = constants.get(index)
-    if data not in shared.get("feeds", ()) or t is None or t.ndim != 0 or t.dtype.kind not in "iu":
-        return None
-    rank = recorded[data].ndim
-    axis = int(producer.node.attributes.get("axis", 0))
-    axis = axis + rank if axis < 0 else axis
-    if not 0 <= axis < rank:
-        return None
-    size = recorded[data].shape[axis]
-    column = int(t) + size if int(t) < 0 else int(t)
-    if not 0 <= column < size:
-        return None       # the Gather step raises its error
-    return data, (slice(None),) * axis + (column,)
-
 
 def _bag(step: Step, recorded: Env, constants: Mapping[str, np.ndarray],
          shared: dict[str, Any]) -> Spec | None:
@@ -603,12 +486,11 @@ def _bag(step: Step, recorded: Env, constants: Mapping[str, np.ndarray],
         return made_of(run, None if weight is not None else
                        _bag_parts(ids, column, recorded, crd, n, bound, str(context)))
 
-    column = _id_column(node.inputs[1], recorded, constants, shared)
+    column = id_column(node.inputs[1], recorded, constants, shared)
     spec = Spec(make, [], "kernel")
     if column is not None:
         spec.unread = frozenset({node.inputs[1]})
     return spec
-
 
 def _bag_parts(ids: Getter, column: tuple[str, tuple[Any, ...]] | None, recorded: Env,
                crd: np.ndarray, rows: int, bound: Any, what: str) -> list[Part] | None:
@@ -631,232 +513,12 @@ def _bag_parts(ids: Getter, column: tuple[str, tuple[Any, ...]] | None, recorded
                                       (bound, [])]
 
 
-def _gather(step: Step, recorded: Env, constants: Mapping[str, np.ndarray],
-            shared: dict[str, Any]) -> Spec | None:
-    node, context = step.node, step.context
-    data = recorded[node.inputs[0]]
-    if recorded[node.inputs[1]].dtype.kind not in "iu":
-        return None
-    axis = int(node.attributes.get("axis", 0))
-    axis = axis + data.ndim if axis < 0 else axis
-    if not 0 <= axis < data.ndim:
-        return None
-    size = data.shape[axis]
-
-    def make(outs: list[np.ndarray], buffers: list[np.ndarray], ins: list[Getter]) -> Run:
-        out, (data_of, index_of) = outs[0], ins
-        if node.inputs[1] in constants:        # constant indices: checked once, here
-            check_indices(index_of.fixed, size, context, node.inputs[1])
-            fixed = index_of.fixed
-            return lambda env: np.take(data_of(env), fixed, axis=axis, out=out, mode="wrap")
-
-        if column is not None:          # the ids are a column of a graph input: read in place
-            index_of = Getter(column[0], None)
-            where = column[1]
-        else:
-            where = None
-
-        def run(env: Env) -> None:
-            index = index_of(env) if where is None else index_of(env)[where]
-            if not all_below(index, size):
-                check_indices(index, size, context, node.inputs[1])
-            np.take(data_of(env), index, axis=axis, out=out, mode="wrap")  # checked above
-        call = None
-        if axis == 0 and data_of.fixed is not None:
-            ids = recorded[node.inputs[1] if column is None else column[0]]
-            call = ta.api.gather_call(contiguous(data_of.fixed), np.zeros(ids.shape, ids.dtype),
-                                      out, str(context), None if where is None else where[1])
-        return made_of(run, None if call is None else [(call, [("ids", index_of, None)])])
-
-    column = _id_column(node.inputs[1], recorded, constants, shared) if axis == 0 else None
-    if column is not None and (len(column[1]) != 2 or recorded[column[0]].ndim != 2):
-        column = None       # only a column of a 2-D input (ids x fields) is read in place
-    spec = Spec(make, [], "copy")
-    if column is not None:
-        spec.unread = frozenset({node.inputs[1]})
-    return spec
-
-
-def all_below(index: np.ndarray, size: int) -> bool:
-    """Whether every entry of an integer array is in ``[0, size)``, in one pass: read as
-    unsigned, a negative entry is huge."""
-    if not index.size:
-        return True
-    unsigned = index.view(np.dtype(f"u{index.dtype.itemsize}")) if index.dtype.kind == "i" \
-        else index
-    return int(unsigned.max()) < size
-
-
-def check_indices(index: np.ndarray, size: int, context: Any, name: str) -> None:
-    """Raise a ShapeError naming the node unless every entry is in ``[-size, size)`` (ONNX
-    counts negative indices from the end)."""
-    if index.size and (int(index.min()) < -size or int(index.max()) >= size):
-        raise ta.ShapeError(f"{context}: an index of {name} is outside [-{size}, {size})")
-
-
-def _concat(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]
-            ) -> Spec | None:
-    out_rank = recorded[step.node.outputs[0]].ndim
-    axis = int(step.node.attributes.get("axis", 0))
-    axis = axis + out_rank if axis < 0 else axis
-
-    def make(outs: list[np.ndarray], buffers: list[np.ndarray], ins: list[Getter]) -> Run:
-        out = outs[0]
-
-        def run(env: Env) -> None:
-            np.concatenate([g(env) for g in ins], axis=axis, out=out)
-        # As copies of row blocks: out viewed as (outer, width), each input a column block.
-        outer = int(np.prod(out.shape[:axis], dtype=np.int64))
-        if not out.flags.c_contiguous or not outer:
-            return made_of(run, None)
-        rows = out.reshape(outer, -1)
-        parts: list[Part] = []
-        start = 0
-        for get, name in zip(ins, [n for n in step.node.inputs if n]):
-            value = recorded[name]
-            width = value.size // outer
-            call = ta.api.copy_call(np.zeros(value.shape, value.dtype),
-                                    rows[:, start:start + width], str(step.context))
-            if call is None:
-                return made_of(run, None)
-            parts.append((call, [("src", get, None)]))
-            start += width
-        return made_of(run, parts)
-
-    return Spec(make, [], "copy")
-
-
-def _matmul(step: Step, recorded: Env, constants: Mapping[str, np.ndarray],
-            shared: dict[str, Any]) -> Spec | None:
-    """A MatMul the node-by-node run sent to BLAS: the same product, into its buffer (on the
-    generated GEMM for a constant weight; one kernel for a batched ``X @ X^T``)."""
-    a, b = (recorded[n] for n in step.node.inputs[:2])
-    out = recorded[step.node.outputs[0]]
-    if a.ndim < 2 or b.ndim < 2 or not a.dtype == b.dtype == out.dtype or \
-            a.dtype not in FLOATS:
-        return None
-    gram = _gram(step, recorded, shared)
-    if gram is not None or not any(text.startswith("BLAS") for text in step.context.plan):
-        return gram      # None: a small product, captured as the kernel it ran
-
-    weight = constants.get(step.node.inputs[1])
-    if a.ndim == 2 and weight is not None and weight.ndim == 2 and \
-            weight.shape[1] >= MIN_COLUMNS:
-        layer = layer_of(weight, False, None, constants, a.dtype)
-        if layer is not None:
-            spec = Spec(lambda outs, buffers, ins: _layer_run(layer, ins[0], outs[0], a.shape),
-                        [], "generated GEMM")
-            spec.plan = layer.describe(a.shape[0])
-            return spec
-
-    def make(outs: list[np.ndarray], buffers: list[np.ndarray], ins: list[Getter]) -> Run:
-        buf, (a_of, b_of) = outs[0], ins
-        return lambda env: np.matmul(a_of(env), b_of(env), out=buf)
-
-    return Spec(make, [], "BLAS")
-
-
-NARROW_LAYER = "Y(i,j) = sum(k, A(i,k) * B(k,j)) + C(j)"
-
-
-def _gemm(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) -> Spec | None:
-    """An unfused ``Gemm`` with a constant weight and bias (alpha = beta = 1, no transA): a
-    dense layer on the generated GEMM, or for fewer than 16 outputs one kernel with the bias."""
-    node = step.node
-    attrs = node.attributes
-    if len(node.inputs) < 2 or attrs.get("transA", 0) or attrs.get("alpha", 1.0) != 1.0 or \
-            attrs.get("beta", 1.0) != 1.0 or node.inputs[1] not in constants:
-        return None
-    a = recorded[node.inputs[0]]
-    weight = constants[node.inputs[1]]
-    weight = weight.T if attrs.get("transB", 0) else weight
-    bias_name = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else None
-    bias = constants.get(bias_name) if bias_name else np.zeros(weight.shape[1:], a.dtype)
-    if a.ndim != 2 or weight.ndim != 2 or a.dtype not in FLOATS or weight.dtype != a.dtype or \
-            bias is None or bias.dtype != a.dtype or bias.size not in (1, weight.shape[1]):
-        return None
-    bias = np.ascontiguousarray(np.broadcast_to(bias.reshape(-1), (weight.shape[1],)))
-    if weight.shape[1] >= MIN_COLUMNS:
-        layer = ta.api.dense_layer(np.ascontiguousarray(weight), bias)
-        spec = Spec(lambda outs, buffers, ins: _layer_run(layer, ins[0], outs[0], a.shape),
-                    [], "generated GEMM")
-        spec.plan = layer.describe(a.shape[0])
-        return spec
-    kernel = step.context.kernels.get(NARROW_LAYER, a.dtype, {})
-    w = np.ascontiguousarray(weight)
-
-    def make(outs: list[np.ndarray], buffers: list[np.ndarray], ins: list[Getter]) -> Run:
-        get = ins[0]
-        source = contiguous(get.fixed) if get.fixed is not None else np.zeros(a.shape, a.dtype)
-        bound = kernel.bind(out=outs[0], A=source, B=w, C=bias)
-
-        def run(env: Env) -> None:
-            if get.fixed is None:
-                bound.rebind("A", contiguous(get(env)))
-            bound()
-        return made_of(run, [(bound, [("A", get, None)])])
-
-    spec = Spec(make, [], "kernel")
-    spec.plan = NARROW_LAYER
-    return spec
-
-
-GRAM = "Y(b,i,j) = A(b,i,k) * B(b,j,k)"      # A and B are the same array
-
-
-def _gram(step: Step, recorded: Env, shared: dict[str, Any]) -> Spec | None:
-    """``MatMul(X, Transpose(X, perm=[0, 2, 1]))`` (DLRM's pairwise dot products) as one
-    kernel reading X twice, so the transposed copy leaves the plan."""
-    x, t = step.node.inputs[:2]
-    producer = shared.get("producers", {}).get(t)
-    if producer is None or producer.node.op_type != "Transpose" or \
-            producer.node.inputs[0] != x or shared.get("readers", {}).get(t) != 1 or \
-            recorded[x].ndim != 3 or tuple(producer.node.attributes.get("perm") or ()) != (0, 2, 1):
-        return None
-    dtype = recorded[x].dtype
-    kernel = step.context.kernels.get(GRAM, dtype, {})
-
-    def make(outs: list[np.ndarray], buffers: list[np.ndarray], ins: list[Getter]) -> Run:
-        get = ins[0]
-        source = get.fixed if get.fixed is not None else np.zeros(recorded[x].shape, dtype)
-        source = contiguous(source)
-        bound = kernel.bind(out=outs[0], A=source, B=source)
-
-        def run(env: Env) -> None:
-            if get.fixed is None:
-                current = contiguous(get(env))
-                bound.rebind("A", current)
-                bound.rebind("B", current)
-            bound()
-        return made_of(run, [(bound, [("A", get, None), ("B", get, None)])])
-
-    spec = Spec(make, [], "kernel")
-    spec.unread = frozenset({t})
-    spec.plan = f"{GRAM}  (X @ X^T per batch, no transposed copy)"
-    return spec
-
-
-def _transpose(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]
-               ) -> Spec | None:
-    rank = recorded[step.node.inputs[0]].ndim
-    perm = step.node.attributes.get("perm")
-    perm = tuple(perm) if perm is not None else tuple(range(rank))[::-1]
-
-    shape = recorded[step.node.inputs[0]].shape
-
-    def make(outs: list[np.ndarray], buffers: list[np.ndarray], ins: list[Getter]) -> Run:
-        copy, get = permuter(step.context, outs[0], shape, perm), ins[0]
-        copier = getattr(copy, "bound", None)
-        return made_of(lambda env: copy(get(env)),
-                       None if copier is None else [(copier, [("X", get, None)])])
-
-    return Spec(make, [], "transpose kernel")
-
-
 _BUILDERS: dict[str, Callable[[Step, Env, Mapping[str, np.ndarray]], Spec | None]] = {
-    "Fused": _fused, "EmbeddingBag": _bag, "Gather": _gather, "Concat": _concat,
-    "MatMul": _matmul, "Transpose": _transpose, "Gemm": _gemm,
+    "Fused": _fused, "EmbeddingBag": _bag, "Gather": gather_spec, "Concat": concat_spec,
+    "MatMul": matmul_spec, "Transpose": transpose_spec, "Gemm": gemm_spec,
 }
 
 
-__all__ = ["Part", "made_of", "parts_of", "Getter", "MultiHot", "Replan", "Spec", "spec_of", "Env", "Run", "all_below", "check_indices", "contiguous"]
+# Re-exported for the plan (static.py): the step types live in step_base.
+__all__ = ["Env", "Getter", "MultiHot", "Part", "Replan", "Run", "Spec", "all_below",
+           "check_indices", "contiguous", "made_of", "parts_of", "spec_of"]

@@ -1,0 +1,229 @@
+"""Static steps that are dense products: layers on the generated GEMM
+(``tensoralg.api.dense_layer``), unfused ``Gemm`` and ``MatMul`` nodes, and ``X @ X^T``.
+
+A fused program whose head went to BLAS and whose weight is a constant runs its product on the
+generated GEMM instead: the weight is packed once when the plan is built. When the epilogue is
+only a bias over the columns and/or a ReLU (``max(P(i,j) + b(j), 0)`` and its sub-forms, by
+far the most common layer), the GEMM applies it to the tile in registers and the step is one
+call; any other epilogue keeps its own kernel, reading the product from a scratch buffer as it
+did after BLAS. The plan and the profile say which (``generated GEMM ... + bias + relu``).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+
+import tensoralg as ta
+from tensoralg.api import DenseLayer, dense_layer
+from tensoralg.onnx.executor import Step
+from tensoralg.onnx.fusion import FLOATS
+from tensoralg.onnx.step_base import Env, Getter, Run, Spec, contiguous, made_of
+
+# Narrower products stay with BLAS or the statement compiler: a register tile is one vector
+# (16 float32) wide at least, so an n=1 output layer would do 16x the work (measured: 256x256x1
+# took 21 µs against NumPy's 5.5 µs; from n=16 on the generated GEMM was faster).
+MIN_COLUMNS = 16
+_ATOM = re.compile(r"\(([A-Za-z_]\w*\([a-z,]*\))\)")   # (A(i,j)) -> A(i,j)
+
+
+@dataclass(frozen=True)
+class Epilogue:
+    """What the GEMM can apply itself: a column bias (an operand name) and/or a ReLU."""
+
+    bias: str | None
+    relu: bool
+
+
+def _strip(text: str) -> str:
+    text = text.replace(" ", "")
+    while True:
+        shorter = _ATOM.sub(r"\1", text)
+        if shorter == text:
+            break
+        text = shorter
+    while text.startswith("(") and _closing(text, 0) == len(text) - 1:
+        text = text[1:-1]
+    return text
+
+
+def _closing(text: str, start: int) -> int:
+    depth = 0
+    for k in range(start, len(text)):
+        depth += {"(": 1, ")": -1}.get(text[k], 0)
+        if depth == 0:
+            return k
+    return -1
+
+
+def gemm_epilogue(statement: str, operands: Mapping[str, tuple[str, tuple[int, ...], Any]],
+                  product: str, n: int) -> Epilogue | None:
+    """The epilogue of ``statement`` if the GEMM can apply it all, else None. ``product`` is
+    the letter of the head's product; a bias must be an operand of shape ``(n,)`` indexed by
+    the column.
+
+    >>> ops = {"A": ("P", (4, 3), "view"), "B": ("b", (3,), "view")}
+    >>> gemm_epilogue("Y(i,j) = max(((A(i,j)) + B(j)), 0)", ops, "A", 3)
+    Epilogue(bias='b', relu=True)
+    >>> gemm_epilogue("Y(i,j) = sigmoid(A(i,j))", ops, "A", 3) is None
+    True
+    """
+    lhs, _, rhs = statement.partition("=")
+    if lhs.replace(" ", "") != "Y(i,j)":
+        return None
+    body = _strip(rhs)
+    relu = False
+    if body.startswith("max(") and body.endswith(",0)") and _closing(body, 3) == len(body) - 1:
+        body, relu = _strip(body[4:-3]), True
+    p = f"{product}(i,j)"
+    if body == p:
+        return Epilogue(None, relu)
+    parts = body.split("+")
+    if len(parts) != 2 or p not in parts:
+        return None
+    other = parts[1] if parts[0] == p else parts[0]
+    match = re.fullmatch(r"([A-Za-z_]\w*)\(j\)", other)
+    if match and match.group(1) in operands:
+        name, shape, _ = operands[match.group(1)]
+        if tuple(shape) == (n,):
+            return Epilogue(name, relu)
+    return None
+
+
+def layer_of(weight: np.ndarray, trans_b: bool, epilogue: Epilogue | None,
+             constants: Mapping[str, np.ndarray], dtype: np.dtype) -> DenseLayer | None:
+    """The dense layer for a constant ``weight`` (K x N, or N x K with ``trans_b``) and the
+    epilogue, or None when the bias is not a constant of ``dtype``."""
+    w = weight.T if trans_b else weight
+    if w.ndim != 2 or w.dtype != dtype:
+        return None
+    bias = None
+    if epilogue is not None and epilogue.bias is not None:
+        bias = constants.get(epilogue.bias)
+        if bias is None or bias.dtype != dtype:
+            return None
+        bias = bias.reshape(-1)
+    return dense_layer(np.ascontiguousarray(w), bias,
+                       relu=epilogue is not None and epilogue.relu)
+
+
+def layer_run(layer: Any, a_get: Getter, out: np.ndarray, a_shape: tuple[int, ...]) -> Run:
+    """The bound dense layer reading this run's ``A`` and writing ``out``."""
+    placeholder = a_get.fixed if a_get.fixed is not None else np.zeros(a_shape, layer.dtype)
+    bound = layer.bind(contiguous(placeholder), out)
+
+    def run(env: Env) -> None:
+        bound.rebind("A", contiguous(a_get(env)))
+        bound()
+    return made_of(run, [(bound, [("A", a_get, a_shape)])])
+
+def matmul_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray],
+            shared: dict[str, Any]) -> Spec | None:
+    """A MatMul the node-by-node run sent to BLAS: the same product, into its buffer (on the
+    generated GEMM for a constant weight; one kernel for a batched ``X @ X^T``)."""
+    a, b = (recorded[n] for n in step.node.inputs[:2])
+    out = recorded[step.node.outputs[0]]
+    if a.ndim < 2 or b.ndim < 2 or not a.dtype == b.dtype == out.dtype or \
+            a.dtype not in FLOATS:
+        return None
+    gram = gram_spec(step, recorded, shared)
+    if gram is not None or not any(text.startswith("BLAS") for text in step.context.plan):
+        return gram      # None: a small product, captured as the kernel it ran
+
+    weight = constants.get(step.node.inputs[1])
+    if a.ndim == 2 and weight is not None and weight.ndim == 2 and \
+            weight.shape[1] >= MIN_COLUMNS:
+        layer = layer_of(weight, False, None, constants, a.dtype)
+        if layer is not None:
+            spec = Spec(lambda outs, buffers, ins: layer_run(layer, ins[0], outs[0], a.shape),
+                        [], "generated GEMM")
+            spec.plan = layer.describe(a.shape[0])
+            return spec
+
+    def make(outs: list[np.ndarray], buffers: list[np.ndarray], ins: list[Getter]) -> Run:
+        buf, (a_of, b_of) = outs[0], ins
+        return lambda env: np.matmul(a_of(env), b_of(env), out=buf)
+
+    return Spec(make, [], "BLAS")
+
+NARROW_LAYER = "Y(i,j) = sum(k, A(i,k) * B(k,j)) + C(j)"
+
+def gemm_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) -> Spec | None:
+    """An unfused ``Gemm`` with a constant weight and bias (alpha = beta = 1, no transA): a
+    dense layer on the generated GEMM, or for fewer than 16 outputs one kernel with the bias."""
+    node = step.node
+    attrs = node.attributes
+    if len(node.inputs) < 2 or attrs.get("transA", 0) or attrs.get("alpha", 1.0) != 1.0 or \
+            attrs.get("beta", 1.0) != 1.0 or node.inputs[1] not in constants:
+        return None
+    a = recorded[node.inputs[0]]
+    weight = constants[node.inputs[1]]
+    weight = weight.T if attrs.get("transB", 0) else weight
+    bias_name = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else None
+    bias = constants.get(bias_name) if bias_name else np.zeros(weight.shape[1:], a.dtype)
+    if a.ndim != 2 or weight.ndim != 2 or a.dtype not in FLOATS or weight.dtype != a.dtype or \
+            bias is None or bias.dtype != a.dtype or bias.size not in (1, weight.shape[1]):
+        return None
+    bias = np.ascontiguousarray(np.broadcast_to(bias.reshape(-1), (weight.shape[1],)))
+    if weight.shape[1] >= MIN_COLUMNS:
+        layer = ta.api.dense_layer(np.ascontiguousarray(weight), bias)
+        spec = Spec(lambda outs, buffers, ins: layer_run(layer, ins[0], outs[0], a.shape),
+                    [], "generated GEMM")
+        spec.plan = layer.describe(a.shape[0])
+        return spec
+    kernel = step.context.kernels.get(NARROW_LAYER, a.dtype, {})
+    w = np.ascontiguousarray(weight)
+
+    def make(outs: list[np.ndarray], buffers: list[np.ndarray], ins: list[Getter]) -> Run:
+        get = ins[0]
+        source = contiguous(get.fixed) if get.fixed is not None else np.zeros(a.shape, a.dtype)
+        bound = kernel.bind(out=outs[0], A=source, B=w, C=bias)
+
+        def run(env: Env) -> None:
+            if get.fixed is None:
+                bound.rebind("A", contiguous(get(env)))
+            bound()
+        return made_of(run, [(bound, [("A", get, None)])])
+
+    spec = Spec(make, [], "kernel")
+    spec.plan = NARROW_LAYER
+    return spec
+
+GRAM = "Y(b,i,j) = A(b,i,k) * B(b,j,k)"      # A and B are the same array
+
+def gram_spec(step: Step, recorded: Env, shared: dict[str, Any]) -> Spec | None:
+    """``MatMul(X, Transpose(X, perm=[0, 2, 1]))`` (DLRM's pairwise dot products) as one
+    kernel reading X twice, so the transposed copy leaves the plan."""
+    x, t = step.node.inputs[:2]
+    producer = shared.get("producers", {}).get(t)
+    if producer is None or producer.node.op_type != "Transpose" or \
+            producer.node.inputs[0] != x or shared.get("readers", {}).get(t) != 1 or \
+            recorded[x].ndim != 3 or tuple(producer.node.attributes.get("perm") or ()) != (0, 2, 1):
+        return None
+    dtype = recorded[x].dtype
+    kernel = step.context.kernels.get(GRAM, dtype, {})
+
+    def make(outs: list[np.ndarray], buffers: list[np.ndarray], ins: list[Getter]) -> Run:
+        get = ins[0]
+        source = get.fixed if get.fixed is not None else np.zeros(recorded[x].shape, dtype)
+        source = contiguous(source)
+        bound = kernel.bind(out=outs[0], A=source, B=source)
+
+        def run(env: Env) -> None:
+            if get.fixed is None:
+                current = contiguous(get(env))
+                bound.rebind("A", current)
+                bound.rebind("B", current)
+            bound()
+        return made_of(run, [(bound, [("A", get, None), ("B", get, None)])])
+
+    spec = Spec(make, [], "kernel")
+    spec.unread = frozenset({t})
+    spec.plan = f"{GRAM}  (X @ X^T per batch, no transposed copy)"
+    return spec
+
+
+__all__ = ["MIN_COLUMNS", "Epilogue", "gemm_epilogue", "gemm_spec", "gram_spec", "layer_of",
+           "layer_run", "matmul_spec"]

@@ -1,0 +1,72 @@
+"""What a static plan's steps are made of: where a step reads a value (:class:`Getter`), a
+node's static form (:class:`Spec`), and the marking of a step as nothing but prebound kernel
+calls (:func:`made_of`), which lets the plan compile runs of such steps into one native
+sequence.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+Env = dict[str, np.ndarray]
+
+Run = Callable[[Env], None]
+
+# A prebound call (``BoundCall`` or a dense layer's) and the operands it reads each run:
+# (operand, where from, shape to view it as, or None).
+Part = tuple[Any, list[tuple[str, "Getter", tuple[int, ...] | None]]]
+
+def made_of(run: Run, parts: list[Part] | None) -> Run:
+    """Mark ``run`` as exactly ``parts`` called in order, so that a plan may compile a run of
+    such steps into one native sequence (``tensoralg.api.CallSequence``). None: it is not."""
+    run.parts = parts      # type: ignore[attr-defined]
+    return run
+
+def parts_of(run: Any) -> list[Part] | None:
+    """The parts ``run`` was marked with (None if it has Python work of its own)."""
+    return getattr(run, "parts", None)
+
+class Replan(Exception):
+    """A run no longer fits the plan (a generic step produced a shape other than the recorded
+    one, a multi-hot input outgrew its CSR buffers): run node by node."""
+
+@dataclass
+class Getter:
+    """Where a step reads a value: fixed at plan time, or looked up by name each run."""
+
+    name: str
+    fixed: np.ndarray | None
+
+    def __call__(self, env: Env) -> np.ndarray:
+        return self.fixed if self.fixed is not None else env[self.name]
+
+@dataclass
+class Spec:
+    """A node's static form: scratch buffers it needs, and how to make its run function once
+    every buffer exists (``make(outputs, scratch, getters)``)."""
+
+    make: Callable[[list[np.ndarray], list[np.ndarray], list[Getter]], Run]
+    scratch: list[tuple[tuple[int, ...], np.dtype]] = field(default_factory=list)
+    kind: str = "prebound"
+    # Layout hooks of sparse heads: the input that may arrive stored transposed (k-major, as
+    # the kernel wants it), whether the output can be written transposed, and ``relayout``
+    # to apply the plan's choice (it may change ``scratch``).
+    transposable_input: str | None = None
+    transposable_output: bool = False
+    relayout: Callable[[bool, bool], None] | None = None
+    # Inputs the step never reads (a product that takes x * x from x's CSR): a step whose
+    # outputs nobody reads is left out of the plan.
+    unread: frozenset[str] = frozenset()
+    # What the step runs, for the printed plan and the profile, when it differs from what the
+    # node-by-node run noted (None: the same).
+    plan: str | None = None
+
+def contiguous(array: np.ndarray) -> np.ndarray:
+    """``array`` itself when C-contiguous, else a C-contiguous copy (0-d stays 0-d, unlike
+    ``np.ascontiguousarray``)."""
+    return array if array.flags.c_contiguous else np.array(array, order="C")
+
+
+__all__ = ["Env", "Getter", "Part", "Replan", "Run", "Spec", "contiguous", "made_of", "parts_of"]
