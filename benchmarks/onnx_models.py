@@ -16,11 +16,13 @@ Models (built with onnx.helper, float32, random weights):
                  256 -> 128 -> 1; sum, Sigmoid
 - ``two_tower``  user: bag of 10 ids (ReduceMean) over 10^5 x 32 -> 256 -> 64; item: id over
                  5*10^4 x 32 -> 256 -> 64; dot product, Sigmoid
+- ``cnn``        the issue's small CNN on N x 3 x 8 x 8: Conv 3->8 (3x3, pad 1) -> BatchNorm ->
+                 Relu -> Conv 8->16 (3x3, stride 2) -> Relu -> Flatten -> Gemm 144 -> 10
 
 For each model and batch (1 and 256): tensoralg at opt levels 0..3 on one thread
 (``ta.set_num_threads(1)``) and at level 3 on all cores (``LN``), onnxruntime with one intra-op
 thread and with all cores; ratios are onnxruntime time / tensoralg time thread for thread:
-``ort1/L3`` (both one thread) and ``ortN/LN`` (both all cores); above 1: tensoralg faster. Then the same models with 90% of every MatMul/Gemm weight pruned to zero
+``ort1/L3`` (both one thread) and ``ortN/LN`` (both all cores); above 1: tensoralg faster. Then the same models with 90% of every MatMul/Gemm/Conv weight pruned to zero
 (embedding tables untouched): tensoralg level 3 (sparse weights) against onnxruntime on the same
 pruned model, which it runs dense. Compile time is load + first run at level 3 (kernels compile
 at the first run; the on-disk kernel cache may make a repeat run of this script faster).
@@ -84,6 +86,14 @@ class Builder:
 
     def weight(self, n_in: int, n_out: int) -> str:
         w = (self.rng.standard_normal((n_in, n_out)) / np.sqrt(n_in)).astype(np.float32)
+        if self.prune:
+            w[self.rng.random(w.shape) < self.prune] = 0.0
+        return self.const(w, "W")
+
+    def conv_weight(self, out_channels: int, in_channels: int, size: int) -> str:
+        fan_in = in_channels * size * size
+        w = (self.rng.standard_normal((out_channels, in_channels, size, size)) /
+             np.sqrt(fan_in)).astype(np.float32)
         if self.prune:
             w[self.rng.random(w.shape) < self.prune] = 0.0
         return self.const(w, "W")
@@ -213,8 +223,27 @@ def build_two_tower(b: Builder):
                         "item": rng.integers(0, items, m).astype(np.int64)}
 
 
+def build_cnn(b: Builder):
+    x = b.input("x", F32, ["N", 3, 8, 8])
+    rng = b.rng
+
+    def vector(n: int, scale: float = 0.1) -> str:
+        return b.const((rng.standard_normal(n) * scale).astype(np.float32), "b")
+
+    conv1 = b.node("Conv", [x, b.conv_weight(8, 3, 3), vector(8)], pads=[1, 1, 1, 1])
+    bn = b.node("BatchNormalization", [conv1, b.const(rng.uniform(0.5, 1.5, 8).astype(
+        np.float32)), vector(8), vector(8), b.const(rng.uniform(0.5, 2, 8).astype(np.float32))],
+        epsilon=1e-5)
+    conv2 = b.node("Conv", [b.node("Relu", [bn]), b.conv_weight(16, 8, 3), vector(16)],
+                   strides=[2, 2])
+    flat = b.node("Flatten", [b.node("Relu", [conv2])], axis=1)
+    y = b.node("Gemm", [flat, b.weight(16 * 3 * 3, 10), vector(10)])
+    return b.model(y, ["N", 10]), \
+        lambda m, rng: {"x": rng.standard_normal((m, 3, 8, 8)).astype(np.float32)}
+
+
 MODELS = {"mlp": build_mlp, "fm": build_fm, "neumf": build_neumf, "dlrm": build_dlrm,
-          "wide_deep": build_wide_deep, "two_tower": build_two_tower}
+          "wide_deep": build_wide_deep, "two_tower": build_two_tower, "cnn": build_cnn}
 
 
 ROUNDS = 5

@@ -61,7 +61,7 @@ from tensoralg.runtime.args import ArgumentPlan, OutputBuffers
 from tensoralg.runtime.bound import BoundCall, dense_output, overwrites_output
 from tensoralg.runtime.compress import RowCompressor
 from tensoralg.runtime.gemm import DenseLayer
-from tensoralg.runtime.movement import copy_call, gather_call, ids_call
+from tensoralg.runtime.movement import copy_call, gather_call, ids_call, im2row_call
 from tensoralg.runtime.sequence import CallSequence, Slot
 from tensoralg.runtime.threads import MIN_ROWS_PER_THREAD, KernelThreads, split
 from tensoralg.runtime.validate import VALID, StorageValidator
@@ -870,5 +870,5 @@ def get_num_threads() -> int:
 
 __all__ = ["einsum", "compile", "Kernel", "KernelKey", "CompileOptions", "kernel_cache",
            "RowCompressor", "DenseLayer", "dense_layer", "CallSequence", "Slot",
-           "copy_call", "gather_call", "ids_call", "set_num_threads", "get_num_threads",
+           "copy_call", "gather_call", "ids_call", "im2row_call", "set_num_threads", "get_num_threads",
            "execute"]

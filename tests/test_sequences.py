@@ -142,3 +142,33 @@ def test_plans_at_other_batch_sizes(name, batch):
         assert got[output.name].shape == want.shape
         np.testing.assert_allclose(got[output.name], want, rtol=RTOL, atol=ATOL)
     assert compiled.specialiser.latest() is not None
+
+
+@pytest.mark.parametrize("attrs", [
+    {"pads": [1, 1, 1, 1]},
+    {"strides": [2, 1], "pads": [0, 1, 2, 0]},
+    {"dilations": [2, 2], "pads": [2, 2, 2, 2]},
+    {"auto_pad": "SAME_UPPER", "strides": [2, 2]},
+    {},
+])
+def test_conv_with_constant_weights_runs_as_native_kernels(attrs):
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(4)
+    w = rng.standard_normal((5, 3, 3, 2)).astype(np.float32)
+    b = rng.standard_normal(5).astype(np.float32)
+    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], **attrs)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, ["N", 3, 9, 7])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, ["N", 5, "H", "W"])],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    session = ort.InferenceSession(model.SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    compiled = tonnx.load(model, opt_level=3)
+    for k in range(4):
+        x = rng.standard_normal((4, 3, 9, 7)).astype(np.float32)
+        np.testing.assert_allclose(compiled.run({"x": x})["y"], session.run(None, {"x": x})[0],
+                                   rtol=RTOL, atol=ATOL)
+    assert [s.kind for s in compiled.specialiser.latest().steps] == ["conv kernels"]

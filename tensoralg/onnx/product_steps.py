@@ -20,7 +20,9 @@ import tensoralg as ta
 from tensoralg.api import DenseLayer, dense_layer
 from tensoralg.onnx.executor import Step
 from tensoralg.onnx.fusion import FLOATS
-from tensoralg.onnx.step_base import Env, Getter, Run, Spec, contiguous, made_of
+from tensoralg.onnx.movement_steps import permuter
+from tensoralg.onnx.ops.windows import windows
+from tensoralg.onnx.step_base import Env, Getter, Run, Spec, contiguous, made_of, parts_of
 
 # Narrower products stay with BLAS or the statement compiler: a register tile is one vector
 # (16 float32) wide at least, so an n=1 output layer would do 16x the work (measured: 256x256x1
@@ -191,6 +193,67 @@ def gemm_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) ->
     spec.plan = NARROW_LAYER
     return spec
 
+def conv_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) -> Spec | None:
+    """A 2-D ``Conv`` (group 1) with constant weights as three native calls: the patch matrix
+    (one row per output position, ``im2row_call``), the generated GEMM with the bias
+    (``rows x C*KH*KW`` times ``W^T``, giving channels last), and a transpose back to NCHW."""
+    node = step.node
+    attrs = node.attributes
+    x = recorded[node.inputs[0]]
+    weight = constants.get(node.inputs[1])
+    bias_name = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else None
+    bias = constants.get(bias_name) if bias_name else None
+    out = recorded[node.outputs[0]]
+    if x.ndim != 4 or weight is None or weight.ndim != 4 or int(attrs.get("group", 1)) != 1 or \
+            x.dtype not in FLOATS or weight.dtype != x.dtype or out.dtype != x.dtype or \
+            (bias_name and (bias is None or bias.dtype != x.dtype)) or not out.size:
+        return None
+    geometry = windows(step.context, x.shape[2:], weight.shape[2:],
+                       strides=attrs.get("strides"), dilations=attrs.get("dilations"),
+                       pads=attrs.get("pads"), auto_pad=attrs.get("auto_pad", "NOTSET"))
+    channels = weight.shape[0]
+    if out.shape != (x.shape[0], channels, *geometry.out):
+        return None
+    rows = x.shape[0] * geometry.out[0] * geometry.out[1]
+    depth = weight[0].size
+    layer = dense_layer(np.ascontiguousarray(weight.reshape(channels, depth).T),
+                        None if bias is None else bias.reshape(-1))
+    patches = ta.api.im2row_call(np.zeros(x.shape, x.dtype), geometry.kernel, geometry.strides,
+                                 geometry.dilations, geometry.pads_begin, geometry.out,
+                                 np.zeros((rows, depth), x.dtype), str(step.context))
+    if patches is None:
+        return None
+
+    def make(outs: list[np.ndarray], buffers: list[np.ndarray], ins: list[Getter]) -> Run:
+        matrix, product = buffers
+        call = ta.api.im2row_call(np.zeros(x.shape, x.dtype), geometry.kernel,
+                                  geometry.strides, geometry.dilations, geometry.pads_begin,
+                                  geometry.out, matrix, str(step.context))
+        get = ins[0]
+        if get.fixed is not None:
+            call.rebind("x", contiguous(get.fixed))
+        gemm = layer_run(layer, Getter("\0patches", matrix), product, matrix.shape)
+        channels_last = product.reshape(x.shape[0], -1, channels)
+        transpose = permuter(step.context, outs[0].reshape(x.shape[0], channels, -1),
+                             channels_last.shape, (0, 2, 1))
+
+        def run(env: Env) -> None:
+            if get.fixed is None:
+                call.rebind("x", contiguous(get(env)))
+            call()
+            gemm(env)
+            transpose(channels_last)
+        copier = getattr(transpose, "bound", None)
+        return made_of(run, None if copier is None else [
+            (call, [("x", get, None)]), *(parts_of(gemm) or []),
+            (copier, [("X", Getter("\0channels last", channels_last), None)])])
+
+    spec = Spec(make, [((rows, depth), x.dtype), ((rows, channels), x.dtype)], "conv kernels")
+    spec.plan = (f"im2row kernel ({rows}x{depth} patch matrix); "
+                 f"{layer.describe(rows)}; channels-last to NCHW transpose kernel")
+    return spec
+
+
 GRAM = "Y(b,i,j) = A(b,i,k) * B(b,j,k)"      # A and B are the same array
 
 def gram_spec(step: Step, recorded: Env, shared: dict[str, Any]) -> Spec | None:
@@ -225,5 +288,5 @@ def gram_spec(step: Step, recorded: Env, shared: dict[str, Any]) -> Spec | None:
     return spec
 
 
-__all__ = ["MIN_COLUMNS", "Epilogue", "gemm_epilogue", "gemm_spec", "gram_spec", "layer_of",
+__all__ = ["MIN_COLUMNS", "Epilogue", "conv_spec", "gemm_epilogue", "gemm_spec", "gram_spec", "layer_of",
            "layer_run", "matmul_spec"]

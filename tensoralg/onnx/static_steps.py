@@ -37,6 +37,7 @@ from tensoralg.onnx.movement_steps import (
 )
 from tensoralg.onnx.product_steps import (
     MIN_COLUMNS,
+    conv_spec,
     gemm_epilogue,
     gemm_spec,
     layer_of,
@@ -515,7 +516,7 @@ def _bag_parts(ids: Getter, column: tuple[str, tuple[Any, ...]] | None, recorded
 
 _BUILDERS: dict[str, Callable[[Step, Env, Mapping[str, np.ndarray]], Spec | None]] = {
     "Fused": _fused, "EmbeddingBag": _bag, "Gather": gather_spec, "Concat": concat_spec,
-    "MatMul": matmul_spec, "Transpose": transpose_spec, "Gemm": gemm_spec,
+    "MatMul": matmul_spec, "Transpose": transpose_spec, "Gemm": gemm_spec, "Conv": conv_spec,
 }
 
 

@@ -97,6 +97,42 @@ def ids_function(index: Scalar) -> Function:
     return b.function(f"bag_ids_{index}", params, *body)
 
 
+def im2row_function(value: Scalar) -> Function:
+    """The patch matrix of a 2-D convolution, one row per output position:
+    ``out[((n*OH + oh)*OW + ow)*K + (c*KH + kh)*KW + kw] = x[n, c, ih, iw]`` with
+    ``ih = oh*sh - ph + kh*dh`` (likewise ``iw``), and 0 where that falls in the padding.
+    Padding cells read element 0 instead of their address (then replaced by 0), so nothing
+    outside ``x`` is read."""
+    x, out = b.var("x", Ptr(value)), b.var("out", Ptr(value))
+    names = ("n_img", "chan", "height", "width", "out_h", "out_w", "ker_h", "ker_w",
+             "stride_h", "stride_w", "dil_h", "dil_w", "pad_h", "pad_w")
+    (n_img, chan, height, width, out_h, out_w, ker_h, ker_w, sh, sw, dh, dw, ph,
+     pw) = (b.var(name, I64) for name in names)
+    n, oh, ow, c, kh, kw = (b.var(name, I64) for name in ("n", "oh", "ow", "c", "kh", "kw"))
+    ih, iw, row, col, inside, src = (b.var(name, I64) for name in
+                                     ("ih", "iw", "row", "col", "inside", "src"))
+    k = b.mul(chan, b.mul(ker_h, ker_w))
+    # The innermost loop runs along an output row (ow): reads step through one input row.
+    body = [b.for_(n, 0, n_img, b.for_(c, 0, chan, b.for_(kh, 0, ker_h, b.for_(kw, 0, ker_w,
+        b.for_(oh, 0, out_h, b.for_(ow, 0, out_w,
+            b.declare(row, b.add(b.mul(b.add(b.mul(n, out_h), oh), out_w), ow)),
+            b.declare(ih, b.add(b.sub(b.mul(oh, sh), ph), b.mul(kh, dh))),
+            b.declare(iw, b.add(b.sub(b.mul(ow, sw), pw), b.mul(kw, dw))),
+            b.declare(inside, b.select(b.land(b.land(b.ge(ih, 0), b.lt(ih, height)),
+                                              b.land(b.ge(iw, 0), b.lt(iw, width))),
+                                       b.i64(1), b.i64(0))),
+            b.declare(src, b.select(b.eq(inside, b.i64(1)), b.add(b.mul(b.add(b.mul(
+                b.add(b.mul(n, chan), c), height), ih), width), iw), b.i64(0))),
+            b.declare(col, b.add(b.mul(b.add(b.mul(c, ker_h), kh), ker_w), kw)),
+            b.store(out, b.add(b.mul(row, k), col),
+                    b.select(b.eq(inside, b.i64(1)), b.load(x, src),
+                             b.const(0, value)))))))))]
+    params = [b.param(x, "x")] + [b.param(v, name) for v, name in zip(
+        (n_img, chan, height, width, out_h, out_w, ker_h, ker_w, sh, sw, dh, dw, ph, pw),
+        names)] + [b.param(out, "out", output=True)]
+    return b.function(f"im2row_{value}", params, *body)
+
+
 def _kernel(key: tuple, make: Any) -> CompiledKernel:
     kernel = _KERNELS.get(key)
     if kernel is None:
@@ -201,5 +237,23 @@ def ids_call(ids: np.ndarray, column: int, crd: np.ndarray, rows: int, what: str
                         {"ids": column * ids.itemsize})
 
 
-__all__ = ["MovementCall", "copy_call", "copy_function", "gather_call", "gather_function",
+def im2row_call(x: np.ndarray, kernel: tuple[int, int], strides: tuple[int, int],
+                dilations: tuple[int, int], pads: tuple[int, int], out_hw: tuple[int, int],
+                out: np.ndarray, what: str) -> MovementCall | None:
+    """The patch matrix of ``x`` (N, C, H, W) for a 2-D convolution into ``out``
+    (N * OH * OW, C * KH * KW), C-contiguous; None when the dtypes do not allow it."""
+    value = _value_type(x.dtype)
+    rows = x.shape[0] * out_hw[0] * out_hw[1]
+    cols = x.shape[1] * kernel[0] * kernel[1]
+    if value is None or x.ndim != 4 or not x.flags.c_contiguous or out.dtype != x.dtype or \
+            out.shape != (rows, cols) or not out.flags.c_contiguous or not out.size or \
+            x.dtype.kind != "f":
+        return None
+    kernel_fn = _kernel(("im2row", value), lambda: im2row_function(value))
+    args = [x.ctypes.data, *x.shape, *out_hw, *kernel, *strides, *dilations, *pads,
+            out.ctypes.data]
+    return MovementCall(kernel_fn, args, {"x": 0}, [x, out], what)
+
+
+__all__ = ["MovementCall", "im2row_call", "im2row_function", "copy_call", "copy_function", "gather_call", "gather_function",
            "ids_call", "ids_function"]
