@@ -60,7 +60,7 @@ from tensoralg.notation.ast import tensors as tensor_ranks
 from tensoralg.runtime.args import ArgumentPlan, OutputBuffers
 from tensoralg.runtime.bound import BoundCall, dense_output, overwrites_output
 from tensoralg.runtime.compress import RowCompressor
-from tensoralg.runtime.gemm import DenseLayer
+from tensoralg.runtime.gemm import ConvLayer, DenseLayer
 from tensoralg.runtime.movement import copy_call, gather_call, ids_call, im2row_call
 from tensoralg.runtime.sequence import CallSequence, Slot
 from tensoralg.runtime.threads import MIN_ROWS_PER_THREAD, KernelThreads, split
@@ -850,6 +850,20 @@ def dense_layer(weight: np.ndarray, bias: np.ndarray | None = None, relu: bool =
     return DenseLayer(weight, bias, relu, cache=cache.disk, threads=cache.threads)
 
 
+def conv_layer(weight: np.ndarray, bias: np.ndarray | None, strides: tuple[int, int],
+               pads_begin: tuple[int, int], pads_end: tuple[int, int], relu: bool = False
+               ) -> ConvLayer:
+    """A direct 2-D convolution (group 1, no dilation) on the generated GEMM, channels-last
+    output (see ``runtime/gemm.py``).
+
+    >>> conv = conv_layer(np.ones((1, 1, 1, 1), np.float32), None, (1, 1), (0, 0), (0, 0))
+    >>> conv.out_shape(3, 4)
+    (3, 4)
+    """
+    return ConvLayer(weight, bias, strides, pads_begin, pads_end, relu,
+                     cache=kernel_cache().disk)
+
+
 def set_num_threads(threads: int) -> None:
     """Run kernels on at most ``threads`` threads (default: one per core, or
     ``TENSORALG_NUM_THREADS``). Applies to every call from now on, and to calls bound from now
@@ -869,6 +883,6 @@ def get_num_threads() -> int:
 
 
 __all__ = ["einsum", "compile", "Kernel", "KernelKey", "CompileOptions", "kernel_cache",
-           "RowCompressor", "DenseLayer", "dense_layer", "CallSequence", "Slot",
+           "RowCompressor", "DenseLayer", "dense_layer", "ConvLayer", "conv_layer", "CallSequence", "Slot",
            "copy_call", "gather_call", "ids_call", "im2row_call", "set_num_threads", "get_num_threads",
            "execute"]

@@ -180,3 +180,35 @@ def test_set_num_threads():
                 ta.set_num_threads(bad)
     finally:
         ta.set_num_threads(before)
+
+
+@pytest.mark.parametrize("shape", [
+    # (N, C, H, W, M, K, strides, pads_begin, pads_end)
+    (2, 3, 8, 8, 8, 3, (1, 1), (1, 1), (1, 1)),
+    (3, 8, 8, 8, 16, 3, (2, 2), (0, 0), (0, 0)),
+    (2, 5, 9, 7, 20, 2, (2, 1), (0, 1), (2, 0)),
+    (1, 1, 2, 2, 1, 2, (1, 1), (0, 0), (0, 0)),
+    (2, 64, 6, 6, 70, 3, (1, 1), (1, 1), (1, 1)),     # KW * C = 192: one kernel row per block
+])
+def test_direct_convolution_matches_onnxruntime(shape):
+    n, c, hgt, wid, m, k, strides, begin, end = shape
+    rng = np.random.default_rng(m)
+    x = rng.standard_normal((n, c, hgt, wid)).astype(np.float32)
+    w = rng.standard_normal((m, c, k, k)).astype(np.float32)
+    b = rng.standard_normal(m).astype(np.float32)
+    node = h.make_node("Conv", ["x", "w", "b"], ["y"], strides=list(strides),
+                       pads=list(begin) + list(end))
+    graph = h.make_graph([node], "g", [h.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                list(x.shape))],
+                         [h.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                         [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    want = ort.InferenceSession(model.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    conv = ta.api.conv_layer(w, b, strides, begin, end)
+    oh, ow = conv.out_shape(hgt, wid)
+    out = np.empty((n * oh * ow, m), np.float32)
+    got = conv.bind(x, out)().reshape(n, oh, ow, m).transpose(0, 3, 1, 2)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    with pytest.raises(ta.ShapeError, match="do not match"):
+        conv.bind(x, np.empty((n * oh * ow + 1, m), np.float32))

@@ -28,6 +28,7 @@ touch no memory outside the mask), the last row block runs a micro-kernel with f
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from llvmlite import ir
@@ -89,9 +90,16 @@ def pack_weight(weight: np.ndarray, shape: GemmShape) -> np.ndarray:
 
 def gemm_module(shape: GemmShape) -> ir.Module:
     """The module exporting ``int32 tensoralg_gemm(A, lda, Wp, K, N, C, ldc, bias, flags,
-    row_begin, row_end)``: rows ``[row_begin, row_end)`` of ``C`` (leading dimension ``ldc``)
-    from ``A`` (leading dimension ``lda``) and the packed weight ``Wp``; ``bias`` (N values) is
-    added when ``flags & 1`` and ReLU applied when ``flags & 2``. Returns 0.
+    row_begin, row_end, kc, a_kblock, n_outer, a_outer, c_outer, n_inner, a_inner,
+    c_inner)``: rows ``[row_begin, row_end)`` of ``C`` (leading dimension ``ldc``) from ``A``
+    (leading dimension ``lda``) and the packed weight ``Wp``; ``bias`` (N values) is added when
+    ``flags & 1`` and ReLU applied when ``flags & 2``. Returns 0.
+
+    K runs in sub-blocks of ``kc`` values, sub-block ``s`` of a row of A starting
+    ``s * a_kblock`` elements into it (``a_kblock = kc`` for a plain GEMM; a convolution's
+    kernel rows lie an image row apart). The whole product is repeated over
+    ``n_outer x n_inner`` planes, A and C advancing by the given strides (one plane for a
+    plain GEMM; a convolution's images and output rows).
 
     >>> "tensoralg_gemm" in str(gemm_module(GemmShape.for_host(np.float64, avx512=False)))
     True
@@ -112,9 +120,11 @@ def _splat(builder: ir.IRBuilder, value: ir.Value, vector: ir.VectorType) -> ir.
 
 def _micro_kernel(module: ir.Module, shape: GemmShape, scalar: ir.Type, rows: int,
                   vectors: int) -> ir.Function:
-    """``micro(A, lda, Wk, C, ldc, kc, ncols, bias, mode)``: a ``rows x (vectors * lanes)``
-    tile of ``C`` over ``kc`` steps (fewer vectors for a narrow last panel). ``mode``: 1 adds the tile already in ``C`` (a later K block), 2 applies
-    the epilogue (the last K block), with the flags in bits 2 and up."""
+    """``micro(A, lda, Wk, C, ldc, kc, nsub, a_sub, ncols, bias, mode)``: a
+    ``rows x (vectors * lanes)`` tile of ``C`` over ``nsub`` runs of ``kc`` steps, run ``s``
+    reading A from ``s * a_sub`` elements on (fewer vectors for a narrow last panel). ``mode``:
+    1 adds the tile already in ``C`` (a later K block), 2 applies the epilogue (the last K
+    block), with the flags in bits 2 and up."""
     lanes = shape.lanes
     vector = ir.VectorType(scalar, lanes)
     mask_type = ir.VectorType(I1, lanes)
@@ -125,9 +135,10 @@ def _micro_kernel(module: ir.Module, shape: GemmShape, scalar: ir.Type, rows: in
     store = declare(module, f"llvm.masked.store.{name}.p0", ir.VoidType(),
                     (vector, POINTER, I32, mask_type))
     fn = ir.Function(module, ir.FunctionType(ir.VoidType(), (
-        POINTER, I64, POINTER, POINTER, I64, I64, I64, POINTER, I32)), name=f"micro{rows}x{vectors}")
+        POINTER, I64, POINTER, POINTER, I64, I64, I64, I64, I64, POINTER, I32)),
+        name=f"micro{rows}x{vectors}")
     fn.linkage = "internal"
-    a, lda, w, c, ldc, kc, ncols, bias, mode = fn.args
+    a, lda, w, c, ldc, kc, nsub, a_sub, ncols, bias, mode = fn.args
     for pointer in (a, w, c, bias):
         pointer.add_attribute("noalias")
     builder = ir.IRBuilder(fn.append_basic_block("entry"))
@@ -145,19 +156,15 @@ def _micro_kernel(module: ir.Module, shape: GemmShape, scalar: ir.Type, rows: in
     for row in tile:
         for slot in row:
             builder.store(zero, slot)
-    step = entry_alloca(builder, I64, "k")
-    with counted_loop(builder, step, const(0), lambda: kc, "k"):
-        k = builder.load(step, typ=I64)
-        w_row = at(w, builder.mul(k, const(shape.nr)))
-        w_vectors = [builder.load(at(w_row, const(lanes * v)), typ=vector, align=shape.dtype.itemsize)
-                     for v in range(vectors)]
-        for r in range(rows):
-            a_value = builder.load(at(a, builder.add(builder.mul(const(r), lda), k)), typ=scalar)
-            broadcast = _splat(builder, a_value, vector)
-            for v in range(vectors):
-                acc = builder.load(tile[r][v], typ=vector)
-                builder.store(builder.call(fma, [broadcast, w_vectors[v], acc]), tile[r][v])
+    step, sub = entry_alloca(builder, I64, "k"), entry_alloca(builder, I64, "sub")
+    with counted_loop(builder, sub, const(0), lambda: nsub, "sub"):
+        run = builder.load(sub, typ=I64)
+        a_run = at(a, builder.mul(run, a_sub))
+        w_run = at(w, builder.mul(builder.mul(run, kc), const(shape.nr)))
+        _steps(builder, shape, scalar, vector, fma, tile, rows, vectors, step, kc, a_run, lda,
+               w_run)
     lane_index = ir.Constant(ir.VectorType(I64, lanes), list(range(lanes)))
+
     masks = [builder.icmp_signed("<", lane_index, _splat(builder, builder.sub(
         ncols, const(lanes * v)), ir.VectorType(I64, lanes))) for v in range(vectors)]
     rows_out = [[builder.gep(c, [builder.add(builder.mul(const(r), ldc), const(lanes * v))],
@@ -195,11 +202,35 @@ def _micro_kernel(module: ir.Module, shape: GemmShape, scalar: ir.Type, rows: in
     return fn
 
 
+def _steps(builder: ir.IRBuilder, shape: GemmShape, scalar: ir.Type, vector: ir.Type,
+           fma: ir.Function, tile: list, rows: int, vectors: int, step: ir.Value,
+           kc: ir.Value, a: ir.Value, lda: ir.Value, w: ir.Value) -> None:
+    """``kc`` steps of the outer-product update of ``tile`` (the micro-kernel's inner loop)."""
+    def at(pointer: ir.Value, offset: ir.Value) -> ir.Value:
+        return builder.gep(pointer, [offset], inbounds=True, source_etype=scalar)
+
+    lanes = shape.lanes
+    with counted_loop(builder, step, ir.Constant(I64, 0), lambda: kc, "k"):
+        k = builder.load(step, typ=I64)
+        w_row = at(w, builder.mul(k, ir.Constant(I64, shape.nr)))
+        w_vectors = [builder.load(at(w_row, ir.Constant(I64, lanes * v)), typ=vector,
+                                  align=shape.dtype.itemsize) for v in range(vectors)]
+        for r in range(rows):
+            a_value = builder.load(at(a, builder.add(builder.mul(ir.Constant(I64, r), lda), k)),
+                                   typ=scalar)
+            broadcast = _splat(builder, a_value, vector)
+            for v in range(vectors):
+                acc = builder.load(tile[r][v], typ=vector)
+                builder.store(builder.call(fma, [broadcast, w_vectors[v], acc]), tile[r][v])
+
+
 def _driver(module: ir.Module, shape: GemmShape, micro: dict[tuple[int, int], ir.Function]
             ) -> None:
     fn = ir.Function(module, ir.FunctionType(I32, (
-        POINTER, I64, POINTER, I64, I64, POINTER, I64, POINTER, I32, I64, I64)), name=ENTRY)
-    a, lda, w, k_size, n_size, c, ldc, bias, flags, begin, end = fn.args
+        POINTER, I64, POINTER, I64, I64, POINTER, I64, POINTER, I32, I64, I64,
+        I64, I64, I64, I64, I64, I64, I64, I64)), name=ENTRY)
+    (a, lda, w, k_size, n_size, c, ldc, bias, flags, begin, end, kc_size, a_kblock,
+     n_outer, a_outer, c_outer, n_inner, a_inner, c_inner) = fn.args
     builder = ir.IRBuilder(fn.append_basic_block("entry"))
     scalar = ir.FloatType() if shape.dtype == np.float32 else ir.DoubleType()
 
@@ -213,12 +244,44 @@ def _driver(module: ir.Module, shape: GemmShape, micro: dict[tuple[int, int], ir
         return builder.sdiv(builder.add(size, const(block - 1)), const(block))
 
     panels = blocks(n_size, shape.nr)
+    # K runs in sub-blocks of kc_size (a convolution's kernel rows); as many as fit the L1
+    # block go to the micro-kernel at once, so its tile stays in registers across them.
+    total_sub = builder.sdiv(builder.add(k_size, builder.sub(kc_size, const(1))), kc_size)
+    per_block = builder.sdiv(const(shape.kc), kc_size)
+    per_block = builder.select(builder.icmp_signed("<", per_block, const(1)), const(1),
+                               per_block)
     # K = 0 still runs one (empty) K block, so that the epilogue writes act(bias).
-    k_blocks = builder.select(builder.icmp_signed("==", k_size, const(0)), const(1),
-                              blocks(k_size, shape.kc))
+    k_blocks = builder.sdiv(builder.add(total_sub, builder.sub(per_block, const(1))), per_block)
+    k_blocks = builder.select(builder.icmp_signed("<", k_blocks, const(1)), const(1), k_blocks)
     row_blocks = blocks(builder.sub(end, begin), shape.mr)
     epilogue = builder.shl(flags, ir.Constant(I32, 2))
-    p, kb, rb = (entry_alloca(builder, I64, name) for name in ("panel", "kblock", "rowblock"))
+    p, kb, rb, outer, inner = (entry_alloca(builder, I64, name) for name in
+                               ("panel", "kblock", "rowblock", "outer", "inner"))
+    # Planes: the same product on n_outer x n_inner blocks of A and C (a convolution's
+    # images and output rows); a plain GEMM is one plane.
+    with counted_loop(builder, outer, const(0), lambda: n_outer, "outer"), \
+            counted_loop(builder, inner, const(0), lambda: n_inner, "inner"):
+        o, q = builder.load(outer, typ=I64), builder.load(inner, typ=I64)
+        a_plane = at(a, builder.add(builder.mul(o, a_outer), builder.mul(q, a_inner)))
+        c_plane = at(c, builder.add(builder.mul(o, c_outer), builder.mul(q, c_inner)))
+        _plane(builder, shape, micro, at, const, a_plane, lda, w, k_size, n_size, c_plane,
+               ldc, bias, begin, end, kc_size, a_kblock, panels, k_blocks, row_blocks,
+               epilogue, p, kb, rb, total_sub, per_block)
+    builder.ret(ir.Constant(I32, 0))
+
+
+def _plane(builder: ir.IRBuilder, shape: GemmShape, micro: dict[tuple[int, int], ir.Function],
+           at: Any, const: Any, a: ir.Value, lda: ir.Value, w: ir.Value, k_size: ir.Value,
+           n_size: ir.Value, c: ir.Value, ldc: ir.Value, bias: ir.Value, begin: ir.Value,
+           end: ir.Value, kc_size: ir.Value, a_kblock: ir.Value, panels: ir.Value,
+           k_blocks: ir.Value, row_blocks: ir.Value, epilogue: ir.Value, p: ir.Value,
+           kb: ir.Value, rb: ir.Value, total_sub: ir.Value, per_block: ir.Value) -> None:
+    """One plane: panels of the weight, K blocks of ``per_block`` sub-blocks of ``kc_size``
+    (sub-block ``s`` of A starting ``s * a_kblock`` elements into each row), row blocks of
+    ``mr``."""
+    def blocks(size: ir.Value, block: int) -> ir.Value:
+        return builder.sdiv(builder.add(size, const(block - 1)), const(block))
+
     with counted_loop(builder, p, const(0), lambda: panels, "panel"):
         j0 = builder.mul(builder.load(p, typ=I64), const(shape.nr))
         ncols = builder.sub(n_size, j0)
@@ -228,12 +291,17 @@ def _driver(module: ir.Module, shape: GemmShape, micro: dict[tuple[int, int], ir
         wide = builder.mul(builder.sub(vectors, const(1)), const(shape.mr))
         panel = at(w, builder.mul(j0, k_size))
         with counted_loop(builder, kb, const(0), lambda: k_blocks, "kblock"):
-            k0 = builder.mul(builder.load(kb, typ=I64), const(shape.kc))
+            first_sub = builder.mul(builder.load(kb, typ=I64), per_block)
+            left = builder.sub(total_sub, first_sub)
+            nsub = builder.select(builder.icmp_signed("<", left, per_block), left, per_block)
+            k0 = builder.mul(first_sub, kc_size)
+            a_k0 = builder.mul(first_sub, a_kblock)
             rest = builder.sub(k_size, k0)
-            kc = builder.select(builder.icmp_signed("<", rest, const(shape.kc)), rest,
-                                const(shape.kc))
+            # One sub-block per K block (a plain GEMM): the last one may be short. Several
+            # (a convolution): they are whole, kc_size dividing K.
+            kc = builder.select(builder.icmp_signed("<", rest, kc_size), rest, kc_size)
             later = builder.icmp_signed(">", k0, const(0))
-            last = builder.icmp_signed(">=", builder.add(k0, kc), k_size)
+            last = builder.icmp_signed(">=", builder.add(k0, builder.mul(nsub, kc)), k_size)
             mode = builder.or_(builder.or_(builder.zext(later, I32), builder.shl(
                 builder.zext(last, I32), ir.Constant(I32, 1))), epilogue)
             w_block = at(panel, builder.mul(k0, const(shape.nr)))
@@ -242,9 +310,9 @@ def _driver(module: ir.Module, shape: GemmShape, micro: dict[tuple[int, int], ir
                 rows = builder.sub(end, i0)
                 rows = builder.select(builder.icmp_signed("<", rows, const(shape.mr)), rows,
                                       const(shape.mr))
-                args = [at(a, builder.add(builder.mul(i0, lda), k0)), lda, w_block,
-                        at(c, builder.add(builder.mul(i0, ldc), j0)), ldc, kc, ncols,
-                        at(bias, j0), mode]
+                args = [at(a, builder.add(builder.mul(i0, lda), a_k0)), lda, w_block,
+                        at(c, builder.add(builder.mul(i0, ldc), j0)), ldc, kc, nsub, a_kblock,
+                        ncols, at(bias, j0), mode]
                 done = builder.append_basic_block("tile.done")
                 variant = builder.add(wide, builder.sub(rows, const(1)))
                 switch = builder.switch(variant, done)
@@ -255,7 +323,6 @@ def _driver(module: ir.Module, shape: GemmShape, micro: dict[tuple[int, int], ir
                     builder.call(kernel, args)
                     builder.branch(done)
                 builder.position_at_end(done)
-    builder.ret(ir.Constant(I32, 0))
 
 
 __all__ = ["FLAG_BIAS", "FLAG_RELU", "GemmShape", "gemm_module", "pack_weight"]

@@ -194,9 +194,13 @@ def gemm_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) ->
     return spec
 
 def conv_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) -> Spec | None:
-    """A 2-D ``Conv`` (group 1) with constant weights as three native calls: the patch matrix
-    (one row per output position, ``im2row_call``), the generated GEMM with the bias
-    (``rows x C*KH*KW`` times ``W^T``, giving channels last), and a transpose back to NCHW."""
+    """A 2-D ``Conv`` (group 1) with constant weights as native calls ending in NCHW.
+
+    Without dilation it is direct (``tensoralg.api.conv_layer``): the input copied once into a
+    zero-bordered channels-last buffer, then the generated GEMM over every output row, whose K
+    runs over the kernel rows in place; no patch matrix. With dilation, the patch matrix is
+    built (``im2row_call``) and multiplied by ``W^T``. Either way the channels-last product is
+    transposed back to NCHW by a compiled transpose."""
     node = step.node
     attrs = node.attributes
     x = recorded[node.inputs[0]]
@@ -216,41 +220,54 @@ def conv_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) ->
         return None
     rows = x.shape[0] * geometry.out[0] * geometry.out[1]
     depth = weight[0].size
-    layer = dense_layer(np.ascontiguousarray(weight.reshape(channels, depth).T),
-                        None if bias is None else bias.reshape(-1))
-    patches = ta.api.im2row_call(np.zeros(x.shape, x.dtype), geometry.kernel, geometry.strides,
-                                 geometry.dilations, geometry.pads_begin, geometry.out,
-                                 np.zeros((rows, depth), x.dtype), str(step.context))
-    if patches is None:
-        return None
+    vector = None if bias is None else bias.reshape(-1)
+    direct = geometry.dilations == (1, 1)
+    if direct:
+        conv = ta.api.conv_layer(weight, vector, geometry.strides, geometry.pads_begin,
+                                 geometry.pads_end)
+        scratch = [((rows, channels), x.dtype)]
+        what = f"direct convolution on the generated GEMM ({conv.layer.describe(rows)})"
+    else:
+        layer = dense_layer(np.ascontiguousarray(weight.reshape(channels, depth).T), vector)
+        scratch = [((rows, depth), x.dtype), ((rows, channels), x.dtype)]
+        what = f"im2row kernel ({rows}x{depth} patch matrix); {layer.describe(rows)}"
 
     def make(outs: list[np.ndarray], buffers: list[np.ndarray], ins: list[Getter]) -> Run:
-        matrix, product = buffers
-        call = ta.api.im2row_call(np.zeros(x.shape, x.dtype), geometry.kernel,
-                                  geometry.strides, geometry.dilations, geometry.pads_begin,
-                                  geometry.out, matrix, str(step.context))
         get = ins[0]
-        if get.fixed is not None:
-            call.rebind("x", contiguous(get.fixed))
-        gemm = layer_run(layer, Getter("\0patches", matrix), product, matrix.shape)
+        product = buffers[-1]
+        placeholder = contiguous(get.fixed) if get.fixed is not None else \
+            np.zeros(x.shape, x.dtype)
+        if direct:
+            bound = conv.bind(placeholder, product)
+            first, name, calls = bound, "x", bound.parts()
+        else:
+            first = ta.api.im2row_call(placeholder, geometry.kernel, geometry.strides,
+                                       geometry.dilations, geometry.pads_begin, geometry.out,
+                                       buffers[0], str(step.context))
+            gemm = layer_run(layer, Getter("\0patches", buffers[0]), product, buffers[0].shape)
+            name, calls = "x", [(first, [])] + (parts_of(gemm) or [])
         channels_last = product.reshape(x.shape[0], -1, channels)
         transpose = permuter(step.context, outs[0].reshape(x.shape[0], channels, -1),
                              channels_last.shape, (0, 2, 1))
 
         def run(env: Env) -> None:
             if get.fixed is None:
-                call.rebind("x", contiguous(get(env)))
-            call()
-            gemm(env)
+                first.rebind(name, contiguous(get(env)))
+            if direct:
+                bound()
+            else:
+                first()
+                gemm(env)
             transpose(channels_last)
         copier = getattr(transpose, "bound", None)
-        return made_of(run, None if copier is None else [
-            (call, [("x", get, None)]), *(parts_of(gemm) or []),
-            (copier, [("X", Getter("\0channels last", channels_last), None)])])
+        if copier is None:
+            return made_of(run, None)
+        parts = [(calls[0][0], [(name, get, None)]), *calls[1:],
+                 (copier, [("X", Getter("\0channels last", channels_last), None)])]
+        return made_of(run, parts)
 
-    spec = Spec(make, [((rows, depth), x.dtype), ((rows, channels), x.dtype)], "conv kernels")
-    spec.plan = (f"im2row kernel ({rows}x{depth} patch matrix); "
-                 f"{layer.describe(rows)}; channels-last to NCHW transpose kernel")
+    spec = Spec(make, scratch, "conv kernels")
+    spec.plan = f"{what}; channels-last to NCHW transpose kernel"
     return spec
 
 

@@ -25,7 +25,8 @@ FLAG_BIAS, FLAG_RELU = 1, 2
 MIN_FMAS_PER_THREAD = 8_000_000
 _PROTOTYPE = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
                               ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64,
-                              ctypes.c_void_p, ctypes.c_int32, ctypes.c_int64, ctypes.c_int64)
+                              ctypes.c_void_p, ctypes.c_int32, ctypes.c_int64, ctypes.c_int64,
+                              *[ctypes.c_int64] * 8)
 _KERNELS: dict[tuple[np.dtype, bool], tuple[Any, Any, str, tuple]] = {}
 
 
@@ -131,11 +132,14 @@ class BoundLayer:
         tiles = -(-m // layer.shape.mr)
         bounds = [min(m, (tiles * part // parts) * layer.shape.mr) for part in range(parts + 1)]
         bounds[-1] = m
+        kc = layer.shape.kc
+        planes = [kc, kc, 1, 0, 0, 1, 0, 0]       # K in blocks of kc; one plane
         self.calls = [[a.ctypes.data, layer.k, layer.packed.ctypes.data, layer.k, layer.n,
-                       out.ctypes.data, layer.n, layer.bias.ctypes.data, layer.flags, lo, hi]
+                       out.ctypes.data, layer.n, layer.bias.ctypes.data, layer.flags, lo, hi,
+                       *planes]
                       for lo, hi in zip(bounds, bounds[1:]) if hi > lo] or \
             [[a.ctypes.data, layer.k, layer.packed.ctypes.data, layer.k, layer.n,
-              out.ctypes.data, layer.n, layer.bias.ctypes.data, layer.flags, 0, 0]]
+              out.ctypes.data, layer.n, layer.bias.ctypes.data, layer.flags, 0, 0, *planes]]
         self.threads = threads if len(self.calls) > 1 else None
 
     def rebind(self, name: str, a: np.ndarray) -> None:
@@ -178,4 +182,89 @@ class BoundLayer:
         return self.out
 
 
-__all__ = ["DenseLayer", "BoundLayer", "MIN_FMAS_PER_THREAD", "gemm_kernel"]
+class ConvLayer:
+    """A 2-D convolution (group 1, dilation 1) with its bias and optional ReLU, computed
+    channels-last without a patch matrix: the input is copied once into a zero-bordered NHWC
+    buffer, and every output row of every image is one plane of the generated GEMM, whose K
+    blocks are the kernel's rows (``KW * C`` contiguous values each, an image row apart). The
+    output is NHWC: ``(N * OH * OW, M)``.
+
+    >>> w = np.ones((1, 1, 2, 2), np.float32)
+    >>> conv = ConvLayer(w, None, (1, 1), (0, 0), (0, 0))
+    >>> out = np.zeros((1, 1), np.float32)
+    >>> conv.bind(np.arange(4, dtype=np.float32).reshape(1, 1, 2, 2), out)()[0, 0].item()
+    6.0
+    """
+
+    def __init__(self, weight: np.ndarray, bias: np.ndarray | None, strides: tuple[int, int],
+                 pads_begin: tuple[int, int], pads_end: tuple[int, int], relu: bool = False,
+                 cache: DiskCache | None = None) -> None:
+        weight = np.asarray(weight)
+        if weight.ndim != 4:
+            raise ShapeError(f"ConvLayer: the weight must be (M, C, KH, KW), got {weight.shape}")
+        self.out_channels, self.channels, self.kh, self.kw = weight.shape
+        # K ordered (kernel row, kernel column, channel): one kernel row is KW * C contiguous
+        # values of the channels-last input.
+        flat = weight.transpose(2, 3, 1, 0).reshape(-1, self.out_channels)
+        self.layer = DenseLayer(np.ascontiguousarray(flat), bias, relu, cache=cache)
+        self.strides, self.pads_begin, self.pads_end = strides, pads_begin, pads_end
+
+    def out_shape(self, height: int, width: int) -> tuple[int, int]:
+        """Output rows and columns for an input of ``height x width``."""
+        oh = (height + self.pads_begin[0] + self.pads_end[0] - self.kh) // self.strides[0] + 1
+        ow = (width + self.pads_begin[1] + self.pads_end[1] - self.kw) // self.strides[1] + 1
+        return oh, ow
+
+    def bind(self, x: np.ndarray, out: np.ndarray) -> "BoundConv":
+        """A call reading ``x`` (N, C, H, W) and writing ``out`` (N * OH * OW, M)."""
+        return BoundConv(self, x, out)
+
+
+class BoundConv:
+    """A :class:`ConvLayer` call with its buffers fixed: the channels-last copy, then the GEMM
+    planes (two native calls, see :meth:`parts`)."""
+
+    def __init__(self, conv: ConvLayer, x: np.ndarray, out: np.ndarray) -> None:
+        from tensoralg.runtime.movement import pad_nhwc_call
+
+        n, c, h, w = x.shape
+        oh, ow = conv.out_shape(h, w)
+        m = conv.out_channels
+        if c != conv.channels or out.shape != (n * oh * ow, m) or oh < 1 or ow < 1 or \
+                out.dtype != conv.layer.dtype or not out.flags.c_contiguous:
+            raise ShapeError(f"ConvLayer: input {x.shape} and output {out.shape} do not match "
+                             f"the weight ({m}, {conv.channels}, {conv.kh}, {conv.kw})")
+        hp = h + conv.pads_begin[0] + conv.pads_end[0]
+        wp = w + conv.pads_begin[1] + conv.pads_end[1]
+        self.padded = np.zeros((n, hp, wp, c), conv.layer.dtype)
+        self.copy = pad_nhwc_call(x, conv.pads_begin, self.padded, repr(conv.layer))
+        if self.copy is None:
+            raise ShapeError(f"ConvLayer: cannot copy an input of {x.dtype} {x.shape}")
+        layer, (sh, sw) = conv.layer, conv.strides
+        row = wp * c
+        self.gemm = BoundLayer.__new__(BoundLayer)
+        self.gemm.layer, self.gemm.a, self.gemm.out, self.gemm.threads = \
+            layer, self.padded, out, None
+        # One plane per (image, output row): its OW outputs are the GEMM's rows, lda apart;
+        # K runs over the kernel's rows, KW * C contiguous values each, an image row apart.
+        self.gemm.calls = [[self.padded.ctypes.data, sw * c, layer.packed.ctypes.data,
+                            layer.k, layer.n, out.ctypes.data, m, layer.bias.ctypes.data,
+                            layer.flags, 0, ow, conv.kw * c, row, n, hp * row, oh * ow * m,
+                            oh, sh * row, ow * m]]
+        self.out = out
+
+    def rebind(self, name: str, x: np.ndarray) -> None:
+        """Read ``x`` (same shape and dtype, C-contiguous) as the input ``"x"``."""
+        self.copy.rebind(name, x)
+
+    def parts(self) -> list[tuple[Any, list]]:
+        """The two calls, in order, for a compiled sequence."""
+        return [(self.copy, []), (self.gemm, [])]
+
+    def __call__(self) -> np.ndarray:
+        self.copy()
+        self.gemm()
+        return self.out
+
+
+__all__ = ["ConvLayer", "BoundConv", "DenseLayer", "BoundLayer", "MIN_FMAS_PER_THREAD", "gemm_kernel"]

@@ -133,6 +133,39 @@ def im2row_function(value: Scalar) -> Function:
     return b.function(f"im2row_{value}", params, *body)
 
 
+def pad_nhwc_function(value: Scalar) -> Function:
+    """``out[n, h + ph, w + pw, c] = x[n, c, h, w]``: an NCHW batch made channels-last inside a
+    zero border (the border is never written: the caller zeroes the buffer once)."""
+    x, out = b.var("x", Ptr(value)), b.var("out", Ptr(value))
+    names = ("n_img", "chan", "height", "width", "pad_h", "pad_w", "out_h", "out_w")
+    n_img, chan, height, width, ph, pw, hp, wp = (b.var(name, I64) for name in names)
+    n, c, h, w = (b.var(name, I64) for name in ("n", "c", "h", "w"))
+    body = [b.for_(n, 0, n_img, b.for_(c, 0, chan, b.for_(h, 0, height, b.for_(w, 0, width,
+        b.store(out, b.add(b.mul(b.add(b.mul(b.add(b.mul(n, hp), b.add(h, ph)), wp),
+                                       b.add(w, pw)), chan), c),
+                b.load(x, b.add(b.mul(b.add(b.mul(b.add(b.mul(n, chan), c), height), h),
+                                      width), w)))))))]
+    params = [b.param(x, "x")] + [b.param(v, name) for v, name in zip(
+        (n_img, chan, height, width, ph, pw, hp, wp), names)] + \
+        [b.param(out, "out", output=True)]
+    return b.function(f"pad_nhwc_{value}", params, *body)
+
+
+def pad_nhwc_call(x: np.ndarray, pads: tuple[int, int], out: np.ndarray, what: str
+                  ) -> MovementCall | None:
+    """``x`` (N, C, H, W) into the zero-bordered channels-last ``out`` (N, Hp, Wp, C) with
+    ``pads`` cells before each spatial axis; ``out`` must be zeroed once by the caller."""
+    value = _value_type(x.dtype)
+    if value is None or x.ndim != 4 or out.ndim != 4 or out.dtype != x.dtype or \
+            not x.flags.c_contiguous or not out.flags.c_contiguous or not x.size or \
+            out.shape[0] != x.shape[0] or out.shape[3] != x.shape[1] or \
+            out.shape[1] < x.shape[2] + pads[0] or out.shape[2] < x.shape[3] + pads[1]:
+        return None
+    kernel = _kernel(("pad_nhwc", value), lambda: pad_nhwc_function(value))
+    args = [x.ctypes.data, *x.shape, *pads, out.shape[1], out.shape[2], out.ctypes.data]
+    return MovementCall(kernel, args, {"x": 0}, [x, out], what)
+
+
 def _kernel(key: tuple, make: Any) -> CompiledKernel:
     kernel = _KERNELS.get(key)
     if kernel is None:
@@ -255,5 +288,5 @@ def im2row_call(x: np.ndarray, kernel: tuple[int, int], strides: tuple[int, int]
     return MovementCall(kernel_fn, args, {"x": 0}, [x, out], what)
 
 
-__all__ = ["MovementCall", "im2row_call", "im2row_function", "copy_call", "copy_function", "gather_call", "gather_function",
+__all__ = ["MovementCall", "im2row_call", "im2row_function", "pad_nhwc_call", "pad_nhwc_function", "copy_call", "copy_function", "gather_call", "gather_function",
            "ids_call", "ids_function"]
