@@ -38,6 +38,7 @@ from tensoralg.codegen.llvm_helpers import counted_loop, declare, entry_alloca, 
 I1, I32, I64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
 POINTER = ir.PointerType()
 MR = 6                   # rows of the register tile
+TALL_MR = 12             # rows of a one-vector tile (a narrow panel): 12 accumulators
 VECTORS = 4              # vectors across the register tile's columns (AVX-512; 2 on AVX2)
 L1_BLOCK_BYTES = 32768   # a KC x NR block of the packed weight: fits a 48 KiB L1 with room
 FLAG_BIAS, FLAG_RELU = 1, 2
@@ -107,7 +108,8 @@ def gemm_module(shape: GemmShape) -> ir.Module:
     module = ir.Module(name=f"gemm_{shape.dtype.name}")
     scalar = ir.FloatType() if shape.dtype == np.float32 else ir.DoubleType()
     micro = {(rows, vectors): _micro_kernel(module, shape, scalar, rows, vectors)
-             for rows in range(1, shape.mr + 1) for vectors in range(1, shape.vectors + 1)}
+             for vectors in range(1, shape.vectors + 1)
+             for rows in range(1, (TALL_MR if vectors == 1 else shape.mr) + 1)}
     _driver(module, shape, micro)
     return module
 
@@ -253,7 +255,6 @@ def _driver(module: ir.Module, shape: GemmShape, micro: dict[tuple[int, int], ir
     # K = 0 still runs one (empty) K block, so that the epilogue writes act(bias).
     k_blocks = builder.sdiv(builder.add(total_sub, builder.sub(per_block, const(1))), per_block)
     k_blocks = builder.select(builder.icmp_signed("<", k_blocks, const(1)), const(1), k_blocks)
-    row_blocks = blocks(builder.sub(end, begin), shape.mr)
     epilogue = builder.shl(flags, ir.Constant(I32, 2))
     p, kb, rb, outer, inner = (entry_alloca(builder, I64, name) for name in
                                ("panel", "kblock", "rowblock", "outer", "inner"))
@@ -265,7 +266,7 @@ def _driver(module: ir.Module, shape: GemmShape, micro: dict[tuple[int, int], ir
         a_plane = at(a, builder.add(builder.mul(o, a_outer), builder.mul(q, a_inner)))
         c_plane = at(c, builder.add(builder.mul(o, c_outer), builder.mul(q, c_inner)))
         _plane(builder, shape, micro, at, const, a_plane, lda, w, k_size, n_size, c_plane,
-               ldc, bias, begin, end, kc_size, a_kblock, panels, k_blocks, row_blocks,
+               ldc, bias, begin, end, kc_size, a_kblock, panels, k_blocks,
                epilogue, p, kb, rb, total_sub, per_block)
     builder.ret(ir.Constant(I32, 0))
 
@@ -274,7 +275,7 @@ def _plane(builder: ir.IRBuilder, shape: GemmShape, micro: dict[tuple[int, int],
            at: Any, const: Any, a: ir.Value, lda: ir.Value, w: ir.Value, k_size: ir.Value,
            n_size: ir.Value, c: ir.Value, ldc: ir.Value, bias: ir.Value, begin: ir.Value,
            end: ir.Value, kc_size: ir.Value, a_kblock: ir.Value, panels: ir.Value,
-           k_blocks: ir.Value, row_blocks: ir.Value, epilogue: ir.Value, p: ir.Value,
+           k_blocks: ir.Value, epilogue: ir.Value, p: ir.Value,
            kb: ir.Value, rb: ir.Value, total_sub: ir.Value, per_block: ir.Value) -> None:
     """One plane: panels of the weight, K blocks of ``per_block`` sub-blocks of ``kc_size``
     (sub-block ``s`` of A starting ``s * a_kblock`` elements into each row), row blocks of
@@ -288,7 +289,13 @@ def _plane(builder: ir.IRBuilder, shape: GemmShape, micro: dict[tuple[int, int],
         # Tile variants: (vectors - 1) * mr + (rows - 1); a narrow last panel has fewer vectors.
         vectors = builder.select(builder.icmp_signed("<", ncols, const(shape.nr)),
                                  blocks(ncols, shape.lanes), const(shape.vectors))
-        wide = builder.mul(builder.sub(vectors, const(1)), const(shape.mr))
+        # A one-vector panel takes taller tiles (12 rows), so that enough accumulators hide
+        # the latency of the multiply-adds.
+        mr = builder.select(builder.icmp_signed("==", vectors, const(1)), const(TALL_MR),
+                            const(shape.mr))
+        row_blocks = builder.sdiv(builder.add(builder.sub(end, begin), builder.sub(
+            mr, const(1))), mr)
+        wide = builder.mul(builder.sub(vectors, const(1)), const(TALL_MR))
         panel = at(w, builder.mul(j0, k_size))
         with counted_loop(builder, kb, const(0), lambda: k_blocks, "kblock"):
             first_sub = builder.mul(builder.load(kb, typ=I64), per_block)
@@ -306,10 +313,9 @@ def _plane(builder: ir.IRBuilder, shape: GemmShape, micro: dict[tuple[int, int],
                 builder.zext(last, I32), ir.Constant(I32, 1))), epilogue)
             w_block = at(panel, builder.mul(k0, const(shape.nr)))
             with counted_loop(builder, rb, const(0), lambda: row_blocks, "rows"):
-                i0 = builder.add(begin, builder.mul(builder.load(rb, typ=I64), const(shape.mr)))
+                i0 = builder.add(begin, builder.mul(builder.load(rb, typ=I64), mr))
                 rows = builder.sub(end, i0)
-                rows = builder.select(builder.icmp_signed("<", rows, const(shape.mr)), rows,
-                                      const(shape.mr))
+                rows = builder.select(builder.icmp_signed("<", rows, mr), rows, mr)
                 args = [at(a, builder.add(builder.mul(i0, lda), a_k0)), lda, w_block,
                         at(c, builder.add(builder.mul(i0, ldc), j0)), ldc, kc, nsub, a_kblock,
                         ncols, at(bias, j0), mode]
@@ -318,7 +324,7 @@ def _plane(builder: ir.IRBuilder, shape: GemmShape, micro: dict[tuple[int, int],
                 switch = builder.switch(variant, done)
                 for (count, width), kernel in micro.items():
                     case = builder.append_basic_block(f"tile.{count}x{width}")
-                    switch.add_case(const((width - 1) * shape.mr + count - 1), case)
+                    switch.add_case(const((width - 1) * TALL_MR + count - 1), case)
                     builder.position_at_end(case)
                     builder.call(kernel, args)
                     builder.branch(done)
