@@ -24,10 +24,13 @@ from tensoralg.onnx.movement_steps import permuter
 from tensoralg.onnx.ops.windows import windows
 from tensoralg.onnx.step_base import Env, Getter, Run, Spec, contiguous, made_of, parts_of
 
-# Narrower products stay with BLAS or the statement compiler: a register tile is one vector
-# (16 float32) wide at least, so an n=1 output layer would do 16x the work (measured: 256x256x1
-# took 21 µs against NumPy's 5.5 µs; from n=16 on the generated GEMM was faster).
+# Below this many outputs a layer's epilogue stays a kernel of its own (it may not be one the
+# GEMM applies) and, over a K this long, the product is a dot-product statement instead of
+# the GEMM: a one-vector tile broadcasts every input value, which for a 10^4-wide multi-hot
+# input costs more than streaming it once. Measured, 256 x 144 x n: the GEMM 13-17 µs for
+# n = 1..16, the statement with B(k,j) 110-128 µs.
 MIN_COLUMNS = 16
+NARROW_DOT_MIN_K = 1024
 _ATOM = re.compile(r"\(([A-Za-z_]\w*\([a-z,]*\))\)")   # (A(i,j)) -> A(i,j)
 
 
@@ -136,7 +139,7 @@ def matmul_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray],
 
     weight = constants.get(step.node.inputs[1])
     if a.ndim == 2 and weight is not None and weight.ndim == 2 and \
-            weight.shape[1] >= MIN_COLUMNS:
+            (weight.shape[1] >= MIN_COLUMNS or weight.shape[0] < NARROW_DOT_MIN_K):
         layer = layer_of(weight, False, None, constants, a.dtype)
         if layer is not None:
             spec = Spec(lambda outs, buffers, ins: layer_run(layer, ins[0], outs[0], a.shape),
@@ -150,7 +153,7 @@ def matmul_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray],
 
     return Spec(make, [], "BLAS")
 
-NARROW_LAYER = "Y(i,j) = sum(k, A(i,k) * B(k,j)) + C(j)"
+NARROW_LAYER = "Y(i,j) = sum(k, A(i,k) * B(j,k)) + C(j)"      # B = W^T: dot products
 
 def gemm_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) -> Spec | None:
     """An unfused ``Gemm`` with a constant weight and bias (alpha = beta = 1, no transA): a
@@ -169,14 +172,14 @@ def gemm_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) ->
             bias is None or bias.dtype != a.dtype or bias.size not in (1, weight.shape[1]):
         return None
     bias = np.ascontiguousarray(np.broadcast_to(bias.reshape(-1), (weight.shape[1],)))
-    if weight.shape[1] >= MIN_COLUMNS:
+    if weight.shape[1] >= MIN_COLUMNS or weight.shape[0] < NARROW_DOT_MIN_K:
         layer = ta.api.dense_layer(np.ascontiguousarray(weight), bias)
         spec = Spec(lambda outs, buffers, ins: layer_run(layer, ins[0], outs[0], a.shape),
                     [], "generated GEMM")
         spec.plan = layer.describe(a.shape[0])
         return spec
     kernel = step.context.kernels.get(NARROW_LAYER, a.dtype, {})
-    w = np.ascontiguousarray(weight)
+    w = np.ascontiguousarray(weight.T)
 
     def make(outs: list[np.ndarray], buffers: list[np.ndarray], ins: list[Getter]) -> Run:
         get = ins[0]
@@ -305,5 +308,5 @@ def gram_spec(step: Step, recorded: Env, shared: dict[str, Any]) -> Spec | None:
     return spec
 
 
-__all__ = ["MIN_COLUMNS", "Epilogue", "conv_spec", "gemm_epilogue", "gemm_spec", "gram_spec", "layer_of",
+__all__ = ["MIN_COLUMNS", "NARROW_DOT_MIN_K", "Epilogue", "conv_spec", "gemm_epilogue", "gemm_spec", "gram_spec", "layer_of",
            "layer_run", "matmul_spec"]

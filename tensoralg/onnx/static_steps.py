@@ -37,6 +37,7 @@ from tensoralg.onnx.movement_steps import (
 )
 from tensoralg.onnx.product_steps import (
     MIN_COLUMNS,
+    NARROW_DOT_MIN_K,
     conv_spec,
     gemm_epilogue,
     gemm_spec,
@@ -219,10 +220,12 @@ def _fused(step: Step, recorded: Env, constants: Mapping[str, np.ndarray],
         if inline["blas"]:
             values[PRODUCT] = np.empty((inline["m"], inline["n"]), dtype)
     if inline is not None and inline["blas"] and not split and not inline["trans_a"] and \
-            head.inputs[1] in constants and inline["n"] < MIN_COLUMNS:
-        # Too narrow for the generated GEMM (an n=1 output layer): the contraction joins the
-        # statement, one kernel with a vectorised dot product per row, instead of BLAS plus
-        # an epilogue kernel.
+            head.inputs[1] in constants and inline["n"] < MIN_COLUMNS and \
+            values[head.inputs[0]].shape[-1] >= NARROW_DOT_MIN_K:
+        # A narrow product over a long K (Wide&Deep's 10^4-wide input times one column):
+        # the contraction joins the statement as a vectorised dot product per row, which
+        # streams the input as fast as BLAS's GEMV (the generated GEMM would broadcast every
+        # input value for a one-vector tile).
         inline = dict(inline, blas=False)
         values.pop(PRODUCT, None)
     output = program.output if chain or head is None else head.outputs[0]
@@ -232,8 +235,7 @@ def _fused(step: Step, recorded: Env, constants: Mapping[str, np.ndarray],
         return None
     blas = inline is not None and inline["blas"] and not split
     layer, direct = None, False
-    if blas and not inline["trans_a"] and head.inputs[1] in constants and \
-            inline["n"] >= MIN_COLUMNS:
+    if blas and not inline["trans_a"] and head.inputs[1] in constants:
         # The generated GEMM replaces BLAS; with a bias/ReLU epilogue it is the whole step.
         letter_p = next(k for k, (name, _, _) in operands.items() if name == PRODUCT)
         epilogue = gemm_epilogue(statement, operands, letter_p, inline["n"])
