@@ -28,6 +28,21 @@ def _fresh(feeds: dict[str, np.ndarray], rng: np.random.Generator) -> dict[str, 
     return out
 
 
+def _planned_against_onnxruntime(model: onnx.ModelProto, feeds: dict[str, np.ndarray],
+                                 runs: int, seed: int) -> tonnx.CompiledModel:
+    """Load ``model`` at level 3 and run it ``runs`` times (the first on ``feeds``, the rest on
+    fresh values, so the later ones go through the static plan), each checked against
+    onnxruntime; returns the compiled model."""
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    compiled = tonnx.load(model, opt_level=3)
+    rng = np.random.default_rng(seed)
+    for k in range(runs):
+        data = feeds if k == 0 else _fresh(feeds, rng)
+        np.testing.assert_allclose(compiled.run(data)["y"], session.run(None, data)[0],
+                                   rtol=RTOL, atol=ATOL)
+    return compiled
+
+
 @pytest.mark.parametrize("name", list(MODELS))
 def test_static_plan_matches_onnxruntime_on_new_values(name):
     model, feeds = MODELS[name](np.random.default_rng(11))
@@ -158,13 +173,7 @@ def test_consecutive_sparse_layers_keep_the_transposed_layout():
     from test_onnx_passes import _pruned_mlp
 
     model, feeds = _pruned_mlp(np.random.default_rng(12), zeros=0.9, batch=40)
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    compiled = tonnx.load(model, opt_level=3)
-    rng = np.random.default_rng(13)
-    for k in range(3):
-        data = feeds if k == 0 else _fresh(feeds, rng)
-        np.testing.assert_allclose(compiled.run(data)["y"], session.run(None, data)[0],
-                                   rtol=RTOL, atol=ATOL)
+    compiled = _planned_against_onnxruntime(model, feeds, runs=3, seed=13)
     kinds = [step.kind for step in compiled.specialiser.latest().steps]
     assert kinds == ["sparse kernel (transposed layout)", "sparse kernel + kernel (transposed layout)"]
 
@@ -201,13 +210,7 @@ def test_bags_read_their_id_column_from_the_graph_input():
         opset_imports=[h.make_opsetid("", 17)])
     feeds = {"ids": np.stack([rng.integers(0, 30, (9, 3)), rng.integers(-17, 17, (9, 3))],
                              axis=1).astype(np.int64)}
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    compiled = tonnx.load(model, opt_level=3)
-    rng = np.random.default_rng(4)
-    for k in range(4):
-        data = feeds if k == 0 else _fresh(feeds, rng)
-        np.testing.assert_allclose(compiled.run(data)["y"], session.run(None, data)[0],
-                                   rtol=RTOL, atol=ATOL)
+    compiled = _planned_against_onnxruntime(model, feeds, runs=4, seed=4)
     steps = compiled.specialiser.latest().steps
     assert not any(s.step.node.op_type == "Gather" and s.step.node.inputs[0] == "ids"
                    for s in steps)
