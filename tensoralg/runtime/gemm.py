@@ -142,6 +142,16 @@ class BoundLayer:
               out.ctypes.data, layer.n, layer.bias.ctypes.data, layer.flags, 0, 0, *planes]]
         self.threads = threads if len(self.calls) > 1 else None
 
+    @classmethod
+    def with_arguments(cls, layer: DenseLayer, a: np.ndarray, out: np.ndarray,
+                       args: list) -> "BoundLayer":
+        """A one-thread call with the kernel's arguments given whole (a convolution's planes,
+        see :class:`BoundConv`); ``a`` and ``out`` are what they point into."""
+        bound = cls.__new__(cls)
+        bound.layer, bound.a, bound.out, bound.threads = layer, a, out, None
+        bound.calls = [list(args)]
+        return bound
+
     def rebind(self, name: str, a: np.ndarray) -> None:
         """Read ``a`` (same shape and dtype, C-contiguous) as the input ``name`` (``"A"``,
         the only operand that may change) from now on."""
@@ -242,15 +252,12 @@ class BoundConv:
             raise ShapeError(f"ConvLayer: cannot copy an input of {x.dtype} {x.shape}")
         layer, (sh, sw) = conv.layer, conv.strides
         row = wp * c
-        self.gemm = BoundLayer.__new__(BoundLayer)
-        self.gemm.layer, self.gemm.a, self.gemm.out, self.gemm.threads = \
-            layer, self.padded, out, None
         # One plane per (image, output row): its OW outputs are the GEMM's rows, lda apart;
         # K runs over the kernel's rows, KW * C contiguous values each, an image row apart.
-        self.gemm.calls = [[self.padded.ctypes.data, sw * c, layer.packed.ctypes.data,
-                            layer.k, layer.n, out.ctypes.data, m, layer.bias.ctypes.data,
-                            layer.flags, 0, ow, conv.kw * c, row, n, hp * row, oh * ow * m,
-                            oh, sh * row, ow * m]]
+        self.gemm = BoundLayer.with_arguments(layer, self.padded, out, [
+            self.padded.ctypes.data, sw * c, layer.packed.ctypes.data, layer.k, layer.n,
+            out.ctypes.data, m, layer.bias.ctypes.data, layer.flags, 0, ow, conv.kw * c, row,
+            n, hp * row, oh * ow * m, oh, sh * row, ow * m])
         self.out = out
 
     def rebind(self, name: str, x: np.ndarray) -> None:
