@@ -87,10 +87,14 @@ class DenseLayer:
 
     def describe(self, rows: int) -> str:
         """One line for a printed plan: the product, the blocking and the epilogue."""
+        from tensoralg.codegen.gemm import TALL_MR
+
         parts = ["bias"] * bool(self.flags & FLAG_BIAS) + ["relu"] * bool(self.flags & FLAG_RELU)
         epilogue = f" + {' + '.join(parts)} in registers" if parts else ""
-        return (f"generated GEMM (dense {rows}x{self.k}x{self.n}, {self.shape.mr}x"
-                f"{self.shape.nr} register tile, weight packed at load{epilogue})")
+        tile = (f"{TALL_MR}x{self.shape.lanes}" if self.n <= self.shape.lanes else
+                f"{self.shape.mr}x{self.shape.nr}")
+        return (f"generated GEMM (dense {rows}x{self.k}x{self.n}, {tile} register tile, "
+                f"weight packed at load{epilogue})")
 
     def __call__(self, a: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """The layer on ``a`` (M x K, C-contiguous), into ``out`` when given."""
