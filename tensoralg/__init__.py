@@ -34,7 +34,8 @@ from tensoralg.formats import (
 )
 
 __all__ = [
-    "__version__", "einsum", "compile", "Kernel", "set_num_threads", "get_num_threads", "Tensor", "Format", "LevelKind", "CSR", "CSC",
+    "__version__", "einsum", "compile", "Kernel", "set_num_threads", "get_num_threads",
+    "Tensor", "Format", "LevelKind", "CSR", "CSC",
     "DCSR", "DCSC", "COO", "CSF", "dense", "read", "write", "TensorAlgebraError",
     "NotationError", "ShapeError", "FormatError", "CompileError", "UnsupportedError",
     "KernelRuntimeError", "ModelError", "InputError",

@@ -883,6 +883,6 @@ def get_num_threads() -> int:
 
 
 __all__ = ["einsum", "compile", "Kernel", "KernelKey", "CompileOptions", "kernel_cache",
-           "RowCompressor", "DenseLayer", "dense_layer", "ConvLayer", "conv_layer", "CallSequence", "Slot",
-           "copy_call", "gather_call", "ids_call", "im2row_call", "set_num_threads", "get_num_threads",
-           "execute"]
+           "RowCompressor", "DenseLayer", "dense_layer", "ConvLayer", "conv_layer",
+           "CallSequence", "Slot", "copy_call", "gather_call", "ids_call", "im2row_call",
+           "set_num_threads", "get_num_threads", "execute"]

@@ -3,23 +3,26 @@
 ``C[i, j] = act(sum(k, A[i, k] * W[k, j]) + bias[j])`` for a weight ``W`` packed once (see
 :func:`pack_weight`). This is the dense sub-contraction of a layer (``Gemm``/``MatMul`` followed
 by a bias and an activation) that the ONNX importer used to hand to BLAS; generated here it
-beats NumPy's OpenBLAS plus a separate epilogue pass by 1.2-1.7x on the layer shapes of the
-recommender benchmarks (256 x 64..512 x 64..512, ``benchmarks/kernel_micro.py``), because
+runs from level with NumPy's OpenBLAS plus a separate epilogue pass to 1.7x faster on the layer
+shapes of the recommender benchmarks, depending on the VM's phase (``benchmarks/kernel_micro.py``
+times 256 x 256 x 512), because
 
 - the weight is packed at load time, not on every call: panels of ``NR`` columns, ``KC`` rows
   at a time, each ``KC x NR`` block contiguous and small enough to stay in L1 while every row
   block of ``A`` streams past it;
 - the micro-kernel keeps an ``MR x NR`` tile of ``C`` (6 rows x 4 vectors: 24 of the 32 vector
-  registers) in registers across ``KC`` steps: per step it loads 4 vectors of ``W`` and
-  broadcasts 6 values of ``A`` for 24 fused multiply-adds, so it is bound by the FMA units,
-  not by loads;
+  registers; 12 rows x 1 vector for a panel one vector wide) in registers across ``KC`` steps:
+  per step it loads 4 vectors of ``W`` and broadcasts 6 values of ``A`` for 24 fused
+  multiply-adds, so it is bound by the FMA units, not by loads;
 - the bias and ReLU are applied to the tile while it is in registers, so the output is written
   once and never read back.
 
-The statement compiler's register tiles (``ir/passes/tile.py``) reach 15 GFMA/s on the same
-product; this hand-scheduled kernel 50-80 (the machine's peak is about 90). It is a separate
-emitter, not an IR pass, because its shape (a register tile of a 2-D output updated by an outer
-product per step) is the one LLVM never derives from scalar loops.
+The statement compiler's register tiles (``ir/passes/tile.py``) reach 10-15 GFMA/s on the same
+product (``kernel_micro.py``); this hand-scheduled kernel 50-83 (the machine's peak is about
+90). It is a separate emitter, not an IR pass, because its shape (a register tile of a 2-D
+output updated by an outer product per step) is the one LLVM never derives from scalar loops.
+K may run in sub-blocks that lie apart in A, and the product may repeat over planes: that is
+how ``runtime/gemm.py`` computes a 2-D convolution without a patch matrix.
 
 Edges are exact and in bounds: the last panel's columns are masked (masked loads and stores
 touch no memory outside the mask), the last row block runs a micro-kernel with fewer rows, and
@@ -226,6 +229,16 @@ def _steps(builder: ir.IRBuilder, shape: GemmShape, scalar: ir.Type, vector: ir.
                 builder.store(builder.call(fma, [broadcast, w_vectors[v], acc]), tile[r][v])
 
 
+def _ceil_div(builder: ir.IRBuilder, size: ir.Value, block: ir.Value | int) -> ir.Value:
+    block = ir.Constant(I64, block) if isinstance(block, int) else block
+    return builder.sdiv(builder.add(size, builder.sub(block, ir.Constant(I64, 1))), block)
+
+
+def _at_least_one(builder: ir.IRBuilder, value: ir.Value) -> ir.Value:
+    one = ir.Constant(I64, 1)
+    return builder.select(builder.icmp_signed("<", value, one), one, value)
+
+
 def _driver(module: ir.Module, shape: GemmShape, micro: dict[tuple[int, int], ir.Function]
             ) -> None:
     fn = ir.Function(module, ir.FunctionType(I32, (
@@ -242,19 +255,13 @@ def _driver(module: ir.Module, shape: GemmShape, micro: dict[tuple[int, int], ir
     def at(pointer: ir.Value, offset: ir.Value) -> ir.Value:
         return builder.gep(pointer, [offset], inbounds=True, source_etype=scalar)
 
-    def blocks(size: ir.Value, block: int) -> ir.Value:
-        return builder.sdiv(builder.add(size, const(block - 1)), const(block))
-
-    panels = blocks(n_size, shape.nr)
+    panels = _ceil_div(builder, n_size, shape.nr)
     # K runs in sub-blocks of kc_size (a convolution's kernel rows); as many as fit the L1
     # block go to the micro-kernel at once, so its tile stays in registers across them.
-    total_sub = builder.sdiv(builder.add(k_size, builder.sub(kc_size, const(1))), kc_size)
-    per_block = builder.sdiv(const(shape.kc), kc_size)
-    per_block = builder.select(builder.icmp_signed("<", per_block, const(1)), const(1),
-                               per_block)
+    total_sub = _ceil_div(builder, k_size, kc_size)
+    per_block = _at_least_one(builder, builder.sdiv(const(shape.kc), kc_size))
     # K = 0 still runs one (empty) K block, so that the epilogue writes act(bias).
-    k_blocks = builder.sdiv(builder.add(total_sub, builder.sub(per_block, const(1))), per_block)
-    k_blocks = builder.select(builder.icmp_signed("<", k_blocks, const(1)), const(1), k_blocks)
+    k_blocks = _at_least_one(builder, _ceil_div(builder, total_sub, per_block))
     epilogue = builder.shl(flags, ir.Constant(I32, 2))
     p, kb, rb, outer, inner = (entry_alloca(builder, I64, name) for name in
                                ("panel", "kblock", "rowblock", "outer", "inner"))
@@ -280,21 +287,17 @@ def _plane(builder: ir.IRBuilder, shape: GemmShape, micro: dict[tuple[int, int],
     """One plane: panels of the weight, K blocks of ``per_block`` sub-blocks of ``kc_size``
     (sub-block ``s`` of A starting ``s * a_kblock`` elements into each row), row blocks of
     ``mr``."""
-    def blocks(size: ir.Value, block: int) -> ir.Value:
-        return builder.sdiv(builder.add(size, const(block - 1)), const(block))
-
     with counted_loop(builder, p, const(0), lambda: panels, "panel"):
         j0 = builder.mul(builder.load(p, typ=I64), const(shape.nr))
         ncols = builder.sub(n_size, j0)
         # Tile variants: (vectors - 1) * mr + (rows - 1); a narrow last panel has fewer vectors.
         vectors = builder.select(builder.icmp_signed("<", ncols, const(shape.nr)),
-                                 blocks(ncols, shape.lanes), const(shape.vectors))
+                                 _ceil_div(builder, ncols, shape.lanes), const(shape.vectors))
         # A one-vector panel takes taller tiles (12 rows), so that enough accumulators hide
         # the latency of the multiply-adds.
         mr = builder.select(builder.icmp_signed("==", vectors, const(1)), const(TALL_MR),
                             const(shape.mr))
-        row_blocks = builder.sdiv(builder.add(builder.sub(end, begin), builder.sub(
-            mr, const(1))), mr)
+        row_blocks = _ceil_div(builder, builder.sub(end, begin), mr)
         wide = builder.mul(builder.sub(vectors, const(1)), const(TALL_MR))
         panel = at(w, builder.mul(j0, k_size))
         with counted_loop(builder, kb, const(0), lambda: k_blocks, "kblock"):

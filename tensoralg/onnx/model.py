@@ -73,6 +73,11 @@ class CompiledModel:
             plan = self.specialiser.plans.get(signature)
             if plan is not None and all(type(a) is np.ndarray for a in feeds.values()):
                 self._known_plans[_feed_key(feeds)] = (plan, signature)
+        return self._outputs(values, feeds)
+
+    def _outputs(self, values: Mapping[str, np.ndarray], feeds: Mapping[str, Any]
+                 ) -> dict[str, np.ndarray]:
+        """The graph outputs of a run, each the caller's own (see :func:`_owned`)."""
         return {v.name: _owned(values[v.name], self._constant_memory, feeds)
                 for v in self.graph.outputs}
 
@@ -98,8 +103,7 @@ class CompiledModel:
             return None
         finally:
             plan.lock.release()
-        return {v.name: _owned(values[v.name], self._constant_memory, feeds)
-                for v in self.graph.outputs}
+        return self._outputs(values, feeds)
 
     def __call__(self, *arrays: Any) -> Any:
         """Positional inputs in declaration order; one output, or a tuple of them."""

@@ -47,7 +47,9 @@ def permuter(context: Any, target: np.ndarray, shape: tuple[int, ...],
     run.bound = bound      # type: ignore[attr-defined]
     return run
 
+
 TRANSPOSE_INDICES = "abcdef"
+
 
 def id_column(name: str, recorded: Env, constants: Mapping[str, np.ndarray],
                shared: dict[str, Any]) -> tuple[str, tuple[Any, ...]] | None:
@@ -73,6 +75,7 @@ def id_column(name: str, recorded: Env, constants: Mapping[str, np.ndarray],
     if not 0 <= column < size:
         return None       # the Gather step raises its error
     return data, (slice(None),) * axis + (column,)
+
 
 def gather_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray],
             shared: dict[str, Any]) -> Spec | None:
@@ -119,6 +122,7 @@ def gather_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray],
         spec.unread = frozenset({node.inputs[1]})
     return spec
 
+
 def all_below(index: np.ndarray, size: int) -> bool:
     """Whether every entry of an integer array is in ``[0, size)``, in one pass: read as
     unsigned, a negative entry is huge."""
@@ -128,11 +132,13 @@ def all_below(index: np.ndarray, size: int) -> bool:
         else index
     return int(unsigned.max()) < size
 
+
 def check_indices(index: np.ndarray, size: int, context: Any, name: str) -> None:
     """Raise a ShapeError naming the node unless every entry is in ``[-size, size)`` (ONNX
     counts negative indices from the end)."""
     if index.size and (int(index.min()) < -size or int(index.max()) >= size):
         raise ta.ShapeError(f"{context}: an index of {name} is outside [-{size}, {size})")
+
 
 def concat_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]
             ) -> Spec | None:
@@ -164,6 +170,7 @@ def concat_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]
         return made_of(run, parts)
 
     return Spec(make, [], "copy")
+
 
 def transpose_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]
                ) -> Spec | None:

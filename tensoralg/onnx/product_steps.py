@@ -27,10 +27,14 @@ from tensoralg.onnx.step_base import Env, Getter, Run, Spec, contiguous, made_of
 # Below this many outputs a layer's epilogue stays a kernel of its own (it may not be one the
 # GEMM applies) and, over a K this long, the product is a dot-product statement instead of
 # the GEMM: a one-vector tile broadcasts every input value, which for a 10^4-wide multi-hot
-# input costs more than streaming it once. Measured, 256 x 144 x n: the GEMM 13-17 µs for
-# n = 1..16, the statement with B(k,j) 110-128 µs.
+# input costs more than streaming it once. Measured ad hoc, 256 x 144 x n: the GEMM 13-17 µs
+# for n = 1..16, the statement with B(k,j) 110-128 µs.
 MIN_COLUMNS = 16
+
+
 NARROW_DOT_MIN_K = 1024
+
+
 _ATOM = re.compile(r"\(([A-Za-z_]\w*\([a-z,]*\))\)")   # (A(i,j)) -> A(i,j)
 
 
@@ -124,8 +128,23 @@ def layer_run(layer: Any, a_get: Getter, out: np.ndarray, a_shape: tuple[int, ..
         bound()
     return made_of(run, [(bound, [("A", a_get, a_shape)])])
 
+
+def _layer_spec(layer: DenseLayer, a_shape: tuple[int, ...]) -> Spec:
+    """A step that is only ``layer`` on its first input, written into its output."""
+    spec = Spec(lambda outs, buffers, ins: layer_run(layer, ins[0], outs[0], a_shape), [],
+                "generated GEMM")
+    spec.plan = layer.describe(a_shape[0])
+    return spec
+
+
+def _uses_gemm(weight: np.ndarray) -> bool:
+    """Whether a K x N constant weight's product goes to the generated GEMM (see
+    ``NARROW_DOT_MIN_K``)."""
+    return weight.shape[1] >= MIN_COLUMNS or weight.shape[0] < NARROW_DOT_MIN_K
+
+
 def matmul_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray],
-            shared: dict[str, Any]) -> Spec | None:
+                shared: dict[str, Any]) -> Spec | None:
     """A MatMul the node-by-node run sent to BLAS: the same product, into its buffer (on the
     generated GEMM for a constant weight; one kernel for a batched ``X @ X^T``)."""
     a, b = (recorded[n] for n in step.node.inputs[:2])
@@ -138,14 +157,10 @@ def matmul_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray],
         return gram      # None: a small product, captured as the kernel it ran
 
     weight = constants.get(step.node.inputs[1])
-    if a.ndim == 2 and weight is not None and weight.ndim == 2 and \
-            (weight.shape[1] >= MIN_COLUMNS or weight.shape[0] < NARROW_DOT_MIN_K):
+    if a.ndim == 2 and weight is not None and weight.ndim == 2 and _uses_gemm(weight):
         layer = layer_of(weight, False, None, constants, a.dtype)
         if layer is not None:
-            spec = Spec(lambda outs, buffers, ins: layer_run(layer, ins[0], outs[0], a.shape),
-                        [], "generated GEMM")
-            spec.plan = layer.describe(a.shape[0])
-            return spec
+            return _layer_spec(layer, a.shape)
 
     def make(outs: list[np.ndarray], buffers: list[np.ndarray], ins: list[Getter]) -> Run:
         buf, (a_of, b_of) = outs[0], ins
@@ -153,11 +168,14 @@ def matmul_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray],
 
     return Spec(make, [], "BLAS")
 
+
 NARROW_LAYER = "Y(i,j) = sum(k, A(i,k) * B(j,k)) + C(j)"      # B = W^T: dot products
+
 
 def gemm_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) -> Spec | None:
     """An unfused ``Gemm`` with a constant weight and bias (alpha = beta = 1, no transA): a
-    dense layer on the generated GEMM, or for fewer than 16 outputs one kernel with the bias."""
+    dense layer on the generated GEMM, or for a narrow output over a long K (``_uses_gemm``)
+    one kernel of dot products with the bias."""
     node = step.node
     attrs = node.attributes
     if len(node.inputs) < 2 or attrs.get("transA", 0) or attrs.get("alpha", 1.0) != 1.0 or \
@@ -172,12 +190,8 @@ def gemm_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) ->
             bias is None or bias.dtype != a.dtype or bias.size not in (1, weight.shape[1]):
         return None
     bias = np.ascontiguousarray(np.broadcast_to(bias.reshape(-1), (weight.shape[1],)))
-    if weight.shape[1] >= MIN_COLUMNS or weight.shape[0] < NARROW_DOT_MIN_K:
-        layer = ta.api.dense_layer(np.ascontiguousarray(weight), bias)
-        spec = Spec(lambda outs, buffers, ins: layer_run(layer, ins[0], outs[0], a.shape),
-                    [], "generated GEMM")
-        spec.plan = layer.describe(a.shape[0])
-        return spec
+    if _uses_gemm(weight):
+        return _layer_spec(dense_layer(np.ascontiguousarray(weight), bias), a.shape)
     kernel = step.context.kernels.get(NARROW_LAYER, a.dtype, {})
     w = np.ascontiguousarray(weight.T)
 
@@ -195,6 +209,7 @@ def gemm_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) ->
     spec = Spec(make, [], "kernel")
     spec.plan = NARROW_LAYER
     return spec
+
 
 def conv_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) -> Spec | None:
     """A 2-D ``Conv`` (group 1) with constant weights as native calls ending in NCHW.
@@ -242,20 +257,20 @@ def conv_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) ->
             np.zeros(x.shape, x.dtype)
         if direct:
             bound = conv.bind(placeholder, product)
-            first, name, calls = bound, "x", bound.parts()
+            first, calls = bound, bound.parts()
         else:
             first = ta.api.im2row_call(placeholder, geometry.kernel, geometry.strides,
                                        geometry.dilations, geometry.pads_begin, geometry.out,
                                        buffers[0], str(step.context))
             gemm = layer_run(layer, Getter("\0patches", buffers[0]), product, buffers[0].shape)
-            name, calls = "x", [(first, [])] + (parts_of(gemm) or [])
+            calls = [(first, [])] + (parts_of(gemm) or [])
         channels_last = product.reshape(x.shape[0], -1, channels)
         transpose = permuter(step.context, outs[0].reshape(x.shape[0], channels, -1),
                              channels_last.shape, (0, 2, 1))
 
         def run(env: Env) -> None:
             if get.fixed is None:
-                first.rebind(name, contiguous(get(env)))
+                first.rebind("x", contiguous(get(env)))
             if direct:
                 bound()
             else:
@@ -265,7 +280,7 @@ def conv_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) ->
         copier = getattr(transpose, "bound", None)
         if copier is None:
             return made_of(run, None)
-        parts = [(calls[0][0], [(name, get, None)]), *calls[1:],
+        parts = [(calls[0][0], [("x", get, None)]), *calls[1:],
                  (copier, [("X", Getter("\0channels last", channels_last), None)])]
         return made_of(run, parts)
 
@@ -276,6 +291,7 @@ def conv_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) ->
 
 GRAM = "Y(b,i,j) = A(b,i,k) * B(b,j,k)"      # A and B are the same array
 
+
 def gram_spec(step: Step, recorded: Env, shared: dict[str, Any]) -> Spec | None:
     """``MatMul(X, Transpose(X, perm=[0, 2, 1]))`` (DLRM's pairwise dot products) as one
     kernel reading X twice, so the transposed copy leaves the plan."""
@@ -283,7 +299,8 @@ def gram_spec(step: Step, recorded: Env, shared: dict[str, Any]) -> Spec | None:
     producer = shared.get("producers", {}).get(t)
     if producer is None or producer.node.op_type != "Transpose" or \
             producer.node.inputs[0] != x or shared.get("readers", {}).get(t) != 1 or \
-            recorded[x].ndim != 3 or tuple(producer.node.attributes.get("perm") or ()) != (0, 2, 1):
+            recorded[x].ndim != 3 or \
+            tuple(producer.node.attributes.get("perm") or ()) != (0, 2, 1):
         return None
     dtype = recorded[x].dtype
     kernel = step.context.kernels.get(GRAM, dtype, {})
@@ -308,5 +325,5 @@ def gram_spec(step: Step, recorded: Env, shared: dict[str, Any]) -> Spec | None:
     return spec
 
 
-__all__ = ["MIN_COLUMNS", "NARROW_DOT_MIN_K", "Epilogue", "conv_spec", "gemm_epilogue", "gemm_spec", "gram_spec", "layer_of",
-           "layer_run", "matmul_spec"]
+__all__ = ["MIN_COLUMNS", "NARROW_DOT_MIN_K", "Epilogue", "conv_spec", "gemm_epilogue",
+           "gemm_spec", "gram_spec", "layer_of", "layer_run", "matmul_spec"]

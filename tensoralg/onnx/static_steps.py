@@ -72,6 +72,7 @@ def spec_of(step: Step, recorded: Env, constants: Mapping[str, np.ndarray],
         spec = builder(step, recorded, constants) if builder is not None else None
     return spec if spec is not None else _captured(step, recorded, constants)
 
+
 def _captured(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) -> Spec | None:
     """Any other node whose recorded run was exactly one float kernel call on views of its
     inputs, returning the kernel's output itself: that call, prebound.
@@ -122,12 +123,15 @@ def _captured(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) ->
 
     return Spec(make, [], "kernel")
 
+
 def _same_memory(a: np.ndarray, b: np.ndarray) -> bool:
     """Whether ``b`` is ``a`` reshaped: same dtype, size and bytes, both C-contiguous."""
     return a.dtype == b.dtype and a.size == b.size and a.flags.c_contiguous and \
         b.flags.c_contiguous and (a.size == 0 or a.ctypes.data == b.ctypes.data)
 
+
 SPARSE_PRODUCT = "Y(j,i) = sum(k, W(j,k) * X(k,i))"   # a sparse head, transposed: batch inner
+
 
 class MultiHot:
     """The CSR form of a multi-hot graph input, refilled once per run by a compiled scan
@@ -163,6 +167,7 @@ class MultiHot:
             np.multiply(used, used, out=self._squares[:self.rows.nnz])
         env[self.key] = x
 
+
 def multi_hot_input(program: Any, inline: dict[str, Any], recorded: Env,
                     shared: dict[str, Any]) -> MultiHot | None:
     """The shared CSR form of the program's head input (or of ``g`` when it is ``g * g``)
@@ -181,6 +186,7 @@ def multi_hot_input(program: Any, inline: dict[str, Any], recorded: Env,
     if key not in shared:
         shared[key] = MultiHot(name, value)
     return shared[key]
+
 
 def _fused(step: Step, recorded: Env, constants: Mapping[str, np.ndarray],
            shared: dict[str, Any]) -> Spec | None:
@@ -363,6 +369,7 @@ def _fused(step: Step, recorded: Env, constants: Mapping[str, np.ndarray],
         spec.relayout = relayout
     return spec
 
+
 def _one_kernel(context: Any, built: tuple, dtype: np.dtype, weight_t: Any, out: np.ndarray,
                 spare: Any, by_name: dict[str, Getter], stored_input: str | None) -> Run:
     """The transposed statement ``Y(j,i) = f(sum(k, X(k,i) * W(j,k)), ...)`` as one prebound
@@ -391,6 +398,7 @@ def _one_kernel(context: Any, built: tuple, dtype: np.dtype, weight_t: Any, out:
     return made_of(lambda env: _refresh_and_call(env, copies, dynamic, bound),
                    _call_parts(copies, dynamic, bound))
 
+
 def _refresh_and_call(env: Env, copies: list[tuple[Getter, Callable[[np.ndarray], None]]],
                       dynamic: list[tuple[str, Getter, tuple[int, ...]]], bound: Any) -> None:
     """Refill the transposed copies, point the bound call at this run's inputs, and call it."""
@@ -399,6 +407,7 @@ def _refresh_and_call(env: Env, copies: list[tuple[Getter, Callable[[np.ndarray]
     for letter, get, shape in dynamic:
         bound.rebind(letter, get(env).reshape(shape))
     bound()
+
 
 def _call_parts(copies: list[tuple[Getter, Callable[[np.ndarray], None]]],
                 dynamic: list[tuple[str, Getter, tuple[int, ...]]], bound: Any
@@ -409,6 +418,7 @@ def _call_parts(copies: list[tuple[Getter, Callable[[np.ndarray], None]]],
     return [(copy.bound, [("X", get, None)])          # type: ignore[attr-defined]
             for get, copy in copies] + [(bound, [(letter, get, shape)
                                                  for letter, get, shape in dynamic])]
+
 
 def _sparse_head(context: Any, kernel: ta.Kernel, weight_t: Any, product: np.ndarray,
                  x: Getter, x_t: np.ndarray | None) -> Run:
@@ -434,6 +444,7 @@ def _sparse_head(context: Any, kernel: ta.Kernel, weight_t: Any, product: np.nda
         bound.rebind("X", x(env))
         bound()
     return made_of(run_dynamic, [(bound, [("X", x, None)])])
+
 
 def _bag(step: Step, recorded: Env, constants: Mapping[str, np.ndarray],
          shared: dict[str, Any]) -> Spec | None:
@@ -494,6 +505,7 @@ def _bag(step: Step, recorded: Env, constants: Mapping[str, np.ndarray],
     if column is not None:
         spec.unread = frozenset({node.inputs[1]})
     return spec
+
 
 def _bag_parts(ids: Getter, column: tuple[str, tuple[Any, ...]] | None, recorded: Env,
                crd: np.ndarray, rows: int, bound: Any, what: str) -> list[Part] | None:

@@ -18,19 +18,23 @@ Run = Callable[[Env], None]
 # (operand, where from, shape to view it as, or None).
 Part = tuple[Any, list[tuple[str, "Getter", tuple[int, ...] | None]]]
 
+
 def made_of(run: Run, parts: list[Part] | None) -> Run:
     """Mark ``run`` as exactly ``parts`` called in order, so that a plan may compile a run of
     such steps into one native sequence (``tensoralg.api.CallSequence``). None: it is not."""
     run.parts = parts      # type: ignore[attr-defined]
     return run
 
+
 def parts_of(run: Any) -> list[Part] | None:
     """The parts ``run`` was marked with (None if it has Python work of its own)."""
     return getattr(run, "parts", None)
 
+
 class Replan(Exception):
     """A run no longer fits the plan (a generic step produced a shape other than the recorded
     one, a multi-hot input outgrew its CSR buffers): run node by node."""
+
 
 @dataclass
 class Getter:
@@ -41,6 +45,7 @@ class Getter:
 
     def __call__(self, env: Env) -> np.ndarray:
         return self.fixed if self.fixed is not None else env[self.name]
+
 
 @dataclass
 class Spec:
@@ -62,6 +67,7 @@ class Spec:
     # What the step runs, for the printed plan and the profile, when it differs from what the
     # node-by-node run noted (None: the same).
     plan: str | None = None
+
 
 def contiguous(array: np.ndarray) -> np.ndarray:
     """``array`` itself when C-contiguous, else a C-contiguous copy (0-d stays 0-d, unlike

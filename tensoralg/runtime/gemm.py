@@ -116,7 +116,8 @@ class DenseLayer:
                                                     for s, d in zip(shape, array.shape)) or \
                 (writeable and not array.flags.writeable):
             want = " x ".join("M" if s is None else str(s) for s in shape)
-            raise ShapeError(f"{self!r}: the {what} must be a C-contiguous{' writeable' * writeable}"
+            kind = "C-contiguous writeable" if writeable else "C-contiguous"
+            raise ShapeError(f"{self!r}: the {what} must be a {kind}"
                              f" {self.dtype} array of shape {want}; got "
                              f"{getattr(array, 'dtype', type(array).__name__)} "
                              f"{getattr(array, 'shape', '')}")
@@ -278,4 +279,5 @@ class BoundConv:
         return self.out
 
 
-__all__ = ["ConvLayer", "BoundConv", "DenseLayer", "BoundLayer", "MIN_FMAS_PER_THREAD", "gemm_kernel"]
+__all__ = ["ConvLayer", "BoundConv", "DenseLayer", "BoundLayer", "MIN_FMAS_PER_THREAD",
+           "gemm_kernel"]

@@ -288,5 +288,6 @@ def im2row_call(x: np.ndarray, kernel: tuple[int, int], strides: tuple[int, int]
     return MovementCall(kernel_fn, args, {"x": 0}, [x, out], what)
 
 
-__all__ = ["MovementCall", "im2row_call", "im2row_function", "pad_nhwc_call", "pad_nhwc_function", "copy_call", "copy_function", "gather_call", "gather_function",
-           "ids_call", "ids_function"]
+__all__ = ["MovementCall", "copy_call", "copy_function", "gather_call", "gather_function",
+           "ids_call", "ids_function", "im2row_call", "im2row_function", "pad_nhwc_call",
+           "pad_nhwc_function"]
