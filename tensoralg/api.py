@@ -60,6 +60,7 @@ from tensoralg.notation.ast import tensors as tensor_ranks
 from tensoralg.runtime.args import ArgumentPlan, OutputBuffers
 from tensoralg.runtime.bound import BoundCall, dense_output, overwrites_output
 from tensoralg.runtime.compress import RowCompressor
+from tensoralg.runtime.conv import DirectConv
 from tensoralg.runtime.gemm import ConvLayer, DenseLayer
 from tensoralg.runtime.movement import copy_call, gather_call, ids_call, im2row_call
 from tensoralg.runtime.sequence import CallSequence, Slot
@@ -864,6 +865,42 @@ def conv_layer(weight: np.ndarray, bias: np.ndarray | None, strides: tuple[int, 
                      cache=kernel_cache().disk)
 
 
+def direct_conv(weight: np.ndarray, bias: np.ndarray | None, image: tuple[int, int, int],
+                strides: tuple[int, int] = (1, 1), dilations: tuple[int, int] = (1, 1),
+                pads_begin: tuple[int, int] = (0, 0), pads_end: tuple[int, int] = (0, 0),
+                groups: int = 1, relu: bool = False, skip_zeros: bool = False
+                ) -> DirectConv | None:
+    """A 2-D convolution of NCHW images of shape ``image`` (C, H, W) with ``weight``
+    (M, C/groups, KH, KW) compiled into the kernel, NCHW out (see ``runtime/conv.py``); with
+    ``skip_zeros`` the zero weights are left out of the code. None where it does not apply
+    (no AVX-512, too many weights to unroll, a non-float dtype): use :func:`conv_layer`.
+
+    >>> conv = direct_conv(np.ones((1, 1, 2, 2), np.float32), None, (1, 2, 2))
+    >>> conv is None or conv(np.ones((1, 1, 2, 2), np.float32)).item() == 4.0
+    True
+    """
+    from tensoralg.codegen.conv import ConvGeometry
+    from tensoralg.runtime.conv import direct_conv as build_conv
+
+    weight = np.asarray(weight)
+    channels, height, width = image
+    if weight.ndim != 4 or groups < 1 or channels % groups or weight.shape[0] % groups or \
+            weight.shape[1] * groups != channels:
+        raise ShapeError(f"direct_conv: weight {weight.shape} and {channels} input channels "
+                         f"in {groups} group(s) do not agree")
+    out = [(size + pads_begin[a] + pads_end[a] - dilations[a] * (weight.shape[2 + a] - 1) - 1)
+           // strides[a] + 1 for a, size in enumerate((height, width))]
+    if min(out) < 1:
+        raise ShapeError(f"direct_conv: a {weight.shape[2]}x{weight.shape[3]} kernel does not "
+                         f"fit a {height}x{width} image with these pads and dilations")
+    geometry = ConvGeometry(channels, height, width, weight.shape[0], out[0], out[1],
+                            (weight.shape[2], weight.shape[3]), tuple(strides),
+                            tuple(dilations), tuple(pads_begin), groups)
+    cache = kernel_cache()
+    return build_conv(geometry, weight, bias, relu, skip_zeros, cache=cache.disk,
+                      threads=cache.threads)
+
+
 def set_num_threads(threads: int) -> None:
     """Run kernels on at most ``threads`` threads (default: one per core, or
     ``TENSORALG_NUM_THREADS``). Applies to every call from now on, and to calls bound from now
@@ -884,5 +921,6 @@ def get_num_threads() -> int:
 
 __all__ = ["einsum", "compile", "Kernel", "KernelKey", "CompileOptions", "kernel_cache",
            "RowCompressor", "DenseLayer", "dense_layer", "ConvLayer", "conv_layer",
+           "DirectConv", "direct_conv",
            "CallSequence", "Slot", "copy_call", "gather_call", "ids_call", "im2row_call",
            "set_num_threads", "get_num_threads", "execute"]

@@ -86,7 +86,8 @@ def test_small_cnn_folds_its_batchnorm_and_matches_onnxruntime():
     level2 = _check_all_levels(model, feeds)
     assert "BatchNormalization" not in _ops(level2)
     assert _note(level2) == "conv+batchnorm: 1 folded (bn1 into conv1)"
-    assert "conv1: Conv(x, W1*bn1, b1*bn1) -> bn" in level2.ir()
+    # relu1 then joins the folded Conv (fuse_conv_activations)
+    assert "conv1: Conv(x, W1*bn1, b1*bn1) -> r1 [activation=Relu]" in level2.ir()
     # the folded constants replace the originals, in the weights' dtype
     assert not {"W1", "b1", "gamma", "beta", "mu", "var"} & set(level2.graph.constants)
     assert level2.graph.constants["W1*bn1"].dtype == np.float32

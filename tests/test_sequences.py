@@ -144,6 +144,7 @@ def test_plans_at_other_batch_sizes(name, batch):
     assert compiled.specialiser.latest() is not None
 
 
+@pytest.mark.parametrize("out_channels", [5, 700])
 @pytest.mark.parametrize("attrs", [
     {"pads": [1, 1, 1, 1]},
     {"strides": [2, 1], "pads": [0, 1, 2, 0]},
@@ -151,17 +152,19 @@ def test_plans_at_other_batch_sizes(name, batch):
     {"auto_pad": "SAME_UPPER", "strides": [2, 2]},
     {},
 ])
-def test_conv_with_constant_weights_runs_as_native_kernels(attrs):
+def test_conv_with_constant_weights_runs_as_native_kernels(attrs, out_channels):
+    """5 output channels: the weights compiled into the kernel (on AVX-512 hosts); 700: too
+    many to unroll, so the GEMM-based convolution (and im2row for the dilated one)."""
     import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(4)
-    w = rng.standard_normal((5, 3, 3, 2)).astype(np.float32)
-    b = rng.standard_normal(5).astype(np.float32)
+    w = rng.standard_normal((out_channels, 3, 3, 2)).astype(np.float32)
+    b = rng.standard_normal(out_channels).astype(np.float32)
     node = helper.make_node("Conv", ["x", "w", "b"], ["y"], **attrs)
     graph = helper.make_graph([node], "g", [helper.make_tensor_value_info(
         "x", TensorProto.FLOAT, ["N", 3, 9, 7])], [helper.make_tensor_value_info(
-            "y", TensorProto.FLOAT, ["N", 5, "H", "W"])],
+            "y", TensorProto.FLOAT, ["N", out_channels, "H", "W"])],
         [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     session = ort.InferenceSession(model.SerializeToString(),
@@ -171,4 +174,6 @@ def test_conv_with_constant_weights_runs_as_native_kernels(attrs):
         x = rng.standard_normal((4, 3, 9, 7)).astype(np.float32)
         np.testing.assert_allclose(compiled.run({"x": x})["y"], session.run(None, {"x": x})[0],
                                    rtol=RTOL, atol=ATOL)
-    assert [s.kind for s in compiled.specialiser.latest().steps] == ["conv kernels"]
+    compiled_in = out_channels == 5 and ta.api.direct_conv(w, b, (3, 9, 7)) is not None
+    kinds = [s.kind for s in compiled.specialiser.latest().steps]
+    assert kinds == ["conv kernel" if compiled_in else "conv kernels"]

@@ -1,4 +1,5 @@
-"""Opt level 2: an inference BatchNormalization after a Conv, folded into the Conv's weights.
+"""Opt level 2: an inference BatchNormalization after a Conv, folded into the Conv's weights;
+and a Relu after a Conv, applied by the Conv's own kernel.
 
 In inference mode BatchNormalization is a per-channel affine map of its input,
 ``Y(n,c,...) = (X(n,c,...) - mean(c)) * s(c) + beta(c)`` with ``s = scale / sqrt(var + eps)``.
@@ -8,6 +9,13 @@ group), so the map moves into the weights and bias, computed once at load::
     W'(m,...) = W(m,...) * s(m)        B'(m) = (B(m) - mean(m)) * s(m) + beta(m)
 
 and the pair runs as one Conv, one pass over the activations instead of two.
+
+A Relu whose input is a Conv's output read by nothing else joins the Conv (attribute
+``activation="Relu"``), so the convolution kernel applies it in registers before its only
+store. At level 3 a Conv whose weight has at least the sparse-weight threshold of zeros is also
+marked ``skip_zeros``: its kernel leaves the zero weights out, as sparse MatMul/Gemm weights do.
+Both attributes are tensoralg's own; the node keeps ``op_type == "Conv"`` and an implementation
+that honours them, so node-by-node runs give the same values.
 """
 from __future__ import annotations
 
@@ -16,7 +24,9 @@ from typing import Iterable
 import numpy as np
 
 from tensoralg.onnx.fusion import consumers_of
-from tensoralg.onnx.graph import Graph, Node
+from tensoralg.onnx.graph import OWN_ATTRIBUTES, Graph, Node
+from tensoralg.onnx.kernels import NodeContext, elementwise
+from tensoralg.onnx.ops.registry import OpImpl
 
 
 def fold_conv_batchnorm(graph: Graph) -> Graph:
@@ -112,6 +122,74 @@ def _folded(conv: Node, bn: Node, graph: Graph, taken: set[str]) -> Node:
                 conv.attributes, conv.version, conv.impl)
 
 
+def fuse_conv_activations(graph: Graph, threshold: float | None = None) -> Graph:
+    """Join each Relu to the Conv it reads, when nothing else reads that Conv's output; with
+    ``threshold`` (level 3), mark the Convs whose weight has at least that fraction of zeros
+    ``skip_zeros``.
+
+    For example ``c: Conv(x, W, B) -> h`` then ``r: Relu(h) -> y`` becomes
+    ``c: Conv(x, W, B) -> y`` with ``activation="Relu"``.
+    """
+    consumers = consumers_of(graph)
+    outputs = {v.name for v in graph.outputs}
+    producer = {name: node for node in graph.nodes if node.op_type == "Conv"
+                for name in node.outputs[:1] if name}
+    absorbed: dict[str, Node] = {}      # Conv name -> the Relu it absorbs
+    for node in graph.nodes:
+        conv = producer.get(node.inputs[0]) if node.op_type == "Relu" and node.inputs else None
+        if conv is not None and node.inputs[0] not in outputs and \
+                "activation" not in conv.attributes and \
+                [c.name for c in consumers.get(node.inputs[0], [])] == [node.name]:
+            absorbed[conv.name] = node
+    joined = {relu.name for relu in absorbed.values()}
+    nodes, fused, marked = [], [], []
+    for node in graph.nodes:
+        if node.name in joined:
+            continue
+        if node.op_type != "Conv":
+            nodes.append(node)
+            continue
+        attributes = dict(node.attributes)
+        outs = node.outputs
+        relu = absorbed.get(node.name)
+        if relu is not None:
+            attributes["activation"] = "Relu"
+            outs = relu.outputs
+            fused.append(f"{relu.name} into {node.name}")
+        weight = graph.constants.get(node.inputs[1]) if len(node.inputs) > 1 else None
+        if threshold is not None and weight is not None and weight.size and \
+                weight.dtype.kind == "f" and \
+                1.0 - np.count_nonzero(weight) / weight.size >= threshold:
+            attributes["skip_zeros"] = 1
+            marked.append(node.name)
+        if attributes == node.attributes:
+            nodes.append(node)
+            continue
+        nodes.append(Node(node.name, node.op_type, node.inputs, outs, attributes, node.version,
+                          _with_own_attributes(node.impl)))
+    graph.nodes = nodes
+    graph.notes.append(f"conv+relu: {len(fused)} fused" +
+                       (f" ({', '.join(fused)})" if fused else "") +
+                       (f"; sparse conv weights: {', '.join(marked)}" if marked else ""))
+    return graph
+
+
+def _with_own_attributes(impl: OpImpl) -> OpImpl:
+    """``impl`` accepting :data:`OWN_ATTRIBUTES` as well: it applies the activation after
+    the convolution; ``skip_zeros`` only matters to the compiled kernel of a static plan."""
+    function = impl.function
+
+    def conv(node: NodeContext, *args: np.ndarray, activation: str | None = None,
+             skip_zeros: int = 0, **attributes: object) -> np.ndarray:
+        result = function(node, *args, **attributes)
+        if activation == "Relu":
+            result = elementwise(node, "max({0}, 0)", result, dtype=result.dtype)
+        return result
+
+    known = None if impl.attributes is None else impl.attributes | OWN_ATTRIBUTES
+    return OpImpl(impl.name, impl.since, conv, impl.check, known)
+
+
 def _value_names(graph: Graph) -> set[str]:
     names: set[str] = set(graph.constants)
     names.update(v.name for v in list(graph.inputs) + list(graph.outputs))
@@ -134,4 +212,4 @@ def _fresh(base: str, taken: set[str]) -> str:
     return name
 
 
-__all__ = ["fold_conv_batchnorm"]
+__all__ = ["fold_conv_batchnorm", "fuse_conv_activations", "OWN_ATTRIBUTES"]

@@ -8,6 +8,9 @@ import numpy as np
 
 from tensoralg.onnx.ops.registry import OpImpl
 
+# Attributes tensoralg's own passes add to ONNX nodes (``folding.fuse_conv_activations``).
+OWN_ATTRIBUTES = frozenset({"activation", "skip_zeros"})
+
 
 @dataclass(frozen=True, slots=True)
 class ValueInfo:
@@ -36,8 +39,10 @@ class Node:
     impl: OpImpl
 
     def __str__(self) -> str:
+        own = [f"{key}={self.attributes[key]}" for key in sorted(OWN_ATTRIBUTES)
+               if key in self.attributes]
         return (f"{self.name}: {self.op_type}({', '.join(n or '-' for n in self.inputs)}) "
-                f"-> {', '.join(self.outputs)}")
+                f"-> {', '.join(self.outputs)}" + (f" [{', '.join(own)}]" if own else ""))
 
 
 @dataclass(slots=True)

@@ -16,7 +16,7 @@ import onnx
 
 from tensoralg.onnx.bags import recognise_bags
 from tensoralg.onnx.executor import call_node
-from tensoralg.onnx.folding import fold_conv_batchnorm
+from tensoralg.onnx.folding import fold_conv_batchnorm, fuse_conv_activations
 from tensoralg.onnx.fusion import fuse, reassociate_matmuls
 from tensoralg.onnx.graph import Graph
 from tensoralg.onnx.kernels import KernelSet, NodeContext
@@ -110,10 +110,12 @@ def pipeline(opt_level: int, model: onnx.ModelProto, kernels: KernelSet,
             ("embedding bags", recognise_bags),
         ]
     if opt_level == 2:
-        steps.append(("fusion", fuse))
+        steps += [("conv+relu", fuse_conv_activations), ("fusion", fuse)]
     if opt_level >= 3:
-        steps.append(("sparse weights + fusion",
-                      lambda g: fuse(g, find_sparse_weights(g, sparse_threshold))))
+        steps += [("conv+relu, sparse conv weights",
+                   lambda g: fuse_conv_activations(g, sparse_threshold)),
+                  ("sparse weights + fusion",
+                   lambda g: fuse(g, find_sparse_weights(g, sparse_threshold)))]
     return steps
 
 

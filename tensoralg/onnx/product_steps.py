@@ -22,7 +22,17 @@ from tensoralg.onnx.executor import Step
 from tensoralg.onnx.fusion import FLOATS
 from tensoralg.onnx.movement_steps import permuter
 from tensoralg.onnx.ops.windows import windows
-from tensoralg.onnx.step_base import Env, Getter, Run, Spec, contiguous, made_of, parts_of
+from tensoralg.onnx.step_base import (
+    Env,
+    Getter,
+    Run,
+    Spec,
+    contiguous,
+    made_of,
+    one_input_run,
+    parts_of,
+    placeholder,
+)
 
 # Below this many outputs a layer's epilogue stays a kernel of its own (it may not be one the
 # GEMM applies) and, over a K this long, the product is a dot-product statement instead of
@@ -120,13 +130,8 @@ def layer_of(weight: np.ndarray, trans_b: bool, epilogue: Epilogue | None,
 
 def layer_run(layer: Any, a_get: Getter, out: np.ndarray, a_shape: tuple[int, ...]) -> Run:
     """The bound dense layer reading this run's ``A`` and writing ``out``."""
-    placeholder = a_get.fixed if a_get.fixed is not None else np.zeros(a_shape, layer.dtype)
-    bound = layer.bind(contiguous(placeholder), out)
-
-    def run(env: Env) -> None:
-        bound.rebind("A", contiguous(a_get(env)))
-        bound()
-    return made_of(run, [(bound, [("A", a_get, a_shape)])])
+    bound = layer.bind(placeholder(a_get, a_shape, layer.dtype).reshape(a_shape), out)
+    return one_input_run(bound, a_get, "A", a_shape)
 
 
 def _layer_spec(layer: DenseLayer, a_shape: tuple[int, ...]) -> Spec:
@@ -196,15 +201,8 @@ def gemm_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) ->
     w = np.ascontiguousarray(weight.T)
 
     def make(outs: list[np.ndarray], buffers: list[np.ndarray], ins: list[Getter]) -> Run:
-        get = ins[0]
-        source = contiguous(get.fixed) if get.fixed is not None else np.zeros(a.shape, a.dtype)
-        bound = kernel.bind(out=outs[0], A=source, B=w, C=bias)
-
-        def run(env: Env) -> None:
-            if get.fixed is None:
-                bound.rebind("A", contiguous(get(env)))
-            bound()
-        return made_of(run, [(bound, [("A", get, None)])])
+        bound = kernel.bind(out=outs[0], A=placeholder(ins[0], a.shape, a.dtype), B=w, C=bias)
+        return one_input_run(bound, ins[0], "A")
 
     spec = Spec(make, [], "kernel")
     spec.plan = NARROW_LAYER
@@ -226,7 +224,8 @@ def conv_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) ->
     bias_name = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else None
     bias = constants.get(bias_name) if bias_name else None
     out = recorded[node.outputs[0]]
-    if x.ndim != 4 or weight is None or weight.ndim != 4 or int(attrs.get("group", 1)) != 1 or \
+    groups = int(attrs.get("group", 1))
+    if x.ndim != 4 or weight is None or weight.ndim != 4 or groups < 1 or \
             x.dtype not in FLOATS or weight.dtype != x.dtype or out.dtype != x.dtype or \
             (bias_name and (bias is None or bias.dtype != x.dtype)) or not out.size:
         return None
@@ -236,17 +235,26 @@ def conv_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) ->
     channels = weight.shape[0]
     if out.shape != (x.shape[0], channels, *geometry.out):
         return None
+    vector = None if bias is None else bias.reshape(-1)
+    relu = attrs.get("activation") == "Relu"
+    compiled = ta.api.direct_conv(weight, vector, x.shape[1:], geometry.strides,
+                                  geometry.dilations, geometry.pads_begin, geometry.pads_end,
+                                  groups, relu, bool(attrs.get("skip_zeros", 0)))
+    if compiled is not None:
+        return _compiled_conv_spec(compiled, x)
+    if groups != 1:
+        return None
     rows = x.shape[0] * geometry.out[0] * geometry.out[1]
     depth = weight[0].size
-    vector = None if bias is None else bias.reshape(-1)
     direct = geometry.dilations == (1, 1)
     if direct:
         conv = ta.api.conv_layer(weight, vector, geometry.strides, geometry.pads_begin,
-                                 geometry.pads_end)
+                                 geometry.pads_end, relu)
         scratch = [((rows, channels), x.dtype)]
         what = f"direct convolution on the generated GEMM ({conv.layer.describe(rows)})"
     else:
-        layer = dense_layer(np.ascontiguousarray(weight.reshape(channels, depth).T), vector)
+        layer = dense_layer(np.ascontiguousarray(weight.reshape(channels, depth).T), vector,
+                            relu)
         scratch = [((rows, depth), x.dtype), ((rows, channels), x.dtype)]
         what = f"im2row kernel ({rows}x{depth} patch matrix); {layer.describe(rows)}"
 
@@ -286,6 +294,19 @@ def conv_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) ->
 
     spec = Spec(make, scratch, "conv kernels")
     spec.plan = f"{what}; channels-last to NCHW transpose kernel"
+    return spec
+
+
+def _compiled_conv_spec(conv: Any, x: np.ndarray) -> Spec:
+    """One call of a convolution with its weights compiled in (``tensoralg.api.direct_conv``):
+    NCHW in, NCHW out, no scratch."""
+
+    def make(outs: list[np.ndarray], buffers: list[np.ndarray], ins: list[Getter]) -> Run:
+        return one_input_run(conv.bind(placeholder(ins[0], x.shape, x.dtype), outs[0]), ins[0],
+                             "x")
+
+    spec = Spec(make, [], "conv kernel")
+    spec.plan = conv.describe()
     return spec
 
 

@@ -69,10 +69,29 @@ class Spec:
     plan: str | None = None
 
 
+def placeholder(get: Getter, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """What to bind a call to before its first run: the fixed value, or zeros of the shape."""
+    return contiguous(get.fixed) if get.fixed is not None else np.zeros(shape, dtype)
+
+
+def one_input_run(bound: Any, get: Getter, operand: str,
+                  shape: tuple[int, ...] | None = None) -> Run:
+    """The run of a prebound call whose one input ``operand`` is read through ``get``
+    (rebound each run unless fixed; viewed as ``shape`` when given)."""
+
+    def run(env: Env) -> None:
+        if get.fixed is None:
+            value = contiguous(get(env))
+            bound.rebind(operand, value if shape is None else value.reshape(shape))
+        bound()
+    return made_of(run, [(bound, [(operand, get, shape)])])
+
+
 def contiguous(array: np.ndarray) -> np.ndarray:
     """``array`` itself when C-contiguous, else a C-contiguous copy (0-d stays 0-d, unlike
     ``np.ascontiguousarray``)."""
     return array if array.flags.c_contiguous else np.array(array, order="C")
 
 
-__all__ = ["Env", "Getter", "Part", "Replan", "Run", "Spec", "contiguous", "made_of", "parts_of"]
+__all__ = ["Env", "Getter", "Part", "Replan", "Run", "Spec", "contiguous", "made_of", "parts_of",
+           "placeholder", "one_input_run"]

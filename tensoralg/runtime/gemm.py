@@ -8,13 +8,14 @@ pay for the hand-over (~30-40 µs on the 2-core VM, measured in ``benchmarks/ker
 from __future__ import annotations
 
 import ctypes
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 from tensoralg.codegen.build import build_llvm_module
 from tensoralg.codegen.cache import DiskCache
-from tensoralg.errors import KernelRuntimeError, ShapeError
+from tensoralg.errors import ShapeError
+from tensoralg.runtime.ranges import native_range, run_ranges
 
 # As in codegen/gemm.py, which is imported on first use: it loads llvmlite, and importing
 # tensoralg must not.
@@ -175,25 +176,11 @@ class BoundLayer:
     def native(self, slots: dict[str, Any]) -> Any:
         """This call as a ``NativeCall`` (``codegen/sequence.py``), reading A from
         ``slots["A"]`` when given; None when it runs split over threads."""
-        from tensoralg.codegen.sequence import NativeCall
-
-        if self.threads is not None or set(slots) - {"A"}:
-            return None
-        args = list(self.calls[0])
-        if "A" in slots:
-            args[0] = slots["A"]
-        address = ctypes.cast(self.layer.function, ctypes.c_void_p).value or 0
-        return NativeCall(address, tuple(_PROTOTYPE._argtypes_), tuple(args), None,
-                          repr(self.layer))
+        return native_range(self.layer.function, self.calls, self.threads, slots, "A",
+                            repr(self.layer))
 
     def __call__(self) -> np.ndarray:
-        function: Callable[..., int] = self.layer.function
-        if self.threads is None:
-            status = function(*self.calls[0])
-        else:
-            status = max(self.threads.run_calls(lambda args: function(*args), self.calls))
-        if status != 0:
-            raise KernelRuntimeError(f"{self.layer!r}: the kernel failed (status {status})")
+        run_ranges(self.layer.function, self.calls, self.threads, repr(self.layer))
         return self.out
 
 

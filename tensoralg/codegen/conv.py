@@ -1,0 +1,341 @@
+"""A 2-D convolution with its weights compiled into the code, vectorised over output positions.
+
+``Y[n, m, oh, ow] = act(bias[m] + sum(c, kh, kw, W[m, c, kh, kw] *
+X[n, g(m) * Cg + c, oh * sh + kh * dh - pt, ow * sw + kw * dw - pl]))``, NCHW in and out, with
+``X`` taken as zero outside the image (the padding) and ``g(m)`` the group of channel ``m``.
+
+Small convolutions (the few-channel layers of recommender and edge CNNs) are a poor fit for a
+GEMM: with 3 to 16 channels a register tile over output channels is mostly empty lanes, and
+padding and layout changes cost more passes over the activations than the arithmetic. This
+emitter turns the problem around:
+
+- **vector lanes run over output positions** (``n, oh, ow`` flattened), so every lane does
+  useful work whatever the channel counts, and each loaded input vector is reused by every
+  output channel of the block (one register accumulator per channel);
+- **the weights are constants of the generated code**: each multiply-add takes its weight as
+  an immediate broadcast, and a tap (input channel, kernel row, kernel column) whose weights
+  are zero for every channel of the block is not emitted at all. A pruned convolution thus
+  runs only its nonzero multiply-adds (``skip_zeros``; without it a zero weight is multiplied
+  like any other, so ``0 * inf`` stays NaN as in a dense convolution);
+- **padding is a mask**, not a copy: an input lane outside the image is not read (masked loads
+  and gathers touch no memory outside their mask) and counts as zero;
+- bias and ReLU are applied in registers, and NCHW output is written directly.
+
+Two addressing modes, chosen at build time from the geometry:
+
+- *rows*: when an image's ``OH * OW`` positions are a whole number of vectors, a vector never
+  straddles two images, so outputs are plain (masked) vector stores; inputs are contiguous
+  masked loads when the convolution has unit strides and keeps the width (``OW == W``, the
+  usual "same" 3x3), and gathers otherwise;
+- *general*: gathers and scatters with per-lane offsets, for any geometry.
+
+It is a separate emitter, like ``codegen/gemm.py``, because code specialised to constant weight
+values is not a loop nest ``ir.nodes`` describes. The geometry, weights and flags are baked in:
+one module per convolution, cached on disk under a key that includes the weight bytes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from llvmlite import ir
+
+from tensoralg.codegen.llvm_helpers import counted_loop, declare, entry_alloca
+
+I1, I32, I64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
+POINTER = ir.PointerType()
+ENTRY = "tensoralg_conv"
+BLOCK_CHANNELS = 24     # accumulators per pass over the taps: 24 of the 32 vector registers
+# Multiply-adds a module may unroll: the weights live in the code, so its size grows with them
+# (about 7 bytes per multiply-add); beyond this the GEMM path is used instead.
+MAX_UNROLLED = 8192
+
+
+@dataclass(frozen=True, slots=True)
+class ConvGeometry:
+    """The shape of one 2-D convolution, NCHW, everything but the batch.
+
+    >>> ConvGeometry(3, 8, 8, 8, 8, 8, (3, 3), (1, 1), (1, 1), (1, 1), 1).positions
+    64
+    """
+
+    channels: int
+    height: int
+    width: int
+    out_channels: int
+    out_height: int
+    out_width: int
+    kernel: tuple[int, int]
+    strides: tuple[int, int]
+    dilations: tuple[int, int]
+    pads_begin: tuple[int, int]
+    groups: int
+
+    @property
+    def positions(self) -> int:
+        """Output positions per image and channel (``OH * OW``)."""
+        return self.out_height * self.out_width
+
+    def image_elements(self) -> int:
+        """Elements of one input image (``C * H * W``)."""
+        return self.channels * self.height * self.width
+
+
+CONTIGUOUS, GATHER, GATHER_SCATTER = "contiguous loads", "gathers", "gathers and scatters"
+
+
+def addressing(geometry: ConvGeometry, lanes: int) -> str:
+    """How a module for ``geometry`` reads and writes (see the module docstring).
+
+    >>> addressing(ConvGeometry(3, 8, 8, 8, 8, 8, (3, 3), (1, 1), (1, 1), (1, 1), 1), 16)
+    'contiguous loads'
+    """
+    g = geometry
+    if g.positions % lanes:
+        return GATHER_SCATTER
+    return CONTIGUOUS if g.strides == (1, 1) and g.out_width == g.width else GATHER
+
+
+def unrolled_fmas(weight: np.ndarray, skip_zeros: bool) -> int:
+    """The multiply-adds per output vector a module for ``weight`` (M, C/g, KH, KW) unrolls."""
+    return int(np.count_nonzero(weight)) if skip_zeros else int(weight.size)
+
+
+def blocks_of(out_channels: int) -> list[range]:
+    """Output channels split into near-equal blocks of at most ``BLOCK_CHANNELS``.
+
+    >>> [len(b) for b in blocks_of(40)]
+    [20, 20]
+    """
+    count = -(-out_channels // BLOCK_CHANNELS)
+    bounds = [out_channels * k // count for k in range(count + 1)]
+    return [range(lo, hi) for lo, hi in zip(bounds, bounds[1:])]
+
+
+def conv_module(geometry: ConvGeometry, weight: np.ndarray, bias: np.ndarray | None,
+                relu: bool, skip_zeros: bool, lanes: int) -> ir.Module:
+    """The module exporting ``int32 tensoralg_conv(X, Y, begin, end)``: output positions
+    ``[begin, end)`` of the flattened ``(n, oh, ow)`` range, every channel, from input ``X``
+    (NCHW) into ``Y`` (NCHW); ``begin`` is a multiple of ``lanes``. Returns 0.
+
+    >>> g = ConvGeometry(1, 2, 2, 1, 1, 1, (2, 2), (1, 1), (1, 1), (0, 0), 1)
+    >>> w = np.ones((1, 1, 2, 2), np.float32)
+    >>> "tensoralg_conv" in str(conv_module(g, w, None, False, False, 16))
+    True
+    """
+    dtype = weight.dtype
+    scalar = ir.FloatType() if dtype == np.float32 else ir.DoubleType()
+    module = ir.Module(name=f"conv_{dtype.name}")
+    fn = ir.Function(module, ir.FunctionType(I32, (POINTER, POINTER, I64, I64)), name=ENTRY)
+    x, y, begin, end = fn.args
+    x.add_attribute("noalias")
+    y.add_attribute("noalias")
+    builder = ir.IRBuilder(fn.append_basic_block("entry"))
+    emitter = _Emitter(module, builder, geometry, scalar, lanes)
+    q = entry_alloca(builder, I64, "block")
+    # Signed: an empty or reversed range gives no blocks.
+    blocks = builder.sdiv(builder.add(builder.sub(end, begin), ir.Constant(I64, lanes - 1)),
+                          ir.Constant(I64, lanes))
+    with counted_loop(builder, q, ir.Constant(I64, 0), lambda: blocks, "block"):
+        start = builder.add(begin, builder.mul(builder.load(q, typ=I64),
+                                               ir.Constant(I64, lanes)))
+        emitter.block(x, y, start, end, weight, bias, relu, skip_zeros)
+    builder.ret(ir.Constant(I32, 0))
+    return module
+
+
+class _Emitter:
+    """The body of one block of ``lanes`` output positions: lane coordinates, then per block
+    of output channels the taps, the epilogue and the stores."""
+
+    def __init__(self, module: ir.Module, builder: ir.IRBuilder, geometry: ConvGeometry,
+                 scalar: ir.Type, lanes: int) -> None:
+        self.b, self.g, self.scalar, self.lanes = builder, geometry, scalar, lanes
+        self.vector = ir.VectorType(scalar, lanes)
+        self.ivector = ir.VectorType(I32, lanes)
+        self.mask = ir.VectorType(I1, lanes)
+        self.pointers = ir.VectorType(POINTER, lanes)
+        name = "v{}f{}".format(lanes, scalar.intrinsic_name[1:])
+        vec, mask, pointers = self.vector, self.mask, self.pointers
+        self.fma = declare(module, f"llvm.fma.{name}", vec, (vec, vec, vec))
+        self.load = declare(module, f"llvm.masked.load.{name}.p0", vec, (POINTER, I32, mask, vec))
+        self.store = declare(module, f"llvm.masked.store.{name}.p0", ir.VoidType(),
+                             (vec, POINTER, I32, mask))
+        self.gather = declare(module, f"llvm.masked.gather.{name}.v{lanes}p0", vec,
+                              (pointers, I32, mask, vec))
+        self.scatter = declare(module, f"llvm.masked.scatter.{name}.v{lanes}p0", ir.VoidType(),
+                               (vec, pointers, I32, mask))
+        self.align = ir.Constant(I32, np.dtype(np.float32 if scalar == ir.FloatType()
+                                               else np.float64).itemsize)
+        self.zero = _Short(vec, 0.0, "zeroinitializer")
+        self.module = module
+        g = geometry
+        mode = addressing(g, lanes)
+        self.rows_mode = mode != GATHER_SCATTER
+        self.contiguous = mode == CONTIGUOUS
+        # Which kernel rows/columns can fall outside the image for some output position.
+        self.row_checked = [_may_leave(g.out_height, g.strides[0], kh * g.dilations[0],
+                                       g.pads_begin[0], g.height) for kh in range(g.kernel[0])]
+        self.col_checked = [_may_leave(g.out_width, g.strides[1], kw * g.dilations[1],
+                                       g.pads_begin[1], g.width) for kw in range(g.kernel[1])]
+
+    def ints(self, value: int) -> ir.Constant:
+        return ir.Constant(self.ivector, [value] * self.lanes)
+
+    def block(self, x: ir.Value, y: ir.Value, start: ir.Value, end: ir.Value,
+              weight: np.ndarray, bias: np.ndarray | None, relu: bool, skip_zeros: bool) -> None:
+        b, g, lanes = self.b, self.g, self.lanes
+        positions = g.positions
+        iota = ir.Constant(self.ivector, list(range(lanes)))
+        left = b.sub(end, start)
+        left = b.trunc(b.select(b.icmp_signed("<", left, ir.Constant(I64, lanes)), left,
+                                ir.Constant(I64, lanes)), I32)
+        valid = b.icmp_signed("<", iota, self._splat(left, self.ivector))
+        image = b.udiv(start, ir.Constant(I64, positions))
+        first = b.trunc(b.sub(start, b.mul(image, ir.Constant(I64, positions))), I32)
+        local = b.add(self._splat(first, self.ivector), iota)   # position in the first image
+        if self.rows_mode:
+            rel_image, pos = None, local
+        else:
+            rel_image = b.udiv(local, self.ints(positions))
+            pos = b.sub(local, b.mul(rel_image, self.ints(positions)))
+        oh = b.udiv(pos, self.ints(g.out_width))
+        ow = b.sub(pos, b.mul(oh, self.ints(g.out_width)))
+        row0 = b.sub(b.mul(oh, self.ints(g.strides[0])), self.ints(g.pads_begin[0]))
+        col0 = b.sub(b.mul(ow, self.ints(g.strides[1])), self.ints(g.pads_begin[1]))
+        row_ok = [b.icmp_unsigned("<", b.add(row0, self.ints(kh * g.dilations[0])),
+                                  self.ints(g.height)) if checked else None
+                  for kh, checked in enumerate(self.row_checked)]
+        col_ok = [b.icmp_unsigned("<", b.add(col0, self.ints(kw * g.dilations[1])),
+                                  self.ints(g.width)) if checked else None
+                  for kw, checked in enumerate(self.col_checked)]
+        x_image = b.gep(x, [b.mul(image, ir.Constant(I64, g.image_elements()))],
+                        source_etype=self.scalar)
+        y_image = b.gep(y, [b.mul(image, ir.Constant(I64, g.out_channels * positions))],
+                        source_etype=self.scalar)
+        offset = b.add(b.mul(row0, self.ints(g.width)), col0)
+        if rel_image is not None:
+            offset = b.add(offset, b.mul(rel_image, self.ints(g.image_elements())))
+        x_first = b.gep(x_image, [b.zext(first, I64)], source_etype=self.scalar)
+        y_offset = pos if rel_image is None else \
+            b.add(pos, b.mul(rel_image, self.ints(g.out_channels * positions)))
+        per_group = g.out_channels // g.groups
+        plane = g.height * g.width
+        # The table holds the bias, then the weights in their own order (see _table).
+        values = np.concatenate([np.zeros(g.out_channels, weight.dtype) if bias is None
+                                 else np.asarray(bias, weight.dtype), weight.reshape(-1)])
+        table = self._table(values)
+        for block in blocks_of(g.out_channels):
+            acc = [self._broadcast(table, m) for m in block]
+            taps: dict[tuple[int, int, int], list[tuple[int, int]]] = {}
+            for j, m in enumerate(block):
+                group = m // per_group
+                for (c, kh, kw), w in np.ndenumerate(weight[m]):
+                    if w != 0 or not skip_zeros:
+                        channel = group * weight.shape[1] + c
+                        index = g.out_channels + int(np.ravel_multi_index((m, c, kh, kw),
+                                                                          weight.shape))
+                        taps.setdefault((channel, kh, kw), []).append((j, index))
+            fence = ir.InlineAsm(ir.FunctionType(ir.VoidType(), ()), "", "~{memory}",
+                                 side_effect=True)
+            for (channel, kh, kw), uses in sorted(taps.items()):
+                # Keeps each tap's loads next to its multiply-adds: left free, the scheduler
+                # issues every gather first and spills what they return.
+                b.call(fence, [])
+                mask = valid
+                for ok in (row_ok[kh], col_ok[kw]):
+                    if ok is not None:
+                        mask = b.and_(mask, ok)
+                shift = channel * plane + kh * g.dilations[0] * g.width + kw * g.dilations[1]
+                if self.contiguous:
+                    # Lanes are consecutive positions of one image, and so are their inputs.
+                    base = b.gep(x_first, [ir.Constant(I64, shift + (offset_of_first(g)))],
+                                 source_etype=self.scalar)
+                    value = b.call(self.load, [base, self.align, mask, self.zero])
+                else:
+                    # One index vector for every tap, the tap's shift in the scalar base:
+                    # 72 shifted index vectors would be hoisted and spilled.
+                    where = self._lanes_at(b.gep(x_image, [ir.Constant(I64, shift)],
+                                                 source_etype=self.scalar), offset)
+                    value = b.call(self.gather, [where, self.align, mask, self.zero])
+                for j, index in uses:
+                    acc[j] = b.call(self.fma, [self._broadcast(table, index), value, acc[j]])
+            for j, m in enumerate(block):
+                result = acc[j]
+                if relu:
+                    # max(x, 0) with NaN kept, as NumPy's maximum and the GEMM's epilogue do
+                    keep = b.fcmp_unordered(">", result, self.zero)
+                    result = b.select(keep, result, self.zero)
+                if rel_image is None:
+                    where = b.gep(y_image, [b.add(b.zext(first, I64),
+                                                  ir.Constant(I64, m * positions))],
+                                  source_etype=self.scalar)
+                    b.call(self.store, [result, where, self.align, valid])
+                else:
+                    where = self._lanes_at(b.gep(y_image, [ir.Constant(I64, m * positions)],
+                                                 source_etype=self.scalar), y_offset)
+                    b.call(self.scatter, [result, where, self.align, valid])
+
+    def _table(self, values: np.ndarray) -> ir.Value:
+        """The address of a constant table of ``values``, redefined once per block by an empty
+        asm statement. Were the weights splat constants (or loads from a fixed address), LLVM
+        would hoist every one of them out of the block loop as a full vector and spill most
+        to the stack, turning each multiply-add's broadcast operand into a 64-byte reload;
+        an address that is new each block keeps them as broadcast loads inside the loop."""
+        array = ir.ArrayType(self.scalar, len(values))
+        table = ir.GlobalVariable(self.module, array, "weights")
+        table.initializer = ir.Constant(array, [float(v) for v in values])
+        table.global_constant = True
+        table.linkage = "internal"
+        barrier = ir.InlineAsm(ir.FunctionType(POINTER, (POINTER,)), "", "=r,0",
+                               side_effect=False)
+        return self.b.call(barrier, [table])
+
+    def _broadcast(self, table: ir.Value, index: int) -> ir.Value:
+        """Entry ``index`` of the table in every lane."""
+        scalar = self.b.load(self.b.gep(table, [ir.Constant(I64, index)], inbounds=True,
+                                        source_etype=self.scalar), typ=self.scalar)
+        return self._splat(scalar, self.vector)
+
+    def _lanes_at(self, base: ir.Value, offsets: ir.Value) -> ir.Value:
+        """``base + offsets``: a vector of element pointers (a vector GEP, which llvmlite
+        types as a scalar pointer unless told)."""
+        where = self.b.gep(base, [offsets], source_etype=self.scalar)
+        where.type = self.pointers
+        return where
+
+    def _splat(self, value: ir.Value, vector: ir.VectorType) -> ir.Value:
+        b = self.b
+        undefined = _Short(vector, ir.Undefined, "undef")
+        lane0 = b.insert_element(undefined, value, ir.Constant(I32, 0))
+        return b.shuffle_vector(lane0, undefined,
+                                _Short(ir.VectorType(I32, vector.count), 0, "zeroinitializer"))
+
+
+class _Short(ir.Constant):
+    """A uniform vector constant printed in LLVM's short form (``zeroinitializer``,
+    ``undef``): llvmlite checks its lanes, then would spell each one out, and with a splat per
+    multiply-add that was most of a module's text and of its compile time."""
+
+    def __init__(self, typ: ir.VectorType, lane: object, text: str) -> None:
+        super().__init__(typ, [lane] * typ.count)
+        self.text = text
+
+    def get_reference(self) -> str:
+        return self.text
+
+
+def offset_of_first(g: ConvGeometry) -> int:
+    """In the contiguous mode, the input offset of output position 0 relative to the output
+    position: ``-pt * W - pl`` (the kernel's first cell, before the tap's own shift)."""
+    return -g.pads_begin[0] * g.width - g.pads_begin[1]
+
+
+def _may_leave(out: int, stride: int, shift: int, pad: int, size: int) -> bool:
+    """Whether input index ``o * stride + shift - pad`` leaves ``[0, size)`` for some
+    ``o < out``."""
+    return shift - pad < 0 or (out - 1) * stride + shift - pad >= size
+
+
+__all__ = ["ConvGeometry", "conv_module", "addressing", "blocks_of", "unrolled_fmas",
+           "MAX_UNROLLED", "ENTRY"]

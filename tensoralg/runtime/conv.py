@@ -1,0 +1,178 @@
+"""2-D convolutions with their weights compiled in (``codegen/conv.py``), NCHW in and out.
+
+A :class:`DirectConv` builds (or reads from the disk cache) one module per weight, geometry and
+epilogue; :meth:`DirectConv.bind` fixes an input and an output buffer and returns a call that
+costs one native call (or one per thread range), and that a compiled call sequence can take.
+
+It needs AVX-512 (masked gathers and scatters, and sixteen float lanes): :func:`direct_conv`
+returns None on other hosts, for batch and geometry combinations that do not fit 32-bit lane
+offsets, and for weights too large to unroll, and callers keep the GEMM-based convolution.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+from typing import Any
+
+import numpy as np
+
+from tensoralg.codegen.build import build_llvm_module
+from tensoralg.codegen.cache import DiskCache
+from tensoralg.errors import ShapeError
+from tensoralg.runtime.ranges import native_range, run_ranges
+
+_PROTOTYPE = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
+                              ctypes.c_int64)
+# Per thread range: below this many multiply-adds a second thread costs about as much as it
+# saves (the same hand-over cost as the GEMM's, runtime/gemm.py).
+MIN_FMAS_PER_THREAD = 8_000_000
+_LIMIT32 = 2**31 - 1
+
+
+class DirectConv:
+    """``out = act(conv(x, weight) + bias)`` for NCHW ``x`` of a fixed image geometry, with
+    ``weight`` (M, C/groups, KH, KW) compiled into the kernel; ``act`` is ReLU when ``relu``.
+    With ``skip_zeros`` the zero weights are left out of the code (a pruned weight runs only its
+    nonzeros); without it they are multiplied like any other.
+
+    Build it with :func:`direct_conv`, which checks that the host and the shapes allow it.
+
+    >>> from tensoralg.codegen.conv import ConvGeometry
+    >>> g = ConvGeometry(1, 2, 2, 1, 1, 1, (2, 2), (1, 1), (1, 1), (0, 0), 1)
+    >>> conv = direct_conv(g, np.ones((1, 1, 2, 2), np.float32), None)
+    >>> conv is None or conv(np.arange(4, dtype=np.float32).reshape(1, 1, 2, 2)).item() == 6.0
+    True
+    """
+
+    def __init__(self, geometry: Any, weight: np.ndarray, bias: np.ndarray | None, relu: bool,
+                 skip_zeros: bool, lanes: int, cache: DiskCache | None = None,
+                 threads: Any = None) -> None:
+        from tensoralg.codegen.conv import ENTRY, conv_module, unrolled_fmas
+
+        self.geometry, self.dtype, self.lanes = geometry, weight.dtype, lanes
+        self.relu, self.skip_zeros, self.threads = relu, skip_zeros, threads
+        self.weights = unrolled_fmas(weight, skip_zeros)
+        self.bias = None if bias is None else np.asarray(bias, weight.dtype)
+        digest = hashlib.sha256(weight.tobytes() + (b"" if bias is None else
+                                                    self.bias.tobytes())).hexdigest()
+        key = f"conv|{geometry}|{weight.dtype}|{relu}|{skip_zeros}|{lanes}|{digest}"
+        module = conv_module(geometry, weight, self.bias, relu, skip_zeros, lanes)
+        self.function, self.source, self._keepalive = build_llvm_module(
+            module, ENTRY, _PROTOTYPE, cache=cache, key=key)
+
+    def __repr__(self) -> str:
+        g = self.geometry
+        act = " + relu" if self.relu else ""
+        return (f"DirectConv({self.dtype} {g.channels}x{g.height}x{g.width} -> "
+                f"{g.out_channels}x{g.out_height}x{g.out_width}, {g.kernel[0]}x{g.kernel[1]}"
+                f"{act})")
+
+    def describe(self) -> str:
+        """One line for a printed plan."""
+        from tensoralg.codegen.conv import addressing
+
+        mode = addressing(self.geometry, self.lanes)
+        parts = (["bias"] if self.bias is not None else []) + (["relu"] if self.relu else [])
+        epilogue = f", {' + '.join(parts)} in registers" if parts else ""
+        kept = f"{self.weights} nonzero weights" if self.skip_zeros else \
+            f"{self.weights} weights"
+        return (f"direct convolution, weights compiled in ({kept}; {self.lanes} output "
+                f"positions per vector, {mode}{epilogue})")
+
+    def __call__(self, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """The convolution of ``x`` (N, C, H, W), into ``out`` when given."""
+        g = self.geometry
+        if out is None:
+            out = np.empty((np.shape(x)[0] if np.ndim(x) == 4 else 0, g.out_channels,
+                            g.out_height, g.out_width), self.dtype)
+        return self.bind(x, out)()
+
+    def bind(self, x: np.ndarray, out: np.ndarray) -> "BoundDirectConv":
+        """A call reading ``x`` (N, C, H, W) and writing ``out`` (N, M, OH, OW), both
+        C-contiguous and fixed (``x`` may be swapped with :meth:`BoundDirectConv.rebind`)."""
+        g = self.geometry
+        self._check(x, "input", (g.channels, g.height, g.width))
+        self._check(out, "output", (g.out_channels, g.out_height, g.out_width), writeable=True)
+        if out.shape[0] != x.shape[0]:
+            raise ShapeError(f"{self!r}: {x.shape[0]} input images but {out.shape[0]} output")
+        return BoundDirectConv(self, x, out)
+
+    def _check(self, array: Any, what: str, shape: tuple, writeable: bool = False) -> None:
+        if type(array) is not np.ndarray or array.ndim != 4 or array.dtype != self.dtype or \
+                not array.flags.c_contiguous or array.shape[1:] != shape or \
+                (writeable and not array.flags.writeable):
+            kind = "C-contiguous writeable" if writeable else "C-contiguous"
+            raise ShapeError(f"{self!r}: the {what} must be a {kind} {self.dtype} array of "
+                             f"shape N x {' x '.join(map(str, shape))}; got "
+                             f"{getattr(array, 'dtype', type(array).__name__)} "
+                             f"{getattr(array, 'shape', '')}")
+
+
+class BoundDirectConv:
+    """A :class:`DirectConv` call with its buffers fixed; ``__call__`` runs it."""
+
+    def __init__(self, conv: DirectConv, x: np.ndarray, out: np.ndarray) -> None:
+        self.conv, self.x, self.out = conv, x, out
+        total = x.shape[0] * conv.geometry.positions
+        lanes = conv.lanes
+        parts = 1
+        if conv.threads is not None:
+            parts = max(1, min(conv.threads.threads,
+                               total * conv.weights // MIN_FMAS_PER_THREAD, total // lanes))
+        vectors = -(-total // lanes)
+        bounds = [min(total, vectors * part // parts * lanes) for part in range(parts + 1)]
+        bounds[-1] = total
+        self.calls = [[x.ctypes.data, out.ctypes.data, lo, hi]
+                      for lo, hi in zip(bounds, bounds[1:]) if hi > lo] or \
+            [[x.ctypes.data, out.ctypes.data, 0, 0]]
+        self.threads = conv.threads if len(self.calls) > 1 else None
+
+    def rebind(self, name: str, x: np.ndarray) -> None:
+        """Read ``x`` (same shape and dtype, C-contiguous) as the input ``"x"`` from now on."""
+        if name != "x":
+            raise ShapeError(f"{self.conv!r}: only the input x can be rebound, not {name!r}")
+        if x is self.x:
+            return
+        if type(x) is not np.ndarray or x.shape != self.x.shape or x.dtype != self.x.dtype or \
+                not x.flags.c_contiguous:
+            raise ShapeError(f"{self.conv!r}: cannot read {getattr(x, 'dtype', type(x))} "
+                             f"{getattr(x, 'shape', '')} in place of {self.x.dtype} "
+                             f"{self.x.shape}")
+        self.x = x
+        for call in self.calls:
+            call[0] = x.ctypes.data
+
+    def native(self, slots: dict[str, Any]) -> Any:
+        """This call as a ``NativeCall`` for a compiled sequence, reading x from
+        ``slots["x"]`` when given; None when it runs split over threads."""
+        return native_range(self.conv.function, self.calls, self.threads, slots, "x",
+                            repr(self.conv))
+
+    def __call__(self) -> np.ndarray:
+        run_ranges(self.conv.function, self.calls, self.threads, repr(self.conv))
+        return self.out
+
+
+def direct_conv(geometry: Any, weight: np.ndarray, bias: np.ndarray | None, relu: bool = False,
+                skip_zeros: bool = False, cache: DiskCache | None = None,
+                threads: Any = None) -> DirectConv | None:
+    """A :class:`DirectConv` for ``weight`` on this host, or None where it does not apply:
+    no AVX-512, a dtype other than float32/float64, more multiply-adds than a module unrolls
+    (``codegen.conv.MAX_UNROLLED``), or images too large for 32-bit lane offsets."""
+    from tensoralg.codegen.conv import MAX_UNROLLED, unrolled_fmas
+    from tensoralg.codegen.llvm import host_has
+
+    weight = np.asarray(weight)
+    g = geometry
+    if weight.dtype not in (np.float32, np.float64) or not host_has("avx512f") or \
+            weight.shape != (g.out_channels, g.channels // g.groups, *g.kernel) or \
+            unrolled_fmas(weight, skip_zeros) > MAX_UNROLLED or g.positions < 1:
+        return None
+    lanes = 64 // weight.dtype.itemsize
+    # Lane offsets are 32-bit: a vector spans at most lanes + 1 images.
+    if (lanes + 2) * max(g.image_elements(), g.out_channels * g.positions) > _LIMIT32:
+        return None
+    return DirectConv(geometry, weight, bias, relu, skip_zeros, lanes, cache, threads)
+
+
+__all__ = ["DirectConv", "BoundDirectConv", "direct_conv", "MIN_FMAS_PER_THREAD"]

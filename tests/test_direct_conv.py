@@ -1,0 +1,259 @@
+"""Convolutions with their weights compiled in (codegen/conv.py, runtime/conv.py) and their use
+by the ONNX importer: Conv+Relu joined at level 2, zero weights left out at level 3."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from conftest import real_scipy
+from onnx import TensorProto, numpy_helper
+from onnx import helper as h
+
+import tensoralg as ta
+import tensoralg.onnx as tonnx
+from tensoralg.codegen.conv import MAX_UNROLLED, blocks_of
+from tensoralg.runtime.conv import DirectConv
+from tensoralg.runtime.sequence import CallSequence
+from tensoralg.runtime.threads import KernelThreads
+
+TOL = {np.float32: 2e-5, np.float64: 1e-12}
+
+
+def _built(weight, bias, image, **kwargs):
+    conv = ta.api.direct_conv(weight, bias, image, **kwargs)
+    if conv is None:
+        pytest.skip("this host has no AVX-512: convolutions use the GEMM path")
+    return conv
+
+
+def _reference(x, w, b, strides, dilations, pads_begin, pads_end, groups, relu):
+    """The convolution in float64, one kernel cell at a time over a zero-padded copy."""
+    n, c, height, width = x.shape
+    m, per_group, kh, kw = w.shape
+    padded = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pads_begin[0], pads_end[0]),
+                                           (pads_begin[1], pads_end[1])))
+    oh = (height + pads_begin[0] + pads_end[0] - dilations[0] * (kh - 1) - 1) // strides[0] + 1
+    ow = (width + pads_begin[1] + pads_end[1] - dilations[1] * (kw - 1) - 1) // strides[1] + 1
+    y = np.zeros((n, m, oh, ow))
+    for out in range(m):
+        group = out // (m // groups)
+        for ch in range(per_group):
+            for i in range(kh):
+                for j in range(kw):
+                    rows = slice(i * dilations[0], i * dilations[0] + strides[0] * (oh - 1) + 1,
+                                 strides[0])
+                    cols = slice(j * dilations[1], j * dilations[1] + strides[1] * (ow - 1) + 1,
+                                 strides[1])
+                    y[:, out] += w[out, ch, i, j] * padded[:, group * per_group + ch, rows, cols]
+    if b is not None:
+        y += b[None, :, None, None]
+    return np.maximum(y, 0) if relu else y
+
+
+# (batch, channels, height, width, out channels, kernel, strides, dilations, pads begin, pads
+# end, groups): "same" 3x3 (contiguous loads), stride 2 (gathers and scatters), asymmetric pads
+# with dilation and groups, 1x1, depthwise, a kernel wider than the image, more than one block
+# of output channels, and batches that end inside a vector.
+GEOMETRIES = [
+    (2, 3, 8, 8, 8, (3, 3), (1, 1), (1, 1), (1, 1), (1, 1), 1),
+    (5, 8, 8, 8, 16, (3, 3), (2, 2), (1, 1), (0, 0), (0, 0), 1),
+    (3, 4, 7, 5, 6, (2, 3), (1, 2), (2, 1), (1, 0), (0, 2), 2),
+    (1, 1, 1, 1, 1, (1, 1), (1, 1), (1, 1), (0, 0), (0, 0), 1),
+    (17, 2, 4, 4, 3, (3, 3), (1, 1), (1, 1), (1, 1), (1, 1), 1),
+    (2, 6, 9, 9, 6, (3, 3), (1, 1), (1, 1), (1, 1), (1, 1), 6),
+    (3, 2, 3, 2, 4, (5, 5), (1, 1), (1, 1), (2, 2), (2, 2), 1),
+    (2, 3, 5, 6, 40, (3, 3), (1, 1), (1, 1), (1, 1), (1, 1), 1),
+    (7, 5, 4, 4, 2, (1, 1), (1, 1), (1, 1), (0, 0), (0, 0), 1),
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("geometry", GEOMETRIES)
+def test_direct_conv_matches_the_reference(dtype, geometry):
+    n, c, height, width, m, kernel, strides, dilations, pads_begin, pads_end, groups = geometry
+    rng = np.random.default_rng(sum(geometry[:5]))
+    x = rng.standard_normal((n, c, height, width)).astype(dtype)
+    for relu in (False, True):
+        for skip_zeros in (False, True):
+            w = rng.standard_normal((m, c // groups, *kernel)).astype(dtype)
+            if skip_zeros:
+                w[rng.random(w.shape) < 0.7] = 0
+            b = rng.standard_normal(m).astype(dtype) if relu else None
+            conv = _built(w, b, (c, height, width), strides=strides, dilations=dilations,
+                          pads_begin=pads_begin, pads_end=pads_end, groups=groups, relu=relu,
+                          skip_zeros=skip_zeros)
+            want = _reference(x, w, b, strides, dilations, pads_begin, pads_end, groups, relu)
+            got = conv(x)
+            assert got.dtype == dtype and got.shape == want.shape
+            np.testing.assert_allclose(got, want, rtol=TOL[dtype], atol=TOL[dtype])
+
+
+def test_real_data_as_images():
+    # 16 x 16 tiles of a real matrix (values and its zero pattern) as one-channel images.
+    matrix = real_scipy("bcspwr10").toarray()[:256, :256].astype(np.float32)
+    x = np.ascontiguousarray(matrix.reshape(16, 16, 16, 16).transpose(0, 2, 1, 3)).reshape(
+        128, 2, 16, 16)
+    assert np.count_nonzero(x) > 100
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((5, 2, 3, 3)).astype(np.float32)
+    conv = _built(w, None, (2, 16, 16), pads_begin=(1, 1), pads_end=(1, 1), relu=True)
+    np.testing.assert_allclose(conv(x), _reference(x, w, None, (1, 1), (1, 1), (1, 1), (1, 1),
+                                                   1, True), rtol=1e-5, atol=1e-5)
+
+
+def test_edges_empty_batch_zero_weights_and_one_nonzero():
+    w = np.zeros((3, 2, 3, 3), np.float32)
+    bias = np.array([-1.0, 0.5, 2.0], np.float32)
+    conv = _built(w, bias, (2, 5, 5), skip_zeros=True, relu=True)
+    assert conv.weights == 0                                    # no multiply-add emitted
+    y = conv(np.ones((4, 2, 5, 5), np.float32))
+    np.testing.assert_array_equal(y, np.broadcast_to(np.maximum(bias, 0)[None, :, None, None],
+                                                     (4, 3, 3, 3)))
+    assert conv(np.ones((0, 2, 5, 5), np.float32)).shape == (0, 3, 3, 3)
+    w[1, 1, 2, 0] = 3.0
+    single = _built(w, None, (2, 5, 5), skip_zeros=True)
+    x = np.random.default_rng(0).standard_normal((3, 2, 5, 5)).astype(np.float32)
+    want = np.zeros((3, 3, 3, 3), np.float32)
+    want[:, 1] = 3.0 * x[:, 1, 2:5, 0:3]
+    np.testing.assert_array_equal(single(x), want)
+
+
+def test_zero_weights_multiply_unless_skipped():
+    # Without skip_zeros a zero weight meets inf as a dense convolution does (NaN); with it,
+    # the weight is not in the code, as for sparse MatMul weights at level 3.
+    w = np.zeros((1, 1, 1, 2), np.float32)
+    w[0, 0, 0, 0] = 1.0
+    x = np.array([[[[1.0, np.inf, 2.0]]]], np.float32)
+    dense = _built(w, None, (1, 1, 3))(x)
+    sparse = _built(w, None, (1, 1, 3), skip_zeros=True)(x)
+    assert np.isnan(dense[0, 0, 0, 0]) and dense[0, 0, 0, 1] == np.inf
+    assert sparse[0, 0, 0, 0] == 1.0 and sparse[0, 0, 0, 1] == np.inf
+
+
+def test_output_is_written_only_in_bounds():
+    # Padding lanes are never read (masked) and the last, partial vector writes only its lanes.
+    rng = np.random.default_rng(5)
+    w = rng.standard_normal((2, 1, 3, 3)).astype(np.float32)
+    for stride in (1, 2):
+        conv = _built(w, None, (1, 5, 5), strides=(stride, stride), pads_begin=(1, 1),
+                      pads_end=(1, 1))
+        side = 5 if stride == 1 else 3
+        store = np.full(3 * 2 * side * side + 64, 7.0, np.float32)
+        out = store[:3 * 2 * side * side].reshape(3, 2, side, side)
+        x = rng.standard_normal((3, 1, 5, 5)).astype(np.float32)
+        conv.bind(x, out)()
+        np.testing.assert_allclose(out, _reference(x, w, None, (stride,) * 2, (1, 1), (1, 1),
+                                                   (1, 1), 1, False), rtol=1e-5, atol=1e-5)
+        assert (store[out.size:] == 7.0).all()
+
+
+def test_threads_split_positions_with_the_same_result():
+    rng = np.random.default_rng(1)
+    w = rng.standard_normal((16, 8, 3, 3)).astype(np.float32)
+    x = rng.standard_normal((600, 8, 8, 8)).astype(np.float32)
+    built = _built(w, None, (8, 8, 8), pads_begin=(1, 1), pads_end=(1, 1))
+    one = DirectConv(built.geometry, w, None, False, False, built.lanes)
+    two = DirectConv(built.geometry, w, None, False, False, built.lanes,
+                     threads=KernelThreads(2))
+    a = one.bind(x, np.empty((600, 16, 8, 8), np.float32))
+    b = two.bind(x, np.empty((600, 16, 8, 8), np.float32))
+    assert len(a.calls) == 1 and len(b.calls) == 2
+    assert b.calls[1][2] % one.lanes == 0          # the second range starts on a whole vector
+    np.testing.assert_array_equal(a(), b())
+    assert b.native({}) is None                    # a split call is not sequence material
+
+
+def test_rebind_native_sequence_and_bad_operands():
+    w = np.ones((2, 1, 2, 2), np.float32)
+    conv = _built(w, None, (1, 3, 3))
+    out = np.empty((2, 2, 2, 2), np.float32)
+    bound = conv.bind(np.ones((2, 1, 3, 3), np.float32), out)
+    bound.rebind("x", np.full((2, 1, 3, 3), 2.0, np.float32))
+    assert (bound() == 8.0).all()
+    sequence = CallSequence([bound.native({})], slots=0)
+    out[...] = 0
+    assert sequence.run() == 0 and (out == 8.0).all()
+    with pytest.raises(ta.ShapeError, match="in place of"):
+        bound.rebind("x", np.ones((3, 1, 3, 3), np.float32))
+    with pytest.raises(ta.ShapeError, match="only the input x"):
+        bound.rebind("w", np.ones((2, 1, 3, 3), np.float32))
+    with pytest.raises(ta.ShapeError, match="input"):
+        conv(np.ones((2, 1, 3, 3), np.float64))
+    with pytest.raises(ta.ShapeError, match="input"):
+        conv(np.ones((2, 1, 4, 3), np.float32))
+    with pytest.raises(ta.ShapeError, match="output"):
+        conv(np.ones((2, 1, 3, 3), np.float32), out=np.empty((2, 2, 3, 3), np.float32))
+    with pytest.raises(ta.ShapeError, match="do not agree"):
+        ta.api.direct_conv(w, None, (2, 3, 3))
+    with pytest.raises(ta.ShapeError, match="does not fit"):
+        ta.api.direct_conv(w, None, (1, 1, 1))
+
+
+def test_limits_leave_the_gemm_path():
+    assert ta.api.direct_conv(np.ones((1, 1, 1, 1), np.int32), None, (1, 2, 2)) is None
+    big = np.ones((MAX_UNROLLED + 1, 1, 1, 1), np.float32)
+    assert ta.api.direct_conv(big, None, (1, 2, 2)) is None
+    assert [len(b) for b in blocks_of(50)] == [16, 17, 17]
+
+
+def _conv_relu_model(weight, bias, pads, strides=(1, 1), dtype=TensorProto.FLOAT):
+    c = weight.shape[1]
+    nodes = [h.make_node("Conv", ["x", "w", "b"], ["c"], pads=list(pads), strides=list(strides),
+                         name="conv"),
+             h.make_node("Relu", ["c"], ["y"], name="relu")]
+    graph = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", dtype, ["N", c, 6, 6])],
+                         [h.make_tensor_value_info("y", dtype, ["N", weight.shape[0], 6, 6])],
+                         [numpy_helper.from_array(weight, "w"), numpy_helper.from_array(bias, "b")])
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_conv_relu_joins_and_sparse_weights_skip_zeros(dtype):
+    rng = np.random.default_rng(11)
+    w = rng.standard_normal((6, 4, 3, 3)).astype(dtype)
+    w[rng.random(w.shape) < 0.9] = 0
+    b = rng.standard_normal(6).astype(dtype)
+    onnx_type = TensorProto.FLOAT if dtype == np.float32 else TensorProto.DOUBLE
+    model = _conv_relu_model(w, b, (1, 1, 1, 1), dtype=onnx_type)
+    x = rng.standard_normal((20, 4, 6, 6)).astype(dtype)
+    want = _reference(x, w, b, (1, 1), (1, 1), (1, 1), (1, 1), 1, True)
+    if dtype == np.float32:              # onnxruntime has no float64 Conv
+        session = ort.InferenceSession(model.SerializeToString(),
+                                       providers=["CPUExecutionProvider"])
+        np.testing.assert_allclose(session.run(None, {"x": x})[0], want, rtol=1e-5, atol=1e-5)
+    for level in (0, 1, 2, 3):
+        compiled = tonnx.load(model, opt_level=level)
+        for _ in range(3):                  # the static plan is built at the second call
+            np.testing.assert_allclose(compiled.run({"x": x})["y"], want, rtol=1e-4, atol=1e-5)
+        text = compiled.ir()
+        if level >= 2:
+            assert "conv+relu: 1 fused (relu into conv)" in text
+            assert [n.op_type for n in compiled.graph.nodes] == ["Conv"]
+        assert ("skip_zeros=1" in text) == (level == 3)
+    assert tonnx.load(model, opt_level=3, sparse_weights=False).graph.nodes[0] \
+        .attributes.get("skip_zeros") is None
+    if ta.api.direct_conv(w, b, (4, 6, 6)) is not None:
+        plan = compiled.specialiser.latest()
+        assert [s.kind for s in plan.steps] == ["conv kernel"]
+        assert "nonzero weights" in plan.steps[0].plan and "relu in registers" in \
+            plan.steps[0].plan
+
+
+def test_conv_output_read_twice_keeps_its_relu_separate():
+    rng = np.random.default_rng(2)
+    w = rng.standard_normal((2, 1, 3, 3)).astype(np.float32)
+    b = np.zeros(2, np.float32)
+    model = _conv_relu_model(w, b, (1, 1, 1, 1))
+    model.graph.node.append(h.make_node("Neg", ["c"], ["z"], name="neg"))
+    model.graph.output.append(h.make_tensor_value_info("z", TensorProto.FLOAT, ["N", 2, 6, 6]))
+    compiled = tonnx.load(model, opt_level=2)
+    assert [n.op_type for n in compiled.graph.nodes] == ["Conv", "Relu", "Neg"]
+    x = rng.standard_normal((2, 1, 6, 6)).astype(np.float32)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for got, want in zip([compiled.run({"x": x})[k] for k in ("y", "z")],
+                         session.run(None, {"x": x})):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
