@@ -458,9 +458,8 @@ def target_machine() -> llvm.TargetMachine:
     return target.create_target_machine(cpu=cpu, features=features, opt=3, jit=True)
 
 
-def optimize(module: ir.Module, machine: llvm.TargetMachine, speed: int = 3) -> llvm.ModuleRef:
-    """Parse, verify and optimise ``module`` at O``speed`` (3 by default) with loop and SLP
-    vectorisation."""
+def optimize(module: ir.Module, machine: llvm.TargetMachine) -> llvm.ModuleRef:
+    """Parse, verify and optimise ``module`` at O3 with loop and SLP vectorisation."""
     module.triple = machine.triple
     module.data_layout = str(machine.target_data)
     try:
@@ -468,7 +467,7 @@ def optimize(module: ir.Module, machine: llvm.TargetMachine, speed: int = 3) -> 
         parsed.verify()
     except RuntimeError as error:
         raise CompileError(f"invalid LLVM IR for {module.name!r}: {error}\n{module}") from None
-    tuning = llvm.PipelineTuningOptions(speed_level=speed)
+    tuning = llvm.PipelineTuningOptions(speed_level=3)
     tuning.loop_vectorization = True
     tuning.slp_vectorization = True
     passes = llvm.create_pass_builder(machine, tuning)
