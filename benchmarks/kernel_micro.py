@@ -13,6 +13,9 @@
   BLAS plus the epilogue kernel;
 - the cost of calling a prebound kernel from Python against calling the same kernels from a
   compiled call sequence (what level 3's static plans do);
+- the benchmark CNN's two convolutions, dense and 90% pruned: weights compiled in
+  (``tensoralg.api.direct_conv``, what level 3 uses) against the GEMM-based convolution and
+  onnxruntime;
 - the thread-pool round trip that a split kernel pays.
 
 Times are medians in µs over 5 interleaved rounds; the VM these ran on moves by ±30%.
@@ -109,6 +112,8 @@ def main() -> None:
     for name, us in results.items():
         print(f"  {name:34s} {flops / us / 1e3:10.1f} GFMA/s")
 
+    show_convolutions(rng)
+
     tiny = ta.compile("Y(i) = max(A(i) + B(i), 0)", dtype="float32")
     small = [tiny.bind(A=np.ones(4, np.float32), B=np.ones(4, np.float32)) for _ in range(10)]
     sequence = ta.api.CallSequence([call.native({}) for call in small], slots=0)
@@ -123,6 +128,47 @@ def main() -> None:
     pool = ThreadPoolExecutor(1)
     show("thread pool round trip (what a split kernel pays)", median_us({
         "submit + result of a no-op": lambda: pool.submit(lambda: None).result()}))
+
+
+def show_convolutions(rng: np.random.Generator) -> None:
+    """The benchmark CNN's two convolutions at batch 256 (ReLU fused), dense and 90% pruned:
+    weights compiled in (``direct_conv``) against the GEMM-based convolution (``conv_layer``,
+    channels-last output, so its NCHW transpose is left out) and onnxruntime on the same node."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    for (c, m, stride, pad) in [(3, 8, 1, 1), (8, 16, 2, 0)]:
+        x = rng.standard_normal((256, c, 8, 8)).astype(np.float32)
+        for prune in (0.0, 0.9):
+            w = rng.standard_normal((m, c, 3, 3)).astype(np.float32)
+            w[rng.random(w.shape) < prune] = 0.0
+            b = rng.standard_normal(m).astype(np.float32)
+            direct = ta.api.direct_conv(w, b, (c, 8, 8), (stride,) * 2, (1, 1), (pad,) * 2,
+                                        (pad,) * 2, relu=True, skip_zeros=prune > 0)
+            side = (8 + 2 * pad - 3) // stride + 1
+            calls = {}
+            if direct is not None:
+                direct.threads = None
+                calls["tensoralg direct_conv (weights in code)"] = direct.bind(
+                    x, np.empty((256, m, side, side), np.float32))
+            gemm = ta.api.conv_layer(w, b, (stride,) * 2, (pad,) * 2, (pad,) * 2, relu=True)
+            calls["tensoralg conv_layer (generated GEMM)"] = gemm.bind(
+                x, np.empty((256 * side * side, m), np.float32))
+            node = helper.make_node("Conv", ["x", "w", "b"], ["c"], strides=[stride] * 2,
+                                    pads=[pad] * 4)
+            graph = helper.make_graph(
+                [node, helper.make_node("Relu", ["c"], ["y"])], "conv",
+                [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x.shape))],
+                [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
+            options = ort.SessionOptions()
+            options.intra_op_num_threads = 1
+            session = ort.InferenceSession(
+                helper.make_model(graph).SerializeToString(), options,
+                providers=["CPUExecutionProvider"])
+            calls["onnxruntime Conv + Relu, one thread"] = lambda s=session: s.run(None, {"x": x})
+            show(f"Conv {c} -> {m} channels, 3x3, stride {stride}, pad {pad}, batch 256 x 8 x 8"
+                 f"{', 90% of weights zero' if prune else ''}", median_us(calls))
 
 
 if __name__ == "__main__":

@@ -15,7 +15,9 @@ A Relu whose input is a Conv's output read by nothing else joins the Conv (attri
 store. At level 3 a Conv whose weight has at least the sparse-weight threshold of zeros is also
 marked ``skip_zeros``: its kernel leaves the zero weights out, as sparse MatMul/Gemm weights do.
 Both attributes are tensoralg's own; the node keeps ``op_type == "Conv"`` and an implementation
-that honours them, so node-by-node runs give the same values.
+that honours them, so node-by-node runs give the same values. (One difference remains, as for
+any skipped zero: where the input holds inf or NaN, a node-by-node run, which multiplies the
+zero weights, gives NaN where the static plan's kernel, which has no such multiply, does not.)
 """
 from __future__ import annotations
 
