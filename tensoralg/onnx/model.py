@@ -16,6 +16,7 @@ from tensoralg.onnx.load import build_graph, read_model
 from tensoralg.onnx.passes import describe, pipeline
 from tensoralg.onnx.plan import MemoryTrace
 from tensoralg.onnx.profile import Profile
+from tensoralg.onnx.sparse_feeds import densified, is_sparse, sparse_feed
 from tensoralg.onnx.sparse_weights import threshold_of
 from tensoralg.onnx.static import Replan, Specialiser
 
@@ -60,13 +61,14 @@ class CompiledModel:
         return list(self.graph.outputs)
 
     def run(self, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
-        """Outputs by name for ``feeds`` (input name -> array)."""
+        """Outputs by name for ``feeds`` (input name -> array). A 2-D float input may be fed
+        as a SciPy sparse matrix (see :mod:`tensoralg.onnx.sparse_feeds`)."""
         fast = self._run_known(feeds)
         if fast is not None:
             return fast
         checked = self._checked(feeds)
         values = (self.specialiser.run(checked) if self.specialiser is not None
-                  else self.executor.run(checked))
+                  else self.executor.run(densified(checked)))
         if self.specialiser is not None and type(feeds) is dict and \
                 len(feeds) == len(self.graph.inputs):
             signature = self.specialiser.signature(checked)
@@ -139,13 +141,13 @@ class CompiledModel:
                                      "another step or a view") for s in self.executor.steps
                                     if s.node.name not in running)
         else:
-            self.executor.run(checked)
+            self.executor.run(densified(checked))
         if memory is None:
             totals.clear()
             trace = MemoryTrace()
             for _ in range(max(1, repeat)):
                 trace = MemoryTrace()
-                self.executor.run(checked, timer=record, memory=trace)
+                self.executor.run(densified(checked), timer=record, memory=trace)
             memory = trace.stats(len(self.executor.steps))
         rows = [(s.node.name, s.node.op_type, totals.get(s.node.name, 0.0) / max(1, repeat),
                  static_plans.get(s.node.name) or "; ".join(s.context.plan))
@@ -203,7 +205,7 @@ class CompiledModel:
         ins = ", ".join(str(v) for v in self.graph.inputs)
         return f"CompiledModel({len(self.executor.steps)} nodes; inputs {ins})"
 
-    def _checked(self, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    def _checked(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
         if not isinstance(feeds, Mapping):
             raise InputError("feeds must be a dict from input name to array")
         unknown = [name for name in feeds if name not in self._known]
@@ -225,8 +227,9 @@ def _feed_key(feeds: dict[str, np.ndarray]) -> tuple:
     return tuple((name, a.shape, a.dtype.str) for name, a in feeds.items())
 
 
-def _check_feed(info: ValueInfo, value: Any) -> np.ndarray:
-    array = np.asarray(value)
+def _check_feed(info: ValueInfo, value: Any) -> Any:
+    array = sparse_feed(info.name, value, info.dtype) if is_sparse(value) else \
+        np.asarray(value)
     if info.dtype is not None and array.dtype != info.dtype:
         raise InputError(f"input {info.name!r} must be {info.dtype}, got {array.dtype}")
     if info.shape is not None:

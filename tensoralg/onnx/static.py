@@ -39,6 +39,7 @@ import numpy as np
 import tensoralg as ta
 from tensoralg.onnx.executor import Executor, Step, call_node
 from tensoralg.onnx.plan import MemoryStats, assign_arenas
+from tensoralg.onnx.sparse_feeds import SparseFeed, densified
 from tensoralg.onnx.static_steps import spec_of
 from tensoralg.onnx.step_base import Env, Getter, Part, Replan, Run, Spec, contiguous, parts_of
 
@@ -71,11 +72,14 @@ class StaticPlan:
         self.memory = memory
         self.arenas = arenas          # keeps the buffers alive
         self.lock = threading.Lock()
+        # Sparse feeds every reader takes in CSR: handed over as they are, never densified.
+        self.csr_feeds: frozenset[str] = frozenset()
 
-    def run(self, feeds: Mapping[str, np.ndarray],
+    def run(self, feeds: Mapping[str, Any],
             timer: Callable[[Step, float], Any] | None = None) -> Env:
         """The graph outputs for ``feeds`` (shapes as recorded); raises :class:`Replan`."""
-        env: Env = {name: contiguous(feeds[name]) for name in self.feeds}
+        env: Env = {name: _feed_value(feeds[name], name in self.csr_feeds)
+                    for name in self.feeds}
         for name, base, shape in self.aliases:
             env[name] = env[base].reshape(shape)
         if timer is None:
@@ -104,7 +108,15 @@ class StaticPlan:
                 f"{self.memory}")
 
 
-def build_plan(executor: Executor, feeds: Mapping[str, np.ndarray], recorded: Env
+def _feed_value(value: Any, as_csr: bool) -> Any:
+    """What a plan's run puts in its values for a feed: the :class:`SparseFeed` itself when
+    every reader takes it in CSR, else a C-contiguous array."""
+    if isinstance(value, SparseFeed):
+        return value if as_csr else value.dense()
+    return contiguous(value)
+
+
+def build_plan(executor: Executor, feeds: Mapping[str, Any], recorded: Env
                ) -> StaticPlan:
     """The static plan of ``executor``'s graph for these feeds, from the values of one run."""
     graph = executor.graph
@@ -121,6 +133,7 @@ def build_plan(executor: Executor, feeds: Mapping[str, np.ndarray], recorded: En
                       if name},
         "readers": readers,
         "feeds": {n for n in feeds if n not in constants},
+        "sparse feeds": {n for n, v in feeds.items() if isinstance(v, SparseFeed)},
     }
     for step in executor.steps:
         node = step.node
@@ -185,9 +198,22 @@ def build_plan(executor: Executor, feeds: Mapping[str, np.ndarray], recorded: En
                          len(requests), held=True)
     plan = StaticPlan(steps, [getter(v.name) for v in graph.outputs],
                       [n for n in feeds if n not in constants], dynamic_aliases, memory, arenas)
+    plan.csr_feeds = _csr_only(shared["sparse feeds"], specs, outputs, base)
     _compile_sequences(plan, [parts_of(step.run) for step in steps],
                        {name: root for name, root, _ in dynamic_aliases})
     return plan
+
+
+def _csr_only(sparse: set[str], specs: list[tuple[Step, Spec | None]], outputs: set[str],
+              base: dict[str, str]) -> frozenset[str]:
+    """The sparse feeds that no step reads densely (directly or through a view) and that are
+    no graph output: each reader takes them in CSR (``Spec.csr_inputs``) or not at all."""
+    dense = {base.get(name, name) for name in outputs}
+    for step, spec in specs:
+        taken = spec.csr_inputs | spec.unread if spec is not None else frozenset()
+        dense.update(base.get(name, name) for name in step.node.inputs
+                     if name and name not in taken)
+    return frozenset(sparse - dense)
 
 
 MIN_SEQUENCE_CALLS = 2   # one call alone gains nothing from a sequence
@@ -357,7 +383,7 @@ class Specialiser:
         """Values after a run: at least every graph output."""
         constants = self.executor.graph.constants
         if any(name in constants for name in feeds):   # an initializer overridden by a feed
-            return self.executor.run(feeds, timer)
+            return self.executor.run(densified(feeds), timer)
         signature = self.signature(feeds)
         if signature not in self.plans:
             # A signature seen once may never come back (a variable batch size): only the
@@ -366,18 +392,18 @@ class Specialiser:
                 if len(self.seen) >= 64 * MAX_PLANS:
                     self.seen.clear()
                 self.seen.add(signature)
-                return self.executor.run(feeds, timer)
-            recorded = self.executor.run(feeds, timer, keep_all=True)
+                return self.executor.run(densified(feeds), timer)
+            recorded = self.executor.run(densified(feeds), timer, keep_all=True)
             self._build(signature, feeds, recorded)
             return recorded
         plan = self.plans[signature]
         if plan is None or not plan.lock.acquire(blocking=False):
-            return self.executor.run(feeds, timer)
+            return self.executor.run(densified(feeds), timer)
         try:
             return plan.run(feeds, timer)
         except Replan as why:
             self.drop(signature, why)
-            return self.executor.run(feeds, timer)
+            return self.executor.run(densified(feeds), timer)
         finally:
             plan.lock.release()
 
@@ -387,9 +413,11 @@ class Specialiser:
         self.notes[signature] = f"static plan dropped: {why}"
 
     @staticmethod
-    def signature(feeds: Mapping[str, np.ndarray]) -> tuple:
-        """What a plan is specialised to: each input's name, shape and dtype."""
-        return tuple((name, a.shape, a.dtype.str) for name, a in feeds.items())
+    def signature(feeds: Mapping[str, Any]) -> tuple:
+        """What a plan is specialised to: each input's name, shape, dtype and whether it is
+        fed sparse."""
+        return tuple((name, a.shape, a.dtype.str, isinstance(a, SparseFeed))
+                     for name, a in feeds.items())
 
     def _build(self, signature: tuple, feeds: Mapping[str, np.ndarray], recorded: Env) -> None:
         if len(self.plans) >= MAX_PLANS:

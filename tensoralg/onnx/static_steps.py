@@ -45,6 +45,7 @@ from tensoralg.onnx.product_steps import (
     layer_run,
     matmul_spec,
 )
+from tensoralg.onnx.sparse_feeds import SparseFeed
 from tensoralg.onnx.step_base import (
     Env,
     Getter,
@@ -159,7 +160,12 @@ class MultiHot:
         if self.key in env:
             return
         x = env[self.name]
-        if not self.rows.compress(contiguous(x)):
+        if isinstance(x, SparseFeed):
+            csr = x.csr
+            filled = self.rows.load(csr.indptr, csr.indices, csr.data)
+        else:
+            filled = self.rows.compress(contiguous(x))
+        if not filled:
             raise Replan(f"multi-hot input {self.name} has {self.rows.nnz} nonzeros, more "
                          f"than the {self.rows.capacity} its CSR buffers hold")
         if self._squares is not None:
@@ -175,8 +181,10 @@ def multi_hot_input(program: Any, inline: dict[str, Any], recorded: Env,
     checks every later run). One narrow product alone keeps BLAS: it reads the dense input
     once, as fast as the scan does."""
     name = program.head.inputs[0] if program.multi_hot else program.square_of
+    fed_sparse = name in shared.get("sparse feeds", ())
     if name is None or program.sparse is not None or inline["trans_a"] or \
-            (program.multi_hot_readers < 2 and inline["n"] < MULTI_HOT_MIN_COLUMNS):
+            (program.multi_hot_readers < 2 and inline["n"] < MULTI_HOT_MIN_COLUMNS and
+             not fed_sparse):
         return None
     value = recorded[name]
     if value.ndim != 2 or value.dtype not in FLOATS or not value.size or \
@@ -352,6 +360,9 @@ def _fused(step: Step, recorded: Env, constants: Mapping[str, np.ndarray],
         spec.plan = layer.describe(inline["m"]) + ("" if direct else f"; then {statement}")
     if multi is not None and program.square_of:
         spec.unread = frozenset({head.inputs[0]})
+    if multi is not None and all(name != multi.name or kind == "csr"
+                                 for name, _, kind in operands.values()):
+        spec.csr_inputs = frozenset({multi.name})
     if split and len(out_shape) == 2:
         chain_inputs = {name for n in chain for name in n.inputs}
         a_name = head.inputs[0]

@@ -64,6 +64,9 @@ class Spec:
     # Inputs the step never reads (a product that takes x * x from x's CSR): a step whose
     # outputs nobody reads is left out of the plan.
     unread: frozenset[str] = frozenset()
+    # Inputs the step reads only in their CSR form (a multi-hot graph input): fed sparse, they
+    # need not be densified for it.
+    csr_inputs: frozenset[str] = frozenset()
     # What the step runs, for the printed plan and the profile, when it differs from what the
     # node-by-node run noted (None: the same).
     plan: str | None = None

@@ -133,6 +133,30 @@ class RowCompressor:
         return self.nnz <= self.capacity
 
 
+    def load(self, indptr: np.ndarray, indices: np.ndarray, data: np.ndarray) -> bool:
+        """Refill the buffers from a CSR matrix of ``shape`` whose arrays the caller has
+        validated (pointers nondecreasing from 0, indices in range and sorted per row); False
+        when it has more than ``capacity`` entries (the buffers are then left as they were).
+
+        >>> rc = RowCompressor((2, 40), np.float32, capacity=8)
+        >>> rc.load(np.array([0, 1, 2]), np.array([3, 39]), np.array([1, 2], np.float32))
+        True
+        >>> rc.nnz, rc.crd[:2].tolist()
+        (2, [3, 39])
+        """
+        count = int(indptr[-1])
+        if len(indptr) != self.shape[0] + 1 or len(indices) < count or len(data) < count:
+            raise ValueError(f"RowCompressor for {self.shape}: CSR arrays of {len(indptr)} "
+                             f"pointers, {len(indices)} indices and {len(data)} values")
+        self._count[0] = count
+        if count > self.capacity:
+            return False
+        self.pos[:] = indptr
+        self.crd[:count] = indices[:count]
+        self.vals[:count] = data[:count]
+        return True
+
+
 def _kernel(value: Scalar) -> CompiledKernel:
     kernel = _KERNELS.get(value)
     if kernel is None:
