@@ -219,7 +219,8 @@ class CompiledModel:
             checked[info.name] = _check_feed(info, feeds[info.name])
         for name in feeds:
             if name in self.graph.constants:  # an initializer that is also an input: override
-                checked[name] = np.asarray(feeds[name])
+                value = feeds[name]
+                checked[name] = value.toarray() if is_sparse(value) else np.asarray(value)
         return checked
 
 

@@ -60,9 +60,11 @@ def sparse_feed(name: str, value: Any, dtype: np.dtype | None) -> SparseFeed:
     ``dtype`` is the input's declared dtype (None: any float)."""
     if value.ndim != 2:
         raise InputError(f"input {name!r}: a sparse feed must be 2-D, got {value.ndim}-D")
-    if value.dtype.kind != "f" or (dtype is not None and value.dtype != dtype):
-        want = dtype if dtype is not None else "a float dtype"
-        raise InputError(f"input {name!r} must be {want}, got a sparse {value.dtype} matrix")
+    if value.dtype.kind != "f":
+        raise InputError(f"input {name!r}: a sparse feed must hold floats, got "
+                         f"{value.dtype}; feed a dense array instead")
+    if dtype is not None and value.dtype != dtype:
+        raise InputError(f"input {name!r} must be {dtype}, got a sparse {value.dtype} matrix")
     csr = value if value.format == "csr" else value.tocsr()
     problem = _csr_problem(csr)
     if problem:
