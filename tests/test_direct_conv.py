@@ -241,6 +241,9 @@ def test_conv_relu_joins_and_sparse_weights_skip_zeros(dtype):
         assert [s.kind for s in plan.steps] == ["conv kernel"]
         assert "nonzero weights" in plan.steps[0].plan and "relu in registers" in \
             plan.steps[0].plan
+        # print_ir("kernels") shows the module's LLVM IR, weight table included
+        kernels = compiled.stage_text("kernels")
+        assert "== generated DirectConv(" in kernels and "@weights" in kernels
 
 
 def test_conv_output_read_twice_keeps_its_relu_separate():

@@ -19,6 +19,7 @@ from tensoralg.onnx.profile import Profile
 from tensoralg.onnx.sparse_feeds import densified, is_sparse, sparse_feed
 from tensoralg.onnx.sparse_weights import threshold_of
 from tensoralg.onnx.static import Replan, Specialiser
+from tensoralg.onnx.step_base import parts_of
 
 OPT_LEVELS = (0, 1, 2, 3)
 
@@ -178,7 +179,8 @@ class CompiledModel:
     def stage_text(self, stage: str = "plan") -> str:
         """One stage as text: ``"passes"`` (the graph after each pass), a pass name (the graph
         after it), ``"plan"`` (:meth:`ir`: what each node runs), ``"kernels"`` (the IR of
-        every kernel compiled so far; kernels compile at the first run), or ``"all"``."""
+        every kernel compiled so far, and at level 3 the LLVM IR of the latest static plan's
+        hand-built modules; kernels compile at the first run), or ``"all"``."""
         names = [name for name, _ in self.stages]
         if stage == "passes":
             return "\n".join(f"== after {name} ==\n{text}" for name, text in self.stages) or \
@@ -189,13 +191,34 @@ class CompiledModel:
             return self.ir()
         if stage == "kernels":
             kernels = self.executor.kernels.kernels.values()
-            return "\n\n".join(f"== kernel {k.statement} ==\n{k.source('ir')}"
-                                for k in kernels) or "(no kernel compiled yet: run the model)"
+            texts = [f"== kernel {k.statement} ==\n{k.source('ir')}" for k in kernels]
+            texts += [f"== generated {name} (LLVM IR) ==\n{source}"
+                      for name, source in self._generated_sources()]
+            return "\n\n".join(texts) or "(no kernel compiled yet: run the model)"
         if stage == "all":
             return "\n\n".join(self.stage_text(s) for s in ("passes", "plan", "kernels"))
         raise ta.UnsupportedError(f"print_ir stage must be one of passes, plan, kernels, all or "
                                   f"a pass name ({', '.join(names) or 'none at this level'}), "
                                   f"not {stage!r}")
+
+    def _generated_sources(self) -> list[tuple[str, str]]:
+        """The hand-built modules of the latest static plan (generated GEMMs, convolutions
+        with their weights compiled in, call sequences): a name and the optimised LLVM IR of
+        each, once each."""
+        plan = self.specialiser.latest() if self.specialiser is not None else None
+        if plan is None:
+            return []
+        found: dict[int, tuple[str, str]] = {}
+        for step in plan.steps:
+            for bound, _ in parts_of(step.run) or []:
+                for owner in (getattr(bound, "layer", None), getattr(bound, "conv", None),
+                              getattr(getattr(bound, "gemm", None), "layer", None)):
+                    if getattr(owner, "source", None):
+                        found.setdefault(id(owner), (repr(owner), owner.source))
+        for k, sequence in enumerate(plan.sequences):
+            found.setdefault(id(sequence), (f"call sequence {k} ({len(sequence.calls)} calls)",
+                                            sequence.source))
+        return list(found.values())
 
     def print_ir(self, stage: str = "plan", file: TextIO | None = None) -> None:
         """Print :meth:`stage_text` of ``stage``."""
