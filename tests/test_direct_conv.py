@@ -12,7 +12,7 @@ from onnx import helper as h
 
 import tensoralg as ta
 import tensoralg.onnx as tonnx
-from tensoralg.codegen.conv import MAX_UNROLLED, blocks_of
+from tensoralg.codegen.conv import MAX_UNROLLED, MAX_UNROLLED_DENSE, blocks_of
 from tensoralg.runtime.conv import DirectConv
 from tensoralg.runtime.sequence import CallSequence
 from tensoralg.runtime.threads import KernelThreads
@@ -193,7 +193,14 @@ def test_rebind_native_sequence_and_bad_operands():
 def test_limits_leave_the_gemm_path():
     assert ta.api.direct_conv(np.ones((1, 1, 1, 1), np.int32), None, (1, 2, 2)) is None
     big = np.ones((MAX_UNROLLED + 1, 1, 1, 1), np.float32)
-    assert ta.api.direct_conv(big, None, (1, 2, 2)) is None
+    assert ta.api.direct_conv(big, None, (1, 2, 2), skip_zeros=True) is None
+    dense = np.ones((MAX_UNROLLED_DENSE + 1, 1, 1, 1), np.float32)
+    assert ta.api.direct_conv(dense, None, (1, 2, 2)) is None
+    # the same weight, 90% zeros, is within the limit when its zeros are left out
+    dense[::10] = 2.0
+    dense[dense == 1.0] = 0.0
+    if ta.api.direct_conv(dense[:2], None, (1, 2, 2)) is not None:
+        assert ta.api.direct_conv(dense, None, (1, 2, 2), skip_zeros=True) is not None
     assert [len(b) for b in blocks_of(50)] == [16, 17, 17]
 
 

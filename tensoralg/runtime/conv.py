@@ -158,15 +158,17 @@ def direct_conv(geometry: Any, weight: np.ndarray, bias: np.ndarray | None, relu
                 threads: Any = None) -> DirectConv | None:
     """A :class:`DirectConv` for ``weight`` on this host, or None where it does not apply:
     no AVX-512, a dtype other than float32/float64, more multiply-adds than a module unrolls
-    (``codegen.conv.MAX_UNROLLED``), or images too large for 32-bit lane offsets."""
-    from tensoralg.codegen.conv import MAX_UNROLLED, unrolled_fmas
+    (``codegen.conv.MAX_UNROLLED`` nonzeros with ``skip_zeros``, ``MAX_UNROLLED_DENSE``
+    weights without), or images too large for 32-bit lane offsets."""
+    from tensoralg.codegen.conv import MAX_UNROLLED, MAX_UNROLLED_DENSE, unrolled_fmas
     from tensoralg.codegen.llvm import host_has
 
     weight = np.asarray(weight)
     g = geometry
+    limit = MAX_UNROLLED if skip_zeros else MAX_UNROLLED_DENSE
     if weight.dtype not in (np.float32, np.float64) or not host_has("avx512f") or \
             weight.shape != (g.out_channels, g.channels // g.groups, *g.kernel) or \
-            unrolled_fmas(weight, skip_zeros) > MAX_UNROLLED or g.positions < 1:
+            unrolled_fmas(weight, skip_zeros) > limit or g.positions < 1:
         return None
     lanes = 64 // weight.dtype.itemsize
     # Lane offsets are 32-bit: a vector spans at most lanes + 1 images.
