@@ -260,6 +260,12 @@ def test_print_ir_stages_and_environment(monkeypatch, capsys):
     loud.run(feeds)
     err = capsys.readouterr().err
     assert "== after fusion ==" in err and "== kernel " in err
+    # at level 3 each static plan, when built, is printed with its hand-built modules
+    loud = tonnx.load(model, opt_level=3)
+    for _ in range(2):
+        loud.run(feeds)
+    err = capsys.readouterr().err
+    assert "== static plan:" in err and "== generated call sequence" in err
 
 
 def test_cli_onnx_run_and_profile(tmp_path, capsys):

@@ -202,25 +202,12 @@ class CompiledModel:
                                   f"not {stage!r}")
 
     def _generated_sources(self) -> list[tuple[str, str]]:
-        """The hand-built modules of the latest static plan (generated GEMMs, convolutions
-        with their weights compiled in, call sequences): a name and the optimised LLVM IR of
-        each, once each."""
+        """:func:`generated_sources` of the latest static plan (none before one is built)."""
         plan = self.specialiser.latest() if self.specialiser is not None else None
-        if plan is None:
-            return []
-        found: dict[int, tuple[str, str]] = {}
-        for step in plan.steps:
-            for bound, _ in parts_of(step.run) or []:
-                for owner in (getattr(bound, "layer", None), getattr(bound, "conv", None),
-                              getattr(getattr(bound, "gemm", None), "layer", None)):
-                    if getattr(owner, "source", None):
-                        found.setdefault(id(owner), (repr(owner), owner.source))
-        for k, sequence in enumerate(plan.sequences):
-            found.setdefault(id(sequence), (f"call sequence {k} ({len(sequence.calls)} calls)",
-                                            sequence.source))
-        return list(found.values())
+        return generated_sources(plan) if plan is not None else []
 
     def print_ir(self, stage: str = "plan", file: TextIO | None = None) -> None:
+
         """Print :meth:`stage_text` of ``stage``."""
         print(self.stage_text(stage), file=file or sys.stdout)
 
@@ -282,7 +269,8 @@ def load(source: Any, opt_level: int = 3, backend: str = "llvm",
     node removal; 2 adds MatMul re-association, embedding bags and fusion; 3 adds sparse
     weights: a MatMul/Gemm weight with at least ``sparse_weights`` zeros ("auto": 0.7; a float;
     False to disable) runs as a sparse kernel. ``TENSORALG_PRINT_IR=1``, read here once, prints
-    the graph after each pass and the source of each kernel as it compiles (on stderr).
+    the graph after each pass and the source of each kernel as it compiles, and at level 3 each
+    static plan as it is built with the LLVM IR of its hand-built modules (on stderr).
     Every op is resolved here: an op the
     importer does not support raises ``ta.UnsupportedError`` naming the op, node and inputs.
     """
@@ -301,11 +289,36 @@ def load(source: Any, opt_level: int = 3, backend: str = "llvm",
         stages.append((name, describe(graph)))
         if show:
             print(f"== after {name} ==\n{stages[-1][1]}", file=sys.stderr)
-    return CompiledModel(graph, Executor(graph, kernels), opt_level, backend, stages)
+    compiled = CompiledModel(graph, Executor(graph, kernels), opt_level, backend, stages)
+    if show and compiled.specialiser is not None:
+        compiled.specialiser.on_plan = _print_plan
+    return compiled
 
 
 def _print_kernel(kernel: ta.Kernel) -> None:
     print(f"== kernel {kernel.statement} ==\n{kernel.source('ir')}", file=sys.stderr)
+
+
+def _print_plan(plan: Any) -> None:
+    print(f"== {plan.describe()} ==", file=sys.stderr)
+    for name, source in generated_sources(plan):
+        print(f"== generated {name} (LLVM IR) ==\n{source}", file=sys.stderr)
+
+
+def generated_sources(plan: Any) -> list[tuple[str, str]]:
+    """The hand-built modules of a static plan (generated GEMMs, convolutions with their
+    weights compiled in, call sequences): a name and the optimised LLVM IR of each, once."""
+    found: dict[int, tuple[str, str]] = {}
+    for step in plan.steps:
+        for bound, _ in parts_of(step.run) or []:
+            for owner in (getattr(bound, "layer", None), getattr(bound, "conv", None),
+                          getattr(getattr(bound, "gemm", None), "layer", None)):
+                if getattr(owner, "source", None):
+                    found.setdefault(id(owner), (repr(owner), owner.source))
+    for k, sequence in enumerate(plan.sequences):
+        found.setdefault(id(sequence), (f"call sequence {k} ({len(sequence.calls)} calls)",
+                                        sequence.source))
+    return list(found.values())
 
 
 class InferenceSession:

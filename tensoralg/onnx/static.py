@@ -377,6 +377,7 @@ class Specialiser:
         self.plans: dict[tuple, StaticPlan | None] = {}
         self.notes: dict[tuple, str] = {}
         self.seen: set[tuple] = set()
+        self.on_plan: Callable[[StaticPlan], Any] | None = None   # told of each new plan
 
     def run(self, feeds: Mapping[str, np.ndarray],
             timer: Callable[[Step, float], Any] | None = None) -> Env:
@@ -430,6 +431,8 @@ class Specialiser:
             return
         self.plans[signature] = plan
         self.notes[signature] = plan.describe()
+        if self.on_plan is not None:
+            self.on_plan(plan)
 
     def latest(self) -> StaticPlan | None:
         """The most recently built plan, if any."""
