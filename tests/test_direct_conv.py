@@ -267,3 +267,29 @@ def test_conv_output_read_twice_keeps_its_relu_separate():
     for got, want in zip([compiled.run({"x": x})[k] for k in ("y", "z")],
                          session.run(None, {"x": x})):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_depthwise_then_pointwise_at_level3_matches_onnxruntime():
+    # A depthwise-separable block: grouped convolutions take the compiled-in path too.
+    rng = np.random.default_rng(12)
+    dw = rng.standard_normal((6, 1, 3, 3)).astype(np.float32)
+    pw = rng.standard_normal((10, 6, 1, 1)).astype(np.float32)
+    nodes = [h.make_node("Conv", ["x", "dw"], ["d"], group=6, pads=[1, 1, 1, 1],
+                         strides=[2, 2], name="depthwise"),
+             h.make_node("Relu", ["d"], ["r"], name="relu"),
+             h.make_node("Conv", ["r", "pw"], ["y"], name="pointwise")]
+    graph = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                               ["N", 6, 7, 9])],
+                         [h.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 10, 4, 5])],
+                         [numpy_helper.from_array(dw, "dw"), numpy_helper.from_array(pw, "pw")])
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    model.ir_version = 8
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    compiled = tonnx.load(model, opt_level=3)
+    for batch in (3, 3, 3, 1, 1, 1):
+        x = rng.standard_normal((batch, 6, 7, 9)).astype(np.float32)
+        np.testing.assert_allclose(compiled.run({"x": x})["y"], session.run(None, {"x": x})[0],
+                                   rtol=1e-4, atol=1e-5)
+    if ta.api.direct_conv(dw, None, (6, 7, 9), groups=6) is not None:
+        kinds = [s.kind for s in compiled.specialiser.latest().steps]
+        assert kinds == ["conv kernel", "conv kernel"]

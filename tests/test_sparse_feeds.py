@@ -173,3 +173,21 @@ def test_a_sparse_feed_overriding_an_initializer_is_densified():
     want = tonnx.load(model, opt_level=0).run(dense)["y"]
     for _ in range(3):
         np.testing.assert_allclose(compiled.run(sparse)["y"], want, rtol=RTOL, atol=ATOL)
+
+
+def test_empty_batches_and_empty_rows_fed_sparse():
+    rng = np.random.default_rng(6)
+    model = _fm(rng, width=30, factors=3)
+    compiled = tonnx.load(model, opt_level=3)
+    x = _multi_hot(rng, 8, 30, 2)
+    x[[1, 5]] = 0.0                                   # rows without a single nonzero
+    for _ in range(4):
+        got = compiled.run({"x": sp.csr_array(x)})["y"]
+    np.testing.assert_allclose(got, _reference(model, {"x": x})["y"], rtol=RTOL, atol=ATOL)
+    empty = np.zeros((0, 30), np.float32)
+    for _ in range(3):
+        assert compiled.run({"x": sp.csr_array(empty)})["y"].shape == (0, 1)
+    zero = np.zeros((4, 30), np.float32)
+    for _ in range(3):
+        np.testing.assert_allclose(compiled.run({"x": sp.csr_array(zero)})["y"],
+                                   _reference(model, {"x": zero})["y"], atol=ATOL)
