@@ -62,6 +62,7 @@ from tensoralg.runtime.bound import BoundCall, dense_output, overwrites_output
 from tensoralg.runtime.compress import RowCompressor
 from tensoralg.runtime.conv import DirectConv
 from tensoralg.runtime.gemm import ConvLayer, DenseLayer
+from tensoralg.runtime.gram import gram_call
 from tensoralg.runtime.movement import copy_call, gather_call, ids_call, im2row_call
 from tensoralg.runtime.sequence import CallSequence, Slot
 from tensoralg.runtime.threads import MIN_ROWS_PER_THREAD, KernelThreads, split
@@ -922,5 +923,6 @@ def get_num_threads() -> int:
 __all__ = ["einsum", "compile", "Kernel", "KernelKey", "CompileOptions", "kernel_cache",
            "RowCompressor", "DenseLayer", "dense_layer", "ConvLayer", "conv_layer",
            "DirectConv", "direct_conv",
-           "CallSequence", "Slot", "copy_call", "gather_call", "ids_call", "im2row_call",
+           "CallSequence", "Slot", "copy_call", "gather_call", "gram_call", "ids_call",
+           "im2row_call",
            "set_num_threads", "get_num_threads", "execute"]

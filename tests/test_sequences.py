@@ -56,6 +56,24 @@ def test_copy_rows_and_bag_ids():
         is None                                       # rows not unit-stride: refused
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(256, 9, 64), (5, 7, 33), (3, 1, 5), (2, 4, 0), (0, 3, 3)])
+def test_gram_computes_each_symmetric_pair_once(dtype, shape):
+    rng = np.random.default_rng(sum(shape))
+    x = rng.standard_normal(shape).astype(dtype)
+    out = np.full((shape[0], shape[1], shape[1]), np.nan, dtype)
+    call = ta.api.gram_call(x, out, "gram")
+    call()
+    want = np.matmul(x.astype(np.float64), x.astype(np.float64).transpose(0, 2, 1))
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
+    assert np.array_equal(out, out.transpose(0, 2, 1))          # mirrored, bit for bit
+    call.rebind("X", 2 * x)
+    call()
+    np.testing.assert_allclose(out, 4 * want, rtol=1e-5, atol=1e-5)
+    assert ta.api.gram_call(x.astype(np.int32), out, "gram") is None
+    assert ta.api.gram_call(x, np.empty((shape[0], shape[1] + 1, shape[1]), dtype), "g") is None
+
+
 def test_sequence_zeroes_reads_slots_and_reports_the_failed_call():
     kernel = ta.compile("Y(i) = A(i) + B(i)", dtype="float64")
     a, b, out = np.ones(3), np.arange(3.0), np.full(3, 7.0)

@@ -324,6 +324,8 @@ def gram_spec(step: Step, recorded: Env, shared: dict[str, Any]) -> Spec | None:
             tuple(producer.node.attributes.get("perm") or ()) != (0, 2, 1):
         return None
     dtype = recorded[x].dtype
+    if dtype in FLOATS:
+        return _symmetric_gram_spec(step, recorded[x], t)
     kernel = step.context.kernels.get(GRAM, dtype, {})
 
     def make(outs: list[np.ndarray], buffers: list[np.ndarray], ins: list[Getter]) -> Run:
@@ -343,6 +345,22 @@ def gram_spec(step: Step, recorded: Env, shared: dict[str, Any]) -> Spec | None:
     spec = Spec(make, [], "kernel")
     spec.unread = frozenset({t})
     spec.plan = f"{GRAM}  (X @ X^T per batch, no transposed copy)"
+    return spec
+
+
+def _symmetric_gram_spec(step: Step, x: np.ndarray, transposed: str) -> Spec:
+    """``X @ X^T`` per batch item by ``tensoralg.api.gram_call``: each symmetric pair of rows
+    multiplied once, written to both places."""
+
+    def make(outs: list[np.ndarray], buffers: list[np.ndarray], ins: list[Getter]) -> Run:
+        call = ta.api.gram_call(placeholder(ins[0], x.shape, x.dtype), outs[0],
+                                str(step.context))
+        return one_input_run(call, ins[0], "X")
+
+    spec = Spec(make, [], "kernel")
+    spec.unread = frozenset({transposed})
+    spec.plan = ("pairwise dot products, each symmetric pair once (X @ X^T per batch item, "
+                 "no transposed copy)")
     return spec
 
 
