@@ -195,3 +195,25 @@ def test_conv_with_constant_weights_runs_as_native_kernels(attrs, out_channels):
     compiled_in = out_channels == 5 and ta.api.direct_conv(w, b, (3, 9, 7)) is not None
     kinds = [s.kind for s in compiled.specialiser.latest().steps]
     assert kinds == ["conv kernel" if compiled_in else "conv kernels"]
+
+
+def test_multi_hot_scan_joins_the_sequence_and_overflow_replans():
+    # FM over a multi-hot input: the scan (with the squared values of x * x) is the first call
+    # of the one compiled sequence; a matrix with more nonzeros than the plan's CSR buffers
+    # fails the sequence, and the run falls back to node by node with the right values.
+    from test_onnx_models import _reference
+    from test_sparse_feeds import _fm, _multi_hot
+    rng = np.random.default_rng(13)
+    model = _fm(rng)
+    compiled = tonnx.load(model, opt_level=3)
+    for _ in range(4):
+        x = _multi_hot(rng, 16, 120, 6)
+        np.testing.assert_allclose(compiled.run({"x": x})["y"], _reference(model, {"x": x})["y"],
+                                   rtol=RTOL, atol=ATOL)
+    plan = compiled.specialiser.latest()
+    assert len(plan.sequences) == 1 and plan.runners != [s.run for s in plan.steps]
+    assert "multi-hot scan" in plan.sequences[0].calls[0].name
+    full = rng.random((16, 120)).astype(np.float32)
+    np.testing.assert_allclose(compiled.run({"x": full})["y"],
+                               _reference(model, {"x": full})["y"], rtol=RTOL, atol=ATOL)
+    assert any("static plan dropped" in n for n in compiled.specialiser.notes.values())

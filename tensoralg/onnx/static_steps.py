@@ -138,22 +138,38 @@ class MultiHot:
     """The CSR form of a multi-hot graph input, refilled once per run by a compiled scan
     (``RowCompressor``) and read by every program that multiplies it."""
 
-    def __init__(self, name: str, value: np.ndarray) -> None:
+    def __init__(self, name: str, value: np.ndarray, fed_sparse: bool) -> None:
         self.name = name
         self.key = f"\0csr {name}"      # marks, in a run's values, that the scan has run
+        self.fed_sparse = fed_sparse    # the plan's feed is a SparseFeed: copied, not scanned
         self.rows = RowCompressor(value.shape, value.dtype,
                                   int(MULTI_HOT_MAX_DENSITY * value.size) + 1)
-        self._squares: np.ndarray | None = None
         self._squared: ta.Tensor | None = None
+        self._scan_handed_out = False
 
     def squared(self) -> ta.Tensor:
         """The CSR form of ``x * x``: the same positions, values squared at each refresh."""
         if self._squared is None:
             tensor = self.rows.tensor
-            self._squares = np.zeros_like(self.rows.vals)
             self._squared = ta.Tensor.trusted(tensor.shape, tensor.format, tensor.levels,
-                                              self._squares)
+                                              self.rows.with_squares())
         return self._squared
+
+    def scan_parts(self, get: Getter | None, what: str) -> list[Part] | None:
+        """The scan as a prebound call for a compiled sequence: for the first program of the
+        plan that asks (the plan's steps are made in run order, so it runs before every other
+        reader); no parts for later ones. None when the scan cannot be native: a sparse feed
+        (its arrays are copied in Python), or a first reader without a getter for the input."""
+        if self.fed_sparse:
+            return None
+        if self._scan_handed_out:
+            return []
+        if get is None:
+            return None
+        self._scan_handed_out = True
+        placeholder = get.fixed if get.fixed is not None else \
+            np.zeros(self.rows.shape, self.rows.dtype)
+        return [(self.rows.call(contiguous(placeholder), what), [("x", get, None)])]
 
     def refresh(self, env: Env) -> None:
         """Scan this run's input, once however many programs read it."""
@@ -168,9 +184,6 @@ class MultiHot:
         if not filled:
             raise Replan(f"multi-hot input {self.name} has {self.rows.nnz} nonzeros, more "
                          f"than the {self.rows.capacity} its CSR buffers hold")
-        if self._squares is not None:
-            used = self.rows.vals[:self.rows.nnz]
-            np.multiply(used, used, out=self._squares[:self.rows.nnz])
         env[self.key] = x
 
 
@@ -192,7 +205,7 @@ def multi_hot_input(program: Any, inline: dict[str, Any], recorded: Env,
         return None
     key = f"multi-hot {name}"
     if key not in shared:
-        shared[key] = MultiHot(name, value)
+        shared[key] = MultiHot(name, value, fed_sparse)
     return shared[key]
 
 
@@ -348,9 +361,11 @@ def _fused(step: Step, recorded: Env, constants: Mapping[str, np.ndarray],
             _refresh_and_call(env, copies, dynamic, bound)
         head_parts = parts_of(head_run) if head_run is not None else []
         own = _call_parts(copies, dynamic, bound)
-        native = multi is None and not (blas and layer is None) and head_parts is not None and \
-            own is not None
-        return made_of(run, head_parts + own if native else None)
+        scan = [] if multi is None else multi.scan_parts(by_name.get(multi.name),
+                                                         f"{context}: multi-hot scan")
+        native = scan is not None and not (blas and layer is None) and \
+            head_parts is not None and own is not None
+        return made_of(run, scan + head_parts + own if native else None)
 
     kind = "generated GEMM" if direct else "generated GEMM + kernel" if layer is not None else \
         "BLAS + kernel" if blas else "sparse kernel + kernel" if split else \

@@ -12,6 +12,8 @@ matrix did not fit and can take another path.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from tensoralg.codegen.build import CompiledKernel, build
@@ -35,6 +37,8 @@ def compress_function(value: Scalar) -> Function:
     x = b.var("x_vals", Ptr(value))
     pos, crd = b.var("pos_vals", Ptr(I32)), b.var("crd_vals", Ptr(I32))
     vals, count = b.var("vals_vals", Ptr(value)), b.var("count_vals", Ptr(I64))
+    squares, square = b.var("squares_vals", Ptr(value)), b.var("square", I64)
+    over = b.var("over_vals", Ptr(I64))
     i, blk, blk2, t, t2, j = (b.var(n, I64) for n in ("i", "block", "block2", "t", "t2", "j"))
     flags = b.var("flags", Ptr(I32))
     c, base, lo = b.var("c", I64), b.var("base", I64), b.var("lo", I64)
@@ -44,7 +48,9 @@ def compress_function(value: Scalar) -> Function:
     def keep(column: b.Operand, val: b.Var) -> list:
         # Entries past the capacity are counted, not stored.
         return [b.if_(b.lt(c, cap), [b.store(crd, c, b.cast(column, I32)),
-                                     b.store(vals, c, val)]),
+                                     b.store(vals, c, val),
+                                     b.if_(b.ne(square, b.i64(0)),
+                                           [b.store(squares, c, b.mul(val, val))])]),
                 b.assign(c, b.add(c, 1))]
 
     blocks = b.div(cols, BLOCK)
@@ -75,11 +81,14 @@ def compress_function(value: Scalar) -> Function:
         b.free(flags),
         b.store(pos, rows, b.cast(b.minimum(c, cap), I32)),
         b.store(count, 0, c),
+        b.store(over, 0, b.select(b.lt(cap, c), c, b.i64(0))),
     ]
     params = [b.param(rows, "n_rows"), b.param(cols, "n_cols"), b.param(x, "x.vals"),
               b.param(pos, "out.1.pos", output=True), b.param(crd, "out.1.crd", output=True),
               b.param(vals, "out.vals", output=True), b.param(cap, "capacity"),
-              b.param(count, "count", output=True)]
+              b.param(count, "count", output=True),
+              b.param(squares, "squares.vals", output=True), b.param(square, "square"),
+              b.param(over, "overflow", output=True)]
     return b.function(f"compress_rows_{value}", params, *body)
 
 
@@ -108,13 +117,42 @@ class RowCompressor:
         self.crd = np.zeros(max(1, self.capacity), np.int32)
         self.vals = np.zeros(max(1, self.capacity), self.dtype)
         self._count = np.zeros(1, np.int64)
+        self.overflow = np.zeros(1, np.int64)   # the count when it passed the capacity, else 0
+        self.squares: np.ndarray | None = None
         self.tensor = Tensor.trusted(self.shape, CSR,
                                      (LevelArrays(), LevelArrays(self.pos, self.crd)), self.vals)
         kernel = _kernel(_SCALARS[self.dtype])
         self._kernel = kernel
-        self._args = (self.shape[0], self.shape[1], 0, self.pos.ctypes.data,
+        self._args = [self.shape[0], self.shape[1], 0, self.pos.ctypes.data,
                       self.crd.ctypes.data, self.vals.ctypes.data, self.capacity,
-                      self._count.ctypes.data)
+                      self._count.ctypes.data, self.vals.ctypes.data, 0,
+                      self.overflow.ctypes.data]
+        self._calls: list[Any] = []
+
+    def with_squares(self) -> np.ndarray:
+        """Also fill ``squares`` with each stored value squared (the CSR values of ``x * x``,
+        at the same positions), from the next refill on; returns that array."""
+        if self.squares is None:
+            self.squares = np.zeros_like(self.vals)
+            self._args[8:10] = [self.squares.ctypes.data, 1]
+            for call in self._calls:
+                call.args[8:10] = [self.squares.ctypes.data, 1]
+                call.keep.append(self.squares)
+        return self.squares
+
+    def call(self, x: np.ndarray, what: str) -> Any:
+        """The compress kernel bound to ``x`` as a prebound call (a ``MovementCall``: input
+        ``"x"``, flagged when the matrix did not fit), for a compiled call sequence."""
+        from tensoralg.runtime.movement import MovementCall
+
+        args = list(self._args)
+        args[2] = x.ctypes.data
+        call = MovementCall(self._kernel, args, {"x": 2},
+                            [x, self.pos, self.crd, self.vals, self._count, self.overflow] +
+                            ([self.squares] if self.squares is not None else []), what,
+                            self.overflow, problem="nonzeros, more than the CSR buffers hold")
+        self._calls.append(call)
+        return call
 
     @property
     def nnz(self) -> int:
@@ -154,6 +192,8 @@ class RowCompressor:
         self.pos[:] = indptr
         self.crd[:count] = indices[:count]
         self.vals[:count] = data[:count]
+        if self.squares is not None:
+            np.multiply(self.vals[:count], self.vals[:count], out=self.squares[:count])
         return True
 
 

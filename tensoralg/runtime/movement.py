@@ -180,9 +180,11 @@ class MovementCall:
 
     def __init__(self, kernel: CompiledKernel, args: list, inputs: dict[str, int],
                  keep: list[np.ndarray], what: str, flag: np.ndarray | None = None,
-                 offsets: dict[str, int] | None = None) -> None:
+                 offsets: dict[str, int] | None = None,
+                 problem: str = "id(s) outside the table") -> None:
         self.kernel, self.args, self.inputs, self.what = kernel, args, inputs, what
         self.keep, self.flag = keep, flag      # keeps the arrays behind the addresses alive
+        self.problem = problem                 # what a nonzero flag counts
         self.offsets = offsets or {}           # bytes past an input's start that it reads
         self.rebound: dict[str, np.ndarray] = {}
 
@@ -202,7 +204,7 @@ class MovementCall:
     def __call__(self) -> None:
         self.kernel.function(*self.args)
         if self.flag is not None and self.flag[0]:
-            raise ShapeError(f"{self.what}: {int(self.flag[0])} id(s) outside the table")
+            raise ShapeError(f"{self.what}: {int(self.flag[0])} {self.problem}")
 
 
 def _value_type(dtype: np.dtype) -> Scalar | None:
