@@ -885,6 +885,10 @@ def direct_conv(weight: np.ndarray, bias: np.ndarray | None, image: tuple[int, i
 
     weight = np.asarray(weight)
     channels, height, width = image
+    if min(*strides, *dilations) < 1 or min(*pads_begin, *pads_end) < 0:
+        raise ShapeError(f"direct_conv: strides {tuple(strides)} and dilations "
+                         f"{tuple(dilations)} must be at least 1 and pads {tuple(pads_begin)}, "
+                         f"{tuple(pads_end)} at least 0")
     if weight.ndim != 4 or groups < 1 or channels % groups or weight.shape[0] % groups or \
             weight.shape[1] * groups != channels:
         raise ShapeError(f"direct_conv: weight {weight.shape} and {channels} input channels "

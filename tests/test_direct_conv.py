@@ -111,6 +111,12 @@ def test_edges_empty_batch_zero_weights_and_one_nonzero():
     np.testing.assert_array_equal(y, np.broadcast_to(np.maximum(bias, 0)[None, :, None, None],
                                                      (4, 3, 3, 3)))
     assert conv(np.ones((0, 2, 5, 5), np.float32)).shape == (0, 3, 3, 3)
+    # no output channels; no input channels (the output is the bias)
+    none_out = _built(np.ones((0, 2, 3, 3), np.float32), None, (2, 5, 5))
+    assert none_out(np.ones((2, 2, 5, 5), np.float32)).shape == (2, 0, 3, 3)
+    none_in = _built(np.ones((3, 0, 3, 3), np.float32), bias, (0, 5, 5))
+    np.testing.assert_array_equal(none_in(np.ones((2, 0, 5, 5), np.float32)),
+                                  np.broadcast_to(bias[None, :, None, None], (2, 3, 3, 3)))
     w[1, 1, 2, 0] = 3.0
     single = _built(w, None, (2, 5, 5), skip_zeros=True)
     x = np.random.default_rng(0).standard_normal((3, 2, 5, 5)).astype(np.float32)
@@ -188,6 +194,10 @@ def test_rebind_native_sequence_and_bad_operands():
         ta.api.direct_conv(w, None, (2, 3, 3))
     with pytest.raises(ta.ShapeError, match="does not fit"):
         ta.api.direct_conv(w, None, (1, 1, 1))
+    with pytest.raises(ta.ShapeError, match="at least 1"):
+        ta.api.direct_conv(w, None, (1, 3, 3), strides=(0, 1))
+    with pytest.raises(ta.ShapeError, match="at least 0"):
+        ta.api.direct_conv(w, None, (1, 3, 3), pads_begin=(-1, 0))
 
 
 def test_limits_leave_the_gemm_path():

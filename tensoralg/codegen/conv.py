@@ -112,6 +112,8 @@ def blocks_of(out_channels: int) -> list[range]:
     [20, 20]
     """
     count = -(-out_channels // BLOCK_CHANNELS)
+    if not count:
+        return []
     bounds = [out_channels * k // count for k in range(count + 1)]
     return [range(lo, hi) for lo, hi in zip(bounds, bounds[1:])]
 
