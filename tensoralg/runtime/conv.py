@@ -27,6 +27,7 @@ _PROTOTYPE = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, 
 # saves (the same hand-over cost as the GEMM's, runtime/gemm.py).
 MIN_FMAS_PER_THREAD = 8_000_000
 _LIMIT32 = 2**31 - 1
+_BUILT: dict[str, tuple[Any, str, Any]] = {}     # key -> (function, LLVM IR, keepalive)
 
 
 class DirectConv:
@@ -56,9 +57,14 @@ class DirectConv:
         digest = hashlib.sha256(weight.tobytes() + (b"" if bias is None else
                                                     self.bias.tobytes())).hexdigest()
         key = f"conv|{geometry}|{weight.dtype}|{relu}|{skip_zeros}|{lanes}|{digest}"
-        module = conv_module(geometry, weight, self.bias, relu, skip_zeros, lanes)
-        self.function, self.source, self._keepalive = build_llvm_module(
-            module, ENTRY, _PROTOTYPE, cache=cache, key=key)
+        # Built once per process: a plan per batch size asks again for the same convolution,
+        # and emitting the module text alone takes ~0.2 s for a thousand weights.
+        built = _BUILT.get(key)
+        if built is None:
+            module = conv_module(geometry, weight, self.bias, relu, skip_zeros, lanes)
+            built = _BUILT[key] = build_llvm_module(module, ENTRY, _PROTOTYPE, cache=cache,
+                                                    key=key)
+        self.function, self.source, self._keepalive = built
 
     def __repr__(self) -> str:
         g = self.geometry
