@@ -13,8 +13,9 @@ emitter turns the problem around:
   useful work whatever the channel counts, and each loaded input vector is reused by every
   output channel of the block (one register accumulator per channel);
 - **the weights are constants of the generated code**: each multiply-add takes its weight as
-  an immediate broadcast, and a tap (input channel, kernel row, kernel column) whose weights
-  are zero for every channel of the block is not emitted at all. A pruned convolution thus
+  a broadcast from the module's own table of constants (an embedded ``{1to16}`` operand), and
+  a tap (input channel, kernel row, kernel column) whose weights are zero for every channel of
+  the block is not emitted at all. A pruned convolution thus
   runs only its nonzero multiply-adds (``skip_zeros``; without it a zero weight is multiplied
   like any other, so ``0 * inf`` stays NaN as in a dense convolution);
 - **padding is a mask**, not a copy: an input lane outside the image is not read (masked loads
