@@ -16,6 +16,8 @@
 - the benchmark CNN's two convolutions, dense and 90% pruned: weights compiled in
   (``tensoralg.api.direct_conv``, what level 3 uses) against the GEMM-based convolution and
   onnxruntime;
+- DLRM's interaction ``X @ X^T`` per batch item: the kernel level 3 uses (each symmetric pair
+  of rows once, ``tensoralg.api.gram_call``) against the statement and NumPy;
 - the thread-pool round trip that a split kernel pays.
 
 Times are medians in µs over 5 interleaved rounds; the VM these ran on moves by ±30%.
@@ -113,6 +115,16 @@ def main() -> None:
         print(f"  {name:34s} {flops / us / 1e3:10.1f} GFMA/s")
 
     show_convolutions(rng)
+
+    features = rng.standard_normal((256, 9, 64)).astype(np.float32)
+    pairs = np.empty((256, 9, 9), np.float32)
+    gram = ta.api.gram_call(features, pairs, "gram")
+    statement = ta.compile("Y(b,i,j) = A(b,i,k) * B(b,j,k)", dtype="float32").bind(
+        A=features, B=features)
+    show("DLRM interaction X @ X^T per item, 256 x 9 x 64 float32", median_us({
+        "tensoralg gram_call (each pair once)": gram,
+        "tensoralg statement (every pair)": statement,
+        "numpy matmul(X, X^T)": lambda: np.matmul(features, features.transpose(0, 2, 1))}))
 
     tiny = ta.compile("Y(i) = max(A(i) + B(i), 0)", dtype="float32")
     small = [tiny.bind(A=np.ones(4, np.float32), B=np.ones(4, np.float32)) for _ in range(10)]
