@@ -310,42 +310,18 @@ def _compiled_conv_spec(conv: Any, x: np.ndarray) -> Spec:
     return spec
 
 
-GRAM = "Y(b,i,j) = A(b,i,k) * B(b,j,k)"      # A and B are the same array
-
-
 def gram_spec(step: Step, recorded: Env, shared: dict[str, Any]) -> Spec | None:
-    """``MatMul(X, Transpose(X, perm=[0, 2, 1]))`` (DLRM's pairwise dot products) as one
-    kernel reading X twice, so the transposed copy leaves the plan."""
+    """``MatMul(X, Transpose(X, perm=[0, 2, 1]))`` (DLRM's pairwise dot products, float32 or
+    float64) as one kernel reading X twice and multiplying each symmetric pair of rows once,
+    so the transposed copy leaves the plan."""
     x, t = step.node.inputs[:2]
     producer = shared.get("producers", {}).get(t)
     if producer is None or producer.node.op_type != "Transpose" or \
             producer.node.inputs[0] != x or shared.get("readers", {}).get(t) != 1 or \
-            recorded[x].ndim != 3 or \
+            recorded[x].ndim != 3 or recorded[x].dtype not in FLOATS or \
             tuple(producer.node.attributes.get("perm") or ()) != (0, 2, 1):
         return None
-    dtype = recorded[x].dtype
-    if dtype in FLOATS:
-        return _symmetric_gram_spec(step, recorded[x], t)
-    kernel = step.context.kernels.get(GRAM, dtype, {})
-
-    def make(outs: list[np.ndarray], buffers: list[np.ndarray], ins: list[Getter]) -> Run:
-        get = ins[0]
-        source = get.fixed if get.fixed is not None else np.zeros(recorded[x].shape, dtype)
-        source = contiguous(source)
-        bound = kernel.bind(out=outs[0], A=source, B=source)
-
-        def run(env: Env) -> None:
-            if get.fixed is None:
-                current = contiguous(get(env))
-                bound.rebind("A", current)
-                bound.rebind("B", current)
-            bound()
-        return made_of(run, [(bound, [("A", get, None), ("B", get, None)])])
-
-    spec = Spec(make, [], "kernel")
-    spec.unread = frozenset({t})
-    spec.plan = f"{GRAM}  (X @ X^T per batch, no transposed copy)"
-    return spec
+    return _symmetric_gram_spec(step, recorded[x], t)
 
 
 def _symmetric_gram_spec(step: Step, x: np.ndarray, transposed: str) -> Spec:

@@ -19,7 +19,7 @@ import numpy as np
 from tensoralg.codegen.build import build_llvm_module
 from tensoralg.codegen.cache import DiskCache
 from tensoralg.errors import ShapeError
-from tensoralg.runtime.ranges import native_range, run_ranges
+from tensoralg.runtime.ranges import RangeCall
 
 _PROTOTYPE = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
                               ctypes.c_int64)
@@ -114,11 +114,13 @@ class DirectConv:
                              f"{getattr(array, 'shape', '')}")
 
 
-class BoundDirectConv:
-    """A :class:`DirectConv` call with its buffers fixed; ``__call__`` runs it."""
+class BoundDirectConv(RangeCall):
+    """A :class:`DirectConv` call with its buffers fixed; ``__call__`` runs it, ``rebind("x",
+    x)`` swaps the input."""
 
     def __init__(self, conv: DirectConv, x: np.ndarray, out: np.ndarray) -> None:
-        self.conv, self.x, self.out = conv, x, out
+        self.conv, self.input, self.out = conv, x, out
+        self.function, self.what = conv.function, repr(conv)
         total = x.shape[0] * conv.geometry.positions
         lanes = conv.lanes
         parts = 1
@@ -132,31 +134,6 @@ class BoundDirectConv:
                       for lo, hi in zip(bounds, bounds[1:]) if hi > lo] or \
             [[x.ctypes.data, out.ctypes.data, 0, 0]]
         self.threads = conv.threads if len(self.calls) > 1 else None
-
-    def rebind(self, name: str, x: np.ndarray) -> None:
-        """Read ``x`` (same shape and dtype, C-contiguous) as the input ``"x"`` from now on."""
-        if name != "x":
-            raise ShapeError(f"{self.conv!r}: only the input x can be rebound, not {name!r}")
-        if x is self.x:
-            return
-        if type(x) is not np.ndarray or x.shape != self.x.shape or x.dtype != self.x.dtype or \
-                not x.flags.c_contiguous:
-            raise ShapeError(f"{self.conv!r}: cannot read {getattr(x, 'dtype', type(x))} "
-                             f"{getattr(x, 'shape', '')} in place of {self.x.dtype} "
-                             f"{self.x.shape}")
-        self.x = x
-        for call in self.calls:
-            call[0] = x.ctypes.data
-
-    def native(self, slots: dict[str, Any]) -> Any:
-        """This call as a ``NativeCall`` for a compiled sequence, reading x from
-        ``slots["x"]`` when given; None when it runs split over threads."""
-        return native_range(self.conv.function, self.calls, self.threads, slots, "x",
-                            repr(self.conv))
-
-    def __call__(self) -> np.ndarray:
-        run_ranges(self.conv.function, self.calls, self.threads, repr(self.conv))
-        return self.out
 
 
 def direct_conv(geometry: Any, weight: np.ndarray, bias: np.ndarray | None, relu: bool = False,

@@ -15,7 +15,7 @@ import numpy as np
 from tensoralg.codegen.build import build_llvm_module
 from tensoralg.codegen.cache import DiskCache
 from tensoralg.errors import ShapeError
-from tensoralg.runtime.ranges import native_range, run_ranges
+from tensoralg.runtime.ranges import RangeCall
 
 # As in codegen/gemm.py, which is imported on first use: it loads llvmlite, and importing
 # tensoralg must not.
@@ -124,11 +124,15 @@ class DenseLayer:
                              f"{getattr(array, 'shape', '')}")
 
 
-class BoundLayer:
-    """A :class:`DenseLayer` call with its buffers fixed; ``__call__`` runs it."""
+class BoundLayer(RangeCall):
+    """A :class:`DenseLayer` call with its buffers fixed; ``__call__`` runs it, ``rebind("A",
+    a)`` swaps the input."""
+
+    operand = "A"
 
     def __init__(self, layer: DenseLayer, a: np.ndarray, out: np.ndarray, threads: Any) -> None:
-        self.layer, self.a, self.out = layer, a, out
+        self.layer, self.input, self.out = layer, a, out
+        self.function, self.what = layer.function, repr(layer)
         m = a.shape[0]
         parts = 1
         if threads is not None:
@@ -154,34 +158,13 @@ class BoundLayer:
         """A one-thread call with the kernel's arguments given whole (a convolution's planes,
         see :class:`BoundConv`); ``a`` and ``out`` are what they point into."""
         bound = cls.__new__(cls)
-        bound.layer, bound.a, bound.out, bound.threads = layer, a, out, None
+        bound.layer, bound.input, bound.out, bound.threads = layer, a, out, None
+        bound.function, bound.what = layer.function, repr(layer)
         bound.calls = [list(args)]
         return bound
 
-    def rebind(self, name: str, a: np.ndarray) -> None:
-        """Read ``a`` (same shape and dtype, C-contiguous) as the input ``name`` (``"A"``,
-        the only operand that may change) from now on."""
-        if name != "A":
-            raise ShapeError(f"{self.layer!r}: only the input A can be rebound, not {name!r}")
-        if a is self.a:
-            return
-        if type(a) is not np.ndarray or a.shape != self.a.shape or a.dtype != self.a.dtype or \
-                not a.flags.c_contiguous:
-            self.layer._check(a, "input", self.a.shape)
-        self.a = a
-        address = a.ctypes.data
-        for call in self.calls:
-            call[0] = address
-
-    def native(self, slots: dict[str, Any]) -> Any:
-        """This call as a ``NativeCall`` (``codegen/sequence.py``), reading A from
-        ``slots["A"]`` when given; None when it runs split over threads."""
-        return native_range(self.layer.function, self.calls, self.threads, slots, "A",
-                            repr(self.layer))
-
-    def __call__(self) -> np.ndarray:
-        run_ranges(self.layer.function, self.calls, self.threads, repr(self.layer))
-        return self.out
+    def refuse(self, array: Any) -> None:
+        self.layer._check(array, "input", self.input.shape)
 
 
 class ConvLayer:

@@ -2,14 +2,17 @@
 run the ranges, or hand the single range to a compiled call sequence.
 
 Shared by the generated GEMM's layers (``runtime/gemm.py``) and the compiled-in convolutions
-(``runtime/conv.py``), whose first argument is the address of their one input.
+(``runtime/conv.py``) through :class:`RangeCall`: their first argument is the address of their
+one input.
 """
 from __future__ import annotations
 
 import ctypes
 from typing import Any, Callable
 
-from tensoralg.errors import KernelRuntimeError
+import numpy as np
+
+from tensoralg.errors import KernelRuntimeError, ShapeError
 
 
 def run_ranges(function: Callable[..., int], calls: list[list], threads: Any, what: str) -> None:
@@ -39,4 +42,50 @@ def native_range(function: Any, calls: list[list], threads: Any, slots: dict[str
     return NativeCall(address, tuple(function.argtypes), tuple(args), None, what)
 
 
-__all__ = ["run_ranges", "native_range"]
+class RangeCall:
+    """A kernel call with its buffers fixed, split into ``calls`` (one argument list per thread
+    range, the input's address first). Subclasses set ``function``, ``calls``, ``threads``
+    (None: one range), ``input``, ``out`` and ``what``, and name the input ``operand``."""
+
+    operand = "x"
+    function: Any
+    calls: list[list]
+    threads: Any
+    input: np.ndarray
+    out: np.ndarray
+    what: str
+
+    def rebind(self, name: str, array: np.ndarray) -> None:
+        """Read ``array`` (same shape and dtype as the input, C-contiguous) as the input from
+        now on; the input is the only operand that may change."""
+        if name != self.operand:
+            raise ShapeError(f"{self.what}: only the input {self.operand} can be rebound, "
+                             f"not {name!r}")
+        if array is self.input:
+            return
+        if type(array) is not np.ndarray or array.shape != self.input.shape or \
+                array.dtype != self.input.dtype or not array.flags.c_contiguous:
+            self.refuse(array)
+        self.input = array
+        address = array.ctypes.data
+        for call in self.calls:
+            call[0] = address
+
+    def refuse(self, array: Any) -> None:
+        """Raise the error for an input :meth:`rebind` cannot take."""
+        raise ShapeError(f"{self.what}: cannot read {getattr(array, 'dtype', type(array))} "
+                         f"{getattr(array, 'shape', '')} in place of {self.input.dtype} "
+                         f"{self.input.shape}")
+
+    def native(self, slots: dict[str, Any]) -> Any:
+        """This call as a ``NativeCall`` for a compiled sequence, reading the input from
+        ``slots[operand]`` when given; None when it runs split over threads."""
+        return native_range(self.function, self.calls, self.threads, slots, self.operand,
+                            self.what)
+
+    def __call__(self) -> np.ndarray:
+        run_ranges(self.function, self.calls, self.threads, self.what)
+        return self.out
+
+
+__all__ = ["run_ranges", "native_range", "RangeCall"]
