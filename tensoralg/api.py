@@ -418,6 +418,26 @@ def _bind_compressed_scipy(operand: Any) -> Tensor | None:
     return Tensor.trusted(operand.shape, fmt, levels, data)
 
 
+def canonical_csr(matrix: Any) -> bool:
+    """Whether a SciPy CSR matrix's arrays are sound and canonical (row pointers from 0 to
+    ``nnz``, nondecreasing; column indices in range and strictly increasing within each row),
+    checked afresh by one compiled pass: no memo, so buffers refilled in place are checked
+    again. False also for anything else; the caller then runs its detailed checks.
+
+    >>> import scipy.sparse as sp
+    >>> canonical_csr(sp.csr_array(np.eye(3))), canonical_csr(np.eye(3))
+    (True, False)
+    """
+    if getattr(matrix, "format", None) != "csr" or getattr(matrix, "ndim", 0) != 2:
+        return False
+    indptr, indices, data = matrix.indptr, matrix.indices, matrix.data
+    if indptr.shape[0] != matrix.shape[0] + 1 or indices.shape[0] != data.shape[0] or \
+            data.ndim != 1 or not data.flags.c_contiguous:
+        return False
+    return kernel_cache().validator.compressed(indptr, indices, matrix.shape[1],
+                                               check_order=True, remember=False) == VALID
+
+
 # ---------------------------------------------------------------------------------------------
 # The shared path of einsum and compiled kernels
 
@@ -927,6 +947,6 @@ def get_num_threads() -> int:
 __all__ = ["einsum", "compile", "Kernel", "KernelKey", "CompileOptions", "kernel_cache",
            "RowCompressor", "DenseLayer", "dense_layer", "ConvLayer", "conv_layer",
            "DirectConv", "direct_conv",
-           "CallSequence", "Slot", "copy_call", "gather_call", "gram_call", "ids_call",
-           "im2row_call",
+           "CallSequence", "Slot", "canonical_csr", "copy_call", "gather_call", "gram_call",
+           "ids_call", "im2row_call",
            "set_num_threads", "get_num_threads", "execute"]

@@ -191,3 +191,66 @@ def test_empty_batches_and_empty_rows_fed_sparse():
     for _ in range(3):
         np.testing.assert_allclose(compiled.run({"x": sp.csr_array(zero)})["y"],
                                    _reference(model, {"x": zero})["y"], atol=ATOL)
+
+
+def test_a_csr_fed_plan_is_one_compiled_sequence_reading_the_feed_in_place():
+    # The feed's arrays reach the compiled sequence through slots: one native call per run,
+    # and a matrix refilled in place (a data loader's buffers) is read and checked afresh.
+    rng = np.random.default_rng(9)
+    model = _fm(rng, width=50, factors=4)
+    compiled = tonnx.load(model, opt_level=3)
+    x = _multi_hot(rng, 6, 50, 3)
+    feed = sp.csr_array(x)
+    for _ in range(3):
+        compiled.run({"x": feed})
+    plan = compiled.specialiser.latest()
+    assert plan.csr_feeds == frozenset({"x"})
+    assert "1 compiled sequence" in plan.describe() and len(plan.runners) == 1
+    np.testing.assert_allclose(compiled.run({"x": feed})["y"],
+                               _reference(model, {"x": x})["y"], rtol=RTOL, atol=ATOL)
+    # Same arrays, new contents (same count of entries per row, other columns and values).
+    refill = _multi_hot(rng, 6, 50, 3)
+    fresh = sp.csr_array(refill)
+    feed.indices[:] = fresh.indices
+    feed.data[:] = fresh.data
+    np.testing.assert_allclose(compiled.run({"x": feed})["y"],
+                               _reference(model, {"x": refill})["y"], rtol=RTOL, atol=ATOL)
+    # Corrupted in place: caught before any kernel reads it.
+    feed.indices[0] = 50
+    with pytest.raises(ta.InputError, match="invalid sparse matrix"):
+        compiled.run({"x": feed})
+
+
+@pytest.mark.parametrize("index", [np.int32, np.int64])
+def test_csr_feeds_of_either_index_dtype(index):
+    rng = np.random.default_rng(10)
+    model = _fm(rng, width=40, factors=3)
+    compiled = tonnx.load(model, opt_level=3)
+    for _ in range(4):
+        x = _multi_hot(rng, 5, 40, 4)
+        csr = sp.csr_array(x)
+        feed = sp.csr_array((csr.data, csr.indices.astype(index), csr.indptr.astype(index)),
+                            shape=x.shape)
+        feed.indices = feed.indices.astype(index)       # scipy may pick its own index dtype
+        feed.indptr = feed.indptr.astype(index)
+        np.testing.assert_allclose(compiled.run({"x": feed})["y"],
+                                   _reference(model, {"x": x})["y"], rtol=RTOL, atol=ATOL)
+    signature = next(iter(compiled.specialiser.plans))
+    assert signature[0][3] == np.dtype(index).str
+    assert compiled.specialiser.latest().csr_feeds == frozenset({"x"})
+
+
+def test_compiled_csr_load_matches_the_python_load():
+    rows = ta.api.RowCompressor((3, 40), np.float32, capacity=4)
+    m = sp.csr_array(np.array([[0, 1, 0, 2] + [0] * 36, [0] * 40, [3] + [0] * 39], np.float32))
+    call = rows.load_call(m.indptr, m.indices, m.data, "test")
+    squares = rows.with_squares()                        # added after the call was made
+    call()
+    assert rows.pos.tolist() == [0, 2, 2, 3] and rows.crd[:3].tolist() == [1, 3, 0]
+    assert rows.vals[:3].tolist() == [1, 2, 3] and squares[:3].tolist() == [1, 4, 9]
+    full = sp.csr_array(np.ones((3, 40), np.float32))
+    with pytest.raises(ta.ShapeError, match="120 nonzeros"):
+        rows.load_call(full.indptr, full.indices, full.data, "test")()
+    assert rows.pos.tolist() == [0, 2, 2, 3]             # left as it was
+    with pytest.raises(ValueError, match="cannot load"):
+        rows.load_call(m.indptr, m.indices.astype(np.int64), m.data, "test")

@@ -71,10 +71,11 @@ class CompiledModel:
         values = (self.specialiser.run(checked) if self.specialiser is not None
                   else self.executor.run(densified(checked)))
         if self.specialiser is not None and type(feeds) is dict and \
-                len(feeds) == len(self.graph.inputs):
+                len(feeds) == len(self.graph.inputs) and \
+                all(type(a) is np.ndarray for a in feeds.values()):
             signature = self.specialiser.signature(checked)
             plan = self.specialiser.plans.get(signature)
-            if plan is not None and all(type(a) is np.ndarray for a in feeds.values()):
+            if plan is not None:
                 self._known_plans[_feed_key(feeds)] = (plan, signature)
         return self._outputs(values, feeds)
 

@@ -15,7 +15,10 @@ a Wide&Deep or factorization-machine run.
 
 The feed is validated (row pointers, indices in range) and, when it is not canonical, brought
 to canonical form (sorted indices, duplicates summed, as the dense matrix would hold them) on a
-copy, never in the caller's matrix. A canonical CSR feed is read in place during the run.
+copy, never in the caller's matrix. A canonical CSR feed (checked by one compiled pass each
+run: a data loader may refill its buffers in place) is read in place during the run; at level 3
+a compiled call copies its arrays into the plan's buffers as the first call of the plan's
+sequence, so a CSR-fed model is one native call, like a dense-fed one.
 """
 from __future__ import annotations
 
@@ -24,19 +27,21 @@ from typing import Any, Mapping
 import numpy as np
 import scipy.sparse as sp
 
+import tensoralg as ta
 from tensoralg.onnx.errors import InputError
 
 
 class SparseFeed:
-    """A checked sparse feed: ``csr`` (canonical CSR, the feed's dtype), ``shape``, ``dtype``,
-    and :meth:`dense` on demand.
+    """A checked sparse feed: ``csr`` (a SciPy CSR matrix or array in canonical form, the
+    feed's dtype, pointers and indices of one integer dtype), ``shape``, ``dtype``, and
+    :meth:`dense` on demand.
 
     >>> feed = SparseFeed(sp.csr_array(np.eye(2, dtype=np.float32)))
     >>> feed.shape, feed.dense().tolist()
     ((2, 2), [[1.0, 0.0], [0.0, 1.0]])
     """
 
-    def __init__(self, csr: sp.csr_array) -> None:
+    def __init__(self, csr: Any) -> None:
         self.csr = csr
         self.shape: tuple[int, ...] = tuple(csr.shape)
         self.dtype = csr.dtype
@@ -66,13 +71,18 @@ def sparse_feed(name: str, value: Any, dtype: np.dtype | None) -> SparseFeed:
     if dtype is not None and value.dtype != dtype:
         raise InputError(f"input {name!r} must be {dtype}, got a sparse {value.dtype} matrix")
     csr = value if value.format == "csr" else value.tocsr()
+    if ta.api.canonical_csr(csr):      # one compiled pass; details and repairs only if not
+        return SparseFeed(csr)
     problem = _csr_problem(csr)
     if problem:
         raise InputError(f"input {name!r}: invalid sparse matrix ({problem})")
-    if not _canonical(csr):
-        csr = sp.csr_array(csr, copy=True)
-        csr.sum_duplicates()           # also sorts the indices of every row
-    return SparseFeed(sp.csr_array(csr) if not isinstance(csr, sp.csr_array) else csr)
+    count = int(csr.indptr[-1])
+    index = np.result_type(csr.indptr.dtype, csr.indices.dtype, np.int32)
+    fixed = sp.csr_array((csr.data[:count], csr.indices[:count].astype(index),
+                          csr.indptr.astype(index)), shape=csr.shape, copy=True)
+    if not _canonical(fixed):
+        fixed.sum_duplicates()           # also sorts the indices of every row
+    return SparseFeed(fixed)
 
 
 def _csr_problem(csr: Any) -> str:

@@ -41,7 +41,17 @@ from tensoralg.onnx.executor import Executor, Step, call_node
 from tensoralg.onnx.plan import MemoryStats, assign_arenas
 from tensoralg.onnx.sparse_feeds import SparseFeed, densified
 from tensoralg.onnx.static_steps import spec_of
-from tensoralg.onnx.step_base import Env, Getter, Part, Replan, Run, Spec, contiguous, parts_of
+from tensoralg.onnx.step_base import (
+    Env,
+    Getter,
+    Part,
+    Replan,
+    Run,
+    Spec,
+    contiguous,
+    csr_array_of,
+    parts_of,
+)
 
 ALIAS_OPS = {"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Dropout"}
 ALIGN = 64   # arena alignment in bytes (a cache line; AVX-512 vectors)
@@ -65,7 +75,8 @@ class StaticPlan:
         self.runners: list[Run] = [step.run for step in steps]   # untimed runs (sequences)
         self.sequences: list[Any] = []
         self.slots: np.ndarray | None = None
-        self.slot_feeds: list[tuple[int, str]] = []
+        # (slot, feed, CSR array or None): the address each run writes into each slot
+        self.slot_feeds: list[tuple[int, str, str | None]] = []
         self.outputs = outputs
         self.feeds = feeds
         self.aliases = aliases        # dynamic views: (name, base, shape), made each run
@@ -84,8 +95,10 @@ class StaticPlan:
             env[name] = env[base].reshape(shape)
         if timer is None:
             if self.slots is not None:
-                for index, name in self.slot_feeds:
-                    self.slots[index] = env[name].ctypes.data
+                for index, name, array in self.slot_feeds:
+                    value = env[name]
+                    self.slots[index] = value.ctypes.data if array is None else \
+                        getattr(value.csr, array).ctypes.data
             for run in self.runners:
                 run(env)
         else:
@@ -133,7 +146,7 @@ def build_plan(executor: Executor, feeds: Mapping[str, Any], recorded: Env
                       if name},
         "readers": readers,
         "feeds": {n for n in feeds if n not in constants},
-        "sparse feeds": {n for n, v in feeds.items() if isinstance(v, SparseFeed)},
+        "sparse feeds": {n: v for n, v in feeds.items() if isinstance(v, SparseFeed)},
     }
     for step in executor.steps:
         node = step.node
@@ -204,7 +217,7 @@ def build_plan(executor: Executor, feeds: Mapping[str, Any], recorded: Env
     return plan
 
 
-def _csr_only(sparse: set[str], specs: list[tuple[Step, Spec | None]], outputs: set[str],
+def _csr_only(sparse: Mapping[str, SparseFeed], specs: list[tuple[Step, Spec | None]], outputs: set[str],
               base: dict[str, str]) -> frozenset[str]:
     """The sparse feeds that no step reads densely (directly or through a view) and that are
     no graph output: each reader takes them in CSR (``Spec.csr_inputs``) or not at all."""
@@ -213,7 +226,7 @@ def _csr_only(sparse: set[str], specs: list[tuple[Step, Spec | None]], outputs: 
         taken = spec.csr_inputs | spec.unread if spec is not None else frozenset()
         dense.update(base.get(name, name) for name in step.node.inputs
                      if name and name not in taken)
-    return frozenset(sparse - dense)
+    return frozenset(sparse.keys() - dense)
 
 
 MIN_SEQUENCE_CALLS = 2   # one call alone gains nothing from a sequence
@@ -237,7 +250,8 @@ def _compile_sequences(plan: StaticPlan, parts: list[list[Part] | None],
                     bound.rebind(name, contiguous(array))
                     continue
                 root = roots.get(get.name, get.name)
-                if root not in plan.feeds:
+                feed, array = csr_array_of(root)
+                if feed not in plan.feeds or (array is not None and feed not in plan.csr_feeds):
                     return None
                 wanted[name] = ta.api.Slot(slots.setdefault(root, len(slots)))
             call = bound.native(wanted)
@@ -266,7 +280,7 @@ def _compile_sequences(plan: StaticPlan, parts: list[list[Part] | None],
         plan.slots = np.zeros(max(1, len(slots)), np.int64)
         for sequence in plan.sequences:
             sequence.use_slots(plan.slots)
-        plan.slot_feeds = [(index, name) for name, index in slots.items()]
+        plan.slot_feeds = [(index, *csr_array_of(name)) for name, index in slots.items()]
         plan.runners = runners
 
 
@@ -415,9 +429,10 @@ class Specialiser:
 
     @staticmethod
     def signature(feeds: Mapping[str, Any]) -> tuple:
-        """What a plan is specialised to: each input's name, shape, dtype and whether it is
-        fed sparse."""
-        return tuple((name, a.shape, a.dtype.str, isinstance(a, SparseFeed))
+        """What a plan is specialised to: each input's name, shape, dtype and, when it is fed
+        sparse, its index dtype (a compiled call reads the CSR arrays)."""
+        return tuple((name, a.shape, a.dtype.str,
+                      a.csr.indices.dtype.str if isinstance(a, SparseFeed) else "")
                      for name, a in feeds.items())
 
     def _build(self, signature: tuple, feeds: Mapping[str, np.ndarray], recorded: Env) -> None:

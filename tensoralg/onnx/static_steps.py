@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping
 
 import numpy as np
+import scipy.sparse as sp
 
 import tensoralg as ta
 from tensoralg.api import RowCompressor
@@ -47,6 +48,7 @@ from tensoralg.onnx.product_steps import (
 )
 from tensoralg.onnx.sparse_feeds import SparseFeed
 from tensoralg.onnx.step_base import (
+    CSR_ARRAYS,
     Env,
     Getter,
     Part,
@@ -54,6 +56,7 @@ from tensoralg.onnx.step_base import (
     Run,
     Spec,
     contiguous,
+    csr_array_getter,
     made_of,
     parts_of,
 )
@@ -138,12 +141,17 @@ class MultiHot:
     """The CSR form of a multi-hot graph input, refilled once per run by a compiled scan
     (``RowCompressor``) and read by every program that multiplies it."""
 
-    def __init__(self, name: str, value: np.ndarray, fed_sparse: bool) -> None:
+    def __init__(self, name: str, value: np.ndarray, feed: SparseFeed | None) -> None:
         self.name = name
         self.key = f"\0csr {name}"      # marks, in a run's values, that the scan has run
-        self.fed_sparse = fed_sparse    # the plan's feed is a SparseFeed: copied, not scanned
+        self.fed_sparse = feed is not None   # a SparseFeed: its arrays are copied, not scanned
         self.rows = RowCompressor(value.shape, value.dtype,
                                   int(MULTI_HOT_MAX_DENSITY * value.size) + 1)
+        if feed is not None:   # stand-ins of the feed's arrays (index dtype as recorded)
+            index = feed.csr.indices.dtype
+            self.placeholder_feed = sp.csr_array(
+                (np.zeros(1, value.dtype), np.zeros(1, index),
+                 np.zeros(value.shape[0] + 1, index)), shape=value.shape)
         self._squared: ta.Tensor | None = None
         self._scan_handed_out = False
 
@@ -158,15 +166,19 @@ class MultiHot:
     def scan_parts(self, get: Getter | None, what: str) -> list[Part] | None:
         """The scan as a prebound call for a compiled sequence: for the first program of the
         plan that asks (the plan's steps are made in run order, so it runs before every other
-        reader); no parts for later ones. None when the scan cannot be native: a sparse feed
-        (its arrays are copied in Python), or a first reader without a getter for the input."""
-        if self.fed_sparse:
-            return None
+        reader); no parts for later ones. A sparse feed's scan is a copy of its CSR arrays,
+        which the sequence finds in slots. None when a first reader has no getter for the
+        input."""
         if self._scan_handed_out:
             return []
         if get is None:
             return None
         self._scan_handed_out = True
+        if self.fed_sparse:
+            feed = self.placeholder_feed
+            call = self.rows.load_call(feed.indptr, feed.indices, feed.data, what)
+            return [(call, [(array, csr_array_getter(self.name, array), None)
+                            for array in CSR_ARRAYS])]
         placeholder = get.fixed if get.fixed is not None else \
             np.zeros(self.rows.shape, self.rows.dtype)
         return [(self.rows.call(contiguous(placeholder), what), [("x", get, None)])]
@@ -194,10 +206,10 @@ def multi_hot_input(program: Any, inline: dict[str, Any], recorded: Env,
     checks every later run). One narrow product alone keeps BLAS: it reads the dense input
     once, as fast as the scan does."""
     name = program.head.inputs[0] if program.multi_hot else program.square_of
-    fed_sparse = name in shared.get("sparse feeds", ())
+    feed = shared.get("sparse feeds", {}).get(name)
     if name is None or program.sparse is not None or inline["trans_a"] or \
             (program.multi_hot_readers < 2 and inline["n"] < MULTI_HOT_MIN_COLUMNS and
-             not fed_sparse):
+             feed is None):
         return None
     value = recorded[name]
     if value.ndim != 2 or value.dtype not in FLOATS or not value.size or \
@@ -205,7 +217,7 @@ def multi_hot_input(program: Any, inline: dict[str, Any], recorded: Env,
         return None
     key = f"multi-hot {name}"
     if key not in shared:
-        shared[key] = MultiHot(name, value, fed_sparse)
+        shared[key] = MultiHot(name, value, feed)
     return shared[key]
 
 

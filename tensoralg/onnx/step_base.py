@@ -47,6 +47,23 @@ class Getter:
         return self.fixed if self.fixed is not None else env[self.name]
 
 
+CSR_ARRAYS = ("indptr", "indices", "data")   # the arrays of a CSR-fed input a call may read
+
+
+def csr_array_getter(feed: str, array: str) -> Getter:
+    """The getter of one array (``indptr``, ``indices`` or ``data``) of the CSR-fed input
+    ``feed``, for a part of a compiled sequence: the sequence reads the array's address from a
+    slot that each run fills (:func:`csr_array_of` splits the name)."""
+    assert array in CSR_ARRAYS
+    return Getter(f"{feed}\0{array}", None)
+
+
+def csr_array_of(name: str) -> tuple[str, str | None]:
+    """``(feed, array)`` for a :func:`csr_array_getter` name, ``(name, None)`` otherwise."""
+    feed, _, array = name.partition("\0")
+    return feed, array or None
+
+
 @dataclass
 class Spec:
     """A node's static form: scratch buffers it needs, and how to make its run function once

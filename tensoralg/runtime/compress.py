@@ -12,7 +12,7 @@ matrix did not fit and can take another path.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -24,7 +24,36 @@ from tensoralg.ir.nodes import F32, F64, I32, I64, Function, Ptr, Scalar
 
 BLOCK = 16      # values tested per vector compare
 _SCALARS = {np.dtype(np.float32): F32, np.dtype(np.float64): F64}
-_KERNELS: dict[Scalar, CompiledKernel] = {}
+_INDEX = {np.dtype(np.int32): I32, np.dtype(np.int64): I64}
+_KERNELS: dict[Any, CompiledKernel] = {}
+
+
+class _Buffers(NamedTuple):
+    """The compressor's buffers and limits as kernel parameters; both kernels fill them."""
+
+    pos: b.Var
+    crd: b.Var
+    vals: b.Var
+    cap: b.Var
+    count: b.Var
+    squares: b.Var
+    square: b.Var
+    over: b.Var
+
+    def params(self) -> list[Any]:
+        return [b.param(self.pos, "out.1.pos", output=True),
+                b.param(self.crd, "out.1.crd", output=True),
+                b.param(self.vals, "out.vals", output=True), b.param(self.cap, "capacity"),
+                b.param(self.count, "count", output=True),
+                b.param(self.squares, "squares.vals", output=True),
+                b.param(self.square, "square"), b.param(self.over, "overflow", output=True)]
+
+
+def _buffers(value: Scalar) -> _Buffers:
+    return _Buffers(b.var("pos_vals", Ptr(I32)), b.var("crd_vals", Ptr(I32)),
+                    b.var("vals_vals", Ptr(value)), b.var("capacity", I64),
+                    b.var("count_vals", Ptr(I64)), b.var("squares_vals", Ptr(value)),
+                    b.var("square", I64), b.var("over_vals", Ptr(I64)))
 
 
 def compress_function(value: Scalar) -> Function:
@@ -33,12 +62,10 @@ def compress_function(value: Scalar) -> Function:
     >>> "pos[i] =" in str(compress_function(F32)).replace("pos_vals", "pos")
     True
     """
-    rows, cols, cap = b.var("n_rows", I64), b.var("n_cols", I64), b.var("capacity", I64)
+    rows, cols = b.var("n_rows", I64), b.var("n_cols", I64)
     x = b.var("x_vals", Ptr(value))
-    pos, crd = b.var("pos_vals", Ptr(I32)), b.var("crd_vals", Ptr(I32))
-    vals, count = b.var("vals_vals", Ptr(value)), b.var("count_vals", Ptr(I64))
-    squares, square = b.var("squares_vals", Ptr(value)), b.var("square", I64)
-    over = b.var("over_vals", Ptr(I64))
+    out = _buffers(value)
+    pos, crd, vals, cap, count, squares, square, over = out
     i, blk, blk2, t, t2, j = (b.var(n, I64) for n in ("i", "block", "block2", "t", "t2", "j"))
     flags = b.var("flags", Ptr(I32))
     c, base, lo = b.var("c", I64), b.var("base", I64), b.var("lo", I64)
@@ -84,12 +111,40 @@ def compress_function(value: Scalar) -> Function:
         b.store(over, 0, b.select(b.lt(cap, c), c, b.i64(0))),
     ]
     params = [b.param(rows, "n_rows"), b.param(cols, "n_cols"), b.param(x, "x.vals"),
-              b.param(pos, "out.1.pos", output=True), b.param(crd, "out.1.crd", output=True),
-              b.param(vals, "out.vals", output=True), b.param(cap, "capacity"),
-              b.param(count, "count", output=True),
-              b.param(squares, "squares.vals", output=True), b.param(square, "square"),
-              b.param(over, "overflow", output=True)]
+              *out.params()]
     return b.function(f"compress_rows_{value}", params, *body)
+
+
+def load_function(value: Scalar, index: Scalar) -> Function:
+    """The IR of the CSR loader: a validated CSR matrix's arrays (``index`` pointers and
+    coordinates, ``value`` values) copied into the compressor's buffers, with the values'
+    squares when ``square`` is set; when it has more than ``capacity`` entries nothing is
+    copied and ``overflow`` holds the count.
+
+    >>> "indptr" in str(load_function(F32, I64))
+    True
+    """
+    rows = b.var("n_rows", I64)
+    indptr, indices = b.var("indptr", Ptr(index)), b.var("indices", Ptr(index))
+    data = b.var("data", Ptr(value))
+    out = _buffers(value)
+    pos, crd, vals, cap, count, squares, square, over = out
+    n, r, p, v = b.var("n", I64), b.var("r", I64), b.var("p", I64), b.var("v", value)
+    body = [
+        b.declare(n, b.cast(b.load(indptr, rows), I64)),
+        b.store(count, 0, n),
+        b.store(over, 0, b.select(b.lt(cap, n), n, b.i64(0))),
+        b.if_(b.le(n, cap), [
+            b.for_(r, 0, b.add(rows, 1), b.store(pos, r, b.cast(b.load(indptr, r), I32))),
+            b.for_(p, 0, n,
+                   b.store(crd, p, b.cast(b.load(indices, p), I32)),
+                   b.declare(v, b.load(data, p)),
+                   b.store(vals, p, v),
+                   b.if_(b.ne(square, b.i64(0)), [b.store(squares, p, b.mul(v, v))]))]),
+    ]
+    params = [b.param(rows, "n_rows"), b.param(indptr, "indptr"),
+              b.param(indices, "indices"), b.param(data, "data"), *out.params()]
+    return b.function(f"load_csr_{value}_{index}", params, *body)
 
 
 class RowCompressor:
@@ -135,8 +190,8 @@ class RowCompressor:
         if self.squares is None:
             self.squares = np.zeros_like(self.vals)
             self._args[8:10] = [self.squares.ctypes.data, 1]
-            for call in self._calls:
-                call.args[8:10] = [self.squares.ctypes.data, 1]
+            for call, at in self._calls:
+                call.args[at:at + 2] = [self.squares.ctypes.data, 1]
                 call.keep.append(self.squares)
         return self.squares
 
@@ -151,7 +206,38 @@ class RowCompressor:
                             [x, self.pos, self.crd, self.vals, self._count, self.overflow] +
                             ([self.squares] if self.squares is not None else []), what,
                             self.overflow, problem="nonzeros, more than the CSR buffers hold")
-        self._calls.append(call)
+        self._calls.append((call, 8))
+        return call
+
+    def load_call(self, indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, what: str
+                  ) -> Any:
+        """:meth:`load` as a prebound call (a ``MovementCall``: inputs ``"indptr"``,
+        ``"indices"``, ``"data"``, flagged when the matrix did not fit), for a compiled call
+        sequence. The arrays it is pointed at must have been validated as :meth:`load`
+        requires, and share ``indptr``'s integer dtype (int32 or int64)."""
+        from tensoralg.runtime.movement import MovementCall
+
+        index = _INDEX.get(indptr.dtype)
+        if index is None or indices.dtype != indptr.dtype or data.dtype != self.dtype or \
+                len(indptr) != self.shape[0] + 1:
+            raise ValueError(f"RowCompressor for {self.dtype} {self.shape}: cannot load "
+                             f"{len(indptr)} {indptr.dtype} pointers, {indices.dtype} indices "
+                             f"and {data.dtype} values")
+        key = (_SCALARS[self.dtype], index)
+        kernel = _KERNELS.get(key)
+        if kernel is None:
+            kernel = _KERNELS[key] = build(load_function(*key), "llvm")
+        squares = self.squares
+        args = [self.shape[0], indptr.ctypes.data, indices.ctypes.data, data.ctypes.data,
+                self.pos.ctypes.data, self.crd.ctypes.data, self.vals.ctypes.data,
+                self.capacity, self._count.ctypes.data,
+                self.vals.ctypes.data if squares is None else squares.ctypes.data,
+                int(squares is not None), self.overflow.ctypes.data]
+        call = MovementCall(kernel, args, {"indptr": 1, "indices": 2, "data": 3},
+                            [indptr, indices, data, self.pos, self.crd, self.vals, self._count,
+                             self.overflow] + ([] if squares is None else [squares]), what,
+                            self.overflow, problem="nonzeros, more than the CSR buffers hold")
+        self._calls.append((call, 9))
         return call
 
     @property
@@ -204,4 +290,4 @@ def _kernel(value: Scalar) -> CompiledKernel:
     return kernel
 
 
-__all__ = ["BLOCK", "RowCompressor", "compress_function"]
+__all__ = ["BLOCK", "RowCompressor", "compress_function", "load_function"]

@@ -103,17 +103,19 @@ class StorageValidator:
                 self._kernels[dtype] = kernel
         return kernel
 
-    def compressed(self, pos: np.ndarray, crd: np.ndarray, dim: int, check_order: bool = True
-                   ) -> int:
+    def compressed(self, pos: np.ndarray, crd: np.ndarray, dim: int, check_order: bool = True,
+                   remember: bool = True) -> int:
         """The status of one compressed level with ``len(pos) - 1`` parent positions.
 
-        With ``check_order=False`` only what memory safety needs is checked (bounds).
+        With ``check_order=False`` only what memory safety needs is checked (bounds). With
+        ``remember=False`` the arrays are checked even if seen before, and not remembered
+        (buffers a caller refills in place, such as a data loader's).
         """
         if pos.dtype != crd.dtype or pos.dtype not in _INDEX or pos.ndim != 1 or crd.ndim != 1 \
                 or pos.shape[0] < 1 or not (pos.flags.c_contiguous and crd.flags.c_contiguous):
             return BAD_SEGMENT
         facts = (address_of(pos), address_of(crd), pos.shape[0], crd.shape[0], dim, check_order)
-        if self._seen.get((id(pos), id(crd))) == facts:
+        if remember and self._seen.get((id(pos), id(crd))) == facts:
             return VALID
         status = self._status.__dict__.get("buffer")
         if status is None:
@@ -121,7 +123,7 @@ class StorageValidator:
         self._kernel(pos.dtype).function(facts[0], facts[1], pos.shape[0] - 1, dim,
                                          crd.shape[0], int(check_order), status.ctypes.data)
         result = int(status[0])
-        if result == VALID:
+        if result == VALID and remember:
             self._remember(pos, crd, facts)
         return result
 
