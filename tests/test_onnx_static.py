@@ -317,3 +317,69 @@ def test_known_feeds_take_the_fast_path_and_others_are_still_checked():
     strided = {name: np.asfortranarray(fresh[name])}      # same key, copied to C order
     np.testing.assert_allclose(compiled.run(strided)["y"], session.run(None, fresh)[0],
                                rtol=RTOL, atol=ATOL)
+
+
+def _concat_of_gathers_model(axis: int) -> onnx.ModelProto:
+    """Three embedding gathers and a graph input joined by one Concat, then a MatMul. ``e1``
+    is also read by a Relu (so it keeps its own buffer), ``e2`` is also a graph output."""
+    rng = np.random.default_rng(21)
+    tables = [numpy_helper.from_array(rng.standard_normal((50, 4)).astype(np.float32), f"T{k}")
+              for k in range(3)]
+    width = 4 * 3 + 5 if axis == 1 else 4
+    w = numpy_helper.from_array(rng.standard_normal((width, 3)).astype(np.float32), "W")
+    rows_of_x = ["N", 5] if axis == 1 else ["N", 4]
+    nodes = [h.make_node("Gather", [f"T{k}", f"ids{k}"], [f"e{k}"]) for k in range(3)]
+    nodes += [h.make_node("Concat", ["e0", "x", "e1", "e2"], ["c"], axis=axis),
+              h.make_node("MatMul", ["c", "W"], ["m"]),
+              h.make_node("Relu", ["e1"], ["r"]),
+              h.make_node("ReduceSum", ["r", "one"], ["s"], keepdims=1)]
+    # Rows joined (axis 0): s has a row per id, m one per row of the Concat; add s's total.
+    nodes += [h.make_node("Add", ["m", "s"], ["y"])] if axis == 1 else \
+        [h.make_node("ReduceSum", ["s"], ["t"], keepdims=1), h.make_node("Add", ["m", "t"], ["y"])]
+    inputs = [h.make_tensor_value_info(f"ids{k}", I64, ["N"]) for k in range(3)]
+    inputs.append(h.make_tensor_value_info("x", F32, rows_of_x))
+    one = numpy_helper.from_array(np.array([1], np.int64), "one")
+    graph = h.make_graph(nodes, "concat", inputs,
+                         [h.make_tensor_value_info("y", F32, ["M", 3]),
+                          h.make_tensor_value_info("e2", F32, ["N", 4])], tables + [w, one])
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def test_gathers_write_into_their_concat_block_without_a_copy():
+    model = _concat_of_gathers_model(axis=1)
+    rng = np.random.default_rng(22)
+    feeds = {f"ids{k}": rng.integers(0, 50, 7).astype(np.int64) for k in range(3)}
+    feeds["x"] = rng.standard_normal((7, 5)).astype(np.float32)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    compiled = tonnx.load(model, opt_level=3)
+    for k in range(5):
+        data = feeds if k == 0 else _fresh(feeds, rng)
+        got = compiled.run(data)
+        for name, want in zip(["y", "e2"], session.run(["y", "e2"], data)):
+            np.testing.assert_allclose(got[name], want, rtol=RTOL, atol=ATOL, err_msg=name)
+    plan = compiled.specialiser.latest()
+    concat = next(s for s in plan.steps if s.step.node.op_type == "Concat")
+    # e0 only: e1 has a second reader, e2 is a graph output, x is a graph input.
+    assert concat.plan == "no copy: 1 of 4 inputs written into their column blocks by " \
+                          "their producers; 3 copied"
+    assert "1 compiled sequence" in plan.describe()
+    with pytest.raises(ta.ShapeError, match="outside"):
+        compiled.run(dict(feeds, ids0=np.full(7, 50, np.int64)))
+
+
+def test_a_concat_of_rows_still_copies():
+    model = _concat_of_gathers_model(axis=0)
+    rng = np.random.default_rng(23)
+    feeds = {f"ids{k}": rng.integers(0, 50, 6).astype(np.int64) for k in range(3)}
+    feeds["x"] = rng.standard_normal((6, 4)).astype(np.float32)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    compiled = tonnx.load(model, opt_level=3)
+    for k in range(4):
+        data = feeds if k == 0 else _fresh(feeds, rng)
+        got = compiled.run(data)
+        np.testing.assert_allclose(got["y"], session.run(["y"], data)[0], rtol=RTOL, atol=ATOL)
+    plan = compiled.specialiser.latest()
+    concat = next(s for s in plan.steps if s.step.node.op_type == "Concat")
+    assert concat.plan is None or "no copy" not in concat.plan

@@ -117,7 +117,7 @@ def gather_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray],
     column = id_column(node.inputs[1], recorded, constants, shared) if axis == 0 else None
     if column is not None and (len(column[1]) != 2 or recorded[column[0]].ndim != 2):
         column = None       # only a column of a 2-D input (ids x fields) is read in place
-    spec = Spec(make, [], "copy")
+    spec = Spec(make, [], "copy", strided_output=True)
     if column is not None:
         spec.unread = frozenset({node.inputs[1]})
     return spec
@@ -145,31 +145,39 @@ def concat_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]
     out_rank = recorded[step.node.outputs[0]].ndim
     axis = int(step.node.attributes.get("axis", 0))
     axis = axis + out_rank if axis < 0 else axis
+    names = [n for n in step.node.inputs if n]
 
     def make(outs: list[np.ndarray], buffers: list[np.ndarray], ins: list[Getter]) -> Run:
         out = outs[0]
+        # Each input not written in place by its producer is copied into its block: in
+        # NumPy, and natively as a copy of rows (out viewed as (outer, width), each input a
+        # column block).
+        outer = int(np.prod(out.shape[:axis], dtype=np.int64))
+        rows = out.reshape(outer, -1) if out.flags.c_contiguous and outer else None
+        blocks: list[tuple[Getter, tuple[slice, ...]]] = []
+        parts: list[Part] | None = []
+        start = flat = 0
+        for get, name in zip(ins, names):
+            value = recorded[name]
+            width, flat_width = value.shape[axis], value.size // max(outer, 1)
+            if name not in spec.in_place:
+                blocks.append((get, (slice(None),) * axis + (slice(start, start + width),)))
+                call = None if rows is None or parts is None else ta.api.copy_call(
+                    np.zeros(value.shape, value.dtype), rows[:, flat:flat + flat_width],
+                    str(step.context))
+                if call is None:
+                    parts = None
+                else:
+                    parts.append((call, [("src", get, None)]))  # type: ignore[union-attr]
+            start, flat = start + width, flat + flat_width
 
         def run(env: Env) -> None:
-            np.concatenate([g(env) for g in ins], axis=axis, out=out)
-        # As copies of row blocks: out viewed as (outer, width), each input a column block.
-        outer = int(np.prod(out.shape[:axis], dtype=np.int64))
-        if not out.flags.c_contiguous or not outer:
-            return made_of(run, None)
-        rows = out.reshape(outer, -1)
-        parts: list[Part] = []
-        start = 0
-        for get, name in zip(ins, [n for n in step.node.inputs if n]):
-            value = recorded[name]
-            width = value.size // outer
-            call = ta.api.copy_call(np.zeros(value.shape, value.dtype),
-                                    rows[:, start:start + width], str(step.context))
-            if call is None:
-                return made_of(run, None)
-            parts.append((call, [("src", get, None)]))
-            start += width
+            for get, index in blocks:
+                out[index] = get(env)
         return made_of(run, parts)
 
-    return Spec(make, [], "copy")
+    spec = Spec(make, [], "copy")
+    return spec
 
 
 def transpose_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]

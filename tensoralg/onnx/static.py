@@ -158,24 +158,30 @@ def build_plan(executor: Executor, feeds: Mapping[str, Any], recorded: Env
         specs.append((step, spec_of(step, recorded, constants, shared)))
     specs = _read_steps(specs, outputs, base)
     transposed = _transposed_values(specs, outputs, set(base.values()))
+    in_place = _concat_in_place(specs, recorded, outputs, base, transposed, readers)
     # Lifetimes of the buffers: birth at the producing step, death at the last use (through
-    # any alias); graph outputs never die, so no other value shares their buffer.
+    # any alias); graph outputs never die, so no other value shares their buffer. A Concat
+    # whose inputs are written in place is born with the first of them.
     last: dict[str, int] = {}
+    born: dict[str, int] = {}
     requests: list[tuple[int, int, int, Any]] = []     # (birth, death, bytes, key)
     for k, (step, spec) in enumerate(specs):
         for name in step.node.inputs:
             if name:
                 last[base.get(name, name)] = k
+        born.update((name, k) for name in step.node.outputs if name)
+    for part, (whole, _) in in_place.items():
+        born[whole] = min(born[whole], born[part])
     forever = len(specs) + 1
     layout: dict[Any, tuple[tuple[int, ...], np.dtype]] = {}
     for k, (step, spec) in enumerate(specs):
         for name in step.node.outputs:
-            if name and name in recorded:
+            if name and name in recorded and name not in in_place:
                 array = recorded[name]
                 layout[name] = (array.shape[::-1] if name in transposed else array.shape,
                                 array.dtype)
                 death = forever if name in outputs else last.get(name, k)
-                requests.append((k, death, array.nbytes, name))
+                requests.append((born[name], death, array.nbytes, name))
         for s, (shape, dtype) in enumerate(spec.scratch if spec is not None else ()):
             layout[(step.node.name, s)] = (shape, np.dtype(dtype))
             requests.append((k, k, int(np.prod(shape)) * np.dtype(dtype).itemsize,
@@ -184,6 +190,8 @@ def build_plan(executor: Executor, feeds: Mapping[str, Any], recorded: Env
     arenas = [np.empty(size + ALIGN, np.uint8) for size in sizes]
     buffers = {key: _view(arenas[arena], *layout[key])
                for (_, _, _, key), arena in zip(requests, where)}
+    for part, (whole, index) in in_place.items():
+        buffers[part] = buffers[whole][index]
     fixed: dict[str, np.ndarray] = dict(constants)
     fixed.update((name, buf) for name, buf in buffers.items() if isinstance(name, str))
     dynamic_aliases = []
@@ -338,6 +346,56 @@ def _transposed_values(specs: list[tuple[Step, Spec | None]], outputs: set[str],
         if spec is not None and spec.relayout is not None:
             spec.relayout(spec.transposable_input in chosen,
                           bool(step.node.outputs) and step.node.outputs[0] in chosen)
+    return chosen
+
+
+def _concat_in_place(specs: list[tuple[Step, Spec | None]], recorded: Env, outputs: set[str],
+                     base: dict[str, str], transposed: set[str], readers: dict[str, int]
+                     ) -> dict[str, tuple[str, tuple[slice, ...]]]:
+    """The Concat inputs whose producers write straight into the Concat's output: each such
+    input -> (the output, the index of its block). An input qualifies when its producer writes
+    through any view (``Spec.strided_output``: gathers), nothing else reads it, it is 2-D and
+    the Concat joins columns (its block is then a 2-D view with unit-stride rows, which the
+    compiled gather writes). Sets each Concat's ``in_place`` and plan text."""
+    producers: dict[str, Spec] = {}
+    for step, spec in specs:
+        for name in step.node.outputs:
+            if name and spec is not None:
+                producers[name] = spec
+    aliased = set(base.values()) | set(base)
+    chosen: dict[str, tuple[str, tuple[slice, ...]]] = {}
+    for step, spec in specs:
+        node = step.node
+        if node.op_type != "Concat" or spec is None or node.outputs[0] not in recorded or \
+                node.outputs[0] in transposed:
+            continue
+        out = recorded[node.outputs[0]]
+        axis = int(node.attributes.get("axis", 0))
+        axis = axis + out.ndim if axis < 0 else axis
+        names = [n for n in node.inputs if n]
+        mine: dict[str, tuple[str, tuple[slice, ...]]] = {}
+        start = 0
+        for name in names:
+            value = recorded.get(name)
+            if value is None:
+                break
+            producer = producers.get(name)
+            if out.ndim == 2 and axis == 1 and names.count(name) == 1 and \
+                    readers.get(name) == 1 and name not in outputs and name not in aliased and \
+                    name not in transposed and producer is not None and \
+                    producer.strided_output and value.ndim == 2:
+                mine[name] = (node.outputs[0], (slice(None), slice(start, start + value.shape[1])))
+            start += value.shape[axis]
+        else:
+            if mine:
+                chosen.update(mine)
+                spec.in_place = frozenset(mine)
+                copied = len(names) - len(mine)
+                spec.plan = (f"no copy: {len(mine)} of {len(names)} inputs written into their "
+                             f"column blocks by their producers" +
+                             (f"; {copied} copied" if copied else ""))
+                if not copied:
+                    spec.kind = "in place"
     return chosen
 
 

@@ -87,6 +87,12 @@ class Spec:
     # What the step runs, for the printed plan and the profile, when it differs from what the
     # node-by-node run noted (None: the same).
     plan: str | None = None
+    # The step writes its output through whatever view it is given (a gather: a column block
+    # of the Concat that reads it), so the plan may place that output inside another buffer.
+    strided_output: bool = False
+    # Of a Concat: the inputs its producers already wrote into its output (set by the plan
+    # before ``make``); only the others are copied.
+    in_place: frozenset[str] = frozenset()
 
 
 def placeholder(get: Getter, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
