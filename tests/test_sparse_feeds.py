@@ -254,3 +254,27 @@ def test_compiled_csr_load_matches_the_python_load():
     assert rows.pos.tolist() == [0, 2, 2, 3]             # left as it was
     with pytest.raises(ValueError, match="cannot load"):
         rows.load_call(m.indptr, m.indices.astype(np.int64), m.data, "test")
+
+
+def test_csr_feeds_take_the_fast_path_and_are_still_validated(monkeypatch):
+    rng = np.random.default_rng(11)
+    model = _fm(rng, width=30, factors=2)
+    compiled = tonnx.load(model, opt_level=3)
+    x = _multi_hot(rng, 4, 30, 2)
+    for _ in range(3):
+        compiled.run({"x": sp.csr_array(x)})
+
+    def refuse(feeds):
+        raise AssertionError("a known CSR feed took the checked path")
+    monkeypatch.setattr(compiled, "_checked", refuse)
+    np.testing.assert_allclose(compiled.run({"x": sp.csr_array(x)})["y"],
+                               _reference(model, {"x": x})["y"], rtol=RTOL, atol=ATOL)
+    bad = sp.csr_array(x)
+    bad.indices[-1] = 30
+    with pytest.raises(ta.InputError, match="invalid sparse matrix"):
+        compiled.run({"x": bad})
+    unsorted = sp.csr_array(x)
+    unsorted.indices[:2] = unsorted.indices[:2][::-1].copy()
+    unsorted.data[:2] = unsorted.data[:2][::-1].copy()
+    with pytest.raises(AssertionError, match="checked path"):   # repaired there, on a copy
+        compiled.run({"x": unsorted})

@@ -6,6 +6,7 @@ import sys
 from typing import Any, Iterable, Mapping, Sequence, TextIO
 
 import numpy as np
+import scipy.sparse as sp
 
 import tensoralg as ta
 from tensoralg.onnx.errors import InputError
@@ -71,12 +72,13 @@ class CompiledModel:
         values = (self.specialiser.run(checked) if self.specialiser is not None
                   else self.executor.run(densified(checked)))
         if self.specialiser is not None and type(feeds) is dict and \
-                len(feeds) == len(self.graph.inputs) and \
-                all(type(a) is np.ndarray for a in feeds.values()):
-            signature = self.specialiser.signature(checked)
-            plan = self.specialiser.plans.get(signature)
-            if plan is not None:
-                self._known_plans[_feed_key(feeds)] = (plan, signature)
+                len(feeds) == len(self.graph.inputs):
+            key = _feed_key(feeds)
+            if key is not None:
+                signature = self.specialiser.signature(checked)
+                plan = self.specialiser.plans.get(signature)
+                if plan is not None:
+                    self._known_plans[key] = (plan, signature)
         return self._outputs(values, feeds)
 
     def _outputs(self, values: Mapping[str, np.ndarray], feeds: Mapping[str, Any]
@@ -89,13 +91,23 @@ class CompiledModel:
         """The fast path of :meth:`run`: feeds of exactly the names, shapes and dtypes of an
         earlier call that built a static plan skip the checks they passed then (about as long
         as a small model's whole plan at batch 1). None: take the checked path."""
-        if not self._known_plans or type(feeds) is not dict or \
-                any(type(a) is not np.ndarray for a in feeds.values()):
-            return None                 # NumPy scalars have shapes and dtypes too
-        known = self._known_plans.get(_feed_key(feeds))
+        if not self._known_plans or type(feeds) is not dict:
+            return None
+        key = _feed_key(feeds)
+        known = None if key is None else self._known_plans.get(key)
         if known is None:
             return None
         plan, signature = known
+        if any(len(entry) == 4 for entry in key):
+            # CSR feeds: their arrays are checked every run (one compiled pass); one that is
+            # not canonical takes the checked path, which repairs it on a copy.
+            feeds = dict(feeds)
+            for name, *_rest in (entry for entry in key if len(entry) == 4):
+                value = feeds[name]
+                feed = sparse_feed(name, value, value.dtype)
+                if feed.csr is not value:
+                    return None
+                feeds[name] = feed
         specialiser = self.specialiser
         if specialiser is None or specialiser.plans.get(signature) is not plan or \
                 not plan.lock.acquire(blocking=False):
@@ -235,8 +247,24 @@ class CompiledModel:
         return checked
 
 
-def _feed_key(feeds: dict[str, np.ndarray]) -> tuple:
-    return tuple((name, a.shape, a.dtype.str) for name, a in feeds.items())
+_CSR_TYPES = (sp.csr_array, sp.csr_matrix)
+
+
+def _feed_key(feeds: dict[str, Any]) -> tuple | None:
+    """What the fast path of a run knows feeds by: each name, shape and dtype (and a CSR
+    feed's index dtype); None when a feed is neither an ndarray nor a SciPy CSR matrix
+    (NumPy scalars have shapes and dtypes too)."""
+    if all(type(a) is np.ndarray for a in feeds.values()):
+        return tuple((name, a.shape, a.dtype.str) for name, a in feeds.items())
+    key = []
+    for name, a in feeds.items():
+        if type(a) is np.ndarray:
+            key.append((name, a.shape, a.dtype.str))
+        elif type(a) in _CSR_TYPES:
+            key.append((name, a.shape, a.dtype.str, a.indices.dtype.str))
+        else:
+            return None
+    return tuple(key)
 
 
 def _check_feed(info: ValueInfo, value: Any) -> Any:
