@@ -57,7 +57,7 @@ from tensoralg.notation import (
 )
 from tensoralg.notation.ast import Expr, accesses
 from tensoralg.notation.ast import tensors as tensor_ranks
-from tensoralg.runtime.args import ArgumentPlan, OutputBuffers
+from tensoralg.runtime.args import ArgumentPlan, OutputBuffers, data_address
 from tensoralg.runtime.bound import BoundCall, dense_output, overwrites_output
 from tensoralg.runtime.compress import RowCompressor
 from tensoralg.runtime.conv import DirectConv
@@ -947,6 +947,6 @@ def get_num_threads() -> int:
 __all__ = ["einsum", "compile", "Kernel", "KernelKey", "CompileOptions", "kernel_cache",
            "RowCompressor", "DenseLayer", "dense_layer", "ConvLayer", "conv_layer",
            "DirectConv", "direct_conv",
-           "CallSequence", "Slot", "canonical_csr", "copy_call", "gather_call", "gram_call",
-           "ids_call", "im2row_call",
+           "CallSequence", "Slot", "canonical_csr", "data_address", "copy_call", "gather_call",
+           "gram_call", "ids_call", "im2row_call",
            "set_num_threads", "get_num_threads", "execute"]

@@ -383,3 +383,22 @@ def test_a_concat_of_rows_still_copies():
     plan = compiled.specialiser.latest()
     concat = next(s for s in plan.steps if s.step.node.op_type == "Concat")
     assert concat.plan is None or "no copy" not in concat.plan
+
+
+def test_plans_of_many_batch_sizes_are_evicted_and_forgotten():
+    from tensoralg.onnx.static import MAX_PLANS
+    model, feeds = MODELS["mlp"](np.random.default_rng(31))
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    compiled = tonnx.load(model, opt_level=3)
+    rng = np.random.default_rng(32)
+    name = next(iter(feeds))
+    for batch in range(1, 3 * MAX_PLANS + 2):
+        data = {name: rng.standard_normal((batch, *feeds[name].shape[1:])).astype(np.float32)}
+        for _ in range(3):             # record, plan, then the fast path
+            got = compiled.run(data)["y"]
+        np.testing.assert_allclose(got, session.run(None, data)[0], rtol=RTOL, atol=ATOL)
+    live = [p for p in compiled.specialiser.plans.values() if p is not None]
+    assert len(live) <= MAX_PLANS and not any(p.retired for p in live)
+    known = [plan for plan, _ in compiled._known_plans.values()]
+    assert len(known) <= 2 * MAX_PLANS + 1
+    assert sum(plan.retired for plan in known) <= MAX_PLANS + 1

@@ -19,7 +19,7 @@ from tensoralg.onnx.plan import MemoryTrace
 from tensoralg.onnx.profile import Profile
 from tensoralg.onnx.sparse_feeds import densified, is_sparse, sparse_feed
 from tensoralg.onnx.sparse_weights import threshold_of
-from tensoralg.onnx.static import Replan, Specialiser
+from tensoralg.onnx.static import MAX_PLANS, Replan, Specialiser
 from tensoralg.onnx.step_base import parts_of
 
 OPT_LEVELS = (0, 1, 2, 3)
@@ -78,6 +78,9 @@ class CompiledModel:
                 signature = self.specialiser.signature(checked)
                 plan = self.specialiser.plans.get(signature)
                 if plan is not None:
+                    if len(self._known_plans) >= 2 * MAX_PLANS:   # forget evicted plans
+                        self._known_plans = {k: v for k, v in self._known_plans.items()
+                                             if not v[0].retired}
                     self._known_plans[key] = (plan, signature)
         return self._outputs(values, feeds)
 
@@ -109,8 +112,10 @@ class CompiledModel:
                     return None
                 feeds[name] = feed
         specialiser = self.specialiser
-        if specialiser is None or specialiser.plans.get(signature) is not plan or \
-                not plan.lock.acquire(blocking=False):
+        if plan.retired:
+            self._known_plans.pop(key, None)   # its buffers may go
+            return None
+        if specialiser is None or not plan.lock.acquire(blocking=False):
             return None
         try:
             values = plan.run(feeds)
@@ -119,7 +124,10 @@ class CompiledModel:
             return None
         finally:
             plan.lock.release()
-        return self._outputs(values, feeds)
+        fresh = plan.fresh_outputs       # copies the plan made: the caller's already
+        return {v.name: values[v.name] if v.name in fresh else
+                _owned(values[v.name], self._constant_memory, feeds)
+                for v in self.graph.outputs}
 
     def __call__(self, *arrays: Any) -> Any:
         """Positional inputs in declaration order; one output, or a tuple of them."""
@@ -255,13 +263,13 @@ def _feed_key(feeds: dict[str, Any]) -> tuple | None:
     feed's index dtype); None when a feed is neither an ndarray nor a SciPy CSR matrix
     (NumPy scalars have shapes and dtypes too)."""
     if all(type(a) is np.ndarray for a in feeds.values()):
-        return tuple((name, a.shape, a.dtype.str) for name, a in feeds.items())
+        return tuple((name, a.shape, a.dtype) for name, a in feeds.items())
     key = []
     for name, a in feeds.items():
         if type(a) is np.ndarray:
-            key.append((name, a.shape, a.dtype.str))
+            key.append((name, a.shape, a.dtype))
         elif type(a) in _CSR_TYPES:
-            key.append((name, a.shape, a.dtype.str, a.indices.dtype.str))
+            key.append((name, a.shape, a.dtype, a.indices.dtype))
         else:
             return None
     return tuple(key)

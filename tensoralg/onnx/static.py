@@ -78,11 +78,14 @@ class StaticPlan:
         # (slot, feed, CSR array or None): the address each run writes into each slot
         self.slot_feeds: list[tuple[int, str, str | None]] = []
         self.outputs = outputs
+        # Outputs :meth:`run` returns as fresh copies of plan buffers (no one else holds them).
+        self.fresh_outputs = frozenset(g.name for g in outputs if g.fixed is not None)
         self.feeds = feeds
         self.aliases = aliases        # dynamic views: (name, base, shape), made each run
         self.memory = memory
         self.arenas = arenas          # keeps the buffers alive
         self.lock = threading.Lock()
+        self.retired = False          # dropped or evicted by its Specialiser: not to be run
         # Sparse feeds every reader takes in CSR: handed over as they are, never densified.
         self.csr_feeds: frozenset[str] = frozenset()
 
@@ -95,10 +98,11 @@ class StaticPlan:
             env[name] = env[base].reshape(shape)
         if timer is None:
             if self.slots is not None:
+                address = ta.api.data_address
                 for index, name, array in self.slot_feeds:
                     value = env[name]
-                    self.slots[index] = value.ctypes.data if array is None else \
-                        getattr(value.csr, array).ctypes.data
+                    self.slots[index] = address(value if array is None else
+                                                getattr(value.csr, array))
             for run in self.runners:
                 run(env)
         else:
@@ -482,6 +486,9 @@ class Specialiser:
 
     def drop(self, signature: tuple, why: Exception) -> None:
         """Stop using the plan of ``signature`` (a run no longer fits it)."""
+        plan = self.plans.get(signature)
+        if plan is not None:
+            plan.retired = True
         self.plans[signature] = None
         self.notes[signature] = f"static plan dropped: {why}"
 
@@ -495,7 +502,9 @@ class Specialiser:
 
     def _build(self, signature: tuple, feeds: Mapping[str, np.ndarray], recorded: Env) -> None:
         if len(self.plans) >= MAX_PLANS:
-            del self.plans[next(iter(self.plans))]
+            oldest = self.plans.pop(next(iter(self.plans)))
+            if oldest is not None:
+                oldest.retired = True
         try:
             plan = build_plan(self.executor, feeds, recorded)
         except ta.TensorAlgebraError as err:

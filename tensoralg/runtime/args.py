@@ -50,6 +50,24 @@ class _Addresses:
 
 address_of = _Addresses()
 
+_char_view, _address = ctypes.c_char.from_buffer, ctypes.addressof
+
+
+def data_address(array: np.ndarray) -> int:
+    """The address of a C-contiguous array's first byte, in ~0.6 µs through the buffer
+    protocol instead of ~2 µs for ``array.ctypes.data`` (which builds a helper object): a
+    model run at batch 1 does this once per input. Read-only and empty arrays take the slow
+    way.
+
+    >>> a = np.zeros(3)
+    >>> data_address(a) == a.ctypes.data
+    True
+    """
+    try:
+        return _address(_char_view(array))
+    except (TypeError, ValueError):
+        return array.ctypes.data
+
 # What one argument is: (kind, name, level); kinds below.
 _SIZE, _CAPACITY, _VALS, _POS, _CRD, _OUT_SIZES, _OUT_HANDLE, _OUT_DENSE, _RANGE = range(9)
 
