@@ -10,6 +10,8 @@ with the same shapes:
   tenant is dead, so the arenas hold less than the sum of all intermediates. Reshape-like nodes
   (Identity, Reshape, Flatten, Squeeze, Unsqueeze, Dropout) become views of their input's buffer
   and cost nothing at run time. Graph outputs get their own buffers and are returned as copies.
+  A gather read only by a Concat that joins columns writes straight into its block of the
+  Concat's output (:func:`_concat_in_place`), which then copies only its other inputs.
 - **Prebound kernels.** Fused programs, embedding bags and small contractions run through
   ``Kernel.bind``: operands and output buffers are fixed once, so a call is one ctypes call
   (~3 µs) instead of ~30 µs of argument checking, packing and allocation. BLAS products,
@@ -18,7 +20,8 @@ with the same shapes:
   programs, dense layers, sparse layers and their transposed copies) are compiled into one
   native function that makes the calls (``tensoralg.api.CallSequence``): one ctypes call for
   the lot instead of 2-5 µs of Python per step. Graph inputs reach it as addresses in a slot
-  table filled at each run. A profiled run times the steps one by one instead.
+  table filled at each run (for an input fed as CSR, the addresses of its three arrays). A
+  profiled run times the steps one by one instead.
 - **Everything else** runs its op function as at other levels (a *generic* step) and copies the
   result into its buffer. A generic step checks that its result has the recorded shape: if an
   op's output shape depends on input *values* (NonZero, a Reshape to a computed shape) and
