@@ -31,10 +31,13 @@ level 3 is also timed with that input fed as a SciPy CSR matrix, reported in a t
 the static plan (generated GEMMs, compiled-in convolutions, call sequences); the on-disk kernel
 cache may make a repeat run of this script faster.
 Every tensoralg output is checked against onnxruntime (rtol 1e-3, atol 1e-4) before timing.
-Each figure is the median over 5 interleaved rounds (every configuration of a row timed once per
-round) of the median of ``max(3, 0.05 s / t)`` calls; with ``--runs N`` the whole measurement is
-repeated N times (fresh models each time) and each figure is the median of the N (the shared VM
-these ran on drifts by ±30% over minutes).
+Each time is the median over 5 interleaved rounds (every configuration of a row timed once per
+round) of the median of ``max(3, 0.05 s / t)`` calls. Each ratio is paired: in every round
+onnxruntime is timed right after the tensoralg configuration it is compared with, and the ratio
+is the median over rounds of the per-round ratios (so it may differ from the ratio of the two
+median times; the shared VM these ran on drifts by tens of percent within seconds). With
+``--runs N`` the whole measurement is repeated N times (fresh models each time) and each figure
+is the median of the N.
 
 OpenBLAS (NumPy's BLAS, which tensoralg's importer uses for large dense contractions) is pinned to
 one thread (``OPENBLAS_NUM_THREADS=1`` unless already set): multi-threaded OpenBLAS on the 2-core
@@ -325,14 +328,23 @@ def measure(name: str, prune: float, batches: list[int], levels: list[int], budg
         for threads, session in sessions.items():
             calls[f"ort{threads}"] = lambda s=session: s.run(None, feeds)
         # Interleaved rounds: every configuration is timed in each round and the median over
-        # rounds is kept, so a burst of noise on the shared VM hits all of them alike.
-        samples = {key: [] for key in calls}
+        # rounds is kept, so a burst of noise on the shared VM hits all of them alike. Each
+        # compared pair is timed back to back (onnxruntime right after tensoralg), and its
+        # ratio is the median over rounds of the per-round ratios: the VM's speed drifts by
+        # tens of percent within seconds, which a ratio of two separate medians would absorb.
+        order = [key for key in ("L0", "L1", "L2", "L3", "ort1", "LN", "ort0", "L3csr")
+                 if key in calls]
+        samples = {key: [] for key in order}
         for _ in range(ROUNDS):
-            for key, call in calls.items():
+            for key in order:
                 ta.set_num_threads(thread_count.get(key, 1))
-                samples[key].append(timeit(call, budget / ROUNDS))
+                samples[key].append(timeit(calls[key], budget / ROUNDS))
         ta.set_num_threads(1)
         row.update({key: statistics.median(values) for key, values in samples.items()})
+        for ratio, (theirs, ours) in PAIRS.items():
+            if theirs in samples and ours in samples:
+                row[ratio] = statistics.median(a / b for a, b in zip(samples[theirs],
+                                                                     samples[ours]))
         if 3 in levels and not np.isnan(row.get("L3", 0.0)):
             row["memory"] = compiled[3].profile(feeds).memory
         row["compile"] = compile_s
@@ -340,8 +352,18 @@ def measure(name: str, prune: float, batches: list[int], levels: list[int], budg
         print(_line(row, levels), flush=True)
         if "L3csr" in row:
             print(f"{'':16} L3 with the multi-hot input as CSR: {_ms(row['L3csr'])} ms, "
-                  f"ort1/that {row['ort1'] / row['L3csr']:.2f}x", flush=True)
+                  f"ort1/that {_ratio(row, 'ort1/CSR'):.2f}x", flush=True)
     return rows
+
+
+# Each reported ratio: onnxruntime's configuration over tensoralg's, paired round by round.
+PAIRS = {"ort1/L3": ("ort1", "L3"), "ortN/LN": ("ort0", "LN"), "ort1/CSR": ("ort1", "L3csr")}
+
+
+def _ratio(row: dict, name: str) -> float:
+    """The paired ratio ``name`` of ``row`` (the ratio of the medians for rows without it)."""
+    theirs, ours = PAIRS[name]
+    return row[name] if name in row else row[theirs] / row[ours]
 
 
 def _ms(seconds: float) -> str:
@@ -354,8 +376,8 @@ HEADER_LEVELS = "model       batch  " + "  ".join(f"{'L' + str(v) + ' ms':>8}" f
 def _line(row, levels) -> str:
     cells = "  ".join(_ms(row[f"L{v}"]) if f"L{v}" in row else f"{'-':>8}" for v in range(4))
     return (f"{row['model']:<10} {row['batch']:>5}  {cells}  {_ms(row['LN'])}  "
-            f"{_ms(row['ort1'])}  {_ms(row['ort0'])}  {row['ort1'] / row['L3']:6.2f}x  "
-            f"{row['ort0'] / row['LN']:6.2f}x  {row['compile']:6.2f}")
+            f"{_ms(row['ort1'])}  {_ms(row['ort0'])}  {_ratio(row, 'ort1/L3'):6.2f}x  "
+            f"{_ratio(row, 'ortN/LN'):6.2f}x  {row['compile']:6.2f}")
 
 
 TABLE_HEAD = (f"{HEADER_LEVELS}  {'LN ms':>8}  {'ort1 ms':>8}  {'ortN ms':>8}  {'ort1/L3':>7}  "
@@ -372,7 +394,8 @@ def markdown(dense_rows, pruned_rows, quick: bool, runs: int = 1) -> str:
              f"Generated by `python benchmarks/onnx_models.py{' --quick' if quick else ''}"
              f"{f' --runs {runs}' if runs > 1 else ''}` "
              "(model definitions and method in its docstring). Times are medians in ms; "
-             "ratios are onnxruntime time / tensoralg time, thread for thread, **above 1 means "
+             "ratios are onnxruntime time / tensoralg time, thread for thread, paired round by "
+             "round (medians of per-round ratios), **above 1 means "
              "tensoralg is faster**: `L0`..`L3` = tensoralg at that opt level on one thread, "
              "`LN` = level 3 on all cores; `ort1` = onnxruntime with 1 intra-op thread, `ortN` "
              "= all cores; `ort1/L3` compares one thread with one, `ortN/LN` all cores with all. "
@@ -391,7 +414,7 @@ def markdown(dense_rows, pruned_rows, quick: bool, runs: int = 1) -> str:
     for r in pruned_rows:
         lines.append(f"| {r['model']} | {r['batch']} | {_ms(r.get('L2', float('nan')))} | "
                      f"{_ms(r['L3'])} | {_ms(r['LN'])} | {_ms(r['ort1'])} | {_ms(r['ort0'])} | "
-                     f"{r['ort1'] / r['L3']:.2f} | {r['ort0'] / r['LN']:.2f} | "
+                     f"{_ratio(r, 'ort1/L3'):.2f} | {_ratio(r, 'ortN/LN'):.2f} | "
                      f"{r['compile']:.2f} |")
     csr_rows = [r for r in dense_rows + pruned_rows if "L3csr" in r]
     if csr_rows:
@@ -406,8 +429,8 @@ def markdown(dense_rows, pruned_rows, quick: bool, runs: int = 1) -> str:
         for r in csr_rows:
             lines.append(f"| {r['model']} | {'90% pruned' if r['prune'] else 'dense'} | "
                          f"{r['batch']} | {_ms(r['L3'])} | {_ms(r['L3csr'])} | "
-                         f"{_ms(r['ort1'])} | {r['ort1'] / r['L3']:.2f} | "
-                         f"{r['ort1'] / r['L3csr']:.2f} |")
+                         f"{_ms(r['ort1'])} | {_ratio(r, 'ort1/L3'):.2f} | "
+                         f"{_ratio(r, 'ort1/CSR'):.2f} |")
     lines += ["", "## Memory plan at level 3", "",
               "From `model.profile(feeds)` at level 3: the buffers of every value a node "
               "produces (and fused nodes' scratch products), their sum, the most alive at once, "
@@ -428,7 +451,7 @@ def markdown(dense_rows, pruned_rows, quick: bool, runs: int = 1) -> str:
 def _md_row(r) -> str:
     levels = " | ".join(_ms(r.get(f"L{v}", float("nan"))) for v in range(4))
     return (f"| {r['model']} | {r['batch']} | {levels} | {_ms(r['LN'])} | {_ms(r['ort1'])} | "
-            f"{_ms(r['ort0'])} | {r['ort1'] / r['L3']:.2f} | {r['ort0'] / r['LN']:.2f} | "
+            f"{_ms(r['ort0'])} | {_ratio(r, 'ort1/L3'):.2f} | {_ratio(r, 'ortN/LN'):.2f} | "
             f"{r['compile']:.2f} |")
 
 
