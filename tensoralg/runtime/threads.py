@@ -28,6 +28,7 @@ class KernelThreads:
     def __init__(self, threads: int | None = None) -> None:
         self.threads = max(1, threads if threads is not None else (os.cpu_count() or 1))
         self._pool: ThreadPoolExecutor | None = None
+        self._pid = os.getpid()      # the process whose threads the pool holds
 
     def resize(self, threads: int) -> None:
         """Use ``threads`` threads for calls bound or split from now on."""
@@ -53,8 +54,11 @@ class KernelThreads:
 
     def run_calls(self, call: Callable[[list], int], calls: Sequence[list]) -> list[int]:
         """Run ``call`` on each prepared argument list concurrently; returns each status."""
-        if self._pool is None:
+        if self._pool is None or self._pid != os.getpid():
+            # A forked child inherits the pool object but not its threads: work handed to it
+            # would wait forever, so the child starts a pool of its own.
             self._pool = ThreadPoolExecutor(self.threads - 1 or 1, thread_name_prefix="tensoralg")
+            self._pid = os.getpid()
         futures = [self._pool.submit(call, part) for part in calls[1:]]
         return [call(calls[0]), *[future.result() for future in futures]]
 
