@@ -232,8 +232,8 @@ def build_plan(executor: Executor, feeds: Mapping[str, Any], recorded: Env
     return plan
 
 
-def _csr_only(sparse: Mapping[str, SparseFeed], specs: list[tuple[Step, Spec | None]], outputs: set[str],
-              base: dict[str, str]) -> frozenset[str]:
+def _csr_only(sparse: Mapping[str, SparseFeed], specs: list[tuple[Step, Spec | None]],
+              outputs: set[str], base: dict[str, str]) -> frozenset[str]:
     """The sparse feeds that no step reads densely (directly or through a view) and that are
     no graph output: each reader takes them in CSR (``Spec.csr_inputs``) or not at all."""
     dense = {base.get(name, name) for name in outputs}

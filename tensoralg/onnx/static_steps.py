@@ -10,10 +10,10 @@ views of its inputs is *captured* and replayed prebound.
 """
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any, Callable, Mapping
 
 import numpy as np
-import scipy.sparse as sp
 
 import tensoralg as ta
 from tensoralg.api import RowCompressor
@@ -149,9 +149,9 @@ class MultiHot:
                                   int(MULTI_HOT_MAX_DENSITY * value.size) + 1)
         if feed is not None:   # stand-ins of the feed's arrays (index dtype as recorded)
             index = feed.csr.indices.dtype
-            self.placeholder_feed = sp.csr_array(
-                (np.zeros(1, value.dtype), np.zeros(1, index),
-                 np.zeros(value.shape[0] + 1, index)), shape=value.shape)
+            self.placeholder_feed = SimpleNamespace(
+                indptr=np.zeros(value.shape[0] + 1, index), indices=np.zeros(1, index),
+                data=np.zeros(1, value.dtype))
         self._squared: ta.Tensor | None = None
         self._scan_handed_out = False
 
