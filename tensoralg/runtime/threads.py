@@ -34,7 +34,8 @@ class KernelThreads:
         """Use ``threads`` threads for calls bound or split from now on."""
         self.threads = max(1, int(threads))
         if self._pool is not None:
-            self._pool.shutdown(wait=False)
+            if self._pid == os.getpid():      # a forked child's copy has no threads to stop
+                self._pool.shutdown(wait=False)
             self._pool = None
 
     def parts(self, work: int) -> int:
