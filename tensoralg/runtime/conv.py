@@ -19,7 +19,7 @@ import numpy as np
 from tensoralg.codegen.build import build_llvm_module
 from tensoralg.codegen.cache import DiskCache
 from tensoralg.errors import ShapeError
-from tensoralg.runtime.ranges import RangeCall
+from tensoralg.runtime.ranges import RangeCall, check_array
 
 _PROTOTYPE = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
                               ctypes.c_int64)
@@ -104,14 +104,7 @@ class DirectConv:
         return BoundDirectConv(self, x, out)
 
     def _check(self, array: Any, what: str, shape: tuple, writeable: bool = False) -> None:
-        if type(array) is not np.ndarray or array.ndim != 4 or array.dtype != self.dtype or \
-                not array.flags.c_contiguous or array.shape[1:] != shape or \
-                (writeable and not array.flags.writeable):
-            kind = "C-contiguous writeable" if writeable else "C-contiguous"
-            raise ShapeError(f"{self!r}: the {what} must be a {kind} {self.dtype} array of "
-                             f"shape N x {' x '.join(map(str, shape))}; got "
-                             f"{getattr(array, 'dtype', type(array).__name__)} "
-                             f"{getattr(array, 'shape', '')}")
+        check_array(self, array, what, self.dtype, (None, *shape), "N", writeable)
 
 
 class BoundDirectConv(RangeCall):

@@ -15,7 +15,7 @@ import numpy as np
 from tensoralg.codegen.build import build_llvm_module
 from tensoralg.codegen.cache import DiskCache
 from tensoralg.errors import ShapeError
-from tensoralg.runtime.ranges import RangeCall
+from tensoralg.runtime.ranges import RangeCall, check_array
 
 # As in codegen/gemm.py, which is imported on first use: it loads llvmlite, and importing
 # tensoralg must not.
@@ -112,16 +112,7 @@ class DenseLayer:
         return BoundLayer(self, a, out, self.threads)
 
     def _check(self, array: Any, what: str, shape: tuple, writeable: bool = False) -> None:
-        if type(array) is not np.ndarray or array.ndim != 2 or array.dtype != self.dtype or \
-                not array.flags.c_contiguous or any(s is not None and s != d
-                                                    for s, d in zip(shape, array.shape)) or \
-                (writeable and not array.flags.writeable):
-            want = " x ".join("M" if s is None else str(s) for s in shape)
-            kind = "C-contiguous writeable" if writeable else "C-contiguous"
-            raise ShapeError(f"{self!r}: the {what} must be a {kind}"
-                             f" {self.dtype} array of shape {want}; got "
-                             f"{getattr(array, 'dtype', type(array).__name__)} "
-                             f"{getattr(array, 'shape', '')}")
+        check_array(self, array, what, self.dtype, shape, "M", writeable)
 
 
 class BoundLayer(RangeCall):

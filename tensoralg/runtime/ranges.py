@@ -15,6 +15,22 @@ import numpy as np
 from tensoralg.errors import KernelRuntimeError, ShapeError
 
 
+def check_array(owner: Any, array: Any, what: str, dtype: np.dtype,
+                shape: tuple[int | None, ...], free: str, writeable: bool = False) -> None:
+    """Raise a ``ShapeError`` naming ``owner`` unless ``array`` is a C-contiguous NumPy array
+    of ``dtype`` and ``shape`` (``None``: any size, written ``free`` in the message), and
+    writeable when asked."""
+    if type(array) is not np.ndarray or array.ndim != len(shape) or array.dtype != dtype or \
+            not array.flags.c_contiguous or \
+            any(s is not None and s != d for s, d in zip(shape, array.shape)) or \
+            (writeable and not array.flags.writeable):
+        want = " x ".join(free if s is None else str(s) for s in shape)
+        kind = "C-contiguous writeable" if writeable else "C-contiguous"
+        raise ShapeError(f"{owner!r}: the {what} must be a {kind} {dtype} array of shape "
+                         f"{want}; got {getattr(array, 'dtype', type(array).__name__)} "
+                         f"{getattr(array, 'shape', '')}")
+
+
 def run_ranges(function: Callable[..., int], calls: list[list], threads: Any, what: str) -> None:
     """Call ``function`` once per argument list (over ``threads`` when given); a nonzero
     status raises ``KernelRuntimeError`` naming ``what``."""
