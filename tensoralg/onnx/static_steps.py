@@ -144,10 +144,12 @@ class MultiHot:
     def __init__(self, name: str, value: np.ndarray, feed: SparseFeed | None) -> None:
         self.name = name
         self.key = f"\0csr {name}"      # marks, in a run's values, that the scan has run
-        self.fed_sparse = feed is not None   # a SparseFeed: its arrays are copied, not scanned
         self.rows = RowCompressor(value.shape, value.dtype,
                                   int(MULTI_HOT_MAX_DENSITY * value.size) + 1)
-        if feed is not None:   # stand-ins of the feed's arrays (index dtype as recorded)
+        # Fed sparse, the feed's arrays are copied, not scanned: stand-ins of them (index
+        # dtype as recorded) for the compiled load, which reads the real ones from slots.
+        self.placeholder_feed: SimpleNamespace | None = None
+        if feed is not None:
             index = feed.csr.indices.dtype
             self.placeholder_feed = SimpleNamespace(
                 indptr=np.zeros(value.shape[0] + 1, index), indices=np.zeros(1, index),
@@ -174,8 +176,8 @@ class MultiHot:
         if get is None:
             return None
         self._scan_handed_out = True
-        if self.fed_sparse:
-            feed = self.placeholder_feed
+        feed = self.placeholder_feed
+        if feed is not None:
             call = self.rows.load_call(feed.indptr, feed.indices, feed.data, what)
             return [(call, [(array, csr_array_getter(self.name, array), None)
                             for array in CSR_ARRAYS])]

@@ -121,7 +121,7 @@ class StorageValidator:
         if status is None:
             status = self._status.buffer = np.zeros(1, dtype=np.int64)
         self._kernel(pos.dtype).function(facts[0], facts[1], pos.shape[0] - 1, dim,
-                                         crd.shape[0], int(check_order), status.ctypes.data)
+                                         crd.shape[0], int(check_order), address_of(status))
         result = int(status[0])
         if result == VALID and remember:
             self._remember(pos, crd, facts)
