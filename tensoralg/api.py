@@ -798,8 +798,7 @@ class Kernel:
                            if compiled.balance_by is not None else None)
                 bounds = split(sizes[plan.range_index], parts, weights)
         function = compiled.kernel.function
-        return BoundCall(function, plan, tensors, sizes, buffer, bounds,
-                         lambda calls: threads.run_calls(lambda a: function(*a), calls), what,
+        return BoundCall(function, plan, tensors, sizes, buffer, bounds, threads, what,
                          compiled.overwrites, owner=compiled.kernel)
 
     def _output_shape(self, bound: Mapping[str, Tensor]) -> tuple[int, ...]:

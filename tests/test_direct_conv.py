@@ -167,7 +167,13 @@ def test_threads_split_positions_with_the_same_result():
     assert len(a.calls) == 1 and len(b.calls) == 2
     assert b.calls[1][2] % one.lanes == 0          # the second range starts on a whole vector
     np.testing.assert_array_equal(a(), b())
-    assert b.native({}) is None                    # a split call is not sequence material
+    # In a compiled sequence the ranges go to the native pool, with the same result.
+    call = b.native({})
+    assert call is not None and len(call.more) == 1 and call.pool is not None
+    expected = b.out.copy()
+    b.out.fill(np.nan)
+    assert CallSequence([call, call], slots=0).run() == 0
+    np.testing.assert_array_equal(b.out, expected)
 
 
 def test_rebind_native_sequence_and_bad_operands():

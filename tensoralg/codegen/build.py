@@ -235,3 +235,12 @@ def build_llvm_module(module: object, entry: str, prototype: type[ctypes._CFuncP
     if not address:
         raise CompileError(f"module {getattr(module, 'name', '?')!r} does not export {entry!r}")
     return prototype(address), source, keepalive
+
+
+def function_address(keepalive: tuple[object, ...], name: str) -> int:
+    """The address of another function ``name`` of a module loaded by
+    :func:`build_llvm_module` (``keepalive`` is what it returned)."""
+    address = keepalive[0].get_function_address(name)  # type: ignore[attr-defined]
+    if not address:
+        raise CompileError(f"the loaded module does not export {name!r}")
+    return address

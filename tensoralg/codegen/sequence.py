@@ -8,6 +8,11 @@ from a table of slots; outputs that are accumulated into are zeroed with ``memse
 
     int32 tensoralg_sequence(int64 *slots)    // 0, or 1 + the index of the call that failed
 
+A call split into thread ranges (a :class:`NativeCall` with ``more`` argument lists) becomes a
+task of the native fork-join pool (``codegen/pool.py``): a function ``task(slots, part)`` that
+makes the call with the arguments of range ``part``, handed to the pool's ``run``, which the
+sequence's own thread helps with. So a threaded layer does not leave the sequence.
+
 The addresses are baked in, so the code is valid only in the process that built it, and is
 never stored in the disk cache.
 """
@@ -37,7 +42,12 @@ class Slot:
 class NativeCall:
     """One kernel call: the function's address and ctypes argument types, its arguments
     (numbers, or :class:`Slot`), the bytes ``(address, count)`` to zero before it, and the
-    address of an int64 that must be 0 after it (a count of bad ids), if any."""
+    address of an int64 that must be 0 after it (a count of bad ids), if any.
+
+    A call split into thread ranges lists the arguments of its other ranges in ``more`` and
+    names the native pool that runs them: ``pool = (address of its run function, address of
+    its control block)``.
+    """
 
     address: int
     argtypes: tuple[type, ...]
@@ -45,11 +55,16 @@ class NativeCall:
     zero: tuple[int, int] | None = None
     name: str = ""
     flag: int | None = None
+    more: tuple[tuple[int | float | Slot, ...], ...] = ()
+    pool: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
-        if len(self.args) != len(self.argtypes):
-            raise ValueError(f"{self.name or 'call'}: {len(self.args)} arguments for "
-                             f"{len(self.argtypes)} parameters")
+        for args in (self.args, *self.more):
+            if len(args) != len(self.argtypes):
+                raise ValueError(f"{self.name or 'call'}: {len(args)} arguments for "
+                                 f"{len(self.argtypes)} parameters")
+        if self.more and self.pool is None:
+            raise ValueError(f"{self.name or 'call'}: thread ranges need a native pool")
 
 
 def supported(argtypes: tuple[type, ...]) -> bool:
@@ -72,19 +87,15 @@ def sequence_module(calls: list[NativeCall]) -> Any:
     POINTER = ir.PointerType()
     llvm_types = {"ptr": POINTER, "i64": I64, "i32": I32, "float": ir.FloatType(),
                   "double": ir.DoubleType()}
+    TASK = ir.FunctionType(I32, (POINTER, I64))
+    RUN = ir.FunctionType(I32, (POINTER, TASK.as_pointer(), POINTER, I64))
     module = ir.Module(name="sequence")
-    fn = ir.Function(module, ir.FunctionType(I32, (POINTER,)), name=ENTRY)
-    slots = fn.args[0]
-    builder = ir.IRBuilder(fn.append_basic_block("entry"))
-    memset = declare(module, "llvm.memset.p0.i64", ir.VoidType(), (POINTER, I8, I64, I1))
-    for number, call in enumerate(calls):
-        if call.zero is not None and call.zero[1] > 0:
-            builder.call(memset, [builder.inttoptr(ir.Constant(I64, call.zero[0]), POINTER),
-                                  ir.Constant(I8, 0), ir.Constant(I64, call.zero[1]),
-                                  ir.Constant(I1, 0)])
+
+    def make(builder: ir.IRBuilder, slots: Any, call: NativeCall, args: tuple) -> Any:
+        """Emit the call of ``call``'s function with ``args``; returns its status."""
         types = [llvm_types[_TYPES[t]] for t in call.argtypes]
         values = []
-        for typ, arg in zip(types, call.args):
+        for typ, arg in zip(types, args):
             if isinstance(arg, Slot):
                 loaded = builder.load(builder.gep(slots, [ir.Constant(I64, arg.index)],
                                                   inbounds=True, source_etype=I64), typ=I64)
@@ -97,7 +108,42 @@ def sequence_module(calls: list[NativeCall]) -> Any:
                 values.append(ir.Constant(typ, arg))
         callee = builder.inttoptr(ir.Constant(I64, call.address),
                                   ir.FunctionType(I32, types).as_pointer())
-        status = builder.call(callee, values)
+        return builder.call(callee, values)
+
+    def task(number: int, call: NativeCall) -> ir.Function:
+        """``task(slots, part)``: the call with the arguments of range ``part``."""
+        fn = ir.Function(module, TASK, name=f"task{number}")
+        fn.linkage = "internal"
+        slots, part = fn.args
+        builder = ir.IRBuilder(fn.append_basic_block("entry"))
+        unknown = fn.append_basic_block("unknown")
+        switch = builder.switch(part, unknown)
+        for index, args in enumerate((call.args, *call.more)):
+            block = fn.append_basic_block(f"part{index}")
+            switch.add_case(ir.Constant(I64, index), block)
+            builder.position_at_end(block)
+            builder.ret(make(builder, slots, call, args))
+        builder.position_at_end(unknown)
+        builder.ret(ir.Constant(I32, 1))
+        return fn
+
+    fn = ir.Function(module, ir.FunctionType(I32, (POINTER,)), name=ENTRY)
+    slots = fn.args[0]
+    builder = ir.IRBuilder(fn.append_basic_block("entry"))
+    memset = declare(module, "llvm.memset.p0.i64", ir.VoidType(), (POINTER, I8, I64, I1))
+    for number, call in enumerate(calls):
+        if call.zero is not None and call.zero[1] > 0:
+            builder.call(memset, [builder.inttoptr(ir.Constant(I64, call.zero[0]), POINTER),
+                                  ir.Constant(I8, 0), ir.Constant(I64, call.zero[1]),
+                                  ir.Constant(I1, 0)])
+        if call.more:
+            assert call.pool is not None
+            run = builder.inttoptr(ir.Constant(I64, call.pool[0]), RUN.as_pointer())
+            status = builder.call(run, [
+                builder.inttoptr(ir.Constant(I64, call.pool[1]), POINTER), task(number, call),
+                slots, ir.Constant(I64, 1 + len(call.more))])
+        else:
+            status = make(builder, slots, call, call.args)
         if call.flag is not None:
             bad = builder.load(builder.inttoptr(ir.Constant(I64, call.flag), POINTER), typ=I64)
             status = builder.or_(status, builder.trunc(

@@ -11,7 +11,7 @@ model runtime feeds a new input into an otherwise fixed plan.
 from __future__ import annotations
 
 import ctypes
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -25,13 +25,12 @@ class BoundCall:
     """One compiled kernel with its operands and dense output fixed (see the module docstring).
 
     ``calls`` holds one argument list per thread range (one list when the kernel runs on one
-    thread); ``run_parts`` runs several of them concurrently.
+    thread); ``threads`` (a ``KernelThreads``) runs several of them concurrently.
     """
 
     def __init__(self, function: Callable[..., int], plan: ArgumentPlan,
                  tensors: Mapping[str, Tensor], sizes: Mapping[str, int], out: np.ndarray,
-                 bounds: Sequence[int] | None, run_parts: Callable[..., list[int]] | None,
-                 what: str, overwrites: bool = False, owner: Any = None) -> None:
+                 bounds: Sequence[int] | None, threads: Any, what: str, overwrites: bool = False, owner: Any = None) -> None:
         self.function = function
         self.owner = owner             # what keeps the machine code alive (its CompiledKernel)
         self.out = out
@@ -49,7 +48,7 @@ class BoundCall:
                 part = list(args)
                 part[begin], part[end] = int(bounds[k]), int(bounds[k + 1])
                 self.calls.append(part)
-        self._run_parts = run_parts
+        self.threads = threads
         self.overwrites = overwrites   # the kernel assigns every output element: no zeroing
 
     def rebind(self, name: str, array: np.ndarray) -> None:
@@ -72,21 +71,27 @@ class BoundCall:
 
     def native(self, slots: Mapping[str, Any]) -> Any:
         """This call as a ``NativeCall`` for a compiled sequence (``codegen/sequence.py``),
-        with the dense operands named in ``slots`` read from those slots at run time; None when
-        it runs split over threads."""
+        with the dense operands named in ``slots`` read from those slots at run time. Its
+        thread ranges go to the native pool; None when it has ranges and there is no pool."""
         from tensoralg.codegen.sequence import NativeCall, supported
 
         argtypes = tuple(getattr(self.function, "argtypes", None) or ())
-        if len(self.calls) != 1 or not supported(argtypes) or \
-                any(name not in self._vals for name in slots):
+        if not supported(argtypes) or any(name not in self._vals for name in slots):
             return None
-        args = list(self.calls[0])
-        for name, slot in slots.items():
-            for index in self._vals[name]:
-                args[index] = slot
+        pool = self.threads.native_pool() if len(self.calls) > 1 else None
+        if len(self.calls) > 1 and pool is None:
+            return None
+        lists = []
+        for call in self.calls:
+            args = list(call)
+            for name, slot in slots.items():
+                for index in self._vals[name]:
+                    args[index] = slot
+            lists.append(tuple(args))
         zero = None if self.overwrites else (self._flat.ctypes.data, self._flat.nbytes)
         address = ctypes.cast(self.function, ctypes.c_void_p).value or 0
-        return NativeCall(address, argtypes, tuple(args), zero, self.what)
+        return NativeCall(address, argtypes, lists[0], zero, self.what, more=tuple(lists[1:]),
+                          pool=(pool.run_address, pool.address) if pool is not None else None)
 
     def __call__(self) -> np.ndarray:
         """Run the kernel on the current contents of the operands; returns the output."""
@@ -95,8 +100,8 @@ class BoundCall:
         if len(self.calls) == 1:
             status = self.function(*self.calls[0])
         else:
-            assert self._run_parts is not None
-            status = max(self._run_parts(self.calls))
+            function = self.function
+            status = max(self.threads.run_calls(lambda args: function(*args), self.calls))
         if status != 0:
             raise KernelRuntimeError(f"{self.what}: the kernel failed (status {status})")
         return self.out

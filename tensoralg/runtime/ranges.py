@@ -44,18 +44,26 @@ def run_ranges(function: Callable[..., int], calls: list[list], threads: Any, wh
 
 def native_range(function: Any, calls: list[list], threads: Any, slots: dict[str, Any],
                  operand: str, what: str) -> Any:
-    """The single range as a ``NativeCall``, reading its first argument from
-    ``slots[operand]`` when given; None when the call is split over threads or ``slots`` names
-    another operand."""
+    """The call as a ``NativeCall``, reading its first argument from ``slots[operand]`` when
+    given, its thread ranges handed to ``threads``'s native pool; None when it has ranges and
+    there is no pool, or ``slots`` names another operand."""
     from tensoralg.codegen.sequence import NativeCall
 
-    if threads is not None or set(slots) - {operand}:
+    if set(slots) - {operand}:
         return None
-    args = list(calls[0])
-    if operand in slots:
-        args[0] = slots[operand]
+    pool = threads.native_pool() if threads is not None and len(calls) > 1 else None
+    if len(calls) > 1 and pool is None:
+        return None
+    lists = []
+    for call in calls:
+        args = list(call)
+        if operand in slots:
+            args[0] = slots[operand]
+        lists.append(tuple(args))
     address = ctypes.cast(function, ctypes.c_void_p).value or 0
-    return NativeCall(address, tuple(function.argtypes), tuple(args), None, what)
+    return NativeCall(address, tuple(function.argtypes), lists[0], None, what,
+                      more=tuple(lists[1:]),
+                      pool=(pool.run_address, pool.address) if pool is not None else None)
 
 
 class RangeCall:
@@ -95,7 +103,7 @@ class RangeCall:
 
     def native(self, slots: dict[str, Any]) -> Any:
         """This call as a ``NativeCall`` for a compiled sequence, reading the input from
-        ``slots[operand]`` when given; None when it runs split over threads."""
+        ``slots[operand]`` when given (see :func:`native_range`)."""
         return native_range(self.function, self.calls, self.threads, slots, self.operand,
                             self.what)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -29,14 +29,31 @@ class KernelThreads:
         self.threads = max(1, threads if threads is not None else (os.cpu_count() or 1))
         self._pool: ThreadPoolExecutor | None = None
         self._pid = os.getpid()      # the process whose threads the pool holds
+        self._native: Any = None     # the NativePool of compiled sequences, once asked for
 
     def resize(self, threads: int) -> None:
         """Use ``threads`` threads for calls bound or split from now on."""
         self.threads = max(1, int(threads))
+        if self._native is not None:
+            self._native.resize(self.threads - 1)
         if self._pool is not None:
             if self._pid == os.getpid():      # a forked child's copy has no threads to stop
                 self._pool.shutdown(wait=False)
             self._pool = None
+
+    def native_pool(self) -> Any:
+        """The native fork-join pool (``runtime/pool.py``) that compiled sequences hand thread
+        ranges to, with ``threads - 1`` workers; None where there is none. In a forked child
+        this starts the child's own workers."""
+        from tensoralg.runtime.pool import NativePool, native_pool_supported
+
+        if not native_pool_supported():
+            return None
+        if self._native is None:
+            self._native = NativePool(self.threads - 1)
+        else:
+            self._native.resize(self.threads - 1)
+        return self._native
 
     def parts(self, work: int) -> int:
         """How many ranges to run for a call that touches ``work`` stored values."""
