@@ -11,7 +11,7 @@ model runtime feeds a new input into an otherwise fixed plan.
 from __future__ import annotations
 
 import ctypes
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -30,7 +30,8 @@ class BoundCall:
 
     def __init__(self, function: Callable[..., int], plan: ArgumentPlan,
                  tensors: Mapping[str, Tensor], sizes: Mapping[str, int], out: np.ndarray,
-                 bounds: Sequence[int] | None, threads: Any, what: str, overwrites: bool = False, owner: Any = None) -> None:
+                 bounds: Sequence[int] | None, threads: Any, what: str,
+                 overwrites: bool = False, owner: Any = None) -> None:
         self.function = function
         self.owner = owner             # what keeps the machine code alive (its CompiledKernel)
         self.out = out
