@@ -43,8 +43,10 @@ OpenBLAS (NumPy's BLAS, which tensoralg's importer uses for large dense contract
 one thread (``OPENBLAS_NUM_THREADS=1`` unless already set): multi-threaded OpenBLAS on the 2-core
 machine these figures come from was erratic (a 256x256x64 matmul took 0.07 ms or 8 ms from one
 call to the next, while its threads fought the kernel thread pool). Most dense layers now run on
-the generated GEMM, which splits large products over tensoralg's own threads (``LN``); what
-still goes to BLAS (batched products, n < 16 outputs) runs on one thread in both columns.
+the generated GEMM, which splits its rows over tensoralg's own threads (``LN``): inside a
+plan's compiled sequence the ranges go to a native fork-join pool (``runtime/pool.py``) whose
+workers spin between the calls of a run. What still goes to BLAS (batched products, n < 16
+outputs) runs on one thread in both columns.
 """
 from __future__ import annotations
 

@@ -120,7 +120,7 @@ def _layers(threads):
 
 
 def test_sequence_runs_split_layers_on_the_pool(monkeypatch):
-    monkeypatch.setattr("tensoralg.runtime.gemm.MIN_FMAS_PER_THREAD", 1000)
+    monkeypatch.setattr("tensoralg.runtime.threads.MIN_FMAS_PER_RANGE_NATIVE", 1000)
     threads = KernelThreads(3)
     first, second, want = _layers(threads)
     assert len(first.calls) == 3 and len(second.calls) == 3
@@ -188,3 +188,20 @@ def test_a_forked_child_runs_the_parents_sequence_without_workers():
         os.close(read)
     finally:
         ta.set_num_threads(before)
+
+
+def test_a_split_layer_called_from_python_runs_on_the_pool(monkeypatch):
+    monkeypatch.setattr("tensoralg.runtime.threads.MIN_FMAS_PER_RANGE_NATIVE", 1000)
+    threads = KernelThreads(2)
+    first, second, want = _layers(threads)
+    assert len(first.calls) == 2
+    first()
+    second()
+    np.testing.assert_allclose(second.out, want, rtol=1e-4, atol=1e-4)
+    assert first._pooled() is not None               # a compiled one-call sequence
+    other = np.ascontiguousarray(first.input[::-1])  # a rebound input is read from its slot
+    first.rebind("A", other)
+    first()
+    second()
+    np.testing.assert_allclose(second.out, want[::-1], rtol=1e-4, atol=1e-4)
+    threads.native_pool().close()

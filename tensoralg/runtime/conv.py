@@ -23,9 +23,6 @@ from tensoralg.runtime.ranges import RangeCall, check_array
 
 _PROTOTYPE = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
                               ctypes.c_int64)
-# Per thread range: below this many multiply-adds a second thread costs about as much as it
-# saves (the same hand-over cost as the GEMM's, runtime/gemm.py).
-MIN_FMAS_PER_THREAD = 8_000_000
 _LIMIT32 = 2**31 - 1
 _BUILT: dict[str, tuple[Any, str, Any]] = {}     # key -> (function, LLVM IR, keepalive)
 
@@ -118,8 +115,7 @@ class BoundDirectConv(RangeCall):
         lanes = conv.lanes
         parts = 1
         if conv.threads is not None:
-            parts = max(1, min(conv.threads.threads,
-                               total * conv.weights // MIN_FMAS_PER_THREAD, total // lanes))
+            parts = conv.threads.dense_parts(total * conv.weights, total // lanes)
         vectors = -(-total // lanes)
         bounds = [min(total, vectors * part // parts * lanes) for part in range(parts + 1)]
         bounds[-1] = total
@@ -153,4 +149,4 @@ def direct_conv(geometry: Any, weight: np.ndarray, bias: np.ndarray | None, relu
     return DirectConv(geometry, weight, bias, relu, skip_zeros, lanes, cache, threads)
 
 
-__all__ = ["DirectConv", "BoundDirectConv", "direct_conv", "MIN_FMAS_PER_THREAD"]
+__all__ = ["DirectConv", "BoundDirectConv", "direct_conv"]

@@ -2,8 +2,9 @@
 
 A :class:`DenseLayer` packs its constant weight once; :meth:`DenseLayer.bind` fixes an input
 and an output buffer and returns a call that costs one ctypes call (or one per thread range).
-Rows are split over the kernel thread pool only when each range has enough multiply-adds to
-pay for the hand-over (~30-40 µs on the 2-core VM, measured in ``benchmarks/kernel_micro.py``).
+Rows are split over the kernel threads only when each range has enough multiply-adds to pay
+for the hand-over (``KernelThreads.dense_parts``): ranges run on the native pool in compiled
+sequences and on a first call from Python, which costs 1-2 µs a range, not 30-50.
 """
 from __future__ import annotations
 
@@ -21,9 +22,6 @@ from tensoralg.runtime.ranges import RangeCall, check_array
 # tensoralg must not.
 FLAG_BIAS, FLAG_RELU = 1, 2
 
-# Per thread range: below this many multiply-adds (~120 µs at 70 GFMA/s) a second
-# thread costs about as much as it saves.
-MIN_FMAS_PER_THREAD = 8_000_000
 _PROTOTYPE = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
                               ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64,
                               ctypes.c_void_p, ctypes.c_int32, ctypes.c_int64, ctypes.c_int64,
@@ -127,8 +125,7 @@ class BoundLayer(RangeCall):
         m = a.shape[0]
         parts = 1
         if threads is not None:
-            parts = max(1, min(threads.threads, m * layer.k * layer.n // MIN_FMAS_PER_THREAD,
-                               m // layer.shape.mr))
+            parts = threads.dense_parts(m * layer.k * layer.n, m // layer.shape.mr)
         # Ranges start on whole register tiles, so only the last one has a short tile.
         tiles = -(-m // layer.shape.mr)
         bounds = [min(m, (tiles * part // parts) * layer.shape.mr) for part in range(parts + 1)]
@@ -240,5 +237,4 @@ class BoundConv:
         return self.out
 
 
-__all__ = ["ConvLayer", "BoundConv", "DenseLayer", "BoundLayer", "MIN_FMAS_PER_THREAD",
-           "gemm_kernel"]
+__all__ = ["ConvLayer", "BoundConv", "DenseLayer", "BoundLayer", "gemm_kernel"]

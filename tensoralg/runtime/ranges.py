@@ -108,8 +108,28 @@ class RangeCall:
                             self.what)
 
     def __call__(self) -> np.ndarray:
-        run_ranges(self.function, self.calls, self.threads, self.what)
+        sequence = self._pooled() if self.threads is not None else None
+        if sequence is None:
+            run_ranges(self.function, self.calls, self.threads, self.what)
+        else:
+            sequence.slots[0] = self.calls[0][0]
+            if sequence.run():
+                raise KernelRuntimeError(f"{self.what}: the kernel failed")
         return self.out
+
+    _sequence: Any = None
+
+    def _pooled(self) -> Any:
+        """The ranges as a one-call compiled sequence on the native pool (input in slot 0),
+        built on the first call; None where there is no pool. Ranges are sized for the native
+        pool's hand-over, which the Python pool would pay 20-fold."""
+        if self._sequence is None:
+            from tensoralg.codegen.sequence import Slot
+            from tensoralg.runtime.sequence import CallSequence
+
+            call = self.native({self.operand: Slot(0)})
+            self._sequence = CallSequence([call], slots=1) if call is not None else False
+        return self._sequence or None
 
 
 __all__ = ["run_ranges", "native_range", "RangeCall"]

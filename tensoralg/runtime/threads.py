@@ -20,6 +20,13 @@ MIN_WORK_PER_THREAD = 400_000
 # A range of a few outer iterations is not worth a thread either, whatever the work estimate
 # says (the estimate counts a dense operand whole, e.g. a table that a 1-row bag touches once).
 MIN_ROWS_PER_THREAD = 8
+# Per thread range of a generated GEMM or convolution: below this many multiply-adds a second
+# thread costs about what it saves. Through the Python pool a range costs 30-50 µs of
+# hand-over (~120 µs of work at 70 GFMA/s); through the native pool (runtime/pool.py) 1-2 µs
+# while its workers spin (measured in a compiled sequence on the 2-core VM: layers of 26 µs
+# ran 1.7x faster on two threads).
+MIN_FMAS_PER_RANGE_PYTHON = 8_000_000
+MIN_FMAS_PER_RANGE_NATIVE = 500_000
 
 
 class KernelThreads:
@@ -54,6 +61,15 @@ class KernelThreads:
         else:
             self._native.resize(self.threads - 1)
         return self._native
+
+    def dense_parts(self, fmas: int, most: int) -> int:
+        """How many ranges to split a dense product of ``fmas`` multiply-adds into (at most
+        ``most``): the native pool takes far smaller ranges than the Python one."""
+        from tensoralg.runtime.pool import native_pool_supported
+
+        least = MIN_FMAS_PER_RANGE_NATIVE if native_pool_supported() else \
+            MIN_FMAS_PER_RANGE_PYTHON
+        return max(1, min(self.threads, fmas // least, most))
 
     def parts(self, work: int) -> int:
         """How many ranges to run for a call that touches ``work`` stored values."""
