@@ -174,3 +174,34 @@ def golden(request):
                 f"{name} changed; if on purpose, run pytest --update-golden and review the diff")
 
     return Golden()
+
+
+def split_product() -> tuple:
+    """A CSR x dense product bound under two threads (two ranges) and its expected output;
+    the caller sets the thread count."""
+    a = sp.random(3000, 2000, density=0.2, format="csr", random_state=3)
+    b = np.random.default_rng(3).standard_normal((2000, 16))
+    call = ta.compile("Y(i,j) = A(i,k) * B(k,j)", formats={"A": "ds"}).bind(A=a, B=b)
+    assert len(call.calls) == 2
+    return call, a @ b
+
+
+def passes_in_forked_child(check) -> None:
+    """Fork, run ``check()`` in the child under a 30 s alarm (a hang becomes a failure) and
+    assert that it returned True there."""
+    import signal
+
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:                                     # child: report, never return
+        try:
+            signal.alarm(30)
+            os.write(write, b"1" if check() else b"0")
+        finally:
+            os._exit(0)
+    os.close(write)
+    _, status = os.waitpid(pid, 0)
+    result = os.read(read, 1)
+    os.close(read)
+    assert result == b"1", f"the child failed (status {status})"
+

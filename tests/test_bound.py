@@ -2,11 +2,11 @@
 from __future__ import annotations
 
 import os
-import signal
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from conftest import passes_in_forked_child, split_product
 
 import tensoralg as ta
 from tensoralg.api import kernel_cache
@@ -70,25 +70,9 @@ def test_threaded_call_in_a_forked_child_does_not_hang():
     before = threads.threads
     ta.set_num_threads(2)
     try:
-        a = sp.random(3000, 2000, density=0.2, format="csr", random_state=3)
-        b = np.random.default_rng(3).standard_normal((2000, 16))
-        call = ta.compile("Y(i,j) = A(i,k) * B(k,j)", formats={"A": "ds"}).bind(A=a, B=b)
-        assert len(call.calls) == 2
-        want = a @ b
+        call, want = split_product()
         np.testing.assert_allclose(call(), want)         # the parent's pool now exists
-        read, write = os.pipe()
-        pid = os.fork()
-        if pid == 0:                                     # child: report, never return
-            try:
-                signal.alarm(30)                         # a hang becomes a failure
-                ok = np.allclose(call(), want)
-                os.write(write, b"1" if ok else b"0")
-            finally:
-                os._exit(0)
-        os.close(write)
-        _, status = os.waitpid(pid, 0)
-        assert os.read(read, 1) == b"1", f"the child failed (status {status})"
-        os.close(read)
+        passes_in_forked_child(lambda: np.allclose(call(), want))
     finally:
         ta.set_num_threads(before)
 

@@ -3,13 +3,11 @@ hand their thread ranges to it."""
 from __future__ import annotations
 
 import ctypes
-import os
-import signal
 import threading
 
 import numpy as np
 import pytest
-import scipy.sparse as sp
+from conftest import passes_in_forked_child, split_product
 
 import tensoralg as ta
 from tensoralg.api import kernel_cache
@@ -159,33 +157,21 @@ def test_a_forked_child_runs_the_parents_sequence_without_workers():
     before = threads.threads
     ta.set_num_threads(2)
     try:
-        a = sp.random(3000, 2000, density=0.2, format="csr", random_state=3)
-        b = np.random.default_rng(3).standard_normal((2000, 16))
-        call = ta.compile("Y(i,j) = A(i,k) * B(k,j)", formats={"A": "ds"}).bind(A=a, B=b)
-        assert len(call.calls) == 2
+        call, want = split_product()
         native = call.native({})
         assert native is not None and len(native.more) == 1
         sequence = CallSequence([native, native], slots=0)
-        want = a @ b
         assert sequence.run() == 0
         np.testing.assert_allclose(call.out, want)
-        read, write = os.pipe()
-        pid = os.fork()
-        if pid == 0:                                     # child: report, never return
-            try:
-                signal.alarm(30)                         # a hang becomes a failure
-                call.out.fill(0)
-                ok = sequence.run() == 0 and np.allclose(call.out, want)
-                ta.set_num_threads(2)                    # the child's own worker starts
-                call.out.fill(0)
-                ok = ok and sequence.run() == 0 and np.allclose(call.out, want)
-                os.write(write, b"1" if ok else b"0")
-            finally:
-                os._exit(0)
-        os.close(write)
-        _, status = os.waitpid(pid, 0)
-        assert os.read(read, 1) == b"1", f"the child failed (status {status})"
-        os.close(read)
+
+        def in_child() -> bool:
+            call.out.fill(0)
+            ok = sequence.run() == 0 and np.allclose(call.out, want)
+            ta.set_num_threads(2)                    # the child's own worker starts
+            call.out.fill(0)
+            return ok and sequence.run() == 0 and np.allclose(call.out, want)
+
+        passes_in_forked_child(in_child)
     finally:
         ta.set_num_threads(before)
 
