@@ -798,8 +798,12 @@ class Kernel:
                            if compiled.balance_by is not None else None)
                 bounds = split(sizes[plan.range_index], parts, weights)
         function = compiled.kernel.function
+        # Ranges over the output's leading index own whole blocks of its rows: each range can
+        # zero its own block in parallel instead of the caller zeroing all of it first.
+        leading = plan.range_index is not None and \
+            compiled.program.output.dims[:1] == (plan.range_index,)
         return BoundCall(function, plan, tensors, sizes, buffer, bounds, threads, what,
-                         compiled.overwrites, owner=compiled.kernel)
+                         compiled.overwrites, owner=compiled.kernel, leading_ranges=leading)
 
     def _output_shape(self, bound: Mapping[str, Tensor]) -> tuple[int, ...]:
         """The output shape, after checking that every index has one size (fast when it has)."""

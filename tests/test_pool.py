@@ -191,3 +191,34 @@ def test_a_split_layer_called_from_python_runs_on_the_pool(monkeypatch):
     second()
     np.testing.assert_allclose(second.out, want[::-1], rtol=1e-4, atol=1e-4)
     threads.native_pool().close()
+
+
+def test_each_range_zeroes_its_own_rows_of_an_accumulated_output():
+    threads = kernel_cache().threads
+    before = threads.threads
+    ta.set_num_threads(2)
+    try:
+        call, want = split_product()         # Y(i,j) += ..., ranges over i
+        native = call.native({})
+        assert native.zero is None and len(native.zeros) == 2
+        assert sum(count for _, count in native.zeros) == call.out.nbytes
+        sequence = CallSequence([native], slots=0)
+        for _ in range(3):
+            call.out.fill(np.nan)            # whatever the buffer held, each range clears its rows
+            assert sequence.run() == 0
+            np.testing.assert_allclose(call.out, want)
+    finally:
+        ta.set_num_threads(before)
+
+
+def test_spin_time_comes_from_the_environment(monkeypatch):
+    from tensoralg.codegen.pool import SPIN
+    from tensoralg.runtime.pool import _code
+
+    rate = _code()["ticks per µs"]
+    monkeypatch.setenv("TENSORALG_POOL_SPIN_US", "50")
+    pool = NativePool(0)
+    assert pool.words[SPIN] == int(50 * rate)
+    monkeypatch.setenv("TENSORALG_POOL_SPIN_US", "soon")
+    with pytest.warns(UserWarning, match="TENSORALG_POOL_SPIN_US"):
+        NativePool(0)

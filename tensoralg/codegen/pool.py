@@ -3,8 +3,9 @@
 A thread range handed to a Python thread pool costs 30-50 µs of hand-over (a futex wake, the
 GIL, a future), which is as long as a whole dense layer at batch 256 on two cores. Here the
 hand-over stays in machine code: workers are threads parked in :data:`WORKER`, which spin
-on a generation counter for a while after each task (so the next call of a run finds them
-awake) and then sleep on it with ``futex``. A sequence publishes a task (a function
+on a generation counter for a while after each task (1 ms by default, so that the next call
+of a run, or the next run of a serving loop, finds them awake) and then sleep on it with
+``futex``. A sequence publishes a task (a function
 ``int32 task(env, part)`` and a part count) with :data:`RUN`, which also takes parts itself
 and returns when every part is done.
 
@@ -22,26 +23,25 @@ from __future__ import annotations
 from typing import Any
 
 RUN, WORKER, STOP = "tensoralg_pool_run", "tensoralg_pool_worker", "tensoralg_pool_stop"
+TICKS = "tensoralg_pool_ticks"
 
 # Word offsets into the control block (int64 words; 8 words = one 64-byte cache line).
 CLAIM = 0          # generation << 32 | next unclaimed part
 DONE = 8           # parts finished in the current task
 WAKE = 16          # 32-bit futex word: bumped once per task (and by STOP)
 SLEEPERS = 24      # workers asleep (or about to be) on WAKE
-STATUS, BUSY, HALT, TASK, ENV, PARTS = 32, 33, 34, 35, 36, 37
+STATUS, BUSY, HALT, TASK, ENV, PARTS, SPIN = 32, 33, 34, 35, 36, 37, 38
 WORDS = 40
 
-# How long a worker spins after its last task before it sleeps, in time-stamp counter ticks
-# (~100 µs at 2 GHz): longer than the gap between the calls of one run and between the runs
-# of a serving loop, short enough that an idle process does not keep a core busy.
-SPIN_TICKS = 200_000
 _FUTEX = {"x86_64": 202, "aarch64": 98}
 _FUTEX_WAIT_PRIVATE, _FUTEX_WAKE_PRIVATE = 128, 129
 
 
 def pool_module(machine: str) -> Any:
-    """The llvmlite module exporting :data:`RUN`, :data:`WORKER` and :data:`STOP` for a Linux
-    host whose ``platform.machine()`` is ``machine``.
+    """The llvmlite module exporting :data:`RUN`, :data:`WORKER`, :data:`STOP` and
+    :data:`TICKS` (the cycle counter the spin is timed by) for a Linux host whose
+    ``platform.machine()`` is ``machine``. A worker spins ``ctrl[SPIN]`` ticks after its last
+    task before it sleeps.
 
     >>> "cmpxchg" in str(pool_module("x86_64"))
     True
@@ -183,7 +183,7 @@ def pool_module(machine: str) -> Any:
     b.position_at_end(relax)
     cb.relax()
     waited = b.sub(b.call(ticks, []), b.load(since, typ=I64))
-    b.cbranch(b.icmp_unsigned(">", waited, i64(SPIN_TICKS)), sleep, spin)
+    b.cbranch(b.icmp_unsigned(">", waited, cb.load(SPIN)), sleep, spin)
     b.position_at_end(sleep)
     # Counted as a sleeper before looking at WAKE once more: a caller bumps WAKE before it
     # reads SLEEPERS, so either it sees this sleeper and wakes it, or the look below sees
@@ -242,7 +242,11 @@ def pool_module(machine: str) -> Any:
     b.call(syscall, [futex, b.ptrtoint(cb.at(WAKE), I64), i64(_FUTEX_WAKE_PRIVATE),
                      i64(0x7FFFFFFF)])
     b.ret_void()
+
+    counter = ir.Function(module, ir.FunctionType(I64, ()), name=TICKS)
+    b = ir.IRBuilder(counter.append_basic_block("entry"))
+    b.ret(b.call(ticks, []))
     return module
 
 
-__all__ = ["RUN", "WORKER", "STOP", "WORDS", "pool_module"]
+__all__ = ["RUN", "WORKER", "STOP", "TICKS", "WORDS", "pool_module"]

@@ -46,7 +46,8 @@ class NativeCall:
 
     A call split into thread ranges lists the arguments of its other ranges in ``more`` and
     names the native pool that runs them: ``pool = (address of its run function, address of
-    its control block)``.
+    its control block)``. ``zeros`` may give each range its own ``(address, count)`` bytes to
+    zero before it runs (on its thread), in place of ``zero``.
     """
 
     address: int
@@ -57,6 +58,7 @@ class NativeCall:
     flag: int | None = None
     more: tuple[tuple[int | float | Slot, ...], ...] = ()
     pool: tuple[int, int] | None = None
+    zeros: tuple[tuple[int, int], ...] = ()
 
     def __post_init__(self) -> None:
         for args in (self.args, *self.more):
@@ -65,6 +67,9 @@ class NativeCall:
                                  f"{len(self.argtypes)} parameters")
         if self.more and self.pool is None:
             raise ValueError(f"{self.name or 'call'}: thread ranges need a native pool")
+        if self.zeros and len(self.zeros) != 1 + len(self.more):
+            raise ValueError(f"{self.name or 'call'}: {len(self.zeros)} spans to zero for "
+                             f"{1 + len(self.more)} ranges")
 
 
 def supported(argtypes: tuple[type, ...]) -> bool:
@@ -122,20 +127,27 @@ def sequence_module(calls: list[NativeCall]) -> Any:
             block = fn.append_basic_block(f"part{index}")
             switch.add_case(ir.Constant(I64, index), block)
             builder.position_at_end(block)
+            if call.zeros:
+                zero(builder, call.zeros[index])
             builder.ret(make(builder, slots, call, args))
         builder.position_at_end(unknown)
         builder.ret(ir.Constant(I32, 1))
         return fn
 
+    memset = declare(module, "llvm.memset.p0.i64", ir.VoidType(), (POINTER, I8, I64, I1))
+
+    def zero(builder: ir.IRBuilder, span: tuple[int, int]) -> None:
+        if span[1] > 0:
+            builder.call(memset, [builder.inttoptr(ir.Constant(I64, span[0]), POINTER),
+                                  ir.Constant(I8, 0), ir.Constant(I64, span[1]),
+                                  ir.Constant(I1, 0)])
+
     fn = ir.Function(module, ir.FunctionType(I32, (POINTER,)), name=ENTRY)
     slots = fn.args[0]
     builder = ir.IRBuilder(fn.append_basic_block("entry"))
-    memset = declare(module, "llvm.memset.p0.i64", ir.VoidType(), (POINTER, I8, I64, I1))
     for number, call in enumerate(calls):
-        if call.zero is not None and call.zero[1] > 0:
-            builder.call(memset, [builder.inttoptr(ir.Constant(I64, call.zero[0]), POINTER),
-                                  ir.Constant(I8, 0), ir.Constant(I64, call.zero[1]),
-                                  ir.Constant(I1, 0)])
+        if call.zero is not None:
+            zero(builder, call.zero)
         if call.more:
             assert call.pool is not None
             run = builder.inttoptr(ir.Constant(I64, call.pool[0]), RUN.as_pointer())

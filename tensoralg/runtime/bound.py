@@ -31,7 +31,8 @@ class BoundCall:
     def __init__(self, function: Callable[..., int], plan: ArgumentPlan,
                  tensors: Mapping[str, Tensor], sizes: Mapping[str, int], out: np.ndarray,
                  bounds: Sequence[int] | None, threads: Any, what: str,
-                 overwrites: bool = False, owner: Any = None) -> None:
+                 overwrites: bool = False, owner: Any = None,
+                 leading_ranges: bool = False) -> None:
         self.function = function
         self.owner = owner             # what keeps the machine code alive (its CompiledKernel)
         self.out = out
@@ -51,6 +52,14 @@ class BoundCall:
                 self.calls.append(part)
         self.threads = threads
         self.overwrites = overwrites   # the kernel assigns every output element: no zeroing
+        # With ranges over the output's leading index, range k owns rows [lo, hi): the bytes
+        # it zeroes itself when run on the native pool.
+        self._spans: list[tuple[int, int]] = []
+        if len(self.calls) > 1 and leading_ranges and not overwrites and out.ndim >= 1:
+            row = out.itemsize * (out.size // out.shape[0] if out.shape[0] else 0)
+            begin, end = plan.range_slots       # type: ignore[misc]
+            self._spans = [(self._flat.ctypes.data + int(c[begin]) * row,
+                            (int(c[end]) - int(c[begin])) * row) for c in self.calls]
 
     def rebind(self, name: str, array: np.ndarray) -> None:
         """Use ``array`` (same shape and dtype as the bound dense operand) from now on."""
@@ -89,10 +98,12 @@ class BoundCall:
                 for index in self._vals[name]:
                     args[index] = slot
             lists.append(tuple(args))
-        zero = None if self.overwrites else (self._flat.ctypes.data, self._flat.nbytes)
+        zero = None if self.overwrites or self._spans else \
+            (self._flat.ctypes.data, self._flat.nbytes)
         address = ctypes.cast(self.function, ctypes.c_void_p).value or 0
         return NativeCall(address, argtypes, lists[0], zero, self.what, more=tuple(lists[1:]),
-                          pool=(pool.run_address, pool.address) if pool is not None else None)
+                          pool=(pool.run_address, pool.address) if pool is not None else None,
+                          zeros=tuple(self._spans))
 
     def __call__(self) -> np.ndarray:
         """Run the kernel on the current contents of the operands; returns the output."""

@@ -17,16 +17,24 @@ import os
 import platform
 import sys
 import threading
+import time
+import warnings
 from typing import Any
 
 import numpy as np
 
-from tensoralg.codegen.pool import BUSY, HALT, RUN, SLEEPERS, STOP, WORDS, WORKER
+from tensoralg.codegen.pool import BUSY, HALT, RUN, SLEEPERS, SPIN, STOP, TICKS, WORDS, WORKER
 
 _PROTOTYPES = {RUN: ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p,
                                      ctypes.c_void_p, ctypes.c_int64),
                WORKER: ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p),
-               STOP: ctypes.CFUNCTYPE(None, ctypes.c_void_p)}
+               STOP: ctypes.CFUNCTYPE(None, ctypes.c_void_p),
+               TICKS: ctypes.CFUNCTYPE(ctypes.c_int64)}
+# How long a worker spins after its last task before it sleeps: longer than the gaps between
+# the parallel calls of one run and between the runs of a serving loop (ranges handed to a
+# sleeping worker wait for the OS to wake it: tens of µs in a VM), short enough that an idle
+# process frees its cores at once. ``TENSORALG_POOL_SPIN_US`` sets it.
+SPIN_US = 1000
 _CODE: dict[str, Any] = {}
 _CODE_LOCK = threading.Lock()
 # Every pool ever made, for good: compiled sequences hold its control block's address.
@@ -54,10 +62,28 @@ def _code() -> dict[str, Any]:
             run, _, keepalive = build_llvm_module(pool_module(platform.machine()), RUN,
                                                   _PROTOTYPES[RUN])
             _CODE[RUN] = run
-            for name in (WORKER, STOP):
+            for name in (WORKER, STOP, TICKS):
                 _CODE[name] = _PROTOTYPES[name](function_address(keepalive, name))
             _CODE["keepalive"] = keepalive
+            _CODE["ticks per µs"] = _ticks_per_us(_CODE[TICKS])
         return _CODE
+
+
+def _ticks_per_us(ticks: Any) -> float:
+    """The cycle counter's rate, from a 2 ms wall-clock interval."""
+    wall, count = time.perf_counter(), ticks()
+    time.sleep(0.002)
+    return max(1.0, (ticks() - count) / ((time.perf_counter() - wall) * 1e6))
+
+
+def _spin_us() -> float:
+    text = os.environ.get("TENSORALG_POOL_SPIN_US", "")
+    try:
+        return max(0.0, float(text)) if text else float(SPIN_US)
+    except ValueError:
+        warnings.warn(f"TENSORALG_POOL_SPIN_US={text!r} is not a number of microseconds; "
+                      f"using {SPIN_US}", stacklevel=2)
+        return float(SPIN_US)
 
 
 class NativePool:
@@ -79,6 +105,7 @@ class NativePool:
         start = (-self._memory.ctypes.data % 64) // 8
         self.words = self._memory[start:start + WORDS]
         self.address = self.words.ctypes.data
+        self.words[SPIN] = int(_spin_us() * code["ticks per µs"])
         self._threads: list[threading.Thread] = []
         self._pid = os.getpid()
         self._lock = threading.Lock()
