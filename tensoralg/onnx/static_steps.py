@@ -37,14 +37,13 @@ from tensoralg.onnx.movement_steps import (
     transpose_spec,
 )
 from tensoralg.onnx.product_steps import (
-    MIN_COLUMNS,
-    NARROW_DOT_MIN_K,
     conv_spec,
     gemm_epilogue,
     gemm_spec,
     layer_of,
     layer_run,
     matmul_spec,
+    narrow_dot,
 )
 from tensoralg.onnx.sparse_feeds import SparseFeed
 from tensoralg.onnx.step_base import (
@@ -261,13 +260,13 @@ def _fused(step: Step, recorded: Env, constants: Mapping[str, np.ndarray],
         if inline["blas"]:
             values[PRODUCT] = np.empty((inline["m"], inline["n"]), dtype)
     if inline is not None and inline["blas"] and not split and not inline["trans_a"] and \
-            head.inputs[1] in constants and inline["n"] < MIN_COLUMNS and \
-            values[head.inputs[0]].shape[-1] >= NARROW_DOT_MIN_K:
-        # A narrow product over a long K (Wide&Deep's 10^4-wide input times one column):
-        # the contraction joins the statement as a vectorised dot product per row, which
-        # streams the input as fast as BLAS's GEMV (the generated GEMM would broadcast every
-        # input value for a one-vector tile).
-        inline = dict(inline, blas=False)
+            head.inputs[1] in constants and \
+            narrow_dot(values[head.inputs[0]].shape[-1], inline["n"]):
+        # A narrow product over a long K (Wide&Deep's 10^4-wide input times one column), or
+        # a layer of one or two outputs: the contraction joins the statement as a vectorised
+        # dot product per row, which streams the input as fast as BLAS's GEMV (the generated
+        # GEMM would broadcast every input value for a one-vector tile).
+        inline = dict(inline, blas=False, dot=True)
         values.pop(PRODUCT, None)
     output = program.output if chain or head is None else head.outputs[0]
     # A transposed head was turned into ``split`` above, so the statement is never transposed.
@@ -387,6 +386,8 @@ def _fused(step: Step, recorded: Env, constants: Mapping[str, np.ndarray],
     spec = Spec(make, scratch_list(), kind)
     if layer is not None:
         spec.plan = layer.describe(inline["m"]) + ("" if direct else f"; then {statement}")
+    elif inline is not None and inline.get("dot") and multi is None:
+        spec.plan = f"dot products per row (narrow product): {statement}"
     if multi is not None and program.square_of:
         spec.unread = frozenset({head.inputs[0]})
     if multi is not None and all(name != multi.name or kind == "csr"
