@@ -297,6 +297,46 @@ def test_row_compressor_matches_scipy(dtype):
         rows.compress(np.asfortranarray(x))
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("cols", [1, 63, 64, 65, 130, 257])
+def test_vector_mask_scan_matches_the_reference_kernel(dtype, cols):
+    # codegen/scan.py tests 64 values per mask word: widths around whole groups, the tail,
+    # dense and empty rows, NaN, infinities and negative zeros, squares, and a capacity that
+    # cuts the matrix off mid-row, against the statement-IR compressor and scipy.
+    import scipy.sparse as sp
+
+    from tensoralg.runtime.compress import _SCALARS, reference_kernel
+
+    rng = np.random.default_rng(cols)
+    x = np.where(rng.random((9, cols)) < 0.08, rng.standard_normal((9, cols)), 0).astype(dtype)
+    x[1] = 0
+    x[2] = rng.standard_normal(cols)
+    x[3, -1] = np.nan
+    x[4, 0] = -0.0
+    x[5, cols // 2] = np.inf
+    ref = sp.csr_array(np.where(x == 0, 0, x))
+    for capacity in (x.size, ref.nnz, max(0, ref.nnz - cols // 2 - 1)):
+        rows = ta.api.RowCompressor(x.shape, dtype, capacity=capacity)
+        squares = rows.with_squares()
+        fits = rows.compress(x)
+        oracle = ta.api.RowCompressor(x.shape, dtype, capacity=capacity)
+        oracle_squares = oracle.with_squares()
+        oracle._kernel = reference_kernel(_SCALARS[np.dtype(dtype)])
+        assert oracle.compress(x) == fits == (ref.nnz <= capacity)
+        assert rows.nnz == oracle.nnz == ref.nnz
+        np.testing.assert_array_equal(rows.pos, oracle.pos)
+        kept = min(capacity, ref.nnz)
+        np.testing.assert_array_equal(rows.crd[:kept], oracle.crd[:kept])
+        np.testing.assert_array_equal(rows.vals[:kept], oracle.vals[:kept])
+        np.testing.assert_array_equal(squares[:kept], oracle_squares[:kept])
+        if fits:
+            np.testing.assert_array_equal(rows.pos, ref.indptr)
+            np.testing.assert_array_equal(rows.crd[:kept], ref.indices)
+            np.testing.assert_array_equal(rows.vals[:kept], ref.data)
+            np.testing.assert_array_equal(squares[:kept], ref.data * ref.data)
+        assert rows.overflow[0] == (0 if fits else ref.nnz)
+
+
 def test_known_feeds_take_the_fast_path_and_others_are_still_checked():
     model, feeds = MODELS["mlp"](np.random.default_rng(1))
     compiled = tonnx.load(model, opt_level=3)

@@ -284,10 +284,32 @@ class RowCompressor:
 
 
 def _kernel(value: Scalar) -> CompiledKernel:
+    """The scan for ``value``: ``codegen/scan.py``'s vector-mask kernel, compiled once per
+    process, with the same arguments as :func:`compress_function`'s (which stays as the
+    portable reference the tests compare it with)."""
     kernel = _KERNELS.get(value)
     if kernel is None:
-        kernel = _KERNELS[value] = build(compress_function(value), "llvm")
+        import ctypes
+
+        from tensoralg.codegen.build import build_llvm_module
+        from tensoralg.codegen.llvm import host_has
+        from tensoralg.codegen.scan import ENTRY, scan_module
+
+        dtype = np.dtype(np.float32 if value == F32 else np.float64)
+        lanes = (64 if host_has("avx512f") else 32) // dtype.itemsize
+        pointer, i64 = ctypes.c_void_p, ctypes.c_int64
+        prototype = ctypes.CFUNCTYPE(ctypes.c_int32, i64, i64, pointer, pointer, pointer,
+                                     pointer, i64, pointer, pointer, i64, pointer)
+        function, source, keepalive = build_llvm_module(scan_module(dtype, lanes), ENTRY,
+                                                        prototype)
+        kernel = _KERNELS[value] = CompiledKernel("llvm", ENTRY, (), source, function,
+                                                  keepalive=keepalive)
     return kernel
 
 
-__all__ = ["BLOCK", "RowCompressor", "compress_function", "load_function"]
+def reference_kernel(value: Scalar) -> CompiledKernel:
+    """:func:`compress_function` compiled as a statement kernel (a test oracle)."""
+    return build(compress_function(value), "llvm")
+
+
+__all__ = ["BLOCK", "RowCompressor", "compress_function", "load_function", "reference_kernel"]
