@@ -3,8 +3,9 @@
 
     python benchmarks/kernel_micro.py
 
-- the compiled dense-to-CSR scan (``RowCompressor``, 256 x 10^4 multi-hot) against
-  ``scipy.sparse.csr_array`` and against one BLAS read of the same matrix (``x @ V``);
+- the compiled dense-to-CSR scan (``RowCompressor``, 256 x 10^4 multi-hot; ``codegen/scan.py``)
+  against the statement-IR scan it replaced, ``scipy.sparse.csr_array``, and one read of the
+  same matrix (``x @ V``, ``x.max()``);
 - a row sum and a narrow product (one output column), whose reductions the LLVM backend sums
   in vector lanes, against NumPy;
 - a transposed copy (tiled by cache line) against NumPy's strided copy;
@@ -18,7 +19,8 @@
   onnxruntime;
 - DLRM's interaction ``X @ X^T`` per batch item: the kernel level 3 uses (each symmetric pair
   of rows once, ``tensoralg.api.gram_call``) against the statement and NumPy;
-- the thread-pool round trip that a split kernel pays.
+- the thread-pool round trip that a split kernel pays, and two dense layers on two threads in a
+  compiled sequence: on the native pool (``runtime/pool.py``) against the Python pool.
 
 Times are medians in µs over 5 interleaved rounds; the VM these ran on moves by ±30%.
 """
@@ -37,6 +39,11 @@ import scipy.sparse as sp  # noqa: E402
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import tensoralg as ta  # noqa: E402
 from tensoralg.api import RowCompressor  # noqa: E402
+from tensoralg.ir.nodes import F32  # noqa: E402
+from tensoralg.runtime.compress import reference_kernel  # noqa: E402
+from tensoralg.runtime.gemm import DenseLayer  # noqa: E402
+from tensoralg.runtime.ranges import run_ranges  # noqa: E402
+from tensoralg.runtime.threads import KernelThreads  # noqa: E402
 
 
 def median_us(calls: dict[str, object], rounds: int = 5, budget: float = 0.05) -> dict[str, float]:
@@ -67,10 +74,14 @@ def main() -> None:
         x[row, rng.choice(10_000, 20, replace=False)] = 1.0
     rows = RowCompressor(x.shape, np.float32, x.size // 4)
     v = rng.standard_normal((10_000, 16)).astype(np.float32)
+    oracle = RowCompressor(x.shape, np.float32, x.size // 4)
+    oracle._kernel = reference_kernel(F32)
     show("multi-hot 256 x 10000 (20 ones per row) to CSR", median_us({
         "tensoralg RowCompressor.compress": lambda: rows.compress(x),
+        "same, statement-IR scan (oracle)": lambda: oracle.compress(x),
         "scipy.sparse.csr_array": lambda: sp.csr_array(x),
-        "one BLAS read: x @ V (16 cols)": lambda: x @ v}))
+        "one BLAS read: x @ V (16 cols)": lambda: x @ v,
+        "one NumPy read: x.max()": x.max}))
 
     rowsum = ta.compile("y(i) = sum(j, X(i,j))", dtype="float32").bind(X=x)
     a = rng.standard_normal((256, 96)).astype(np.float32)
@@ -140,6 +151,28 @@ def main() -> None:
     pool = ThreadPoolExecutor(1)
     show("thread pool round trip (what a split kernel pays)", median_us({
         "submit + result of a no-op": lambda: pool.submit(lambda: None).result()}))
+
+    # The same two dense layers (256x256x512, 256x512x256) in one compiled sequence: one range
+    # each, two ranges each on the native pool, and two ranges each through the Python pool.
+    threads = KernelThreads(2)
+    w1 = rng.standard_normal((256, 512)).astype(np.float32)
+    w2 = rng.standard_normal((512, 256)).astype(np.float32)
+    a = rng.standard_normal((256, 256)).astype(np.float32)
+    h, o = np.empty((256, 512), np.float32), np.empty((256, 256), np.float32)
+    one = [DenseLayer(w1, relu=True).bind(a, h), DenseLayer(w2, relu=True).bind(h, o)]
+    two = [DenseLayer(w1, relu=True, threads=threads).bind(a, h),
+           DenseLayer(w2, relu=True, threads=threads).bind(h, o)]
+    on_one = ta.api.CallSequence([layer.native({}) for layer in one], slots=0)
+    on_pool = ta.api.CallSequence([layer.native({}) for layer in two], slots=0)
+
+    def python_pool() -> None:
+        for layer in two:
+            run_ranges(layer.function, layer.calls, threads, layer.what)
+    show("two dense layers on two threads (256x256x512, 256x512x256)", median_us({
+        "one thread, compiled sequence": on_one.run,
+        "native pool, compiled sequence": on_pool.run,
+        "Python thread pool per layer": python_pool}))
+    threads.native_pool().close()
 
 
 def show_convolutions(rng: np.random.Generator) -> None:
