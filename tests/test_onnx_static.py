@@ -337,6 +337,37 @@ def test_vector_mask_scan_matches_the_reference_kernel(dtype, cols):
         assert rows.overflow[0] == (0 if fits else ref.nnz)
 
 
+@pytest.mark.parametrize("dtype,lanes", [(np.float32, 8), (np.float64, 4), (np.float32, 64)])
+def test_scan_with_other_vector_widths(dtype, lanes):
+    # The widths an AVX2 host uses (8 floats, 4 doubles), and one vector per group.
+    import ctypes
+
+    import scipy.sparse as sp
+
+    from tensoralg.codegen.build import build_llvm_module
+    from tensoralg.codegen.scan import ENTRY, scan_module
+
+    p, i64 = ctypes.c_void_p, ctypes.c_int64
+    prototype = ctypes.CFUNCTYPE(ctypes.c_int32, i64, i64, p, p, p, p, i64, p, p, i64, p)
+    function, _, keep = build_llvm_module(scan_module(np.dtype(dtype), lanes), ENTRY, prototype)
+    rng = np.random.default_rng(lanes)
+    x = np.where(rng.random((7, 150)) < 0.1, rng.standard_normal((7, 150)), 0).astype(dtype)
+    ref = sp.csr_array(x)
+    pos, crd = np.zeros(8, np.int32), np.zeros(x.size, np.int32)
+    vals, squares = np.zeros(x.size, dtype), np.zeros(x.size, dtype)
+    count, over = np.zeros(1, np.int64), np.zeros(1, np.int64)
+    assert function(7, 150, x.ctypes.data, pos.ctypes.data, crd.ctypes.data, vals.ctypes.data,
+                    x.size, count.ctypes.data, squares.ctypes.data, 1, over.ctypes.data) == 0
+    assert count[0] == ref.nnz and over[0] == 0
+    np.testing.assert_array_equal(pos, ref.indptr)
+    np.testing.assert_array_equal(crd[:ref.nnz], ref.indices)
+    np.testing.assert_array_equal(vals[:ref.nnz], ref.data)
+    np.testing.assert_array_equal(squares[:ref.nnz], ref.data ** 2)
+    with pytest.raises(ValueError, match="do not divide"):
+        scan_module(np.dtype(dtype), 12)
+    del keep
+
+
 def test_known_feeds_take_the_fast_path_and_others_are_still_checked():
     model, feeds = MODELS["mlp"](np.random.default_rng(1))
     compiled = tonnx.load(model, opt_level=3)
