@@ -14,6 +14,7 @@ import tensoralg as ta
 import tensoralg.onnx as tonnx
 from tensoralg.codegen.conv import MAX_UNROLLED, MAX_UNROLLED_DENSE, blocks_of
 from tensoralg.runtime.conv import DirectConv
+from tensoralg.runtime.pool import native_pool_supported
 from tensoralg.runtime.sequence import CallSequence
 from tensoralg.runtime.threads import KernelThreads
 
@@ -169,6 +170,9 @@ def test_threads_split_positions_with_the_same_result():
     np.testing.assert_array_equal(a(), b())
     # In a compiled sequence the ranges go to the native pool, with the same result.
     call = b.native({})
+    if not native_pool_supported():
+        assert call is None                        # the plan runs it from Python instead
+        return
     assert call is not None and len(call.more) == 1 and call.pool is not None
     expected = b.out.copy()
     b.out.fill(np.nan)
