@@ -55,8 +55,8 @@ def pool_module(machine: str) -> Any:
     WORDS_POINTER = I64.as_pointer()
     TASK_TYPE = ir.FunctionType(I32, (POINTER, I64))
     module = ir.Module(name="pool")
-    syscall = module.globals.get("syscall") or ir.Function(
-        module, ir.FunctionType(I64, (I64,), var_arg=True), name="syscall")
+    # libc's variadic syscall(2): futex has no libc wrapper.
+    syscall = ir.Function(module, ir.FunctionType(I64, (I64,), var_arg=True), name="syscall")
     ticks = declare(module, "llvm.readcyclecounter", I64, ())
     pause = (declare(module, "llvm.x86.sse2.pause", ir.VoidType(), ())
              if machine == "x86_64" else None)
