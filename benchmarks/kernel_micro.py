@@ -7,7 +7,8 @@
   against the statement-IR scan it replaced, ``scipy.sparse.csr_array``, and one read of the
   same matrix (``x @ V``, ``x.max()``);
 - a row sum and a narrow product (one output column), whose reductions the LLVM backend sums
-  in vector lanes, against NumPy;
+  in vector lanes, against NumPy; a one-output layer as dot products per row against the
+  generated GEMM;
 - a transposed copy (tiled by cache line) against NumPy's strided copy;
 - a fused dense layer ``relu(X W + b)``: the statement compiler's kernel with register tiles,
   the hand-scheduled generated GEMM (``tensoralg.api.dense_layer``, what level 3 uses) and
@@ -94,6 +95,20 @@ def main() -> None:
         "numpy x.sum(axis=1)": lambda: x.sum(axis=1),
         "tensoralg sigmoid(A w + c), 256 x 96": narrow,
         "numpy 1/(1+exp(-(A @ w.T + c)))": lambda: 1 / (1 + np.exp(-(a @ w.T + c)))}))
+
+    # A layer of one output (the models' last layers) in a compiled sequence: the dot-product
+    # statement level 3 now uses (product_steps.narrow_dot) against the generated GEMM, whose
+    # one-vector tile computes 16 columns.
+    a256 = rng.standard_normal((256, 256)).astype(np.float32)
+    w256 = rng.standard_normal((256, 1)).astype(np.float32)
+    c256 = rng.standard_normal(1).astype(np.float32)
+    dot = ta.compile("Y(i,j) = sum(k, A(i,k) * B(j,k)) + C(j)", dtype="float32").bind(
+        A=a256, B=np.ascontiguousarray(w256.T), C=c256)
+    gemm = DenseLayer(w256, bias=c256).bind(a256, np.empty((256, 1), np.float32))
+    show("a one-output layer A w + c, 256 x 256 x 1, four calls in a compiled sequence", median_us({
+        "dot products per row (level 3)": ta.api.CallSequence([dot.native({})] * 4, 0).run,
+        "generated GEMM, one-vector tile": ta.api.CallSequence([gemm.native({})] * 4, 0).run,
+        "numpy A @ w + c, four times": lambda: [a256 @ w256 + c256 for _ in range(4)]}))
 
     src = rng.standard_normal((256, 512)).astype(np.float32)
     dst = np.empty((512, 256), np.float32)

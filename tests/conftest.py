@@ -176,6 +176,15 @@ def golden(request):
     return Golden()
 
 
+@pytest.fixture
+def two_threads():
+    """Kernels bound during the test split over two threads; the count is restored after."""
+    before = ta.get_num_threads()
+    ta.set_num_threads(2)
+    yield
+    ta.set_num_threads(before)
+
+
 def split_product() -> tuple:
     """A CSR x dense product bound under two threads (two ranges) and its expected output;
     the caller sets the thread count."""

@@ -62,19 +62,13 @@ def test_bound_threaded_split_matches():
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
-def test_threaded_call_in_a_forked_child_does_not_hang():
+def test_threaded_call_in_a_forked_child_does_not_hang(two_threads):
     # A forked child inherits the thread pool object but not its threads (multiprocessing's
     # default on Linux, data loader workers): work handed to the parent's pool would wait
     # forever. The child must start its own pool.
-    threads = kernel_cache().threads
-    before = threads.threads
-    ta.set_num_threads(2)
-    try:
-        call, want = split_product()
-        np.testing.assert_allclose(call(), want)         # the parent's pool now exists
-        passes_in_forked_child(lambda: np.allclose(call(), want))
-    finally:
-        ta.set_num_threads(before)
+    call, want = split_product()
+    np.testing.assert_allclose(call(), want)         # the parent's pool now exists
+    passes_in_forked_child(lambda: np.allclose(call(), want))
 
 
 @pytest.mark.parametrize("bad", [

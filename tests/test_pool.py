@@ -10,7 +10,6 @@ import pytest
 from conftest import passes_in_forked_child, split_product
 
 import tensoralg as ta
-from tensoralg.api import kernel_cache
 from tensoralg.runtime.gemm import DenseLayer
 from tensoralg.runtime.pool import NativePool, native_pool_supported
 from tensoralg.runtime.sequence import CallSequence
@@ -152,28 +151,22 @@ def test_a_failing_range_fails_its_call_in_the_sequence():
     pool.close()
 
 
-def test_a_forked_child_runs_the_parents_sequence_without_workers():
-    threads = kernel_cache().threads
-    before = threads.threads
-    ta.set_num_threads(2)
-    try:
-        call, want = split_product()
-        native = call.native({})
-        assert native is not None and len(native.more) == 1
-        sequence = CallSequence([native, native], slots=0)
-        assert sequence.run() == 0
-        np.testing.assert_allclose(call.out, want)
+def test_a_forked_child_runs_the_parents_sequence_without_workers(two_threads):
+    call, want = split_product()
+    native = call.native({})
+    assert native is not None and len(native.more) == 1
+    sequence = CallSequence([native, native], slots=0)
+    assert sequence.run() == 0
+    np.testing.assert_allclose(call.out, want)
 
-        def in_child() -> bool:
-            call.out.fill(0)
-            ok = sequence.run() == 0 and np.allclose(call.out, want)
-            ta.set_num_threads(2)                    # the child's own worker starts
-            call.out.fill(0)
-            return ok and sequence.run() == 0 and np.allclose(call.out, want)
+    def in_child() -> bool:
+        call.out.fill(0)
+        ok = sequence.run() == 0 and np.allclose(call.out, want)
+        ta.set_num_threads(2)                    # the child's own worker starts
+        call.out.fill(0)
+        return ok and sequence.run() == 0 and np.allclose(call.out, want)
 
-        passes_in_forked_child(in_child)
-    finally:
-        ta.set_num_threads(before)
+    passes_in_forked_child(in_child)
 
 
 def test_a_split_layer_called_from_python_runs_on_the_pool(monkeypatch):
@@ -193,22 +186,16 @@ def test_a_split_layer_called_from_python_runs_on_the_pool(monkeypatch):
     threads.native_pool().close()
 
 
-def test_each_range_zeroes_its_own_rows_of_an_accumulated_output():
-    threads = kernel_cache().threads
-    before = threads.threads
-    ta.set_num_threads(2)
-    try:
-        call, want = split_product()         # Y(i,j) += ..., ranges over i
-        native = call.native({})
-        assert native.zero is None and len(native.zeros) == 2
-        assert sum(count for _, count in native.zeros) == call.out.nbytes
-        sequence = CallSequence([native], slots=0)
-        for _ in range(3):
-            call.out.fill(np.nan)            # whatever the buffer held, each range clears its rows
-            assert sequence.run() == 0
-            np.testing.assert_allclose(call.out, want)
-    finally:
-        ta.set_num_threads(before)
+def test_each_range_zeroes_its_own_rows_of_an_accumulated_output(two_threads):
+    call, want = split_product()         # Y(i,j) += ..., ranges over i
+    native = call.native({})
+    assert native.zero is None and len(native.zeros) == 2
+    assert sum(count for _, count in native.zeros) == call.out.nbytes
+    sequence = CallSequence([native], slots=0)
+    for _ in range(3):
+        call.out.fill(np.nan)            # whatever the buffer held, each range clears its rows
+        assert sequence.run() == 0
+        np.testing.assert_allclose(call.out, want)
 
 
 def test_spin_time_comes_from_the_environment(monkeypatch):

@@ -386,7 +386,7 @@ def _fused(step: Step, recorded: Env, constants: Mapping[str, np.ndarray],
     spec = Spec(make, scratch_list(), kind)
     if layer is not None:
         spec.plan = layer.describe(inline["m"]) + ("" if direct else f"; then {statement}")
-    elif inline is not None and inline.get("dot") and multi is None:
+    elif inline is not None and inline.get("dot"):
         spec.plan = f"dot products per row (narrow product): {statement}"
     if multi is not None and program.square_of:
         spec.unread = frozenset({head.inputs[0]})

@@ -10,7 +10,6 @@ model runtime feeds a new input into an otherwise fixed plan.
 """
 from __future__ import annotations
 
-import ctypes
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -19,6 +18,7 @@ from tensoralg.errors import KernelRuntimeError, ShapeError
 from tensoralg.formats.tensor import Tensor
 from tensoralg.ir.nodes import Block, Const, For, Function, If, Stmt, Store, Var, While
 from tensoralg.runtime.args import ArgumentPlan, OutputBuffers
+from tensoralg.runtime.ranges import split_call
 
 
 class BoundCall:
@@ -83,13 +83,10 @@ class BoundCall:
         """This call as a ``NativeCall`` for a compiled sequence (``codegen/sequence.py``),
         with the dense operands named in ``slots`` read from those slots at run time. Its
         thread ranges go to the native pool; None when it has ranges and there is no pool."""
-        from tensoralg.codegen.sequence import NativeCall, supported
+        from tensoralg.codegen.sequence import supported
 
         argtypes = tuple(getattr(self.function, "argtypes", None) or ())
         if not supported(argtypes) or any(name not in self._vals for name in slots):
-            return None
-        pool = self.threads.native_pool() if len(self.calls) > 1 else None
-        if len(self.calls) > 1 and pool is None:
             return None
         lists = []
         for call in self.calls:
@@ -100,10 +97,7 @@ class BoundCall:
             lists.append(tuple(args))
         zero = None if self.overwrites or self._spans else \
             (self._flat.ctypes.data, self._flat.nbytes)
-        address = ctypes.cast(self.function, ctypes.c_void_p).value or 0
-        return NativeCall(address, argtypes, lists[0], zero, self.what, more=tuple(lists[1:]),
-                          pool=(pool.run_address, pool.address) if pool is not None else None,
-                          zeros=tuple(self._spans))
+        return split_call(self.function, lists, self.threads, self.what, zero, self._spans)
 
     def __call__(self) -> np.ndarray:
         """Run the kernel on the current contents of the operands; returns the output."""

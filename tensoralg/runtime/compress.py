@@ -3,15 +3,19 @@
 Multi-hot features arrive as dense matrices that are almost all zeros (a 256 x 10^4 batch with
 20 ones per row). Read once, they become a CSR operand and every product with them a
 sparse·dense kernel. NumPy needs several passes for this (``count_nonzero``, ``nonzero``,
-fancy indexing: 10-15 ms for 10 MB); the kernel here reads the matrix once, testing blocks of
-16 values with one vector compare, and writes entries only where a block has any.
+fancy indexing: 10-15 ms for 10 MB); the kernel here reads the matrix once and writes entries
+only where a block of values has any.
 
-The kernel is built as IR and compiled by the LLVM backend like any statement's kernel. It
-never writes past ``capacity`` entries: it keeps counting, so the caller learns that the
-matrix did not fit and can take another path.
+The scan is emitted as LLVM IR with explicit vector masks (``codegen/scan.py``): 64 values per
+mask word, only its set bits visited. :func:`compress_function`, the same scan written in the
+statement IR, is kept as the tests' oracle (LLVM compiles its block test into per-lane work,
+twice as slow). Neither writes past ``capacity`` entries: they keep counting, so the caller
+learns that the matrix did not fit and can take another path. The CSR loader
+(:func:`load_function`) fills the same buffers from a CSR feed.
 """
 from __future__ import annotations
 
+import ctypes
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -22,7 +26,7 @@ from tensoralg.formats.tensor import LevelArrays, Tensor
 from tensoralg.ir import build as b
 from tensoralg.ir.nodes import F32, F64, I32, I64, Function, Ptr, Scalar
 
-BLOCK = 16      # values tested per vector compare
+BLOCK = 16      # values tested per vector compare (the statement-IR oracle)
 _SCALARS = {np.dtype(np.float32): F32, np.dtype(np.float64): F64}
 _INDEX = {np.dtype(np.int32): I32, np.dtype(np.int64): I64}
 _KERNELS: dict[Any, CompiledKernel] = {}
@@ -289,8 +293,6 @@ def _kernel(value: Scalar) -> CompiledKernel:
     portable reference the tests compare it with)."""
     kernel = _KERNELS.get(value)
     if kernel is None:
-        import ctypes
-
         from tensoralg.codegen.build import build_llvm_module
         from tensoralg.codegen.llvm import host_has
         from tensoralg.codegen.scan import ENTRY, scan_module

@@ -53,7 +53,8 @@ def native_pool_supported() -> bool:
 
 
 def _code() -> dict[str, Any]:
-    """The pool's three functions, compiled once per process."""
+    """The pool's functions (run, worker loop, stop, cycle counter), compiled once per
+    process, and the cycle counter's rate."""
     with _CODE_LOCK:
         if not _CODE:
             from tensoralg.codegen.build import build_llvm_module, function_address

@@ -42,28 +42,34 @@ def run_ranges(function: Callable[..., int], calls: list[list], threads: Any, wh
         raise KernelRuntimeError(f"{what}: the kernel failed (status {status})")
 
 
-def native_range(function: Any, calls: list[list], threads: Any, slots: dict[str, Any],
-                 operand: str, what: str) -> Any:
-    """The call as a ``NativeCall``, reading its first argument from ``slots[operand]`` when
-    given, its thread ranges handed to ``threads``'s native pool; None when it has ranges and
-    there is no pool, or ``slots`` names another operand."""
+def split_call(function: Any, lists: list[tuple], threads: Any, what: str,
+               zero: tuple[int, int] | None = None,
+               zeros: tuple[tuple[int, int], ...] = ()) -> Any:
+    """``lists`` (one argument tuple per thread range) as one ``NativeCall`` of ``function``:
+    the ranges past the first go to ``threads``'s native pool. None when there are several
+    and no pool."""
     from tensoralg.codegen.sequence import NativeCall
 
+    pool = threads.native_pool() if threads is not None and len(lists) > 1 else None
+    if len(lists) > 1 and pool is None:
+        return None
+    address = ctypes.cast(function, ctypes.c_void_p).value or 0
+    return NativeCall(address, tuple(function.argtypes), lists[0], zero, what,
+                      more=tuple(lists[1:]),
+                      pool=(pool.run_address, pool.address) if pool is not None else None,
+                      zeros=tuple(zeros))
+
+
+def native_range(function: Any, calls: list[list], threads: Any, slots: dict[str, Any],
+                 operand: str, what: str) -> Any:
+    """The call as a ``NativeCall`` (see :func:`split_call`), reading its first argument from
+    ``slots[operand]`` when given; None when it has ranges and there is no pool, or ``slots``
+    names another operand."""
     if set(slots) - {operand}:
         return None
-    pool = threads.native_pool() if threads is not None and len(calls) > 1 else None
-    if len(calls) > 1 and pool is None:
-        return None
-    lists = []
-    for call in calls:
-        args = list(call)
-        if operand in slots:
-            args[0] = slots[operand]
-        lists.append(tuple(args))
-    address = ctypes.cast(function, ctypes.c_void_p).value or 0
-    return NativeCall(address, tuple(function.argtypes), lists[0], None, what,
-                      more=tuple(lists[1:]),
-                      pool=(pool.run_address, pool.address) if pool is not None else None)
+    first = [slots[operand]] if operand in slots else None
+    return split_call(function, [tuple(first + call[1:] if first else call) for call in calls],
+                      threads, what)
 
 
 class RangeCall:
@@ -132,4 +138,4 @@ class RangeCall:
         return self._sequence or None
 
 
-__all__ = ["run_ranges", "native_range", "RangeCall"]
+__all__ = ["run_ranges", "split_call", "native_range", "RangeCall"]
