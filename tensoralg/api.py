@@ -64,7 +64,7 @@ from tensoralg.runtime.conv import DirectConv
 from tensoralg.runtime.gemm import ConvLayer, DenseLayer
 from tensoralg.runtime.gram import gram_call
 from tensoralg.runtime.movement import copy_call, gather_call, ids_call, im2row_call
-from tensoralg.runtime.sequence import CallSequence, Slot
+from tensoralg.runtime.sequence import CallSequence, NativeGroup, Slot
 from tensoralg.runtime.threads import MIN_ROWS_PER_THREAD, KernelThreads, split
 from tensoralg.runtime.validate import VALID, StorageValidator
 from tensoralg.runtime.wrap import release, sparse_result
@@ -950,6 +950,6 @@ def get_num_threads() -> int:
 __all__ = ["einsum", "compile", "Kernel", "KernelKey", "CompileOptions", "kernel_cache",
            "RowCompressor", "DenseLayer", "dense_layer", "ConvLayer", "conv_layer",
            "DirectConv", "direct_conv",
-           "CallSequence", "Slot", "canonical_csr", "data_address", "copy_call", "gather_call",
+           "CallSequence", "NativeGroup", "Slot", "canonical_csr", "data_address", "copy_call", "gather_call",
            "gram_call", "ids_call", "im2row_call",
            "set_num_threads", "get_num_threads", "execute"]

@@ -72,13 +72,41 @@ class NativeCall:
                              f"{1 + len(self.more)} ranges")
 
 
+@dataclass(frozen=True, slots=True)
+class NativeGroup:
+    """Chains of calls that share no memory, run at once on the native pool (``pool``, as in
+    :class:`NativeCall`): part ``k`` of the pool's task runs ``units[k]`` in order, every
+    thread range of a split call in turn, on whichever thread claims it. The bytes in
+    ``zero`` are zeroed before the parts start. The group fails if any unit does.
+
+    Which steps of a plan may form a group is decided by their footprints
+    (``onnx/branches.py``); this only emits what it is given.
+    """
+
+    units: tuple[tuple[NativeCall, ...], ...]
+    pool: tuple[int, int]
+    zero: tuple[tuple[int, int], ...] = ()
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        if len(self.units) < 2 or not all(self.units):
+            raise ValueError(f"{self.name or 'group'}: a group needs two or more non-empty "
+                             "units")
+
+    @property
+    def calls(self) -> tuple[NativeCall, ...]:
+        """Every call of every unit."""
+        return tuple(call for unit in self.units for call in unit)
+
+
 def supported(argtypes: tuple[type, ...]) -> bool:
     """Whether a function with these ctypes argument types can be called from a sequence."""
     return all(t in _TYPES for t in argtypes)
 
 
-def sequence_module(calls: list[NativeCall]) -> Any:
-    """The llvmlite module exporting ``tensoralg_sequence`` for ``calls``.
+def sequence_module(calls: list[NativeCall | NativeGroup]) -> Any:
+    """The llvmlite module exporting ``tensoralg_sequence`` for ``calls`` (each one call, or
+    a :class:`NativeGroup` of concurrent units).
 
     >>> call = NativeCall(4096, (ctypes.c_int64,), (7,), None, "k")
     >>> "inttoptr" in str(sequence_module([call]))
@@ -134,6 +162,46 @@ def sequence_module(calls: list[NativeCall]) -> Any:
         builder.ret(ir.Constant(I32, 1))
         return fn
 
+    def checked(builder: ir.IRBuilder, call: NativeCall, status: Any) -> Any:
+        """``status``, or 1 when the call's count of bad ids is not 0."""
+        if call.flag is None:
+            return status
+        bad = builder.load(builder.inttoptr(ir.Constant(I64, call.flag), POINTER), typ=I64)
+        return builder.or_(status, builder.trunc(
+            builder.zext(builder.icmp_signed("!=", bad, ir.Constant(I64, 0)), I64), I32))
+
+    def group_task(number: int, group: NativeGroup) -> ir.Function:
+        """``task(slots, part)``: unit ``part`` of ``group``, its calls in order, stopping at
+        the first that fails."""
+        fn = ir.Function(module, TASK, name=f"group{number}")
+        fn.linkage = "internal"
+        slots, part = fn.args
+        builder = ir.IRBuilder(fn.append_basic_block("entry"))
+        unknown = fn.append_basic_block("unknown")
+        switch = builder.switch(part, unknown)
+        for index, unit in enumerate(group.units):
+            block = fn.append_basic_block(f"unit{index}")
+            switch.add_case(ir.Constant(I64, index), block)
+            builder.position_at_end(block)
+            for c, call in enumerate(unit):
+                if call.zero is not None:
+                    zero(builder, call.zero)
+                for r, args in enumerate((call.args, *call.more)):
+                    if call.zeros:
+                        zero(builder, call.zeros[r])
+                    status = checked(builder, call, make(builder, slots, call, args))
+                    failed = fn.append_basic_block(f"unit{index}.failed{c}.{r}")
+                    ok = fn.append_basic_block(f"unit{index}.ok{c}.{r}")
+                    builder.cbranch(builder.icmp_signed("!=", status, ir.Constant(I32, 0)),
+                                    failed, ok)
+                    builder.position_at_end(failed)
+                    builder.ret(status)
+                    builder.position_at_end(ok)
+            builder.ret(ir.Constant(I32, 0))
+        builder.position_at_end(unknown)
+        builder.ret(ir.Constant(I32, 1))
+        return fn
+
     memset = declare(module, "llvm.memset.p0.i64", ir.VoidType(), (POINTER, I8, I64, I1))
 
     def zero(builder: ir.IRBuilder, span: tuple[int, int]) -> None:
@@ -146,9 +214,16 @@ def sequence_module(calls: list[NativeCall]) -> Any:
     slots = fn.args[0]
     builder = ir.IRBuilder(fn.append_basic_block("entry"))
     for number, call in enumerate(calls):
-        if call.zero is not None:
+        if isinstance(call, NativeCall) and call.zero is not None:
             zero(builder, call.zero)
-        if call.more:
+        if isinstance(call, NativeGroup):
+            for span in call.zero:
+                zero(builder, span)
+            run = builder.inttoptr(ir.Constant(I64, call.pool[0]), RUN.as_pointer())
+            status = builder.call(run, [
+                builder.inttoptr(ir.Constant(I64, call.pool[1]), POINTER),
+                group_task(number, call), slots, ir.Constant(I64, len(call.units))])
+        elif call.more:
             assert call.pool is not None
             run = builder.inttoptr(ir.Constant(I64, call.pool[0]), RUN.as_pointer())
             status = builder.call(run, [
@@ -156,10 +231,8 @@ def sequence_module(calls: list[NativeCall]) -> Any:
                 slots, ir.Constant(I64, 1 + len(call.more))])
         else:
             status = make(builder, slots, call, call.args)
-        if call.flag is not None:
-            bad = builder.load(builder.inttoptr(ir.Constant(I64, call.flag), POINTER), typ=I64)
-            status = builder.or_(status, builder.trunc(
-                builder.zext(builder.icmp_signed("!=", bad, ir.Constant(I64, 0)), I64), I32))
+        if isinstance(call, NativeCall):
+            status = checked(builder, call, status)
         failed = builder.append_basic_block(f"failed{number}")
         ok = builder.append_basic_block(f"ok{number}")
         builder.cbranch(builder.icmp_signed("!=", status, ir.Constant(I32, 0)), failed, ok)
@@ -170,4 +243,4 @@ def sequence_module(calls: list[NativeCall]) -> Any:
     return module
 
 
-__all__ = ["ENTRY", "NativeCall", "Slot", "sequence_module", "supported"]
+__all__ = ["ENTRY", "NativeCall", "NativeGroup", "Slot", "sequence_module", "supported"]

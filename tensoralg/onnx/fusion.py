@@ -420,6 +420,9 @@ def fuse(graph: Graph, sparse_heads: dict[str, Any] | None = None) -> Graph:
                 elif head is None and source.op_type in CONTRACTIONS and \
                         len(source.outputs) == 1:
                     head = source
+        if head is not None and not _waits_on_ancestors(members, head, producer,
+                                                        graph.constants, inputs):
+            head = None
         if head is not None:
             members.append(head)
         if len(members) < 2:
@@ -458,6 +461,37 @@ def fuse(graph: Graph, sparse_heads: dict[str, Any] | None = None) -> Graph:
     graph.nodes = kept
     graph.notes.append(f"fusion: {fused} node(s) into {len(programs)} statement(s)")
     return graph
+
+
+def _waits_on_ancestors(members: list[Node], head: Node, producer: dict[str, Node],
+                        constants: Any, inputs: set[str]) -> bool:
+    """Whether every computed value the chain ``members`` reads (besides the head's output)
+    is computed before the head can start anyway: an ancestor of the head's operands.
+
+    A chain that adds the result of an independent branch to the head's product (Wide&Deep's
+    ``sigmoid(wide @ w + deep)``, a two-tower score) would make the head wait for that whole
+    branch; left unfused, the head and the branch may run at once on two threads (the static
+    plan's concurrent branches, ``onnx/branches.py``) at the cost of one small elementwise
+    kernel. A residual ``x + conv(x)`` still fuses: x is an ancestor of the head's operand.
+    """
+    produced = {name for node in members for name in node.outputs}
+    wanted = {name for node in members for name in node.inputs
+              if name and name not in produced and name != head.outputs[0] and
+              name in producer and name not in constants and name not in inputs}
+    if not wanted:
+        return True
+    seen: set[str] = set()
+    stack = [name for name in head.inputs if name]
+    while stack and wanted:
+        name = stack.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        wanted.discard(name)
+        source = producer.get(name)
+        if source is not None:
+            stack.extend(n for n in source.inputs if n)
+    return not wanted
 
 
 def _program(nodes: tuple[Node, ...], output: str, head: Node | None,

@@ -22,6 +22,12 @@ with the same shapes:
   the lot instead of 2-5 µs of Python per step. Graph inputs reach it as addresses in a slot
   table filled at each run (for an input fed as CSR, the addresses of its three arrays). A
   profiled run times the steps one by one instead.
+- **Concurrent branches.** With more than one thread, steps of a sequence that share no
+  memory (Wide&Deep's wide product and its deep MLP, DLRM's bags and its bottom MLP, two
+  towers) run at once as one task of the native pool (:mod:`~tensoralg.onnx.branches`); the
+  memory plan keeps every buffer of such a window alive through it, so that no two branches
+  share an arena. The grouped sequence is timed against the plain one when the plan is built
+  and kept only if it is faster; the plan text names the branches.
 - **Everything else** runs its op function as at other levels (a *generic* step) and copies the
   result into its buffer. A generic step checks that its result has the recorded shape: if an
   op's output shape depends on input *values* (NonZero, a Reshape to a computed shape) and
@@ -34,12 +40,13 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping
 
 import numpy as np
 
 import tensoralg as ta
+from tensoralg.onnx.branches import REFINE, Footprint, segments, span_of
 from tensoralg.onnx.executor import Executor, Step, call_node
 from tensoralg.onnx.plan import MemoryStats, assign_arenas
 from tensoralg.onnx.sparse_feeds import SparseFeed, densified
@@ -66,6 +73,7 @@ class PlanStep:
     run: Run
     kind: str
     plan: str | None = None      # what the step runs, where it differs from the node's plan
+    footprint: Footprint | None = None   # the memory it touches (None: a generic step)
 
 
 class StaticPlan:
@@ -121,9 +129,13 @@ class StaticPlan:
         for step in self.steps:
             kinds[step.kind] = kinds.get(step.kind, 0) + 1
         counts = ", ".join(f"{n} {k}" for k, n in sorted(kinds.items()))
-        native = sum(len(s.calls) for s in self.sequences)
+        native = sum(len(getattr(c, "calls", (c,))) for s in self.sequences for c in s.calls)
+        groups = any(isinstance(c, ta.api.NativeGroup) for s in self.sequences for c in s.calls)
         sequences = (f"; {native} kernel calls in {len(self.sequences)} compiled "
                      f"sequence{'s' * (len(self.sequences) != 1)}" if self.sequences else "")
+        if groups:
+            sequences += "".join(f"; {c.name}" for s in self.sequences for c in s.calls
+                                 if isinstance(c, ta.api.NativeGroup))
         return (f"static plan: {len(self.steps)} steps ({counts or 'none'}){sequences}; "
                 f"{self.memory}")
 
@@ -193,6 +205,12 @@ def build_plan(executor: Executor, feeds: Mapping[str, Any], recorded: Env
             layout[(step.node.name, s)] = (shape, np.dtype(dtype))
             requests.append((k, k, int(np.prod(shape)) * np.dtype(dtype).itemsize,
                              (step.node.name, s)))
+    threads = ta.api.kernel_cache().threads
+    if threads.threads > 1 and threads.native_pool() is not None:
+        # Steps that may run at once must not share arenas: every buffer used inside such a
+        # window lives through the whole window.
+        windows = _concurrent_windows(specs, base, in_place, recorded, constants)
+        requests = [(*_widened(b, d, windows), n, key) for b, d, n, key in requests]
     sizes, where = assign_arenas([(b, d, n) for b, d, n, _ in requests])
     arenas = [np.empty(size + ALIGN, np.uint8) for size in sizes]
     buffers = {key: _view(arenas[arena], *layout[key])
@@ -221,15 +239,71 @@ def build_plan(executor: Executor, feeds: Mapping[str, Any], recorded: Env
             steps.append(PlanStep(step, _generic(step, ins, names, outs), "generic"))
             continue
         scratch = [buffers[(node.name, s)] for s in range(len(spec.scratch))]
-        steps.append(PlanStep(step, spec.make(outs, scratch, ins), spec.kind, spec.plan))
+        steps.append(PlanStep(step, spec.make(outs, scratch, ins), spec.kind, spec.plan,
+                              _footprint(spec, outs + scratch, ins, constants, recorded)))
     memory = MemoryStats(sum(r[2] for r in requests), _peak(requests, forever), sum(sizes),
                          len(requests), held=True)
     plan = StaticPlan(steps, [getter(v.name) for v in graph.outputs],
                       [n for n in feeds if n not in constants], dynamic_aliases, memory, arenas)
     plan.csr_feeds = _csr_only(shared["sparse feeds"], specs, outputs, base)
     _compile_sequences(plan, [parts_of(step.run) for step in steps],
-                       {name: root for name, root, _ in dynamic_aliases})
+                       {name: root for name, root, _ in dynamic_aliases}, feeds)
     return plan
+
+
+def _concurrent_windows(specs: list[tuple[Step, Spec | None]], base: dict[str, str],
+                        in_place: dict[str, tuple[str, tuple[slice, ...]]], recorded: Env,
+                        constants: Mapping[str, np.ndarray]) -> list[tuple[int, int]]:
+    """The step windows ``(first, last)`` whose branches could run at once, judged from the
+    values each step reads and writes (before buffers exist); a generic step conflicts with
+    everything. The compiled sequences check again on the buffers' bytes."""
+    ids: dict[Any, int] = {}
+
+    def span(key: Any) -> tuple[int, int]:
+        index = ids.setdefault(key, len(ids) + 1)
+        return index, index + 1
+
+    def root(name: str) -> str:
+        name = base.get(name, name)
+        return in_place[name][0] if name in in_place else name
+
+    prints = []
+    for step, spec in specs:
+        node = step.node
+        if spec is None:
+            prints.append(Footprint(((0, 1 << 62),), (), 0))
+            continue
+        outs = [n for n in node.outputs if n]
+        ins = [n for n in node.inputs if n and n not in constants]
+        scratch = [int(np.prod(shape)) * np.dtype(dtype).itemsize
+                   for shape, dtype in spec.scratch]
+        cost = sum(getattr(recorded.get(n), "nbytes", 0) for n in outs + ins) + sum(scratch)
+        writes = [span(root(n)) for n in outs] + \
+            [span((node.name, s)) for s in range(len(scratch))]
+        prints.append(Footprint(tuple(writes), tuple(span(root(n)) for n in ins), int(cost),
+                                spec.shared))
+    return [(min(k for b in seg for k in b), max(k for b in seg for k in b))
+            for seg in segments(prints) if len(seg) > 1]
+
+
+def _widened(birth: int, death: int, windows: list[tuple[int, int]]) -> tuple[int, int]:
+    """A buffer's lifetime stretched over every concurrent window it meets."""
+    for first, last in windows:
+        if birth <= last and first <= death:
+            birth, death = min(birth, first), max(death, last)
+    return birth, death
+
+
+def _footprint(spec: Spec, written: list[np.ndarray], ins: list[Getter],
+               constants: Mapping[str, np.ndarray], recorded: Env) -> Footprint:
+    """The memory a step touches (``onnx/branches.py``): it writes its outputs and scratch
+    and reads its inputs' buffers. Constants and feeds are never written, so they cannot
+    conflict; they count only towards the cost (the bytes of non-constant data touched)."""
+    reads = tuple(span_of(g.fixed) for g in ins if g.fixed is not None and
+                  g.name not in constants)
+    cost = sum(a.nbytes for a in written) + sum(
+        getattr(recorded.get(g.name), "nbytes", 0) for g in ins if g.name not in constants)
+    return Footprint(tuple(span_of(a) for a in written), reads, int(cost), spec.shared)
 
 
 def _csr_only(sparse: Mapping[str, SparseFeed], specs: list[tuple[Step, Spec | None]],
@@ -248,12 +322,12 @@ MIN_SEQUENCE_CALLS = 2   # one call alone gains nothing from a sequence
 
 
 def _compile_sequences(plan: StaticPlan, parts: list[list[Part] | None],
-                       roots: Mapping[str, str]) -> None:
+                       roots: Mapping[str, str], feeds: Mapping[str, Any]) -> None:
     """Replace each run of consecutive all-kernel steps of ``plan`` by one compiled sequence
     (see the module docstring); graph inputs become slots."""
     slots: dict[str, int] = {}
 
-    def native(step_parts: list[Part] | None) -> list[Any] | None:
+    def native(step_parts: list[Part] | None, refine: int = 1) -> list[Any] | None:
         if step_parts is None:
             return None
         calls = []
@@ -269,7 +343,8 @@ def _compile_sequences(plan: StaticPlan, parts: list[list[Part] | None],
                 if feed not in plan.feeds or (array is not None and feed not in plan.csr_feeds):
                     return None
                 wanted[name] = ta.api.Slot(slots.setdefault(root, len(slots)))
-            call = bound.native(wanted)
+            call = bound.native(wanted, refine) if refine > 1 and \
+                isinstance(bound, ta.api.BoundCall) else bound.native(wanted)
             if call is None:
                 return None
             calls.append(call)
@@ -277,6 +352,9 @@ def _compile_sequences(plan: StaticPlan, parts: list[list[Part] | None],
 
     forms = [native(p) for p in parts]
     runners: list[Run] = []
+    trials: list[tuple[int, int, list[Any]]] = []   # sequences with groups: their plain calls
+    threads = ta.api.kernel_cache().threads
+    pool = threads.native_pool() if threads.threads > 1 else None
     k = 0
     while k < len(forms):
         end = k
@@ -284,7 +362,12 @@ def _compile_sequences(plan: StaticPlan, parts: list[list[Part] | None],
             end += 1
         calls = [call for form in forms[k:end] for call in form]   # type: ignore[union-attr]
         if len(calls) >= MIN_SEQUENCE_CALLS:
-            sequence = ta.api.CallSequence(calls, slots=0)
+            grouped = calls if pool is None else _branched(
+                plan.steps[k:end], forms[k:end], parts[k:end], native,
+                (pool.run_address, pool.address))
+            if any(isinstance(c, ta.api.NativeGroup) for c in grouped):
+                trials.append((len(plan.sequences), len(runners), calls))
+            sequence = ta.api.CallSequence(grouped, slots=0)
             plan.sequences.append(sequence)
             runners.append(_sequence_run(sequence, [plan.steps[j] for j in range(k, end)]))
             k = end
@@ -297,6 +380,83 @@ def _compile_sequences(plan: StaticPlan, parts: list[list[Part] | None],
             sequence.use_slots(plan.slots)
         plan.slot_feeds = [(index, *csr_array_of(name)) for name, index in slots.items()]
         plan.runners = runners
+    for index, runner, plain in trials:
+        _keep_faster(plan, index, runner, plain, feeds)
+
+
+TRIAL_RUNS = 5    # timed runs of each form of a sequence with concurrent branches
+MIN_GAIN = 0.95   # the concurrent form is kept when its best run is at least 5% faster
+
+
+def _keep_faster(plan: StaticPlan, index: int, runner: int, plain: list[Any],
+                 feeds: Mapping[str, Any]) -> None:
+    """Time sequence ``index`` of ``plan`` (with groups of concurrent branches) against the
+    same calls one after another, on this run's feeds, and keep the faster.
+
+    Whether branches gain depends on what the cost estimate cannot see: a branch of several
+    steps runs the thread ranges of its split kernels one after another (dense DLRM's and
+    NeuMF's GEMMs, split in two, made them 10-20% slower at once), and a branch's output then
+    crosses to the other core's cache. So both forms run here, alternately, best of
+    ``TRIAL_RUNS`` each; the kernels read the plan's buffers, whatever they hold (every
+    kernel checks the indices it reads), and a run that fails keeps the plain form."""
+    grouped = plan.sequences[index]
+    serial = ta.api.CallSequence(plain, slots=0)
+    assert plan.slots is not None
+    serial.use_slots(plan.slots)
+    env = {name: _feed_value(feeds[name], name in plan.csr_feeds) for name in plan.feeds}
+    for slot, name, array in plan.slot_feeds:
+        value = env[name]
+        plan.slots[slot] = ta.api.data_address(value if array is None else
+                                               getattr(value.csr, array))
+    best = {id(grouped): float("inf"), id(serial): float("inf")}
+    failed = False
+    for _ in range(TRIAL_RUNS + 1):          # the first round warms the caches
+        for sequence in (grouped, serial):
+            start = time.perf_counter()
+            failed |= bool(sequence.run())
+            best[id(sequence)] = min(best[id(sequence)], time.perf_counter() - start)
+    if failed or best[id(grouped)] >= MIN_GAIN * best[id(serial)]:
+        steps = plan.runners[runner].steps      # type: ignore[attr-defined]
+        plan.sequences[index] = serial
+        plan.runners[runner] = _sequence_run(serial, steps)
+
+
+def _branched(steps: list[PlanStep], forms: list[Any], parts: list[Any],
+              native: Callable[..., list[Any] | None], pool: tuple[int, int]) -> list[Any]:
+    """The calls of consecutive native ``steps`` with their independent branches grouped to
+    run at once on the native pool (``onnx/branches.py``). Within a group, branches of
+    several steps come first, longest first, since they cannot be split; a branch that is one
+    split kernel follows, re-cut into ``REFINE`` ranges per thread range."""
+    prints = [step.footprint for step in steps]
+    if any(p is None for p in prints):
+        return [call for form in forms for call in form]
+    items: list[Any] = []
+    for segment in segments(prints):     # type: ignore[arg-type]
+        if len(segment) == 1:
+            items.extend(call for j in segment[0] for call in forms[j])
+            continue
+        chains: list[tuple[int, tuple[Any, ...]]] = []
+        ranges: list[tuple[int, tuple[Any, ...]]] = []
+        zero: list[tuple[int, int]] = []
+        for branch in segment:
+            cost = sum(prints[j].cost for j in branch)     # type: ignore[union-attr]
+            calls = [call for j in branch for call in forms[j]]
+            if len(calls) == 1 and calls[0].more:
+                finer = native(parts[branch[0]], REFINE)
+                call = finer[0] if finer and len(finer) == 1 else calls[0]
+                if call.zero is not None:
+                    zero.append(call.zero)
+                for r, args in enumerate((call.args, *call.more)):
+                    ranges.append((cost, (replace(call, args=args, more=(), pool=None, zeros=(),
+                                                  zero=call.zeros[r] if call.zeros else None),)))
+            else:
+                chains.append((cost, tuple(calls)))
+        chains.sort(key=lambda unit: -unit[0])
+        names = " | ".join(", ".join(steps[j].step.node.name for j in branch)
+                           for branch in segment)
+        items.append(ta.api.NativeGroup(tuple(u for _, u in chains + ranges), pool, tuple(zero),
+                                        f"concurrent branches {names}"))
+    return items
 
 
 def _sequence_run(sequence: Any, steps: list[PlanStep]) -> Run:

@@ -293,8 +293,10 @@ def _fused(step: Step, recorded: Env, constants: Mapping[str, np.ndarray],
         operands[letter_p] = (PRODUCT, (n, m), "view")
         product_kernel = context.kernels.get(SPARSE_PRODUCT, dtype, {"W": ta.CSR})
         x_rows = values[head.inputs[0]].shape[0 if inline["trans_a"] else 1]
+    # A constant read transposed is transposed once, into an array of its own; only the
+    # values of a run need a scratch buffer to be transposed into.
     extra = [(tuple(shape), dtype) for name, shape, kind in operands.values()
-             if kind == "transpose"]
+             if kind == "transpose" and name not in constants]
 
     def scratch_list() -> list[tuple[tuple[int, ...], np.dtype]]:
         head_scratch = []
@@ -341,6 +343,8 @@ def _fused(step: Step, recorded: Env, constants: Mapping[str, np.ndarray],
                 arrays[letter] = program.sparse[1]       # W in CSC (a small batch)
             elif kind == "csr":
                 arrays[letter] = multi.squared() if program.square_of else multi.rows.tensor
+            elif kind == "transpose" and name in constants:
+                arrays[letter] = np.ascontiguousarray(np.transpose(constants[name]))
             elif kind == "transpose":
                 target = next(spare)
                 source = values[name]
@@ -388,6 +392,8 @@ def _fused(step: Step, recorded: Env, constants: Mapping[str, np.ndarray],
         spec.plan = layer.describe(inline["m"]) + ("" if direct else f"; then {statement}")
     elif inline is not None and inline.get("dot"):
         spec.plan = f"dot products per row (narrow product): {statement}"
+    if multi is not None:
+        spec.shared = frozenset({multi.key})
     if multi is not None and program.square_of:
         spec.unread = frozenset({head.inputs[0]})
     if multi is not None and all(name != multi.name or kind == "csr"

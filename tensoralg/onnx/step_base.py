@@ -93,6 +93,10 @@ class Spec:
     # Of a Concat: the inputs its producers already wrote into its output (set by the plan
     # before ``make``); only the others are copied.
     in_place: frozenset[str] = frozenset()
+    # Keys of state the step shares with other steps outside its inputs and outputs (the CSR
+    # of a multi-hot input, scanned by its first reader): steps sharing a key never run at
+    # once (``onnx/branches.py``).
+    shared: frozenset[str] = frozenset()
 
 
 def placeholder(get: Getter, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:

@@ -41,25 +41,33 @@ class BoundCall:
         self._tensors = dict(tensors)    # keeps every bound array alive
         args = plan.pack(tensors, sizes, OutputBuffers(dense=self._flat))
         self._vals = {name: plan.value_slots(name) for name in tensors}
-        if bounds is None or plan.range_slots is None or len(bounds) <= 2:
-            self.calls = [args]
-        else:
-            begin, end = plan.range_slots
-            self.calls = []
-            for k in range(len(bounds) - 1):
-                part = list(args)
-                part[begin], part[end] = int(bounds[k]), int(bounds[k + 1])
-                self.calls.append(part)
+        self._range_slots = plan.range_slots
+        self._bounds = [int(b) for b in bounds] if bounds is not None and \
+            plan.range_slots is not None and len(bounds) > 2 else None
+        self.calls = self._ranged(args, self._bounds) if self._bounds else [args]
         self.threads = threads
         self.overwrites = overwrites   # the kernel assigns every output element: no zeroing
         # With ranges over the output's leading index, range k owns rows [lo, hi): the bytes
         # it zeroes itself when run on the native pool.
-        self._spans: list[tuple[int, int]] = []
-        if len(self.calls) > 1 and leading_ranges and not overwrites and out.ndim >= 1:
-            row = out.itemsize * (out.size // out.shape[0] if out.shape[0] else 0)
-            begin, end = plan.range_slots       # type: ignore[misc]
-            self._spans = [(self._flat.ctypes.data + int(c[begin]) * row,
-                            (int(c[end]) - int(c[begin])) * row) for c in self.calls]
+        self._row = out.itemsize * (out.size // out.shape[0]) if leading_ranges and \
+            not overwrites and out.ndim >= 1 and out.shape[0] else None
+        self._spans = self._spans_of(self.calls) if len(self.calls) > 1 else []
+
+    def _ranged(self, args: list, bounds: Sequence[int]) -> list[list]:
+        begin, end = self._range_slots      # type: ignore[misc]
+        calls = []
+        for k in range(len(bounds) - 1):
+            part = list(args)
+            part[begin], part[end] = int(bounds[k]), int(bounds[k + 1])
+            calls.append(part)
+        return calls
+
+    def _spans_of(self, calls: list[list]) -> list[tuple[int, int]]:
+        if self._row is None:
+            return []
+        begin, end = self._range_slots      # type: ignore[misc]
+        return [(self._flat.ctypes.data + int(c[begin]) * self._row,
+                 (int(c[end]) - int(c[begin])) * self._row) for c in calls]
 
     def rebind(self, name: str, array: np.ndarray) -> None:
         """Use ``array`` (same shape and dtype as the bound dense operand) from now on."""
@@ -79,25 +87,35 @@ class BoundCall:
             for slot in self._vals[name]:
                 call[slot] = address
 
-    def native(self, slots: Mapping[str, Any]) -> Any:
+    def native(self, slots: Mapping[str, Any], refine: int = 1) -> Any:
         """This call as a ``NativeCall`` for a compiled sequence (``codegen/sequence.py``),
         with the dense operands named in ``slots`` read from those slots at run time. Its
-        thread ranges go to the native pool; None when it has ranges and there is no pool."""
+        thread ranges go to the native pool; None when it has ranges and there is no pool.
+
+        ``refine`` cuts each thread range into that many ranges of about equal rows: finer
+        pieces for a pool that runs them beside other work (concurrent branches), so that the
+        threads finish together."""
         from tensoralg.codegen.sequence import supported
 
         argtypes = tuple(getattr(self.function, "argtypes", None) or ())
         if not supported(argtypes) or any(name not in self._vals for name in slots):
             return None
+        calls, spans = self.calls, self._spans
+        if refine > 1 and self._bounds:
+            bounds = sorted({int(lo + (hi - lo) * q // refine)
+                             for lo, hi in zip(self._bounds, self._bounds[1:])
+                             for q in range(refine + 1)})
+            calls = self._ranged(self.calls[0], bounds)
+            spans = self._spans_of(calls)
         lists = []
-        for call in self.calls:
+        for call in calls:
             args = list(call)
             for name, slot in slots.items():
                 for index in self._vals[name]:
                     args[index] = slot
             lists.append(tuple(args))
-        zero = None if self.overwrites or self._spans else \
-            (self._flat.ctypes.data, self._flat.nbytes)
-        return split_call(self.function, lists, self.threads, self.what, zero, self._spans)
+        zero = None if self.overwrites or spans else (self._flat.ctypes.data, self._flat.nbytes)
+        return split_call(self.function, lists, self.threads, self.what, zero, tuple(spans))
 
     def __call__(self) -> np.ndarray:
         """Run the kernel on the current contents of the operands; returns the output."""

@@ -9,7 +9,14 @@ import ctypes
 import numpy as np
 
 from tensoralg.codegen.build import build_llvm_module
-from tensoralg.codegen.sequence import ENTRY, NativeCall, Slot, sequence_module, supported
+from tensoralg.codegen.sequence import (
+    ENTRY,
+    NativeCall,
+    NativeGroup,
+    Slot,
+    sequence_module,
+    supported,
+)
 
 _PROTOTYPE = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p)
 
@@ -24,7 +31,7 @@ class CallSequence:
     0
     """
 
-    def __init__(self, calls: list[NativeCall], slots: int) -> None:
+    def __init__(self, calls: list[NativeCall | NativeGroup], slots: int) -> None:
         self.calls = list(calls)
         self.slots = np.zeros(max(1, slots), np.int64)
         self._function, self.source, self._keepalive = build_llvm_module(
@@ -43,4 +50,4 @@ class CallSequence:
         return self._function(self._address)
 
 
-__all__ = ["CallSequence", "NativeCall", "Slot", "supported"]
+__all__ = ["CallSequence", "NativeCall", "NativeGroup", "Slot", "supported"]

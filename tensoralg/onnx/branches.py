@@ -1,0 +1,150 @@
+"""Concurrent branches of a static plan: runs of steps that share no memory, run at once.
+
+Recommender models are wide: Wide&Deep's 10 MB wide product does not depend on its deep MLP,
+nor DLRM's eight embedding bags on its bottom MLP, nor one tower on the other. One thread at a
+time leaves the second core idle while a step too narrow to split runs, so the compiled
+sequence can run such branches as parts of one task of the native pool (``NativeGroup`` in
+``codegen/sequence.py``): each thread claims a branch (or one row range of a branch that is a
+single split kernel) and runs it.
+
+Independence is decided from memory, not from the graph alone. The memory plan reuses arenas
+by lifetime, so two steps with no data flow between them may still write the same bytes; and a
+multi-hot input's CSR is written by its first reader and read by the others through state the
+graph does not show. A step's :class:`Footprint` therefore lists the byte ranges it writes and
+reads (plan buffers and scratch: feeds and constants are never written) and the keys of hidden
+state it shares (``Spec.shared``); two steps conflict when one writes what the other touches,
+or they share a key. Steps of one window that conflict, directly or through others, form one
+branch and keep their order.
+
+>>> a = Footprint(writes=((0, 64),), reads=(), cost=1 << 20)
+>>> b = Footprint(writes=((64, 128),), reads=(), cost=1 << 20)
+>>> c = Footprint(writes=((128, 192),), reads=((0, 128),), cost=64)
+>>> segments([a, b, c], min_cost=1024)
+[[[0], [1]], [[2]]]
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+Span = tuple[int, int]     # [low, high) byte addresses
+
+# A branch worth a thread: the second-largest branch of a window must touch at least this many
+# bytes of non-constant data (inputs, outputs, scratch). Handing a part to a spinning worker
+# costs 1-2 µs, and its results then cross to the other core's cache; 32 KiB is a few µs of
+# work for the steps of these models (a 256-row embedding gather of 32 floats).
+MIN_BRANCH_BYTES = 32 * 1024
+# A branch that is one split kernel is cut into this many ranges per thread range, so that
+# the thread that finishes another branch first takes over the rest of it.
+REFINE = 4
+# The branches beside the costliest multi-step branch must touch at least this fraction of
+# its bytes (see ``_worth``).
+MIN_OFFLOAD = 0.25
+# Steps a window may span (the search is quadratic in it).
+MAX_WINDOW = 64
+
+
+@dataclass(frozen=True, slots=True)
+class Footprint:
+    """The memory one plan step touches: byte ranges it writes, byte ranges it reads, hidden
+    state it shares with other steps, and its cost (bytes of non-constant data it touches)."""
+
+    writes: tuple[Span, ...]
+    reads: tuple[Span, ...]
+    cost: int
+    shared: frozenset[str] = frozenset()
+
+
+def span_of(array: np.ndarray) -> Span:
+    """The bytes ``array`` (any view) may touch: from its lowest to past its highest byte."""
+    start = array.ctypes.data
+    if array.size == 0:
+        return start, start
+    low = sum(min(0, (n - 1) * stride) for n, stride in zip(array.shape, array.strides))
+    high = sum(max(0, (n - 1) * stride) for n, stride in zip(array.shape, array.strides))
+    return start + low, start + high + array.itemsize
+
+
+def _overlap(first: tuple[Span, ...], second: tuple[Span, ...]) -> bool:
+    return any(lo < hi2 and lo2 < hi for lo, hi in first for lo2, hi2 in second
+               if lo < hi and lo2 < hi2)
+
+
+def conflict(a: Footprint, b: Footprint) -> bool:
+    """Whether steps ``a`` and ``b`` must not run at once: one writes bytes the other reads
+    or writes, or they share hidden state.
+
+    >>> conflict(Footprint(((0, 8),), (), 8), Footprint((), ((4, 12),), 8))
+    True
+    """
+    return bool(a.shared & b.shared) or _overlap(a.writes, b.writes + b.reads) or \
+        _overlap(a.reads, b.writes)
+
+
+def _worth(cost: dict[int, int], steps: dict[int, int], min_cost: int) -> bool:
+    """Whether branches of these costs (and step counts) gain from running at once: two or
+    more, the second-largest worth a thread, and the rest at least ``MIN_OFFLOAD`` of the
+    costliest branch of several steps (which one thread must run alone, its thread ranges
+    one after another). NeuMF's GMF branch beside its MLP (16%) ran 5% slower at once: its
+    output then crosses to the other core's cache, which costs about what it saved."""
+    if len(cost) < 2 or sorted(cost.values())[-2] < min_cost:
+        return False
+    chain = max((c for k, c in cost.items() if steps[k] > 1), default=0)
+    return sum(cost.values()) - chain >= MIN_OFFLOAD * chain
+
+
+def segments(prints: list[Footprint], min_cost: int | None = None,
+             window: int = MAX_WINDOW) -> list[list[list[int]]]:
+    """The steps ``0 .. len(prints) - 1`` (in run order) cut into consecutive segments, each a
+    list of branches (lists of step indices, in order): one branch runs as before, several run
+    at once. From each step, the longest window (of at most ``window`` steps) whose conflict
+    graph has two or more branches, the second-largest touching at least ``min_cost`` bytes,
+    becomes a segment; a step with no such window runs alone. Branches are listed in order of
+    their first step. ``min_cost`` defaults to ``MIN_BRANCH_BYTES``.
+    """
+    min_cost = MIN_BRANCH_BYTES if min_cost is None else min_cost
+    count = len(prints)
+    result: list[list[list[int]]] = []
+    start = 0
+    while start < count:
+        parent: dict[int, int] = {}
+        cost: dict[int, int] = {}
+        steps: dict[int, int] = {}
+
+        def root(k: int) -> int:
+            while parent[k] != k:
+                parent[k] = parent[parent[k]]
+                k = parent[k]
+            return k
+
+        best_end = None
+        for end in range(start, min(count, start + window)):
+            parent[end], cost[end], steps[end] = end, prints[end].cost, 1
+            for j in range(start, end):
+                a, b = root(j), root(end)
+                if a != b and conflict(prints[j], prints[end]):
+                    parent[a] = b
+                    cost[b] += cost.pop(a)
+                    steps[b] += steps.pop(a)
+            if _worth(cost, steps, min_cost):
+                best_end = end
+        if best_end is None:
+            result.append([[start]])
+            start += 1
+            continue
+        for k in range(start, best_end + 1):      # the branches of the chosen window
+            parent[k] = k
+        for end in range(start, best_end + 1):
+            for j in range(start, end):
+                if conflict(prints[j], prints[end]):
+                    parent[root(j)] = root(end)
+        groups: dict[int, list[int]] = {}
+        for k in range(start, best_end + 1):
+            groups.setdefault(root(k), []).append(k)
+        result.append(sorted(groups.values(), key=lambda g: g[0]))
+        start = best_end + 1
+    return result
+
+
+__all__ = ["Footprint", "MIN_BRANCH_BYTES", "REFINE", "conflict", "segments", "span_of"]
