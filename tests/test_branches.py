@@ -235,6 +235,12 @@ def test_a_group_that_is_not_faster_is_not_kept(two_threads, monkeypatch):
     assert _grouped(plan) == 0 and "concurrent" not in plan.describe()
     np.testing.assert_allclose(got, tonnx.load(model, opt_level=0).run(feeds)["y"],
                                rtol=RTOL, atol=ATOL)
+    # Built again without branches: its buffers share arenas as a one-thread plan's do.
+    ta.set_num_threads(1)
+    alone = tonnx.load(model, opt_level=3)
+    for _ in range(3):
+        alone.run(feeds)
+    assert str(alone.specialiser.latest().memory) == str(plan.memory)
 
 
 def test_one_thread_makes_no_groups(monkeypatch):
