@@ -9,7 +9,8 @@ import threading
 import numpy as np
 import onnxruntime as ort
 import pytest
-from conftest import split_product
+import scipy.sparse as sp
+from conftest import passes_in_forked_child, split_product
 from onnx import TensorProto, numpy_helper
 from onnx import helper as h
 from test_onnx_models import ATOL, MODELS, RTOL
@@ -178,6 +179,14 @@ def test_an_epilogue_reading_an_independent_branch_does_not_take_the_product():
 
 # ---- models run with their branches at once ------------------------------------------------
 
+def _forced_groups(monkeypatch) -> None:
+    """Every branch worth a thread, and every group kept however fast (the test models are
+    far too small for the real thresholds)."""
+    monkeypatch.setattr(branches, "MIN_BRANCH_BYTES", 0)
+    monkeypatch.setattr(branches, "MIN_OFFLOAD", 0.0)
+    monkeypatch.setattr(static, "MIN_GAIN", float("inf"))
+
+
 def _grouped(plan) -> int:
     return sum(isinstance(c, ta.api.NativeGroup) for s in plan.sequences for c in s.calls)
 
@@ -185,9 +194,7 @@ def _grouped(plan) -> int:
 @needs_pool
 @pytest.mark.parametrize("name", ["wide_deep", "two_tower", "dlrm", "neumf"])
 def test_models_with_concurrent_branches_match_onnxruntime(name, two_threads, monkeypatch):
-    monkeypatch.setattr(branches, "MIN_BRANCH_BYTES", 0)
-    monkeypatch.setattr(branches, "MIN_OFFLOAD", 0.0)
-    monkeypatch.setattr(static, "MIN_GAIN", float("inf"))     # keep the groups, however fast
+    _forced_groups(monkeypatch)
     model, feeds = MODELS[name](np.random.default_rng(11))
     session = ort.InferenceSession(model.SerializeToString(),
                                    providers=["CPUExecutionProvider"])
@@ -206,9 +213,7 @@ def test_models_with_concurrent_branches_match_onnxruntime(name, two_threads, mo
 
 @needs_pool
 def test_a_bad_id_inside_a_group_names_its_node(two_threads, monkeypatch):
-    monkeypatch.setattr(branches, "MIN_BRANCH_BYTES", 0)
-    monkeypatch.setattr(branches, "MIN_OFFLOAD", 0.0)
-    monkeypatch.setattr(static, "MIN_GAIN", float("inf"))
+    _forced_groups(monkeypatch)
     model, feeds = MODELS["wide_deep"](np.random.default_rng(11))
     compiled = tonnx.load(model, opt_level=3)
     for _ in range(3):
@@ -255,3 +260,39 @@ def test_one_thread_makes_no_groups(monkeypatch):
         assert _grouped(compiled.specialiser.latest()) == 0
     finally:
         ta.set_num_threads(before)
+
+
+
+@needs_pool
+def test_a_csr_fed_input_reaches_its_branch(two_threads, monkeypatch):
+    _forced_groups(monkeypatch)
+    model, feeds = MODELS["wide_deep"](np.random.default_rng(11))
+    want = tonnx.load(model, opt_level=0).run(feeds)["y"]
+    compiled = tonnx.load(model, opt_level=3)
+    sparse = dict(feeds, wide=sp.csr_array(feeds["wide"]))
+    for _ in range(4):
+        np.testing.assert_allclose(compiled.run(sparse)["y"], want, rtol=RTOL, atol=ATOL)
+    assert _grouped(compiled.specialiser.latest()) == 1
+
+
+@needs_pool
+def test_a_forked_child_runs_a_grouped_plan(two_threads, monkeypatch):
+    _forced_groups(monkeypatch)
+    model, feeds = MODELS["dlrm"](np.random.default_rng(11))
+    want = tonnx.load(model, opt_level=0).run(feeds)
+    compiled = tonnx.load(model, opt_level=3)
+    for _ in range(3):
+        compiled.run(feeds)
+    assert _grouped(compiled.specialiser.latest()) >= 1
+
+    def same() -> bool:
+        got = compiled.run(feeds)
+        return all(np.allclose(got[k], v, rtol=RTOL, atol=ATOL) for k, v in want.items())
+
+    def in_child() -> bool:
+        ok = same()                              # no workers: the caller runs every branch
+        ta.set_num_threads(2)                    # the child's own worker starts
+        return ok and same() and same()
+
+    assert same()
+    passes_in_forked_child(in_child)
