@@ -6,6 +6,8 @@
 - the compiled dense-to-CSR scan (``RowCompressor``, 256 x 10^4 multi-hot; ``codegen/scan.py``)
   against the statement-IR scan it replaced, ``scipy.sparse.csr_array``, and one read of the
   same matrix (``x @ V``, ``x.max()``);
+- Wide&Deep's wide product (256 x 10^4 times one column) with four rows jammed against the
+  same kernel one row at a time and NumPy's GEMV;
 - a row sum and a narrow product (one output column), whose reductions the LLVM backend sums
   in vector lanes, against NumPy; a one-output layer as dot products per row against the
   generated GEMM;
@@ -41,6 +43,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import tensoralg as ta  # noqa: E402
 from tensoralg.api import RowCompressor  # noqa: E402
 from tensoralg.ir.nodes import F32  # noqa: E402
+from tensoralg.ir.passes.jam import jam_rows  # noqa: E402
 from tensoralg.runtime.compress import reference_kernel  # noqa: E402
 from tensoralg.runtime.gemm import DenseLayer  # noqa: E402
 from tensoralg.runtime.ranges import run_ranges  # noqa: E402
@@ -66,6 +69,24 @@ def show(title: str, results: dict[str, float]) -> None:
     print(title)
     for name, us in results.items():
         print(f"  {name:34s} {us:10.1f} us")
+
+
+def _without_jam(make):
+    """What ``make()`` builds with the row-jamming pass left out of the pipeline (and no kernel
+    cache, which would hand back the jammed kernel)."""
+    from tensoralg.ir.passes import pipeline
+
+    cache = ta.api.kernel_cache()
+    saved = pipeline.STEPS, cache.disk, dict(cache.kernels)
+    pipeline.STEPS = tuple(step for step in pipeline.STEPS if step[1] is not jam_rows)
+    cache.disk = None
+    cache.kernels.clear()
+    try:
+        return make()
+    finally:
+        pipeline.STEPS, cache.disk = saved[0], saved[1]
+        cache.kernels.clear()
+        cache.kernels.update(saved[2])
 
 
 def main() -> None:
@@ -95,6 +116,21 @@ def main() -> None:
         "numpy x.sum(axis=1)": lambda: x.sum(axis=1),
         "tensoralg sigmoid(A w + c), 256 x 96": narrow,
         "numpy 1/(1+exp(-(A @ w.T + c)))": lambda: 1 / (1 + np.exp(-(a @ w.T + c)))}))
+
+    # Wide&Deep's wide product: four rows jammed (ir/passes/jam.py) against the same kernel
+    # compiled without that pass (one row at a time) and NumPy's GEMV; one thread.
+    threads = ta.get_num_threads()
+    ta.set_num_threads(1)
+    w_wide = rng.standard_normal((1, 10_000)).astype(np.float32)
+    statement = "Y(i,j) = sum(k, A(i,k) * B(j,k))"
+    jammed = ta.compile(statement, dtype="float32").bind(A=x, B=w_wide)
+    one_row = _without_jam(lambda: ta.compile(statement, dtype="float32").bind(A=x, B=w_wide))
+    w_flat = w_wide.reshape(-1)
+    show("the wide product 256 x 10000 times one column, one thread", median_us({
+        "tensoralg, four rows jammed": jammed,
+        "same kernel, one row at a time": one_row,
+        "numpy x @ w (GEMV)": lambda: x @ w_flat}))
+    ta.set_num_threads(threads)
 
     # A layer of one output (the models' last layers) in a compiled sequence: the dot-product
     # statement level 3 now uses (product_steps.narrow_dot) against the generated GEMM, whose

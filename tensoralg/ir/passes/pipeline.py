@@ -17,6 +17,7 @@ from ..printer import format_function
 from ..verify import verify
 from .dead_code import remove_dead_code
 from .hoist import hoist_invariants
+from .jam import jam_rows
 from .simplify import simplify
 from .tile import tile_accumulators
 from .transpose import tile_transposes
@@ -30,6 +31,7 @@ STEPS: tuple[tuple[str, Step], ...] = (
     ("fuse temporaries into row workspaces", row_workspaces),
     ("tile accumulators into registers", tile_accumulators),
     ("tile transposed accesses by cache line", tile_transposes),
+    ("jam four rows of a reduction", jam_rows),
     ("remove dead code", remove_dead_code),
 )
 

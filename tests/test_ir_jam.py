@@ -1,0 +1,104 @@
+"""Row jamming (ir/passes/jam.py): which kernels it rewrites, and that jammed kernels compute
+what the originals did over every row count and thread range."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import tensoralg as ta
+from tensoralg.ir import F64, I64, Ptr, param, var, verify
+from tensoralg.ir.build import add, assign, declare, for_, function, if_, load, lt, mul, store
+from tensoralg.ir.passes.jam import JAM, jam_rows
+from tensoralg.ir.printer import format_function
+
+
+def _ir(statement: str, formats=None, dtype="float64") -> str:
+    return ta.compile(statement, formats=formats, dtype=dtype).source("ir")
+
+
+@pytest.mark.parametrize("statement", ["Y(i,j) = A(i,k) * B(j,k)", "y(i) = A(i,j) * x(j)",
+                                       "y(i) = A(i,j)"])
+def test_dense_reductions_per_row_are_jammed(statement):
+    text = _ir(statement)
+    assert "jam0_g" in text and "jam0_3" in text
+
+
+@pytest.mark.parametrize("statement, formats", [
+    ("y(i) = A(i,j) * x(j)", {"A": "ds"}),          # the row's loop bounds come from pos[i]
+    ("Y(i,j) = A(i,j) + B(i,j)", None),              # no reduction: nothing to gain
+    ("Y(i,j) = A(i,k) * B(k,j)", {"A": "ds"}),       # sparse rows, stores in the reduction
+])
+def test_other_kernels_are_left_alone(statement, formats):
+    assert "jam0" not in _ir(statement, formats)
+
+
+def test_the_pass_is_the_identity_without_a_range_loop():
+    from tensoralg.ir.build import comment, function
+
+    f = function("k", [], comment("x"))
+    assert jam_rows(f) is f
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int64"])
+@pytest.mark.parametrize("rows", [0, 1, JAM - 1, JAM, JAM + 1, 2 * JAM + 3, 257])
+def test_jammed_kernels_match_numpy_for_every_row_count(rows, dtype):
+    rng = np.random.default_rng(rows)
+    a = (rng.standard_normal((rows, 37)) * 10).astype(dtype)
+    b = (rng.standard_normal((2, 37)) * 10).astype(dtype)
+    x = (rng.standard_normal(37) * 10).astype(dtype)
+    got = ta.compile("Y(i,j) = A(i,k) * B(j,k)", dtype=dtype)(A=a, B=b)
+    np.testing.assert_allclose(got, a @ b.T, rtol=1e-5, atol=1e-3)
+    sums = ta.compile("y(i) = A(i,j)", dtype=dtype)(A=a)
+    np.testing.assert_allclose(sums, a.sum(axis=1), rtol=1e-5, atol=1e-3)
+    mv = ta.compile("y(i) = A(i,j) * x(j)", dtype=dtype)(A=a, x=x)
+    np.testing.assert_allclose(mv, a @ x, rtol=1e-5, atol=1e-3)
+
+
+def test_thread_ranges_that_are_not_whole_groups(two_threads):
+    # Ranges split at row counts that are no multiple of JAM; NaN-free rows, exact check.
+    a = np.random.default_rng(1).integers(-5, 5, (100_003, 7)).astype(np.float64)
+    b = np.random.default_rng(2).integers(-5, 5, (1, 7)).astype(np.float64)
+    bound = ta.compile("Y(i,j) = A(i,k) * B(j,k)").bind(A=a, B=b)
+    assert len(bound.calls) == 2
+    np.testing.assert_array_equal(bound(), a @ b.T)
+
+
+def _dot_nest(*extra):
+    """``Y[i] = sum(k, A[i * n + k])`` over the thread range, with ``extra`` statements in the
+    row body."""
+    i, k, n = var("i", I64), var("k", I64), var("n", I64)
+    lo, hi = var("range_begin", I64), var("range_end", I64)
+    a, y, acc = var("A", Ptr(F64)), var("Y", Ptr(F64)), var("acc", F64)
+    params = [param(n, "index.k"), param(a, "A.vals"), param(y, "Y.vals", output=True),
+              param(lo, "range.begin.i"), param(hi, "range.end.i")]
+    return function("k", params, for_(i, lo, hi, declare(acc, 0.0),
+                                      for_(k, 0, n, assign(acc, add(acc, load(a, add(mul(i, n),
+                                                                                      k))))),
+                                      store(y, i, acc), *extra))
+
+
+def test_the_jammed_nest_verifies_and_keeps_every_row_in_order():
+    fn = _dot_nest()
+    jammed = jam_rows(fn)
+    verify(jammed, after="jam")
+    text = format_function(jammed)
+    assert text.count("for (") == 4          # group, its fused k loop; the rest: i, k
+    for q in range(JAM):
+        assert f"jam0_acc_{q} = jam0_acc_{q} + A[jam0_{q} * n + jam0_k]" in text
+
+
+def test_a_body_that_reads_its_output_or_branches_is_not_jammed():
+    i, y = var("i", I64), var("Y", Ptr(F64))
+    reads = _dot_nest(store(y, i, load(y, i)))
+    assert jam_rows(reads) is reads
+    branches = _dot_nest(if_(lt(i, 3), store(y, i, 0.0)))
+    assert jam_rows(branches) is branches
+
+
+def test_einsum_and_sparse_results_are_unchanged():
+    a = sp.random(200, 50, density=0.1, format="csr", random_state=0)
+    x = np.random.default_rng(0).standard_normal(50)
+    np.testing.assert_allclose(ta.einsum("ij,j->i", a, x), a @ x)
+    dense = a.toarray()
+    np.testing.assert_allclose(ta.einsum("ij,j->i", dense, x), dense @ x)
