@@ -137,16 +137,16 @@ def test_a_group_runs_each_unit_in_order_zeroes_first_and_fails_with_a_unit():
         NativeGroup((units[0],), (0, 0))
 
 
+@needs_pool
 def test_a_bound_call_recut_into_finer_ranges_gives_the_same_output(two_threads):
     call, want = split_product()
     finer = call.native({}, refine=3)
     assert finer is not None and len(finer.more) == 5
     bounds = [args for args in (finer.args, *finer.more)]
     assert len({tuple(b) for b in bounds}) == 6
-    if native_pool_supported():
-        call.out.fill(np.nan)
-        assert CallSequence([finer, finer], slots=0).run() == 0
-        np.testing.assert_allclose(call.out, want)
+    call.out.fill(np.nan)
+    assert CallSequence([finer, finer], slots=0).run() == 0
+    np.testing.assert_allclose(call.out, want)
 
 
 # ---- fusion leaves independent branches apart ---------------------------------------------
