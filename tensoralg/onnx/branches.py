@@ -16,6 +16,13 @@ state it shares (``Spec.shared``); two steps conflict when one writes what the o
 or they share a key. Steps of one window that conflict, directly or through others, form one
 branch and keep their order.
 
+The static plan (``onnx/static.py``) uses this module three times: before its buffers exist,
+:func:`concurrent_windows` finds from value names which windows may run at once, so that
+:func:`widened` lifetimes keep their buffers apart; once they exist, :func:`step_footprint`
+gives each step's bytes; and :func:`grouped_calls` turns the calls of a compiled sequence into
+groups where :func:`segments` of those footprints allow (the plan then times the grouped
+sequence against the plain one and keeps the faster).
+
 >>> a = Footprint(writes=((0, 64),), reads=(), cost=1 << 20)
 >>> b = Footprint(writes=((64, 128),), reads=(), cost=1 << 20)
 >>> c = Footprint(writes=((128, 192),), reads=((0, 128),), cost=64)
@@ -24,9 +31,16 @@ branch and keep their order.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import numpy as np
+
+import tensoralg as ta
+from tensoralg.onnx.step_base import Env, Getter, Spec
+
+if TYPE_CHECKING:
+    from tensoralg.onnx.executor import Step
 
 Span = tuple[int, int]     # [low, high) byte addresses
 
@@ -147,4 +161,101 @@ def segments(prints: list[Footprint], min_cost: int | None = None,
     return result
 
 
-__all__ = ["Footprint", "MIN_BRANCH_BYTES", "REFINE", "conflict", "segments", "span_of"]
+# ---- the static plan's side: footprints of its steps, groups of its calls ----------------
+
+
+def concurrent_windows(specs: list[tuple[Step, Spec | None]], base: dict[str, str],
+                        in_place: dict[str, tuple[str, tuple[slice, ...]]], recorded: Env,
+                        constants: Mapping[str, np.ndarray]) -> list[tuple[int, int]]:
+    """The step windows ``(first, last)`` whose branches could run at once, judged from the
+    values each step reads and writes (before buffers exist); a generic step conflicts with
+    everything. The compiled sequences check again on the buffers' bytes."""
+    ids: dict[Any, int] = {}
+
+    def span(key: Any) -> tuple[int, int]:
+        index = ids.setdefault(key, len(ids) + 1)
+        return index, index + 1
+
+    def root(name: str) -> str:
+        name = base.get(name, name)
+        return in_place[name][0] if name in in_place else name
+
+    prints = []
+    for step, spec in specs:
+        node = step.node
+        if spec is None:
+            prints.append(Footprint(((0, 1 << 62),), (), 0))
+            continue
+        outs = [n for n in node.outputs if n]
+        ins = [n for n in node.inputs if n and n not in constants]
+        scratch = [int(np.prod(shape)) * np.dtype(dtype).itemsize
+                   for shape, dtype in spec.scratch]
+        cost = sum(getattr(recorded.get(n), "nbytes", 0) for n in outs + ins) + sum(scratch)
+        writes = [span(root(n)) for n in outs] + \
+            [span((node.name, s)) for s in range(len(scratch))]
+        prints.append(Footprint(tuple(writes), tuple(span(root(n)) for n in ins), int(cost),
+                                spec.shared))
+    return [(min(k for b in seg for k in b), max(k for b in seg for k in b))
+            for seg in segments(prints) if len(seg) > 1]
+
+
+def widened(birth: int, death: int, windows: list[tuple[int, int]]) -> tuple[int, int]:
+    """A buffer's lifetime stretched over every concurrent window it meets."""
+    for first, last in windows:
+        if birth <= last and first <= death:
+            birth, death = min(birth, first), max(death, last)
+    return birth, death
+
+
+def step_footprint(spec: Spec, written: list[np.ndarray], ins: list[Getter],
+               constants: Mapping[str, np.ndarray], recorded: Env) -> Footprint:
+    """The memory a step touches (``onnx/branches.py``): it writes its outputs and scratch
+    and reads its inputs' buffers. Constants and feeds are never written, so they cannot
+    conflict; they count only towards the cost (the bytes of non-constant data touched)."""
+    reads = tuple(span_of(g.fixed) for g in ins if g.fixed is not None and
+                  g.name not in constants)
+    cost = sum(a.nbytes for a in written) + sum(
+        getattr(recorded.get(g.name), "nbytes", 0) for g in ins if g.name not in constants)
+    return Footprint(tuple(span_of(a) for a in written), reads, int(cost), spec.shared)
+
+
+def grouped_calls(steps: list[Any], forms: list[Any], parts: list[Any],
+              native: Callable[..., list[Any] | None], pool: tuple[int, int]) -> list[Any]:
+    """The calls of consecutive native ``steps`` with their independent branches grouped to
+    run at once on the native pool (``onnx/branches.py``). Within a group, branches of
+    several steps come first, longest first, since they cannot be split; a branch that is one
+    split kernel follows, re-cut into ``REFINE`` ranges per thread range."""
+    prints = [step.footprint for step in steps]
+    if any(p is None for p in prints):
+        return [call for form in forms for call in form]
+    items: list[Any] = []
+    for segment in segments(prints):     # type: ignore[arg-type]
+        if len(segment) == 1:
+            items.extend(call for j in segment[0] for call in forms[j])
+            continue
+        chains: list[tuple[int, tuple[Any, ...]]] = []
+        ranges: list[tuple[int, tuple[Any, ...]]] = []
+        zero: list[tuple[int, int]] = []
+        for branch in segment:
+            cost = sum(prints[j].cost for j in branch)     # type: ignore[union-attr]
+            calls = [call for j in branch for call in forms[j]]
+            if len(calls) == 1 and calls[0].more:
+                finer = native(parts[branch[0]], REFINE)
+                call = finer[0] if finer and len(finer) == 1 else calls[0]
+                if call.zero is not None:
+                    zero.append(call.zero)
+                for r, args in enumerate((call.args, *call.more)):
+                    ranges.append((cost, (replace(call, args=args, more=(), pool=None, zeros=(),
+                                                  zero=call.zeros[r] if call.zeros else None),)))
+            else:
+                chains.append((cost, tuple(calls)))
+        chains.sort(key=lambda unit: -unit[0])
+        names = " | ".join(", ".join(steps[j].step.node.name for j in branch)
+                           for branch in segment)
+        items.append(ta.api.NativeGroup(tuple(u for _, u in chains + ranges), pool, tuple(zero),
+                                        f"concurrent branches {names}"))
+    return items
+
+
+__all__ = ["Footprint", "MIN_BRANCH_BYTES", "REFINE", "concurrent_windows", "conflict", "grouped_calls",
+           "segments", "span_of", "step_footprint", "widened"]

@@ -40,13 +40,19 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 import numpy as np
 
 import tensoralg as ta
-from tensoralg.onnx.branches import REFINE, Footprint, segments, span_of
+from tensoralg.onnx.branches import (
+    Footprint,
+    concurrent_windows,
+    grouped_calls,
+    step_footprint,
+    widened,
+)
 from tensoralg.onnx.executor import Executor, Step, call_node
 from tensoralg.onnx.plan import MemoryStats, assign_arenas
 from tensoralg.onnx.sparse_feeds import SparseFeed, densified
@@ -216,8 +222,8 @@ def build_plan(executor: Executor, feeds: Mapping[str, Any], recorded: Env,
     if pool is not None:
         # Steps that may run at once must not share arenas: every buffer used inside such a
         # window lives through the whole window.
-        windows = _concurrent_windows(specs, base, in_place, recorded, constants)
-        requests = [(*_widened(b, d, windows), n, key) for b, d, n, key in requests]
+        windows = concurrent_windows(specs, base, in_place, recorded, constants)
+        requests = [(*widened(b, d, windows), n, key) for b, d, n, key in requests]
     sizes, where = assign_arenas([(b, d, n) for b, d, n, _ in requests])
     arenas = [np.empty(size + ALIGN, np.uint8) for size in sizes]
     buffers = {key: _view(arenas[arena], *layout[key])
@@ -247,7 +253,7 @@ def build_plan(executor: Executor, feeds: Mapping[str, Any], recorded: Env,
             continue
         scratch = [buffers[(node.name, s)] for s in range(len(spec.scratch))]
         steps.append(PlanStep(step, spec.make(outs, scratch, ins), spec.kind, spec.plan,
-                              _footprint(spec, outs + scratch, ins, constants, recorded)))
+                              step_footprint(spec, outs + scratch, ins, constants, recorded)))
     memory = MemoryStats(sum(r[2] for r in requests), _peak(requests, forever), sum(sizes),
                          len(requests), held=True)
     plan = StaticPlan(steps, [getter(v.name) for v in graph.outputs],
@@ -260,61 +266,6 @@ def build_plan(executor: Executor, feeds: Mapping[str, Any], recorded: Env,
                            for sequence in plan.sequences for c in sequence.calls):
         return build_plan(executor, feeds, recorded, concurrent=False)
     return plan
-
-
-def _concurrent_windows(specs: list[tuple[Step, Spec | None]], base: dict[str, str],
-                        in_place: dict[str, tuple[str, tuple[slice, ...]]], recorded: Env,
-                        constants: Mapping[str, np.ndarray]) -> list[tuple[int, int]]:
-    """The step windows ``(first, last)`` whose branches could run at once, judged from the
-    values each step reads and writes (before buffers exist); a generic step conflicts with
-    everything. The compiled sequences check again on the buffers' bytes."""
-    ids: dict[Any, int] = {}
-
-    def span(key: Any) -> tuple[int, int]:
-        index = ids.setdefault(key, len(ids) + 1)
-        return index, index + 1
-
-    def root(name: str) -> str:
-        name = base.get(name, name)
-        return in_place[name][0] if name in in_place else name
-
-    prints = []
-    for step, spec in specs:
-        node = step.node
-        if spec is None:
-            prints.append(Footprint(((0, 1 << 62),), (), 0))
-            continue
-        outs = [n for n in node.outputs if n]
-        ins = [n for n in node.inputs if n and n not in constants]
-        scratch = [int(np.prod(shape)) * np.dtype(dtype).itemsize
-                   for shape, dtype in spec.scratch]
-        cost = sum(getattr(recorded.get(n), "nbytes", 0) for n in outs + ins) + sum(scratch)
-        writes = [span(root(n)) for n in outs] + \
-            [span((node.name, s)) for s in range(len(scratch))]
-        prints.append(Footprint(tuple(writes), tuple(span(root(n)) for n in ins), int(cost),
-                                spec.shared))
-    return [(min(k for b in seg for k in b), max(k for b in seg for k in b))
-            for seg in segments(prints) if len(seg) > 1]
-
-
-def _widened(birth: int, death: int, windows: list[tuple[int, int]]) -> tuple[int, int]:
-    """A buffer's lifetime stretched over every concurrent window it meets."""
-    for first, last in windows:
-        if birth <= last and first <= death:
-            birth, death = min(birth, first), max(death, last)
-    return birth, death
-
-
-def _footprint(spec: Spec, written: list[np.ndarray], ins: list[Getter],
-               constants: Mapping[str, np.ndarray], recorded: Env) -> Footprint:
-    """The memory a step touches (``onnx/branches.py``): it writes its outputs and scratch
-    and reads its inputs' buffers. Constants and feeds are never written, so they cannot
-    conflict; they count only towards the cost (the bytes of non-constant data touched)."""
-    reads = tuple(span_of(g.fixed) for g in ins if g.fixed is not None and
-                  g.name not in constants)
-    cost = sum(a.nbytes for a in written) + sum(
-        getattr(recorded.get(g.name), "nbytes", 0) for g in ins if g.name not in constants)
-    return Footprint(tuple(span_of(a) for a in written), reads, int(cost), spec.shared)
 
 
 def _csr_only(sparse: Mapping[str, SparseFeed], specs: list[tuple[Step, Spec | None]],
@@ -372,7 +323,7 @@ def _compile_sequences(plan: StaticPlan, parts: list[list[Part] | None],
             end += 1
         calls = [call for form in forms[k:end] for call in form]   # type: ignore[union-attr]
         if len(calls) >= MIN_SEQUENCE_CALLS:
-            grouped = calls if pool is None else _branched(
+            grouped = calls if pool is None else grouped_calls(
                 plan.steps[k:end], forms[k:end], parts[k:end], native,
                 (pool.run_address, pool.address))
             if any(isinstance(c, ta.api.NativeGroup) for c in grouped):
@@ -431,44 +382,6 @@ def _keep_faster(plan: StaticPlan, index: int, runner: int, plain: list[Any],
         steps = plan.runners[runner].steps      # type: ignore[attr-defined]
         plan.sequences[index] = serial
         plan.runners[runner] = _sequence_run(serial, steps)
-
-
-def _branched(steps: list[PlanStep], forms: list[Any], parts: list[Any],
-              native: Callable[..., list[Any] | None], pool: tuple[int, int]) -> list[Any]:
-    """The calls of consecutive native ``steps`` with their independent branches grouped to
-    run at once on the native pool (``onnx/branches.py``). Within a group, branches of
-    several steps come first, longest first, since they cannot be split; a branch that is one
-    split kernel follows, re-cut into ``REFINE`` ranges per thread range."""
-    prints = [step.footprint for step in steps]
-    if any(p is None for p in prints):
-        return [call for form in forms for call in form]
-    items: list[Any] = []
-    for segment in segments(prints):     # type: ignore[arg-type]
-        if len(segment) == 1:
-            items.extend(call for j in segment[0] for call in forms[j])
-            continue
-        chains: list[tuple[int, tuple[Any, ...]]] = []
-        ranges: list[tuple[int, tuple[Any, ...]]] = []
-        zero: list[tuple[int, int]] = []
-        for branch in segment:
-            cost = sum(prints[j].cost for j in branch)     # type: ignore[union-attr]
-            calls = [call for j in branch for call in forms[j]]
-            if len(calls) == 1 and calls[0].more:
-                finer = native(parts[branch[0]], REFINE)
-                call = finer[0] if finer and len(finer) == 1 else calls[0]
-                if call.zero is not None:
-                    zero.append(call.zero)
-                for r, args in enumerate((call.args, *call.more)):
-                    ranges.append((cost, (replace(call, args=args, more=(), pool=None, zeros=(),
-                                                  zero=call.zeros[r] if call.zeros else None),)))
-            else:
-                chains.append((cost, tuple(calls)))
-        chains.sort(key=lambda unit: -unit[0])
-        names = " | ".join(", ".join(steps[j].step.node.name for j in branch)
-                           for branch in segment)
-        items.append(ta.api.NativeGroup(tuple(u for _, u in chains + ranges), pool, tuple(zero),
-                                        f"concurrent branches {names}"))
-    return items
 
 
 def _sequence_run(sequence: Any, steps: list[PlanStep]) -> Run:
