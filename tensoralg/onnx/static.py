@@ -346,6 +346,7 @@ def _compile_sequences(plan: StaticPlan, parts: list[list[Part] | None],
 
 
 TRIAL_RUNS = 7    # timed runs of each form of a sequence with concurrent branches
+TRIAL_SECONDS = 0.25   # at most about this long for a trial: fewer runs for a slow sequence
 # The concurrent form is kept when its best run is at least 10% faster: NeuMF's GMF branch
 # beside its MLP won a 5% trial now and then, and then ran as fast or 10% slower.
 MIN_GAIN = 0.9
@@ -360,7 +361,8 @@ def _keep_faster(plan: StaticPlan, index: int, runner: int, plain: list[Any],
     steps runs the thread ranges of its split kernels one after another (dense DLRM's and
     NeuMF's GEMMs, split in two, made them 10-20% slower at once), and a branch's output then
     crosses to the other core's cache. So both forms run here, alternately, best of
-    ``TRIAL_RUNS`` each; the kernels read the plan's buffers, whatever they hold (every
+    ``TRIAL_RUNS`` each (down to two when a run is so slow that the trial would take more
+    than ``TRIAL_SECONDS``); the kernels read the plan's buffers, whatever they hold (every
     kernel checks the indices it reads), and a run that fails keeps the plain form."""
     grouped = plan.sequences[index]
     serial = ta.api.CallSequence(plain, slots=0)
@@ -373,11 +375,17 @@ def _keep_faster(plan: StaticPlan, index: int, runner: int, plain: list[Any],
                                                getattr(value.csr, array))
     best = {id(grouped): float("inf"), id(serial): float("inf")}
     failed = False
-    for _ in range(TRIAL_RUNS + 1):          # the first round warms the caches
+    rounds = TRIAL_RUNS + 1                  # the first round warms the caches
+    done = 0
+    while done < rounds:
         for sequence in (grouped, serial):
             start = time.perf_counter()
             failed |= bool(sequence.run())
             best[id(sequence)] = min(best[id(sequence)], time.perf_counter() - start)
+        done += 1
+        if done == 1:
+            one = 2 * max(best.values())
+            rounds = 1 + max(2, min(TRIAL_RUNS, int(TRIAL_SECONDS / max(one, 1e-9))))
     if failed or best[id(grouped)] >= MIN_GAIN * best[id(serial)]:
         steps = plan.runners[runner].steps      # type: ignore[attr-defined]
         plan.sequences[index] = serial
