@@ -136,12 +136,10 @@ class StaticPlan:
             kinds[step.kind] = kinds.get(step.kind, 0) + 1
         counts = ", ".join(f"{n} {k}" for k, n in sorted(kinds.items()))
         native = sum(len(getattr(c, "calls", (c,))) for s in self.sequences for c in s.calls)
-        groups = any(isinstance(c, ta.api.NativeGroup) for s in self.sequences for c in s.calls)
         sequences = (f"; {native} kernel calls in {len(self.sequences)} compiled "
                      f"sequence{'s' * (len(self.sequences) != 1)}" if self.sequences else "")
-        if groups:
-            sequences += "".join(f"; {c.name}" for s in self.sequences for c in s.calls
-                                 if isinstance(c, ta.api.NativeGroup))
+        sequences += "".join(f"; {c.name}" for s in self.sequences for c in s.calls
+                             if isinstance(c, ta.api.NativeGroup))
         return (f"static plan: {len(self.steps)} steps ({counts or 'none'}){sequences}; "
                 f"{self.memory}")
 
