@@ -296,3 +296,40 @@ def test_a_forked_child_runs_a_grouped_plan(two_threads, monkeypatch):
 
     assert same()
     passes_in_forked_child(in_child)
+
+
+class _Call:
+    def __init__(self, split: bool) -> None:
+        self.more = ((1,),) if split else ()
+
+
+def test_cut_stops_a_branch_of_several_steps_before_its_first_split_kernel():
+    forms = [[_Call(False)], [_Call(True)], [_Call(False)], [_Call(False)]]
+    assert branches._cut([[0, 1, 2], [3]], forms) == ([[0], [3]], [1, 2])
+    # one split step alone stays: its ranges become units of the group
+    assert branches._cut([[1], [3]], forms) == ([[1], [3]], [])
+    assert branches._cut([[1, 2], [3]], forms) == ([[3]], [1, 2])
+
+
+@needs_pool
+def test_cut_branches_run_their_split_rest_after_the_group(two_threads, monkeypatch):
+    _forced_groups(monkeypatch)
+    # Split every layer of the small test model over the two threads.
+    monkeypatch.setattr("tensoralg.runtime.threads.MIN_FMAS_PER_RANGE_NATIVE", 100)
+    monkeypatch.setattr("tensoralg.runtime.threads.MIN_WORK_PER_THREAD", 1)
+    monkeypatch.setattr(ta.api, "MIN_ROWS_PER_THREAD", 1)
+    real = static.grouped_calls
+    monkeypatch.setattr(static, "grouped_calls", lambda *args: real(*args[:5], True))
+    model, feeds = MODELS["dlrm"](np.random.default_rng(11))
+    want = tonnx.load(model, opt_level=0).run(feeds)
+    compiled = tonnx.load(model, opt_level=3)
+    for _ in range(4):
+        got = compiled.run(feeds)
+        for key, value in want.items():
+            np.testing.assert_allclose(got[key], value, rtol=RTOL, atol=ATOL)
+    plan = compiled.specialiser.latest()
+    groups = [c for s in plan.sequences for c in s.calls if isinstance(c, ta.api.NativeGroup)]
+    # the bottom MLP's split layers left the group; its bags run at once, then the layers
+    assert [g.name for g in groups] == ["concurrent branches n6 | n9 | n12"]
+    assert sum(1 for s in plan.sequences for c in s.calls
+               if not isinstance(c, ta.api.NativeGroup) and c.more) >= 2

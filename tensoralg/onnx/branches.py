@@ -220,18 +220,28 @@ def step_footprint(spec: Spec, written: list[np.ndarray], ins: list[Getter],
 
 
 def grouped_calls(steps: list[Any], forms: list[Any], parts: list[Any],
-              native: Callable[..., list[Any] | None], pool: tuple[int, int]) -> list[Any]:
+                  native: Callable[..., list[Any] | None], pool: tuple[int, int],
+                  cut: bool = False) -> list[Any]:
     """The calls of consecutive native ``steps`` with their independent branches grouped to
-    run at once on the native pool (``onnx/branches.py``). Within a group, branches of
-    several steps come first, longest first, since they cannot be split; a branch that is one
-    split kernel follows, re-cut into ``REFINE`` ranges per thread range."""
+    run at once on the native pool. Within a group, branches of several steps come first,
+    longest first, since they cannot be split; a branch that is one split kernel follows,
+    re-cut into ``REFINE`` ranges per thread range.
+
+    A branch of several steps runs the thread ranges of its split kernels one after another.
+    With ``cut``, such a branch stops before its first split kernel, and the rest of it runs
+    after the group, split as before (legal: no other branch of the group touches what it
+    does): dense DLRM's eight bags then run at once before its bottom MLP's split GEMMs."""
     prints = [step.footprint for step in steps]
     if any(p is None for p in prints):
         return [call for form in forms for call in form]
     items: list[Any] = []
     for segment in segments(prints):     # type: ignore[arg-type]
-        if len(segment) == 1:
-            items.extend(call for j in segment[0] for call in forms[j])
+        after: list[int] = []
+        if cut:
+            segment, after = _cut(segment, forms)
+        if len(segment) < 2:
+            items.extend(call for j in sorted(k for b in segment for k in b) + after
+                         for call in forms[j])
             continue
         chains: list[tuple[int, tuple[Any, ...]]] = []
         ranges: list[tuple[int, tuple[Any, ...]]] = []
@@ -254,7 +264,22 @@ def grouped_calls(steps: list[Any], forms: list[Any], parts: list[Any],
                            for branch in segment)
         items.append(ta.api.NativeGroup(tuple(u for _, u in chains + ranges), pool, tuple(zero),
                                         f"concurrent branches {names}"))
+        items.extend(call for j in after for call in forms[j])
     return items
+
+
+def _cut(segment: list[list[int]], forms: list[Any]) -> tuple[list[list[int]], list[int]]:
+    """The branches of ``segment`` cut before the first split kernel of each branch of
+    several steps, and the steps cut off, in run order."""
+    kept, after = [], []
+    for branch in segment:
+        first = next((p for p, j in enumerate(branch) if any(c.more for c in forms[j])), None)
+        if len(branch) > 1 and first is not None:
+            after.extend(branch[first:])
+            branch = branch[:first]
+        if branch:
+            kept.append(branch)
+    return kept, sorted(after)
 
 
 __all__ = ["Footprint", "MIN_BRANCH_BYTES", "REFINE", "concurrent_windows", "conflict", "grouped_calls",

@@ -26,8 +26,10 @@ with the same shapes:
   memory (Wide&Deep's wide product and its deep MLP, DLRM's bags and its bottom MLP, two
   towers) run at once as one task of the native pool (:mod:`~tensoralg.onnx.branches`); the
   memory plan keeps every buffer of such a window alive through it, so that no two branches
-  share an arena. The grouped sequence is timed against the plain one when the plan is built
-  and kept only if it is faster; the plan text names the branches.
+  share an arena. The grouped sequence (and a second form, whose branches of several steps
+  stop before their first split kernel and finish, split, after the group) is timed against
+  the plain one when the plan is built and kept only if it is faster; the plan text names the
+  branches.
 - **Everything else** runs its op function as at other levels (a *generic* step) and copies the
   result into its buffer. A generic step checks that its result has the recorded shape: if an
   op's output shape depends on input *values* (NonZero, a Reshape to a computed shape) and
@@ -313,7 +315,8 @@ def _compile_sequences(plan: StaticPlan, parts: list[list[Part] | None],
 
     forms = [native(p) for p in parts]
     runners: list[Run] = []
-    trials: list[tuple[int, int, list[Any]]] = []   # sequences with groups: their plain calls
+    # sequences with groups: their plain calls, and the grouped forms to try
+    trials: list[tuple[int, int, list[Any], list[list[Any]]]] = []
     k = 0
     while k < len(forms):
         end = k
@@ -321,12 +324,14 @@ def _compile_sequences(plan: StaticPlan, parts: list[list[Part] | None],
             end += 1
         calls = [call for form in forms[k:end] for call in form]   # type: ignore[union-attr]
         if len(calls) >= MIN_SEQUENCE_CALLS:
-            grouped = calls if pool is None else grouped_calls(
+            tried = [] if pool is None else [grouped_calls(
                 plan.steps[k:end], forms[k:end], parts[k:end], native,
-                (pool.run_address, pool.address))
-            if any(isinstance(c, ta.api.NativeGroup) for c in grouped):
-                trials.append((len(plan.sequences), len(runners), calls))
-            sequence = ta.api.CallSequence(grouped, slots=0)
+                (pool.run_address, pool.address), cut) for cut in (False, True)]
+            tried = [form for n, form in enumerate(tried) if form not in tried[:n] and
+                     any(isinstance(c, ta.api.NativeGroup) for c in form)]
+            if tried:
+                trials.append((len(plan.sequences), len(runners), calls, tried))
+            sequence = ta.api.CallSequence(tried[0] if tried else calls, slots=0)
             plan.sequences.append(sequence)
             runners.append(_sequence_run(sequence, [plan.steps[j] for j in range(k, end)]))
             k = end
@@ -339,8 +344,8 @@ def _compile_sequences(plan: StaticPlan, parts: list[list[Part] | None],
             sequence.use_slots(plan.slots)
         plan.slot_feeds = [(index, *csr_array_of(name)) for name, index in slots.items()]
         plan.runners = runners
-    for index, runner, plain in trials:
-        _keep_faster(plan, index, runner, plain, feeds)
+    for index, runner, plain, tried in trials:
+        _keep_fastest(plan, index, runner, plain, tried[1:], feeds)
 
 
 TRIAL_RUNS = 7    # timed runs of each form of a sequence with concurrent branches
@@ -350,44 +355,47 @@ TRIAL_SECONDS = 0.25   # at most about this long for a trial: fewer runs for a s
 MIN_GAIN = 0.9
 
 
-def _keep_faster(plan: StaticPlan, index: int, runner: int, plain: list[Any],
-                 feeds: Mapping[str, Any]) -> None:
-    """Time sequence ``index`` of ``plan`` (with groups of concurrent branches) against the
-    same calls one after another, on this run's feeds, and keep the faster.
+def _keep_fastest(plan: StaticPlan, index: int, runner: int, plain: list[Any],
+                  others: list[list[Any]], feeds: Mapping[str, Any]) -> None:
+    """Time sequence ``index`` of ``plan`` (with groups of concurrent branches), and the
+    ``others`` forms of it, against the same calls one after another (``plain``), on this
+    run's feeds, and keep the fastest grouped form if it beats the plain one.
 
     Whether branches gain depends on what the cost estimate cannot see: a branch of several
     steps runs the thread ranges of its split kernels one after another (dense DLRM's and
     NeuMF's GEMMs, split in two, made them 10-20% slower at once), and a branch's output then
-    crosses to the other core's cache. So both forms run here, alternately, best of
+    crosses to the other core's cache. So every form runs here, alternately, best of
     ``TRIAL_RUNS`` each (down to two when a run is so slow that the trial would take more
     than ``TRIAL_SECONDS``); the kernels read the plan's buffers, whatever they hold (every
     kernel checks the indices it reads), and a run that fails keeps the plain form."""
-    grouped = plan.sequences[index]
     serial = ta.api.CallSequence(plain, slots=0)
+    forms = [plan.sequences[index]] + [ta.api.CallSequence(calls, slots=0) for calls in others]
     assert plan.slots is not None
-    serial.use_slots(plan.slots)
+    for sequence in [serial] + forms:
+        sequence.use_slots(plan.slots)
     env = {name: _feed_value(feeds[name], name in plan.csr_feeds) for name in plan.feeds}
     for slot, name, array in plan.slot_feeds:
         value = env[name]
         plan.slots[slot] = ta.api.data_address(value if array is None else
                                                getattr(value.csr, array))
-    best = {id(grouped): float("inf"), id(serial): float("inf")}
+    best = [float("inf")] * (1 + len(forms))
     failed = False
     rounds = TRIAL_RUNS + 1                  # the first round warms the caches
     done = 0
     while done < rounds:
-        for sequence in (grouped, serial):
+        for k, sequence in enumerate([serial] + forms):
             start = time.perf_counter()
             failed |= bool(sequence.run())
-            best[id(sequence)] = min(best[id(sequence)], time.perf_counter() - start)
+            best[k] = min(best[k], time.perf_counter() - start)
         done += 1
         if done == 1:
-            one = 2 * max(best.values())
-            rounds = 1 + max(2, min(TRIAL_RUNS, int(TRIAL_SECONDS / max(one, 1e-9))))
-    if failed or best[id(grouped)] >= MIN_GAIN * best[id(serial)]:
+            rounds = 1 + max(2, min(TRIAL_RUNS, int(TRIAL_SECONDS / max(sum(best), 1e-9))))
+    fastest = min(range(len(forms)), key=lambda k: best[1 + k])
+    chosen = serial if failed or best[1 + fastest] >= MIN_GAIN * best[0] else forms[fastest]
+    if chosen is not plan.sequences[index]:
         steps = plan.runners[runner].steps      # type: ignore[attr-defined]
-        plan.sequences[index] = serial
-        plan.runners[runner] = _sequence_run(serial, steps)
+        plan.sequences[index] = chosen
+        plan.runners[runner] = _sequence_run(chosen, steps)
 
 
 def _sequence_run(sequence: Any, steps: list[PlanStep]) -> Run:
