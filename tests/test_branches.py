@@ -209,6 +209,9 @@ def test_models_with_concurrent_branches_match_onnxruntime(name, two_threads, mo
             np.testing.assert_allclose(got[key], value, rtol=RTOL, atol=ATOL)
     plan = compiled.specialiser.latest()
     assert _grouped(plan) >= 1 and "concurrent branches " in plan.describe()
+    profile = str(compiled.profile(data))
+    assert "timed one step at a time; a plain run runs these at once: concurrent branches" \
+        in profile
 
 
 @needs_pool

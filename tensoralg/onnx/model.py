@@ -149,6 +149,7 @@ class CompiledModel:
 
         memory = None
         static_plans: dict[str, str] = {}
+        notes: tuple[str, ...] = ()
         if self.specialiser is not None:
             self.specialiser.run(checked)
             self.specialiser.run(checked)
@@ -162,6 +163,8 @@ class CompiledModel:
                 static_plans.update((s.node.name, "not run: the static plan folds it into "
                                      "another step or a view") for s in self.executor.steps
                                     if s.node.name not in running)
+                notes = tuple(f"timed one step at a time; a plain run runs these at once: "
+                              f"{group}" for group in plan.groups())
         else:
             self.executor.run(densified(checked))
         if memory is None:
@@ -174,7 +177,7 @@ class CompiledModel:
         rows = [(s.node.name, s.node.op_type, totals.get(s.node.name, 0.0) / max(1, repeat),
                  static_plans.get(s.node.name) or "; ".join(s.context.plan))
                 for s in self.executor.steps]
-        return Profile.from_times(rows, memory)
+        return Profile.from_times(rows, memory, notes)
 
     def ir(self) -> str:
         """The plan as text: one line per node with the statements or data movement it runs."""

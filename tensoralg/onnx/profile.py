@@ -25,6 +25,7 @@ class Profile:
     rows: tuple[ProfileRow, ...]
     total: float
     memory: MemoryStats | None = None
+    notes: tuple[str, ...] = ()          # printed under the table
 
     @property
     def peak_bytes(self) -> int:
@@ -40,11 +41,12 @@ class Profile:
 
     @staticmethod
     def from_times(times: list[tuple[str, str, float, str]],
-                   memory: MemoryStats | None = None) -> "Profile":
+                   memory: MemoryStats | None = None, notes: tuple[str, ...] = ()
+                   ) -> "Profile":
         total = sum(t for _, _, t, _ in times)
         rows = tuple(sorted((ProfileRow(n, op, t, 100.0 * t / total if total else 0.0, plan)
                              for n, op, t, plan in times), key=lambda r: -r.seconds))
-        return Profile(rows, total, memory)
+        return Profile(rows, total, memory, notes)
 
     def __str__(self) -> str:
         width = max([4] + [len(r.node) for r in self.rows])
@@ -56,4 +58,5 @@ class Profile:
         lines.append(f"{'total':<{width}}  {'':<{ops}}  {self.total * 1e3:>10.3f}  {100.0:>6.1f}")
         if self.memory is not None:
             lines.append(str(self.memory))
+        lines.extend(self.notes)
         return "\n".join(lines)

@@ -132,6 +132,12 @@ class StaticPlan:
         return {g.name: (g(env).copy() if g.fixed is not None else g(env))
                 for g in self.outputs}
 
+    def groups(self) -> list[str]:
+        """The names of the groups of branches its sequences run at once (``concurrent
+        branches a, b | c``)."""
+        return [c.name for s in self.sequences for c in s.calls
+                if isinstance(c, ta.api.NativeGroup)]
+
     def describe(self) -> str:
         kinds: dict[str, int] = {}
         for step in self.steps:
@@ -140,8 +146,7 @@ class StaticPlan:
         native = sum(len(getattr(c, "calls", (c,))) for s in self.sequences for c in s.calls)
         sequences = (f"; {native} kernel calls in {len(self.sequences)} compiled "
                      f"sequence{'s' * (len(self.sequences) != 1)}" if self.sequences else "")
-        sequences += "".join(f"; {c.name}" for s in self.sequences for c in s.calls
-                             if isinstance(c, ta.api.NativeGroup))
+        sequences += "".join(f"; {name}" for name in self.groups())
         return (f"static plan: {len(self.steps)} steps ({counts or 'none'}){sequences}; "
                 f"{self.memory}")
 
