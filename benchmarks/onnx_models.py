@@ -30,6 +30,8 @@ level 3 is also timed with that input fed as a SciPy CSR matrix, reported in a t
 2): statement kernels compile at the first run, and the second records the values and builds
 the static plan (generated GEMMs, compiled-in convolutions, call sequences); the on-disk kernel
 cache may make a repeat run of this script faster.
+The branches each all-cores plan runs at once (``LN``; kept only where the plan's trial found
+that 10% faster) are listed in a table of their own.
 Every tensoralg output is checked against onnxruntime (rtol 1e-3, atol 1e-4) before timing.
 Each time is the median over 5 interleaved rounds (every configuration of a row timed once per
 round) of the median of ``max(3, 0.05 s / t)`` calls. Each ratio is paired: in every round
@@ -349,6 +351,9 @@ def measure(name: str, prune: float, batches: list[int], levels: list[int], budg
                                                                      samples[ours]))
         if 3 in levels and not np.isnan(row.get("L3", 0.0)):
             row["memory"] = compiled[3].profile(feeds).memory
+        if many is not None and many.specialiser.latest() is not None:
+            # the branches the all-cores plan runs at once (its trial kept them)
+            row["groups"] = many.specialiser.latest().groups()
         row["compile"] = compile_s
         rows.append(row)
         print(_line(row, levels), flush=True)
@@ -433,6 +438,20 @@ def markdown(dense_rows, pruned_rows, quick: bool, runs: int = 1) -> str:
                          f"{r['batch']} | {_ms(r['L3'])} | {_ms(r['L3csr'])} | "
                          f"{_ms(r['ort1'])} | {_ratio(r, 'ort1/L3'):.2f} | "
                          f"{_ratio(r, 'ort1/CSR'):.2f} |")
+    grouped = [r for r in dense_rows + pruned_rows if any(_runs_groups(r))]
+    if grouped:
+        lines += ["", "## Branches run at once on all cores (`LN`)", "",
+                  "Independent branches that the all-cores plan runs at once as one task of "
+                  "the native pool, when the trial at plan time found that at least 10% faster "
+                  "(`onnx/branches.py`); how many of the runs kept them, and which.", "",
+                  "| model | weights | batch | runs | branches |", "|---|---|---:|---:|---|"]
+        for r in grouped:
+            runs = _runs_groups(r)
+            names = "; ".join(g.removeprefix("concurrent branches ").replace("|", "\\|")
+                              for g in next(g for g in runs if g))
+            lines.append(f"| {r['model']} | {'90% pruned' if r['prune'] else 'dense'} | "
+                         f"{r['batch']} | {sum(1 for g in runs if g)} of {len(runs)} | "
+                         f"{names} |")
     lines += ["", "## Memory plan at level 3", "",
               "From `model.profile(feeds)` at level 3: the buffers of every value a node "
               "produces (and fused nodes' scratch products), their sum, the most alive at once, "
@@ -448,6 +467,12 @@ def markdown(dense_rows, pruned_rows, quick: bool, runs: int = 1) -> str:
     lines += ["", "What these figures mean, and what they do not: benchmarks/RESULTS.md, section "
               "\"ONNX models against onnxruntime\"."]
     return "\n".join(lines) + "\n"
+
+
+def _runs_groups(row: dict) -> list[list[str]]:
+    """The groups of each run of a row (one run: its own list)."""
+    groups = row.get("groups", [])
+    return groups if groups and isinstance(groups[0], list) else [groups]
 
 
 def _md_row(r) -> str:
@@ -467,6 +492,7 @@ def _medians(runs: list[list[dict]]) -> list[dict]:
                 row[key] = statistics.median(r[key] for r in rows)
         # compile time: the first run's (later runs find the kernels already compiled)
         row["compile"] = rows[0]["compile"]
+        row["groups"] = [r.get("groups", []) for r in rows]     # one list per run
         merged.append(row)
     return merged
 
