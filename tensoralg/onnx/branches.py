@@ -1,7 +1,7 @@
 """Concurrent branches of a static plan: runs of steps that share no memory, run at once.
 
 Recommender models are wide: Wide&Deep's 10 MB wide product does not depend on its deep MLP,
-nor DLRM's eight embedding bags on its bottom MLP, nor one tower on the other. One thread at a
+nor DLRM's eight embedding bags on its bottom MLP, nor one tower on the other. One step at a
 time leaves the second core idle while a step too narrow to split runs, so the compiled
 sequence can run such branches as parts of one task of the native pool (``NativeGroup`` in
 ``codegen/sequence.py``): each thread claims a branch (or one row range of a branch that is a
@@ -21,7 +21,7 @@ The static plan (``onnx/static.py``) uses this module three times: before its bu
 :func:`widened` lifetimes keep their buffers apart; once they exist, :func:`step_footprint`
 gives each step's bytes; and :func:`grouped_calls` turns the calls of a compiled sequence into
 groups where :func:`segments` of those footprints allow (the plan then times the grouped
-sequence against the plain one and keeps the faster).
+forms against the plain sequence and keeps the fastest, if it is fast enough).
 
 >>> a = Footprint(writes=((0, 64),), reads=(), cost=1 << 20)
 >>> b = Footprint(writes=((64, 128),), reads=(), cost=1 << 20)
