@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import ctypes
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 ENTRY = "tensoralg_sequence"
 # ctypes argument types a sequence can pass, by their LLVM names (llvmlite loads on first use)
@@ -143,24 +143,35 @@ def sequence_module(calls: list[NativeCall | NativeGroup]) -> Any:
                                   ir.FunctionType(I32, types).as_pointer())
         return builder.call(callee, values)
 
-    def task(number: int, call: NativeCall) -> ir.Function:
-        """``task(slots, part)``: the call with the arguments of range ``part``."""
-        fn = ir.Function(module, TASK, name=f"task{number}")
+    def switch_task(name: str, count: int,
+                    emit: Callable[[ir.IRBuilder, ir.Function, Any, int], None]
+                    ) -> ir.Function:
+        """``task(slots, part)`` running ``emit(builder, fn, slots, part)`` (which returns from
+        the function) for parts ``0 .. count - 1``, and returning 1 for any other part."""
+        fn = ir.Function(module, TASK, name=name)
         fn.linkage = "internal"
         slots, part = fn.args
         builder = ir.IRBuilder(fn.append_basic_block("entry"))
         unknown = fn.append_basic_block("unknown")
         switch = builder.switch(part, unknown)
-        for index, args in enumerate((call.args, *call.more)):
+        for index in range(count):
             block = fn.append_basic_block(f"part{index}")
             switch.add_case(ir.Constant(I64, index), block)
             builder.position_at_end(block)
-            if call.zeros:
-                zero(builder, call.zeros[index])
-            builder.ret(make(builder, slots, call, args))
+            emit(builder, fn, slots, index)
         builder.position_at_end(unknown)
         builder.ret(ir.Constant(I32, 1))
         return fn
+
+    def task(number: int, call: NativeCall) -> ir.Function:
+        """``task(slots, part)``: the call with the arguments of range ``part``."""
+        ranges = (call.args, *call.more)
+
+        def emit(builder: ir.IRBuilder, fn: ir.Function, slots: Any, index: int) -> None:
+            if call.zeros:
+                zero(builder, call.zeros[index])
+            builder.ret(make(builder, slots, call, ranges[index]))
+        return switch_task(f"task{number}", len(ranges), emit)
 
     def checked(builder: ir.IRBuilder, call: NativeCall, status: Any) -> Any:
         """``status``, or 1 when the call's count of bad ids is not 0."""
@@ -173,17 +184,9 @@ def sequence_module(calls: list[NativeCall | NativeGroup]) -> Any:
     def group_task(number: int, group: NativeGroup) -> ir.Function:
         """``task(slots, part)``: unit ``part`` of ``group``, its calls in order, stopping at
         the first that fails."""
-        fn = ir.Function(module, TASK, name=f"group{number}")
-        fn.linkage = "internal"
-        slots, part = fn.args
-        builder = ir.IRBuilder(fn.append_basic_block("entry"))
-        unknown = fn.append_basic_block("unknown")
-        switch = builder.switch(part, unknown)
-        for index, unit in enumerate(group.units):
-            block = fn.append_basic_block(f"unit{index}")
-            switch.add_case(ir.Constant(I64, index), block)
-            builder.position_at_end(block)
-            for c, call in enumerate(unit):
+
+        def emit(builder: ir.IRBuilder, fn: ir.Function, slots: Any, index: int) -> None:
+            for c, call in enumerate(group.units[index]):
                 if call.zero is not None:
                     zero(builder, call.zero)
                 for r, args in enumerate((call.args, *call.more)):
@@ -198,9 +201,7 @@ def sequence_module(calls: list[NativeCall | NativeGroup]) -> Any:
                     builder.ret(status)
                     builder.position_at_end(ok)
             builder.ret(ir.Constant(I32, 0))
-        builder.position_at_end(unknown)
-        builder.ret(ir.Constant(I32, 1))
-        return fn
+        return switch_task(f"group{number}", len(group.units), emit)
 
     memset = declare(module, "llvm.memset.p0.i64", ir.VoidType(), (POINTER, I8, I64, I1))
 
