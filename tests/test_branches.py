@@ -142,8 +142,7 @@ def test_a_bound_call_recut_into_finer_ranges_gives_the_same_output(two_threads)
     call, want = split_product()
     finer = call.native({}, refine=3)
     assert finer is not None and len(finer.more) == 5
-    bounds = [args for args in (finer.args, *finer.more)]
-    assert len({tuple(b) for b in bounds}) == 6
+    assert len({tuple(args) for args in (finer.args, *finer.more)}) == 6
     call.out.fill(np.nan)
     assert CallSequence([finer, finer], slots=0).run() == 0
     np.testing.assert_allclose(call.out, want)

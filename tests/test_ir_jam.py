@@ -33,13 +33,6 @@ def test_other_kernels_are_left_alone(statement, formats):
     assert "jam0" not in _ir(statement, formats)
 
 
-def test_the_pass_is_the_identity_without_a_range_loop():
-    from tensoralg.ir.build import comment, function
-
-    f = function("k", [], comment("x"))
-    assert jam_rows(f) is f
-
-
 @pytest.mark.parametrize("dtype", ["float32", "float64", "int64"])
 @pytest.mark.parametrize("rows", [0, 1, JAM - 1, JAM, JAM + 1, 2 * JAM + 3, 257])
 def test_jammed_kernels_match_numpy_for_every_row_count(rows, dtype):

@@ -132,7 +132,7 @@ def segments(prints: list[Footprint], min_cost: int | None = None,
                 k = parent[k]
             return k
 
-        best_end = None
+        best: list[list[int]] | None = None
         for end in range(start, min(count, start + window)):
             parent[end], cost[end], steps[end] = end, prints[end].cost, 1
             for j in range(start, end):
@@ -141,23 +141,17 @@ def segments(prints: list[Footprint], min_cost: int | None = None,
                     parent[a] = b
                     cost[b] += cost.pop(a)
                     steps[b] += steps.pop(a)
-            if _worth(cost, steps, min_cost):
-                best_end = end
-        if best_end is None:
+            if _worth(cost, steps, min_cost):      # the branches of this window, as they stand
+                groups: dict[int, list[int]] = {}
+                for k in range(start, end + 1):
+                    groups.setdefault(root(k), []).append(k)
+                best = sorted(groups.values(), key=lambda g: g[0])
+        if best is None:
             result.append([[start]])
             start += 1
             continue
-        for k in range(start, best_end + 1):      # the branches of the chosen window
-            parent[k] = k
-        for end in range(start, best_end + 1):
-            for j in range(start, end):
-                if conflict(prints[j], prints[end]):
-                    parent[root(j)] = root(end)
-        groups: dict[int, list[int]] = {}
-        for k in range(start, best_end + 1):
-            groups.setdefault(root(k), []).append(k)
-        result.append(sorted(groups.values(), key=lambda g: g[0]))
-        start = best_end + 1
+        result.append(best)
+        start = max(k for g in best for k in g) + 1
     return result
 
 
