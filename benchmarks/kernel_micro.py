@@ -17,6 +17,8 @@
   BLAS plus the epilogue kernel;
 - the cost of calling a prebound kernel from Python against calling the same kernels from a
   compiled call sequence (what level 3's static plans do);
+- a 90%-pruned layer (CSR weight, activations features x batch) compiled for 512-bit vectors
+  against LLVM's 256-bit default, on activations aligned to 64 bytes and 16 bytes past;
 - the benchmark CNN's two convolutions, dense and 90% pruned: weights compiled in
   (``tensoralg.api.direct_conv``, what level 3 uses) against the GEMM-based convolution and
   onnxruntime;
@@ -29,6 +31,7 @@ Times are medians in µs over 5 interleaved rounds; the VM these ran on moves by
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
 import sys
@@ -71,22 +74,78 @@ def show(title: str, results: dict[str, float]) -> None:
         print(f"  {name:34s} {us:10.1f} us")
 
 
-def _without_jam(make):
-    """What ``make()`` builds with the row-jamming pass left out of the pipeline (and no kernel
-    cache, which would hand back the jammed kernel)."""
-    from tensoralg.ir.passes import pipeline
-
+@contextlib.contextmanager
+def _fresh_kernels(module: object, name: str, value: object):
+    """Inside, ``module.name`` is ``value`` and kernels are built anew (no in-process or disk
+    cache, which would hand back the usual build); both are restored after."""
     cache = ta.api.kernel_cache()
-    saved = pipeline.STEPS, cache.disk, dict(cache.kernels)
-    pipeline.STEPS = tuple(step for step in pipeline.STEPS if step[1] is not jam_rows)
+    saved = getattr(module, name), cache.disk, dict(cache.kernels)
+    setattr(module, name, value)
     cache.disk = None
     cache.kernels.clear()
     try:
-        return make()
+        yield
     finally:
-        pipeline.STEPS, cache.disk = saved[0], saved[1]
+        setattr(module, name, saved[0])
+        cache.disk = saved[1]
         cache.kernels.clear()
         cache.kernels.update(saved[2])
+
+
+def _with_narrow_vectors(make):
+    """What ``make()`` builds with LLVM left at its 256-bit preference for reductions
+    (``codegen/llvm.py``, WIDE_VECTORS)."""
+    from tensoralg.codegen import llvm as backend
+
+    with _fresh_kernels(backend, "WIDE_VECTORS", False):
+        return make()
+
+
+def aligned(array: np.ndarray, offset: int = 0) -> np.ndarray:
+    """A copy of ``array`` starting ``offset`` bytes past a 64-byte boundary."""
+    raw = np.empty(array.nbytes + 128, np.uint8)
+    start = -raw.ctypes.data % 64 + offset
+    copy = raw[start:start + array.nbytes].view(array.dtype).reshape(array.shape)
+    copy[...] = array
+    return copy
+
+
+def show_pruned_layers(rng: np.random.Generator) -> None:
+    """A 90%-pruned layer relu(W x + b) in the transposed layout ONNX plans use (activations
+    features x batch): 512-bit vectors against LLVM's 256-bit default, on activations aligned
+    to 64 bytes (as plan arenas are) and 16 bytes past (as NumPy allocates)."""
+    threads = ta.get_num_threads()
+    ta.set_num_threads(1)
+    statement = "Y(j,i) = max(sum(k, A(k,i) * B(j,k)) + C(j), 0)"
+    for n_in, n_out in [(141, 256), (256, 512)]:
+        w = rng.standard_normal((n_out, n_in)).astype(np.float32)
+        w[rng.random(w.shape) < 0.9] = 0
+        weight = sp.csr_array(w)
+        bias = rng.standard_normal(n_out).astype(np.float32)
+        x = rng.standard_normal((n_in, 256)).astype(np.float32)
+        calls, bound = {}, []          # the bound calls own the kernels the sequences call
+        for offset in (0, 16):
+            a = aligned(x, offset)
+            bind = lambda a=a: ta.compile(statement, formats={"B": "csr"},  # noqa: E731
+                                          dtype="float32").bind(A=a, B=weight, C=bias)
+            for name, make in (("512-bit", bind), ("256-bit", lambda: _with_narrow_vectors(bind))):
+                bound.append(make())
+                calls[f"{name}, offset {offset}"] = ta.api.CallSequence(
+                    [bound[-1].native({})], 0).run
+        results = median_us(calls)
+        show(f"90%-pruned layer {n_in} -> {n_out}, batch 256, one thread", results)
+        for name, us in results.items():
+            print(f"  {name:34s} {weight.nnz * 256 / us / 1e3:10.1f} GFMA/s")
+    ta.set_num_threads(threads)
+
+
+def _without_jam(make):
+    """What ``make()`` builds with the row-jamming pass left out of the pipeline."""
+    from tensoralg.ir.passes import pipeline
+
+    steps = tuple(step for step in pipeline.STEPS if step[1] is not jam_rows)
+    with _fresh_kernels(pipeline, "STEPS", steps):
+        return make()
 
 
 def main() -> None:
@@ -176,6 +235,7 @@ def main() -> None:
     for name, us in results.items():
         print(f"  {name:34s} {flops / us / 1e3:10.1f} GFMA/s")
 
+    show_pruned_layers(rng)
     show_convolutions(rng)
 
     features = rng.standard_normal((256, 9, 64)).astype(np.float32)

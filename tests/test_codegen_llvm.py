@@ -572,3 +572,24 @@ def test_float_reduction_is_vectorised_and_only_it_is_reassociated(dtype):
     out = np.zeros(1, x.dtype)
     assert k(n, address(x), address(x), address(out)) == 0
     np.testing.assert_allclose(out[0], np.dot(x.astype(np.float64), x), rtol=1e-5)
+
+
+def test_reductions_ask_for_512_bit_vectors_on_avx512_and_nothing_else_does():
+    """Kernels that accumulate get LLVM's ``prefer-vector-width=512`` where the host has
+    AVX-512 (see ``codegen/llvm.py``); elementwise kernels keep LLVM's own choice. The policy
+    is part of the host fingerprint, so cached kernels built under the other one are not
+    reused."""
+    from tensoralg.codegen import llvm as backend
+
+    wide = backend.host_has("avx512f")
+    assert ("prefer-vector-width" in emit_source(dot(F32), "llvm")) == wide
+    assert "prefer-vector-width" not in emit_source(axpy(), "llvm")
+    assert backend.reduces(dot(F32)) and not backend.reduces(axpy())
+    saved = backend.WIDE_VECTORS
+    try:
+        fingerprint = backend.host_fingerprint()
+        backend.WIDE_VECTORS = False
+        assert "prefer-vector-width" not in emit_source(dot(F32), "llvm")
+        assert (backend.host_fingerprint() != fingerprint) == wide
+    finally:
+        backend.WIDE_VECTORS = saved

@@ -24,7 +24,8 @@ _PROTOTYPE = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p)
 class CallSequence:
     """``calls`` compiled into one function; ``run()`` returns 0 or 1 + the failed call's index.
 
-    The buffers every call names must outlive this object (the caller keeps them).
+    The kernels and buffers every call names must outlive this object (the caller keeps them,
+    for instance by holding the bound calls whose ``native()`` it passed).
 
     >>> seq = CallSequence([], slots=0)
     >>> seq.run()
