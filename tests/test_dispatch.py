@@ -50,3 +50,63 @@ def test_scalar_result_on_the_fast_path():
     x = np.arange(4.0)
     assert ta.einsum("i,i->", x, x) == ta.einsum("i,i->", x, x) == 14.0
     assert np.ndim(ta.einsum("i,i->", x, x)) == 0
+
+
+def _replays_without_general_path(monkeypatch, subscripts, *operands):
+    """The second call's result, with the general path (``api.execute``) made to fail: the
+    replay must pack the kernel's arguments itself."""
+    import tensoralg.api as api
+
+    first = ta.einsum(subscripts, *operands)
+
+    def general(*args, **kwargs):
+        raise AssertionError("the replay fell back to the general path")
+
+    monkeypatch.setattr(api, "execute", general)
+    second = ta.einsum(subscripts, *operands)
+    monkeypatch.undo()
+    np.testing.assert_array_equal(first, second)
+    return second
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64])
+@pytest.mark.parametrize("fmt", ["csr", "csc"])
+def test_replay_packs_arguments_itself_across_formats_and_dtypes(monkeypatch, dtype, fmt):
+    rng = np.random.default_rng(7)
+    A = sp.random_array((40, 30), density=0.2, format=fmt, random_state=7,
+                        data_sampler=lambda size: rng.integers(-5, 6, size)).astype(dtype)
+    x = rng.integers(-3, 4, 30).astype(dtype)
+    B = np.ascontiguousarray(rng.integers(-3, 4, (30, 70)).astype(dtype))
+    np.testing.assert_allclose(_replays_without_general_path(monkeypatch, "ij,j->i", A, x),
+                               A @ x, rtol=1e-6)
+    np.testing.assert_allclose(_replays_without_general_path(monkeypatch, "ij,jk->ik", A, B),
+                               A @ B, rtol=1e-6)
+
+
+def test_replay_of_dense_operands_empty_rows_and_read_only_arrays(monkeypatch):
+    rng = np.random.default_rng(8)
+    a, b = rng.standard_normal((5, 6)), rng.standard_normal((6, 3))
+    a.flags.writeable = False
+    np.testing.assert_allclose(_replays_without_general_path(monkeypatch, "ij,jk->ik", a, b),
+                               a @ b)
+    empty = sp.csr_array((0, 4))
+    assert _replays_without_general_path(monkeypatch, "ij,j->i", empty, np.ones(4)).shape == (0,)
+    rows = sp.csr_array(np.array([[0.0, 0.0], [1.0, 2.0], [0.0, 0.0]]))
+    np.testing.assert_array_equal(
+        _replays_without_general_path(monkeypatch, "ij,j->i", rows, np.ones(2)), [0, 3, 0])
+
+
+def test_replay_leaves_work_worth_two_threads_to_the_general_path():
+    """Large calls go back to the general path, which splits the rows over threads."""
+    saved = ta.get_num_threads()
+    ta.set_num_threads(2)
+    try:
+        A = sp.random_array((4000, 4000), density=0.05, format="csr", random_state=9)
+        x = np.random.default_rng(9).standard_normal(4000)
+        ta.einsum("ij,j->i", A, x)
+        entry = next(e for key, e in kernel_cache().dispatch.items()
+                     if key[0] == "ij,j->i" and key[2][0] is type(A))
+        assert entry.run((A, x)) is None
+        np.testing.assert_allclose(ta.einsum("ij,j->i", A, x), A @ x, rtol=1e-10)
+    finally:
+        ta.set_num_threads(saved)

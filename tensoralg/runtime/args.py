@@ -68,8 +68,8 @@ def data_address(array: np.ndarray) -> int:
     except (TypeError, ValueError):
         return array.ctypes.data
 
-# What one argument is: (kind, name, level); kinds below.
-_SIZE, _CAPACITY, _VALS, _POS, _CRD, _OUT_SIZES, _OUT_HANDLE, _OUT_DENSE, _RANGE = range(9)
+# What one argument is: (kind, name, level), ``kind`` one of these.
+SIZE, CAPACITY, VALS, POS, CRD, OUT_SIZES, OUT_HANDLE, OUT_DENSE, RANGE = range(9)
 
 
 @dataclass
@@ -101,35 +101,35 @@ class ArgumentPlan:
         for param in params:
             parts = param.role.split(".")
             if parts[0] == "index":
-                steps.append((_SIZE, parts[1], 0))
+                steps.append((SIZE, parts[1], 0))
             elif parts[0] == "capacity":
-                steps.append((_CAPACITY, "", 0))
+                steps.append((CAPACITY, "", 0))
             elif parts[0] == "range":
-                steps.append((_RANGE, parts[1], 0))
+                steps.append((RANGE, parts[1], 0))
                 range_index = parts[2]
             elif parts[0] == output_name and param.output:
                 if parts[1:] == ["sizes"]:
-                    steps.append((_OUT_SIZES, "", 0))
+                    steps.append((OUT_SIZES, "", 0))
                 elif isinstance(param.var.dtype, Ptr) and isinstance(param.var.dtype.elem, Ptr):
-                    steps.append((_OUT_HANDLE, ".".join(parts[1:]), 0))
+                    steps.append((OUT_HANDLE, ".".join(parts[1:]), 0))
                 else:
-                    steps.append((_OUT_DENSE, "", 0))
+                    steps.append((OUT_DENSE, "", 0))
             else:
                 match parts[1:]:
                     case ["vals"]:
-                        steps.append((_VALS, parts[0], 0))
+                        steps.append((VALS, parts[0], 0))
                     case [level, "pos"]:
-                        steps.append((_POS, parts[0], int(level)))
+                        steps.append((POS, parts[0], int(level)))
                     case [level, "crd"]:
-                        steps.append((_CRD, parts[0], int(level)))
+                        steps.append((CRD, parts[0], int(level)))
                     case _:
                         raise CompileError(f"internal: unknown parameter role {param.role!r}")
-        slots = [k for k, step in enumerate(steps) if step[0] == _RANGE]
+        slots = [k for k, step in enumerate(steps) if step[0] == RANGE]
         return ArgumentPlan(tuple(steps), (slots[0], slots[1]) if slots else None, range_index)
 
     def value_slots(self, name: str) -> list[int]:
         """Positions of the arguments that carry ``name``'s values array."""
-        return [k for k, (kind, n, _) in enumerate(self.steps) if kind == _VALS and n == name]
+        return [k for k, (kind, n, _) in enumerate(self.steps) if kind == VALS and n == name]
 
     def pack(self, tensors: Mapping[str, Tensor], sizes: Mapping[str, int],
              output: OutputBuffers) -> list:
@@ -137,21 +137,21 @@ class ArgumentPlan:
         args: list = []
         append = args.append
         for kind, name, level in self.steps:
-            if kind == _SIZE:
+            if kind == SIZE:
                 append(sizes[name])
-            elif kind == _VALS:
+            elif kind == VALS:
                 append(address_of(tensors[name].vals))
-            elif kind == _POS:
+            elif kind == POS:
                 append(address_of(tensors[name].levels[level].pos))  # type: ignore[arg-type]
-            elif kind == _CRD:
+            elif kind == CRD:
                 append(address_of(tensors[name].levels[level].crd))  # type: ignore[arg-type]
-            elif kind == _CAPACITY:
+            elif kind == CAPACITY:
                 append(output.capacity)
-            elif kind == _OUT_DENSE:
+            elif kind == OUT_DENSE:
                 append(output.dense.ctypes.data)  # type: ignore[union-attr]  # always new
-            elif kind == _OUT_SIZES:
+            elif kind == OUT_SIZES:
                 append(output.sizes.ctypes.data)  # type: ignore[union-attr]
-            elif kind == _RANGE:
+            elif kind == RANGE:
                 append(0 if name == "begin" else sizes[self.range_index])  # whole range
             else:
                 handle = ctypes.c_void_p(0)
