@@ -362,24 +362,35 @@ def _sound_compressed(operand: Any, validator: StorageValidator) -> bool:
 
 
 def _remember(signature: tuple, compiled: CompiledProgram, stmt: Assignment,
-              names: Sequence[str], operands: tuple, bound: dict[str, Tensor]) -> None:
-    """Record a plain call whose result was dense, so that the next one skips the decisions."""
+              names: Sequence[str], operands: tuple, bound: dict[str, Tensor],
+              store: dict[tuple, Any] | None = None) -> None:
+    """Record a plain call whose result was dense, so that the next one skips the decisions
+    (in ``store``: the kernel cache's einsum table unless given). ``operands[k]`` is the
+    tensor ``names[k]`` of ``stmt``; each must have been bound in its own format (a dense
+    array dense, a scipy CSR matrix as CSR), not converted."""
     if not compiled.program.output.format.is_dense or \
             compiled.program.conversions or \
             any(t.dtype != compiled.key.value_dtype for t in bound.values()):
         return
+    kinds = tuple(_DENSE if type(op) is np.ndarray else _COMPRESSED for op in operands)
+    for name, kind, operand in zip(names, kinds, operands):
+        natural = dense(operand.ndim) if kind == _DENSE else \
+            _SCIPY_COMPRESSED.get(getattr(operand, "format", None))
+        if bound[name].format != natural:
+            return
+    position = {name: k for k, name in enumerate(names)}
     where: dict[str, list[tuple[int, int]]] = {}
-    for k, access in enumerate(accesses(stmt.rhs)):
+    for access in accesses(stmt.rhs):
         for mode, index in enumerate(access.indices):
-            where.setdefault(index, []).append((k, mode))
+            where.setdefault(index, []).append((position[access.tensor], mode))
     equal = tuple((*first, *other) for uses in where.values()
                   for first, other in zip(uses, uses[1:]))
     out_dims = tuple(where[index][0] for index in stmt.lhs.indices)
-    kinds = tuple(_DENSE if type(op) is np.ndarray else _COMPRESSED for op in operands)
     recipe = _recipe(compiled, names, kinds)
     if recipe is None:
         return
-    kernel_cache().dispatch[signature] = _Dispatch(
+    table = kernel_cache().dispatch if store is None else store
+    table[signature] = _Dispatch(
         compiled, tuple(names), kinds, equal, out_dims, compiled.key.value_dtype, recipe,
         compiled.arguments.range_slots is not None)
 
@@ -756,6 +767,7 @@ class Kernel:
     def __post_init__(self) -> None:
         self._canonical = canonical_text(self.statement)
         self._programs: dict[tuple, CompiledProgram] = {}
+        self._replays: dict[tuple, _Dispatch] = {}     # repeated plain calls, see _Dispatch
         self._uses = [(a.tensor, mode, index) for a in accesses(self.statement.rhs)
                       for mode, index in enumerate(a.indices)]
         self._ranks = {a.tensor: a.indices for a in accesses(self.statement.rhs)}
@@ -826,10 +838,23 @@ class Kernel:
         return compiled
 
     def __call__(self, **operands: Any) -> Any:
+        values = tuple(operands.get(name) for name in self.formats)
+        signature = _signature(self._canonical, values, self.backend) \
+            if self.out_format is None and len(operands) == len(values) else None
+        if signature is not None:
+            entry = self._replays.get(signature)
+            if entry is not None:
+                result = entry.run(values)
+                if result is not None:
+                    return result
         bound = self._bound(operands)
         shape = self._output_shape(bound)
-        result = execute(self._program_for(bound, shape), bound, self.dtype, shape)
+        compiled = self._program_for(bound, shape)
+        result = execute(compiled, bound, self.dtype, shape)
         if isinstance(result, np.ndarray) and self.out_format is None:
+            if signature is not None:
+                _remember(signature, compiled, self.statement, tuple(self.formats), values,
+                          bound, self._replays)
             return result[()] if result.ndim == 0 else result
         families = [input_family(operands[name]) for name in self.formats]
         return _wrap(result, self.out_format, families, None)

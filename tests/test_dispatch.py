@@ -110,3 +110,54 @@ def test_replay_leaves_work_worth_two_threads_to_the_general_path():
         np.testing.assert_allclose(ta.einsum("ij,j->i", A, x), A @ x, rtol=1e-10)
     finally:
         ta.set_num_threads(saved)
+
+
+def _kernel_replays(monkeypatch, kernel, **operands):
+    """The second call of ``kernel`` with the general path made to fail (see above)."""
+    import tensoralg.api as api
+
+    first = kernel(**operands)
+    monkeypatch.setattr(api, "execute", lambda *a, **k: pytest.fail("general path"))
+    second = kernel(**operands)
+    monkeypatch.undo()
+    np.testing.assert_array_equal(first, second)
+    return second
+
+
+def test_compiled_kernel_calls_replay_too(monkeypatch):
+    rng = np.random.default_rng(11)
+    A = sp.random_array((30, 20), density=0.3, format="csr", random_state=11)
+    x, B = rng.standard_normal(20), rng.standard_normal((20, 5))
+    spmv = ta.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"})
+    np.testing.assert_allclose(_kernel_replays(monkeypatch, spmv, x=x, A=A), A @ x)
+    twice = ta.compile("y(i) = A(i,j) * A(i,j) * x(j)", formats={"A": "csr"})
+    np.testing.assert_allclose(_kernel_replays(monkeypatch, twice, A=A, x=x),
+                               A.multiply(A) @ x)
+    dense = ta.compile("C(i,k) = A(i,j) * B(j,k)")
+    a = rng.standard_normal((4, 20))
+    np.testing.assert_allclose(_kernel_replays(monkeypatch, dense, A=a, B=B), a @ B)
+
+
+def test_compiled_kernel_replay_keeps_the_general_checks():
+    A = sp.random_array((6, 5), density=0.5, format="csr", random_state=12)
+    k = ta.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"})
+    k(A=A, x=np.ones(5))
+    k(A=A, x=np.ones(5))
+    with pytest.raises(ta.ShapeError):
+        k(A=A, x=np.ones(4))
+    with pytest.raises(ta.ShapeError):
+        k(A=A)
+    with pytest.raises(ta.ShapeError):
+        k(A=A, x=np.ones(5), z=np.ones(5))
+
+
+def test_compiled_kernel_converting_an_operand_is_never_replayed():
+    """A dense array given for a CSR operand is converted on every call (with one warning);
+    the replay, which reads arrays in place, must not take such a call."""
+    k = ta.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"})
+    a = np.array([[0.0, 2.0], [3.0, 0.0]])
+    with pytest.warns(UserWarning, match="converting"):
+        first = k(A=a, x=np.ones(2))
+    assert not k._replays
+    np.testing.assert_array_equal(first, a @ np.ones(2))
+    np.testing.assert_array_equal(k(A=a, x=np.ones(2)), first)
