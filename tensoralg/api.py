@@ -294,7 +294,8 @@ class _Dispatch:
     the general path then handles the call and raises its precise errors. Otherwise it packs
     the kernel's arguments straight from the operands by ``recipe`` (one ``(what, operand,
     mode)`` per kernel parameter), skipping the Tensor wrappers: a small call's cost is
-    dispatch, and this path takes ~10 µs where the general one takes ~35.
+    dispatch, and on a 500x500 SpMV this path took ~15-20 µs where the general one took
+    ~35-45 (ad hoc, same process).
     """
 
     compiled: CompiledProgram
@@ -312,13 +313,13 @@ class _Dispatch:
         for a, mode_a, b, mode_b in self.equal_sizes:
             if operands[a].shape[mode_a] != operands[b].shape[mode_b]:
                 return None
-        validator = kernel_cache().validator
+        cache = kernel_cache()
         for kind, operand in zip(self.kinds, operands):
-            if kind == _COMPRESSED and not _sound_compressed(operand, validator):
+            if kind == _COMPRESSED and not _sound_compressed(operand, cache.validator):
                 return None
         shape = tuple(operands[k].shape[mode] for k, mode in self.out_dims)
-        if self.splittable and kernel_cache().threads.threads > 1 and \
-                kernel_cache().threads.parts(self._work(operands, shape)) > 1:
+        if self.splittable and cache.threads.threads > 1 and \
+                cache.threads.parts(self._work(operands, shape)) > 1:
             return None
         size = math.prod(shape)
         out = np.zeros(max(1, size) if not shape else size, dtype=self.value_dtype)
@@ -353,7 +354,9 @@ class _Dispatch:
 
 
 def _sound_compressed(operand: Any, validator: StorageValidator) -> bool:
-    """What ``_bind_compressed_scipy`` checks before it trusts a scipy CSR/CSC matrix."""
+    """Whether a scipy CSR/CSC matrix's arrays can be used in place: consistent lengths,
+    contiguous values, scipy's canonical flag, and column (row) indices in bounds, checked by
+    the compiled validator (which remembers arrays it has passed while they live)."""
     indptr, indices, data = operand.indptr, operand.indices, operand.data
     major, minor = operand.shape if operand.format == "csr" else operand.shape[::-1]
     return indptr.shape[0] == major + 1 and indices.shape[0] == data.shape[0] and \
@@ -502,17 +505,10 @@ def _bind_compressed_scipy(operand: Any) -> Tensor | None:
     fmt = _SCIPY_COMPRESSED.get(getattr(operand, "format", None))
     if fmt is None or getattr(operand, "ndim", 2) != 2 or operand.dtype not in VALUE_DTYPES:
         return None
-    indptr, indices, data = operand.indptr, operand.indices, operand.data
-    major, minor = operand.shape if fmt is CSR else operand.shape[::-1]
-    if indptr.shape[0] != major + 1 or indices.shape[0] != data.shape[0] or \
-            not data.flags.c_contiguous:
+    if not _sound_compressed(operand, kernel_cache().validator):
         return None
-    if not operand.has_canonical_format:
-        return None
-    if kernel_cache().validator.compressed(indptr, indices, minor, check_order=False) != VALID:
-        return None
-    levels = (_DENSE_LEVELS[0], LevelArrays(indptr, indices))
-    return Tensor.trusted(operand.shape, fmt, levels, data)
+    levels = (_DENSE_LEVELS[0], LevelArrays(operand.indptr, operand.indices))
+    return Tensor.trusted(operand.shape, fmt, levels, operand.data)
 
 
 def canonical_csr(matrix: Any) -> bool:
