@@ -6,6 +6,7 @@ scipy and pydata objects; below it everything is a ``Tensor`` of flat arrays.
 """
 from __future__ import annotations
 
+import ctypes
 import functools
 import math
 import os
@@ -58,8 +59,11 @@ from tensoralg.notation import (
 from tensoralg.notation.ast import Expr, accesses
 from tensoralg.notation.ast import tensors as tensor_ranks
 from tensoralg.runtime.args import (
+    CAPACITY,
     CRD,
     OUT_DENSE,
+    OUT_HANDLE,
+    OUT_SIZES,
     POS,
     RANGE,
     SIZE,
@@ -282,7 +286,8 @@ def _signature(subscripts: Any, operands: tuple, backend: str | None) -> tuple |
 
 
 # What each argument of a replayed call is (see _Dispatch.recipe).
-_ARG_SIZE, _ARG_DENSE, _ARG_DATA, _ARG_INDPTR, _ARG_INDICES, _ARG_OUT, _ARG_BEGIN = range(7)
+(_ARG_SIZE, _ARG_DENSE, _ARG_DATA, _ARG_INDPTR, _ARG_INDICES, _ARG_OUT, _ARG_BEGIN,
+ _ARG_CAPACITY, _ARG_OUT_SIZES, _ARG_OUT_HANDLE) = range(10)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -306,6 +311,9 @@ class _Dispatch:
     value_dtype: np.dtype
     recipe: tuple[tuple[int, int, int], ...]
     splittable: bool                                      # may run over several threads
+    handles: tuple[str, ...] = ()       # a sparse output's buffers (_ARG_OUT_HANDLE's mode)
+    families: tuple[str, ...] = ()      # the operands' families: what a sparse result becomes
+    requested: Format | None = None     # the output format asked for (a compiled kernel's)
 
     def run(self, operands: tuple) -> Any:
         if len(operands) != len(self.names):
@@ -321,13 +329,25 @@ class _Dispatch:
         if self.splittable and cache.threads.threads > 1 and \
                 cache.threads.parts(self._work(operands, shape)) > 1:
             return None
-        size = math.prod(shape)
-        out = np.zeros(max(1, size) if not shape else size, dtype=self.value_dtype)
+        buffers = OutputBuffers()
+        if self.handles:
+            buffers.sizes = np.zeros(self.compiled.program.output.rank, dtype=np.int64)
+            buffers.capacity = max(16, sum(op.size if kind == _DENSE else op.indices.shape[0]
+                                           for kind, op in zip(self.kinds, operands)))
+            out = buffers.sizes
+        else:
+            size = math.prod(shape)
+            out = np.zeros(max(1, size) if not shape else size, dtype=self.value_dtype)
         args: list = []
         for what, k, mode in self.recipe:
             operand = operands[k] if k >= 0 else None
             if what == _ARG_SIZE:
                 args.append(operand.shape[mode])
+            elif what == _ARG_OUT_HANDLE:
+                handle = buffers.handles[self.handles[mode]] = ctypes.c_void_p(0)
+                args.append(ctypes.addressof(handle))
+            elif what == _ARG_CAPACITY:
+                args.append(buffers.capacity)
             elif what == _ARG_DENSE:
                 args.append(data_address(operand))
             elif what == _ARG_DATA:
@@ -336,13 +356,19 @@ class _Dispatch:
                 args.append(data_address(operand.indptr))
             elif what == _ARG_INDICES:
                 args.append(data_address(operand.indices))
-            elif what == _ARG_OUT:
+            elif what in (_ARG_OUT, _ARG_OUT_SIZES):
                 args.append(data_address(out))
             else:
                 args.append(0)
         if self.compiled.kernel(*args) != 0:
+            release(buffers)
             raise KernelRuntimeError(f"the kernel for {self.compiled.key.statement} could not "
                                      f"allocate memory for its output")
+        if self.handles:
+            output = self.compiled.program.output
+            tensor = sparse_result(shape, output.format, output.index_dtype, self.value_dtype,
+                                   buffers)
+            return _wrap(tensor, self.requested, list(self.families), None)
         result = out.reshape(shape)
         return result[()] if result.ndim == 0 else result
 
@@ -366,13 +392,13 @@ def _sound_compressed(operand: Any, validator: StorageValidator) -> bool:
 
 def _remember(signature: tuple, compiled: CompiledProgram, stmt: Assignment,
               names: Sequence[str], operands: tuple, bound: dict[str, Tensor],
-              store: dict[tuple, Any] | None = None) -> None:
-    """Record a plain call whose result was dense, so that the next one skips the decisions
-    (in ``store``: the kernel cache's einsum table unless given). ``operands[k]`` is the
-    tensor ``names[k]`` of ``stmt``; each must have been bound in its own format (a dense
-    array dense, a scipy CSR matrix as CSR), not converted."""
-    if not compiled.program.output.format.is_dense or \
-            compiled.program.conversions or \
+              store: dict[tuple, Any] | None = None, requested: Format | None = None) -> None:
+    """Record a plain call, so that the next one skips the decisions (in ``store``: the kernel
+    cache's einsum table unless given). ``operands[k]`` is the tensor ``names[k]`` of
+    ``stmt``; each must have been bound in its own format (a dense array dense, a scipy CSR
+    matrix as CSR), not converted. A sparse result is assembled from the kernel's buffers as
+    the general path does, in the format ``requested`` (None: the one the kernel made)."""
+    if compiled.program.conversions or \
             any(t.dtype != compiled.key.value_dtype for t in bound.values()):
         return
     kinds = tuple(_DENSE if type(op) is np.ndarray else _COMPRESSED for op in operands)
@@ -389,17 +415,19 @@ def _remember(signature: tuple, compiled: CompiledProgram, stmt: Assignment,
     equal = tuple((*first, *other) for uses in where.values()
                   for first, other in zip(uses, uses[1:]))
     out_dims = tuple(where[index][0] for index in stmt.lhs.indices)
-    recipe = _recipe(compiled, names, kinds)
+    handles = tuple(name for role, name, _ in compiled.arguments.steps if role == OUT_HANDLE)
+    recipe = _recipe(compiled, names, kinds, handles)
     if recipe is None:
         return
     table = kernel_cache().dispatch if store is None else store
     table[signature] = _Dispatch(
         compiled, tuple(names), kinds, equal, out_dims, compiled.key.value_dtype, recipe,
-        compiled.arguments.range_slots is not None)
+        compiled.arguments.range_slots is not None, handles,
+        tuple(input_family(op) for op in operands), requested)
 
 
-def _recipe(compiled: CompiledProgram, names: Sequence[str], kinds: tuple[str, ...]
-            ) -> tuple[tuple[int, int, int], ...] | None:
+def _recipe(compiled: CompiledProgram, names: Sequence[str], kinds: tuple[str, ...],
+            handles: tuple[str, ...] = ()) -> tuple[tuple[int, int, int], ...] | None:
     """The kernel's arguments as ``(what, operand, mode)`` read from the operands themselves,
     or None when some argument is not one of those (the call then keeps the general path)."""
     position = {name: k for k, name in enumerate(names)}
@@ -417,6 +445,12 @@ def _recipe(compiled: CompiledProgram, names: Sequence[str], kinds: tuple[str, .
             recipe.append((_ARG_INDICES, k, 0))
         elif role == OUT_DENSE:
             recipe.append((_ARG_OUT, -1, 0))
+        elif role == OUT_HANDLE:
+            recipe.append((_ARG_OUT_HANDLE, -1, handles.index(name)))
+        elif role == OUT_SIZES:
+            recipe.append((_ARG_OUT_SIZES, -1, 0))
+        elif role == CAPACITY:
+            recipe.append((_ARG_CAPACITY, -1, 0))
         elif role == RANGE and name == "begin":
             recipe.append((_ARG_BEGIN, -1, 0))
         elif role == RANGE:
@@ -836,7 +870,7 @@ class Kernel:
     def __call__(self, **operands: Any) -> Any:
         values = tuple(operands.get(name) for name in self.formats)
         signature = _signature(self._canonical, values, self.backend) \
-            if self.out_format is None and len(operands) == len(values) else None
+            if len(operands) == len(values) else None
         if signature is not None:
             entry = self._replays.get(signature)
             if entry is not None:
@@ -852,6 +886,9 @@ class Kernel:
                 _remember(signature, compiled, self.statement, tuple(self.formats), values,
                           bound, self._replays)
             return result[()] if result.ndim == 0 else result
+        if signature is not None and not isinstance(result, np.ndarray):
+            _remember(signature, compiled, self.statement, tuple(self.formats), values, bound,
+                      self._replays, self.out_format)
         families = [input_family(operands[name]) for name in self.formats]
         return _wrap(result, self.out_format, families, None)
 

@@ -161,3 +161,28 @@ def test_compiled_kernel_converting_an_operand_is_never_replayed():
     assert not k._replays
     np.testing.assert_array_equal(first, a @ np.ones(2))
     np.testing.assert_array_equal(k(A=a, x=np.ones(2)), first)
+
+
+@pytest.mark.parametrize("kind", ["array", "matrix"])
+def test_sparse_results_replay_in_the_family_of_the_inputs(monkeypatch, kind):
+    """A sparse result (sparse add, an elementwise product) is assembled from the kernel's
+    buffers on the replay too, as the general path does: same class, same canonical arrays."""
+    make = sp.csr_array if kind == "array" else sp.csr_matrix
+    A = make(sp.random_array((30, 40), density=0.2, format="csr", random_state=13))
+    B = make(sp.random_array((30, 40), density=0.2, format="csr", random_state=14))
+    A.sum_duplicates(), B.sum_duplicates()
+    add = ta.compile("C(i,j) = A(i,j) + B(i,j)", formats={"A": "csr", "B": "csr", "C": "csr"})
+    for call in (lambda: add(A=A, B=B), lambda: ta.einsum("ij,ij->ij", A, B)):
+        first = call()
+        import tensoralg.api as api
+        monkeypatch.setattr(api, "execute", lambda *a, **k: pytest.fail("general path"))
+        second = call()
+        monkeypatch.undo()
+        assert type(second) is type(first) and second.has_canonical_format
+        np.testing.assert_array_equal(second.indptr, first.indptr)
+        np.testing.assert_array_equal(second.indices, first.indices)
+        np.testing.assert_array_equal(second.data, first.data)
+    np.testing.assert_allclose(add(A=A, B=B).toarray(), (A + B).toarray())
+    empty = make((30, 40))
+    np.testing.assert_array_equal(add(A=empty, B=empty).toarray(), np.zeros((30, 40)))
+    np.testing.assert_array_equal(add(A=empty, B=empty).toarray(), np.zeros((30, 40)))
