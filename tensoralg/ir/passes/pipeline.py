@@ -16,6 +16,7 @@ from .. import nodes as n
 from ..printer import format_function
 from ..verify import verify
 from .dead_code import remove_dead_code
+from .epilogue import tile_epilogues
 from .hoist import hoist_invariants
 from .jam import jam_rows
 from .simplify import simplify
@@ -30,6 +31,7 @@ STEPS: tuple[tuple[str, Step], ...] = (
     ("hoist loop invariants", hoist_invariants),
     ("fuse temporaries into row workspaces", row_workspaces),
     ("tile accumulators into registers", tile_accumulators),
+    ("move row epilogues into the register tiles", tile_epilogues),
     ("tile transposed accesses by cache line", tile_transposes),
     ("jam four rows of a reduction", jam_rows),
     ("remove dead code", remove_dead_code),

@@ -1,0 +1,208 @@
+"""Row epilogues moved into register tiles: a workspace row is zeroed, reduced and consumed one
+tile at a time.
+
+A fused sparse layer (``Y(j,i) = max(sum(k, A(k,i) * B(j,k)) + C(j), 0)`` with ``B`` in CSR)
+lowers to a row workspace that is zeroed, accumulated in register tiles (``tile.py``) and then
+read by the epilogue, each in its own pass over the row::
+
+    for (z = 0; z < n; z++) W[z] = 0;
+    tiles = max(n / 64, 0);
+    for (t = 0; t < tiles; t++) { lo = t * 64; for (p ...) { for (l = 0; l < 64; l++) W[lo + l] += ...; } }
+    for (p ...) { for (i = tiles * 64; i < n; i++) W[i] += ...; }          // the rest
+    base = j * n;
+    for (e = 0; e < n; e++) Y[base + e] = max(W[e] + C[j], 0);
+
+Each tile owns its ``W[lo, lo + 64)`` and no later statement of the row writes there, so the
+tile can zero its part before the reduction and apply the epilogue right after it::
+
+    base = j * n; tiles = max(n / 64, 0);
+    for (t = 0; t < tiles; t++) {
+      lo = t * 64;
+      for (l = 0; l < 64; l++) W[lo + l] = 0;
+      for (p ...) { for (l = 0; l < 64; l++) W[lo + l] += ...; }
+      for (l = 0; l < 64; l++) Y[base + lo + l] = max(W[lo + l] + C[j], 0);
+    }
+    for (z = tiles * 64; z < n; z++) W[z] = 0;
+    for (p ...) { ... }                                                     // the rest
+    for (e = tiles * 64; e < n; e++) Y[base + e] = max(W[e] + C[j], 0);
+
+LLVM then starts the tile's accumulators at zero and applies the epilogue to them while they
+are still in registers (or in L1), instead of a memset and a second pass over the row.
+
+When this is exact: every element of ``W`` gets the same operations in the same order (zero,
+then the terms of its tile or of the rest), and the epilogue reads ``W[e]`` only after all of
+them, so every output element is computed as before; only the order in which output elements
+are written changes. The pass fires only on that shape: a zeroing loop over ``[0, n)``, the
+tile pass's tiles and rest over the same ``n``, the tiles and the rest storing to ``W`` only,
+declarations that read no ``W``, and an epilogue over ``[0, n)`` made of declarations and
+stores, reading ``W`` only at ``e``, storing at ``base + e`` with ``base`` free of ``e``, into
+arrays that the tiles, the rest and the zeroing never touch.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from .. import nodes as n
+from ..rewrite import rewrite, used_vars, walk
+from .tile import fresh_names, substitute, uses
+
+
+def tile_epilogues(fn: n.Function) -> n.Function:
+    """``fn`` with row epilogues moved into register tiles where that is exact (see the module
+    docstring); ``fn`` itself otherwise.
+
+    >>> from tensoralg.ir.build import function, comment
+    >>> f = function("k", [], comment("no workspace"))
+    >>> tile_epilogues(f) is f
+    True
+    """
+    fresh = fresh_names(used_vars(fn))
+
+    def visit(node: n.Node) -> n.Node | None:
+        return _fuse(node, fresh) if isinstance(node, n.Block) else None
+
+    result = rewrite(fn, visit)
+    assert isinstance(result, n.Function)
+    return result
+
+
+def _fuse(block: n.Block, fresh: Callable[[str], str]) -> n.Block | None:
+    stmts = list(block.body)
+    for at, stmt in enumerate(stmts):
+        zero = _zero_loop(stmt)
+        found = _pattern(stmts, at, *zero, fresh) if zero is not None else None
+        if found is not None:
+            end, replacement = found
+            return n.Block(tuple(stmts[:at] + replacement + stmts[end:]))
+    return None
+
+
+def _zero_loop(s: n.Stmt) -> tuple[n.Var, n.Expr] | None:
+    """``(W, n)`` for ``for (z = 0; z < n; z++) W[z] = 0``."""
+    if not (isinstance(s, n.For) and s.start == n.Const(0, n.I64) and len(s.body.body) == 1):
+        return None
+    store = s.body.body[0]
+    if isinstance(store, n.Store) and not store.accumulate and store.index == s.var and \
+            isinstance(store.value, n.Const) and store.value.value == 0:
+        return store.array, s.stop
+    return None
+
+
+def _pattern(stmts: list[n.Stmt], at: int, work: n.Var, size: n.Expr,
+             fresh: Callable[[str], str]) -> tuple[int, list[n.Stmt]] | None:
+    """The end of the pattern that starts with the zeroing loop ``stmts[at]``, and what
+    replaces ``stmts[at:end]``; None when the statements that follow do not fit."""
+    rest = [(k, s) for k, s in enumerate(stmts) if k > at and not isinstance(s, n.Comment)]
+    leading = _declarations(rest, 0, work)
+    if leading and _tile_width(leading[-1], size) is not None:
+        leading.pop()                            # that one counts the tiles
+    rest = rest[len(leading):]
+    if len(rest) < 4:
+        return None
+    (_, count), (_, tiled), (_, remainder) = rest[0], rest[1], rest[2]
+    width = _tile_width(count, size)
+    if width is None or not isinstance(tiled, n.For) or tiled.stop != count.var or \
+            not isinstance(remainder, n.For):
+        return None
+    rest_start = _rest_start(remainder, size)
+    lo = tiled.body.body[0] if tiled.body.body else None
+    if rest_start is None or not isinstance(lo, n.Declare) or \
+            lo.init != n.Binary("*", tiled.var, n.Const(width, n.I64)):
+        return None
+    written = {s.array.name for loop in (tiled, remainder) for s in walk(loop)
+               if isinstance(s, n.Store)}
+    if written != {work.name}:
+        return None
+    moved = _declarations(rest, 3, work)
+    if 3 + len(moved) == len(rest):
+        return None
+    end, epilogue = rest[3 + len(moved)]
+    touched = {x.array.name for loop in (stmts[at], tiled, remainder) for x in walk(loop)
+               if isinstance(x, (n.Load, n.Store))}
+    if not _epilogue(epilogue, work, size, touched):
+        return None
+    assert isinstance(epilogue, n.For)
+    zero = stmts[at]
+    assert isinstance(zero, n.For)
+    lane = n.Var(fresh(f"{zero.var.name}_lane"), n.I64)
+    zero_lanes = n.For(lane, n.Const(0, n.I64), n.Const(width, n.I64), n.Block((
+        n.Store(work, n.Binary("+", lo.var, lane),
+                zero.body.body[0].value),)))  # type: ignore[union-attr]
+    # The tile's copy of the epilogue: its counter becomes lo + lane, its locals new names
+    # (every variable is introduced once per function).
+    epi_lane = n.Var(fresh(f"{epilogue.var.name}_lane"), n.I64)
+    renamed: dict[str, n.Expr] = {epilogue.var.name: n.Binary("+", lo.var, epi_lane)}
+    renamed.update((d.var.name, n.Var(fresh(d.var.name), d.var.dtype))
+                   for d in epilogue.body.body if isinstance(d, n.Declare))
+    body = substitute(epilogue.body, renamed)
+    assert isinstance(body, n.Block)
+    epilogue_lanes = n.For(epi_lane, n.Const(0, n.I64), n.Const(width, n.I64), body)
+    tiles = n.For(tiled.var, tiled.start, tiled.stop,
+                  n.Block((lo, zero_lanes, *tiled.body.body[1:], epilogue_lanes)))
+    comments = [s for s in stmts[at + 1:end] if isinstance(s, n.Comment)]
+    return end + 1, [*comments, *leading, *moved, count, tiles,
+                     n.For(zero.var, rest_start, zero.stop, zero.body), remainder,
+                     n.For(epilogue.var, rest_start, epilogue.stop, epilogue.body)]
+
+
+def _declarations(rest: list[tuple[int, n.Stmt]], start: int, work: n.Var) -> list[n.Declare]:
+    """The declarations from ``rest[start]`` on that read nothing of ``work``: they may run
+    earlier, before the tiles."""
+    found: list[n.Declare] = []
+    for _, s in rest[start:]:
+        if not isinstance(s, n.Declare) or _reads(s.init, {work.name}):
+            break
+        found.append(s)
+    return found
+
+
+def _tile_width(count: n.Stmt, size: n.Expr) -> int | None:
+    """``W`` for ``tiles = max(size / W, 0)``."""
+    if not isinstance(count, n.Declare):
+        return None
+    init = count.init
+    if isinstance(init, n.Binary) and init.op == "max" and init.rhs == n.Const(0, n.I64) and \
+            isinstance(init.lhs, n.Binary) and init.lhs.op == "/" and init.lhs.lhs == size and \
+            isinstance(init.lhs.rhs, n.Const):
+        return int(init.lhs.rhs.value)
+    return None
+
+
+def _rest_start(remainder: n.For, size: n.Expr) -> n.Expr | None:
+    """Where the tile pass's rest starts: its reduction's last statement, a loop to ``size``."""
+    last = remainder.body.body[-1] if remainder.body.body else None
+    return last.start if isinstance(last, n.For) and last.stop == size else None
+
+
+def _epilogue(loop: n.Stmt, work: n.Var, size: n.Expr, touched: set[str]) -> bool:
+    """Whether ``loop`` is an epilogue over ``[0, size)`` that can run a tile at a time."""
+    if not (isinstance(loop, n.For) and loop.start == n.Const(0, n.I64) and loop.stop == size):
+        return False
+    e = loop.var
+    local = {s.var.name for s in loop.body.body if isinstance(s, n.Declare)}
+    for s in loop.body.body:
+        if isinstance(s, n.Store):
+            base = _base(s.index, e)
+            if s.array.name in touched or s.array == work or base is None or \
+                    uses(base, local | {e.name}):
+                return False
+        elif not isinstance(s, n.Declare):
+            return False
+    return all(x.index == e for x in walk(loop.body) if isinstance(x, n.Load) and
+               x.array == work)
+
+
+def _base(index: n.Expr, e: n.Var) -> n.Expr | None:
+    """``base`` for an index ``e`` (Const 0) or ``base + e``."""
+    if index == e:
+        return n.Const(0, n.I64)
+    if isinstance(index, n.Binary) and index.op == "+" and index.rhs == e:
+        return index.lhs
+    return None
+
+
+def _reads(expr: n.Expr, arrays: set[str]) -> bool:
+    return any(isinstance(x, n.Load) and x.array.name in arrays for x in walk(expr))
+
+
+__all__ = ["tile_epilogues"]
