@@ -66,7 +66,7 @@ def test_rewritten_layers_match_the_kernel_without_the_pass(batch, dtype):
     np.testing.assert_allclose(got, np.maximum(w @ a + c[:, None], 0), rtol=1e-5, atol=1e-4)
 
 
-def _nest(epilogue_index=None, reads_output_in_tiles: bool = False):
+def _nest(epilogue_index=None, reads_output_in_tiles: bool = False, running: bool = False):
     """A hand-built row: zero W, tiles of 4 over [0, n), the rest, then Y[base + e] = W[..]."""
     n, j, t, lo, lane, p, q, i, z, e = (var(name, I64) for name in
                                         ("n", "j", "t", "lo", "lane", "p", "q", "i", "z", "e"))
@@ -80,8 +80,9 @@ def _nest(epilogue_index=None, reads_output_in_tiles: bool = False):
              for_(p, 0, 3, for_(lane, 0, 4, store(w, add(lo, lane), term, True)))),
         for_(q, 0, 3, for_(i, mul(tiles, 4), n, store(w, i, load(x, q), True))),
         declare(base, mul(j, n)),
-        for_(e, 0, n, store(y, add(base, e), load(w, e if epilogue_index is None
-                                               else epilogue_index(e)))),
+        for_(e, 0, n, store(y, add(base, e), add(
+            load(w, e if epilogue_index is None else epilogue_index(e)),
+            load(y, add(base, e if not running else add(e, -1))) if running else 0.0))),
     ]
     return function("k", [param(n, "n"), param(j, "j"), param(w, "W"), param(x, "X"),
                           param(y, "Y", output=True)], *body)
@@ -97,6 +98,7 @@ def test_the_hand_built_row_is_rewritten_and_verifies():
 @pytest.mark.parametrize("change", [
     {"epilogue_index": lambda e: add(e, 1)},           # reads W beyond its own element
     {"reads_output_in_tiles": True},                   # the tiles read what the epilogue writes
+    {"running": True},                                 # the epilogue reads its neighbour's output
 ])
 def test_rows_that_do_not_fit_are_left_alone(change):
     f = _nest(**change)

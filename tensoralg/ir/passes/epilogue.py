@@ -35,8 +35,9 @@ them, so every output element is computed as before; only the order in which out
 are written changes. The pass fires only on that shape: a zeroing loop over ``[0, n)``, the
 tile pass's tiles and rest over the same ``n``, the tiles and the rest storing to ``W`` only,
 declarations that read no ``W``, and an epilogue over ``[0, n)`` made of declarations and
-stores, reading ``W`` only at ``e``, storing at ``base + e`` with ``base`` free of ``e``, into
-arrays that the tiles, the rest and the zeroing never touch.
+stores, reading ``W`` only at ``e`` and what it stores only where it stores it, storing at
+``base + e`` with ``base`` free of ``e``, into arrays that the tiles, the rest and the zeroing
+never touch.
 """
 from __future__ import annotations
 
@@ -188,8 +189,14 @@ def _epilogue(loop: n.Stmt, work: n.Var, size: n.Expr, touched: set[str]) -> boo
                 return False
         elif not isinstance(s, n.Declare):
             return False
-    return all(x.index == e for x in walk(loop.body) if isinstance(x, n.Load) and
-               x.array == work)
+    # Iterations run in another order: each may read only its own element of W and of what
+    # it stores (a running sum along the row would read its neighbour).
+    own = {s.array.name: s.index for s in loop.body.body if isinstance(s, n.Store)}
+    if len(own) != sum(isinstance(s, n.Store) for s in loop.body.body):
+        return False
+    own[work.name] = e
+    return all(x.index == own[x.array.name] for x in walk(loop.body)
+               if isinstance(x, n.Load) and x.array.name in own)
 
 
 def _base(index: n.Expr, e: n.Var) -> n.Expr | None:
