@@ -234,7 +234,9 @@ def grow_filter() -> Function:
 
 
 def huge_allocation(how: str) -> Function:
-    """Ask for 2**60 doubles by malloc, calloc or realloc (after a small allocation)."""
+    """Ask for 2**60 doubles by malloc, calloc or realloc (after a small allocation); with
+    "wrap", for 2**61 - 1 doubles: 8 bytes short of 2**64, which rounded up to a cache line
+    would wrap to a tiny size."""
     out, buf, cap = Var("out", Ptr(Ptr(F64))), Var("buf", Ptr(F64)), Var("cap", I64)
     if how == "grow":
         body = (
@@ -246,7 +248,8 @@ def huge_allocation(how: str) -> Function:
             Store(out, i64(0), buf),
         )
     else:
-        body = (Allocate(buf, i64(2**60), zero=how == "calloc"), Store(out, i64(0), buf))
+        count = i64(2**61 - 1 if how == "wrap" else 2**60)
+        body = (Allocate(buf, count, zero=how == "calloc"), Store(out, i64(0), buf))
     return Function(f"huge_{how}", (Param(out, "out", True),), Block(body))
 
 
@@ -428,7 +431,7 @@ def test_grow_hands_back_a_buffer(backend):
     np.testing.assert_array_equal(got, expected)
 
 
-@pytest.mark.parametrize("how", ["malloc", "calloc", "grow"])
+@pytest.mark.parametrize("how", ["malloc", "calloc", "grow", "wrap"])
 def test_allocation_failure_returns_status_1(backend, how):
     out = (ctypes.c_void_p * 1)()
     assert kernel(huge_allocation(how), backend)(ctypes.addressof(out)) == 1

@@ -2,7 +2,7 @@
 
 Every IR variable gets a stack slot in the entry block (mem2reg promotes them); pointer
 parameters are ``noalias``; math uses LLVM intrinsics, except ``tanh`` (libm); memory comes from
-libc ``malloc/calloc/realloc/free``. llvmlite is initialised once, on first use, never at import
+libc ``aligned_alloc/calloc/realloc/free`` (allocations start on a cache line). llvmlite is initialised once, on first use, never at import
 time of tensoralg.
 """
 
@@ -123,6 +123,7 @@ def _may_trap(expr: Expr) -> bool:
 # aligned) every 512-bit load splits a cache line and the pruned layer gains nothing. The
 # hand-built modules (codegen/gemm.py, conv.py) choose their vector width themselves.
 WIDE_VECTORS = True
+ALLOC_ALIGN = 64           # bytes: kernel allocations start on a cache line
 PREFER_512 = '"prefer-vector-width"="512"'
 
 
@@ -292,10 +293,22 @@ class _FunctionLowering:
             calloc = declare(self.module, "calloc", POINTER, (INT64, INT64))
             pointer = self.builder.call(calloc, [self.value(count), size], name=var.name)
         else:
-            malloc = declare(self.module, "malloc", POINTER, (INT64,))
-            pointer = self.builder.call(
-                malloc, [self.builder.mul(self.value(count), size)], name=var.name
-            )
+            # Aligned to a cache line: a workspace row that register tiles (ir/passes/tile.py)
+            # load and store as 512-bit vectors would otherwise split a line on every access
+            # (glibc's malloc aligns to 16 bytes). C11 wants a size that is a multiple of the
+            # alignment, and a nonzero one so that null always means out of memory.
+            b = self.builder
+            aligned_alloc = declare(self.module, "aligned_alloc", POINTER, (INT64, INT64))
+            line = ir.Constant(INT64, ALLOC_ALIGN)
+            needed = b.mul(self.value(count), size)
+            rounded_up = b.add(needed, ir.Constant(INT64, ALLOC_ALIGN - 1))
+            padded = b.mul(b.udiv(rounded_up, line), line)
+            at_least = b.select(b.icmp_unsigned("<", padded, line), line, padded)
+            # A size within a line of 2**64 wraps when rounded up: ask for it as it is (and
+            # fail), never for the few bytes it wrapped to.
+            wrapped = b.icmp_unsigned("<", rounded_up, needed)
+            pointer = b.call(aligned_alloc, [line, b.select(wrapped, needed, at_least)],
+                             name=var.name)
         self.fail_if_null(pointer, f"alloc.{var.name}")
         self.builder.store(pointer, self.slots[var.name])
 
