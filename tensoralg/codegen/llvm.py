@@ -2,8 +2,8 @@
 
 Every IR variable gets a stack slot in the entry block (mem2reg promotes them); pointer
 parameters are ``noalias``; math uses LLVM intrinsics, except ``tanh`` (libm); memory comes from
-libc ``aligned_alloc/calloc/realloc/free`` (allocations start on a cache line). llvmlite is initialised once, on first use, never at import
-time of tensoralg.
+libc ``aligned_alloc/calloc/realloc/free`` (allocations start on a cache line). llvmlite is
+initialised once, on first use, never at import time of tensoralg.
 """
 
 from __future__ import annotations
