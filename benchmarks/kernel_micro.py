@@ -18,7 +18,8 @@
 - the cost of calling a prebound kernel from Python against calling the same kernels from a
   compiled call sequence (what level 3's static plans do);
 - a 90%-pruned layer (CSR weight, activations features x batch) compiled for 512-bit vectors
-  against LLVM's 256-bit default, on activations aligned to 64 bytes and 16 bytes past;
+  against LLVM's 256-bit default, on activations aligned to 64 bytes and 16 bytes past, and
+  without the pass that applies its epilogue inside the register tiles;
 - the benchmark CNN's two convolutions, dense and 90% pruned: weights compiled in
   (``tensoralg.api.direct_conv``, what level 3 uses) against the GEMM-based convolution and
   onnxruntime;
@@ -46,6 +47,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import tensoralg as ta  # noqa: E402
 from tensoralg.api import RowCompressor  # noqa: E402
 from tensoralg.ir.nodes import F32  # noqa: E402
+from tensoralg.ir.passes.epilogue import tile_epilogues  # noqa: E402
 from tensoralg.ir.passes.jam import jam_rows  # noqa: E402
 from tensoralg.runtime.compress import reference_kernel  # noqa: E402
 from tensoralg.runtime.gemm import DenseLayer  # noqa: E402
@@ -113,7 +115,9 @@ def aligned(array: np.ndarray, offset: int = 0) -> np.ndarray:
 def show_pruned_layers(rng: np.random.Generator) -> None:
     """A 90%-pruned layer relu(W x + b) in the transposed layout ONNX plans use (activations
     features x batch): 512-bit vectors against LLVM's 256-bit default, on activations aligned
-    to 64 bytes (as plan arenas are) and 16 bytes past (as NumPy allocates)."""
+    to 64 bytes (as plan arenas are) and 16 bytes past (as NumPy allocates); and, aligned, the
+    kernel built without ``ir/passes/epilogue.py`` (bias and ReLU in a second pass over the
+    row instead of inside the register tiles)."""
     threads = ta.get_num_threads()
     ta.set_num_threads(1)
     statement = "Y(j,i) = max(sum(k, A(k,i) * B(j,k)) + C(j), 0)"
@@ -128,7 +132,11 @@ def show_pruned_layers(rng: np.random.Generator) -> None:
             a = aligned(x, offset)
             bind = lambda a=a: ta.compile(statement, formats={"B": "csr"},  # noqa: E731
                                           dtype="float32").bind(A=a, B=weight, C=bias)
-            for name, make in (("512-bit", bind), ("256-bit", lambda: _with_narrow_vectors(bind))):
+            variants = [("512-bit", bind), ("256-bit", lambda: _with_narrow_vectors(bind))]
+            if offset == 0:
+                variants.append(("512-bit, no epilogue pass",
+                                 lambda: _without_step(tile_epilogues, bind)))
+            for name, make in variants:
                 bound.append(make())
                 calls[f"{name}, offset {offset}"] = ta.api.CallSequence(
                     [bound[-1].native({})], 0).run
@@ -139,11 +147,11 @@ def show_pruned_layers(rng: np.random.Generator) -> None:
     ta.set_num_threads(threads)
 
 
-def _without_jam(make):
-    """What ``make()`` builds with the row-jamming pass left out of the pipeline."""
+def _without_step(step, make):
+    """What ``make()`` builds with the IR pass ``step`` left out of the pipeline."""
     from tensoralg.ir.passes import pipeline
 
-    steps = tuple(step for step in pipeline.STEPS if step[1] is not jam_rows)
+    steps = tuple(entry for entry in pipeline.STEPS if entry[1] is not step)
     with _fresh_kernels(pipeline, "STEPS", steps):
         return make()
 
@@ -183,7 +191,8 @@ def main() -> None:
     w_wide = rng.standard_normal((1, 10_000)).astype(np.float32)
     statement = "Y(i,j) = sum(k, A(i,k) * B(j,k))"
     jammed = ta.compile(statement, dtype="float32").bind(A=x, B=w_wide)
-    one_row = _without_jam(lambda: ta.compile(statement, dtype="float32").bind(A=x, B=w_wide))
+    one_row = _without_step(
+        jam_rows, lambda: ta.compile(statement, dtype="float32").bind(A=x, B=w_wide))
     w_flat = w_wide.reshape(-1)
     show("the wide product 256 x 10000 times one column, one thread", median_us({
         "tensoralg, four rows jammed": jammed,
