@@ -17,6 +17,7 @@ from llvmlite import ir
 
 from tensoralg.codegen.cfamily import introduced_vars, undeclared_message
 from tensoralg.codegen.llvm_helpers import (
+    COLD_WEIGHTS,
     branch_value,
     counted_loop,
     declare,
@@ -283,7 +284,7 @@ class _FunctionLowering:
             self.builder.position_at_end(saved)
         ok = self.builder.append_basic_block(f"{name}.ok")
         is_null = self.builder.icmp_unsigned("==", pointer, ir.Constant(POINTER, None))
-        self.builder.cbranch(is_null, self.fail_block, ok)
+        self.builder.cbranch(is_null, self.fail_block, ok).set_weights(COLD_WEIGHTS)
         self.builder.position_at_end(ok)
 
     def allocate(self, var: Var, count: Expr, zero: bool) -> None:
@@ -317,7 +318,8 @@ class _FunctionLowering:
         assert isinstance(stmt.var.dtype, Ptr)
         capacity = self.variable(stmt.capacity)
         needed = self.value(stmt.needed)
-        with if_then(b, b.icmp_signed(">", needed, capacity), f"grow.{stmt.var.name}"):
+        with if_then(b, b.icmp_signed(">", needed, capacity), f"grow.{stmt.var.name}",
+                     unlikely=True):
             doubled = b.mul(capacity, ir.Constant(INT64, 2))
             new_capacity = b.select(b.icmp_signed("<", doubled, needed), needed, doubled)
             realloc = declare(self.module, "realloc", POINTER, (POINTER, INT64))
