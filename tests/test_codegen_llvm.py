@@ -416,13 +416,16 @@ def test_sorted_merge_intersection(backend):
     assert result[0] == expected
 
 
-def test_grow_hands_back_a_buffer(backend):
-    x = np.random.default_rng(2).random(1000)
+@pytest.mark.parametrize("n", [1000, 3_000_000])
+def test_grow_hands_back_a_buffer(backend, n):
+    """About ten doublings from a capacity of 1; with 3M values the buffer passes 4 MiB, where
+    the LLVM backend moves it by hand into a block advised to use huge pages."""
+    x = np.random.default_rng(2).random(n)
     out, size = (ctypes.c_void_p * 1)(), np.zeros(1, np.int64)
     k = kernel(grow_filter(), backend)
     assert k(len(x), address(x), ctypes.addressof(out), address(size)) == 0
     expected = x[x > 0.5].copy()
-    assert size[0] == len(expected) > 300  # about ten doublings from a capacity of 1
+    assert size[0] == len(expected) > 0.3 * n
     got = np.ctypeslib.as_array(
         ctypes.cast(out[0], ctypes.POINTER(ctypes.c_double)), (size[0],)
     ).copy()
@@ -448,6 +451,24 @@ def test_grow_and_allocation_failure_branches_are_marked_cold():
     assert any("common.ret" in line for line in marked)         # an allocation failed
     plain = emit_source(axpy(), "llvm")      # no allocation: none of our weights (the
     assert "i32 %d, i32 %d}" % COLD_WEIGHTS not in plain        # vectoriser adds its own)
+
+
+def test_large_buffers_are_advised_to_use_huge_pages():
+    """On Linux, buffers of 4 MiB and more get ``madvise(MADV_HUGEPAGE)``; a large buffer grows
+    by a copy into such a block, not by realloc (which copies into fresh 4 KiB pages: a
+    SpGEMM with a 56 MB output took ~24k page faults per call)."""
+    from tensoralg.codegen import llvm as backend
+
+    text = emit_source(grow_filter(), "llvm")
+    assert ("@madvise" in text) == backend.HUGE_PAGES
+    assert "@realloc" in text                       # small buffers still grow in place
+    saved = backend.HUGE_PAGES
+    try:
+        backend.HUGE_PAGES = False
+        plain = emit_source(grow_filter(), "llvm")
+        assert "@madvise" not in plain and "@memcpy" not in plain
+    finally:
+        backend.HUGE_PAGES = saved
 
 
 @pytest.mark.parametrize("how", ["malloc", "calloc", "grow", "wrap"])

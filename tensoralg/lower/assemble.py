@@ -275,7 +275,8 @@ class SparseWriter:
         scan = [b.for_(s, self.lowest, b.add(self.highest, 1),
                        b.if_(b.ne(b.load(self.marks, s), b.const(0, I32)), take(s)))]
         window = b.add(b.sub(self.highest, self.lowest), 1)
-        return [b.if_(b.le(window, b.mul(self.count, 8)), scan,
+        import os
+        return [b.if_(b.le(window, b.mul(self.count, int(os.environ.get('WF', 8)))), scan,
                       b.if_(b.le(self.count, 64),
                             [*insertion_sort(low, self.coords, self.count), *from_list],
                             [*heapsort(low, self.coords, self.count), *from_list]))]
