@@ -519,6 +519,36 @@ def test_every_int_op_and_truncating_division(backend, dtype):
         )
 
 
+@pytest.mark.parametrize("dtype", [I32, I64])
+def test_bit_operations_against_numpy(backend, dtype):
+    """``bitand``, ``bitor``, ``shl`` (into the sign bit too), arithmetic ``shr`` and ``ctz``
+    (the bit width for 0), as the workspace bitmaps of sparse outputs use them."""
+    from tensoralg.ir.build import bitand, bitor, cast, ctz, load, mul, shl, shr, store
+
+    n, x, y = Var("n", I64), Var("x", Ptr(dtype)), Var("y", Ptr(dtype))
+    out, i = Var("out", Ptr(dtype)), Var("i", I64)
+    a, s = load(x, i), bitand(load(y, i), 31)
+    exprs = [bitand(a, load(y, i)), bitor(a, load(y, i)), shl(a, s), shr(a, s),
+             cast(ctz(a), dtype)]
+    body = [store(out, add(mul(i, i64(len(exprs))), i64(k)), e) for k, e in enumerate(exprs)]
+    params = (Param(n, "n"), Param(x, "x"), Param(y, "y"), Param(out, "out", True))
+    fn = Function(f"bits_{dtype}", params, Block((For(i, i64(0), n, Block(tuple(body))),)))
+    np_dtype, width = NUMPY[dtype], 32 if dtype == I32 else 64
+    unsigned = np.uint32 if dtype == I32 else np.uint64
+    rng = np.random.default_rng(5)
+    xs = rng.integers(np.iinfo(np_dtype).min, np.iinfo(np_dtype).max, 64, dtype=np_dtype)
+    ys = rng.integers(0, 2**20, 64, dtype=np_dtype)
+    xs[:4] = [0, 1, np.iinfo(np_dtype).min, -1]
+    got = np.zeros(5 * len(xs), np_dtype)
+    assert kernel(fn, backend)(len(xs), address(xs), address(ys), address(got)) == 0
+    shift = ys & 31
+    trailing = [width if v == 0 else (int(v) & -int(v)).bit_length() - 1 for v in xs]
+    expected = np.stack([xs & ys, xs | ys,
+                         (xs.astype(unsigned) << shift.astype(unsigned)).astype(np_dtype),
+                         xs >> shift, np.array(trailing, np_dtype)], axis=1)
+    np.testing.assert_array_equal(got.reshape(-1, 5), expected)
+
+
 def test_bool_buffers_params_and_short_circuit(backend):
     mask = np.array([True, False, True, True, False])
     x = np.array([0.0, 1.0, 2.0, 9.0, 0.0])

@@ -418,3 +418,37 @@ def test_out_argument_is_filled(rng):
     got = ta.einsum("ij,j->i", A, x, out=out)
     assert got is out
     np.testing.assert_allclose(out, A @ x)
+
+
+@pytest.mark.parametrize("backend", ["llvm", "c"])
+@pytest.mark.parametrize("width", [1, 63, 64, 65, 128, 1000])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64])
+def test_spgemm_rows_come_out_sorted_across_bitmap_words(width, dtype, backend):
+    """A sparse product's workspace marks the coordinates of a row as bits in 64-bit words
+    (lower/assemble.py): a few scattered coordinates are sorted as a list, many are read off
+    the words. Rows of both kinds, with coordinates at word edges (0, 63, 64, the last column),
+    must come out sorted, complete and right."""
+    rng = np.random.default_rng(width)
+    n = 40
+    b = np.zeros((n, width), dtype)
+    edges = sorted({c for c in (0, 63, 64, 127, 128, width - 1) if 0 <= c < width})
+    for j in range(n):
+        if j % 3 == 0:                    # a few coordinates over the whole width
+            cols = rng.choice(width, size=min(width, 3), replace=False)
+        elif j % 3 == 1:                  # many: the bitmap
+            cols = rng.choice(width, size=min(width, max(1, width // 2)), replace=False)
+        else:
+            cols = np.array(edges)
+        b[j, cols] = rng.integers(1, 5, cols.size)
+    a = np.zeros((6, n), dtype)
+    a[0, 0] = 1                           # one row of b: a few coordinates
+    a[1, :] = 1                           # every row of b
+    a[2, 2::3] = 2                        # the word-edge rows only
+    a[3, 1] = 3                           # row 4 stays empty
+    a[5, rng.choice(n, 5, replace=False)] = 1
+    got = ta.einsum("ij,jk->ik", sp.csr_array(a), sp.csr_array(b), backend=backend)
+    assert isinstance(got, sp.csr_array) and got.dtype == dtype
+    for r in range(got.shape[0]):
+        row = got.indices[got.indptr[r]:got.indptr[r + 1]]
+        assert np.all(np.diff(row) > 0), f"row {r} not sorted: {row}"
+    np.testing.assert_array_equal(got.toarray(), a @ b)

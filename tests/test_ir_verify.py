@@ -192,6 +192,19 @@ def test_arithmetic_on_bool():
             "'\\+' needs numeric operands")
 
 
+@pytest.mark.parametrize("op", sorted(ir.BITWISE_OPS))
+def test_bit_operations_on_floats_or_bools(op):
+    rejects(kernel(ir.declare(t, 0.0), ir.store(y, 0, ir.Binary(op, t, t))),
+            f"'{op}' needs integer operands")
+    rejects(kernel(ir.if_(ir.Binary(op, flag_true(), flag_true()), ir.comment("x"))),
+            f"'{op}' needs integer operands")
+
+
+def test_ctz_of_a_float():
+    rejects(kernel(ir.declare(t, 0.0), ir.store(y, 0, ir.ctz(t))),
+            "'ctz' needs an integer operand")
+
+
 def test_float_math_on_integer():
     rejects(kernel(ir.store(y, 0, ir.cast(ir.unary("sqrt", n), F64))), "'sqrt' needs a float")
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from tensoralg.codegen.lines import Lines
 from tensoralg.errors import CompileError
 from tensoralg.ir.nodes import (
+    BITWISE_OPS,
     Allocate,
     Assign,
     Binary,
@@ -71,6 +72,7 @@ BINARY_PRECEDENCE = {
     "or": 12,
 }
 C_OPERATOR = {"and": "&&", "or": "||"}
+_BIT_OPERATOR = {"bitand": "&", "bitor": "|", "shr": ">>"}
 # Operands bind if their precedence is below (left, right); arithmetic is left-associative.
 # Chained comparisons and && inside || get parentheses C does not need: they read badly.
 _OPERAND_CONTEXT = {6: (6, 6), 7: (6, 6), 11: (12, 11), 12: (11, 11)}
@@ -370,6 +372,8 @@ class CFamilyEmitter:
                 return "-" + self.operand_of_unary(operand, names), UNARY
             case "not":
                 return "!" + self.operand_of_unary(operand, names), UNARY
+            case "ctz" if isinstance(dtype, Scalar) and dtype.is_int:
+                return self.ctz(self.expr(operand, names), dtype), ATOM
             case "abs" if dtype == Scalar.I32:
                 return f"abs({self.expr(operand, names)})", ATOM
             case "abs" if dtype == Scalar.I64:
@@ -385,6 +389,8 @@ class CFamilyEmitter:
         is_float = isinstance(dtype, Scalar) and dtype.is_float
         if op in ("min", "max", "pow") or (op == "%" and is_float):
             return self.binary_call(op, lhs, rhs, names), ATOM
+        if op in BITWISE_OPS:
+            return self.bitwise(op, lhs, rhs, names), ATOM
         precedence = BINARY_PRECEDENCE[op]
         left_context, right_context = _OPERAND_CONTEXT.get(precedence, (precedence + 1, precedence))
         left = self.expr(lhs, names, left_context)
@@ -392,6 +398,23 @@ class CFamilyEmitter:
         if dtype == Scalar.I64 and isinstance(lhs, Const) and isinstance(rhs, Const):
             left = f"(int64_t){left}"  # two int literals would multiply in 32 bits
         return f"{left} {C_OPERATOR.get(op, op)} {right}", precedence
+
+    def bitwise(self, op: str, lhs: Expr, rhs: Expr, names: _Names) -> str:
+        """A bit operation, fully parenthesised (C's precedences for them surprise)."""
+        dtype = lhs.dtype
+        if not isinstance(dtype, Scalar) or not dtype.is_int:
+            raise CompileError(f"binary {op!r} is not defined on {dtype}")
+        a, b = self.expr(lhs, names, UNARY + 1), self.expr(rhs, names, UNARY + 1)
+        if op == "shl":   # through the unsigned type: shifting into the sign bit is UB in C
+            signed = self.type_name(dtype)
+            return f"(({signed})((u{signed}){a} << {b}))"
+        return f"({a} {_BIT_OPERATOR[op]} {b})"
+
+    def ctz(self, text: str, dtype: Scalar) -> str:
+        """Trailing zero bits of ``text`` (an integer expression without side effects)."""
+        width, builtin = (64, "__builtin_ctzll") if dtype == Scalar.I64 else (32, "__builtin_ctz")
+        cast = "unsigned long long" if width == 64 else "unsigned int"
+        return f"({text} ? {builtin}(({cast}){text}) : {width})"
 
     def binary_call(self, op: str, lhs: Expr, rhs: Expr, names: _Names) -> str:
         dtype = lhs.dtype

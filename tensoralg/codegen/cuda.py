@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from tensoralg.codegen.cfamily import CFamilyEmitter, _Names
 from tensoralg.codegen.lines import Lines
-from tensoralg.ir.nodes import Function
+from tensoralg.ir.nodes import Function, Scalar
 
 
 class CudaEmitter(CFamilyEmitter):
@@ -33,6 +33,11 @@ class CudaEmitter(CFamilyEmitter):
     def signature(self, fn: Function, names: _Names, out: Lines) -> None:
         out.comment("Single-threaded body for now: launch with <<<1, 1>>>.")
         super().signature(fn, names, out)
+
+    def ctz(self, text: str, dtype: Scalar) -> str:
+        # __ffs/__ffsll: 1 + the index of the lowest set bit, 0 for 0.
+        width, ffs = (64, "__ffsll") if dtype == Scalar.I64 else (32, "__ffs")
+        return f"({text} ? {ffs}({text}) - 1 : {width})"
 
     def return_status(self, code: int) -> str:
         return f"{{ status[0] = {code}; return; }}"

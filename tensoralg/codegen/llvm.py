@@ -79,6 +79,7 @@ INTRINSICS = {
     "max": "llvm.maxnum",
 }
 INT_OPS = {"+": "add", "-": "sub", "*": "mul", "/": "sdiv", "%": "srem"}
+BIT_OPS = {"bitand": "and_", "bitor": "or_", "shl": "shl", "shr": "ashr"}
 FLOAT_OPS = {"+": "fadd", "-": "fsub", "*": "fmul", "/": "fdiv", "%": "frem"}
 COMPARISONS = frozenset({"<", "<=", ">", ">=", "==", "!="})
 
@@ -468,6 +469,10 @@ class _FunctionLowering:
                     (operand.type, BIT),
                 )
                 return b.call(abs_fn, [operand, ir.Constant(BIT, 0)])
+            case "ctz" if is_int:
+                cttz = declare(self.module, f"llvm.cttz.{operand.type.intrinsic_name}",
+                               operand.type, (operand.type, BIT))
+                return b.call(cttz, [operand, ir.Constant(BIT, 0)])   # defined for 0: width
             case "tanh" if is_float:
                 name = "tanhf" if dtype == Scalar.F32 else "tanh"
                 return b.call(declare(self.module, name, operand.type, (operand.type,)), [operand])
@@ -495,6 +500,8 @@ class _FunctionLowering:
             return b.select(b.icmp_signed("<" if op == "min" else ">", left, right), left, right)
         if op in INT_OPS:
             return self.arithmetic(op, left, right, dtype)
+        if op in BIT_OPS and isinstance(dtype, Scalar) and dtype.is_int:
+            return getattr(b, BIT_OPS[op])(left, right)
         raise CompileError(f"binary {op!r} is not defined on {dtype}")
 
     def arithmetic(self, op: str, left: ir.Value, right: ir.Value, dtype: DType,

@@ -8,10 +8,13 @@ from .build import (
     allocate,
     assign,
     binary,
+    bitand,
+    bitor,
     block,
     cast,
     comment,
     const,
+    ctz,
     declare,
     div,
     eq,
@@ -37,6 +40,8 @@ from .build import (
     neg,
     param,
     select,
+    shl,
+    shr,
     store,
     sub,
     unary,
@@ -46,6 +51,7 @@ from .build import (
 from .nodes import (
     ARITHMETIC_OPS,
     BINARY_OPS,
+    BITWISE_OPS,
     BOOL,
     COMPARISON_OPS,
     F32,
@@ -98,16 +104,16 @@ from .verify import IRVerifyError, verify
 
 __all__ = [
     # nodes
-    "ARITHMETIC_OPS", "BINARY_OPS", "BOOL", "COMPARISON_OPS", "F32", "F64", "I32", "I64",
-    "LOGICAL_OPS", "UNARY_OPS", "Allocate", "Assign", "Binary", "Block", "Cast", "Comment",
+    "ARITHMETIC_OPS", "BINARY_OPS", "BITWISE_OPS", "BOOL", "COMPARISON_OPS", "F32", "F64", "I32",
+    "I64", "LOGICAL_OPS", "UNARY_OPS", "Allocate", "Assign", "Binary", "Block", "Cast", "Comment",
     "Const", "Declare", "DType", "Expr", "For", "Free", "Function", "Grow", "If", "IRError",
     "Load", "Node", "Param", "Ptr", "Scalar", "Select", "Stmt", "Store", "Unary", "Var", "While",
     "dtype_of",
     # build
-    "add", "allocate", "assign", "binary", "block", "cast", "comment", "const", "declare", "div",
-    "eq", "for_", "free", "function", "ge", "grow", "gt", "i64", "if_", "land", "le", "lnot",
+    "add", "allocate", "assign", "binary", "bitand", "bitor", "block", "cast", "comment", "const",
+    "ctz", "declare", "div", "eq", "for_", "free", "function", "ge", "grow", "gt", "i64", "if_", "land", "le", "lnot",
     "load", "lor", "lt", "maximum", "minimum", "mod", "mul", "ne", "neg", "param", "select",
-    "store", "sub", "unary", "var", "while_",
+    "shl", "shr", "store", "sub", "unary", "var", "while_",
     # traversal, printing, checking, passes
     "children", "rewrite", "used_vars", "walk",
     "format_expr", "format_function", "format_node", "format_param",

@@ -236,6 +236,35 @@ def neg(a: Expr) -> Unary:
     return Unary("neg", a)
 
 
+def bitand(a: Operand, b: Operand) -> Binary:
+    """``a & b`` on integers.
+
+    >>> bitand(var("k", I64), 63).rhs
+    Const(value=63, dtype=<Scalar.I64: 'i64'>)
+    """
+    return binary("bitand", a, b)
+
+
+def bitor(a: Operand, b: Operand) -> Binary:
+    """``a | b`` on integers."""
+    return binary("bitor", a, b)
+
+
+def shl(a: Operand, b: Operand) -> Binary:
+    """``a << b`` on integers, ``b`` in [0, bit width)."""
+    return binary("shl", a, b)
+
+
+def shr(a: Operand, b: Operand) -> Binary:
+    """``a >> b`` (arithmetic) on integers, ``b`` in [0, bit width)."""
+    return binary("shr", a, b)
+
+
+def ctz(a: Expr) -> Unary:
+    """The number of trailing zero bits of an integer (its bit width for 0)."""
+    return Unary("ctz", a)
+
+
 def unary(op: str, a: Expr) -> Unary:
     """``op(a)`` for any op in UNARY_OPS (``sqrt``, ``exp``, ...)."""
     return Unary(op, a)
@@ -390,8 +419,8 @@ def function(name: str, params: Iterable[Param], *body: BodyItem,
 
 
 __all__ = [
-    "add", "allocate", "assign", "binary", "block", "cast", "comment", "const", "declare", "div",
-    "eq", "for_", "free", "function", "ge", "grow", "gt", "i64", "if_", "land", "le", "lnot",
+    "add", "allocate", "assign", "binary", "bitand", "bitor", "block", "cast", "comment", "const",
+    "ctz", "declare", "div", "eq", "for_", "free", "function", "ge", "grow", "gt", "i64", "if_", "land", "le", "lnot",
     "load", "lor", "lt", "maximum", "minimum", "mod", "mul", "ne", "neg", "param", "select",
-    "store", "sub", "unary", "var", "while_",
+    "shl", "shr", "store", "sub", "unary", "var", "while_",
 ]

@@ -72,11 +72,16 @@ DType = Union[Scalar, Ptr]
 
 BOOL, I32, I64, F32, F64 = Scalar.BOOL, Scalar.I32, Scalar.I64, Scalar.F32, Scalar.F64
 
-UNARY_OPS = frozenset({"neg", "not", "abs", "sqrt", "exp", "log", "sin", "cos", "tanh"})
+UNARY_OPS = frozenset({"neg", "not", "abs", "sqrt", "exp", "log", "sin", "cos", "tanh", "ctz"})
 ARITHMETIC_OPS = frozenset({"+", "-", "*", "/", "%", "min", "max", "pow"})
 COMPARISON_OPS = frozenset({"<", "<=", ">", ">=", "==", "!="})
 LOGICAL_OPS = frozenset({"and", "or"})
-BINARY_OPS = ARITHMETIC_OPS | COMPARISON_OPS | LOGICAL_OPS
+# Integer bit operations, for bitmaps (a sparse output's workspace marks its coordinates in
+# 64-bit words, lower/assemble.py). ``shl``/``shr`` shift by 0 to width - 1 bits (anything else
+# is undefined, as in C and LLVM); ``shr`` is arithmetic; ``shl`` wraps into the sign bit.
+# ``ctz`` (unary) counts trailing zero bits, the bit width for 0.
+BITWISE_OPS = frozenset({"bitand", "bitor", "shl", "shr"})
+BINARY_OPS = ARITHMETIC_OPS | COMPARISON_OPS | LOGICAL_OPS | BITWISE_OPS
 
 
 class IRError(Exception):

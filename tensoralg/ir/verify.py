@@ -110,6 +110,8 @@ class _Checker:
                     self.fail(f"{op!r} needs a numeric operand, got {t}", e)
                 if op in ("sqrt", "exp", "log", "sin", "cos", "tanh") and not _is_float(t):
                     self.fail(f"{op!r} needs a float operand, got {t}", e)
+                if op == "ctz" and not _is_int(t):
+                    self.fail(f"'ctz' needs an integer operand, got {t}", e)
             case n.Binary(op, lhs, rhs):
                 t = self.expr(lhs)
                 self.expr(rhs)
@@ -117,6 +119,8 @@ class _Checker:
                     self.fail(f"{op!r} needs bool operands, got {t}", e)
                 if op in n.ARITHMETIC_OPS and not _is_number(t):
                     self.fail(f"{op!r} needs numeric operands, got {t}", e)
+                if op in n.BITWISE_OPS and not _is_int(t):
+                    self.fail(f"{op!r} needs integer operands, got {t}", e)
                 if op in n.COMPARISON_OPS and not isinstance(t, n.Scalar):
                     self.fail(f"{op!r} needs scalar operands, got {t}", e)
             case n.Select(cond, if_true, if_false):
@@ -266,3 +270,7 @@ def verify(fn: n.Function, after: str = "") -> None:
 
 
 __all__ = ["IRVerifyError", "verify"]
+
+
+def _is_int(t: n.DType) -> bool:
+    return isinstance(t, n.Scalar) and t.is_int

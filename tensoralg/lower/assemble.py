@@ -22,10 +22,12 @@ from typing import TYPE_CHECKING, Callable, Protocol
 
 from tensoralg.formats.level import LevelKind
 from tensoralg.ir import build as b
-from tensoralg.ir.nodes import BOOL, I32, I64, Ptr, Stmt, Var
+from tensoralg.ir.nodes import I32, I64, Ptr, Stmt, Var
 from tensoralg.ir.nodes import Expr as IRExpr
 from tensoralg.lower.levels import dense
 from tensoralg.lower.program import LoopNest, OutputMode, TensorInfo
+
+WORD, WORD_SHIFT = 64, 6      # bits in a word of the workspace's bitmap, and log2 of it
 
 if TYPE_CHECKING:
     from tensoralg.lower.lowerer import Context, Lowerer
@@ -153,18 +155,19 @@ class SparseWriter:
         low = self.lowerer
         width = low.level_size(self.info, self.last)
         self.workspace = Var(low.names("workspace"), Ptr(low.value_dtype))
-        self.marks = Var(low.names("marks"), Ptr(I32))
+        self.bits = Var(low.names("bits"), Ptr(I64))
         self.coords = Var(low.names("coords"), Ptr(I64))
         self.count = Var(low.names("count"), I64)
         self.lowest = Var(low.names("lowest"), I64)
         self.highest = Var(low.names("highest"), I64)
+        words = b.add(b.div(width, WORD), 1)
         low.setup.extend([b.allocate(self.workspace, width, zero=True),
-                          b.allocate(self.marks, width, zero=True),
+                          b.allocate(self.bits, words, zero=True),
                           b.allocate(self.coords, width),
                           b.declare(self.count, 0),
                           b.declare(self.lowest, 0),
                           b.declare(self.highest, 0)])
-        low.finish[:0] = [b.free(self.workspace), b.free(self.marks), b.free(self.coords)]
+        low.finish[:0] = [b.free(self.workspace), b.free(self.bits), b.free(self.coords)]
 
     def _finish(self) -> None:
         low = self.lowerer
@@ -248,8 +251,12 @@ class SparseWriter:
         if self.nest.mode is not OutputMode.WORKSPACE:
             return self.append_value(context.bound[self.level_indices[-1]], value, context)
         c = context.bound[self.level_indices[-1]]
-        return [b.if_(b.eq(b.load(self.marks, c), b.const(0, I32)),
-                      [b.store(self.marks, c, b.const(1, I32)),
+        low = self.lowerer
+        word, bit = Var(low.names("word"), I64), Var(low.names("bit"), I64)
+        return [b.declare(word, b.shr(c, WORD_SHIFT)),
+                b.declare(bit, b.shl(b.i64(1), b.bitand(c, WORD - 1))),
+                b.if_(b.eq(b.bitand(b.load(self.bits, word), bit), 0),
+                      [b.store(self.bits, word, b.bitor(b.load(self.bits, word), bit)),
                        b.store(self.coords, self.count, c),
                        b.assign(self.count, b.add(self.count, 1)),
                        b.assign(self.lowest, b.minimum(self.lowest, c)),
@@ -259,27 +266,35 @@ class SparseWriter:
     def _flush(self, context: "Context") -> list[Stmt]:
         """Append the workspace's coordinates in order, clearing what was touched.
 
-        Three ways to get the order, by cost: scan the marks between the lowest and highest
-        coordinate touched when that window is narrow (banded rows); insertion-sort a short
-        list; heap-sort a long, scattered one.
+        The coordinates touched are bits in 64-bit words: scanning the words between the
+        lowest and highest one costs a load per 64 columns and a ``ctz`` per coordinate, and
+        needs no sort. Only a handful of coordinates scattered over a wide window
+        (``count**2 < 4 * words``) are put in order by an insertion sort of their list instead.
+        Before the bitmap, 32-bit marks were scanned when the window was narrow and the list was
+        heap-sorted otherwise; rows of a few hundred scattered coordinates (rajat01 squared,
+        wiki-Vote squared) spent most of their time there.
         """
         low = self.lowerer
-        t, c, s = Var(low.names("t"), I64), Var(low.names("c"), I64), Var(low.names("c"), I64)
+        t, c = Var(low.names("t"), I64), Var(low.names("c"), I64)
+        w, bits = Var(low.names("w"), I64), Var(low.names("set_bits"), I64)
 
-        def take(coordinate: Var) -> list[Stmt]:
+        def take(coordinate: IRExpr) -> list[Stmt]:
             return [*self.append_value(coordinate, b.load(self.workspace, coordinate), context),
-                    b.store(self.workspace, coordinate, 0),
-                    b.store(self.marks, coordinate, b.const(0, I32))]
+                    b.store(self.workspace, coordinate, 0)]
 
-        from_list = [b.for_(t, 0, self.count, b.declare(c, b.load(self.coords, t)), take(c))]
-        scan = [b.for_(s, self.lowest, b.add(self.highest, 1),
-                       b.if_(b.ne(b.load(self.marks, s), b.const(0, I32)), take(s)))]
-        window = b.add(b.sub(self.highest, self.lowest), 1)
-        import os
-        return [b.if_(b.le(window, b.mul(self.count, int(os.environ.get('WF', 8)))), scan,
-                      b.if_(b.le(self.count, 64),
-                            [*insertion_sort(low, self.coords, self.count), *from_list],
-                            [*heapsort(low, self.coords, self.count), *from_list]))]
+        first, last = b.shr(self.lowest, WORD_SHIFT), b.shr(self.highest, WORD_SHIFT)
+        from_list = [b.for_(t, 0, self.count, b.declare(c, b.load(self.coords, t)),
+                            b.store(self.bits, b.shr(c, WORD_SHIFT), 0), take(c))]
+        scan = [b.for_(w, first, b.add(last, 1),
+                       b.declare(bits, b.load(self.bits, w)),
+                       b.store(self.bits, w, 0),
+                       b.while_(b.ne(bits, 0),
+                                b.declare(c, b.add(b.mul(w, WORD), b.ctz(bits))),
+                                take(c),
+                                b.assign(bits, b.bitand(bits, b.sub(bits, 1)))))]
+        words = b.add(b.sub(last, first), 1)
+        few = b.land(b.le(self.count, 64), b.lt(b.mul(self.count, self.count), b.mul(words, 4)))
+        return [b.if_(few, [*insertion_sort(low, self.coords, self.count), *from_list], scan)]
 
 
 def insertion_sort(lowerer: "Lowerer", array: Var, count: IRExpr) -> list[Stmt]:
@@ -293,47 +308,3 @@ def insertion_sort(lowerer: "Lowerer", array: Var, count: IRExpr) -> list[Stmt]:
                             b.store(array, s, b.load(array, b.sub(s, 1))),
                             b.assign(s, b.sub(s, 1))),
                    b.store(array, s, key))]
-
-
-def heapsort(lowerer: "Lowerer", array: Var, count: IRExpr) -> list[Stmt]:
-    """Sort ``array[0:count)`` (i64) ascending in place, as IR: a heap sort, O(n log n)."""
-    names = lowerer.names
-    n = Var(names("hs_n"), I64)
-    k = Var(names("hs_k"), I64)
-    end = Var(names("hs_end"), I64)
-    stmts: list[Stmt] = [b.declare(n, count)]
-    stmts.append(b.for_(k, 0, b.div(n, 2), _sift_down(
-        lowerer, array, b.sub(b.sub(b.div(n, 2), 1), k), n)))
-    top = Var(names("hs_top"), I64)
-    step = Var(names("hs_k"), I64)
-    stmts.append(b.for_(step, 1, n,
-                        b.declare(end, b.sub(n, step)),
-                        b.declare(top, b.load(array, 0)),
-                        b.store(array, 0, b.load(array, end)),
-                        b.store(array, end, top),
-                        _sift_down(lowerer, array, b.i64(0), end)))
-    return stmts
-
-
-def _sift_down(lowerer: "Lowerer", array: Var, start: IRExpr, end: IRExpr) -> list[Stmt]:
-    names = lowerer.names
-    root = Var(names("hs_root"), I64)
-    child = Var(names("hs_child"), I64)
-    going = Var(names("hs_going"), BOOL)
-    swap = Var(names("hs_swap"), I64)
-    left = b.add(b.mul(root, 2), 1)
-    return [
-        b.declare(root, start),
-        b.declare(going, b.const(True, BOOL)),
-        b.while_(b.land(going, b.lt(left, end)),
-                 b.declare(child, left),
-                 b.if_(b.land(b.lt(b.add(child, 1), end),
-                              b.lt(b.load(array, child), b.load(array, b.add(child, 1)))),
-                       b.assign(child, b.add(child, 1))),
-                 b.if_(b.lt(b.load(array, root), b.load(array, child)),
-                       [b.declare(swap, b.load(array, root)),
-                        b.store(array, root, b.load(array, child)),
-                        b.store(array, child, swap),
-                        b.assign(root, child)],
-                       b.assign(going, b.const(False, BOOL)))),
-    ]

@@ -34,8 +34,8 @@ int32_t ta_KERNEL(
   if (C_vals == NULL) return 1;
   double* workspace = (double*)calloc((size_t)n_j, sizeof(double));
   if (workspace == NULL) return 1;
-  int32_t* marks = (int32_t*)calloc((size_t)n_j, sizeof(int32_t));
-  if (marks == NULL) return 1;
+  int64_t* bits = (int64_t*)calloc((size_t)(n_j / 64 + 1), sizeof(int64_t));
+  if (bits == NULL) return 1;
   int64_t* coords = (int64_t*)malloc(sizeof(int64_t) * (size_t)n_j);
   if (coords == NULL) return 1;
   int64_t count = 0;
@@ -50,8 +50,10 @@ int32_t ta_KERNEL(
       int64_t k = (int64_t)A1_crd[pA1];
       for (int64_t pB1 = (int64_t)B1_pos[k]; pB1 < (int64_t)B1_pos[k + 1]; ++pB1) {
         int64_t j = (int64_t)B1_crd[pB1];
-        if (marks[j] == 0) {
-          marks[j] = 1;
+        int64_t word = (j >> 6);
+        int64_t bit = ((int64_t)((uint64_t)1 << (j & 63)));
+        if ((bits[word] & bit) == 0) {
+          bits[word] = (bits[word] | bit);
           coords[count] = j;
           count = count + 1;
           lowest = (lowest < j ? lowest : j);
@@ -60,33 +62,7 @@ int32_t ta_KERNEL(
         workspace[j] += A_vals[pA1] * B_vals[pB1];
       }
     }
-    if (highest - lowest + 1 <= count * 8) {
-      for (int64_t c_1 = lowest; c_1 < highest + 1; ++c_1) {
-        if (marks[c_1] != 0) {
-          if (C1_size + 1 > C1_crd_cap) {
-            int64_t C1_crd_capacity = 2 * C1_crd_cap;
-            if (C1_crd_capacity < C1_size + 1) C1_crd_capacity = C1_size + 1;
-            int32_t* C1_crd_grown = (int32_t*)realloc(C1_crd, sizeof(int32_t) * (size_t)C1_crd_capacity);
-            if (C1_crd_grown == NULL) return 1;
-            C1_crd = C1_crd_grown;
-            C1_crd_cap = C1_crd_capacity;
-          }
-          if (C1_size + 1 > C_vals_cap) {
-            int64_t C_vals_capacity = 2 * C_vals_cap;
-            if (C_vals_capacity < C1_size + 1) C_vals_capacity = C1_size + 1;
-            double* C_vals_grown = (double*)realloc(C_vals, sizeof(double) * (size_t)C_vals_capacity);
-            if (C_vals_grown == NULL) return 1;
-            C_vals = C_vals_grown;
-            C_vals_cap = C_vals_capacity;
-          }
-          C1_crd[C1_size] = (int32_t)c_1;
-          C_vals[C1_size] = workspace[c_1];
-          C1_size = C1_size + 1;
-          workspace[c_1] = 0.0;
-          marks[c_1] = 0;
-        }
-      }
-    } else if (count <= 64) {
+    if (count <= 64 && count * count < ((highest >> 6) - (lowest >> 6) + 1) * 4) {
       for (int64_t is_t = 1; is_t < count; ++is_t) {
         int64_t is_key = coords[is_t];
         int64_t is_s = is_t;
@@ -98,99 +74,62 @@ int32_t ta_KERNEL(
       }
       for (int64_t t = 0; t < count; ++t) {
         int64_t c = coords[t];
+        bits[(c >> 6)] = 0;
         if (C1_size + 1 > C1_crd_cap) {
-          int64_t C1_crd_capacity_1 = 2 * C1_crd_cap;
-          if (C1_crd_capacity_1 < C1_size + 1) C1_crd_capacity_1 = C1_size + 1;
-          int32_t* C1_crd_grown_1 = (int32_t*)realloc(C1_crd, sizeof(int32_t) * (size_t)C1_crd_capacity_1);
-          if (C1_crd_grown_1 == NULL) return 1;
-          C1_crd = C1_crd_grown_1;
-          C1_crd_cap = C1_crd_capacity_1;
+          int64_t C1_crd_capacity = 2 * C1_crd_cap;
+          if (C1_crd_capacity < C1_size + 1) C1_crd_capacity = C1_size + 1;
+          int32_t* C1_crd_grown = (int32_t*)realloc(C1_crd, sizeof(int32_t) * (size_t)C1_crd_capacity);
+          if (C1_crd_grown == NULL) return 1;
+          C1_crd = C1_crd_grown;
+          C1_crd_cap = C1_crd_capacity;
         }
         if (C1_size + 1 > C_vals_cap) {
-          int64_t C_vals_capacity_1 = 2 * C_vals_cap;
-          if (C_vals_capacity_1 < C1_size + 1) C_vals_capacity_1 = C1_size + 1;
-          double* C_vals_grown_1 = (double*)realloc(C_vals, sizeof(double) * (size_t)C_vals_capacity_1);
-          if (C_vals_grown_1 == NULL) return 1;
-          C_vals = C_vals_grown_1;
-          C_vals_cap = C_vals_capacity_1;
+          int64_t C_vals_capacity = 2 * C_vals_cap;
+          if (C_vals_capacity < C1_size + 1) C_vals_capacity = C1_size + 1;
+          double* C_vals_grown = (double*)realloc(C_vals, sizeof(double) * (size_t)C_vals_capacity);
+          if (C_vals_grown == NULL) return 1;
+          C_vals = C_vals_grown;
+          C_vals_cap = C_vals_capacity;
         }
         C1_crd[C1_size] = (int32_t)c;
         C_vals[C1_size] = workspace[c];
         C1_size = C1_size + 1;
         workspace[c] = 0.0;
-        marks[c] = 0;
       }
     } else {
-      int64_t hs_n = count;
-      for (int64_t hs_k = 0; hs_k < hs_n / 2; ++hs_k) {
-        int64_t hs_root = hs_n / 2 - 1 - hs_k;
-        bool hs_going = true;
-        while (hs_going && hs_root * 2 + 1 < hs_n) {
-          int64_t hs_child = hs_root * 2 + 1;
-          if (hs_child + 1 < hs_n && coords[hs_child] < coords[hs_child + 1]) {
-            hs_child = hs_child + 1;
+      for (int64_t w = (lowest >> 6); w < (highest >> 6) + 1; ++w) {
+        int64_t set_bits = bits[w];
+        bits[w] = 0;
+        while (set_bits != 0) {
+          int64_t c = w * 64 + (set_bits ? __builtin_ctzll((unsigned long long)set_bits) : 64);
+          if (C1_size + 1 > C1_crd_cap) {
+            int64_t C1_crd_capacity_1 = 2 * C1_crd_cap;
+            if (C1_crd_capacity_1 < C1_size + 1) C1_crd_capacity_1 = C1_size + 1;
+            int32_t* C1_crd_grown_1 = (int32_t*)realloc(C1_crd, sizeof(int32_t) * (size_t)C1_crd_capacity_1);
+            if (C1_crd_grown_1 == NULL) return 1;
+            C1_crd = C1_crd_grown_1;
+            C1_crd_cap = C1_crd_capacity_1;
           }
-          if (coords[hs_root] < coords[hs_child]) {
-            int64_t hs_swap = coords[hs_root];
-            coords[hs_root] = coords[hs_child];
-            coords[hs_child] = hs_swap;
-            hs_root = hs_child;
-          } else {
-            hs_going = false;
+          if (C1_size + 1 > C_vals_cap) {
+            int64_t C_vals_capacity_1 = 2 * C_vals_cap;
+            if (C_vals_capacity_1 < C1_size + 1) C_vals_capacity_1 = C1_size + 1;
+            double* C_vals_grown_1 = (double*)realloc(C_vals, sizeof(double) * (size_t)C_vals_capacity_1);
+            if (C_vals_grown_1 == NULL) return 1;
+            C_vals = C_vals_grown_1;
+            C_vals_cap = C_vals_capacity_1;
           }
+          C1_crd[C1_size] = (int32_t)c;
+          C_vals[C1_size] = workspace[c];
+          C1_size = C1_size + 1;
+          workspace[c] = 0.0;
+          set_bits = (set_bits & (set_bits - 1));
         }
-      }
-      for (int64_t hs_k_1 = 1; hs_k_1 < hs_n; ++hs_k_1) {
-        int64_t hs_end = hs_n - hs_k_1;
-        int64_t hs_top = coords[0];
-        coords[0] = coords[hs_end];
-        coords[hs_end] = hs_top;
-        int64_t hs_root_1 = 0;
-        bool hs_going_1 = true;
-        while (hs_going_1 && hs_root_1 * 2 + 1 < hs_end) {
-          int64_t hs_child_1 = hs_root_1 * 2 + 1;
-          if (hs_child_1 + 1 < hs_end && coords[hs_child_1] < coords[hs_child_1 + 1]) {
-            hs_child_1 = hs_child_1 + 1;
-          }
-          if (coords[hs_root_1] < coords[hs_child_1]) {
-            int64_t hs_swap_1 = coords[hs_root_1];
-            coords[hs_root_1] = coords[hs_child_1];
-            coords[hs_child_1] = hs_swap_1;
-            hs_root_1 = hs_child_1;
-          } else {
-            hs_going_1 = false;
-          }
-        }
-      }
-      for (int64_t t = 0; t < count; ++t) {
-        int64_t c = coords[t];
-        if (C1_size + 1 > C1_crd_cap) {
-          int64_t C1_crd_capacity_2 = 2 * C1_crd_cap;
-          if (C1_crd_capacity_2 < C1_size + 1) C1_crd_capacity_2 = C1_size + 1;
-          int32_t* C1_crd_grown_2 = (int32_t*)realloc(C1_crd, sizeof(int32_t) * (size_t)C1_crd_capacity_2);
-          if (C1_crd_grown_2 == NULL) return 1;
-          C1_crd = C1_crd_grown_2;
-          C1_crd_cap = C1_crd_capacity_2;
-        }
-        if (C1_size + 1 > C_vals_cap) {
-          int64_t C_vals_capacity_2 = 2 * C_vals_cap;
-          if (C_vals_capacity_2 < C1_size + 1) C_vals_capacity_2 = C1_size + 1;
-          double* C_vals_grown_2 = (double*)realloc(C_vals, sizeof(double) * (size_t)C_vals_capacity_2);
-          if (C_vals_grown_2 == NULL) return 1;
-          C_vals = C_vals_grown_2;
-          C_vals_cap = C_vals_capacity_2;
-        }
-        C1_crd[C1_size] = (int32_t)c;
-        C_vals[C1_size] = workspace[c];
-        C1_size = C1_size + 1;
-        workspace[c] = 0.0;
-        marks[c] = 0;
       }
     }
     C1_pos[i + 1] = (int32_t)C1_size;
   }
   free(workspace);
-  free(marks);
+  free(bits);
   free(coords);
   // parents the loops never visited end where the previous parent ended
   for (int64_t q = 0; q < C_parents; ++q) {
