@@ -273,10 +273,21 @@ def test_cuda_source():
     assert "<<<1, 1>>>" in text
 
 
+def _spgemm_cuda() -> str:
+    """A sparse product's CUDA source: a workspace bitmap, bit operations and ``ctz``."""
+    import tensoralg as ta
+
+    kernel = ta.compile("C(i,k) = A(i,j) * B(j,k)", formats={"A": "ds", "B": "ds"},
+                        dtype="float64")
+    return kernel.source("cuda")
+
+
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
-def test_cuda_source_compiles_with_nvcc(tmp_path):
-    source = tmp_path / "showcase.cu"
-    source.write_text(emit_source(showcase(), "cuda"))
+@pytest.mark.parametrize("make", [lambda: emit_source(showcase(), "cuda"), _spgemm_cuda],
+                         ids=["showcase", "spgemm"])
+def test_cuda_source_compiles_with_nvcc(tmp_path, make):
+    source = tmp_path / "kernel.cu"
+    source.write_text(make())
     result = subprocess.run(
         ["nvcc", "-c", "-o", "/dev/null", str(source)], capture_output=True, text=True, timeout=120
     )
