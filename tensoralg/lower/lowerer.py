@@ -16,6 +16,7 @@ The output side (dense stores, appends, workspaces) lives in ``assemble.py``.
 from __future__ import annotations
 
 import keyword
+from itertools import combinations
 from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping
 
@@ -353,9 +354,19 @@ class Lowerer:
                 loop_body.append(b.declare(it.matched, b.eq(it.coordinate, coordinate)))
                 loop_body.extend(self.segment_end(it, guard=it.matched))
             subpoints = [p for p in lattice.points if set(p.iterators) <= set(point.iterators)]
-            loop_body.extend(self.case_chain(subpoints, body, coordinate, its))
-            loop_body.extend(b.if_(it.matched, b.assign(it.position, self.next_position(it)))
-                             for it in its)
+            # When some point of the chain stands for every set of iterators that can match (a
+            # union: A + B has {A, B}, {A} and {B}), the branch taken knows which matched, and
+            # each advances its own. Separate ``if (match) p++`` statements would be turned into
+            # branch-free adds, and then the next coordinate's load waits on the comparison: a
+            # CSR add whose rows mostly match ran 1.7x slower than with the branches.
+            covered = {frozenset(p.iterators) for p in subpoints}
+            every_set = all(frozenset(c) in covered for r in range(1, len(its) + 1)
+                            for c in combinations([it.access for it in its], r))
+            loop_body.extend(self.case_chain(subpoints, body, coordinate, its,
+                                             advance=every_set))
+            if not every_set:
+                loop_body.extend(b.if_(it.matched, b.assign(it.position, self.next_position(it)))
+                                 for it in its)
             valid: IRExpr = b.lt(its[0].position, its[0].end)
             for it in its[1:]:
                 valid = b.land(valid, b.lt(it.position, it.end))
@@ -371,16 +382,21 @@ class Lowerer:
                         body(point, coordinate, [it]),
                         b.assign(it.position, self.next_position(it)))
 
-    def case_chain(self, points, body, coordinate: Var, iterators: list[SparseIterator]
-                   ) -> list[Stmt]:
+    def case_chain(self, points, body, coordinate: Var, iterators: list[SparseIterator],
+                   advance: bool = False) -> list[Stmt]:
         """An if/else-if chain over lattice points, most operands first.
 
         The first point all of whose iterators matched is exactly the set that matched, since
-        adding operands never turns a non-zero expression into zero.
+        adding operands never turns a non-zero expression into zero. With ``advance`` (the
+        points stand for every set that can match) each branch also moves its point's
+        iterators to their next position.
         """
         chain: list[Stmt] = []
         for point in reversed(points):
             stmts = body(point, coordinate, iterators)
+            if advance:
+                stmts = [*stmts, *(b.assign(it.position, self.next_position(it))
+                                   for it in iterators if it.access in point.iterators)]
             present = [it.matched for it in iterators if it.access in point.iterators]
             if not present:
                 chain = stmts

@@ -63,6 +63,8 @@ int32_t ta_KERNEL(
         C1_crd[C1_size] = (int32_t)j;
         C_vals[C1_size] = A_vals[pA1] + B_vals[pB1];
         C1_size = C1_size + 1;
+        pA1 = pA1 + 1;
+        pB1 = pB1 + 1;
       } else if (match_A) {
         if (C1_size + 1 > C1_crd_cap) {
           int64_t C1_crd_capacity_1 = 2 * C1_crd_cap;
@@ -83,6 +85,7 @@ int32_t ta_KERNEL(
         C1_crd[C1_size] = (int32_t)j;
         C_vals[C1_size] = A_vals[pA1];
         C1_size = C1_size + 1;
+        pA1 = pA1 + 1;
       } else if (match_B) {
         if (C1_size + 1 > C1_crd_cap) {
           int64_t C1_crd_capacity_2 = 2 * C1_crd_cap;
@@ -103,11 +106,6 @@ int32_t ta_KERNEL(
         C1_crd[C1_size] = (int32_t)j;
         C_vals[C1_size] = B_vals[pB1];
         C1_size = C1_size + 1;
-      }
-      if (match_A) {
-        pA1 = pA1 + 1;
-      }
-      if (match_B) {
         pB1 = pB1 + 1;
       }
     }
