@@ -16,8 +16,8 @@ The output side (dense stores, appends, workspaces) lives in ``assemble.py``.
 from __future__ import annotations
 
 import keyword
-from itertools import combinations
 from dataclasses import dataclass, field, replace
+from itertools import combinations
 from typing import Callable, Mapping
 
 import numpy as np
