@@ -186,3 +186,30 @@ def test_sparse_results_replay_in_the_family_of_the_inputs(monkeypatch, kind):
     empty = make((30, 40))
     np.testing.assert_array_equal(add(A=empty, B=empty).toarray(), np.zeros((30, 40)))
     np.testing.assert_array_equal(add(A=empty, B=empty).toarray(), np.zeros((30, 40)))
+
+
+@pytest.mark.parametrize("fmt, assigns_all", [("ds", True), ("ss", False)])
+def test_output_is_zeroed_only_when_the_kernel_skips_elements(fmt, assigns_all, monkeypatch):
+    """A kernel that assigns every output element (CSR SpMV: every row, empty ones too) writes
+    into an uninitialised buffer; one that visits only stored rows (DCSR) gets a zeroed one.
+    Buffers handed out here start full of NaN, so a skipped zeroing would show."""
+    A = sp.random_array((40, 30), density=0.1, format="csr", random_state=3)
+    A = sp.csr_array(A.toarray() * (np.arange(40) % 3 != 0)[:, None])   # empty rows
+    x = np.random.default_rng(2).standard_normal(30)
+    kernel = ta.compile("y(i) = A(i,j) * x(j)", formats={"A": fmt, "x": "d"})
+    assert kernel._default.overwrites == assigns_all
+    real_empty = np.empty
+
+    def poisoned(shape, dtype=float, **kwargs):
+        array = real_empty(shape, dtype, **kwargs)
+        if np.dtype(dtype).kind == "f":
+            array.fill(np.nan)
+        return array
+    monkeypatch.setattr(np, "empty", poisoned)
+    operand = A if fmt == "ds" else ta.Tensor.from_scipy(A).convert(fmt)
+    for _ in range(2):                          # the general path, then the replay
+        np.testing.assert_allclose(kernel(A=operand, x=x), A @ x)
+        np.testing.assert_allclose(ta.einsum("ij,j->i", A, x), A @ x)
+    out = np.full(40, np.nan)
+    ta.einsum("ij,j->i", operand, x, out=out)
+    np.testing.assert_allclose(out, A @ x)
