@@ -45,9 +45,29 @@ def test_tiling_fires_on_an_accumulation_under_a_reduction():
     before = product_nest()
     after = tile_accumulators(before)
     ir.verify(after, after="tile")
-    constant = [loop for loop in loops(after) if loop.stop == ir.const(64, I64)]
-    assert len(constant) == 1                      # the register tile: 64 f32 = 256 bytes
-    assert len(loops(after)) == 5                  # tiles, reduction, tile, rest reduction, rest
+    widths = [loop.stop.value for loop in loops(after) if isinstance(loop.stop, ir.Const)]
+    assert widths == [64, 32, 16]       # the register tile (64 f32 = 256 bytes), then one tile
+    #                                     each of half and a quarter of it for what is left
+    assert len(loops(after)) == 3 * 3 + 2          # (tiles, reduction, tile) x 3, rest, rest
+
+
+@pytest.mark.parametrize("n", [0, 1, 15, 16, 17, 31, 48, 63, 64, 65, 100, 128, 200])
+def test_narrower_tiles_cover_every_width_once(n):
+    """Full tiles, a half tile, a quarter tile and the rest together visit each of the ``n``
+    columns exactly once, in the order of the reduction (the result is the untiled one, bit for
+    bit)."""
+    from tensoralg.codegen import build
+
+    rng = np.random.default_rng(n)
+    k = 7
+    x = rng.standard_normal(k * max(n, 1)).astype(np.float32)
+    outs = []
+    for fn in (product_nest(), tile_accumulators(product_nest())):
+        out = np.zeros(max(n, 1), np.float32)
+        kernel = build(fn, "llvm")
+        assert kernel(n, k, x.ctypes.data, out.ctypes.data) == 0
+        outs.append(out)
+    np.testing.assert_array_equal(outs[0], outs[1])
 
 
 @pytest.mark.parametrize("case", [

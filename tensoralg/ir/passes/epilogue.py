@@ -33,7 +33,7 @@ When this is exact: every element of ``W`` gets the same operations in the same 
 then the terms of its tile or of the rest), and the epilogue reads ``W[e]`` only after all of
 them, so every output element is computed as before; only the order in which output elements
 are written changes. The pass fires only on that shape: a zeroing loop over ``[0, n)``, the
-tile pass's tiles and rest over the same ``n``, the tiles and the rest storing to ``W`` only,
+tile pass's tiles (and its narrower tiles, which stay with the rest) and rest over the same ``n``, the tiles and the rest storing to ``W`` only,
 declarations that read no ``W``, and an epilogue over ``[0, n)`` made of declarations and
 stores, reading ``W`` only at ``e`` and what it stores only where it stores it, storing at
 ``base + e`` with ``base`` free of ``e``, into arrays that the tiles, the rest and the zeroing
@@ -100,25 +100,38 @@ def _pattern(stmts: list[n.Stmt], at: int, work: n.Var, size: n.Expr,
     rest = rest[len(leading):]
     if len(rest) < 4:
         return None
-    (_, count), (_, tiled), (_, remainder) = rest[0], rest[1], rest[2]
+    (_, count), (_, tiled) = rest[0], rest[1]
+    # The tile pass may follow the full tiles with one narrower tile or two (a count and its
+    # loop each) before the plain rest: all of them only finish the row after the full tiles.
+    after = 2
+    narrower: list[n.Stmt] = []
+    while after + 1 < len(rest) and isinstance(rest[after][1], n.Declare) and \
+            isinstance(rest[after + 1][1], n.For) and \
+            rest[after + 1][1].stop == rest[after][1].var and \
+            not _reads(rest[after][1].init, {work.name}):
+        narrower += [rest[after][1], rest[after + 1][1]]
+        after += 2
+    if after >= len(rest):
+        return None
+    remainder = rest[after][1]
     width = _tile_width(count, size)
     if width is None or not isinstance(tiled, n.For) or tiled.stop != count.var or \
             not isinstance(remainder, n.For):
         return None
-    rest_start = _rest_start(remainder, size)
     lo = tiled.body.body[0] if tiled.body.body else None
-    if rest_start is None or not isinstance(lo, n.Declare) or \
+    if _rest_start(remainder, size) is None or not isinstance(lo, n.Declare) or \
             lo.init != n.Binary("*", tiled.var, n.Const(width, n.I64)):
         return None
-    written = {s.array.name for loop in (tiled, remainder) for s in walk(loop)
-               if isinstance(s, n.Store)}
+    rest_start = n.Binary("*", count.var, n.Const(width, n.I64))   # where the full tiles end
+    finishing = [tiled, *(s for s in narrower if isinstance(s, n.For)), remainder]
+    written = {s.array.name for loop in finishing for s in walk(loop) if isinstance(s, n.Store)}
     if written != {work.name}:
         return None
-    moved = _declarations(rest, 3, work)
-    if 3 + len(moved) == len(rest):
+    moved = _declarations(rest, after + 1, work)
+    if after + 1 + len(moved) == len(rest):
         return None
-    end, epilogue = rest[3 + len(moved)]
-    touched = {x.array.name for loop in (stmts[at], tiled, remainder) for x in walk(loop)
+    end, epilogue = rest[after + 1 + len(moved)]
+    touched = {x.array.name for loop in (stmts[at], *finishing) for x in walk(loop)
                if isinstance(x, (n.Load, n.Store))}
     if not _epilogue(epilogue, work, size, touched):
         return None
@@ -142,7 +155,7 @@ def _pattern(stmts: list[n.Stmt], at: int, work: n.Var, size: n.Expr,
                   n.Block((lo, zero_lanes, *tiled.body.body[1:], epilogue_lanes)))
     comments = [s for s in stmts[at + 1:end] if isinstance(s, n.Comment)]
     return end + 1, [*comments, *leading, *moved, count, tiles,
-                     n.For(zero.var, rest_start, zero.stop, zero.body), remainder,
+                     n.For(zero.var, rest_start, zero.stop, zero.body), *narrower, remainder,
                      n.For(epilogue.var, rest_start, epilogue.stop, epilogue.body)]
 
 
