@@ -17,6 +17,8 @@
   BLAS plus the epilogue kernel;
 - the cost of calling a prebound kernel from Python against calling the same kernels from a
   compiled call sequence (what level 3's static plans do);
+- an SpMM with 8, 16 and 24 f64 columns (narrower than one register tile) with the tile pass's
+  narrower tiles and without them (``ir/passes/tile.py``, ``NARROWER_TILES``), against scipy;
 - a 90%-pruned layer (CSR weight, activations features x batch) compiled for 512-bit vectors
   against LLVM's 256-bit default, on activations aligned to 64 bytes and 16 bytes past, and
   without the pass that applies its epilogue inside the register tiles;
@@ -147,6 +149,28 @@ def show_pruned_layers(rng: np.random.Generator) -> None:
     ta.set_num_threads(threads)
 
 
+def show_narrow_spmm(rng) -> None:
+    """SpMM rows narrower than one register tile, with and without the narrower tiles."""
+    from tensoralg.ir.passes import tile
+
+    threads = ta.get_num_threads()
+    ta.set_num_threads(1)
+    a = sp.random_array((4000, 4000), density=0.005, format="csr", random_state=1,
+                        dtype=np.float64)
+    for columns in (8, 16, 24):
+        x = rng.standard_normal((4000, columns))
+        calls = {}
+        for name, tiles in (("narrower tiles", tile.NARROWER_TILES), ("full tiles only", 0)):
+            with _fresh_kernels(tile, "NARROWER_TILES", tiles):
+                kernel = ta.compile("Y(i,k) = A(i,j) * X(j,k)", formats={"A": "csr"},
+                                    dtype="float64")
+                calls[name] = kernel.bind(A=a, X=x)
+        calls["scipy A @ X"] = lambda x=x: a @ x
+        show(f"SpMM 4000 x 4000 (80k stored) times {columns} f64 columns, one thread",
+             median_us(calls))
+    ta.set_num_threads(threads)
+
+
 def _without_step(step, make):
     """What ``make()`` builds with the IR pass ``step`` left out of the pipeline."""
     from tensoralg.ir.passes import pipeline
@@ -244,6 +268,7 @@ def main() -> None:
     for name, us in results.items():
         print(f"  {name:34s} {flops / us / 1e3:10.1f} GFMA/s")
 
+    show_narrow_spmm(rng)
     show_pruned_layers(rng)
     show_convolutions(rng)
 
