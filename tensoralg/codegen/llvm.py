@@ -302,13 +302,15 @@ class _FunctionLowering:
     def allocate(self, var: Var, count: Expr, zero: bool) -> None:
         assert isinstance(var.dtype, Ptr)
         size = ir.Constant(INT64, element_size(var.dtype.elem))
+        elements = self.value(count)
+        nbytes = self.builder.mul(elements, size)
         if zero:
             calloc = declare(self.module, "calloc", POINTER, (INT64, INT64))
-            pointer = self.builder.call(calloc, [self.value(count), size], name=var.name)
+            pointer = self.builder.call(calloc, [elements, size], name=var.name)
         else:
-            pointer = self.aligned_alloc(self.builder.mul(self.value(count), size), var.name)
+            pointer = self.aligned_alloc(nbytes, var.name)
         self.fail_if_null(pointer, f"alloc.{var.name}")
-        self.advise_huge_pages(pointer, self.builder.mul(self.value(count), size))
+        self.advise_huge_pages(pointer, nbytes)
         self.builder.store(pointer, self.slots[var.name])
 
     def aligned_alloc(self, needed: ir.Value, name: str) -> ir.Value:
