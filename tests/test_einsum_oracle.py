@@ -452,3 +452,40 @@ def test_spgemm_rows_come_out_sorted_across_bitmap_words(width, dtype, backend):
         row = got.indices[got.indptr[r]:got.indptr[r + 1]]
         assert np.all(np.diff(row) > 0), f"row {r} not sorted: {row}"
     np.testing.assert_array_equal(got.toarray(), a @ b)
+
+
+
+@pytest.mark.parametrize("backend", ["llvm", "c"])
+@pytest.mark.parametrize("shape", ["uniform", "denser later", "denser first", "one dense row"])
+def test_sparse_outputs_far_larger_than_their_first_capacity(shape, backend):
+    """A sparse output starts with room for its operands' nonzeros and, once half full after
+    some row, grows at once to the size the rows so far project (lower/assemble.py,
+    ``_reserve``). Projections that fall short (rows denser later), overshoot (denser first)
+    or are absurd (one dense row, then nothing) must all end with every entry in place:
+    the appends' own doubling finishes what a short projection leaves."""
+    rng = np.random.default_rng(7)
+    n, m, width = 2000, 20, 400
+    # Row i of the product is row picks[i] of b, and b's row k holds 20 (k + 1) entries.
+    b = sp.csr_array(rng.integers(1, 4, (m, width)).astype(np.float64) *
+                     (np.arange(width) < 20 * (np.arange(m)[:, None] + 1)))
+    if shape == "uniform":
+        picks = rng.integers(0, m, n)
+    elif shape == "denser later":
+        picks = np.arange(n) * m // n
+    elif shape == "denser first":
+        picks = (np.arange(n) * m // n)[::-1]
+    else:
+        picks = np.full(n, -1)
+        picks[0] = m - 1
+    rows = np.flatnonzero(picks >= 0)
+    a = sp.csr_array((np.ones(rows.size), (rows, picks[rows])), shape=(n, m))
+    want = a @ b
+    assert want.nnz > 50 * (a.nnz + b.nnz) or shape == "one dense row"
+    got = ta.einsum("ij,jk->ik", a, b, backend=backend)
+    np.testing.assert_array_equal(got.indptr, want.indptr)
+    np.testing.assert_array_equal(got.toarray(), want.toarray())
+    # Three levels (dense, compressed, compressed): the middle level's pos grows with its crd.
+    k = ta.compile("C(i,j,k) = A(i,j) * B(j,k)", formats={"A": "csr", "B": "csr", "C": "dss"},
+                   dtype="float64", backend=backend)
+    np.testing.assert_array_equal(k(A=a, B=b).to_numpy(),
+                                  np.einsum("ij,jk->ijk", a.toarray(), b.toarray()))

@@ -32,6 +32,7 @@ int32_t ta_KERNEL(
   double* C_vals = (double*)malloc(sizeof(double) * (size_t)C_vals_cap);
   if (C_vals == NULL) return 1;
   // C(i,j) += ... over i, j
+  double inv0 = (double)C_parents;
   for (int64_t i = 0; i < n_i; ++i) {
     int64_t pA1 = (int64_t)A1_pos[i];
     int64_t pA1_end = (int64_t)A1_pos[i + 1];
@@ -156,6 +157,27 @@ int32_t ta_KERNEL(
       pB1 = pB1 + 1;
     }
     C1_pos[i + 1] = (int32_t)C1_size;
+    if (C1_crd_cap < C1_size * 2) {
+      int64_t want1 = (int64_t)fmin((double)C1_size * inv0 / (double)(i + 1) * 1.125, (double)C1_crd_cap * 16.0);
+      if (C1_crd_cap * 2 < want1) {
+        if (want1 > C1_crd_cap) {
+          int64_t C1_crd_capacity_5 = 2 * C1_crd_cap;
+          if (C1_crd_capacity_5 < want1) C1_crd_capacity_5 = want1;
+          int32_t* C1_crd_grown_5 = (int32_t*)realloc(C1_crd, sizeof(int32_t) * (size_t)C1_crd_capacity_5);
+          if (C1_crd_grown_5 == NULL) return 1;
+          C1_crd = C1_crd_grown_5;
+          C1_crd_cap = C1_crd_capacity_5;
+        }
+        if (want1 > C_vals_cap) {
+          int64_t C_vals_capacity_5 = 2 * C_vals_cap;
+          if (C_vals_capacity_5 < want1) C_vals_capacity_5 = want1;
+          double* C_vals_grown_5 = (double*)realloc(C_vals, sizeof(double) * (size_t)C_vals_capacity_5);
+          if (C_vals_grown_5 == NULL) return 1;
+          C_vals = C_vals_grown_5;
+          C_vals_cap = C_vals_capacity_5;
+        }
+      }
+    }
   }
   // parents the loops never visited end where the previous parent ended
   for (int64_t q = 0; q < C_parents; ++q) {

@@ -42,6 +42,7 @@ int32_t ta_KERNEL(
   int64_t lowest = 0;
   int64_t highest = 0;
   // C(i,j) += ... over i, k, j
+  double inv0 = (double)C_parents;
   for (int64_t i = 0; i < n_i; ++i) {
     count = 0;
     lowest = n_j;
@@ -127,6 +128,27 @@ int32_t ta_KERNEL(
       }
     }
     C1_pos[i + 1] = (int32_t)C1_size;
+    if (C1_crd_cap < C1_size * 2) {
+      int64_t want1 = (int64_t)fmin((double)C1_size * inv0 / (double)(i + 1) * 1.125, (double)C1_crd_cap * 16.0);
+      if (C1_crd_cap * 2 < want1) {
+        if (want1 > C1_crd_cap) {
+          int64_t C1_crd_capacity_2 = 2 * C1_crd_cap;
+          if (C1_crd_capacity_2 < want1) C1_crd_capacity_2 = want1;
+          int32_t* C1_crd_grown_2 = (int32_t*)realloc(C1_crd, sizeof(int32_t) * (size_t)C1_crd_capacity_2);
+          if (C1_crd_grown_2 == NULL) return 1;
+          C1_crd = C1_crd_grown_2;
+          C1_crd_cap = C1_crd_capacity_2;
+        }
+        if (want1 > C_vals_cap) {
+          int64_t C_vals_capacity_2 = 2 * C_vals_cap;
+          if (C_vals_capacity_2 < want1) C_vals_capacity_2 = want1;
+          double* C_vals_grown_2 = (double*)realloc(C_vals, sizeof(double) * (size_t)C_vals_capacity_2);
+          if (C_vals_grown_2 == NULL) return 1;
+          C_vals = C_vals_grown_2;
+          C_vals_cap = C_vals_capacity_2;
+        }
+      }
+    }
   }
   free(workspace);
   free(bits);
