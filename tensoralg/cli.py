@@ -66,6 +66,19 @@ def parse_format_option(text: str) -> tuple[str, object]:
         raise argparse.ArgumentTypeError(f"{text!r}: {err}") from None
 
 
+def _count(least: int):
+    """An argparse type: an integer of at least ``least``, or a usage error saying so."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < least:
+            raise argparse.ArgumentTypeError(f"must be at least {least}, got {value}")
+        return value
+    return parse
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tensoralg",
@@ -114,9 +127,10 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument("--opt-level", type=int, default=3, choices=(0, 1, 2, 3),
                          help="graph passes (default 3)")
         sub.add_argument("--backend", choices=BACKEND_CHOICES, default="llvm")
-        sub.add_argument("--batch", type=int, default=1,
+        sub.add_argument("--batch", type=_count(0), default=1,
                          help="size of free dimensions of random inputs (default 1)")
-        sub.add_argument("--repeat", type=int, default=10, help="profile: runs to average")
+        sub.add_argument("--repeat", type=_count(1), default=10,
+                         help="profile: runs to average (default 10)")
         sub.add_argument("--print-ir", action="store_true",
                          help="also print the graph after each pass, the plan and the kernels")
     return parser

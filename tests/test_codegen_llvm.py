@@ -607,7 +607,7 @@ def test_llvm_source_is_optimised_ir_with_noalias_and_vectors():
 def test_llvm_math_uses_intrinsics_and_libm_tanh():
     fn, _ = float_ops(F32)
     text = emit_source(fn, "llvm")
-    for name in ("llvm.sqrt", "llvm.fabs", "llvm.minnum", "llvm.maxnum", "@tanhf"):
+    for name in ("llvm.sqrt", "llvm.fabs", "llvm.minimum", "llvm.maximum", "@tanhf"):
         assert name in text
 
 

@@ -118,3 +118,50 @@ def test_session_unknown_output_name():
     session = tonnx.InferenceSession(_relu_model().SerializeToString())
     with pytest.raises(tonnx.InputError, match="unknown output"):
         session.run(["nope"], {"x": np.ones((1, 3), np.float32)})
+
+
+def _overridable_model():
+    """y = x @ W, with the initializer W also listed as a graph input (older exporters did
+    this for every weight; ONNX lets a run feed W instead)."""
+    w = np.zeros((4, 5), np.float32)
+    w[1, 2] = 3.0                         # mostly zeros: level 3 compresses it
+    return _model([helper.make_node("MatMul", ["x", "W"], ["y"], name="mm")],
+                  [helper.make_tensor_value_info("x", F32, ["N", 4]),
+                   helper.make_tensor_value_info("W", F32, [4, 5])],
+                  [helper.make_tensor_value_info("y", F32, ["N", 5])],
+                  [numpy_helper.from_array(w, "W"),
+                   numpy_helper.from_array(np.ones(1, np.float32), "unused")])
+
+
+@pytest.mark.parametrize("level", [0, 1, 2, 3])
+def test_an_overridable_initializer_is_fed_at_level_0_and_refused_above(level):
+    """Level 0 runs the nodes as loaded and takes the fed W (checked against the
+    initializer's shape and dtype); higher levels compiled W in and refuse the feed rather
+    than ignore it (level 3 used to run with the compressed default, silently)."""
+    model = tonnx.load(_overridable_model(), opt_level=level)
+    x = np.ones((2, 4), np.float32)
+    w = np.arange(20, dtype=np.float32).reshape(4, 5)
+    np.testing.assert_array_equal(model.run({"x": x})["y"][0], [0, 0, 3, 0, 0])
+    if level == 0:
+        np.testing.assert_array_equal(model.run({"x": x, "W": w})["y"], x @ w)
+        with pytest.raises(tonnx.InputError, match="replaces an initializer of shape"):
+            model.run({"x": x, "W": np.ones((4, 6), np.float32)})
+        with pytest.raises(tonnx.InputError, match="replaces an initializer"):
+            model.run({"x": x, "W": w.astype(np.float64)})
+    else:
+        with pytest.raises(tonnx.InputError, match="opt_level=0 to feed 'W'"):
+            model.run({"x": x, "W": w})
+    # An initializer that is not an input is not a feed, at any level.
+    with pytest.raises(tonnx.InputError, match="unknown input.*'unused'"):
+        model.run({"x": x, "unused": np.ones(1, np.float32)})
+
+
+@pytest.mark.parametrize("argument", [["--batch", "-1"], ["--repeat", "0"], ["--batch", "two"]])
+def test_cli_refuses_bad_counts(tmp_path, argument, capsys):
+    from tensoralg.cli import main
+    path = tmp_path / "relu.onnx"
+    onnx.save(_relu_model(), path)
+    with pytest.raises(SystemExit) as exit_:
+        main(["onnx", "profile", str(path), *argument])
+    assert exit_.value.code == 2
+    assert argument[0] in capsys.readouterr().err

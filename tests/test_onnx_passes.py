@@ -283,3 +283,84 @@ def test_cli_onnx_run_and_profile(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "peak alive" in out and "== after sparse weights + fusion ==" in out
     assert main(["onnx", "run", str(tmp_path / "missing.onnx")]) == 2
+
+
+@pytest.mark.parametrize("activation", [
+    h.make_node("LeakyRelu", ["m"], ["y"], alpha=0.1), h.make_node("Erf", ["m"], ["y"]),
+    h.make_node("Gelu", ["m"], ["y"]), h.make_node("Gelu", ["m"], ["y"], approximate="tanh"),
+    h.make_node("Softplus", ["m"], ["y"])], ids=lambda n: f"{n.op_type}{n.attribute[:1]}")
+def test_epilogues_that_read_the_product_twice(activation):
+    """LeakyRelu, Erf and Gelu use their input more than once: fused after a MatMul, the
+    statement repeats the product's sum, which the core computes once (and used to fail on,
+    with a KeyError, at levels 2 and 3)."""
+    rng = np.random.default_rng(5)
+    nodes = [h.make_node("MatMul", ["x", "W"], ["m"]), activation]
+    model = _model(nodes, [h.make_tensor_value_info("x", F32, ["N", 6])],
+                   [h.make_tensor_value_info("y", F32, ["N", 5])],
+                   [_const("W", rng.standard_normal((6, 5)).astype(np.float32))], opset=20)
+    levels = check_all_levels(model, {"x": rng.standard_normal((7, 6)).astype(np.float32)})
+    assert _ops(levels[2]) == ["Fused"]
+
+
+@pytest.mark.parametrize("shape", [(2, 1, 5), (1, 3, 5), (2, 1, 1)])
+def test_an_epilogue_that_broadcasts_the_product_up_is_not_fused(shape):
+    """(3,4) @ (4,5) + b of rank 3: the product runs on its own, then the Add broadcasts."""
+    rng = np.random.default_rng(6)
+    nodes = [h.make_node("MatMul", ["x", "W"], ["m"]), h.make_node("Add", ["m", "b"], ["y"])]
+    model = _model(nodes, [h.make_tensor_value_info("x", F32, [3, 4])],
+                   [h.make_tensor_value_info("y", F32, [shape[0], 3, 5])],
+                   [_const("W", rng.standard_normal((4, 5)).astype(np.float32)),
+                    _const("b", rng.standard_normal(shape).astype(np.float32))])
+    check_all_levels(model, {"x": rng.standard_normal((3, 4)).astype(np.float32)})
+
+
+@pytest.mark.parametrize("op", ["Relu", "Clip", "ReduceMax", "ReduceMin", "Softplus", "Gemm"])
+def test_nan_reaches_the_output_as_onnxruntime_gives_it(op):
+    """NaN through max/min (Relu, Clip, reductions, a Gemm's fused Relu) stays NaN: the
+    core's float min/max propagate NaN (ir/nodes.py) where C's fmax dropped it."""
+    x = np.array([[np.nan, -1.0, 2.0, 0.5], [1.0, -3.0, np.inf, -np.inf]], np.float32)
+    info = [h.make_tensor_value_info("x", F32, [2, 4])]
+    inits = []
+    if op == "Clip":
+        nodes = [h.make_node("Clip", ["x", "lo", "hi"], ["y"])]
+        inits = [_const("lo", np.float32(-0.5)), _const("hi", np.float32(0.5))]
+        out = [2, 4]
+    elif op in ("ReduceMax", "ReduceMin"):
+        nodes = [h.make_node(op, ["x"], ["y"], axes=[1], keepdims=0)]
+        out = [2]
+    elif op == "Gemm":
+        nodes = [h.make_node("Gemm", ["x", "W"], ["g"]), h.make_node("Relu", ["g"], ["y"])]
+        inits = [_const("W", np.ones((4, 3), np.float32))]
+        x = np.nan_to_num(x, posinf=5, neginf=-5)
+        x[0, 0] = np.nan
+        out = [2, 3]
+    else:
+        nodes = [h.make_node(op, ["x"], ["y"])]
+        out = [2, 4]
+    model = _model(nodes, info, [h.make_tensor_value_info("y", F32, out)], inits)
+    for compiled in check_all_levels(model, {"x": x}).values():
+        assert np.isnan(compiled.run({"x": x})["y"]).any()
+
+
+def test_bag_mean_over_no_ids_agrees_across_levels():
+    """ReduceMean over an empty axis is NaN (ONNX leaves it undefined; NumPy's mean gives
+    NaN), fused into a bag at levels 2-3 too (it divided by zero there)."""
+    table = _const("E", np.ones((10, 4), np.float32))
+    nodes = [h.make_node("Gather", ["E", "i"], ["g"]),
+             h.make_node("ReduceMean", ["g"], ["y"], axes=[1], keepdims=0)]
+    model = _model(nodes, [h.make_tensor_value_info("i", I64, ["N", 0])],
+                   [h.make_tensor_value_info("y", F32, ["N", 4])], [table], opset=13)
+    feeds = {"i": np.zeros((2, 0), np.int64)}
+    for level in range(4):
+        got = tonnx.load(model, opt_level=level).run(feeds)["y"]
+        assert got.shape == (2, 4) and np.isnan(got).all(), level
+
+
+def test_softplus_loads_at_every_opset_and_does_not_overflow():
+    x = np.array([-100, -1, 0, 1, 100, 1000], np.float32)
+    for opset in (11, 17, 21):
+        model = _model([h.make_node("Softplus", ["x"], ["y"])],
+                       [h.make_tensor_value_info("x", F32, [6])],
+                       [h.make_tensor_value_info("y", F32, [6])], [], opset=opset)
+        got = tonnx.load(model, opt_level=0).run({"x": x})["y"]
+        np.testing.assert_allclose(got, np.logaddexp(0, x.astype(np.float64)), rtol=1e-6, atol=1e-30)

@@ -264,3 +264,26 @@ def test_compile_with_other_dtypes(dtype):
     got = k(A=ta.Tensor.from_numpy(A, format="ds"), x=x)
     assert got.dtype == np.dtype(dtype)
     np.testing.assert_allclose(got, A @ x + A.sum(axis=1), rtol=1e-5)
+
+
+@pytest.mark.parametrize("backend", ["llvm", "c"])
+@pytest.mark.parametrize("fa", ["dd", "ds"])
+def test_a_sum_used_several_times_is_computed_once_and_right(fa, backend):
+    """ONNX's LeakyRelu of a product repeats the product's sum. Equal sums (up to the name
+    of their index) become one temporary (concretize._Builder.temporary); different sums
+    over one index name are renamed apart (``k``, ``k1``) and each runs over the extent of
+    the modes it reads. Both used to fail with a KeyError on ``k1``."""
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((5, 6)) * (rng.random((5, 6)) < 0.6)
+    c = rng.standard_normal((5, 6))
+    w = rng.standard_normal((6, 7))
+    operand = sp.csr_array(a) if fa == "ds" else a
+    p = a @ w
+    leaky = ta.compile("Y(i,j) = where(gt(sum(k, A(i,k) * W(k,j)), 0), sum(k, A(i,k) * W(k,j)),"
+                       " 0.1 * sum(q, A(i,q) * W(q,j)))", formats={"A": fa}, dtype="float64",
+                       backend=backend)
+    np.testing.assert_allclose(leaky(A=operand, W=w), np.where(p > 0, p, 0.1 * p))
+    assert "_t0(" in leaky.source("ir") and "_t1" not in leaky.source("ir")   # one product
+    mixed = ta.compile("Y(i,j) = where(gt(sum(k, A(i,k) * W(k,j)), 0), sum(k, C(i,k) * W(k,j)), 0)",
+                       formats={"A": fa}, dtype="float64", backend=backend)
+    np.testing.assert_allclose(mixed(A=operand, C=c, W=w), np.where(p > 0, c @ w, 0))

@@ -45,6 +45,7 @@ from tensoralg.ir.nodes import (
     Var,
     While,
 )
+from tensoralg.ir.rewrite import walk
 
 SCALAR_TYPES = {
     Scalar.BOOL: "bool",
@@ -153,6 +154,7 @@ class CFamilyEmitter:
     kernel_qualifiers = ""
     indent = "  "
     includes: tuple[str, ...] = ("stdbool.h", "stdint.h", "stdlib.h", "math.h")
+    helper_qualifiers = "static inline"
     return_type = "int32_t"
     reserved: frozenset[str] = frozenset()  # names the dialect itself declares
 
@@ -170,6 +172,7 @@ class CFamilyEmitter:
         for header in self.includes:
             out.line(f"#include <{header}>")
         out.line()
+        self.float_helpers(fn, out)
         self.signature(fn, names, out)
         with out.indented():
             try:
@@ -179,6 +182,20 @@ class CFamilyEmitter:
             self.end_of_kernel(out)
         out.line("}")
         return out.text()
+
+    def float_helpers(self, fn: Function, out: Lines) -> None:
+        """``ta_max_f64`` and friends, for the kernels whose IR takes a float ``min``/``max``:
+        NaN in either operand gives NaN (ir/nodes.py), which C's ``fmin``/``fmax`` do not."""
+        used = sorted({(x.op, x.dtype) for x in walk(fn.body) if isinstance(x, Binary) and
+                       x.op in ("min", "max") and x.dtype in (Scalar.F32, Scalar.F64)},
+                      key=lambda pair: (pair[0], pair[1].value))
+        for op, dtype in used:
+            # Of two equal zeros, max takes +0 and min -0, as LLVM's maximum/minimum do.
+            t, compare, sign = SCALAR_TYPES[dtype], *((">", "!") if op == "max" else ("<", ""))
+            out.line(f"{self.helper_qualifiers} {t} {_float_helper(op, dtype)}({t} a, {t} b) "
+                     f"{{ return a != a || a {compare} b || (a == b && {sign}signbit(a)) ? a : b; }}")
+        if used:
+            out.line()
 
     def signature(self, fn: Function, names: _Names, out: Lines) -> None:
         """Print the kernel's head up to and including the opening brace."""
@@ -418,8 +435,10 @@ class CFamilyEmitter:
 
     def binary_call(self, op: str, lhs: Expr, rhs: Expr, names: _Names) -> str:
         dtype = lhs.dtype
+        if isinstance(dtype, Scalar) and dtype.is_float and op in ("min", "max"):
+            return f"{_float_helper(op, dtype)}({self.expr(lhs, names)}, {self.expr(rhs, names)})"
         if isinstance(dtype, Scalar) and dtype.is_float:
-            name = {"min": "fmin", "max": "fmax", "pow": "pow", "%": "fmod"}[op]
+            name = {"pow": "pow", "%": "fmod"}[op]
             return (
                 f"{self.math_name(name, dtype)}({self.expr(lhs, names)}, {self.expr(rhs, names)})"
             )
@@ -467,6 +486,10 @@ class CFamilyEmitter:
     def math_name(self, name: str, dtype: DType) -> str:
         """libm's name of ``name`` for ``dtype``: the f-suffixed function for f32."""
         return name + "f" if dtype == Scalar.F32 else name
+
+
+def _float_helper(op: str, dtype: Scalar) -> str:
+    return f"ta_{op}_{dtype.value}"
 
 
 def undeclared_message(fn: Function, error: KeyError) -> str:

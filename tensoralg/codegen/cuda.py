@@ -23,6 +23,7 @@ class CudaEmitter(CFamilyEmitter):
 
     restrict = "__restrict__"
     kernel_qualifiers = 'extern "C" __global__'
+    helper_qualifiers = "static __device__ __forceinline__"
     return_type = "void"
     reserved = frozenset({"status"})
 

@@ -75,8 +75,8 @@ INTRINSICS = {
     "cos": "llvm.cos",
     "abs": "llvm.fabs",
     "pow": "llvm.pow",
-    "min": "llvm.minnum",
-    "max": "llvm.maxnum",
+    "min": "llvm.minimum",       # NaN in either operand gives NaN (ir/nodes.py)
+    "max": "llvm.maximum",
 }
 INT_OPS = {"+": "add", "-": "sub", "*": "mul", "/": "sdiv", "%": "srem"}
 BIT_OPS = {"bitand": "and_", "bitor": "or_", "shl": "shl", "shr": "ashr"}

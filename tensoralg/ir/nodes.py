@@ -13,7 +13,8 @@ Semantics, which every pass and every backend may rely on:
 - Integer arithmetic is two's complement and never overflows on valid input: ``lower/`` computes
   every index in ``i64``. Integer ``/`` truncates toward zero and ``%`` takes the sign of the
   dividend (C semantics); ``lower/`` never divides by a zero index.
-- ``min``/``max`` on floats return the other operand when one is NaN (C ``fmin``/``fmax``).
+- ``min``/``max`` on floats give NaN when either operand is NaN, as NumPy's ``minimum`` and
+  ``maximum`` (and ONNX's Relu, Clip, ReduceMax) do; C's ``fmin``/``fmax`` would drop it.
   ``pow`` is the C ``pow``. Unary math (``sqrt exp log sin cos tanh abs``) follows C's libm.
 - Expressions have no side effects and may be evaluated in any order, any number of times.
   Only statements change state.

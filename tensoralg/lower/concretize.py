@@ -43,6 +43,7 @@ from tensoralg.notation.ast import (
     Sub,
     accesses,
 )
+from tensoralg.notation.canonical import canonical_text
 
 MAX_PERMUTED_INDICES = 8
 
@@ -61,12 +62,23 @@ class _Builder:
     # The statement's output indices: a temporary orders its modes like them, so that the loop
     # order that suits the output also walks the temporary in storage order.
     preferred: tuple[str, ...] = ()
+    computed: dict[str, str] = field(default_factory=dict)   # canonical text -> temporary
 
     def temporary(self, indices: tuple[str, ...], expr: Expr, reduced: tuple[str, ...]) -> Access:
+        """A dense temporary ``t(indices) = sum(reduced, expr)``, computed once: a statement
+        that repeats a sum (ONNX's LeakyRelu of a product, ``where(s > 0, s, 0.1 * s)``) gets
+        one temporary for every copy equal up to the names of its indices."""
+        total = expr
+        for index in reversed(reduced):
+            total = Reduce(index, total)
+        key = canonical_text(Assignment(Access("t", indices), total))
+        if key in self.computed:
+            return Access(self.computed[key], indices)
         name = f"_t{next(self.counter)}"
         access = Access(name, indices)
         self.temporaries.append((access, expr, reduced))
         self.formats[name] = dense(len(indices))
+        self.computed[key] = name
         return access
 
 

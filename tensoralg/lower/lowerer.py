@@ -155,6 +155,15 @@ class Lowerer:
         indices = sorted({i for t in self.program.tensors for i in t.dims})
         for index in indices:
             self.sizes[index] = self._param(f"n_{index}", I64, f"index.{index}")
+        # A sum renamed apart from another over the same index (concretize.rename_reductions:
+        # ``where(s > 0, s, 0.1 * s)`` with ``s = sum(k, ...)`` reads ``A(i,k)`` and
+        # ``A(i,k1)``) runs over the extent of the modes it reads.
+        infos = {info.name: info for info in self.program.tensors}
+        for nest in self.program.nests:
+            for access in (nest.output, *accesses(nest.expr)):
+                for mode, index in enumerate(access.indices):
+                    if index not in self.sizes:
+                        self.sizes[index] = self.sizes[infos[access.tensor].dims[mode]]
         for info in self.program.tensors:
             if info.role is TensorRole.INPUT:
                 self._declare_input(info)

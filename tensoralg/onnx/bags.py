@@ -72,6 +72,11 @@ def run_bag(context: NodeContext, table: np.ndarray, index: np.ndarray,
     if flat.size and (flat.min() < -n or flat.max() >= n):
         raise ta.ShapeError(f"{context}: an index of {names[1]} is outside [-{n}, {n})")
     flat = np.where(flat < 0, flat + n, flat)
+    if size == 0 and bag.mode == "mean":
+        # ONNX leaves the mean of nothing undefined; NaN, as the unfused ReduceMean gives.
+        shape = (rows, 1, table.shape[1]) if bag.keepdims else (rows, table.shape[1])
+        context.note("bags of no ids: their mean is NaN")
+        return np.full(shape, np.nan, table.dtype)
     if weights is None:
         data = np.full(flat.shape, 1.0 / size if bag.mode == "mean" else 1.0, table.dtype)
     else:

@@ -32,7 +32,7 @@ import tensoralg as ta
 from tensoralg.onnx.executor import call_node
 from tensoralg.onnx.graph import Graph, Node
 from tensoralg.onnx.kernels import INDICES, OPERANDS, NodeContext, access, literal
-from tensoralg.onnx.ops.elementwise import erf_template
+from tensoralg.onnx.ops.elementwise import SOFTPLUS, erf_template
 from tensoralg.onnx.ops.matmul import use_blas
 from tensoralg.onnx.ops.registry import OpImpl
 
@@ -88,7 +88,7 @@ TEMPLATES: dict[str, Callable[..., str]] = {
     "Sin": lambda _, a: f"sin({a})",
     "Cos": lambda _, a: f"cos({a})",
     "Reciprocal": lambda _, a: f"(1 / {a})",
-    "Softplus": lambda _, a: f"log(1 + exp({a}))",
+    "Softplus": lambda _, a: f"({SOFTPLUS.format(a)})",
     "Identity": lambda _, a: a,
     "Erf": lambda _, a: f"({erf_template(a)})",
     "Gelu": _gelu,
@@ -169,6 +169,14 @@ def inline_head(program: Program, head: Node, values: dict[str, np.ndarray],
     trans_b = head.op_type == "Gemm" and attrs.get("transB", 0)
     m, k = a.shape[::-1] if trans_a else a.shape
     n = b.shape[0] if trans_b else b.shape[1]
+    epilogue = [values[name].shape for node in program.nodes if node is not head
+                for name in node.inputs if name and name in values]
+    try:
+        widened = np.broadcast_shapes((m, n), *epilogue) != (m, n)
+    except ValueError:
+        widened = True      # the nodes, run one by one, say what does not broadcast
+    if widened:
+        return None         # an epilogue that broadcasts the product to more dimensions
     csr_a = program.multi_hot and program.sparse is None and not trans_a and \
         n >= MULTI_HOT_MIN_COLUMNS and np.count_nonzero(a) <= MULTI_HOT_MAX_DENSITY * a.size
     dense_weight_wins = program.sparse is not None and use_blas(dtype, m * k * n) and \
@@ -251,7 +259,7 @@ def build_statement(program: Program, values: dict[str, np.ndarray], inline: dic
         shapes.append(values[program.head.outputs[0]].shape)
     out_shape = tuple(np.broadcast_shapes(*shapes))
     if inline is not None and out_shape != (inline["m"], inline["n"]):
-        raise ta.ShapeError(f"fused {program}: the epilogue broadcasts the {inline['m']}x"
+        raise ta.ShapeError(f"{program}: the epilogue broadcasts the {inline['m']}x"
                             f"{inline['n']} product to {out_shape}")
     indices = INDICES[:len(out_shape)]
     operands: dict[str, tuple[str, tuple[int, ...], bool]] = {}

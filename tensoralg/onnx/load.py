@@ -138,6 +138,7 @@ def build_graph(model: onnx.ModelProto) -> Graph:
     for sparse in graph.sparse_initializer:  # dense here; level 3 compresses mostly-zero weights
         constants[sparse.values.name] = sparse_initializer(sparse)
     inputs = [value_info(v) for v in graph.input if v.name not in constants]
+    overridable = {v.name: value_info(v) for v in graph.input if v.name in constants}
     outputs = [value_info(v) for v in graph.output]
     names = []
     used: set[str] = set()
@@ -152,7 +153,7 @@ def build_graph(model: onnx.ModelProto) -> Graph:
             nodes.extend([bags[k]] if bags[k] is not None else [])
         else:
             nodes.append(resolve_node(proto, names[k], opset))
-    return Graph(nodes, inputs, outputs, constants, opset, notes=notes)
+    return Graph(nodes, inputs, outputs, constants, opset, notes=notes, overridable=overridable)
 
 
 def np_dtype_name(dtype: np.dtype | None) -> str:

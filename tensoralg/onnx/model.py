@@ -48,7 +48,7 @@ class CompiledModel:
         # kernels); lower levels run node by node, so what each level buys stays measurable.
         self.specialiser = Specialiser(executor) if opt_level >= 3 else None
         # Fixed once loaded; run() consults them on every call.
-        self._known = frozenset(v.name for v in graph.inputs) | frozenset(graph.constants)
+        self._known = frozenset(v.name for v in graph.inputs) | frozenset(graph.overridable)
         self._constant_memory = frozenset(
             id(a) for c in graph.constants.values() for a in (c, c.base) if a is not None)
         # feeds' (name, shape, dtype) in the caller's order -> (plan, its signature)
@@ -252,10 +252,29 @@ class CompiledModel:
                 raise InputError(f"missing input {info.name!r} ({info})")
             checked[info.name] = _check_feed(info, feeds[info.name])
         for name in feeds:
-            if name in self.graph.constants:  # an initializer that is also an input: override
-                value = feeds[name]
-                checked[name] = value.toarray() if is_sparse(value) else np.asarray(value)
+            if name in self.graph.overridable:
+                checked[name] = self._override(name, feeds[name])
         return checked
+
+    def _override(self, name: str, value: Any) -> np.ndarray:
+        """A feed for an initializer the model also lists as an input (ONNX lets a run
+        replace it). Level 0 runs the nodes as loaded and takes it; higher levels compiled the
+        initializer in (folded, fused, compressed), so they refuse it rather than ignore it."""
+        if self.opt_level > 0:
+            raise InputError(
+                f"input {name!r} is an initializer that the model also lists as an input, so "
+                f"ONNX lets a run replace it; at opt level {self.opt_level} tensoralg compiled "
+                f"its value in (constant folding, fusion, sparse weights), so a fed value would "
+                f"be ignored. Load the model with opt_level=0 to feed {name!r}, or leave it "
+                f"out of the feeds to use the model's value")
+        array = value.toarray() if is_sparse(value) else np.asarray(value)
+        default = self.graph.constants[name]
+        info = self.graph.overridable[name]
+        if array.dtype != default.dtype or array.shape != default.shape:
+            raise InputError(f"input {name!r} replaces an initializer of shape "
+                             f"{default.shape} and dtype {default.dtype} ({info}); got shape "
+                             f"{array.shape} and dtype {array.dtype}")
+        return array
 
 
 _CSR_TYPES = (sp.csr_array, sp.csr_matrix)

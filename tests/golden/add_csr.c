@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <math.h>
 
+static inline double ta_min_f64(double a, double b) { return a != a || a < b || (a == b && signbit(a)) ? a : b; }
+
 int32_t ta_KERNEL(
     int64_t n_i,                    // index.i
     int64_t n_j,                    // index.j
@@ -158,7 +160,7 @@ int32_t ta_KERNEL(
     }
     C1_pos[i + 1] = (int32_t)C1_size;
     if (C1_crd_cap < C1_size * 2) {
-      int64_t want1 = (int64_t)fmin((double)C1_size * inv0 / (double)(i + 1) * 1.125, (double)C1_crd_cap * 16.0);
+      int64_t want1 = (int64_t)ta_min_f64((double)C1_size * inv0 / (double)(i + 1) * 1.125, (double)C1_crd_cap * 16.0);
       if (C1_crd_cap * 2 < want1) {
         if (want1 > C1_crd_cap) {
           int64_t C1_crd_capacity_5 = 2 * C1_crd_cap;

@@ -1,9 +1,10 @@
 """Elementwise ONNX ops with NumPy broadcasting, each one tensoralg statement.
 
 Ops that the statement language has no function for are written with the functions it has:
-LeakyRelu and Clip and HardSigmoid with ``max``/``min``, Reciprocal as ``1 / x``, Softplus as
-``log(1 + exp(x))``, Where as the select ``where(c, a, b)``, and Erf with the rational
-approximation 7.1.26 of Abramowitz & Stegun (absolute error below 1.5e-7).
+LeakyRelu and Clip and HardSigmoid with ``max``/``min`` (which keep NaN, as onnxruntime does),
+Reciprocal as ``1 / x``, Softplus as ``max(x, 0) + log(1 + exp(-|x|))`` (never overflows),
+Where as the select ``where(c, a, b)``, and Erf with the rational approximation 7.1.26 of
+Abramowitz & Stegun (absolute error below 1.5e-7).
 """
 from __future__ import annotations
 
@@ -47,10 +48,12 @@ for _name, _template, _float in [
     ("Abs", "abs({0})", False), ("Neg", negate("{0}"), False), ("Relu", "max({0}, 0)", False),
     ("Sigmoid", "sigmoid({0})", True), ("Tanh", "tanh({0})", True), ("Exp", "exp({0})", True),
     ("Log", "log({0})", True), ("Sqrt", "sqrt({0})", True), ("Reciprocal", "1 / {0}", True),
-    ("Softplus", "log(1 + exp({0}))", True), ("Sin", "sin({0})", True),
-    ("Cos", "cos({0})", True),
+    ("Sin", "sin({0})", True), ("Cos", "cos({0})", True),
 ]:
     op(_name, since=6)(_unary(_template, _float))
+# log(1 + exp(x)) written so that exp never overflows: max(x, 0) + log(1 + exp(-|x|)).
+SOFTPLUS = "max({0}, 0) + log(1 + exp(-abs({0})))"
+op("Softplus", since=1)(_unary(SOFTPLUS, True))
 
 op("Add", since=7)(_binary("{0} + {1}"))
 op("Sub", since=7)(_binary(minus("{0}", "{1}")))
