@@ -165,3 +165,26 @@ def test_cli_refuses_bad_counts(tmp_path, argument, capsys):
         main(["onnx", "profile", str(path), *argument])
     assert exit_.value.code == 2
     assert argument[0] in capsys.readouterr().err
+
+
+def test_an_opset_newer_than_onnx_knows_is_refused():
+    model = _relu_model()
+    model.opset_import[0].version = 99
+    with pytest.raises(tonnx.ModelError, match="opset 99.*knows opsets up to"):
+        tonnx.load(model)
+
+
+@pytest.mark.parametrize("level", [0, 1, 3])
+def test_a_constant_too_large_to_make_loads_and_fails_clearly_at_run(level):
+    """Folding would have made a 400 TB constant at load (a raw MemoryError); it is left to
+    run time (passes.MAX_FOLDED_ELEMENTS), where running out of memory names the node. (More
+    than a 47-bit address space: no machine hands it out, whatever its overcommit policy.)"""
+    fill = numpy_helper.from_array(np.array([1.0], np.float32))
+    model = _model([helper.make_node("ConstantOfShape", ["s"], ["c"], name="big", value=fill),
+                    helper.make_node("Add", ["c", "x"], ["y"])],
+                   [helper.make_tensor_value_info("x", F32, [1])],
+                   [helper.make_tensor_value_info("y", F32, [10**7, 10**7])],
+                   [numpy_helper.from_array(np.array([10**7, 10**7], np.int64), "s")])
+    compiled = tonnx.load(model, opt_level=level)
+    with pytest.raises(ta.KernelRuntimeError, match="node big.*out of memory"):
+        compiled.run({"x": np.ones(1, np.float32)})

@@ -31,6 +31,10 @@ def call_node(node: Node, context: NodeContext, values: dict[str, np.ndarray]
         raise type(err)(message) from err
     except (ValueError, IndexError, TypeError, OverflowError) as err:
         raise ta.ShapeError(f"{context}: {type(err).__name__}: {err}") from err
+    except MemoryError as err:
+        raise ta.KernelRuntimeError(f"{context}: out of memory ({err or 'no detail'}); the "
+                                    f"values it makes do not fit in this machine's memory"
+                                    ) from err
     outputs = result if isinstance(result, tuple) else (result,)
     found = {}
     for name, value in zip(node.outputs, outputs):

@@ -67,6 +67,11 @@ def opset_of(model: onnx.ModelProto) -> int:
     if versions[0] < MIN_OPSET:
         raise ta.UnsupportedError(f"opset {versions[0]} is older than {MIN_OPSET}, the oldest "
                                   f"supported; convert it with onnx.version_converter")
+    newest = onnx.defs.onnx_opset_version()
+    if versions[0] > newest:
+        raise ModelError(f"the model imports opset {versions[0]} of the default ONNX domain; "
+                         f"the installed onnx {onnx.__version__} knows opsets up to {newest}, so "
+                         f"its ops cannot be resolved (a newer onnx package may know it)")
     return versions[0]
 
 

@@ -18,7 +18,7 @@ from tensoralg.onnx.bags import recognise_bags
 from tensoralg.onnx.executor import call_node
 from tensoralg.onnx.folding import fold_conv_batchnorm, fuse_conv_activations
 from tensoralg.onnx.fusion import fuse, reassociate_matmuls
-from tensoralg.onnx.graph import Graph
+from tensoralg.onnx.graph import Graph, Node
 from tensoralg.onnx.kernels import KernelSet, NodeContext
 from tensoralg.onnx.sparse_weights import find_sparse_weights
 
@@ -62,7 +62,8 @@ def fold_constants(graph: Graph, kernels: KernelSet) -> Graph:
             constants[node.outputs[0]] = np.array(static[start:end], dtype=np.int64)
             folded += 1
         elif node.op_type not in _NOT_FOLDED and \
-                all(not name or name in constants for name in node.inputs):
+                all(not name or name in constants for name in node.inputs) and \
+                _small_enough(node, constants):
             context = NodeContext(node.name, node.op_type, node.inputs, node.outputs,
                                   node.version, kernels)
             constants.update(call_node(node, context, constants))
@@ -73,6 +74,32 @@ def fold_constants(graph: Graph, kernels: KernelSet) -> Graph:
     graph.nodes = kept
     graph.constants = constants
     return graph
+
+
+# Constants made at load are held for the model's lifetime: a node whose output would be larger
+# (ConstantOfShape or Range of a huge size, Expand of a small constant) runs at every call
+# instead, where the memory it takes is freed after the run.
+MAX_FOLDED_ELEMENTS = 1 << 24
+
+
+def _small_enough(node: Node, constants: dict[str, np.ndarray]) -> bool:
+    """Whether folding ``node`` makes a constant of at most ``MAX_FOLDED_ELEMENTS``, judged
+    before running it where its output size is its input's values."""
+    values = [constants[name] for name in node.inputs if name]
+    if node.op_type == "ConstantOfShape" and values:
+        return int(np.prod(values[0], dtype=np.float64)) <= MAX_FOLDED_ELEMENTS
+    if node.op_type == "Range" and len(values) == 3:
+        start, limit, delta = (float(np.asarray(v).reshape(-1)[0]) for v in values)
+        return delta != 0 and max(0.0, np.ceil((limit - start) / delta)) <= MAX_FOLDED_ELEMENTS
+    if node.op_type == "Expand" and len(values) == 2:
+        try:
+            shape = np.broadcast_shapes(values[0].shape, tuple(int(d) for d in values[1]))
+        except ValueError:
+            return True         # folding raises the node's own error, at load
+        return np.prod(shape, dtype=np.float64) <= MAX_FOLDED_ELEMENTS
+    if node.op_type == "Tile" and len(values) == 2:
+        return values[0].size * np.prod(values[1], dtype=np.float64) <= MAX_FOLDED_ELEMENTS
+    return all(v.size <= MAX_FOLDED_ELEMENTS for v in values)
 
 
 def remove_dead_nodes(graph: Graph) -> Graph:
