@@ -38,6 +38,7 @@ from tensoralg.formats import (
     input_family,
     resolve_format,
 )
+from tensoralg.formats.pack import summed_duplicates
 from tensoralg.formats.tensor import VALUE_DTYPES
 from tensoralg.ir.nodes import Function
 from tensoralg.ir.passes.pipeline import IRLog, optimize
@@ -519,7 +520,7 @@ def _bind(operand: Any, fmt: Any, what: str) -> Tensor:
             tensor = Tensor.trusted(operand.shape, dense(operand.ndim), _DENSE_LEVELS[
                 :operand.ndim], operand.reshape(-1))   # zero-copy, nothing to validate
         else:
-            tensor = _bind_compressed_scipy(operand) or bind(operand)
+            tensor = summed_duplicates(_bind_compressed_scipy(operand) or bind(operand))
     except TensorAlgebraError as err:
         raise type(err)(f"{what}: {err}") from None
     if fmt is not None:

@@ -489,3 +489,26 @@ def test_sparse_outputs_far_larger_than_their_first_capacity(shape, backend):
                    dtype="float64", backend=backend)
     np.testing.assert_array_equal(k(A=a, B=b).to_numpy(),
                                   np.einsum("ij,jk->ijk", a.toarray(), b.toarray()))
+
+
+@pytest.mark.parametrize("backend", ["llvm", "c"])
+@pytest.mark.parametrize("subscripts, out_format", [
+    ("ij,ij->", None), ("ij->ji", None), ("ij->ij", "coo"), ("ij,ij->ij", "dense"),
+    ("ij,jk->ik", None), ("ij,ji->ij", "coo"), ("ij,j->i", None)])
+def test_coo_tensors_holding_repeated_coordinates(subscripts, out_format, backend):
+    """A 'u' level may hold one coordinate several times, meaning their sum (to_numpy adds
+    them). Copies, products and intersections took one of the entries, or paired them up,
+    until the runtime summed repeats before running a kernel (formats.summed_duplicates)."""
+    coords = np.array([[0, 1], [0, 1], [2, 2], [1, 0], [1, 0], [1, 0]])
+    t = ta.Tensor.from_coords(coords, np.array([1.0, 2.0, 3.0, 4.0, -1.0, 0.5]), (3, 3),
+                              format="coo", sum_duplicates=False)
+    assert t.nnz == 6
+    dense = t.to_numpy()
+    operands = [t] * (subscripts.count(",") + 1)
+    if subscripts == "ij,j->i":
+        operands = [t, np.arange(1.0, 4.0)]
+    got = ta.einsum(subscripts, *operands, out_format=out_format, backend=backend)
+    got = got.to_numpy() if isinstance(got, ta.Tensor) else np.asarray(got)
+    want = np.einsum(subscripts, *[dense if o is t else o for o in operands])
+    np.testing.assert_allclose(got, want)
+    assert t.nnz == 6                      # the caller's tensor is left as it was

@@ -287,3 +287,20 @@ def test_a_sum_used_several_times_is_computed_once_and_right(fa, backend):
     mixed = ta.compile("Y(i,j) = where(gt(sum(k, A(i,k) * W(k,j)), 0), sum(k, C(i,k) * W(k,j)), 0)",
                        formats={"A": fa}, dtype="float64", backend=backend)
     np.testing.assert_allclose(mixed(A=operand, C=c, W=w), np.where(p > 0, c @ w, 0))
+
+
+@pytest.mark.parametrize("backend", ["llvm", "c"])
+@pytest.mark.parametrize("statement", ["y(i) = sum(j, A(i,j)) / d(i)", "y(i) = A(i,j) / d(i)",
+                                       "y(i) = A(i,j) * x(j) / d(i)"])
+def test_a_sum_divided_by_a_tensor_is_summed_first(statement, backend):
+    """sum(j, A(i,j)) / d(i) used to become sum(j, A(i,j) / d(i)): NaN instead of -inf where
+    d is 0, and a loop over every column of a CSR operand (an unstored zero over d is no
+    zero). The sum is computed first, as written, over the stored entries only."""
+    a = sp.csr_array(np.array([[1.0, -3.0, 0.0], [2.0, 0.0, 0.0], [0.0, 0.0, 0.0]]))
+    d, x = np.array([0.0, 2.0, 0.0]), np.array([1.0, 1.0, 5.0])
+    k = ta.compile(statement, formats={"A": "csr"}, backend=backend)
+    operands = {"A": a, "d": d} | ({"x": x} if "x(j)" in statement else {})
+    with np.errstate(divide="ignore", invalid="ignore"):
+        want = (a @ x if "x(j)" in statement else a.sum(axis=1)) / d
+    np.testing.assert_array_equal(k(**operands), want)        # -inf, 1, nan
+    assert "j < n_j" not in k.source("ir")

@@ -155,6 +155,30 @@ def to_numpy(tensor: Tensor) -> np.ndarray:
     return out
 
 
+def summed_duplicates(tensor: Tensor) -> Tensor:
+    """``tensor`` with repeated coordinates under a non-unique (``u``) level summed into one
+    entry, in the same format and index dtype; ``tensor`` itself when none repeats.
+
+    Kernels take each stored entry as the value at its coordinates: copies, products and
+    intersections of a tensor holding two entries at one coordinate would keep one of them
+    or pair them up, so the runtime sums them first (as ``to_numpy`` does).
+
+    >>> t = from_coords([[0, 1], [0, 1]], [1.0, 2.0], (2, 2), "coo", sum_duplicates=False)
+    >>> (t.nnz, summed_duplicates(t).nnz, summed_duplicates(t).vals.tolist())
+    (2, 1, [3.0])
+    """
+    fmt = tensor.format
+    if LevelKind.COMPRESSED_NONUNIQUE not in fmt.levels or tensor.nnz < 2:
+        return tensor
+    coords, vals = to_coords(tensor)
+    storage = coords[:, list(fmt.order)]
+    # Valid storage keeps the coordinate tuples sorted (formats/validate.py): repeats are
+    # neighbours.
+    if np.all(np.any(storage[1:] != storage[:-1], axis=1)):
+        return tensor
+    return pack(coords, vals, tensor.shape, fmt, index_dtype=tensor.index_dtype)
+
+
 def convert(tensor: Tensor, format: Any, index_dtype: Any = None) -> Tensor:
     """``tensor`` stored in ``format``; the same object when format and index dtype match."""
     fmt = resolve_format(format, tensor.ndim, "convert")

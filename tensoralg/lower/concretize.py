@@ -9,9 +9,10 @@ Steps, each a small pure function:
    ever see accesses with distinct indices.
 3. ``split_terms``: for a dense output, ``b + c - d`` becomes three nests accumulating into the
    same output; for a sparse output the statement stays whole.
-4. ``hoist``: sums reachable from the top through products, negations and numerators are
-   hoisted into the loop nest (``alpha * sum(j, x)`` is ``sum(j, alpha * x)``); any other sum
-   (under ``+``, a function, a denominator) becomes a dense temporary computed first.
+4. ``hoist``: sums reachable from the top through products, negations and numerators over a
+   nonzero constant are hoisted into the loop nest (``alpha * sum(j, x)`` is
+   ``sum(j, alpha * x)``); any other sum (under ``+``, a function, a division by a tensor)
+   becomes a dense temporary computed first.
 5. ``choose_loop_order``: the best permutation of the nest's indices that iterates every sparse
    operand in its storage order and lets the output be written directly; when no permutation
    respects every operand, the fewest operands are converted to a matching mode order, and the
@@ -249,9 +250,15 @@ def hoist(expr: Expr, builder: _Builder) -> tuple[Expr, tuple[str, ...]]:
         case Neg(a):
             inner, reduced = hoist(a, builder)
             return Neg(inner), reduced
-        case Div(a, b):
+        case Div(a, Literal(value)) if value != 0:
             numerator, reduced = hoist(a, builder)
-            return Div(numerator, _materialize(b, builder)), reduced
+            return Div(numerator, Literal(value)), reduced
+        case Div():
+            # sum(j, A(i,j)) / d(i) is not sum(j, A(i,j) / d(i)): with d(i) = 0 the first is
+            # +-inf and the second NaN (0 / 0 for the zeros summed), and a sparse A would lose
+            # its sparsity, the quotient of an unstored zero being no zero. The numerator's
+            # sum is computed first, as written.
+            return _materialize(expr, builder), ()
         case _:
             return _materialize(expr, builder), ()
 
