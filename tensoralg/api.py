@@ -21,6 +21,8 @@ import numpy as np
 from tensoralg import _version
 from tensoralg.codegen import CompiledKernel, DiskCache, build, default_cache_dir, emit_source
 from tensoralg.errors import (
+    CompileError,
+    InputError,
     KernelRuntimeError,
     NotationError,
     ShapeError,
@@ -148,13 +150,25 @@ class CompiledProgram:
     overwrites: bool                          # every output element assigned: skip zeroing
 
 
+def _disk_cache(directory: Path | None) -> DiskCache | None:
+    """The on-disk kernel cache, or None (with a warning) when the directory is unusable:
+    kernels then compile in every new process, which is slower but right."""
+    if directory is None:
+        return None
+    try:
+        return DiskCache(directory)
+    except CompileError as err:
+        warnings.warn(f"{err}; running without the on-disk kernel cache", stacklevel=4)
+        return None
+
+
 class KernelCache:
     """The in-process cache of compiled kernels, backed by an on-disk cache."""
 
     def __init__(self, options: CompileOptions) -> None:
         self.options = options
         self.kernels: dict[KernelKey, CompiledProgram] = {}
-        self.disk = DiskCache(options.cache_dir) if options.cache_dir is not None else None
+        self.disk = _disk_cache(options.cache_dir)
         self.compiles = 0
         self.validator = StorageValidator(self.disk)
         self.threads = KernelThreads(options.threads)
@@ -169,7 +183,14 @@ class KernelCache:
         with self._lock:
             found = self.kernels.get(key)
             if found is None:
-                found = self._compile(key, stmt, formats, index_dtypes, out_format)
+                try:
+                    found = self._compile(key, stmt, formats, index_dtypes, out_format)
+                except RecursionError:
+                    text = str(stmt)
+                    raise NotationError(
+                        f"{text if len(text) < 120 else text[:117] + '...'} is nested too deeply for the compiler's passes (a long chain "
+                        f"of + or *, or of parentheses); split it into several statements "
+                        f"whose results the next one reads") from None
                 self.kernels[key] = found
         return found
 
@@ -389,7 +410,9 @@ def _sound_compressed(operand: Any, validator: StorageValidator) -> bool:
     the compiled validator (which remembers arrays it has passed while they live)."""
     indptr, indices, data = operand.indptr, operand.indices, operand.data
     major, minor = operand.shape if operand.format == "csr" else operand.shape[::-1]
-    return indptr.shape[0] == major + 1 and indices.shape[0] == data.shape[0] and \
+    # Arrays of other dtypes (floats written into indices) take formats.bind's checks.
+    return indptr.dtype in _INDEX_DTYPES and indices.dtype == indptr.dtype and \
+        indptr.shape[0] == major + 1 and indices.shape[0] == data.shape[0] and \
         data.flags.c_contiguous and operand.has_canonical_format and \
         validator.compressed(indptr, indices, minor, check_order=False) == VALID
 
@@ -498,6 +521,9 @@ def _format_overrides(formats: Any, count: int) -> dict[int, Any]:
     if formats is None:
         return {}
     if isinstance(formats, Mapping):
+        if not all(isinstance(k, (int, np.integer)) for k in formats):
+            raise InputError(f"einsum's formats are keyed by operand position (0, 1, ...): "
+                             f"{list(formats)!r} (ta.compile names its operands)")
         overrides = {int(k): v for k, v in formats.items()}
     elif isinstance(formats, (list, tuple)):
         if len(formats) != count:
@@ -573,9 +599,29 @@ def canonical_csr(matrix: Any) -> bool:
 # The shared path of einsum and compiled kernels
 
 
+def _dtype_argument(dtype: Any) -> np.dtype:
+    try:
+        return np.dtype(dtype)
+    except TypeError:
+        raise InputError(f"dtype={dtype!r} is not a dtype; use float32, float64, int32 or "
+                         f"int64") from None
+
+
+def _check_cast(dtype: np.dtype, value_dtype: np.dtype, what: str) -> None:
+    """Refuse computing ``what`` (of ``dtype``) in ``value_dtype`` where values would be lost
+    in kind (floats truncated to integers), as NumPy's ``same_kind`` rule does."""
+    if not np.can_cast(dtype, value_dtype, "same_kind"):
+        raise InputError(f"{what} holds {dtype} values, which the kernel would truncate to "
+                         f"{value_dtype}; cast it yourself (astype) if that is meant, or use a "
+                         f"{dtype.kind == 'f' and 'float' or 'wider'} dtype")
+
+
 def _value_dtype(stmt: Assignment, dtypes: Sequence[np.dtype], dtype: Any) -> np.dtype:
     if dtype is not None:
-        result = np.dtype(dtype)
+        result = _dtype_argument(dtype)
+        if result in VALUE_DTYPES:
+            for k, operand_dtype in enumerate(dtypes):
+                _check_cast(operand_dtype, result, f"operand {k}")
     else:
         result = np.result_type(*dtypes) if dtypes else np.dtype(np.float64)
         if result.kind in "iu" and _needs_float(stmt.rhs):
@@ -621,9 +667,30 @@ def _run(stmt: Assignment, canonical: str, bound: dict[str, Tensor], families: l
     dims = infer_dims(stmt, shapes)
     shape = output_shape(stmt, dims)
     requested = _out_request(out_format, len(shape))
+    if out is not None:
+        requested = _dense_into(out, requested, shape, value_dtype)
     compiled = _compiled(stmt, canonical, bound, value_dtype, requested, shape, backend)
     result = execute(compiled, bound, value_dtype, shape, out)
     return _wrap(result, requested, families, out), compiled
+
+
+def _dense_into(out: Any, requested: Format | None, shape: tuple[int, ...],
+                value_dtype: np.dtype) -> Format:
+    """The dense output format an ``out=`` array asks for, once ``out`` is checked: NumPy
+    writes every einsum result into ``out``, so a sparse one is computed densely."""
+    if not isinstance(out, np.ndarray):
+        raise InputError(f"out must be a NumPy array, not {type(out).__name__}")
+    if requested is not None and not requested.is_dense:
+        raise InputError(f"out= takes a dense result but out_format asks for {requested}; "
+                         f"pass one or the other")
+    if out.shape != shape:
+        raise ShapeError(f"out has shape {out.shape} but the result has shape {shape}")
+    if not out.flags.writeable:
+        raise InputError("out is read-only")
+    if not np.can_cast(value_dtype, out.dtype, "same_kind"):
+        raise InputError(f"out has dtype {out.dtype}, which cannot hold the {value_dtype} "
+                         f"result (NumPy's same_kind rule)")
+    return dense(len(shape))
 
 
 def _check_backend(backend: str | None) -> str:
@@ -637,6 +704,7 @@ def _check_backend(backend: str | None) -> str:
 
 
 _INT32, _INT64 = np.dtype(np.int32), np.dtype(np.int64)
+_INDEX_DTYPES = (_INT32, _INT64)
 
 
 def _out_index_dtype(shape: tuple[int, ...]) -> np.dtype:
@@ -852,6 +920,7 @@ class Kernel:
         bound: dict[str, Tensor] = {}
         for name, fmt in self.formats.items():
             tensor = _bind(operands[name], None, f"operand {name}")
+            _check_cast(tensor.dtype, self.dtype, f"operand {name}")
             if tensor.ndim != fmt.rank:
                 raise ShapeError(f"operand {name} has shape {tensor.shape} (rank {tensor.ndim}) "
                                  f"but {self.statement} uses it with {fmt.rank} indices")
@@ -999,6 +1068,12 @@ def compile(statement: str, formats: Mapping[str, Any] | None = None, dtype: Any
         raise UnsupportedError(f"unknown backend {backend!r}; use one of {', '.join(BACKENDS)}")
     if schedule is not None:
         raise UnsupportedError("scheduling commands are not implemented yet; pass schedule=None")
+    if not isinstance(statement, (str, Assignment)):
+        raise NotationError(f"the statement must be a string such as 'y(i) = A(i,j) * x(j)', "
+                            f"not {type(statement).__name__}")
+    if formats is not None and not isinstance(formats, Mapping):
+        raise InputError(f"formats must be a dict from tensor name to format, such as "
+                         f"{{'A': 'csr'}}, not {type(formats).__name__}")
     stmt = parse_statement(statement) if isinstance(statement, str) else statement
     ranks = tensor_ranks(stmt)
     given = dict(formats or {})
@@ -1012,7 +1087,7 @@ def compile(statement: str, formats: Mapping[str, Any] | None = None, dtype: Any
     out = resolve_format(out_format, len(stmt.lhs.indices), "output") if out_format else None
     if out is not None and out.is_dense:
         out = dense(out.rank)   # returned as a NumPy array in mode order
-    value_dtype = np.dtype(dtype)
+    value_dtype = _dtype_argument(dtype)
     if value_dtype not in VALUE_DTYPES:
         raise UnsupportedError(f"dtype {value_dtype} is not supported; use float32, float64, "
                                f"int32 or int64")

@@ -64,7 +64,8 @@ class ModelError(TensorAlgebraError, ValueError):
 
 
 class InputError(TensorAlgebraError, ValueError):
-    """A model's feed is missing, unknown, or has the wrong dtype or shape; the message names it."""
+    """An argument or a model's feed is missing, unknown, or of the wrong kind, dtype or
+    shape (a lossy ``dtype=``, an ``out=`` that cannot hold the result); the message names it."""
 
 
 __all__ = [

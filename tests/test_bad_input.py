@@ -361,3 +361,79 @@ def test_every_error_is_a_tensor_algebra_error():
     for cls in (ta.NotationError, ta.ShapeError, ta.FormatError, ta.CompileError,
                 ta.UnsupportedError, ta.KernelRuntimeError):
         assert issubclass(cls, ta.TensorAlgebraError)
+
+
+# ---------------------------------------------------------------------------------------------
+# arguments of einsum and compile (an adversarial pass found these raw or silent)
+
+
+def test_a_dtype_that_would_truncate_float_operands_is_refused():
+    a = np.array([[0.5, 1.7], [2.9, 0.0]])
+    with pytest.raises(ta.InputError, match="operand 0 holds float64 values.*truncate to int32"):
+        ta.einsum("ij,j->i", a, np.ones(2), dtype="int32")
+    k = ta.compile("y(i) = A(i,j) * x(j)", dtype="int64")
+    with pytest.raises(ta.InputError, match="operand A holds float64"):
+        k(A=a, x=np.ones(2, np.int64))
+    # Widening and same-kind narrowing stay allowed, as NumPy's same_kind rule has them.
+    assert ta.einsum("ij,j->i", a.astype(np.int64), np.ones(2, np.int64), dtype="float64").dtype \
+        == np.float64
+    assert ta.einsum("ij,j->i", a, np.ones(2), dtype="float32").dtype == np.float32
+
+
+@pytest.mark.parametrize("call, error, match", [
+    (lambda: ta.einsum("ij,j->i", A, x, dtype="floaty"), ta.InputError, "not a dtype"),
+    (lambda: ta.compile("y(i) = x(i)", dtype="floaty"), ta.InputError, "not a dtype"),
+    (lambda: ta.einsum("ij,j->i", A, x, formats={"A": "csr"}), ta.InputError,
+     "keyed by operand position"),
+    (lambda: ta.compile(5), ta.NotationError, "must be a string"),
+    (lambda: ta.compile(None), ta.NotationError, "must be a string"),
+    (lambda: ta.compile("y(i) = x(i)", formats=["csr"]), ta.InputError, "must be a dict"),
+    (lambda: ta.Format(5), ta.FormatError, "string of level codes"),
+    (lambda: ta.Format(None), ta.FormatError, "string of level codes"),
+    (lambda: ta.Format("ds", order=("a", 1)), ta.FormatError, "sequence of integers"),
+    (lambda: ta.dense(1.5), ta.FormatError, "integer of at least 0"),
+    (lambda: ta.dense(-1), ta.FormatError, "integer of at least 0"),
+], ids=["einsum-dtype", "compile-dtype", "einsum-formats-by-name", "compile-int",
+        "compile-none", "compile-formats-list", "format-int", "format-none", "format-order",
+        "dense-float", "dense-negative"])
+def test_bad_arguments_get_clear_errors(call, error, match):
+    with pytest.raises(error, match=match):
+        call()
+
+
+def test_out_receives_a_sparse_result_densely_or_is_refused_clearly():
+    a = sp.csr_array(np.diag([1.0, 2.0]))
+    out = np.full((2, 2), 7.0)
+    assert ta.einsum("ij,ij->ij", a, a, out=out) is out       # NumPy always fills out
+    np.testing.assert_array_equal(out, np.diag([1.0, 4.0]))
+    read_only = np.zeros((2, 2))
+    read_only.flags.writeable = False
+    for bad, match in [([1.0], "must be a NumPy array"), (np.zeros((2, 2), np.int64),
+                                                          "cannot hold the float64 result"),
+                       (read_only, "read-only"), (np.zeros(3), "shape")]:
+        with pytest.raises(ta.TensorAlgebraError, match=match):
+            ta.einsum("ij,ij->ij", a, a, out=bad)
+    with pytest.raises(ta.InputError, match="pass one or the other"):
+        ta.einsum("ij,ij->ij", a, a, out=np.zeros((2, 2)), out_format="csr")
+
+
+def test_a_very_long_sum_is_a_notation_error_not_a_recursion_error():
+    statement = "y(i) = " + " + ".join(["A(i,j)"] * 400)
+    try:
+        got = ta.compile(statement)(A=np.ones((3, 3)))
+    except ta.NotationError as err:
+        assert "nested too deeply" in str(err) and len(str(err)) < 400
+    else:
+        np.testing.assert_allclose(got, np.full(3, 1200.0))
+
+
+@pytest.mark.parametrize("field, value", [
+    ("indptr", np.array([1, 1, 2, 3], np.int32)), ("indptr", np.array([0, 1, 2, 5], np.int32)),
+    ("indptr", np.array([0, 1, 3], np.int32)), ("data", np.array([1.0, 1.0])),
+    ("indices", np.array([0.0, 1.0, 2.0]))],
+    ids=["indptr-start", "indptr-end", "indptr-short", "data-short", "float-indices"])
+def test_corrupt_scipy_arrays_handed_in_fresh_are_format_errors(field, value):
+    a = sp.csr_array(np.eye(3))
+    setattr(a, field, value)
+    with pytest.raises(ta.FormatError, match="scipy csr input|index arrays must hold integers"):
+        ta.einsum("ij,j->i", a, np.ones(3))

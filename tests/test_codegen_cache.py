@@ -14,6 +14,7 @@ import pytest
 
 from tensoralg.codegen import DiskCache, build, default_cache_dir
 from tensoralg.codegen.cache import HEADER
+from tensoralg.errors import CompileError
 from tensoralg.ir.nodes import (
     F64,
     I64,
@@ -69,8 +70,13 @@ def test_directory_is_private(tmp_path):
     loose = tmp_path / "loose"
     loose.mkdir(mode=0o755)
     loose.chmod(0o777)
-    DiskCache(loose)
-    assert stat.S_IMODE(loose.stat().st_mode) == 0o700
+    with pytest.raises(CompileError, match="writable by other users"):
+        DiskCache(loose)
+    assert stat.S_IMODE(loose.stat().st_mode) == 0o777
+    kept = tmp_path / "kept"
+    kept.mkdir(mode=0o755)
+    DiskCache(kept)
+    assert stat.S_IMODE(kept.stat().st_mode) == 0o755
 
 
 @pytest.mark.parametrize("damage", ["truncate", "flip", "empty", "header only", "moved"])

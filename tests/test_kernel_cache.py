@@ -92,12 +92,39 @@ def test_cache_dir_is_created_private(tmp_path):
     assert mode == 0o700, oct(mode)
 
 
-def test_loose_cache_dir_is_tightened(tmp_path):
+def test_a_cache_dir_others_can_write_is_not_used_and_left_alone(tmp_path):
+    """Kernels loaded from it could be anyone's code: the child warns, compiles without the
+    disk cache (still right), and neither writes there nor changes the directory's mode."""
     d = tmp_path / "loose"
-    d.mkdir(mode=0o755)
+    d.mkdir()
     d.chmod(0o777)
-    run_child(d)
-    assert stat.S_IMODE(d.stat().st_mode) == 0o700
+    first = run_child(d)
+    assert first["ok"] and first["compiles"] >= 3 and not any(first["from_cache"])
+    assert stat.S_IMODE(d.stat().st_mode) == 0o777 and list(d.iterdir()) == []
+
+
+def test_an_existing_private_enough_cache_dir_keeps_its_mode(tmp_path):
+    """TENSORALG_CACHE_DIR may name a folder of the user's (a project directory, 0755):
+    only one the cache creates is made owner-only."""
+    d = tmp_path / "project"
+    d.mkdir()
+    d.chmod(0o755)
+    assert run_child(d)["ok"]
+    assert stat.S_IMODE(d.stat().st_mode) == 0o755 and any(d.iterdir())
+
+
+def test_an_unusable_cache_dir_warns_and_runs_without_it(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    code = "import warnings; warnings.simplefilter('error', UserWarning)\n" + CHILD
+    env = dict(os.environ, TENSORALG_CACHE_DIR=str(blocker / "kernels"))
+    done = subprocess.run([sys.executable, "-c", CHILD], env=env, cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0 and json.loads(done.stdout.splitlines()[-1])["ok"]
+    assert "cannot be used" in done.stderr and "without the on-disk kernel cache" in done.stderr
+    strict = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT,
+                            capture_output=True, text=True, timeout=120)
+    assert strict.returncode != 0     # the warning is a real UserWarning, not a print
 
 
 def _damage(cache_dir, how):

@@ -63,15 +63,28 @@ class DiskCache:
 
     def __init__(self, directory: Path) -> None:
         self.directory = Path(directory)
-        self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        info = self.directory.stat()
+        try:
+            existed = self.directory.is_dir()
+            self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+            info = self.directory.stat()
+        except OSError as err:
+            raise CompileError(f"kernel cache directory {self.directory} cannot be used: "
+                               f"{err.strerror or err}; choose another one with "
+                               f"TENSORALG_CACHE_DIR") from None
         if info.st_uid != os.getuid():
             raise CompileError(
                 f"kernel cache directory {self.directory} belongs to another user; "
                 "choose another one with TENSORALG_CACHE_DIR"
             )
-        if stat.S_IMODE(info.st_mode) != 0o700:
-            # Kernels are code that will be run: nobody else may write (or read) them.
+        # Kernels are code that will be run: nobody else may write them. A directory made
+        # here is owner-only; one that existed keeps its mode (it may be the user's project
+        # folder) unless others can write to it, which rules it out.
+        if stat.S_IMODE(info.st_mode) & (stat.S_IWGRP | stat.S_IWOTH):
+            if existed:
+                raise CompileError(
+                    f"kernel cache directory {self.directory} is writable by other users, so "
+                    f"kernels loaded from it could be anyone's code; choose a directory only "
+                    f"you can write to with TENSORALG_CACHE_DIR")
             self.directory.chmod(0o700)
 
     def __repr__(self) -> str:

@@ -127,6 +127,9 @@ def from_scipy(m: Any, format: Any = None) -> Tensor:
 
 def _from_compressed(m: Any, fmt: Format) -> Tensor:
     indptr, indices, data = m.indptr, m.indices, m.data
+    if indptr.dtype.kind not in "iu" or indices.dtype.kind not in "iu":
+        raise FormatError(f"scipy {m.format} input has {indptr.dtype} indptr and "
+                          f"{indices.dtype} indices; index arrays must hold integers")
     if indptr.dtype != indices.dtype or indptr.dtype not in INDEX_DTYPES:
         common = np.promote_types(indptr.dtype, indices.dtype)
         common = common if common in INDEX_DTYPES else np.dtype(np.int64)
@@ -142,8 +145,8 @@ def _from_compressed(m: Any, fmt: Format) -> Tensor:
         return Tensor(shape, fmt, levels, arrays[2], check=False)
     except FormatError:
         pass
-    fixed = m.copy()                                 # canonicalize a copy, never the input
     try:
+        fixed = m.copy()                             # canonicalize a copy, never the input
         fixed.check_format(full_check=True)
     except ValueError as err:
         raise FormatError(f"scipy {m.format} input is malformed: {err}") from None

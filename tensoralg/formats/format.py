@@ -10,8 +10,11 @@ Format('ds', order=(1, 0))
 from __future__ import annotations
 
 import functools
+import operator
 from dataclasses import dataclass, field
 from typing import Any, Sequence
+
+import numpy as np
 
 from tensoralg.errors import FormatError
 from tensoralg.formats.level import LevelKind
@@ -33,8 +36,16 @@ class Format:
 
     def __init__(self, levels: str | Sequence[LevelKind | str], order: Sequence[int] | None = None,
                  name: str | None = None) -> None:
+        if not isinstance(levels, (str, Sequence)):
+            raise FormatError(f"a format is a string of level codes such as 'ds', or a list "
+                              f"of LevelKind, not {type(levels).__name__}")
         kinds = tuple(_parse_level(code, levels) for code in levels)
-        mode_order = tuple(range(len(kinds))) if order is None else tuple(int(m) for m in order)
+        try:
+            mode_order = tuple(range(len(kinds))) if order is None else \
+                tuple(operator.index(m) for m in order)
+        except TypeError:
+            raise FormatError(f"a format's mode order is a sequence of integers, not "
+                              f"{order!r}") from None
         object.__setattr__(self, "levels", kinds)
         object.__setattr__(self, "order", mode_order)
         object.__setattr__(self, "name", name)
@@ -118,6 +129,8 @@ def dense(rank: int) -> Format:
     >>> dense(2)
     Format('dd')
     """
+    if not isinstance(rank, (int, np.integer)) or isinstance(rank, bool) or rank < 0:
+        raise FormatError(f"dense() takes a rank, an integer of at least 0, not {rank!r}")
     return Format("d" * rank, name=f"dense({rank})" if rank else "dense(0)")
 
 

@@ -163,9 +163,10 @@ def summed_duplicates(tensor: Tensor) -> Tensor:
     intersections of a tensor holding two entries at one coordinate would keep one of them
     or pair them up, so the runtime sums them first (as ``to_numpy`` does).
 
-    >>> t = from_coords([[0, 1], [0, 1]], [1.0, 2.0], (2, 2), "coo", sum_duplicates=False)
+    >>> t = from_coords([[0, 1], [0, 1], [1, 0]], [1.0, 2.0, 4.0], (2, 2), "coo",
+    ...                 sum_duplicates=False)
     >>> (t.nnz, summed_duplicates(t).nnz, summed_duplicates(t).vals.tolist())
-    (2, 1, [3.0])
+    (3, 2, [3.0, 4.0])
     """
     fmt = tensor.format
     if LevelKind.COMPRESSED_NONUNIQUE not in fmt.levels or tensor.nnz < 2:
