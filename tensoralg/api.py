@@ -502,7 +502,7 @@ def _einsum_names(count: int) -> tuple[str, ...]:
 
 
 def _rank(operand: Any, k: int) -> int:
-    if isinstance(operand, (str, bytes)):
+    if operand is None or isinstance(operand, (str, bytes, dict)):
         raise UnsupportedError(f"operand {k}: a {type(operand).__name__} is not a tensor; pass "
                                f"a NumPy array, a scipy.sparse matrix or a ta.Tensor")
     shape = getattr(operand, "shape", None)

@@ -437,3 +437,15 @@ def test_corrupt_scipy_arrays_handed_in_fresh_are_format_errors(field, value):
     setattr(a, field, value)
     with pytest.raises(ta.FormatError, match="scipy csr input|index arrays must hold integers"):
         ta.einsum("ij,j->i", a, np.ones(3))
+
+
+@pytest.mark.parametrize("operand", [None, {}])
+def test_none_or_a_dict_is_not_a_tensor(operand):
+    with pytest.raises(ta.UnsupportedError, match="is not a tensor"):
+        ta.einsum("ij,j->i", A, operand)
+
+
+def test_big_endian_arrays_are_read_as_numpy_reads_them():
+    a = np.arange(12.0).reshape(3, 4)
+    np.testing.assert_array_equal(ta.einsum("ij,j->i", a.astype(">f8"), x.astype(">f8")), a @ x)
+    np.testing.assert_array_equal(ta.einsum("ij->i", a.astype(">i4")), a.sum(axis=1))

@@ -81,6 +81,8 @@ def from_numpy(a: Any, format: Any = None, index_dtype: Any = None) -> Tensor:
         array = np.asarray(a)
     except (OverflowError, ValueError) as err:
         raise UnsupportedError(f"cannot read {type(a).__name__} as an array: {err}") from None
+    if not array.dtype.isnative and array.dtype.newbyteorder("=") in VALUE_DTYPES:
+        array = array.astype(array.dtype.newbyteorder("="))   # big-endian data: a native copy
     check_value_dtype(array.dtype, "numpy array")
     fmt = resolve_format("dense" if format is None else format, array.ndim, "numpy array")
     return pack_dense(array, fmt, index_dtype)
