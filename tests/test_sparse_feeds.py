@@ -163,16 +163,25 @@ def test_bad_sparse_feeds_are_input_errors():
 
 
 def test_a_sparse_feed_overriding_an_initializer_is_densified():
+    """An initializer the model also lists as an input may be fed at level 0, sparse too
+    (densified); level 3 compiled it in and refuses the feed (test_onnx_errors.py)."""
+    from onnx import helper
     from test_onnx_models import MODELS
     model, feeds = MODELS["mlp"](np.random.default_rng(8))
-    compiled = tonnx.load(model, opt_level=3)
-    weight = numpy_helper.to_array(model.graph.initializer[0])
+    init = model.graph.initializer[0]
+    model.graph.input.append(helper.make_tensor_value_info(init.name, init.data_type,
+                                                           list(init.dims)))
+    weight = numpy_helper.to_array(init)
     pruned = np.where(np.abs(weight) > 0.5, weight, 0).astype(weight.dtype)
-    dense = dict(feeds, **{model.graph.initializer[0].name: pruned})
-    sparse = dict(feeds, **{model.graph.initializer[0].name: sp.csr_array(pruned)})
-    want = tonnx.load(model, opt_level=0).run(dense)["y"]
+    dense = dict(feeds, **{init.name: pruned})
+    sparse = dict(feeds, **{init.name: sp.csr_array(pruned)})
+    level0 = tonnx.load(model, opt_level=0)
+    want = level0.run(dense)["y"]
+    assert not np.allclose(want, level0.run(feeds)["y"])      # the feed is used
     for _ in range(3):
-        np.testing.assert_allclose(compiled.run(sparse)["y"], want, rtol=RTOL, atol=ATOL)
+        np.testing.assert_allclose(level0.run(sparse)["y"], want, rtol=RTOL, atol=ATOL)
+    with pytest.raises(tonnx.InputError, match="opt_level=0"):
+        tonnx.load(model, opt_level=3).run(sparse)
 
 
 def test_empty_batches_and_empty_rows_fed_sparse():
