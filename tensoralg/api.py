@@ -502,7 +502,8 @@ def _einsum_names(count: int) -> tuple[str, ...]:
 
 
 def _rank(operand: Any, k: int) -> int:
-    if operand is None or isinstance(operand, (str, bytes, dict)):
+    # (scipy's dok matrices are dicts too, and tensors)
+    if operand is None or isinstance(operand, (str, bytes)) or type(operand) is dict:
         raise UnsupportedError(f"operand {k}: a {type(operand).__name__} is not a tensor; pass "
                                f"a NumPy array, a scipy.sparse matrix or a ta.Tensor")
     shape = getattr(operand, "shape", None)
