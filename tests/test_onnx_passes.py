@@ -288,7 +288,9 @@ def test_cli_onnx_run_and_profile(tmp_path, capsys):
 @pytest.mark.parametrize("activation", [
     h.make_node("LeakyRelu", ["m"], ["y"], alpha=0.1), h.make_node("Erf", ["m"], ["y"]),
     h.make_node("Gelu", ["m"], ["y"]), h.make_node("Gelu", ["m"], ["y"], approximate="tanh"),
-    h.make_node("Softplus", ["m"], ["y"])], ids=lambda n: f"{n.op_type}{n.attribute[:1]}")
+    h.make_node("Softplus", ["m"], ["y"]), h.make_node("Elu", ["m"], ["y"], alpha=0.5),
+    h.make_node("Selu", ["m"], ["y"]), h.make_node("HardSwish", ["m"], ["y"])],
+    ids=lambda n: f"{n.op_type}{n.attribute[:1]}")
 def test_epilogues_that_read_the_product_twice(activation):
     """LeakyRelu, Erf and Gelu use their input more than once: fused after a MatMul, the
     statement repeats the product's sum, which the core computes once (and used to fail on,

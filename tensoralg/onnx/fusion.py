@@ -97,6 +97,13 @@ TEMPLATES: dict[str, Callable[..., str]] = {
                                 f"min({a}, 0))"),
     "HardSigmoid": lambda at, a: (f"max(0, min(1, {literal(at.get('alpha', 0.2))} * {a} + "
                                   f"{literal(at.get('beta', 0.5))}))"),
+    "HardSwish": lambda _, a: f"({a} * max(0, min(1, {a} / 6 + 0.5)))",
+    "Elu": lambda at, a: (f"where(gt({a}, 0), {a}, {literal(at.get('alpha', 1.0))} * "
+                          f"(exp({a}) - 1))"),
+    "Selu": lambda at, a: (f"({literal(at.get('gamma', 1.05070102214813232421875))} * "
+                           f"where(gt({a}, 0), {a}, "
+                           f"{literal(at.get('alpha', 1.67326319217681884765625))} * "
+                           f"(exp({a}) - 1)))"),
 }
 CONTRACTIONS = ("MatMul", "Gemm")
 

@@ -153,11 +153,20 @@ def build_graph(model: onnx.ModelProto) -> Graph:
     # Loops first: an unrecognised one is refused before the sequence ops around it are
     bags, notes = recognise_bag_loops(graph, names)
     nodes = []
+    refused: list[str] = []
     for k, proto in enumerate(graph.node):
         if k in bags:
             nodes.extend([bags[k]] if bags[k] is not None else [])
-        else:
+            continue
+        try:
             nodes.append(resolve_node(proto, names[k], opset))
+        except ta.UnsupportedError as err:
+            refused.append(str(err))
+    if refused:
+        # Every refusal at once: a model with three missing ops should not take three loads.
+        more = f"\n(and {len(refused) - 1} more node(s):\n  " + "\n  ".join(refused[1:]) + ")" \
+            if len(refused) > 1 else ""
+        raise ta.UnsupportedError(refused[0] + more)
     return Graph(nodes, inputs, outputs, constants, opset, notes=notes, overridable=overridable)
 
 
