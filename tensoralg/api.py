@@ -187,8 +187,9 @@ class KernelCache:
                     found = self._compile(key, stmt, formats, index_dtypes, out_format)
                 except RecursionError:
                     text = str(stmt)
+                    text = text if len(text) < 120 else text[:117] + "..."
                     raise NotationError(
-                        f"{text if len(text) < 120 else text[:117] + '...'} is nested too deeply for the compiler's passes (a long chain "
+                        f"{text} is nested too deeply for the compiler's passes (a long chain "
                         f"of + or *, or of parentheses); split it into several statements "
                         f"whose results the next one reads") from None
                 self.kernels[key] = found

@@ -192,8 +192,9 @@ class CFamilyEmitter:
         for op, dtype in used:
             # Of two equal zeros, max takes +0 and min -0, as LLVM's maximum/minimum do.
             t, compare, sign = SCALAR_TYPES[dtype], *((">", "!") if op == "max" else ("<", ""))
+            test = f"a != a || a {compare} b || (a == b && {sign}signbit(a))"
             out.line(f"{self.helper_qualifiers} {t} {_float_helper(op, dtype)}({t} a, {t} b) "
-                     f"{{ return a != a || a {compare} b || (a == b && {sign}signbit(a)) ? a : b; }}")
+                     f"{{ return {test} ? a : b; }}")
         if used:
             out.line()
 
