@@ -251,14 +251,12 @@ def hoist(expr: Expr, builder: _Builder) -> tuple[Expr, tuple[str, ...]]:
             inner, reduced = hoist(a, builder)
             return Neg(inner), reduced
         case Div(a, Literal(value)) if value != 0:
+            # Only over a nonzero constant: sum(j, A(i,j)) / d(i) is not sum(j, A(i,j) / d(i)),
+            # which gives NaN where d(i) = 0 (0 / 0 for the zeros summed) and makes a sparse A
+            # dense (the quotient of an unstored zero is no zero). Below, the numerator's sum
+            # becomes a temporary, computed first, as written.
             numerator, reduced = hoist(a, builder)
             return Div(numerator, Literal(value)), reduced
-        case Div():
-            # sum(j, A(i,j)) / d(i) is not sum(j, A(i,j) / d(i)): with d(i) = 0 the first is
-            # +-inf and the second NaN (0 / 0 for the zeros summed), and a sparse A would lose
-            # its sparsity, the quotient of an unstored zero being no zero. The numerator's
-            # sum is computed first, as written.
-            return _materialize(expr, builder), ()
         case _:
             return _materialize(expr, builder), ()
 
