@@ -10,6 +10,7 @@ ort = pytest.importorskip("onnxruntime")
 from onnx import TensorProto, numpy_helper  # noqa: E402
 from onnx import helper as h  # noqa: E402
 
+import tensoralg as ta  # noqa: E402
 import tensoralg.onnx as tonnx  # noqa: E402
 
 RTOL, ATOL = 1e-4, 1e-5
@@ -366,3 +367,24 @@ def test_softplus_loads_at_every_opset_and_does_not_overflow():
                        [h.make_tensor_value_info("y", F32, [6])], [], opset=opset)
         got = tonnx.load(model, opt_level=0).run({"x": x})["y"]
         np.testing.assert_allclose(got, np.logaddexp(0, x.astype(np.float64)), rtol=1e-6, atol=1e-30)
+
+
+def test_an_unsupported_op_on_constants_is_evaluated_at_load():
+    """A TorchScript export of nn.MultiheadAttention computes a Mod of two Constants; the
+    importer has no Mod, but a node whose inputs are all constants is run once at load by
+    onnx's reference implementation (and named in the plan), at every level. The same op on
+    a graph input is still refused, naming the node."""
+    nodes = [h.make_node("Constant", [], ["a"], value=_const("v", np.array([7, -7, 9]))),
+             h.make_node("Constant", [], ["b"], value_ints=[3, 3, -4]),
+             h.make_node("Mod", ["a", "b"], ["m"], name="mod"),
+             h.make_node("Cast", ["m"], ["mf"], to=F32),
+             h.make_node("Add", ["x", "mf"], ["y"])]
+    model = _model(nodes, [h.make_tensor_value_info("x", F32, [3])],
+                   [h.make_tensor_value_info("y", F32, [3])], [])
+    levels = check_all_levels(model, {"x": np.ones(3, np.float32)})
+    assert "node mod (Mod) evaluated at load by onnx's reference" in levels[0].ir()
+    on_input = _model([h.make_node("Mod", ["x", "x"], ["y"], name="mod")],
+                      [h.make_tensor_value_info("x", I64, [3])],
+                      [h.make_tensor_value_info("y", I64, [3])], [])
+    with pytest.raises(ta.UnsupportedError, match="node mod \\(Mod"):
+        tonnx.load(on_input)

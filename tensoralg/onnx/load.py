@@ -154,6 +154,7 @@ def build_graph(model: onnx.ModelProto) -> Graph:
     bags, notes = recognise_bag_loops(graph, names)
     nodes = []
     refused: list[str] = []
+    known = dict(constants)          # values fixed at load: initializers, Constant outputs
     for k, proto in enumerate(graph.node):
         if k in bags:
             nodes.extend([bags[k]] if bags[k] is not None else [])
@@ -161,13 +162,48 @@ def build_graph(model: onnx.ModelProto) -> Graph:
         try:
             nodes.append(resolve_node(proto, names[k], opset))
         except ta.UnsupportedError as err:
-            refused.append(str(err))
+            folded = reference_fold(proto, known, model.opset_import)
+            if folded is None:
+                refused.append(str(err))
+                continue
+            constants.update(folded)
+            known.update(folded)
+            notes.append(f"node {names[k]} ({proto.op_type}) evaluated at load by onnx's "
+                         f"reference implementation: tensoralg has no kernel for it, and all "
+                         f"its inputs are constants")
+            continue
+        if proto.op_type == "Constant":
+            known.update(reference_fold(proto, known, model.opset_import) or {})
     if refused:
         # Every refusal at once: a model with three missing ops should not take three loads.
         more = f"\n(and {len(refused) - 1} more node(s):\n  " + "\n  ".join(refused[1:]) + ")" \
             if len(refused) > 1 else ""
         raise ta.UnsupportedError(refused[0] + more)
     return Graph(nodes, inputs, outputs, constants, opset, notes=notes, overridable=overridable)
+
+
+def reference_fold(proto: onnx.NodeProto, known: dict[str, np.ndarray],
+                   opsets: Any) -> dict[str, np.ndarray] | None:
+    """The outputs of ``proto`` computed by ``onnx.reference`` when all its inputs are in
+    ``known`` (a TorchScript export of ``nn.MultiheadAttention`` computes a Mod of two
+    Constants); None when one is not, or when the reference cannot run it."""
+    if any(name and name not in known for name in proto.input) or \
+            proto.domain not in _DEFAULT_DOMAINS:
+        return None
+    try:
+        from onnx.reference import ReferenceEvaluator
+
+        inputs = [onnx.helper.make_tensor_value_info(name, onnx.TensorProto.UNDEFINED, None)
+                  for name in dict.fromkeys(n for n in proto.input if n)]
+        outputs = [onnx.helper.make_tensor_value_info(name, onnx.TensorProto.UNDEFINED, None)
+                   for name in proto.output if name]
+        graph = onnx.helper.make_graph([proto], "fold", inputs, outputs)
+        model = onnx.helper.make_model(graph, opset_imports=list(opsets))
+        feeds = {value.name: known[value.name] for value in inputs}
+        results = ReferenceEvaluator(model).run(None, feeds)
+    except Exception:  # noqa: BLE001 - whatever the reference refuses stays unsupported
+        return None
+    return {value.name: np.asarray(result) for value, result in zip(outputs, results)}
 
 
 def np_dtype_name(dtype: np.dtype | None) -> str:
