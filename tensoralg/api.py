@@ -61,6 +61,7 @@ from tensoralg.notation import (
 )
 from tensoralg.notation.ast import Expr, accesses
 from tensoralg.notation.ast import tensors as tensor_ranks
+from tensoralg.notation.reductions import children
 from tensoralg.runtime.args import (
     CAPACITY,
     CRD,
@@ -906,7 +907,7 @@ class Kernel:
             return self._default.kernel.source
         return emit_source(function, lang)
 
-    def _bound(self, operands: Mapping[str, Any]) -> dict[str, Tensor]:
+    def _bound(self, operands: Mapping[str, Any], warn: bool = True) -> dict[str, Tensor]:
         """The operands bound to tensors of the compiled formats (converted, with a warning,
         when stored otherwise)."""
         if self.backend == "cuda":
@@ -927,7 +928,7 @@ class Kernel:
                 raise ShapeError(f"operand {name} has shape {tensor.shape} (rank {tensor.ndim}) "
                                  f"but {self.statement} uses it with {fmt.rank} indices")
             if tensor.format != fmt:
-                if name not in self._warned:
+                if warn and name not in self._warned:
                     self._warned.add(name)
                     warnings.warn(f"operand {name} is stored as {tensor.format} but the kernel "
                                   f"was compiled for {fmt}; converting it on every call",
@@ -998,13 +999,25 @@ class Kernel:
             if fmt is not None and fmt.is_dense and (
                     type(operand) is not np.ndarray or operand.dtype != self.dtype or
                     not operand.flags.c_contiguous):
+                got = f"a {'C-contiguous' if operand.flags.c_contiguous else 'non-contiguous'}" \
+                    f" {operand.dtype} array" if isinstance(operand, np.ndarray) else \
+                    f"a {type(operand).__name__}"
                 raise ShapeError(f"{what}: dense operand {name} must be a C-contiguous "
-                                 f"{self.dtype} NumPy array (it is used in place); got "
-                                 f"{getattr(operand, 'dtype', type(operand).__name__)}")
-        bound = self._bound(operands)
+                                 f"{self.dtype} NumPy array (it is used in place); got {got}")
+        bound = self._bound(operands, warn=False)
         for name, tensor in bound.items():
             if tensor.dtype != self.dtype:
                 bound[name] = tensor.astype(self.dtype)
+            source = operands[name]
+            if not self.formats[name].is_dense and \
+                    not _shares_values(bound[name].vals, source):
+                given = f"{getattr(source, 'format', type(source).__name__)}, " \
+                    f"{getattr(source, 'dtype', '?')}"
+                warnings.warn(
+                    f"{what}: sparse operand {name} ({given}) was copied into "
+                    f"{self.formats[name]} of {self.dtype} with sorted indices when bound, so "
+                    f"the bound call will not see later changes to {name}'s values; bind it "
+                    f"stored that way to have it used in place", stacklevel=2)
         shape = self._output_shape(bound)
         compiled = self._program_for(bound, shape)
         tensors = dict(bound)
@@ -1053,6 +1066,13 @@ class Kernel:
         return f"Kernel({self.statement}; {formats}; {self.dtype}; {self.backend})"
 
 
+def _shares_values(vals: np.ndarray, source: Any) -> bool:
+    """Whether a bound tensor's values are ``source``'s own (a scipy matrix's ``data``, a
+    Tensor's ``vals``), not a copy."""
+    theirs = getattr(source, "data", None) if not isinstance(source, Tensor) else source.vals
+    return isinstance(theirs, np.ndarray) and np.shares_memory(vals, theirs)
+
+
 def compile(statement: str, formats: Mapping[str, Any] | None = None, dtype: Any = "float64",
             backend: str | None = None, schedule: Any = None) -> Kernel:
     """Compile a TACO-style statement for the given operand formats.
@@ -1095,7 +1115,20 @@ def compile(statement: str, formats: Mapping[str, Any] | None = None, dtype: Any
                                f"int32 or int64")
     if value_dtype.kind in "iu" and _needs_float(stmt.rhs):
         raise UnsupportedError(f"{statement} needs floating-point arithmetic; use a float dtype")
+    _check_literals(stmt.rhs, value_dtype, statement)
     return Kernel(stmt, resolved, value_dtype, backend, out)
+
+
+def _check_literals(expr: Expr, dtype: np.dtype, statement: Any) -> None:
+    """InputError for a literal the kernel's dtype cannot hold (3000000000 in int32)."""
+    if isinstance(expr, Literal) and math.isfinite(expr.value):   # inf is a float's own
+        info = np.iinfo(dtype) if dtype.kind in "iu" else np.finfo(dtype)
+        if not float(info.min) <= expr.value <= float(info.max) or \
+                (dtype.kind in "iu" and not info.min <= expr.value <= info.max):
+            raise InputError(f"the literal {expr.value} in {statement} does not fit in "
+                             f"{dtype} (whose values run from {info.min} to {info.max})")
+    for child in children(expr):
+        _check_literals(child, dtype, statement)
 
 
 def dense_layer(weight: np.ndarray, bias: np.ndarray | None = None, relu: bool = False

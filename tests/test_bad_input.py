@@ -449,3 +449,33 @@ def test_big_endian_arrays_are_read_as_numpy_reads_them():
     a = np.arange(12.0).reshape(3, 4)
     np.testing.assert_array_equal(ta.einsum("ij,j->i", a.astype(">f8"), x.astype(">f8")), a @ x)
     np.testing.assert_array_equal(ta.einsum("ij->i", a.astype(">i4")), a.sum(axis=1))
+
+
+@pytest.mark.parametrize("statement, dtype", [("y(i) = 3000000000 * x(i)", "int32"),
+                                              ("y(i) = 9223372036854775808 * x(i)", "int64"),
+                                              ("y(i) = 1e39 * x(i)", "float32")])
+def test_a_literal_the_dtype_cannot_hold_is_an_input_error(statement, dtype):
+    with pytest.raises(ta.InputError, match="does not fit in " + dtype):
+        ta.compile(statement, dtype=dtype)
+
+
+def test_an_infinite_literal_is_allowed():
+    k = ta.compile("y(i) = where(gt(x(i), 0), x(i), -1e400)", dtype="float32")
+    np.testing.assert_array_equal(k(x=np.array([1.0, -1.0], np.float32)), [1.0, -np.inf])
+
+
+def test_binding_a_sparse_operand_that_must_be_copied_warns():
+    """A bound call reads its operands' arrays in place; a sparse operand stored otherwise
+    than the kernel takes it (CSC, other values dtype, unsorted indices) is copied once, and
+    later changes to it would go unseen: say so. A canonical one binds silently."""
+    k = ta.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"})
+    a = sp.csr_array(np.array([[1.0, 0, 2], [0, 3, 0], [4, 0, 5]]))
+    x3 = np.ones(3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        call = k.bind(A=a, x=x3)
+    a.data *= 10
+    np.testing.assert_array_equal(call(), a @ x3)          # used in place
+    for other in (a.tocsc(), a.astype(np.float32)):
+        with pytest.warns(UserWarning, match="was copied into csr.*will not see later changes"):
+            k.bind(A=other, x=x3)

@@ -122,3 +122,42 @@ def test_zeroing_is_skipped_only_when_every_element_is_assigned():
     reduction = ta.compile("y(i) = A(i,j) * x(j)").bind(A=np.ones((2, 3)), x=np.ones(3))
     reduction()                    # whether it assigns or accumulates, a second call agrees
     np.testing.assert_array_equal(reduction(), [3.0, 3.0])
+
+
+def test_changing_the_thread_count_while_kernels_run():
+    """set_num_threads from one thread while another runs split kernels: calls already
+    running finish on the threads they started with (the pool was shut down under them:
+    RuntimeError 'cannot schedule new futures after shutdown')."""
+    import threading
+    import time
+
+    a = sp.random_array((2000, 2000), density=0.25, format="csr", random_state=0)
+    k = ta.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"})
+    x = np.ones(2000)
+    want = a @ x
+    call = k.bind(A=a, x=x)
+    errors, stop = [], threading.Event()
+
+    def work():
+        while not stop.is_set():
+            try:
+                np.testing.assert_allclose(call(), want)
+                np.testing.assert_allclose(k(A=a, x=x), want)
+            except Exception as err:  # noqa: BLE001 - collected and reported below
+                errors.append(repr(err))
+
+    before = ta.get_num_threads()
+    worker = threading.Thread(target=work)
+    worker.start()
+    try:
+        end = time.monotonic() + 1.5
+        while time.monotonic() < end:
+            ta.set_num_threads(2)          # the same count again, and then another
+            time.sleep(0.001)
+            ta.set_num_threads(3)
+            time.sleep(0.001)
+    finally:
+        stop.set()
+        worker.join()
+        ta.set_num_threads(before)
+    assert not errors, errors[:3]

@@ -9,6 +9,7 @@ indexed by the outer loop, and by rows otherwise.
 from __future__ import annotations
 
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Sequence
 
@@ -37,16 +38,24 @@ class KernelThreads:
         self._pool: ThreadPoolExecutor | None = None
         self._pid = os.getpid()      # the process whose threads the pool holds
         self._native: Any = None     # the NativePool of compiled sequences, once asked for
+        # Guards the pool between a resize and calls handing it ranges from other threads: a
+        # pool shut down between a caller's lookup and its submit raised RuntimeError there.
+        self._lock = threading.Lock()
 
     def resize(self, threads: int) -> None:
-        """Use ``threads`` threads for calls bound or split from now on."""
-        self.threads = max(1, int(threads))
-        if self._native is not None:
-            self._native.resize(self.threads - 1)
-        if self._pool is not None:
-            if self._pid == os.getpid():      # a forked child's copy has no threads to stop
-                self._pool.shutdown(wait=False)
-            self._pool = None
+        """Use ``threads`` threads for calls bound or split from now on; calls already
+        running finish on the threads they started with."""
+        threads = max(1, int(threads))
+        with self._lock:
+            if threads == self.threads:
+                return
+            self.threads = threads
+            if self._native is not None:
+                self._native.resize(self.threads - 1)
+            if self._pool is not None:
+                if self._pid == os.getpid():  # a forked child's copy has no threads to stop
+                    self._pool.shutdown(wait=False)   # ranges already handed over still run
+                self._pool = None
 
     def native_pool(self) -> Any:
         """The native fork-join pool (``runtime/pool.py``) that compiled sequences hand thread
@@ -88,12 +97,14 @@ class KernelThreads:
 
     def run_calls(self, call: Callable[[list], int], calls: Sequence[list]) -> list[int]:
         """Run ``call`` on each prepared argument list concurrently; returns each status."""
-        if self._pool is None or self._pid != os.getpid():
-            # A forked child inherits the pool object but not its threads: work handed to it
-            # would wait forever, so the child starts a pool of its own.
-            self._pool = ThreadPoolExecutor(self.threads - 1 or 1, thread_name_prefix="tensoralg")
-            self._pid = os.getpid()
-        futures = [self._pool.submit(call, part) for part in calls[1:]]
+        with self._lock:
+            if self._pool is None or self._pid != os.getpid():
+                # A forked child inherits the pool object but not its threads: work handed to
+                # it would wait forever, so the child starts a pool of its own.
+                self._pool = ThreadPoolExecutor(self.threads - 1 or 1,
+                                                thread_name_prefix="tensoralg")
+                self._pid = os.getpid()
+            futures = [self._pool.submit(call, part) for part in calls[1:]]
         return [call(calls[0]), *[future.result() for future in futures]]
 
 
