@@ -388,3 +388,31 @@ def test_an_unsupported_op_on_constants_is_evaluated_at_load():
                       [h.make_tensor_value_info("y", I64, [3])], [])
     with pytest.raises(ta.UnsupportedError, match="node mod \\(Mod"):
         tonnx.load(on_input)
+
+
+@pytest.mark.parametrize("opset", [11, 13, 18])
+def test_a_fused_projection_split_in_three(opset):
+    """What a PyTorch ``qkv.split(d, dim=-1)`` exports: one MatMul, then Split (sizes as an
+    attribute before opset 13, as an input from 13, or num_outputs from 18); and Not of a
+    comparison, as a padding mask is inverted."""
+    rng = np.random.default_rng(9)
+    w = _const("W", rng.standard_normal((4, 12)).astype(np.float32))
+    if opset < 13:
+        split = h.make_node("Split", ["qkv"], ["q", "k", "v"], axis=-1, split=[4, 4, 4])
+        inits = [w]
+    elif opset < 18:
+        split = h.make_node("Split", ["qkv", "sizes"], ["q", "k", "v"], axis=-1)
+        inits = [w, _const("sizes", np.array([4, 4, 4], np.int64))]
+    else:
+        split = h.make_node("Split", ["qkv"], ["q", "k", "v"], axis=-1, num_outputs=3)
+        inits = [w]
+    nodes = [h.make_node("MatMul", ["x", "W"], ["qkv"]), split,
+             h.make_node("Mul", ["q", "k"], ["qk"]), h.make_node("Add", ["qk", "v"], ["y"]),
+             h.make_node("Greater", ["y", "zero"], ["positive"]),
+             h.make_node("Not", ["positive"], ["mask"])]
+    inits.append(_const("zero", np.zeros(1, np.float32)))
+    model = _model(nodes, [h.make_tensor_value_info("x", F32, ["N", 4])],
+                   [h.make_tensor_value_info("y", F32, ["N", 4]),
+                    h.make_tensor_value_info("mask", TensorProto.BOOL, ["N", 4])],
+                   inits, opset=opset)
+    check_all_levels(model, {"x": rng.standard_normal((5, 4)).astype(np.float32)})

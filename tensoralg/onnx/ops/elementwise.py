@@ -133,6 +133,13 @@ def clip(node: NodeContext, x: np.ndarray, low: np.ndarray | None = None,
     return elementwise(node, template, *operands, dtype=compute_dtype(x.dtype))
 
 
+@op("Not", since=1)
+def not_(node: NodeContext, x: np.ndarray) -> np.ndarray:
+    """Logical not of a bool tensor, as the comparison ``eq(x, 0)`` (computed in int32)."""
+    return elementwise(node, "eq({0}, 0)", x.astype(np.int32), dtype=np.dtype(np.int32),
+                       out_dtype=np.bool_)
+
+
 @op("Where", since=9)
 def where(node: NodeContext, condition: np.ndarray, a: np.ndarray, b: np.ndarray
           ) -> np.ndarray:

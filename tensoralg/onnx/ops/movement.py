@@ -126,6 +126,47 @@ def slice_(node: NodeContext, x: np.ndarray, starts: np.ndarray, ends: np.ndarra
     return x[tuple(index)]
 
 
+def _split(node: NodeContext, x: np.ndarray, sizes: np.ndarray | Sequence[int] | None,
+           axis: int, parts: int | None = None) -> tuple[np.ndarray, ...]:
+    """``x`` cut along ``axis`` into pieces of ``sizes``, or into ``parts`` (by default one per
+    output) equal pieces, the last one smaller when they cannot be equal (opset 18's rule)."""
+    axis = _axis(node, int(axis), x.ndim)
+    length = x.shape[axis]
+    if sizes is not None and np.asarray(sizes).size:
+        pieces = [int(n) for n in np.asarray(sizes).reshape(-1)]
+        if any(n < 0 for n in pieces) or sum(pieces) != length:
+            raise ta.ShapeError(f"{node}: split sizes {pieces} do not add up to {length}, the "
+                                f"length of axis {axis}")
+    else:
+        count = int(parts) if parts is not None else len(node.outputs)
+        if count < 1:
+            raise ta.ShapeError(f"{node}: cannot split into {count} parts")
+        chunk = -(-length // count)
+        pieces = [min(chunk, max(0, length - k * chunk)) for k in range(count)]
+    if len(pieces) != len(node.outputs):
+        raise ta.ShapeError(f"{node}: {len(pieces)} pieces for {len(node.outputs)} outputs")
+    node.note("numpy split (views)")
+    return tuple(np.split(x, np.cumsum(pieces)[:-1], axis=axis))
+
+
+@op("Split", since=2)
+def split_v2(node: NodeContext, x: np.ndarray, *, axis: int = 0,
+             split: Sequence[int] | None = None) -> tuple[np.ndarray, ...]:
+    return _split(node, x, split, axis)
+
+
+@op("Split", since=13)
+def split_v13(node: NodeContext, x: np.ndarray, split: np.ndarray | None = None, *,
+              axis: int = 0) -> tuple[np.ndarray, ...]:
+    return _split(node, x, split, axis)
+
+
+@op("Split", since=18)
+def split_v18(node: NodeContext, x: np.ndarray, split: np.ndarray | None = None, *,
+              axis: int = 0, num_outputs: int | None = None) -> tuple[np.ndarray, ...]:
+    return _split(node, x, split, axis, num_outputs)
+
+
 @op("Concat", since=4)
 def concat(node: NodeContext, *inputs: np.ndarray, axis: int) -> np.ndarray:
     arrays = [a for a in inputs if a is not None]
