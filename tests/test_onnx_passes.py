@@ -416,3 +416,15 @@ def test_a_fused_projection_split_in_three(opset):
                     h.make_tensor_value_info("mask", TensorProto.BOOL, ["N", 4])],
                    inits, opset=opset)
     check_all_levels(model, {"x": rng.standard_normal((5, 4)).astype(np.float32)})
+
+
+@pytest.mark.parametrize("upper, k", [(1, 0), (0, 0), (1, 1), (0, -1)])
+def test_a_causal_mask_from_trilu(upper, k):
+    """torch.triu / tril on attention scores (batched: the last two axes), then Softmax."""
+    rng = np.random.default_rng(10)
+    nodes = [h.make_node("Trilu", ["x", "k"], ["t"], upper=upper),
+             h.make_node("Softmax", ["t"], ["y"], axis=-1)]
+    model = _model(nodes, [h.make_tensor_value_info("x", F32, ["N", 5, 5])],
+                   [h.make_tensor_value_info("y", F32, ["N", 5, 5])],
+                   [_const("k", np.array(k, np.int64))], opset=14)
+    check_all_levels(model, {"x": rng.standard_normal((3, 5, 5)).astype(np.float32)})

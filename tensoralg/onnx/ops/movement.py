@@ -167,6 +167,18 @@ def split_v18(node: NodeContext, x: np.ndarray, split: np.ndarray | None = None,
     return _split(node, x, split, axis, num_outputs)
 
 
+@op("Trilu", since=14)
+def trilu(node: NodeContext, x: np.ndarray, k: np.ndarray | None = None, *,
+          upper: int = 1) -> np.ndarray:
+    """The upper (or lower) triangle of the last two axes from diagonal ``k`` on, the rest
+    zero (a causal mask): NumPy's ``triu``/``tril``, a copy."""
+    if x.ndim < 2:
+        raise ta.ShapeError(f"{node}: Trilu takes a tensor of rank 2 or more, got rank {x.ndim}")
+    diagonal = int(np.asarray(k).reshape(-1)[0]) if k is not None else 0
+    node.note(f"numpy {'triu' if upper else 'tril'} (copy)")
+    return np.triu(x, diagonal) if upper else np.tril(x, diagonal)
+
+
 @op("Concat", since=4)
 def concat(node: NodeContext, *inputs: np.ndarray, axis: int) -> np.ndarray:
     arrays = [a for a in inputs if a is not None]
