@@ -32,7 +32,15 @@ import tensoralg as ta
 from tensoralg.onnx.executor import call_node
 from tensoralg.onnx.graph import Graph, Node
 from tensoralg.onnx.kernels import INDICES, OPERANDS, NodeContext, access, literal
-from tensoralg.onnx.ops.elementwise import SOFTPLUS, erf_template
+from tensoralg.onnx.ops.elementwise import (
+    HARD_SWISH,
+    SELU_ALPHA,
+    SELU_GAMMA,
+    SOFTPLUS,
+    elu_template,
+    erf_template,
+    selu_template,
+)
 from tensoralg.onnx.ops.matmul import use_blas
 from tensoralg.onnx.ops.registry import OpImpl
 
@@ -97,13 +105,10 @@ TEMPLATES: dict[str, Callable[..., str]] = {
                                 f"min({a}, 0))"),
     "HardSigmoid": lambda at, a: (f"max(0, min(1, {literal(at.get('alpha', 0.2))} * {a} + "
                                   f"{literal(at.get('beta', 0.5))}))"),
-    "HardSwish": lambda _, a: f"({a} * max(0, min(1, {a} / 6 + 0.5)))",
-    "Elu": lambda at, a: (f"where(gt({a}, 0), {a}, {literal(at.get('alpha', 1.0))} * "
-                          f"(exp({a}) - 1))"),
-    "Selu": lambda at, a: (f"({literal(at.get('gamma', 1.05070102214813232421875))} * "
-                           f"where(gt({a}, 0), {a}, "
-                           f"{literal(at.get('alpha', 1.67326319217681884765625))} * "
-                           f"(exp({a}) - 1)))"),
+    "HardSwish": lambda _, a: f"({HARD_SWISH.format(a)})",
+    "Elu": lambda at, a: f"({elu_template(at.get('alpha', 1.0)).format(a)})",
+    "Selu": lambda at, a: "(" + selu_template(at.get("alpha", SELU_ALPHA),
+                                              at.get("gamma", SELU_GAMMA)).format(a) + ")",
 }
 CONTRACTIONS = ("MatMul", "Gemm")
 

@@ -87,28 +87,36 @@ def leaky_relu(node: NodeContext, x: np.ndarray, *, alpha: float = 0.01) -> np.n
                        dtype=compute_dtype(x.dtype, True))
 
 
+SELU_ALPHA, SELU_GAMMA = 1.67326319217681884765625, 1.05070102214813232421875  # ONNX's float32
+HARD_SWISH = "{0} * max(0, min(1, {0} / 6 + 0.5))"
+
+
+def elu_template(alpha: float) -> str:
+    """Elu's statement text in ``{0}``: ``x`` above 0, ``alpha (exp(x) - 1)`` elsewhere (a
+    select: no overflow from the branch not taken)."""
+    return f"where(gt({{0}}, 0), {{0}}, {literal(alpha)} * (exp({{0}}) - 1))"
+
+
+def selu_template(alpha: float, gamma: float) -> str:
+    """Selu's statement text in ``{0}``: ``gamma`` times Elu with ``alpha``."""
+    return f"{literal(gamma)} * {elu_template(alpha)}"
+
+
 @op("Elu", since=6)
 def elu(node: NodeContext, x: np.ndarray, *, alpha: float = 1.0) -> np.ndarray:
-    """``x`` above 0, ``alpha (exp(x) - 1)`` elsewhere (a select: no overflow from the branch
-    not taken)."""
-    template = f"where(gt({{0}}, 0), {{0}}, {literal(alpha)} * (exp({{0}}) - 1))"
-    return elementwise(node, template, x, dtype=compute_dtype(x.dtype, True))
+    return elementwise(node, elu_template(alpha), x, dtype=compute_dtype(x.dtype, True))
 
 
 @op("Selu", since=6)
-def selu(node: NodeContext, x: np.ndarray, *, alpha: float = 1.67326319217681884765625,
-         gamma: float = 1.05070102214813232421875) -> np.ndarray:
-    """``gamma`` times Elu with ``alpha`` (ONNX's defaults are the float32 constants)."""
-    template = (f"{literal(gamma)} * where(gt({{0}}, 0), {{0}}, "
-                f"{literal(alpha)} * (exp({{0}}) - 1))")
-    return elementwise(node, template, x, dtype=compute_dtype(x.dtype, True))
+def selu(node: NodeContext, x: np.ndarray, *, alpha: float = SELU_ALPHA,
+         gamma: float = SELU_GAMMA) -> np.ndarray:
+    return elementwise(node, selu_template(alpha, gamma), x,
+                       dtype=compute_dtype(x.dtype, True))
 
 
 @op("HardSwish", since=14)
 def hard_swish(node: NodeContext, x: np.ndarray) -> np.ndarray:
-    """``x * max(0, min(1, x / 6 + 0.5))``."""
-    template = "{0} * max(0, min(1, {0} / 6 + 0.5))"
-    return elementwise(node, template, x, dtype=compute_dtype(x.dtype, True))
+    return elementwise(node, HARD_SWISH, x, dtype=compute_dtype(x.dtype, True))
 
 
 @op("HardSigmoid", since=6)
