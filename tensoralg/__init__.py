@@ -32,11 +32,12 @@ from tensoralg.formats import (
     read,
     write,
 )
+from tensoralg.schedule import Schedule
 
 __all__ = [
     "__version__", "einsum", "compile", "Kernel", "set_num_threads", "get_num_threads",
     "Tensor", "Format", "LevelKind", "CSR", "CSC",
     "DCSR", "DCSC", "COO", "CSF", "dense", "read", "write", "TensorAlgebraError",
     "NotationError", "ShapeError", "FormatError", "CompileError", "UnsupportedError",
-    "KernelRuntimeError", "ModelError", "InputError",
+    "KernelRuntimeError", "ModelError", "InputError", "Schedule",
 ]

@@ -42,12 +42,15 @@ from tensoralg.formats import (
 )
 from tensoralg.formats.pack import summed_duplicates
 from tensoralg.formats.tensor import VALUE_DTYPES
+from tensoralg.ir import nodes as ir_nodes
 from tensoralg.ir.nodes import Function
+from tensoralg.ir.rewrite import walk
 from tensoralg.ir.passes.pipeline import IRLog, optimize
 from tensoralg.ir.printer import format_function
 from tensoralg.lower.concretize import concretize
 from tensoralg.lower.lowerer import lower
 from tensoralg.lower.program import Program, TensorRole
+from tensoralg.lower.scheduling import LoopPlan, loop_plan, pass_options_of
 from tensoralg.notation import (
     Assignment,
     Call,
@@ -86,6 +89,8 @@ from tensoralg.runtime.sequence import CallSequence, NativeGroup, Slot
 from tensoralg.runtime.threads import MIN_ROWS_PER_THREAD, KernelThreads, split
 from tensoralg.runtime.validate import VALID, StorageValidator
 from tensoralg.runtime.wrap import release, sparse_result
+from tensoralg.schedule import Schedule, as_schedule
+from tensoralg.schedule import check as check_schedule
 
 BACKENDS = ("llvm", "c", "cuda")
 _FLOAT_FUNCTIONS = {"sqrt", "exp", "log", "sin", "cos", "tanh", "sigmoid", "pow"}
@@ -149,6 +154,8 @@ class CompiledProgram:
     sizes: tuple[tuple[str, int, str], ...]   # (input tensor, mode, index): where sizes come from
     balance_by: str | None                    # input whose pos balances a split outer loop
     overwrites: bool                          # every output element assigned: skip zeroing
+    plan: LoopPlan = LoopPlan()               # what the schedule asked of the loops
+    schedule: Schedule | None = None          # the schedule given (None: the compiler's own)
 
 
 def _disk_cache(directory: Path | None) -> DiskCache | None:
@@ -177,7 +184,8 @@ class KernelCache:
         self._lock = threading.Lock()
 
     def get(self, key: KernelKey, stmt: Assignment, formats: dict[str, Format],
-            index_dtypes: dict[str, np.dtype], out_format: Format | None) -> CompiledProgram:
+            index_dtypes: dict[str, np.dtype], out_format: Format | None,
+            schedule: Schedule | None = None) -> CompiledProgram:
         found = self.kernels.get(key)
         if found is not None:
             return found
@@ -185,7 +193,8 @@ class KernelCache:
             found = self.kernels.get(key)
             if found is None:
                 try:
-                    found = self._compile(key, stmt, formats, index_dtypes, out_format)
+                    found = self._compile(key, stmt, formats, index_dtypes, out_format,
+                                          schedule)
                 except RecursionError:
                     text = str(stmt)
                     text = text if len(text) < 120 else text[:117] + "..."
@@ -197,13 +206,15 @@ class KernelCache:
         return found
 
     def _compile(self, key: KernelKey, stmt: Assignment, formats: dict[str, Format],
-                 index_dtypes: dict[str, np.dtype], out_format: Format | None
-                 ) -> CompiledProgram:
+                 index_dtypes: dict[str, np.dtype], out_format: Format | None,
+                 schedule: Schedule | None = None) -> CompiledProgram:
+        plan = loop_plan(schedule, key.backend)
         program = concretize(stmt, formats, index_dtypes, key.value_dtype, out_format,
-                             key.out_index_dtype)
+                             key.out_index_dtype, plan.orders)
         log = IRLog(echo=self.options.debug)
-        lowered = lower(program, f"ta_{key.digest()[:16]}")
-        function = optimize(lowered, log, check=self.options.check_ir)
+        lowered = lower(program, f"ta_{key.digest()[:16]}", plan)
+        function = optimize(lowered, log, check=self.options.check_ir,
+                            options=pass_options_of(schedule))
         # Judged before the passes that tile loops: the tiled nests store the same elements
         # the same way, but through loops the analysis does not follow.
         overwrites = overwrites_output(lowered, program.output.dims)
@@ -216,7 +227,8 @@ class KernelCache:
                       if info.role is TensorRole.INPUT for mode, index in enumerate(info.dims))
         arguments = ArgumentPlan.from_params(function.params, program.output.name)
         return CompiledProgram(key, program, function, kernel, log, arguments, sizes,
-                               _balancing_operand(program, arguments.range_index), overwrites)
+                               _balancing_operand(program, arguments.range_index),
+                               overwrites and not plan.partials, plan, schedule)
 
 
 def _balancing_operand(program: Program, index: str | None) -> str | None:
@@ -427,7 +439,7 @@ def _remember(signature: tuple, compiled: CompiledProgram, stmt: Assignment,
     ``stmt``; each must have been bound in its own format (a dense array dense, a scipy CSR
     matrix as CSR), not converted. A sparse result is assembled from the kernel's buffers as
     the general path does, in the format ``requested`` (None: the one the kernel made)."""
-    if compiled.program.conversions or \
+    if compiled.program.conversions or compiled.plan.parallel is not None or \
             any(t.dtype != compiled.key.value_dtype for t in bound.values()):
         return
     kinds = tuple(_DENSE if type(op) is np.ndarray else _COMPRESSED for op in operands)
@@ -662,9 +674,9 @@ def _run(stmt: Assignment, canonical: str, bound: dict[str, Tensor], families: l
          out: np.ndarray | None) -> tuple[Any, CompiledProgram]:
     """The wrapped result and the compiled program that produced it."""
     backend = _check_backend(backend)
+    schedule = as_schedule(schedule)
     if schedule is not None:
-        raise UnsupportedError("scheduling commands are not implemented yet; pass schedule=None "
-                               "(the compiler chooses the loop order)")
+        check_schedule(schedule, stmt)
     value_dtype = _value_dtype(stmt, [t.dtype for t in bound.values()], dtype)
     shapes = {name: t.shape for name, t in bound.items()}
     dims = infer_dims(stmt, shapes)
@@ -672,7 +684,8 @@ def _run(stmt: Assignment, canonical: str, bound: dict[str, Tensor], families: l
     requested = _out_request(out_format, len(shape))
     if out is not None:
         requested = _dense_into(out, requested, shape, value_dtype)
-    compiled = _compiled(stmt, canonical, bound, value_dtype, requested, shape, backend)
+    compiled = _compiled(stmt, canonical, bound, value_dtype, requested, shape, backend,
+                         schedule)
     result = execute(compiled, bound, value_dtype, shape, out)
     return _wrap(result, requested, families, out), compiled
 
@@ -717,12 +730,13 @@ def _out_index_dtype(shape: tuple[int, ...]) -> np.dtype:
 
 def _compiled(stmt: Assignment, canonical: str, bound: Mapping[str, Tensor],
               value_dtype: np.dtype, requested: Format | None, shape: tuple[int, ...],
-              backend: str) -> CompiledProgram:
+              backend: str, schedule: Schedule | None = None) -> CompiledProgram:
     formats = {name: t.format for name, t in bound.items()}
     index_dtypes = {name: t.index_dtype for name, t in bound.items()}
     key = KernelKey(canonical, tuple(formats.items()), tuple(index_dtypes.values()),
-                    value_dtype, requested, _out_index_dtype(shape), None, backend)
-    return kernel_cache().get(key, stmt, formats, index_dtypes, requested)
+                    value_dtype, requested, _out_index_dtype(shape),
+                    str(schedule) if schedule else None, backend)
+    return kernel_cache().get(key, stmt, formats, index_dtypes, requested, schedule)
 
 
 def execute(compiled: CompiledProgram, bound: Mapping[str, Tensor], value_dtype: np.dtype,
@@ -760,15 +774,56 @@ def _launch(compiled: CompiledProgram, args: list, tensors: Mapping[str, Tensor]
     if plan.range_slots is None or plan.range_index is None:
         return compiled.kernel(*args)
     threads = kernel_cache().threads
-    work = estimated_work(tensors, shape if buffers.dense is not None else None)
-    parts = min(threads.parts(work), sizes[plan.range_index] // MIN_ROWS_PER_THREAD)
+    size = sizes[plan.range_index]
+    asked = compiled.plan.parallel
+    if asked is not None and asked.threads is not None:   # as many ranges as it says
+        parts = min(asked.threads, max(1, size))
+    else:
+        work = estimated_work(tensors, shape if buffers.dense is not None else None)
+        parts = min(threads.parts(work), size // MIN_ROWS_PER_THREAD)
     if parts <= 1:
         return compiled.kernel(*args)
     weights = (tensors[compiled.balance_by].levels[1].pos
                if compiled.balance_by is not None else None)
-    bounds = split(sizes[plan.range_index], parts, weights)
+    bounds = range_bounds(size, parts, weights, compiled.plan.range_step())
     function = compiled.kernel.function
-    return max(threads.run(lambda part: function(*part), args, plan.range_slots, bounds))
+    if not compiled.plan.partials:
+        return max(threads.run(lambda part: function(*part), args, plan.range_slots, bounds))
+    return _run_partials(function, args, plan, bounds, buffers, threads)
+
+
+def range_bounds(size: int, parts: int, weights: np.ndarray | None, step: int) -> np.ndarray:
+    """Thread range bounds over ``[0, size)``, each but the last a multiple of ``step`` (the
+    block size of a split loop, whose blocks must not be shared between ranges).
+
+    >>> range_bounds(10, 2, None, 4).tolist()
+    [0, 4, 10]
+    """
+    bounds = split(size, parts, weights)
+    if step > 1:
+        bounds = np.unique(np.append(np.minimum(bounds // step * step, size), size))
+    return bounds
+
+
+def _run_partials(function: Any, args: list, plan: ArgumentPlan, bounds: np.ndarray,
+                  buffers: OutputBuffers, threads: KernelThreads) -> int:
+    """Each range sums into its own zeroed copy of the dense output; the copies are added to
+    the first range's, which is the output itself (``reduction=partials``)."""
+    slot = next(k for k, step in enumerate(plan.steps) if step[0] == OUT_DENSE)
+    begin, end = plan.range_slots   # type: ignore[misc]
+    output = buffers.dense
+    assert output is not None
+    copies = [output] + [np.zeros_like(output) for _ in range(len(bounds) - 2)]
+    calls = []
+    for k, copy in enumerate(copies):
+        part = list(args)
+        part[begin], part[end], part[slot] = int(bounds[k]), int(bounds[k + 1]), \
+            copy.ctypes.data
+        calls.append(part)
+    statuses = threads.run_calls(lambda part: function(*part), calls)
+    for copy in copies[1:]:
+        output += copy
+    return max(statuses)
 
 
 def estimated_work(tensors: Mapping[str, Tensor], dense_shape: tuple[int, ...] | None) -> int:
@@ -870,6 +925,7 @@ class Kernel:
     dtype: np.dtype
     backend: str
     out_format: Format | None
+    schedule_given: Schedule | None = None
     _warned: set[str] = field(default_factory=set)
     _default: CompiledProgram | None = None
 
@@ -888,15 +944,27 @@ class Kernel:
         key = KernelKey(
             self._canonical, tuple(self.formats.items()),
             tuple(index_dtypes[name] for name in self.formats), self.dtype, self.out_format,
-            _INT32 if shape is None else _out_index_dtype(shape), None, self.backend)
+            _INT32 if shape is None else _out_index_dtype(shape),
+            str(self.schedule_given) if self.schedule_given else None, self.backend)
         return kernel_cache().get(key, self.statement, self.formats, index_dtypes,
-                                  self.out_format)
+                                  self.out_format, self.schedule_given)
 
     @property
     def program(self) -> Program:
         assert self._default is not None
         return self._default.program
 
+    @property
+    def schedule(self) -> Schedule:
+        """The schedule this kernel runs: the one given, completed with the compiler's own
+        choices (loop order, thread split, and which pattern passes changed the code).
+
+        >>> k = compile("y(i) = A(i,j) * x(j)", formats={"A": "ds"})
+        >>> print(k.schedule)
+        reorder(i, j); parallelize(i)
+        """
+        assert self._default is not None
+        return applied_schedule(self._default)
     def source(self, lang: str = "ir") -> str:
         """The kernel as ``"ir"`` (with the compiler's notes), ``"c"``, ``"llvm"`` or ``"cuda"``."""
         assert self._default is not None
@@ -1033,7 +1101,10 @@ class Kernel:
         plan = compiled.arguments
         bounds = None
         threads = kernel_cache().threads
-        if plan.range_slots is not None and plan.range_index is not None:
+        # Bound calls split and refine ranges freely, which a split loop's blocks and a
+        # partial-output reduction do not allow: those run on one thread when bound.
+        if plan.range_slots is not None and plan.range_index is not None and \
+                not compiled.plan.partials and compiled.plan.range_step() == 1:
             work = estimated_work(tensors, shape)
             parts = min(threads.parts(work), sizes[plan.range_index] // MIN_ROWS_PER_THREAD)
             if parts > 1:
@@ -1066,6 +1137,44 @@ class Kernel:
         return f"Kernel({self.statement}; {formats}; {self.dtype}; {self.backend})"
 
 
+def applied_schedule(compiled: CompiledProgram) -> Schedule:
+    """The schedule ``compiled`` runs, as commands a user could pass to get the same kernel:
+    the loop order of its main nest, how its outer loop runs (threads or not), splits and
+    hints the schedule gave, and the pattern passes' settings."""
+    from tensoralg.lower.scheduling import pass_options_of
+    from tensoralg.schedule import Jam, Parallelize, Serial, Tile, TransposeTiles, Workspaces
+
+    given = compiled.schedule or Schedule()
+    plan = compiled.plan
+    # A hint survives only on loops no pattern pass rebuilt (a register tile makes new loops).
+    hinted = any(isinstance(s, ir_nodes.For) and (s.unroll or s.vectorize)
+                 for s in walk(compiled.function.body))
+    kept = ("Split", "Unroll", "Vectorize") if hinted else ("Split",)
+    commands: list = [c for c in given if type(c).__name__ in kept]
+    schedule = Schedule().reorder(*compiled.program.nests[-1].loop_order) \
+        if compiled.program.nests[-1].loop_order else Schedule()
+    for command in commands:
+        schedule = schedule.then(command)
+    index = compiled.arguments.range_index
+    if plan.parallel is not None:
+        schedule = schedule.then(plan.parallel)
+    elif index is not None:
+        schedule = schedule.then(Parallelize(index))
+    elif plan.serial:
+        schedule = schedule.then(Serial())
+    options = pass_options_of(given)
+    changed = {name for name, _, text in (compiled.log.entries if compiled.log else ())
+               if text is not None}
+    passes = ((Workspaces(options.workspaces), "fuse temporaries into row workspaces"),
+              (Tile(options.tile_bytes), "tile accumulators into registers"),
+              (TransposeTiles(options.line_bytes), "tile transposed accesses by cache line"),
+              (Jam(options.jam_rows), "jam rows of a reduction"))
+    for command, step in passes:
+        if step in changed or given.find(type(command)):
+            schedule = schedule.then(command)
+    return schedule
+
+
 def _shares_values(vals: np.ndarray, source: Any) -> bool:
     """Whether a bound tensor's values are ``source``'s own (a scipy matrix's ``data``, a
     Tensor's ``vals``), not a copy."""
@@ -1088,8 +1197,6 @@ def compile(statement: str, formats: Mapping[str, Any] | None = None, dtype: Any
     backend = backend or "llvm"
     if backend not in BACKENDS:
         raise UnsupportedError(f"unknown backend {backend!r}; use one of {', '.join(BACKENDS)}")
-    if schedule is not None:
-        raise UnsupportedError("scheduling commands are not implemented yet; pass schedule=None")
     if not isinstance(statement, (str, Assignment)):
         raise NotationError(f"the statement must be a string such as 'y(i) = A(i,j) * x(j)', "
                             f"not {type(statement).__name__}")
@@ -1116,7 +1223,10 @@ def compile(statement: str, formats: Mapping[str, Any] | None = None, dtype: Any
     if value_dtype.kind in "iu" and _needs_float(stmt.rhs):
         raise UnsupportedError(f"{statement} needs floating-point arithmetic; use a float dtype")
     _check_literals(stmt.rhs, value_dtype, statement)
-    return Kernel(stmt, resolved, value_dtype, backend, out)
+    scheduled = as_schedule(schedule)
+    if scheduled is not None:
+        check_schedule(scheduled, stmt)
+    return Kernel(stmt, resolved, value_dtype, backend, out, scheduled)
 
 
 def _check_literals(expr: Expr, dtype: np.dtype, statement: Any) -> None:

@@ -270,11 +270,13 @@ def test_unknown_backend_in_compile():
         ta.compile("y(i) = A(i,j) * x(j)", backend="tpu")
 
 
-def test_schedule_is_not_supported_yet():
-    with pytest.raises(ta.UnsupportedError, match=r"schedule"):
-        ta.einsum("ij,j->i", A, x, schedule=["reorder(j, i)"])
-    with pytest.raises(ta.UnsupportedError, match=r"schedule"):
+def test_malformed_schedules_are_notation_errors():
+    with pytest.raises(ta.NotationError, match=r"expected '\('"):
         ta.compile("y(i) = A(i,j) * x(j)", schedule="reorder")
+    with pytest.raises(ta.NotationError, match=r"must be scheduling commands"):
+        ta.einsum("ij,j->i", A, x, schedule=[3])
+    with pytest.raises(ta.NotationError, match=r"has no index k"):
+        ta.einsum("ij,j->i", A, x, schedule="reorder(k, i)")
 
 
 def test_formats_list_of_the_wrong_length():

@@ -157,6 +157,9 @@ class CFamilyEmitter:
     helper_qualifiers = "static inline"
     return_type = "int32_t"
     reserved: frozenset[str] = frozenset()  # names the dialect itself declares
+    # A schedule's unroll hint; C compilers have no portable vector-width hint that leaves the
+    # legality check to them, so a vectorize hint is only recorded in a comment.
+    unroll_pragma = "#pragma GCC unroll {}"
 
     # -- the function ------------------------------------------------------------------------
 
@@ -257,6 +260,10 @@ class CFamilyEmitter:
                 target = f"{names.of[array.name]}[{self.expr(index, names)}]"
                 out.line(f"{target} {'+=' if accumulate else '='} {self.expr(value, names)};")
             case For(var, start, stop, body):
+                if stmt.unroll:
+                    out.line(self.unroll_pragma.format(stmt.unroll))
+                if stmt.vectorize:
+                    out.comment(f"vectorize {stmt.vectorize}: left to the C compiler")
                 name = names.of[var.name]
                 head = (
                     f"for ({self.type_name(var.dtype)} {name} = {self.expr(start, names)}; "

@@ -26,6 +26,7 @@ class CudaEmitter(CFamilyEmitter):
     helper_qualifiers = "static __device__ __forceinline__"
     return_type = "void"
     reserved = frozenset({"status"})
+    unroll_pragma = "#pragma unroll {}"
 
     def parameters(self, fn: Function, names: _Names) -> list[tuple[str, str]]:
         status = ("int32_t* __restrict__ status", "out: 0 done, 1 out of device heap")

@@ -25,6 +25,7 @@ from tensoralg.codegen.llvm_helpers import (
     entry_alloca,
     if_else,
     if_then,
+    loop_hints,
     while_loop,
 )
 from tensoralg.errors import CompileError
@@ -258,8 +259,9 @@ class _FunctionLowering:
                 b.store(new, address)
             case For(var, start, stop, body):
                 slot = self.slots[var.name]
+                hints = loop_hints(self.module, stmt.unroll, stmt.vectorize)
                 with counted_loop(
-                    b, slot, self.value(start), lambda: self.value(stop), f"for.{var.name}"
+                    b, slot, self.value(start), lambda: self.value(stop), f"for.{var.name}", hints
                 ):
                     self.block(body)
             case While(cond, body):

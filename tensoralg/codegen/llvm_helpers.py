@@ -57,11 +57,13 @@ def counted_loop(
     start: ir.Value,
     stop: Callable[[], ir.Value],
     name: str,
+    hints: ir.MDValue | None = None,
 ) -> Iterator[None]:
     """Emit ``for (counter = start; counter < stop(); ++counter) <body of the with>``.
 
     ``stop`` is called to emit the bound inside the condition block: it is evaluated before every
-    iteration, as C does, and LLVM hoists it when it is invariant.
+    iteration, as C does, and LLVM hoists it when it is invariant. ``hints`` (from
+    :func:`loop_hints`) go on the back edge, where LLVM's loop passes look for them.
     """
     builder.store(start, counter)
     cond = builder.append_basic_block(f"{name}.cond")
@@ -76,8 +78,33 @@ def counted_loop(
     if not builder.block.is_terminated:
         current = builder.load(counter, typ=counter.allocated_type)
         builder.store(builder.add(current, ir.Constant(current.type, 1), flags=("nsw",)), counter)
-        builder.branch(cond)
+        back = builder.branch(cond)
+        if hints is not None:
+            back.set_metadata("llvm.loop", hints)
     builder.position_at_end(end)
+
+
+def loop_hints(module: ir.Module, unroll: int, vectorize: int) -> ir.MDValue | None:
+    """The ``llvm.loop`` metadata asking for an unroll count and a vector width (0: none).
+
+    A loop's metadata node must be distinct from every other loop's, which LLVM arranges by
+    making it refer to itself; the vectoriser still checks that vectorising is legal.
+    """
+    if not unroll and not vectorize:
+        return None
+    i32 = ir.IntType(32)
+    options = []
+    if unroll:
+        options.append(module.add_metadata([ir.MetaDataString(module, "llvm.loop.unroll.count"),
+                                            ir.Constant(i32, unroll)]))
+    if vectorize:
+        options.append(module.add_metadata([
+            ir.MetaDataString(module, "llvm.loop.vectorize.width"), ir.Constant(i32, vectorize)]))
+        options.append(module.add_metadata([
+            ir.MetaDataString(module, "llvm.loop.vectorize.enable"), ir.Constant(ir.IntType(1), 1)]))
+    node = module.add_metadata(options)
+    node.operands = (node, *options)
+    return node
 
 
 @contextmanager

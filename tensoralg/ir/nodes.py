@@ -244,12 +244,18 @@ class Store:
 
 @dataclass(frozen=True, slots=True)
 class For:
-    """``for (var = start; var < stop; ++var) body``: a counted loop."""
+    """``for (var = start; var < stop; ++var) body``: a counted loop.
+
+    ``unroll`` and ``vectorize`` (0: the backend decides) are a schedule's hints: an unroll
+    factor and a vector width the backend asks its optimiser for. They never change results.
+    """
 
     var: Var
     start: Expr
     stop: Expr
     body: Block
+    unroll: int = 0
+    vectorize: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from tensoralg.errors import UnsupportedError
+from tensoralg.errors import CompileError, UnsupportedError
 from tensoralg.formats.format import Format, dense
 from tensoralg.formats.level import LevelKind
 from tensoralg.lower.lattice import build_lattice
@@ -64,6 +64,9 @@ class _Builder:
     # order that suits the output also walks the temporary in storage order.
     preferred: tuple[str, ...] = ()
     computed: dict[str, str] = field(default_factory=dict)   # canonical text -> temporary
+    # Relative orders a schedule asks for (its reorder commands): each loop order must run
+    # the named indices it holds in that order.
+    orders: tuple[tuple[str, ...], ...] = ()
 
     def temporary(self, indices: tuple[str, ...], expr: Expr, reduced: tuple[str, ...]) -> Access:
         """A dense temporary ``t(indices) = sum(reduced, expr)``, computed once: a statement
@@ -85,12 +88,15 @@ class _Builder:
 
 def concretize(stmt: Assignment, formats: dict[str, Format], index_dtypes: dict[str, np.dtype],
                value_dtype: np.dtype, out_format: Format | None,
-               out_index_dtype: np.dtype = np.dtype(np.int64)) -> Program:
+               out_index_dtype: np.dtype = np.dtype(np.int64),
+               orders: tuple[tuple[str, ...], ...] = ()) -> Program:
     """Turn ``stmt`` (operands in ``formats``) into a ``Program`` of loop nests.
 
-    ``out_format`` None means: infer the output format (DESIGN.md, "out_format").
+    ``out_format`` None means: infer the output format (DESIGN.md, "out_format"). ``orders``
+    are a schedule's reorder commands: every nest runs the indices each names in that order.
     """
-    builder = _Builder(dict(formats), dict(index_dtypes), preferred=stmt.lhs.indices)
+    builder = _Builder(dict(formats), dict(index_dtypes), preferred=stmt.lhs.indices,
+                       orders=orders)
     rhs = extract_diagonals(rename_reductions(stmt.rhs, set(stmt.lhs.indices)), builder)
     out = stmt.lhs
     if out_format is None:
@@ -408,6 +414,8 @@ def choose_loop_order(out: Access, body: Expr, reduced: tuple[str, ...],
                                                     for i in a.indices], *reduced]))
     sparse = [a for a in dict.fromkeys(accesses(body))
               if not builder.formats[a.tensor].is_dense]
+    if builder.orders:
+        return _scheduled_order(indices, out, body, reduced, out_format, sparse, builder)
     for count in range(len(sparse) + 1):
         best = None
         for relaxed in itertools.combinations(sparse, count):
@@ -424,6 +432,49 @@ def choose_loop_order(out: Access, body: Expr, reduced: tuple[str, ...],
                 _convert(access, order, builder)
             return order, mode
     raise UnsupportedError(f"no loop order found for {out} = ...")  # unreachable: count=len
+
+
+def follows(order: tuple[str, ...], wanted: tuple[str, ...]) -> bool:
+    """Whether ``order`` runs the indices of ``wanted`` that it holds in ``wanted``'s order.
+
+    >>> follows(("i", "k", "j"), ("i", "j")), follows(("j", "i"), ("i", "j", "x"))
+    (True, False)
+    """
+    held = [index for index in wanted if index in order]
+    return [index for index in order if index in held] == held
+
+
+def _scheduled_order(indices: tuple[str, ...], out: Access, body: Expr,
+                     reduced: tuple[str, ...], out_format: Format | None, sparse: list[Access],
+                     builder: _Builder) -> tuple[tuple[str, ...], OutputMode | None]:
+    """The best loop order among those a schedule's reorder commands allow.
+
+    A scheduled order must still iterate every compressed operand in its storage order: the
+    loops would otherwise have to search each coordinate. When no allowed order can, the
+    schedule is refused, naming the operand, rather than converting the operand on every call
+    as the unscheduled choice would.
+    """
+    allowed = [order for order in _candidate_orders(indices)
+               if all(follows(order, wanted) for wanted in builder.orders)]
+    best = None
+    for order in allowed:
+        if all(respects(order, a, builder.formats[a.tensor]) for a in sparse):
+            score, mode = _score(order, out, out_format, body, reduced, builder.formats)
+            if best is None or score < best[0]:
+                best = (score, order, mode)
+    if best is not None:
+        return best[1], best[2]
+    asked = "; ".join(f"reorder({', '.join(w)})" for w in builder.orders)
+    order = allowed[0] if allowed else indices
+    blocking = [a for a in sparse if not respects(order, a, builder.formats[a.tensor])]
+    named = blocking[0] if blocking else sparse[0]
+    fmt = builder.formats[named.tensor]
+    stored = ", ".join(_level_indices(named, fmt))
+    raise CompileError(
+        f"{asked}: the loops of {out} = ... would run {', '.join(order)}, but operand "
+        f"{named.tensor} is stored as {fmt} (its levels run {stored}), and a compressed level "
+        f"can only be iterated after the levels above it; store {named.tensor} in a mode order "
+        f"that matches (formats=...) or reorder differently")
 
 
 def _convert(access: Access, order: tuple[str, ...], builder: _Builder) -> None:

@@ -31,6 +31,7 @@ from tensoralg.ir.nodes import (
     F64,
     I32,
     I64,
+    For,
     Function,
     Param,
     Ptr,
@@ -48,6 +49,7 @@ from tensoralg.lower.assemble import DenseWriter, SparseWriter, Writer
 from tensoralg.lower.lattice import Lattice, LatticePoint, build_lattice, is_zero
 from tensoralg.lower.levels import LevelArrays, compressed, dense, singleton
 from tensoralg.lower.program import LoopNest, Program, TensorInfo, TensorRole
+from tensoralg.lower.scheduling import LoopPlan, why_not_parallel
 from tensoralg.notation.ast import Access, Expr, accesses
 
 SCALARS = {np.dtype(np.float32): F32, np.dtype(np.float64): F64,
@@ -133,6 +135,7 @@ class Lowerer:
 
     program: Program
     name: str = "kernel"
+    plan: LoopPlan = field(default_factory=LoopPlan)
     names: Namer = field(default_factory=Namer)
     params: list[Param] = field(default_factory=list)
     arrays: dict[str, tuple[LevelArrays, ...]] = field(default_factory=dict)
@@ -144,6 +147,13 @@ class Lowerer:
     allow_split: bool = True
     range: tuple[Var, Var] | None = None  # range_begin / range_end parameters, once made
     split_loops: int = 0                  # outer loops that run over that range
+    done_splits: set[str] = field(default_factory=set)   # indices a schedule's split cut
+    done_hints: set[str] = field(default_factory=set)    # indices whose loops took hints
+
+    def _why_serial(self, index: str) -> str:
+        reason = why_not_parallel(self.program, index, self.plan.partials)
+        return reason or (f"a loop nest's outer loop over {index} co-iterates a compressed "
+                          f"operand, so each thread would run it whole")
 
     @property
     def value_dtype(self) -> Scalar:
@@ -212,16 +222,31 @@ class Lowerer:
         output = self.program.output
         writers = [self._writer(nest, output) for nest in self.program.nests]
         body = [self.lower_nest(nest, writer) for nest, writer in zip(self.program.nests, writers)]
+        wanted = self.plan.parallel_index
+        if wanted is not None and (self.parallel_index != wanted or
+                                   self.split_loops != len(self.program.nests)):
+            raise CompileError(f"{self.plan.parallel}: the loop over {wanted} cannot run on "
+                               f"several threads here: {self._why_serial(wanted)}")
         if self.parallel_index is not None and self.split_loops != len(self.program.nests):
             # A nest whose outer loop co-iterates a sparse operand cannot take the range: it
             # would run whole in every thread. Lower again without splitting.
-            return Lowerer(self.program, self.name, allow_split=False).lower()
+            return Lowerer(self.program, self.name, self.plan, allow_split=False).lower()
+        unused = [f"split({index})" for index in self.plan.splits if index not in self.done_splits]
+        if unused:
+            raise CompileError(f"{', '.join(unused)}: no counted loop runs that index in "
+                               f"{self.program.output.name}'s kernel (a loop over a compressed "
+                               f"level is split by position, pos(...), not supported yet)")
         params = tuple(self.params)
-        notes = (*self.program.notes, *[f"loop order {', '.join(n.loop_order)} for "
+        hinted = {*self.plan.unroll, *self.plan.vectorize} - self.done_hints
+        notes = (*self.program.notes, *[
+            f"unroll/vectorize({index}): no counted loop runs {index} (it is co-iterated by a "
+            f"while loop), so the hint was not applied" for index in sorted(hinted)], *[f"loop order {', '.join(n.loop_order)} for "
                                         f"{n.output} ({n.mode.value})" for n in self.program.nests])
         if self.parallel_index is not None:
+            how = "each sums into its own copy of the output, added up after" \
+                if self.plan.partials else "each writes its own output rows"
             notes += (f"parallel: the runtime may split the loop over {self.parallel_index} into "
-                      f"ranges run by several threads (each writes its own output rows)",)
+                      f"ranges run by several threads ({how})",)
         return Function(self.name, params, b.block(self.setup, body, self.finish), notes)
 
     def _writer(self, nest: LoopNest, output: TensorInfo) -> Writer:
@@ -313,23 +338,52 @@ class Lowerer:
         advance = [b.if_(it.matched, b.assign(it.position, self.next_position(it)))
                    for it in iterators]
         start, stop = b.i64(0), self.sizes[index]
-        if outer and not iterators and self.allow_split and splittable(self.program, index):
+        if outer and not iterators and self.allow_split and self.plan.may_split(index) and \
+                why_not_parallel(self.program, index, self.plan.partials) is None:
             if self.parallel_index is None:
                 self.parallel_index = index
                 self.range = (self._param("range_begin", I64, f"range.begin.{index}"),
                               self._param("range_end", I64, f"range.end.{index}"))
             start, stop = self.range
             self.split_loops += 1
-        return [*setup, b.for_(coordinate, start, stop, checks, cases, advance)]
+        body = [*checks, *cases, *advance]
+        split = self.plan.splits.get(index)
+        if split is None:
+            return [*setup, self.hinted(index, b.for_(coordinate, start, stop, body))]
+        self.done_splits.add(index)
+        return [*setup, *self.split_loop(coordinate, start, stop, body, split.factor,
+                                         (split.outer, split.inner))]
+
+    def hinted(self, index: str, loop: For) -> For:
+        """``loop`` with the unroll and vectorize hints a schedule gives ``index``."""
+        unroll, vectorize = self.plan.unroll.get(index, 0), self.plan.vectorize.get(index, 0)
+        if not unroll and not vectorize:
+            return loop
+        self.done_hints.add(index)
+        return replace(loop, unroll=unroll, vectorize=vectorize)
+
+    def split_loop(self, coordinate: Var, start: IRExpr, stop: IRExpr, body: list[Stmt],
+                   factor: int, names: tuple[str, str]) -> list[Stmt]:
+        """``for (c = start; c < stop; c++) body`` strip-mined into blocks of ``factor``, the
+        last block guarded (a schedule's ``split`` with the guard tail). ``start`` is 0 or a
+        thread range's begin, which the runtime puts on a multiple of ``factor``."""
+        outer, inner = Var(self.names(names[0]), I64), Var(self.names(names[1]), I64)
+        blocks_from = b.div(start, b.i64(factor))
+        blocks_to = b.div(b.add(stop, b.i64(factor - 1)), b.i64(factor))
+        position = b.add(b.mul(outer, b.i64(factor)), inner)
+        inner_loop = self.hinted(names[1], b.for_(inner, 0, factor,
+                                                  b.declare(coordinate, position),
+                                                  b.if_(b.lt(coordinate, stop), body)))
+        return [self.hinted(names[0], b.for_(outer, blocks_from, blocks_to, inner_loop))]
 
     def single_loop(self, index: str, point: LatticePoint, body, it: SparseIterator) -> list[Stmt]:
         if it.unique:
             position = Var(self.names(f"p{it.access.tensor}{it.level}"), I64)
             it.position = position
             coordinate = Var(self.names(index), I64)
-            return [b.for_(position, it.begin, it.end,
-                           b.declare(coordinate, self.coordinate_of(it)),
-                           body(point, coordinate, [it]))]
+            return [self.hinted(index, b.for_(position, it.begin, it.end,
+                                              b.declare(coordinate, self.coordinate_of(it)),
+                                              body(point, coordinate, [it])))]
         setup = self.iterator_positions([it])
         coordinate = Var(self.names(index), I64)
         it.coordinate = coordinate
@@ -556,20 +610,7 @@ def splittable(program: Program, index: str) -> bool:
     >>> splittable(program, "i"), splittable(program, "j")
     (True, False)
     """
-    if not program.output.format.is_dense:
-        return False
-    for nest in program.nests:
-        if nest.loop_order[:1] != (index,) or index not in nest.output.indices:
-            return False
-    temporaries = {t.name for t in program.tensors if t.role is TensorRole.TEMPORARY}
-    for t in program.tensors:
-        if t.name in temporaries and t.dims[:1] != (index,):
-            return False
-    for nest in program.nests:
-        for access in (nest.output, *accesses(nest.expr)):
-            if access.tensor in temporaries and access.indices[:1] != (index,):
-                return False
-    return True
+    return why_not_parallel(program, index, partials=False) is None
 
 
 def accesses_of_program(program: Program, access: Access) -> list[Access]:
@@ -581,7 +622,7 @@ def accesses_of_program(program: Program, access: Access) -> list[Access]:
     return [access]
 
 
-def lower(program: Program, name: str = "kernel") -> Function:
+def lower(program: Program, name: str = "kernel", plan: LoopPlan | None = None) -> Function:
     """Lower a program to an ``ir.Function`` whose params describe the kernel's ABI.
 
     >>> import numpy as np
@@ -593,4 +634,4 @@ def lower(program: Program, name: str = "kernel") -> Function:
     >>> [p.role for p in lower(program).params][:4]
     ['index.i', 'index.j', 'A.1.pos', 'A.1.crd']
     """
-    return Lowerer(program, name).lower()
+    return Lowerer(program, name, plan or LoopPlan()).lower()

@@ -49,9 +49,9 @@ JAM = 4            # rows run at once
 MAX_BODY = 48      # statements in the row body: beyond, the jammed code grows for little
 
 
-def jam_rows(fn: n.Function) -> n.Function:
-    """``fn`` with its thread-range loop jammed by ``JAM`` rows where that is exact and pays
-    (see the module docstring); ``fn`` itself otherwise.
+def jam_rows(fn: n.Function, rows: int = JAM) -> n.Function:
+    """``fn`` with its thread-range loop jammed by ``rows`` rows where that is exact and pays
+    (see the module docstring); ``fn`` itself otherwise (and always when ``rows`` is 1).
 
     >>> from tensoralg.ir.build import function, comment
     >>> f = function("k", [], comment("nothing to jam"))
@@ -60,7 +60,7 @@ def jam_rows(fn: n.Function) -> n.Function:
     """
     begin = next((p.var for p in fn.params if p.role.startswith("range.begin.")), None)
     end = next((p.var for p in fn.params if p.role.startswith("range.end.")), None)
-    if begin is None or end is None:
+    if begin is None or end is None or rows <= 1:
         return fn
     params = {p.var.name for p in fn.params}
     outputs = {p.var.name for p in fn.params if p.output}
@@ -71,7 +71,7 @@ def jam_rows(fn: n.Function) -> n.Function:
     def replace(node: n.Node) -> n.Node | None:
         if isinstance(node, n.For) and node.start == begin and node.stop == end and \
                 _jammable(node.body, params, outputs):
-            return _jammed(node, begin, end, prefix)
+            return _jammed(node, begin, end, prefix, rows)
         return None
 
     result = rewrite(fn, replace)
@@ -96,14 +96,14 @@ def _jammable(body: n.Block, params: set[str], outputs: set[str]) -> bool:
                all(isinstance(s, n.Assign) for s in x.body.body) for x in nodes)
 
 
-def _jammed(loop: n.For, begin: n.Var, end: n.Var, prefix: str) -> n.Block:
-    """The group loop over ``JAM`` renamed copies of ``loop``'s body, then ``loop`` itself
+def _jammed(loop: n.For, begin: n.Var, end: n.Var, prefix: str, jam: int) -> n.Block:
+    """The group loop over ``jam`` renamed copies of ``loop``'s body, then ``loop`` itself
     over the rows left."""
     index = n.I64
     locals_ = {x.var.name for x in walk(loop.body) if isinstance(x, n.Declare)}
     counters = {x.var.name for x in walk(loop.body) if isinstance(x, n.For)}
     group = n.Var(f"{prefix}_g", index)
-    rows = [n.Var(f"{prefix}_{q}", index) for q in range(JAM)]
+    rows = [n.Var(f"{prefix}_{q}", index) for q in range(jam)]
 
     def copy(q: int) -> n.Block:
         names = {name: f"{prefix}_{name}_{q}" for name in locals_}
@@ -122,12 +122,12 @@ def _jammed(loop: n.For, begin: n.Var, end: n.Var, prefix: str) -> n.Block:
         return block
 
     span = n.Binary("-", end, begin)
-    groups = n.Binary("/", span, n.Const(JAM, index))
-    first = n.Binary("+", begin, n.Binary("*", group, n.Const(JAM, index)))
+    groups = n.Binary("/", span, n.Const(jam, index))
+    first = n.Binary("+", begin, n.Binary("*", group, n.Const(jam, index)))
     heads = tuple(n.Declare(row, first if q == 0 else n.Binary("+", rows[0], n.Const(q, index)))
                   for q, row in enumerate(rows))
-    body = _fuse([copy(q) for q in range(JAM)])
-    rest = n.Binary("+", begin, n.Binary("*", groups, n.Const(JAM, index)))
+    body = _fuse([copy(q) for q in range(jam)])
+    rest = n.Binary("+", begin, n.Binary("*", groups, n.Const(jam, index)))
     return n.Block((n.For(group, n.Const(0, index), groups, n.Block(heads + body.body)),
                     n.For(loop.var, rest, end, loop.body)))
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import sys
 import time
+from dataclasses import dataclass
+from functools import partial
 from typing import Callable, TextIO
 
 from tensoralg.errors import CompileError, TensorAlgebraError
@@ -18,10 +20,10 @@ from ..verify import verify
 from .dead_code import remove_dead_code
 from .epilogue import tile_epilogues
 from .hoist import hoist_invariants
-from .jam import jam_rows
+from .jam import JAM, jam_rows
 from .simplify import simplify
-from .tile import tile_accumulators
-from .transpose import tile_transposes
+from .tile import TILE_BYTES, tile_accumulators
+from .transpose import LINE_BYTES, tile_transposes
 from .workspace import row_workspaces
 
 Step = Callable[[n.Function], n.Function]
@@ -33,9 +35,46 @@ STEPS: tuple[tuple[str, Step], ...] = (
     ("tile accumulators into registers", tile_accumulators),
     ("move row epilogues into the register tiles", tile_epilogues),
     ("tile transposed accesses by cache line", tile_transposes),
-    ("jam four rows of a reduction", jam_rows),
+    ("jam rows of a reduction", jam_rows),
     ("remove dead code", remove_dead_code),
 )
+
+
+@dataclass(frozen=True, slots=True)
+class PassOptions:
+    """The choices the pattern-driven steps make, as a schedule states them (``schedule/``'s
+    ``tile``, ``jam``, ``workspaces`` and ``transpose_tiles`` commands): 0 (1 for ``jam_rows``,
+    False for ``workspaces``) turns a step off. The defaults are the compiler's own choices."""
+
+    tile_bytes: int = TILE_BYTES
+    jam_rows: int = JAM
+    workspaces: bool = True
+    line_bytes: int = LINE_BYTES
+
+
+DEFAULT_OPTIONS = PassOptions()
+
+
+def steps_for(options: PassOptions) -> tuple[tuple[str, Step], ...]:
+    """:data:`STEPS` with each configurable step set as ``options`` say; a step turned off
+    keeps its place and name in the list, and changes nothing.
+
+    >>> [name for name, _ in steps_for(PassOptions(jam_rows=1))] == [n for n, _ in STEPS]
+    True
+    """
+    if options == DEFAULT_OPTIONS:
+        return STEPS
+    configured: dict[Step, Step] = {
+        row_workspaces: row_workspaces if options.workspaces else _unchanged,
+        tile_accumulators: partial(tile_accumulators, tile_bytes=options.tile_bytes),
+        tile_transposes: partial(tile_transposes, line_bytes=options.line_bytes),
+        jam_rows: partial(jam_rows, rows=options.jam_rows),
+    }
+    return tuple((name, configured.get(step, step)) for name, step in STEPS)
+
+
+def _unchanged(fn: n.Function) -> n.Function:
+    return fn
 
 
 class IRLog:
@@ -75,8 +114,10 @@ def _format_entry(entry: tuple[str, float, str | None]) -> str:
     return f"{head}: unchanged" if text is None else f"{head}:\n{text}"
 
 
-def optimize(fn: n.Function, log: IRLog | None = None, check: bool = False) -> n.Function:
-    """Run every step of STEPS on ``fn``; log each, and verify each result when ``check``.
+def optimize(fn: n.Function, log: IRLog | None = None, check: bool = False,
+             options: PassOptions = DEFAULT_OPTIONS) -> n.Function:
+    """Run every step of STEPS (as ``options`` configure them) on ``fn``; log each, and verify
+    each result when ``check``.
 
     A verifier failure names the step that produced the bad IR; any other failure inside a
     step is re-raised as a CompileError naming the step.
@@ -88,7 +129,7 @@ def optimize(fn: n.Function, log: IRLog | None = None, check: bool = False) -> n
     """
     if check:
         verify(fn, after="lowering (input of optimize)")
-    for name, step in STEPS:
+    for name, step in steps_for(options):
         start = time.perf_counter()
         try:
             new = step(fn)
@@ -105,4 +146,4 @@ def optimize(fn: n.Function, log: IRLog | None = None, check: bool = False) -> n
     return fn
 
 
-__all__ = ["IRLog", "STEPS", "optimize"]
+__all__ = ["DEFAULT_OPTIONS", "IRLog", "PassOptions", "STEPS", "optimize", "steps_for"]

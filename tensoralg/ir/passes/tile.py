@@ -49,8 +49,9 @@ NARROWER_TILES = 2
 _BYTES = {n.I32: 4, n.I64: 8, n.F32: 4, n.F64: 8}
 
 
-def tile_accumulators(fn: n.Function) -> n.Function:
-    """Strip-mine dense accumulation loops under a reduction loop (see the module docstring).
+def tile_accumulators(fn: n.Function, tile_bytes: int = TILE_BYTES) -> n.Function:
+    """Strip-mine dense accumulation loops under a reduction loop (see the module docstring),
+    into tiles of ``tile_bytes`` of accumulators (0: leave ``fn`` as it is).
 
     >>> from tensoralg.ir.build import for_, store, var, add, mul, load, function, param
     >>> from tensoralg.ir.printer import format_function
@@ -61,7 +62,9 @@ def tile_accumulators(fn: n.Function) -> n.Function:
     >>> print(format_function(tile_accumulators(f)).splitlines()[2])
       i64 i_tiles = max(m / 64, 0);
     """
-    return tile_loops(fn, _tile)
+    if tile_bytes <= 0:
+        return fn
+    return tile_loops(fn, lambda loop, fresh: _tile(loop, fresh, tile_bytes))
 
 
 def tile_loops(fn: n.Function, tile: Callable[[n.For, Callable[[str], str]], n.Block | None]
@@ -110,7 +113,7 @@ def perfect_nest(outer: n.For) -> tuple[list[n.Declare], n.For] | None:
     return [s for s in decls if isinstance(s, n.Declare)], inner
 
 
-def _tile(reduction: n.For, fresh: Callable[[str], str]) -> n.Block | None:
+def _tile(reduction: n.For, fresh: Callable[[str], str], tile_bytes: int) -> n.Block | None:
     nest = perfect_nest(reduction)
     if nest is None:
         return None
@@ -122,7 +125,7 @@ def _tile(reduction: n.For, fresh: Callable[[str], str]) -> n.Block | None:
     outputs = [s.array.name for s in stores]
     if len(set(outputs)) != len(outputs) or _reads_any(reduction, set(outputs)):
         return None
-    width = TILE_BYTES // (_BYTES[_elem(stores[0])] * len(stores))
+    width = tile_bytes // (_BYTES[_elem(stores[0])] * len(stores))
     if width < 4:
         return None
     return _strip_mine(reduction, locals_, inner, width, fresh, halvings=NARROWER_TILES)

@@ -32,8 +32,9 @@ LINE_BYTES = 64      # one cache line of the strided operand per tile
 _BYTES = {n.I32: 4, n.I64: 8, n.F32: 4, n.F64: 8, n.BOOL: 1}
 
 
-def tile_transposes(fn: n.Function) -> n.Function:
-    """Tile row-writing, column-reading nests by a cache line (see the module docstring).
+def tile_transposes(fn: n.Function, line_bytes: int = LINE_BYTES) -> n.Function:
+    """Tile row-writing, column-reading nests by ``line_bytes`` of the strided operand, a cache
+    line by default (see the module docstring); 0 leaves ``fn`` as it is.
 
     >>> from tensoralg.ir.build import for_, store, var, add, mul, load, function, param, declare
     >>> from tensoralg.ir.printer import format_function
@@ -45,10 +46,12 @@ def tile_transposes(fn: n.Function) -> n.Function:
     >>> print(format_function(tile_transposes(f)).splitlines()[3])
       for (i64 k_tile = 0; k_tile < k_tiles; k_tile++) {
     """
-    return tile_loops(fn, _tile)
+    if line_bytes <= 0:
+        return fn
+    return tile_loops(fn, lambda loop, fresh: _tile(loop, fresh, line_bytes))
 
 
-def _tile(outer: n.For, fresh: Callable[[str], str]) -> n.Block | None:
+def _tile(outer: n.For, fresh: Callable[[str], str], line_bytes: int) -> n.Block | None:
     nest = perfect_nest(outer)
     if nest is None:
         return None
@@ -67,7 +70,7 @@ def _tile(outer: n.For, fresh: Callable[[str], str]) -> n.Block | None:
                if isinstance(x, n.Load) and _column_read(x.index, a, b, set(local))]
     if not strided:
         return None
-    width = LINE_BYTES // max(_BYTES.get(x.dtype, 8) for x in strided)
+    width = line_bytes // max(_BYTES.get(x.dtype, 8) for x in strided)
     if width < 4:
         return None
     return _tiled(outer, decls, inner, width, fresh)

@@ -1,0 +1,177 @@
+"""What lowering reads from a schedule: one ``LoopPlan`` per kernel, made before any loop.
+
+``loop_plan`` checks the commands that lowering can carry out on the CPU and refuses the rest
+with an error that names the command; lowering then asks the plan at each loop (split this
+index? may this loop take the thread range? which backend hints?). Legality against the operands
+(a reorder against a compressed operand's storage order, a parallel loop that would write shared
+output elements) is decided where the facts are: ``concretize`` (loop orders) and the lowerer
+(which loop holds the range), through ``why_not_parallel`` below.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tensoralg.errors import UnsupportedError
+from tensoralg.ir.passes.pipeline import DEFAULT_OPTIONS, PassOptions
+from tensoralg.lower.program import Program, TensorRole
+from tensoralg.notation.ast import accesses
+from tensoralg.schedule import (
+    Fuse,
+    Jam,
+    Parallelize,
+    Pos,
+    Precompute,
+    Reduction,
+    Reorder,
+    Schedule,
+    Serial,
+    Split,
+    Tile,
+    TransposeTiles,
+    Unit,
+    Unroll,
+    Vectorize,
+    Workspaces,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class LoopPlan:
+    """The loop-level decisions of a schedule, by index name."""
+
+    orders: tuple[tuple[str, ...], ...] = ()         # reorder constraints (relative orders)
+    splits: dict[str, Split] = field(default_factory=dict)   # by the index they split
+    parallel: Parallelize | None = None               # None: the compiler decides
+    serial: bool = False
+    unroll: dict[str, int] = field(default_factory=dict)
+    vectorize: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def parallel_index(self) -> str | None:
+        """The original index whose loop takes the thread range (the split index when the
+        command names a split's outer index)."""
+        if self.parallel is None:
+            return None
+        for split in self.splits.values():
+            if self.parallel.index in (split.outer, split.index):
+                return split.index
+        return self.parallel.index
+
+    @property
+    def partials(self) -> bool:
+        return self.parallel is not None and self.parallel.reduction is Reduction.PARTIALS
+
+    def range_step(self) -> int:
+        """Thread ranges must start at multiples of this (a split's block size)."""
+        index = self.parallel_index
+        return self.splits[index].factor if index in self.splits else 1
+
+    def may_split(self, index: str) -> bool:
+        """Whether the outer loop over ``index`` may take the thread range."""
+        if self.serial:
+            return False
+        wanted = self.parallel_index
+        return wanted is None or wanted == index
+
+
+def loop_plan(schedule: Schedule | None, backend: str = "llvm") -> LoopPlan:
+    """The plan of ``schedule`` for a CPU backend; commands lowering cannot do are refused.
+
+    >>> plan = loop_plan(Schedule().split("i", 8).parallelize("i0"))
+    >>> plan.parallel_index, plan.range_step()
+    ('i', 8)
+    """
+    if schedule is None:
+        return LoopPlan()
+    splits: dict[str, Split] = {}
+    unroll: dict[str, int] = {}
+    vectorize: dict[str, int] = {}
+    parallel, serial = None, False
+    for command in schedule:
+        match command:
+            case Split():
+                if command.index in {s.outer for s in splits.values()} | \
+                        {s.inner for s in splits.values()}:
+                    raise UnsupportedError(f"{command}: splitting a loop made by another split "
+                                           f"is not supported yet; split the original index once")
+                splits[command.index] = command
+            case Parallelize():
+                parallel, serial = command, False
+                _check_parallel(command, splits, backend)
+            case Serial():
+                parallel, serial = None, True
+            case Unroll(index, factor):
+                unroll[index] = factor
+            case Vectorize(index, width):
+                vectorize[index] = width
+            case Fuse() | Pos() | Precompute():
+                raise UnsupportedError(
+                    f"{command}: the {type(command).__name__.lower()} command is part of the "
+                    f"scheduling language but lowering does not carry it out yet; remove it "
+                    f"(the compiler already fuses temporaries into row workspaces, see "
+                    f"workspaces(on))")
+    orders = tuple(c.indices for c in schedule if isinstance(c, Reorder))
+    return LoopPlan(orders, splits, parallel, serial, unroll, vectorize)
+
+
+def _check_parallel(command: Parallelize, splits: dict[str, Split], backend: str) -> None:
+    if command.unit is not Unit.CPU_THREADS:
+        raise UnsupportedError(f"{command}: GPU units need the CUDA backend, which prints "
+                               f"kernels but does not run them yet; use unit=cpu-threads")
+    if command.reduction is Reduction.ATOMICS:
+        raise UnsupportedError(f"{command}: atomic reductions are for GPU kernels; on the CPU "
+                               f"use reduction=partials (each thread sums into its own output)")
+    for split in splits.values():
+        if command.index == split.inner:
+            raise UnsupportedError(f"{command}: only the outer loop of a split ({split.outer}) "
+                                   f"can take threads on the CPU")
+
+
+def why_not_parallel(program: Program, index: str, partials: bool) -> str | None:
+    """Why the loop over ``index`` cannot run as disjoint thread ranges (None: it can).
+
+    Each nest must run ``index`` outermost as a counted loop; the final output must be dense.
+    Without ``partials`` each range must own its output elements, so ``index`` must address
+    the output; with them each range sums into its own copy of the output. A temporary may
+    take part when ``index`` is its first mode and every nest reads and writes it at ``index``
+    (each range then fills and reads only its own rows).
+    """
+    if not program.output.format.is_dense:
+        return (f"the output is stored as {program.output.format}; sparse outputs are assembled "
+                f"on one thread")
+    for nest in program.nests:
+        if nest.loop_order[:1] != (index,):
+            return (f"the loop nest for {nest.output} runs {', '.join(nest.loop_order)}: "
+                    f"{index} must be its outermost loop (reorder({index}, ...))")
+        if index not in nest.output.indices and not partials:
+            return (f"{index} is summed over in {nest.output} = ..., so ranges of {index} would "
+                    f"add into the same output elements; use reduction=partials")
+    temporaries = {t.name for t in program.tensors if t.role is TensorRole.TEMPORARY}
+    if partials and temporaries:
+        return "the statement computes temporaries first, which partial outputs cannot share"
+    for nest in program.nests:
+        for access in (nest.output, *accesses(nest.expr)):
+            if access.tensor in temporaries and access.indices[:1] != (index,):
+                return (f"the temporary {access} is not indexed by {index} first, so ranges "
+                        f"would share its rows")
+    return None
+
+
+def pass_options_of(schedule: Schedule | None) -> PassOptions:
+    """The IR passes' options that ``schedule`` sets (the compiler's own where it is silent).
+
+    >>> pass_options_of(Schedule().jam(1)).jam_rows
+    1
+    """
+    if schedule is None:
+        return DEFAULT_OPTIONS
+    tile, jam = schedule.last(Tile), schedule.last(Jam)
+    workspaces, transposes = schedule.last(Workspaces), schedule.last(TransposeTiles)
+    return PassOptions(
+        tile_bytes=tile.bytes if tile else DEFAULT_OPTIONS.tile_bytes,
+        jam_rows=jam.rows if jam else DEFAULT_OPTIONS.jam_rows,
+        workspaces=workspaces.enabled if workspaces else DEFAULT_OPTIONS.workspaces,
+        line_bytes=transposes.line_bytes if transposes else DEFAULT_OPTIONS.line_bytes)
+
+
+__all__ = ["LoopPlan", "loop_plan", "pass_options_of", "why_not_parallel"]

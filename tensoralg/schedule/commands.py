@@ -1,0 +1,296 @@
+"""Scheduling commands as frozen data: what to do to the loops, never how.
+
+Each command says one thing about the loop nest of a statement (Senanayake et al., "A Sparse
+Iteration Space Transformation Framework", OOPSLA 2020). A command is validated against the
+statement when it is applied (``schedule.check``) and turned into loops by ``lower/``, the only
+place where decisions become loops. Every command prints as the text that parses back to it
+(``str(Split("i", 64))`` is ``split(i, 64, i0, i1, guard)``), so a schedule can travel through
+the command line and the kernel cache's key.
+
+Commands fall into three groups:
+
+- loop structure: ``Reorder``, ``Split``, ``Fuse``, ``Pos``;
+- parallelism: ``Parallelize`` (CPU threads, or GPU blocks/warps/threads), ``Serial``;
+- code shape: ``Unroll``, ``Vectorize``, ``Precompute``, and the compiler's register tiles,
+  row jamming, row workspaces and transpose tiles (``Tile``, ``Jam``, ``Workspaces``,
+  ``TransposeTiles``), which the IR passes apply where their patterns hold.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from tensoralg.errors import NotationError
+
+
+class Tail(enum.Enum):
+    """What a split does with the iterations past the last whole block."""
+
+    GUARD = "guard"        # the last block runs whole and skips indices past the end
+
+
+class Unit(enum.Enum):
+    """What runs the iterations of a parallelized loop."""
+
+    CPU_THREADS = "cpu-threads"
+    GPU_BLOCKS = "gpu-blocks"
+    GPU_WARPS = "gpu-warps"
+    GPU_THREADS = "gpu-threads"
+
+
+class Reduction(enum.Enum):
+    """How parallel iterations that write the same output element are combined."""
+
+    NONE = "none"            # they never do: each iteration owns its output elements
+    ATOMICS = "atomics"      # each update is an atomic add
+    PARTIALS = "partials"    # each thread sums into its own copy; the copies are added after
+
+
+def _index(name: str, what: str) -> str:
+    if not isinstance(name, str) or not name.isidentifier():
+        raise NotationError(f"{what}: {name!r} is not an index name (a letter followed by "
+                            f"letters, digits or underscores)")
+    return name
+
+
+def _positive(value: object, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise NotationError(f"{what} must be a positive integer, not {value!r}")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Reorder:
+    """Run the named indices in this order, outermost first; others are placed by the compiler."""
+
+    indices: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        if len(self.indices) < 1:
+            raise NotationError("reorder needs at least one index")
+        for name in self.indices:
+            _index(name, "reorder")
+        if len(set(self.indices)) != len(self.indices):
+            raise NotationError(f"reorder names an index twice: {', '.join(self.indices)}")
+
+    def __str__(self) -> str:
+        return f"reorder({', '.join(self.indices)})"
+
+
+@dataclass(frozen=True, slots=True)
+class Split:
+    """Strip-mine ``index`` into ``outer`` (blocks of ``factor``) and ``inner`` (within one)."""
+
+    index: str
+    factor: int
+    outer: str = ""
+    inner: str = ""
+    tail: Tail = Tail.GUARD
+
+    def __post_init__(self) -> None:
+        _index(self.index, "split")
+        _positive(self.factor, f"split({self.index}): the factor")
+        object.__setattr__(self, "outer", _index(self.outer or f"{self.index}0", "split"))
+        object.__setattr__(self, "inner", _index(self.inner or f"{self.index}1", "split"))
+        object.__setattr__(self, "tail", Tail(self.tail))
+        if len({self.index, self.outer, self.inner}) != 3:
+            raise NotationError(f"split({self.index}): the new indices must be two new names")
+
+    def __str__(self) -> str:
+        return (f"split({self.index}, {self.factor}, {self.outer}, {self.inner}, "
+                f"{self.tail.value})")
+
+
+@dataclass(frozen=True, slots=True)
+class Fuse:
+    """Run two nested indices as one loop over their product."""
+
+    outer: str
+    inner: str
+    fused: str = ""
+
+    def __post_init__(self) -> None:
+        _index(self.outer, "fuse")
+        _index(self.inner, "fuse")
+        object.__setattr__(self, "fused", _index(self.fused or f"{self.outer}{self.inner}",
+                                                 "fuse"))
+
+    def __str__(self) -> str:
+        return f"fuse({self.outer}, {self.inner}, {self.fused})"
+
+
+@dataclass(frozen=True, slots=True)
+class Pos:
+    """Iterate the compressed level of ``tensor`` that stores ``index`` by position."""
+
+    index: str
+    position: str
+    tensor: str = ""
+
+    def __post_init__(self) -> None:
+        _index(self.index, "pos")
+        _index(self.position, "pos")
+        if self.tensor:
+            _index(self.tensor, "pos (tensor)")
+
+    def __str__(self) -> str:
+        tail = f", {self.tensor}" if self.tensor else ""
+        return f"pos({self.index}, {self.position}{tail})"
+
+
+@dataclass(frozen=True, slots=True)
+class Parallelize:
+    """Run the iterations of ``index`` concurrently on ``unit``, combining as ``reduction``."""
+
+    index: str
+    unit: Unit = Unit.CPU_THREADS
+    reduction: Reduction = Reduction.NONE
+    threads: int | None = None
+
+    def __post_init__(self) -> None:
+        _index(self.index, "parallelize")
+        object.__setattr__(self, "unit", _enum(Unit, self.unit, "parallelize: unit"))
+        object.__setattr__(self, "reduction",
+                           _enum(Reduction, self.reduction, "parallelize: reduction"))
+        if self.threads is not None:
+            _positive(self.threads, f"parallelize({self.index}): threads")
+
+    def __str__(self) -> str:
+        parts = [self.index]
+        if self.unit is not Unit.CPU_THREADS:
+            parts.append(f"unit={self.unit.value}")
+        if self.reduction is not Reduction.NONE:
+            parts.append(f"reduction={self.reduction.value}")
+        if self.threads is not None:
+            parts.append(f"threads={self.threads}")
+        return f"parallelize({', '.join(parts)})"
+
+
+@dataclass(frozen=True, slots=True)
+class Serial:
+    """Run on one thread, even where the compiler would split the outer loop."""
+
+    def __str__(self) -> str:
+        return "serial()"
+
+
+@dataclass(frozen=True, slots=True)
+class Precompute:
+    """Compute the subexpression ``expr`` over ``indices`` into a workspace stored as ``format``."""
+
+    expr: str
+    indices: tuple[str, ...]
+    workspace: str = "w"
+    format: str = "dense"
+
+    def __post_init__(self) -> None:
+        for name in self.indices:
+            _index(name, "precompute")
+        _index(self.workspace, "precompute (workspace)")
+
+    def __str__(self) -> str:
+        return (f"precompute({self.expr!r}, ({', '.join(self.indices)}), {self.workspace}, "
+                f"{self.format})")
+
+
+@dataclass(frozen=True, slots=True)
+class Unroll:
+    """Unroll the loop over ``index`` by ``factor`` (a hint to the backend's unroller)."""
+
+    index: str
+    factor: int
+
+    def __post_init__(self) -> None:
+        _index(self.index, "unroll")
+        _positive(self.factor, f"unroll({self.index}): the factor")
+
+    def __str__(self) -> str:
+        return f"unroll({self.index}, {self.factor})"
+
+
+@dataclass(frozen=True, slots=True)
+class Vectorize:
+    """Vectorize the loop over ``index`` with ``width`` lanes (a hint to the vectorizer)."""
+
+    index: str
+    width: int
+
+    def __post_init__(self) -> None:
+        _index(self.index, "vectorize")
+        _positive(self.width, f"vectorize({self.index}): the width")
+
+    def __str__(self) -> str:
+        return f"vectorize({self.index}, {self.width})"
+
+
+@dataclass(frozen=True, slots=True)
+class Tile:
+    """Register tiles of ``bytes`` accumulators for dense rows under a reduction (0: none)."""
+
+    bytes: int
+
+    def __post_init__(self) -> None:
+        if isinstance(self.bytes, bool) or not isinstance(self.bytes, int) or self.bytes < 0 \
+                or self.bytes % 16:
+            raise NotationError(f"tile: the tile width must be 0 or a multiple of 16 bytes, "
+                                f"not {self.bytes!r}")
+
+    def __str__(self) -> str:
+        return f"tile({self.bytes})"
+
+
+@dataclass(frozen=True, slots=True)
+class Jam:
+    """Run ``rows`` iterations of the thread-range loop at once, their inner loops fused."""
+
+    rows: int
+
+    def __post_init__(self) -> None:
+        _positive(self.rows, "jam: rows")
+
+    def __str__(self) -> str:
+        return f"jam({self.rows})"
+
+
+@dataclass(frozen=True, slots=True)
+class Workspaces:
+    """Fuse a dense temporary's producer and consumer loops into a one-row workspace."""
+
+    enabled: bool = True
+
+    def __str__(self) -> str:
+        return f"workspaces({'on' if self.enabled else 'off'})"
+
+
+@dataclass(frozen=True, slots=True)
+class TransposeTiles:
+    """Tile row-writing, column-reading nests by ``line_bytes`` of the strided operand (0: off)."""
+
+    line_bytes: int
+
+    def __post_init__(self) -> None:
+        if isinstance(self.line_bytes, bool) or not isinstance(self.line_bytes, int) or \
+                self.line_bytes < 0:
+            raise NotationError(f"transpose_tiles: bytes must be 0 or positive, "
+                                f"not {self.line_bytes!r}")
+
+    def __str__(self) -> str:
+        return f"transpose_tiles({self.line_bytes})"
+
+
+def _enum(kind: type[enum.Enum], value: object, what: str):
+    if isinstance(value, kind):
+        return value
+    try:
+        return kind(value)
+    except ValueError:
+        choices = ", ".join(member.value for member in kind)
+        raise NotationError(f"{what} {value!r} is not one of {choices}") from None
+
+
+Command = (Reorder | Split | Fuse | Pos | Parallelize | Serial | Precompute | Unroll | Vectorize
+           | Tile | Jam | Workspaces | TransposeTiles)
+
+__all__ = ["Command", "Fuse", "Jam", "Parallelize", "Pos", "Precompute", "Reduction", "Reorder",
+           "Serial", "Split", "Tail", "Tile", "TransposeTiles", "Unit", "Unroll", "Vectorize",
+           "Workspaces"]

@@ -1,0 +1,315 @@
+"""Schedules: the text form, one error per mistake, legality, and scheduled kernels against the
+unscheduled ones on random statements, formats and sizes that cross every split, tile, jam and
+thread-range width."""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import tensoralg as ta
+from tensoralg.schedule import Jam, Parallelize, Reorder, Schedule, Split, parse_schedule
+
+# ---------------------------------------------------------------------------------------------
+# text form
+
+
+@pytest.mark.parametrize("text", [
+    "reorder(j, i)",
+    "split(i, 64, i0, i1, guard); parallelize(i0)",
+    "parallelize(j, reduction=partials, threads=2)",
+    "serial(); tile(0); jam(1); workspaces(off); transpose_tiles(32)",
+    "unroll(j, 4); vectorize(j, 8)",
+    "pos(i, p, A); fuse(i, j, ij)",
+])
+def test_text_form_round_trips(text):
+    schedule = parse_schedule(text)
+    assert str(schedule) == text
+    assert parse_schedule(str(schedule)) == schedule
+    assert Schedule.parse(repr(schedule)[len("Schedule.parse('"):-2]) == schedule
+
+
+def test_builder_and_text_agree():
+    built = Schedule().reorder("j", "i").split("i", 8).parallelize("i0", threads=2).jam(1)
+    assert built == parse_schedule("reorder(j, i); split(i, 8); parallelize(i0, threads=2); "
+                                   "jam(1)")
+    assert built.commands == (Reorder(("j", "i")), Split("i", 8, "i0", "i1"),
+                              Parallelize("i0", threads=2), Jam(1))
+
+
+@pytest.mark.parametrize("text, message, caret", [
+    ("reorder(", r"expected '\)'", 8),
+    ("reorder(i", r"expected '\)'", 9),
+    ("spilt(i, 4)", r"unknown scheduling command 'spilt'", 0),
+    ("split(i)", r"split takes 2 to 5 arguments, got 1", 0),
+    ("split(i, four)", r"expected a number", 9),
+    ("split(i, 0)", r"the factor must be a positive integer", 0),
+    ("parallelize(i, reduction=maybe)", r"'maybe' is not one of none, atomics, partials", 0),
+    ("parallelize(i, colour=red)", r"parallelize has no option 'colour'", 15),
+    ("reorder(i) reorder(j)", r"expected ';' between", 11),
+    ("reorder(i, i)", r"names an index twice", 0),
+    ("tile(17)", r"multiple of 16 bytes", 0),
+    ("jam(0)", r"rows must be a positive integer", 0),
+    ("workspaces(maybe)", r"expected on or off", 11),
+    ("reorder(i) $", r"unexpected character", 11),
+])
+def test_each_malformed_schedule_is_a_notation_error_with_a_caret(text, message, caret):
+    with pytest.raises(ta.NotationError, match=message) as info:
+        parse_schedule(text)
+    assert info.value.text == text
+    assert info.value.position == caret
+
+
+def test_schedule_of_the_wrong_type():
+    with pytest.raises(ta.NotationError, match=r"must be a ta.Schedule or its text"):
+        ta.compile("y(i) = A(i,j) * x(j)", schedule=3.5)
+
+
+# ---------------------------------------------------------------------------------------------
+# legality: refused with the command and the conflict named
+
+SPMV = "y(i) = A(i,j) * x(j)"
+
+
+@pytest.mark.parametrize("formats, schedule, error, message", [
+    ({"A": "ds"}, "reorder(k)", ta.NotationError, r"reorder\(k\): the statement .* has no index k"),
+    ({"A": "ds"}, "reorder(j, i)", ta.CompileError,
+     r"reorder\(j, i\): .*operand A is stored as .*its levels run i, j.*formats="),
+    ({"A": "ds"}, "parallelize(j)", ta.CompileError,
+     r"parallelize\(j\): .*j must be its outermost loop"),
+    ({"A": ta.CSC}, "parallelize(j)", ta.CompileError,
+     r"j is summed over .* use reduction=partials"),
+    ({"A": "ds"}, "parallelize(i, reduction=atomics)", ta.UnsupportedError,
+     r"atomic reductions are for GPU kernels.*partials"),
+    ({"A": "ds"}, "parallelize(i, unit=gpu-blocks)", ta.UnsupportedError,
+     r"GPU units need the CUDA backend"),
+    ({"A": "ds"}, "split(j, 4)", ta.CompileError, r"split\(j\): no counted loop runs that index"),
+    ({"A": "ds"}, "split(i, 4); parallelize(i1)", ta.UnsupportedError,
+     r"only the outer loop of a split \(i0\)"),
+    ({"A": "ds"}, "pos(j, p, A)", ta.UnsupportedError, r"pos\(j, p, A\): the pos command .* not"),
+    ({"A": "ds"}, "fuse(i, j)", ta.UnsupportedError, r"fuse\(i, j, ij\): the fuse command"),
+    ({"A": "ds"}, "split(i, 4, j, i1)", ta.NotationError, r"j is already an index"),
+    ({"A": "ds"}, "pos(i, p, B)", ta.NotationError, r"reads no tensor B"),
+])
+def test_illegal_schedules_are_refused(formats, schedule, error, message):
+    with pytest.raises(error, match=message):
+        kernel = ta.compile(SPMV, formats=formats, schedule=schedule)
+        kernel(A=sp.random_array((5, 4), density=0.5, format="csr", random_state=0),
+               x=np.ones(4))
+
+
+def test_a_sparse_output_is_not_parallelized_by_a_schedule():
+    with pytest.raises(ta.CompileError, match=r"the output is stored as .*one thread"):
+        ta.compile("C(i,j) = A(i,j) + B(i,j)", formats={"A": "ds", "B": "ds", "C": "ds"},
+                   schedule="parallelize(i)")
+
+
+# ---------------------------------------------------------------------------------------------
+# what a kernel says it runs
+
+
+def test_kernel_schedule_states_the_compilers_choices_and_reproduces_the_kernel():
+    k = ta.compile("C(i,j) = A(i,k) * B(k,j)", formats={"A": "ds"})
+    assert str(k.schedule) == "reorder(i, k, j); parallelize(i); tile(256)"
+    again = ta.compile("C(i,j) = A(i,k) * B(k,j)", formats={"A": "ds"}, schedule=k.schedule)
+    body = k.source("ir").split("\n", 1)[1]
+    assert again.source("ir").split("\n", 1)[1] == body
+    assert str(again.schedule) == str(k.schedule)
+
+
+def test_turning_a_pass_off_changes_the_code_and_the_schedule():
+    plain = ta.compile("C(i,j) = A(i,k) * B(k,j)", formats={"A": "ds"})
+    untiled = ta.compile("C(i,j) = A(i,k) * B(k,j)", formats={"A": "ds"}, schedule="tile(0)")
+    assert "i_tiles" in plain.source("ir") and "i_tiles" not in untiled.source("ir") \
+        or "j_tiles" in plain.source("ir") and "j_tiles" not in untiled.source("ir")
+    assert "tile(0)" in str(untiled.schedule)
+
+
+def test_schedules_are_part_of_the_kernel_key():
+    A = sp.random_array((40, 30), density=0.2, format="csr", random_state=1)
+    x = np.arange(30.0)
+    plain = ta.einsum("ij,j->i", A, x)
+    split = ta.einsum("ij,j->i", A, x, schedule="split(i, 8)")
+    np.testing.assert_allclose(split, plain)
+    k1 = ta.compile(SPMV, formats={"A": "ds"}, schedule="split(i, 8)")
+    k2 = ta.compile(SPMV, formats={"A": "ds"}, schedule="split(i, 16)")
+    assert "/ 8" in k1.source("ir") and "/ 16" in k2.source("ir")
+
+
+def test_partials_run_a_reduction_over_threads_exactly():
+    A = sp.random_array((300, 2000), density=0.05, format="csc", random_state=2)
+    x = np.random.default_rng(0).random(2000)
+    k = ta.compile(SPMV, formats={"A": ta.CSC},
+                   schedule="parallelize(j, reduction=partials, threads=2)")
+    assert "each sums into its own copy" in k.source("ir")
+    np.testing.assert_allclose(k(A=A, x=x), A @ x, rtol=1e-12)
+    total = ta.einsum("ij->", A.toarray(), schedule="parallelize(i, reduction=partials, "
+                                                       "threads=3)")
+    assert total == pytest.approx(A.sum(), rel=1e-12)
+
+
+def test_a_bound_call_of_a_partials_kernel_stays_exact():
+    A = sp.random_array((50, 400), density=0.1, format="csc", random_state=3)
+    x = np.random.default_rng(1).random(400)
+    k = ta.compile(SPMV, formats={"A": ta.CSC}, schedule="parallelize(j, reduction=partials)")
+    np.testing.assert_allclose(k.bind(A=A, x=x)(), A @ x, rtol=1e-12)
+
+
+# ---------------------------------------------------------------------------------------------
+# scheduled kernels give the unscheduled kernel's results
+
+CORPUS = [
+    ("y(i) = A(i,j) * x(j)", [{"A": "ds"}, {"A": ta.CSC}, {"A": "dd"}, {"A": "ss"}]),
+    ("C(i,j) = A(i,k) * B(k,j)", [{"A": "ds"}, {"A": "dd"}, {"A": ta.CSC}]),
+    ("C(i,j) = A(i,j) * B(i,k) * D(k,j)", [{"A": "ds"}]),
+    ("y(i) = A(i,j) * x(j) + b(i)", [{"A": "ds"}, {"A": "dd"}]),
+    ("C(i,j) = A(i,j) + B(i,j)", [{"A": "ds", "B": "ds"}, {"A": "dd", "B": "ds"}]),
+    ("y(j) = A(i,j) * x(i)", [{"A": "ds"}, {"A": "dd"}]),
+    ("C(i,j) = max(sum(k, A(i,k) * B(k,j)) + b(i), 0)", [{"A": "dd"}, {"A": "ds"}]),
+    ("a = A(i,j) * B(i,j)", [{"A": "ds"}, {"A": "dd"}]),
+]
+# Sizes that cross a split factor, a register tile (32 f64 / 64 f32), its half and quarter
+# tiles, a jam of 4 rows and a two-way thread split, with all-zero rows in the sparse operands.
+SIZES = {"i": 37, "j": 70, "k": 9}
+
+
+def _operand(name, indices, formats, dtype, rng):
+    shape = tuple(SIZES[i] for i in indices)
+    if len(shape) < 2 or formats.get(name, "dd") in ("dd", "d"):
+        return rng.standard_normal(shape).astype(dtype)
+    matrix = sp.random_array(shape, density=0.15, format="csr", dtype=dtype,
+                             random_state=int(rng.integers(1 << 30)))
+    matrix = sp.csr_array(matrix)
+    matrix.data[:] = rng.standard_normal(matrix.nnz).astype(dtype)
+    rows = rng.choice(shape[0], size=3, replace=False)
+    dense = matrix.toarray()
+    dense[rows] = 0                      # all-zero rows
+    return ta.Tensor.from_numpy(dense, format=formats[name])
+
+
+def _schedules(kernel, rng):
+    """Legal schedules for ``kernel``: reorders of its loops, splits of its counted loops,
+    threads on its outer loop (with partials when that loop sums), pass settings and hints."""
+    applied = kernel.schedule
+    order = applied.last(Reorder).indices if applied.last(Reorder) else ()
+    out = kernel.statement.lhs.indices
+    found = []
+    for permutation in itertools.permutations(order):
+        found.append(Schedule().reorder(*permutation))
+    for index in order:
+        found.append(Schedule().split(index, int(rng.choice([1, 3, 4, 16, 64]))))
+    if order:
+        outer = order[0]
+        reduction = "none" if outer in out else "partials"
+        found.append(Schedule().split(outer, 5).parallelize(f"{outer}0", reduction=reduction,
+                                                            threads=2))
+        found.append(Schedule().parallelize(outer, reduction=reduction, threads=3))
+        found.append(Schedule().unroll(order[-1], 4).vectorize(order[-1], 4))
+    found.append(Schedule().tile(0).jam(1).workspaces(False).transpose_tiles(0))
+    found.append(Schedule().tile(64).jam(2).serial())
+    return found
+
+
+def _cases():
+    for (statement, format_list), dtype in itertools.product(CORPUS, ["float64", "float32"]):
+        for formats in format_list:
+            yield statement, formats, dtype
+
+
+@pytest.mark.parametrize("statement, formats, dtype", list(_cases()))
+def test_scheduled_kernels_match_the_unscheduled_kernel(statement, formats, dtype):
+    rng = np.random.default_rng([len(statement), len(formats), len(dtype)])
+    plain = ta.compile(statement, formats=formats, dtype=dtype)
+    operands = {access.tensor: _operand(access.tensor, access.indices, formats, dtype, rng)
+                for access in _accesses(plain)}
+    expected = _dense(plain(**operands))
+    tried = 0
+    for schedule in _schedules(plain, rng):
+        try:
+            kernel = ta.compile(statement, formats=formats, dtype=dtype, schedule=schedule)
+            got = kernel(**operands)
+        except ta.CompileError as err:
+            # Refusals the formats explain: a reorder against a compressed operand's storage
+            # order, a split of a loop over a compressed level, threads on a loop that
+            # co-iterates one (or on a sparse output).
+            explained = (schedule.last(Reorder) and "stored as" in str(err)) or \
+                (schedule.last(Split) and "no counted loop runs" in str(err)) or \
+                (schedule.last(Parallelize) and "cannot run on several threads" in str(err))
+            assert explained, f"{schedule}: {err}"
+            continue
+        tried += 1
+        tolerance = 1e-4 if dtype == "float32" else 1e-10
+        np.testing.assert_allclose(_dense(got), expected, rtol=tolerance, atol=tolerance,
+                                   err_msg=f"{statement} {formats} schedule {schedule}")
+    assert tried >= 4
+
+
+@pytest.mark.parametrize("statement, formats", [
+    ("y(i) = A(i,j) * x(j)", {"A": ta.CSC}),
+    ("C(i,j) = A(i,k) * B(k,j)", {"A": "ds"}),
+    ("C(i,j) = max(sum(k, A(i,k) * B(k,j)) + b(i), 0)", {"A": "dd"}),
+])
+def test_scheduled_c_kernels_match_llvm(statement, formats):
+    rng = np.random.default_rng(7)
+    plain = ta.compile(statement, formats=formats)
+    operands = {a.tensor: _operand(a.tensor, a.indices, formats, "float64", rng)
+                for a in _accesses(plain)}
+    order = plain.schedule.last(Reorder).indices
+    outer = order[0]
+    reduction = "none" if outer in plain.statement.lhs.indices else "partials"
+    schedule = Schedule().split(outer, 8).parallelize(f"{outer}0", reduction=reduction,
+                                                      threads=2).unroll(order[-1], 2)
+    c = ta.compile(statement, formats=formats, backend="c", schedule=schedule)
+    llvm = ta.compile(statement, formats=formats, schedule=schedule)
+    assert ("#pragma GCC unroll 2" in c.source("c")) == ("hints: unroll 2" in c.source("ir"))
+    np.testing.assert_allclose(_dense(c(**operands)), _dense(llvm(**operands)), rtol=1e-12)
+    np.testing.assert_allclose(_dense(c(**operands)), _dense(plain(**operands)), rtol=1e-10)
+
+
+def _accesses(kernel):
+    from tensoralg.notation.ast import accesses
+
+    return list(dict.fromkeys(accesses(kernel.statement.rhs)))
+
+
+def _dense(x):
+    if isinstance(x, ta.Tensor):
+        return x.to_numpy()
+    if sp.issparse(x):
+        return x.toarray()
+    return np.asarray(x)
+
+
+def test_random_schedule_choice_is_reproducible():
+    rng_a, rng_b = np.random.default_rng(3), np.random.default_rng(3)
+    k = ta.compile("C(i,j) = A(i,k) * B(k,j)", formats={"A": "ds"})
+    assert [str(s) for s in _schedules(k, rng_a)] == [str(s) for s in _schedules(k, rng_b)]
+
+
+def test_hints_reach_the_loop_in_every_backend():
+    k = "y(i) = A(i,j) * x(j)"
+    schedule = Schedule().unroll("j", 4).vectorize("j", 2)
+    llvm = ta.compile(k, formats={"A": "ds"}, schedule=schedule)
+    assert "// hints: unroll 4, vectorize 2" in llvm.source("ir")
+    assert "unroll(j, 4); vectorize(j, 2)" in str(llvm.schedule)
+    assert '!"llvm.loop.unroll.count", i32 4' in _unoptimised_llvm(llvm)
+    c = ta.compile(k, formats={"A": "ds"}, schedule=schedule, backend="c")
+    assert "#pragma GCC unroll 4" in c.source("c")
+    assert "#pragma unroll 4" in c.source("cuda")
+    A = sp.random_array((20, 30), density=0.3, format="csr", random_state=4)
+    np.testing.assert_allclose(c(A=A, x=np.ones(30)), A @ np.ones(30))
+    np.testing.assert_allclose(llvm(A=A, x=np.ones(30)), A @ np.ones(30))
+
+
+def test_a_hint_on_a_loop_a_pass_rebuilt_is_not_claimed():
+    k = ta.compile("C(i,j) = A(i,k) * B(k,j)", formats={"A": "ds"}, schedule="unroll(j, 4)")
+    assert "hints:" not in k.source("ir")            # the register tiles made new loops
+    assert "unroll" not in str(k.schedule)
+
+
+def _unoptimised_llvm(kernel):
+    from tensoralg.codegen.llvm import emit_module
+
+    return str(emit_module(kernel._default.function))
