@@ -785,7 +785,7 @@ def _launch(compiled: CompiledProgram, args: list, tensors: Mapping[str, Tensor]
         return compiled.kernel(*args)
     weights = (tensors[compiled.balance_by].levels[1].pos
                if compiled.balance_by is not None else None)
-    bounds = range_bounds(size, parts, weights, compiled.plan.range_step())
+    bounds = range_bounds(size, parts, weights, compiled.plan.range_step(plan.range_index))
     function = compiled.kernel.function
     if not compiled.plan.partials:
         return max(threads.run(lambda part: function(*part), args, plan.range_slots, bounds))
@@ -1104,7 +1104,7 @@ class Kernel:
         # Bound calls split and refine ranges freely, which a split loop's blocks and a
         # partial-output reduction do not allow: those run on one thread when bound.
         if plan.range_slots is not None and plan.range_index is not None and \
-                not compiled.plan.partials and compiled.plan.range_step() == 1:
+                not compiled.plan.partials and compiled.plan.range_step(plan.range_index) == 1:
             work = estimated_work(tensors, shape)
             parts = min(threads.parts(work), sizes[plan.range_index] // MIN_ROWS_PER_THREAD)
             if parts > 1:

@@ -150,6 +150,22 @@ def test_partials_run_a_reduction_over_threads_exactly():
     assert total == pytest.approx(A.sum(), rel=1e-12)
 
 
+def test_threads_never_share_a_split_block(monkeypatch):
+    # Accumulating into the output: a block run by two threads would be added twice. Any work
+    # is split, so that the compiler's own thread split meets the schedule's blocks too.
+    monkeypatch.setattr("tensoralg.runtime.threads.MIN_WORK_PER_THREAD", 1)
+    A = sp.random_array((64, 9000), density=0.05, format="csr", random_state=5)
+    B = np.random.default_rng(2).random((9000, 3))
+    ta.set_num_threads(2)
+    try:
+        for schedule in ("split(i, 7)", "split(i, 7); parallelize(i0, threads=2)",
+                         "split(i, 7); parallelize(i, threads=2)"):
+            got = ta.einsum("ik,kj->ij", A, B, schedule=schedule)
+            np.testing.assert_allclose(got, A @ B, rtol=1e-12, err_msg=schedule)
+    finally:
+        ta.set_num_threads(ta.api.kernel_cache().options.threads or __import__("os").cpu_count())
+
+
 def test_a_bound_call_of_a_partials_kernel_stays_exact():
     A = sp.random_array((50, 400), density=0.1, format="csc", random_state=3)
     x = np.random.default_rng(1).random(400)
@@ -313,3 +329,16 @@ def _unoptimised_llvm(kernel):
     from tensoralg.codegen.llvm import emit_module
 
     return str(emit_module(kernel._default.function))
+
+
+def test_the_cli_takes_a_schedule_and_prints_it(capsys):
+    from tensoralg.cli import main
+
+    assert main(["compile", SPMV, "-f", "A:csr", "--schedule", "split(i, 8)",
+                 "--emit", "schedule"]) == 0
+    assert capsys.readouterr().out.strip() == \
+        "reorder(i, j); split(i, 8, i0, i1, guard); parallelize(i)"
+    assert main(["compile", SPMV, "-f", "A:csr", "--schedule", "reorder(j, i)"]) == 2
+    assert "operand A is stored as csr" in capsys.readouterr().err
+    assert main(["compile", SPMV, "--schedule", "split(i"]) == 2
+    assert "expected ')' in the schedule" in capsys.readouterr().err

@@ -61,9 +61,9 @@ class LoopPlan:
     def partials(self) -> bool:
         return self.parallel is not None and self.parallel.reduction is Reduction.PARTIALS
 
-    def range_step(self) -> int:
-        """Thread ranges must start at multiples of this (a split's block size)."""
-        index = self.parallel_index
+    def range_step(self, index: str | None) -> int:
+        """Thread ranges over ``index`` must start at multiples of this (a split's block size:
+        two ranges must never share a block)."""
         return self.splits[index].factor if index in self.splits else 1
 
     def may_split(self, index: str) -> bool:
@@ -78,7 +78,7 @@ def loop_plan(schedule: Schedule | None, backend: str = "llvm") -> LoopPlan:
     """The plan of ``schedule`` for a CPU backend; commands lowering cannot do are refused.
 
     >>> plan = loop_plan(Schedule().split("i", 8).parallelize("i0"))
-    >>> plan.parallel_index, plan.range_step()
+    >>> plan.parallel_index, plan.range_step("i")
     ('i', 8)
     """
     if schedule is None:
