@@ -33,6 +33,7 @@ from tensoralg.formats import (
     write,
 )
 from tensoralg.schedule import Schedule
+from tensoralg.tune import autotune
 
 __all__ = [
     "__version__", "einsum", "compile", "Kernel", "set_num_threads", "get_num_threads",
@@ -40,4 +41,5 @@ __all__ = [
     "DCSR", "DCSC", "COO", "CSF", "dense", "read", "write", "TensorAlgebraError",
     "NotationError", "ShapeError", "FormatError", "CompileError", "UnsupportedError",
     "KernelRuntimeError", "ModelError", "InputError", "Schedule",
+    "autotune",
 ]

@@ -91,6 +91,7 @@ from tensoralg.runtime.validate import VALID, StorageValidator
 from tensoralg.runtime.wrap import release, sparse_result
 from tensoralg.schedule import Schedule, as_schedule
 from tensoralg.schedule import check as check_schedule
+from tensoralg.schedule.store import TunedSchedules, shape_class, tuning_key
 
 BACKENDS = ("llvm", "c", "cuda")
 _FLOAT_FUNCTIONS = {"sqrt", "exp", "log", "sin", "cos", "tanh", "sigmoid", "pow"}
@@ -180,6 +181,7 @@ class KernelCache:
         self.compiles = 0
         self.validator = StorageValidator(self.disk)
         self.threads = KernelThreads(options.threads)
+        self.tuned = TunedSchedules(options.cache_dir)   # autotune's winners (tune.py)
         self.dispatch: dict[tuple, Any] = {}          # einsum's fast path, see _Dispatch
         self._lock = threading.Lock()
 
@@ -680,6 +682,8 @@ def _run(stmt: Assignment, canonical: str, bound: dict[str, Tensor], families: l
     value_dtype = _value_dtype(stmt, [t.dtype for t in bound.values()], dtype)
     shapes = {name: t.shape for name, t in bound.items()}
     dims = infer_dims(stmt, shapes)
+    if schedule is None:
+        schedule = tuned_schedule(canonical, bound, value_dtype, dims)
     shape = output_shape(stmt, dims)
     requested = _out_request(out_format, len(shape))
     if out is not None:
@@ -688,6 +692,23 @@ def _run(stmt: Assignment, canonical: str, bound: dict[str, Tensor], families: l
                          schedule)
     result = execute(compiled, bound, value_dtype, shape, out)
     return _wrap(result, requested, families, out), compiled
+
+
+def tuning_key_of(canonical: str, bound: Mapping[str, Tensor], value_dtype: np.dtype,
+                  dims: Mapping[str, int]) -> str:
+    """The key under which ``ta.autotune`` stores the schedule it found for such a call."""
+    stored = [t.nnz for t in bound.values() if not t.format.is_dense]
+    return tuning_key(canonical, [(name, t.format) for name, t in bound.items()], value_dtype,
+                      shape_class(dims, stored))
+
+
+def tuned_schedule(canonical: str, bound: Mapping[str, Tensor], value_dtype: np.dtype,
+                   dims: Mapping[str, int]) -> Schedule | None:
+    """The schedule ``ta.autotune`` stored for a call like this one, if any."""
+    tuned = kernel_cache().tuned
+    if not len(tuned):
+        return None
+    return tuned.get(tuning_key_of(canonical, bound, value_dtype, dims))
 
 
 def _dense_into(out: Any, requested: Format | None, shape: tuple[int, ...],
@@ -939,15 +960,16 @@ class Kernel:
         index = {name: np.dtype(np.int32) for name in self.formats}
         self._default = self._specialise(index, None)
 
-    def _specialise(self, index_dtypes: dict[str, np.dtype], shape: tuple[int, ...] | None
-                    ) -> CompiledProgram:
+    def _specialise(self, index_dtypes: dict[str, np.dtype], shape: tuple[int, ...] | None,
+                    tuned: Schedule | None = None) -> CompiledProgram:
+        schedule = self.schedule_given or tuned
         key = KernelKey(
             self._canonical, tuple(self.formats.items()),
             tuple(index_dtypes[name] for name in self.formats), self.dtype, self.out_format,
             _INT32 if shape is None else _out_index_dtype(shape),
-            str(self.schedule_given) if self.schedule_given else None, self.backend)
+            str(schedule) if schedule else None, self.backend)
         return kernel_cache().get(key, self.statement, self.formats, index_dtypes,
-                                  self.out_format, self.schedule_given)
+                                  self.out_format, schedule)
 
     @property
     def program(self) -> Program:
@@ -1008,10 +1030,14 @@ class Kernel:
     def _program_for(self, bound: Mapping[str, Tensor], shape: tuple[int, ...]
                      ) -> CompiledProgram:
         index = tuple(t.index_dtype for t in bound.values())
-        signature = (index, _INT32 if math.prod(shape) < 2**31 - 1 else _INT64)
+        tuned = None
+        if self.schedule_given is None and len(kernel_cache().tuned):
+            dims = {i: bound[name].shape[mode] for name, mode, i in self._uses}
+            tuned = tuned_schedule(self._canonical, bound, self.dtype, dims)
+        signature = (index, _INT32 if math.prod(shape) < 2**31 - 1 else _INT64, str(tuned))
         compiled = self._programs.get(signature)
         if compiled is None:
-            compiled = self._specialise(dict(zip(bound, index)), shape)
+            compiled = self._specialise(dict(zip(bound, index)), shape, tuned)
             self._programs[signature] = compiled
         return compiled
 
