@@ -822,7 +822,8 @@ def range_bounds(size: int, parts: int, weights: np.ndarray | None, step: int) -
     """
     bounds = split(size, parts, weights)
     if step > 1:
-        bounds = np.unique(np.append(np.minimum(bounds // step * step, size), size))
+        bounds[1:-1] = bounds[1:-1] // step * step
+        bounds = np.unique(bounds)
     return bounds
 
 

@@ -318,11 +318,10 @@ def _log_path(log: str | Path | None) -> Path | None:
 
 def environment() -> dict[str, Any]:
     """What a trial ran on: versions, machine and threads."""
-    import llvmlite
-    import scipy
+    from importlib.metadata import version
 
     return {"tensoralg": _version.__version__, "numpy": np.__version__,
-            "scipy": scipy.__version__, "llvmlite": llvmlite.__version__,
+            "scipy": version("scipy"), "llvmlite": version("llvmlite"),
             "python": platform.python_version(), "machine": platform.machine(),
             "cpu": _cpu_model(), "cores": os.cpu_count(),
             "threads": api.kernel_cache().threads.threads}

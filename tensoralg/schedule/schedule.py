@@ -335,7 +335,7 @@ def check(schedule: Schedule, stmt: Assignment) -> None:
     >>> check(Schedule().reorder("k"), parse_statement("y(i) = A(i,j) * x(j)"))
     Traceback (most recent call last):
     ...
-    tensoralg.errors.NotationError: reorder(k): the statement y(i) = A(i,j) * x(j) has no index k (its indices: i, j)
+    tensoralg.errors.NotationError: reorder(k): the statement y(i) = sum(j, A(i,j) * x(j)) has no index k (its indices: i, j)
     """
     known = list(statement_indices(stmt))
     tensors = {a.tensor for a in accesses(stmt.rhs)}
