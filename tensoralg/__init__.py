@@ -43,3 +43,6 @@ __all__ = [
     "KernelRuntimeError", "ModelError", "InputError", "Schedule",
     "autotune",
 ]
+
+# Format selection (ta.select.experiment) is built on the public names above: import it last.
+from tensoralg import select  # noqa: E402, F401
