@@ -87,6 +87,7 @@ from tensoralg.runtime.gram import gram_call
 from tensoralg.runtime.movement import copy_call, gather_call, ids_call, im2row_call
 from tensoralg.runtime.sequence import CallSequence, NativeGroup, Slot
 from tensoralg.runtime.threads import MIN_ROWS_PER_THREAD, KernelThreads, split
+from tensoralg.runtime.stitch import join_rows, run_ranges
 from tensoralg.runtime.validate import VALID, StorageValidator
 from tensoralg.runtime.wrap import release, sparse_result
 from tensoralg.schedule import Schedule, as_schedule
@@ -777,36 +778,56 @@ def execute(compiled: CompiledProgram, bound: Mapping[str, Tensor], value_dtype:
         buffers.sizes = np.zeros(output.rank, dtype=np.int64)
         buffers.capacity = max(16, sum(t.nnz for t in tensors.values()))
     args = compiled.arguments.pack(tensors, sizes, buffers)
-    status = _launch(compiled, args, tensors, sizes, buffers, shape)
+    bounds = _thread_ranges(compiled, tensors, sizes, shape, buffers.dense is not None)
+    if bounds is not None and not output.format.is_dense:
+        status, parts = run_ranges(compiled.kernel.function, args, compiled.arguments, bounds,
+                                   buffers.capacity, kernel_cache().threads.run_calls)
+        _check_status(compiled, status)
+        return join_rows(shape, output.format, output.index_dtype, value_dtype, parts, bounds)
+    status = _launch(compiled, args, buffers, bounds)
     if status != 0:
         release(buffers)
-        raise KernelRuntimeError(f"the kernel for {compiled.key.statement} could not allocate "
-                                 f"memory for its output (status {status})")
+    _check_status(compiled, status)
     if output.format.is_dense:
         assert buffers.dense is not None
         return buffers.dense.reshape(shape)
     return sparse_result(shape, output.format, output.index_dtype, value_dtype, buffers)
 
 
-def _launch(compiled: CompiledProgram, args: list, tensors: Mapping[str, Tensor],
-            sizes: Mapping[str, int], buffers: OutputBuffers, shape: tuple[int, ...]) -> int:
-    """Run the kernel, on several threads when its outer loop may be split and work is large."""
+def _check_status(compiled: CompiledProgram, status: int) -> None:
+    if status != 0:
+        raise KernelRuntimeError(f"the kernel for {compiled.key.statement} could not allocate "
+                                 f"memory for its output (status {status})")
+
+
+def _thread_ranges(compiled: CompiledProgram, tensors: Mapping[str, Tensor],
+                   sizes: Mapping[str, int], shape: tuple[int, ...], dense: bool
+                   ) -> np.ndarray | None:
+    """The bounds of the ranges to run on threads, or None to run the kernel once: a
+    schedule's ``parallelize(..., threads=N)`` gives N ranges, otherwise the work decides."""
     plan = compiled.arguments
     if plan.range_slots is None or plan.range_index is None:
-        return compiled.kernel(*args)
-    threads = kernel_cache().threads
+        return None
     size = sizes[plan.range_index]
     asked = compiled.plan.parallel
-    if asked is not None and asked.threads is not None:   # as many ranges as it says
+    if asked is not None and asked.threads is not None:
         parts = min(asked.threads, max(1, size))
     else:
-        work = estimated_work(tensors, shape if buffers.dense is not None else None)
-        parts = min(threads.parts(work), size // MIN_ROWS_PER_THREAD)
+        work = estimated_work(tensors, shape if dense else None)
+        parts = min(kernel_cache().threads.parts(work), size // MIN_ROWS_PER_THREAD)
     if parts <= 1:
-        return compiled.kernel(*args)
+        return None
     weights = (tensors[compiled.balance_by].levels[1].pos
                if compiled.balance_by is not None else None)
-    bounds = range_bounds(size, parts, weights, compiled.plan.range_step(plan.range_index))
+    return range_bounds(size, parts, weights, compiled.plan.range_step(plan.range_index))
+
+
+def _launch(compiled: CompiledProgram, args: list, buffers: OutputBuffers,
+            bounds: np.ndarray | None) -> int:
+    """Run the kernel once, or once per range on the pool's threads."""
+    if bounds is None:
+        return compiled.kernel(*args)
+    plan, threads = compiled.arguments, kernel_cache().threads
     function = compiled.kernel.function
     if not compiled.plan.partials:
         return max(threads.run(lambda part: function(*part), args, plan.range_slots, bounds))

@@ -100,9 +100,10 @@ def test_illegal_schedules_are_refused(formats, schedule, error, message):
                x=np.ones(4))
 
 
-def test_a_sparse_output_is_not_parallelized_by_a_schedule():
-    with pytest.raises(ta.CompileError, match=r"the output is stored as .*one thread"):
-        ta.compile("C(i,j) = A(i,j) + B(i,j)", formats={"A": "ds", "B": "ds", "C": "ds"},
+def test_a_doubly_compressed_output_is_not_parallelized_by_a_schedule():
+    with pytest.raises(ta.CompileError, match=r"the output is stored as .*only a matrix "
+                                              r"stored dense then compressed"):
+        ta.compile("C(i,j) = A(i,j) + B(i,j)", formats={"A": "ss", "B": "ss", "C": "ss"},
                    schedule="parallelize(i)")
 
 
@@ -342,3 +343,48 @@ def test_the_cli_takes_a_schedule_and_prints_it(capsys):
     assert "operand A is stored as csr" in capsys.readouterr().err
     assert main(["compile", SPMV, "--schedule", "split(i"]) == 2
     assert "expected ')' in the schedule" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------
+# sparse outputs assembled by several threads, joined by the runtime
+
+@pytest.mark.parametrize("threads", [2, 3, 7])
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_sparse_outputs_assembled_in_ranges_match_scipy(threads, dtype):
+    rng = np.random.default_rng(threads)
+    A = sp.random_array((61, 45), density=0.2, format="csr", dtype=dtype, random_state=1)
+    B = sp.random_array((45, 61), density=0.2, format="csr", dtype=dtype, random_state=2)
+    C = sp.random_array((61, 45), density=0.2, format="csr", dtype=dtype, random_state=3)
+    A = sp.csr_array(A.toarray() * (rng.random((61, 1)) > 0.3))   # all-zero rows
+    U, V = rng.random((61, 8)).astype(dtype), rng.random((8, 45)).astype(dtype)
+    schedule = f"parallelize(i, threads={threads})"
+    tolerance = 1e-5 if dtype == "float32" else 1e-12
+    cases = [
+        ("ik,kj->ij", (A, B), A @ B),
+        ("ij,ij->ij", (A, C), A.multiply(C)),
+        ("ij,ik,kj->ij", (A, U, V), A.multiply(U @ V)),
+    ]
+    for subscripts, operands, expected in cases:
+        got = ta.einsum(subscripts, *operands, schedule=schedule)
+        assert sp.issparse(got) and got.has_sorted_indices, subscripts
+        np.testing.assert_allclose(got.toarray(), expected.toarray(), rtol=tolerance,
+                                   atol=tolerance, err_msg=subscripts)
+    added = ta.compile("D(i,j) = A(i,j) + C(i,j)", formats={"A": "ds", "C": "ds"},
+                       dtype=dtype, schedule=schedule)(A=A, C=C)
+    np.testing.assert_allclose(_dense(added), (A + C).toarray(), rtol=tolerance)
+
+
+def test_the_compilers_own_split_of_a_sparse_output_matches_one_thread(monkeypatch):
+    monkeypatch.setattr("tensoralg.runtime.threads.MIN_WORK_PER_THREAD", 1)
+    A = sp.random_array((300, 300), density=0.05, format="csc", random_state=4)
+    B = sp.random_array((300, 300), density=0.05, format="csc", random_state=5)
+    ta.set_num_threads(2)
+    try:
+        got = ta.einsum("ik,kj->ij", A, B)     # CSC: the ranges run over columns
+        assert got.format == "csc"
+        np.testing.assert_allclose(got.toarray(), (A @ B).toarray(), rtol=1e-12)
+        empty = sp.csr_array((0, 5))
+        assert ta.einsum("ij,ij->ij", empty, empty, schedule="parallelize(i, threads=2)"
+                         ).shape == (0, 5)
+    finally:
+        ta.set_num_threads(__import__("os").cpu_count())

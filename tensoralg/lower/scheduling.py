@@ -130,15 +130,20 @@ def _check_parallel(command: Parallelize, splits: dict[str, Split], backend: str
 def why_not_parallel(program: Program, index: str, partials: bool) -> str | None:
     """Why the loop over ``index`` cannot run as disjoint thread ranges (None: it can).
 
-    Each nest must run ``index`` outermost as a counted loop; the final output must be dense.
-    Without ``partials`` each range must own its output elements, so ``index`` must address
-    the output; with them each range sums into its own copy of the output. A temporary may
-    take part when ``index`` is its first mode and every nest reads and writes it at ``index``
-    (each range then fills and reads only its own rows).
+    Each nest must run ``index`` outermost as a counted loop. Without ``partials`` each range
+    must own its output elements, so ``index`` must address the output; with them each range
+    sums into its own copy of the output. A temporary may take part when ``index`` is its first
+    mode and every nest reads and writes it at ``index`` (each range then fills and reads only
+    its own rows). A sparse output takes ranges when it is a matrix stored dense, then
+    compressed (CSR or CSC) with ``index`` its dense level: each range assembles its own rows,
+    and the runtime joins the pieces (``runtime/stitch.py``).
     """
-    if not program.output.format.is_dense:
-        return (f"the output is stored as {program.output.format}; sparse outputs are assembled "
-                f"on one thread")
+    output = program.output
+    if not output.format.is_dense:
+        if not stitchable(program, index) or partials:
+            return (f"the output is stored as {output.format}; only a matrix stored dense "
+                    f"then compressed, split along its dense level, is assembled on several "
+                    f"threads")
     for nest in program.nests:
         if nest.loop_order[:1] != (index,):
             return (f"the loop nest for {nest.output} runs {', '.join(nest.loop_order)}: "
@@ -155,6 +160,17 @@ def why_not_parallel(program: Program, index: str, partials: bool) -> str | None
                 return (f"the temporary {access} is not indexed by {index} first, so ranges "
                         f"would share its rows")
     return None
+
+
+def stitchable(program: Program, index: str) -> bool:
+    """Whether ranges of ``index`` can each assemble their own rows of the sparse output: a
+    matrix whose first stored level is dense over ``index`` and whose second is compressed,
+    written by one nest and no temporaries."""
+    output = program.output
+    fmt = output.format
+    return fmt.rank == 2 and not fmt.levels[0].is_sparse and fmt.levels[1].has_pos and \
+        output.dims[fmt.order[0]] == index and len(program.nests) == 1 and \
+        not any(t.role is TensorRole.TEMPORARY for t in program.tensors)
 
 
 def pass_options_of(schedule: Schedule | None) -> PassOptions:
@@ -174,4 +190,4 @@ def pass_options_of(schedule: Schedule | None) -> PassOptions:
         line_bytes=transposes.line_bytes if transposes else DEFAULT_OPTIONS.line_bytes)
 
 
-__all__ = ["LoopPlan", "loop_plan", "pass_options_of", "why_not_parallel"]
+__all__ = ["LoopPlan", "loop_plan", "pass_options_of", "stitchable", "why_not_parallel"]
