@@ -1,4 +1,5 @@
-"""The ``tensoralg`` command, the demo, and the README's Python examples."""
+"""The ``tensoralg`` command, the demo, the examples, and the README's commands (its ``>>>``
+examples run in test_docs.py)."""
 from __future__ import annotations
 
 import argparse
@@ -160,33 +161,17 @@ def test_demo_error_measure_handles_dense_and_sparse():
 # README
 
 
-def readme_python_blocks() -> list[str]:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    return re.findall(r"^```python\n(.*?)^```", text, re.MULTILINE | re.DOTALL)
-
-
-def test_readme_examples(tmp_path, monkeypatch, capsys):
-    """Every ```python block of README.md runs, in order, in one namespace."""
-    blocks = readme_python_blocks()
-    assert len(blocks) >= 5
-    monkeypatch.chdir(tmp_path)
-    namespace: dict = {"__name__": "__readme__"}
-    for number, block in enumerate(blocks, 1):
-        try:
-            exec(compile(block, f"README.md python block {number}", "exec"), namespace)
-        except Exception as err:  # noqa: BLE001 - name the block that failed
-            raise AssertionError(f"README python block {number} failed: {err!r}\n{block}") \
-                from err
+# The README's ``>>>`` examples run in tests/test_docs.py, with the documentation's.
 
 
 def test_readme_commands_match_ci():
+    """The README's test command is exactly the command .ci/run runs last."""
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert "pip install -e . && tensoralg demo" in readme
-    command = 'pip install -e ".[test]" && python -m pytest -q -m "not slow"'
-    assert command in readme
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
-    assert 'python -m pytest -q -m "not slow"' in ci
-    assert 'pip install -e ".[test]"' in ci
+    command = ci.strip().splitlines()[-1]
+    assert command == 'pip install -e ".[test,docs]" && python -m pytest -q -m "not slow"'
+    assert command in readme.splitlines()
 
 
 @pytest.mark.parametrize("script", sorted(p.name for p in (ROOT / "examples").glob("*.py")))

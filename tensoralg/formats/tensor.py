@@ -164,7 +164,8 @@ class Tensor:
                     sum_duplicates: bool = True, index_dtype: Any = None) -> "Tensor":
         """Pack coordinates and values (any order, duplicates summed) into ``format``.
 
-        ``coords`` is ``(nnz, ndim)`` or ``(ndim, nnz)``; see :func:`pack.pack_coords`.
+        ``coords`` is ``(nnz, ndim)``, one row per entry, or ``(ndim, nnz)``, one row per mode
+        (as scipy's ``coords``); when ``nnz == ndim`` it is read as ``(ndim, nnz)``.
 
         >>> Tensor.from_coords([[1, 0], [0, 1], [1, 0]], [1.0, 2.0, 3.0], (2, 2), "csr").vals
         array([2., 4.])
