@@ -1,10 +1,12 @@
 """The ``tensoralg`` command: compile a statement and print its kernel, run the demo, list formats.
 
-    tensoralg compile "y(i) = A(i,j) * x(j)" -f A:csr --emit ir
-    tensoralg demo [--backend llvm|c] [--matrix bcspwr10]
+    tensoralg compile "y(i) = A(i,j) * x(j)" -f A:csr --emit ir [--schedule "split(i, 64)"]
+    tensoralg demo [MATRIX] [--backend llvm|c]      (bcspwr10, or any .mtx / .mtx.gz path)
     tensoralg formats
     tensoralg onnx run model.onnx [--inputs x.npz] [--opt-level N]
     tensoralg onnx profile model.onnx [--repeat 10]
+    tensoralg experiment "y(i) = A(i,j) * x(j)" --tensor A=m.mtx [--out r.csv] [--plot r.png]
+    tensoralg tune "y(i) = A(i,j) * x(j)" --tensor A=m.mtx [--budget 30] [--log trials.jsonl]
     tensoralg --version
 
 Errors that tensoralg raises on purpose (``TensorAlgebraError``) are printed as one clean message
@@ -18,6 +20,7 @@ import sys
 from typing import Sequence, TextIO
 
 import tensoralg as ta
+from tensoralg.select import command as experiment_command
 
 EXIT_USER_ERROR = 2
 EMIT_CHOICES = ("c", "llvm", "ir", "cuda")
@@ -100,17 +103,22 @@ def build_parser() -> argparse.ArgumentParser:
                           help="value type (default float64)")
     compile_.add_argument("--backend", choices=BACKEND_CHOICES, default="llvm",
                           help="backend that builds the kernel (default llvm)")
-    compile_.add_argument("--emit", choices=EMIT_CHOICES, default="c",
+    compile_.add_argument("--emit", choices=EMIT_CHOICES + ("schedule",), default="c",
                           help="what to print: C source (default), LLVM IR, the tensoralg IR, "
-                               "or CUDA C")
+                               "CUDA C, or the schedule the kernel runs")
+    compile_.add_argument("--schedule", default=None, metavar="COMMANDS",
+                          help='scheduling commands, e.g. "split(i, 64); parallelize(i0)" '
+                               "(see the schedules guide)")
 
     demo = commands.add_parser(
         "demo", help="SpMV, SpMM, SDDMM and SpGEMM on a real matrix, checked against scipy",
-        description="Run four kernels on a bundled real matrix, check each against scipy and "
-                    "time them side by side.")
+        description="Run four kernels on a real matrix (a bundled one, or any Matrix Market "
+                    "file), check each against scipy and time them side by side.")
+    demo.add_argument("matrix_arg", nargs="?", metavar="MATRIX",
+                      help="a bundled matrix (bcspwr10, the default; lp_ship04l; ca-GrQc) or "
+                           "the path of a .mtx or .mtx.gz file")
+    demo.add_argument("--matrix", default=None, help="the same as MATRIX")
     demo.add_argument("--backend", choices=BACKEND_CHOICES, default="llvm")
-    demo.add_argument("--matrix", default="bcspwr10",
-                      help="bundled matrix: bcspwr10 (default), lp_ship04l, ca-GrQc")
 
     commands.add_parser("formats", help="list level codes and named formats")
 
@@ -133,14 +141,51 @@ def build_parser() -> argparse.ArgumentParser:
                          help="profile: runs to average (default 10)")
         sub.add_argument("--print-ir", action="store_true",
                          help="also print the graph after each pass, the plan and the kernels")
+    experiment_command.add_parser(commands)
+    tune = commands.add_parser(
+        "tune", help="search schedules of a statement by measuring them, keep the fastest",
+        description="Autotune a statement's schedule on real operands (ta.autotune): the winner "
+                    "is stored with the kernel cache and used by later calls of that shape "
+                    "class.")
+    tune.add_argument("expression", help='e.g. "y(i) = A(i,j) * x(j)" or "ij,j->i"')
+    tune.add_argument("-t", "--tensor", dest="tensors", action="append", default=[],
+                      type=experiment_command._tensor_option, metavar="NAME=SOURCE",
+                      help="an operand from a .mtx, .tns or .npy file, or 'random' (dense, "
+                           "shaped by the other operands); repeatable")
+    tune.add_argument("-f", "--format", dest="formats", action="append", default=[],
+                      type=parse_format_option, metavar="NAME:FORMAT",
+                      help="storage of one operand, as for compile")
+    tune.add_argument("--budget", type=float, default=30.0, help="seconds to search (30)")
+    tune.add_argument("--seed", type=int, default=0, help="order of the trials (0)")
+    tune.add_argument("--log", default=None, help="JSON-lines log of every trial")
     return parser
 
 
 def run_compile(args: argparse.Namespace, out: TextIO) -> int:
     formats = dict(args.formats)
-    kernel = ta.compile(args.statement, formats=formats, dtype=args.dtype, backend=args.backend)
-    text = kernel.source(args.emit)
+    kernel = ta.compile(args.statement, formats=formats, dtype=args.dtype, backend=args.backend,
+                        schedule=args.schedule)
+    text = str(kernel.schedule) if args.emit == "schedule" else kernel.source(args.emit)
     out.write(text if text.endswith("\n") else text + "\n")
+    return 0
+
+
+def run_tune(args: argparse.Namespace, out: TextIO) -> int:
+    """Autotune the statement that ``args`` describe and print what was found."""
+    if args.budget <= 0:
+        raise ta.InputError(f"--budget must be positive, not {args.budget}")
+    expression = experiment_command.Expression.parse(args.expression)
+    operands = experiment_command.load_operands(expression, dict(args.tensors), args.seed)
+    formats = dict(args.formats) or None
+    if expression.einsum:
+        given: object = [operands[name] for name in expression.operands]
+        if formats is not None:
+            formats = {expression.operands.index(name): fmt for name, fmt in formats.items()}
+    else:
+        given = operands
+    result = ta.autotune(args.expression, given, formats=formats, budget_s=args.budget,
+                         seed=args.seed, log=args.log)
+    out.write(str(result) + "\n")
     return 0
 
 
@@ -171,6 +216,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_compile(args, sys.stdout)
         if args.command == "formats":
             return run_formats(sys.stdout)
+        if args.command == "experiment":
+            return experiment_command.run(args, sys.stdout)
+        if args.command == "tune":
+            return run_tune(args, sys.stdout)
         if args.command == "onnx":
             from tensoralg.onnx import command
 
@@ -179,7 +228,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                                args.print_ir, sys.stdout)
         from tensoralg.demo import run_demo
 
-        return run_demo(matrix=args.matrix, backend=args.backend, out=sys.stdout)
+        given = [m for m in (args.matrix_arg, args.matrix) if m is not None]
+        if len(set(given)) > 1:
+            parser.error(f"demo: two matrices given ({args.matrix_arg!r} and --matrix "
+                         f"{args.matrix!r}); give one")
+        matrix = given[0] if given else "bcspwr10"
+        return run_demo(matrix=matrix, backend=args.backend, out=sys.stdout)
     except ta.TensorAlgebraError as err:
         print(f"tensoralg: {type(err).__name__}: {err}", file=sys.stderr)
         return EXIT_USER_ERROR

@@ -1,5 +1,7 @@
 """The demo behind ``tensoralg demo``: four classic sparse kernels on a real matrix.
 
+The matrix is a bundled one (``bcspwr10``, ``lp_ship04l``, ``ca-GrQc``) or any Matrix Market
+file (``.mtx`` or ``.mtx.gz``) given by its path; an existing path wins over a bundled name.
 SpMV, SpMM, SDDMM and SpGEMM run through ``ta.einsum`` on scipy inputs; each result is checked
 against scipy (or NumPy, for SDDMM's sampled product) and timed side by side: the first call
 (which compiles the kernel, or loads it from the on-disk cache), a cached call, and scipy. The
@@ -11,6 +13,8 @@ generated IR of the SpMV follows, so that a newcomer sees the loop the compiler 
 """
 from __future__ import annotations
 
+import os
+import pathlib
 import sys
 import time
 from dataclasses import dataclass
@@ -24,6 +28,7 @@ from tensoralg import data
 from tensoralg.api import kernel_cache
 
 MATRICES = ("bcspwr10", "lp_ship04l", "ca-GrQc")
+MATRIX_SUFFIXES = (".mtx", ".mtx.gz")
 DENSE_COLUMNS = 16
 REPEATS = 5
 
@@ -100,6 +105,50 @@ def _best_time(fn: Callable[[], Any], repeats: int = REPEATS) -> float:
     return best
 
 
+def _choices() -> str:
+    return (f"choose one of the bundled matrices {', '.join(MATRICES)}, "
+            f"or give the path of a .mtx or .mtx.gz file")
+
+
+def load_matrix(name: str) -> tuple[str, sp.csr_array]:
+    """The demo's matrix as ``(label, float64 CSR array)``: a file path or a bundled name.
+
+    An existing file is read as Matrix Market (``.mtx`` or ``.mtx.gz``); otherwise ``name``
+    must be one of ``MATRICES``. Anything else is a ``FormatError`` that lists the choices.
+
+    >>> label, A = load_matrix("lp_ship04l")
+    >>> label, A.shape, A.dtype
+    ('lp_ship04l', (402, 2166), dtype('float64'))
+    >>> load_matrix("nosuch")
+    Traceback (most recent call last):
+    ...
+    tensoralg.errors.FormatError: 'nosuch' is neither a file nor a bundled matrix; choose one ...
+    """
+    if not name.strip():
+        raise ta.FormatError(f"the matrix name is empty; {_choices()}")
+    path = pathlib.Path(os.path.expanduser(name))
+    if os.path.isdir(path):
+        raise ta.FormatError(f"{name}: is a directory, not a matrix file; {_choices()}")
+    if os.path.isfile(path):
+        return name, _read_matrix(path, name)
+    if name in MATRICES:
+        return name, _as_float_csr(data.load(name))
+    raise ta.FormatError(f"{name!r} is neither a file nor a bundled matrix; {_choices()}")
+
+
+def _read_matrix(path: pathlib.Path, name: str) -> sp.csr_array:
+    if not path.name.endswith(MATRIX_SUFFIXES):
+        raise ta.FormatError(f"{name}: the demo reads Matrix Market files (.mtx or .mtx.gz); "
+                             f"{_choices()}")
+    return _as_float_csr(ta.read(path))
+
+
+def _as_float_csr(tensor: ta.Tensor) -> sp.csr_array:
+    """A float64 scipy CSR array of a 2-D tensor (array-format files come back dense)."""
+    csr = tensor.convert("csr").to_scipy("array")
+    return sp.csr_array(csr, dtype=np.float64)
+
+
 def run_case(case: Case, backend: str) -> Outcome:
     cache = kernel_cache()
     compiles = cache.compiles
@@ -129,12 +178,11 @@ def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 
 def run_demo(matrix: str = "bcspwr10", backend: str = "llvm", out: TextIO | None = None) -> int:
-    """Run the demo; returns 0 when every result matches scipy, 1 otherwise."""
+    """Run the demo on ``matrix`` (a bundled name or a ``.mtx``/``.mtx.gz`` path); returns 0
+    when every result matches scipy, 1 otherwise."""
     out = out or sys.stdout
-    if matrix not in MATRICES:
-        raise ta.FormatError(f"--matrix {matrix!r}: choose one of {', '.join(MATRICES)}")
-    A = data.load(matrix).to_scipy("array")
-    out.write(f"tensoralg {ta.__version__} demo: {matrix}, {A.shape[0]} x {A.shape[1]}, "
+    label, A = load_matrix(matrix)
+    out.write(f"tensoralg {ta.__version__} demo: {label}, {A.shape[0]} x {A.shape[1]}, "
               f"nnz {A.nnz}, backend {backend}\n\n")
     outcomes = [run_case(c, backend) for c in cases(A, np.random.default_rng(0))]
     header = ("kernel", "einsum", "result", "max abs err", "check", "first call",

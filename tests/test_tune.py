@@ -104,3 +104,21 @@ def test_an_unreadable_store_counts_as_empty(tmp_path):
     assert len(store) == 0 and store.get("anything") is None
     store.put("k", Schedule().serial(), {"median_s": 1.0})
     assert TunedSchedules(tmp_path).get("k") == Schedule().serial()
+
+
+def test_the_tune_command(tuned, tmp_path, capsys):
+    import scipy.io
+
+    from tensoralg.cli import main
+
+    path = tmp_path / "m.mtx"
+    scipy.io.mmwrite(str(path), sp.random_array((80, 60), density=0.1, random_state=3))
+    log = tmp_path / "log.jsonl"
+    assert main(["tune", "y(i) = A(i,j) * x(j)", "--tensor", f"A={path}", "-f", "A:csr",
+                 "--budget", "1", "--log", str(log)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("autotune y(i) = A(i,j) * x(j):") and "compiler" in out
+    assert log.read_text().count("\n") >= 1 and len(tuned) == 1
+    assert main(["tune", "y(i) = A(i,j) * x(j)", "--tensor", f"A={tmp_path / 'no.mtx'}"]) == 2
+    assert "no such file" in capsys.readouterr().err
+    assert main(["tune", "y(i) = A(i,j) * x(j)", "--tensor", f"A={path}", "--budget", "0"]) == 2
