@@ -7,6 +7,7 @@ scipy and pydata objects; below it everything is a ``Tensor`` of flat arrays.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import functools
 import math
 import os
@@ -87,6 +88,22 @@ from tensoralg.runtime.gram import gram_call
 from tensoralg.runtime.movement import copy_call, gather_call, ids_call, im2row_call
 from tensoralg.runtime.sequence import CallSequence, NativeGroup, Slot
 from tensoralg.runtime.threads import MIN_ROWS_PER_THREAD, KernelThreads, split
+from tensoralg.runtime.replay import (
+    ARG_BEGIN,
+    ARG_CAPACITY,
+    ARG_DATA,
+    ARG_DENSE,
+    ARG_INDICES,
+    ARG_INDPTR,
+    ARG_OUT,
+    ARG_OUT_HANDLE,
+    ARG_OUT_SIZES,
+    ARG_SIZE,
+    COMPRESSED,
+    DENSE,
+    replay_function,
+    replayable,
+)
 from tensoralg.runtime.stitch import join_rows, run_ranges
 from tensoralg.runtime.validate import VALID, StorageValidator
 from tensoralg.runtime.wrap import release, sparse_result
@@ -301,7 +318,7 @@ def einsum(subscripts: str, *operands: Any, out_format: Any = None, formats: Any
 
 # -- the fast path of repeated einsum calls ---------------------------------------------------
 
-_DENSE, _COMPRESSED = "dense", "compressed"
+_DENSE, _COMPRESSED = DENSE, COMPRESSED
 
 
 def _signature(subscripts: Any, operands: tuple, backend: str | None) -> tuple | None:
@@ -324,9 +341,11 @@ def _signature(subscripts: Any, operands: tuple, backend: str | None) -> tuple |
     return tuple(parts)
 
 
-# What each argument of a replayed call is (see _Dispatch.recipe).
+# What each argument of a replayed call is (see _Dispatch.recipe and runtime/replay.py).
 (_ARG_SIZE, _ARG_DENSE, _ARG_DATA, _ARG_INDPTR, _ARG_INDICES, _ARG_OUT, _ARG_BEGIN,
- _ARG_CAPACITY, _ARG_OUT_SIZES, _ARG_OUT_HANDLE) = range(10)
+ _ARG_CAPACITY, _ARG_OUT_SIZES, _ARG_OUT_HANDLE) = (
+    ARG_SIZE, ARG_DENSE, ARG_DATA, ARG_INDPTR, ARG_INDICES, ARG_OUT, ARG_BEGIN, ARG_CAPACITY,
+    ARG_OUT_SIZES, ARG_OUT_HANDLE)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -353,8 +372,11 @@ class _Dispatch:
     handles: tuple[str, ...] = ()       # a sparse output's buffers (_ARG_OUT_HANDLE's mode)
     families: tuple[str, ...] = ()      # the operands' families: what a sparse result becomes
     requested: Format | None = None     # the output format asked for (a compiled kernel's)
+    fast: Any = None                    # the recipe written out (runtime/replay.py), if it can be
 
     def run(self, operands: tuple) -> Any:
+        if self.fast is not None:
+            return self.fast(operands)
         if len(operands) != len(self.names):
             return None
         for a, mode_a, b, mode_b in self.equal_sizes:
@@ -464,10 +486,28 @@ def _remember(signature: tuple, compiled: CompiledProgram, stmt: Assignment,
     if recipe is None:
         return
     table = kernel_cache().dispatch if store is None else store
-    table[signature] = _Dispatch(
+    entry = _Dispatch(
         compiled, tuple(names), kinds, equal, out_dims, compiled.key.value_dtype, recipe,
         compiled.arguments.range_slots is not None, handles,
         tuple(input_family(op) for op in operands), requested)
+    if not handles and replayable(recipe):
+        entry = dataclasses.replace(entry, fast=_replay_of(entry))
+    table[signature] = entry
+
+
+def _replay_of(entry: _Dispatch) -> Any:
+    """``entry``'s recipe written out as one straight-line function (runtime/replay.py)."""
+    cache = kernel_cache()
+    compiled = entry.compiled
+
+    def fail() -> None:
+        raise KernelRuntimeError(f"the kernel for {compiled.key.statement} could not allocate "
+                                 f"memory for its output")
+
+    return replay_function(entry.recipe, entry.kinds, entry.equal_sizes, entry.out_dims,
+                           entry.value_dtype, compiled.overwrites, compiled.kernel.function,
+                           lambda matrix: _sound_compressed(matrix, cache.validator),
+                           cache.threads if entry.splittable else None, fail)
 
 
 def _recipe(compiled: CompiledProgram, names: Sequence[str], kinds: tuple[str, ...],
@@ -888,7 +928,7 @@ def estimated_work(tensors: Mapping[str, Tensor], dense_shape: tuple[int, ...] |
 def work_of(sparse: Sequence[int], dense_sizes: Sequence[int],
             dense_shape: tuple[int, ...] | None) -> int:
     """:func:`estimated_work` from the stored counts of the sparse operands and the sizes of
-    the dense ones."""
+    the dense ones (``runtime/replay.py`` writes the same formula out for replayed calls)."""
     out_rows = dense_shape[0] if dense_shape else 1
     if not sparse:
         return sum(dense_sizes) + out_rows

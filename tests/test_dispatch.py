@@ -213,3 +213,24 @@ def test_output_is_zeroed_only_when_the_kernel_skips_elements(fmt, assigns_all, 
     out = np.full(40, np.nan)
     ta.einsum("ij,j->i", operand, x, out=out)
     np.testing.assert_allclose(out, A @ x)
+
+
+def test_replays_are_written_out_and_revalidate_new_arrays():
+    """Replayed calls run a function written for the kernel (runtime/replay.py); a matrix with
+    new arrays is validated again before its arrays are read in place."""
+    A = sp.random_array((40, 30), density=0.2, format="csr", random_state=21)
+    x = np.random.default_rng(21).standard_normal(30)
+    ta.einsum("ij,j->i", A, x)
+    entry = next(e for key, e in kernel_cache().dispatch.items()
+                 if key[0] == "ij,j->i" and key[2][0] is type(A))
+    assert entry.fast is not None
+    np.testing.assert_allclose(entry.fast((A, x)), A @ x)
+    bad = A.copy()
+    bad.indices = bad.indices.copy()
+    bad.indices[3] = 10_000                       # out of bounds: never read in place
+    assert entry.fast((bad, x)) is None
+    with pytest.raises(ta.FormatError):
+        ta.einsum("ij,j->i", bad, x)
+    np.testing.assert_allclose(ta.einsum("i,i->", x, x), x @ x)
+    np.testing.assert_allclose(ta.einsum("i,i->", x, x), x @ x)   # the replayed scalar
+    assert np.ndim(ta.einsum("i,i->", x, x)) == 0
