@@ -49,6 +49,7 @@ from tensoralg.ir.rewrite import walk
 from tensoralg.ir.passes.pipeline import IRLog, optimize
 from tensoralg.ir.printer import format_function
 from tensoralg.lower.concretize import concretize
+from tensoralg.lower.gemm_form import GEMM_MIN_FMAS, GemmForm, gemm_form
 from tensoralg.lower.lowerer import lower
 from tensoralg.lower.program import Program, TensorRole
 from tensoralg.lower.scheduling import LoopPlan, loop_plan, pass_options_of
@@ -311,7 +312,7 @@ def einsum(subscripts: str, *operands: Any, out_format: Any = None, formats: Any
         bound[name] = _bind(operand, overrides.get(k), f"operand {k} ({name})")
     result, compiled = _run(stmt, canonical, bound, families, out_format, backend, schedule,
                             dtype, out)
-    if signature is not None:
+    if signature is not None and compiled is not None:
         _remember(signature, compiled, stmt, named, operands, bound)
     return result
 
@@ -714,8 +715,9 @@ def _out_request(out_format: Any, rank: int) -> Format | None:
 
 def _run(stmt: Assignment, canonical: str, bound: dict[str, Tensor], families: list[str],
          out_format: Any, backend: str | None, schedule: Any, dtype: Any,
-         out: np.ndarray | None) -> tuple[Any, CompiledProgram]:
-    """The wrapped result and the compiled program that produced it."""
+         out: np.ndarray | None) -> tuple[Any, CompiledProgram | None]:
+    """The wrapped result and the compiled program that produced it (None when the generated
+    GEMM did)."""
     backend = _check_backend(backend)
     schedule = as_schedule(schedule)
     if schedule is not None:
@@ -729,6 +731,10 @@ def _run(stmt: Assignment, canonical: str, bound: dict[str, Tensor], families: l
     requested = _out_request(out_format, len(shape))
     if out is not None:
         requested = _dense_into(out, requested, shape, value_dtype)
+    if schedule is None and (requested is None or requested.is_dense):
+        product = generated_gemm(gemm_form(stmt), bound, value_dtype)
+        if product is not None:
+            return _wrap(product, requested, families, out), None
     compiled = _compiled(stmt, canonical, bound, value_dtype, requested, shape, backend,
                          schedule)
     result = execute(compiled, bound, value_dtype, shape, out)
@@ -750,6 +756,40 @@ def tuned_schedule(canonical: str, bound: Mapping[str, Tensor], value_dtype: np.
     if not len(tuned):
         return None
     return tuned.get(tuning_key_of(canonical, bound, value_dtype, dims))
+
+
+def generated_gemm(form: GemmForm | None, bound: Mapping[str, Tensor], value_dtype: np.dtype
+                   ) -> np.ndarray | None:
+    """A dense matrix product on the generated GEMM (``codegen/gemm.py``), or None when the
+    statement is not one (``lower/gemm_form.py``), an operand is sparse, the dtype is not a
+    float, or the product is too small to pay for packing. The right operand is packed on
+    every call; an operand read transposed is copied once, C-contiguous."""
+    if form is None or value_dtype not in (_F32, _F64):
+        return None
+    left, right = bound[form.a], bound[form.b]
+    if not (left.format.is_dense and right.format.is_dense):
+        return None
+    a, b = left.to_numpy(), right.to_numpy()
+    a, b = (a.T if form.a_transposed else a), (b.T if form.b_transposed else b)
+    if a.shape[0] * a.shape[1] * b.shape[1] < GEMM_MIN_FMAS:
+        return None
+    cache = kernel_cache()
+    layer = DenseLayer(np.ascontiguousarray(b, dtype=value_dtype), cache=cache.disk,
+                       threads=cache.threads)
+    return layer(np.ascontiguousarray(a, dtype=value_dtype))
+
+
+_F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
+
+
+def _large_product(form: GemmForm, operands: Mapping[str, Any]) -> bool:
+    """Whether a call's operands (by name) may be a product large enough for the generated
+    GEMM: a cheap look at their shapes before anything is bound."""
+    a, b = operands.get(form.a), operands.get(form.b)
+    shape_a, shape_b = getattr(a, "shape", ()), getattr(b, "shape", ())
+    if len(shape_a) != 2 or len(shape_b) != 2:
+        return False
+    return shape_a[0] * shape_a[1] * shape_b[1 - form.b_transposed] >= GEMM_MIN_FMAS
 
 
 def _dense_into(out: Any, requested: Format | None, shape: tuple[int, ...],
@@ -1021,6 +1061,10 @@ class Kernel:
         self._ranks = {a.tensor: a.indices for a in accesses(self.statement.rhs)}
         index = {name: np.dtype(np.int32) for name in self.formats}
         self._default = self._specialise(index, None)
+        dense_only = all(f.is_dense for f in self.formats.values()) and \
+            (self.out_format is None or self.out_format.is_dense)
+        self._gemm = gemm_form(self.statement) if dense_only and self.backend != "cuda" and \
+            self.schedule_given is None else None
 
     def _specialise(self, index_dtypes: dict[str, np.dtype], shape: tuple[int, ...] | None,
                     tuned: Schedule | None = None) -> CompiledProgram:
@@ -1054,7 +1098,13 @@ class Kernel:
         assert self._default is not None
         function = self._default.function
         if lang == "ir":
-            return format_function(function)
+            text = format_function(function)
+            if self._gemm is None:
+                return text
+            head, _, rest = text.partition("\n")
+            return (f"{head}\n  // note: calls with at least {GEMM_MIN_FMAS} multiply-adds run "
+                    f"on the generated GEMM (codegen/gemm.py) instead of this loop nest; pass "
+                    f"any schedule to keep the loop nest\n{rest}")
         if lang == "llvm" and self._default.kernel.backend == "llvm":
             return self._default.kernel.source
         return emit_source(function, lang)
@@ -1104,6 +1154,12 @@ class Kernel:
         return compiled
 
     def __call__(self, **operands: Any) -> Any:
+        if self._gemm is not None and _large_product(self._gemm, operands):
+            bound = self._bound(operands)
+            self._output_shape(bound)    # the shape errors of the general path
+            product = generated_gemm(self._gemm, bound, self.dtype)
+            if product is not None:
+                return product
         values = tuple(operands.get(name) for name in self.formats)
         signature = _signature(self._canonical, values, self.backend) \
             if len(operands) == len(values) else None
