@@ -834,7 +834,8 @@ def _compiled(stmt: Assignment, canonical: str, bound: Mapping[str, Tensor],
               value_dtype: np.dtype, requested: Format | None, shape: tuple[int, ...],
               backend: str, schedule: Schedule | None = None) -> CompiledProgram:
     formats = {name: t.format for name, t in bound.items()}
-    index_dtypes = {name: t.index_dtype for name, t in bound.items()}
+    index_dtypes = {name: _INT64 if t.format.is_dense else t.index_dtype
+                    for name, t in bound.items()}
     key = KernelKey(canonical, tuple(formats.items()), tuple(index_dtypes.values()),
                     value_dtype, requested, _out_index_dtype(shape),
                     str(schedule) if schedule else None, backend)
@@ -1059,7 +1060,9 @@ class Kernel:
         self._uses = [(a.tensor, mode, index) for a in accesses(self.statement.rhs)
                       for mode, index in enumerate(a.indices)]
         self._ranks = {a.tensor: a.indices for a in accesses(self.statement.rhs)}
-        index = {name: np.dtype(np.int32) for name in self.formats}
+        # Dense operands have no index arrays: their index dtype is the one binding gives them,
+        # so the first call finds this very kernel instead of compiling another.
+        index = {name: _INT64 if fmt.is_dense else _INT32 for name, fmt in self.formats.items()}
         self._default = self._specialise(index, None)
         dense_only = all(f.is_dense for f in self.formats.values()) and \
             (self.out_format is None or self.out_format.is_dense)
@@ -1141,7 +1144,7 @@ class Kernel:
 
     def _program_for(self, bound: Mapping[str, Tensor], shape: tuple[int, ...]
                      ) -> CompiledProgram:
-        index = tuple(t.index_dtype for t in bound.values())
+        index = tuple(_INT64 if t.format.is_dense else t.index_dtype for t in bound.values())
         tuned = None
         if self.schedule_given is None and len(kernel_cache().tuned):
             dims = {i: bound[name].shape[mode] for name, mode, i in self._uses}

@@ -124,7 +124,7 @@ def test_build_hits_in_a_new_cache_object(cache, backend):
 @pytest.mark.parametrize("damage", ["truncate", "flip"])
 def test_damaged_kernel_entry_is_rebuilt(cache, backend, damage):
     build(scale(), backend, cache=cache, key="scale")
-    [path] = cache.directory.iterdir()
+    [path] = [p for p in cache.directory.iterdir() if p.name.startswith(f"{backend}-")]
     data = bytearray(path.read_bytes())
     if damage == "truncate":
         path.write_bytes(data[: len(data) // 2])
@@ -166,3 +166,46 @@ def test_new_process_loads_without_compiling(cache, backend):
     )
     from_cache, seconds, total = result.stdout.split()
     assert from_cache == "True" and float(total) == 135.0
+
+
+def test_a_kernel_read_back_is_linked_for_the_next_process(cache):
+    """The first read of a cached LLVM kernel links it into a shared object (in the
+    background); later reads load that, with no LLVM (codegen/link.py)."""
+    import tensoralg.codegen.link as link
+
+    if not _has_cc():
+        pytest.skip("no C compiler to link with")
+    build(scale(), "llvm", cache=cache, key="scale")
+    again = build(scale(), "llvm", cache=cache, key="scale")          # the object: MCJIT
+    assert again.from_cache and type(again.keepalive[0]).__name__ != "CDLL"
+    for thread in __import__("threading").enumerate():
+        if thread.name == "tensoralg-link":
+            thread.join(timeout=60)
+    shared = [p for p in cache.directory.iterdir() if p.name.startswith(f"{link.SHARED}-")]
+    assert len(shared) == 1
+    third = build(scale(), "llvm", cache=cache, key="scale")
+    assert third.from_cache and third.backend == "llvm" and third.source == again.source
+    assert type(third.keepalive[0]).__name__ == "CDLL"
+    np.testing.assert_array_equal(run(third), 3 * np.arange(10.0))
+
+
+def test_linking_without_a_compiler_links_nothing(monkeypatch):
+    import tensoralg.codegen.link as link
+
+    monkeypatch.setenv("CC", "/nonexistent/cc")
+    assert link.link_shared(b"not an object", "k") is None
+
+
+def test_the_host_fingerprint_is_remembered(cache):
+    import tensoralg.codegen.link as link
+
+    calls = []
+    first = link.remembered_fingerprint(cache, lambda: calls.append(1) or "llvm|host")
+    second = link.remembered_fingerprint(DiskCache(cache.directory), lambda: "other")
+    assert first == second == "llvm|host" and calls == [1]
+
+
+def _has_cc() -> bool:
+    import shutil
+
+    return shutil.which("cc") is not None

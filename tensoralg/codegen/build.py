@@ -19,6 +19,7 @@ from pathlib import Path
 from tensoralg.codegen.c import C_FLAGS, CEmitter, compile_c, compiler_command
 from tensoralg.codegen.cache import DiskCache
 from tensoralg.codegen.cuda import CudaEmitter
+from tensoralg.codegen.link import SHARED, link_later, remembered_fingerprint
 from tensoralg.codegen.target import target_for
 from tensoralg.errors import CompileError, UnsupportedError
 from tensoralg.ir.nodes import Function, Param, Ptr, Scalar
@@ -105,11 +106,10 @@ def build(
     fn = target.legalize(fn)
     # The entry names the exact IR too: whatever wrote an entry under this key (another build of
     # the compiler, another statement), only machine code for this very function is loaded.
-    entry = (f"{key}\0{_fingerprint(backend)}\0{_ir_digest(fn)}"
+    entry = (f"{key}\0{_fingerprint(backend, cache)}\0{_ir_digest(fn)}"
              if cache is not None and key is not None else None)
     if cache is not None and entry is not None:
-        payload = cache.get(entry, backend)
-        kernel = _unpack(fn, backend, payload) if payload is not None else None
+        kernel = _cached(fn, backend, cache, entry)
         if kernel is not None:
             return kernel
     source, binary = _compile(fn, backend)
@@ -121,17 +121,43 @@ def build(
     return kernel
 
 
+def _cached(fn: Function, backend: str, cache: DiskCache, entry: str) -> CompiledKernel | None:
+    """The kernel stored under ``entry``: for LLVM, its linked shared object when there is
+    one (no LLVM needed to load it), else its object code, which is then linked for the next
+    process in the background (``codegen/link.py``)."""
+    if backend == "llvm":
+        shared = cache.get(entry, SHARED)
+        if shared is not None:
+            kernel = _unpack(fn, "c", shared)
+            if kernel is not None:
+                return CompiledKernel("llvm", kernel.name, kernel.params, kernel.source,
+                                      kernel.function, True, kernel.keepalive)
+    payload = cache.get(entry, backend)
+    kernel = _unpack(fn, backend, payload) if payload is not None else None
+    if kernel is not None and backend == "llvm":
+        assert payload is not None
+        (length,) = struct.unpack_from("<Q", payload)
+        link_later(cache, entry, payload[: 8 + length], payload[8 + length:], fn.name)
+    return kernel
+
+
 def _ir_digest(fn: Function) -> str:
     return hashlib.sha256(repr(fn).encode()).hexdigest()[:24]
 
 
-def _fingerprint(backend: str) -> str:
-    """What the stored binary depends on besides the key: toolchain and host CPU."""
-    from tensoralg.codegen.llvm import host_fingerprint
+def _fingerprint(backend: str, cache: DiskCache | None = None) -> str:
+    """What the stored binary depends on besides the key: toolchain and host CPU (the LLVM
+    host fingerprint, remembered in ``cache`` so that a lookup needs no LLVM)."""
 
+    def host() -> str:
+        from tensoralg.codegen.llvm import host_fingerprint
+
+        return host_fingerprint()
+
+    fingerprint = remembered_fingerprint(cache, host)
     if backend == "c":
-        return f"{' '.join(compiler_command(os.environ))}|{' '.join(C_FLAGS)}|{host_fingerprint()}"
-    return host_fingerprint()
+        return f"{' '.join(compiler_command(os.environ))}|{' '.join(C_FLAGS)}|{fingerprint}"
+    return fingerprint
 
 
 def _compile(fn: Function, backend: str) -> tuple[str, bytes]:
@@ -219,7 +245,8 @@ def build_llvm_module(module: object, entry: str, prototype: type[ctypes._CFuncP
     from tensoralg.codegen.llvm import optimize, target_machine
 
     text = str(module)
-    entry_key = (f"{key}\0{_fingerprint('llvm')}\0{hashlib.sha256(text.encode()).hexdigest()}"
+    entry_key = (f"{key}\0{_fingerprint('llvm', cache)}\0"
+                 f"{hashlib.sha256(text.encode()).hexdigest()}"
                  if cache is not None and key is not None else None)
     payload = cache.get(entry_key, "llvm") if cache is not None and entry_key else None
     if payload is not None:

@@ -612,10 +612,15 @@ def host_fingerprint() -> str:
 
 
 def target_machine() -> llvm.TargetMachine:
-    """A fresh target machine for the host at opt level 3 (an execution engine owns one)."""
+    """A fresh target machine for the host at opt level 3 (an execution engine owns one).
+
+    Its object code is position independent, so that a cached kernel can also be linked into a
+    shared object and loaded without LLVM (``codegen/link.py``).
+    """
     triple, cpu, features = _host()
     target = llvm.Target.from_triple(triple)
-    return target.create_target_machine(cpu=cpu, features=features, opt=3, jit=True)
+    return target.create_target_machine(cpu=cpu, features=features, opt=3, jit=True,
+                                        reloc="pic")
 
 
 def optimize(module: ir.Module, machine: llvm.TargetMachine) -> llvm.ModuleRef:

@@ -1,0 +1,124 @@
+"""Cached LLVM kernels as shared objects, so a new process loads them without LLVM.
+
+Loading LLVM object code needs llvmlite (about 30 ms to import) and an MCJIT engine (10-20 ms
+to finalise), so a kernel found in the disk cache still cost a new process ~50 ms. A shared
+object loads with ``dlopen`` in well under a millisecond. The LLVM backend emits
+position-independent object code, which either loader takes; the first process that *reads* a
+kernel from the cache (a second process, not the one that compiled it: the test suite's
+thousands of kernels are never linked) links it with the system C compiler in a background
+thread and stores the result beside the object. Without a C compiler nothing is linked and
+MCJIT loads the object as before.
+
+The host fingerprint that names cache entries comes from LLVM (CPU name and features); it is
+remembered in the cache under a cheap identity of the host (``/proc/cpuinfo``'s model and flags,
+the llvmlite and Python versions, the compiler's source), so finding an entry needs no LLVM
+either.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Callable
+
+from tensoralg._version import source_fingerprint
+from tensoralg.codegen.c import compiler_command
+from tensoralg.codegen.cache import DiskCache
+
+SHARED = "llvm-so"        # the cache's backend name for linked kernels
+_linking: set[str] = set()
+_lock = threading.Lock()
+
+
+def cheap_host_identity() -> str:
+    """What the LLVM host fingerprint depends on, read without LLVM.
+
+    >>> len(cheap_host_identity())
+    32
+    """
+    parts = [platform.machine(), platform.system(), sys.version, source_fingerprint()]
+    try:
+        parts.append(version("llvmlite"))
+    except PackageNotFoundError:
+        parts.append("no-llvmlite")
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith(("model name", "flags", "Features", "CPU part")):
+                    parts.append(line.strip())
+                if line.strip() == "":
+                    break          # the first processor describes the host
+    except OSError:
+        parts.append(platform.processor())
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
+
+
+def remembered_fingerprint(cache: DiskCache | None, compute: Callable[[], str]) -> str:
+    """``compute()`` (the LLVM host fingerprint), remembered in ``cache`` for this host."""
+    if cache is None:
+        return compute()
+    identity = cheap_host_identity()
+    stored = cache.get(identity, "host")
+    if stored is not None:
+        return stored.decode()
+    fingerprint = compute()
+    cache.put(identity, "host", fingerprint.encode())
+    return fingerprint
+
+
+def link_later(cache: DiskCache, entry: str, head: bytes, object_code: bytes,
+               name: str) -> None:
+    """Link ``object_code`` into a shared object in a background thread and store it under
+    ``entry``, after ``head`` (the entry's source text, as the object's entry keeps it);
+    nothing happens when no C compiler is found or linking fails."""
+    with _lock:
+        if entry in _linking:
+            return
+        _linking.add(entry)
+    thread = threading.Thread(target=_link_and_store,
+                              args=(cache, entry, head, object_code, name),
+                              name="tensoralg-link", daemon=True)
+    thread.start()
+
+
+def _link_and_store(cache: DiskCache, entry: str, head: bytes, object_code: bytes,
+                    name: str) -> None:
+    try:
+        shared = link_shared(object_code, name)
+        if shared is not None:
+            cache.put(entry, SHARED, head + shared)
+    except OSError:
+        pass          # the cache directory went away: the next process links again
+    finally:
+        with _lock:
+            _linking.discard(entry)
+
+
+def link_shared(object_code: bytes, name: str) -> bytes | None:
+    """The bytes of a shared object made from ``object_code``, or None when it cannot be
+    linked here (no C compiler, or one that fails)."""
+    command = compiler_command(os.environ)
+    if shutil.which(command[0]) is None:
+        return None
+    workdir = Path(tempfile.mkdtemp(prefix="tensoralg-link-"))
+    try:
+        obj, shared = workdir / f"{name}.o", workdir / f"{name}.so"
+        obj.write_bytes(object_code)
+        result = subprocess.run([*command, "-shared", "-o", str(shared), str(obj), "-lm"],
+                                capture_output=True, check=False)
+        return shared.read_bytes() if result.returncode == 0 and shared.exists() else None
+    except OSError:
+        return None
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+__all__ = ["SHARED", "cheap_host_identity", "link_later", "link_shared",
+           "remembered_fingerprint"]
