@@ -40,7 +40,17 @@ def examples_of(path: pathlib.Path) -> doctest.DocTest:
     return doctest.DocTestParser().get_doctest(text, globs, page_id(path), str(path), 0)
 
 
+@pytest.fixture
+def fresh_kernels(monkeypatch):
+    """Pages print kernels' IR: compile them afresh, since statements equal up to index names
+    share one kernel in a process, whose notes name the indices it was first compiled with."""
+    from tensoralg import api
+
+    monkeypatch.setattr(api, "_cache", api.KernelCache(api.CompileOptions(cache_dir=None)))
+
+
 @pytest.mark.parametrize("path", PAGES, ids=page_id)
+@pytest.mark.usefixtures("fresh_kernels")
 def test_page_examples(path):
     test = examples_of(path)
     runner = doctest.DocTestRunner(optionflags=OPTIONS)

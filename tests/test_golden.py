@@ -29,6 +29,15 @@ def _stable(text: str) -> str:
     return re.sub(r"ta_[0-9a-f]{16}", "ta_KERNEL", text)
 
 
+@pytest.fixture(autouse=True)
+def fresh_kernels(monkeypatch):
+    """Kernels compiled here, not found in the process's cache: statements equal up to index
+    names share one kernel, whose notes name the indices of whichever was compiled first."""
+    from tensoralg import api
+
+    monkeypatch.setattr(api, "_cache", api.KernelCache(api.CompileOptions(cache_dir=None)))
+
+
 @pytest.mark.parametrize("name", sorted(CANONICAL))
 def test_ir_is_unchanged(name, golden):
     statement, formats = CANONICAL[name]
