@@ -1,7 +1,11 @@
 #!/usr/bin/env python
 """Recommender models on tensoralg.onnx against onnxruntime, side by side in one run.
 
-    python benchmarks/onnx_models.py [--quick] [--runs 3] [--models mlp,fm,...] [--out benchmarks/ONNX_RESULTS.md]
+    python benchmarks/onnx_models.py [--quick] [--runs N] [--models mlp,fm,...] [--out FILE.json]
+
+The raw results (every round of every configuration, the machine, the versions, the commit)
+go to ``benchmarks/results/onnx_models-<YYYYMMDD-HHMMSS>-<commit>.json`` (or ``--out``);
+``python benchmarks/report.py`` renders ``ONNX_RESULTS.md`` and its plot from the latest file.
 
 Models (built with onnx.helper, float32, random weights):
 
@@ -33,13 +37,13 @@ cache may make a repeat run of this script faster.
 The branches each all-cores plan runs at once (``LN``; kept only where the plan's trial found
 that 10% faster) are listed in a table of their own.
 Every tensoralg output is checked against onnxruntime (rtol 1e-3, atol 1e-4) before timing.
-Each time is the median over 5 interleaved rounds (every configuration of a row timed once per
-round) of the median of ``max(3, 0.05 s / t)`` calls. Each ratio is paired: in every round
-onnxruntime is timed right after the tensoralg configuration it is compared with, and the ratio
-is the median over rounds of the per-round ratios (so it may differ from the ratio of the two
-median times; the shared VM these ran on drifts by tens of percent within seconds). With
-``--runs N`` the whole measurement is repeated N times (fresh models each time) and each figure
-is the median of the N.
+Every configuration of a row is timed in 5 interleaved rounds (each configuration once per
+round); a round's time is the median of ``max(3, 0.05 s / t)`` calls, and the JSON keeps every
+round's time. In every round onnxruntime is timed right after the tensoralg configuration it is
+compared with, so that the report pairs them: a ratio is the median over rounds of the
+per-round ratios (it may differ from the ratio of the two median times; a shared machine drifts
+by tens of percent within seconds). With ``--runs N`` the whole measurement is repeated N times
+(fresh models each time) and the report pools the rounds of all runs.
 
 OpenBLAS (NumPy's BLAS, which tensoralg's importer uses for large dense contractions) is pinned to
 one thread (``OPENBLAS_NUM_THREADS=1`` unless already set): multi-threaded OpenBLAS on the 2-core
@@ -56,7 +60,6 @@ import argparse
 import os
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-import platform
 import statistics
 import sys
 import time
@@ -69,6 +72,8 @@ from onnx import TensorProto, numpy_helper
 from onnx import helper as h
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+import record  # noqa: E402  (benchmarks/record.py: machine, versions, commit, file name)
+
 import tensoralg as ta  # noqa: E402
 import tensoralg.onnx as tonnx  # noqa: E402
 
@@ -260,6 +265,7 @@ MULTI_HOT = {"fm": "x", "wide_deep": "wide"}      # each model's multi-hot input
 
 
 ROUNDS = 5
+SEED = 1                  # the models' random weights (inputs: one generator per batch size)
 
 
 def timeit(fn, budget: float) -> float:
@@ -284,7 +290,8 @@ def ort_session(model: onnx.ModelProto, threads: int) -> ort.InferenceSession:
 
 
 def measure(name: str, prune: float, batches: list[int], levels: list[int], budget: float):
-    model, feeds_of = MODELS[name](Builder(seed=1, prune=prune))
+    """The rows of one model (one per batch): every configuration's per-round times."""
+    model, feeds_of = MODELS[name](Builder(seed=SEED, prune=prune))
     rows = []
     compiled, compile_s = {}, None
     all_cores = os.cpu_count() or 1
@@ -300,11 +307,11 @@ def measure(name: str, prune: float, batches: list[int], levels: list[int], budg
     # The multi-hot input fed as CSR, as a data loader holding ids would give it (tensoralg
     # only: onnxruntime takes dense tensors); the CSR is built outside the timed calls.
     csr_model = tonnx.load(model, opt_level=3) if 3 in levels and name in MULTI_HOT else None
-    sessions = {1: ort_session(model, 1), 0: ort_session(model, 0)}
+    runtimes = {1: ort_session(model, 1), 0: ort_session(model, 0)}
     for batch in batches:
         feeds = feeds_of(batch, np.random.default_rng(batch))
-        expected = sessions[0].run(None, feeds)[0]
-        row = {"model": name, "batch": batch, "prune": prune}
+        expected = runtimes[0].run(None, feeds)[0]
+        row = {"model": name, "batch": batch, "prune": prune, "wrong": [], "samples": {}}
         calls = {}
         thread_count = {}
         tried = [(f"L{level}", compiled[level], 1) for level in levels]
@@ -316,7 +323,7 @@ def measure(name: str, prune: float, batches: list[int], levels: list[int], budg
             ta.set_num_threads(count)
             got = [instance.run(feeds)["y"] for _ in range(3)][-1]
             if not np.allclose(got, expected, rtol=1e-3, atol=1e-4):
-                row[key] = float("nan")
+                row["wrong"].append(key)
                 print(f"  WRONG: {name} batch {batch} {key}", file=sys.stderr)
                 continue
             calls[key] = lambda m=instance: m.run(feeds)
@@ -327,15 +334,15 @@ def measure(name: str, prune: float, batches: list[int], levels: list[int], budg
             if np.allclose(got, expected, rtol=1e-3, atol=1e-4):
                 calls["L3csr"] = lambda: csr_model.run(sparse)
             else:
-                row["L3csr"] = float("nan")
+                row["wrong"].append("L3csr")
                 print(f"  WRONG: {name} batch {batch} L3 with a CSR feed", file=sys.stderr)
-        for threads, session in sessions.items():
-            calls[f"ort{threads}"] = lambda s=session: s.run(None, feeds)
-        # Interleaved rounds: every configuration is timed in each round and the median over
-        # rounds is kept, so a burst of noise on the shared VM hits all of them alike. Each
-        # compared pair is timed back to back (onnxruntime right after tensoralg), and its
-        # ratio is the median over rounds of the per-round ratios: the VM's speed drifts by
-        # tens of percent within seconds, which a ratio of two separate medians would absorb.
+        for threads, runtime in runtimes.items():
+            calls[f"ort{threads}"] = lambda r=runtime: r.run(None, feeds)
+        # Interleaved rounds: every configuration is timed in each round, so a burst of noise
+        # on a shared machine hits all of them alike. Each compared pair is timed back to back
+        # (onnxruntime right after tensoralg), so that report.py can pair them round by round:
+        # the machine's speed drifts by tens of percent within seconds, which a ratio of two
+        # separate medians would absorb.
         order = [key for key in ("L0", "L1", "L2", "L3", "ort1", "LN", "ort0", "L3csr")
                  if key in calls]
         samples = {key: [] for key in order}
@@ -344,21 +351,19 @@ def measure(name: str, prune: float, batches: list[int], levels: list[int], budg
                 ta.set_num_threads(thread_count.get(key, 1))
                 samples[key].append(timeit(calls[key], budget / ROUNDS))
         ta.set_num_threads(1)
-        row.update({key: statistics.median(values) for key, values in samples.items()})
-        for ratio, (theirs, ours) in PAIRS.items():
-            if theirs in samples and ours in samples:
-                row[ratio] = statistics.median(a / b for a, b in zip(samples[theirs],
-                                                                     samples[ours]))
-        if 3 in levels and not np.isnan(row.get("L3", 0.0)):
-            row["memory"] = compiled[3].profile(feeds).memory
+        row["samples"] = {key: record.rounded(values) for key, values in samples.items()}
+        if 3 in levels and "L3" in calls:
+            memory = compiled[3].profile(feeds).memory
+            row["memory"] = {"buffers": memory.buffers, "total_bytes": memory.total,
+                             "peak_bytes": memory.peak, "planned_bytes": memory.planned}
         if many is not None and many.specialiser.latest() is not None:
             # the branches the all-cores plan runs at once (its trial kept them)
             row["groups"] = many.specialiser.latest().groups()
-        row["compile"] = compile_s
+        row["compile_s"] = compile_s
         rows.append(row)
-        print(_line(row, levels), flush=True)
-        if "L3csr" in row:
-            print(f"{'':16} L3 with the multi-hot input as CSR: {_ms(row['L3csr'])} ms, "
+        print(_line(row), flush=True)
+        if "L3csr" in samples:
+            print(f"{'':16} L3 with the multi-hot input as CSR: {_ms(row, 'L3csr')} ms, "
                   f"ort1/that {_ratio(row, 'ort1/CSR'):.2f}x", flush=True)
     return rows
 
@@ -368,133 +373,33 @@ PAIRS = {"ort1/L3": ("ort1", "L3"), "ortN/LN": ("ort0", "LN"), "ort1/CSR": ("ort
 
 
 def _ratio(row: dict, name: str) -> float:
-    """The paired ratio ``name`` of ``row`` (the ratio of the medians for rows without it)."""
+    """The paired ratio ``name`` of ``row``: the median of its per-round ratios (NaN if absent)."""
     theirs, ours = PAIRS[name]
-    return row[name] if name in row else row[theirs] / row[ours]
+    a, b = row["samples"].get(theirs), row["samples"].get(ours)
+    if not a or not b:
+        return float("nan")
+    return statistics.median(x / y for x, y in zip(a, b))
 
 
-def _ms(seconds: float) -> str:
-    return "   WRONG" if seconds != seconds else f"{seconds * 1e3:8.3f}"
+def _ms(row: dict, key: str) -> str:
+    if key in row["wrong"]:
+        return "   WRONG"
+    if key not in row["samples"]:
+        return f"{'-':>8}"
+    return f"{statistics.median(row['samples'][key]) * 1e3:8.3f}"
+
+
+def _line(row) -> str:
+    cells = "  ".join(_ms(row, f"L{v}") for v in range(4))
+    compile_s = row["compile_s"] if row["compile_s"] is not None else float("nan")
+    return (f"{row['model']:<10} {row['batch']:>5}  {cells}  {_ms(row, 'LN')}  "
+            f"{_ms(row, 'ort1')}  {_ms(row, 'ort0')}  {_ratio(row, 'ort1/L3'):6.2f}x  "
+            f"{_ratio(row, 'ortN/LN'):6.2f}x  {compile_s:6.2f}")
 
 
 HEADER_LEVELS = "model       batch  " + "  ".join(f"{'L' + str(v) + ' ms':>8}" for v in range(4))
-
-
-def _line(row, levels) -> str:
-    cells = "  ".join(_ms(row[f"L{v}"]) if f"L{v}" in row else f"{'-':>8}" for v in range(4))
-    return (f"{row['model']:<10} {row['batch']:>5}  {cells}  {_ms(row['LN'])}  "
-            f"{_ms(row['ort1'])}  {_ms(row['ort0'])}  {_ratio(row, 'ort1/L3'):6.2f}x  "
-            f"{_ratio(row, 'ortN/LN'):6.2f}x  {row['compile']:6.2f}")
-
-
 TABLE_HEAD = (f"{HEADER_LEVELS}  {'LN ms':>8}  {'ort1 ms':>8}  {'ortN ms':>8}  {'ort1/L3':>7}  "
               f"{'ortN/LN':>7}  compile s")
-
-
-def markdown(dense_rows, pruned_rows, quick: bool, runs: int = 1) -> str:
-    cpu = platform.processor() or platform.machine()
-    runs_note = (f" Every figure is the median of {runs} full runs (`--runs {runs}`); the "
-                 "compile time is the first run's." if runs > 1 else "")
-    lines = ["# tensoralg.onnx vs onnxruntime on recommender models", "",
-             f"Machine: {os.cpu_count()} cores ({cpu}), Linux, shared and possibly noisy; "
-             f"onnxruntime {ort.__version__}, numpy {np.__version__}. "
-             f"Generated by `python benchmarks/onnx_models.py{' --quick' if quick else ''}"
-             f"{f' --runs {runs}' if runs > 1 else ''}` "
-             "(model definitions and method in its docstring). Times are medians in ms; "
-             "ratios are onnxruntime time / tensoralg time, thread for thread, paired round by "
-             "round (medians of per-round ratios), **above 1 means "
-             "tensoralg is faster**: `L0`..`L3` = tensoralg at that opt level on one thread, "
-             "`LN` = level 3 on all cores; `ort1` = onnxruntime with 1 intra-op thread, `ortN` "
-             "= all cores; `ort1/L3` compares one thread with one, `ortN/LN` all cores with all. "
-             "NumPy's BLAS (levels 0-2, and level-3 products no generated kernel covers) is "
-             f"pinned to one thread. Compile = load + the two runs that build the level-3 static "
-             f"plan (batch 2).{runs_note}", "",
-             "## Dense models: opt levels 0..3 and onnxruntime", "",
-             "| model | batch | L0 | L1 | L2 | L3 | LN | ort1 | ortN | ort1/L3 | ortN/LN | "
-             "compile s |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for r in dense_rows:
-        lines.append(_md_row(r))
-    lines += ["", "## 90%-pruned weights: tensoralg level 3 (sparse weights) vs onnxruntime "
-              "on the same pruned model (dense)", "",
-              "| model | batch | L2 (dense) | L3 (sparse) | LN (sparse) | ort1 | ortN | "
-              "ort1/L3 | ortN/LN | compile s |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for r in pruned_rows:
-        lines.append(f"| {r['model']} | {r['batch']} | {_ms(r.get('L2', float('nan')))} | "
-                     f"{_ms(r['L3'])} | {_ms(r['LN'])} | {_ms(r['ort1'])} | {_ms(r['ort0'])} | "
-                     f"{_ratio(r, 'ort1/L3'):.2f} | {_ratio(r, 'ortN/LN'):.2f} | "
-                     f"{r['compile']:.2f} |")
-    csr_rows = [r for r in dense_rows + pruned_rows if "L3csr" in r]
-    if csr_rows:
-        lines += ["", "## Multi-hot input fed as CSR (tensoralg only)", "",
-                  "The same models with their multi-hot input passed to tensoralg as a "
-                  "`scipy.sparse.csr_array` (built outside the timed calls, as a data loader "
-                  "holding ids would hand it over), against onnxruntime on the dense input it "
-                  "needs. Level 3, one thread each; `ort1/CSR` is the ratio. Not the same input "
-                  "format, so these ratios are reported apart from the tables above.", "",
-                  "| model | weights | batch | L3, dense feed | L3, CSR feed | ort1 | ort1/L3 | "
-                  "ort1/CSR |", "|---|---|---:|---:|---:|---:|---:|---:|"]
-        for r in csr_rows:
-            lines.append(f"| {r['model']} | {'90% pruned' if r['prune'] else 'dense'} | "
-                         f"{r['batch']} | {_ms(r['L3'])} | {_ms(r['L3csr'])} | "
-                         f"{_ms(r['ort1'])} | {_ratio(r, 'ort1/L3'):.2f} | "
-                         f"{_ratio(r, 'ort1/CSR'):.2f} |")
-    grouped = [r for r in dense_rows + pruned_rows if any(_runs_groups(r))]
-    if grouped:
-        lines += ["", "## Branches run at once on all cores (`LN`)", "",
-                  "Independent branches that the all-cores plan runs at once as one task of "
-                  "the native pool, when the trial at plan time found that at least 10% faster "
-                  "(`onnx/branches.py`); how many of the runs kept them, and which.", "",
-                  "| model | weights | batch | runs | branches |", "|---|---|---:|---:|---|"]
-        for r in grouped:
-            runs = _runs_groups(r)
-            names = "; ".join(g.removeprefix("concurrent branches ").replace("|", "\\|")
-                              for g in next(g for g in runs if g))
-            lines.append(f"| {r['model']} | {'90% pruned' if r['prune'] else 'dense'} | "
-                         f"{r['batch']} | {sum(1 for g in runs if g)} of {len(runs)} | "
-                         f"{names} |")
-    lines += ["", "## Memory plan at level 3", "",
-              "From `model.profile(feeds)` at level 3: the buffers of every value a node "
-              "produces (and fused nodes' scratch products), their sum, the most alive at once, "
-              "and the arenas the static plan allocates (buffers placed by lifetime). KiB.", "",
-              "| model | batch | buffers | sum | peak alive | arenas held |",
-              "|---|---:|---:|---:|---:|---:|"]
-    for r in dense_rows:
-        memory = r.get("memory")
-        if memory is not None:
-            lines.append(f"| {r['model']} | {r['batch']} | {memory.buffers} | "
-                         f"{memory.total / 1024:.0f} | {memory.peak / 1024:.0f} | "
-                         f"{memory.planned / 1024:.0f} |")
-    lines += ["", "What these figures mean, and what they do not: benchmarks/RESULTS.md, section "
-              "\"ONNX models against onnxruntime\"."]
-    return "\n".join(lines) + "\n"
-
-
-def _runs_groups(row: dict) -> list[list[str]]:
-    """The groups of each run of a row (one run: its own list)."""
-    groups = row.get("groups", [])
-    return groups if groups and isinstance(groups[0], list) else [groups]
-
-
-def _md_row(r) -> str:
-    levels = " | ".join(_ms(r.get(f"L{v}", float("nan"))) for v in range(4))
-    return (f"| {r['model']} | {r['batch']} | {levels} | {_ms(r['LN'])} | {_ms(r['ort1'])} | "
-            f"{_ms(r['ort0'])} | {_ratio(r, 'ort1/L3'):.2f} | {_ratio(r, 'ortN/LN'):.2f} | "
-            f"{r['compile']:.2f} |")
-
-
-def _medians(runs: list[list[dict]]) -> list[dict]:
-    """Row by row, the median of every figure over the runs (memory from the last run)."""
-    merged = []
-    for rows in zip(*runs):
-        row = dict(rows[-1])
-        for key, value in rows[-1].items():
-            if isinstance(value, float) and key not in ("prune", "compile"):
-                row[key] = statistics.median(r[key] for r in rows)
-        # compile time: the first run's (later runs find the kernels already compiled)
-        row["compile"] = rows[0]["compile"]
-        row["groups"] = [r.get("groups", []) for r in rows]     # one list per run
-        merged.append(row)
-    return merged
 
 
 def main(argv=None) -> int:
@@ -502,34 +407,44 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="shorter timing budget")
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--runs", type=int, default=1,
-                        help="repeat everything N times and keep the median of each figure")
-    parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__),
-                                                      "ONNX_RESULTS.md"))
+                        help="repeat everything N times (the report pools their rounds)")
+    parser.add_argument("--out", default=None,
+                        help="write the JSON results here (default: benchmarks/results/"
+                             "onnx_models-<date>-<commit>.json)")
     args = parser.parse_args(argv)
     budget = 0.08 if args.quick else 0.25
     names = [n for n in args.models.split(",") if n]
-    runs_dense, runs_pruned = [], []
+    unknown = [n for n in names if n not in MODELS]
+    if unknown:
+        parser.error(f"unknown model(s) {unknown}; choose from {', '.join(MODELS)}")
+    begun = record.start()
+    started = time.perf_counter()
+    runs = []
     for run in range(max(1, args.runs)):
         if args.runs > 1:
             print(f"\n== run {run + 1} of {args.runs} ==")
         print(TABLE_HEAD)
-        runs_dense.append([r for n in names for r in measure(n, 0.0, [1, 256], [0, 1, 2, 3],
-                                                              budget)])
+        dense = [r for n in names for r in measure(n, 0.0, [1, 256], [0, 1, 2, 3], budget)]
         print("\n90%-pruned weights (L3 sparse vs onnxruntime on the pruned model)")
         print(TABLE_HEAD)
-        runs_pruned.append([r for n in names for r in measure(n, 0.9, [1, 256], [2, 3],
-                                                               budget)])
-    dense, pruned = _medians(runs_dense), _medians(runs_pruned)
-    if args.runs > 1:
-        print(f"\nmedians of {args.runs} runs")
-        print(TABLE_HEAD)
-        for row in dense + pruned:
-            print(_line(row, [0, 1, 2, 3]))
-    text = markdown(dense, pruned, args.quick, args.runs)
-    with open(args.out, "w") as handle:
-        handle.write(text)
-    print(f"\nwrote {args.out}")
-    return 0
+        pruned = [r for n in names for r in measure(n, 0.9, [1, 256], [2, 3], budget)]
+        runs.append({"dense": dense, "pruned": pruned})
+    elapsed = time.perf_counter() - started
+    path = record.write("onnx_models", {
+        "options": {"quick": args.quick, "models": names, "runs": max(1, args.runs)},
+        "seed": SEED,
+        "threads": {"tensoralg L0-L3": 1, "tensoralg LN": os.cpu_count(), "onnxruntime ort1": 1,
+                    "onnxruntime ortN": "all cores (intra_op_num_threads=0)",
+                    "OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS")},
+        "blas_threadpools": record.blas_threadpools(),
+        "method": {"rounds": ROUNDS, "budget_s": budget,
+                   "sample": "per round: median seconds per call of max(3, budget/rounds/t) "
+                             "calls"},
+        "elapsed_s": elapsed, "runs": runs,
+    }, begun, out=args.out)
+    print(f"\ntotal time {elapsed:.0f} s\nwrote {path}; render the report with: "
+          "python benchmarks/report.py")
+    return 1 if any(r["wrong"] for run in runs for rows in run.values() for r in rows) else 0
 
 
 if __name__ == "__main__":

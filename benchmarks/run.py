@@ -1,8 +1,12 @@
 #!/usr/bin/env python
-"""Benchmark tensoralg against scipy.sparse, NumPy, pydata sparse and tensora, side by side.
+"""Benchmark tensoralg against scipy.sparse, NumPy, pydata sparse, tensora, MKL and torch.sparse.
 
-    python benchmarks/run.py [--quick] [--only spmv,spmm,...] [--matrices a,b]
-                             [--out benchmarks/results.json]
+    python benchmarks/run.py [--quick] [--only spmv,spmm,...] [--matrices a,b] [--threads N]
+                             [--seed 0] [--out FILE.json] [--no-probes]
+
+The raw results (every sample of every measurement, the machine, the versions, the commit) go
+to ``benchmarks/results/run-<YYYYMMDD-HHMMSS>-<commit>.json`` (or ``--out``);
+``python benchmarks/report.py`` renders ``RESULTS.md`` and its plots from the latest file.
 
 Kernels (all float64, int32 indices):
 
@@ -16,15 +20,27 @@ Kernels (all float64, int32 indices):
 
 Every operand is prepared once, outside the timed region, in each library's own format: scipy
 CSR (canonical, float64), pydata ``sparse.COO``, a dense ``numpy.ndarray`` (only when the dense
-array has at most 2e8 elements), a tensora ``Tensor`` with the same formats as tensoralg. For the
-matrices, tensoralg gets the scipy CSR objects directly (zero-copy binding).
+array has at most 2e8 elements), a tensora ``Tensor`` with the same formats as tensoralg, a
+``torch.sparse_csr_tensor`` (int64 indices, torch's own) and, for MKL, the scipy CSR matrix
+itself (``sparse_dot_mkl.dot_product_mkl`` builds MKL's inspector-executor handle inside each
+call: the package exposes no persistent handle). For the matrices, tensoralg gets the scipy CSR
+objects directly (zero-copy binding). MKL and torch are optional: when one is not installed its
+column is absent and the script says so in one line.
 
 Each tensoralg result is checked against scipy (``np.allclose`` semantics, elementwise on the
 sparse difference for sparse results) after a warm-up call; a mismatch prints ``WRONG``. The
 baselines are checked the same way and print ``bad`` on a mismatch (a baseline problem, not ours).
-Then each function is called ``max(5, 0.2 s / t_warm)`` times with ``time.perf_counter`` (garbage
-collector off) and the median is reported. Ratios are ``baseline_time / tensoralg_time``: above 1
-means tensoralg is faster.
+Then each function is timed in samples (``time.perf_counter``, garbage collector off): a sample
+is the mean of ``number`` back-to-back calls, with ``number`` chosen so that 15 samples fill
+about 0.2 s; a call slower than 0.2 s / 15 gets ``number = 1`` and 5 to 15 samples. The JSON
+keeps every sample; the console and the report show the median, and the report the
+interquartile range. Ratios are ``baseline median / tensoralg median``: above 1 means tensoralg
+is faster.
+
+``--threads N`` (default: all cores) sets the threads of every library that has them:
+tensoralg (``ta.set_num_threads``), torch (``torch.set_num_threads``), MKL
+(``mkl_set_num_threads``) and NumPy's BLAS (threadpoolctl, when installed); scipy, pydata and
+tensora kernels are single-threaded.
 
 Also measured: the first-call time of each tensoralg kernel in a fresh kernel cache (the script
 points ``TENSORALG_CACHE_DIR`` at a new temporary directory before importing tensoralg, so every
@@ -45,7 +61,6 @@ import gzip
 import json
 import math
 import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -58,6 +73,15 @@ from pathlib import Path
 _CACHE_DIR = tempfile.mkdtemp(prefix="tensoralg-bench-cache-")
 os.environ["TENSORALG_CACHE_DIR"] = _CACHE_DIR
 atexit.register(shutil.rmtree, _CACHE_DIR, True)
+
+# sparse_dot_mkl finds MKL through MKL_RT or the loader's path; PyPI's ``mkl`` wheel puts
+# libmkl_rt.so.N in <prefix>/lib, where neither looks.
+if "MKL_RT" not in os.environ:
+    for _candidate in sorted(Path(sys.prefix, "lib").glob("libmkl_rt.so*")):
+        os.environ["MKL_RT"] = str(_candidate)
+        break
+
+import warnings  # noqa: E402
 
 import numpy as np  # noqa: E402
 import scipy  # noqa: E402
@@ -77,22 +101,38 @@ try:
     import tensora  # noqa: E402
     from tensora import tensor_method  # noqa: E402
     from tensora.compile._cffi_ownership import (  # noqa: E402
-        taco_structure_to_cffi, tensor_cdefs,
+        taco_structure_to_cffi,
+        tensor_cdefs,
     )
 except ImportError:  # pragma: no cover - optional baseline
     tensora = None
+
+try:
+    import sparse_dot_mkl  # noqa: E402
+except ImportError as _err:  # pragma: no cover - optional baseline (also: no MKL runtime)
+    sparse_dot_mkl = None
+    _MKL_MISSING = str(_err).splitlines()[0][:160]
+
+try:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import torch  # noqa: E402
+except ImportError:  # pragma: no cover - optional baseline
+    torch = None
+
+import record  # noqa: E402  (benchmarks/record.py: machine, versions, commit, file name)
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 SHARED = Path(os.environ.get("TENSORALG_BENCH_DATA", ROOT.parent / "shared" / "data"))
 KERNELS = ("spmv", "spmm", "sddmm", "spgemm", "add", "mttkrp")
-BASELINES = ("scipy", "numpy", "pydata", "tensora")
+BASELINES = ("scipy", "numpy", "pydata", "tensora", "mkl", "torch")
 RANK = 16
 DENSE_LIMIT = 2e8          # NumPy / pydata dense intermediates: skip above this many elements
 DENSE_GEMM_FLOPS = 2e10    # NumPy dense A @ A: skip above this many flops (minutes per call)
 BUDGET = 0.2               # seconds per measurement
-MIN_REPEATS = 5
-MAX_REPEATS = 20000
+SAMPLES = 15               # samples per measurement (each the mean of `number` calls) ...
+MIN_SAMPLES = 5            # ... or at least this many single calls for slow functions
 # FROSTT tensors: the shape to pass (collegemsg's largest mode-2 index is not its size)
 TENSOR_SHAPES = {"collegemsg": (1899, 1899, 194), "wn18rr": (40943, 11, 40943)}
 
@@ -101,25 +141,40 @@ TENSOR_SHAPES = {"collegemsg": (1899, 1899, 194), "wn18rr": (40943, 11, 40943)}
 # timing and checking
 
 
-def timeit(fn, budget=BUDGET):
-    """Median seconds of ``fn()`` (already warmed up) over an adaptive number of repeats."""
+def measure(fn, budget=BUDGET):
+    """Samples of the seconds per call of ``fn()`` (already warmed up).
+
+    Returns ``{"number": n, "times": [...]}``: each time is the mean of ``n`` back-to-back calls.
+    ``n`` is chosen so that ``SAMPLES`` samples fill about ``budget`` seconds; a call slower than
+    ``budget / SAMPLES`` is timed alone, ``MIN_SAMPLES`` to ``SAMPLES`` times.
+    """
     gc.collect()
     enabled = gc.isenabled()
     gc.disable()
     try:
-        t0 = time.perf_counter()
-        fn()
-        probe = time.perf_counter() - t0
-        repeats = max(MIN_REPEATS, min(MAX_REPEATS, int(budget / max(probe, 1e-7))))
-        times = []
-        for _ in range(repeats):
+        probes = []                     # the fastest of up to 3 calls sizes the samples
+        while len(probes) < 3 and sum(probes) < budget:
             t0 = time.perf_counter()
             fn()
-            times.append(time.perf_counter() - t0)
+            probes.append(time.perf_counter() - t0)
+        probe = max(min(probes), 1e-7)
+        number = max(1, int(budget / (SAMPLES * probe)))
+        samples = SAMPLES if number > 1 else max(MIN_SAMPLES, min(SAMPLES, int(budget / probe)))
+        times = []
+        for _ in range(samples):
+            t0 = time.perf_counter()
+            for _ in range(number):
+                fn()
+            times.append((time.perf_counter() - t0) / number)
     finally:
         if enabled:
             gc.enable()
-    return statistics.median(times), repeats
+    return {"number": number, "times": record.rounded(times)}
+
+
+def median_of(sample):
+    """The median seconds per call of a ``measure`` result (None for a missing one)."""
+    return None if sample is None else statistics.median(sample["times"])
 
 
 def comparable(result):
@@ -132,6 +187,11 @@ def comparable(result):
         return sp.csr_matrix(result.to_scipy_sparse()) if result.ndim == 2 else result.todense()
     if isinstance(result, TensoraResult):
         return result.value
+    if torch is not None and isinstance(result, torch.Tensor):
+        if result.layout == torch.sparse_csr:
+            return sp.csr_matrix((result.values().numpy(), result.col_indices().numpy(),
+                                  result.crow_indices().numpy()), shape=tuple(result.shape))
+        return result.numpy()
     return np.asarray(result)
 
 
@@ -227,6 +287,18 @@ def tensora_kernel(kernel, assignment, formats):
     return method
 
 
+def torch_csr(A):
+    """A ``torch.sparse_csr_tensor`` sharing nothing with ``A`` (int64 indices, torch's own)."""
+    return torch.sparse_csr_tensor(torch.from_numpy(A.indptr.astype(np.int64)),
+                                   torch.from_numpy(A.indices.astype(np.int64)),
+                                   torch.from_numpy(A.data.copy()), size=A.shape)
+
+
+def mkl_dot(A, B):
+    """``A @ B`` through sparse_dot_mkl (MKL inspector-executor; unsorted CSR when sparse)."""
+    return sparse_dot_mkl.dot_product_mkl(A, B)
+
+
 # ---------------------------------------------------------------------------------------------
 # data
 
@@ -288,11 +360,15 @@ def case_spmv(A, rng, ctx):
     Ad = ctx.dense(A)
     base["numpy"] = (lambda: Ad @ x) if Ad is not None else skip("dense>2e8")
     P = ctx.pydata(A)
-    base["pydata"] = lambda: P @ x
+    base["pydata"] = (lambda: P @ x) if P is not None else None
     if tensora is not None:
         f = tensora_kernel("spmv", "y(i) = A(i,j) * x(j)", {"y": "d", "A": "ds", "x": "d"})
         TA, tx = ctx.tensora(A), tensora_dense(x)
         base["tensora"] = (lambda: f(A=TA, x=tx), (A.shape[0],), False)
+    base["mkl"] = lambda: mkl_dot(A, x)
+    if torch is not None:
+        qA, qx = ctx.torch(A), torch.from_numpy(x)
+        base["torch"] = lambda: qA @ qx
     return (lambda: ta.einsum("ij,j->i", A, x, backend="llvm")), base
 
 
@@ -302,11 +378,15 @@ def case_spmm(A, rng, ctx):
     Ad = ctx.dense(A)
     base["numpy"] = (lambda: Ad @ B) if Ad is not None else skip("dense>2e8")
     P = ctx.pydata(A)
-    base["pydata"] = lambda: P @ B
+    base["pydata"] = (lambda: P @ B) if P is not None else None
     if tensora is not None:
         f = tensora_kernel("spmm", "Y(i,k) = A(i,j) * B(j,k)", {"Y": "dd", "A": "ds", "B": "dd"})
         TA, TB = ctx.tensora(A), tensora_dense(B)
         base["tensora"] = (lambda: f(A=TA, B=TB), (A.shape[0], RANK), False)
+    base["mkl"] = lambda: mkl_dot(A, B)
+    if torch is not None:
+        qA, qB = ctx.torch(A), torch.from_numpy(B)
+        base["torch"] = lambda: qA @ qB
     return (lambda: ta.einsum("ij,jk->ik", A, B, backend="llvm")), base
 
 
@@ -326,12 +406,24 @@ def case_sddmm(A, rng, ctx):
     Ad = ctx.dense(A)
     base["numpy"] = (lambda: Ad * (X @ Y)) if Ad is not None else skip("dense>2e8")
     P = ctx.pydata(A)
-    base["pydata"] = (lambda: P * (X @ Y)) if m * n <= DENSE_LIMIT else skip("dense>2e8")
+    if P is not None:
+        base["pydata"] = (lambda: P * (X @ Y)) if m * n <= DENSE_LIMIT else skip("dense>2e8")
     if tensora is not None:
         f = tensora_kernel("sddmm", "Z(i,j) = A(i,j) * X(i,k) * Y(k,j)",
                            {"Z": "ds", "A": "ds", "X": "dd", "Y": "dd"})
         TA, TX, TY = ctx.tensora(A), tensora_dense(X), tensora_dense(Y)
         base["tensora"] = (lambda: f(A=TA, X=TX, Y=TY), A.shape, True)
+    base["mkl"] = skip("no API")
+    if torch is not None:
+        qA, qX, qY = ctx.torch(A), torch.from_numpy(X), torch.from_numpy(Y)
+        crow, col, values = qA.crow_indices(), qA.col_indices(), qA.values()
+
+        def torch_sddmm():
+            # X @ Y sampled at A's pattern (never dense), then scaled by A's values
+            sampled = torch.sparse.sampled_addmm(qA, qX, qY, beta=0.0)
+            return torch.sparse_csr_tensor(crow, col, sampled.values() * values, size=A.shape)
+
+        base["torch"] = torch_sddmm
     return (lambda: ta.einsum("ij,ik,kj->ij", A, X, Y, backend="llvm")), base
 
 
@@ -350,8 +442,9 @@ def case_spgemm(A, rng, ctx):
     else:
         base["numpy"] = skip("dense>2e8")
     P = ctx.pydata(A)
-    PB = P if B is A else pydata_sparse.COO.from_scipy_sparse(B)
-    base["pydata"] = lambda: P @ PB
+    if P is not None:
+        PB = P if B is A else pydata_sparse.COO.from_scipy_sparse(B)
+        base["pydata"] = lambda: P @ PB
     if tensora is not None:
         try:
             tensora_kernel("spgemm", "C(i,j) = A(i,k) * B(k,j)",
@@ -360,6 +453,11 @@ def case_spgemm(A, rng, ctx):
         except Exception as err:  # noqa: BLE001 - tensora has no CSR x CSR -> CSR kernel
             base["tensora"] = skip("no kernel" if "NoKernelFound" in type(err).__name__
                                    else type(err).__name__)
+    base["mkl"] = lambda: mkl_dot(A, B)
+    if torch is not None:
+        qA = ctx.torch(A)
+        qB = qA if B is A else torch_csr(B)
+        base["torch"] = lambda: qA @ qB
     return (lambda: ta.einsum("ij,jk->ik", A, B, backend="llvm")), base
 
 
@@ -380,12 +478,17 @@ def case_add(A, rng, ctx):
     else:
         base["numpy"] = skip("dense>2e8")
     P = ctx.pydata(A)
-    PB = pydata_sparse.COO.from_scipy_sparse(B)
-    base["pydata"] = lambda: P + PB
+    if P is not None:
+        PB = pydata_sparse.COO.from_scipy_sparse(B)
+        base["pydata"] = lambda: P + PB
     if tensora is not None:
         f = tensora_kernel("add", "C(i,j) = A(i,j) + B(i,j)", {"C": "ds", "A": "ds", "B": "ds"})
         TA, TB = ctx.tensora(A), tensora_csr(B)
         base["tensora"] = (lambda: f(A=TA, B=TB), A.shape, True)
+    base["mkl"] = skip("no API")
+    if torch is not None:
+        qA, qB = ctx.torch(A), torch_csr(B)
+        base["torch"] = lambda: qA + qB
 
     def run():
         global _add_kernel
@@ -399,7 +502,7 @@ def case_add(A, rng, ctx):
 
 def case_mttkrp(T, rng, ctx):
     coords, vals, shape = T
-    I, J, K = shape
+    I, J, K = shape  # noqa: E741 - the modes, as in the papers
     C = rng.random((J, RANK))
     D = rng.random((K, RANK))
     tensor = ta.Tensor.from_coords(coords, vals, shape, format="sss")
@@ -421,6 +524,8 @@ def case_mttkrp(T, rng, ctx):
                            {"M": "dd", "T": "sss", "C": "dd", "D": "dd"})
         TT, TC, TD = tensora_csf(coords, vals, shape), tensora_dense(C), tensora_dense(D)
         base["tensora"] = (lambda: f(T=TT, C=TC, D=TD), (I, RANK), False)
+    base["mkl"] = skip("no API")
+    base["torch"] = skip("no API")
     return (lambda: ta.einsum("ijk,jr,kr->ir", tensor, C, D, out_format="dense",
                               backend="llvm")), base
 
@@ -437,6 +542,7 @@ class Operands:
         self._dense = None
         self._pydata = None
         self._tensora = None
+        self._torch = None
 
     def dense(self, A):
         if A is not self.A:
@@ -454,9 +560,14 @@ class Operands:
         return d
 
     def pydata(self, A):
-        if self._pydata is None:
+        if self._pydata is None and pydata_sparse is not None:
             self._pydata = pydata_sparse.COO.from_scipy_sparse(A)
         return self._pydata
+
+    def torch(self, A):
+        if self._torch is None:
+            self._torch = torch_csr(A)
+        return self._torch
 
     def tensora(self, A):
         if self._tensora is None:
@@ -468,16 +579,36 @@ class Operands:
 # one (kernel, data) row
 
 
-def run_row(kernel, dataname, data, rng, ctx, compile_times):
-    row = {"kernel": kernel, "matrix": dataname, "tensoralg": None, "status": "ok",
-           "baselines": {}}
+def available_baselines():
+    """``(columns, notes)``: the baselines installed here, and one line for each that is not."""
+    missing = {
+        "pydata": None if pydata_sparse is not None else "pydata sparse not installed "
+                                                          "(pip install sparse)",
+        "tensora": None if tensora is not None else "tensora not installed (pip install tensora)",
+        "mkl": None if sparse_dot_mkl is not None else f"MKL column absent: sparse_dot_mkl "
+                                                        f"unavailable ({_MKL_MISSING}); pip "
+                                                        f"install sparse-dot-mkl mkl",
+        "torch": None if torch is not None else "torch.sparse column absent: torch not "
+                                                 "installed (pip install torch==2.13.0)",
+    }
+    columns = [b for b in BASELINES if missing.get(b) is None]
+    notes = {b: line for b, line in missing.items() if line is not None}
+    return columns, notes
+
+
+def run_row(kernel, dataname, data, rng, ctx, compile_times, columns):
+    row = {"kernel": kernel, "data": dataname, "shape": None, "nnz": None, "status": "ok",
+           "tensoralg": None, "baselines": {}}
+    if kernel == "mttkrp":
+        row["shape"], row["nnz"] = list(data[2]), int(len(data[1]))
+    else:
+        row["shape"], row["nnz"] = list(data.shape), int(data.nnz)
     try:
         ta_fn, base = CASES[kernel](data, rng, ctx)
     except Exception as err:  # noqa: BLE001 - report and go on
         row["status"] = f"setup error: {type(err).__name__}: {err}"
         return row
-    ref_fn = base["scipy"]
-    ref = ref_fn()
+    ref = base["scipy"]()
     scale_fn = base.pop("error_scale", None)
     scale = scale_fn() if scale_fn is not None else None
 
@@ -494,38 +625,40 @@ def run_row(kernel, dataname, data, rng, ctx, compile_times):
         compiled = kernel_cache().compiles - compiles_before
         if not allclose(result, ref, scale=scale):
             row["status"] = "WRONG"
-        t, reps = timeit(ta_fn)
-        row["tensoralg"] = t
-        row["repeats"] = reps
+        row["tensoralg"] = measure(ta_fn)
+        row["first_call_s"] = first
         if compiled and kernel not in compile_times:
-            compile_times[kernel] = {"first_call_s": first, "warm_s": t,
-                                     "compile_s": first - t, "kernels_compiled": compiled,
+            warm = median_of(row["tensoralg"])
+            compile_times[kernel] = {"first_call_s": first, "warm_s": warm,
+                                     "compile_s": first - warm, "kernels_compiled": compiled,
                                      "on": dataname}
 
-    for name in BASELINES:
-        spec = base.get(name)
-        if spec is None:
-            row["baselines"][name] = {"skip": "not installed"}
-            continue
-        if isinstance(spec, tuple) and spec[0] == "skip":
-            row["baselines"][name] = {"skip": spec[1]}
-            continue
-        if isinstance(spec, tuple):          # tensora: (fn, out shape, sparse out)
-            fn, shape, sparse_out = spec
-            check = lambda r, s=shape, so=sparse_out: TensoraResult(tensora_read(r, s, so))
-        else:
-            fn, check = spec, (lambda r: r)
-        entry = {}
-        try:
-            out = fn()
-            if name != "scipy" and not allclose(check(out), ref, scale=scale):
-                entry["bad"] = True
-            del out
-            entry["time"], entry["repeats"] = timeit(fn)
-        except Exception as err:  # noqa: BLE001
-            entry = {"skip": f"error {type(err).__name__}: {str(err)[:120]}"}
-        row["baselines"][name] = entry
+    for name in columns:
+        row["baselines"][name] = run_baseline(name, base.get(name), ref, scale)
     return row
+
+
+def run_baseline(name, spec, ref, scale):
+    """One baseline's samples (``bad`` when it disagrees with scipy), or why it did not run."""
+    if spec is None:
+        return {"skip": "n/a"}
+    if isinstance(spec, tuple) and spec[0] == "skip":
+        return {"skip": spec[1]}
+    if isinstance(spec, tuple):          # tensora: (fn, out shape, sparse out)
+        fn, shape, sparse_out = spec
+        check = lambda r: TensoraResult(tensora_read(r, shape, sparse_out))  # noqa: E731
+    else:
+        fn, check = spec, (lambda r: r)
+    try:
+        out = fn()
+        bad = name != "scipy" and not allclose(check(out), ref, scale=scale)
+        del out
+        entry = measure(fn)
+    except Exception as err:  # noqa: BLE001
+        return {"skip": f"error {type(err).__name__}: {str(err)[:120]}"}
+    if bad:
+        entry["bad"] = True
+    return entry
 
 
 # ---------------------------------------------------------------------------------------------
@@ -533,25 +666,31 @@ def run_row(kernel, dataname, data, rng, ctx, compile_times):
 
 
 def dispatch_overhead():
+    """Samples of one call on a 4x4 CSR matrix, where the arithmetic is nothing."""
     rng = np.random.default_rng(1)
     A = canonical(sp.random(4, 4, density=0.5, format="csr", random_state=1))
     x = rng.random(4)
-    out = {}
+    calls = {}
     ta.einsum("ij,j->i", A, x, backend="llvm")
-    out["ta.einsum 4x4 spmv"] = timeit(lambda: ta.einsum("ij,j->i", A, x, backend="llvm"))[0]
+    calls["ta.einsum 4x4 spmv"] = lambda: ta.einsum("ij,j->i", A, x, backend="llvm")
     k = ta.compile("y(i) = A(i,j) * x(j)", formats={"A": "ds"}, dtype="float64", backend="llvm")
     k(A=A, x=x)
-    out["ta.compile kernel call 4x4 spmv"] = timeit(lambda: k(A=A, x=x))[0]
-    out["scipy A @ x 4x4"] = timeit(lambda: A @ x)[0]
+    calls["ta.compile kernel call 4x4 spmv"] = lambda: k(A=A, x=x)
+    calls["scipy A @ x 4x4"] = lambda: A @ x
     Ad = A.toarray()
-    out["numpy A @ x 4x4 dense"] = timeit(lambda: Ad @ x)[0]
+    calls["numpy A @ x 4x4 dense"] = lambda: Ad @ x
     if tensora is not None:
         f = tensor_method("y(i) = A(i,j) * x(j)", {"y": "d", "A": "ds", "x": "d"})
         TA, tx = tensora_csr(A), tensora_dense(x)
         f(A=TA, x=tx)
-        out["tensora kernel call 4x4 spmv"] = timeit(lambda: f(A=TA, x=tx))[0]
+        calls["tensora kernel call 4x4 spmv"] = lambda: f(A=TA, x=tx)
+    if sparse_dot_mkl is not None:
+        calls["mkl dot_product_mkl 4x4 spmv"] = lambda: mkl_dot(A, x)
+    if torch is not None:
+        qA, qx = torch_csr(A), torch.from_numpy(x)
+        calls["torch A @ x 4x4 spmv"] = lambda: qA @ qx
     assert np.allclose(ta.einsum("ij,j->i", A, x), A @ x)
-    return out
+    return {label: measure(fn) for label, fn in calls.items()}
 
 
 _CHILD = r"""
@@ -595,7 +734,7 @@ def disk_cache_probe():
 
 
 # ---------------------------------------------------------------------------------------------
-# report
+# console output (report.py renders the Markdown report from the JSON file)
 
 
 def fmt_time(t):
@@ -610,9 +749,9 @@ def fmt_time(t):
 
 def ratio(row, name):
     b = row["baselines"].get(name, {})
-    if row["tensoralg"] is None or "time" not in b:
+    if row["tensoralg"] is None or "times" not in b:
         return None
-    return b["time"] / row["tensoralg"]
+    return median_of(b) / median_of(row["tensoralg"])
 
 
 def cell(row, name):
@@ -632,10 +771,10 @@ def geomean(values):
     return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
-def print_table(rows):
-    head = ["kernel", "matrix", "tensoralg", *BASELINES, "status"]
-    body = [[r["kernel"], r["matrix"], fmt_time(r["tensoralg"]),
-             *(cell(r, b) for b in BASELINES), r["status"]] for r in rows]
+def print_table(rows, columns):
+    head = ["kernel", "data", "tensoralg", *columns, "status"]
+    body = [[r["kernel"], r["data"], fmt_time(median_of(r["tensoralg"])),
+             *(cell(r, b) for b in columns), r["status"]] for r in rows]
     widths = [max(len(str(x)) for x in col) for col in zip(head, *body)]
     line = lambda cells: "  ".join(  # noqa: E731
         str(c).ljust(w) if k < 2 or k == len(cells) - 1 else str(c).rjust(w)
@@ -646,59 +785,56 @@ def print_table(rows):
         print(line(b))
 
 
-def summarize(rows):
-    """Geometric means of the ratios per kernel and baseline (rows that are not WRONG)."""
+def print_summary(rows, columns):
+    """Geometric means of the ratios per kernel and baseline (rows with status ok)."""
     good = [r for r in rows if r["status"] == "ok"]
-    summary = {}
-    for kernel in KERNELS:
-        ks = [r for r in good if r["kernel"] == kernel]
-        if ks:
-            summary[kernel] = {b: geomean([ratio(r, b) for r in ks]) for b in BASELINES}
-    summary["all"] = {b: geomean([ratio(r, b) for r in good]) for b in BASELINES}
-    return summary
-
-
-def print_summary(summary):
-    head = ["geomean", *BASELINES]
-    body = [[k, *(("-" if v[b] is None else f"{v[b]:.2f}") for b in BASELINES)]
-            for k, v in summary.items()]
+    groups = [(k, [r for r in good if r["kernel"] == k]) for k in KERNELS] + [("all", good)]
+    head = ["geomean", *columns]
+    body = []
+    for name, group in groups:
+        if group:
+            means = [geomean([ratio(r, b) for r in group]) for b in columns]
+            body.append([name, *("-" if v is None else f"{v:.2f}" for v in means)])
     widths = [max(len(str(x)) for x in col) for col in zip(head, *body)]
-    print("  ".join(h.ljust(w) if i == 0 else h.rjust(w)
-                    for i, (h, w) in enumerate(zip(head, widths))))
-    for b in body:
+    for cells in [head, *body]:
         print("  ".join(c.ljust(w) if i == 0 else c.rjust(w)
-                        for i, (c, w) in enumerate(zip(b, widths))))
+                        for i, (c, w) in enumerate(zip(cells, widths))))
 
 
-def environment():
-    info = {
-        "python": sys.version.split()[0], "platform": platform.platform(),
-        "cpus": os.cpu_count(), "numpy": np.__version__, "scipy": scipy.__version__,
-        "tensoralg": ta.__version__,
-        "pydata_sparse": getattr(pydata_sparse, "__version__", None),
-        "tensora": _dist_version("tensora"), "llvmlite": _dist_version("llvmlite"),
-        "OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE"),
-        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
-    }
+def print_row(row, columns):
+    print(f"  {row['kernel']:7s} tensoralg {fmt_time(median_of(row['tensoralg'])):>9s}  "
+          + "  ".join(f"{b} {cell(row, b)}" for b in columns)
+          + f"  [{row['status']}]", flush=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# threads
+
+
+def set_threads(count):
+    """Give every library that has threads ``count`` of them; return what each one reports."""
+    ta.set_num_threads(count)
+    threads = {"requested": count, "tensoralg": ta.get_num_threads(), "scipy": 1, "pydata": 1,
+               "tensora": 1}
+    if torch is not None:
+        torch.set_num_threads(count)
+        threads["torch"] = torch.get_num_threads()
+    if sparse_dot_mkl is not None:
+        sparse_dot_mkl.mkl_set_num_threads(count)
+        threads["mkl"] = sparse_dot_mkl.mkl_get_max_threads()
     try:
         import threadpoolctl
 
-        info["threadpools"] = [
-            {k: p.get(k) for k in ("user_api", "internal_api", "num_threads", "version",
-                                   "architecture")}
-            for p in threadpoolctl.threadpool_info()]
+        threadpoolctl.threadpool_limits(limits=count, user_api="blas")   # stays in force
+        threads["blas"] = [p["num_threads"] for p in threadpoolctl.threadpool_info()
+                           if p["user_api"] == "blas"]
     except ImportError:
-        info["threadpools"] = "threadpoolctl not installed"
-    return info
+        threads["blas"] = "threadpoolctl not installed: NumPy's BLAS keeps its default"
+    return threads
 
 
-def _dist_version(name):
-    try:
-        from importlib.metadata import version
-
-        return version(name)
-    except Exception:  # noqa: BLE001
-        return None
+# ---------------------------------------------------------------------------------------------
+# main
 
 
 def main(argv=None):
@@ -709,7 +845,14 @@ def main(argv=None):
                         help=f"comma-separated kernels ({','.join(KERNELS)})")
     parser.add_argument("--matrices", default=None,
                         help="comma-separated matrix/tensor names (default: all)")
-    parser.add_argument("--out", default=None, help="write the results as JSON here")
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1,
+                        help="threads for tensoralg, torch, MKL and NumPy's BLAS "
+                             "(default: all cores)")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="seed of the random dense operands (default 0)")
+    parser.add_argument("--out", default=None,
+                        help="write the JSON results here (default: benchmarks/results/"
+                             "run-<date>-<commit>.json)")
     parser.add_argument("--no-probes", action="store_true",
                         help="skip the dispatch-overhead and disk-cache measurements")
     args = parser.parse_args(argv)
@@ -717,13 +860,21 @@ def main(argv=None):
     unknown = [k for k in kernels if k not in KERNELS]
     if unknown:
         parser.error(f"unknown kernel(s) {unknown}; choose from {', '.join(KERNELS)}")
+    if args.threads < 1:
+        parser.error("--threads must be at least 1")
     wanted = None if args.matrices is None else {m.strip() for m in args.matrices.split(",")}
 
+    begun = record.start()
     started = time.perf_counter()
-    env = environment()
-    print("environment:", json.dumps(env, indent=None))
+    warnings.filterwarnings("ignore", message=".*[Ss]parse.*", category=UserWarning)
+    columns, notes = available_baselines()
+    for line in notes.values():
+        print(f"note: {line}")
+    threads = set_threads(args.threads)
+    print("machine:", json.dumps(record.machine()))
+    print("threads:", json.dumps(threads))
     print(f"kernel cache: {_CACHE_DIR} (fresh)")
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(args.seed)
     rows, compile_times = [], {}
     # one-time initialisation (LLVM target, JIT engine) on a dense kernel that no row uses, so
     # that it is not charged to the first kernel's compile time below
@@ -740,11 +891,9 @@ def main(argv=None):
             print(f"\n{name}: {A.shape[0]}x{A.shape[1]}, nnz {A.nnz}", flush=True)
             ctx = Operands(A)
             for kernel in matrix_kernels:
-                row = run_row(kernel, name, A, rng, ctx, compile_times)
+                row = run_row(kernel, name, A, rng, ctx, compile_times, columns)
                 rows.append(row)
-                print(f"  {kernel:7s} tensoralg {fmt_time(row['tensoralg']):>9s}  "
-                      + "  ".join(f"{b} {cell(row, b)}" for b in BASELINES)
-                      + f"  [{row['status']}]", flush=True)
+                print_row(row, columns)
             del ctx
     if "mttkrp" in kernels:
         for name, path in tensor_sources(args.quick):
@@ -752,23 +901,19 @@ def main(argv=None):
                 continue
             T = load_tensor(path, TENSOR_SHAPES[name])
             print(f"\n{name}: {'x'.join(map(str, T[2]))}, nnz {len(T[1])}", flush=True)
-            row = run_row("mttkrp", name, T, rng, Operands(None), compile_times)
+            row = run_row("mttkrp", name, T, rng, Operands(None), compile_times, columns)
             rows.append(row)
-            print(f"  mttkrp  tensoralg {fmt_time(row['tensoralg']):>9s}  "
-                  + "  ".join(f"{b} {cell(row, b)}" for b in BASELINES)
-                  + f"  [{row['status']}]", flush=True)
+            print_row(row, columns)
 
-    rows.sort(key=lambda r: (KERNELS.index(r["kernel"]), r["matrix"].lower()))
-    print("\nratios = baseline time / tensoralg time (> 1: tensoralg is faster); "
+    rows.sort(key=lambda r: (KERNELS.index(r["kernel"]), r["data"].lower()))
+    print("\nratios = baseline median / tensoralg median (> 1: tensoralg is faster); "
           "tensoralg column = its median time")
-    print_table(rows)
-    summary = summarize(rows)
+    print_table(rows, columns)
     print("\ngeometric means of the ratios (rows marked WRONG/ERROR left out):")
-    print_summary(summary)
+    print_summary(rows, columns)
 
     print("\nfirst call of each tensoralg kernel in a fresh kernel cache (compile + one run;"
-          f" one-time LLVM init on a dense kernel before: {fmt_time(init_s)};\n"
-          " the first sparse kernel also builds the CSR bounds validator):")
+          f" one-time LLVM init on a dense kernel before: {fmt_time(init_s)}):")
     for kernel, c in compile_times.items():
         print(f"  {kernel:7s} first call {fmt_time(c['first_call_s']):>9s}   "
               f"minus warm run = compile {fmt_time(c['compile_s']):>9s}   "
@@ -782,8 +927,8 @@ def main(argv=None):
     if not args.no_probes:
         probes["dispatch"] = dispatch_overhead()
         print("\ncached dispatch overhead (median per call):")
-        for label, t in probes["dispatch"].items():
-            print(f"  {label:34s} {fmt_time(t):>9s}")
+        for label, sample in probes["dispatch"].items():
+            print(f"  {label:34s} {fmt_time(median_of(sample)):>9s}")
         probes["disk_cache"] = disk_cache_probe()
         print("\nnew process, first ta.einsum spmv call on bcspwr10:")
         for label, c in probes["disk_cache"].items():
@@ -795,22 +940,27 @@ def main(argv=None):
                       f"import tensoralg {fmt_time(c['import_s'])}   "
                       f"kernels compiled {c['compiles']}")
 
-    wrong = [r for r in rows if r["status"] != "ok"]
-    if wrong:
+    problems = [r for r in rows if r["status"] != "ok"]
+    if problems:
         print("\nproblems:")
-        for r in wrong:
-            print(f"  {r['kernel']} on {r['matrix']}: {r['status']}")
+        for r in problems:
+            print(f"  {r['kernel']} on {r['data']}: {r['status']}")
     elapsed = time.perf_counter() - started
     print(f"\ntotal time {elapsed:.0f} s")
-    if args.out:
-        out = Path(args.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps({
-            "environment": env, "quick": args.quick, "elapsed_s": elapsed, "rows": rows,
-            "summary": summary, "compile": compile_times, "llvm_init_s": init_s,
-            "tensora_compile": _tensora_compile_times, "probes": probes,
-        }, indent=1, default=str))
-        print(f"wrote {out}")
+    path = record.write("run", {
+        "options": {"quick": args.quick, "only": kernels,
+                    "matrices": None if wanted is None else sorted(wanted),
+                    "probes": not args.no_probes},
+        "seed": args.seed, "threads": threads, "columns": ["tensoralg", *columns],
+        "missing": notes, "blas_threadpools": record.blas_threadpools(),
+        "method": {"budget_s": BUDGET, "samples": SAMPLES, "min_samples": MIN_SAMPLES,
+                   "sample": "mean seconds per call over `number` back-to-back calls",
+                   "rank": RANK, "dense_limit": DENSE_LIMIT,
+                   "dense_gemm_flops": DENSE_GEMM_FLOPS},
+        "elapsed_s": elapsed, "llvm_init_s": init_s, "measurements": rows,
+        "compile": compile_times, "tensora_compile": _tensora_compile_times, "probes": probes,
+    }, begun, out=args.out)
+    print(f"wrote {path}; render the report with: python benchmarks/report.py")
     return 1 if any(r["status"] == "WRONG" for r in rows) else 0
 
 
