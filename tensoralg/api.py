@@ -89,6 +89,8 @@ from tensoralg.runtime.gram import gram_call
 from tensoralg.runtime.movement import copy_call, gather_call, ids_call, im2row_call
 from tensoralg.runtime.sequence import CallSequence, NativeGroup, Slot
 from tensoralg.runtime.threads import MIN_ROWS_PER_THREAD, KernelThreads, split
+from tensoralg.runtime.native_split import NativeSplit
+from tensoralg.runtime.pool import native_pool_supported
 from tensoralg.runtime.replay import (
     ARG_BEGIN,
     ARG_CAPACITY,
@@ -201,6 +203,7 @@ class KernelCache:
         self.validator = StorageValidator(self.disk)
         self.threads = KernelThreads(options.threads)
         self.tuned = TunedSchedules(options.cache_dir)   # autotune's winners (tune.py)
+        self.splits: dict[tuple, NativeSplit] = {}       # kernels' ranges on the native pool
         self.dispatch: dict[tuple, Any] = {}          # einsum's fast path, see _Dispatch
         self._lock = threading.Lock()
 
@@ -895,7 +898,8 @@ def _thread_ranges(compiled: CompiledProgram, tensors: Mapping[str, Tensor],
         parts = min(asked.threads, max(1, size))
     else:
         work = estimated_work(tensors, shape if dense else None)
-        parts = min(kernel_cache().threads.parts(work), size // MIN_ROWS_PER_THREAD)
+        native = dense and not compiled.plan.partials and native_pool_supported()
+        parts = min(kernel_cache().threads.parts(work, native), size // MIN_ROWS_PER_THREAD)
     if parts <= 1:
         return None
     weights = (tensors[compiled.balance_by].levels[1].pos
@@ -911,8 +915,27 @@ def _launch(compiled: CompiledProgram, args: list, buffers: OutputBuffers,
     plan, threads = compiled.arguments, kernel_cache().threads
     function = compiled.kernel.function
     if not compiled.plan.partials:
+        native = _native_split(compiled, len(bounds) - 1)
+        if native is not None:
+            return native(args, bounds)
         return max(threads.run(lambda part: function(*part), args, plan.range_slots, bounds))
     return _run_partials(function, args, plan, bounds, buffers, threads)
+
+
+def _native_split(compiled: CompiledProgram, parts: int) -> NativeSplit | None:
+    """The kernel's ranges as one call on the native pool (``runtime/native_split.py``),
+    built on first use per kernel and number of ranges; None where there is no pool."""
+    cache = kernel_cache()
+    key = (compiled.key, parts)
+    found = cache.splits.get(key)
+    if found is None:
+        function = compiled.kernel.function
+        pool = cache.threads.native_pool() if native_pool_supported() else None
+        if pool is None or not NativeSplit.supports(function):
+            return None
+        found = cache.splits[key] = NativeSplit(function, compiled.arguments.range_slots,
+                                                parts, pool, compiled.function.name)
+    return found
 
 
 def range_bounds(size: int, parts: int, weights: np.ndarray | None, step: int) -> np.ndarray:

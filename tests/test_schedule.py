@@ -155,6 +155,7 @@ def test_threads_never_share_a_split_block(monkeypatch):
     # Accumulating into the output: a block run by two threads would be added twice. Any work
     # is split, so that the compiler's own thread split meets the schedule's blocks too.
     monkeypatch.setattr("tensoralg.runtime.threads.MIN_WORK_PER_THREAD", 1)
+    monkeypatch.setattr("tensoralg.runtime.threads.MIN_WORK_PER_THREAD_NATIVE", 1)
     A = sp.random_array((64, 9000), density=0.05, format="csr", random_state=5)
     B = np.random.default_rng(2).random((9000, 3))
     ta.set_num_threads(2)
@@ -376,6 +377,7 @@ def test_sparse_outputs_assembled_in_ranges_match_scipy(threads, dtype):
 
 def test_the_compilers_own_split_of_a_sparse_output_matches_one_thread(monkeypatch):
     monkeypatch.setattr("tensoralg.runtime.threads.MIN_WORK_PER_THREAD", 1)
+    monkeypatch.setattr("tensoralg.runtime.threads.MIN_WORK_PER_THREAD_NATIVE", 1)
     A = sp.random_array((300, 300), density=0.05, format="csc", random_state=4)
     B = sp.random_array((300, 300), density=0.05, format="csc", random_state=5)
     ta.set_num_threads(2)
@@ -386,5 +388,26 @@ def test_the_compilers_own_split_of_a_sparse_output_matches_one_thread(monkeypat
         empty = sp.csr_array((0, 5))
         assert ta.einsum("ij,ij->ij", empty, empty, schedule="parallelize(i, threads=2)"
                          ).shape == (0, 5)
+    finally:
+        ta.set_num_threads(__import__("os").cpu_count())
+
+
+def test_dense_outputs_split_on_the_native_pool_match_one_thread(monkeypatch):
+    """Plain calls hand their ranges to the native pool (runtime/native_split.py), from far
+    less work than through Python threads; every range count gives the one-thread result."""
+    from tensoralg.runtime.pool import native_pool_supported
+
+    if not native_pool_supported():
+        pytest.skip("no native pool on this platform")
+    monkeypatch.setattr("tensoralg.runtime.threads.MIN_WORK_PER_THREAD_NATIVE", 1)
+    A = sp.random_array((203, 150), density=0.1, format="csr", random_state=8)
+    X = np.random.default_rng(8).standard_normal((150, 19))
+    ta.set_num_threads(3)
+    try:
+        for k in (2, 3, 5):
+            got = ta.einsum("ij,jk->ik", A, X, schedule=f"parallelize(i, threads={k})")
+            np.testing.assert_allclose(got, A @ X, rtol=1e-12)
+        np.testing.assert_allclose(ta.einsum("ij,j->i", A, X[:, 0]), A @ X[:, 0], rtol=1e-12)
+        assert any(key[1] in (2, 3, 5) for key in ta.api.kernel_cache().splits)
     finally:
         ta.set_num_threads(__import__("os").cpu_count())

@@ -20,7 +20,6 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from tensoralg.runtime import threads as limits
 from tensoralg.runtime.args import data_address
 
 # What each argument of a replayed call is, with ``(kind, operand, mode)`` recipe entries.
@@ -91,7 +90,7 @@ def replay_function(recipe: Sequence[tuple[int, int, int]], kinds: Sequence[str]
     lines.append(f"    shape = ({shape})")
     if threads is not None:
         lines.append(f"    if threads.threads > 1 and {_work(kinds, out_dims)} >= "
-                     f"2 * limits.MIN_WORK_PER_THREAD:")
+                     f"threads.split_work():")
         lines.append("        return None")
     size = " * ".join(f"o{k}.shape[{mode}]" for k, mode in out_dims) or "1"
     lines.append(f"    out = {'empty' if overwrites else 'zeros'}({size}, dtype)")
@@ -115,7 +114,7 @@ def replay_function(recipe: Sequence[tuple[int, int, int]], kinds: Sequence[str]
         lines.append("    return out.reshape(())[()]")
     namespace: dict[str, Any] = {
         "empty": np.empty, "zeros": np.zeros, "dtype": value_dtype, "address": data_address,
-        "kernel": kernel, "threads": threads, "limits": limits, "fail": fail,
+        "kernel": kernel, "threads": threads, "fail": fail,
         **{f"sound{k}": _Sound(sound) for k, kind in enumerate(kinds) if kind == COMPRESSED}}
     exec(compile("\n".join(lines), "<tensoralg replay>", "exec"), namespace)  # noqa: S102
     return namespace["replay"]

@@ -18,6 +18,9 @@ import numpy as np
 # Below this many stored values (operands plus output) per thread, handing a range to another
 # thread costs more than it saves (measured: an SpMV over 600k entries is faster on one thread).
 MIN_WORK_PER_THREAD = 400_000
+# The same through the native pool (runtime/native_split.py), which hands a range over in 1-2 µs:
+# an SpMV over 10^5 nonzeros (~60 µs on one core) pays for a second thread.
+MIN_WORK_PER_THREAD_NATIVE = 40_000
 # A range of a few outer iterations is not worth a thread either, whatever the work estimate
 # says (the estimate counts a dense operand whole, e.g. a table that a 1-row bag touches once).
 MIN_ROWS_PER_THREAD = 8
@@ -80,9 +83,19 @@ class KernelThreads:
             MIN_FMAS_PER_RANGE_PYTHON
         return max(1, min(self.threads, fmas // least, most))
 
-    def parts(self, work: int) -> int:
-        """How many ranges to run for a call that touches ``work`` stored values."""
-        return max(1, min(self.threads, work // MIN_WORK_PER_THREAD))
+    def parts(self, work: int, native: bool = False) -> int:
+        """How many ranges to run for a call that touches ``work`` stored values (``native``:
+        on the native pool, whose hand-over is cheap)."""
+        least = MIN_WORK_PER_THREAD_NATIVE if native else MIN_WORK_PER_THREAD
+        return max(1, min(self.threads, work // least))
+
+    def split_work(self) -> int:
+        """The least work a plain call with a dense output is split for: two threads' worth,
+        on the native pool where there is one."""
+        from tensoralg.runtime.pool import native_pool_supported
+
+        least = MIN_WORK_PER_THREAD_NATIVE if native_pool_supported() else MIN_WORK_PER_THREAD
+        return 2 * least
 
     def run(self, call: Callable[[list], int], args: list, slots: tuple[int, int],
             bounds: Sequence[int]) -> list[int]:

@@ -1,0 +1,67 @@
+"""A kernel's thread ranges run on the native pool, for plain calls from Python.
+
+Handing a range to a Python thread costs 30-50 µs, so a call was split only with ~400,000
+stored values per thread; an SpMV over 10^5 nonzeros (~60 µs) never used the second core. The
+native pool (``runtime/pool.py``) hands a range over in 1-2 µs. A :class:`NativeSplit` is a
+compiled call sequence (``codegen/sequence.py``) of one call of the kernel split into ``parts``
+ranges, every argument read from the sequence's slots: the kernel's arguments first, then
+each range's bounds. One is built per kernel and number of ranges, on the first split call.
+"""
+from __future__ import annotations
+
+import ctypes
+import threading
+from typing import Any, Sequence
+
+from tensoralg.codegen.sequence import NativeCall, Slot
+from tensoralg.runtime.sequence import CallSequence
+
+_ARGUMENT_TYPES = (ctypes.c_void_p, ctypes.c_int64)
+
+
+class NativeSplit:
+    """``function`` over ``parts`` ranges on ``pool``; ``slots`` are the kernel's range
+    arguments' positions.
+
+    Calls from several Python threads take turns (the slots table is shared); each call uses
+    every thread of the pool anyway.
+    """
+
+    def __init__(self, function: Any, slots: tuple[int, int], parts: int, pool: Any,
+                 name: str = "") -> None:
+        count = len(function.argtypes)
+        begin, end = slots
+
+        def arguments(part: int) -> tuple[Slot, ...]:
+            return tuple(Slot(count + 2 * part) if k == begin else
+                         Slot(count + 2 * part + 1) if k == end else Slot(k)
+                         for k in range(count))
+
+        address = ctypes.cast(function, ctypes.c_void_p).value or 0
+        call = NativeCall(address, tuple(function.argtypes), arguments(0), name=name,
+                          more=tuple(arguments(part) for part in range(1, parts)),
+                          pool=(pool.run_address, pool.address))
+        self.count, self.parts = count, parts
+        self.sequence = CallSequence([call], slots=count + 2 * parts)
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def supports(function: Any) -> bool:
+        """Whether every argument of ``function`` can travel through the slots (addresses and
+        64-bit integers)."""
+        return all(t in _ARGUMENT_TYPES for t in function.argtypes)
+
+    def __call__(self, args: Sequence[int], bounds: Sequence[int]) -> int:
+        """Run the kernel with ``args`` over ranges ``[bounds[k], bounds[k+1])``; returns 0 or
+        the failure status."""
+        with self._lock:
+            slots = self.sequence.slots
+            count = self.count
+            slots[:count] = args
+            slots[count::2] = bounds[:-1]
+            slots[count + 1::2] = bounds[1:]
+            status = self.sequence.run()
+        return 0 if status == 0 else 1
+
+
+__all__ = ["NativeSplit"]
