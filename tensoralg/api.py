@@ -88,8 +88,14 @@ from tensoralg.runtime.gemm import ConvLayer, DenseLayer
 from tensoralg.runtime.gram import gram_call
 from tensoralg.runtime.movement import copy_call, gather_call, ids_call, im2row_call
 from tensoralg.runtime.sequence import CallSequence, NativeGroup, Slot
-from tensoralg.runtime.threads import MIN_ROWS_PER_THREAD, KernelThreads, split
+from tensoralg.runtime.threads import (
+    MIN_FMAS_PER_RANGE_PYTHON,
+    MIN_ROWS_PER_THREAD,
+    KernelThreads,
+    split,
+)
 from tensoralg.runtime.native_split import NativeSplit
+from tensoralg.runtime.ranges import run_ranges as run_layer_ranges
 from tensoralg.runtime.pool import native_pool_supported
 from tensoralg.runtime.replay import (
     ARG_BEGIN,
@@ -777,9 +783,19 @@ def generated_gemm(form: GemmForm | None, bound: Mapping[str, Tensor], value_dty
     if a.shape[0] * a.shape[1] * b.shape[1] < GEMM_MIN_FMAS:
         return None
     cache = kernel_cache()
+    # Ranges go to Python threads here (see below), which pay only for large products.
+    fmas = a.shape[0] * a.shape[1] * b.shape[1]
+    threads = cache.threads if fmas >= 2 * MIN_FMAS_PER_RANGE_PYTHON else None
     layer = DenseLayer(np.ascontiguousarray(b, dtype=value_dtype), cache=cache.disk,
-                       threads=cache.threads)
-    return layer(np.ascontiguousarray(a, dtype=value_dtype))
+                       threads=threads)
+    a = np.ascontiguousarray(a, dtype=value_dtype)
+    out = np.empty((a.shape[0], layer.n), value_dtype)
+    call = layer.bind(a, out)
+    # The ranges go straight to the threads: a bound layer's own call would compile a native
+    # call sequence for them (~16 ms), which pays off only for a layer called many times.
+    run_layer_ranges(call.function, call.calls, threads if len(call.calls) > 1 else None,
+                     call.what)
+    return out
 
 
 _F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)

@@ -232,27 +232,47 @@ def _load_object_code(binary: bytes, name: str) -> tuple[int, tuple[object, ...]
 
 
 def build_llvm_module(module: object, entry: str, prototype: type[ctypes._CFuncPtr], *,
-                      cache: DiskCache | None = None, key: str | None = None
+                      cache: DiskCache | None = None, key: str | None = None,
+                      identity: str | None = None
                       ) -> tuple[ctypes._CFuncPtr, str, tuple[object, ...]]:
     """Compile a hand-built llvmlite ``module`` and load its function ``entry``.
 
     For emitters that write LLVM IR directly (``codegen/gemm.py``) rather than through
-    `ir.nodes`; cached like :func:`build`, keyed by ``key``, the IR text and the host. Returns
-    the function (with ``prototype``), the optimised IR and what keeps the code alive.
+    `ir.nodes`; cached like :func:`build`, keyed by ``key``, the IR text and the host. With an
+    ``identity`` that determines the module (its parameters and the compiler's source
+    fingerprint), ``module`` may be a function that makes it, and the key uses the identity
+    instead of the text: a cache hit then builds no module and, once the entry is linked,
+    loads no LLVM. Returns the function (with ``prototype``), the optimised IR and what keeps
+    the code alive.
 
     >>> # function, source, keepalive = build_llvm_module(module, "f", prototype)
     """
-    from tensoralg.codegen.llvm import optimize, target_machine
+    from tensoralg._version import source_fingerprint
 
-    text = str(module)
-    entry_key = (f"{key}\0{_fingerprint('llvm', cache)}\0"
-                 f"{hashlib.sha256(text.encode()).hexdigest()}"
+    if identity is not None:
+        digest = f"{identity}|{source_fingerprint()}"
+    else:
+        module = module() if callable(module) else module
+        digest = hashlib.sha256(str(module).encode()).hexdigest()
+    entry_key = (f"{key}\0{_fingerprint('llvm', cache)}\0{digest}"
                  if cache is not None and key is not None else None)
+    if cache is not None and entry_key:
+        shared = cache.get(entry_key, SHARED)
+        if shared is not None:
+            (length,) = struct.unpack_from("<Q", shared)
+            address, keepalive = _load_shared_object(shared[8 + length:], entry)
+            if address:
+                return prototype(address), shared[8: 8 + length].decode(), keepalive
     payload = cache.get(entry_key, "llvm") if cache is not None and entry_key else None
     if payload is not None:
         (length,) = struct.unpack_from("<Q", payload)
         source, binary = payload[8: 8 + length].decode(), payload[8 + length:]
+        assert cache is not None and entry_key is not None
+        link_later(cache, entry_key, payload[: 8 + length], binary, entry)
     else:
+        from tensoralg.codegen.llvm import optimize, target_machine
+
+        module = module() if callable(module) else module
         machine = target_machine()
         optimised = optimize(module, machine)
         source, binary = str(optimised), machine.emit_object(optimised)
@@ -264,10 +284,22 @@ def build_llvm_module(module: object, entry: str, prototype: type[ctypes._CFuncP
     return prototype(address), source, keepalive
 
 
+def host_has_feature(feature: str, cache: DiskCache | None) -> bool:
+    """Whether the host CPU has ``feature`` as LLVM names it (``"avx512f"``), read from the
+    host fingerprint remembered in ``cache`` (no LLVM needed once it is there)."""
+    fields = _fingerprint("llvm", cache).split("|")
+    return len(fields) > 3 and f"+{feature}" in fields[3].split(",")
+
+
 def function_address(keepalive: tuple[object, ...], name: str) -> int:
     """The address of another function ``name`` of a module loaded by
     :func:`build_llvm_module` (``keepalive`` is what it returned)."""
-    address = keepalive[0].get_function_address(name)  # type: ignore[attr-defined]
+    loaded = keepalive[0]
+    if isinstance(loaded, ctypes.CDLL):      # a module loaded as a linked shared object
+        symbol = getattr(loaded, name, None)
+        address = ctypes.cast(symbol, ctypes.c_void_p).value if symbol is not None else 0
+    else:
+        address = loaded.get_function_address(name)  # type: ignore[attr-defined]
     if not address:
         raise CompileError(f"the loaded module does not export {name!r}")
     return address

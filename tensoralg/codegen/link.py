@@ -16,6 +16,7 @@ either.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import platform
@@ -37,6 +38,7 @@ _linking: set[str] = set()
 _lock = threading.Lock()
 
 
+@functools.cache
 def cheap_host_identity() -> str:
     """What the LLVM host fingerprint depends on, read without LLVM.
 
@@ -64,13 +66,22 @@ def remembered_fingerprint(cache: DiskCache | None, compute: Callable[[], str]) 
     """``compute()`` (the LLVM host fingerprint), remembered in ``cache`` for this host."""
     if cache is None:
         return compute()
+    known = _FINGERPRINTS.get(cache.directory)
+    if known is not None:
+        return known
     identity = cheap_host_identity()
     stored = cache.get(identity, "host")
     if stored is not None:
-        return stored.decode()
-    fingerprint = compute()
-    cache.put(identity, "host", fingerprint.encode())
+        fingerprint = stored.decode()
+    else:
+        fingerprint = compute()
+        cache.put(identity, "host", fingerprint.encode())
+    _FINGERPRINTS[cache.directory] = fingerprint
     return fingerprint
+
+
+# Fingerprints read in this process, by cache directory: the host does not change under it.
+_FINGERPRINTS: dict[Path, str] = {}
 
 
 def link_later(cache: DiskCache, entry: str, head: bytes, object_code: bytes,

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from tensoralg.codegen.build import build_llvm_module
+from tensoralg.codegen.build import build_llvm_module, host_has_feature
 from tensoralg.codegen.cache import DiskCache
 from tensoralg.errors import ShapeError
 from tensoralg.runtime.ranges import RangeCall, check_array
@@ -34,15 +34,17 @@ def gemm_kernel(dtype: np.dtype, cache: DiskCache | None = None) -> tuple[Any, A
     function and LLVM IR. Compiled once per process (and stored in ``cache`` when given).
     """
     from tensoralg.codegen.gemm import ENTRY, GemmShape, gemm_module
-    from tensoralg.codegen.llvm import host_has
 
-    avx512 = host_has("avx512f")
+    avx512 = host_has_feature("avx512f", cache)
     key = (np.dtype(dtype), avx512)
     found = _KERNELS.get(key)
     if found is None:
         shape = GemmShape.for_host(dtype, avx512)
+        # The module is a function of its blocking and the compiler's source: a cached build
+        # is found without making it (making it took ~300 ms, most of a new process's call).
         function, source, keepalive = build_llvm_module(
-            gemm_module(shape), ENTRY, _PROTOTYPE, cache=cache, key=f"gemm|{shape}")
+            lambda: gemm_module(shape), ENTRY, _PROTOTYPE, cache=cache, key=f"gemm|{shape}",
+            identity=f"gemm|{shape}")
         found = _KERNELS[key] = (shape, function, source, keepalive)
     return found[0], found[1], found[2]
 
