@@ -1337,8 +1337,9 @@ def applied_schedule(compiled: CompiledProgram) -> Schedule:
                  for s in walk(compiled.function.body))
     kept = ("Split", "Unroll", "Vectorize") if hinted else ("Split",)
     commands: list = [c for c in given if type(c).__name__ in kept]
-    schedule = Schedule().reorder(*compiled.program.nests[-1].loop_order) \
-        if compiled.program.nests[-1].loop_order else Schedule()
+    # The nest with the most loops names them all (an added vector b(i) gets a nest of its own).
+    main = max(reversed(compiled.program.nests), key=lambda nest: len(nest.loop_order))
+    schedule = Schedule().reorder(*main.loop_order) if main.loop_order else Schedule()
     for command in commands:
         schedule = schedule.then(command)
     index = compiled.arguments.range_index
