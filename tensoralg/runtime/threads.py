@@ -18,9 +18,12 @@ import numpy as np
 # Below this many stored values (operands plus output) per thread, handing a range to another
 # thread costs more than it saves (measured: an SpMV over 600k entries is faster on one thread).
 MIN_WORK_PER_THREAD = 400_000
-# The same through the native pool (runtime/native_split.py), which hands a range over in 1-2 µs:
-# an SpMV over 10^5 nonzeros (~60 µs on one core) pays for a second thread.
-MIN_WORK_PER_THREAD_NATIVE = 40_000
+# The same through the native pool (runtime/native_split.py), which hands a range over in 1-2 µs
+# instead of 30-50. The hand-over is not what limits a memory-bound kernel here, though: on the
+# 2-core development VM an SpMV over 290k entries (bcsstk16) ran in ~160 µs on one thread and
+# 300-650 µs split in two, so the native pool keeps the same threshold and only makes the
+# split calls cheaper (SpMM with 32 columns over 4e5 entries: 2.7 ms, 3.0 through Python).
+MIN_WORK_PER_THREAD_NATIVE = 400_000
 # A range of a few outer iterations is not worth a thread either, whatever the work estimate
 # says (the estimate counts a dense operand whole, e.g. a table that a 1-row bag touches once).
 MIN_ROWS_PER_THREAD = 8
