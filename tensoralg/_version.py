@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from pathlib import Path
+import os
 
 __version__ = "0.1.0"
 
@@ -21,9 +21,12 @@ def source_fingerprint() -> str:
     (computed once per process from ``stat`` alone, well under a millisecond: reading and
     hashing every file took ~7 ms of a new process's first cached kernel)."""
     digest = hashlib.sha256(__version__.encode())
-    root = Path(__file__).resolve().parent
-    compiler = [p for room in _COMPILER_ROOMS for p in (root / room).rglob("*.py")]
-    for path in sorted(compiler + [root / "api.py"]):
-        info = path.stat()
-        digest.update(f"{path.relative_to(root)}|{info.st_size}|{info.st_mtime_ns}".encode())
+    root = os.path.dirname(os.path.abspath(__file__))
+    found = [os.path.join(root, "api.py")]
+    for room in _COMPILER_ROOMS:      # os.walk: pathlib's rglob took most of the ~7 ms
+        for folder, _, names in os.walk(os.path.join(root, room)):
+            found.extend(os.path.join(folder, name) for name in names if name.endswith(".py"))
+    for path in sorted(found):
+        info = os.stat(path)
+        digest.update(f"{os.path.relpath(path, root)}|{info.st_size}|{info.st_mtime_ns}".encode())
     return digest.hexdigest()[:16]

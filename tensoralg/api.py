@@ -305,7 +305,7 @@ def einsum(subscripts: str, *operands: Any, out_format: Any = None, formats: Any
     if signature is not None:
         entry = kernel_cache().dispatch.get(signature)
         if entry is not None:
-            result = entry.run(operands)
+            result = (entry.fast or entry.run)(operands)
             if result is not None:
                 return result
     if not isinstance(subscripts, str):
@@ -1202,13 +1202,13 @@ class Kernel:
             product = generated_gemm(self._gemm, bound, self.dtype)
             if product is not None:
                 return product
-        values = tuple(operands.get(name) for name in self.formats)
+        values = tuple([operands.get(name) for name in self.formats])
         signature = _signature(self._canonical, values, self.backend) \
             if len(operands) == len(values) else None
         if signature is not None:
             entry = self._replays.get(signature)
             if entry is not None:
-                result = entry.run(values)
+                result = (entry.fast or entry.run)(values)
                 if result is not None:
                     return result
         bound = self._bound(operands)

@@ -29,29 +29,34 @@ DENSE, COMPRESSED = "dense", "compressed"
 
 
 class _Sound:
-    """Whether a scipy compressed matrix may be used in place: the full check once, then the
-    identity of its arrays (held weakly) for as long as they are the same ones."""
+    """The addresses of a scipy compressed matrix's ``indptr``, ``indices`` and ``data`` when
+    it may be used in place, else None: the full check once, then the identity of its arrays
+    (held weakly) for as long as they are the same ones, with the addresses found then."""
 
-    __slots__ = ("check", "seen")
+    __slots__ = ("check", "seen", "addresses")
 
     def __init__(self, check: Callable[[Any], bool]) -> None:
         self.check = check
         self.seen: tuple = ()
+        self.addresses: tuple[int, int, int] | None = None
 
-    def __call__(self, matrix: Any) -> bool:
+    def __call__(self, matrix: Any) -> tuple[int, int, int] | None:
         seen = self.seen
         if seen and matrix.indptr is seen[0]() and matrix.indices is seen[1]() and \
                 matrix.data is seen[2]() and matrix.shape == seen[3] and \
                 matrix.has_canonical_format:
-            return True
+            return self.addresses
         if not self.check(matrix):
-            return False
+            return None
+        addresses = (data_address(matrix.indptr), data_address(matrix.indices),
+                     data_address(matrix.data))
         try:
             self.seen = (weakref.ref(matrix.indptr), weakref.ref(matrix.indices),
                          weakref.ref(matrix.data), matrix.shape)
+            self.addresses = addresses
         except TypeError:
             self.seen = ()
-        return True
+        return addresses
 
 
 def replay_function(recipe: Sequence[tuple[int, int, int]], kinds: Sequence[str],
@@ -62,7 +67,8 @@ def replay_function(recipe: Sequence[tuple[int, int, int]], kinds: Sequence[str]
     """A function ``(operands) -> result or None`` that runs ``kernel`` with the arguments
     ``recipe`` reads from the operands, into a new dense output of ``value_dtype``.
 
-    ``sound(matrix)`` vets a compressed operand; with ``threads`` (the kernel cache's
+    ``sound(matrix)`` vets a compressed operand (the function reads its arrays' addresses once
+    and keeps them while the arrays are the same); with ``threads`` (the kernel cache's
     ``KernelThreads``, for a kernel whose outer loop may be split) a call with work enough for
     two threads goes to the general path, which splits it (``api.estimated_work``, written out);
     ``fail()`` raises for a non-zero status.
@@ -84,7 +90,8 @@ def replay_function(recipe: Sequence[tuple[int, int, int]], kinds: Sequence[str]
         lines.append("        return None")
     for k, kind in enumerate(kinds):
         if kind == COMPRESSED:
-            lines.append(f"    if not sound{k}(o{k}):")
+            lines.append(f"    a{k} = sound{k}(o{k})")
+            lines.append(f"    if a{k} is None:")
             lines.append("        return None")
     shape = "".join(f"o{k}.shape[{mode}], " for k, mode in out_dims)
     lines.append(f"    shape = ({shape})")
@@ -100,9 +107,9 @@ def replay_function(recipe: Sequence[tuple[int, int, int]], kinds: Sequence[str]
         args.append({
             ARG_SIZE: f"{operand}.shape[{mode}]",
             ARG_DENSE: f"address({operand})",
-            ARG_DATA: f"address({operand}.data)",
-            ARG_INDPTR: f"address({operand}.indptr)",
-            ARG_INDICES: f"address({operand}.indices)",
+            ARG_DATA: f"a{k}[2]",
+            ARG_INDPTR: f"a{k}[0]",
+            ARG_INDICES: f"a{k}[1]",
             ARG_OUT: "address(out)",
             ARG_BEGIN: "0",
         }[what])

@@ -44,6 +44,7 @@ class KernelThreads:
         self._pool: ThreadPoolExecutor | None = None
         self._pid = os.getpid()      # the process whose threads the pool holds
         self._native: Any = None     # the NativePool of compiled sequences, once asked for
+        self._native_supported: bool | None = None
         # Guards the pool between a resize and calls handing it ranges from other threads: a
         # pool shut down between a caller's lookup and its submit raised RuntimeError there.
         self._lock = threading.Lock()
@@ -94,11 +95,13 @@ class KernelThreads:
 
     def split_work(self) -> int:
         """The least work a plain call with a dense output is split for: two threads' worth,
-        on the native pool where there is one."""
-        from tensoralg.runtime.pool import native_pool_supported
+        on the native pool where there is one (asked once: replayed calls ask every time)."""
+        if self._native_supported is None:
+            from tensoralg.runtime.pool import native_pool_supported
 
-        least = MIN_WORK_PER_THREAD_NATIVE if native_pool_supported() else MIN_WORK_PER_THREAD
-        return 2 * least
+            self._native_supported = native_pool_supported()
+        native = self._native_supported
+        return 2 * (MIN_WORK_PER_THREAD_NATIVE if native else MIN_WORK_PER_THREAD)
 
     def run(self, call: Callable[[list], int], args: list, slots: tuple[int, int],
             bounds: Sequence[int]) -> list[int]:
