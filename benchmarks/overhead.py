@@ -142,13 +142,7 @@ def med(sample):
 
 
 def fmt_time(t):
-    if t is None:
-        return "-"
-    if t < 1e-3:
-        return f"{t * 1e6:.2f}us"
-    if t < 1:
-        return f"{t * 1e3:.2f}ms"
-    return f"{t:.2f}s"
+    return record.format_time(t, micro_digits=2)
 
 
 def csr(n, nnz_or_density, seed, cols=None):
@@ -424,14 +418,7 @@ def set_threads(count):
     """tensoralg and NumPy's BLAS get ``count`` threads; return what each reports."""
     ta.set_num_threads(count)
     threads = {"requested": count, "tensoralg": ta.get_num_threads(), "scipy": 1}
-    try:
-        import threadpoolctl
-
-        threadpoolctl.threadpool_limits(limits=count, user_api="blas")   # stays in force
-        threads["blas"] = [p["num_threads"] for p in threadpoolctl.threadpool_info()
-                           if p["user_api"] == "blas"]
-    except ImportError:
-        threads["blas"] = "threadpoolctl not installed: NumPy's BLAS keeps its default"
+    threads["blas"] = record.limit_blas_threads(count)
     return threads
 
 

@@ -91,6 +91,28 @@ def blas_threadpools() -> list[dict[str, Any]] | str:
             for pool in threadpoolctl.threadpool_info()]
 
 
+def limit_blas_threads(count: int) -> list[int] | str:
+    """Limit NumPy's BLAS to ``count`` threads for the rest of the process; return the thread
+    counts it reports, or why it could not be limited."""
+    try:
+        import threadpoolctl
+    except ImportError:
+        return "threadpoolctl not installed: NumPy's BLAS keeps its default"
+    threadpoolctl.threadpool_limits(limits=count, user_api="blas")   # stays in force
+    return [p["num_threads"] for p in threadpoolctl.threadpool_info() if p["user_api"] == "blas"]
+
+
+def format_time(t: float | None, micro_digits: int = 1) -> str:
+    """A duration for the console: ``-``, microseconds, milliseconds or seconds."""
+    if t is None:
+        return "-"
+    if t < 1e-3:
+        return f"{t * 1e6:.{micro_digits}f}us"
+    if t < 1:
+        return f"{t * 1e3:.2f}ms"
+    return f"{t:.2f}s"
+
+
 def git_state(root: Path = HERE.parent) -> dict[str, Any]:
     """The commit checked out in ``root`` and the files that differ from it (read-only git)."""
     def git(*args: str) -> str | None:

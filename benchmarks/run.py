@@ -738,13 +738,7 @@ def disk_cache_probe():
 
 
 def fmt_time(t):
-    if t is None:
-        return "-"
-    if t < 1e-3:
-        return f"{t * 1e6:.1f}us"
-    if t < 1:
-        return f"{t * 1e3:.2f}ms"
-    return f"{t:.2f}s"
+    return record.format_time(t)
 
 
 def ratio(row, name):
@@ -822,14 +816,7 @@ def set_threads(count):
     if sparse_dot_mkl is not None:
         sparse_dot_mkl.mkl_set_num_threads(count)
         threads["mkl"] = sparse_dot_mkl.mkl_get_max_threads()
-    try:
-        import threadpoolctl
-
-        threadpoolctl.threadpool_limits(limits=count, user_api="blas")   # stays in force
-        threads["blas"] = [p["num_threads"] for p in threadpoolctl.threadpool_info()
-                           if p["user_api"] == "blas"]
-    except ImportError:
-        threads["blas"] = "threadpoolctl not installed: NumPy's BLAS keeps its default"
+    threads["blas"] = record.limit_blas_threads(count)
     return threads
 
 

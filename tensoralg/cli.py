@@ -69,17 +69,7 @@ def parse_format_option(text: str) -> tuple[str, object]:
         raise argparse.ArgumentTypeError(f"{text!r}: {err}") from None
 
 
-def _count(least: int):
-    """An argparse type: an integer of at least ``least``, or a usage error saying so."""
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-        if value < least:
-            raise argparse.ArgumentTypeError(f"must be at least {least}, got {value}")
-        return value
-    return parse
+_count = experiment_command._count   # an integer of at least N, or a usage error saying so
 
 
 def build_parser() -> argparse.ArgumentParser:
