@@ -3,6 +3,11 @@
 ``parse → bind → key → cache → concretize → lower → optimize → emit → build → run → wrap``;
 each arrow is a function of another room. Only this module (and ``formats/convert.py``) knows
 scipy and pydata objects; below it everything is a ``Tensor`` of flat arrays.
+
+It is longer than a module should be (~1450 lines): the kernel cache, ``einsum``'s replayed
+calls, the ``Kernel`` class, the launch on threads and the ONNX importer's layer constructors all
+live here around the one process-wide ``KernelCache``. Splitting it along those lines (a
+``dispatch`` module for replays and launches, a ``kernel`` module for ``Kernel``) is due.
 """
 from __future__ import annotations
 
@@ -43,9 +48,7 @@ from tensoralg.formats import (
 )
 from tensoralg.formats.pack import summed_duplicates
 from tensoralg.formats.tensor import VALUE_DTYPES
-from tensoralg.ir import nodes as ir_nodes
 from tensoralg.ir.nodes import Function
-from tensoralg.ir.rewrite import walk
 from tensoralg.ir.passes.pipeline import IRLog, optimize
 from tensoralg.ir.printer import format_function
 from tensoralg.lower.concretize import concretize
@@ -53,6 +56,7 @@ from tensoralg.lower.gemm_form import GEMM_MIN_FMAS, GemmForm, gemm_form
 from tensoralg.lower.lowerer import lower
 from tensoralg.lower.program import Program, TensorRole
 from tensoralg.lower.scheduling import LoopPlan, loop_plan, pass_options_of
+from tensoralg.lower.scheduling import applied_schedule as schedule_applied
 from tensoralg.notation import (
     Assignment,
     Call,
@@ -84,18 +88,10 @@ from tensoralg.runtime.args import (
 from tensoralg.runtime.bound import BoundCall, dense_output, overwrites_output
 from tensoralg.runtime.compress import RowCompressor
 from tensoralg.runtime.conv import DirectConv
-from tensoralg.runtime.gemm import ConvLayer, DenseLayer
+from tensoralg.runtime.gemm import ConvLayer, DenseLayer, dense_product
 from tensoralg.runtime.gram import gram_call
 from tensoralg.runtime.movement import copy_call, gather_call, ids_call, im2row_call
-from tensoralg.runtime.sequence import CallSequence, NativeGroup, Slot
-from tensoralg.runtime.threads import (
-    MIN_FMAS_PER_RANGE_PYTHON,
-    MIN_ROWS_PER_THREAD,
-    KernelThreads,
-    split,
-)
 from tensoralg.runtime.native_split import NativeSplit
-from tensoralg.runtime.ranges import run_ranges as run_layer_ranges
 from tensoralg.runtime.pool import native_pool_supported
 from tensoralg.runtime.replay import (
     ARG_BEGIN,
@@ -113,7 +109,9 @@ from tensoralg.runtime.replay import (
     replay_function,
     replayable,
 )
+from tensoralg.runtime.sequence import CallSequence, NativeGroup, Slot
 from tensoralg.runtime.stitch import join_rows, run_ranges
+from tensoralg.runtime.threads import MIN_ROWS_PER_THREAD, KernelThreads, split
 from tensoralg.runtime.validate import VALID, StorageValidator
 from tensoralg.runtime.wrap import release, sparse_result
 from tensoralg.schedule import Schedule, as_schedule
@@ -783,19 +781,7 @@ def generated_gemm(form: GemmForm | None, bound: Mapping[str, Tensor], value_dty
     if a.shape[0] * a.shape[1] * b.shape[1] < GEMM_MIN_FMAS:
         return None
     cache = kernel_cache()
-    # Ranges go to Python threads here (see below), which pay only for large products.
-    fmas = a.shape[0] * a.shape[1] * b.shape[1]
-    threads = cache.threads if fmas >= 2 * MIN_FMAS_PER_RANGE_PYTHON else None
-    layer = DenseLayer(np.ascontiguousarray(b, dtype=value_dtype), cache=cache.disk,
-                       threads=threads)
-    a = np.ascontiguousarray(a, dtype=value_dtype)
-    out = np.empty((a.shape[0], layer.n), value_dtype)
-    call = layer.bind(a, out)
-    # The ranges go straight to the threads: a bound layer's own call would compile a native
-    # call sequence for them (~16 ms), which pays off only for a layer called many times.
-    run_layer_ranges(call.function, call.calls, threads if len(call.calls) > 1 else None,
-                     call.what)
-    return out
+    return dense_product(a, b, value_dtype, cache.disk, cache.threads)
 
 
 _F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
@@ -1324,42 +1310,11 @@ class Kernel:
 
 
 def applied_schedule(compiled: CompiledProgram) -> Schedule:
-    """The schedule ``compiled`` runs, as commands a user could pass to get the same kernel:
-    the loop order of its main nest, how its outer loop runs (threads or not), splits and
-    hints the schedule gave, and the pattern passes' settings."""
-    from tensoralg.lower.scheduling import pass_options_of
-    from tensoralg.schedule import Jam, Parallelize, Serial, Tile, TransposeTiles, Workspaces
-
-    given = compiled.schedule or Schedule()
-    plan = compiled.plan
-    # A hint survives only on loops no pattern pass rebuilt (a register tile makes new loops).
-    hinted = any(isinstance(s, ir_nodes.For) and (s.unroll or s.vectorize)
-                 for s in walk(compiled.function.body))
-    kept = ("Split", "Unroll", "Vectorize") if hinted else ("Split",)
-    commands: list = [c for c in given if type(c).__name__ in kept]
-    # The nest with the most loops names them all (an added vector b(i) gets a nest of its own).
-    main = max(reversed(compiled.program.nests), key=lambda nest: len(nest.loop_order))
-    schedule = Schedule().reorder(*main.loop_order) if main.loop_order else Schedule()
-    for command in commands:
-        schedule = schedule.then(command)
-    index = compiled.arguments.range_index
-    if plan.parallel is not None:
-        schedule = schedule.then(plan.parallel)
-    elif index is not None:
-        schedule = schedule.then(Parallelize(index))
-    elif plan.serial:
-        schedule = schedule.then(Serial())
-    options = pass_options_of(given)
+    """The schedule ``compiled`` runs (``lower/scheduling.py``, ``applied_schedule``)."""
     changed = {name for name, _, text in (compiled.log.entries if compiled.log else ())
                if text is not None}
-    passes = ((Workspaces(options.workspaces), "fuse temporaries into row workspaces"),
-              (Tile(options.tile_bytes), "tile accumulators into registers"),
-              (TransposeTiles(options.line_bytes), "tile transposed accesses by cache line"),
-              (Jam(options.jam_rows), "jam rows of a reduction"))
-    for command, step in passes:
-        if step in changed or given.find(type(command)):
-            schedule = schedule.then(command)
-    return schedule
+    return schedule_applied(compiled.program, compiled.function, compiled.plan,
+                            compiled.schedule, compiled.arguments.range_index, changed)
 
 
 def _shares_values(vals: np.ndarray, source: Any) -> bool:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib.util
 import os
 import platform
 import shutil
@@ -25,7 +26,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import importlib.util
 from pathlib import Path
 from typing import Callable
 

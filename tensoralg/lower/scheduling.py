@@ -12,7 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tensoralg.errors import UnsupportedError
+from tensoralg.ir.nodes import For, Function
 from tensoralg.ir.passes.pipeline import DEFAULT_OPTIONS, PassOptions
+from tensoralg.ir.rewrite import walk
 from tensoralg.lower.program import Program, TensorRole
 from tensoralg.notation.ast import accesses
 from tensoralg.schedule import (
@@ -162,6 +164,40 @@ def why_not_parallel(program: Program, index: str, partials: bool) -> str | None
     return None
 
 
+def applied_schedule(program: Program, function: Function, plan: LoopPlan,
+                     given: Schedule | None, range_index: str | None,
+                     changed_steps: set[str]) -> Schedule:
+    """The schedule a kernel runs, as commands a user could pass to get the same kernel: the
+    loop order of its main nest, how its outer loop runs (threads or not), the splits and hints
+    the schedule gave, and the settings of the pattern passes that changed the code
+    (``changed_steps``, by their names in the pipeline)."""
+    given = given or Schedule()
+    # A hint survives only on loops no pattern pass rebuilt (a register tile makes new loops).
+    hinted = any(isinstance(s, For) and (s.unroll or s.vectorize) for s in walk(function.body))
+    kept = (Split, Unroll, Vectorize) if hinted else (Split,)
+    # The nest with the most loops names them all (an added vector b(i) gets a nest of its own).
+    main = max(reversed(program.nests), key=lambda nest: len(nest.loop_order))
+    schedule = Schedule().reorder(*main.loop_order) if main.loop_order else Schedule()
+    for command in given:
+        if isinstance(command, kept):
+            schedule = schedule.then(command)
+    if plan.parallel is not None:
+        schedule = schedule.then(plan.parallel)
+    elif range_index is not None:
+        schedule = schedule.then(Parallelize(range_index))
+    elif plan.serial:
+        schedule = schedule.then(Serial())
+    options = pass_options_of(given)
+    passes = ((Workspaces(options.workspaces), "fuse temporaries into row workspaces"),
+              (Tile(options.tile_bytes), "tile accumulators into registers"),
+              (TransposeTiles(options.line_bytes), "tile transposed accesses by cache line"),
+              (Jam(options.jam_rows), "jam rows of a reduction"))
+    for command, step in passes:
+        if step in changed_steps or given.find(type(command)):
+            schedule = schedule.then(command)
+    return schedule
+
+
 def stitchable(program: Program, index: str) -> bool:
     """Whether ranges of ``index`` can each assemble their own rows of the sparse output: a
     matrix whose first stored level is dense over ``index`` and whose second is compressed,
@@ -190,4 +226,5 @@ def pass_options_of(schedule: Schedule | None) -> PassOptions:
         line_bytes=transposes.line_bytes if transposes else DEFAULT_OPTIONS.line_bytes)
 
 
-__all__ = ["LoopPlan", "loop_plan", "pass_options_of", "stitchable", "why_not_parallel"]
+__all__ = ["LoopPlan", "applied_schedule", "loop_plan", "pass_options_of", "stitchable",
+           "why_not_parallel"]

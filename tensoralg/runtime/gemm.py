@@ -16,7 +16,7 @@ import numpy as np
 from tensoralg.codegen.build import build_llvm_module, host_has_feature
 from tensoralg.codegen.cache import DiskCache
 from tensoralg.errors import ShapeError
-from tensoralg.runtime.ranges import RangeCall, check_array
+from tensoralg.runtime.ranges import RangeCall, check_array, run_ranges
 
 # As in codegen/gemm.py, which is imported on first use: it loads llvmlite, and importing
 # tensoralg must not.
@@ -47,6 +47,30 @@ def gemm_kernel(dtype: np.dtype, cache: DiskCache | None = None) -> tuple[Any, A
             identity=f"gemm|{shape}")
         found = _KERNELS[key] = (shape, function, source, keepalive)
     return found[0], found[1], found[2]
+
+
+def dense_product(a: np.ndarray, b: np.ndarray, dtype: np.dtype, cache: DiskCache | None,
+                  threads: Any) -> np.ndarray:
+    """``a @ b`` on the generated GEMM, packing ``b`` for this one call (``ta.einsum``'s dense
+    products). Ranges go to ``threads``'s Python pool, and only for products large enough to
+    pay for it.
+
+    >>> dense_product(np.eye(2), np.arange(4.0).reshape(2, 2), np.dtype(np.float64), None,
+    ...               None).tolist()
+    [[0.0, 1.0], [2.0, 3.0]]
+    """
+    from tensoralg.runtime.threads import MIN_FMAS_PER_RANGE_PYTHON
+
+    fmas = a.shape[0] * a.shape[1] * b.shape[1]
+    pool = threads if fmas >= 2 * MIN_FMAS_PER_RANGE_PYTHON else None
+    layer = DenseLayer(np.ascontiguousarray(b, dtype=dtype), cache=cache, threads=pool)
+    a = np.ascontiguousarray(a, dtype=dtype)
+    out = np.empty((a.shape[0], layer.n), dtype)
+    call = layer.bind(a, out)
+    # Straight to the threads: a bound layer's own call compiles a native call sequence for
+    # its ranges (~16 ms), which pays off only for a layer that is called many times.
+    run_ranges(call.function, call.calls, pool if len(call.calls) > 1 else None, call.what)
+    return out
 
 
 class DenseLayer:
