@@ -106,6 +106,7 @@ def autotune(statement: str, operands: Mapping[str, Any] | Sequence[Any], *,
     if max_trials is not None:
         candidates = candidates[:max(1, max_trials)]
     log_path = _log_path(log)
+    machine = environment() if log_path is not None else {}   # the same for every trial
     deadline = TIMER() + budget_s
     trials: list[Trial] = []
     reference: np.ndarray | None = None
@@ -121,7 +122,7 @@ def autotune(statement: str, operands: Mapping[str, Any] | Sequence[Any], *,
                 else:
                     _check_same(statement, schedule, result, reference)
             trials.append(trial)
-            _write_log(log_path, statement, key, trial, seed)
+            _write_log(log_path, statement, key, trial, seed, machine)
             if bar is not None:
                 bar.update(1)
                 bar.set_postfix_str(f"best {min(t.median_s for t in trials) * 1e6:.0f} us")
@@ -337,14 +338,15 @@ def _cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
-def _write_log(path: Path | None, statement: str, key: str, trial: Trial, seed: int) -> None:
+def _write_log(path: Path | None, statement: str, key: str, trial: Trial, seed: int,
+               machine: dict[str, Any]) -> None:
     if path is None:
         return
     record = {"date": time.strftime("%Y-%m-%dT%H:%M:%S"), "statement": statement, "key": key,
               "seed": seed, "schedule": trial.schedule, "compile_s": trial.compile_s,
               "times_s": list(trial.times_s), "median_s": trial.median_s
               if trial.times_s else None, "refused": trial.refused,
-              "environment": environment()}
+              "environment": machine}
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("a") as out:

@@ -17,6 +17,7 @@ import os
 import stat
 import struct
 import tempfile
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -59,10 +60,13 @@ class DiskCache:
     True
     """
 
-    __slots__ = ("directory",)
+    __slots__ = ("directory", "fingerprint", "linking", "lock")
 
     def __init__(self, directory: Path) -> None:
         self.directory = Path(directory)
+        self.fingerprint: str | None = None   # the host's, once read (codegen/link.py)
+        self.linking: set[str] = set()        # entries being linked in the background
+        self.lock = threading.Lock()
         try:
             existed = self.directory.is_dir()
             self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)

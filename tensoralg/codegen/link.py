@@ -34,8 +34,6 @@ from tensoralg.codegen.c import compiler_command
 from tensoralg.codegen.cache import DiskCache
 
 SHARED = "llvm-so"        # the cache's backend name for linked kernels
-_linking: set[str] = set()
-_lock = threading.Lock()
 
 
 @functools.cache
@@ -73,9 +71,8 @@ def remembered_fingerprint(cache: DiskCache | None, compute: Callable[[], str]) 
     """``compute()`` (the LLVM host fingerprint), remembered in ``cache`` for this host."""
     if cache is None:
         return compute()
-    known = _FINGERPRINTS.get(cache.directory)
-    if known is not None:
-        return known
+    if cache.fingerprint is not None:
+        return cache.fingerprint
     identity = cheap_host_identity()
     stored = cache.get(identity, "host")
     if stored is not None:
@@ -83,12 +80,8 @@ def remembered_fingerprint(cache: DiskCache | None, compute: Callable[[], str]) 
     else:
         fingerprint = compute()
         cache.put(identity, "host", fingerprint.encode())
-    _FINGERPRINTS[cache.directory] = fingerprint
+    cache.fingerprint = fingerprint      # the host does not change under a running process
     return fingerprint
-
-
-# Fingerprints read in this process, by cache directory: the host does not change under it.
-_FINGERPRINTS: dict[Path, str] = {}
 
 
 def link_later(cache: DiskCache, entry: str, head: bytes, object_code: bytes,
@@ -96,10 +89,10 @@ def link_later(cache: DiskCache, entry: str, head: bytes, object_code: bytes,
     """Link ``object_code`` into a shared object in a background thread and store it under
     ``entry``, after ``head`` (the entry's source text, as the object's entry keeps it);
     nothing happens when no C compiler is found or linking fails."""
-    with _lock:
-        if entry in _linking:
+    with cache.lock:
+        if entry in cache.linking:
             return
-        _linking.add(entry)
+        cache.linking.add(entry)
     thread = threading.Thread(target=_link_and_store,
                               args=(cache, entry, head, object_code, name),
                               name="tensoralg-link", daemon=True)
@@ -115,8 +108,8 @@ def _link_and_store(cache: DiskCache, entry: str, head: bytes, object_code: byte
     except OSError:
         pass          # the cache directory went away: the next process links again
     finally:
-        with _lock:
-            _linking.discard(entry)
+        with cache.lock:
+            cache.linking.discard(entry)
 
 
 def link_shared(object_code: bytes, name: str) -> bytes | None:

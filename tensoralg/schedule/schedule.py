@@ -160,7 +160,7 @@ def as_schedule(value: object) -> Schedule | None:
                 commands.extend(parse_schedule(item).commands)
             elif isinstance(item, Schedule):
                 commands.extend(item.commands)
-            elif type(item).__name__ in _COMMAND_NAMES:
+            elif isinstance(item, Command):
                 commands.append(item)
             else:
                 raise NotationError(f"a schedule's commands must be scheduling commands or "
@@ -169,9 +169,6 @@ def as_schedule(value: object) -> Schedule | None:
     raise NotationError(f"schedule must be a ta.Schedule or its text form such as "
                         f"'reorder(i, j); parallelize(i)', not {type(value).__name__}")
 
-
-_COMMAND_NAMES = {"Reorder", "Split", "Fuse", "Pos", "Parallelize", "Serial", "Precompute",
-                  "Unroll", "Vectorize", "Tile", "Jam", "Workspaces", "TransposeTiles"}
 
 # ---------------------------------------------------------------------------------------------
 # The parser: one regular expression per token, positions kept for the caret.
@@ -216,7 +213,9 @@ def _build_reorder(args, options, text):
 
 def _build_split(args, options, text):
     index, factor, *names = [a for a, _ in args]
-    outer, inner, tail = (names + ["", "", options.get("tail", ("guard", 0))[0]][len(names):])
+    outer = names[0] if len(names) > 0 else ""
+    inner = names[1] if len(names) > 1 else ""
+    tail = names[2] if len(names) > 2 else options.get("tail", ("guard", 0))[0]
     return Split(index, _int(factor, args[1][1], text), outer, inner, tail)  # type: ignore
 
 
