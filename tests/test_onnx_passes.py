@@ -428,3 +428,18 @@ def test_a_causal_mask_from_trilu(upper, k):
                    [h.make_tensor_value_info("y", F32, ["N", 5, 5])],
                    [_const("k", np.array(k, np.int64))], opset=14)
     check_all_levels(model, {"x": rng.standard_normal((3, 5, 5)).astype(np.float32)})
+
+
+def test_memory_trace_counts_a_buffer_whose_address_was_reused():
+    """Buffers are told apart by id; a buffer released and a later one at the same address
+    (NumPy reusing the memory) are two buffers, never one (the profile test above was flaky)."""
+    from tensoralg.onnx.plan import MemoryTrace
+
+    trace = MemoryTrace()
+    buffer = np.zeros(10)
+    trace.produced(0, {"a": buffer})
+    trace.released(1, ["a"])
+    trace.produced(2, {"b": buffer})      # the same root again: as if its memory were reused
+    trace.released(3, ["b"])
+    stats = trace.stats(4)
+    assert (stats.buffers, stats.total, stats.peak) == (2, 160, 80)

@@ -40,10 +40,10 @@ class MemoryTrace:
 
     foreign: set[int] = field(default_factory=set)       # roots of feeds and constants
     owners: dict[str, int] = field(default_factory=dict)  # value -> root id
-    counts: dict[int, int] = field(default_factory=dict)
-    sizes: dict[int, int] = field(default_factory=dict)
-    born: dict[int, int] = field(default_factory=dict)
-    died: dict[int, int] = field(default_factory=dict)
+    counts: dict[int, int] = field(default_factory=dict)  # of buffers alive, by root id
+    sizes: dict[object, int] = field(default_factory=dict)
+    born: dict[object, int] = field(default_factory=dict)
+    died: dict[object, int] = field(default_factory=dict)
     live: int = 0
     peak: int = 0
 
@@ -76,6 +76,13 @@ class MemoryTrace:
             if self.counts[key] == 0:
                 self.live -= self.sizes[key]
                 self.died[key] = step
+                # A later buffer may get this id (its memory reused): it is a new buffer, so
+                # the dead one's record moves to a key of its own. Keeping it under the id
+                # made such a buffer go uncounted (a flaky peak == total in a profile test).
+                del self.counts[key]
+                retired = ("released", len(self.sizes), key)
+                for record in (self.sizes, self.born, self.died):
+                    record[retired] = record.pop(key)
 
     def stats(self, steps: int) -> "MemoryStats":
         total = sum(self.sizes.values())
