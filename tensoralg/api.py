@@ -52,7 +52,15 @@ from tensoralg.ir.nodes import Function
 from tensoralg.ir.passes.pipeline import IRLog, optimize
 from tensoralg.ir.printer import format_function
 from tensoralg.lower.concretize import concretize
-from tensoralg.lower.gemm_form import GEMM_MIN_FMAS, GemmForm, gemm_form
+from tensoralg.lower.gemm_form import (
+    GEMM_MIN_FMAS,
+    GemmForm,
+    gemm_form,
+    gemm_refusal,
+    gemm_route,
+    large_product,
+    route_note,
+)
 from tensoralg.lower.lowerer import lower
 from tensoralg.lower.program import Program, TensorRole
 from tensoralg.lower.scheduling import LoopPlan, loop_plan, pass_options_of
@@ -85,6 +93,7 @@ from tensoralg.runtime.args import (
     OutputBuffers,
     data_address,
 )
+from tensoralg.runtime.blas import blas_product
 from tensoralg.runtime.bound import BoundCall, dense_output, overwrites_output
 from tensoralg.runtime.compress import RowCompressor
 from tensoralg.runtime.conv import DirectConv
@@ -114,7 +123,7 @@ from tensoralg.runtime.stitch import join_rows, run_ranges
 from tensoralg.runtime.threads import MIN_ROWS_PER_THREAD, KernelThreads, split
 from tensoralg.runtime.validate import VALID, StorageValidator
 from tensoralg.runtime.wrap import release, sparse_result
-from tensoralg.schedule import Schedule, as_schedule
+from tensoralg.schedule import GemmRoute, Schedule, as_schedule
 from tensoralg.schedule import check as check_schedule
 from tensoralg.schedule.store import TunedSchedules, shape_class, tuning_key
 
@@ -723,8 +732,8 @@ def _out_request(out_format: Any, rank: int) -> Format | None:
 def _run(stmt: Assignment, canonical: str, bound: dict[str, Tensor], families: list[str],
          out_format: Any, backend: str | None, schedule: Any, dtype: Any,
          out: np.ndarray | None) -> tuple[Any, CompiledProgram | None]:
-    """The wrapped result and the compiled program that produced it (None when the generated
-    GEMM did)."""
+    """The wrapped result and the compiled program that produced it (None when a GEMM route
+    did: ``lower/gemm_form.py``)."""
     backend = _check_backend(backend)
     schedule = as_schedule(schedule)
     if schedule is not None:
@@ -738,8 +747,9 @@ def _run(stmt: Assignment, canonical: str, bound: dict[str, Tensor], families: l
     requested = _out_request(out_format, len(shape))
     if out is not None:
         requested = _dense_into(out, requested, shape, value_dtype)
-    if schedule is None and (requested is None or requested.is_dense):
-        product = generated_gemm(gemm_form(stmt), bound, value_dtype)
+    if requested is None or requested.is_dense:
+        product = dense_gemm(gemm_form(stmt), bound, value_dtype, gemm_route(schedule), stmt,
+                             out)
         if product is not None:
             return _wrap(product, requested, families, out), None
     compiled = _compiled(stmt, canonical, bound, value_dtype, requested, shape, backend,
@@ -765,36 +775,31 @@ def tuned_schedule(canonical: str, bound: Mapping[str, Tensor], value_dtype: np.
     return tuned.get(tuning_key_of(canonical, bound, value_dtype, dims))
 
 
-def generated_gemm(form: GemmForm | None, bound: Mapping[str, Tensor], value_dtype: np.dtype
-                   ) -> np.ndarray | None:
-    """A dense matrix product on the generated GEMM (``codegen/gemm.py``), or None when the
-    statement is not one (``lower/gemm_form.py``), an operand is sparse, the dtype is not a
-    float, or the product is too small to pay for packing. The right operand is packed on
-    every call; an operand read transposed is copied once, C-contiguous."""
-    if form is None or value_dtype not in (_F32, _F64):
+def dense_gemm(form: GemmForm | None, bound: Mapping[str, Tensor], value_dtype: np.dtype,
+               route: GemmRoute | None, statement: Any, out: np.ndarray | None = None
+               ) -> np.ndarray | None:
+    """A dense matrix product on ``route`` (``lower/gemm_form.py`` says which and why), or
+    None when the loop nest runs it. An explicit route that cannot run this call is refused
+    with ``UnsupportedError``; the compiler's own choice (``route`` None) leaves it to the loop
+    nest instead."""
+    if route is GemmRoute.LOOPS:
         return None
-    left, right = bound[form.a], bound[form.b]
-    if not (left.format.is_dense and right.format.is_dense):
+    reason = gemm_refusal(form, {name: t.format for name, t in bound.items()}, value_dtype)
+    if reason is not None:
+        if route is None:
+            return None
+        raise UnsupportedError(f"gemm({route.value}) for {statement}: {reason}; use "
+                               f"gemm(loops), or no gemm command, for the loop nest")
+    assert form is not None
+    a, b = bound[form.a].to_numpy(), bound[form.b].to_numpy()
+    if route is None and a.size * (b.shape[0] if form.b_transposed else b.shape[1]) < \
+            GEMM_MIN_FMAS:      # m * k * n multiply-adds
         return None
-    a, b = left.to_numpy(), right.to_numpy()
-    a, b = (a.T if form.a_transposed else a), (b.T if form.b_transposed else b)
-    if a.shape[0] * a.shape[1] * b.shape[1] < GEMM_MIN_FMAS:
-        return None
-    cache = kernel_cache()
-    return dense_product(a, b, value_dtype, cache.disk, cache.threads)
-
-
-_F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
-
-
-def _large_product(form: GemmForm, operands: Mapping[str, Any]) -> bool:
-    """Whether a call's operands (by name) may be a product large enough for the generated
-    GEMM: a cheap look at their shapes before anything is bound."""
-    a, b = operands.get(form.a), operands.get(form.b)
-    shape_a, shape_b = getattr(a, "shape", ()), getattr(b, "shape", ())
-    if len(shape_a) != 2 or len(shape_b) != 2:
-        return False
-    return shape_a[0] * shape_a[1] * shape_b[1 - form.b_transposed] >= GEMM_MIN_FMAS
+    if route is GemmRoute.GENERATED:
+        a, b = (a.T if form.a_transposed else a), (b.T if form.b_transposed else b)
+        cache = kernel_cache()
+        return dense_product(a, b, value_dtype, cache.disk, cache.threads)
+    return blas_product(a, form.a_transposed, b, form.b_transposed, value_dtype, out)
 
 
 def _dense_into(out: Any, requested: Format | None, shape: tuple[int, ...],
@@ -1091,8 +1096,18 @@ class Kernel:
         self._default = self._specialise(index, None)
         dense_only = all(f.is_dense for f in self.formats.values()) and \
             (self.out_format is None or self.out_format.is_dense)
+        self._gemm_route = gemm_route(self.schedule_given)
         self._gemm = gemm_form(self.statement) if dense_only and self.backend != "cuda" and \
-            self.schedule_given is None else None
+            self._gemm_route is not GemmRoute.LOOPS else None
+        if self._gemm_route in (GemmRoute.BLAS, GemmRoute.GENERATED):
+            out_format = self.out_format or dense(len(self.statement.lhs.indices))
+            reason = "the output is sparse" if not out_format.is_dense else \
+                "the cuda backend runs its own loops" if self.backend == "cuda" else \
+                gemm_refusal(gemm_form(self.statement), self.formats, self.dtype)
+            if reason is not None:
+                raise UnsupportedError(f"gemm({self._gemm_route.value}) for {self.statement}: "
+                                       f"{reason}; use gemm(loops), or no gemm command, for "
+                                       f"the loop nest")
 
     def _specialise(self, index_dtypes: dict[str, np.dtype], shape: tuple[int, ...] | None,
                     tuned: Schedule | None = None) -> CompiledProgram:
@@ -1130,9 +1145,7 @@ class Kernel:
             if self._gemm is None:
                 return text
             head, _, rest = text.partition("\n")
-            return (f"{head}\n  // note: calls with at least {GEMM_MIN_FMAS} multiply-adds run "
-                    f"on the generated GEMM (codegen/gemm.py) instead of this loop nest; pass "
-                    f"any schedule to keep the loop nest\n{rest}")
+            return f"{head}\n  // note: {route_note(self._gemm_route)}\n{rest}"
         if lang == "llvm" and self._default.kernel.backend == "llvm":
             return self._default.kernel.source
         return emit_source(function, lang)
@@ -1182,10 +1195,12 @@ class Kernel:
         return compiled
 
     def __call__(self, **operands: Any) -> Any:
-        if self._gemm is not None and _large_product(self._gemm, operands):
+        if self._gemm is not None and (self._gemm_route is not None or
+                                       large_product(self._gemm, operands)):
             bound = self._bound(operands)
             self._output_shape(bound)    # the shape errors of the general path
-            product = generated_gemm(self._gemm, bound, self.dtype)
+            product = dense_gemm(self._gemm, bound, self.dtype, self._gemm_route,
+                                 self.statement)
             if product is not None:
                 return product
         values = tuple([operands.get(name) for name in self.formats])

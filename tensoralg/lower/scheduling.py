@@ -19,6 +19,7 @@ from tensoralg.lower.program import Program, TensorRole
 from tensoralg.notation.ast import accesses
 from tensoralg.schedule import (
     Fuse,
+    Gemm,
     Jam,
     Parallelize,
     Pos,
@@ -174,7 +175,7 @@ def applied_schedule(program: Program, function: Function, plan: LoopPlan,
     given = given or Schedule()
     # A hint survives only on loops no pattern pass rebuilt (a register tile makes new loops).
     hinted = any(isinstance(s, For) and (s.unroll or s.vectorize) for s in walk(function.body))
-    kept = (Split, Unroll, Vectorize) if hinted else (Split,)
+    kept = (Split, Unroll, Vectorize, Gemm) if hinted else (Split, Gemm)
     # The nest with the most loops names them all (an added vector b(i) gets a nest of its own).
     main = max(reversed(program.nests), key=lambda nest: len(nest.loop_order))
     schedule = Schedule().reorder(*main.loop_order) if main.loop_order else Schedule()

@@ -10,6 +10,8 @@ reorder(j, i); parallelize(j, reduction=partials)
 from .commands import (
     Command,
     Fuse,
+    Gemm,
+    GemmRoute,
     Jam,
     Parallelize,
     Pos,
@@ -28,7 +30,7 @@ from .commands import (
 )
 from .schedule import Schedule, as_schedule, check, parse_schedule, statement_indices
 
-__all__ = ["Command", "Fuse", "Jam", "Parallelize", "Pos", "Precompute", "Reduction", "Reorder",
+__all__ = ["Command", "Fuse", "Gemm", "GemmRoute", "Jam", "Parallelize", "Pos", "Precompute", "Reduction", "Reorder",
            "Schedule", "Serial", "Split", "Tail", "Tile", "TransposeTiles", "Unit", "Unroll",
            "Vectorize", "Workspaces", "as_schedule", "check", "parse_schedule",
            "statement_indices"]

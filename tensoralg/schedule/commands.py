@@ -13,7 +13,8 @@ Commands fall into three groups:
 - parallelism: ``Parallelize`` (CPU threads, or GPU blocks/warps/threads), ``Serial``;
 - code shape: ``Unroll``, ``Vectorize``, ``Precompute``, and the compiler's register tiles,
   row jamming, row workspaces and transpose tiles (``Tile``, ``Jam``, ``Workspaces``,
-  ``TransposeTiles``), which the IR passes apply where their patterns hold.
+  ``TransposeTiles``), which the IR passes apply where their patterns hold;
+- routes: ``Gemm``, which of three implementations runs a dense matrix product.
 """
 from __future__ import annotations
 
@@ -44,6 +45,15 @@ class Reduction(enum.Enum):
     NONE = "none"            # they never do: each iteration owns its output elements
     ATOMICS = "atomics"      # each update is an atomic add
     PARTIALS = "partials"    # each thread sums into its own copy; the copies are added after
+
+
+class GemmRoute(enum.Enum):
+    """What runs a dense matrix product ``C(i,j) = A(i,k) * B(k,j)`` (either operand read
+    transposed)."""
+
+    BLAS = "blas"              # the BLAS gemm SciPy links (OpenBLAS), on its own threads
+    GENERATED = "generated"    # tensoralg's register-tiled GEMM (codegen/gemm.py)
+    LOOPS = "loops"            # the statement's own loop nest, as lowering builds it
 
 
 def _index(name: str, what: str) -> str:
@@ -278,6 +288,19 @@ class TransposeTiles:
         return f"transpose_tiles({self.line_bytes})"
 
 
+@dataclass(frozen=True, slots=True)
+class Gemm:
+    """Run a dense matrix product on ``route``: BLAS, the generated GEMM, or the loop nest."""
+
+    route: GemmRoute
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "route", _enum(GemmRoute, self.route, "gemm: the route"))
+
+    def __str__(self) -> str:
+        return f"gemm({self.route.value})"
+
+
 def _enum(kind: type[enum.Enum], value: object, what: str):
     if isinstance(value, kind):
         return value
@@ -289,8 +312,8 @@ def _enum(kind: type[enum.Enum], value: object, what: str):
 
 
 Command = (Reorder | Split | Fuse | Pos | Parallelize | Serial | Precompute | Unroll | Vectorize
-           | Tile | Jam | Workspaces | TransposeTiles)
+           | Tile | Jam | Workspaces | TransposeTiles | Gemm)
 
-__all__ = ["Command", "Fuse", "Jam", "Parallelize", "Pos", "Precompute", "Reduction", "Reorder",
+__all__ = ["Command", "Fuse", "Gemm", "GemmRoute", "Jam", "Parallelize", "Pos", "Precompute", "Reduction", "Reorder",
            "Serial", "Split", "Tail", "Tile", "TransposeTiles", "Unit", "Unroll", "Vectorize",
            "Workspaces"]

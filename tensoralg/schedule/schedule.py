@@ -19,6 +19,7 @@ from tensoralg.notation.ast import Assignment, accesses
 from .commands import (
     Command,
     Fuse,
+    Gemm,
     Jam,
     Parallelize,
     Pos,
@@ -108,6 +109,11 @@ class Schedule:
     def transpose_tiles(self, line_bytes: int) -> "Schedule":
         """Tile transposed copies by ``line_bytes`` (0 turns it off)."""
         return self.then(TransposeTiles(line_bytes))
+
+    def gemm(self, route: str) -> "Schedule":
+        """Run a dense matrix product on ``route``: ``"blas"``, ``"generated"`` (tensoralg's
+        register-tiled GEMM) or ``"loops"`` (the statement's loop nest)."""
+        return self.then(Gemm(route))  # type: ignore[arg-type]
 
     def find(self, kind: type) -> list[Any]:
         """The commands of one kind, in order."""
@@ -248,6 +254,7 @@ _BUILDERS: dict[str, tuple[int, int, Builder]] = {   # name: (least, most positi
     "jam": (1, 1, lambda a, o, t: Jam(_int(*a[0], t))),
     "workspaces": (1, 1, lambda a, o, t: Workspaces(_flag(*a[0], t))),
     "transpose_tiles": (1, 1, lambda a, o, t: TransposeTiles(_int(*a[0], t))),
+    "gemm": (1, 1, lambda a, o, t: Gemm(a[0][0])),
 }
 _OPTIONS = {"split": {"tail"}, "parallelize": {"unit", "reduction", "threads"},
             "precompute": {"indices", "workspace", "format"}}
