@@ -234,7 +234,8 @@ def overhead_fixture() -> dict:
              "compiled": sample(1e-3, 1e-3, 1e-3)}],
         "gemm": [
             {"n": 1024, "dtype": "float64", "status": "ok",
-             "tensoralg": sample(0.0105, 0.0105, 0.0105), "numpy": sample(0.01, 0.01, 0.01)},
+             "tensoralg": sample(0.0105, 0.0105, 0.0105), "numpy": sample(0.01, 0.01, 0.01),
+             "generated": sample(0.026, 0.026, 0.026)},
             {"n": 1024, "dtype": "float32", "status": "ok",
              "tensoralg": sample(0.012, 0.012, 0.012), "numpy": sample(0.01, 0.01, 0.01)}],
         "problems": [],
@@ -285,8 +286,10 @@ def test_overhead_tables_show_medians_spreads_and_ratios(rendered_overhead):
     gemm = section(text, "### Dense GEMM")
     assert "openblas 0.3.31, kernel Haswell, 2 thread(s)" in gemm
     assert "`OPENBLAS_CORETYPE=Haswell`" in gemm
-    # 2 * 1024^3 flops in 10.5 ms: 204.5 GFLOP/s
-    assert table_row(gemm, "1024^3")[4:7] == ["1.05", "204.5", "214.7"]
+    # 2 * 1024^3 flops in 10.5 ms: 204.5 GFLOP/s; the generated GEMM's 26 ms: 82.6
+    assert table_row(gemm, "1024^3")[5:10] == ["1.05", "2.60", "204.5", "82.6", "214.7"]
+    float32 = [line for line in gemm.splitlines() if "| float32 |" in line]
+    assert [c.strip() for c in float32[0].split("|")][7] == "-"   # no generated time: no ratio
     assert not FORBIDDEN.search(text)
 
 
