@@ -6,12 +6,21 @@
 True
 """
 from tensoralg._version import __version__
-from tensoralg.api import Kernel, compile, einsum, get_num_threads, set_num_threads
+from tensoralg.api import (
+    Kernel,
+    compile,
+    einsum,
+    get_memory_limit,
+    get_num_threads,
+    set_memory_limit,
+    set_num_threads,
+)
 from tensoralg.errors import (
     CompileError,
     FormatError,
     InputError,
     KernelRuntimeError,
+    MemoryLimitError,
     ModelError,
     NotationError,
     ShapeError,
@@ -37,6 +46,7 @@ from tensoralg.tune import autotune
 
 __all__ = [
     "__version__", "einsum", "compile", "Kernel", "set_num_threads", "get_num_threads",
+    "set_memory_limit", "get_memory_limit", "MemoryLimitError",
     "Tensor", "Format", "LevelKind", "CSR", "CSC",
     "DCSR", "DCSC", "COO", "CSF", "dense", "read", "write", "TensorAlgebraError",
     "NotationError", "ShapeError", "FormatError", "CompileError", "UnsupportedError",

@@ -20,7 +20,7 @@ import threading
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -99,6 +99,7 @@ from tensoralg.runtime.compress import RowCompressor
 from tensoralg.runtime.conv import DirectConv
 from tensoralg.runtime.gemm import ConvLayer, DenseLayer, dense_product
 from tensoralg.runtime.gram import gram_call
+from tensoralg.runtime.memory import check_dense, memory_limit, set_limit
 from tensoralg.runtime.movement import copy_call, gather_call, ids_call, im2row_call
 from tensoralg.runtime.native_split import NativeSplit
 from tensoralg.runtime.pool import native_pool_supported
@@ -747,15 +748,26 @@ def _run(stmt: Assignment, canonical: str, bound: dict[str, Tensor], families: l
     requested = _out_request(out_format, len(shape))
     if out is not None:
         requested = _dense_into(out, requested, shape, value_dtype)
+    # An ``out`` that overlaps an operand (``einsum("ij,jk->ik", a, b, out=b)``) would be
+    # overwritten while the kernel still reads it: compute apart, then copy, as NumPy does.
+    direct = None if out is None or _overlaps(out, bound.values()) else out
     if requested is None or requested.is_dense:
         product = dense_gemm(gemm_form(stmt), bound, value_dtype, gemm_route(schedule), stmt,
-                             out)
+                             direct)
         if product is not None:
             return _wrap(product, requested, families, out), None
     compiled = _compiled(stmt, canonical, bound, value_dtype, requested, shape, backend,
                          schedule)
-    result = execute(compiled, bound, value_dtype, shape, out)
+    result = execute(compiled, bound, value_dtype, shape, direct)
     return _wrap(result, requested, families, out), compiled
+
+
+def _overlaps(out: np.ndarray, tensors: Iterable[Tensor]) -> bool:
+    """Whether ``out``'s memory may overlap any array of ``tensors`` (a bounds check:
+    it may answer yes for interleaved views that never touch, which only costs a copy)."""
+    return any(np.may_share_memory(out, array) for t in tensors
+               for array in (t.vals, *[a for level in t.levels for a in (level.pos, level.crd)
+                                        if a is not None]))
 
 
 def tuning_key_of(canonical: str, bound: Mapping[str, Tensor], value_dtype: np.dtype,
@@ -792,6 +804,10 @@ def dense_gemm(form: GemmForm | None, bound: Mapping[str, Tensor], value_dtype: 
                                f"gemm(loops), or no gemm command, for the loop nest")
     assert form is not None
     a, b = bound[form.a].to_numpy(), bound[form.b].to_numpy()
+    if out is None:
+        check_dense(bound[form.a].shape[1 if form.a_transposed else 0] *
+                    bound[form.b].shape[0 if form.b_transposed else 1],
+                    value_dtype.itemsize, "the dense output", statement)
     if route is None and a.size * (b.shape[0] if form.b_transposed else b.shape[1]) < \
             GEMM_MIN_FMAS:      # m * k * n multiply-adds
         return None
@@ -862,6 +878,7 @@ def execute(compiled: CompiledProgram, bound: Mapping[str, Tensor], value_dtype:
         tensors[alias] = tensors[source].convert(program.tensor(alias).format)
     sizes = {index: tensors[name].shape[mode] for name, mode, index in compiled.sizes}
     output = program.output
+    _check_memory(compiled, sizes, shape, value_dtype, out)
     buffers = OutputBuffers()
     if output.format.is_dense:
         buffers.dense = _dense_output(out, shape, value_dtype, compiled.overwrites)
@@ -883,6 +900,20 @@ def execute(compiled: CompiledProgram, bound: Mapping[str, Tensor], value_dtype:
         assert buffers.dense is not None
         return buffers.dense.reshape(shape)
     return sparse_result(shape, output.format, output.index_dtype, value_dtype, buffers)
+
+
+def _check_memory(compiled: CompiledProgram, sizes: Mapping[str, int],
+                  shape: tuple[int, ...], value_dtype: np.dtype, out: np.ndarray | None
+                  ) -> None:
+    """``MemoryLimitError`` before a dense output or temporary over the limit is allocated
+    (``runtime/memory.py``)."""
+    program, statement = compiled.program, compiled.key.statement
+    if program.output.format.is_dense and out is None:
+        check_dense(math.prod(shape), value_dtype.itemsize, "the dense output", statement)
+    for info in program.tensors:
+        if info.role is TensorRole.TEMPORARY:
+            check_dense(math.prod(sizes[i] for i in info.dims), value_dtype.itemsize,
+                        f"the dense temporary {info.name}", statement)
 
 
 def _check_status(compiled: CompiledProgram, status: int) -> None:
@@ -1478,6 +1509,26 @@ def set_num_threads(threads: int) -> None:
     kernel_cache().threads.resize(int(threads))
 
 
+def set_memory_limit(limit: int | str | None) -> None:
+    """Refuse dense outputs and temporaries over ``limit`` bytes (or text such as ``"8G"``)
+    with ``MemoryLimitError`` before allocating them; None restores the default, half the
+    memory available (or ``TENSORALG_MEMORY_LIMIT``).
+
+    >>> set_memory_limit("1K")
+    >>> einsum("i,j->ij", np.ones(100), np.ones(100))  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    tensoralg.errors.MemoryLimitError: out(...) = ...: the dense output would take 78.1 KiB (10000 values), over the memory limit of 1.0 KiB; ask for a sparse result (out_format='csr' in ta.einsum, or the output's entry in ta.compile's formats), or raise the limit with ta.set_memory_limit / TENSORALG_MEMORY_LIMIT
+    >>> set_memory_limit(None)
+    """
+    set_limit(limit)
+
+
+def get_memory_limit() -> int:
+    """The limit in bytes on one dense output or temporary (see :func:`set_memory_limit`)."""
+    return memory_limit()
+
+
 def get_num_threads() -> int:
     """The number of threads kernels may run on (see :func:`set_num_threads`)."""
     return kernel_cache().threads.threads
@@ -1488,4 +1539,5 @@ __all__ = ["einsum", "compile", "Kernel", "KernelKey", "CompileOptions", "kernel
            "DirectConv", "direct_conv",
            "CallSequence", "NativeGroup", "Slot", "canonical_csr", "data_address", "copy_call", "gather_call",
            "gram_call", "ids_call", "im2row_call",
-           "set_num_threads", "get_num_threads", "execute"]
+           "set_num_threads", "get_num_threads", "set_memory_limit", "get_memory_limit",
+           "execute"]

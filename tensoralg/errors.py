@@ -59,6 +59,11 @@ class KernelRuntimeError(TensorAlgebraError, RuntimeError):
     """A compiled kernel reported a failure while running (for example, out of memory)."""
 
 
+class MemoryLimitError(TensorAlgebraError, MemoryError):
+    """A dense output or temporary would exceed the memory limit (``ta.set_memory_limit``);
+    raised before anything is allocated, naming the size, the expression and the fix."""
+
+
 class ModelError(TensorAlgebraError, ValueError):
     """An ONNX model cannot be read: malformed protobuf, a failed ``onnx.checker``, a bad graph."""
 
@@ -76,6 +81,7 @@ __all__ = [
     "CompileError",
     "UnsupportedError",
     "KernelRuntimeError",
+    "MemoryLimitError",
     "ModelError",
     "InputError",
 ]

@@ -21,6 +21,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from tensoralg.runtime.args import data_address
+from tensoralg.runtime.memory import memory_limit
 
 # What each argument of a replayed call is, with ``(kind, operand, mode)`` recipe entries.
 (ARG_SIZE, ARG_DENSE, ARG_DATA, ARG_INDPTR, ARG_INDICES, ARG_OUT, ARG_BEGIN,
@@ -100,6 +101,9 @@ def replay_function(recipe: Sequence[tuple[int, int, int]], kinds: Sequence[str]
                      f"threads.split_work():")
         lines.append("        return None")
     size = " * ".join(f"o{k}.shape[{mode}]" for k, mode in out_dims) or "1"
+    # Over the memory limit: the general path raises MemoryLimitError (runtime/memory.py).
+    lines.append(f"    if {size} * {value_dtype.itemsize} > limit():")
+    lines.append("        return None")
     lines.append(f"    out = {'empty' if overwrites else 'zeros'}({size}, dtype)")
     args = []
     for what, k, mode in recipe:
@@ -121,7 +125,7 @@ def replay_function(recipe: Sequence[tuple[int, int, int]], kinds: Sequence[str]
         lines.append("    return out.reshape(())[()]")
     namespace: dict[str, Any] = {
         "empty": np.empty, "zeros": np.zeros, "dtype": value_dtype, "address": data_address,
-        "kernel": kernel, "threads": threads, "fail": fail,
+        "kernel": kernel, "threads": threads, "fail": fail, "limit": memory_limit,
         **{f"sound{k}": _Sound(sound) for k, kind in enumerate(kinds) if kind == COMPRESSED}}
     exec(compile("\n".join(lines), "<tensoralg replay>", "exec"), namespace)  # noqa: S102
     return namespace["replay"]

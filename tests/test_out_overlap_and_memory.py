@@ -1,0 +1,97 @@
+"""``out=`` that overlaps an operand, and the memory limit on dense outputs and temporaries."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import tensoralg as ta
+
+
+@pytest.fixture
+def limit():
+    """Restore the default memory limit after a test that sets one."""
+    yield ta.set_memory_limit
+    ta.set_memory_limit(None)
+
+
+@pytest.mark.parametrize("n", [4, 70])           # the loop nest, and the BLAS route
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int64])
+def test_out_that_is_an_operand_gives_numpys_answer(n, dtype):
+    rng = np.random.default_rng(n)
+    a = rng.integers(-5, 5, (n, n)).astype(dtype)
+    b = rng.integers(-5, 5, (n, n)).astype(dtype)
+    expected = a @ b
+    for _ in range(3):                    # the first call and the remembered ones
+        into = b.copy()
+        got = ta.einsum("ij,jk->ik", a, into, out=into)
+        assert got is into
+        np.testing.assert_allclose(got, expected, rtol=1e-5)
+    square = a.copy()
+    got = ta.einsum("ij->ji", square, out=square)
+    assert got is square
+    np.testing.assert_array_equal(got, a.T)
+
+
+def test_out_overlapping_through_a_view_and_a_sparse_operand():
+    rng = np.random.default_rng(1)
+    buffer = rng.standard_normal((6, 6))
+    a, x = buffer.copy(), buffer[0].copy()
+    got = ta.einsum("ij,j->i", a, buffer[0], out=buffer[0])    # reads and writes row 0
+    np.testing.assert_allclose(got, a @ x, rtol=1e-12)
+    # A CSR matrix whose values live in the output buffer.
+    m = sp.random_array((30, 30), density=0.02, format="csr", random_state=2)
+    storage = np.arange(1.0, 31.0)
+    shared = sp.csr_array((storage[: m.nnz], m.indices, m.indptr), shape=m.shape)
+    expected = shared.copy() @ np.arange(30.0)
+    got = ta.einsum("ij,j->i", shared, np.arange(30.0), out=storage)
+    assert got is storage
+    np.testing.assert_allclose(got, expected, rtol=1e-12)
+
+
+def test_outputs_that_do_not_overlap_are_written_in_place():
+    a, b = np.ones((5, 5)), np.ones((5, 5))
+    out = np.full((5, 5), np.nan)
+    assert ta.einsum("ij,jk->ik", a, b, out=out) is out
+    np.testing.assert_array_equal(out, np.full((5, 5), 5.0))
+
+
+def test_a_dense_output_over_the_limit_is_refused_before_it_is_allocated(limit):
+    n = 200_000
+    rng = np.random.default_rng(0)
+    A = sp.csr_array((np.ones(100), (rng.integers(0, n, 100), rng.integers(0, n, 100))),
+                     shape=(n, n))
+    with pytest.raises(ta.MemoryLimitError, match=r"298\.0 GiB .*out_format='csr'"):
+        ta.compile("C(i,j) = A(i,j) + A(j,i)", formats={"A": "csr"})(A=A)
+    with pytest.raises(MemoryError):          # also what NumPy users catch
+        ta.einsum("i,j->ij", np.ones(n), np.ones(n))
+    limit("64K")
+    assert ta.get_memory_limit() == 65536
+    with pytest.raises(ta.MemoryLimitError, match="over the memory limit of 64.0 KiB"):
+        ta.einsum("ik,kj->ij", np.ones((100, 2)), np.ones((2, 100)))   # BLAS route, 78 KiB
+    x = np.ones(100)
+    ta.einsum("i,j->ij", x[:50], x[:50])                              # 20 KiB: fine
+    with pytest.raises(ta.MemoryLimitError):                          # the remembered route
+        ta.einsum("i,j->ij", x, x)
+    # A sparse result of the same product is not limited.
+    assert ta.einsum("ij,jk->ik", sp.eye_array(n, format="csr"), sp.eye_array(n, format="csr")
+                     ).nnz == n
+
+
+@pytest.mark.parametrize("bad", [0, -1, "lots", 1.5, True])
+def test_bad_memory_limits_are_refused(limit, bad):
+    with pytest.raises(ta.InputError):
+        limit(bad)
+
+
+def test_the_environment_sets_the_default(monkeypatch):
+    from tensoralg.runtime import memory
+
+    monkeypatch.setenv("TENSORALG_MEMORY_LIMIT", "3M")
+    ta.set_memory_limit(None)
+    try:
+        assert ta.get_memory_limit() == 3 * 2 ** 20
+    finally:
+        monkeypatch.delenv("TENSORALG_MEMORY_LIMIT")
+        ta.set_memory_limit(None)
+    assert memory.memory_limit() > 3 * 2 ** 20 or memory.available_memory() < 6 * 2 ** 20
