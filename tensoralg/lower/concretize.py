@@ -315,14 +315,19 @@ def infer_output_format(out: Access, body: Expr, reduced: tuple[str, ...],
     rank = len(out.indices)
     if rank <= 1:
         return dense(rank)
+    # The operands as the kernel reads them: an access no loop order can iterate in its
+    # storage order is converted first (``_convert``), and its converted levels decide. So
+    # ``A(i,j) + A(j,i)`` on a CSR ``A`` is a union of two compressed rows, a CSR result,
+    # not a dense one (which on a large matrix would not even fit in memory).
+    probe = _Builder(dict(formats), {})
+    order, _ = choose_loop_order(out, body, reduced, None, probe)
+    read = _rename_accesses(body, probe.conversions)
     kinds = {}
     for index in out.indices:
-        lattice = build_lattice(index, body, sparse_iterators(body, index, formats))
+        lattice = build_lattice(index, read, sparse_iterators(read, index, probe.formats))
         kinds[index] = LevelKind.DENSE if lattice.dense else LevelKind.COMPRESSED
     if all(kind is LevelKind.DENSE for kind in kinds.values()):
         return dense(rank)
-    probe = _Builder(dict(formats), {})
-    order, _ = choose_loop_order(out, body, reduced, None, probe)
     stored = sorted(range(rank), key=lambda mode: order.index(out.indices[mode]))
     return Format([kinds[out.indices[m]] for m in stored], order=stored)
 

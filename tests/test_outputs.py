@@ -1,4 +1,5 @@
-"""``out=`` that overlaps an operand, and the memory limit on dense outputs and temporaries."""
+"""Outputs: ``out=`` that overlaps an operand, the memory limit on dense outputs and
+temporaries, and the inferred format of a result whose operands are converted first."""
 from __future__ import annotations
 
 import numpy as np
@@ -62,7 +63,7 @@ def test_a_dense_output_over_the_limit_is_refused_before_it_is_allocated(limit):
     A = sp.csr_array((np.ones(100), (rng.integers(0, n, 100), rng.integers(0, n, 100))),
                      shape=(n, n))
     with pytest.raises(ta.MemoryLimitError, match=r"298\.0 GiB .*out_format='csr'"):
-        ta.compile("C(i,j) = A(i,j) + A(j,i)", formats={"A": "csr"})(A=A)
+        ta.compile("C(i,j) = A(i,j) + A(j,i)", formats={"A": "csr", "C": "dense"})(A=A)
     with pytest.raises(MemoryError):          # also what NumPy users catch
         ta.einsum("i,j->ij", np.ones(n), np.ones(n))
     limit("64K")
@@ -95,3 +96,16 @@ def test_the_environment_sets_the_default(monkeypatch):
         monkeypatch.delenv("TENSORALG_MEMORY_LIMIT")
         ta.set_memory_limit(None)
     assert memory.memory_limit() > 3 * 2 ** 20 or memory.available_memory() < 6 * 2 ** 20
+
+
+@pytest.mark.parametrize("statement", ["C(i,j) = A(i,j) + A(j,i)", "C(i,j) = A(j,i) + A(i,j)",
+                                       "C(i,j) = A(i,j) * A(j,i)"])
+def test_terms_read_through_a_conversion_keep_a_sparse_result(statement):
+    rng = np.random.default_rng(7)
+    n = 60
+    A = sp.random_array((n, n), density=0.05, format="csr", random_state=rng)
+    got = ta.compile(statement, formats={"A": "csr"})(A=A)
+    assert sp.issparse(got)        # was a dense n x n array: 1.4 GB at 13436^2
+    dense_a = A.toarray()
+    expected = dense_a * dense_a.T if "*" in statement else dense_a + dense_a.T
+    np.testing.assert_allclose(got.toarray(), expected, rtol=1e-12)
