@@ -1211,6 +1211,18 @@ class Kernel:
             bound[name] = tensor
         return bound
 
+    def _by_name(self, positional: tuple, named: dict[str, Any]) -> dict[str, Any]:
+        names = list(self.formats)
+        if len(positional) > len(names):
+            raise ShapeError(f"kernel for {self.statement} takes {len(names)} operand(s) "
+                             f"({', '.join(names)}), got {len(positional)} by position")
+        operands = dict(zip(names, positional))
+        twice = [name for name in named if name in operands]
+        if twice:
+            raise ShapeError(f"kernel for {self.statement}: operand {twice[0]} is given both "
+                             f"by position and by name")
+        return {**operands, **named}
+
     def _program_for(self, bound: Mapping[str, Tensor], shape: tuple[int, ...]
                      ) -> CompiledProgram:
         index = tuple(_INT64 if t.format.is_dense else t.index_dtype for t in bound.values())
@@ -1225,7 +1237,11 @@ class Kernel:
             self._programs[signature] = compiled
         return compiled
 
-    def __call__(self, **operands: Any) -> Any:
+    def __call__(self, *positional: Any, **operands: Any) -> Any:
+        """Run the kernel on operands given by name, or by position in the order the statement
+        reads them (``k(A, x)`` for ``y(i) = A(i,j) * x(j)``)."""
+        if positional:
+            operands = self._by_name(positional, operands)
         if self._gemm is not None and (self._gemm_route is not None or
                                        large_product(self._gemm, operands)):
             bound = self._bound(operands)

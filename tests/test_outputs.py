@@ -109,3 +109,15 @@ def test_terms_read_through_a_conversion_keep_a_sparse_result(statement):
     dense_a = A.toarray()
     expected = dense_a * dense_a.T if "*" in statement else dense_a + dense_a.T
     np.testing.assert_allclose(got.toarray(), expected, rtol=1e-12)
+
+
+def test_kernels_take_operands_by_position_in_the_statements_order():
+    k = ta.compile("y(i) = x(j) * A(i,j)", formats={"A": "csr"})
+    A = sp.random_array((5, 4), density=0.5, format="csr", random_state=1)
+    x = np.arange(4.0)
+    np.testing.assert_allclose(k(x, A), A @ x, rtol=1e-12)
+    np.testing.assert_allclose(k(x, A=A), A @ x, rtol=1e-12)
+    with pytest.raises(ta.ShapeError, match="given both by position and by name"):
+        k(x, x=x, A=A)
+    with pytest.raises(ta.ShapeError, match="takes 2 operand"):
+        k(x, A, A)
