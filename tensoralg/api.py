@@ -555,9 +555,8 @@ def _recipe(compiled: CompiledProgram, names: Sequence[str], kinds: tuple[str, .
             recipe.append((_ARG_CAPACITY, -1, 0))
         elif role == RANGE and name == "begin":
             recipe.append((_ARG_BEGIN, -1, 0))
-        elif role == RANGE:
-            index = compiled.arguments.range_index
-            recipe.append((_ARG_SIZE, *size_from[index]))
+        elif role == RANGE and compiled.arguments.range_index in size_from:
+            recipe.append((_ARG_SIZE, *size_from[compiled.arguments.range_index]))
         else:
             return None
     return tuple(recipe)
@@ -876,7 +875,7 @@ def execute(compiled: CompiledProgram, bound: Mapping[str, Tensor], value_dtype:
                for name, t in bound.items()}
     for alias, source in program.conversions:
         tensors[alias] = tensors[source].convert(program.tensor(alias).format)
-    sizes = {index: tensors[name].shape[mode] for name, mode, index in compiled.sizes}
+    sizes = index_sizes(compiled, tensors)
     output = program.output
     _check_memory(compiled, sizes, shape, value_dtype, out)
     buffers = OutputBuffers()
@@ -900,6 +899,17 @@ def execute(compiled: CompiledProgram, bound: Mapping[str, Tensor], value_dtype:
         assert buffers.dense is not None
         return buffers.dense.reshape(shape)
     return sparse_result(shape, output.format, output.index_dtype, value_dtype, buffers)
+
+
+def index_sizes(compiled: CompiledProgram, tensors: Mapping[str, Tensor]) -> dict[str, int]:
+    """The kernel's ``n_<index>`` arguments, from the operands' shapes, and the size of a
+    position split's range: the stored positions of its tensor's level."""
+    sizes = {index: tensors[name].shape[mode] for name, mode, index in compiled.sizes}
+    split = compiled.plan.position_split
+    if split is not None:
+        pos = tensors[split.tensor].levels[1].pos
+        sizes[split.position] = int(pos[-1]) if pos is not None and len(pos) else 0
+    return sizes
 
 
 def _check_memory(compiled: CompiledProgram, sizes: Mapping[str, int],
@@ -1331,7 +1341,7 @@ class Kernel:
         if not compiled.program.output.format.is_dense:
             raise UnsupportedError(f"{what}: only dense outputs can be bound")
         buffer = dense_output(out, shape, self.dtype, what)
-        sizes = {index: tensors[name].shape[mode] for name, mode, index in compiled.sizes}
+        sizes = index_sizes(compiled, tensors)
         plan = compiled.arguments
         bounds = None
         threads = kernel_cache().threads

@@ -55,6 +55,16 @@ SCRIPT = textwrap.dedent("""
             want = expected.toarray() if hasattr(expected, "toarray") else expected
             assert np.allclose(got, want), (statement, schedule)
             count += 1
+    # Position splits: chunks and thread ranges of nonzeros, rows found by binary search.
+    for text in ["fuse({o}, {i}, f); pos(f, p, A); split(p, 5)",
+                 "fuse({o}, {i}, f); pos(f, p, A); split(p, 3); "
+                 "parallelize(p0, reduction=partials, threads=3)"]:
+        for statement, fmt, operands, expected in cases[:3]:
+            outer, inner = ("j", "i") if fmt["A"] == "csc" else ("i", "j")
+            k = ta.compile(statement, formats=fmt, backend="c",
+                           schedule=text.format(o=outer, i=inner))
+            assert np.allclose(k(**operands), expected), (statement, text)
+            count += 1
     print("kernels", count)
 """)
 

@@ -22,7 +22,7 @@ from tensoralg.schedule import Jam, Parallelize, Reorder, Schedule, Split, parse
     "parallelize(j, reduction=partials, threads=2)",
     "serial(); tile(0); jam(1); workspaces(off); transpose_tiles(32)",
     "unroll(j, 4); vectorize(j, 8)",
-    "pos(i, p, A); fuse(i, j, ij)",
+    "fuse(i, j, ij); pos(ij, p, A)",
 ])
 def test_text_form_round_trips(text):
     schedule = parse_schedule(text)
@@ -88,8 +88,20 @@ SPMV = "y(i) = A(i,j) * x(j)"
     ({"A": "ds"}, "split(j, 4)", ta.CompileError, r"split\(j\): no counted loop runs that index"),
     ({"A": "ds"}, "split(i, 4); parallelize(i1)", ta.UnsupportedError,
      r"only the outer loop of a split \(i0\)"),
-    ({"A": "ds"}, "pos(j, p, A)", ta.UnsupportedError, r"pos\(j, p, A\): the pos command .* not"),
-    ({"A": "ds"}, "fuse(i, j)", ta.UnsupportedError, r"fuse\(i, j, ij\): the fuse command"),
+    ({"A": "ds"}, "pos(j, p, A)", ta.UnsupportedError, r"pos\(j, p, A\): pos takes a fused"),
+    ({"A": "ds"}, "fuse(i, j)", ta.UnsupportedError,
+     r"fuse\(i, j, ij\): lowering carries out fuse only as the first step of a position"),
+    ({"A": "ds"}, "fuse(i, j, f); pos(f, p)", ta.UnsupportedError, r"name the tensor"),
+    ({"A": "ds"}, "fuse(i, j, f); pos(f, p, A); parallelize(p)", ta.CompileError,
+     r"ranges of positions cut rows.*reduction=partials"),
+    ({"A": "ds"}, "fuse(i, j, f); pos(f, p, A); split(i, 4)", ta.UnsupportedError,
+     r"split p instead"),
+    ({"A": "ds"}, "fuse(i, j, f); split(f, 4)", ta.UnsupportedError, r"split by position"),
+    ({"A": "dense"}, "fuse(i, j, f); pos(f, p, A)", ta.CompileError,
+     r"stored as dense.*must be dense over i, then compressed over j"),
+    ({"A": "coo"}, "fuse(i, j, f); pos(f, p, A)", ta.CompileError, r"must be dense over i"),
+    ({"A": "ds", "y": "s"}, "fuse(i, j, f); pos(f, p, A)", ta.CompileError,
+     r"writes dense outputs only"),
     ({"A": "ds"}, "split(i, 4, j, i1)", ta.NotationError, r"j is already an index"),
     ({"A": "ds"}, "pos(i, p, B)", ta.NotationError, r"reads no tensor B"),
 ])
@@ -411,3 +423,74 @@ def test_dense_outputs_split_on_the_native_pool_match_one_thread(monkeypatch):
         assert any(key[1] in (2, 3, 5) for key in ta.api.kernel_cache().splits)
     finally:
         ta.set_num_threads(__import__("os").cpu_count())
+
+
+# position splits: fuse(i, j, f); pos(f, p, A) balances chunks and threads by nonzeros
+
+
+def _skewed(rows, cols, rng, dtype):
+    """A power-law matrix with empty rows, one long row and unsorted-free canonical CSR."""
+    lengths = np.minimum(cols, (rng.pareto(1.2, rows) * 2).astype(int))
+    lengths[rng.random(rows) < 0.3] = 0
+    if rows:
+        lengths[rng.integers(rows)] = cols              # a full row
+    indptr = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    indices = np.concatenate([np.sort(rng.choice(cols, n, replace=False)) for n in lengths]
+                             ).astype(np.int32) if rows else np.zeros(0, np.int32)
+    data = rng.integers(-4, 5, len(indices)).astype(dtype)
+    matrix = sp.csr_array((data, indices, indptr), shape=(rows, cols))
+    matrix.has_sorted_indices = True        # built sorted: bound in place, not copied
+    return matrix
+
+
+POSITION_SCHEDULES = [
+    "fuse(i, j, f); pos(f, p, A)",
+    "fuse(i, j, f); pos(f, p, A); split(p, 1)",
+    "fuse(i, j, f); pos(f, p, A); split(p, 7)",
+    "fuse(i, j, f); pos(f, p, A); parallelize(p, reduction=partials, threads=2)",
+    "fuse(i, j, f); pos(f, p, A); parallelize(p, reduction=partials, threads=5)",
+    "fuse(i, j, f); pos(f, p, A); split(p, 16); parallelize(p0, reduction=partials, threads=3)",
+    "fuse(i, j, f); pos(f, p, A); parallelize(p, reduction=partials)",
+]
+
+
+@pytest.mark.parametrize("schedule", POSITION_SCHEDULES)
+@pytest.mark.parametrize("dtype", ["float64", "float32", "int64"])
+@pytest.mark.parametrize("backend", ["llvm", "c"])
+def test_position_splits_match_the_reference(schedule, dtype, backend):
+    rng = np.random.default_rng(len(schedule))
+    spmv = ta.compile(SPMV, formats={"A": "csr"}, dtype=dtype, schedule=schedule,
+                      backend=backend)
+    spmm = ta.compile("Y(i,k) = A(i,j) * B(j,k)", formats={"A": "csr"}, dtype=dtype,
+                      schedule=schedule, backend=backend)
+    for rows, cols in [(40, 30), (1, 5), (7, 1), (0, 4), (5, 0), (300, 200)]:
+        A = _skewed(rows, cols, rng, dtype)
+        x = rng.integers(-3, 4, cols).astype(dtype)
+        B = rng.integers(-3, 4, (cols, 5)).astype(dtype)
+        for _ in range(2):                          # the first call and the remembered one
+            np.testing.assert_array_equal(spmv(A=A, x=x), A @ x)
+            np.testing.assert_array_equal(spmm(A=A, B=B), A @ B)
+        np.testing.assert_array_equal(spmv.bind(A=A, x=x)(), A @ x)
+        np.testing.assert_array_equal(
+            ta.einsum("ij,j->i", A, x, schedule=schedule), A @ x)
+
+
+def test_a_position_split_over_columns_of_a_csc_matrix():
+    rng = np.random.default_rng(3)
+    A = _skewed(60, 50, rng, "float64").tocsc()
+    x = rng.standard_normal(50)
+    k = ta.compile(SPMV, formats={"A": "csc"},
+                   schedule="fuse(j, i, f); pos(f, p, A); split(p, 8); "
+                            "parallelize(p0, reduction=partials, threads=3)")
+    np.testing.assert_allclose(k(A=A, x=x), A @ x, rtol=1e-12)
+    assert "pos(f, p, A)" in str(k.schedule)
+
+
+def test_a_position_split_runs_the_single_nonzero_and_all_zero_cases():
+    for A in (sp.csr_array((np.array([2.0]), np.array([3]), np.array([0, 0, 1, 1])),
+                           shape=(3, 5)),
+              sp.csr_array((3, 5))):
+        k = ta.compile(SPMV, formats={"A": "csr"},
+                       schedule="fuse(i, j, f); pos(f, p, A); "
+                                "parallelize(p, reduction=partials, threads=4)")
+        np.testing.assert_array_equal(k(A=A, x=np.arange(5.0)), A @ np.arange(5.0))

@@ -81,7 +81,7 @@ class DenseWriter:
                           for n in self.lowerer.program.nests) == 1
         return [b.declare(acc, 0), *inner(context.with_(accumulator=acc)),
                 b.store(self.vals, self.position(context), acc,
-                        accumulate=not (once and only_writer))]
+                        accumulate=not (once and only_writer) or self.lowerer.rows_cut)]
 
     def leaf(self, value: IRExpr, context: "Context") -> list[Stmt]:
         # A nest with no reduction visits each output position at most once; if it is the only
@@ -91,7 +91,8 @@ class DenseWriter:
         once = not any(index not in self.nest.output.indices for index in self.nest.loop_order) \
             and sum(n.output.tensor == self.info.name for n in program.nests) == 1 \
             and not any(kind is LevelKind.COMPRESSED_NONUNIQUE
-                        for t in program.tensors for kind in t.format.levels)
+                        for t in program.tensors for kind in t.format.levels) \
+            and not self.lowerer.rows_cut
         return [b.store(self.vals, self.position(context), value, accumulate=not once)]
 
 

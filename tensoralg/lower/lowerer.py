@@ -149,6 +149,9 @@ class Lowerer:
     split_loops: int = 0                  # outer loops that run over that range
     done_splits: set[str] = field(default_factory=set)   # indices a schedule's split cut
     done_hints: set[str] = field(default_factory=set)    # indices whose loops took hints
+    # A position split's current range of positions, by the access and level it clamps.
+    clamps: dict[tuple[Access, int], tuple[Var, Var]] = field(default_factory=dict)
+    rows_cut: bool = False        # a position split may cut output rows: every store adds
 
     def _why_serial(self, index: str) -> str:
         reason = why_not_parallel(self.program, index, self.plan.partials)
@@ -288,6 +291,9 @@ class Lowerer:
                 return [b.assign(context.accumulator, b.add(context.accumulator, result))]
             return writer.leaf(result, context)
         index = nest.loop_order[depth]
+        split = self.plan.position_split
+        if split is not None and depth == 0 and index == split.outer:
+            return self.position_loop(nest, writer, expr, context)
         iterators = [self.make_iterator(a, context) for a in dict.fromkeys(accesses(expr))
                      if self.is_iterator(a, index, context)]
         lattice = build_lattice(index, expr, [it.access for it in iterators])
@@ -353,6 +359,99 @@ class Lowerer:
         self.done_splits.add(index)
         return [*setup, *self.split_loop(coordinate, start, stop, body, split.factor,
                                          (split.outer, split.inner))]
+
+    def position_loop(self, nest: LoopNest, writer: Writer, expr: Expr, context: Context
+                      ) -> list[Stmt]:
+        """The loops ``fuse(i, j, f); pos(f, p, A)`` ask for: ``p`` runs over the stored
+        positions of A's level of ``j``, in chunks (a split of ``p``, or a thread range); each
+        chunk finds the rows its positions fall in by binary search and runs the nest's row
+        loop over those rows, with A's row segments clamped to the chunk. A row that two
+        chunks share is summed by both: every store adds (``rows_cut``)."""
+        split = self.plan.position_split
+        assert split is not None
+        access = self._position_access(nest, expr, context)
+        self.rows_cut = True
+        rows = self.sizes[split.outer]
+        pos = self.arrays[access.tensor][1].pos
+        assert pos is not None
+        total = Var(self.names(f"{split.position}_count"), I64)
+        stmts: list[Stmt] = [b.declare(total, b.cast(b.load(pos, rows), I64))]
+        begin, end = b.i64(0), total
+        if self.plan.parallel_index == split.position:
+            self.parallel_index = split.position
+            self.range = (self._param("range_begin", I64, f"range.begin.{split.position}"),
+                          self._param("range_end", I64, f"range.end.{split.position}"))
+            begin, end = self.range
+            self.split_loops += 1
+        first, last = Var(self.names(f"{split.position}_begin"), I64), \
+            Var(self.names(f"{split.position}_end"), I64)
+
+        def chunk() -> list[Stmt]:
+            lo, hi = Var(self.names(f"{split.outer}_first"), I64), \
+                Var(self.names(f"{split.outer}_stop"), I64)
+            coordinate = Var(self.names(split.outer), I64)
+            lattice = build_lattice(split.outer, expr, [])
+
+            def body(point: LatticePoint, c: Var, its: list[SparseIterator]) -> list[Stmt]:
+                return self.case_body(nest, writer, 0, split.outer, c, point, its, context)
+
+            self.clamps[(access, 1)] = (first, last)
+            rows_loop = b.for_(coordinate, lo, hi,
+                               *self.case_chain(lattice.points, body, coordinate, []))
+            del self.clamps[(access, 1)]
+            return [b.if_(b.lt(first, last), [
+                *_first_row_after(self.names, lo, pos, rows, first),
+                *_first_row_after(self.names, hi, pos, rows, b.sub(last, 1)),
+                b.assign(hi, b.add(hi, 1)),
+                rows_loop])]
+
+        cut = self.plan.splits.get(split.position)
+        if cut is None:
+            stmts += [b.declare(first, begin), b.declare(last, end), *chunk()]
+            return stmts
+        self.done_splits.add(split.position)
+        block = Var(self.names(cut.outer), I64)
+        start = b.mul(block, b.i64(cut.factor))
+        loop = b.for_(block, b.div(begin, b.i64(cut.factor)),
+                      b.div(b.add(end, b.i64(cut.factor - 1)), b.i64(cut.factor)),
+                      b.declare(first, b.maximum(start, begin)),
+                      b.declare(last, b.minimum(b.add(start, b.i64(cut.factor)), end)),
+                      *chunk())
+        return [*stmts, loop]
+
+    def _position_access(self, nest: LoopNest, expr: Expr, context: Context) -> Access:
+        """The access whose positions a position split runs over, checked: read as stored
+        dense over the outer index, then compressed over the inner one."""
+        split = self.plan.position_split
+        assert split is not None
+        command = f"pos({split.fused}, {split.position}, {split.tensor})"
+        if len(self.program.nests) != 1:
+            raise CompileError(f"{command}: the statement runs {len(self.program.nests)} loop "
+                               f"nests (temporaries or a sum of terms); a position split needs "
+                               f"one")
+        if nest.loop_order[:2] != (split.outer, split.inner):
+            raise CompileError(f"{command}: the loops run {', '.join(nest.loop_order)}, not "
+                               f"{split.outer}, {split.inner} outermost")
+        if not self.program.output.format.is_dense:
+            raise CompileError(f"{command}: the output is stored {self.program.output.format}; "
+                               f"a position split writes dense outputs only")
+        found = [a for a in dict.fromkeys(accesses(expr)) if a.tensor == split.tensor]
+        if len(found) != 1:
+            raise CompileError(f"{command}: {nest.output} = ... reads {split.tensor} "
+                               f"{len(found)} times; a position split needs it once")
+        access = found[0]
+        fmt = self.program.tensor(access.tensor).format
+        stored = [access.indices[mode] for mode in fmt.order]
+        if fmt.rank < 2 or stored[:2] != [split.outer, split.inner] or \
+                fmt.levels[0] is not LevelKind.DENSE or fmt.levels[1] is not LevelKind.COMPRESSED:
+            raise CompileError(f"{command}: {access} is stored as {fmt}; its first two levels "
+                               f"must be dense over {split.outer}, then compressed over "
+                               f"{split.inner} (CSR, or CSC for a fuse of columns and rows)")
+        others = [a for a in dict.fromkeys(accesses(expr))
+                  if a != access and self.is_iterator(a, split.outer, context)]
+        if others:
+            raise CompileError(f"{command}: {others[0]} is also sparse over {split.outer}")
+        return access
 
     def hinted(self, index: str, loop: For) -> For:
         """``loop`` with the unroll and vectorize hints a schedule gives ``index``."""
@@ -491,6 +590,9 @@ class Lowerer:
             begin, end = singleton.child_range(arrays, parent)
         else:
             begin, end = compressed.child_range(arrays, cursor.position)
+        clamp = self.clamps.get((access, level))
+        if clamp is not None:
+            begin, end = b.maximum(begin, clamp[0]), b.minimum(end, clamp[1])
         return SparseIterator(access, level, arrays, info.format.unique(level), begin, end)
 
     def iterator_positions(self, iterators: list[SparseIterator]) -> list[Stmt]:
@@ -590,6 +692,19 @@ class Lowerer:
             return b.load(self.vals[access.tensor], cursor.position)
 
         return values.value(expr, self.value_dtype, load)
+
+
+def _first_row_after(names: Namer, row: Var, pos: Var, rows: IRExpr, position: IRExpr
+                     ) -> list[Stmt]:
+    """``row`` = the first r in [0, rows) with pos[r + 1] > position (the row that holds
+    ``position``, past any empty rows before it), by binary search."""
+    high, middle = Var(names(f"{row.name}_hi"), I64), Var(names(f"{row.name}_mid"), I64)
+    return [b.declare(row, 0), b.declare(high, rows),
+            b.while_(b.lt(row, high),
+                     b.declare(middle, b.shr(b.add(row, high), 1)),
+                     b.if_(b.le(b.cast(b.load(pos, b.add(middle, 1)), I64), position),
+                           b.assign(row, b.add(middle, 1)),
+                           b.assign(high, middle)))]
 
 
 def splittable(program: Program, index: str) -> bool:

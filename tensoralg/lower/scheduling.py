@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tensoralg.errors import UnsupportedError
+from tensoralg.errors import CompileError, UnsupportedError
 from tensoralg.ir.nodes import For, Function
 from tensoralg.ir.passes.pipeline import DEFAULT_OPTIONS, PassOptions
 from tensoralg.ir.rewrite import walk
@@ -39,6 +39,20 @@ from tensoralg.schedule import (
 
 
 @dataclass(frozen=True, slots=True)
+class PositionSplit:
+    """``fuse(outer, inner, fused); pos(fused, position, tensor)``: the two outer loops run as
+    one loop over the stored positions of ``tensor``'s level of ``inner`` (its children of every
+    ``outer`` coordinate), so that a split or thread range divides nonzeros evenly however the
+    rows are skewed. A row cut by a range boundary is summed by both ranges."""
+
+    outer: str
+    inner: str
+    fused: str
+    position: str
+    tensor: str
+
+
+@dataclass(frozen=True, slots=True)
 class LoopPlan:
     """The loop-level decisions of a schedule, by index name."""
 
@@ -48,6 +62,7 @@ class LoopPlan:
     serial: bool = False
     unroll: dict[str, int] = field(default_factory=dict)
     vectorize: dict[str, int] = field(default_factory=dict)
+    position_split: PositionSplit | None = None
 
     @property
     def parallel_index(self) -> str | None:
@@ -89,9 +104,18 @@ def loop_plan(schedule: Schedule | None, backend: str = "llvm") -> LoopPlan:
     splits: dict[str, Split] = {}
     unroll: dict[str, int] = {}
     vectorize: dict[str, int] = {}
+    fuses: dict[str, Fuse] = {}
+    position_split: PositionSplit | None = None
     parallel, serial = None, False
     for command in schedule:
         match command:
+            case Fuse():
+                fuses[command.fused] = command
+            case Pos():
+                position_split = _position_split(command, fuses, position_split)
+            case Split() if command.index in fuses:
+                raise UnsupportedError(f"{command}: a fused loop is split by position: "
+                                       f"pos({command.index}, p, <tensor>); split(p, ...)")
             case Split():
                 if command.index in {s.outer for s in splits.values()} | \
                         {s.inner for s in splits.values()}:
@@ -107,14 +131,55 @@ def loop_plan(schedule: Schedule | None, backend: str = "llvm") -> LoopPlan:
                 unroll[index] = factor
             case Vectorize(index, width):
                 vectorize[index] = width
-            case Fuse() | Pos() | Precompute():
+            case Precompute():
                 raise UnsupportedError(
-                    f"{command}: the {type(command).__name__.lower()} command is part of the "
-                    f"scheduling language but lowering does not carry it out yet; remove it "
-                    f"(the compiler already fuses temporaries into row workspaces, see "
-                    f"workspaces(on))")
+                    f"{command}: the precompute command is part of the scheduling language but "
+                    f"lowering does not carry it out yet; remove it (the compiler already "
+                    f"fuses temporaries into row workspaces, see workspaces(on))")
+    unused = [f for name, f in fuses.items()
+              if position_split is None or position_split.fused != name]
+    if unused:
+        raise UnsupportedError(f"{unused[0]}: lowering carries out fuse only as the first step "
+                               f"of a position split (fuse(i, j, f); pos(f, fp, A)); a fuse of "
+                               f"two counted loops is not supported yet")
     orders = tuple(c.indices for c in schedule if isinstance(c, Reorder))
-    return LoopPlan(orders, splits, parallel, serial, unroll, vectorize)
+    if position_split is not None:
+        orders += ((position_split.outer, position_split.inner),)
+        _check_position_commands(position_split, splits, parallel)
+    return LoopPlan(orders, splits, parallel, serial, unroll, vectorize, position_split)
+
+
+def _position_split(command: Pos, fuses: dict[str, Fuse], earlier: PositionSplit | None
+                    ) -> PositionSplit:
+    fuse = fuses.get(command.index)
+    if fuse is None:
+        raise UnsupportedError(f"{command}: pos takes a fused index (fuse(i, j, {command.index}) "
+                               f"first); iterating one compressed level by position is what "
+                               f"its loop already does")
+    if not command.tensor:
+        raise UnsupportedError(f"{command}: name the tensor whose stored positions the loop "
+                               f"runs over: pos({command.index}, {command.position}, A)")
+    if earlier is not None:
+        raise UnsupportedError(f"{command}: one position split per statement")
+    return PositionSplit(fuse.outer, fuse.inner, fuse.fused, command.position, command.tensor)
+
+
+def _check_position_commands(split: PositionSplit, splits: dict[str, Split],
+                             parallel: Parallelize | None) -> None:
+    for index in (split.outer, split.inner):
+        if index in splits:
+            raise UnsupportedError(f"{splits[index]}: {index} runs inside the position loop "
+                                   f"{split.position}; split {split.position} instead")
+    if parallel is None:
+        return
+    cut = splits.get(split.position)
+    allowed = {split.position} | ({cut.outer} if cut else set())
+    if parallel.index not in allowed:
+        raise UnsupportedError(f"{parallel}: with a position split, threads take ranges of "
+                               f"{' or '.join(sorted(allowed))}")
+    if parallel.reduction is not Reduction.PARTIALS:
+        raise CompileError(f"{parallel}: ranges of positions cut rows, and both ranges add "
+                           f"into a cut row's output; use reduction=partials")
 
 
 def _check_parallel(command: Parallelize, splits: dict[str, Split], backend: str) -> None:
@@ -175,7 +240,7 @@ def applied_schedule(program: Program, function: Function, plan: LoopPlan,
     given = given or Schedule()
     # A hint survives only on loops no pattern pass rebuilt (a register tile makes new loops).
     hinted = any(isinstance(s, For) and (s.unroll or s.vectorize) for s in walk(function.body))
-    kept = (Split, Unroll, Vectorize, Gemm) if hinted else (Split, Gemm)
+    kept = (Fuse, Pos, Split, Unroll, Vectorize, Gemm) if hinted else (Fuse, Pos, Split, Gemm)
     # The nest with the most loops names them all (an added vector b(i) gets a nest of its own).
     main = max(reversed(program.nests), key=lambda nest: len(nest.loop_order))
     schedule = Schedule().reorder(*main.loop_order) if main.loop_order else Schedule()
@@ -227,5 +292,5 @@ def pass_options_of(schedule: Schedule | None) -> PassOptions:
         line_bytes=transposes.line_bytes if transposes else DEFAULT_OPTIONS.line_bytes)
 
 
-__all__ = ["LoopPlan", "applied_schedule", "loop_plan", "pass_options_of", "stitchable",
+__all__ = ["LoopPlan", "PositionSplit", "applied_schedule", "loop_plan", "pass_options_of", "stitchable",
            "why_not_parallel"]
