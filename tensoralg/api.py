@@ -123,6 +123,7 @@ from tensoralg.runtime.sequence import CallSequence, NativeGroup, Slot
 from tensoralg.runtime.stitch import join_rows, run_ranges
 from tensoralg.runtime.threads import MIN_ROWS_PER_THREAD, KernelThreads, split
 from tensoralg.runtime.validate import VALID, StorageValidator
+from tensoralg.runtime.widen import narrowed, widened
 from tensoralg.runtime.wrap import release, sparse_result
 from tensoralg.schedule import GemmRoute, Schedule, as_schedule
 from tensoralg.schedule import check as check_schedule
@@ -318,6 +319,14 @@ def einsum(subscripts: str, *operands: Any, out_format: Any = None, formats: Any
                 return result
     if not isinstance(subscripts, str):
         raise NotationError(f"subscripts must be a string, not {type(subscripts).__name__}")
+    widening = widened(operands, dtype)
+    if widening is not None:      # bool, small ints, uint64, float16: runtime/widen.py
+        wide, result_dtype, compute = widening
+        result = einsum(subscripts, *wide, out_format=out_format, formats=formats,
+                        backend=backend, schedule=schedule,
+                        dtype=None if dtype is None else compute)
+        result = narrowed(result, result_dtype)
+        return result if out is None else _dense_result(np.asarray(result), out)
     ranks = tuple(_rank(op, k) for k, op in enumerate(operands))
     stmt, canonical = _parse_einsum(subscripts, ranks)
     named = _einsum_names(len(operands))

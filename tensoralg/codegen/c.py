@@ -18,7 +18,9 @@ from tensoralg.codegen.cfamily import CFamilyEmitter
 from tensoralg.errors import CompileError
 
 # -ffp-contract=off: no fused multiply-adds the IR did not ask for, so that C and LLVM agree
-# bit for bit; -fno-math-errno lets sqrt vectorise and changes no result.
+# bit for bit; -fno-math-errno lets sqrt vectorise and changes no result; -fwrapv: integer
+# overflow wraps, as in LLVM's plain add and mul and in NumPy (signed overflow is otherwise
+# undefined in C, and a kernel summing int32 products could be compiled to anything).
 C_FLAGS = (
     "-O3",
     "-march=native",
@@ -27,6 +29,7 @@ C_FLAGS = (
     "-std=c11",
     "-ffp-contract=off",
     "-fno-math-errno",
+    "-fwrapv",
 )
 
 

@@ -1,0 +1,99 @@
+"""Value dtypes the kernels do not compute in: widened on the way in, narrowed on the way out.
+
+Kernels compute in float32, float64, int32 and int64. ``ta.einsum`` also takes the other dtypes
+NumPy's einsum takes, the way a C compiler takes ``char`` arithmetic: each operand whose dtype
+the kernels lack is converted to a *compute dtype*, the kernel runs in it, and the result is
+cast to the dtype NumPy's einsum would return (``np.result_type`` of the operands, or
+``dtype=``). For the sums of products einsum computes this gives NumPy's numbers:
+
+- bool, int8, int16, uint8, uint16, uint32 and uint64 compute in int64. Sums and products
+  modulo 2**64, then cast down, equal the same sums and products wrapped at the narrow width
+  (wrapping is a ring homomorphism), and the kernels' integer arithmetic wraps (LLVM's plain
+  ``add``/``mul``; ``-fwrapv`` in C). A bool result is "some product is true": the count of
+  true products, compared with zero.
+- float16 computes in float32 and is rounded to float16 at the end, as NumPy's einsum does.
+
+Complex values are not supported: the IR has no complex arithmetic yet.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from tensoralg.errors import UnsupportedError
+
+_NATIVE = frozenset(np.dtype(t) for t in (np.float32, np.float64, np.int32, np.int64))
+_COMPUTE = {**{np.dtype(t): np.dtype(np.int64) for t in (
+    np.bool_, np.int8, np.int16, np.uint8, np.uint16, np.uint32, np.uint64)},
+    np.dtype(np.float16): np.dtype(np.float32)}
+
+
+def compute_dtype(dtype: np.dtype) -> np.dtype:
+    """The dtype a kernel computes ``dtype`` values in.
+
+    >>> compute_dtype(np.dtype(np.uint8)), compute_dtype(np.dtype(np.float16))
+    (dtype('int64'), dtype('float32'))
+    """
+    dtype = np.dtype(dtype)
+    if dtype in _NATIVE:
+        return dtype
+    if dtype in _COMPUTE:
+        return _COMPUTE[dtype]
+    raise UnsupportedError(f"values of dtype {dtype} are not supported (the kernels compute in "
+                           f"float32, float64 and integers; complex arithmetic is not in the IR "
+                           f"yet); convert the operands with .astype")
+
+
+def _dtype_of(operand: Any) -> np.dtype | None:
+    dtype = getattr(operand, "dtype", None)
+    if dtype is None and isinstance(operand, (bool, int, float, complex, list, tuple)):
+        dtype = np.asarray(operand).dtype
+    try:
+        return np.dtype(dtype) if dtype is not None else None
+    except TypeError:
+        return None
+
+
+def widened(operands: Sequence[Any], dtype: Any) -> tuple[tuple, np.dtype, np.dtype] | None:
+    """``(operands in the compute dtype, result dtype, compute dtype)`` when some operand or
+    ``dtype=`` is one the kernels do not compute in; None when none is (nothing to do).
+
+    >>> ops, result, compute = widened((np.ones(2, np.int8), np.ones(2, np.int8)), None)
+    >>> [o.dtype.name for o in ops], result.name, compute.name
+    (['int64', 'int64'], 'int8', 'int64')
+    """
+    dtypes = [_dtype_of(op) for op in operands]
+    wanted = np.dtype(dtype) if dtype is not None else None
+    if all(d is None or d in _NATIVE for d in dtypes) and (wanted is None or wanted in _NATIVE):
+        return None
+    known = [d for d in dtypes if d is not None]
+    result = wanted if wanted is not None else np.result_type(*known) if known else \
+        np.dtype(np.float64)
+    compute = compute_dtype(result)
+    converted = tuple(_convert(op, compute) if d is not None and d not in _NATIVE else op
+                      for op, d in zip(operands, dtypes))
+    return converted, result, compute
+
+
+def _convert(operand: Any, dtype: np.dtype) -> Any:
+    if hasattr(operand, "astype") and not isinstance(operand, np.generic):
+        return operand.astype(dtype)
+    return np.asarray(operand).astype(dtype)
+
+
+def narrowed(result: Any, dtype: np.dtype) -> Any:
+    """``result`` (computed in the compute dtype) cast to ``dtype``, in its own family."""
+    if np.dtype(dtype) == np.dtype(np.bool_):
+        if isinstance(result, np.ndarray) or np.isscalar(result):
+            return np.asarray(result) != 0 if np.ndim(result) else np.bool_(result != 0)
+        return result.astype(np.bool_)      # a sparse result: its stored values != 0
+    with np.errstate(over="ignore"):       # float16 overflows to inf, silently, as in NumPy
+        if isinstance(result, np.generic) or np.isscalar(result):
+            return np.asarray(result).astype(dtype)[()]
+        if hasattr(result, "astype"):
+            return result.astype(dtype)
+    return result
+
+
+__all__ = ["compute_dtype", "narrowed", "widened"]

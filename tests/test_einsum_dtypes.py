@@ -1,0 +1,75 @@
+"""ta.einsum on the value dtypes kernels do not compute in (runtime/widen.py): bool, 8- to
+32-bit and unsigned integers, float16 — NumPy's result dtype and NumPy's numbers, wrap-around
+included, on dense and sparse operands and both CPU backends."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import tensoralg as ta
+
+NARROW = [np.bool_, np.int8, np.int16, np.uint8, np.uint16, np.uint32, np.uint64, np.float16]
+CALLS = [("ij,jk->ik", 2), ("ij->", 1), ("ij,ij->i", 2), ("ij->ji", 1), ("ij,j->i", 2),
+         ("i,j->ij", 2)]
+
+
+def _operands(subscripts, dtype, rng):
+    inputs = subscripts.split("->")[0].split(",")
+    shapes = {"i": 5, "j": 7, "k": 3}
+    high = 2 if dtype is np.bool_ else 120        # products and sums that wrap at 8 bits
+    return [rng.integers(0, high, tuple(shapes[c] for c in term)).astype(dtype)
+            for term in inputs]
+
+
+@pytest.mark.parametrize("dtype", NARROW)
+@pytest.mark.parametrize("subscripts, count", CALLS)
+@pytest.mark.parametrize("backend", ["llvm", "c"])
+def test_narrow_dtypes_give_numpys_dtype_and_numbers(dtype, subscripts, count, backend):
+    rng = np.random.default_rng(count)
+    operands = _operands(subscripts, dtype, rng)
+    got = ta.einsum(subscripts, *operands, backend=backend)
+    with np.errstate(over="ignore"):
+        expected = np.einsum(subscripts, *operands)
+    assert np.asarray(got).dtype == expected.dtype
+    if dtype is np.float16:
+        np.testing.assert_allclose(np.asarray(got, np.float64), expected.astype(np.float64),
+                                   rtol=2e-3)
+    else:
+        np.testing.assert_array_equal(got, expected)      # wrapped exactly as NumPy wraps
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.bool_, np.uint64])   # scipy has no float16
+def test_narrow_sparse_operands_keep_scipys_family_and_dtype(dtype):
+    A = sp.random_array((6, 6), density=0.4, format="csr", random_state=1)
+    A = (A * 50).astype(dtype)
+    got = ta.einsum("ij,jk->ik", A, A)
+    expected = A @ A
+    assert sp.issparse(got) and got.dtype == expected.dtype
+    np.testing.assert_array_equal(got.toarray(), expected.toarray())
+    x = np.arange(6).astype(dtype)
+    np.testing.assert_array_equal(ta.einsum("ij,j->i", A, x), np.einsum("ij,j->i", A.toarray(), x))
+
+
+def test_mixed_dtypes_promote_as_numpy_does():
+    a8, a16, u64, i64 = (np.arange(6).reshape(2, 3).astype(t)
+                         for t in (np.int8, np.float16, np.uint64, np.int64))
+    for x, y in [(a8, a16), (a8, i64), (u64, i64), (u64, u64), (a8, a8.astype(np.uint8))]:
+        got, expected = ta.einsum("ij,ij->i", x, y), np.einsum("ij,ij->i", x, y)
+        assert got.dtype == expected.dtype, (x.dtype, y.dtype)
+        np.testing.assert_allclose(got.astype(float), expected.astype(float), rtol=1e-3)
+
+
+def test_dtype_and_out_arguments_in_narrow_dtypes():
+    a = np.arange(12).reshape(3, 4)
+    got = ta.einsum("ij,ij->i", a, a, dtype=np.int8)
+    assert got.dtype == np.int8
+    np.testing.assert_array_equal(got, np.einsum("ij,ij->i", a, a).astype(np.int8))
+    out = np.zeros(3, np.int16)
+    assert ta.einsum("ij,ij->i", a.astype(np.int16), a.astype(np.int16), out=out) is out
+    np.testing.assert_array_equal(out, np.einsum("ij,ij->i", a, a))
+
+
+def test_complex_values_are_refused_with_the_reason():
+    with pytest.raises(ta.UnsupportedError, match="complex"):
+        ta.einsum("ij->i", np.ones((2, 2), np.complex128))
