@@ -78,6 +78,7 @@ from tensoralg.notation import (
 )
 from tensoralg.notation.ast import Expr, accesses
 from tensoralg.notation.ast import tensors as tensor_ranks
+from tensoralg.notation.broadcast import broadcast
 from tensoralg.notation.reductions import children
 from tensoralg.runtime.args import (
     CAPACITY,
@@ -319,6 +320,9 @@ def einsum(subscripts: str, *operands: Any, out_format: Any = None, formats: Any
                 return result
     if not isinstance(subscripts, str):
         raise NotationError(f"subscripts must be a string, not {type(subscripts).__name__}")
+    if any(isinstance(op, (list, tuple)) for op in operands):
+        operands = tuple(np.asarray(op) if isinstance(op, (list, tuple)) else op
+                         for op in operands)
     widening = widened(operands, dtype)
     if widening is not None:      # bool, small ints, uint64, float16: runtime/widen.py
         wide, result_dtype, compute = widening
@@ -330,6 +334,17 @@ def einsum(subscripts: str, *operands: Any, out_format: Any = None, formats: Any
     ranks = tuple(_rank(op, k) for k, op in enumerate(operands))
     stmt, canonical = _parse_einsum(subscripts, ranks)
     named = _einsum_names(len(operands))
+    stretched = broadcast(stmt, {name: getattr(op, "shape", ()) for name, op in
+                                 zip(named, operands)},
+                          {name for name, op in zip(named, operands)
+                           if isinstance(op, np.ndarray) or np.isscalar(op)})
+    if stretched is not None:     # size-1 dimensions broadcast: notation/broadcast.py
+        stmt, drop = stretched
+        canonical = canonical_text(stmt)
+        operands = tuple(np.asarray(op).reshape([n for m, n in enumerate(np.shape(op))
+                                                 if m not in drop[name]])
+                         if name in drop else op for name, op in zip(named, operands))
+        signature = None          # a later call of other shapes must not replay this one
     overrides = _format_overrides(formats, len(operands))
     bound = {}
     families = []

@@ -37,7 +37,7 @@ def parse_einsum(subscripts: str, ranks: Sequence[int]) -> Assignment:
     arrow = _check_characters(subscripts)
     inputs_end = len(subscripts) if arrow is None else arrow
     terms = _terms(subscripts, 0, inputs_end)
-    if not subscripts.strip():
+    if not subscripts.strip() and any(ranks):     # "" takes scalars, as in NumPy
         raise NotationError("empty subscripts for einsum with operands", subscripts, 0)
     _check_term_count(subscripts, terms, ranks, inputs_end)
     width = max((rank - len(t.letters) for t, rank in zip(terms, ranks) if t.ellipsis is not None),

@@ -1,0 +1,62 @@
+"""Call forms NumPy's einsum takes: broadcasting of size-1 dimensions (named and under an
+ellipsis), array-likes, and empty subscripts with scalars."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import tensoralg as ta
+
+BROADCASTS = [
+    ("ij,ij->j", (1, 4), (3, 4)),
+    ("ij,ij->ij", (3, 1), (3, 4)),
+    ("ij,ij->", (1, 1), (2, 3)),
+    ("ij,jk->ik", (2, 1), (3, 2)),
+    ("...j,...j->...", (2, 1, 4), (3, 4)),
+    ("...ij,...jk->...ik", (1, 2, 3), (4, 3, 2)),
+    ("i,i->i", (1,), (5,)),
+]
+
+
+@pytest.mark.parametrize("subscripts, shape_a, shape_b", BROADCASTS)
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int64])
+def test_size_one_dimensions_broadcast_as_in_numpy(subscripts, shape_a, shape_b, dtype):
+    rng = np.random.default_rng(len(subscripts))
+    a = rng.integers(-5, 5, shape_a).astype(dtype)
+    b = rng.integers(-5, 5, shape_b).astype(dtype)
+    expected = np.einsum(subscripts, a, b)
+    for _ in range(2):                                  # the first call and a repeated one
+        got = ta.einsum(subscripts, a, b)
+        assert np.shape(got) == expected.shape
+        np.testing.assert_allclose(got, expected, rtol=1e-6)
+
+
+def test_a_broadcast_call_does_not_replay_into_a_call_of_full_shapes():
+    rng = np.random.default_rng(1)
+    full, row = rng.random((3, 4)), rng.random((1, 4))
+    for a in (row, full, row, full):
+        np.testing.assert_allclose(ta.einsum("ij,ij->j", a, full),
+                                   np.einsum("ij,ij->j", a, full), rtol=1e-12)
+
+
+def test_sparse_operands_do_not_broadcast():
+    A = sp.random_array((1, 4), density=0.5, format="csr", random_state=0)
+    with pytest.raises(ta.ShapeError):
+        ta.einsum("ij,ij->j", A, np.ones((3, 4)))
+
+
+def test_mismatched_sizes_other_than_one_are_still_refused():
+    with pytest.raises(ta.ShapeError):
+        ta.einsum("ij,ij->j", np.ones((2, 4)), np.ones((3, 4)))
+
+
+def test_array_likes_and_scalars():
+    assert ta.einsum("i,i", [1, 2], [3, 4]) == 11
+    np.testing.assert_array_equal(ta.einsum("ij->ji", ((1.0, 2.0), (3.0, 4.0))),
+                                  [[1.0, 3.0], [2.0, 4.0]])
+    assert ta.einsum("", 3.0) == 3.0
+    assert ta.einsum(",", 2.0, np.float32(3.0)) == 6.0
+    assert ta.einsum(",i->i", 2, [1, 2]).tolist() == [2, 4]
+    with pytest.raises(ta.NotationError, match="empty subscripts"):
+        ta.einsum("", np.ones(3))
