@@ -16,6 +16,7 @@ from tensoralg.api import (
     set_num_threads,
 )
 from tensoralg.errors import (
+    CastingError,
     CompileError,
     FormatError,
     InputError,
@@ -45,8 +46,9 @@ from tensoralg.schedule import Schedule
 from tensoralg.tune import autotune
 
 __all__ = [
-    "__version__", "einsum", "compile", "Kernel", "set_num_threads", "get_num_threads",
-    "set_memory_limit", "get_memory_limit", "MemoryLimitError",
+    "__version__", "einsum", "compile", "Kernel", "set_num_threads",
+    "get_num_threads",
+    "set_memory_limit", "get_memory_limit", "MemoryLimitError", "CastingError",
     "Tensor", "Format", "LevelKind", "CSR", "CSC",
     "DCSR", "DCSC", "COO", "CSF", "dense", "read", "write", "TensorAlgebraError",
     "NotationError", "ShapeError", "FormatError", "CompileError", "UnsupportedError",

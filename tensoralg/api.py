@@ -27,6 +27,7 @@ import numpy as np
 from tensoralg import _version
 from tensoralg.codegen import CompiledKernel, DiskCache, build, default_cache_dir, emit_source
 from tensoralg.errors import (
+    CastingError,
     CompileError,
     InputError,
     KernelRuntimeError,
@@ -300,8 +301,11 @@ def kernel_cache() -> KernelCache:
 
 def einsum(subscripts: str, *operands: Any, out_format: Any = None, formats: Any = None,
            backend: str | None = None, schedule: Any = None, dtype: Any = None,
-           out: np.ndarray | None = None) -> Any:
+           out: np.ndarray | None = None, casting: str = "safe", order: str = "K") -> Any:
     """Evaluate NumPy einsum notation with a compiled kernel, on sparse and dense operands.
+
+    ``dtype=``, ``out=``, ``casting=`` and ``order=`` mean what they mean in ``numpy.einsum``
+    (a cast the ``casting`` rule forbids is a ``CastingError``, a ``TypeError``).
 
     >>> import numpy as np, scipy.sparse as sp
     >>> A = sp.random_array((4, 3), density=0.5, format="csr", random_state=0)
@@ -309,8 +313,11 @@ def einsum(subscripts: str, *operands: Any, out_format: Any = None, formats: Any
     >>> bool(np.allclose(einsum("ij,j->i", A, x), A @ x))
     True
     """
+    if casting not in _CASTINGS or order not in _ORDERS:
+        raise InputError(f"casting must be one of {', '.join(_CASTINGS)} and order one of "
+                         f"{', '.join(_ORDERS)}; got casting={casting!r}, order={order!r}")
     plain = formats is None and out_format is None and schedule is None and dtype is None \
-        and out is None
+        and out is None and order != "F"
     signature = _signature(subscripts, operands, backend) if plain else None
     if signature is not None:
         entry = kernel_cache().dispatch.get(signature)
@@ -320,15 +327,28 @@ def einsum(subscripts: str, *operands: Any, out_format: Any = None, formats: Any
                 return result
     if not isinstance(subscripts, str):
         raise NotationError(f"subscripts must be a string, not {type(subscripts).__name__}")
+    if order == "F":
+        result = einsum(subscripts, *operands, out_format=out_format, formats=formats,
+                        backend=backend, schedule=schedule, dtype=dtype, out=out,
+                        casting=casting)
+        return np.asfortranarray(result) if out is None and isinstance(result, np.ndarray) \
+            else result
     if any(isinstance(op, (list, tuple)) for op in operands):
         operands = tuple(np.asarray(op) if isinstance(op, (list, tuple)) else op
                          for op in operands)
     widening = widened(operands, dtype)
     if widening is not None:      # bool, small ints, uint64, float16: runtime/widen.py
         wide, result_dtype, compute = widening
+        if dtype is not None:
+            for k, operand in enumerate(operands):
+                _check_casting(np.asarray(operand).dtype if not hasattr(operand, "dtype")
+                               else np.dtype(operand.dtype), result_dtype, casting,
+                               f"operand {k}")
+        if out is not None:
+            _check_casting(result_dtype, np.asarray(out).dtype, casting, "the result")
         result = einsum(subscripts, *wide, out_format=out_format, formats=formats,
                         backend=backend, schedule=schedule,
-                        dtype=None if dtype is None else compute)
+                        dtype=None if dtype is None else compute, casting="unsafe")
         result = narrowed(result, result_dtype)
         return result if out is None else _dense_result(np.asarray(result), out)
     ranks = tuple(_rank(op, k) for k, op in enumerate(operands))
@@ -352,7 +372,7 @@ def einsum(subscripts: str, *operands: Any, out_format: Any = None, formats: Any
         families.append(input_family(operand))
         bound[name] = _bind(operand, overrides.get(k), f"operand {k} ({name})")
     result, compiled = _run(stmt, canonical, bound, families, out_format, backend, schedule,
-                            dtype, out)
+                            dtype, out, casting)
     if signature is not None and compiled is not None:
         _remember(signature, compiled, stmt, named, operands, bound)
     return result
@@ -710,17 +730,32 @@ def _check_cast(dtype: np.dtype, value_dtype: np.dtype, what: str) -> None:
     """Refuse computing ``what`` (of ``dtype``) in ``value_dtype`` where values would be lost
     in kind (floats truncated to integers), as NumPy's ``same_kind`` rule does."""
     if not np.can_cast(dtype, value_dtype, "same_kind"):
-        raise InputError(f"{what} holds {dtype} values, which the kernel would truncate to "
+        raise CastingError(f"{what} holds {dtype} values, which the kernel would truncate to "
                          f"{value_dtype}; cast it yourself (astype) if that is meant, or use a "
                          f"{dtype.kind == 'f' and 'float' or 'wider'} dtype")
 
 
-def _value_dtype(stmt: Assignment, dtypes: Sequence[np.dtype], dtype: Any) -> np.dtype:
+_CASTINGS = ("no", "equiv", "safe", "same_kind", "unsafe")
+_ORDERS = ("K", "A", "C", "F")
+
+
+def _check_casting(dtype: np.dtype, to: np.dtype, casting: str, what: str) -> None:
+    """``CastingError`` when NumPy's ``casting`` rule forbids ``dtype`` -> ``to``."""
+    if not np.can_cast(dtype, to, casting):
+        raise CastingError(f"{what} would be cast from {dtype} to {to}, which casting="
+                           f"{casting!r} does not allow (as in numpy.einsum); pass "
+                           f"casting='same_kind' or 'unsafe' to allow it")
+
+
+def _value_dtype(stmt: Assignment, dtypes: Sequence[np.dtype], dtype: Any,
+                 casting: str = "same_kind") -> np.dtype:
     if dtype is not None:
         result = _dtype_argument(dtype)
         if result in VALUE_DTYPES:
             for k, operand_dtype in enumerate(dtypes):
-                _check_cast(operand_dtype, result, f"operand {k}")
+                if casting != "unsafe":
+                    _check_cast(operand_dtype, result, f"operand {k}")
+                _check_casting(operand_dtype, result, casting, f"operand {k}")
     else:
         result = np.result_type(*dtypes) if dtypes else np.dtype(np.float64)
         if result.kind in "iu" and _needs_float(stmt.rhs):
@@ -755,14 +790,15 @@ def _out_request(out_format: Any, rank: int) -> Format | None:
 
 def _run(stmt: Assignment, canonical: str, bound: dict[str, Tensor], families: list[str],
          out_format: Any, backend: str | None, schedule: Any, dtype: Any,
-         out: np.ndarray | None) -> tuple[Any, CompiledProgram | None]:
+         out: np.ndarray | None, casting: str = "same_kind"
+         ) -> tuple[Any, CompiledProgram | None]:
     """The wrapped result and the compiled program that produced it (None when a GEMM route
     did: ``lower/gemm_form.py``)."""
     backend = _check_backend(backend)
     schedule = as_schedule(schedule)
     if schedule is not None:
         check_schedule(schedule, stmt)
-    value_dtype = _value_dtype(stmt, [t.dtype for t in bound.values()], dtype)
+    value_dtype = _value_dtype(stmt, [t.dtype for t in bound.values()], dtype, casting)
     shapes = {name: t.shape for name, t in bound.items()}
     dims = infer_dims(stmt, shapes)
     if schedule is None:
@@ -770,7 +806,7 @@ def _run(stmt: Assignment, canonical: str, bound: dict[str, Tensor], families: l
     shape = output_shape(stmt, dims)
     requested = _out_request(out_format, len(shape))
     if out is not None:
-        requested = _dense_into(out, requested, shape, value_dtype)
+        requested = _dense_into(out, requested, shape, value_dtype, casting)
     # An ``out`` that overlaps an operand (``einsum("ij,jk->ik", a, b, out=b)``) would be
     # overwritten while the kernel still reads it: compute apart, then copy, as NumPy does.
     direct = None if out is None or _overlaps(out, bound.values()) else out
@@ -842,7 +878,7 @@ def dense_gemm(form: GemmForm | None, bound: Mapping[str, Tensor], value_dtype: 
 
 
 def _dense_into(out: Any, requested: Format | None, shape: tuple[int, ...],
-                value_dtype: np.dtype) -> Format:
+                value_dtype: np.dtype, casting: str = "same_kind") -> Format:
     """The dense output format an ``out=`` array asks for, once ``out`` is checked: NumPy
     writes every einsum result into ``out``, so a sparse one is computed densely."""
     if not isinstance(out, np.ndarray):
@@ -854,9 +890,10 @@ def _dense_into(out: Any, requested: Format | None, shape: tuple[int, ...],
         raise ShapeError(f"out has shape {out.shape} but the result has shape {shape}")
     if not out.flags.writeable:
         raise InputError("out is read-only")
-    if not np.can_cast(value_dtype, out.dtype, "same_kind"):
-        raise InputError(f"out has dtype {out.dtype}, which cannot hold the {value_dtype} "
+    if casting != "unsafe" and not np.can_cast(value_dtype, out.dtype, "same_kind"):
+        raise CastingError(f"out has dtype {out.dtype}, which cannot hold the {value_dtype} "
                          f"result (NumPy's same_kind rule)")
+    _check_casting(value_dtype, out.dtype, casting, "the result")
     return dense(len(shape))
 
 
@@ -1109,7 +1146,7 @@ def _dense_result(array: np.ndarray, out: np.ndarray | None) -> Any:
         if out.shape != array.shape:
             raise ShapeError(f"out has shape {out.shape} but the result has shape {array.shape}")
         if not np.shares_memory(out, array):
-            np.copyto(out, array, casting="same_kind")
+            np.copyto(out, array, casting="unsafe")     # the casting rule was checked before
         return out
     return array[()] if array.ndim == 0 else array
 

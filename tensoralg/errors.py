@@ -73,6 +73,11 @@ class InputError(TensorAlgebraError, ValueError):
     shape (a lossy ``dtype=``, an ``out=`` that cannot hold the result); the message names it."""
 
 
+class CastingError(InputError, TypeError):
+    """``dtype=`` or ``out=`` asks for a cast the ``casting=`` rule forbids (a ``TypeError``, as
+    in NumPy, and an ``InputError``)."""
+
+
 __all__ = [
     "TensorAlgebraError",
     "NotationError",
@@ -82,6 +87,7 @@ __all__ = [
     "UnsupportedError",
     "KernelRuntimeError",
     "MemoryLimitError",
+    "CastingError",
     "ModelError",
     "InputError",
 ]

@@ -121,10 +121,9 @@ def test_out_of_the_wrong_shape():
 # dtypes
 
 
-@pytest.mark.parametrize("dtype", [np.complex128, np.complex64, np.bool_, object, np.float16,
-                                   "U3", np.int8, np.uint8])
+@pytest.mark.parametrize("dtype", [np.complex128, np.complex64, object, "U3"])
 def test_unsupported_numpy_dtype(dtype):
-    with pytest.raises(ta.UnsupportedError, match=r"operand 0.*dtype.*float32, float64, int32"):
+    with pytest.raises(ta.UnsupportedError, match=r"operand 0 has dtype .*float32, float64"):
         ta.einsum("ij,j->i", A.astype(dtype), x)
 
 
@@ -138,9 +137,11 @@ def test_string_operand_is_not_a_scalar():
         ta.einsum("ij,j->i", A, "abcd")
 
 
-def test_list_operand():
-    with pytest.raises(ta.UnsupportedError, match=r"cannot use .*list"):
-        ta.einsum("ij,j->i", A, [1.0, 2.0, 3.0, 4.0])
+def test_list_operand_is_an_array_as_in_numpy():
+    np.testing.assert_allclose(ta.einsum("ij,j->i", A, [1.0, 2.0, 3.0, 4.0]),
+                               A @ np.array([1.0, 2.0, 3.0, 4.0]))
+    with pytest.raises(ta.UnsupportedError, match=r"a dict is not a tensor"):
+        ta.einsum("ij,j->i", A, {"x": 1})
 
 
 def test_compile_with_complex_dtype():
@@ -379,7 +380,13 @@ def test_a_dtype_that_would_truncate_float_operands_is_refused():
     # Widening and same-kind narrowing stay allowed, as NumPy's same_kind rule has them.
     assert ta.einsum("ij,j->i", a.astype(np.int64), np.ones(2, np.int64), dtype="float64").dtype \
         == np.float64
-    assert ta.einsum("ij,j->i", a, np.ones(2), dtype="float32").dtype == np.float32
+    assert ta.einsum("ij,j->i", a, np.ones(2), dtype="float32", casting="same_kind").dtype \
+        == np.float32
+    # NumPy's default rule, "safe", refuses float64 -> float32, as a TypeError.
+    with pytest.raises(TypeError, match="casting='safe' does not allow"):
+        ta.einsum("ij,j->i", a, np.ones(2), dtype="float32")
+    assert ta.einsum("ij,j->i", a, np.ones(2), dtype="int32", casting="unsafe").tolist() == \
+        [1, 2]
 
 
 @pytest.mark.parametrize("call, error, match", [

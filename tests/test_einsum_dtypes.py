@@ -62,7 +62,9 @@ def test_mixed_dtypes_promote_as_numpy_does():
 
 def test_dtype_and_out_arguments_in_narrow_dtypes():
     a = np.arange(12).reshape(3, 4)
-    got = ta.einsum("ij,ij->i", a, a, dtype=np.int8)
+    got = ta.einsum("ij,ij->i", a, a, dtype=np.int8, casting="unsafe")
+    with pytest.raises(TypeError):                       # NumPy's "safe" rule, by default
+        ta.einsum("ij,ij->i", a, a, dtype=np.int8)
     assert got.dtype == np.int8
     np.testing.assert_array_equal(got, np.einsum("ij,ij->i", a, a).astype(np.int8))
     out = np.zeros(3, np.int16)

@@ -50,8 +50,9 @@ def _dtype_of(operand: Any) -> np.dtype | None:
     if dtype is None and isinstance(operand, (bool, int, float, complex, list, tuple)):
         dtype = np.asarray(operand).dtype
     try:
-        return np.dtype(dtype) if dtype is not None else None
-    except TypeError:
+        # A big-endian float64 is a float64: binding reads it as NumPy does.
+        return np.dtype(dtype).newbyteorder("=") if dtype is not None else None
+    except (TypeError, ValueError):
         return None
 
 
@@ -64,7 +65,17 @@ def widened(operands: Sequence[Any], dtype: Any) -> tuple[tuple, np.dtype, np.dt
     (['int64', 'int64'], 'int8', 'int64')
     """
     dtypes = [_dtype_of(op) for op in operands]
-    wanted = np.dtype(dtype) if dtype is not None else None
+    for k, d in enumerate(dtypes):
+        if d is not None and d not in _NATIVE and d not in _COMPUTE:
+            raise UnsupportedError(f"operand {k} has dtype {d}, which tensoralg does not "
+                                   f"support: values are float32, float64, int32 or int64, or "
+                                   f"bool, float16 and narrow or unsigned integers computed "
+                                   f"in those (complex arithmetic is not in the IR yet); "
+                                   f"convert it with .astype")
+    try:
+        wanted = np.dtype(dtype) if dtype is not None else None
+    except TypeError:
+        return None           # not a dtype: the API's own check says so
     if all(d is None or d in _NATIVE for d in dtypes) and (wanted is None or wanted in _NATIVE):
         return None
     known = [d for d in dtypes if d is not None]
