@@ -56,5 +56,11 @@ __all__ = [
     "autotune",
 ]
 
+# ta.Tensor's operators are compiled through the API above (arrays.py); installed here so that
+# formats/ stays below the compiler.
+from tensoralg import arrays as _arrays  # noqa: E402
+
+_arrays.install()
+
 # Format selection (ta.select.experiment) is built on the public names above: import it last.
 from tensoralg import select  # noqa: E402, F401

@@ -20,9 +20,14 @@ ALLOWED = {
     "lower": {"notation", "ir", "formats", "schedule"},
     "codegen": {"ir"},
     "runtime": {"ir", "formats", "codegen"},
+    "gpu": {"ir", "formats", "schedule", "lower", "codegen"},   # the cuda backend's runtime
     "data": {"formats"},
-    "api": {"notation", "ir", "formats", "schedule", "lower", "codegen", "runtime"},
+    # contraction paths: a plan over einsum's operands, read through notation only
+    "contract_path": {"notation"},
+    "api": {"notation", "ir", "formats", "schedule", "lower", "codegen", "runtime",
+            "contract_path"},
     "tune": {"notation", "schedule", "api"},   # autotuning sits beside api.py, on top of it
+    "arrays": {"formats", "api"},              # ta.Tensor's operators, on top of api.py
 }
 PUBLIC_API_ROOMS = {"onnx", "select", "cli", "__main__", "demo"}  # the public API only
 PUBLIC_API = {"__init__", "api", "data"}  # what those rooms may import (data: bundled files)
