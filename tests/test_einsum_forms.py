@@ -60,3 +60,33 @@ def test_array_likes_and_scalars():
     assert ta.einsum(",i->i", 2, [1, 2]).tolist() == [2, 4]
     with pytest.raises(ta.NotationError, match="empty subscripts"):
         ta.einsum("", np.ones(3))
+
+
+LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+@pytest.mark.parametrize("count", [9, pytest.param(26, marks=pytest.mark.slow),
+                                   pytest.param(52, marks=pytest.mark.slow)])
+def test_up_to_52_index_letters(count):    # 26 and 52 nested loops take minutes to compile
+    rng = np.random.default_rng(count)
+    shape = tuple(2 if k < 6 else 1 for k in range(count))       # 64 elements at most
+    a = rng.random(shape)
+    b = rng.random(shape[:3])
+    letters = LETTERS[:count]
+    for subscripts in (f"{letters}->", f"{letters}->{letters[0]}",
+                       f"{letters},{letters[:3]}->{letters[1]}{letters[-1]}"):
+        ops = (a, b) if "," in subscripts else (a,)
+        np.testing.assert_allclose(ta.einsum(subscripts, *ops), np.einsum(subscripts, *ops),
+                                   rtol=1e-12)
+
+
+def test_many_indices_with_a_sparse_operand():
+    rng = np.random.default_rng(3)
+    A = sp.random_array((6, 5), density=0.4, format="csr", random_state=4)
+    dense = rng.random((5, 2, 1, 2, 1, 2, 1, 2, 1))
+    subscripts = "ij,jklmnopqr->ikmr"
+    np.testing.assert_allclose(ta.einsum(subscripts, A, dense),
+                               np.einsum(subscripts, A.toarray(), dense), rtol=1e-12)
+    At = A.tocsc()
+    np.testing.assert_allclose(ta.einsum(subscripts, At, dense),
+                               np.einsum(subscripts, A.toarray(), dense), rtol=1e-12)

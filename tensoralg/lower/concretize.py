@@ -399,12 +399,33 @@ def _score(order, out, out_format, body, reduced, formats):
     return (rank, inversions, late_outputs), mode
 
 
-def _candidate_orders(indices: tuple[str, ...]):
+def _candidate_orders(indices: tuple[str, ...], leads: tuple[tuple[str, ...], ...] = (),
+                      orders: tuple[tuple[str, ...], ...] = ()):
+    """Every loop order, up to ``MAX_PERMUTED_INDICES`` indices (8! = 40320 to score).
+
+    Past that (an einsum may name 52 indices) the orders scored are a few natural ones: the
+    indices as written (output first), and each of ``leads`` (an operand's storage order, a
+    schedule's reorder) first with the rest as written, each also with the rest reversed.
+    Every compressed operand is then iterated in storage order by at least one candidate when
+    they agree, and converted otherwise, as with fewer indices."""
     if len(indices) <= MAX_PERMUTED_INDICES:
         return itertools.permutations(indices)
-    raise UnsupportedError(
-        f"a statement with {len(indices)} index variables is too large to schedule "
-        f"(at most {MAX_PERMUTED_INDICES}); split it into smaller statements")
+    candidates = [indices]
+    for lead in (*leads, *orders):
+        head = tuple(dict.fromkeys(i for i in lead if i in indices))
+        rest = tuple(i for i in indices if i not in head)
+        candidates += [head + rest, head + rest[::-1]]
+    if orders:       # a schedule's reorders, all at once, in the order given
+        head = tuple(dict.fromkeys(i for lead in orders for i in lead if i in indices))
+        candidates.append(head + tuple(i for i in indices if i not in head))
+    return list(dict.fromkeys(candidates))
+
+
+def _storage_orders(body: Expr, formats: dict[str, Format]) -> tuple[tuple[str, ...], ...]:
+    """The order each access's levels store its indices, sparse operands first."""
+    found = dict.fromkeys(accesses(body))
+    ranked = sorted(found, key=lambda a: formats[a.tensor].is_dense)
+    return tuple(tuple(a.indices[m] for m in formats[a.tensor].order) for a in ranked)
 
 
 def choose_loop_order(out: Access, body: Expr, reduced: tuple[str, ...],
@@ -424,7 +445,7 @@ def choose_loop_order(out: Access, body: Expr, reduced: tuple[str, ...],
     for count in range(len(sparse) + 1):
         best = None
         for relaxed in itertools.combinations(sparse, count):
-            for order in _candidate_orders(indices):
+            for order in _candidate_orders(indices, _storage_orders(body, builder.formats)):
                 if not all(respects(order, a, builder.formats[a.tensor])
                            for a in sparse if a not in relaxed):
                     continue
@@ -459,7 +480,8 @@ def _scheduled_order(indices: tuple[str, ...], out: Access, body: Expr,
     schedule is refused, naming the operand, rather than converting the operand on every call
     as the unscheduled choice would.
     """
-    allowed = [order for order in _candidate_orders(indices)
+    allowed = [order for order in _candidate_orders(indices, _storage_orders(
+        body, builder.formats), builder.orders)
                if all(follows(order, wanted) for wanted in builder.orders)]
     best = None
     for order in allowed:
