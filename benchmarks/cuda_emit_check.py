@@ -4,8 +4,9 @@
     python benchmarks/cuda_emit_check.py OUTDIR      # here: writes OUTDIR/*.cu and OUTDIR/run.sh
     bash OUTDIR/run.sh                               # on a machine with a GPU and nvcc
 
-Each file holds a kernel as ``kernel.source("cuda")`` prints it, its operands as literals, and a
-``main()`` that launches it ``<<<1, 1>>>`` (the CUDA dialect is single-threaded for now), copies
+Each file holds a kernel in the CUDA backend's ``serial`` mapping (the whole body in one thread,
+``CudaEmitter(mapping="serial")``), its operands as literals, and a ``main()`` that launches it
+``<<<1, 1>>>`` (the mapped kernels are run by ``tensoralg.gpu``: ``gpu_check.sh``), copies
 the output back and compares it with tensoralg's CPU (LLVM) result for the same operands,
 printing ``OK`` or ``WRONG`` and exiting non-zero on a mismatch. The cases cover a CSR SpMV, an
 SpMM whose rows run in register tiles, a fused sparse layer with a row workspace on the device
@@ -20,6 +21,7 @@ import scipy.sparse as sp
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import tensoralg as ta  # noqa: E402
+from tensoralg.codegen.cuda import CudaEmitter  # noqa: E402
 
 OUT = sys.argv[1] if len(sys.argv) > 1 else "cuda_check"
 rng = np.random.default_rng(0)
@@ -39,7 +41,7 @@ def case(name, statement, formats, dtype, operands, sizes):
     cpu = ta.compile(statement, formats=formats, dtype=dtype)
     expected = np.asarray(cpu(**operands)).reshape(-1)
     fn = k._default.function   # the IR function: its params give every argument's role
-    src = k.source("cuda")
+    src = CudaEmitter(mapping="serial").emit(fn)   # the whole body in one thread
     kname = fn.name
     decls, args, outputs = [], [], []
     for p in fn.params:

@@ -318,7 +318,8 @@ def einsum(subscripts: str, *operands: Any, out_format: Any = None, formats: Any
                          f"{', '.join(_ORDERS)}; got casting={casting!r}, order={order!r}")
     plain = formats is None and out_format is None and schedule is None and dtype is None \
         and out is None and order != "F"
-    signature = _signature(subscripts, operands, backend) if plain else None
+    signature = _signature(subscripts, operands, backend) if plain and backend != "cuda" \
+        else None
     if signature is not None:
         entry = kernel_cache().dispatch.get(signature)
         if entry is not None:
@@ -369,8 +370,10 @@ def einsum(subscripts: str, *operands: Any, out_format: Any = None, formats: Any
     bound = {}
     families = []
     for k, (name, operand) in enumerate(zip(named, operands)):
-        families.append(input_family(operand))
-        bound[name] = _bind(operand, overrides.get(k), f"operand {k} ({name})")
+        device = _device_operand(operand, backend)
+        families.append("device" if device is not None else input_family(operand))
+        bound[name] = device if device is not None else \
+            _bind(operand, overrides.get(k), f"operand {k} ({name})")
     result, compiled = _run(stmt, canonical, bound, families, out_format, backend, schedule,
                             dtype, out, casting)
     if signature is not None and compiled is not None:
@@ -810,15 +813,35 @@ def _run(stmt: Assignment, canonical: str, bound: dict[str, Tensor], families: l
     # An ``out`` that overlaps an operand (``einsum("ij,jk->ik", a, b, out=b)``) would be
     # overwritten while the kernel still reads it: compute apart, then copy, as NumPy does.
     direct = None if out is None or _overlaps(out, bound.values()) else out
-    if requested is None or requested.is_dense:
+    if (requested is None or requested.is_dense) and backend != "cuda":
         product = dense_gemm(gemm_form(stmt), bound, value_dtype, gemm_route(schedule), stmt,
                              direct)
         if product is not None:
             return _wrap(product, requested, families, out), None
     compiled = _compiled(stmt, canonical, bound, value_dtype, requested, shape, backend,
                          schedule)
+    if backend == "cuda":
+        from tensoralg import gpu
+
+        result = gpu.run(compiled, bound, value_dtype, shape, out, cache=kernel_cache().disk)
+        if not isinstance(result, (np.ndarray, Tensor)):
+            return result, compiled          # on the device: a DeviceArray/Tensor, or CuPy's
+        return _wrap(result, requested, families, out), compiled
     result = execute(compiled, bound, value_dtype, shape, direct)
     return _wrap(result, requested, families, out), compiled
+
+
+def _device_operand(operand: Any, backend: str | None) -> Any:
+    """A CuPy array or sparse matrix, or a gpu.DeviceTensor, as a DeviceTensor for the cuda
+    backend (None for anything else: it is bound on the host)."""
+    if backend != "cuda" or type(operand).__module__.split(".")[0] not in (
+            "cupy", "cupyx", "tensoralg"):
+        return None
+    from tensoralg import gpu
+
+    if isinstance(operand, gpu.DeviceTensor):
+        return operand
+    return gpu.from_cupy(operand)
 
 
 def _overlaps(out: np.ndarray, tensors: Iterable[Tensor]) -> bool:
@@ -902,8 +925,11 @@ def _check_backend(backend: str | None) -> str:
     if backend not in BACKENDS:
         raise UnsupportedError(f"unknown backend {backend!r}; use one of {', '.join(BACKENDS)}")
     if backend == "cuda":
-        raise UnsupportedError("the cuda backend can print kernels (kernel.source('cuda')) but "
-                               "cannot run them yet; use backend='llvm' or 'c'")
+        from tensoralg import gpu
+
+        reason = gpu.available()          # None, or why not (no pycuda/cuda-python, no GPU)
+        if reason is not None:
+            raise UnsupportedError(reason)
     return backend
 
 
@@ -1250,14 +1276,15 @@ class Kernel:
             return f"{head}\n  // note: {route_note(self._gemm_route)}\n{rest}"
         if lang == "llvm" and self._default.kernel.backend == "llvm":
             return self._default.kernel.source
+        if lang == "cuda" and self.backend == "cuda":
+            from tensoralg import gpu
+
+            return gpu.cuda_source(self._default)      # what runs: the GPU's IR settings
         return emit_source(function, lang)
 
     def _bound(self, operands: Mapping[str, Any], warn: bool = True) -> dict[str, Tensor]:
         """The operands bound to tensors of the compiled formats (converted, with a warning,
         when stored otherwise)."""
-        if self.backend == "cuda":
-            raise UnsupportedError("cuda kernels can be printed (source('cuda')) but not run yet; "
-                                   "compile with backend='llvm' or 'c'")
         missing = [name for name in self.formats if name not in operands]
         if missing:
             raise ShapeError(f"kernel for {self.statement} needs operand(s) "
@@ -1267,6 +1294,10 @@ class Kernel:
             raise ShapeError(f"kernel for {self.statement} has no operand(s) {', '.join(extra)}")
         bound: dict[str, Tensor] = {}
         for name, fmt in self.formats.items():
+            device = _device_operand(operands[name], self.backend)
+            if device is not None:
+                bound[name] = device       # checked against the kernel by tensoralg.gpu
+                continue
             tensor = _bind(operands[name], None, f"operand {name}")
             _check_cast(tensor.dtype, self.dtype, f"operand {name}")
             if tensor.ndim != fmt.rank:
@@ -1313,6 +1344,8 @@ class Kernel:
         reads them (``k(A, x)`` for ``y(i) = A(i,j) * x(j)``)."""
         if positional:
             operands = self._by_name(positional, operands)
+        if self.backend == "cuda":
+            return self._run_on_gpu(operands)
         if self._gemm is not None and (self._gemm_route is not None or
                                        large_product(self._gemm, operands)):
             bound = self._bound(operands)
@@ -1345,6 +1378,21 @@ class Kernel:
         families = [input_family(operands[name]) for name in self.formats]
         return _wrap(result, self.out_format, families, None)
 
+    def _run_on_gpu(self, operands: Mapping[str, Any]) -> Any:
+        from tensoralg import gpu
+
+        _check_backend("cuda")
+        bound = self._bound(operands)
+        shape = self._output_shape(bound)
+        compiled = self._program_for(bound, shape)
+        result = gpu.run(compiled, bound, self.dtype, shape, cache=kernel_cache().disk)
+        if not isinstance(result, (np.ndarray, Tensor)):
+            return result
+        if isinstance(result, np.ndarray) and self.out_format is None:
+            return result[()] if result.ndim == 0 else result
+        families = [input_family(operands[name]) for name in self.formats]
+        return _wrap(result, self.out_format, families, None)
+
     def bind(self, out: np.ndarray | None = None, **operands: Any) -> BoundCall:
         """Fix the operands (and a dense output buffer) for repeated calls.
 
@@ -1363,6 +1411,10 @@ class Kernel:
         >>> call().tolist()
         [1.0, 2.0]
         """
+        if self.backend == "cuda":
+            raise UnsupportedError("bind() fixes operands for the CPU kernel; call a cuda "
+                                   "kernel directly, with operands kept on the device "
+                                   "(tensoralg.gpu.to_device) to avoid copies")
         what = f"bound kernel for {self.statement}"
         if self.out_format is not None and not self.out_format.is_dense:
             raise UnsupportedError(f"{what}: only dense outputs can be bound (the output is "

@@ -347,11 +347,18 @@ def test_cuda_einsum():
         ta.einsum("ij,j->i", A, x, backend="cuda")
 
 
-def test_cuda_kernel_prints_but_cannot_run():
+def test_cuda_kernel_prints_and_without_a_gpu_says_why_it_cannot_run():
+    pytest.importorskip("numpy")
+    from tensoralg import gpu
+
     k = ta.compile("y(i) = A(i,j) * x(j)", formats={"A": "ds"}, backend="cuda")
     assert "__global__" in k.source("cuda")
-    with pytest.raises(ta.UnsupportedError, match=r"cuda kernels can be printed"):
+    if gpu.available() is None:
+        pytest.skip("a GPU is reachable: the kernel runs (tests/test_cuda_gpu.py)")
+    with pytest.raises(ta.UnsupportedError, match=r"cannot run kernels here: .*tensoralg\[cuda\]"):
         k(A=sp.csr_array(A), x=x)
+    with pytest.raises(ta.UnsupportedError, match="bind"):
+        k.bind(A=sp.csr_array(A), x=x)
 
 
 def test_unknown_source_language():

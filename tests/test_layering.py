@@ -24,7 +24,7 @@ ALLOWED = {
     "data": {"formats"},
     # contraction paths: a plan over einsum's operands, read through notation only
     "contract_path": {"notation"},
-    "api": {"notation", "ir", "formats", "schedule", "lower", "codegen", "runtime",
+    "api": {"notation", "ir", "formats", "schedule", "lower", "codegen", "runtime", "gpu",
             "contract_path"},
     "tune": {"notation", "schedule", "api"},   # autotuning sits beside api.py, on top of it
     "arrays": {"formats", "api"},              # ta.Tensor's operators, on top of api.py

@@ -1,0 +1,42 @@
+"""The IR a GPU kernel is printed from: the same lowering, with the GPU's pass settings.
+
+The CPU pipeline tiles accumulators into registers, jams rows and tiles transposes by cache
+line, choices made for one CPU core's registers and caches. On the GPU those loops are what
+lanes and threads share, so the GPU's function is lowered again from the compiled program and
+optimized without them (unless the kernel's schedule asks for them by name).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from tensoralg.ir.nodes import Function
+from tensoralg.ir.passes.pipeline import PassOptions, optimize
+from tensoralg.lower.lowerer import lower
+from tensoralg.lower.scheduling import pass_options_of
+from tensoralg.schedule import Jam, Schedule, Tile, TransposeTiles
+
+
+def pass_options(schedule: Schedule | None) -> PassOptions:
+    """The IR pass settings of a GPU kernel: the schedule's, where it names them; else no
+    register tiles, no row jamming and no cache-line tiles (row workspaces stay).
+
+    >>> pass_options(None).tile_bytes, pass_options(Schedule().tile(256)).tile_bytes
+    (0, 256)
+    """
+    options = pass_options_of(schedule)
+    given = schedule or Schedule()
+    return PassOptions(
+        tile_bytes=options.tile_bytes if given.last(Tile) else 0,
+        jam_rows=options.jam_rows if given.last(Jam) else 1,
+        workspaces=options.workspaces,
+        line_bytes=options.line_bytes if given.last(TransposeTiles) else 0)
+
+
+def gpu_function(compiled: Any) -> Function:
+    """The IR of ``compiled`` (an ``api.CompiledProgram``) with the GPU's pass settings:
+    lowered from its program and loop plan, under its function's name."""
+    lowered = lower(compiled.program, compiled.function.name, compiled.plan)
+    return optimize(lowered, options=pass_options(compiled.schedule))
+
+
+__all__ = ["gpu_function", "pass_options"]
