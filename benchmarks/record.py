@@ -30,7 +30,8 @@ RESULTS = HERE / "results"
 SCHEMA = 1
 # distribution names, as pip knows them; a missing one is recorded as null
 DISTRIBUTIONS = ("tensoralg", "numpy", "scipy", "llvmlite", "onnx", "onnxruntime", "sparse",
-                 "tensora", "torch", "sparse-dot-mkl", "mkl", "threadpoolctl")
+                 "tensora", "torch", "sparse-dot-mkl", "mkl", "threadpoolctl", "opt_einsum",
+                 "pytest", "pytest-timeout")
 _NUMBER_LIST = re.compile(r"\[\s*((?:-?[0-9][0-9.eE+-]*,\s*)*-?[0-9][0-9.eE+-]*)\s*\]")
 _NAME = re.compile(r"^(?P<script>.+)-(?P<stamp>\d{8}-\d{6})-(?P<commit>[0-9a-f]+|nogit)\.json$")
 

@@ -15,6 +15,7 @@ from tensoralg.api import (
     set_memory_limit,
     set_num_threads,
 )
+from tensoralg.contract_path import einsum_path
 from tensoralg.errors import (
     CastingError,
     CompileError,
@@ -46,7 +47,7 @@ from tensoralg.schedule import Schedule
 from tensoralg.tune import autotune
 
 __all__ = [
-    "__version__", "einsum", "compile", "Kernel", "set_num_threads",
+    "__version__", "einsum", "einsum_path", "compile", "Kernel", "set_num_threads",
     "get_num_threads",
     "set_memory_limit", "get_memory_limit", "MemoryLimitError", "CastingError",
     "Tensor", "Format", "LevelKind", "CSR", "CSC",

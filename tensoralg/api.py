@@ -26,6 +26,7 @@ import numpy as np
 
 from tensoralg import _version
 from tensoralg.codegen import CompiledKernel, DiskCache, build, default_cache_dir, emit_source
+from tensoralg.contract_path import contract_by_path, plan_contraction
 from tensoralg.errors import (
     CastingError,
     CompileError,
@@ -80,6 +81,7 @@ from tensoralg.notation import (
 from tensoralg.notation.ast import Expr, accesses
 from tensoralg.notation.ast import tensors as tensor_ranks
 from tensoralg.notation.broadcast import broadcast
+from tensoralg.notation.interleaved import from_interleaved
 from tensoralg.notation.reductions import children
 from tensoralg.runtime.args import (
     CAPACITY,
@@ -299,13 +301,21 @@ def kernel_cache() -> KernelCache:
 # einsum
 
 
-def einsum(subscripts: str, *operands: Any, out_format: Any = None, formats: Any = None,
+def einsum(*operands: Any, out_format: Any = None, formats: Any = None,
            backend: str | None = None, schedule: Any = None, dtype: Any = None,
-           out: np.ndarray | None = None, casting: str = "safe", order: str = "K") -> Any:
-    """Evaluate NumPy einsum notation with a compiled kernel, on sparse and dense operands.
+           out: np.ndarray | None = None, casting: str = "safe", order: str = "K",
+           optimize: Any = "auto") -> Any:
+    """Evaluate NumPy einsum notation with compiled kernels, on sparse and dense operands.
 
-    ``dtype=``, ``out=``, ``casting=`` and ``order=`` mean what they mean in ``numpy.einsum``
-    (a cast the ``casting`` rule forbids is a ``CastingError``, a ``TypeError``).
+    Called as ``einsum(subscripts, *operands)`` or in NumPy's interleaved form
+    ``einsum(op0, sublist0, op1, sublist1, ..., [sublistout])``. ``dtype=``, ``out=``,
+    ``casting=`` and ``order=`` mean what they mean in ``numpy.einsum`` (a cast the ``casting``
+    rule forbids is a ``CastingError``, a ``TypeError``). ``optimize=`` chooses the order of
+    contraction of three or more operands (``contract_path.py``: a sparsity-aware cost; each
+    step is one kernel, and a product one kernel computes best, such as SDDMM, stays fused):
+    ``"auto"`` (the default: ``"greedy"`` from three operands), ``True``/``"greedy"``,
+    ``"optimal"``, an explicit path as ``ta.einsum_path`` returns it, or ``False`` (one
+    kernel for the whole product, however many operands).
 
     >>> import numpy as np, scipy.sparse as sp
     >>> A = sp.random_array((4, 3), density=0.5, format="csr", random_state=0)
@@ -313,9 +323,27 @@ def einsum(subscripts: str, *operands: Any, out_format: Any = None, formats: Any
     >>> bool(np.allclose(einsum("ij,j->i", A, x), A @ x))
     True
     """
+    if not operands:
+        raise NotationError("einsum needs subscripts and at least one operand")
+    subscripts, *rest = operands
+    if isinstance(subscripts, str):
+        operands = tuple(rest)
+    else:
+        subscripts, listed = from_interleaved(operands)   # NumPy's (op, sublist, ...) form
+        operands = tuple(listed)
     if casting not in _CASTINGS or order not in _ORDERS:
         raise InputError(f"casting must be one of {', '.join(_CASTINGS)} and order one of "
                          f"{', '.join(_ORDERS)}; got casting={casting!r}, order={order!r}")
+    if len(operands) > 2 and optimize is not False and optimize is not None:
+        steps = _planned(subscripts, operands, optimize, formats, schedule)
+        if steps is not None:
+            return contract_by_path(
+                subscripts, operands, steps,
+                lambda text, ops: einsum(text, *ops, backend=backend, dtype=dtype,
+                                         casting=casting, optimize=False),
+                lambda text, ops: einsum(text, *ops, backend=backend, dtype=dtype,
+                                         casting=casting, optimize=False, out=out,
+                                         out_format=out_format, order=order))
     plain = formats is None and out_format is None and schedule is None and dtype is None \
         and out is None and order != "F"
     signature = _signature(subscripts, operands, backend) if plain and backend != "cuda" \
@@ -379,6 +407,23 @@ def einsum(subscripts: str, *operands: Any, out_format: Any = None, formats: Any
     if signature is not None and compiled is not None:
         _remember(signature, compiled, stmt, named, operands, bound)
     return result
+
+
+def _planned(subscripts: str, operands: tuple, optimize: Any, formats: Any, schedule: Any
+             ) -> list | None:
+    """The contraction path of three or more operands when it has several steps (None: one
+    kernel computes the whole product). ``formats`` and ``schedule`` name the operands and
+    loops of one statement, so a call that gives them runs as one kernel; an explicit path
+    with several steps is then refused."""
+    plan = plan_contraction(subscripts, operands, "greedy" if optimize == "auto" else optimize)
+    if len(plan.steps) <= 1:
+        return None
+    if formats is not None or schedule is not None:
+        if optimize == "auto":
+            return None
+        raise UnsupportedError("formats= and schedule= apply to one kernel; with them, "
+                               "pass optimize=False (or an explicit one-step path)")
+    return plan.path
 
 
 # -- the fast path of repeated einsum calls ---------------------------------------------------

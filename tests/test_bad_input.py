@@ -48,9 +48,15 @@ def test_einsum_notation_error_has_position():
     assert info.value.position == 2 and "^" in str(info.value)
 
 
-def test_subscripts_not_a_string():
-    with pytest.raises(ta.NotationError, match="must be a string"):
+def test_subscripts_not_a_string_nor_the_interleaved_form():
+    # A first argument that is not a string starts NumPy's interleaved form; a sublist that
+    # holds something other than integers is a TypeError, as in NumPy.
+    with pytest.raises(TypeError, match="sublist"):
         ta.einsum(3, A, x)
+    with pytest.raises(ta.TensorAlgebraError):
+        ta.einsum(A, [0, 1], x)
+    with pytest.raises(ValueError):
+        ta.einsum()
 
 
 @pytest.mark.parametrize("statement, match", [
