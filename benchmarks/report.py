@@ -1,15 +1,19 @@
 #!/usr/bin/env python
-"""Render RESULTS.md and ONNX_RESULTS.md, with their plots, from the latest benchmark results.
+"""Render RESULTS.md, ONNX_RESULTS.md and EINSUM_SUITES.md, with their plots, from the latest
+benchmark results.
 
     python benchmarks/report.py [--results benchmarks/results] [--out benchmarks] [--no-plots]
 
-``run.py``, ``overhead.py`` and ``onnx_models.py`` write their raw measurements to
-``results/<script>-<YYYYMMDD-HHMMSS>-<commit>.json``; this script takes the latest file of each
-(by the date in its name) and writes the report of that one run: the method, medians and
-spread, ratios against each baseline measured in the same run, geometric means, and PNG plots
-beside the Markdown. ``RESULTS.md`` holds ``run.py``'s kernel tables, then ``overhead.py``'s
-fixed costs, then a table of targets computed from both files. Nothing is carried over from
-earlier runs (git keeps the history).
+``run.py``, ``overhead.py``, ``onnx_models.py`` and ``einsum_suites.py`` write their raw
+results to ``results/<script>-<YYYYMMDD-HHMMSS>-<commit>.json``; this script takes the latest
+file of each (by the date in its name) and writes the report of that one run: the method,
+medians and spread, ratios against each baseline measured in the same run, geometric means,
+and PNG plots beside the Markdown. ``RESULTS.md`` holds ``run.py``'s kernel tables, then
+``overhead.py``'s fixed costs, then a table of targets computed from both files, then
+``einsum_suites.py``'s counts of the libraries' einsum tests that pass (all their failure
+categories go to ``EINSUM_SUITES.md``), and last ``selection.py``'s figures of automatic format
+selection (``selection_report.py``). Nothing is carried over from earlier runs (git keeps
+the history).
 
 Statistics, the same everywhere:
 
@@ -37,10 +41,14 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from record import parse_file_name  # benchmarks/record.py, beside this file
+from selection_report import selection_lines
+from suites_report import RESULTS_TOP, RESULTS_WRONG, suites_lines
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 KERNEL_SCRIPT, OVERHEAD_SCRIPT, ONNX_SCRIPT = "run", "overhead", "onnx_models"
+SUITES_SCRIPT = "einsum_suites"
+SELECTION_SCRIPT = "selection"     # selection.py: automatic format selection, held out
 
 KERNEL_TITLES = {
     "spmv": "SpMV: `y = A @ x` (`ij,j->i`)",
@@ -255,10 +263,11 @@ def time_cell(entry: dict[str, Any] | None) -> str:
 
 
 def render_results(data: dict[str, Any] | None, source: str, plots: dict[str, str],
-                   overhead: dict[str, Any] | None = None, overhead_source: str = "") -> str:
+                   overhead: dict[str, Any] | None = None, overhead_source: str = "",
+                   suites: dict[str, Any] | None = None, suites_source: str = "") -> str:
     """The text of RESULTS.md: the kernel tables of one ``run.py`` result file, the fixed
-    costs of one ``overhead.py`` result file, and the targets computed from both (either
-    file may be missing)."""
+    costs of one ``overhead.py`` result file, the targets computed from both, and the einsum
+    test suites of one ``einsum_suites.py`` result file (any file may be missing)."""
     if data is not None:
         head, tail = kernel_lines(data, source, plots), problem_lines(data)
     else:
@@ -268,6 +277,8 @@ def render_results(data: dict[str, Any] | None, source: str, plots: dict[str, st
     if overhead is not None:
         head += ["", *overhead_section(overhead, overhead_source)]
     head += ["", *targets_section(data, overhead)]
+    if suites is not None:
+        head += ["", *suites_section(suites, suites_source)]
     if tail:
         head += ["", *tail]
     return "\n".join(head) + "\n"
@@ -683,6 +694,23 @@ def targets_section(run: dict[str, Any] | None, overhead: dict[str, Any] | None)
 
 
 # ---------------------------------------------------------------------------------------------
+# einsum_suites.py: RESULTS.md's section and EINSUM_SUITES.md (the lines: suites_report.py)
+
+SUITES_TITLE = "Einsum drop-in: the libraries' own einsum tests"
+
+
+def suites_section(data: dict[str, Any], source: str) -> list[str]:
+    return [f"## {SUITES_TITLE}", "", provenance(data, source), "",
+            *suites_lines(data, RESULTS_TOP, RESULTS_WRONG)]
+
+
+def render_suites(data: dict[str, Any], source: str, plots: dict[str, str]) -> str:
+    """EINSUM_SUITES.md: every failure category and every wrong number."""
+    return "\n".join([f"# {SUITES_TITLE}", "", provenance(data, source), "",
+                      *suites_lines(data, None, None)]) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------
 # ONNX_RESULTS.md (onnx_models.py)
 
 
@@ -952,33 +980,48 @@ def latest(results: Path, script: str) -> Path | None:
     return max(found)[1] if found else None
 
 
+def selection_section(data: dict[str, Any], source: str) -> list[str]:
+    """RESULTS.md's last section: ``selection.py``'s figures (``selection_report.py``)."""
+    return selection_lines(data, provenance(data, source), table, fmt_time)
+
+
 def render_all(results: Path, out_dir: Path, plots: bool = True) -> list[Path]:
     """Write RESULTS.md and ONNX_RESULTS.md (and plots) for the latest files; return them."""
     written = []
     run_source, overhead_source = latest(results, KERNEL_SCRIPT), latest(results, OVERHEAD_SCRIPT)
-    if run_source is None and overhead_source is None:
-        print(f"note: no {KERNEL_SCRIPT}-*.json or {OVERHEAD_SCRIPT}-*.json in {results}; "
-              "RESULTS.md left as it is")
+    suites_source = latest(results, SUITES_SCRIPT)
+    selection_source = latest(results, SELECTION_SCRIPT)
+    if run_source is None and overhead_source is None and suites_source is None and \
+            selection_source is None:
+        print(f"note: no {KERNEL_SCRIPT}-*.json, {OVERHEAD_SCRIPT}-*.json or "
+              f"{SUITES_SCRIPT}-*.json in {results}; RESULTS.md left as it is")
     else:
         run = json.loads(run_source.read_text()) if run_source else None
         overhead = json.loads(overhead_source.read_text()) if overhead_source else None
+        suites = json.loads(suites_source.read_text()) if suites_source else None
         images = plot_kernels(run, out_dir) if plots and run is not None else {}
         text = render_results(run, _relative(run_source, out_dir) if run_source else "",
                               images, overhead,
-                              _relative(overhead_source, out_dir) if overhead_source else "")
+                              _relative(overhead_source, out_dir) if overhead_source else "",
+                              suites, _relative(suites_source, out_dir) if suites_source else "")
+        if selection_source is not None:
+            text += "\n" + "\n".join(selection_section(json.loads(selection_source.read_text()),
+                                                       _relative(selection_source, out_dir))) + "\n"
         (out_dir / "RESULTS.md").write_text(text)
         written.append(out_dir / "RESULTS.md")
-        sources = " and ".join(p.name for p in (run_source, overhead_source) if p)
+        sources = " and ".join(p.name for p in (run_source, overhead_source, suites_source,
+                                                selection_source) if p)
         print(f"wrote {out_dir / 'RESULTS.md'} from {sources}"
               + (f" (+ {', '.join(images.values())})" if images else ""))
-    jobs = ((ONNX_SCRIPT, "ONNX_RESULTS.md", render_onnx, plot_onnx),)
+    jobs = ((ONNX_SCRIPT, "ONNX_RESULTS.md", render_onnx, plot_onnx),
+            (SUITES_SCRIPT, "EINSUM_SUITES.md", render_suites, None))
     for script, name, render, plot in jobs:
         source = latest(results, script)
         if source is None:
             print(f"note: no {script}-*.json in {results}; {name} left as it is")
             continue
         data = json.loads(source.read_text())
-        images = plot(data, out_dir) if plots else {}
+        images = plot(data, out_dir) if plots and plot is not None else {}
         relative = _relative(source, out_dir)
         (out_dir / name).write_text(render(data, relative, images))
         written.append(out_dir / name)

@@ -14,13 +14,14 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import functools
+import logging
 import math
 import os
 import threading
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -394,7 +395,7 @@ def einsum(*operands: Any, out_format: Any = None, formats: Any = None,
                                                  if m not in drop[name]])
                          if name in drop else op for name, op in zip(named, operands))
         signature = None          # a later call of other shapes must not replay this one
-    overrides = _format_overrides(formats, len(operands))
+    overrides = _format_overrides(formats, len(operands), subscripts, operands)
     bound = {}
     families = []
     for k, (name, operand) in enumerate(zip(named, operands)):
@@ -684,9 +685,12 @@ def _rank(operand: Any, k: int) -> int:
     return len(shape)
 
 
-def _format_overrides(formats: Any, count: int) -> dict[int, Any]:
+def _format_overrides(formats: Any, count: int, subscripts: str = "",
+                      operands: tuple = ()) -> dict[int, Any]:
     if formats is None:
         return {}
+    if isinstance(formats, str) and formats == "auto":
+        formats = ["auto"] * count
     if isinstance(formats, Mapping):
         if not all(isinstance(k, (int, np.integer)) for k in formats):
             raise InputError(f"einsum's formats are keyed by operand position (0, 1, ...): "
@@ -698,12 +702,32 @@ def _format_overrides(formats: Any, count: int) -> dict[int, Any]:
                              f"operands; give one entry per operand (None keeps its format)")
         overrides = dict(enumerate(formats))
     else:
-        raise UnsupportedError("formats must be a list with one entry per operand or a dict "
-                               "from operand position to format")
+        raise UnsupportedError("formats must be \"auto\", a list with one entry per operand, "
+                               "or a dict from operand position to format")
     for k in overrides:
         if not 0 <= k < count:
             raise ShapeError(f"formats names operand {k}, but einsum has {count} operands")
+    if any(isinstance(v, str) and v == "auto" for v in overrides.values()):
+        if _auto_formats is None:
+            raise UnsupportedError("formats='auto' needs tensoralg.select (import tensoralg)")
+        chosen, explanation = _auto_formats(subscripts, operands, overrides)
+        overrides.update(chosen)
+        _log.info("%s: %s", subscripts, explanation)
     return {k: v for k, v in overrides.items() if v is not None and v != "auto"}
+
+
+# formats="auto": a function (subscripts, operands, formats) -> (position -> format or None,
+# explanation). The format-selection room sits on this API, so it registers itself here when
+# tensoralg is imported (select/auto.py) instead of being imported from below.
+_auto_formats: Callable[[str, tuple, Any], tuple[dict[int, Any], str]] | None = None
+_log = logging.getLogger("tensoralg")
+
+
+def set_auto_formats(resolver: Callable[[str, tuple, Any], tuple[dict[int, Any], str]] | None
+                     ) -> None:
+    """Install what ``formats="auto"`` asks (``tensoralg.select`` does, at import)."""
+    global _auto_formats
+    _auto_formats = resolver
 
 
 def _bind(operand: Any, fmt: Any, what: str) -> Tensor:

@@ -357,3 +357,88 @@ def test_overhead_script_writes_what_the_report_reads(tmp_path):
     targets = section((tmp_path / "RESULTS.md").read_text(), "## Targets")
     for name in ("einsum call vs scipy, small SpMV", "kernel call vs scipy, small SpMV"):
         assert table_row(targets, name)[3] in ("holds", "does not hold")
+
+
+# ---------------------------------------------------------------------------------------------
+# einsum_suites.py: the libraries' einsum tests with ta.einsum in place of their einsum
+
+
+def suites_fixture() -> dict:
+    """numpy: 4 counted (2 pass, a wrong number, a refusal); opt_einsum: 6 counted, all pass;
+    sparse: not installed."""
+    wrong_call = ("numpy.einsum('ij,jk->ik', ndarray(3, 3) int64, ndarray(3, 3) int64, "
+                  "out=ndarray(3, 3) int64): out: 3 of 9 values differ, e.g. 0 for 15")
+    return {
+        "schema": 1, "script": "einsum_suites", "command": "python benchmarks/einsum_suites.py",
+        "date": "2026-01-02T05:06:07+00:00",
+        "git": {"short": "abc1234", "dirty": False, "changed": []},
+        "machine": {"cpu_model": "Test CPU", "cores": 2}, "versions": {},
+        "method": {"timeout_s": 60.0}, "elapsed_s": 50.0,
+        "suites": {
+            "numpy": {
+                "tests": 6, "counted": 4,
+                "left_out": {"no call of the replaced function": 1,
+                             "skipped with the original": 1},
+                "outcomes": {"passed": 2, "failed": 1, "error": 1, "timeout": 0, "missing": 0},
+                "kinds": {"wrong number": 1, "refusal": 1, "no error raised": 0,
+                          "precision": 0, "assertion": 0, "timeout": 0, "other": 0},
+                "categories": [
+                    {"kind": "refusal", "category": "UnsupportedError: dtype <dtype> is not "
+                     "supported", "count": 1, "examples": ["t.py::test_dtypes"]},
+                    {"kind": "wrong number", "category": "AssertionError: Arrays are not equal",
+                     "count": 1, "examples": ["t.py::test_overlap"]}],
+                "wrong_numbers": [{"test": "t.py::test_overlap", "calls": [wrong_call],
+                                   "failure": "AssertionError: Arrays are not equal"}],
+                "dtype_differences": []},
+            "opt_einsum": {
+                "tests": 6, "counted": 6, "left_out": {},
+                "outcomes": {"passed": 6, "failed": 0, "error": 0, "timeout": 0, "missing": 0},
+                "kinds": {"wrong number": 0, "refusal": 0, "no error raised": 0,
+                          "precision": 0, "assertion": 0, "timeout": 0, "other": 0},
+                "categories": [], "wrong_numbers": [], "dtype_differences": []},
+            "sparse": {"skipped": "sparse is not installed"}},
+    }
+
+
+def test_einsum_suites_section_counts_and_lists_wrong_numbers(tmp_path):
+    results = tmp_path / "results"
+    results.mkdir()
+    write(results, "run", "20260102-030405", run_fixture())
+    write(results, "einsum_suites", "20260102-050607", suites_fixture())
+    assert report.main(["--results", str(results), "--out", str(tmp_path), "--no-plots"]) == 0
+    text = (tmp_path / "RESULTS.md").read_text()
+    assert text.index("## Targets") < text.index("## Einsum drop-in") < text.index("## Problems")
+    suites = section(text, "## Einsum drop-in")
+    assert "einsum_suites-20260102-050607-abc1234.json" in suites
+    assert table_row(suites, "NumPy `test_einsum.py`")[1:] == ["4", "2", "1", "1", "0",
+                                                               "50.0%", "1"]
+    # 8 of 10 counted tests pass: below 95%, and a wrong number
+    assert table_row(suites, "all")[1:] == ["10", "8", "1", "1", "0", "80.0%", "1"]
+    assert "**does not hold** (80.0% pass, 1 test(s) with a wrong number)" in suites
+    assert "not counted: 1 no call of the replaced function, 1 skipped with the original" in suites
+    assert "pydata sparse `test_einsum.py`: not run (sparse is not installed)" in suites
+    kinds = section(text, "### Kinds of failure")
+    assert table_row(kinds, "NumPy `test_einsum.py`")[1:3] == ["1", "1"]
+    categories = section(text, "### Failure categories")
+    # equal counts: the worse kind first
+    rows = [line for line in categories.splitlines() if line.startswith("| 1 |")]
+    assert [row.split(" | ")[2] for row in rows] == ["wrong number", "refusal"]
+    assert "`UnsupportedError: dtype <dtype> is not supported`" in rows[1]
+    wrong = section(text, "### Wrong numbers")
+    assert "`t.py::test_overlap`" in wrong and "out: 3 of 9 values differ" in wrong
+    detail = (tmp_path / "EINSUM_SUITES.md").read_text()
+    assert detail.startswith("# Einsum drop-in") and "test_overlap" in detail
+    assert not FORBIDDEN.search(text + detail)
+
+
+def test_einsum_suites_alone_render_without_kernel_files(tmp_path):
+    results = tmp_path / "results"
+    results.mkdir()
+    data = suites_fixture()
+    data["suites"]["numpy"].update(wrong_numbers=[], kinds=dict(
+        data["suites"]["numpy"]["kinds"], **{"wrong number": 0}))
+    write(results, "einsum_suites", "20260102-050607", data)
+    assert report.main(["--results", str(results), "--out", str(tmp_path), "--no-plots"]) == 0
+    text = (tmp_path / "RESULTS.md").read_text()
+    assert "No `run.py` result file" in text
+    assert "No call returned a number different from the original function's." in text

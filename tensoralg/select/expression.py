@@ -20,8 +20,9 @@ itself is parsed, and its mistakes reported with a caret, by ``ta.compile``.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence  # (typing's aliases check isinstance slowly)
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import tensoralg as ta
 

@@ -114,7 +114,9 @@ def storage_label(value: Any) -> str:
 
 def describe(operand: Any) -> str:
     """``1000x1000 csr_array float64 nnz=9983``: shape, kind, dtype, stored values."""
-    shape = "x".join(map(str, getattr(operand, "shape", np.shape(operand)))) or "scalar"
+    # (not getattr's default: np.shape(a ta.Tensor) would ask the Tensor's __array_function__)
+    shape = "x".join(map(str, operand.shape if hasattr(operand, "shape") else
+                         np.shape(operand))) or "scalar"
     if isinstance(operand, ta.Tensor):
         kind, nnz = f"Tensor {storage_label(operand)}", operand.nnz
     elif _is_scipy(operand) or _is_pydata(operand):
