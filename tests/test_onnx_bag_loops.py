@@ -431,15 +431,23 @@ def test_other_loops_are_refused_at_load(model, reason):
         assert err.match(reason)
 
 
-def test_if_is_still_refused_as_control_flow():
-    branch = helper.make_graph([helper.make_node("Identity", ["x"], ["z"])], "b", [],
-                               [helper.make_tensor_value_info("z", F32, [3])])
-    node = helper.make_node("If", ["c"], ["y"], then_branch=branch, else_branch=branch,
-                            name="choose")
+def test_an_if_outside_a_loop_runs_the_branch_its_condition_picks():
+    """Only Loops are limited to the bag forms: an If on a graph input runs at run time
+    (tests/test_onnx_ops_coverage.py has the If forms)."""
+    then_branch = helper.make_graph([helper.make_node("Identity", ["x"], ["z"])], "t", [],
+                                    [helper.make_tensor_value_info("z", F32, [3])])
+    else_branch = helper.make_graph([helper.make_node("Neg", ["x"], ["w"])], "e", [],
+                                    [helper.make_tensor_value_info("w", F32, [3])])
+    node = helper.make_node("If", ["c"], ["y"], then_branch=then_branch,
+                            else_branch=else_branch, name="choose")
     model = _model([node], [helper.make_tensor_value_info("c", BOOL, []),
                             helper.make_tensor_value_info("x", F32, [3])], [3], 17, [])
-    with pytest.raises(ta.UnsupportedError, match=r"node choose \(If"):
-        tonnx.load(model)
+    x = np.array([1.0, -2.0, 3.0], np.float32)
+    for level in LEVELS:
+        compiled = tonnx.load(model, opt_level=level)
+        for _ in range(3):
+            np.testing.assert_array_equal(compiled.run({"c": np.array(True), "x": x})["y"], x)
+            np.testing.assert_array_equal(compiled.run({"c": np.array(False), "x": x})["y"], -x)
 
 
 def test_size_range_and_reduce_prod():

@@ -370,23 +370,24 @@ def test_softplus_loads_at_every_opset_and_does_not_overflow():
 
 
 def test_an_unsupported_op_on_constants_is_evaluated_at_load():
-    """A TorchScript export of nn.MultiheadAttention computes a Mod of two Constants; the
-    importer has no Mod, but a node whose inputs are all constants is run once at load by
-    onnx's reference implementation (and named in the plan), at every level. The same op on
-    a graph input is still refused, naming the node."""
-    nodes = [h.make_node("Constant", [], ["a"], value=_const("v", np.array([7, -7, 9]))),
-             h.make_node("Constant", [], ["b"], value_ints=[3, 3, -4]),
-             h.make_node("Mod", ["a", "b"], ["m"], name="mod"),
+    """An op the importer has no kernel for (here BitShift) whose inputs are all constants is
+    run once at load by onnx's reference implementation (and named in the plan), at every
+    level; a TorchScript export of nn.MultiheadAttention computes such ops on Constants. The
+    same op on a graph input is still refused, naming the node."""
+    nodes = [h.make_node("Constant", [], ["a"], value=_const("v", np.array([7, 5, 9], np.uint64))),
+             h.make_node("Constant", [], ["b"], value=_const("s", np.array([1, 2, 0], np.uint64))),
+             h.make_node("BitShift", ["a", "b"], ["m"], name="shift", direction="LEFT"),
              h.make_node("Cast", ["m"], ["mf"], to=F32),
              h.make_node("Add", ["x", "mf"], ["y"])]
     model = _model(nodes, [h.make_tensor_value_info("x", F32, [3])],
                    [h.make_tensor_value_info("y", F32, [3])], [])
     levels = check_all_levels(model, {"x": np.ones(3, np.float32)})
-    assert "node mod (Mod) evaluated at load by onnx's reference" in levels[0].ir()
-    on_input = _model([h.make_node("Mod", ["x", "x"], ["y"], name="mod")],
-                      [h.make_tensor_value_info("x", I64, [3])],
-                      [h.make_tensor_value_info("y", I64, [3])], [])
-    with pytest.raises(ta.UnsupportedError, match="node mod \\(Mod"):
+    assert "node shift (BitShift) evaluated at load by onnx's reference" in levels[0].ir()
+    on_input = _model([h.make_node("BitShift", ["x", "x"], ["y"], name="shift",
+                                   direction="LEFT")],
+                      [h.make_tensor_value_info("x", TensorProto.UINT64, [3])],
+                      [h.make_tensor_value_info("y", TensorProto.UINT64, [3])], [])
+    with pytest.raises(ta.UnsupportedError, match="node shift \\(BitShift"):
         tonnx.load(on_input)
 
 

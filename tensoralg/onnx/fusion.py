@@ -34,6 +34,7 @@ from tensoralg.onnx.graph import Graph, Node
 from tensoralg.onnx.kernels import INDICES, OPERANDS, NodeContext, access, literal
 from tensoralg.onnx.ops.elementwise import (
     HARD_SWISH,
+    MISH,
     SELU_ALPHA,
     SELU_GAMMA,
     SOFTPLUS,
@@ -43,6 +44,7 @@ from tensoralg.onnx.ops.elementwise import (
 )
 from tensoralg.onnx.ops.matmul import use_blas
 from tensoralg.onnx.ops.registry import OpImpl
+from tensoralg.onnx.ops.variadic import variadic_template
 
 MAX_GROUP = 16          # nodes per fused statement (compile time grows with the statement)
 TRANSPOSE_MIN_ROWS = 8  # sparse weights: batch from which the transposed statement is used
@@ -109,6 +111,11 @@ TEMPLATES: dict[str, Callable[..., str]] = {
     "Elu": lambda at, a: f"({elu_template(at.get('alpha', 1.0)).format(a)})",
     "Selu": lambda at, a: "(" + selu_template(at.get("alpha", SELU_ALPHA),
                                               at.get("gamma", SELU_GAMMA)).format(a) + ")",
+    "Mish": lambda _, a: f"({MISH.format(a)})",
+    "Sum": lambda _, *args: f"({variadic_template('Sum', args)})",
+    "Mean": lambda _, *args: f"({variadic_template('Mean', args)})",
+    "Max": lambda _, *args: variadic_template("Max", args),
+    "Min": lambda _, *args: variadic_template("Min", args),
 }
 CONTRACTIONS = ("MatMul", "Gemm")
 

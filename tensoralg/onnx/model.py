@@ -13,7 +13,7 @@ from tensoralg.onnx.errors import InputError
 from tensoralg.onnx.executor import Executor, Step
 from tensoralg.onnx.graph import Graph, ValueInfo
 from tensoralg.onnx.kernels import KernelSet
-from tensoralg.onnx.load import build_graph, read_model
+from tensoralg.onnx.load import load_graph, read_model
 from tensoralg.onnx.passes import describe, pipeline
 from tensoralg.onnx.plan import MemoryTrace
 from tensoralg.onnx.profile import Profile
@@ -339,8 +339,8 @@ def load(source: Any, opt_level: int = 3, backend: str = "llvm",
         raise ta.UnsupportedError(f"backend {backend!r} cannot run ONNX models; use llvm or c")
     threshold = threshold_of(sparse_weights)
     show = os.environ.get("TENSORALG_PRINT_IR", "") not in ("", "0")
-    model = read_model(source)
-    graph = build_graph(model)
+    # The graph as read (Ifs decided at load inlined) is what shape inference must see.
+    graph, model = load_graph(read_model(source))
     kernels = KernelSet(backend, on_compile=_print_kernel if show else None)
     stages = []
     for name, step in pipeline(opt_level, model, kernels, threshold):

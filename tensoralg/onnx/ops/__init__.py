@@ -4,7 +4,9 @@ The modules are imported by name below; importing one runs its ``@op`` registrat
 """
 from tensoralg.onnx.ops import (  # noqa: F401  (imported for their registrations)
     constant,
+    control,
     conv,
+    conv_transpose,
     einsum,
     elementwise,
     indexing,
@@ -14,7 +16,10 @@ from tensoralg.onnx.ops import (  # noqa: F401  (imported for their registration
     normalization,
     pool,
     reduce,
+    resize,
+    scan,
     softmax,
+    variadic,
 )
 from tensoralg.onnx.ops.registry import OpImpl, lookup, op, supported_ops
 

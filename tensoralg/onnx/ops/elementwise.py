@@ -3,8 +3,13 @@
 Ops that the statement language has no function for are written with the functions it has:
 LeakyRelu and Clip and HardSigmoid with ``max``/``min`` (which keep NaN, as onnxruntime does),
 Reciprocal as ``1 / x``, Softplus as ``max(x, 0) + log(1 + exp(-|x|))`` (never overflows),
-Where as the select ``where(c, a, b)``, and Erf with the rational approximation 7.1.26 of
-Abramowitz & Stegun (absolute error below 1.5e-7).
+Where as the select ``where(c, a, b)``, Erf with the rational approximation 7.1.26 of
+Abramowitz & Stegun (absolute error below 1.5e-7), Mish as ``x tanh(softplus(x))``, and the
+logical ops on bools as int32 arithmetic (And ``a * b``, Or ``max(a, b)``, Xor ``ne(a, b)``).
+
+Mod is the one op here that runs in NumPy: the statement language has no truncation, floor or
+integer division, and ``a - b * trunc(a / b)`` in floats would not be exact anyway (C's
+``fmod`` is), so it is NumPy's ``fmod``/``mod``, which are onnxruntime's semantics.
 """
 from __future__ import annotations
 
@@ -15,6 +20,7 @@ import numpy as np
 import tensoralg as ta
 from tensoralg.onnx.kernels import (
     NodeContext,
+    broadcast_shape,
     compute_dtype,
     elementwise,
     literal,
@@ -146,6 +152,39 @@ def not_(node: NodeContext, x: np.ndarray) -> np.ndarray:
     """Logical not of a bool tensor, as the comparison ``eq(x, 0)`` (computed in int32)."""
     return elementwise(node, "eq({0}, 0)", x.astype(np.int32), dtype=np.dtype(np.int32),
                        out_dtype=np.bool_)
+
+
+def _logical(template: str) -> Any:
+    """A binary op on bool tensors: ``template`` on their int32 copies, cast back to bool
+    (the core computes in int32, not in bool)."""
+    def run(node: NodeContext, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return elementwise(node, template, a.astype(np.int32), b.astype(np.int32),
+                           dtype=np.dtype(np.int32), out_dtype=np.bool_)
+    return run
+
+
+op("And", since=7)(_logical("{0} * {1}"))
+op("Or", since=7)(_logical("max({0}, {1})"))
+op("Xor", since=7)(_logical("ne({0}, {1})"))
+
+
+@op("Mod", since=10)
+def mod(node: NodeContext, a: np.ndarray, b: np.ndarray, *, fmod: int = 0) -> np.ndarray:
+    """``a mod b``: with ``fmod=1`` C's ``fmod`` (the sign of ``a``), with ``fmod=0`` the
+    floored modulo of Python (the sign of ``b``); NumPy, see the module docstring. A zero
+    divisor gives 0 for integers (NumPy's answer; ONNX leaves it undefined), NaN for floats."""
+    if fmod not in (0, 1):
+        raise ta.UnsupportedError(f"{node}: fmod must be 0 or 1, not {fmod}")
+    broadcast_shape(node, (a, b))
+    node.note(f"numpy {'fmod' if fmod else 'mod'} (no truncation in the statement language)")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        result = np.fmod(a, b) if fmod else np.mod(a, b)
+    return result.astype(a.dtype, copy=False)
+
+
+# x tanh(softplus(x)), with softplus written as for Softplus so that exp never overflows.
+MISH = f"{{0}} * tanh({SOFTPLUS})"
+op("Mish", since=18)(_unary(MISH, True))
 
 
 @op("Where", since=9)

@@ -1,6 +1,10 @@
-"""ReduceSum, ReduceMean, ReduceMax and ReduceMin, with axes as an attribute or an input.
+"""ReduceSum, ReduceMean, ReduceMax, ReduceMin, ReduceL2 and ReduceLogSumExp, with axes as an
+attribute or an input.
 
-Sums are one statement: ``Y(i) = X(i,j)`` sums over ``j`` (ReduceMean multiplies by 1/n).
+Sums are one statement: ``Y(i) = X(i,j)`` sums over ``j`` (ReduceMean multiplies by 1/n);
+ReduceL2 is ``Y(i) = sqrt(sum(j, X(i,j) * X(i,j)))``. ReduceLogSumExp subtracts the maxima
+``M`` first, as onnxruntime does, so that ``exp`` cannot overflow:
+``Y(i) = M(i) + log(sum(j, exp(X(i,j) - M(i))))``.
 The core has no max/min reduction, so ReduceMax/ReduceMin (and the row maxima of Softmax)
 run as a tree of elementwise ``max``/``min`` kernels over the two overlapping halves of the
 reduced axis: ceil(log2 n) calls of one compiled kernel.
@@ -17,7 +21,9 @@ from tensoralg.onnx.kernels import (
     INDICES,
     NodeContext,
     compute_dtype,
+    elementwise,
     literal,
+    minus,
     output_access,
 )
 from tensoralg.onnx.ops.registry import op
@@ -76,6 +82,49 @@ def reduce_extreme(node: NodeContext, x: np.ndarray, axes: list[int], keepdims: 
     return flat.reshape(out_shape).astype(x.dtype, copy=False)
 
 
+def _summed(indices: str, axes: Sequence[int], body: str) -> str:
+    """``body`` inside an explicit ``sum`` over each reduced index (innermost last)."""
+    for axis in reversed(sorted(axes)):
+        body = f"sum({indices[axis]}, {body})"
+    return body
+
+
+def reduce_l2(node: NodeContext, x: np.ndarray, axes: list[int], keepdims: int) -> np.ndarray:
+    """``sqrt`` of the sum of squares over ``axes``: one statement (integers in float64,
+    truncated back, as onnxruntime casts its result)."""
+    if x.ndim > len(INDICES):
+        raise ta.UnsupportedError(f"{node}: rank {x.ndim} is above {len(INDICES)}")
+    dtype = compute_dtype(x.dtype, needs_float=True)
+    indices = INDICES[:x.ndim]
+    kept = "".join(indices[d] for d in range(x.ndim) if d not in axes)
+    access = f"X({','.join(indices)})"
+    statement = f"{output_access(kept)} = sqrt({_summed(indices, axes, f'{access} * {access}')})"
+    result = node.run(statement, dtype, X=x)
+    return result.reshape(kept_shape(x.shape, axes, keepdims)).astype(x.dtype, copy=False)
+
+
+def reduce_log_sum_exp(node: NodeContext, x: np.ndarray, axes: list[int], keepdims: int
+                       ) -> np.ndarray:
+    """``log(sum(exp(x)))`` over ``axes``, shifted by the maxima (see the module docstring).
+
+    An infinite or NaN maximum is replaced by 0 before the shift (a NumPy step on the small
+    result): ``x - M`` would be NaN where every value is -inf, whose answer is log(0) = -inf.
+    """
+    if x.ndim > len(INDICES):
+        raise ta.UnsupportedError(f"{node}: rank {x.ndim} is above {len(INDICES)}")
+    dtype = compute_dtype(x.dtype, needs_float=True)
+    maxima = reduce_extreme(node, x, axes, 0, "max").astype(dtype)
+    maxima = np.where(np.isfinite(maxima), maxima, 0).astype(dtype)
+    indices = INDICES[:x.ndim]
+    kept = "".join(indices[d] for d in range(x.ndim) if d not in axes)
+    x_access = f"X({','.join(indices)})"
+    m_access = f"M({','.join(kept)})" if kept else "M"
+    summed = _summed(indices, axes, f"exp({minus(x_access, m_access)})")
+    result = node.run(f"{output_access(kept)} = {m_access} + log({summed})", dtype, X=x,
+                      M=maxima)
+    return result.reshape(kept_shape(x.shape, axes, keepdims)).astype(x.dtype, copy=False)
+
+
 def _identity(dtype: np.dtype, function: str) -> float | int:
     if dtype.kind == "f":
         return -np.inf if function == "max" else np.inf
@@ -84,20 +133,30 @@ def _identity(dtype: np.dtype, function: str) -> float | int:
 
 
 def reduction_op(compute: Callable[[NodeContext, np.ndarray, list[int], int], np.ndarray],
-                 axes_input: bool):  # type: ignore[no-untyped-def]
+                 axes_input: bool,
+                 noop: Callable[[NodeContext, np.ndarray], np.ndarray] | None = None
+                 ):  # type: ignore[no-untyped-def]
     """The op function of a Reduce* node: axes from the attribute (``axes_input`` False) or the
-    second input, no axes meaning identity when ``noop_with_empty_axes``; ``compute(node, x,
-    axes, keepdims)`` does the reduction."""
+    second input; ``compute(node, x, axes, keepdims)`` does the reduction. With no axis to
+    reduce (``noop_with_empty_axes``, or a scalar) the result is ``noop(node, x)``: each element
+    reduced alone, as onnxruntime answers (|x| for ReduceL2), by default ``x`` itself."""
     def run(node: NodeContext, x: np.ndarray, axes_in: np.ndarray | None = None, *,
             axes: Sequence[int] | None = None, keepdims: int = 1,
             noop_with_empty_axes: int = 0) -> np.ndarray:
         chosen = normalize_axes(node, axes_in if axes_input else axes, x.ndim,
                                 noop_with_empty_axes)
         if not chosen:
+            if noop is not None:
+                return noop(node, x)
             node.note("no axes: identity")
             return x
         return compute(node, x, chosen, keepdims)
     return run
+
+
+def _magnitude(node: NodeContext, x: np.ndarray) -> np.ndarray:
+    """ReduceL2 over no axis: the L2 norm of each element alone, ``|x|``."""
+    return elementwise(node, "abs({0})", x, dtype=compute_dtype(x.dtype))
 
 
 def _reduce(kind: str) -> Callable[[NodeContext, np.ndarray, list[int], int], np.ndarray]:
@@ -110,11 +169,18 @@ def _reduce(kind: str) -> Callable[[NodeContext, np.ndarray, list[int], int], np
             if count == 0:
                 return np.full(kept_shape(x.shape, chosen, keepdims), np.nan, x.dtype)
             return reduce_sum(node, x, chosen, keepdims, 1.0 / count)
+        if kind == "l2":
+            return reduce_l2(node, x, chosen, keepdims)
+        if kind == "logsumexp":
+            return reduce_log_sum_exp(node, x, chosen, keepdims)
         return reduce_extreme(node, x, chosen, keepdims, kind)
     return compute
 
 
 for _name, _kind, _input_since in [("ReduceSum", "sum", 13), ("ReduceMean", "mean", 18),
-                                   ("ReduceMax", "max", 18), ("ReduceMin", "min", 18)]:
-    op(_name, since=1)(reduction_op(_reduce(_kind), axes_input=False))
-    op(_name, since=_input_since)(reduction_op(_reduce(_kind), axes_input=True))
+                                   ("ReduceMax", "max", 18), ("ReduceMin", "min", 18),
+                                   ("ReduceL2", "l2", 18),
+                                   ("ReduceLogSumExp", "logsumexp", 18)]:
+    _noop = _magnitude if _kind == "l2" else None
+    op(_name, since=1)(reduction_op(_reduce(_kind), axes_input=False, noop=_noop))
+    op(_name, since=_input_since)(reduction_op(_reduce(_kind), axes_input=True, noop=_noop))

@@ -1,0 +1,222 @@
+"""Resize, modes nearest and linear, one resized axis at a time (interpolation is separable).
+
+For each resized axis, every output position ``o`` maps to a source coordinate ``x(o)`` by the
+``coordinate_transformation_mode`` (computed in float32, as onnxruntime computes it, so that
+ties between two source pixels break the same way):
+
+    half_pixel            (o + 0.5) / scale - 0.5
+    half_pixel_symmetric  the same, shifted so the centres of input and output coincide
+    pytorch_half_pixel    as half_pixel, but 0 when the output has one position
+    align_corners         o * (in - 1) / (out - 1)
+    asymmetric            o / scale
+    tf_crop_and_resize    the roi's [start, end] (fractions of in - 1) spread over the output;
+                          positions outside the input take ``extrapolation_value``
+
+- **nearest** rounds ``x`` by ``nearest_mode`` into ``[0, in)`` and gathers (NumPy ``take``:
+  data movement, exact for every dtype);
+- **linear** clamps ``x`` into ``[0, in - 1]`` and mixes the two pixels around it with the
+  weights onnxruntime uses. Those weights form a sparse matrix ``M`` (out x in, two entries a
+  row), and the axis is resized by one tensoralg contraction with ``M`` in CSR::
+
+      Y(i,a,k) = sum(j, M(a,j) * X(i,j,k))      X viewed as (before, in, after)
+
+Output sizes come from ``sizes`` (with ``keep_aspect_ratio_policy``) or ``scales``
+(``floor(scale * in)``), on all axes or on ``axes``. Cubic mode and antialiasing are refused at
+load.
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+import scipy.sparse as sp
+
+import tensoralg as ta
+from tensoralg.onnx.kernels import NodeContext, compute_dtype
+from tensoralg.onnx.ops.registry import op
+
+COORDINATE_MODES = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel",
+                    "align_corners", "asymmetric", "tf_crop_and_resize")
+NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
+ASPECT_POLICIES = ("stretch", "not_larger", "not_smaller")
+
+
+def _check(attributes: dict) -> str | None:
+    mode = attributes.get("mode", "nearest")
+    if mode not in ("nearest", "linear"):
+        return f"Resize mode {mode!r} is not supported (nearest and linear are)"
+    if attributes.get("antialias", 0):
+        return "Resize with antialias=1 is not supported"
+    choices = [("coordinate_transformation_mode", "half_pixel", COORDINATE_MODES),
+               ("nearest_mode", "round_prefer_floor", NEAREST_MODES),
+               ("keep_aspect_ratio_policy", "stretch", ASPECT_POLICIES)]
+    for name, default, allowed in choices:
+        if attributes.get(name, default) not in allowed:
+            return f"Resize {name}={attributes[name]!r} is not one of {', '.join(allowed)}"
+    return None
+
+
+def _values(array: np.ndarray | None) -> list[float] | None:
+    """The entries of an optional input; None when it is missing or empty."""
+    if array is None or np.asarray(array).size == 0:
+        return None
+    return np.asarray(array).reshape(-1).tolist()
+
+
+def output_geometry(node: NodeContext, shape: Sequence[int], axes: list[int],
+                    scales: list[float] | None, sizes: list[float] | None, policy: str
+                    ) -> tuple[list[int], list[float]]:
+    """Output size and scale of every axis in ``axes``, as onnxruntime computes them (scales
+    in float32; an output size from a scale is ``floor(scale * in)``)."""
+    if (scales is None) == (sizes is None):
+        raise ta.ShapeError(f"{node}: exactly one of scales and sizes must be given")
+    given = sizes if sizes is not None else scales
+    if len(given) != len(axes):
+        raise ta.ShapeError(f"{node}: {len(given)} {'sizes' if sizes else 'scales'} for "
+                            f"{len(axes)} resized axes")
+    inputs = [shape[a] for a in axes]
+    if scales is not None:
+        factors = [np.float32(s) for s in scales]
+        if any(not f > 0 for f in factors):
+            raise ta.ShapeError(f"{node}: scales {scales} must be positive")
+        return [int(f * np.float32(n)) for f, n in zip(factors, inputs)], \
+            [float(f) for f in factors]
+    wanted = [int(s) for s in sizes]
+    if any(s < 0 for s in wanted):
+        raise ta.ShapeError(f"{node}: sizes {wanted} must not be negative")
+    if policy != "stretch":
+        ratios = [np.float32(s) / np.float32(n) for s, n in zip(wanted, inputs) if n]
+        factor = (min if policy == "not_larger" else max)(ratios, default=np.float32(1))
+        wanted = [int(factor * np.float32(n) + np.float32(0.5)) for n in inputs]
+        return wanted, [float(factor)] * len(axes)
+    return wanted, [float(np.float32(s) / np.float32(n)) if n else 1.0
+                    for s, n in zip(wanted, inputs)]
+
+
+def source_coordinates(mode: str, out: int, size: int, scale: float,
+                       roi: tuple[float, float]) -> tuple[np.ndarray, np.ndarray | None]:
+    """The source coordinate of each of ``out`` positions (float32), and for
+    ``tf_crop_and_resize`` which of them fall outside the input (else None)."""
+    o = np.arange(out, dtype=np.float32)
+    f32 = np.float32
+    s, n = f32(scale), f32(size)
+    if mode == "align_corners":
+        x = o * (n - 1) / f32(out - 1) if out > 1 else np.zeros(out, np.float32)
+    elif mode == "asymmetric":
+        x = o / s
+    elif mode == "pytorch_half_pixel":
+        x = (o + f32(0.5)) / s - f32(0.5) if out > 1 else np.zeros(out, np.float32)
+    elif mode == "half_pixel_symmetric":
+        adjustment = f32(out) / (s * n)
+        offset = n / f32(2) * (f32(1) - adjustment)
+        x = offset + (o + f32(0.5)) / s - f32(0.5)
+    elif mode == "tf_crop_and_resize":
+        start, end = f32(roi[0]), f32(roi[1])
+        if out > 1:
+            x = start * (n - 1) + o * (end - start) * (n - 1) / f32(out - 1)
+        else:
+            x = np.full(out, f32(0.5) * (start + end) * (n - 1), np.float32)
+        return x.astype(np.float32), (x < 0) | (x > n - 1)
+    else:
+        x = (o + f32(0.5)) / s - f32(0.5)
+    return x.astype(np.float32), None
+
+
+def nearest_indices(x: np.ndarray, nearest_mode: str, size: int) -> np.ndarray:
+    """Each coordinate rounded to a source index by ``nearest_mode``, clamped into the input."""
+    half = np.float32(0.5)
+    if nearest_mode == "round_prefer_floor":
+        rounded = np.ceil(x - half)        # x.5 goes down, everything else to the nearest
+    elif nearest_mode == "round_prefer_ceil":
+        rounded = np.floor(x + half)
+    elif nearest_mode == "floor":
+        rounded = np.floor(x)
+    else:
+        rounded = np.ceil(x)
+    return np.clip(rounded, 0, size - 1).astype(np.int64)
+
+
+def linear_matrix(x: np.ndarray, size: int) -> sp.csr_array:
+    """The (out x in) CSR matrix of linear interpolation at coordinates ``x``: onnxruntime's
+    two pixels and weights (a coordinate past either end takes the end pixel)."""
+    clamped = np.clip(x, np.float32(0), np.float32(size - 1))
+    low = np.minimum(clamped.astype(np.int64), size - 1)
+    high = np.minimum(low + 1, size - 1)
+    w_high = np.abs(clamped - low.astype(np.float32))
+    w_low = np.abs(clamped - high.astype(np.float32))
+    same = low == high
+    w_low[same] = w_high[same] = np.float32(0.5)
+    rows = np.repeat(np.arange(len(x)), 2)
+    columns = np.stack([low, high], axis=1).reshape(-1)
+    weights = np.stack([w_low, w_high], axis=1).reshape(-1)
+    return sp.csr_array((weights, (rows, columns)), shape=(len(x), size))
+
+
+def _interpolate(node: NodeContext, x: np.ndarray, axis: int, matrix: sp.csr_array
+                 ) -> np.ndarray:
+    """``x`` with ``axis`` replaced by ``matrix @`` it: one sparse·dense contraction."""
+    dtype = compute_dtype(x.dtype)
+    before, after = math.prod(x.shape[:axis]), math.prod(x.shape[axis + 1:])
+    size = x.shape[axis]
+    if after == 1:
+        statement = "Y(i,a) = sum(j, M(a,j) * X(i,j))"
+        view = x.reshape(before, size)
+    else:
+        statement = "Y(i,a,k) = sum(j, M(a,j) * X(i,j,k))"
+        view = x.reshape(before, size, after)
+    result = node.run(statement, dtype, formats={"M": ta.CSR}, M=matrix.astype(dtype),
+                      X=view)
+    shape = list(x.shape)
+    shape[axis] = matrix.shape[0]
+    return result.reshape(shape)
+
+
+@op("Resize", since=11, check=_check)
+def resize(node: NodeContext, x: np.ndarray, roi: np.ndarray | None = None,
+           scales: np.ndarray | None = None, sizes: np.ndarray | None = None, *,
+           antialias: int = 0, axes: Sequence[int] | None = None,
+           coordinate_transformation_mode: str = "half_pixel", cubic_coeff_a: float = -0.75,
+           exclude_outside: int = 0, extrapolation_value: float = 0.0,
+           keep_aspect_ratio_policy: str = "stretch", mode: str = "nearest",
+           nearest_mode: str = "round_prefer_floor") -> np.ndarray:
+    """``x`` resized on ``axes`` (default: all); see the module docstring."""
+    chosen = list(range(x.ndim)) if not axes else [int(a) for a in axes]
+    if any(not -x.ndim <= a < x.ndim for a in chosen):
+        raise ta.ShapeError(f"{node}: axes {chosen} out of range for rank {x.ndim}")
+    chosen = [a % x.ndim for a in chosen]
+    if len(set(chosen)) != len(chosen):
+        raise ta.ShapeError(f"{node}: repeated axes {chosen}")
+    sizes_out, factors = output_geometry(node, x.shape, chosen, _values(scales),
+                                         _values(sizes), keep_aspect_ratio_policy)
+    crop = coordinate_transformation_mode == "tf_crop_and_resize"
+    bounds = _values(roi) if crop else None
+    if crop and (bounds is None or len(bounds) != 2 * len(chosen)):
+        raise ta.ShapeError(f"{node}: tf_crop_and_resize needs a roi of {2 * len(chosen)} "
+                            f"values (starts, then ends)")
+    if mode == "linear" and x.dtype.kind != "f":
+        raise ta.UnsupportedError(f"{node}: linear Resize of {x.dtype} values is not "
+                                  f"supported (float inputs are)")
+    out_shape = list(x.shape)
+    for a, n in zip(chosen, sizes_out):
+        out_shape[a] = n
+    if x.size == 0 or math.prod(out_shape) == 0:
+        node.note("empty tensor: nothing to interpolate")
+        return np.zeros(out_shape, dtype=x.dtype)
+    result = x
+    for k, (axis, out, factor) in enumerate(zip(chosen, sizes_out, factors)):
+        roi_pair = (bounds[k], bounds[k + len(chosen)]) if crop else (0.0, 1.0)
+        if out == x.shape[axis] and factor == 1.0 and not crop:
+            continue              # every mode maps each position to itself
+        coords, outside = source_coordinates(coordinate_transformation_mode, out,
+                                             x.shape[axis], factor, roi_pair)
+        if mode == "nearest":
+            node.note(f"axis {axis}: numpy take of the nearest source positions")
+            result = np.take(result, nearest_indices(coords, nearest_mode, x.shape[axis]),
+                             axis=axis)
+        else:
+            result = _interpolate(node, result, axis, linear_matrix(coords, x.shape[axis]))
+        if outside is not None and outside.any():
+            mask = outside.reshape([-1 if d == axis else 1 for d in range(x.ndim)])
+            result = np.where(mask, np.asarray(extrapolation_value, result.dtype), result)
+    return np.ascontiguousarray(result).astype(x.dtype, copy=False)
