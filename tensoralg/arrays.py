@@ -169,7 +169,14 @@ def _array_ufunc(self: Tensor, ufunc: Any, method: str, *inputs: Any, **kwargs: 
     return NotImplemented
 
 
+# Questions about the array, not computations: answered from the tensor's own attributes.
+_ATTRIBUTES = {np.shape: lambda t: t.shape, np.ndim: lambda t: t.ndim,
+               np.size: lambda t: int(np.prod(t.shape))}
+
+
 def _array_function(self: Tensor, func: Any, types: Any, args: tuple, kwargs: dict) -> Any:
+    if func in _ATTRIBUTES and len(args) == 1 and not kwargs:
+        return _ATTRIBUTES[func](args[0])
     if func is np.einsum:
         return api.einsum(*args, **kwargs)
     if func is np.transpose:

@@ -297,7 +297,7 @@ def test_formats_dict_names_a_missing_operand():
 
 
 def test_formats_not_a_list_or_dict():
-    with pytest.raises(ta.UnsupportedError, match=r"formats must be a list"):
+    with pytest.raises(ta.UnsupportedError, match=r"formats must be \"auto\", a list"):
         ta.einsum("ij,j->i", A, x, formats="ds")
 
 

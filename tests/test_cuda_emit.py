@@ -9,6 +9,7 @@
 """
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 
@@ -125,7 +126,8 @@ def test_cpu_tiles_are_not_used_on_the_gpu():
     source = cuda_program(gpu_function(kernel._default)).source
     assert "register tiles" not in source
     # lanes share the loop over output columns; the row's products are summed in registers
-    assert "k += ta_lanes" in source and "column_sum = column_sum +" in source
+    # (index names come from the first equal statement compiled in this process: not asserted)
+    assert re.search(r"\b\w+ \+= ta_lanes", source) and "column_sum = column_sum +" in source
     assert pass_options(ta.Schedule().tile(128)).tile_bytes == 128
 
 
@@ -203,5 +205,5 @@ def test_lanes_share_only_loops_that_only_sum():
     assert reduction_accumulator(reads) is None      # a lane's partial sum is not the sum
     program = program_of("spmm")
     loop = program.plan.split
-    assert loop.kind == "columns" and loop.var == "k"
+    assert loop.kind == "columns" and loop.var in set("ijk")   # names: see above
     assert not is_column_loop(For(i, Const(0, I64), Const(4, I64), Block((add,))), {})

@@ -52,6 +52,7 @@ def test_reshape_astype_and_conversion_to_numpy(pair):
         assert got.shape == a.reshape(shape).shape
         np.testing.assert_array_equal(_dense(got), a.reshape(shape))
     np.testing.assert_array_equal(np.asarray(A), a)
+    assert (np.shape(A), np.ndim(A), np.size(A)) == (a.shape, a.ndim, a.size)
     assert np.asarray(A, dtype=np.float32).dtype == np.float32
     assert A.astype(np.float32).dtype == np.float32
 
