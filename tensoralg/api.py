@@ -407,6 +407,12 @@ def einsum(*operands: Any, out_format: Any = None, formats: Any = None,
                             dtype, out, casting)
     if signature is not None and compiled is not None:
         _remember(signature, compiled, stmt, named, operands, bound)
+    elif signature is not None and not len(kernel_cache().tuned):
+        form = gemm_form(stmt)        # the BLAS route took it: replay that decision too
+        if form is not None:
+            kernel_cache().dispatch[signature] = _GemmReplay(
+                named.index(form.a), form.a_transposed, named.index(form.b),
+                form.b_transposed, np.result_type(*[t.dtype for t in bound.values()]))
     return result
 
 
@@ -428,6 +434,31 @@ def _planned(subscripts: str, operands: tuple, optimize: Any, formats: Any, sche
 
 
 # -- the fast path of repeated einsum calls ---------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _GemmReplay:
+    """A dense product the compiler sent to BLAS, replayed for operands of the same kinds
+    (None, for the general path, when the sizes no longer call for BLAS or do not agree)."""
+
+    a: int
+    a_transposed: bool
+    b: int
+    b_transposed: bool
+    dtype: np.dtype
+    fast: Any = None
+
+    def run(self, operands: tuple) -> Any:
+        if len(operands) != 2:
+            return None
+        a, b = operands[self.a], operands[self.b]
+        k_a = a.shape[0 if self.a_transposed else 1]
+        k_b = b.shape[1 if self.b_transposed else 0]
+        if k_a != k_b or a.size * b.shape[0 if self.b_transposed else 1] < GEMM_MIN_FMAS or \
+                a.size // max(k_a, 1) * b.size // max(k_b, 1) * self.dtype.itemsize > \
+                memory_limit():
+            return None
+        return blas_product(a, self.a_transposed, b, self.b_transposed, self.dtype)
 
 _DENSE, _COMPRESSED = DENSE, COMPRESSED
 
@@ -1227,6 +1258,9 @@ def _wrap(result: Tensor | np.ndarray, requested: Format | None, families: list[
     if isinstance(result, np.ndarray):
         if requested is not None and not requested.is_dense:
             result = Tensor.from_numpy(result, format=requested)
+        elif requested is None and out is None and _pydata_only(families):
+            # pydata's sparse.einsum returns a COO for every result, dense or 0-d: so does this
+            return _pydata_coo(result)
         else:
             return _dense_result(result, out)
     elif requested is not None and result.format != requested:
@@ -1234,6 +1268,17 @@ def _wrap(result: Tensor | np.ndarray, requested: Format | None, families: list[
     if requested is not None and requested.is_dense:
         return _dense_result(result.to_numpy(), out)
     return _sparse_result(result, families)
+
+
+def _pydata_only(families: list[str]) -> bool:
+    return "sparse" in families and "scipy_array" not in families and \
+        "scipy_matrix" not in families
+
+
+def _pydata_coo(array: np.ndarray) -> Any:
+    import sparse
+
+    return sparse.COO.from_numpy(np.asarray(array))
 
 
 def _dense_result(array: np.ndarray, out: np.ndarray | None) -> Any:

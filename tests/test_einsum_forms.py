@@ -90,3 +90,34 @@ def test_many_indices_with_a_sparse_operand():
     At = A.tocsc()
     np.testing.assert_allclose(ta.einsum(subscripts, At, dense),
                                np.einsum(subscripts, A.toarray(), dense), rtol=1e-12)
+
+
+def test_pydata_inputs_get_what_sparse_einsum_returns():
+    sparse = pytest.importorskip("sparse")
+    A = sparse.random((6, 6), density=0.4, random_state=0)
+    d = np.ones((6, 6))
+    for subscripts, operands in [("ij->", (A,)), ("ij,jk->ik", (A, d)), ("ij,jk->ik", (A, A)),
+                                 ("ij->i", (A,)), ("ij,ij->ij", (A, d))]:
+        got, expected = ta.einsum(subscripts, *operands), sparse.einsum(subscripts, *operands)
+        assert type(got) is type(expected), subscripts
+        np.testing.assert_allclose(got.todense(), expected.todense(), rtol=1e-12)
+
+
+def test_letters_past_the_52_ascii_ones():
+    rng = np.random.default_rng(5)
+    x, y, z = rng.random((3, 4)), rng.random((4, 5)), rng.random(5)
+    np.testing.assert_allclose(ta.einsum("αβ,βγ,γ->α", x, y, z), x @ y @ z, rtol=1e-12)
+    np.testing.assert_allclose(ta.einsum("αβ,βγ->αγ", x, y, optimize=False), x @ y, rtol=1e-12)
+
+
+def test_a_remembered_blas_product_checks_every_later_call():
+    rng = np.random.default_rng(6)
+    a, b = rng.random((80, 70)), rng.random((70, 90))
+    for _ in range(2):
+        np.testing.assert_allclose(ta.einsum("ik,kj->ij", a, b), a @ b, rtol=1e-12)
+    small = rng.random((3, 3))
+    np.testing.assert_allclose(ta.einsum("ik,kj->ij", small, small), small @ small, rtol=1e-12)
+    with pytest.raises(ta.ShapeError):
+        ta.einsum("ik,kj->ij", a, rng.random((71, 90)))
+    np.testing.assert_allclose(ta.einsum("ik,kj->ij", a.astype(np.float32), b.astype(np.float32)),
+                               a @ b, rtol=1e-4)

@@ -76,7 +76,10 @@ class Namer:
         self.used: set[str] = set(_RESERVED)
 
     def __call__(self, base: str) -> str:
-        base = "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in base) or "v"
+        # ASCII only: einsum takes any letter as an index (opt_einsum's Greek ones), C and
+        # LLVM names stay plain.
+        base = "".join(ch if (ch.isascii() and ch.isalnum()) or ch == "_" else "_"
+                       for ch in base) or "v"
         if base[0].isdigit():
             base = "v" + base
         name, k = base, 1

@@ -1,6 +1,8 @@
 """Parser of NumPy ``einsum`` subscripts: ``"ij,jk->ik"``, ``"ii"``, ``"...ij,...jk"``.
 
-Operand ``k`` is the tensor ``operand_name(k)`` ("A" ... "Z", then "T26", ...), the output is
+Index letters are NumPy's 52 ASCII letters, plus any other Unicode letter (opt_einsum's
+``get_symbol`` hands out Greek and other letters past 52). Operand ``k`` is the tensor
+``operand_name(k)`` ("A" ... "Z", then "T26", ...), the output is
 ``out``; index names are the subscript letters, and an ellipsis expands to ``_e0``, ``_e1``, ...
 aligned from the right, as NumPy broadcasts. Every index missing from the output is summed around
 the whole product, in order of first appearance (the first outermost).
@@ -73,7 +75,7 @@ def _check_characters(text: str) -> int | None:
     """Reject characters einsum does not know; return the column of '->' (None without one)."""
     arrow: int | None = None
     for pos, char in enumerate(text):
-        if char in _LETTERS or char in " ,.":
+        if char in _LETTERS or char in " ,." or (char.isalpha() and not char.isascii()):
             continue
         if char == "-":
             if not text.startswith("->", pos):
