@@ -121,3 +121,11 @@ def test_a_remembered_blas_product_checks_every_later_call():
         ta.einsum("ik,kj->ij", a, rng.random((71, 90)))
     np.testing.assert_allclose(ta.einsum("ik,kj->ij", a.astype(np.float32), b.astype(np.float32)),
                                a @ b, rtol=1e-4)
+
+
+def test_zero_dimensional_pydata_operands():
+    sparse = pytest.importorskip("sparse")
+    a = sparse.COO.from_numpy(np.array([0.0, 2.0, 0.0, 5.0]))
+    three, empty = sparse.COO.from_numpy(np.array(3.0)), sparse.COO.from_numpy(np.array(0.0))
+    np.testing.assert_array_equal(ta.einsum("a,->a", a, three).todense(), [0.0, 6.0, 0.0, 15.0])
+    np.testing.assert_array_equal(ta.einsum("a,->a", a, empty).todense(), np.zeros(4))

@@ -28,7 +28,7 @@ EINSUM_ERRORS = [
     ("", [2], 0, "empty subscripts"),
     ("   ", [2], 0, "empty subscripts"),
     ("ij,1j", [2, 2], 3, "unexpected character '1'"),
-    ("ij,jé", [2, 2], 4, "unexpected character"),
+    ("ij,j€", [2, 2], 4, "unexpected character"),   # letters beyond ASCII are indices
     ("...i->i", [3], 4, "the output must place '...'"),
 ]
 

@@ -224,6 +224,9 @@ def from_sparse(s: Any, format: Any = None) -> Tensor:
     if input_family(s) != "sparse":
         raise UnsupportedError(f"from_sparse expects a pydata sparse array, not "
                                f"{type(s).__name__}")
+    if not getattr(s, "shape", (0,)):
+        # a 0-d array (sparse.einsum's scalars, whose value may be the fill value): dense
+        return from_numpy(np.asarray(s.todense()))
     fill = getattr(s, "fill_value", 0)
     if fill != 0:
         raise UnsupportedError(f"pydata sparse input has fill value {fill}; tensoralg stores "
