@@ -17,6 +17,7 @@ from tensoralg.api import (
 )
 from tensoralg.contract_path import einsum_path
 from tensoralg.errors import (
+    ArgumentTypeError,
     CastingError,
     CompileError,
     FormatError,
@@ -49,7 +50,7 @@ from tensoralg.tune import autotune
 __all__ = [
     "__version__", "einsum", "einsum_path", "compile", "Kernel", "set_num_threads",
     "get_num_threads",
-    "set_memory_limit", "get_memory_limit", "MemoryLimitError", "CastingError",
+    "set_memory_limit", "get_memory_limit", "MemoryLimitError", "CastingError", "ArgumentTypeError",
     "Tensor", "Format", "LevelKind", "CSR", "CSC",
     "DCSR", "DCSC", "COO", "CSF", "dense", "read", "write", "TensorAlgebraError",
     "NotationError", "ShapeError", "FormatError", "CompileError", "UnsupportedError",

@@ -29,6 +29,7 @@ from tensoralg import _version
 from tensoralg.codegen import CompiledKernel, DiskCache, build, default_cache_dir, emit_source
 from tensoralg.contract_path import contract_by_path, plan_contraction
 from tensoralg.errors import (
+    ArgumentTypeError,
     CastingError,
     CompileError,
     InputError,
@@ -843,8 +844,8 @@ def _dtype_argument(dtype: Any) -> np.dtype:
     try:
         return np.dtype(dtype)
     except TypeError:
-        raise InputError(f"dtype={dtype!r} is not a dtype; use float32, float64, int32 or "
-                         f"int64") from None
+        raise ArgumentTypeError(f"dtype={dtype!r} is not a dtype; use float32, float64, "
+                                f"int32 or int64") from None
 
 
 def _check_cast(dtype: np.dtype, value_dtype: np.dtype, what: str) -> None:
@@ -1023,7 +1024,7 @@ def _dense_into(out: Any, requested: Format | None, shape: tuple[int, ...],
     """The dense output format an ``out=`` array asks for, once ``out`` is checked: NumPy
     writes every einsum result into ``out``, so a sparse one is computed densely."""
     if not isinstance(out, np.ndarray):
-        raise InputError(f"out must be a NumPy array, not {type(out).__name__}")
+        raise ArgumentTypeError(f"out must be a NumPy array, not {type(out).__name__}")
     if requested is not None and not requested.is_dense:
         raise InputError(f"out= takes a dense result but out_format asks for {requested}; "
                          f"pass one or the other")

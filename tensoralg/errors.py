@@ -73,6 +73,11 @@ class InputError(TensorAlgebraError, ValueError):
     shape (a lossy ``dtype=``, an ``out=`` that cannot hold the result); the message names it."""
 
 
+class ArgumentTypeError(InputError, TypeError):
+    """An argument of the wrong type (``out=`` that is not an array, ``dtype=`` that is not a
+    dtype): a ``TypeError``, as NumPy raises for the same mistake, and an ``InputError``."""
+
+
 class CastingError(InputError, TypeError):
     """``dtype=`` or ``out=`` asks for a cast the ``casting=`` rule forbids (a ``TypeError``, as
     in NumPy, and an ``InputError``)."""
@@ -88,6 +93,7 @@ __all__ = [
     "KernelRuntimeError",
     "MemoryLimitError",
     "CastingError",
+    "ArgumentTypeError",
     "ModelError",
     "InputError",
 ]

@@ -501,3 +501,12 @@ def test_binding_a_sparse_operand_that_must_be_copied_warns():
     for other in (a.tocsc(), a.astype(np.float32)):
         with pytest.warns(UserWarning, match="was copied into csr.*will not see later changes"):
             k.bind(A=other, x=x3)
+
+
+def test_arguments_of_the_wrong_type_are_type_errors_as_in_numpy():
+    with pytest.raises(TypeError, match="out must be a NumPy array"):
+        ta.einsum("", 0.0, out="test")
+    with pytest.raises(TypeError, match="not a dtype"):
+        ta.einsum("", 0.0, dtype="bad_data_type")
+    with pytest.raises(ta.InputError):                  # and still tensoralg's own error
+        ta.einsum("", 0.0, out="test")
