@@ -333,6 +333,8 @@ def einsum(*operands: Any, out_format: Any = None, formats: Any = None,
     else:
         subscripts, listed = from_interleaved(operands)   # NumPy's (op, sublist, ...) form
         operands = tuple(listed)
+    if isinstance(order, str) and order not in _ORDERS:
+        order = order.upper()                      # NumPy takes 'k', 'a', 'c', 'f' too
     if casting not in _CASTINGS or order not in _ORDERS:
         raise InputError(f"casting must be one of {', '.join(_CASTINGS)} and order one of "
                          f"{', '.join(_ORDERS)}; got casting={casting!r}, order={order!r}")

@@ -129,3 +129,12 @@ def test_zero_dimensional_pydata_operands():
     three, empty = sparse.COO.from_numpy(np.array(3.0)), sparse.COO.from_numpy(np.array(0.0))
     np.testing.assert_array_equal(ta.einsum("a,->a", a, three).todense(), [0.0, 6.0, 0.0, 15.0])
     np.testing.assert_array_equal(ta.einsum("a,->a", a, empty).todense(), np.zeros(4))
+
+
+def test_order_letters_in_either_case():
+    a = np.arange(6.0).reshape(2, 3)
+    assert ta.einsum("ij->ij", a, order="f").flags.f_contiguous
+    assert ta.einsum("ij->ij", a, order="F").flags.f_contiguous
+    assert ta.einsum("ij->ij", a, order="c").flags.c_contiguous
+    with pytest.raises(ta.InputError, match="order one of"):
+        ta.einsum("ij->ij", a, order="x")
