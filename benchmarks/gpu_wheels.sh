@@ -2,8 +2,8 @@
 # Prepare .whl/ (or $WHEELS) for benchmarks/gpu_check.sh on a GPU machine without network: a pycuda wheel
 # for that machine's Python (default 3.12, the device tool's H200 image) built here against
 # this machine's CUDA toolkit, and the pure-Python wheels pycuda needs. Run it here, before the
-# device call, then pass carry [".whl"] to it (and keep .whl/ out of git:
-# `echo /.whl/ >> .git/info/exclude`). Takes about 6 minutes on 2 cores.
+# device call, then pass carry [".whl"] to it (.gitignore keeps .whl/ out of git, as carry
+# requires). Takes about 6 minutes on 2 cores.
 #
 #     bash benchmarks/gpu_wheels.sh [PYTHON]     # PYTHON: an interpreter of the GPU's version
 #
