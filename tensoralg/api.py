@@ -352,6 +352,8 @@ def einsum(*operands: Any, out_format: Any = None, formats: Any = None,
     if len(operands) > 2 and optimize is not False and optimize is not None:
         steps = _planned(subscripts, operands, optimize, formats, schedule)
         if steps is not None:
+            _log.info("%s: contracted in %d steps along %s (ta.einsum_path reports why)",
+                      subscripts, len(steps) - 1, steps)
             return contract_by_path(
                 subscripts, operands, steps,
                 lambda text, ops: einsum(text, *ops, backend=backend, dtype=dtype,

@@ -274,3 +274,14 @@ def test_opt_einsum_names_are_understood():
     expected = np.einsum_path("ab,bc,cd->ad", *ops, optimize="optimal")[0]
     for name in ("auto", "dp", "branch-2", "random-greedy"):
         assert einsum_path("ab,bc,cd->ad", *ops, optimize=name)[0] == expected
+
+
+def test_einsum_logs_the_path_it_takes(caplog):
+    import logging
+
+    import tensoralg as ta
+
+    a, b, c = np.ones((30, 40)), np.ones((40, 50)), np.ones(50)
+    with caplog.at_level(logging.INFO, logger="tensoralg"):
+        np.testing.assert_allclose(ta.einsum("ij,jk,k->i", a, b, c), a @ b @ c)
+    assert "contracted in 2 steps along ['einsum_path', (1, 2), (0, 1)]" in caplog.text
