@@ -417,8 +417,8 @@ def einsum(*operands: Any, out_format: Any = None, formats: Any = None,
         form = gemm_form(stmt)        # the BLAS route took it: replay that decision too
         if form is not None:
             kernel_cache().dispatch[signature] = _GemmReplay(
-                named.index(form.a), form.a_transposed, named.index(form.b),
-                form.b_transposed, np.result_type(*[t.dtype for t in bound.values()]))
+                form, named.index(form.a), named.index(form.b),
+                np.result_type(*[t.dtype for t in bound.values()]))
     return result
 
 
@@ -464,10 +464,9 @@ class _GemmReplay:
     """A dense product the compiler sent to BLAS, replayed for operands of the same kinds
     (None, for the general path, when the sizes no longer call for BLAS or do not agree)."""
 
-    a: int
-    a_transposed: bool
+    form: GemmForm
+    a: int                 # the operands' positions in the call
     b: int
-    b_transposed: bool
     dtype: np.dtype
     fast: Any = None
 
@@ -475,13 +474,11 @@ class _GemmReplay:
         if len(operands) != 2:
             return None
         a, b = operands[self.a], operands[self.b]
-        k_a = a.shape[0 if self.a_transposed else 1]
-        k_b = b.shape[1 if self.b_transposed else 0]
-        if k_a != k_b or a.size * b.shape[0 if self.b_transposed else 1] < GEMM_MIN_FMAS or \
-                a.size // max(k_a, 1) * b.size // max(k_b, 1) * self.dtype.itemsize > \
+        m, k, n, k_b = self.form.dims(a.shape, b.shape)
+        if k != k_b or m * k * n < GEMM_MIN_FMAS or m * n * self.dtype.itemsize > \
                 memory_limit():
             return None
-        return blas_product(a, self.a_transposed, b, self.b_transposed, self.dtype)
+        return blas_product(a, self.form.a_transposed, b, self.form.b_transposed, self.dtype)
 
 _DENSE, _COMPRESSED = DENSE, COMPRESSED
 
@@ -1008,14 +1005,12 @@ def dense_gemm(form: GemmForm | None, bound: Mapping[str, Tensor], value_dtype: 
         raise UnsupportedError(f"gemm({route.value}) for {statement}: {reason}; use "
                                f"gemm(loops), or no gemm command, for the loop nest")
     assert form is not None
-    a, b = bound[form.a].to_numpy(), bound[form.b].to_numpy()
-    if out is None:
-        check_dense(bound[form.a].shape[1 if form.a_transposed else 0] *
-                    bound[form.b].shape[0 if form.b_transposed else 1],
-                    value_dtype.itemsize, "the dense output", statement)
-    if route is None and a.size * (b.shape[0] if form.b_transposed else b.shape[1]) < \
-            GEMM_MIN_FMAS:      # m * k * n multiply-adds
+    m, k, n, _ = form.dims(bound[form.a].shape, bound[form.b].shape)
+    if route is None and m * k * n < GEMM_MIN_FMAS:
         return None
+    if out is None:
+        check_dense(m * n, value_dtype.itemsize, "the dense output", statement)
+    a, b = bound[form.a].to_numpy(), bound[form.b].to_numpy()
     if route is GemmRoute.GENERATED:
         a, b = (a.T if form.a_transposed else a), (b.T if form.b_transposed else b)
         cache = kernel_cache()
@@ -1362,13 +1357,14 @@ class Kernel:
         dense_only = all(f.is_dense for f in self.formats.values()) and \
             (self.out_format is None or self.out_format.is_dense)
         self._gemm_route = gemm_route(self.schedule_given)
-        self._gemm = gemm_form(self.statement) if dense_only and self.backend != "cuda" and \
+        form = gemm_form(self.statement)
+        self._gemm = form if dense_only and self.backend != "cuda" and \
             self._gemm_route is not GemmRoute.LOOPS else None
         if self._gemm_route in (GemmRoute.BLAS, GemmRoute.GENERATED):
             out_format = self.out_format or dense(len(self.statement.lhs.indices))
             reason = "the output is sparse" if not out_format.is_dense else \
                 "the cuda backend runs its own loops" if self.backend == "cuda" else \
-                gemm_refusal(gemm_form(self.statement), self.formats, self.dtype)
+                gemm_refusal(form, self.formats, self.dtype)
             if reason is not None:
                 raise UnsupportedError(f"gemm({self._gemm_route.value}) for {self.statement}: "
                                        f"{reason}; use gemm(loops), or no gemm command, for "

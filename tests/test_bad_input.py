@@ -354,7 +354,6 @@ def test_cuda_einsum():
 
 
 def test_cuda_kernel_prints_and_without_a_gpu_says_why_it_cannot_run():
-    pytest.importorskip("numpy")
     from tensoralg import gpu
 
     k = ta.compile("y(i) = A(i,j) * x(j)", formats={"A": "ds"}, backend="cuda")

@@ -95,7 +95,9 @@ def test_the_environment_sets_the_default(monkeypatch):
     finally:
         monkeypatch.delenv("TENSORALG_MEMORY_LIMIT")
         ta.set_memory_limit(None)
-    assert memory.memory_limit() > 3 * 2 ** 20 or memory.available_memory() < 6 * 2 ** 20
+    # back to the default: half the memory available (which moves a little between reads)
+    half = memory.available_memory() // 2
+    assert abs(memory.memory_limit() - half) < max(half // 10, 2 ** 20)
 
 
 @pytest.mark.parametrize("statement", ["C(i,j) = A(i,j) + A(j,i)", "C(i,j) = A(j,i) + A(i,j)",

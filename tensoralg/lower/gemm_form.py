@@ -36,6 +36,18 @@ class GemmForm:
     b: str
     b_transposed: bool
 
+    def dims(self, shape_a: tuple[int, ...], shape_b: tuple[int, ...]
+             ) -> tuple[int, int, int, int]:
+        """``(m, k, n, k_b)`` of the product of operands of these (2-D) shapes: ``op(a)`` is
+        m x k and ``op(b)`` is k_b x n (``k == k_b`` when the shapes agree).
+
+        >>> GemmForm("A", True, "B", False).dims((5, 2), (5, 3))
+        (2, 5, 3, 5)
+        """
+        m, k = (shape_a[1], shape_a[0]) if self.a_transposed else (shape_a[0], shape_a[1])
+        k_b, n = (shape_b[1], shape_b[0]) if self.b_transposed else (shape_b[0], shape_b[1])
+        return m, k, n, k_b
+
 
 def gemm_form(stmt: Assignment) -> GemmForm | None:
     """The matrix product ``stmt`` computes, or None when it is not one.
@@ -119,7 +131,8 @@ def large_product(form: GemmForm, operands: Mapping[str, Any]) -> bool:
     shape_a, shape_b = getattr(a, "shape", ()), getattr(b, "shape", ())
     if len(shape_a) != 2 or len(shape_b) != 2:
         return False
-    return shape_a[0] * shape_a[1] * shape_b[1 - form.b_transposed] >= GEMM_MIN_FMAS
+    m, k, n, _ = form.dims(shape_a, shape_b)
+    return m * k * n >= GEMM_MIN_FMAS
 
 
 __all__ = ["GEMM_MIN_FMAS", "GemmForm", "gemm_form", "gemm_refusal", "gemm_route",

@@ -377,15 +377,17 @@ class Lowerer:
         rows = self.sizes[split.outer]
         pos = self.arrays[access.tensor][1].pos
         assert pos is not None
-        total = Var(self.names(f"{split.position}_count"), I64)
-        stmts: list[Stmt] = [b.declare(total, b.cast(b.load(pos, rows), I64))]
-        begin, end = b.i64(0), total
+        stmts: list[Stmt] = []
         if self.plan.parallel_index == split.position:
             self.parallel_index = split.position
             self.range = (self._param("range_begin", I64, f"range.begin.{split.position}"),
                           self._param("range_end", I64, f"range.end.{split.position}"))
             begin, end = self.range
             self.split_loops += 1
+        else:                   # one range: every stored position
+            total = Var(self.names(f"{split.position}_count"), I64)
+            stmts.append(b.declare(total, b.cast(b.load(pos, rows), I64)))
+            begin, end = b.i64(0), total
         first, last = Var(self.names(f"{split.position}_begin"), I64), \
             Var(self.names(f"{split.position}_end"), I64)
 
