@@ -12,7 +12,7 @@ import os
 __version__ = "0.1.0"
 
 # The rooms whose code decides what a kernel is; edits elsewhere (onnx, cli) keep the cache.
-_COMPILER_ROOMS = ("notation", "formats", "ir", "lower", "codegen", "runtime")
+_COMPILER_ROOMS = ("notation", "formats", "schedule", "ir", "lower", "codegen", "runtime")
 
 
 @functools.lru_cache(maxsize=1)

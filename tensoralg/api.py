@@ -254,15 +254,20 @@ class KernelCache:
                  index_dtypes: dict[str, np.dtype], out_format: Format | None,
                  schedule: Schedule | None = None) -> CompiledProgram:
         plan = loop_plan(schedule, key.backend)
-        program = concretize(stmt, formats, index_dtypes, key.value_dtype, out_format,
-                             key.out_index_dtype, plan.orders)
-        log = IRLog(echo=self.options.debug)
-        lowered = lower(program, f"ta_{key.digest()[:16]}", plan)
-        function = optimize(lowered, log, check=self.options.check_ir,
-                            options=pass_options_of(schedule))
-        # Judged before the passes that tile loops: the tiled nests store the same elements
-        # the same way, but through loops the analysis does not follow.
-        overwrites = overwrites_output(lowered, program.output.dims)
+        stored = self._lowered(key)
+        if stored is not None:
+            program, function, overwrites, log = stored
+        else:
+            program = concretize(stmt, formats, index_dtypes, key.value_dtype, out_format,
+                                 key.out_index_dtype, plan.orders)
+            log = IRLog(echo=self.options.debug)
+            lowered = lower(program, f"ta_{key.digest()[:16]}", plan)
+            function = optimize(lowered, log, check=self.options.check_ir,
+                                options=pass_options_of(schedule))
+            # Judged before the passes that tile loops: the tiled nests store the same
+            # elements the same way, but through loops the analysis does not follow.
+            overwrites = overwrites_output(lowered, program.output.dims)
+            self._store_lowered(key, (program, function, overwrites, log))
         # A cuda kernel is built for the CPU too, for now: it can print CUDA but not run on a GPU.
         backend = "llvm" if key.backend == "cuda" else key.backend
         kernel = build(function, backend, cache=self.disk, key=key.digest())
@@ -274,6 +279,23 @@ class KernelCache:
         return CompiledProgram(key, program, function, kernel, log, arguments, sizes,
                                _balancing_operand(program, arguments.range_index),
                                overwrites and not plan.partials, plan, schedule)
+
+
+    def _lowered(self, key: KernelKey) -> tuple[Program, Function, bool, IRLog] | None:
+        """What lowering and the IR passes made of ``key`` in an earlier process, from the disk
+        cache: a new process then builds nothing before it loads the machine code (about
+        40-100 ms of Python per kernel otherwise). Skipped in debug mode and under
+        ``TA_CHECK_IR``, which ask to see or verify the passes run."""
+        if self.disk is None or self.options.debug or self.options.check_ir:
+            return None
+        return self.disk.get_object(key.digest(), LOWERED)
+
+    def _store_lowered(self, key: KernelKey, lowered: tuple) -> None:
+        if self.disk is not None and not self.options.debug and not self.options.check_ir:
+            self.disk.put_object(key.digest(), LOWERED, lowered)
+
+
+LOWERED = "lowered"   # the disk cache's kind for a kernel's lowered program and IR
 
 
 def _balancing_operand(program: Program, index: str | None) -> str | None:

@@ -195,3 +195,74 @@ def test_disk_cache_off_still_works(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout.strip().splitlines()[-1])["ok"]
     assert not (tmp_path / "off").exists() or not any((tmp_path / "off").iterdir())
+
+
+# compiles a few kernels whose lowering differs (sparse output, position split, CSF, threads) and
+# prints what a user can see of them; with LOWER_FORBIDDEN set, lowering raises
+LOWERED_CHILD = textwrap.dedent("""
+    import json, os
+    import numpy as np, scipy.sparse as sp
+    import tensoralg as ta
+    import tensoralg.api as api
+    if os.environ.get("LOWER_FORBIDDEN"):
+        def refuse(*args, **kwargs):
+            raise AssertionError("lowered again although the disk cache holds the program")
+        api.lower = api.concretize = refuse
+    A = sp.random_array((40, 30), density=0.2, format="csr", random_state=1)
+    B = sp.random_array((30, 25), density=0.2, format="csr", random_state=2)
+    x = np.arange(30.0)
+    T = ta.Tensor.from_numpy(np.random.default_rng(0).random((6, 5, 4)) * (
+        np.random.default_rng(1).random((6, 5, 4)) < 0.3), "sss")
+    kernels = [
+        ta.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"}),
+        ta.compile("C(i,j) = A(i,k) * B(k,j)", formats={"A": "csr", "B": "csr", "C": "csr"}),
+        ta.compile("C(i,j) = A(i,j) + B(i,j)", formats={"A": "csr", "B": "csr", "C": "csr"}),
+        ta.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"},
+                   schedule="fuse(i, j, f); pos(f, p, A); split(p, 7)"),
+    ]
+    results = [kernels[0](A=A, x=x), kernels[1](A=A, B=B.T.tocsr().T.tocsr()).toarray(),
+               kernels[2](A=A, B=A).toarray(), kernels[3](A=A, x=x)]
+    m = ta.compile("M(i,r) = T(i,j,k) * P(j,r) * Q(k,r)", formats={"T": "sss"})
+    P, Q = np.ones((5, 3)), np.arange(12.0).reshape(4, 3)
+    results.append(m(T=T, P=P, Q=Q))
+    expected = [A @ x, (A @ B).toarray(), (A + A).toarray(), A @ x,
+                np.einsum("ijk,jr,kr->ir", T.to_numpy(), P, Q)]
+    print(json.dumps({
+        "ok": all(bool(np.allclose(r.to_numpy() if isinstance(r, ta.Tensor) else r, e))
+                  for r, e in zip(results, expected)),
+        "schedules": [str(k.schedule) for k in kernels + [m]],
+        "ir": [k.source("ir") for k in kernels + [m]],
+        "compiles": api.kernel_cache().compiles}))
+""")
+
+
+def _run_without_lowering(cache_dir):
+    env = dict(os.environ, TENSORALG_CACHE_DIR=str(cache_dir), LOWER_FORBIDDEN="1")
+    done = subprocess.run([sys.executable, "-c", LOWERED_CHILD], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_a_new_process_takes_the_lowered_program_from_the_disk_cache(tmp_path):
+    first = run_child(tmp_path / "k", LOWERED_CHILD)
+    assert first["ok"] and first["compiles"] >= 5
+    second = _run_without_lowering(tmp_path / "k")
+    assert second["ok"] and second["compiles"] == 0
+    assert second["schedules"] == first["schedules"]
+    assert second["ir"] == first["ir"]
+
+
+def test_a_damaged_lowered_entry_is_lowered_again(tmp_path):
+    run_child(tmp_path / "k", LOWERED_CHILD)
+    damaged = list((tmp_path / "k").glob("lowered-*.kernel"))
+    assert len(damaged) >= 5
+    for path in damaged:
+        data = bytearray(path.read_bytes())
+        data[-5] ^= 0x33
+        path.write_bytes(bytes(data))
+    with pytest.raises(AssertionError, match="lowered again"):
+        _run_without_lowering(tmp_path / "k")      # a damaged entry is never unpickled
+    again = run_child(tmp_path / "k", LOWERED_CHILD)
+    assert again["ok"] and again["compiles"] == 0     # machine code still good, IR rebuilt
+    assert _run_without_lowering(tmp_path / "k")["ok"]   # and stored again, whole

@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import hashlib
 import os
+import pickle
 import stat
 import struct
 import tempfile
 import threading
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from tensoralg.errors import CompileError
 
@@ -128,6 +130,30 @@ class DiskCache:
         except BaseException:
             Path(temporary).unlink(missing_ok=True)
             raise
+
+    def get_object(self, key: str, kind: str) -> Any:
+        """The Python object stored with `put_object` for (key, kind), or None on a miss, a
+        damaged entry or one that no longer unpickles (it is then deleted).
+
+        Unpickling runs code named by the entry, so it gets the trust the cache's machine code
+        already has: the directory is the user's own and nobody else may write to it.
+        """
+        payload = self.get(key, kind)
+        if payload is None:
+            return None
+        try:
+            return pickle.loads(payload)
+        except Exception:   # a class renamed or moved since: the entry is stale, not an error
+            self.path(key, kind).unlink(missing_ok=True)
+            return None
+
+    def put_object(self, key: str, kind: str, value: Any) -> None:
+        """Store ``value`` (pickled) for (key, kind); a value that cannot be pickled, or a
+        directory that cannot be written, stores nothing: the cache only ever saves work."""
+        try:
+            self.put(key, kind, pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
+        except (pickle.PicklingError, TypeError, AttributeError, RecursionError, OSError):
+            pass
 
     @staticmethod
     def _verified_payload(data: bytes, key: str, backend: str) -> bytes | None:

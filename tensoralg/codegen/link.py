@@ -16,6 +16,7 @@ either.
 """
 from __future__ import annotations
 
+import atexit
 import functools
 import hashlib
 import importlib.util
@@ -26,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -97,6 +99,25 @@ def link_later(cache: DiskCache, entry: str, head: bytes, object_code: bytes,
                               args=(cache, entry, head, object_code, name),
                               name="tensoralg-link", daemon=True)
     thread.start()
+    with _PENDING_LOCK:
+        _PENDING[:] = [t for t in _PENDING if t.is_alive()] + [thread]
+
+
+# Links still running when the interpreter exits. A short script exits before the C compiler
+# finishes, and a daemon thread is simply dropped, so without this wait no process would ever
+# leave a linked kernel behind and every new one would load LLVM again.
+_PENDING: list[threading.Thread] = []
+_PENDING_LOCK = threading.Lock()
+EXIT_WAIT_S = 10.0    # at most this long in all, at exit, for links already started
+
+
+@atexit.register
+def _finish_links() -> None:
+    deadline = time.monotonic() + EXIT_WAIT_S
+    with _PENDING_LOCK:
+        threads = list(_PENDING)
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
 
 
 def _link_and_store(cache: DiskCache, entry: str, head: bytes, object_code: bytes,
