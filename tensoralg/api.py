@@ -67,7 +67,7 @@ from tensoralg.lower.gemm_form import (
 )
 from tensoralg.lower.lowerer import lower
 from tensoralg.lower.program import Program, TensorRole
-from tensoralg.lower.scheduling import LoopPlan, loop_plan, pass_options_of
+from tensoralg.lower.scheduling import LoopPlan, RowWork, loop_plan, pass_options_of, row_work
 from tensoralg.lower.scheduling import applied_schedule as schedule_applied
 from tensoralg.notation import (
     Assignment,
@@ -127,7 +127,7 @@ from tensoralg.runtime.replay import (
 )
 from tensoralg.runtime.sequence import CallSequence, NativeGroup, Slot
 from tensoralg.runtime.stitch import join_rows, run_ranges
-from tensoralg.runtime.threads import MIN_ROWS_PER_THREAD, KernelThreads, split
+from tensoralg.runtime.threads import MIN_ROWS_PER_THREAD, KernelThreads, row_weights, split
 from tensoralg.runtime.validate import VALID, StorageValidator
 from tensoralg.runtime.widen import narrowed, widened
 from tensoralg.runtime.wrap import release, sparse_result
@@ -195,7 +195,7 @@ class CompiledProgram:
     log: IRLog | None
     arguments: ArgumentPlan
     sizes: tuple[tuple[str, int, str], ...]   # (input tensor, mode, index): where sizes come from
-    balance_by: str | None                    # input whose pos balances a split outer loop
+    balance_by: RowWork | None                # what a row of a split outer loop costs
     overwrites: bool                          # every output element assigned: skip zeroing
     plan: LoopPlan = LoopPlan()               # what the schedule asked of the loops
     schedule: Schedule | None = None          # the schedule given (None: the compiler's own)
@@ -259,7 +259,7 @@ class KernelCache:
             program, function, overwrites, log = stored
         else:
             program = concretize(stmt, formats, index_dtypes, key.value_dtype, out_format,
-                                 key.out_index_dtype, plan.orders)
+                                 key.out_index_dtype, plan.orders, plan.precomputes)
             log = IRLog(echo=self.options.debug)
             lowered = lower(program, f"ta_{key.digest()[:16]}", plan)
             function = optimize(lowered, log, check=self.options.check_ir,
@@ -298,16 +298,9 @@ class KernelCache:
 LOWERED = "lowered"   # the disk cache's kind for a kernel's lowered program and IR
 
 
-def _balancing_operand(program: Program, index: str | None) -> str | None:
-    """An input stored dense-then-compressed along ``index``: its pos counts work per row."""
-    if index is None:
-        return None
-    for info in program.tensors:
-        fmt = info.format
-        if info.role is TensorRole.INPUT and fmt.rank >= 2 and not fmt.levels[0].is_sparse \
-                and fmt.levels[1].has_pos and info.dims[fmt.order[0]] == index:
-            return info.name
-    return None
+def _balancing_operand(program: Program, index: str | None) -> RowWork | None:
+    """What a row of the split loop over ``index`` costs (``lower/scheduling.py``)."""
+    return row_work(program, index)
 
 
 _cache: KernelCache | None = None
@@ -349,6 +342,12 @@ def einsum(*operands: Any, out_format: Any = None, formats: Any = None,
     """
     if not operands:
         raise NotationError("einsum needs subscripts and at least one operand")
+    # -- dask hook (tensoralg/dask/): a dask.array operand makes the call a blockwise plan
+    if _dask_handlers is not None and any(map(_is_dask, operands)):
+        return _dask_handlers[0](operands, dict(
+            out_format=out_format, formats=formats, backend=backend, schedule=schedule,
+            dtype=dtype, out=out, casting=casting, order=order, optimize=optimize))
+    # -- end of the dask hook
     subscripts, *rest = operands
     if isinstance(subscripts, str):
         operands = tuple(rest)
@@ -376,13 +375,14 @@ def einsum(*operands: Any, out_format: Any = None, formats: Any = None,
         if steps is not None:
             _log.info("%s: contracted in %d steps along %s (ta.einsum_path reports why)",
                       subscripts, len(steps) - 1, steps)
-            return contract_by_path(
+            result = contract_by_path(
                 subscripts, operands, steps,
                 lambda text, ops: einsum(text, *ops, backend=backend, dtype=dtype,
                                          casting=casting, optimize=False),
                 lambda text, ops: einsum(text, *ops, backend=backend, dtype=dtype,
                                          casting=casting, optimize=False, out=out,
                                          out_format=out_format, order=order))
+            return result if out_format is not None else _in_pydata_format(result, operands)
     if not isinstance(subscripts, str):
         raise NotationError(f"subscripts must be a string, not {type(subscripts).__name__}")
     if order == "F":
@@ -441,7 +441,24 @@ def einsum(*operands: Any, out_format: Any = None, formats: Any = None,
             kernel_cache().dispatch[signature] = _GemmReplay(
                 form, named.index(form.a), named.index(form.b),
                 np.result_type(*[t.dtype for t in bound.values()]))
-    return result
+    return result if out_format is not None else _in_pydata_format(result, operands)
+
+
+def _in_pydata_format(result: Any, operands: Sequence[Any]) -> Any:
+    """A pydata result in the format ``sparse.einsum`` returns for the same call: the pydata
+    operands' format (DOK, GCXS) when they share one, else COO; COO for a 0-d result.
+
+    >>> import sparse
+    >>> x = sparse.random((3, 3), density=0.5, format="dok", random_state=0)
+    >>> type(einsum("ij->i", x)).__name__
+    'DOK'
+    """
+    if type(result).__module__.split(".")[0] != "sparse" or not result.ndim:
+        return result
+    kinds = {getattr(op, "format", None) for op in operands
+             if type(op).__module__.split(".")[0] == "sparse"}
+    kind = kinds.pop() if len(kinds) == 1 else "coo"
+    return result if kind == "coo" or kind is None else result.asformat(kind)
 
 
 def _planned(subscripts: str, operands: tuple, optimize: Any, formats: Any, schedule: Any
@@ -796,6 +813,30 @@ _auto_formats: Callable[[str, tuple, Any], tuple[dict[int, Any], str]] | None = 
 _log = logging.getLogger("tensoralg")
 
 
+# -- dask hook: (einsum handler, kernel handler), installed by tensoralg/dask/ at import. api.py
+# never imports dask: an operand is recognised by its class's module, so calls without dask
+# operands pay one attribute read per operand.
+_dask_handlers: tuple[Callable[[tuple, dict[str, Any]], Any],
+                      Callable[["Kernel", dict[str, Any]], Any]] | None = None
+
+
+def _is_dask(operand: Any) -> bool:
+    return type(operand).__module__.startswith("dask.")
+
+
+def set_dask_handlers(einsum_handler: Callable[[tuple, dict[str, Any]], Any] | None,
+                      kernel_handler: Callable[["Kernel", dict[str, Any]], Any] | None = None
+                      ) -> None:
+    """Install what ``einsum`` and ``Kernel.__call__`` do with ``dask.array`` operands
+    (``tensoralg.dask`` does, at import): ``einsum_handler(operands, options)`` gets the
+    subscripts and operands as given and einsum's keyword arguments; ``kernel_handler(kernel,
+    operands)`` the kernel and its operands by name. ``None`` removes them."""
+    global _dask_handlers
+    _dask_handlers = None if einsum_handler is None or kernel_handler is None else \
+        (einsum_handler, kernel_handler)
+# -- end of the dask hook
+
+
 def set_auto_formats(resolver: Callable[[str, tuple, Any], tuple[dict[int, Any], str]] | None
                      ) -> None:
     """Install what ``formats="auto"`` asks (``tensoralg.select`` does, at import)."""
@@ -868,7 +909,10 @@ def _dtype_argument(dtype: Any) -> np.dtype:
         return np.dtype(dtype)
     except TypeError:
         raise ArgumentTypeError(f"dtype={dtype!r} is not a dtype; use float32, float64, "
-                                f"int32 or int64") from None
+                                f"complex64, complex128, int32 or int64") from None
+
+
+_KIND_WORDS = {"f": "float", "c": "complex"}
 
 
 def _check_cast(dtype: np.dtype, value_dtype: np.dtype, what: str) -> None:
@@ -877,7 +921,7 @@ def _check_cast(dtype: np.dtype, value_dtype: np.dtype, what: str) -> None:
     if not np.can_cast(dtype, value_dtype, "same_kind"):
         raise CastingError(f"{what} holds {dtype} values, which the kernel would truncate to "
                          f"{value_dtype}; cast it yourself (astype) if that is meant, or use a "
-                         f"{dtype.kind == 'f' and 'float' or 'wider'} dtype")
+                         f"{_KIND_WORDS.get(dtype.kind, 'wider')} dtype")
 
 
 _CASTINGS = ("no", "equiv", "safe", "same_kind", "unsafe")
@@ -908,7 +952,7 @@ def _value_dtype(stmt: Assignment, dtypes: Sequence[np.dtype], dtype: Any,
     if result not in VALUE_DTYPES:
         raise UnsupportedError(
             f"the kernel would compute in {result}, which tensoralg does not support; use "
-            f"float32, float64, int32 or int64 operands (or pass dtype=)")
+            f"float32, float64, complex64, complex128, int32 or int64 operands (or pass dtype=)")
     return result
 
 
@@ -1020,7 +1064,8 @@ def dense_gemm(form: GemmForm | None, bound: Mapping[str, Tensor], value_dtype: 
     nest instead."""
     if route is GemmRoute.LOOPS:
         return None
-    reason = gemm_refusal(form, {name: t.format for name, t in bound.items()}, value_dtype)
+    reason = gemm_refusal(form, {name: t.format for name, t in bound.items()}, value_dtype,
+                          route)
     if reason is not None:
         if route is None:
             return None
@@ -1117,7 +1162,8 @@ def execute(compiled: CompiledProgram, bound: Mapping[str, Tensor], value_dtype:
         status, parts = run_ranges(compiled.kernel.function, args, compiled.arguments, bounds,
                                    buffers.capacity, kernel_cache().threads.run_calls)
         _check_status(compiled, status)
-        return join_rows(shape, output.format, output.index_dtype, value_dtype, parts, bounds)
+        return join_rows(shape, output.format, output.index_dtype, value_dtype, parts, bounds,
+                         kernel_cache().threads.run_calls)
     status = _launch(compiled, args, buffers, bounds)
     if status != 0:
         release(buffers)
@@ -1169,16 +1215,24 @@ def _thread_ranges(compiled: CompiledProgram, tensors: Mapping[str, Tensor],
         return None
     size = sizes[plan.range_index]
     asked = compiled.plan.parallel
+    work_by_row = compiled.balance_by
+    weights = None
     if asked is not None and asked.threads is not None:
         parts = min(asked.threads, max(1, size))
     else:
         work = estimated_work(tensors, shape if dense else None)
         native = dense and not compiled.plan.partials and native_pool_supported()
-        parts = min(kernel_cache().threads.parts(work, native), size // MIN_ROWS_PER_THREAD)
+        threads = kernel_cache().threads
+        if threads.threads > 1 and work_by_row is not None and work_by_row.products:
+            # A sparse product's work is its multiply-adds, which the operands' stored
+            # entries undercount many times over (bcsstk16 squared: 60x).
+            weights = row_weights(work_by_row, tensors)
+            work = max(work, int(weights[-1]))
+        parts = min(threads.parts(work, native), size // MIN_ROWS_PER_THREAD)
     if parts <= 1:
         return None
-    weights = (tensors[compiled.balance_by].levels[1].pos
-               if compiled.balance_by is not None else None)
+    if weights is None:
+        weights = row_weights(work_by_row, tensors)
     return range_bounds(size, parts, weights, compiled.plan.range_step(plan.range_index))
 
 
@@ -1386,7 +1440,7 @@ class Kernel:
             out_format = self.out_format or dense(len(self.statement.lhs.indices))
             reason = "the output is sparse" if not out_format.is_dense else \
                 "the cuda backend runs its own loops" if self.backend == "cuda" else \
-                gemm_refusal(form, self.formats, self.dtype)
+                gemm_refusal(form, self.formats, self.dtype, self._gemm_route)
             if reason is not None:
                 raise UnsupportedError(f"gemm({self._gemm_route.value}) for {self.statement}: "
                                        f"{reason}; use gemm(loops), or no gemm command, for "
@@ -1499,6 +1553,10 @@ class Kernel:
         reads them (``k(A, x)`` for ``y(i) = A(i,j) * x(j)``)."""
         if positional:
             operands = self._by_name(positional, operands)
+        # -- dask hook (tensoralg/dask/): dask.array operands run the kernel block by block
+        if _dask_handlers is not None and any(map(_is_dask, operands.values())):
+            return _dask_handlers[1](self, operands)
+        # -- end of the dask hook
         if self.backend == "cuda":
             return self._run_on_gpu(operands)
         if self._gemm is not None and (self._gemm_route is not None or
@@ -1620,8 +1678,7 @@ class Kernel:
             work = estimated_work(tensors, shape)
             parts = min(threads.parts(work), sizes[plan.range_index] // MIN_ROWS_PER_THREAD)
             if parts > 1:
-                weights = (tensors[compiled.balance_by].levels[1].pos
-                           if compiled.balance_by is not None else None)
+                weights = row_weights(compiled.balance_by, tensors)
                 bounds = split(sizes[plan.range_index], parts, weights)
         function = compiled.kernel.function
         # Ranges over the output's leading index own whole blocks of its rows: each range can
@@ -1701,7 +1758,7 @@ def compile(statement: str, formats: Mapping[str, Any] | None = None, dtype: Any
     value_dtype = _dtype_argument(dtype)
     if value_dtype not in VALUE_DTYPES:
         raise UnsupportedError(f"dtype {value_dtype} is not supported; use float32, float64, "
-                               f"int32 or int64")
+                               f"complex64, complex128, int32 or int64")
     if value_dtype.kind in "iu" and _needs_float(stmt.rhs):
         raise UnsupportedError(f"{statement} needs floating-point arithmetic; use a float dtype")
     _check_literals(stmt.rhs, value_dtype, statement)
@@ -1788,6 +1845,56 @@ def direct_conv(weight: np.ndarray, bias: np.ndarray | None, image: tuple[int, i
     cache = kernel_cache()
     return build_conv(geometry, weight, bias, relu, skip_zeros, cache=cache.disk,
                       threads=cache.threads)
+
+
+def window_kernel(mode: str, image: tuple[int, int, int], kernel: tuple[int, int],
+                  dtype: Any, strides: tuple[int, int] = (1, 1),
+                  dilations: tuple[int, int] = (1, 1), pads_begin: tuple[int, int] = (0, 0),
+                  pads_end: tuple[int, int] = (0, 0), out: tuple[int, int] | None = None,
+                  count_include_pad: bool = False, weight: np.ndarray | None = None,
+                  bias: np.ndarray | None = None, relu: bool = False) -> Any:
+    """A generated channel-wise window kernel over NCHW images of shape ``image`` (C, H, W):
+    ``mode`` ``"max"`` (MaxPool), ``"average"`` (AveragePool) or ``"depthwise"`` (a
+    convolution with one filter ``weight[c]`` (C, 1, KH, KW) per channel, plus ``bias``, then
+    ReLU when ``relu``); see ``runtime/window.py``. ``out`` is the output's (OH, OW) (default:
+    as the pads give, rounding down). None for a dtype other than float32/float64.
+
+    >>> k = window_kernel("max", (1, 2, 2), (2, 2), np.float32)
+    >>> k(np.arange(4, dtype=np.float32).reshape(1, 1, 2, 2)).item()
+    3.0
+    """
+    from tensoralg.codegen.window import WindowGeometry
+    from tensoralg.runtime.window import FLOATS, WindowKernel
+
+    if np.dtype(dtype) not in FLOATS:
+        return None
+    channels, height, width = image
+    if out is None:
+        out = tuple((size + pads_begin[a] + pads_end[a] - dilations[a] * (kernel[a] - 1) - 1)
+                    // strides[a] + 1 for a, size in enumerate((height, width)))
+    geometry = WindowGeometry(height, width, out[0], out[1], tuple(kernel), tuple(strides),
+                              tuple(dilations), tuple(pads_begin), tuple(pads_end))
+    cache = kernel_cache()
+    return WindowKernel(geometry, mode, np.dtype(dtype), channels, count_include_pad, weight,
+                        bias, relu, cache=cache.disk, threads=cache.threads)
+
+
+def softmax_kernel(length: int, dtype: Any, log: bool = False) -> Any:
+    """A generated Softmax (``log``: LogSoftmax) over contiguous rows of ``length`` values,
+    one pass set per row in cache (see ``runtime/softmax.py``); None for a dtype other than
+    float32/float64.
+
+    >>> k = softmax_kernel(2, np.float64)
+    >>> k(np.log(np.array([[1.0, 3.0]]))).round(3).tolist()
+    [[0.25, 0.75]]
+    """
+    from tensoralg.runtime.softmax import FLOATS, SoftmaxKernel
+
+    if np.dtype(dtype) not in FLOATS:
+        return None
+    cache = kernel_cache()
+    return SoftmaxKernel(int(length), np.dtype(dtype), log, cache=cache.disk,
+                         threads=cache.threads)
 
 
 def set_num_threads(threads: int) -> None:

@@ -41,6 +41,9 @@ class CEmitter(CFamilyEmitter):
     True
     """
 
+    complex_values = True     # C11's _Complex, with GNU __real__/__imag__ (gcc and clang)
+    backend_name = "c"
+
 
 def compiler_command(environ: Mapping[str, str]) -> list[str]:
     """The C compiler to run: ``$CC`` (which may carry flags) or ``cc``.

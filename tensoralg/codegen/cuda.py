@@ -73,6 +73,7 @@ class CudaEmitter(CFamilyEmitter):
     return_type = "void"
     reserved = RESERVED
     unroll_pragma = "#pragma unroll {}"
+    backend_name = "cuda"    # complex kernels are refused (cfamily.COMPLEX_TYPES)
 
     def __init__(self, mapping: str | None = None, disjoint_rows: bool = True) -> None:
         self.mapping = mapping

@@ -4,6 +4,11 @@ Every IR variable gets a stack slot in the entry block (mem2reg promotes them); 
 parameters are ``noalias``; math uses LLVM intrinsics, except ``tanh`` (libm); memory comes from
 libc ``aligned_alloc/calloc/realloc/free`` (allocations start on a cache line). llvmlite is
 initialised once, on first use, never at import time of tensoralg.
+
+A complex value is a ``{float, float}`` / ``{double, double}`` struct in registers and in
+memory (NumPy's layout); its arithmetic is written out on the two parts, which SROA and the
+vectorisers then see as plain float code (a complex reduction sums in vector lanes like a
+real one).
 """
 
 from __future__ import annotations
@@ -58,6 +63,7 @@ from tensoralg.ir.nodes import (
 from tensoralg.ir.rewrite import walk
 
 BIT, BYTE, INT32, INT64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
+INT32_ZERO = ir.Constant(INT32, 0)
 POINTER = ir.PointerType()
 VALUE_TYPES: dict[Scalar, ir.Type] = {
     Scalar.BOOL: BIT,
@@ -65,9 +71,12 @@ VALUE_TYPES: dict[Scalar, ir.Type] = {
     Scalar.I64: INT64,
     Scalar.F32: ir.FloatType(),
     Scalar.F64: ir.DoubleType(),
+    Scalar.C64: ir.LiteralStructType([ir.FloatType(), ir.FloatType()]),
+    Scalar.C128: ir.LiteralStructType([ir.DoubleType(), ir.DoubleType()]),
 }
 POINTER_SIZE = ctypes.sizeof(ctypes.c_void_p)
-ELEMENT_SIZE = {Scalar.BOOL: 1, Scalar.I32: 4, Scalar.I64: 8, Scalar.F32: 4, Scalar.F64: 8}
+ELEMENT_SIZE = {Scalar.BOOL: 1, Scalar.I32: 4, Scalar.I64: 8, Scalar.F32: 4, Scalar.F64: 8,
+                Scalar.C64: 8, Scalar.C128: 16}
 INTRINSICS = {
     "sqrt": "llvm.sqrt",
     "exp": "llvm.exp",
@@ -83,6 +92,8 @@ INT_OPS = {"+": "add", "-": "sub", "*": "mul", "/": "sdiv", "%": "srem"}
 BIT_OPS = {"bitand": "and_", "bitor": "or_", "shl": "shl", "shr": "ashr"}
 FLOAT_OPS = {"+": "fadd", "-": "fsub", "*": "fmul", "/": "fdiv", "%": "frem"}
 COMPARISONS = frozenset({"<", "<=", ">", ">=", "==", "!="})
+# Dtypes whose ``acc = acc + e`` is a reduction LLVM may reassociate (ir/nodes.py).
+_FLOATING = (Scalar.F32, Scalar.F64, Scalar.C64, Scalar.C128)
 
 
 def value_type(dtype: DType) -> ir.Type:
@@ -177,7 +188,7 @@ def reduces(fn: Function) -> bool:
             match node:
                 case Store(accumulate=True, index=index) if not _reads(index, moving):
                     return True
-                case Assign(var=target, value=value) if target.dtype in (Scalar.F32, Scalar.F64) \
+                case Assign(var=target, value=value) if target.dtype in _FLOATING \
                         and _reads(value, {target.name}):
                     return True
     return False
@@ -241,7 +252,7 @@ class _FunctionLowering:
             case Block():
                 self.block(stmt)
             case Assign(var, Binary("+", lhs, rhs)) if var in (lhs, rhs) and \
-                    isinstance(var.dtype, Scalar) and var.dtype.is_float:
+                    var.dtype in _FLOATING:
                 # ``acc = acc + e``: a reduction, whose additions LLVM may reassociate into
                 # vector lanes (see ir.nodes: the order of a reduction's terms is not fixed).
                 total = self.arithmetic("+", self.value(lhs), self.value(rhs), var.dtype,
@@ -256,7 +267,10 @@ class _FunctionLowering:
                     new = self.arithmetic("+", self.load(array, address), new, value.dtype)
                 if value.dtype == Scalar.BOOL:
                     new = b.zext(new, BYTE)
-                b.store(new, address)
+                if isinstance(value.dtype, Scalar) and value.dtype.is_complex:
+                    self.store_complex(new, address)
+                else:
+                    b.store(new, address)
             case For(var, start, stop, body):
                 slot = self.slots[var.name]
                 hints = loop_hints(self.module, stmt.unroll, stmt.vectorize)
@@ -406,9 +420,28 @@ class _FunctionLowering:
             source_etype=memory_type(array.dtype.elem),
         )
 
+    def store_complex(self, value: ir.Value, address: ir.Value) -> None:
+        """Store a complex value part by part: plain float stores, which vectorise."""
+        b = self.builder
+        for k in (0, 1):
+            part = b.gep(address, [INT32_ZERO, ir.Constant(INT32, k)], inbounds=True,
+                         source_etype=value.type)
+            b.store(b.extract_value(value, k), part)
+
+    def load_complex(self, address: ir.Value, typ: ir.Type) -> ir.Value:
+        b = self.builder
+        result: ir.Value = ir.Constant(typ, ir.Undefined)
+        for k in (0, 1):
+            part = b.gep(address, [INT32_ZERO, ir.Constant(INT32, k)], inbounds=True,
+                         source_etype=typ)
+            result = b.insert_value(result, b.load(part, typ=typ.elements[k]), k)
+        return result
+
     def load(self, array: Var, address: ir.Value) -> ir.Value:
         assert isinstance(array.dtype, Ptr)
         elem = array.dtype.elem
+        if isinstance(elem, Scalar) and elem.is_complex:
+            return self.load_complex(address, memory_type(elem))
         loaded = self.builder.load(address, typ=memory_type(elem))
         return (
             self.builder.icmp_unsigned("!=", loaded, ir.Constant(BYTE, 0))
@@ -456,6 +489,10 @@ class _FunctionLowering:
 
     def unary(self, op: str, operand: ir.Value, dtype: DType) -> ir.Value:
         b = self.builder
+        if isinstance(dtype, Scalar) and dtype.is_complex:
+            if op != "neg":
+                raise CompileError(f"unary {op!r} is not defined on {dtype}")
+            return self.pack(dtype, *(b.fneg(x) for x in self.parts(operand)))
         is_float = isinstance(dtype, Scalar) and dtype.is_float
         is_int = isinstance(dtype, Scalar) and dtype.is_int
         match op:
@@ -487,6 +524,11 @@ class _FunctionLowering:
     def binary(self, op: str, left: ir.Value, right: ir.Value, dtype: DType) -> ir.Value:
         b = self.builder
         is_float = isinstance(dtype, Scalar) and dtype.is_float
+        if isinstance(dtype, Scalar) and dtype.is_complex and op in ("==", "!="):
+            (ar, ai), (br, bi) = self.parts(left), self.parts(right)
+            if op == "==":
+                return b.and_(b.fcmp_ordered("==", ar, br), b.fcmp_ordered("==", ai, bi))
+            return b.or_(b.fcmp_unordered("!=", ar, br), b.fcmp_unordered("!=", ai, bi))
         if op in COMPARISONS:
             if is_float:
                 # C's != is true for NaN (unordered); the other comparisons are false for NaN.
@@ -521,7 +563,67 @@ class _FunctionLowering:
             return result
         if isinstance(dtype, Scalar) and dtype.is_int:
             return getattr(self.builder, INT_OPS[op])(left, right)
+        if isinstance(dtype, Scalar) and dtype.is_complex and op in ("+", "-", "*", "/"):
+            return self.complex_arithmetic(op, left, right, dtype, reassociate)
         raise CompileError(f"arithmetic {op!r} is not defined on {dtype}")
+
+    # -- complex values ----------------------------------------------------------------------
+
+    def parts(self, value: ir.Value) -> tuple[ir.Value, ir.Value]:
+        """The real and imaginary parts of a complex value."""
+        return self.builder.extract_value(value, 0), self.builder.extract_value(value, 1)
+
+    def pack(self, dtype: Scalar, real: ir.Value, imag: ir.Value) -> ir.Value:
+        b = self.builder
+        packed = b.insert_value(ir.Constant(VALUE_TYPES[dtype], ir.Undefined), real, 0)
+        return b.insert_value(packed, imag, 1)
+
+    def complex_arithmetic(self, op: str, left: ir.Value, right: ir.Value, dtype: Scalar,
+                           reassociate: bool) -> ir.Value:
+        """NumPy's complex ``+ - * /`` (ir/nodes.py), written out on the parts. No FMA
+        contraction: the products round as NumPy's do."""
+        b = self.builder
+        (ar, ai), (br, bi) = self.parts(left), self.parts(right)
+
+        def flagged(result: ir.Instruction) -> ir.Instruction:
+            if reassociate:
+                result.flags.append("reassoc")
+            return result
+
+        match op:
+            case "+":
+                return self.pack(dtype, flagged(b.fadd(ar, br)), flagged(b.fadd(ai, bi)))
+            case "-":
+                return self.pack(dtype, b.fsub(ar, br), b.fsub(ai, bi))
+            case "*":
+                real = b.fsub(b.fmul(ar, br), b.fmul(ai, bi))
+                imag = b.fadd(b.fmul(ar, bi), b.fmul(ai, br))
+                return self.pack(dtype, real, imag)
+        return self.pack(dtype, *self.complex_quotient(ar, ai, br, bi))
+
+    def complex_quotient(self, ar: ir.Value, ai: ir.Value, br: ir.Value,
+                         bi: ir.Value) -> tuple[ir.Value, ir.Value]:
+        """Smith's algorithm, exactly as NumPy's complex divide (both arms computed, one
+        selected: float division never traps)."""
+        b = self.builder
+        one, zero = ir.Constant(ar.type, 1.0), ir.Constant(ar.type, 0.0)
+        br_abs, bi_abs = self.call_intrinsic("abs", [br]), self.call_intrinsic("abs", [bi])
+        # |br| >= |bi|: rat = bi / br, scl = 1 / (br + bi * rat)
+        rat1 = b.fdiv(bi, br)
+        scl1 = b.fdiv(one, b.fadd(br, b.fmul(bi, rat1)))
+        real1 = b.fmul(b.fadd(ar, b.fmul(ai, rat1)), scl1)
+        imag1 = b.fmul(b.fsub(ai, b.fmul(ar, rat1)), scl1)
+        # both zero: a complex inf or nan, as NumPy gives
+        both_zero = b.and_(b.fcmp_ordered("==", br_abs, zero), b.fcmp_ordered("==", bi_abs, zero))
+        real1 = b.select(both_zero, b.fdiv(ar, br_abs), real1)
+        imag1 = b.select(both_zero, b.fdiv(ai, br_abs), imag1)
+        # otherwise: rat = br / bi, scl = 1 / (bi + br * rat)
+        rat2 = b.fdiv(br, bi)
+        scl2 = b.fdiv(one, b.fadd(bi, b.fmul(br, rat2)))
+        real2 = b.fmul(b.fadd(b.fmul(ar, rat2), ai), scl2)
+        imag2 = b.fmul(b.fsub(b.fmul(ai, rat2), ar), scl2)
+        first = b.fcmp_ordered(">=", br_abs, bi_abs)
+        return b.select(first, real1, real2), b.select(first, imag1, imag2)
 
     def cast(self, value: ir.Value, source: DType, to: Scalar) -> ir.Value:
         """C conversion rules: truncation toward zero for float → int, nonzero → true."""
@@ -531,6 +633,18 @@ class _FunctionLowering:
             return value
         if not isinstance(source, Scalar):
             raise CompileError(f"cannot cast {source} to {to}")
+        if source.is_complex and to == Scalar.BOOL:
+            real, imag = self.parts(value)
+            return b.or_(self.cast(real, source.part, to), self.cast(imag, source.part, to))
+        if source.is_complex:      # to a real dtype: the real part, as NumPy's unsafe cast
+            real, imag = self.parts(value)
+            if to.is_complex:
+                return self.pack(to, self.cast(real, source.part, to.part),
+                                 self.cast(imag, source.part, to.part))
+            return self.cast(real, source.part, to)
+        if to.is_complex:
+            return self.pack(to, self.cast(value, source, to.part),
+                             ir.Constant(VALUE_TYPES[to.part], 0.0))
         if to == Scalar.BOOL:
             if source.is_float:
                 return b.fcmp_unordered("!=", value, ir.Constant(value.type, 0.0))
@@ -550,8 +664,12 @@ class _FunctionLowering:
         return b.fpext(value, target) if to == Scalar.F64 else b.fptrunc(value, target)
 
 
-def constant(value: int | float | bool, dtype: Scalar) -> ir.Constant:
+def constant(value: int | float | bool | complex, dtype: Scalar) -> ir.Constant:
     """An LLVM constant of ``dtype``; f32 values are rounded to float32 first, as C does."""
+    if dtype.is_complex:
+        z = complex(value)
+        return ir.Constant(VALUE_TYPES[dtype], [constant(z.real, dtype.part),
+                                                constant(z.imag, dtype.part)])
     if dtype == Scalar.F32:
         return ir.Constant(VALUE_TYPES[dtype], ctypes.c_float(float(value)).value)
     if dtype == Scalar.F64:

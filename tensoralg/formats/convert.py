@@ -92,7 +92,8 @@ def check_value_dtype(dtype: np.dtype, what: str) -> None:
     """UnsupportedError unless ``dtype`` is a supported value dtype."""
     if dtype not in VALUE_DTYPES:
         raise UnsupportedError(f"{what} has dtype {dtype}, which tensoralg does not support; "
-                               f"convert it to float32, float64, int32 or int64 (.astype)")
+                               f"convert it to float32, float64, complex64, complex128, int32 or "
+                               f"int64 (.astype)")
 
 
 # -- scipy.sparse -------------------------------------------------------------------------------

@@ -31,7 +31,7 @@ from tensoralg.formats.format import Format, resolve_format
 
 INDEX_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
 VALUE_DTYPES = (np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.int32),
-                np.dtype(np.int64))
+                np.dtype(np.int64), np.dtype(np.complex64), np.dtype(np.complex128))
 
 
 @dataclass(frozen=True, slots=True)

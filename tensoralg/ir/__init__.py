@@ -53,6 +53,8 @@ from .nodes import (
     BINARY_OPS,
     BITWISE_OPS,
     BOOL,
+    C64,
+    C128,
     COMPARISON_OPS,
     F32,
     F64,
@@ -104,7 +106,8 @@ from .verify import IRVerifyError, verify
 
 __all__ = [
     # nodes
-    "ARITHMETIC_OPS", "BINARY_OPS", "BITWISE_OPS", "BOOL", "COMPARISON_OPS", "F32", "F64", "I32",
+    "ARITHMETIC_OPS", "BINARY_OPS", "BITWISE_OPS", "BOOL", "C64", "C128", "COMPARISON_OPS", "F32",
+    "F64", "I32",
     "I64", "LOGICAL_OPS", "UNARY_OPS", "Allocate", "Assign", "Binary", "Block", "Cast", "Comment",
     "Const", "Declare", "DType", "Expr", "For", "Free", "Function", "Grow", "If", "IRError",
     "Load", "Node", "Param", "Ptr", "Scalar", "Select", "Stmt", "Store", "Unary", "Var", "While",

@@ -49,7 +49,7 @@ from .nodes import (
     dtype_of,
 )
 
-Number = Union[int, float, bool]
+Number = Union[int, float, bool, complex]
 Operand = Union[Expr, int, float, bool]
 BodyItem = Union[Stmt, Iterable["BodyItem"], None]
 
@@ -72,6 +72,8 @@ def const(value: Number, dtype: Scalar) -> Const:
         return Const(bool(value), BOOL)
     if dtype.is_float:
         return Const(float(value), dtype)
+    if dtype.is_complex:
+        return Const(complex(value), dtype)
     if isinstance(value, float) and not value.is_integer():
         raise IRError(f"{value!r} is not an integer constant of type {dtype}")
     integer = int(value)
@@ -100,7 +102,7 @@ def var(name: str, dtype: DType) -> Var:
 
 
 def _is_python_number(x: object) -> bool:
-    return isinstance(x, (int, float, bool))
+    return isinstance(x, (int, float, bool, complex))
 
 
 def _pair(a: Operand, b: Operand) -> tuple[Expr, Expr]:

@@ -5,14 +5,20 @@ formats; `lower/` produces it and `codegen/` prints it for a target.
 
 Semantics, which every pass and every backend may rely on:
 
-- Types are the scalars ``bool``, ``i32``, ``i64``, ``f32``, ``f64`` and pointers ``Ptr(t)`` to
-  1-D buffers of ``t`` (a pointer may point to pointers: output buffers that the kernel grows are
-  handed back through a ``Ptr(Ptr(t))`` parameter).
+- Types are the scalars ``bool``, ``i32``, ``i64``, ``f32``, ``f64``, ``c64``, ``c128`` and
+  pointers ``Ptr(t)`` to 1-D buffers of ``t`` (a pointer may point to pointers: output buffers
+  that the kernel grows are handed back through a ``Ptr(Ptr(t))`` parameter).
 - A binary arithmetic node requires both operands to have the same dtype (``lower/`` inserts
   ``Cast`` nodes); comparisons and ``and``/``or`` produce ``bool``. ``and``/``or`` short-circuit.
 - Integer arithmetic is two's complement and never overflows on valid input: ``lower/`` computes
   every index in ``i64``. Integer ``/`` truncates toward zero and ``%`` takes the sign of the
   dividend (C semantics); ``lower/`` never divides by a zero index.
+- ``c64``/``c128`` are complex numbers with ``f32``/``f64`` parts, laid out in memory as
+  (real, imaginary) pairs (C99 ``_Complex``, NumPy's complex64/complex128). They take ``+ - *
+  /``, ``neg``, ``==``/``!=`` and casts; nothing else (no ordering, no math functions). ``*``
+  is the textbook ``(ac - bd) + (ad + bc)i`` and ``/`` Smith's algorithm, as NumPy computes
+  them (not C's Annex G, which special-cases infinities). A cast from real to complex gives a
+  zero imaginary part; from complex to real it keeps the real part, as NumPy's unsafe cast.
 - ``min``/``max`` on floats give NaN when either operand is NaN, as NumPy's ``minimum`` and
   ``maximum`` (and ONNX's Relu, Clip, ReduceMax) do; C's ``fmin``/``fmax`` would drop it.
   ``pow`` is the C ``pow``. Unary math (``sqrt exp log sin cos tanh abs``) follows C's libm.
@@ -46,10 +52,25 @@ class Scalar(enum.Enum):
     I64 = "i64"
     F32 = "f32"
     F64 = "f64"
+    C64 = "c64"
+    C128 = "c128"
 
     @property
     def is_float(self) -> bool:
         return self in (Scalar.F32, Scalar.F64)
+
+    @property
+    def is_complex(self) -> bool:
+        return self in (Scalar.C64, Scalar.C128)
+
+    @property
+    def part(self) -> "Scalar":
+        """The real dtype of each part of a complex dtype (the dtype itself otherwise).
+
+        >>> Scalar.C64.part, Scalar.F64.part
+        (<Scalar.F32: 'f32'>, <Scalar.F64: 'f64'>)
+        """
+        return {Scalar.C64: Scalar.F32, Scalar.C128: Scalar.F64}.get(self, self)
 
     @property
     def is_int(self) -> bool:
@@ -72,6 +93,10 @@ class Ptr:
 DType = Union[Scalar, Ptr]
 
 BOOL, I32, I64, F32, F64 = Scalar.BOOL, Scalar.I32, Scalar.I64, Scalar.F32, Scalar.F64
+C64, C128 = Scalar.C64, Scalar.C128
+# The operations complex values take (ir/verify.py holds every backend to this set).
+COMPLEX_BINARY_OPS = frozenset({"+", "-", "*", "/", "==", "!="})
+COMPLEX_UNARY_OPS = frozenset({"neg"})
 
 UNARY_OPS = frozenset({"neg", "not", "abs", "sqrt", "exp", "log", "sin", "cos", "tanh", "ctz"})
 ARITHMETIC_OPS = frozenset({"+", "-", "*", "/", "%", "min", "max", "pow"})
@@ -97,7 +122,7 @@ class IRError(Exception):
 class Const:
     """A literal of a scalar dtype."""
 
-    value: int | float | bool
+    value: int | float | bool | complex
     dtype: Scalar
 
     def __post_init__(self) -> None:

@@ -36,7 +36,10 @@ _INFIX: dict[str, tuple[str, int]] = {
 # Expressions
 
 
-def _const(value: int | float | bool, dtype: n.Scalar) -> str:
+def _const(value: int | float | bool | complex, dtype: n.Scalar) -> str:
+    if dtype.is_complex:
+        z = complex(value)
+        return f"{dtype}({_const(z.real, dtype.part)}, {_const(z.imag, dtype.part)})"
     if dtype is n.BOOL:
         return "true" if value else "false"
     if dtype.is_float:

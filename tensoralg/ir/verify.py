@@ -112,6 +112,8 @@ class _Checker:
                     self.fail(f"{op!r} needs a float operand, got {t}", e)
                 if op == "ctz" and not _is_int(t):
                     self.fail(f"'ctz' needs an integer operand, got {t}", e)
+                if _is_complex(t) and op not in n.COMPLEX_UNARY_OPS:
+                    self.fail(f"{op!r} is not defined on complex {t}", e)
             case n.Binary(op, lhs, rhs):
                 t = self.expr(lhs)
                 self.expr(rhs)
@@ -123,6 +125,8 @@ class _Checker:
                     self.fail(f"{op!r} needs integer operands, got {t}", e)
                 if op in n.COMPARISON_OPS and not isinstance(t, n.Scalar):
                     self.fail(f"{op!r} needs scalar operands, got {t}", e)
+                if _is_complex(t) and op not in n.COMPLEX_BINARY_OPS:
+                    self.fail(f"{op!r} is not defined on complex {t}", e)
             case n.Select(cond, if_true, if_false):
                 self.condition(cond, "a Select", e)
                 self.expr(if_true)
@@ -140,6 +144,8 @@ class _Checker:
             ok = isinstance(value, bool)
         elif dtype.is_float:
             ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        elif dtype.is_complex:
+            ok = isinstance(value, (int, float, complex)) and not isinstance(value, bool)
         else:
             bound = _INT_RANGE[dtype]
             ok = type(value) is int and -bound <= value < bound
@@ -246,6 +252,10 @@ def _is_number(t: n.DType) -> bool:
 
 def _is_float(t: n.DType) -> bool:
     return isinstance(t, n.Scalar) and t.is_float
+
+
+def _is_complex(t: n.DType) -> bool:
+    return isinstance(t, n.Scalar) and t.is_complex
 
 
 def verify(fn: n.Function, after: str = "") -> None:

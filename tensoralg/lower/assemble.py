@@ -208,13 +208,19 @@ class SparseWriter:
         capped (``RESERVE_MAX_GROWTH``) so a front-loaded output cannot ask for absurd sizes.
         """
         low = self.lowerer
-        done = b.cast(b.add(position, 1), F64)
+        # A thread range projects from its own rows: it holds only their entries (counting the
+        # rows before the range made a later range reserve far too little, and grow again).
+        begin, parents = b.i64(0), self.parents
+        if low.range is not None and low.parallel_index == self.level_indices[0] and \
+                self.first == 1:
+            begin, parents = low.range[0], b.sub(low.range[1], low.range[0])
+        done = b.cast(b.sub(b.add(position, 1), begin), F64)
         stmts: list[Stmt] = []
         for k in range(self.first, self.last + 1):
             size, crd = self.size[k], self.crd[k]
             cap = self.cap[crd.name]
             want = Var(low.names(f"want{k}"), I64)
-            projected = b.mul(b.div(b.mul(b.cast(size, F64), b.cast(self.parents, F64)), done),
+            projected = b.mul(b.div(b.mul(b.cast(size, F64), b.cast(parents, F64)), done),
                               RESERVE_MARGIN)
             limit = b.mul(b.cast(cap, F64), float(RESERVE_MAX_GROWTH))
             buffers = [(crd, want), (self.vals, want)] if k == self.last else \

@@ -29,6 +29,7 @@ from tensoralg.errors import CompileError, UnsupportedError
 from tensoralg.formats.format import Format, dense
 from tensoralg.formats.level import LevelKind
 from tensoralg.lower.lattice import build_lattice
+from tensoralg.lower.precompute import carry_out, workspace_indices
 from tensoralg.lower.program import LoopNest, OutputMode, Program, TensorInfo, TensorRole
 from tensoralg.notation.ast import (
     Access,
@@ -43,8 +44,10 @@ from tensoralg.notation.ast import (
     Reduce,
     Sub,
     accesses,
+    free_indices,
 )
 from tensoralg.notation.canonical import canonical_text
+from tensoralg.schedule import Precompute
 
 MAX_PERMUTED_INDICES = 8
 
@@ -68,17 +71,19 @@ class _Builder:
     # the named indices it holds in that order.
     orders: tuple[tuple[str, ...], ...] = ()
 
-    def temporary(self, indices: tuple[str, ...], expr: Expr, reduced: tuple[str, ...]) -> Access:
+    def temporary(self, indices: tuple[str, ...], expr: Expr, reduced: tuple[str, ...],
+                  name: str | None = None) -> Access:
         """A dense temporary ``t(indices) = sum(reduced, expr)``, computed once: a statement
         that repeats a sum (ONNX's LeakyRelu of a product, ``where(s > 0, s, 0.1 * s)``) gets
-        one temporary for every copy equal up to the names of its indices."""
+        one temporary for every copy equal up to the names of its indices. ``name`` is a
+        schedule's name for it (a precompute's workspace)."""
         total = expr
         for index in reversed(reduced):
             total = Reduce(index, total)
         key = canonical_text(Assignment(Access("t", indices), total))
         if key in self.computed:
             return Access(self.computed[key], indices)
-        name = f"_t{next(self.counter)}"
+        name = name or f"_t{next(self.counter)}"
         access = Access(name, indices)
         self.temporaries.append((access, expr, reduced))
         self.formats[name] = dense(len(indices))
@@ -89,22 +94,36 @@ class _Builder:
 def concretize(stmt: Assignment, formats: dict[str, Format], index_dtypes: dict[str, np.dtype],
                value_dtype: np.dtype, out_format: Format | None,
                out_index_dtype: np.dtype = np.dtype(np.int64),
-               orders: tuple[tuple[str, ...], ...] = ()) -> Program:
+               orders: tuple[tuple[str, ...], ...] = (),
+               precomputes: tuple[Precompute, ...] = ()) -> Program:
     """Turn ``stmt`` (operands in ``formats``) into a ``Program`` of loop nests.
 
     ``out_format`` None means: infer the output format (DESIGN.md, "out_format"). ``orders``
-    are a schedule's reorder commands: every nest runs the indices each names in that order.
+    are a schedule's reorder commands: every nest runs the indices each names in that order;
+    ``precomputes`` its precompute commands (``lower/precompute.py``).
     """
     builder = _Builder(dict(formats), dict(index_dtypes), preferred=stmt.lhs.indices,
                        orders=orders)
-    rhs = extract_diagonals(rename_reductions(stmt.rhs, set(stmt.lhs.indices)), builder)
     out = stmt.lhs
+
+    def precomputed(indices: tuple[str, ...], node: Expr, name: str) -> Access:
+        renamed = extract_diagonals(rename_reductions(node, set(free_indices(node))), builder)
+        body, reduced = hoist(renamed, builder)
+        return builder.temporary(indices, body, reduced, name)
+
+    raw, whole = carry_out(stmt.rhs, out, precomputes, {a.tensor for a in accesses(stmt.rhs)},
+                           precomputed)
     if out_format is None:
         # Inference looks at the hoisted body; a scratch builder keeps its temporaries apart.
         scratch = _Builder(dict(builder.formats), dict(builder.index_dtypes),
                            preferred=stmt.lhs.indices)
-        body, reduced = hoist(rhs, scratch)
+        probe = extract_diagonals(rename_reductions(raw, set(out.indices)), scratch)
+        body, reduced = hoist(probe, scratch)
         out_format = infer_output_format(out, body, reduced, scratch.formats)
+    if whole is not None and out_format.is_dense:
+        raw = precomputed(workspace_indices(raw, whole, out.indices), raw, whole.workspace)
+        whole = None
+    rhs = extract_diagonals(rename_reductions(raw, set(out.indices)), builder)
     if not out_format.is_dense:
         out_format = _direct_output_format(out_format)
     terms = split_terms(rhs) if out_format.is_dense else [rhs]
@@ -117,6 +136,8 @@ def concretize(stmt: Assignment, formats: dict[str, Format], index_dtypes: dict[
         nests.append(_nest(out, body, reduced, out_format, builder))
     if not out_format.is_dense and nests[-1].mode is None:
         nests[-1], out_format = _reorder_output(nests[-1], out_format, builder)
+    if whole is not None:
+        nests[-1] = _row_workspace(nests[-1], out_format, whole)
     inputs = set(formats) | set(builder.aliases)
     tensors = [TensorInfo(name, builder.formats[name], builder.index_dtypes.get(
         name, np.dtype(np.int64)), TensorRole.INPUT if name in inputs else TensorRole.TEMPORARY,
@@ -145,6 +166,22 @@ def _reorder_output(nest: LoopNest, wanted: Format, builder: _Builder) -> tuple[
     builder.notes.append(f"the output cannot be assembled as {wanted} in any loop order; it is "
                          f"computed densely and compressed afterwards")
     return replace(nest, mode=OutputMode.DENSE), dense(len(out.indices))
+
+
+def _row_workspace(nest: LoopNest, fmt: Format, command: Precompute) -> LoopNest:
+    """The output nest of ``precompute(<whole right side>, j)`` for a sparse output: each row
+    accumulates in a dense workspace over ``j``, the output's last stored index, and is then
+    compressed into the output (loops that append in order can do that too)."""
+    last = nest.output.indices[fmt.order[-1]]
+    if command.indices != (last,):
+        raise CompileError(f"{command}: the output {nest.output} is stored as {fmt}; a "
+                           f"workspace for the whole right side holds one row of it, over its "
+                           f"last stored index: precompute('{command.expr}', {last})")
+    if nest.mode not in (OutputMode.APPEND, OutputMode.WORKSPACE):
+        raise CompileError(f"{command}: the loops run {', '.join(nest.loop_order)}, which "
+                           f"cannot assemble {nest.output} as {fmt} row by row; reorder so "
+                           f"that the output's other indices run before every sum")
+    return replace(nest, mode=OutputMode.WORKSPACE)
 
 
 def _tensor_names(nests: list[LoopNest]) -> list[str]:

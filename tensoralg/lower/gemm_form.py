@@ -25,6 +25,7 @@ from tensoralg.schedule import Gemm, GemmRoute, Schedule
 # on this kind of machine: packing and blocking pay from about 64^3).
 GEMM_MIN_FMAS = 64 ** 3
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+_COMPLEX = (np.dtype(np.complex64), np.dtype(np.complex128))
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,14 +112,23 @@ def route_note(route: GemmRoute | None) -> str:
             f"GEMM, gemm(loops) or any other schedule for this loop nest")
 
 
-def gemm_refusal(form: GemmForm | None, formats: Mapping[str, Format], value_dtype: np.dtype
-                 ) -> str | None:
-    """Why the GEMM routes cannot run a call (None: they can)."""
+def gemm_refusal(form: GemmForm | None, formats: Mapping[str, Format], value_dtype: np.dtype,
+                 route: GemmRoute | None = None) -> str | None:
+    """Why the GEMM routes (or ``route``, when given) cannot run a call (None: they can).
+
+    Complex products go to BLAS (``zgemm``/``cgemm`` through ``numpy.matmul``), never to the
+    generated GEMM, whose hand-built module computes in real lanes only.
+    """
     if form is None:
         return "the statement is not a matrix product C(i,j) = A(i,k) * B(k,j)"
     sparse = [name for name in (form.a, form.b) if not formats[name].is_dense]
     if sparse:
         return f"operand {sparse[0]} is stored {formats[sparse[0]]}, not dense"
+    if np.dtype(value_dtype) in _COMPLEX and route is not GemmRoute.GENERATED:
+        return None
+    if np.dtype(value_dtype) in _COMPLEX:
+        return (f"the values are {value_dtype}; the generated GEMM takes float32 and float64 "
+                f"(gemm(blas) takes complex values too)")
     if np.dtype(value_dtype) not in _FLOATS:
         return f"the values are {value_dtype}; the GEMM routes take float32 and float64"
     return None

@@ -53,7 +53,8 @@ from tensoralg.lower.scheduling import LoopPlan, why_not_parallel
 from tensoralg.notation.ast import Access, Expr, accesses
 
 SCALARS = {np.dtype(np.float32): F32, np.dtype(np.float64): F64,
-           np.dtype(np.int32): I32, np.dtype(np.int64): I64}
+           np.dtype(np.int32): I32, np.dtype(np.int64): I64,
+           np.dtype(np.complex64): Scalar.C64, np.dtype(np.complex128): Scalar.C128}
 
 _RESERVED = set(keyword.kwlist) | {
     "auto", "break", "case", "char", "const", "continue", "default", "do", "double", "else",
@@ -343,10 +344,9 @@ class Lowerer:
             checks.append(b.declare(it.matched, b.land(b.lt(it.position, it.end),
                                                        b.eq(it.coordinate, coordinate))))
             checks.extend(self.segment_end(it, guard=it.matched))
-        cases = self.case_chain(lattice.points, body, coordinate, iterators)
-        advance = [b.if_(it.matched, b.assign(it.position, self.next_position(it)))
-                   for it in iterators]
         start, stop = b.i64(0), self.sizes[index]
+        # The range is made before the body, which may read it (a sparse output's reservation
+        # projects from the rows of its own range).
         if outer and not iterators and self.allow_split and self.plan.may_split(index) and \
                 why_not_parallel(self.program, index, self.plan.partials) is None:
             if self.parallel_index is None:
@@ -355,6 +355,9 @@ class Lowerer:
                               self._param("range_end", I64, f"range.end.{index}"))
             start, stop = self.range
             self.split_loops += 1
+        cases = self.case_chain(lattice.points, body, coordinate, iterators)
+        advance = [b.if_(it.matched, b.assign(it.position, self.next_position(it)))
+                   for it in iterators]
         body = [*checks, *cases, *advance]
         split = self.plan.splits.get(index)
         if split is None:

@@ -12,11 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tensoralg.errors import CompileError, UnsupportedError
+from tensoralg.formats.level import LevelKind
 from tensoralg.ir.nodes import For, Function
 from tensoralg.ir.passes.pipeline import DEFAULT_OPTIONS, PassOptions
 from tensoralg.ir.rewrite import walk
-from tensoralg.lower.program import Program, TensorRole
-from tensoralg.notation.ast import accesses
+from tensoralg.lower.program import OutputMode, Program, TensorRole
+from tensoralg.notation.ast import Access, Add, Call, Div, Expr, Literal, Mul, Neg, Sub, accesses
+from tensoralg.notation.printer import format_expr
 from tensoralg.schedule import (
     Fuse,
     Gemm,
@@ -63,6 +65,7 @@ class LoopPlan:
     unroll: dict[str, int] = field(default_factory=dict)
     vectorize: dict[str, int] = field(default_factory=dict)
     position_split: PositionSplit | None = None
+    precomputes: tuple[Precompute, ...] = ()          # carried out by concretize, in order
 
     @property
     def parallel_index(self) -> str | None:
@@ -106,6 +109,7 @@ def loop_plan(schedule: Schedule | None, backend: str = "llvm") -> LoopPlan:
     vectorize: dict[str, int] = {}
     fuses: dict[str, Fuse] = {}
     position_split: PositionSplit | None = None
+    precomputes: list[Precompute] = []
     parallel, serial = None, False
     for command in schedule:
         match command:
@@ -132,10 +136,7 @@ def loop_plan(schedule: Schedule | None, backend: str = "llvm") -> LoopPlan:
             case Vectorize(index, width):
                 vectorize[index] = width
             case Precompute():
-                raise UnsupportedError(
-                    f"{command}: the precompute command is part of the scheduling language but "
-                    f"lowering does not carry it out yet; remove it (the compiler already "
-                    f"fuses temporaries into row workspaces, see workspaces(on))")
+                precomputes.append(_check_precompute(command, precomputes))
     unused = [f for name, f in fuses.items()
               if position_split is None or position_split.fused != name]
     if unused:
@@ -146,7 +147,21 @@ def loop_plan(schedule: Schedule | None, backend: str = "llvm") -> LoopPlan:
     if position_split is not None:
         orders += ((position_split.outer, position_split.inner),)
         _check_position_commands(position_split, splits, parallel)
-    return LoopPlan(orders, splits, parallel, serial, unroll, vectorize, position_split)
+    return LoopPlan(orders, splits, parallel, serial, unroll, vectorize, position_split,
+                    tuple(precomputes))
+
+
+WORKSPACE_FORMATS = ("dense",)     # the workspace formats lowering carries out
+
+
+def _check_precompute(command: Precompute, earlier: list[Precompute]) -> Precompute:
+    if command.format not in WORKSPACE_FORMATS:
+        raise CompileError(f"{command}: a workspace stored as {command.format!r} is not "
+                           f"supported; use format=dense (a dense row or temporary)")
+    if any(other.workspace == command.workspace for other in earlier):
+        raise CompileError(f"{command}: another precompute already names its workspace "
+                           f"{command.workspace}; give each its own name (workspace=...)")
+    return command
 
 
 def _position_split(command: Pos, fuses: dict[str, Fuse], earlier: PositionSplit | None
@@ -202,16 +217,16 @@ def why_not_parallel(program: Program, index: str, partials: bool) -> str | None
     must own its output elements, so ``index`` must address the output; with them each range
     sums into its own copy of the output. A temporary may take part when ``index`` is its first
     mode and every nest reads and writes it at ``index`` (each range then fills and reads only
-    its own rows). A sparse output takes ranges when it is a matrix stored dense, then
-    compressed (CSR or CSC) with ``index`` its dense level: each range assembles its own rows,
+    its own rows). A sparse output takes ranges when it is a matrix whose first level runs over
+    ``index`` and whose second is compressed (CSR, CSC, DCSR): each range assembles its own rows,
     and the runtime joins the pieces (``runtime/stitch.py``).
     """
     output = program.output
     if not output.format.is_dense:
         if not stitchable(program, index) or partials:
-            return (f"the output is stored as {output.format}; only a matrix stored dense "
-                    f"then compressed, split along its dense level, is assembled on several "
-                    f"threads")
+            return (f"the output is stored as {output.format}; only a matrix whose second "
+                    f"level is compressed (CSR, CSC, DCSR), split along its first level, is "
+                    f"assembled on several threads")
     for nest in program.nests:
         if nest.loop_order[:1] != (index,):
             return (f"the loop nest for {nest.output} runs {', '.join(nest.loop_order)}: "
@@ -244,6 +259,8 @@ def applied_schedule(program: Program, function: Function, plan: LoopPlan,
     # The nest with the most loops names them all (an added vector b(i) gets a nest of its own).
     main = max(reversed(program.nests), key=lambda nest: len(nest.loop_order))
     schedule = Schedule().reorder(*main.loop_order) if main.loop_order else Schedule()
+    for command in (*given.find(Precompute), *_chosen_workspaces(program, given)):
+        schedule = schedule.then(command)
     for command in given:
         if isinstance(command, kept):
             schedule = schedule.then(command)
@@ -264,15 +281,95 @@ def applied_schedule(program: Program, function: Function, plan: LoopPlan,
     return schedule
 
 
+def _chosen_workspaces(program: Program, given: Schedule) -> list[Precompute]:
+    """The row workspace the compiler chose for a sparse output (its loops sum before the
+    output's last index), as the precompute command that asks for it; none when the schedule
+    asked for it already (a given precompute whose workspace is no temporary of the program
+    named the whole right side)."""
+    output = program.output
+    nest = program.nests[-1]
+    if nest.mode is not OutputMode.WORKSPACE:
+        return []
+    temporaries = {t.name for t in program.tensors if t.role is TensorRole.TEMPORARY}
+    if any(p.workspace not in temporaries for p in given.find(Precompute)):
+        return []
+    if any(a.tensor in temporaries for a in accesses(nest.expr)):
+        return []       # the statement does not read the temporary: no text names this
+    # Operands converted for this kernel print as the operands the statement names.
+    sources = dict(program.conversions)
+    expr = format_expr(_renamed(nest.expr, sources))
+    taken = {t.name for t in program.tensors} | set(sources.values())
+    name = next(f"w{k}" if k else "w" for k in range(len(taken) + 1)
+                if (f"w{k}" if k else "w") not in taken)
+    last = nest.output.indices[output.format.order[-1]]
+    return [Precompute(expr, (last,), name)]
+
+
+def _renamed(expr: Expr, sources: dict[str, str]) -> Expr:
+    match expr:
+        case Access(tensor, indices):
+            return Access(sources.get(tensor, tensor), indices)
+        case Literal():
+            return expr
+        case Neg(x):
+            return Neg(_renamed(x, sources))
+        case Add(a, b) | Sub(a, b) | Mul(a, b) | Div(a, b):
+            return type(expr)(_renamed(a, sources), _renamed(b, sources))
+        case Call(func, args):
+            return Call(func, tuple(_renamed(a, sources) for a in args))
+    raise TypeError(expr)
+
+
 def stitchable(program: Program, index: str) -> bool:
     """Whether ranges of ``index`` can each assemble their own rows of the sparse output: a
-    matrix whose first stored level is dense over ``index`` and whose second is compressed,
-    written by one nest and no temporaries."""
+    matrix whose first stored level runs over ``index`` (dense: CSR, CSC; or compressed:
+    DCSR) and whose second is compressed, written by one nest and no temporaries; the runtime
+    joins the ranges' pieces (``runtime/stitch.py``)."""
     output = program.output
     fmt = output.format
-    return fmt.rank == 2 and not fmt.levels[0].is_sparse and fmt.levels[1].has_pos and \
+    return fmt.rank == 2 and fmt.levels[0] in (LevelKind.DENSE, LevelKind.COMPRESSED) and \
+        fmt.levels[1].has_pos and \
         output.dims[fmt.order[0]] == index and len(program.nests) == 1 and \
         not any(t.role is TensorRole.TEMPORARY for t in program.tensors)
+
+
+@dataclass(frozen=True, slots=True)
+class RowWork:
+    """What one iteration of a thread-split loop costs, to cut ranges of equal work
+    (``runtime/threads.py``, ``row_weights``): the entries of ``rows`` (inputs stored dense,
+    then compressed, along the split index) in that row, and for each ``(A, B)`` of
+    ``products`` the entries of B's rows that A's entries in that row reach (a sparse
+    product's multiply-adds: SpGEMM's rows differ by far more in those than in A's entries)."""
+
+    rows: tuple[str, ...]
+    products: tuple[tuple[str, str], ...] = ()
+
+
+def row_work(program: Program, index: str | None) -> RowWork | None:
+    """The cost of a row of the loop over ``index`` (None: count rows, all alike).
+
+    >>> import numpy as np
+    >>> from tensoralg.formats import CSR
+    >>> from tensoralg.lower.concretize import concretize
+    >>> from tensoralg.notation import parse_statement
+    >>> program = concretize(parse_statement("C(i,j) = A(i,k) * B(k,j)"), {"A": CSR, "B": CSR},
+    ...                      {}, np.dtype(np.float64), CSR)
+    >>> row_work(program, "i")
+    RowWork(rows=('A',), products=(('A', 'B'),))
+    """
+    if index is None:
+        return None
+    stored = {info.name: info.dims[info.format.order[0]] for info in program.tensors
+              if info.role is TensorRole.INPUT and info.format.rank >= 2
+              and not info.format.levels[0].is_sparse and info.format.levels[1].has_pos}
+    rows = tuple(name for name, first in stored.items() if first == index)
+    if not rows:
+        return None
+    second = {name: program.tensor(name).dims[program.tensor(name).format.order[1]]
+              for name in rows}
+    products = tuple((a, b) for a in rows for b, first in stored.items()
+                     if b != a and first == second[a] and first != index)
+    return RowWork(rows, products)
 
 
 def pass_options_of(schedule: Schedule | None) -> PassOptions:
@@ -292,5 +389,5 @@ def pass_options_of(schedule: Schedule | None) -> PassOptions:
         line_bytes=transposes.line_bytes if transposes else DEFAULT_OPTIONS.line_bytes)
 
 
-__all__ = ["LoopPlan", "PositionSplit", "applied_schedule", "loop_plan", "pass_options_of", "stitchable",
+__all__ = ["LoopPlan", "PositionSplit", "RowWork", "row_work", "applied_schedule", "loop_plan", "pass_options_of", "stitchable",
            "why_not_parallel"]

@@ -45,6 +45,12 @@ def value(expr: Expr, dtype: Scalar, load: Callable[[Access], IRExpr]) -> IRExpr
 
 
 def _call(func: str, args: list[IRExpr], dtype: Scalar) -> IRExpr:
+    if dtype.is_complex:
+        # Complex values have no order (max, relu, comparisons) and the IR has no complex
+        # math functions: only + - * / reach the kernels (ir/nodes.py).
+        raise UnsupportedError(f"function {func} is not defined on complex values (the kernel "
+                               f"computes in {dtype}); complex kernels take + - * / only, "
+                               f"so pass real operands or compute {func} with NumPy")
     if func in _FLOAT_ONLY and not dtype.is_float:
         raise UnsupportedError(f"{func} needs floating-point values, but the kernel computes in "
                                f"{dtype}; pass float operands or dtype='float64'")

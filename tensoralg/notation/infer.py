@@ -51,7 +51,8 @@ def _bind(access: Access, shape: Sequence[int], dims: dict[str, int],
         elif dims[index] != size:
             tensor, first_mode = origin[index]
             raise ShapeError(f"index {index}: {tensor} has {dims[index]} along mode {first_mode} "
-                             f"but {access.tensor} has {size} along mode {mode}")
+                             f"but {access.tensor} has {size} along mode {mode} (every use of "
+                             f"index '{index}' must have one size)")
 
 
 def _size(size: object, what: str, mode: int) -> int:

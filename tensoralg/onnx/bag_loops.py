@@ -333,11 +333,17 @@ def _sequence(loop: onnx.NodeProto, main: _Main, protos: list[onnx.NodeProto]) -
     less = scope.take(body.output[0].name, "Less")
     _need(less.input[0] == outs[k], "its condition is not counter + 1 < count")
     count = less.input[1]
-    # The main graph: a counter from 0, an empty sequence used once, concatenated along axis 0.
+    # The main graph: a counter from 0, an empty sequence, concatenated along axis 0. The
+    # dynamo exporter shares one SequenceEmpty between the loops of several bags: it may start
+    # other Loops (each must be a bag too, or the load fails), but nothing else may read it,
+    # since every bag that matches drops it.
     _need(main.scope.ints(loop.input[2 + k]) == [0], "its counter does not start at 0")
     empty = main.scope.producers.get(loop.input[2 + seq])
+    readers = [protos[r] for r in main.consumers.get(loop.input[2 + seq], [])]
     _need(empty is not None and empty.op_type == "SequenceEmpty" and
-          len(main.consumers.get(loop.input[2 + seq], [])) == 1, "its sequence does not start empty")
+          all(r.op_type == "Loop" and list(r.input[2:]).count(loop.input[2 + seq]) == 1 and
+              loop.input[2 + seq] not in r.input[:2] for r in readers),
+          "its sequence does not start empty")
     first = main.scope.producers.get(loop.input[1])
     if first is not None and first.op_type == "Less":
         _need(main.scope.ints(first.input[0]) == [0] and first.input[1] == count,

@@ -1,7 +1,9 @@
 """Graph passes by opt level, as one visible list per level (:func:`pipeline`).
 
 Level 1: shape inference, constant folding, dead node removal. Level 2 adds Conv +
-BatchNormalization folding (:mod:`folding`), MatMul re-association (:mod:`fusion`), embedding
+BatchNormalization folding (:mod:`folding`), Einsums that are matrix products as MatMuls
+(:mod:`einsum_products`), Pow by 2 or 3 as multiplications (:mod:`small_powers`), MatMul
+re-association (:mod:`fusion`), embedding
 bags (:mod:`bags`) and fusion of elementwise chains and contraction epilogues (:mod:`fusion`).
 Level 3 adds sparse weights (:mod:`sparse_weights`), compiled into the fused statements. Each
 pass is a function ``Graph -> Graph`` whose docstring states what it establishes;
@@ -15,11 +17,13 @@ import numpy as np
 import onnx
 
 from tensoralg.onnx.bags import recognise_bags
+from tensoralg.onnx.einsum_products import einsums_as_matmuls
 from tensoralg.onnx.executor import call_node
 from tensoralg.onnx.folding import fold_conv_batchnorm, fuse_conv_activations
 from tensoralg.onnx.fusion import fuse, reassociate_matmuls
 from tensoralg.onnx.graph import Graph, Node
 from tensoralg.onnx.kernels import KernelSet, NodeContext
+from tensoralg.onnx.small_powers import small_powers_as_products
 from tensoralg.onnx.sparse_weights import find_sparse_weights
 
 # Ops never evaluated at load time even with constant inputs.
@@ -133,6 +137,8 @@ def pipeline(opt_level: int, model: onnx.ModelProto, kernels: KernelSet,
         # original nodes, before any later pass replaces them.
         steps += [
             ("conv+batchnorm folding", fold_conv_batchnorm),
+            ("einsum products", einsums_as_matmuls),
+            ("small powers", small_powers_as_products),
             ("matmul re-association", reassociate_matmuls),
             ("embedding bags", recognise_bags),
         ]

@@ -33,6 +33,7 @@ from tensoralg.onnx.step_base import (
     parts_of,
     placeholder,
 )
+from tensoralg.onnx.window_steps import depthwise_spec
 
 # Below this many outputs a layer's epilogue stays a kernel of its own (it may not be one the
 # GEMM applies) and, over a K this long, the product is a dot-product statement instead of
@@ -249,6 +250,9 @@ def conv_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) ->
     channels = weight.shape[0]
     if out.shape != (x.shape[0], channels, *geometry.out):
         return None
+    depthwise = depthwise_spec(step, recorded, constants)
+    if depthwise is not None:
+        return depthwise
     vector = None if bias is None else bias.reshape(-1)
     relu = attrs.get("activation") == "Relu"
     compiled = ta.api.direct_conv(weight, vector, x.shape[1:], geometry.strides,

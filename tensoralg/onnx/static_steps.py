@@ -59,6 +59,7 @@ from tensoralg.onnx.step_base import (
     made_of,
     parts_of,
 )
+from tensoralg.onnx.window_steps import pool_spec, softmax_spec
 
 
 def spec_of(step: Step, recorded: Env, constants: Mapping[str, np.ndarray],
@@ -578,6 +579,8 @@ def _bag_parts(ids: Getter, column: tuple[str, tuple[Any, ...]] | None, recorded
 _BUILDERS: dict[str, Callable[[Step, Env, Mapping[str, np.ndarray]], Spec | None]] = {
     "Fused": _fused, "EmbeddingBag": _bag, "Gather": gather_spec, "Concat": concat_spec,
     "MatMul": matmul_spec, "Transpose": transpose_spec, "Gemm": gemm_spec, "Conv": conv_spec,
+    "MaxPool": pool_spec, "AveragePool": pool_spec, "Softmax": softmax_spec,
+    "LogSoftmax": softmax_spec,
 }
 
 

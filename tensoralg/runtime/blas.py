@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import numpy as np
 
-_BLAS_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+_BLAS_DTYPES = (np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.complex64),
+                np.dtype(np.complex128))
 
 
 def blas_supports(dtype: np.dtype) -> bool:
-    """Whether BLAS has a gemm for values of ``dtype`` (float32 and float64 here)."""
+    """Whether BLAS has a gemm for values of ``dtype`` (s/d/c/zgemm: float32, float64,
+    complex64, complex128)."""
     return np.dtype(dtype) in _BLAS_DTYPES
 
 

@@ -1,30 +1,59 @@
 """Sparse outputs assembled on several threads: each range of rows is a kernel call of its own,
 with buffers of its own, and the pieces are joined into one matrix afterwards.
 
-A kernel whose sparse output is a matrix stored dense, then compressed (CSR, or CSC with its
-columns as the dense level) may run over ranges of its outer loop (``lower/scheduling.py``,
-``stitchable``). Each range's call allocates and grows its own ``pos``/``crd``/``vals``; its
-``pos`` covers every row, with zeros before the range and its own total after it. Joining
-offsets each range's ``pos`` entries by the entries of the ranges before it and concatenates
-the coordinates and values — one pass over the output, against the whole assembly run in
-parallel.
+A kernel whose sparse output is a matrix whose first stored level runs over the split index
+(CSR, CSC with its columns first, or DCSR) may run over ranges of its outer loop
+(``lower/scheduling.py``, ``stitchable``). Each range's call allocates and grows its own
+buffers. For CSR its ``pos`` covers every row, with zeros before the range and its own total
+after it; for DCSR it lists only the rows of its range that hold entries.
+
+Joining costs one copy of the coordinates and values of every range but the first: the first
+range's buffers grow in place to the whole output (``realloc``, which moves a large block by
+remapping its pages, not by copying them), and the others are copied behind them in chunks, on
+as many threads as ran the ranges (``memcpy`` through ctypes releases the GIL). Before, every
+piece was copied into fresh arrays by one thread: joining two halves of an 8e6-entry product
+took half as long as computing them.
 """
 from __future__ import annotations
 
 import ctypes
-from typing import Any, Callable, Sequence
+import sys
+from typing import Callable, Sequence
 
 import numpy as np
 
+from tensoralg.errors import KernelRuntimeError
 from tensoralg.formats.format import Format
 from tensoralg.formats.tensor import LevelArrays, Tensor
 from tensoralg.runtime.args import CAPACITY, OUT_HANDLE, OUT_SIZES, ArgumentPlan, OutputBuffers
-from tensoralg.runtime.wrap import release, sparse_result
+from tensoralg.runtime.wrap import adopt, release
+
+RunCalls = Callable[[Callable[[list], int], list[list]], list[int]]
+
+_libc = ctypes.CDLL(None)
+_realloc = _libc.realloc
+_realloc.argtypes, _realloc.restype = [ctypes.c_void_p, ctypes.c_size_t], ctypes.c_void_p
+_memcpy = _libc.memcpy
+_memcpy.argtypes, _memcpy.restype = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t], \
+    ctypes.c_void_p
+_free = _libc.free
+_free.argtypes, _free.restype = [ctypes.c_void_p], None
+_madvise = getattr(_libc, "madvise", None)
+if _madvise is not None:
+    _madvise.argtypes, _madvise.restype = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int], \
+        ctypes.c_int
+
+# The joined buffers get the advice the kernels give their own large buffers
+# (``codegen/llvm.py``, ``HUGE_PAGES``): copied into with 4 KiB pages, the second half of an
+# 8e6-entry product took a page fault per 4 KiB.
+HUGE_MIN_BYTES, PAGE_BYTES, MADV_HUGEPAGE = 4 << 20, 4096, 14
+
+# Below this many bytes a copy is not worth handing to another thread.
+MIN_COPY_BYTES_PER_THREAD = 1 << 20
 
 
 def run_ranges(function: Callable[..., int], args: list, plan: ArgumentPlan,
-               bounds: Sequence[int], capacity: int,
-               run_calls: Callable[[Callable[[list], int], list[list]], list[int]]
+               bounds: Sequence[int], capacity: int, run_calls: RunCalls
                ) -> tuple[int, list[OutputBuffers]]:
     """Run one call per range, each with output buffers of its own; returns the worst status
     and each range's buffers."""
@@ -55,45 +84,141 @@ def run_ranges(function: Callable[..., int], args: list, plan: ArgumentPlan,
 
 
 def join_rows(shape: tuple[int, ...], fmt: Format, index_dtype: np.dtype,
-              value_dtype: np.dtype, parts: list[OutputBuffers],
-              bounds: Sequence[int]) -> Tensor:
-    """One matrix from the pieces that ranges ``[bounds[k], bounds[k+1])`` of its dense level
-    assembled.
+              value_dtype: np.dtype, parts: list[OutputBuffers], bounds: Sequence[int],
+              run_calls: RunCalls | None = None) -> Tensor:
+    """One matrix from the pieces that ranges ``[bounds[k], bounds[k+1])`` of its first
+    stored level assembled (``parts`` in range order); the pieces' buffers are taken over.
 
-    >>> import numpy as np
-    >>> from tensoralg.formats.format import Format
     >>> from tensoralg.formats.level import LevelKind
     >>> fmt = Format([LevelKind.DENSE, LevelKind.COMPRESSED])
-    >>> pieces = [_piece([0, 1, 2, 2], [5, 6], [1.0, 2.0]), _piece([0, 0, 0, 1], [7], [3.0])]
+    >>> pieces = [_piece({"1.pos": [0, 1, 2, 2], "1.crd": [5, 6], "vals": [1.0, 2.0]}),
+    ...           _piece({"1.pos": [0, 0, 0, 1], "1.crd": [7], "vals": [3.0]})]
     >>> t = join_rows((3, 8), fmt, np.dtype(np.int64), np.dtype(np.float64), pieces, [0, 2, 3])
     >>> t.levels[1].pos.tolist(), t.levels[1].crd.tolist(), t.vals.tolist()
     ([0, 1, 2, 3], [5, 6, 7], [1.0, 2.0, 3.0])
     """
-    rows = shape[fmt.order[0]]
-    pieces = [sparse_result(shape, fmt, index_dtype, value_dtype, buffers)
-              if not isinstance(buffers, Tensor) else buffers for buffers in parts]
-    pos = np.empty(rows + 1, dtype=index_dtype)
-    pos[0] = 0
+    index_dtype, value_dtype = np.dtype(index_dtype), np.dtype(value_dtype)
+    counts = [int(part.sizes[1]) for part in parts]   # type: ignore[index]
+    try:
+        if fmt.levels[0].is_sparse:
+            top, pos = _join_sparse_rows(parts, counts, index_dtype)
+        else:
+            top, pos = LevelArrays(), _join_dense_rows(parts, shape[fmt.order[0]], bounds,
+                                                        index_dtype)
+        threads = run_calls if run_calls is not None and len(parts) > 1 else None
+        crd = _concatenate(parts, "1.crd", counts, index_dtype, threads)
+        vals = _concatenate(parts, "vals", counts, value_dtype, threads)
+    finally:
+        for part in parts:
+            release(part)
+    return Tensor.trusted(tuple(shape), fmt, (top, LevelArrays(pos, crd)), vals)
+
+
+def _view(address: int | None, count: int, dtype: np.dtype) -> np.ndarray:
+    """``count`` elements at ``address``, not owned (the caller frees the memory)."""
+    if not address or count == 0:
+        return np.zeros(count, dtype)
+    return np.frombuffer((ctypes.c_char * (count * dtype.itemsize)).from_address(address),
+                         dtype=dtype, count=count)
+
+
+def _join_dense_rows(parts: list[OutputBuffers], rows: int, bounds: Sequence[int],
+                     index_dtype: np.dtype) -> np.ndarray:
+    """CSR's ``pos``: each range's own rows, offset by the entries of the ranges before."""
+    pos = np.zeros(rows + 1, dtype=index_dtype)
     offset = 0
-    for piece, lo, hi in zip(pieces, bounds[:-1], bounds[1:]):
-        pos[lo + 1:hi + 1] = piece.levels[1].pos[lo + 1:hi + 1] + offset
-        offset += piece.nnz
-    crd = np.concatenate([piece.levels[1].crd for piece in pieces]) if pieces else \
-        np.empty(0, index_dtype)
-    vals = np.concatenate([piece.vals for piece in pieces]) if pieces else \
-        np.empty(0, value_dtype)
-    return Tensor.trusted(tuple(shape), fmt, (LevelArrays(), LevelArrays(pos, crd.astype(
-        index_dtype, copy=False))), vals)
+    for part, lo, hi in zip(parts, bounds[:-1], bounds[1:]):
+        piece = _view(part.handles["1.pos"].value, rows + 1, index_dtype)
+        pos[lo + 1:hi + 1] = piece[lo + 1:hi + 1] + offset
+        offset += int(part.sizes[1])   # type: ignore[index]
+    return pos
 
 
-def _piece(pos: list[int], crd: list[int], vals: list[float]) -> Any:
-    """A hand-made range result, for the example above."""
-    from tensoralg.formats.format import Format
-    from tensoralg.formats.level import LevelKind
+def _join_sparse_rows(parts: list[OutputBuffers], counts: list[int], index_dtype: np.dtype
+                      ) -> tuple[LevelArrays, np.ndarray]:
+    """DCSR's row level (the rows each range stored, in order) and its entries' ``pos``."""
+    rows = [int(part.sizes[0]) for part in parts]   # type: ignore[index]
+    crd0 = np.concatenate([_view(part.handles["0.crd"].value, n, index_dtype)
+                           for part, n in zip(parts, rows)]).astype(index_dtype, copy=False)
+    pos1 = np.zeros(sum(rows) + 1, dtype=index_dtype)
+    at, offset = 0, 0
+    for part, n, count in zip(parts, rows, counts):
+        pos1[at + 1:at + n + 1] = _view(part.handles["1.pos"].value, n + 1, index_dtype)[1:] \
+            + offset
+        at, offset = at + n, offset + count
+    return LevelArrays(np.array([0, sum(rows)], dtype=index_dtype), crd0), pos1
 
-    fmt = Format([LevelKind.DENSE, LevelKind.COMPRESSED])
-    levels = (LevelArrays(), LevelArrays(np.array(pos), np.array(crd)))
-    return Tensor.trusted((len(pos) - 1, 8), fmt, levels, np.array(vals))
+
+def _concatenate(parts: list[OutputBuffers], key: str, counts: list[int], dtype: np.dtype,
+                 run_calls: RunCalls | None) -> np.ndarray:
+    """The pieces' ``key`` buffers as one array: the first grown in place, the rest copied
+    behind it (on the threads of ``run_calls``), then freed."""
+    size, total = dtype.itemsize, sum(counts)
+    first = parts[0].handles[key]
+    joined = _realloc(first.value, max(total, 1) * size)
+    if not joined:
+        raise KernelRuntimeError(f"could not allocate {total * size} bytes to join the "
+                                 f"{len(parts)} ranges of a sparse output computed on threads")
+    first.value = None            # now owned by ``joined``
+    _advise_huge_pages(joined, total * size)
+    jobs: list[tuple[int, int, int]] = []
+    offset = counts[0]
+    for part, count in zip(parts[1:], counts[1:]):
+        if count:
+            jobs.append((joined + offset * size, part.handles[key].value, count * size))
+        offset += count
+    _copy(jobs, run_calls)
+    return adopt(joined, total, dtype)
+
+
+def _advise_huge_pages(address: int, nbytes: int) -> None:
+    """Ask for transparent huge pages over the whole pages of a large block (a hint: its
+    result is ignored; Linux only)."""
+    if _madvise is None or nbytes < HUGE_MIN_BYTES or not sys.platform.startswith("linux"):
+        return
+    start = (address + PAGE_BYTES - 1) // PAGE_BYTES * PAGE_BYTES
+    end = (address + nbytes) // PAGE_BYTES * PAGE_BYTES
+    if end > start:
+        _madvise(start, end - start, MADV_HUGEPAGE)
+
+
+def _copy(jobs: list[tuple[int, int, int]], run_calls: RunCalls | None) -> None:
+    """Run the ``(destination, source, bytes)`` copies, cut into about equal shares for the
+    threads when they are large."""
+    total = sum(n for _, _, n in jobs)
+    shares = 1 if run_calls is None else max(1, min(8, total // MIN_COPY_BYTES_PER_THREAD))
+    if shares == 1:
+        for destination, source, count in jobs:
+            _memcpy(destination, source, count)
+        return
+    chunk = -(-total // shares)
+    groups: list[list] = [[] for _ in range(shares)]
+    done = 0
+    for destination, source, count in jobs:
+        at = 0
+        while at < count:
+            take = min(count - at, chunk - done % chunk)
+            groups[min(done // chunk, shares - 1)].append((destination + at, source + at, take))
+            at, done = at + take, done + take
+
+    def run(group: list) -> int:
+        for destination, source, count in group:
+            _memcpy(destination, source, count)
+        return 0
+
+    assert run_calls is not None
+    run_calls(run, [g for g in groups if g])
+
+
+def _piece(arrays: dict[str, list]) -> OutputBuffers:
+    """A hand-made range result in malloc'd buffers, for the example above."""
+    buffers = OutputBuffers(sizes=np.array([0, len(arrays["1.crd"])], dtype=np.int64))
+    for key, values in arrays.items():
+        data = np.asarray(values, dtype=np.float64 if key == "vals" else np.int64)
+        address = _realloc(None, max(1, data.nbytes))
+        ctypes.memmove(address, data.ctypes.data, data.nbytes)
+        buffers.handles[key] = ctypes.c_void_p(address)
+    return buffers
 
 
 __all__ = ["join_rows", "run_ranges"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -125,6 +125,34 @@ class KernelThreads:
                 self._pid = os.getpid()
             futures = [self._pool.submit(call, part) for part in calls[1:]]
         return [call(calls[0]), *[future.result() for future in futures]]
+
+
+def row_weights(work: Any, tensors: Mapping[str, Any]) -> np.ndarray | None:
+    """Cumulative work at each row boundary of a split loop (``size + 1`` entries), from a
+    ``RowWork`` (``lower/scheduling.py``): the stored entries of its ``rows`` operands, plus,
+    for each product ``(A, B)``, the entries of B's rows that A's entries reach. None: rows
+    count alike.
+
+    >>> from types import SimpleNamespace as NS
+    >>> A = NS(levels=(None, NS(pos=np.array([0, 1, 3]), crd=np.array([1, 0, 1]))))
+    >>> B = NS(levels=(None, NS(pos=np.array([0, 4, 5]), crd=None)))
+    >>> row_weights(NS(rows=("A",), products=(("A", "B"),)), {"A": A, "B": B}).tolist()
+    [0, 2, 9]
+    """
+    if work is None:
+        return None
+    total: np.ndarray | None = None
+    for name in work.rows:
+        pos = np.asarray(tensors[name].levels[1].pos, dtype=np.int64)
+        total = pos.copy() if total is None else total + pos
+    for a, b in work.products:
+        level = tensors[a].levels[1]
+        lengths = np.diff(np.asarray(tensors[b].levels[1].pos, dtype=np.int64))
+        reach = np.zeros(len(level.crd) + 1, dtype=np.int64)
+        np.cumsum(lengths[level.crd], out=reach[1:])
+        at_rows = reach[level.pos]
+        total = at_rows if total is None else total + at_rows
+    return total
 
 
 def split(size: int, parts: int, weights: np.ndarray | None = None) -> np.ndarray:

@@ -1,7 +1,8 @@
 """Value dtypes the kernels do not compute in: widened on the way in, narrowed on the way out.
 
-Kernels compute in float32, float64, int32 and int64. ``ta.einsum`` also takes the other dtypes
-NumPy's einsum takes, the way a C compiler takes ``char`` arithmetic: each operand whose dtype
+Kernels compute in float32, float64, complex64, complex128, int32 and int64. ``ta.einsum``
+also takes the other dtypes NumPy's einsum takes, the way a C compiler takes ``char``
+arithmetic: each operand whose dtype
 the kernels lack is converted to a *compute dtype*, the kernel runs in it, and the result is
 cast to the dtype NumPy's einsum would return (``np.result_type`` of the operands, or
 ``dtype=``). For the sums of products einsum computes this gives NumPy's numbers:
@@ -13,7 +14,12 @@ cast to the dtype NumPy's einsum would return (``np.result_type`` of the operand
   true products, compared with zero.
 - float16 computes in float32 and is rounded to float16 at the end, as NumPy's einsum does.
 
-Complex values are not supported: the IR has no complex arithmetic yet.
+Complex values are native: the IR multiplies and adds them (ir/nodes.py), so complex64 and
+complex128 operands need no widening; a narrow integer or float16 operand mixed with a complex
+one is converted to the complex result dtype like any other.
+
+An object array is converted only when ``dtype=`` names a dtype the kernels take, as NumPy
+casts every operand to ``dtype`` (which ``casting="unsafe"`` allows for objects).
 """
 from __future__ import annotations
 
@@ -23,7 +29,8 @@ import numpy as np
 
 from tensoralg.errors import UnsupportedError
 
-_NATIVE = frozenset(np.dtype(t) for t in (np.float32, np.float64, np.int32, np.int64))
+_NATIVE = frozenset(np.dtype(t) for t in (np.float32, np.float64, np.int32, np.int64,
+                                           np.complex64, np.complex128))
 _COMPUTE = {**{np.dtype(t): np.dtype(np.int64) for t in (
     np.bool_, np.int8, np.int16, np.uint8, np.uint16, np.uint32, np.uint64)},
     np.dtype(np.float16): np.dtype(np.float32)}
@@ -41,8 +48,8 @@ def compute_dtype(dtype: np.dtype) -> np.dtype:
     if dtype in _COMPUTE:
         return _COMPUTE[dtype]
     raise UnsupportedError(f"values of dtype {dtype} are not supported (the kernels compute in "
-                           f"float32, float64 and integers; complex arithmetic is not in the IR "
-                           f"yet); convert the operands with .astype")
+                           f"float32, float64, complex64, complex128 and integers); convert the "
+                           f"operands with .astype")
 
 
 def _dtype_of(operand: Any) -> np.dtype | None:
@@ -65,17 +72,20 @@ def widened(operands: Sequence[Any], dtype: Any) -> tuple[tuple, np.dtype, np.dt
     (['int64', 'int64'], 'int8', 'int64')
     """
     dtypes = [_dtype_of(op) for op in operands]
-    for k, d in enumerate(dtypes):
-        if d is not None and d not in _NATIVE and d not in _COMPUTE:
-            raise UnsupportedError(f"operand {k} has dtype {d}, which tensoralg does not "
-                                   f"support: values are float32, float64, int32 or int64, or "
-                                   f"bool, float16 and narrow or unsigned integers computed "
-                                   f"in those (complex arithmetic is not in the IR yet); "
-                                   f"convert it with .astype")
     try:
         wanted = np.dtype(dtype) if dtype is not None else None
     except TypeError:
         return None           # not a dtype: the API's own check says so
+    for k, d in enumerate(dtypes):
+        if d == np.dtype(object) and wanted is not None and \
+                (wanted in _NATIVE or wanted in _COMPUTE):
+            continue          # cast to dtype= on the way in, as NumPy does (casting="unsafe")
+        if d is not None and d not in _NATIVE and d not in _COMPUTE:
+            raise UnsupportedError(f"operand {k} has dtype {d}, which tensoralg does not "
+                                   f"support: values are float32, float64, complex64, "
+                                   f"complex128, int32 or int64, or bool, float16 and narrow "
+                                   f"or unsigned integers computed in those; convert it with "
+                                   f".astype")
     if all(d is None or d in _NATIVE for d in dtypes) and (wanted is None or wanted in _NATIVE):
         return None
     known = [d for d in dtypes if d is not None]

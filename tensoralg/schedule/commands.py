@@ -22,6 +22,19 @@ import enum
 from dataclasses import dataclass
 
 from tensoralg.errors import NotationError
+from tensoralg.notation.ast import (
+    Access,
+    Add,
+    Call,
+    Div,
+    Expr,
+    Literal,
+    Mul,
+    Neg,
+    Reduce,
+    Sub,
+)
+from tensoralg.notation.parse_statement import parse_statement
 
 
 class Tail(enum.Enum):
@@ -186,7 +199,20 @@ class Serial:
 
 @dataclass(frozen=True, slots=True)
 class Precompute:
-    """Compute the subexpression ``expr`` over ``indices`` into a workspace stored as ``format``."""
+    """Compute the subexpression ``expr`` into a workspace over ``indices`` first, then read it.
+
+    ``expr`` is written as in the statement (its sums are placed by the statement); the
+    workspace holds one value per coordinate of ``indices``, for each coordinate of the
+    subexpression's other free indices (TACO's ``precompute(expr, i, iw, w)``, Kjolstad et al.,
+    CGO 2019). Two uses: the whole right side of a statement with a sparse output, over the
+    output's last stored index, accumulates each output row in a dense workspace that is then
+    compressed into the output (SpGEMM); any subexpression goes into a dense temporary that is
+    computed first (``y(i) = A(i,j) * (B(j,k) * x(k))`` computes ``w(j)`` once instead of per
+    entry of A). ``format`` is the workspace's storage: ``dense`` is the one lowering carries out.
+
+    >>> print(Precompute("B(j,k) * x(k)", ("j",)))
+    precompute('B(j,k) * x(k)', j, workspace=w, format=dense)
+    """
 
     expr: str
     indices: tuple[str, ...]
@@ -194,13 +220,57 @@ class Precompute:
     format: str = "dense"
 
     def __post_init__(self) -> None:
-        for name in self.indices:
+        if not isinstance(self.expr, str) or not self.expr.strip():
+            raise NotationError(f"precompute: the subexpression must be the text of an index "
+                                f"expression such as 'B(j,k) * x(k)', not {self.expr!r}")
+        object.__setattr__(self, "expr", self.expr.strip())
+        if "'" in self.expr:
+            raise NotationError(f"precompute: the subexpression {self.expr!r} holds a quote")
+        subexpression(self.expr)      # a malformed expression fails here, where it is written
+        indices = (self.indices,) if isinstance(self.indices, str) else tuple(self.indices)
+        for name in indices:
             _index(name, "precompute")
+        if len(set(indices)) != len(indices):
+            raise NotationError(f"precompute: an index is named twice: {', '.join(indices)}")
+        object.__setattr__(self, "indices", indices)
         _index(self.workspace, "precompute (workspace)")
+        _index(self.format, "precompute (format)")
 
     def __str__(self) -> str:
-        return (f"precompute({self.expr!r}, ({', '.join(self.indices)}), {self.workspace}, "
-                f"{self.format})")
+        names = "".join(f", {name}" for name in self.indices)
+        return (f"precompute('{self.expr}'{names}, workspace={self.workspace}, "
+                f"format={self.format})")
+
+
+def subexpression(text: str) -> Expr:
+    """The expression a ``precompute`` names, with its sums removed: it is matched against
+    the statement's subexpressions with theirs removed, since the statement places them.
+
+    >>> subexpression("B(j,k) * x(k)")
+    Mul(lhs=Access(tensor='B', indices=('j', 'k')), rhs=Access(tensor='x', indices=('k',)))
+    """
+    try:
+        parsed = parse_statement(f"precomputed_ = {text}")
+    except NotationError as err:
+        raise NotationError(f"precompute: {text!r} is not an index expression: "
+                            f"{err.message}") from None
+    return without_sums(parsed.rhs)
+
+
+def without_sums(expr: Expr) -> Expr:
+    """``expr`` with every ``Reduce`` node replaced by its body."""
+    match expr:
+        case Reduce(_, body):
+            return without_sums(body)
+        case Access() | Literal():
+            return expr
+        case Neg(x):
+            return Neg(without_sums(x))
+        case Add(a, b) | Sub(a, b) | Mul(a, b) | Div(a, b):
+            return type(expr)(without_sums(a), without_sums(b))
+        case Call(func, args):
+            return Call(func, tuple(without_sums(a) for a in args))
+    raise TypeError(expr)
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,4 +386,4 @@ Command = (Reorder | Split | Fuse | Pos | Parallelize | Serial | Precompute | Un
 
 __all__ = ["Command", "Fuse", "Gemm", "GemmRoute", "Jam", "Parallelize", "Pos", "Precompute", "Reduction", "Reorder",
            "Serial", "Split", "Tail", "Tile", "TransposeTiles", "Unit", "Unroll", "Vectorize",
-           "Workspaces"]
+           "Workspaces", "subexpression", "without_sums"]

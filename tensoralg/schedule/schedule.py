@@ -81,10 +81,15 @@ class Schedule:
         """Run on one thread."""
         return self.then(Serial())
 
-    def precompute(self, expr: str, indices: tuple[str, ...], workspace: str = "w",
+    def precompute(self, expr: str, indices: str | tuple[str, ...], workspace: str = "w",
                    format: str = "dense") -> "Schedule":
-        """Compute ``expr`` into a workspace over ``indices`` first."""
-        return self.then(Precompute(expr, tuple(indices), workspace, format))
+        """Compute ``expr`` (written as in the statement) into a workspace over ``indices``
+        first, then read it (see ``Precompute``).
+
+        >>> print(Schedule().precompute("A(i,k) * B(k,j)", "j"))
+        precompute('A(i,k) * B(k,j)', j, workspace=w, format=dense)
+        """
+        return self.then(Precompute(expr, indices, workspace, format))  # type: ignore[arg-type]
 
     def unroll(self, index: str, factor: int) -> "Schedule":
         """Unroll the loop over ``index`` by ``factor``."""
@@ -233,10 +238,12 @@ def _build_parallelize(args, options, text):
 
 
 def _build_precompute(args, options, text):
-    expr, *rest = [a for a, _ in args]
-    indices = tuple(options.get("indices", ("", 0))[0].split()) if "indices" in options else ()
-    workspace = rest[0] if rest else options.get("workspace", ("w", 0))[0]
-    return Precompute(expr.strip("'\""), indices, workspace,
+    (expr, where), *rest = args
+    if expr[:1] not in ("'", '"'):
+        raise NotationError("precompute's first argument is the subexpression, quoted: "
+                            "precompute('B(j,k) * x(k)', j)", text, where)
+    return Precompute(expr[1:-1], tuple(a for a, _ in rest),
+                      options.get("workspace", ("w", 0))[0],
                       options.get("format", ("dense", 0))[0])
 
 
@@ -247,7 +254,7 @@ _BUILDERS: dict[str, tuple[int, int, Builder]] = {   # name: (least, most positi
     "pos": (2, 3, lambda a, o, t: Pos(*[x for x, _ in a])),
     "parallelize": (1, 1, _build_parallelize),
     "serial": (0, 0, lambda a, o, t: Serial()),
-    "precompute": (1, 2, _build_precompute),
+    "precompute": (1, 64, _build_precompute),
     "unroll": (2, 2, lambda a, o, t: Unroll(a[0][0], _int(*a[1], t))),
     "vectorize": (2, 2, lambda a, o, t: Vectorize(a[0][0], _int(*a[1], t))),
     "tile": (1, 1, lambda a, o, t: Tile(_int(*a[0], t))),
@@ -257,7 +264,7 @@ _BUILDERS: dict[str, tuple[int, int, Builder]] = {   # name: (least, most positi
     "gemm": (1, 1, lambda a, o, t: Gemm(a[0][0])),
 }
 _OPTIONS = {"split": {"tail"}, "parallelize": {"unit", "reduction", "threads"},
-            "precompute": {"indices", "workspace", "format"}}
+            "precompute": {"workspace", "format"}}
 
 
 def parse_schedule(text: str) -> Schedule:

@@ -280,7 +280,8 @@ def _cast(e: n.Cast) -> n.Expr | None:
     operand = e.operand
     if n.dtype_of(operand) == e.to:
         return operand
-    if isinstance(operand, n.Const):
+    if isinstance(operand, n.Const) and not (operand.dtype.is_complex or e.to.is_complex):
+        # Complex constants are left for the backend to convert, part by part.
         value = cast_constant(_value(operand), operand.dtype, e.to)
         return None if value is None else n.Const(value, e.to)
     return None

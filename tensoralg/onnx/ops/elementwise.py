@@ -182,6 +182,27 @@ def mod(node: NodeContext, a: np.ndarray, b: np.ndarray, *, fmod: int = 0) -> np
     return result.astype(a.dtype, copy=False)
 
 
+@op("IsNaN", since=9)
+def is_nan(node: NodeContext, x: np.ndarray) -> np.ndarray:
+    """``ne(x, x)``: true only for NaN, the one value unequal to itself (GPT-2's attention
+    guards its softmax with it)."""
+    return elementwise(node, "ne({0}, {0})", x, dtype=compute_dtype(x.dtype, True),
+                       out_dtype=np.bool_)
+
+
+@op("IsInf", since=10)
+def is_inf(node: NodeContext, x: np.ndarray, *, detect_negative: int = 1,
+           detect_positive: int = 1) -> np.ndarray:
+    """``x`` beyond the largest finite value of its dtype, on the sides asked for."""
+    dtype = compute_dtype(x.dtype, True)
+    big = literal(float(np.finfo(dtype).max))
+    sides = ([f"gt({{0}}, {big})"] if detect_positive else []) + \
+        ([f"lt({{0}}, {negate(big)})"] if detect_negative else [])
+    if not sides:
+        return np.zeros(x.shape, np.bool_)
+    return elementwise(node, " + ".join(sides), x, dtype=dtype, out_dtype=np.bool_)
+
+
 # x tanh(softplus(x)), with softplus written as for Softplus so that exp never overflows.
 MISH = f"{{0}} * tanh({SOFTPLUS})"
 op("Mish", since=18)(_unary(MISH, True))

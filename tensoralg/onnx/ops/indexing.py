@@ -1,4 +1,4 @@
-"""Expand and GatherND: data movement in NumPy (Expand is a broadcast view, no copy)."""
+"""Expand, GatherND and GatherElements: data movement in NumPy (Expand is a broadcast view, no copy)."""
 from __future__ import annotations
 
 import math
@@ -52,3 +52,27 @@ def gather_nd(node: NodeContext, data: np.ndarray, indices: np.ndarray, *,
     node.note("numpy advanced indexing (copy)")
     picked = flat_data[(rows, *np.moveaxis(flat_index, -1, 0))]
     return picked.reshape(*batch, *queries, *rest)
+
+
+@op("GatherElements", since=11)
+def gather_elements(node: NodeContext, data: np.ndarray, indices: np.ndarray, *,
+                    axis: int = 0) -> np.ndarray:
+    """``out[..., i, ...] = data[..., indices[..., i, ...], ...]`` along ``axis``: NumPy's
+    ``take_along_axis`` (BERT's position ids of transformers 5 come through it).
+
+    ``indices`` has the rank of ``data``; negative indices count from the end."""
+    if indices.ndim != data.ndim or not -data.ndim <= axis < data.ndim:
+        raise ta.ShapeError(f"{node}: indices {indices.shape} must have the rank of data "
+                            f"{data.shape}, and axis {axis} be one of its axes")
+    axis %= data.ndim
+    size = data.shape[axis]
+    if any(i > d for a, (i, d) in enumerate(zip(indices.shape, data.shape)) if a != axis):
+        raise ta.ShapeError(f"{node}: indices {indices.shape} exceed data {data.shape} "
+                            f"outside axis {axis}")
+    index = indices.astype(np.int64, copy=False)
+    if index.size and (index.min() < -size or index.max() >= size):
+        raise ta.ShapeError(f"{node}: an index of {node.inputs[1]} is outside [-{size}, {size})")
+    node.note(f"numpy take_along_axis {axis} (copy)")
+    window = data[tuple(slice(0, i) if a != axis else slice(None)
+                        for a, i in enumerate(indices.shape))]
+    return np.take_along_axis(window, np.where(index < 0, index + size, index), axis=axis)

@@ -1,0 +1,802 @@
+#!/usr/bin/env python
+"""Models exported from the libraries people use, on tensoralg.onnx against onnxruntime.
+
+    python benchmarks/onnx_real.py [--quick] [--models resnet18,deepfm,...] [--exporters ts,dynamo]
+                                   [--batches 1,8] [--levels 0,1,2,3] [--compile all|batch|none]
+                                   [--no-time] [--render FILE.json] [--kernels FILE.json]
+
+Each model is built with random weights (no downloads), exported with the TorchScript exporter
+(``torch.onnx.export(..., dynamo=False)``, opset 17, ``ts``) and with the dynamo exporter
+(``dynamo=True``, opset 18, ``dynamo``) at batch 1 and at the model's batch, and cached under
+``benchmarks/.models/`` (gitignored; delete it to re-export). Then, per export:
+
+- load with ``tensoralg.onnx`` at opt levels 0..3 and check every output against onnxruntime
+  (rtol 1e-4, atol 1e-5 for float32; weights are scaled so that outputs spread: a model whose
+  outputs all sit near one value would pass any check);
+- time tensoralg level 3 and onnxruntime at one thread (``L3``/``ort1``) and at all cores
+  (``LN``/``ortN``), interleaved in rounds (each configuration once per round; a round's time is
+  the median of a few calls); the ratio is onnxruntime / tensoralg, paired round by round
+  (above 1: tensoralg faster);
+- compile/plan time: load to first result at level 3, in a fresh process with an empty kernel
+  cache (cold) and again in a second fresh process with the cache the first filled (warm).
+
+A model whose library cannot be installed or imported is skipped with the reason. A load that
+fails, or an output outside the tolerance, is a row with the error (and exit status 1).
+
+Models and batches (the issue's): torchvision resnet18, mobilenet_v2, squeezenet1_0 (N x 3 x
+224 x 224, batch 8); transformers BERT and GPT-2 (2 layers, hidden 128, 2 heads, vocabulary
+1000; N x 32 tokens, batch 8); deepctr-torch DeepFM, DCN, WDL, xDeepFM, AutoInt (26 sparse
+features with vocabularies of 1000, 13 dense, embedding 8; batch 256); pytorch-widedeep
+Wide&Deep (batch 256); torch ``nn.EmbeddingBag`` (2 bags of 1000 x 32 with offsets, MLP; batch
+256); torchrec (EmbeddingBagCollection, DLRM) when ``torchrec`` imports.
+
+``--kernels FILE.json`` times the generated window and row kernels of a level-3 plan
+(MaxPool, depthwise Conv, Softmax) alone, as one-node models at the layers of these models,
+against level 2 (the NumPy path they replaced) and onnxruntime, and adds them to FILE.json.
+
+Results: ``benchmarks/results/onnx_real-<YYYYMMDD-HHMMSS>-<commit>.json`` (see record.py) and
+the Markdown table ``benchmarks/ONNX_REAL_RESULTS.md`` (``render``; ``--render FILE`` redraws it
+from a JSON file without measuring).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as onnx_models.py: BLAS on one thread
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+warnings.filterwarnings("ignore", category=DeprecationWarning)  # the TorchScript exporter's
+warnings.filterwarnings("ignore", category=FutureWarning)
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.dirname(__file__))
+import record  # noqa: E402  (benchmarks/record.py: machine, versions, commit, file name)
+
+HERE = Path(__file__).resolve().parent
+MODELS_DIR = HERE / ".models"
+REPORT = HERE / "ONNX_REAL_RESULTS.md"
+SEED = 0
+RTOL, ATOL = 1e-4, 1e-5
+ROUNDS = 3
+EXPORTERS = {"ts": ("TorchScript", 17), "dynamo": ("dynamo", 18)}
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One benchmark model: how to build it and its inputs, and the batch the issue names."""
+
+    name: str
+    family: str
+    batch: int
+    build: Callable[[], Any]                      # () -> torch.nn.Module (eval mode)
+    inputs: Callable[[int, np.random.Generator], dict[str, np.ndarray]]  # batch -> feeds
+
+
+class Unavailable(Exception):
+    """The library a model comes from cannot be imported here (the message says why)."""
+
+
+def _require(module: str, hint: str) -> Any:
+    import importlib
+    try:
+        return importlib.import_module(module)
+    except Exception as error:  # an import can fail with anything (e.g. OSError of a .so)
+        first = str(error).splitlines()[0][:200] if str(error) else type(error).__name__
+        raise Unavailable(f"{module} does not import ({type(error).__name__}: {first}); {hint}")
+
+
+def _torch():
+    import torch
+    torch.manual_seed(SEED)
+    _torchvision_without_ops()
+    return torch
+
+
+def _torchvision_without_ops() -> None:
+    """Let ``torchvision`` import where its compiled ops do not load.
+
+    The only torchvision wheel matching torch 2.13.0+cpu on the project's index is the CUDA
+    build, whose ``_C.so`` needs ``libc10_cuda.so``: the import then fails while registering fake
+    kernels for those ops (``operator torchvision::nms does not exist``). The models (and
+    pytorch-widedeep, which imports torchvision) are plain Python and need none of the ops, so
+    the registrations module is replaced by an empty one when the extension is missing.
+    """
+    import importlib.util
+    import types
+    name = "torchvision._meta_registrations"
+    if name in sys.modules or importlib.util.find_spec("torchvision") is None:
+        return
+    try:
+        import torchvision  # noqa: F401
+    except RuntimeError:
+        for key in [k for k in sys.modules if k == "torchvision" or k.startswith("torchvision.")]:
+            del sys.modules[key]
+        sys.modules[name] = types.ModuleType(name)
+
+
+# --- torchvision -----------------------------------------------------------------------------
+
+def _vision(name: str) -> Callable[[], Any]:
+    def build():
+        torch = _torch()
+        models = _require("torchvision.models", "pip install torchvision (matching torch)")
+        model = getattr(models, name)(weights=None).eval()
+        probe = torch.from_numpy(_images(2, np.random.default_rng(SEED))["x"])
+        with torch.no_grad():
+            if float(model(probe).std()) < 1e-3:
+                # torchvision's initialisation leaves mobilenet_v2's outputs near 1e-9 (every
+                # BatchNorm the identity, ReLU6 and a 0.01-scale classifier), which any result
+                # within atol would match: BatchNorms get statistics and affine terms as a
+                # trained network has them, and the classifier is scaled to outputs near 1.
+                for module in model.modules():
+                    if isinstance(module, torch.nn.BatchNorm2d):
+                        module.running_mean.normal_(0.0, 0.1)
+                        module.running_var.uniform_(0.5, 2.0)
+                        module.weight.uniform_(0.5, 1.5)
+                        module.bias.normal_(0.0, 0.1)
+                last = [m for m in model.modules() if isinstance(m, torch.nn.Linear)][-1]
+                scale = 1.0 / max(float(model(probe).std()), 1e-6)
+                last.weight.mul_(scale)
+                last.bias.mul_(scale)
+        return model
+    return build
+
+
+def _images(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    return {"x": rng.standard_normal((n, 3, 224, 224)).astype(np.float32)}
+
+
+# --- transformers ----------------------------------------------------------------------------
+
+VOCAB, TOKENS = 1000, 32
+
+
+def _bert():
+    torch = _torch()
+    tf = _require("transformers", "pip install transformers")
+    config = tf.BertConfig(vocab_size=VOCAB, hidden_size=128, num_hidden_layers=2,
+                           num_attention_heads=2, intermediate_size=256,
+                           max_position_embeddings=128, hidden_act="gelu")
+    inner = tf.BertModel(config).eval()
+
+    class Bert(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, input_ids, attention_mask):
+            return self.inner(input_ids=input_ids, attention_mask=attention_mask,
+                              return_dict=False)[0]
+    return Bert().eval()
+
+
+def _gpt2():
+    torch = _torch()
+    tf = _require("transformers", "pip install transformers")
+    config = tf.GPT2Config(vocab_size=VOCAB, n_embd=128, n_layer=2, n_head=2, n_positions=128)
+    inner = tf.GPT2Model(config).eval()
+
+    class Gpt2(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, input_ids, attention_mask):
+            return self.inner(input_ids=input_ids, attention_mask=attention_mask,
+                              use_cache=False, return_dict=False)[0]
+    return Gpt2().eval()
+
+
+def _tokens(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    mask = np.ones((n, TOKENS), np.int64)
+    mask[:, TOKENS - 4:] = rng.integers(0, 2, (n, 4))    # some padding, so the mask matters
+    return {"input_ids": rng.integers(0, VOCAB, (n, TOKENS)).astype(np.int64),
+            "attention_mask": mask}
+
+
+# --- deepctr-torch ---------------------------------------------------------------------------
+
+SPARSE, DENSE, CTR_VOCAB, CTR_DIM = 26, 13, 1000, 8
+
+
+def _deepctr(kind: str) -> Callable[[], Any]:
+    def build():
+        torch = _torch()
+        inputs = _require("deepctr_torch.inputs", "pip install deepctr-torch")
+        models = _require("deepctr_torch.models", "pip install deepctr-torch")
+        columns = [inputs.SparseFeat(f"C{i}", vocabulary_size=CTR_VOCAB, embedding_dim=CTR_DIM)
+                   for i in range(SPARSE)] + [inputs.DenseFeat(f"I{i}", 1) for i in range(DENSE)]
+        # init_std 0.1 (the default 1e-4 leaves every logit near 0 and every output near 0.5,
+        # which any implementation would match)
+        common = dict(task="binary", device="cpu", init_std=0.1, seed=SEED)
+        if kind == "WDL":
+            model = models.WDL(columns, columns, **common)
+        elif kind == "xDeepFM":
+            model = models.xDeepFM(columns, columns, cin_layer_size=(32, 32), **common)
+        elif kind == "AutoInt":
+            model = models.AutoInt(columns, columns, att_layer_num=2, **common)
+        elif kind == "DCN":
+            model = models.DCN(columns, columns, cross_num=2, **common)
+        else:
+            model = models.DeepFM(columns, columns, **common)
+        with torch.no_grad():   # a spread of logits: scale the last layers up
+            for name, p in model.named_parameters():
+                if "embedding" in name:
+                    p.mul_(3.0)
+        return model.eval()
+    return build
+
+
+def _ctr_rows(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    ids = rng.integers(0, CTR_VOCAB, (n, SPARSE)).astype(np.float32)
+    dense = rng.random((n, DENSE)).astype(np.float32)
+    return {"x": np.concatenate([ids, dense], axis=1)}
+
+
+# --- pytorch-widedeep ------------------------------------------------------------------------
+
+def _widedeep():
+    torch = _torch()
+    wd = _require("pytorch_widedeep.models", "pip install pytorch-widedeep (it pins numpy<2: "
+                  "install it with --no-deps and its model dependencies)")
+    columns = [f"c{i}" for i in range(SPARSE)]
+    wide = wd.Wide(input_dim=SPARSE * CTR_VOCAB + 1, pred_dim=1)
+    column_idx = {c: i for i, c in enumerate(columns + [f"d{i}" for i in range(DENSE)])}
+    tab = wd.TabMlp(column_idx=column_idx,
+                    cat_embed_input=[(c, CTR_VOCAB, CTR_DIM) for c in columns],
+                    continuous_cols=[f"d{i}" for i in range(DENSE)],
+                    mlp_hidden_dims=[256, 128])
+    inner = wd.WideDeep(wide=wide, deeptabular=tab).eval()
+
+    class WideDeep(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, wide, deeptabular):
+            return self.inner({"wide": wide, "deeptabular": deeptabular})
+    return WideDeep().eval()
+
+
+def _widedeep_rows(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    ids = rng.integers(1, CTR_VOCAB, (n, SPARSE))
+    wide = (ids + np.arange(SPARSE) * CTR_VOCAB).astype(np.int64)
+    tab = np.concatenate([ids.astype(np.float32), rng.random((n, DENSE)).astype(np.float32)], 1)
+    return {"wide": wide, "deeptabular": tab}
+
+
+# --- torch nn.EmbeddingBag -------------------------------------------------------------------
+
+BAG_ROWS, BAG_DIM, BAG_LEN = 1000, 32, 4
+
+
+def _bags():
+    torch = _torch()
+
+    class Bags(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = torch.nn.EmbeddingBag(BAG_ROWS, BAG_DIM, mode="sum")
+            self.b = torch.nn.EmbeddingBag(BAG_ROWS, BAG_DIM, mode="mean")
+            self.top = torch.nn.Sequential(torch.nn.Linear(2 * BAG_DIM, 64), torch.nn.ReLU(),
+                                           torch.nn.Linear(64, 1))
+
+        def forward(self, ids_a, offsets_a, ids_b, offsets_b):
+            both = torch.cat([self.a(ids_a, offsets_a), self.b(ids_b, offsets_b)], dim=1)
+            return self.top(both)
+    return Bags().eval()
+
+
+def _bag_feeds(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    offsets = (np.arange(n) * BAG_LEN).astype(np.int64)
+    return {"ids_a": rng.integers(0, BAG_ROWS, n * BAG_LEN).astype(np.int64),
+            "offsets_a": offsets,
+            "ids_b": rng.integers(0, BAG_ROWS, n * BAG_LEN).astype(np.int64),
+            "offsets_b": offsets.copy()}
+
+
+# --- torchrec --------------------------------------------------------------------------------
+
+def _torchrec_dlrm():
+    _torch()
+    _require("torchrec", "torchrec needs fbgemm-gpu-cpu built for this torch (pip install "
+             "torchrec fbgemm-gpu-cpu; fbgemm-gpu-cpu 1.9.0, the newest on the index, does not "
+             "load with torch 2.13: undefined symbols in fbgemm_gpu_tbe_index_select.so)")
+    raise Unavailable("torchrec imported, but its export needs a KeyedJaggedTensor wrapper "
+                      "this script does not have yet")
+
+
+SPECS = {s.name: s for s in [
+    Spec("resnet18", "torchvision", 8, _vision("resnet18"), _images),
+    Spec("mobilenet_v2", "torchvision", 8, _vision("mobilenet_v2"), _images),
+    Spec("squeezenet1_0", "torchvision", 8, _vision("squeezenet1_0"), _images),
+    Spec("bert", "transformers", 8, _bert, _tokens),
+    Spec("gpt2", "transformers", 8, _gpt2, _tokens),
+    Spec("deepfm", "deepctr-torch", 256, _deepctr("DeepFM"), _ctr_rows),
+    Spec("dcn", "deepctr-torch", 256, _deepctr("DCN"), _ctr_rows),
+    Spec("wdl", "deepctr-torch", 256, _deepctr("WDL"), _ctr_rows),
+    Spec("xdeepfm", "deepctr-torch", 256, _deepctr("xDeepFM"), _ctr_rows),
+    Spec("autoint", "deepctr-torch", 256, _deepctr("AutoInt"), _ctr_rows),
+    Spec("widedeep", "pytorch-widedeep", 256, _widedeep, _widedeep_rows),
+    Spec("embedding_bag", "torch", 256, _bags, _bag_feeds),
+    Spec("torchrec_dlrm", "torchrec", 256, _torchrec_dlrm, _bag_feeds),
+]}
+QUICK = ["deepfm", "embedding_bag", "bert"]
+
+
+# --- export ----------------------------------------------------------------------------------
+
+def export(spec: Spec, exporter: str, batch: int) -> Path:
+    """The cached ``.onnx`` of ``spec`` at ``batch`` by ``exporter`` (exported on a miss)."""
+    folder = MODELS_DIR / f"{spec.name}-{exporter}-b{batch}"
+    path, done = folder / "model.onnx", folder / "complete"
+    if done.exists():   # written last: an interrupted export is redone
+        return path
+    torch = _torch()
+    model = spec.build()
+    feeds = spec.inputs(batch, np.random.default_rng(batch))
+    args = tuple(torch.from_numpy(v) for v in feeds.values())
+    folder.mkdir(parents=True, exist_ok=True)
+    with torch.no_grad():
+        if exporter == "ts":
+            torch.onnx.export(model, args, str(path), dynamo=False, opset_version=17,
+                              input_names=list(feeds), do_constant_folding=True)
+        else:
+            program = torch.onnx.export(model, args, dynamo=True, opset_version=18,
+                                        input_names=list(feeds), optimize=True)
+            program.save(str(path))
+    done.write_text("")
+    return path
+
+
+# --- measuring -------------------------------------------------------------------------------
+
+def _timeit(fn: Callable[[], Any], budget: float) -> float:
+    """The median seconds of ``fn`` over as many calls as fit ``budget`` (at least one, after
+    one warm-up call: a CNN at batch 8 takes a second a call on the machine of these runs)."""
+    start = time.perf_counter()
+    fn()
+    once = max(time.perf_counter() - start, 1e-7)
+    times = []
+    for _ in range(max(1, min(500, int(budget / once)))):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def _session(path: Path, threads: int):
+    import onnxruntime as ort
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 3   # its warnings about exported subgraph names are noise here
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+def _compare(got: dict[str, np.ndarray], expected: list[np.ndarray], names: list[str]
+             ) -> str | None:
+    """Why ``got`` differs from onnxruntime's outputs, or None when every output matches."""
+    for name, want in zip(names, expected):
+        have = np.asarray(got[name])
+        if have.shape != want.shape:
+            return f"output {name}: shape {have.shape}, onnxruntime {want.shape}"
+        if want.dtype.kind == "f":
+            if not np.allclose(have, want, rtol=RTOL, atol=ATOL):
+                err = np.abs(have.astype(np.float64) - want)
+                return (f"output {name}: max abs error {err.max():.3g} "
+                        f"(|ort| up to {np.abs(want).max():.3g})")
+        elif not np.array_equal(have, want):
+            return f"output {name}: {np.sum(have != want)} element(s) differ"
+    return None
+
+
+def compile_probe(path: str, feeds_path: str) -> None:
+    """In a fresh process: load at level 3 and run once; print the seconds as JSON."""
+    import tensoralg as ta
+    import tensoralg.onnx as tonnx
+    ta.set_num_threads(1)
+    feeds = dict(np.load(feeds_path))
+    start = time.perf_counter()
+    model = tonnx.load(path, opt_level=3)
+    loaded = time.perf_counter()
+    model.run(feeds)
+    first = time.perf_counter()
+    model.run(feeds)          # the second run records values and builds the static plan
+    print(json.dumps({"load_s": loaded - start, "first_s": first - start,
+                      "plan_s": time.perf_counter() - start}))
+
+
+def compile_times(path: Path, feeds: dict[str, np.ndarray]) -> dict[str, Any]:
+    """Load-to-first-result seconds, cold (empty kernel cache) and warm (the cache refilled)."""
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="onnx-real-cache-") as cache:
+        feeds_path = os.path.join(cache, "feeds.npz")
+        np.savez(feeds_path, **feeds)
+        env = dict(os.environ, TENSORALG_CACHE_DIR=os.path.join(cache, "kernels"))
+        for state in ("cold", "warm"):
+            done = subprocess.run([sys.executable, __file__, "--compile-probe", str(path),
+                                   feeds_path], env=env, capture_output=True, text=True,
+                                  timeout=900)
+            if done.returncode != 0:
+                out[state] = {"error": done.stderr.strip().splitlines()[-1:]}
+                break
+            out[state] = json.loads(done.stdout.strip().splitlines()[-1])
+    return out
+
+
+def measure(spec: Spec, exporter: str, batch: int, budget: float, timed: bool,
+            levels: list[int], compile_probe_wanted: bool = True) -> dict[str, Any]:
+    """One row: the export, the check at each level, the times and the compile figures."""
+    import tensoralg as ta
+    import tensoralg.onnx as tonnx
+    row: dict[str, Any] = {"model": spec.name, "family": spec.family, "exporter": exporter,
+                           "opset": EXPORTERS[exporter][1], "batch": batch}
+    try:
+        start = time.perf_counter()
+        path = export(spec, exporter, batch)
+        row["export_s"] = time.perf_counter() - start
+    except Unavailable as error:
+        row["skipped"] = str(error)
+        return row
+    except Exception as error:  # the exporter's own failure is the row's finding
+        row["export_error"] = f"{type(error).__name__}: {str(error).splitlines()[0][:300]}"
+        return row
+    feeds = spec.inputs(batch, np.random.default_rng(batch + 1))
+    reference = {1: _session(path, 1), 0: _session(path, 0)}
+    names = [o.name for o in reference[0].get_outputs()]
+    expected = reference[0].run(None, feeds)
+    row["output_std"] = float(np.std(expected[0])) if expected[0].dtype.kind == "f" else None
+    row["wrong"], row["errors"] = {}, {}
+    compiled = {}
+    ta.set_num_threads(1)
+    for level in levels:
+        try:
+            model = tonnx.load(str(path), opt_level=level)
+            # level 3: the first run compiles, the second plans, the third replays the plan
+            for _ in range(3 if level == 3 else 1):
+                got = model.run(feeds)
+            why = _compare(got, expected, names)
+        except Exception as error:
+            row["errors"][f"L{level}"] = f"{type(error).__name__}: {str(error)[:600]}"
+            if os.environ.get("ONNX_REAL_TRACE"):
+                traceback.print_exc()
+            continue
+        if why:
+            row["wrong"][f"L{level}"] = why
+        else:
+            compiled[level] = model
+    if not timed or 3 not in compiled:
+        return row
+    all_cores = os.cpu_count() or 1
+    ta.set_num_threads(all_cores)
+    many = tonnx.load(str(path), opt_level=3)
+    for _ in range(3):
+        got = many.run(feeds)
+    calls = {"L3": (lambda: compiled[3].run(feeds), 1),
+             "ort1": (lambda: reference[1].run(None, feeds), 1)}
+    if _compare(got, expected, names) is None:
+        calls["LN"] = (lambda: many.run(feeds), all_cores)
+    calls["ort0"] = (lambda: reference[0].run(None, feeds), 1)
+    samples: dict[str, list[float]] = {key: [] for key in calls}
+    for _ in range(ROUNDS):
+        for key, (call, threads) in calls.items():
+            ta.set_num_threads(threads)
+            samples[key].append(_timeit(call, budget / ROUNDS))
+    ta.set_num_threads(1)
+    row["samples"] = {key: record.rounded(values) for key, values in samples.items()}
+    if compile_probe_wanted:
+        row["compile"] = compile_times(path, feeds)
+    try:
+        profile = compiled[3].profile(feeds)
+        row["profile_top"] = _profile_top(profile)
+    except Exception as error:  # the profile is a hint; its failure must not lose the row
+        row["profile_top"] = f"profile failed: {type(error).__name__}: {error}"
+    return row
+
+
+def _profile_top(profile: Any, count: int = 5) -> list[list[Any]]:
+    """The ``count`` costliest steps of a profile: [what, milliseconds]."""
+    rows = []
+    for entry in profile.rows:
+        label = f"{entry.op_type} {entry.node} ({entry.plan})"
+        rows.append([label[:100], round(entry.seconds * 1e3, 4)])
+    rows.sort(key=lambda r: -r[1])
+    return rows[:count]
+
+
+# --- the generated window and row kernels, alone ---------------------------------------------
+
+def _kernel_cases() -> list[tuple[str, Any, tuple[int, ...], list[tuple[str, np.ndarray]]]]:
+    """(what, node, input shape, constants): the layers of the measured models that the level-3
+    window and row kernels replaced, at the models' batch."""
+    from onnx import helper
+    rng = np.random.default_rng(SEED)
+
+    def depthwise(channels: int) -> list[tuple[str, np.ndarray]]:
+        return [("w", rng.standard_normal((channels, 1, 3, 3)).astype(np.float32))]
+    return [
+        ("squeezenet1_0 MaxPool 3x3/2 ceil, 8x96x109x109",
+         helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2],
+                          ceil_mode=1), (8, 96, 109, 109), []),
+        ("resnet18 MaxPool 3x3/2 pad 1, 8x64x112x112",
+         helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2],
+                          pads=[1, 1, 1, 1]), (8, 64, 112, 112), []),
+        ("mobilenet_v2 depthwise 3x3, 8x144x56x56",
+         helper.make_node("Conv", ["x", "w"], ["y"], group=144, pads=[1, 1, 1, 1]),
+         (8, 144, 56, 56), depthwise(144)),
+        ("mobilenet_v2 depthwise 3x3/2, 8x96x112x112",
+         helper.make_node("Conv", ["x", "w"], ["y"], group=96, pads=[1, 1, 1, 1],
+                          strides=[2, 2]), (8, 96, 112, 112), depthwise(96)),
+        ("mobilenet_v2 depthwise 3x3, 8x960x7x7",
+         helper.make_node("Conv", ["x", "w"], ["y"], group=960, pads=[1, 1, 1, 1]),
+         (8, 960, 7, 7), depthwise(960)),
+        ("BERT/GPT-2 attention Softmax, 8x2x32x32",
+         helper.make_node("Softmax", ["x"], ["y"], axis=-1), (8, 2, 32, 32), []),
+        ("AutoInt attention Softmax, 256x2x26x26",
+         helper.make_node("Softmax", ["x"], ["y"], axis=-1), (256, 2, 26, 26), []),
+    ]
+
+
+def measure_kernels(budget: float) -> list[dict[str, Any]]:
+    """Each case as a one-node model: level 2 (node by node: the NumPy patch matrix and the max
+    tree, or the three softmax statements), level 3 (the generated kernel) and onnxruntime,
+    one thread each, interleaved in rounds."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    import tensoralg as ta
+    import tensoralg.onnx as tonnx
+    rows = []
+    ta.set_num_threads(1)
+    for what, node, shape, constants in _kernel_cases():
+        x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+        probe = onnx.helper.make_model(helper.make_graph(
+            [node], "k", [helper.make_tensor_value_info("x", 1, list(shape))],
+            [helper.make_tensor_value_info("y", 1, None)],
+            [numpy_helper.from_array(a, n) for n, a in constants]),
+            opset_imports=[helper.make_opsetid("", 17)])
+        probe.ir_version = 8
+        model = onnx.shape_inference.infer_shapes(probe)
+        data = model.SerializeToString()
+        feeds = {"x": x}
+        import onnxruntime as ort
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = 1
+        session = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
+        want = session.run(None, feeds)[0]
+        level2, level3 = tonnx.load(model, opt_level=2), tonnx.load(model, opt_level=3)
+        for _ in range(3):
+            got = level3.run(feeds)["y"]
+        plan = level3.specialiser.latest().describe()
+        row: dict[str, Any] = {"case": what, "plan": plan,
+                               "correct": bool(np.allclose(got, want, rtol=RTOL, atol=ATOL))}
+        calls = {"L2": lambda: level2.run(feeds), "L3": lambda: level3.run(feeds),
+                 "ort1": lambda: session.run(None, feeds)}
+        samples: dict[str, list[float]] = {key: [] for key in calls}
+        for _ in range(ROUNDS):
+            for key, call in calls.items():
+                samples[key].append(_timeit(call, budget / ROUNDS))
+        row["samples"] = {key: record.rounded(values) for key, values in samples.items()}
+        rows.append(row)
+        print(f"{what:50} L2 {_ms(row, 'L2'):>8} ms  L3 {_ms(row, 'L3'):>8} ms  ort1 "
+              f"{_ms(row, 'ort1'):>8} ms", flush=True)
+    return rows
+
+
+# --- report ----------------------------------------------------------------------------------
+
+PAIRS = {"ort1/L3": ("ort1", "L3"), "ortN/LN": ("ort0", "LN")}
+
+
+def ratio(row: dict[str, Any], pair: str) -> float:
+    """onnxruntime time over tensoralg time, the median of the per-round ratios (NaN if absent).
+
+    >>> ratio({"samples": {"ort1": [2.0, 3.0, 2.0], "L3": [1.0, 1.0, 2.0]}}, "ort1/L3")
+    2.0
+    """
+    theirs, ours = PAIRS[pair]
+    a, b = row.get("samples", {}).get(theirs), row.get("samples", {}).get(ours)
+    if not a or not b:
+        return float("nan")
+    return statistics.median(x / y for x, y in zip(a, b))
+
+
+def _ms(row: dict[str, Any], key: str) -> str:
+    values = row.get("samples", {}).get(key)
+    return f"{statistics.median(values) * 1e3:.3g}" if values else "-"
+
+
+def _status(row: dict[str, Any]) -> str:
+    if "skipped" in row:
+        return "skipped: " + row["skipped"]
+    if "export_error" in row:
+        return "export failed: " + row["export_error"]
+    bad = [f"{k} error: {v}" for k, v in row.get("errors", {}).items()]
+    bad += [f"{k} wrong: {v}" for k, v in row.get("wrong", {}).items()]
+    status = "; ".join(bad) if bad else "ok"
+    return status + (" (measured in a later run, see below)" if row.get("rerun") else "")
+
+
+def _compile(row: dict[str, Any], state: str) -> str:
+    entry = row.get("compile", {}).get(state)
+    if not entry or "first_s" not in entry:
+        return "-"
+    return f"{entry['first_s']:.2f}"
+
+
+def render(data: dict[str, Any]) -> str:
+    """The Markdown report of one result file (``data``, as ``record.write`` stored it)."""
+    rows = data["rows"]
+    head = ["# ONNX models exported from real libraries: tensoralg.onnx vs onnxruntime", "",
+            f"Generated by `benchmarks/onnx_real.py` from the run of {data['date']} "
+            f"(commit {data['git'].get('short')}; {data['machine'].get('cpu_model')}, "
+            f"{data['machine'].get('cores')} cores). Ratios are onnxruntime time / tensoralg "
+            "time, paired round by round (median of "
+            f"{data['method']['rounds']} rounds); above 1: tensoralg faster. `L3`: tensoralg "
+            "opt level 3 on one thread, `ort1`: onnxruntime with one intra-op thread; `LN`/"
+            "`ortN`: all cores. Compile is load to first result at level 3 in a fresh process, "
+            "with an empty kernel cache (cold) and with the cache the cold run filled (warm). "
+            f"Every output is checked against onnxruntime (rtol {RTOL:g}, atol {ATOL:g}) at "
+            f"levels {data['options']['levels']}; `std` is the spread of onnxruntime's first "
+            "output (so a match is not trivial). Timings come from a shared machine and "
+            "drift by tens of percent." + ("" if data.get("complete", True) else
+                                             " **Partial run: it stopped before every model "
+                                             "was measured.**"), "",
+            "| model | exporter | batch | L3 ms | ort1 ms | ort1/L3 | LN ms | ortN ms | "
+            "ortN/LN | compile cold s | warm s | std | status |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = []
+    for row in rows:
+        r1, rn = ratio(row, "ort1/L3"), ratio(row, "ortN/LN")
+        std = row.get("output_std")
+        lines.append(
+            f"| {row['model']} | {row['exporter']} (opset {row['opset']}) | {row['batch']} | "
+            f"{_ms(row, 'L3')} | {_ms(row, 'ort1')} | "
+            f"{'-' if r1 != r1 else f'{r1:.2f}'} | {_ms(row, 'LN')} | {_ms(row, 'ort0')} | "
+            f"{'-' if rn != rn else f'{rn:.2f}'} | {_compile(row, 'cold')} | "
+            f"{_compile(row, 'warm')} | {'-' if std is None else f'{std:.3g}'} | "
+            f"{_status(row).replace('|', '/')} |")
+    tops = [f"- {row['model']} {row['exporter']} b{row['batch']}: " +
+            ", ".join(f"{label} {ms:.3g} ms" for label, ms in row["profile_top"])
+            for row in rows if isinstance(row.get("profile_top"), list) and row["profile_top"]]
+    tail = ["", "## Costliest steps at level 3 (one thread, `CompiledModel.profile`)", "",
+            *tops] if tops else []
+    reruns = [row for row in rows if row.get("rerun")]
+    if reruns:
+        tail += ["", "Rows measured in a later run:", "",
+                 *[f"- {row['model']} {row['exporter']} b{row['batch']}: {row['rerun']}"
+                   for row in reruns]]
+    kernels = data.get("kernel_rows") or []
+    if kernels:
+        tail += ["", "## The generated window and row kernels alone (one-node models, one thread)",
+                 "", "`L2`: node by node (NumPy patch matrix + max tree, per-group products, or "
+                 "the max tree and two statements of Softmax); `L3`: the level-3 plan's "
+                 "generated kernel; `ort1`: onnxruntime. Milliseconds, median of rounds. "
+                 "Before these kernels, level 3 ran MaxPool and Softmax as level 2 does, and "
+                 "a depthwise layer of at most 2048 weights (the 96- and 144-channel ones here) "
+                 "as a convolution with its weights compiled in, which this table does not "
+                 "time.", "",
+                 "| layer | L2 ms | L3 ms | ort1 ms | ort1/L3 | L2/L3 | matches ort |",
+                 "|---|---|---|---|---|---|---|"]
+        for row in kernels:
+            med = {k: statistics.median(v) for k, v in row["samples"].items()}
+            tail.append(f"| {row['case']} | {med['L2'] * 1e3:.3g} | {med['L3'] * 1e3:.3g} | "
+                        f"{med['ort1'] * 1e3:.3g} | {med['ort1'] / med['L3']:.2f} | "
+                        f"{med['L2'] / med['L3']:.1f} | {'yes' if row['correct'] else 'NO'} |")
+    return "\n".join(head + lines + tail) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true",
+                        help=f"the models {', '.join(QUICK)} (unless --models), batch 1 and "
+                             "the model's batch, TorchScript exporter, a short budget; the "
+                             "Markdown report is left as it is")
+    parser.add_argument("--models", default=None, help="comma-separated, from: " +
+                        ", ".join(SPECS))
+    parser.add_argument("--exporters", default=None, help="ts,dynamo (default both; --quick: ts)")
+    parser.add_argument("--batches", default=None,
+                        help="comma-separated batches (default: 1 and the model's batch)")
+    parser.add_argument("--levels", default="0,1,2,3", help="opt levels to check")
+    parser.add_argument("--no-time", action="store_true", help="check only, do not time")
+    parser.add_argument("--compile", choices=("all", "batch", "none"), default="all",
+                        help="where to measure the compile time in fresh processes: every "
+                             "timed row, only the model's named batch, or nowhere")
+    parser.add_argument("--out", default=None, help="the JSON file (default benchmarks/results/"
+                        "onnx_real-<date>-<commit>.json)")
+    parser.add_argument("--render", default=None, metavar="FILE.json",
+                        help="only redraw ONNX_REAL_RESULTS.md from FILE.json")
+    parser.add_argument("--kernels", default=None, metavar="FILE.json",
+                        help="time the generated window/row kernels alone against level 2 and "
+                             "onnxruntime, add them to FILE.json and redraw the report")
+    parser.add_argument("--compile-probe", nargs=2, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.compile_probe:
+        compile_probe(*args.compile_probe)
+        return 0
+    if args.kernels:
+        data = json.loads(Path(args.kernels).read_text())
+        data["kernel_rows"] = measure_kernels(0.15 if args.quick else 0.6)
+        Path(args.kernels).write_text(record.dumps(data))
+        REPORT.write_text(render(data))
+        print(f"wrote {args.kernels} and {REPORT}")
+        return 0 if all(r["correct"] for r in data["kernel_rows"]) else 1
+    if args.render:
+        REPORT.write_text(render(json.loads(Path(args.render).read_text())))
+        print(f"wrote {REPORT}")
+        return 0
+    names = args.models.split(",") if args.models else (QUICK if args.quick else list(SPECS))
+    unknown = [n for n in names if n not in SPECS]
+    if unknown:
+        parser.error(f"unknown model(s) {unknown}; choose from {', '.join(SPECS)}")
+    exporters = (args.exporters or ("ts" if args.quick else "ts,dynamo")).split(",")
+    if set(exporters) - set(EXPORTERS):
+        parser.error(f"exporters are {', '.join(EXPORTERS)}")
+    levels = [int(v) for v in args.levels.split(",")]
+    budget = 0.15 if args.quick else 0.6
+    begun = record.start()
+    started = time.perf_counter()
+    rows: list[dict[str, Any]] = []
+    out = Path(args.out) if args.out else record.RESULTS / record.file_name(
+        "onnx_real", begun["date"].strftime("%Y%m%d-%H%M%S"), begun["git"]["short"])
+
+    def save(complete: bool) -> Path:
+        """The results so far (a long run interrupted keeps what it measured)."""
+        payload = {"options": {"quick": args.quick, "models": names, "exporters": exporters,
+                               "levels": levels, "timed": not args.no_time,
+                               "compile": args.compile},
+                   "complete": complete, "seed": SEED,
+                   "tolerance": {"rtol": RTOL, "atol": ATOL},
+                   "threads": {"tensoralg L3": 1, "tensoralg LN": os.cpu_count(),
+                               "onnxruntime ort1": 1, "onnxruntime ortN": "all cores",
+                               "OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS")},
+                   "method": {"rounds": ROUNDS, "budget_s": budget,
+                              "sample": "per round: median seconds per call"},
+                   "elapsed_s": time.perf_counter() - started, "rows": rows}
+        path = record.write("onnx_real", payload, begun, out=out)
+        if not args.quick:      # a quick run's table would replace the full one
+            REPORT.write_text(render(json.loads(path.read_text())))
+        return path
+
+    for name in names:
+        spec = SPECS[name]
+        batches = [int(b) for b in args.batches.split(",")] if args.batches else \
+            sorted({1, spec.batch})
+        for exporter in exporters:
+            for batch in batches:
+                probe = args.compile == "all" or (args.compile == "batch" and
+                                                  batch == spec.batch)
+                row = measure(spec, exporter, batch, budget, not args.no_time, levels, probe)
+                rows.append(row)
+                save(complete=False)
+                r1 = ratio(row, "ort1/L3")
+                print(f"{name:14} {exporter:6} b{batch:<4} L3 {_ms(row, 'L3'):>8} ms  ort1 "
+                      f"{_ms(row, 'ort1'):>8} ms  ort1/L3 {r1:5.2f}  {_status(row)[:300]}",
+                      flush=True)
+                if "skipped" in row:
+                    break
+            if "skipped" in rows[-1]:
+                break
+    path = save(complete=True)
+    elapsed = time.perf_counter() - started
+    print(f"\ntotal {elapsed:.0f} s; wrote {path}" +
+          ("" if args.quick else f" and {REPORT}"))
+    return 1 if any(r.get("wrong") or r.get("errors") or r.get("export_error")
+                    for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

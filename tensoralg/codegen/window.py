@@ -1,0 +1,230 @@
+"""Channel-wise window kernels: MaxPool, AveragePool and depthwise convolution, NCHW.
+
+``Y[p, oh, ow] = reduce over (kh, kw) of X[p, oh * sh + kh * dh - pt, ow * sw + kw * dw - pl]``
+for every plane ``p`` (image and channel flattened), where the reduction is
+
+- ``max``: the largest cell, padding excluded (NaN wins, as in NumPy's ``max``);
+- ``average``: the sum over the cells inside the image divided by the number of cells inside
+  the image (``count_include_pad=0``) or inside the padded image (``=1``);
+- ``depthwise``: ``B[c] + sum(W[c, kh, kw] * X[...])`` with ``c = p mod C``, padding zero, then
+  ReLU when asked: a convolution with ``group == C`` and one output channel per group, whose
+  im2col would copy every input cell ``KH * KW`` times to feed one small product per channel.
+
+Each of these touches every input cell a few times and does one operation per touch, so what
+costs is memory traffic and per-window overhead: the patch matrix of the NumPy path (a copy of
+``KH * KW`` times the image) and its per-group products. Here vector lanes run over consecutive
+output columns of one output row, the taps are unrolled, and a tap's lanes are read with one
+masked load (unit stride: consecutive columns read consecutive cells) or one masked gather
+(other strides). Padding is the load's mask, never a copy; rows outside the image mask every
+lane. The depthwise weights and bias are read from memory (one module serves every layer of a
+geometry), each tap's weight broadcast once per vector.
+
+It is a separate emitter, like ``codegen/conv.py``, because a max over a window, and window
+addressing with strides and dilations, are not statements of the index notation yet; when the
+notation has affine accesses and a max reduction, this becomes a schedule and goes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from llvmlite import ir
+
+from tensoralg.codegen.llvm_helpers import counted_loop, declare, entry_alloca
+from tensoralg.errors import ShapeError
+
+I1, I32, I64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
+POINTER = ir.PointerType()
+ENTRY = "tensoralg_window"
+MODES = ("max", "average", "depthwise")
+
+
+@dataclass(frozen=True, slots=True)
+class WindowGeometry:
+    """The shape of one channel-wise window operation on NCHW planes, everything but the
+    plane count.
+
+    >>> WindowGeometry(8, 8, 4, 4, (2, 2), (2, 2), (1, 1), (0, 0), (0, 0)).positions
+    16
+    """
+
+    height: int
+    width: int
+    out_height: int
+    out_width: int
+    kernel: tuple[int, int]
+    strides: tuple[int, int]
+    dilations: tuple[int, int]
+    pads_begin: tuple[int, int]
+    pads_end: tuple[int, int]
+
+    def __post_init__(self) -> None:
+        sizes = (self.height, self.width, self.out_height, self.out_width, *self.kernel,
+                 *self.strides, *self.dilations)
+        if min(sizes) < 1 or min(*self.pads_begin, *self.pads_end) < 0:
+            raise ShapeError(f"{self}: sizes, kernel, strides and dilations must be at least "
+                             f"1 and pads at least 0")
+
+    @property
+    def positions(self) -> int:
+        """Output cells per plane (``OH * OW``)."""
+        return self.out_height * self.out_width
+
+    @property
+    def taps(self) -> int:
+        """Cells per window (``KH * KW``)."""
+        return self.kernel[0] * self.kernel[1]
+
+
+def window_module(geometry: WindowGeometry, mode: str, dtype: str, lanes: int,
+                  channels: int = 1, count_include_pad: bool = False,
+                  relu: bool = False) -> ir.Module:
+    """The module exporting ``int32 tensoralg_window(X, Y, W, B, begin, end)``: planes
+    ``[begin, end)`` of ``X`` (planes of ``H x W``) into ``Y`` (planes of ``OH x OW``).
+    ``W`` (``C x KH x KW``) and ``B`` (``C``) are read only by ``depthwise``, whose plane ``p``
+    is channel ``p mod channels``. ``dtype`` is ``"float32"`` or ``"float64"``. Returns 0.
+
+    >>> g = WindowGeometry(4, 4, 2, 2, (2, 2), (2, 2), (1, 1), (0, 0), (0, 0))
+    >>> "llvm.maximum" in str(window_module(g, "max", "float32", 16))
+    True
+    """
+    if mode not in MODES:
+        raise ValueError(f"window mode {mode!r} is not one of {MODES}")
+    scalar = ir.FloatType() if dtype == "float32" else ir.DoubleType()
+    module = ir.Module(name=f"window_{mode}_{dtype}")
+    fn = ir.Function(module, ir.FunctionType(I32, (POINTER,) * 4 + (I64, I64)), name=ENTRY)
+    x, y, w, bias, begin, end = fn.args
+    for pointer in (x, y):
+        pointer.add_attribute("noalias")
+    builder = ir.IRBuilder(fn.append_basic_block("entry"))
+    body = _Body(module, builder, geometry, scalar, lanes, mode, count_include_pad, relu)
+    g = geometry
+    plane = entry_alloca(builder, I64, "plane")
+    row = entry_alloca(builder, I64, "row")
+    block = entry_alloca(builder, I64, "block")
+    blocks = ir.Constant(I64, -(-g.out_width // lanes))
+    with counted_loop(builder, plane, begin, lambda: end, "plane"):
+        p = builder.load(plane, typ=I64)
+        x_plane = builder.gep(x, [builder.mul(p, ir.Constant(I64, g.height * g.width))],
+                              source_etype=scalar)
+        y_plane = builder.gep(y, [builder.mul(p, ir.Constant(I64, g.positions))],
+                              source_etype=scalar)
+        channel = builder.urem(p, ir.Constant(I64, channels))
+        with counted_loop(builder, row, ir.Constant(I64, 0),
+                          lambda: ir.Constant(I64, g.out_height), "row"):
+            oh = builder.load(row, typ=I64)
+            with counted_loop(builder, block, ir.Constant(I64, 0), lambda: blocks, "block"):
+                first = builder.mul(builder.load(block, typ=I64), ir.Constant(I64, lanes))
+                body.emit(x_plane, y_plane, w, bias, channel, oh, first)
+    builder.ret(ir.Constant(I32, 0))
+    return module
+
+
+class _Body:
+    """One vector of output columns ``first .. first + lanes`` of output row ``oh``."""
+
+    def __init__(self, module: ir.Module, builder: ir.IRBuilder, geometry: WindowGeometry,
+                 scalar: ir.Type, lanes: int, mode: str, count_include_pad: bool,
+                 relu: bool) -> None:
+        self.b, self.g, self.scalar, self.lanes = builder, geometry, scalar, lanes
+        self.mode, self.count_include_pad, self.relu = mode, count_include_pad, relu
+        self.vector = ir.VectorType(scalar, lanes)
+        self.ivector = ir.VectorType(I64, lanes)
+        self.mask = ir.VectorType(I1, lanes)
+        name = "v{}f{}".format(lanes, 32 if scalar == ir.FloatType() else 64)
+        vec, mask = self.vector, self.mask
+        self.load = declare(module, f"llvm.masked.load.{name}.p0", vec, (POINTER, I32, mask, vec))
+        self.store = declare(module, f"llvm.masked.store.{name}.p0", ir.VoidType(),
+                             (vec, POINTER, I32, mask))
+        self.gather = declare(module, f"llvm.masked.gather.{name}.v{lanes}p0", vec,
+                              (ir.VectorType(POINTER, lanes), I32, mask, vec))
+        self.fma = declare(module, f"llvm.fma.{name}", vec, (vec, vec, vec))
+        self.maximum = declare(module, f"llvm.maximum.{name}", vec, (vec, vec))
+        self.align = ir.Constant(I32, 4 if scalar == ir.FloatType() else 8)
+
+    def splat(self, value: ir.Value, vector: ir.VectorType) -> ir.Value:
+        b = self.b
+        undefined = ir.Constant(vector, ir.Undefined)
+        lane0 = b.insert_element(undefined, value, ir.Constant(I32, 0))
+        return b.shuffle_vector(lane0, undefined,
+                                ir.Constant(ir.VectorType(I32, vector.count), [0] * vector.count))
+
+    def constant(self, value: float) -> ir.Constant:
+        return ir.Constant(self.vector, [value] * self.lanes)
+
+    def ints(self, value: int) -> ir.Constant:
+        return ir.Constant(self.ivector, [value] * self.lanes)
+
+    def emit(self, x_plane: ir.Value, y_plane: ir.Value, w: ir.Value, bias: ir.Value,
+             channel: ir.Value, oh: ir.Value, first: ir.Value) -> None:
+        b, g, lanes = self.b, self.g, self.lanes
+        ow = b.add(self.splat(first, self.ivector), ir.Constant(self.ivector, list(range(lanes))))
+        valid = b.icmp_signed("<", ow, self.ints(g.out_width))
+        col0 = b.sub(b.mul(ow, self.ints(g.strides[1])), self.ints(g.pads_begin[1]))
+        row0 = b.sub(b.mul(oh, ir.Constant(I64, g.strides[0])), ir.Constant(I64, g.pads_begin[0]))
+        fill = -float("inf") if self.mode == "max" else 0.0
+        passthru = self.constant(fill)
+        if self.mode == "depthwise":
+            start = b.load(b.gep(bias, [channel], source_etype=self.scalar), typ=self.scalar)
+            acc = self.splat(start, self.vector)
+            w_row = b.gep(w, [b.mul(channel, ir.Constant(I64, g.taps))], source_etype=self.scalar)
+        else:
+            acc = passthru
+        count = self.constant(0.0)
+        for kh in range(g.kernel[0]):
+            ih = b.add(row0, ir.Constant(I64, kh * g.dilations[0]))
+            row_in = b.icmp_unsigned("<", ih, ir.Constant(I64, g.height))
+            row_mask = b.and_(valid, self.splat(row_in, self.mask))
+            row_base = b.gep(x_plane, [b.mul(ih, ir.Constant(I64, g.width))],
+                             source_etype=self.scalar)
+            if self.count_include_pad:
+                # inside the padded image: -pt <= ih < H + pb
+                shifted = b.add(ih, ir.Constant(I64, g.pads_begin[0]))
+                row_pad = b.icmp_unsigned("<", shifted, ir.Constant(
+                    I64, g.height + g.pads_begin[0] + g.pads_end[0]))
+                row_pad_mask = b.and_(valid, self.splat(row_pad, self.mask))
+            for kw in range(g.kernel[1]):
+                iw = b.add(col0, self.ints(kw * g.dilations[1]))
+                mask = b.and_(row_mask, b.icmp_unsigned("<", iw, self.ints(g.width)))
+                if g.strides[1] == 1:
+                    # Consecutive lanes read consecutive cells: one masked load from the first
+                    # lane's address (masked-off lanes, also those left of the image, are not
+                    # read).
+                    offset = b.add(b.sub(first, ir.Constant(I64, g.pads_begin[1])),
+                                   ir.Constant(I64, kw * g.dilations[1]))
+                    where = b.gep(row_base, [offset], source_etype=self.scalar)
+                    value = b.call(self.load, [where, self.align, mask, passthru])
+                else:
+                    where = b.gep(row_base, [iw], source_etype=self.scalar)
+                    where.type = ir.VectorType(POINTER, lanes)
+                    value = b.call(self.gather, [where, self.align, mask, passthru])
+                if self.mode == "max":
+                    acc = b.call(self.maximum, [acc, value])
+                elif self.mode == "average":
+                    acc = b.fadd(acc, value)
+                    if self.count_include_pad:
+                        inside = b.and_(row_pad_mask, b.icmp_unsigned(
+                            "<", b.add(iw, self.ints(g.pads_begin[1])),
+                            self.ints(g.width + g.pads_begin[1] + g.pads_end[1])))
+                    else:
+                        inside = mask
+                    count = b.fadd(count, b.select(inside, self.constant(1.0),
+                                                   self.constant(0.0)))
+                else:
+                    tap = b.load(b.gep(w_row, [ir.Constant(I64, kh * g.kernel[1] + kw)],
+                                       source_etype=self.scalar), typ=self.scalar)
+                    acc = b.call(self.fma, [value, self.splat(tap, self.vector), acc])
+        if self.mode == "average":
+            # A window with no cell counted (only where ceil_mode lets it start in the end
+            # padding) divides 0 by 1, as onnxruntime gives 0 there.
+            empty = b.fcmp_ordered("==", count, self.constant(0.0))
+            acc = b.fdiv(acc, b.select(empty, self.constant(1.0), count))
+        if self.relu:
+            # max(x, 0) with NaN kept, as the convolution and GEMM epilogues do
+            keep = b.fcmp_unordered(">", acc, self.constant(0.0))
+            acc = b.select(keep, acc, self.constant(0.0))
+        out = b.gep(y_plane, [b.add(b.mul(oh, ir.Constant(I64, g.out_width)), first)],
+                    source_etype=self.scalar)
+        b.call(self.store, [acc, out, self.align, valid])
+
+
+__all__ = ["WindowGeometry", "window_module", "ENTRY", "MODES"]

@@ -1,0 +1,223 @@
+"""Sparse outputs assembled on several threads: each thread range assembles its own rows and
+the runtime joins the pieces (``runtime/stitch.py``). On skewed matrices with empty rows, every
+thread count gives exactly the serial kernel's arrays (the same sums, in the same order), for
+CSR, CSC and DCSR outputs, on both CPU backends; ranges are cut by work (a sparse product's
+multiply-adds per row), and the automatic split (``ta.set_num_threads``) takes the same path."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import tensoralg as ta
+import tensoralg.api as api
+import tensoralg.runtime.threads as threads_module
+from tensoralg.lower.scheduling import RowWork, row_work
+from tensoralg.runtime.threads import row_weights
+
+ROOT = Path(__file__).resolve().parents[1]
+SPGEMM = "C(i,j) = A(i,k) * B(k,j)"
+ADD = "C(i,j) = A(i,j) + B(i,j)"
+SDDMM = "C(i,j) = A(i,j) * P(i,k) * Q(k,j)"
+
+
+def _skewed(rows: int, cols: int, rng: np.random.Generator, dtype: str) -> sp.csr_array:
+    """Power-law row lengths, a third of the rows empty, one full row."""
+    lengths = np.minimum((rng.pareto(1.2, rows) * 2).astype(int), cols)
+    lengths[rng.random(rows) < 0.33] = 0
+    if rows > 3 and cols:
+        lengths[rows // 3] = cols
+    indptr = np.r_[0, np.cumsum(lengths)]
+    indices = np.concatenate([np.sort(rng.choice(cols, n, replace=False)) for n in lengths]) \
+        if rows else np.empty(0, int)
+    data = rng.integers(-4, 5, len(indices)).astype(dtype)
+    data[data == 0] = 2
+    return sp.csr_array((data, indices.astype(np.int32), indptr), shape=(rows, cols))
+
+
+def _arrays(result) -> list[np.ndarray]:
+    """Every stored array of a result (scipy or ta.Tensor), to compare bit for bit."""
+    if isinstance(result, ta.Tensor):
+        return [a for level in result.levels for a in (level.pos, level.crd) if a is not None] \
+            + [result.vals]
+    return [result.indptr, result.indices, result.data]
+
+
+def _assert_same(got, want) -> None:
+    for a, b in zip(_arrays(got), _arrays(want), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.fixture
+def count_ranges(monkeypatch):
+    """How many ranges each sparse-output call ran (0: it ran whole, on one thread)."""
+    seen: list[int] = []
+    original = api.run_ranges
+
+    def spy(function, args, plan, bounds, capacity, run_calls):
+        seen.append(len(bounds) - 1)
+        return original(function, args, plan, bounds, capacity, run_calls)
+
+    monkeypatch.setattr(api, "run_ranges", spy)
+    return seen
+
+
+CASES = [
+    (SPGEMM, {"A": "ds", "B": "ds", "C": "ds"}, None),
+    (SPGEMM, {"A": "ds", "B": "ds", "C": "ss"}, None),
+    (SPGEMM, {"A": "ds", "B": "ds", "C": "ds"}, "precompute('A(i,k) * B(k,j)', j)"),
+    (ADD, {"A": "ds", "B": "ds", "C": "ds"}, None),
+    (ADD, {"A": "ds", "B": "ds", "C": "ss"}, None),
+    (ADD, {"A": "ds", "B": "ds", "C": "ds"}, "precompute('A(i,j) + B(i,j)', j)"),
+    (SDDMM, {"A": "ds", "C": "ds"}, None),
+]
+
+
+def _operands(statement: str, rng: np.random.Generator, rows: int, cols: int, dtype: str):
+    A = _skewed(rows, cols, rng, dtype)
+    if statement == SPGEMM:
+        return dict(A=A, B=_skewed(cols, rows, rng, dtype))
+    if statement == ADD:
+        return dict(A=A, B=_skewed(rows, cols, rng, dtype))
+    return dict(A=A, P=rng.integers(-3, 4, (rows, 3)).astype(dtype),
+                Q=rng.integers(-3, 4, (3, cols)).astype(dtype))
+
+
+SIZES = [(90, 70), (5, 3), (1, 4), (0, 5), (6, 0), (400, 300)]
+
+
+@pytest.fixture
+def any_work_splits(monkeypatch):
+    """Every call is worth splitting: small inputs take the threaded path."""
+    monkeypatch.setattr(threads_module, "MIN_WORK_PER_THREAD", 1)
+    before = ta.get_num_threads()
+    yield
+    ta.set_num_threads(before)
+
+
+@pytest.mark.parametrize("backend", ["llvm", "c"])
+@pytest.mark.parametrize("statement, formats, extra", CASES)
+def test_thread_ranges_give_the_serial_kernels_arrays(statement, formats, extra, backend,
+                                                      count_ranges, any_work_splits):
+    rng = np.random.default_rng(len(statement) + len(formats["C"]))
+    dtype = "float64" if backend == "llvm" else "int64"
+    serial = ta.compile(statement, formats=formats, dtype=dtype, backend=backend,
+                        schedule="; ".join(filter(None, [extra, "serial()"])))
+    split = ta.compile(statement, formats=formats, dtype=dtype, backend=backend,
+                       schedule="; ".join(filter(None, [extra, "parallelize(i)"])))
+    for threads in (2, 3):
+        ta.set_num_threads(threads)
+        for rows, cols in SIZES:
+            operands = _operands(statement, rng, rows, cols, dtype)
+            _assert_same(split(**operands), serial(**operands))
+    assert max(count_ranges) == 3 and min(count_ranges) >= 1
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_the_automatic_split_joins_the_same_arrays(dtype, count_ranges, any_work_splits):
+    rng = np.random.default_rng(7)
+    formats = {"A": "ds", "B": "ds", "C": "ds"}
+    kernels = [ta.compile(s, formats=formats, dtype=dtype) for s in (SPGEMM, ADD)]
+    serial = [ta.compile(s, formats=formats, dtype=dtype, schedule="serial()")
+              for s in (SPGEMM, ADD)]
+    for threads in (1, 2, 3):
+        ta.set_num_threads(threads)
+        count_ranges.clear()
+        for rows, cols in [(200, 150), (40, 40)]:
+            for kernel, reference, statement in zip(kernels, serial, (SPGEMM, ADD)):
+                operands = _operands(statement, rng, rows, cols, dtype)
+                _assert_same(kernel(**operands), reference(**operands))
+        assert (max(count_ranges) == threads) if threads > 1 else not count_ranges
+
+
+def test_spgemm_ranges_are_cut_by_multiply_adds():
+    # Row 0 of A reaches B's one long row; rows 1-5 reach short ones: by A's entries the rows
+    # weigh alike (halves [0, 3) and [3, 6)), by multiply-adds row 0 outweighs all the others.
+    A = sp.csr_array(np.array([[1, 0, 0], [0, 1, 0], [0, 1, 0], [0, 0, 1], [0, 0, 1],
+                               [0, 1, 0]], dtype=float))
+    B = sp.csr_array(np.array([[1] * 100, [1, 1] + [0] * 98, [0, 0, 1, 1] + [0] * 96],
+                              dtype=float))
+    operands = {name: ta.Tensor.from_scipy(m) for name, m in (("A", A), ("B", B))}
+    weights = row_weights(RowWork(("A",), (("A", "B"),)), operands)
+    assert weights.tolist() == [0, 101, 104, 107, 110, 113, 116]
+    assert threads_module.split(6, 2, weights).tolist() == [0, 1, 6]
+    assert threads_module.split(6, 2, operands["A"].levels[1].pos).tolist() == [0, 3, 6]
+    program = ta.compile(SPGEMM, formats={"A": "ds", "B": "ds", "C": "ds"}).program
+    assert row_work(program, "i") == RowWork(("A",), (("A", "B"),))
+
+
+def test_a_product_with_few_entries_but_many_multiply_adds_is_split(count_ranges):
+    # 2 x 20k stored entries would not be worth a second thread; their 1M multiply-adds are.
+    A = sp.random_array((400, 400), density=0.125, format="csr", random_state=5)
+    kernel = ta.compile(SPGEMM, formats={"A": "ds", "B": "ds", "C": "ds"})
+    before = ta.get_num_threads()
+    ta.set_num_threads(2)
+    try:
+        got = kernel(A=A, B=A)
+    finally:
+        ta.set_num_threads(before)
+    assert count_ranges == [2]
+    np.testing.assert_allclose(got.toarray(), (A @ A).toarray(), rtol=1e-12, atol=1e-12)
+
+
+def test_a_csf_output_still_runs_on_one_thread():
+    with pytest.raises(ta.CompileError, match="only a matrix whose second level is compressed"):
+        ta.compile("C(i,j,k) = A(i,j,k) + B(i,j,k)",
+                   formats={"A": "sss", "B": "sss", "C": "sss"}, schedule="parallelize(i)")
+
+
+SANITIZED = textwrap.dedent("""
+    import numpy as np, scipy.sparse as sp, tensoralg as ta
+    import tensoralg.runtime.threads as threads
+    threads.MIN_WORK_PER_THREAD = 1
+    rng = np.random.default_rng(0)
+    A = sp.random_array((37, 70), density=0.15, format="csr", random_state=1)
+    A = sp.csr_array(A.toarray() * (rng.random((37, 1)) > 0.3))     # all-zero rows
+    B = sp.random_array((37, 70), density=0.15, format="csr", random_state=2)
+    M = sp.random_array((70, 45), density=0.1, format="csr", random_state=3)
+    x = rng.standard_normal(70)
+    cases = [(%(SPGEMM)r, dict(A=A, B=M), (A @ M).toarray()),
+             (%(ADD)r, dict(A=A, B=B), (A + B).toarray())]
+    count = 0
+    for statement, operands, want in cases:
+        for out in ("ds", "ss"):
+            for extra in ("", "precompute('%%s', j); " %% statement.split(" = ")[1]):
+                k = ta.compile(statement, formats={"A": "ds", "B": "ds", "C": out},
+                               backend="c", schedule=extra + "parallelize(i)")
+                for n in (1, 2, 3):
+                    ta.set_num_threads(n)
+                    got = k(**operands)
+                    got = got.to_numpy() if isinstance(got, ta.Tensor) else got.toarray()
+                    assert np.allclose(got, want), (statement, out, extra, n)
+                count += 1
+    S = sp.random_array((70, 70), density=0.1, format="csr", random_state=4)
+    k = ta.compile("y(i) = A(i,j) * (B(j,k) * x(k))", formats={"A": "ds", "B": "ds"},
+                   backend="c", schedule="precompute('B(j,k) * x(k)', j)")
+    assert np.allclose(k(A=A, B=S, x=x), A @ (S @ x))
+    print("kernels", count + 1)
+""" % {"SPGEMM": SPGEMM, "ADD": ADD})
+
+
+@pytest.mark.slow
+def test_thread_ranges_and_joins_stay_in_bounds_under_sanitizers(tmp_path):
+    gcc = shutil.which("gcc")
+    runtime = gcc and subprocess.run([gcc, "-print-file-name=libasan.so"], capture_output=True,
+                                     text=True).stdout.strip()
+    if not runtime or not os.path.isabs(runtime) or not os.path.exists(runtime):
+        pytest.skip("gcc with AddressSanitizer is not installed")
+    env = dict(os.environ, LD_PRELOAD=runtime, ASAN_OPTIONS="detect_leaks=0",
+               UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1",
+               CC="gcc -fsanitize=address,undefined -fno-sanitize-recover=all",
+               TENSORALG_CACHE_DIR=str(tmp_path), TENSORALG_DISK_CACHE="0",
+               PYTHONPATH=str(ROOT))
+    result = subprocess.run([sys.executable, "-c", SANITIZED], env=env, capture_output=True,
+                            text=True, timeout=900)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    assert int(result.stdout.split("kernels")[-1]) == 9
