@@ -631,8 +631,8 @@ class _Dispatch:
                                      f"allocate memory for its output")
         if self.handles:
             output = self.compiled.program.output
-            tensor = sparse_result(shape, output.format, output.index_dtype, self.value_dtype,
-                                   buffers)
+            tensor = delivered(self.compiled.program, sparse_result(
+                shape, output.format, output.index_dtype, self.value_dtype, buffers))
             return _wrap(tensor, self.requested, list(self.families), None)
         result = out.reshape(shape)
         return result[()] if result.ndim == 0 else result
@@ -1162,8 +1162,9 @@ def execute(compiled: CompiledProgram, bound: Mapping[str, Tensor], value_dtype:
         status, parts = run_ranges(compiled.kernel.function, args, compiled.arguments, bounds,
                                    buffers.capacity, kernel_cache().threads.run_calls)
         _check_status(compiled, status)
-        return join_rows(shape, output.format, output.index_dtype, value_dtype, parts, bounds,
-                         kernel_cache().threads.run_calls)
+        return delivered(program, join_rows(shape, output.format, output.index_dtype,
+                                            value_dtype, parts, bounds,
+                                            kernel_cache().threads.run_calls))
     status = _launch(compiled, args, buffers, bounds)
     if status != 0:
         release(buffers)
@@ -1171,7 +1172,16 @@ def execute(compiled: CompiledProgram, bound: Mapping[str, Tensor], value_dtype:
     if output.format.is_dense:
         assert buffers.dense is not None
         return buffers.dense.reshape(shape)
-    return sparse_result(shape, output.format, output.index_dtype, value_dtype, buffers)
+    return delivered(program, sparse_result(shape, output.format, output.index_dtype,
+                                            value_dtype, buffers))
+
+
+def delivered(program: Program, tensor: Tensor) -> Tensor:
+    """``tensor``, the kernel's output, in the format its caller gets (`Program.result_format`:
+    an inferred ``sd`` output is assembled as ``ss`` and converted here)."""
+    if program.result_format is None or tensor.format == program.result_format:
+        return tensor
+    return tensor.convert(program.result_format)
 
 
 def index_sizes(compiled: CompiledProgram, tensors: Mapping[str, Tensor]) -> dict[str, int]:

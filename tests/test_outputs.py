@@ -123,3 +123,34 @@ def test_kernels_take_operands_by_position_in_the_statements_order():
         k(x, x=x, A=A)
     with pytest.raises(ta.ShapeError, match="takes 2 operand"):
         k(x, A, A)
+
+
+@pytest.mark.parametrize("backend", ["llvm", "c"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_mttkrp_on_csf_returns_dense_rows_under_compressed_ones(backend, threads):
+    """No compressed level iterates r, so the output's second level is dense (``sd``), not
+    ``ss`` (issue 18); rows of T without entries are absent, rows with them hold all of r."""
+    rng = np.random.default_rng(7)
+    dense = rng.random((40, 12, 9)) * (rng.random((40, 12, 9)) < 0.15)
+    dense[[0, 5, 39]] = 0.0                          # empty slices, first and last included
+    T = ta.Tensor.from_numpy(dense, "csf")
+    B, C = rng.random((12, 5)), rng.random((9, 5))
+    expected = np.einsum("ijk,jr,kr->ir", dense, B, C)
+    previous = ta.get_num_threads()
+    ta.set_num_threads(threads)
+    try:
+        for _ in range(2):                               # the second call takes the fast path
+            got = ta.einsum("ijk,jr,kr->ir", T, B, C, backend=backend)
+            assert isinstance(got, ta.Tensor) and got.format.spec == "sd"
+            np.testing.assert_allclose(got.to_numpy(), expected)
+        kernel = ta.compile("M(i,r) = T(i,j,k) * B(j,r) * C(k,r)", formats={"T": "csf"},
+                            backend=backend)
+        got = kernel(T=T, B=B, C=C)
+        assert got.format.spec == "sd"
+        assert got.levels[0].crd.size == np.count_nonzero(np.abs(dense).sum(axis=(1, 2)))
+        np.testing.assert_allclose(got.to_numpy(), expected)
+        asked = ta.einsum("ijk,jr,kr->ir", T, B, C, out_format="ss", backend=backend)
+        assert asked.format.spec == "ss"                 # what is asked for is kept
+        np.testing.assert_allclose(asked.to_numpy(), expected)
+    finally:
+        ta.set_num_threads(previous)

@@ -113,6 +113,7 @@ def concretize(stmt: Assignment, formats: dict[str, Format], index_dtypes: dict[
 
     raw, whole = carry_out(stmt.rhs, out, precomputes, {a.tensor for a in accesses(stmt.rhs)},
                            precomputed)
+    inferred = out_format is None
     if out_format is None:
         # Inference looks at the hoisted body; a scratch builder keeps its temporaries apart.
         scratch = _Builder(dict(builder.formats), dict(builder.index_dtypes),
@@ -124,8 +125,14 @@ def concretize(stmt: Assignment, formats: dict[str, Format], index_dtypes: dict[
         raw = precomputed(workspace_indices(raw, whole, out.indices), raw, whole.workspace)
         whole = None
     rhs = extract_diagonals(rename_reductions(raw, set(out.indices)), builder)
+    result_format = None
     if not out_format.is_dense:
-        out_format = _direct_output_format(out_format)
+        direct = _direct_output_format(out_format)
+        if inferred and direct != out_format:
+            result_format = out_format
+            builder.notes.append(f"the output is assembled as {direct.spec} and converted to "
+                                 f"{out_format.spec}, the inferred format, after the kernel")
+        out_format = direct
     terms = split_terms(rhs) if out_format.is_dense else [rhs]
     bodies = [hoist(term, builder) for term in terms]
     nests: list[LoopNest] = []
@@ -145,7 +152,7 @@ def concretize(stmt: Assignment, formats: dict[str, Format], index_dtypes: dict[
     tensors.append(TensorInfo(out.tensor, out_format, out_index_dtype, TensorRole.OUTPUT,
                               out.indices))
     return Program(tuple(nests), tuple(tensors), value_dtype, tuple(builder.notes),
-                   tuple(builder.aliases.items()))
+                   tuple(builder.aliases.items()), result_format)
 
 
 def _reorder_output(nest: LoopNest, wanted: Format, builder: _Builder) -> tuple[LoopNest, Format]:

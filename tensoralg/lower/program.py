@@ -73,6 +73,10 @@ class Program:
     value_dtype: np.dtype
     notes: tuple[str, ...] = ()
     conversions: tuple[tuple[str, str], ...] = ()   # (alias, source): alias = source converted
+    # The format the caller gets when it differs from the one the output is assembled in: an
+    # inferred output with a dense level below a compressed one (MTTKRP's ``sd``) is assembled
+    # all compressed, which the lowering can append, and converted after the kernel runs.
+    result_format: Format | None = None
 
     def tensor(self, name: str) -> TensorInfo:
         for info in self.tensors:

@@ -37,7 +37,7 @@ int32_t ta_KERNEL(
   double* C_vals = (double*)malloc(sizeof(double) * (size_t)C_vals_cap);
   if (C_vals == NULL) return 1;
   // C(i,j) += ... over i, j
-  double inv0 = (double)C_parents;
+  double inv0 = (double)(range_end - range_begin);
   for (int64_t i = range_begin; i < range_end; ++i) {
     int64_t pA1 = (int64_t)A1_pos[i];
     int64_t pA1_end = (int64_t)A1_pos[i + 1];
@@ -163,7 +163,7 @@ int32_t ta_KERNEL(
     }
     C1_pos[i + 1] = (int32_t)C1_size;
     if (C1_crd_cap < C1_size * 2) {
-      int64_t want1 = (int64_t)ta_min_f64((double)C1_size * inv0 / (double)(i + 1) * 1.125, (double)C1_crd_cap * 16.0);
+      int64_t want1 = (int64_t)ta_min_f64((double)C1_size * inv0 / (double)(i + 1 - range_begin) * 1.125, (double)C1_crd_cap * 16.0);
       if (C1_crd_cap * 2 < want1) {
         if (want1 > C1_crd_cap) {
           int64_t C1_crd_capacity_5 = 2 * C1_crd_cap;
