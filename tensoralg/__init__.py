@@ -66,3 +66,6 @@ _arrays.install()
 
 # Format selection (ta.select.experiment) is built on the public names above: import it last.
 from tensoralg import select  # noqa: E402, F401
+
+# Blockwise plans over dask arrays (ta.dask); it imports dask only when a function needs it.
+from tensoralg import dask  # noqa: E402, F401
