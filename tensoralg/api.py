@@ -385,10 +385,13 @@ def einsum(*operands: Any, out_format: Any = None, formats: Any = None,
             return result if out_format is not None else _in_pydata_format(result, operands)
     if not isinstance(subscripts, str):
         raise NotationError(f"subscripts must be a string, not {type(subscripts).__name__}")
-    if order == "F":
+    if order == "F" or (order in ("A", "K") and _all_fortran(operands)):
+        # NumPy's "A" (and, where every array operand is Fortran-ordered, "K") gives a
+        # Fortran-ordered result. "K"'s other layouts (the result's axes in the operands'
+        # stride order) are not followed: the result is C-ordered, with the same values.
         result = einsum(subscripts, *operands, out_format=out_format, formats=formats,
                         backend=backend, schedule=schedule, dtype=dtype, out=out,
-                        casting=casting)
+                        casting=casting, order="C")
         return np.asfortranarray(result) if out is None and isinstance(result, np.ndarray) \
             else result
     if any(isinstance(op, (list, tuple)) for op in operands):
@@ -1354,6 +1357,14 @@ def _dense_output(out: np.ndarray | None, shape: tuple[int, ...], dtype: np.dtyp
         return flat
     alloc = np.empty if overwrites else np.zeros
     return alloc(max(1, math.prod(shape)) if not shape else math.prod(shape), dtype=dtype)
+
+
+def _all_fortran(operands: tuple) -> bool:
+    """Whether the array operands are Fortran-ordered and not C-ordered too (NumPy's test for
+    ``order="A"``); operands of order 0 or 1 are both, and do not decide."""
+    arrays = [op for op in operands if isinstance(op, np.ndarray) and op.ndim >= 2]
+    return bool(arrays) and all(a.flags.f_contiguous and not a.flags.c_contiguous
+                                for a in arrays)
 
 
 def _wrap(result: Tensor | np.ndarray, requested: Format | None, families: list[str],

@@ -138,3 +138,18 @@ def test_order_letters_in_either_case():
     assert ta.einsum("ij->ij", a, order="c").flags.c_contiguous
     with pytest.raises(ta.InputError, match="order one of"):
         ta.einsum("ij->ij", a, order="x")
+
+
+def test_order_a_follows_fortran_operands_as_numpy_does():
+    fortran, fortran2 = np.ones((2, 3, 5), order="F"), np.asfortranarray(np.arange(12.0).reshape(4, 3))
+    c_ordered = np.arange(12.0).reshape(4, 3)
+    expected = np.einsum("...ft,mf->...mt", fortran, fortran2)
+    for order in ("a", "A", "k", "K"):
+        got = ta.einsum("...ft,mf->...mt", fortran, fortran2, order=order)
+        assert got.flags.f_contiguous and not got.flags.c_contiguous, order
+        np.testing.assert_array_equal(got, expected)
+    mixed = ta.einsum("...ft,mf->...mt", fortran, c_ordered, order="A")
+    assert mixed.flags.c_contiguous            # not every operand is Fortran-ordered
+    np.testing.assert_array_equal(mixed, np.einsum("...ft,mf->...mt", fortran, c_ordered))
+    vector = ta.einsum("i,i->i", np.ones(3), np.ones(3), order="A")   # 1-D: both orders at once
+    assert vector.flags.c_contiguous and vector.flags.f_contiguous
