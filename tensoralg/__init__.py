@@ -64,8 +64,7 @@ from tensoralg import arrays as _arrays  # noqa: E402
 
 _arrays.install()
 
-# Format selection (ta.select.experiment) is built on the public names above: import it last.
-from tensoralg import select  # noqa: E402, F401
-
-# Blockwise plans over dask arrays (ta.dask); it imports dask only when a function needs it.
-from tensoralg import dask  # noqa: E402, F401
+# Format selection (ta.select.experiment) and blockwise plans over dask arrays (ta.dask, which
+# imports dask only when a function needs it) are built on the public names above: import them
+# last.
+from tensoralg import dask, select  # noqa: E402, F401

@@ -7,8 +7,8 @@ import pytest
 
 import tensoralg as ta
 from tensoralg.lower.gemm_form import GEMM_MIN_FMAS, GemmForm, gemm_form, gemm_route
-from tensoralg.schedule import GemmRoute, Schedule
 from tensoralg.notation import parse_statement
+from tensoralg.schedule import GemmRoute, Schedule
 
 
 @pytest.mark.parametrize("statement, expected", [

@@ -231,7 +231,13 @@ def run_original(context: NodeContext, nodes: Any, values: dict[str, np.ndarray]
             sub = NodeContext(node.name, node.op_type, node.inputs, node.outputs, node.version,
                               context.kernels)
             cache[("context", node.name)] = sub
-        local.update(call_node(node, sub, local))
+        # A recording run captures the nodes' kernel calls as the group's own (a static plan
+        # may replay them: ``static_steps._captured``).
+        sub.capture = context.capture
+        try:
+            local.update(call_node(node, sub, local))
+        finally:
+            sub.capture = None
         for text in sub.plan:
             context.note(f"{node.name}: {text}")
     return local

@@ -1,9 +1,13 @@
 """Static steps that move data: gathers (embedding lookups), concatenations and transposes.
 
 Each runs in NumPy or a compiled transpose from Python, and is also marked with compiled
-data-movement calls (``tensoralg.api.gather_call``, ``copy_call``) so that it can join a
-plan's native call sequence. An embedding gather whose ids are one column of a graph input
-reads that column in place (:func:`id_column`), and the slicing Gather leaves the plan.
+data-movement calls (``tensoralg.api.gather_call``, ``copy_call``, ``block_copy_call``) so
+that it can join a plan's native call sequence. An embedding gather whose ids are one column of
+a graph input reads that column in place (:func:`id_column`: DLRM's ``Gather(x, t)``, and the
+``Cast(Slice(x))`` of deepctr's exports, whose float feature matrix holds the ids), and the
+Gather, Slice or Cast that picked the column leaves the plan. A Slice that cuts one block of
+rows out of its input is a compiled block copy (:func:`slice_spec`), which may write straight
+into its block of the Concat that joins it.
 """
 from __future__ import annotations
 
@@ -77,11 +81,190 @@ def id_column(name: str, recorded: Env, constants: Mapping[str, np.ndarray],
     return data, (slice(None),) * axis + (column,)
 
 
+# Casts an id column may go through and still be read in place: to a signed integer from a
+# float (truncated toward zero, checked in the kernel) or from an integer no wider (a narrowing
+# integer cast wraps, which a read of the wide value would not reproduce).
+ID_CASTS = (np.dtype(np.int32), np.dtype(np.int64))
+
+
+def cast_column(name: str, recorded: Env, constants: Mapping[str, np.ndarray],
+                shared: dict[str, Any]) -> tuple[str, int] | None:
+    """When the ids ``name`` are ``Cast(Slice(x))`` (or ``Slice(x)``) of a 2-D graph input
+    ``x`` (count x fields), the slice one column ``c`` of it, with constant bounds: ``(x, c)``,
+    so that a gather reads its ids from ``x`` in place, converting as the Cast does (deepctr
+    slices each sparse feature's column out of one float matrix and casts it to int64). The
+    Slice and Cast leave the plan once every reader reads in place.
+
+    >>> cast_column("ids", {}, {}, {}) is None
+    True
+    """
+    producers = shared.get("producers", {})
+    producer = producers.get(name)
+    if producer is not None and producer.node.op_type == "Cast":
+        source = producer.node.inputs[0]
+        wanted, given = recorded[name].dtype, recorded.get(source)
+        if wanted not in ID_CASTS or given is None or given.dtype not in ID_CASTS + FLOATS or \
+                (given.dtype.kind in "iu" and given.dtype.itemsize > wanted.itemsize):
+            return None
+        producer = producers.get(source)
+    if producer is None or producer.node.op_type != "Slice":
+        return None
+    node = producer.node
+    data = node.inputs[0]
+    x = recorded.get(data)
+    if data not in shared.get("feeds", ()) or x is None or x.ndim != 2 or \
+            x.dtype not in ID_CASTS + FLOATS:
+        return None
+    block = slice_block(node, x.shape, constants)
+    if block is None or block[0] != x.shape[0] or block[1] != 1 or block[3] != x.shape[1]:
+        return None          # not one whole column, read in its row order
+    return data, block[2]
+
+
+def slice_block(node: Any, shape: tuple[int, ...], constants: Mapping[str, np.ndarray]
+                ) -> tuple[int, int, int, int] | None:
+    """The Slice ``node`` of an input of ``shape`` (C-contiguous) as one block of rows:
+    ``(rows, cols, offset, ld)``, the output being ``rows`` runs of ``cols`` consecutive
+    values, the first ``offset`` values into the input and each ``ld`` after the one before;
+    None when its bounds are not constants or it is not such a block (a step other than 1, or
+    two axes cut). Bounds are clamped as ONNX (and NumPy) clamp them.
+
+    >>> from types import SimpleNamespace
+    >>> node = SimpleNamespace(inputs=("x", "s", "e", "a"))
+    >>> consts = {"s": np.array([2]), "e": np.array([4]), "a": np.array([1])}
+    >>> slice_block(node, (5, 6), consts)
+    (5, 2, 2, 6)
+    """
+    names = list(node.inputs[1:]) + [""] * (5 - len(node.inputs))
+    if any(n and n not in constants for n in names) or not names[0] or not names[1]:
+        return None
+    starts, ends = (np.asarray(constants[n]).reshape(-1).tolist() for n in names[:2])
+    axes = list(range(len(starts))) if not names[2] else \
+        np.asarray(constants[names[2]]).reshape(-1).tolist()
+    steps = [1] * len(starts) if not names[3] else \
+        np.asarray(constants[names[3]]).reshape(-1).tolist()
+    if not len(starts) == len(ends) == len(axes) == len(steps) or any(s != 1 for s in steps):
+        return None
+    rank = len(shape)
+    lo, hi = [0] * rank, list(shape)
+    for start, end, axis in zip(starts, ends, axes):
+        axis = int(axis) + rank if int(axis) < 0 else int(axis)
+        if not 0 <= axis < rank:
+            return None
+        kept = range(shape[axis])[slice(int(start), int(end))]   # ONNX clamps as Python does
+        lo[axis], hi[axis] = kept.start, max(kept.start, kept.stop)
+    cut = [a for a in range(rank) if (lo[a], hi[a]) != (0, shape[a])]
+    if len(cut) > 1:
+        return None
+    axis = cut[0] if cut else 0
+    inner = int(np.prod(shape[axis + 1:], dtype=np.int64))
+    rows = int(np.prod(shape[:axis], dtype=np.int64))
+    return rows, (hi[axis] - lo[axis]) * inner, lo[axis] * inner, shape[axis] * inner
+
+
+def slice_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) -> Spec | None:
+    """A Slice that is one block of rows of its input (:func:`slice_block`): a compiled block
+    copy, writing through any view (so into its block of a Concat, when that joins it)."""
+    node, context = step.node, step.context
+    x = recorded[node.inputs[0]]
+    out_value = recorded[node.outputs[0]]
+    block = slice_block(node, x.shape, constants)
+    if block is None or x.dtype != out_value.dtype:
+        return None
+    rows, cols, offset, ld = block
+    index = _slice_index(node, x.ndim, constants)
+
+    def make(outs: list[np.ndarray], buffers: list[np.ndarray], ins: list[Getter]) -> Run:
+        out, get = outs[0], ins[0]
+        source = get.fixed if get.fixed is not None else np.zeros(x.shape, x.dtype)
+        call = ta.api.block_copy_call(contiguous(source), offset, rows, cols, ld, out,
+                                      str(context)) if rows * cols else None
+
+        def run(env: Env) -> None:
+            np.copyto(out, get(env)[index].reshape(out.shape))
+        if not rows * cols:
+            return made_of(run, [])            # nothing to copy
+        return made_of(run, None if call is None else
+                       [(call, [] if get.fixed is not None else [("src", get, None)])])
+
+    spec = Spec(make, [], "copy", strided_output=True)
+    spec.plan = f"compiled block copy ({rows} x {cols} values)"
+    return spec
+
+
+def split_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) -> Spec | None:
+    """A Split: each output a compiled block copy of its piece of the input (the pieces'
+    sizes are those of the recorded run; a ``split`` input must be a constant, so that they
+    stay so)."""
+    node, context = step.node, step.context
+    x = recorded[node.inputs[0]]
+    if len(node.inputs) > 1 and node.inputs[1] and node.inputs[1] not in constants:
+        return None
+    names = [n for n in node.outputs if n]
+    if x.ndim == 0 or len(names) != len(node.outputs):
+        return None
+    axis = int(node.attributes.get("axis", 0))
+    axis = axis + x.ndim if axis < 0 else axis
+    if not 0 <= axis < x.ndim:
+        return None
+    inner = int(np.prod(x.shape[axis + 1:], dtype=np.int64))
+    rows = int(np.prod(x.shape[:axis], dtype=np.int64))
+    pieces: list[tuple[int, int, tuple]] = []         # (cols, offset, NumPy index)
+    start = 0
+    for name in names:
+        width = recorded[name].shape[axis]
+        pieces.append((width * inner, start * inner,
+                       (slice(None),) * axis + (slice(start, start + width),)))
+        start += width
+    if start != x.shape[axis]:
+        return None
+
+    def make(outs: list[np.ndarray], buffers: list[np.ndarray], ins: list[Getter]) -> Run:
+        if len(outs) != len(pieces):
+            raise ta.UnsupportedError(f"{context}: {len(outs)} buffers for {len(pieces)} "
+                                      "outputs")
+        get = ins[0]
+        source = contiguous(get.fixed) if get.fixed is not None else np.zeros(x.shape, x.dtype)
+        parts: list[Part] | None = []
+        for out, (cols, offset, _) in zip(outs, pieces):
+            if not rows * cols:
+                continue
+            call = ta.api.block_copy_call(source, offset, rows, cols, x.shape[axis] * inner,
+                                          out, str(context))
+            if call is None:
+                parts = None
+                break
+            parts.append((call, [] if get.fixed is not None else [("src", get, None)]))
+
+        def run(env: Env) -> None:
+            value = get(env)
+            for out, (_, _, index) in zip(outs, pieces):
+                np.copyto(out, value[index])
+        return made_of(run, parts)
+
+    spec = Spec(make, [], "copy", strided_output=True)
+    spec.plan = f"compiled block copies ({len(pieces)} pieces)"
+    return spec
+
+
+def _slice_index(node: Any, rank: int, constants: Mapping[str, np.ndarray]) -> tuple:
+    """The NumPy index of a Slice with constant bounds (step 1, checked by the caller)."""
+    names = list(node.inputs[1:]) + [""] * (5 - len(node.inputs))
+    starts, ends = (np.asarray(constants[n]).reshape(-1).tolist() for n in names[:2])
+    axes = list(range(len(starts))) if not names[2] else \
+        np.asarray(constants[names[2]]).reshape(-1).tolist()
+    index = [slice(None)] * rank
+    for start, end, axis in zip(starts, ends, axes):
+        index[int(axis) % rank] = slice(int(start), int(end))
+    return tuple(index)
+
+
 def gather_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray],
             shared: dict[str, Any]) -> Spec | None:
     node, context = step.node, step.context
     data = recorded[node.inputs[0]]
-    if recorded[node.inputs[1]].dtype.kind not in "iu":
+    ids_value = recorded[node.inputs[1]]
+    if ids_value.dtype.kind not in "iu":
         return None
     axis = int(node.attributes.get("axis", 0))
     axis = axis + data.ndim if axis < 0 else axis
@@ -104,6 +287,11 @@ def gather_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray],
 
         def run(env: Env) -> None:
             index = index_of(env) if where is None else index_of(env)[where]
+            if index.dtype != ids_value.dtype:     # read through the Cast it replaces
+                with np.errstate(invalid="ignore"):   # NaN: the check below names it
+                    index = index.astype(ids_value.dtype)
+            if index.shape != ids_value.shape:
+                index = index.reshape(ids_value.shape)
             if not all_below(index, size):
                 check_indices(index, size, context, node.inputs[1])
             np.take(data_of(env), index, axis=axis, out=out, mode="wrap")  # checked above
@@ -117,6 +305,10 @@ def gather_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray],
     column = id_column(node.inputs[1], recorded, constants, shared) if axis == 0 else None
     if column is not None and (len(column[1]) != 2 or recorded[column[0]].ndim != 2):
         column = None       # only a column of a 2-D input (ids x fields) is read in place
+    if column is None and axis == 0:
+        picked = cast_column(node.inputs[1], recorded, constants, shared)
+        if picked is not None:
+            column = (picked[0], (slice(None), picked[1]))
     spec = Spec(make, [], "copy", strided_output=True)
     if column is not None:
         spec.unread = frozenset({node.inputs[1]})
@@ -197,5 +389,5 @@ def transpose_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray
     return Spec(make, [], "transpose kernel")
 
 
-__all__ = ["all_below", "check_indices", "concat_spec", "gather_spec", "id_column", "permuter",
-           "transpose_spec"]
+__all__ = ["all_below", "cast_column", "check_indices", "concat_spec", "gather_spec", "id_column",
+           "permuter", "slice_block", "slice_spec", "split_spec", "transpose_spec"]

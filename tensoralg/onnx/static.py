@@ -183,9 +183,10 @@ def build_plan(executor: Executor, feeds: Mapping[str, Any], recorded: Env,
         "feeds": {n for n in feeds if n not in constants},
         "sparse feeds": {n: v for n, v in feeds.items() if isinstance(v, SparseFeed)},
     }
+    fixed_shapes = _shape_values(executor.steps, constants)
     for step in executor.steps:
         node = step.node
-        if _is_alias(node, constants) and node.outputs[0] not in outputs and \
+        if _is_alias(node, constants, fixed_shapes) and node.outputs[0] not in outputs and \
                 node.inputs[0] in recorded and node.outputs[0] in recorded:
             source = node.inputs[0]
             base[node.outputs[0]] = base.get(source, source)
@@ -522,13 +523,38 @@ def _view(arena: np.ndarray, shape: tuple[int, ...], dtype: np.dtype) -> np.ndar
     return arena[offset:offset + count].view(dtype).reshape(shape)
 
 
-def _is_alias(node: Any, constants: Mapping[str, np.ndarray]) -> bool:
-    """A node whose output is its first input reshaped, with the shape fixed by constants."""
+def _is_alias(node: Any, constants: Mapping[str, np.ndarray],
+              fixed: frozenset[str] = frozenset()) -> bool:
+    """A node whose output is its first input reshaped, with the shape fixed by constants or
+    by values computed from shapes alone (``fixed``: see :func:`_shape_values`)."""
     if node.op_type not in ALIAS_OPS or not node.inputs:
         return False
     if node.op_type == "Dropout" and len([o for o in node.outputs if o]) > 1:
         return False
-    return all(name in constants for name in node.inputs[1:] if name)
+    return all(name in constants or name in fixed for name in node.inputs[1:] if name)
+
+
+SHAPE_OPS = {"Shape", "Size"}
+# Ops whose output is not a function of their inputs' values.
+UNSTABLE_OPS = {"RandomNormalLike", "RandomUniformLike", "Bernoulli", "Multinomial"}
+
+
+def _shape_values(steps: list[Step], constants: Mapping[str, np.ndarray]) -> frozenset[str]:
+    """The values a plan may take as fixed although no pass folded them: the outputs of Shape
+    and Size, and of every node all of whose inputs are such values or constants (a
+    TorchScript export's ``Shape -> Slice -> Concat`` target of a Reshape). A plan serves one
+    set of input shapes, and every one of its steps yields the shape the recorded run did
+    (or the plan is dropped: a generic step checks it), so these never change under it."""
+    fixed: set[str] = set()
+    for step in steps:
+        node = step.node
+        inputs = [n for n in node.inputs if n]
+        if node.op_type in SHAPE_OPS or (
+                inputs and node.op_type not in UNSTABLE_OPS and
+                all(n in constants or n in fixed for n in inputs) and
+                any(n in fixed for n in inputs)):
+            fixed.update(n for n in node.outputs if n)
+    return frozenset(fixed)
 
 
 def _generic(step: Step, ins: list[Getter], names: list[str], outs: list[np.ndarray]) -> Run:

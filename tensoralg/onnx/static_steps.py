@@ -6,7 +6,8 @@ buffers it needs, and ``make``, which binds kernels once every buffer exists), o
 then runs as a generic step. Fused programs and embedding bags have builders here,
 data movement in :mod:`~tensoralg.onnx.movement_steps` and products in
 :mod:`~tensoralg.onnx.product_steps`; any other node whose recorded run was one float kernel on
-views of its inputs is *captured* and replayed prebound.
+views of its inputs (or, for a fused program, a chain of them) is *captured* and replayed
+prebound.
 """
 from __future__ import annotations
 
@@ -34,6 +35,8 @@ from tensoralg.onnx.movement_steps import (
     gather_spec,
     id_column,
     permuter,
+    slice_spec,
+    split_spec,
     transpose_spec,
 )
 from tensoralg.onnx.product_steps import (
@@ -78,54 +81,79 @@ def spec_of(step: Step, recorded: Env, constants: Mapping[str, np.ndarray],
 
 
 def _captured(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) -> Spec | None:
-    """Any other node whose recorded run was exactly one float kernel call on views of its
-    inputs, returning the kernel's output itself: that call, prebound.
+    """Any other node whose recorded run was one float kernel call on views of its inputs,
+    returning the kernel's output itself: that call, prebound. For a fused program, a chain
+    of such calls may also read the results of the calls before it (a batched MatMul head run
+    as a kernel of its own, then the epilogue): the earlier results go in scratch buffers.
 
     Sound because everything else the node read is a constant: a non-constant input that did
-    not reach the kernel as an operand (its value may be baked into the statement, or checked
-    in Python) disqualifies the node, and so does any copy, cast or post-processing, which
-    shows as an operand or output not sharing memory with a value.
+    not reach a kernel as an operand (its value may be baked into a statement, or checked in
+    Python) disqualifies the node, and so does any copy, cast or post-processing, which shows
+    as an operand or output not sharing memory with a value.
     """
     node = step.node
     calls = step.captured or []
     outputs = [n for n in node.outputs if n]
-    if len(calls) != 1 or len(outputs) != 1:
+    if not calls or len(outputs) != 1:
         return None
-    kernel, operands, result = calls[0]
+    if len(calls) > 1 and node.op_type != "Fused":
+        # Chains only where the code between the calls is known to look at shapes alone: a
+        # fused program's head, then its epilogue.
+        return None
     out = recorded[outputs[0]]
-    if kernel.dtype not in FLOATS or any(not fmt.is_dense for fmt in kernel.formats.values()) \
-            or not _same_memory(out, result):
+    if not _same_memory(out, calls[-1][2]):
         return None
-    sources: dict[str, tuple[str, tuple[int, ...]]] = {}
-    for letter, array in operands.items():
-        match = [n for n in node.inputs if n and _same_memory(recorded[n], array)]
-        if not match:
+    # per call: letter -> (input name or index of an earlier call's result, shape)
+    sources: list[dict[str, tuple[str | int, tuple[int, ...]]]] = []
+    used: set[str] = set()
+    for k, (kernel, operands, result) in enumerate(calls):
+        if kernel.dtype not in FLOATS or any(not fmt.is_dense for fmt in kernel.formats.values()):
             return None
-        sources[letter] = (match[0], array.shape)
-    used = {name for name, _ in sources.values()}
+        mine: dict[str, tuple[str | int, tuple[int, ...]]] = {}
+        for letter, array in operands.items():
+            match: list[str | int] = [n for n in node.inputs if n and
+                                      _same_memory(recorded[n], array)]
+            match += [j for j in range(k) if _same_memory(calls[j][2], array)]
+            if not match:
+                return None
+            mine[letter] = (match[0], array.shape)
+            if isinstance(match[0], str):
+                used.add(match[0])
+        sources.append(mine)
     if any(n and n not in used and n not in constants for n in node.inputs):
         return None
+    scratch = [(tuple(result.shape), result.dtype) for _, _, result in calls[:-1]]
 
     def make(outs: list[np.ndarray], buffers: list[np.ndarray], ins: list[Getter]) -> Run:
         by_name = {g.name: g for g in ins}
-        arrays: dict[str, np.ndarray] = {}
-        dynamic = []
-        for letter, (name, shape) in sources.items():
-            get = by_name[name]
-            if get.fixed is not None:
-                arrays[letter] = contiguous(get.fixed.reshape(shape))
-            else:
-                arrays[letter] = np.zeros(shape, kernel.dtype)   # replaced by rebind
-                dynamic.append((letter, get, shape))
-        bound = kernel.bind(out=outs[0].reshape(result.shape), **arrays)
+        results = list(buffers) + [outs[0].reshape(calls[-1][2].shape)]
+        bounds: list[Any] = []
+        parts: list[Part] = []
+        for (kernel, _, _), mine, target in zip(calls, sources, results):
+            arrays: dict[str, np.ndarray] = {}
+            dynamic = []
+            for letter, (source, shape) in mine.items():
+                if isinstance(source, int):
+                    arrays[letter] = results[source].reshape(shape)
+                    continue
+                get = by_name[source]
+                if get.fixed is not None:
+                    arrays[letter] = contiguous(get.fixed.reshape(shape))
+                else:
+                    arrays[letter] = np.zeros(shape, kernel.dtype)   # replaced by rebind
+                    dynamic.append((letter, get, shape))
+            bound = kernel.bind(out=target, **arrays)
+            bounds.append((bound, dynamic))
+            parts.append((bound, [(letter, get, shape) for letter, get, shape in dynamic]))
 
         def run(env: Env) -> None:
-            for letter, get, shape in dynamic:
-                bound.rebind(letter, get(env).reshape(shape))
-            bound()
-        return made_of(run, [(bound, [(letter, get, shape) for letter, get, shape in dynamic])])
+            for bound, dynamic in bounds:
+                for letter, get, shape in dynamic:
+                    bound.rebind(letter, get(env).reshape(shape))
+                bound()
+        return made_of(run, parts)
 
-    return Spec(make, [], "kernel")
+    return Spec(make, scratch, "kernel" if len(calls) == 1 else "kernel chain")
 
 
 def _same_memory(a: np.ndarray, b: np.ndarray) -> bool:
@@ -580,7 +608,7 @@ _BUILDERS: dict[str, Callable[[Step, Env, Mapping[str, np.ndarray]], Spec | None
     "Fused": _fused, "EmbeddingBag": _bag, "Gather": gather_spec, "Concat": concat_spec,
     "MatMul": matmul_spec, "Transpose": transpose_spec, "Gemm": gemm_spec, "Conv": conv_spec,
     "MaxPool": pool_spec, "AveragePool": pool_spec, "Softmax": softmax_spec,
-    "LogSoftmax": softmax_spec,
+    "LogSoftmax": softmax_spec, "Slice": slice_spec, "Split": split_spec,
 }
 
 

@@ -7,7 +7,10 @@ LLVM backend like every other kernel. Values are moved as same-sized integers (b
 
 Index checks never stop a kernel: an id outside ``[-n, n)`` reads row 0 instead (so nothing is
 read out of bounds) and is counted into ``bad[0]``; the caller treats a nonzero count as an
-error and reports it from its own (NumPy) path, which names the node and the value.
+error and reports it from its own (NumPy) path, which names the node and the value. A gather
+may read float ids (a model's id column inside a float feature matrix, which the graph casts
+to int64): each is truncated toward zero, as ONNX ``Cast`` does, after a check in floating
+point, so that NaN, infinities and huge values count as bad instead of converting to garbage.
 """
 from __future__ import annotations
 
@@ -20,10 +23,12 @@ from tensoralg.codegen.build import CompiledKernel, build
 from tensoralg.codegen.sequence import NativeCall, Slot
 from tensoralg.errors import ShapeError
 from tensoralg.ir import build as b
-from tensoralg.ir.nodes import I32, I64, Function, Ptr, Scalar
+from tensoralg.ir.nodes import F32, F64, I32, I64, Function, Ptr, Scalar
 
 _BY_SIZE = {4: I32, 8: I64}
 _INDEX = {np.dtype(np.int32): I32, np.dtype(np.int64): I64}
+# Ids a gather may read: integers, or floats truncated as ONNX Cast truncates them.
+_IDS = {**_INDEX, np.dtype(np.float32): F32, np.dtype(np.float64): F64}
 _KERNELS: dict[tuple, CompiledKernel] = {}
 
 
@@ -37,11 +42,30 @@ def _safe_row(k: b.Var, rows: b.Var, bad: b.Var) -> list:
             b.assign(k, b.select(b.eq(ok, b.const(1, I32)), k, b.i64(0)))]
 
 
+def _float_row(v: b.Var, k: b.Var, rows: b.Var, bad: b.Var) -> list:
+    """``k`` = the float id ``v`` truncated toward zero (ONNX Cast), wrapped if negative; an id
+    whose truncation falls outside ``[-rows, rows)`` (NaN included: every comparison with it
+    is false) is counted in ``bad`` and becomes row 0. The check is made in double before the
+    conversion, which is undefined for values out of the integer range."""
+    wide, ok = b.var(f"{v.name}_wide", F64), b.var(f"{v.name}_ok", I32)
+    limit = b.cast(rows, F64)
+    return [b.declare(wide, b.cast(v, F64)),
+            b.declare(ok, b.select(b.land(b.gt(wide, b.sub(b.neg(limit), b.const(1, F64))),
+                                          b.lt(wide, limit)),
+                                   b.const(1, I32), b.const(0, I32))),
+            b.assign(bad, b.add(bad, b.sub(b.const(1, I32), ok))),
+            b.assign(k, b.cast(b.select(b.eq(ok, b.const(1, I32)), wide, b.const(0, F64)), I64)),
+            b.assign(k, b.select(b.lt(k, 0), b.add(k, rows), k))]
+
+
 def gather_function(value: Scalar, index: Scalar) -> Function:
-    """``out[r*ld + j] = table[ids[r*ld_ids]*dim + j]`` for ``r < count``, ``j < dim``.
+    """``out[r*ld + j] = table[ids[r*ld_ids]*dim + j]`` for ``r < count``, ``j < dim``; float
+    ids are truncated toward zero first (ONNX Cast).
 
     >>> "gather_rows" in gather_function(I32, I64).name
     True
+    >>> gather_function(I32, F32).name
+    'gather_rows_i32_f32'
     """
     table, ids, out = (b.var("table", Ptr(value)), b.var("ids", Ptr(index)),
                        b.var("out", Ptr(value)))
@@ -50,10 +74,15 @@ def gather_function(value: Scalar, index: Scalar) -> Function:
     flag = b.var("bad_out", Ptr(I64))
     r, j, k = b.var("r", I64), b.var("j", I64), b.var("k", I64)
     bad = b.var("bad", I32)
+    if index.is_float:
+        v = b.var("v", index)
+        row = [b.declare(v, b.load(ids, b.mul(r, ld_ids))), b.declare(k, b.i64(0)),
+               *_float_row(v, k, rows, bad)]
+    else:
+        row = [b.declare(k, b.cast(b.load(ids, b.mul(r, ld_ids)), I64)),
+               *_safe_row(k, rows, bad)]
     body = [b.declare(bad, b.const(0, I32)),
-            b.for_(r, 0, count,
-                   b.declare(k, b.cast(b.load(ids, b.mul(r, ld_ids)), I64)),
-                   *_safe_row(k, rows, bad),
+            b.for_(r, 0, count, *row,
                    b.for_(j, 0, dim, b.store(out, b.add(b.mul(r, ld), j),
                                              b.load(table, b.add(b.mul(k, dim), j))))),
             b.store(flag, 0, b.cast(bad, I64))]
@@ -74,6 +103,23 @@ def copy_function(value: Scalar) -> Function:
     params = [b.param(src, "src"), b.param(rows, "rows"), b.param(cols, "cols"),
               b.param(dst, "dst", output=True), b.param(ld, "ld_dst")]
     return b.function(f"copy_rows_{value}", params, *body)
+
+
+def block_copy_function(value: Scalar) -> Function:
+    """``dst[r*ld_dst + j] = src[r*ld_src + j]``: a block of rows (a Slice of a wider array)
+    into another (possibly a column block of a Concat's output).
+
+    >>> block_copy_function(I32).name
+    'block_copy_i32'
+    """
+    src, dst = b.var("src", Ptr(value)), b.var("dst", Ptr(value))
+    rows, cols, ld_src, ld_dst = (b.var(n, I64) for n in ("rows", "cols", "ld_src", "ld_dst"))
+    r, j = b.var("r", I64), b.var("j", I64)
+    body = [b.for_(r, 0, rows, b.for_(j, 0, cols, b.store(
+        dst, b.add(b.mul(r, ld_dst), j), b.load(src, b.add(b.mul(r, ld_src), j)))))]
+    params = [b.param(src, "src"), b.param(ld_src, "ld_src"), b.param(rows, "rows"),
+              b.param(cols, "cols"), b.param(dst, "dst", output=True), b.param(ld_dst, "ld_dst")]
+    return b.function(f"block_copy_{value}", params, *body)
 
 
 def ids_function(index: Scalar) -> Function:
@@ -215,8 +261,9 @@ def gather_call(table: np.ndarray, ids: np.ndarray, out: np.ndarray, what: str,
                 column: int | None = None) -> MovementCall | None:
     """``out[r] = table[ids[r]]`` (rows of a C-contiguous table; ``out`` rows may be a column
     block of a wider C-contiguous array); with ``column``, the ids are that column of the
-    2-D ``ids``, read in place. None when the dtypes or layouts do not allow it."""
-    value, index = _value_type(table.dtype), _INDEX.get(ids.dtype)
+    2-D ``ids``, read in place. Float ids are truncated toward zero (ONNX Cast to int64) and
+    checked before. None when the dtypes or layouts do not allow it."""
+    value, index = _value_type(table.dtype), _IDS.get(ids.dtype)
     if value is None or index is None or table.ndim < 1 or not table.shape[0] or \
             out.dtype != table.dtype or not table.flags.c_contiguous or \
             not ids.flags.c_contiguous or (column is not None and ids.ndim != 2):
@@ -249,6 +296,28 @@ def copy_call(src: np.ndarray, dst: np.ndarray, what: str) -> MovementCall | Non
     rows, cols = dst.shape
     args = [src.ctypes.data, rows, cols, dst.ctypes.data, dst.strides[0] // dst.itemsize]
     return MovementCall(kernel, args, {"src": 0}, [src, dst], what)
+
+
+def block_copy_call(src: np.ndarray, offset: int, rows: int, cols: int, ld_src: int,
+                    dst: np.ndarray, what: str) -> MovementCall | None:
+    """``dst`` (``rows x cols``, unit stride within a row, any row stride; a C-contiguous
+    array of that many values is viewed so) = the block of ``src`` (C-contiguous) that starts
+    ``offset`` values in, rows ``ld_src`` values apart. None when the dtypes or layouts do not
+    allow it, or the block would reach outside ``src``."""
+    value = _value_type(src.dtype)
+    if value is None or dst.dtype != src.dtype or not src.flags.c_contiguous or \
+            rows <= 0 or cols <= 0 or offset < 0 or ld_src < cols or \
+            offset + (rows - 1) * ld_src + cols > src.size:
+        return None
+    flat = dst.reshape(rows, cols) if dst.flags.c_contiguous and dst.size == rows * cols \
+        else dst
+    if flat.ndim != 2 or flat.shape != (rows, cols) or flat.strides[1] != dst.itemsize:
+        return None
+    kernel = _kernel(("block copy", value), lambda: block_copy_function(value))
+    start = offset * src.itemsize
+    args = [src.ctypes.data + start, ld_src, rows, cols, flat.ctypes.data,
+            flat.strides[0] // dst.itemsize]
+    return MovementCall(kernel, args, {"src": 0}, [src, dst], what, None, {"src": start})
 
 
 def ids_call(ids: np.ndarray, column: int, crd: np.ndarray, rows: int, what: str
@@ -290,6 +359,6 @@ def im2row_call(x: np.ndarray, kernel: tuple[int, int], strides: tuple[int, int]
     return MovementCall(kernel_fn, args, {"x": 0}, [x, out], what)
 
 
-__all__ = ["MovementCall", "copy_call", "copy_function", "gather_call", "gather_function",
+__all__ = ["MovementCall", "block_copy_call", "block_copy_function", "copy_call", "copy_function", "gather_call", "gather_function",
            "ids_call", "ids_function", "im2row_call", "im2row_function", "pad_nhwc_call",
            "pad_nhwc_function"]

@@ -92,7 +92,10 @@ def cast(node: NodeContext, x: np.ndarray, *, to: int, saturate: int = 1,
     if x.dtype.kind not in "biuf":
         raise ta.UnsupportedError(f"{node}: cannot cast from {x.dtype}")
     node.note(_cast_note(to))
-    return x.astype(numpy_dtype(to))
+    # NaN or an out-of-range float becomes some integer, as in onnxruntime, which does not
+    # warn; a Gather reading it refuses it by its own check.
+    with np.errstate(invalid="ignore"):
+        return x.astype(numpy_dtype(to))
 
 
 @functools.lru_cache(maxsize=None)
