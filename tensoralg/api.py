@@ -829,8 +829,15 @@ _dask_handlers: tuple[Callable[[tuple, dict[str, Any]], Any],
                       Callable[["Kernel", dict[str, Any]], Any]] | None = None
 
 
+_dask_classes: dict[type, bool] = {}   # class -> whether it is dask's: a lookup per call
+
+
 def _is_dask(operand: Any) -> bool:
-    return type(operand).__module__.startswith("dask.")
+    cls = type(operand)
+    found = _dask_classes.get(cls)
+    if found is None:
+        found = _dask_classes[cls] = cls.__module__.startswith("dask.")
+    return found
 
 
 def set_dask_handlers(einsum_handler: Callable[[tuple, dict[str, Any]], Any] | None,
