@@ -1587,8 +1587,13 @@ class Kernel:
         reads them (``k(A, x)`` for ``y(i) = A(i,j) * x(j)``)."""
         if positional:
             operands = self._by_name(positional, operands)
+        values = tuple([operands.get(name) for name in self.formats])
+        signature = _signature(self._canonical, values, self.backend) \
+            if len(operands) == len(values) else None
         # -- dask hook (tensoralg/dask/): dask.array operands run the kernel block by block
-        if _dask_handlers is not None and any(map(_is_dask, operands.values())):
+        # (operands with a signature are NumPy arrays and scipy matrices: not dask's)
+        if signature is None and _dask_handlers is not None and \
+                any(map(_is_dask, operands.values())):
             return _dask_handlers[1](self, operands)
         # -- end of the dask hook
         if self.backend == "cuda":
@@ -1601,9 +1606,6 @@ class Kernel:
                                  self.statement)
             if product is not None:
                 return product
-        values = tuple([operands.get(name) for name in self.formats])
-        signature = _signature(self._canonical, values, self.backend) \
-            if len(operands) == len(values) else None
         if signature is not None:
             entry = self._replays.get(signature)
             if entry is not None:
