@@ -22,60 +22,26 @@ from typing import Callable
 from tensoralg.errors import CompileError
 from tensoralg.notation.ast import (
     Access,
-    Add,
-    Call,
-    Div,
     Expr,
-    Literal,
-    Mul,
-    Neg,
-    Reduce,
-    Sub,
     accesses,
     free_indices,
 )
 from tensoralg.notation.printer import format_expr
+from tensoralg.notation.reductions import Path, children, with_children
 from tensoralg.schedule import Precompute
 from tensoralg.schedule.commands import subexpression, without_sums
 
-Path = tuple[int, ...]
 # Makes the dense temporary ``name(indices) = expr`` and returns the access that reads it.
 MakeTemporary = Callable[[tuple[str, ...], Expr, str], Access]
 
 
-def children(expr: Expr) -> tuple[Expr, ...]:
-    """The direct subexpressions of ``expr``, in the order paths number them."""
-    match expr:
-        case Access() | Literal():
-            return ()
-        case Neg(x) | Reduce(_, x):
-            return (x,)
-        case Add(a, b) | Sub(a, b) | Mul(a, b) | Div(a, b):
-            return (a, b)
-        case Call(_, args):
-            return tuple(args)
-    raise TypeError(expr)
-
-
 def replace_at(expr: Expr, path: Path, new: Expr) -> Expr:
-    """``expr`` with the node at ``path`` replaced by ``new``."""
+    """``expr`` with the node at ``path`` (positions as `children` numbers them) replaced."""
     if not path:
         return new
-    head, rest = path[0], path[1:]
-    match expr:
-        case Neg(x):
-            return Neg(replace_at(x, rest, new))
-        case Reduce(index, x):
-            return Reduce(index, replace_at(x, rest, new))
-        case Add(a, b) | Sub(a, b) | Mul(a, b) | Div(a, b):
-            parts = [a, b]
-            parts[head] = replace_at(parts[head], rest, new)
-            return type(expr)(*parts)
-        case Call(func, args):
-            items = list(args)
-            items[head] = replace_at(items[head], rest, new)
-            return Call(func, tuple(items))
-    raise TypeError(expr)
+    parts = list(children(expr))
+    parts[path[0]] = replace_at(parts[path[0]], path[1:], new)
+    return with_children(expr, parts)
 
 
 def find(expr: Expr, command: Precompute) -> tuple[Path, Expr] | None:
@@ -164,4 +130,4 @@ def _missing(command: Precompute, rhs: Expr, lhs: Access) -> str:
             f"operators and grouping)")
 
 
-__all__ = ["carry_out", "children", "find", "replace_at", "workspace_indices"]
+__all__ = ["carry_out", "find", "replace_at", "workspace_indices"]

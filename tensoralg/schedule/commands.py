@@ -23,18 +23,11 @@ from dataclasses import dataclass
 
 from tensoralg.errors import NotationError
 from tensoralg.notation.ast import (
-    Access,
-    Add,
-    Call,
-    Div,
     Expr,
-    Literal,
-    Mul,
-    Neg,
     Reduce,
-    Sub,
 )
 from tensoralg.notation.parse_statement import parse_statement
+from tensoralg.notation.reductions import children, with_children
 
 
 class Tail(enum.Enum):
@@ -259,18 +252,9 @@ def subexpression(text: str) -> Expr:
 
 def without_sums(expr: Expr) -> Expr:
     """``expr`` with every ``Reduce`` node replaced by its body."""
-    match expr:
-        case Reduce(_, body):
-            return without_sums(body)
-        case Access() | Literal():
-            return expr
-        case Neg(x):
-            return Neg(without_sums(x))
-        case Add(a, b) | Sub(a, b) | Mul(a, b) | Div(a, b):
-            return type(expr)(without_sums(a), without_sums(b))
-        case Call(func, args):
-            return Call(func, tuple(without_sums(a) for a in args))
-    raise TypeError(expr)
+    if isinstance(expr, Reduce):
+        return without_sums(expr.body)
+    return with_children(expr, [without_sums(child) for child in children(expr)])
 
 
 @dataclass(frozen=True, slots=True)
