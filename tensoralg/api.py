@@ -26,7 +26,8 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 
 from tensoralg import _version
-from tensoralg.codegen import CompiledKernel, DiskCache, build, default_cache_dir, emit_source
+from tensoralg.codegen import (CompiledKernel, DiskCache, build, default_cache_dir, emit_source,
+                               ir_digest)
 from tensoralg.contract_path import contract_by_path, plan_contraction
 from tensoralg.errors import (
     ArgumentTypeError,
@@ -262,7 +263,7 @@ class KernelCache:
         plan = loop_plan(schedule, key.backend)
         stored = self._lowered(key)
         if stored is not None:
-            program, function, overwrites, log = stored
+            program, function, overwrites, log, digest = stored
         else:
             program = concretize(stmt, formats, index_dtypes, key.value_dtype, out_format,
                                  key.out_index_dtype, plan.orders, plan.precomputes)
@@ -273,10 +274,11 @@ class KernelCache:
             # Judged before the passes that tile loops: the tiled nests store the same
             # elements the same way, but through loops the analysis does not follow.
             overwrites = overwrites_output(lowered, program.output.dims)
-            self._store_lowered(key, (program, function, overwrites, log))
+            digest = ir_digest(function)
+            self._store_lowered(key, (program, function, overwrites, log, digest))
         # A cuda kernel is built for the CPU too, for now: it can print CUDA but not run on a GPU.
         backend = "llvm" if key.backend == "cuda" else key.backend
-        kernel = build(function, backend, cache=self.disk, key=key.digest())
+        kernel = build(function, backend, cache=self.disk, key=key.digest(), digest=digest)
         if not kernel.from_cache:
             self.compiles += 1
         sizes = tuple((info.name, mode, index) for info in program.tensors
@@ -287,14 +289,16 @@ class KernelCache:
                                overwrites and not plan.partials, plan, schedule)
 
 
-    def _lowered(self, key: KernelKey) -> tuple[Program, Function, bool, IRLog] | None:
+    def _lowered(self, key: KernelKey) -> tuple[Program, Function, bool, IRLog, str] | None:
         """What lowering and the IR passes made of ``key`` in an earlier process, from the disk
-        cache: a new process then builds nothing before it loads the machine code (about
-        40-100 ms of Python per kernel otherwise). Skipped in debug mode and under
-        ``TA_CHECK_IR``, which ask to see or verify the passes run."""
+        cache, with the IR's digest: a new process then builds nothing before it loads the
+        machine code (about 40-100 ms of Python per kernel otherwise). Skipped in debug mode
+        and under ``TA_CHECK_IR``, which ask to see or verify the passes run."""
         if self.disk is None or self.options.debug or self.options.check_ir:
             return None
-        return self.disk.get_object(key.digest(), LOWERED)
+        stored = self.disk.get_object(key.digest(), LOWERED)
+        # Anything else under the name (another layout of the entry) is lowered again.
+        return stored if isinstance(stored, tuple) and len(stored) == 5 else None
 
     def _store_lowered(self, key: KernelKey, lowered: tuple) -> None:
         if self.disk is not None and not self.options.debug and not self.options.check_ir:

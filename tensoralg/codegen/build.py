@@ -91,12 +91,14 @@ def function_type(params: tuple[Param, ...]) -> type[ctypes._CFuncPtr]:
 
 
 def build(
-    fn: Function, backend: str, *, cache: DiskCache | None = None, key: str | None = None
+    fn: Function, backend: str, *, cache: DiskCache | None = None, key: str | None = None,
+    digest: str | None = None,
 ) -> CompiledKernel:
     """Compile ``fn`` with ``backend`` (``"llvm"`` or ``"c"``) and load it.
 
     With a ``cache`` and a ``key`` naming the kernel, a stored build for this host is loaded
-    instead of compiling, and a fresh build is stored.
+    instead of compiling, and a fresh build is stored. ``digest`` is :func:`ir_digest` of
+    ``fn`` when the caller kept it (it costs ~1 ms of a cached kernel's first call to redo).
 
     >>> # kernel = build(fn, "c", cache=DiskCache(default_cache_dir()), key=str(kernel_key))
     """
@@ -106,7 +108,7 @@ def build(
     fn = target.legalize(fn)
     # The entry names the exact IR too: whatever wrote an entry under this key (another build of
     # the compiler, another statement), only machine code for this very function is loaded.
-    entry = (f"{key}\0{_fingerprint(backend, cache)}\0{_ir_digest(fn)}"
+    entry = (f"{key}\0{_fingerprint(backend, cache)}\0{digest or ir_digest(fn)}"
              if cache is not None and key is not None else None)
     if cache is not None and entry is not None:
         kernel = _cached(fn, backend, cache, entry)
@@ -141,7 +143,13 @@ def _cached(fn: Function, backend: str, cache: DiskCache, entry: str) -> Compile
     return kernel
 
 
-def _ir_digest(fn: Function) -> str:
+def ir_digest(fn: Function) -> str:
+    """A name for the exact IR of ``fn`` (part of a stored build's cache entry).
+
+    >>> from tensoralg.ir import build as b
+    >>> len(ir_digest(b.function("f", [])))
+    24
+    """
     return hashlib.sha256(repr(fn).encode()).hexdigest()[:24]
 
 

@@ -34,6 +34,11 @@ VALID, BAD_START, BAD_SEGMENT, BAD_END, OUT_OF_RANGE, UNSORTED = range(6)
 
 _INDEX = {np.dtype(np.int32): I32, np.dtype(np.int64): I64}
 
+# Up to this many coordinates, a level first seen before its dtype's validation kernel is loaded
+# is checked with NumPy (~20 µs) instead: loading the kernel costs 1-2 ms of a new process's
+# first call, and for small operands that was a third of a cached kernel's first call.
+NUMPY_CHECK_MOST = 20_000
+
 
 def compressed_validator(index: Scalar) -> Function:
     """The IR of ``check(pos, crd, parents, dim, count, check_order, status*)``.
@@ -83,6 +88,36 @@ def compressed_validator(index: Scalar) -> Function:
     return b.function(f"ta_check_compressed_{index.value}", params, *body)
 
 
+def numpy_status(pos: np.ndarray, crd: np.ndarray, dim: int, check_order: bool) -> int:
+    """The status :func:`compressed_validator`'s kernel gives, computed with NumPy.
+
+    >>> numpy_status(np.array([0, 2, 3]), np.array([0, 4, 1]), 5, True)
+    0
+    >>> numpy_status(np.array([0, 2, 3]), np.array([4, 0, 1]), 5, True)
+    5
+    >>> numpy_status(np.array([0, 2, 3]), np.array([0, 5, 1]), 5, True)
+    4
+    """
+    count = crd.shape[0]
+    p = pos.astype(np.int64, copy=False)
+    bad = VALID
+    if p[0] != 0:
+        bad = BAD_START
+    if p[-1] != count:
+        bad = max(bad, BAD_END)
+    if np.any(p[1:] < p[:-1]):
+        bad = max(bad, BAD_SEGMENT)
+    if count and (int(crd.min()) < 0 or int(crd.max()) >= dim):
+        bad = max(bad, OUT_OF_RANGE)
+    if bad == VALID and check_order and count > 1:
+        c = crd.astype(np.int64, copy=False)
+        starts = np.zeros(count, dtype=bool)
+        starts[p[:-1][p[:-1] < count]] = True        # a segment's first entry has no left
+        if np.any((c[1:] <= c[:-1]) & ~starts[1:]):
+            bad = UNSORTED
+    return bad
+
+
 class StorageValidator:
     """Builds the validation kernels once (per index dtype) and runs them."""
 
@@ -117,6 +152,11 @@ class StorageValidator:
         facts = (address_of(pos), address_of(crd), pos.shape[0], crd.shape[0], dim, check_order)
         if remember and self._seen.get((id(pos), id(crd))) == facts:
             return VALID
+        if remember and crd.shape[0] <= NUMPY_CHECK_MOST and pos.dtype not in self._kernels:
+            result = numpy_status(pos, crd, dim, check_order)
+            if result == VALID:
+                self._remember(pos, crd, facts)
+            return result
         status = self._status.__dict__.get("buffer")
         if status is None:
             status = self._status.buffer = np.zeros(1, dtype=np.int64)
