@@ -48,6 +48,7 @@ import json
 import os
 import resource
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -302,18 +303,21 @@ def interleaved(nnz: int, seed: int, rounds: int, blocks: int, memory_limit: str
 # -- the cases -----------------------------------------------------------------------------
 
 
-def cases(nnz: int, seed: int) -> list[dict[str, Any]]:
-    A = spmm_matrix(nnz, seed)
-    X = np.random.default_rng(seed + 1).random((A.shape[1], RANK))
-    T = mttkrp_tensor(nnz, seed + 2)
-    B = np.random.default_rng(seed + 3).random((T.shape[1], RANK))
-    C = np.random.default_rng(seed + 4).random((T.shape[2], RANK))
-    return [
-        {"name": "SpMM", "subscripts": "ij,jk->ik", "operands": [A, X], "nnz": int(A.nnz),
-         "chunk": lambda a, b: ta.dask.from_scipy(a, chunks=b)},
-        {"name": "MTTKRP", "subscripts": "ijk,jl,kl->il", "operands": [T, B, C],
-         "nnz": int(T.nnz), "chunk": lambda t, b: ta.dask.from_tensor(t, chunks=b)},
-    ]
+def cases(nnz: int, seed: int, names: list[str]) -> Iterator[dict[str, Any]]:
+    """The inputs of each case in ``names``, built one case at a time (at 1e8 nonzeros the
+    SpMM and MTTKRP operands together would not fit beside the workers on a 24 GiB machine)."""
+    if "SpMM" in names:
+        A = spmm_matrix(nnz, seed)
+        X = np.random.default_rng(seed + 1).random((A.shape[1], RANK))
+        yield {"name": "SpMM", "subscripts": "ij,jk->ik", "operands": [A, X],
+               "nnz": int(A.nnz), "chunk": lambda a, b: ta.dask.from_scipy(a, chunks=b)}
+        del A, X
+    if "MTTKRP" in names:
+        T = mttkrp_tensor(nnz, seed + 2)
+        B = np.random.default_rng(seed + 3).random((T.shape[1], RANK))
+        C = np.random.default_rng(seed + 4).random((T.shape[2], RANK))
+        yield {"name": "MTTKRP", "subscripts": "ijk,jl,kl->il", "operands": [T, B, C],
+               "nnz": int(T.nnz), "chunk": lambda t, b: ta.dask.from_tensor(t, chunks=b)}
 
 
 @contextlib.contextmanager
@@ -333,10 +337,12 @@ def cluster_of(workers: int, memory_limit: str) -> Iterator[Any]:
         yield client
 
 
-def measure(args: argparse.Namespace) -> dict[str, Any]:
+def measure(args: argparse.Namespace, partial: Path | None = None) -> dict[str, Any]:
+    """Every measurement ``args`` asks for; the finished rows are also written to ``partial``
+    as they come."""
     runs = []
     for nnz in [] if args.capped_only or args.interleave_only else args.nnz:
-        for case in cases(int(nnz), args.seed):
+        for case in cases(int(nnz), args.seed, args.cases):
             print(f"{case['name']} nnz={case['nnz']:.3g}", flush=True)
             row: dict[str, Any] = {"case": case["name"], "nnz": case["nnz"],
                                    "single": single_process(case, args.repeats), "dask": [],
@@ -350,13 +356,20 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                     row["dask"].append(found)
                     print("  ", json.dumps({k: v for k, v in found.items() if k != "plan"}),
                           flush=True)
-            if args.pydata:                   # slow: once, on the most workers
+            if args.pydata and case["nnz"] > args.pydata_max_nnz:
+                row["pydata"].append({"workers": max(args.workers), "blocks": max(args.blocks),
+                                      "error": f"not run above {args.pydata_max_nnz:.0e} "
+                                               f"nonzeros (--pydata-max-nnz)"})
+            elif args.pydata:                 # slow: once, on the most workers
                 with cluster_of(max(args.workers), args.memory_limit) as client:
                     found = pydata_einsum(client, case, max(args.blocks), args.pydata_timeout)
                 found["workers"] = max(args.workers)
                 row["pydata"].append(found)
                 print("   pydata:", json.dumps(found), flush=True)
             runs.append(row)
+            del case                          # its operands go before the next case is built
+            if partial is not None:           # a later case killed for memory loses nothing
+                partial.write_text(json.dumps({"runs": runs}, indent=1))
     capped = [capped_spmm(int(n), args.seed) for n in args.nnz] \
         if args.capped or args.capped_only else []
     for found in capped:
@@ -485,6 +498,10 @@ def main(argv: list[str] | None = None) -> None:
                         help="run only that (it needs ~1e8 nonzeros to mean something)")
     parser.add_argument("--no-pydata", dest="pydata", action="store_false")
     parser.add_argument("--pydata-timeout", type=float, default=120.0)
+    parser.add_argument("--pydata-max-nnz", type=float, default=2e7,
+                        help="skip dask's own sparse einsum above this many nonzeros")
+    parser.add_argument("--cases", nargs="+", default=["SpMM", "MTTKRP"],
+                        choices=["SpMM", "MTTKRP"])
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--render", action="store_true",
                         help="only write DASK_RESULTS.md from the newest result files")
@@ -494,7 +511,10 @@ def main(argv: list[str] | None = None) -> None:
         print(write_markdown())
         return
     begun = record.start()
-    payload = measure(args)
+    partial = Path(tempfile.gettempdir()) / f"tensoralg-dask_scale-partial-{os.getpid()}.json"
+    print(f"finished rows also go to {partial} until the run ends", flush=True)
+    payload = measure(args, partial)
+    partial.unlink(missing_ok=True)
     path = record.write("dask_scale", payload, begun, out=args.out) if args.out else \
         record.write("dask_scale", payload, begun)
     print(path)

@@ -49,6 +49,8 @@ RESULTS = HERE / "results"
 KERNEL_SCRIPT, OVERHEAD_SCRIPT, ONNX_SCRIPT = "run", "overhead", "onnx_models"
 SUITES_SCRIPT = "einsum_suites"
 SELECTION_SCRIPT = "selection"     # selection.py: automatic format selection, held out
+DASK_SCRIPT = "dask_scale"         # dask_scale.py: SpMM and MTTKRP blockwise on a LocalCluster
+DASK_SPEEDUP_GOAL = 1.6            # issue goal: two workers vs one thread, SpMM
 
 KERNEL_TITLES = {
     "spmv": "SpMV: `y = A @ x` (`ij,j->i`)",
@@ -995,6 +997,68 @@ def selection_section(data: dict[str, Any], source: str) -> list[str]:
     return selection_lines(data, provenance(data, source), table, fmt_time)
 
 
+def newest_with(results: Path, script: str, key: str) -> tuple[Path, dict[str, Any]] | None:
+    """The newest result file of ``script`` whose ``key`` entry is not empty, and its data."""
+    found = sorted(((parsed[1], path) for path in results.glob(f"{script}-*.json")
+                    if (parsed := parse_file_name(path.name)) is not None
+                    and parsed[0] == script), reverse=True)
+    for _, path in found:
+        data = json.loads(path.read_text())
+        if data.get(key):
+            return path, data
+    return None
+
+
+def dask_section(results: Path, out_dir: Path) -> list[str]:
+    """RESULTS.md's summary of ``dask_scale.py`` (the full tables: DASK_RESULTS.md): per case
+    the one-thread time here against the best two-worker compute time, the alternating SpMM
+    measurement the goal is judged on, and the memory-capped run. Empty without results."""
+    runs = newest_with(results, DASK_SCRIPT, "runs")
+    alternating = newest_with(results, DASK_SCRIPT, "interleaved")
+    capped = newest_with(results, DASK_SCRIPT, "capped")
+    if runs is None and alternating is None and capped is None:
+        return []
+    out = ["## Dask: the same einsum blockwise on a LocalCluster", "",
+           "Summary of `DASK_RESULTS.md` (`python benchmarks/dask_scale.py`; its docstring says "
+           "what is timed). Speed-up: one thread in one process / the distributed compute with "
+           "the result left on the workers, one thread per worker."]
+    if runs is not None:
+        path, data = runs
+        rows = []
+        for row in data["runs"]:
+            one = row["single"]["one_thread_s"]
+            for workers in sorted({d["workers"] for d in row["dask"]}):
+                best = min((d for d in row["dask"] if d["workers"] == workers),
+                           key=lambda d: d["compute_s"])
+                rows.append([row["case"], f"{row['nnz']:.3g}", fmt_time(one), str(workers),
+                             str(best["blocks"]), fmt_time(best["compute_s"]),
+                             f"{one / best['compute_s']:.2f}x",
+                             f"{max(best['peak_rss_per_worker']) / 2**20:.0f}"])
+        out += ["", provenance(data, _relative(path, out_dir)), "",
+                *table(["case", "nonzeros", "one thread", "workers", "best blocks",
+                        "compute", "speed-up", "peak MiB per worker"], rows, "lrrrrrrr")]
+    if alternating is not None:
+        path, data = alternating
+        for block in data["interleaved"]:
+            ratio = block["speedup_of_medians"]
+            verdict = "holds" if ratio >= DASK_SPEEDUP_GOAL else "does not hold"
+            if runs is None or path != runs[0]:
+                out += ["", provenance(data, _relative(path, out_dir))]
+            out += ["", f"SpMM at {block['nnz']:.3g} nonzeros, {block['blocks']} blocks, one thread "
+                    f"here and two workers alternately for {block['rounds']} rounds: the "
+                    f"medians' ratio is **{ratio:.2f}x** (goal {DASK_SPEEDUP_GOAL}x: "
+                    f"{verdict})."]
+    if capped is not None:
+        path, data = capped
+        for c in data["capped"]:
+            state = (f"completed in {c['seconds']:.1f} s" if c.get("completed")
+                     else f"did not complete ({c.get('error')})")
+            out += ["", f"An operand twice one worker's memory ({c['nnz']:.3g} nonzeros, "
+                    f"{c['operand_bytes'] / 2**20:.0f} MiB, {c['workers']} workers of "
+                    f"{c['memory_limit_per_worker'] / 2**20:.0f} MiB): {state}."]
+    return out
+
+
 def render_all(results: Path, out_dir: Path, plots: bool = True) -> list[Path]:
     """Write RESULTS.md and ONNX_RESULTS.md (and plots) for the latest files; return them."""
     written = []
@@ -1017,6 +1081,9 @@ def render_all(results: Path, out_dir: Path, plots: bool = True) -> list[Path]:
         if selection_source is not None:
             text += "\n" + "\n".join(selection_section(json.loads(selection_source.read_text()),
                                                        _relative(selection_source, out_dir))) + "\n"
+        dask = dask_section(results, out_dir)
+        if dask:
+            text += "\n" + "\n".join(dask) + "\n"
         (out_dir / "RESULTS.md").write_text(text)
         written.append(out_dir / "RESULTS.md")
         sources = " and ".join(p.name for p in (run_source, overhead_source, suites_source,
