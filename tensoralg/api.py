@@ -446,14 +446,17 @@ def einsum(*operands: Any, out_format: Any = None, formats: Any = None,
             _bind(operand, overrides.get(k), f"operand {k} ({name})")
     result, compiled = _run(stmt, canonical, bound, families, out_format, backend, schedule,
                             dtype, out, casting)
-    if signature is not None and compiled is not None:
-        _remember(signature, compiled, stmt, named, operands, bound)
-    elif signature is not None and not len(kernel_cache().tuned):
-        form = gemm_form(stmt)        # the BLAS route took it: replay that decision too
-        if form is not None:
-            kernel_cache().dispatch[signature] = _GemmReplay(
-                form, named.index(form.a), named.index(form.b),
-                np.result_type(*[t.dtype for t in bound.values()]))
+    # An entry already there declined this call (a call large enough for threads, an operand
+    # to canonicalize): writing it out again cost ~0.5 ms of compile() per call.
+    if signature is not None and signature not in kernel_cache().dispatch:
+        if compiled is not None:
+            _remember(signature, compiled, stmt, named, operands, bound)
+        elif not len(kernel_cache().tuned):
+            form = gemm_form(stmt)    # the BLAS route took it: replay that decision too
+            if form is not None:
+                kernel_cache().dispatch[signature] = _GemmReplay(
+                    form, named.index(form.a), named.index(form.b),
+                    np.result_type(*[t.dtype for t in bound.values()]))
     return result if out_format is not None else _in_pydata_format(result, operands)
 
 
@@ -1616,6 +1619,7 @@ class Kernel:
                 result = (entry.fast or entry.run)(values)
                 if result is not None:
                     return result
+                signature = None   # remembered already; it declined this call (see einsum)
         bound = self._bound(operands)
         shape = self._output_shape(bound)
         compiled = self._program_for(bound, shape)
