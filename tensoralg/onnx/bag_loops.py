@@ -263,9 +263,33 @@ def _torchscript(loop: onnx.NodeProto, main: _Main) -> _Match:
     scope.check_all_used()
     main.outer(table, indices, *bounds, *([weights] if weights else []))
     mode = "sum" if reduce.op_type == "ReduceSum" else "mean"
-    inputs = (table, indices, bounds[0], bounds[1], loop.input[0]) + \
-        ((weights,) if weights else ())
-    return _Match(inputs, loop.output[0], mode, 0)
+    weighted = (weights,) if weights else ()
+    if _shifted(main.scope, bounds[1], bounds[0]):
+        # ends = bounds[1:]: bag b ends where bag b + 1 starts, read as the dynamo form reads
+        # it (the next entry of one array), which the static plan runs as one CSR matrix
+        return _Match((table, indices, bounds[0], bounds[0], loop.input[0]) + weighted,
+                      loop.output[0], mode, 1)
+    return _Match((table, indices, bounds[0], bounds[1], loop.input[0]) + weighted,
+                  loop.output[0], mode, 0)
+
+
+# A Slice end at least this large runs to the end of any array of bag offsets.
+_TO_THE_END = 2 ** 31 - 1
+
+
+def _shifted(scope: _Scope, ends: str, bounds: str) -> bool:
+    """Whether ``ends`` is ``Slice(bounds, [1], [to the end])`` along axis 0, step 1 (the
+    TorchScript exporter's ``ends``)."""
+    node = scope.producers.get(ends)
+    if node is None or node.op_type != "Slice" or len(node.input) < 3 or \
+            node.input[0] != bounds:
+        return False
+    try:
+        _slice_axis0(scope, node)
+    except _NoMatch:
+        return False
+    starts, stops = scope.ints(node.input[1]), scope.ints(node.input[2])
+    return starts == [1] and stops is not None and len(stops) == 1 and stops[0] >= _TO_THE_END
 
 
 def _position(scope: _Scope, name: str, step: str) -> int:

@@ -31,7 +31,15 @@ import scipy.sparse as sp
 import tensoralg as ta
 from tensoralg.onnx.executor import call_node
 from tensoralg.onnx.graph import Graph, Node
-from tensoralg.onnx.kernels import INDICES, OPERANDS, NodeContext, access, literal
+from tensoralg.onnx.kernels import (
+    INDICES,
+    OPERANDS,
+    NodeContext,
+    access,
+    literal,
+    unit_free,
+    without_units,
+)
 from tensoralg.onnx.ops.elementwise import (
     HARD_SWISH,
     MISH,
@@ -269,12 +277,13 @@ def _run_statement(context: NodeContext, program: Program, values: dict[str, np.
     result = context.run(statement, dtype, formats, **arrays)
     if transposed:
         return np.ascontiguousarray(result.reshape(out_shape[::-1]).T)
-    return result.reshape(out_shape)
+    return result.reshape(_full_shape(program, values, inline))
 
 
-def build_statement(program: Program, values: dict[str, np.ndarray], inline: dict[str, Any] | None,
-           output: str) -> tuple[str, dict[str, Any], dict[str, Any], tuple[int, ...], bool]:
-    """The statement text of ``program`` for these input shapes, and how to pass operands."""
+def _full_shape(program: Program, values: dict[str, np.ndarray], inline: dict[str, Any] | None
+                ) -> tuple[int, ...]:
+    """The shape of a program's output (its statement's output may leave out axes of size
+    1: see :func:`build_statement`): every operand broadcast together."""
     chain = [n for n in program.nodes if n is not program.head]
     shapes = [values[name].shape for node in chain for name in node.inputs
               if name and name in values]
@@ -282,10 +291,21 @@ def build_statement(program: Program, values: dict[str, np.ndarray], inline: dic
         shapes.append((inline["m"], inline["n"]))
     elif program.head is not None and program.head.outputs[0] in values:
         shapes.append(values[program.head.outputs[0]].shape)
-    out_shape = tuple(np.broadcast_shapes(*shapes))
-    if inline is not None and out_shape != (inline["m"], inline["n"]):
+    return tuple(np.broadcast_shapes(*shapes))
+
+
+def build_statement(program: Program, values: dict[str, np.ndarray], inline: dict[str, Any] | None,
+           output: str) -> tuple[str, dict[str, Any], dict[str, Any], tuple[int, ...], bool]:
+    """The statement text of ``program`` for these input shapes, and how to pass operands."""
+    chain = [n for n in program.nodes if n is not program.head]
+    full = _full_shape(program, values, inline)
+    if inline is not None and full != (inline["m"], inline["n"]):
         raise ta.ShapeError(f"{program}: the epilogue broadcasts the {inline['m']}x"
-                            f"{inline['n']} product to {out_shape}")
+                            f"{inline['n']} product to {full}")
+    # Without an inlined head every operand is an external input: axes of size 1 leave the
+    # statement (``unit_free``), and ``out_shape`` is the kernel's output shape.
+    kept = tuple(range(len(full))) if inline is not None else unit_free(full)
+    out_shape = tuple(full[d] for d in kept)
     indices = INDICES[:len(out_shape)]
     operands: dict[str, tuple[str, tuple[int, ...], bool]] = {}
     letters: dict[str, str] = {}
@@ -310,7 +330,8 @@ def build_statement(program: Program, values: dict[str, np.ndarray], inline: dic
             return texts[name]
         node = producers.get(name)
         if node is None:  # an external input, broadcast to the output shape
-            text, view = access(letter(name), values[name], out_shape, indices)
+            text, view = access(letter(name), without_units(values[name], full, kept),
+                                out_shape, indices)
             operands[letter(name)] = (name, view.shape, "view")
             texts[name] = text
             return text

@@ -160,6 +160,31 @@ def kept_dims(shape: Sequence[int], out_shape: Sequence[int], indices: str
     return kept, [indices[offset + d] for d in kept]
 
 
+def unit_free(shape: Sequence[int]) -> tuple[int, ...]:
+    """The axes of an output ``shape`` that a statement indexes: those not of size 1 (at least
+    one, so that the statement keeps an output index). An index whose loop runs once costs a
+    loop per element and stops the innermost loop vectorising: ``(256, 221, 1)`` ran 10x
+    slower than ``(256, 221)``.
+
+    >>> unit_free((256, 221, 1)), unit_free((1, 16)), unit_free((1, 1))
+    ((0, 1), (1,), (1,))
+    """
+    kept = tuple(d for d, size in enumerate(shape) if size != 1)
+    return kept or ((len(shape) - 1,) if shape else ())
+
+
+def without_units(array: np.ndarray, shape: Sequence[int], kept: Sequence[int]) -> np.ndarray:
+    """``array`` (broadcastable to ``shape``, aligned on the right) viewed without the axes of
+    ``shape`` that ``kept`` leaves out (each of size 1 in ``array`` too, where it has them).
+
+    >>> without_units(np.ones((1, 3, 1)), (2, 3, 1), (0, 1)).shape
+    (1, 3)
+    """
+    offset = len(shape) - array.ndim
+    axes = [d for d in range(array.ndim) if offset + d in kept]
+    return array.reshape([array.shape[d] for d in axes])
+
+
 def output_access(indices: str) -> str:
     return f"Y({','.join(indices)})" if indices else "Y"
 
@@ -187,13 +212,15 @@ def elementwise(node: NodeContext, template: str | Callable[..., str],
     ['Y(i,j) = A(i,j) + B(j)']
     """
     shape = broadcast_shape(node, arrays)
-    indices = INDICES[:len(shape)]
     if len(shape) > len(INDICES):
         raise ta.UnsupportedError(f"{node}: rank {len(shape)} is above {len(INDICES)}")
+    kept = unit_free(shape)
+    inner = tuple(shape[d] for d in kept)
+    indices = INDICES[:len(inner)]
     accesses = []
     operands = {}
     for k, array in enumerate(arrays):
-        text, view = access(OPERANDS[k], array, shape, indices)
+        text, view = access(OPERANDS[k], without_units(array, shape, kept), inner, indices)
         accesses.append(text)
         operands[OPERANDS[k]] = view
     rhs = template(*accesses) if callable(template) else template.format(*accesses)
@@ -203,4 +230,4 @@ def elementwise(node: NodeContext, template: str | Callable[..., str],
 
 
 __all__ = ["KernelSet", "NodeContext", "compute_dtype", "literal", "minus", "negate", "access", "kept_dims", "output_access",
-           "broadcast_shape", "elementwise", "INDICES", "OPERANDS"]
+           "broadcast_shape", "unit_free", "without_units", "elementwise", "INDICES", "OPERANDS"]

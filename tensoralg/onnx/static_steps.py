@@ -18,7 +18,8 @@ import numpy as np
 
 import tensoralg as ta
 from tensoralg.api import RowCompressor
-from tensoralg.onnx.bags import BAG_STATEMENT
+from tensoralg.onnx.bags import BAG_STATEMENT, LoopBag
+from tensoralg.onnx.constant_gathers import gather_nd_spec
 from tensoralg.onnx.executor import Step
 from tensoralg.onnx.fusion import (
     FLOATS,
@@ -28,6 +29,7 @@ from tensoralg.onnx.fusion import (
     build_statement,
     inline_head,
 )
+from tensoralg.onnx.loop_bag_steps import loop_bag_spec
 from tensoralg.onnx.movement_steps import (
     all_below,
     check_indices,
@@ -528,6 +530,8 @@ def _bag(step: Step, recorded: Env, constants: Mapping[str, np.ndarray],
     straight from the graph input when they are one column of it)."""
     node, context = step.node, step.context
     bag = node.attributes["bag"]
+    if isinstance(bag, LoopBag):
+        return loop_bag_spec(step, recorded, constants)
     table, index = recorded[node.inputs[0]], recorded[node.inputs[1]]
     weights = recorded[node.inputs[2]] if len(node.inputs) > 2 and node.inputs[2] else None
     if index.ndim != 2 or table.ndim != 2 or table.dtype not in FLOATS or \
@@ -609,6 +613,7 @@ _BUILDERS: dict[str, Callable[[Step, Env, Mapping[str, np.ndarray]], Spec | None
     "MatMul": matmul_spec, "Transpose": transpose_spec, "Gemm": gemm_spec, "Conv": conv_spec,
     "MaxPool": pool_spec, "AveragePool": pool_spec, "Softmax": softmax_spec,
     "LogSoftmax": softmax_spec, "Slice": slice_spec, "Split": split_spec,
+    "GatherND": gather_nd_spec,
 }
 
 
