@@ -96,8 +96,11 @@ def test_replay_of_dense_operands_empty_rows_and_read_only_arrays(monkeypatch):
         _replays_without_general_path(monkeypatch, "ij,j->i", rows, np.ones(2)), [0, 3, 0])
 
 
-def test_replay_leaves_work_worth_two_threads_to_the_general_path():
-    """Large calls go back to the general path, which splits the rows over threads."""
+def test_replay_splits_work_worth_two_threads_itself(monkeypatch):
+    """Large calls run over thread ranges from the replay, with the general path's split:
+    the same ranges on the native pool, and the same result."""
+    import tensoralg.api as api
+
     saved = ta.get_num_threads()
     ta.set_num_threads(2)
     try:
@@ -106,8 +109,21 @@ def test_replay_leaves_work_worth_two_threads_to_the_general_path():
         ta.einsum("ij,j->i", A, x)
         entry = next(e for key, e in kernel_cache().dispatch.items()
                      if key[0] == "ij,j->i" and key[2][0] is type(A))
-        assert entry.run((A, x)) is None
+        monkeypatch.setattr(api, "execute", lambda *a, **k: pytest.fail("general path"))
+        calls = []
+        real = api._native_split
+        monkeypatch.setattr(api, "_native_split",
+                            lambda compiled, parts: calls.append(parts) or real(compiled, parts))
+        np.testing.assert_allclose(entry.run((A, x)), A @ x, rtol=1e-10)
         np.testing.assert_allclose(ta.einsum("ij,j->i", A, x), A @ x, rtol=1e-10)
+        if api.native_pool_supported():
+            assert calls and all(parts >= 2 for parts in calls)
+        # rows of very different lengths: ranges balanced by stored entries still agree
+        skewed = sp.random_array((4000, 4000), density=0.01, format="csr", random_state=3)
+        skewed = sp.vstack([sp.random_array((8, 4000), density=0.9, format="csr",
+                                            random_state=4), skewed[8:]]).tocsr()
+        skewed.sort_indices()
+        np.testing.assert_allclose(ta.einsum("ij,j->i", skewed, x), skewed @ x, rtol=1e-10)
     finally:
         ta.set_num_threads(saved)
 

@@ -64,15 +64,18 @@ def replay_function(recipe: Sequence[tuple[int, int, int]], kinds: Sequence[str]
                     equal_sizes: Sequence[tuple[int, int, int, int]],
                     out_dims: Sequence[tuple[int, int]], value_dtype: np.dtype, overwrites: bool,
                     kernel: Callable[..., int], sound: Callable[[Any], bool],
-                    threads: Any, fail: Callable[[], None]) -> Callable[[tuple], Any]:
+                    threads: Any, fail: Callable[[], None],
+                    split: Callable[[tuple, list], int | None] | None = None
+                    ) -> Callable[[tuple], Any]:
     """A function ``(operands) -> result or None`` that runs ``kernel`` with the arguments
     ``recipe`` reads from the operands, into a new dense output of ``value_dtype``.
 
     ``sound(matrix)`` vets a compressed operand (the function reads its arrays' addresses once
     and keeps them while the arrays are the same); with ``threads`` (the kernel cache's
     ``KernelThreads``, for a kernel whose outer loop may be split) a call with work enough for
-    two threads goes to the general path, which splits it (``api.estimated_work``, written out);
-    ``fail()`` raises for a non-zero status.
+    two threads goes to ``split(operands, args)`` (which runs the kernel over thread ranges and
+    returns its status, or None to leave the call to the general path), or to the general path
+    without one (``api.estimated_work``, written out); ``fail()`` raises for a non-zero status.
 
     >>> f = replay_function([(ARG_SIZE, 0, 0), (ARG_DENSE, 0, 0), (ARG_OUT, -1, 0)], [DENSE],
     ...                     [], [(0, 0)], np.dtype(np.float64), True, lambda n, a, b: 0,
@@ -96,10 +99,13 @@ def replay_function(recipe: Sequence[tuple[int, int, int]], kinds: Sequence[str]
             lines.append("        return None")
     shape = "".join(f"o{k}.shape[{mode}], " for k, mode in out_dims)
     lines.append(f"    shape = ({shape})")
+    threaded = threads is not None and split is not None
     if threads is not None:
-        lines.append(f"    if threads.threads > 1 and {_work(kinds, out_dims)} >= "
-                     f"threads.split_work():")
-        lines.append("        return None")
+        lines.append(f"    parallel = threads.threads > 1 and {_work(kinds, out_dims)} >= "
+                     f"threads.split_work()")
+        if not threaded:
+            lines.append("    if parallel:")
+            lines.append("        return None")
     size = " * ".join(f"o{k}.shape[{mode}]" for k, mode in out_dims) or "1"
     # Over the memory limit: the general path raises MemoryLimitError (runtime/memory.py).
     lines.append(f"    if {size} * {value_dtype.itemsize} > limit():")
@@ -117,7 +123,14 @@ def replay_function(recipe: Sequence[tuple[int, int, int]], kinds: Sequence[str]
             ARG_OUT: "address(out)",
             ARG_BEGIN: "0",
         }[what])
-    lines.append(f"    if kernel({', '.join(args)}) != 0:")
+    if threaded:
+        lines.append(f"    status = split(operands, [{', '.join(args)}]) if parallel else "
+                     f"kernel({', '.join(args)})")
+        lines.append("    if status is None:")
+        lines.append("        return None")
+        lines.append("    if status != 0:")
+    else:
+        lines.append(f"    if kernel({', '.join(args)}) != 0:")
     lines.append("        fail()")
     if out_dims:
         lines.append("    return out.reshape(shape)")
@@ -126,6 +139,7 @@ def replay_function(recipe: Sequence[tuple[int, int, int]], kinds: Sequence[str]
     namespace: dict[str, Any] = {
         "empty": np.empty, "zeros": np.zeros, "dtype": value_dtype, "address": data_address,
         "kernel": kernel, "threads": threads, "fail": fail, "limit": memory_limit,
+        "split": split,
         **{f"sound{k}": _Sound(sound) for k, kind in enumerate(kinds) if kind == COMPRESSED}}
     exec(compile("\n".join(lines), "<tensoralg replay>", "exec"), namespace)  # noqa: S102
     return namespace["replay"]

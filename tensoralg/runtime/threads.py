@@ -24,6 +24,10 @@ MIN_WORK_PER_THREAD = 400_000
 # 300-650 µs split in two, so the native pool keeps the same threshold and only makes the
 # split calls cheaper (SpMM with 32 columns over 4e5 entries: 2.7 ms, 3.0 through Python).
 MIN_WORK_PER_THREAD_NATIVE = 400_000
+# Ranges per thread on the native pool: its threads claim ranges one at a time, so a thread
+# that the OS deschedules (a busy machine) holds up only a small range while the others take
+# the rest, instead of half the call.
+NATIVE_RANGES_PER_THREAD = 4
 # A range of a few outer iterations is not worth a thread either, whatever the work estimate
 # says (the estimate counts a dense operand whole, e.g. a table that a 1-row bag touches once).
 MIN_ROWS_PER_THREAD = 8
