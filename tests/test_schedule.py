@@ -84,7 +84,7 @@ SPMV = "y(i) = A(i,j) * x(j)"
     ({"A": "ds"}, "parallelize(i, reduction=atomics)", ta.UnsupportedError,
      r"atomic reductions are for GPU kernels.*partials"),
     ({"A": "ds"}, "parallelize(i, unit=gpu-blocks)", ta.UnsupportedError,
-     r"GPU units need the CUDA backend"),
+     r"GPU units run with backend=.cuda."),
     ({"A": "ds"}, "split(j, 4)", ta.CompileError, r"split\(j\): no counted loop runs that index"),
     ({"A": "ds"}, "split(i, 4); parallelize(i1)", ta.UnsupportedError,
      r"only the outer loop of a split \(i0\)"),

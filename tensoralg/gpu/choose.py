@@ -22,6 +22,8 @@ import numpy as np
 
 from tensoralg.codegen.cuda import CudaProgram, check_mapping
 from tensoralg.codegen.cuda_plan import (
+    ATOMIC,
+    BLOCK_REDUCE,
     GRID_STRIDE,
     NONZERO_SPLIT,
     THREAD_PER_ROW,
@@ -29,6 +31,8 @@ from tensoralg.codegen.cuda_plan import (
     RowsPlan,
     Split,
 )
+from tensoralg.errors import CompileError, UnsupportedError
+from tensoralg.schedule import Parallelize, Reduction, Unit
 from tensoralg.gpu.evaluate import Unevaluable, evaluate
 
 SKEWED_LONGEST = 1024      # a row at least this long ...
@@ -58,6 +62,47 @@ class RowStats:
     def __str__(self) -> str:
         return (f"{self.rows} rows, {self.nonzeros} nonzeros, {self.mean:.1f} a row on "
                 f"average, {self.longest} the longest")
+
+
+# What each GPU unit of ``parallelize`` asks for, in order of preference: the first mapping
+# the kernel allows is taken.
+UNIT_MAPPINGS = {
+    Unit.GPU_BLOCKS: (NONZERO_SPLIT, BLOCK_REDUCE),
+    Unit.GPU_WARPS: (WARP_PER_ROW,),
+    Unit.GPU_THREADS: (THREAD_PER_ROW, GRID_STRIDE),
+}
+
+
+def scheduled_mapping(command: Parallelize, program: CudaProgram, outer: str | None) -> str:
+    """The mapping ``parallelize(index, unit=gpu-..., reduction=...)`` asks of ``program``,
+    whose grid takes the loop over ``outer``.
+
+    Blocks take equal shares of the nonzeros (``nonzero-split``) or, for a sum to a scalar,
+    one block reduction; warps share a row among their lanes; threads take a row or an element
+    each. A kernel whose iterations add into shared output elements runs only with
+    ``reduction=atomics`` (``atomic``); stating atomics elsewhere is refused, as is a unit
+    the kernel has no mapping for.
+    """
+    if outer is not None and command.index != outer:
+        raise UnsupportedError(f"{command}: the GPU grid takes the outermost loop of "
+                               f"{program.name}, over {outer}; parallelize({outer}, ...)")
+    scattering = ATOMIC in program.mappings
+    if scattering and command.reduction is not Reduction.ATOMICS:
+        raise CompileError(f"{command}: iterations of {command.index} add into the same "
+                           f"output elements of {program.name}; state how they combine: "
+                           f"reduction=atomics")
+    if command.reduction is Reduction.ATOMICS:
+        if not scattering:
+            raise UnsupportedError(f"{command}: {program.name} has no atomic mapping (its "
+                                   f"iterations own their output elements); drop "
+                                   f"reduction=atomics")
+        return ATOMIC
+    for mapping in UNIT_MAPPINGS[command.unit]:
+        if mapping in program.mappings:
+            return mapping
+    raise UnsupportedError(f"{command}: {program.name} runs as "
+                           f"{', '.join(program.mappings) or 'one thread'}, none of them "
+                           f"{command.unit.value} ({', '.join(UNIT_MAPPINGS[command.unit])})")
 
 
 def row_stats(pos: np.ndarray) -> RowStats:

@@ -30,7 +30,14 @@ from tensoralg.codegen.cuda_assembly import TwoPhase
 from tensoralg.codegen.cuda_plan import GRID_STRIDE, NONZERO_SPLIT, SERIAL, Elements
 from tensoralg.errors import InputError, KernelRuntimeError, UnsupportedError
 from tensoralg.formats import LevelArrays, Tensor
-from tensoralg.gpu.choose import Choice, RowStats, choose_rows, choose_sparse_rows, row_stats
+from tensoralg.gpu.choose import (
+    Choice,
+    RowStats,
+    choose_rows,
+    choose_sparse_rows,
+    row_stats,
+    scheduled_mapping,
+)
 from tensoralg.gpu.context import GpuContext, GpuKernel, gpu_context
 from tensoralg.gpu.evaluate import Unevaluable, environment, evaluate
 from tensoralg.gpu.memory import (
@@ -82,6 +89,9 @@ def launch(context: GpuContext, compiled: Any, operands: Mapping[str, Any],
            ) -> tuple[DeviceArray | DeviceTensor, Choice]:
     """The launches of one call; the device result and the mapping chosen."""
     kernel = context.kernel(compiled)
+    asked = getattr(compiled.plan, "gpu", None)
+    if mapping is None and asked is not None:      # parallelize(..., unit=gpu-...)
+        mapping = scheduled_mapping(asked, kernel.program, _grid_index(compiled))
     if mapping == SERIAL and kernel.program.kind != "single":
         raise UnsupportedError(f"{kernel.statement}: the serial mapping is printed for reading "
                                f"(source('cuda')); the runtime runs a mapped kernel")
@@ -99,6 +109,16 @@ def launch(context: GpuContext, compiled: Any, operands: Mapping[str, Any],
     choice = call.dense(mapping, buffer.size)
     call.finish()
     return buffer.reshape(shape), choice
+
+
+def _grid_index(compiled: Any) -> str | None:
+    """The index of the loop a kernel's grid takes: the thread-range loop, or else the
+    outermost loop of its last nest (None: no loop)."""
+    if compiled.arguments.range_index is not None:
+        return compiled.arguments.range_index
+    nests = compiled.program.nests
+    order = nests[-1].loop_order if nests else ()
+    return order[0] if order else None
 
 
 def _device_operands(context: GpuContext, compiled: Any, operands: Mapping[str, Any],

@@ -66,6 +66,7 @@ class LoopPlan:
     vectorize: dict[str, int] = field(default_factory=dict)
     position_split: PositionSplit | None = None
     precomputes: tuple[Precompute, ...] = ()          # carried out by concretize, in order
+    gpu: Parallelize | None = None                    # a GPU unit: picks the CUDA mapping
 
     @property
     def parallel_index(self) -> str | None:
@@ -110,9 +111,11 @@ def loop_plan(schedule: Schedule | None, backend: str = "llvm") -> LoopPlan:
     fuses: dict[str, Fuse] = {}
     position_split: PositionSplit | None = None
     precomputes: list[Precompute] = []
-    parallel, serial = None, False
+    parallel, serial, gpu = None, False, None
     for command in schedule:
         match command:
+            case Parallelize() if command.unit is not Unit.CPU_THREADS:
+                gpu = _check_gpu_parallel(command, backend)
             case Fuse():
                 fuses[command.fused] = command
             case Pos():
@@ -148,7 +151,7 @@ def loop_plan(schedule: Schedule | None, backend: str = "llvm") -> LoopPlan:
         orders += ((position_split.outer, position_split.inner),)
         _check_position_commands(position_split, splits, parallel)
     return LoopPlan(orders, splits, parallel, serial, unroll, vectorize, position_split,
-                    tuple(precomputes))
+                    tuple(precomputes), gpu)
 
 
 WORKSPACE_FORMATS = ("dense",)     # the workspace formats lowering carries out
@@ -197,10 +200,23 @@ def _check_position_commands(split: PositionSplit, splits: dict[str, Split],
                            f"into a cut row's output; use reduction=partials")
 
 
+def _check_gpu_parallel(command: Parallelize, backend: str) -> Parallelize:
+    """A GPU unit is a request for the CUDA mapping of the kernel's outer loop (blocks: equal
+    shares of nonzeros, or a block reduction; warps: lanes of a warp share a row; threads: a
+    thread a row or element); the runtime checks it against the kernel (``gpu/choose.py``)."""
+    if backend != "cuda":
+        raise UnsupportedError(f"{command}: GPU units run with backend='cuda'; for CPU "
+                               f"threads use unit=cpu-threads")
+    if command.reduction is Reduction.PARTIALS:
+        raise UnsupportedError(f"{command}: per-thread partial outputs are a CPU strategy; on "
+                               f"the GPU use reduction=atomics (or none)")
+    if command.threads is not None:
+        raise UnsupportedError(f"{command}: threads= counts CPU threads; the runtime sizes "
+                               f"the GPU's grid")
+    return command
+
+
 def _check_parallel(command: Parallelize, splits: dict[str, Split], backend: str) -> None:
-    if command.unit is not Unit.CPU_THREADS:
-        raise UnsupportedError(f"{command}: GPU units need the CUDA backend, which prints "
-                               f"kernels but does not run them yet; use unit=cpu-threads")
     if command.reduction is Reduction.ATOMICS:
         raise UnsupportedError(f"{command}: atomic reductions are for GPU kernels; on the CPU "
                                f"use reduction=partials (each thread sums into its own output)")
@@ -264,7 +280,9 @@ def applied_schedule(program: Program, function: Function, plan: LoopPlan,
     for command in given:
         if isinstance(command, kept):
             schedule = schedule.then(command)
-    if plan.parallel is not None:
+    if plan.gpu is not None:              # what the GPU's grid takes (CUDA backend)
+        schedule = schedule.then(plan.gpu)
+    elif plan.parallel is not None:
         schedule = schedule.then(plan.parallel)
     elif range_index is not None:
         schedule = schedule.then(Parallelize(range_index))
