@@ -22,6 +22,7 @@ Run time decides what each call can do, and the plan (``print_ir``) records it:
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -126,6 +127,14 @@ TEMPLATES: dict[str, Callable[..., str]] = {
     "Min": lambda _, *args: variadic_template("Min", args),
 }
 CONTRACTIONS = ("MatMul", "Gemm")
+# Ops whose output is a bool in ONNX but whose template is a 0/1 float inside a statement: they
+# join a group only as the condition of a ``Where`` in it (see :func:`_joins`), so a program
+# never outputs one. ``where(isnan(x), 0, x)`` guards the softmax of exported attention.
+CONDITIONS: dict[str, Callable[..., str]] = {
+    "IsNaN": lambda _, a: f"ne({a}, {a})",
+}
+TEMPLATES.update(CONDITIONS)
+TEMPLATES["Where"] = lambda _, c, a, b: f"where({c}, {a}, {b})"
 
 
 @dataclass
@@ -168,6 +177,11 @@ def run_program(context: NodeContext, *arrays: np.ndarray, program: Program) -> 
     chain = [n for n in program.nodes if n is not program.head]
     head = program.head
     inline = None
+    flat = flattened_head(program, values)
+    if flat is not None:
+        # An N-D MatMul by a 2-D weight is one 2-D product over the leading dimensions.
+        values, shape = flat
+        return run_program_flat(context, program, values, dtype).reshape(shape)
     if head is not None:
         inline = inline_head(program, head, values, dtype)
         if inline is None:
@@ -213,6 +227,70 @@ def inline_head(program: Program, head: Node, values: dict[str, np.ndarray],
     return {"m": m, "n": n, "trans_a": trans_a, "trans_b": trans_b, "blas": blas,
             "csr_a": csr_a,
             "transposed": program.sparse is not None and not blas and m >= TRANSPOSE_MIN_ROWS}
+
+
+def run_program_flat(context: NodeContext, program: Program, values: dict[str, np.ndarray],
+                     dtype: np.dtype) -> np.ndarray:
+    """:func:`run_program` on the 2-D values of :func:`flattened_head` (the head inlines)."""
+    head = program.head
+    inline = inline_head(program, head, values, dtype)
+    assert inline is not None      # flattened_head checked that the epilogue is 2-D
+    if inline["blas"]:
+        a, b = values[head.inputs[0]], values[head.inputs[1]]
+        context.note(f"BLAS (dense {a.shape[0]}x{a.shape[1]}x{b.shape[1]}, leading "
+                     f"dimensions flattened) then:")
+        values = dict(values)
+        values[PRODUCT] = np.matmul(a, b)
+    chain = [n for n in program.nodes if n is not head]
+    return _run_statement(context, program, values, dtype, inline,
+                          program.output if chain else head.outputs[0])
+
+
+def flattened_head(program: Program, values: dict[str, np.ndarray]
+                   ) -> tuple[dict[str, np.ndarray], tuple[int, ...]] | None:
+    """The values of a program headed by ``MatMul(A, W)`` with an N-D ``A`` (N > 2) and a 2-D
+    ``W`` (a transformer's projections, ``(batch, tokens, hidden) @ (hidden, out)``) viewed as
+    one 2-D product: ``A`` as ``(rows, K)`` and every epilogue operand as ``(rows or 1,
+    n or 1)``; and the program's output shape. None when the program is not of that form or an
+    epilogue operand broadcasts over only some of the leading dimensions (it has no 2-D view).
+
+    >>> mm = Node("m", "MatMul", ("a", "w"), ("p",), {}, 13, None)
+    >>> add = Node("s", "Add", ("p", "r"), ("y",), {}, 14, None)
+    >>> program = Program((mm, add), ("a", "w", "r"), "y", mm)
+    >>> flat, shape = flattened_head(program, {"a": np.ones((2, 3, 4)), "w": np.ones((4, 5)),
+    ...                                        "r": np.ones((2, 3, 5))})
+    >>> flat["a"].shape, flat["r"].shape, shape
+    ((6, 4), (6, 5), (2, 3, 5))
+    """
+    head = program.head
+    if head is None or head.op_type != "MatMul" or program.sparse is not None or \
+            program.multi_hot or program.square_of:
+        return None
+    a, w = values.get(head.inputs[0]), values.get(head.inputs[1])
+    if a is None or w is None or a.ndim <= 2 or w.ndim != 2 or a.shape[-1] != w.shape[0]:
+        return None
+    lead, n = a.shape[:-1], w.shape[1]
+    full = (*lead, n)
+    rows = math.prod(lead)
+    flat = {name: value for name, value in values.items()}
+    flat[head.inputs[0]] = a.reshape(rows, a.shape[-1])
+    for name in program.externals:
+        if name in head.inputs[:2]:
+            continue
+        value = values[name]
+        if value.ndim > len(full):
+            return None
+        shape = (1,) * (len(full) - value.ndim) + value.shape
+        if any(d not in (1, f) for d, f in zip(shape, full)):
+            return None
+        if all(d == 1 for d in shape[:-1]):
+            height = 1
+        elif shape[:-1] == lead:
+            height = rows
+        else:
+            return None       # broadcast over some leading dimensions only
+        flat[name] = value.reshape(height, shape[-1])
+    return flat, full
 
 
 def program_weight(program: Program, values: dict[str, np.ndarray]) -> np.ndarray | None:
@@ -455,20 +533,34 @@ def fuse(graph: Graph, sparse_heads: dict[str, Any] | None = None) -> Graph:
         out = node.outputs[0]
         return out not in outputs and len(consumers.get(out, [])) == 1
 
+    def joins(node: Node) -> bool:
+        """Whether ``node`` may be in a group: a ``Where`` only with a condition computed in
+        the group (a bool input would make the program's inputs mixed)."""
+        if node.op_type != "Where":
+            return node.op_type in TEMPLATES and node.op_type not in CONDITIONS
+        source = producer.get(node.inputs[0])
+        return source is not None and source.op_type in CONDITIONS and \
+            source.name not in assigned and single_use(source)
+
     for root in reversed(graph.nodes):
-        if root.name in assigned or root.op_type not in TEMPLATES or len(root.outputs) != 1:
+        if root.name in assigned or len(root.outputs) != 1 or not joins(root):
             continue
         members = [root]
         head = None
         frontier = [root]
         while frontier and len(members) < MAX_GROUP:
             node = frontier.pop()
-            for name in node.inputs:
+            for position, name in enumerate(node.inputs):
                 source = producer.get(name)
                 if source is None or source.name in assigned or source in members or \
                         not single_use(source):
                     continue
-                if source.op_type in TEMPLATES and len(source.outputs) == 1:
+                condition = node.op_type == "Where" and position == 0
+                if source.op_type in CONDITIONS and not condition or \
+                        condition and source.op_type not in CONDITIONS:
+                    continue
+                if (source.op_type in CONDITIONS or joins(source)) and \
+                        len(source.outputs) == 1:
                     members.append(source)
                     frontier.append(source)
                 elif head is None and source.op_type in CONTRACTIONS and \

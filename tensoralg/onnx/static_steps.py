@@ -11,6 +11,7 @@ prebound.
 """
 from __future__ import annotations
 
+import math
 from types import SimpleNamespace
 from typing import Any, Callable, Mapping
 
@@ -27,6 +28,7 @@ from tensoralg.onnx.fusion import (
     MULTI_HOT_MIN_COLUMNS,
     PRODUCT,
     build_statement,
+    flattened_head,
     inline_head,
 )
 from tensoralg.onnx.loop_bag_steps import loop_bag_spec
@@ -41,6 +43,7 @@ from tensoralg.onnx.movement_steps import (
     split_spec,
     transpose_spec,
 )
+from tensoralg.onnx.ops.matmul import use_batched_blas
 from tensoralg.onnx.product_steps import (
     conv_spec,
     gemm_epilogue,
@@ -82,6 +85,10 @@ def spec_of(step: Step, recorded: Env, constants: Mapping[str, np.ndarray],
     return spec if spec is not None else _captured(step, recorded, constants)
 
 
+# Ops whose recorded kernel calls may be replayed as a chain (see :func:`_captured`).
+CHAIN_OPS = frozenset({"Fused", "LayerNormalization", "InstanceNormalization"})
+
+
 def _captured(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) -> Spec | None:
     """Any other node whose recorded run was one float kernel call on views of its inputs,
     returning the kernel's output itself: that call, prebound. For a fused program, a chain
@@ -98,9 +105,10 @@ def _captured(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) ->
     outputs = [n for n in node.outputs if n]
     if not calls or len(outputs) != 1:
         return None
-    if len(calls) > 1 and node.op_type != "Fused":
+    if len(calls) > 1 and node.op_type not in CHAIN_OPS:
         # Chains only where the code between the calls is known to look at shapes alone: a
-        # fused program's head, then its epilogue.
+        # fused program's head, then its epilogue; a normalisation's moments, then the
+        # normalised rows (ops/layernorm.py).
         return None
     out = recorded[outputs[0]]
     if not _same_memory(out, calls[-1][2]):
@@ -271,13 +279,16 @@ def _fused(step: Step, recorded: Env, constants: Mapping[str, np.ndarray],
     dtype = next(iter(dtypes))
     head = program.head
     chain = [n for n in program.nodes if n is not head]
+    flat = flattened_head(program, values)
+    if flat is not None:
+        values = flat[0]     # the N-D head as one 2-D product; buffers are reshaped views
     inline = None
     split = False
     multi = None
     if head is not None:
         inline = inline_head(program, head, values, dtype)
         if inline is None:
-            return None
+            return _batched_head(step, values, dtype)
         multi = multi_hot_input(program, inline, recorded, shared)
         if multi is not None:
             inline = dict(inline, csr_a=True, blas=False, transposed=False)
@@ -445,6 +456,65 @@ def _fused(step: Step, recorded: Env, constants: Mapping[str, np.ndarray],
             elif input_t:
                 spec.kind = "sparse kernel + kernel (transposed layout)"
         spec.relayout = relayout
+    return spec
+
+
+def _batched_head(step: Step, values: dict[str, np.ndarray], dtype: np.dtype) -> Spec | None:
+    """A fused program headed by a batched MatMul that runs in BLAS (attention's ``Q K^T``
+    before its mask is added): the product into a scratch buffer with ``out=``, then the
+    epilogue as one prebound kernel, the statement the node-by-node run compiles. None when
+    the head is not such a MatMul (a small one runs as a kernel and is captured)."""
+    program = step.node.attributes["program"]
+    head = program.head
+    if head.op_type != "MatMul" or not [n for n in program.nodes if n is not head]:
+        return None
+    a, b = values[head.inputs[0]], values[head.inputs[1]]
+    if a.ndim < 2 or b.ndim < 2 or a.shape[-1] != b.shape[-2]:
+        return None
+    try:
+        batch = tuple(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
+    except ValueError:
+        return None
+    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+    if not use_batched_blas(dtype, math.prod(batch), m * k * n):
+        return None
+    product_shape = (*batch, m, n)
+    values = dict(values)
+    values[head.outputs[0]] = np.empty(product_shape, dtype)
+    try:
+        statement, operands, formats, out_shape, _ = build_statement(
+            program, values, None, program.output)
+    except ta.TensorAlgebraError:
+        return None
+    if formats or any(kind != "view" for _, _, kind in operands.values()):
+        return None
+    kernel = step.context.kernels.get(statement, dtype, formats)
+    a_name, b_name = head.inputs[0], head.inputs[1]
+
+    def make(outs: list[np.ndarray], buffers: list[np.ndarray], ins: list[Getter]) -> Run:
+        by_name = {g.name: g for g in ins}
+        product = buffers[0]
+        arrays: dict[str, np.ndarray] = {}
+        dynamic: list[tuple[str, Getter, tuple[int, ...]]] = []
+        for letter, (name, shape, _) in operands.items():
+            if name == head.outputs[0]:
+                arrays[letter] = product.reshape(shape)
+            elif by_name[name].fixed is not None:
+                arrays[letter] = contiguous(by_name[name].fixed.reshape(shape))
+            else:
+                arrays[letter] = np.zeros(shape, dtype)     # replaced by rebind each run
+                dynamic.append((letter, by_name[name], tuple(shape)))
+        bound = kernel.bind(out=outs[0].reshape(out_shape), **arrays)
+        a_get, b_get = by_name[a_name], by_name[b_name]
+
+        def run(env: Env) -> None:
+            np.matmul(a_get(env), b_get(env), out=product)
+            _refresh_and_call(env, [], dynamic, bound)
+        return made_of(run, None)
+
+    spec = Spec(make, [(product_shape, dtype)], "BLAS + kernel")
+    spec.plan = (f"BLAS (dense {'x'.join(str(d) for d in product_shape[:-1])}x{k}x{n}) "
+                 f"into a scratch product, then {statement}")
     return spec
 
 
