@@ -37,6 +37,7 @@ from tensoralg.ir.nodes import (
     Node,
     Param,
     Ptr,
+    RangeBound,
     Scalar,
     Stmt,
     Store,
@@ -155,7 +156,7 @@ def _rebuild(fn: Function, output: _Output, params: list[Param], row_start: Expr
     phase = _clean(phase)
     needed = used_vars(phase.body)
     return Function(phase.name, tuple(p for p in phase.params
-                                      if p.var.name in needed or p.role.startswith("range")),
+                                      if p.var.name in needed or isinstance(p.role, RangeBound)),
                     phase.body, phase.notes)
 
 

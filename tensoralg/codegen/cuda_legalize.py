@@ -49,7 +49,7 @@ def sum_before_store(fn: Function) -> Function:
     """
     taken = {v.name for v in walk(fn) if isinstance(v, Var)}
     # Range loops stay outermost: they are the rows the grid maps.
-    ranges = {p.var.name for p in fn.params if p.role.startswith("range.end")}
+    ranges = {fn.thread_range[1].var.name} if fn.thread_range is not None else set()
 
     def change(node: Node) -> Node | None:
         if isinstance(node, For) and not (isinstance(node.stop, Var) and

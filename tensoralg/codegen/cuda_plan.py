@@ -201,10 +201,9 @@ def pointer_params(fn: Function) -> dict[str, Param]:
 
 
 def range_vars(fn: Function) -> tuple[str, str] | None:
-    """Names of the ``range.begin``/``range.end`` parameters, when ``fn`` has them."""
-    begin = next((p.var.name for p in fn.params if p.role.startswith("range.begin")), None)
-    end = next((p.var.name for p in fn.params if p.role.startswith("range.end")), None)
-    return (begin, end) if begin is not None and end is not None else None
+    """Names of the thread range's ``begin``/``end`` parameters, when ``fn`` has them."""
+    bounds = fn.thread_range
+    return (bounds[0].var.name, bounds[1].var.name) if bounds is not None else None
 
 
 def is_range_loop(stmt: Stmt, bounds: tuple[str, str] | None) -> bool:

@@ -267,8 +267,9 @@ class _Call:
         return found
 
     def rows(self) -> int:
-        role = next(p.role for p in self.kernel.function.params if p.role.startswith("range.end"))
-        return int(self.values[role])
+        bounds = self.kernel.function.thread_range
+        assert bounds is not None, "a rows kernel has a thread range"
+        return int(self.values[bounds[1].role])
 
     def finish(self) -> None:
         self.driver.synchronize()

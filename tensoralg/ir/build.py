@@ -39,6 +39,7 @@ from .nodes import (
     Load,
     Param,
     Ptr,
+    RangeBound,
     Scalar,
     Select,
     Stmt,
@@ -406,7 +407,16 @@ def free(v: Var) -> Free:
 
 
 def param(v: Var, role: str, output: bool = False) -> Param:
-    """One kernel argument, e.g. ``param(var("A_vals", Ptr(F64)), "A.vals")``."""
+    """One kernel argument, e.g. ``param(var("A_vals", Ptr(F64)), "A.vals")``; a role written
+    ``range.begin.i`` or ``range.end.i`` becomes the typed `RangeBound` lowering makes.
+
+    >>> type(param(var("lo", I64), "range.begin.i").role).__name__
+    'RangeBound'
+    """
+    parts = role.split(".") if isinstance(role, str) and not isinstance(role, RangeBound) \
+        else ()
+    if len(parts) == 3 and parts[0] == "range" and parts[1] in ("begin", "end"):
+        role = RangeBound(parts[1], parts[2])
     return Param(v, role, output)
 
 

@@ -347,13 +347,39 @@ Stmt = Union[Block, Declare, Assign, Store, For, While, If, Comment, Allocate, G
 # Functions
 
 
+class RangeBound(str):
+    """The role of a thread range's bound parameter: ``begin`` or ``end`` of the range of the
+    loop over ``index`` that a caller runs on one thread. It prints (and compares, and keys a
+    dict) as its text, ``range.begin.i``; every room reads ``which`` and ``index`` instead of
+    parsing that text.
+
+    >>> role = RangeBound("end", "i")
+    >>> role, role.which, role.index, role == "range.end.i"
+    ('range.end.i', 'end', 'i', True)
+    """
+
+    which: str
+    index: str
+
+    def __new__(cls, which: str, index: str) -> "RangeBound":
+        if which not in ("begin", "end"):
+            raise ValueError(f"a thread range is bounded by begin and end, not {which!r}")
+        role = super().__new__(cls, f"range.{which}.{index}")
+        role.which, role.index = which, index
+        return role
+
+    def __reduce__(self) -> tuple:
+        return (RangeBound, (self.which, self.index))
+
+
 @dataclass(frozen=True, slots=True)
 class Param:
     """One argument of a kernel, as the ABI that ``runtime/`` packs.
 
     ``role`` says what the argument is, for the runtime and for readers: for example
     ``"A.1.pos"`` (tensor A, storage level 1, its pos array), ``"A.vals"``, ``"A.dim.0"``
-    (size of mode 0), ``"out.1.crd"``. ``output`` marks buffers the kernel writes.
+    (size of mode 0), ``"out.1.crd"``, or a `RangeBound`. ``output`` marks buffers the kernel
+    writes.
     """
 
     var: Var
@@ -372,6 +398,12 @@ class Function:
     params: tuple[Param, ...]
     body: Block
     notes: tuple[str, ...] = ()
+
+    @property
+    def thread_range(self) -> tuple[Param, Param] | None:
+        """The ``begin`` and ``end`` parameters of the kernel's thread range, if it has one."""
+        found = {p.role.which: p for p in self.params if isinstance(p.role, RangeBound)}
+        return (found["begin"], found["end"]) if len(found) == 2 else None
 
 
 Node = Union[Expr, Stmt, Function, Param]

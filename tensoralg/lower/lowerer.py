@@ -35,6 +35,7 @@ from tensoralg.ir.nodes import (
     Function,
     Param,
     Ptr,
+    RangeBound,
     Scalar,
     Stmt,
     Store,
@@ -351,8 +352,8 @@ class Lowerer:
                 why_not_parallel(self.program, index, self.plan.partials) is None:
             if self.parallel_index is None:
                 self.parallel_index = index
-                self.range = (self._param("range_begin", I64, f"range.begin.{index}"),
-                              self._param("range_end", I64, f"range.end.{index}"))
+                self.range = (self._param("range_begin", I64, RangeBound("begin", index)),
+                              self._param("range_end", I64, RangeBound("end", index)))
             start, stop = self.range
             self.split_loops += 1
         cases = self.case_chain(lattice.points, body, coordinate, iterators)
@@ -383,8 +384,8 @@ class Lowerer:
         stmts: list[Stmt] = []
         if self.plan.parallel_index == split.position:
             self.parallel_index = split.position
-            self.range = (self._param("range_begin", I64, f"range.begin.{split.position}"),
-                          self._param("range_end", I64, f"range.end.{split.position}"))
+            self.range = (self._param("range_begin", I64, RangeBound("begin", split.position)),
+                          self._param("range_end", I64, RangeBound("end", split.position)))
             begin, end = self.range
             self.split_loops += 1
         else:                   # one range: every stored position

@@ -20,7 +20,7 @@ import numpy as np
 
 from tensoralg.errors import CompileError
 from tensoralg.formats.tensor import Tensor
-from tensoralg.ir.nodes import Param, Ptr
+from tensoralg.ir.nodes import Param, Ptr, RangeBound
 
 
 class _Addresses:
@@ -99,14 +99,15 @@ class ArgumentPlan:
         steps = []
         range_index = None
         for param in params:
+            if isinstance(param.role, RangeBound):
+                steps.append((RANGE, param.role.which, 0))
+                range_index = param.role.index
+                continue
             parts = param.role.split(".")
             if parts[0] == "index":
                 steps.append((SIZE, parts[1], 0))
             elif parts[0] == "capacity":
                 steps.append((CAPACITY, "", 0))
-            elif parts[0] == "range":
-                steps.append((RANGE, parts[1], 0))
-                range_index = parts[2]
             elif parts[0] == output_name and param.output:
                 if parts[1:] == ["sizes"]:
                     steps.append((OUT_SIZES, "", 0))

@@ -143,8 +143,8 @@ def overwrites_output(function: Function, dims: Sequence[str]) -> bool:
     outputs = [p.var for p in function.params if p.output]
     sizes = {p.var.name: p.role.split(".", 1)[1] for p in function.params
              if p.role.startswith("index.")}
-    ranged = next((p.role.split(".")[2] for p in function.params
-                   if p.role.startswith("range.begin.")), None)
+    bounds = function.thread_range
+    ranged = bounds[0].role.index if bounds is not None else None
     if len(outputs) != 1:
         return False
     found: list[tuple[Store, frozenset[str], bool]] = []
@@ -153,8 +153,7 @@ def overwrites_output(function: Function, dims: Sequence[str]) -> bool:
         if isinstance(loop.start, Const) and loop.start.value == 0 and \
                 isinstance(loop.stop, Var):
             return sizes.get(loop.stop.name)
-        if isinstance(loop.start, Var) and loop.start.name == "range_begin" and \
-                isinstance(loop.stop, Var) and loop.stop.name == "range_end":
+        if bounds is not None and loop.start == bounds[0].var and loop.stop == bounds[1].var:
             return ranged
         return None
 

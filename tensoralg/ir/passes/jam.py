@@ -58,10 +58,10 @@ def jam_rows(fn: n.Function, rows: int = JAM) -> n.Function:
     >>> jam_rows(f) is f
     True
     """
-    begin = next((p.var for p in fn.params if p.role.startswith("range.begin.")), None)
-    end = next((p.var for p in fn.params if p.role.startswith("range.end.")), None)
-    if begin is None or end is None or rows <= 1:
+    bounds = fn.thread_range
+    if bounds is None or rows <= 1:
         return fn
+    begin, end = bounds[0].var, bounds[1].var
     params = {p.var.name for p in fn.params}
     outputs = {p.var.name for p in fn.params if p.output}
     taken = used_vars(fn)
