@@ -37,11 +37,12 @@ one module per convolution, cached on disk under a key that includes the weight 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from llvmlite import ir
 
-from tensoralg.codegen.llvm_helpers import counted_loop, declare, entry_alloca
+from tensoralg.codegen.llvm_helpers import counted_loop, declare, entry_alloca, if_else
 
 I1, I32, I64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
 POINTER = ir.PointerType()
@@ -332,6 +333,109 @@ class _Short(ir.Constant):
         return self.text
 
 
+CHANNELS_LAST_ENTRY = "tensoralg_channels_last"
+
+
+def channels_last_module(dtype: np.dtype, lanes: int) -> ir.Module:
+    """The module exporting ``int32 tensoralg_channels_last(X, OUT, begin, end, C, H, W,
+    out_image, out_row, out_first)``: input rows ``[begin, end)`` of the flattened ``(n, h)``
+    range of ``X`` (N, C, H, W) into the channels-last ``OUT``, element ``(n, c, h, w)`` going
+    to ``n * out_image + h * out_row + w * C + c + out_first`` (a zero-bordered NHWC buffer:
+    ``out_first`` skips the top and left border). The border is not written. Returns 0.
+
+    The GEMM convolution (``runtime/gemm.py``) reads its input channels-last. Copied one
+    element at a time, with a store every ``C`` elements, the copy took a fifth of a
+    3x3 convolution's time at 56 x 56 x 64; here each output vector of ``lanes`` channels is
+    one masked gather down the channel planes (the ``lanes`` planes' cache lines are read
+    along ``w`` while they stay in L1) and one contiguous store.
+
+    >>> "tensoralg_channels_last" in str(channels_last_module(np.dtype(np.float32), 16))
+    True
+    """
+    dtype = np.dtype(dtype)
+    scalar = ir.FloatType() if dtype == np.float32 else ir.DoubleType()
+    vector, mask_type = ir.VectorType(scalar, lanes), ir.VectorType(I1, lanes)
+    index_vector, pointers = ir.VectorType(I64, lanes), ir.VectorType(POINTER, lanes)
+    name = "v{}f{}".format(lanes, scalar.intrinsic_name[1:])
+    module = ir.Module(name=f"channels_last_{dtype.name}")
+    gather = declare(module, f"llvm.masked.gather.{name}.v{lanes}p0", vector,
+                     (pointers, I32, mask_type, vector))
+    store = declare(module, f"llvm.masked.store.{name}.p0", ir.VoidType(),
+                    (vector, POINTER, I32, mask_type))
+    fn = ir.Function(module, ir.FunctionType(I32, (POINTER, POINTER, *[I64] * 8)),
+                     name=CHANNELS_LAST_ENTRY)
+    x, out, begin, end, channels, height, width, out_image, out_row, out_first = fn.args
+    x.add_attribute("noalias")
+    out.add_attribute("noalias")
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    align = ir.Constant(I32, dtype.itemsize)
+    zero = _Short(vector, 0.0, "zeroinitializer")
+
+    def at(pointer: ir.Value, offset: ir.Value) -> ir.Value:
+        return b.gep(pointer, [offset], source_etype=scalar)
+
+    def splat(value: ir.Value, typ: ir.VectorType) -> ir.Value:
+        undefined = _Short(typ, ir.Undefined, "undef")
+        lane0 = b.insert_element(undefined, value, ir.Constant(I32, 0))
+        return b.shuffle_vector(lane0, undefined,
+                                _Short(ir.VectorType(I32, lanes), 0, "zeroinitializer"))
+
+    plane = b.mul(height, width)
+    iota = ir.Constant(index_vector, list(range(lanes)))
+    row, block, col = (entry_alloca(b, I64, name) for name in ("row", "block", "col"))
+    wide = b.icmp_signed(">=", channels, ir.Constant(I64, lanes))
+
+    def rows(body: Any) -> None:
+        with counted_loop(b, row, begin, lambda: end, "row"):
+            q = b.load(row, typ=I64)
+            image = b.sdiv(q, height)
+            h = b.sub(q, b.mul(image, height))
+            body(at(x, b.add(b.mul(image, b.mul(channels, plane)), b.mul(h, width))),
+                 at(out, b.add(b.add(b.mul(image, out_image), b.mul(h, out_row)), out_first)))
+
+    def wide_row(source: ir.Value, target: ir.Value) -> None:
+        # A vector is `lanes` channels of one column: lane l reads channel plane c0 + l.
+        strides = b.mul(iota, splat(plane, index_vector))
+        blocks = b.sdiv(b.add(channels, ir.Constant(I64, lanes - 1)), ir.Constant(I64, lanes))
+        with counted_loop(b, block, ir.Constant(I64, 0), lambda: blocks, "block"):
+            c0 = b.mul(b.load(block, typ=I64), ir.Constant(I64, lanes))
+            mask = b.icmp_signed("<", iota, splat(b.sub(channels, c0), index_vector))
+            first = at(source, b.mul(c0, plane))
+            with counted_loop(b, col, ir.Constant(I64, 0), lambda: width, "col"):
+                w = b.load(col, typ=I64)
+                value = b.call(gather, [lanes_at(at(first, w), strides), align, mask, zero])
+                b.call(store, [value, at(target, b.add(b.mul(w, channels), c0)), align, mask])
+
+    def narrow_row(source: ir.Value, target: ir.Value) -> None:
+        # Fewer channels than lanes (an RGB image): a vector is `lanes // C` whole columns,
+        # lane l reading channel l % C of column l / C, so stores stay full-width.
+        per = b.sdiv(ir.Constant(I64, lanes), channels)
+        column = b.sdiv(iota, splat(channels, index_vector))
+        channel = b.sub(iota, b.mul(column, splat(channels, index_vector)))
+        offsets = b.add(b.mul(channel, splat(plane, index_vector)), column)
+        used = b.icmp_signed("<", iota, splat(b.mul(per, channels), index_vector))
+        steps = b.sdiv(b.add(width, b.sub(per, ir.Constant(I64, 1))), per)
+        with counted_loop(b, col, ir.Constant(I64, 0), lambda: steps, "col"):
+            w0 = b.mul(b.load(col, typ=I64), per)
+            mask = b.and_(used, b.icmp_signed("<", column,
+                                              splat(b.sub(width, w0), index_vector)))
+            value = b.call(gather, [lanes_at(at(source, w0), offsets), align, mask, zero])
+            b.call(store, [value, at(target, b.mul(w0, channels)), align, mask])
+
+    def lanes_at(base: ir.Value, offsets: ir.Value) -> ir.Value:
+        where = b.gep(base, [offsets], source_etype=scalar)
+        where.type = pointers      # a vector GEP (llvmlite types it as one pointer)
+        return where
+
+    with if_else(b, wide, "wide") as (then, otherwise):
+        with then():
+            rows(wide_row)
+        with otherwise():
+            rows(narrow_row)
+    b.ret(ir.Constant(I32, 0))
+    return module
+
+
 def offset_of_first(g: ConvGeometry) -> int:
     """In the contiguous mode, the input offset of output position 0 relative to the output
     position: ``-pt * W - pl`` (the kernel's first cell, before the tap's own shift)."""
@@ -344,5 +448,5 @@ def _may_leave(out: int, stride: int, shift: int, pad: int, size: int) -> bool:
     return shift - pad < 0 or (out - 1) * stride + shift - pad >= size
 
 
-__all__ = ["ConvGeometry", "conv_module", "addressing", "blocks_of", "unrolled_fmas",
-           "MAX_UNROLLED", "MAX_UNROLLED_DENSE", "ENTRY"]
+__all__ = ["ConvGeometry", "conv_module", "channels_last_module", "addressing", "blocks_of",
+           "unrolled_fmas", "MAX_UNROLLED", "MAX_UNROLLED_DENSE", "ENTRY", "CHANNELS_LAST_ENTRY"]

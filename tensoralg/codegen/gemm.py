@@ -21,8 +21,12 @@ The statement compiler's register tiles (``ir/passes/tile.py``) reach 10-15 GFMA
 product (``kernel_micro.py``); this hand-scheduled kernel 50-83 (the machine's peak is about
 90). It is a separate emitter, not an IR pass, because its shape (a register tile of a 2-D
 output updated by an outer product per step) is the one LLVM never derives from scalar loops.
-K may run in sub-blocks that lie apart in A, and the product may repeat over planes: that is
-how ``runtime/gemm.py`` computes a 2-D convolution without a patch matrix.
+K may run in sub-blocks that lie apart in A, and the rows of A and C may lie on planes with
+their own strides, a register tile taking its rows from a table of row addresses: that is how
+``runtime/gemm.py`` computes a 2-D convolution without a patch matrix, a tile running across
+output rows and images (with 7 x 7 outputs, 6-row tiles that stopped at each output row left a
+1-row tile in every row, and the whole weight was streamed once per output row: 25 against 50
+GFMA/s for ResNet-18's last 3x3 layers).
 
 Edges are exact and in bounds: the last panel's columns are masked (masked loads and stores
 touch no memory outside the mask), the last row block runs a micro-kernel with fewer rows, and
@@ -94,16 +98,17 @@ def pack_weight(weight: np.ndarray, shape: GemmShape) -> np.ndarray:
 
 def gemm_module(shape: GemmShape) -> ir.Module:
     """The module exporting ``int32 tensoralg_gemm(A, lda, Wp, K, N, C, ldc, bias, flags,
-    row_begin, row_end, kc, a_kblock, n_outer, a_outer, c_outer, n_inner, a_inner,
-    c_inner)``: rows ``[row_begin, row_end)`` of ``C`` (leading dimension ``ldc``) from ``A``
-    (leading dimension ``lda``) and the packed weight ``Wp``; ``bias`` (N values) is added when
-    ``flags & 1`` and ReLU applied when ``flags & 2``. Returns 0.
+    row_begin, row_end, run, a_run, plane_rows, n_inner, a_inner, c_inner, a_outer,
+    c_outer)``: rows ``[row_begin, row_end)`` of ``C`` from ``A`` and the packed weight ``Wp``;
+    ``bias`` (N values) is added when ``flags & 1`` and ReLU applied when ``flags & 2``.
+    Returns 0.
 
-    K runs in sub-blocks of ``kc`` values, sub-block ``s`` of a row of A starting
-    ``s * a_kblock`` elements into it (``a_kblock = kc`` for a plain GEMM; a convolution's
-    kernel rows lie an image row apart). The whole product is repeated over
-    ``n_outer x n_inner`` planes, A and C advancing by the given strides (one plane for a
-    plain GEMM; a convolution's images and output rows).
+    K is made of runs of ``run`` values, run ``s`` of a row of A starting ``s * a_run``
+    elements into it (``a_run = run = kc`` for a plain GEMM; a convolution's kernel rows lie
+    an image row apart). Rows are numbered across planes of ``plane_rows`` rows: row ``i``
+    lies at ``(i % plane_rows) * lda + q * a_inner + o * a_outer`` in A, and likewise with
+    ``ldc, c_inner, c_outer`` in C, where ``i / plane_rows = o * n_inner + q`` (one plane
+    for a plain GEMM; a convolution's output rows within its images).
 
     >>> "tensoralg_gemm" in str(gemm_module(GemmShape.for_host(np.float64, avx512=False)))
     True
@@ -125,11 +130,13 @@ def _splat(builder: ir.IRBuilder, value: ir.Value, vector: ir.VectorType) -> ir.
 
 def _micro_kernel(module: ir.Module, shape: GemmShape, scalar: ir.Type, rows: int,
                   vectors: int) -> ir.Function:
-    """``micro(A, lda, Wk, C, ldc, kc, nsub, a_sub, ncols, bias, mode)``: a
-    ``rows x (vectors * lanes)`` tile of ``C`` over ``nsub`` runs of ``kc`` steps, run ``s``
-    reading A from ``s * a_sub`` elements on (fewer vectors for a narrow last panel). ``mode``:
-    1 adds the tile already in ``C`` (a later K block), 2 applies the epilogue (the last K
-    block), with the flags in bits 2 and up."""
+    """``micro(A_rows, Wk, C_rows, kc, nsub, a_sub, ncols, bias, mode)``: a
+    ``rows x (vectors * lanes)`` tile of ``C`` over ``nsub`` runs of ``kc`` steps. Row ``r``
+    of the tile reads A from the pointer ``A_rows[r]`` (run ``s`` from ``s * a_sub`` elements
+    on) and writes C at ``C_rows[r]``: the rows of a tile need not be evenly spaced (a
+    convolution's tile may span two output rows or two images). Fewer vectors for a narrow
+    last panel. ``mode``: 1 adds the tile already in ``C`` (a later K block), 2 applies the
+    epilogue (the last K block), with the flags in bits 2 and up."""
     lanes = shape.lanes
     vector = ir.VectorType(scalar, lanes)
     mask_type = ir.VectorType(I1, lanes)
@@ -140,11 +147,11 @@ def _micro_kernel(module: ir.Module, shape: GemmShape, scalar: ir.Type, rows: in
     store = declare(module, f"llvm.masked.store.{name}.p0", ir.VoidType(),
                     (vector, POINTER, I32, mask_type))
     fn = ir.Function(module, ir.FunctionType(ir.VoidType(), (
-        POINTER, I64, POINTER, POINTER, I64, I64, I64, I64, I64, POINTER, I32)),
+        POINTER, POINTER, POINTER, I64, I64, I64, I64, POINTER, I32)),
         name=f"micro{rows}x{vectors}")
     fn.linkage = "internal"
-    a, lda, w, c, ldc, kc, nsub, a_sub, ncols, bias, mode = fn.args
-    for pointer in (a, w, c, bias):
+    a_rows, w, c_rows, kc, nsub, a_sub, ncols, bias, mode = fn.args
+    for pointer in (a_rows, w, c_rows, bias):
         pointer.add_attribute("noalias")
     builder = ir.IRBuilder(fn.append_basic_block("entry"))
     zero = ir.Constant(vector, [0.0] * lanes)
@@ -156,6 +163,12 @@ def _micro_kernel(module: ir.Module, shape: GemmShape, scalar: ir.Type, rows: in
     def const(value: int) -> ir.Constant:
         return ir.Constant(I64, value)
 
+    def row_pointer(table: ir.Value, r: int) -> ir.Value:
+        return builder.load(builder.gep(table, [const(r)], inbounds=True,
+                                        source_etype=POINTER), typ=POINTER)
+
+    a_starts = [row_pointer(a_rows, r) for r in range(rows)]
+    c_starts = [row_pointer(c_rows, r) for r in range(rows)]
     tile = [[entry_alloca(builder, vector, f"c{r}_{v}") for v in range(vectors)]
             for r in range(rows)]
     for row in tile:
@@ -164,16 +177,15 @@ def _micro_kernel(module: ir.Module, shape: GemmShape, scalar: ir.Type, rows: in
     step, sub = entry_alloca(builder, I64, "k"), entry_alloca(builder, I64, "sub")
     with counted_loop(builder, sub, const(0), lambda: nsub, "sub"):
         run = builder.load(sub, typ=I64)
-        a_run = at(a, builder.mul(run, a_sub))
+        a_run = [at(start, builder.mul(run, a_sub)) for start in a_starts]
         w_run = at(w, builder.mul(builder.mul(run, kc), const(shape.nr)))
-        _steps(builder, shape, scalar, vector, fma, tile, rows, vectors, step, kc, a_run, lda,
+        _steps(builder, shape, scalar, vector, fma, tile, rows, vectors, step, kc, a_run,
                w_run)
     lane_index = ir.Constant(ir.VectorType(I64, lanes), list(range(lanes)))
 
     masks = [builder.icmp_signed("<", lane_index, _splat(builder, builder.sub(
         ncols, const(lanes * v)), ir.VectorType(I64, lanes))) for v in range(vectors)]
-    rows_out = [[builder.gep(c, [builder.add(builder.mul(const(r), ldc), const(lanes * v))],
-                             inbounds=True, source_etype=scalar) for v in range(vectors)]
+    rows_out = [[at(c_starts[r], const(lanes * v)) for v in range(vectors)]
                 for r in range(rows)]
 
     def flag(bit: int) -> ir.Value:
@@ -209,8 +221,9 @@ def _micro_kernel(module: ir.Module, shape: GemmShape, scalar: ir.Type, rows: in
 
 def _steps(builder: ir.IRBuilder, shape: GemmShape, scalar: ir.Type, vector: ir.Type,
            fma: ir.Function, tile: list, rows: int, vectors: int, step: ir.Value,
-           kc: ir.Value, a: ir.Value, lda: ir.Value, w: ir.Value) -> None:
-    """``kc`` steps of the outer-product update of ``tile`` (the micro-kernel's inner loop)."""
+           kc: ir.Value, a: list[ir.Value], w: ir.Value) -> None:
+    """``kc`` steps of the outer-product update of ``tile`` (the micro-kernel's inner loop),
+    row ``r`` of A read from ``a[r]``."""
     def at(pointer: ir.Value, offset: ir.Value) -> ir.Value:
         return builder.gep(pointer, [offset], inbounds=True, source_etype=scalar)
 
@@ -221,8 +234,7 @@ def _steps(builder: ir.IRBuilder, shape: GemmShape, scalar: ir.Type, vector: ir.
         w_vectors = [builder.load(at(w_row, ir.Constant(I64, lanes * v)), typ=vector,
                                   align=shape.dtype.itemsize) for v in range(vectors)]
         for r in range(rows):
-            a_value = builder.load(at(a, builder.add(builder.mul(ir.Constant(I64, r), lda), k)),
-                                   typ=scalar)
+            a_value = builder.load(at(a[r], k), typ=scalar)
             broadcast = _splat(builder, a_value, vector)
             for v in range(vectors):
                 acc = builder.load(tile[r][v], typ=vector)
@@ -244,8 +256,8 @@ def _driver(module: ir.Module, shape: GemmShape, micro: dict[tuple[int, int], ir
     fn = ir.Function(module, ir.FunctionType(I32, (
         POINTER, I64, POINTER, I64, I64, POINTER, I64, POINTER, I32, I64, I64,
         I64, I64, I64, I64, I64, I64, I64, I64)), name=ENTRY)
-    (a, lda, w, k_size, n_size, c, ldc, bias, flags, begin, end, kc_size, a_kblock,
-     n_outer, a_outer, c_outer, n_inner, a_inner, c_inner) = fn.args
+    (a, lda, w, k_size, n_size, c, ldc, bias, flags, begin, end, run_size, a_run,
+     plane_rows, n_inner, a_inner, c_inner, a_outer, c_outer) = fn.args
     builder = ir.IRBuilder(fn.append_basic_block("entry"))
     scalar = ir.FloatType() if shape.dtype == np.float32 else ir.DoubleType()
 
@@ -255,38 +267,41 @@ def _driver(module: ir.Module, shape: GemmShape, micro: dict[tuple[int, int], ir
     def at(pointer: ir.Value, offset: ir.Value) -> ir.Value:
         return builder.gep(pointer, [offset], inbounds=True, source_etype=scalar)
 
+    def smaller(x: ir.Value, y: ir.Value) -> ir.Value:
+        return builder.select(builder.icmp_signed("<", x, y), x, y)
+
     panels = _ceil_div(builder, n_size, shape.nr)
-    # K runs in sub-blocks of kc_size (a convolution's kernel rows); as many as fit the L1
-    # block go to the micro-kernel at once, so its tile stays in registers across them.
-    total_sub = _ceil_div(builder, k_size, kc_size)
-    per_block = _at_least_one(builder, builder.sdiv(const(shape.kc), kc_size))
+    # K is made of runs of run_size values, a_run elements apart in A (a convolution's kernel
+    # rows; a plain GEMM's K in blocks of kc). A K block is either as many whole runs as fit
+    # the L1 block, so that the tile stays in registers across them, or, for runs longer than
+    # that, a piece of one run: a KC x NR block of the weight stays in L1 while every row
+    # block streams past it. Runs may fill a K block half again past kc: a second K block
+    # makes one more pass over C, which costs more than a weight block a little over its L1
+    # share (a 7x7 convolution of 3 channels, K = 147: 59 against 70 GFMA/s at batch 8). The
+    # runs are shared out evenly over the blocks they need, so that none is a short remainder.
+    limit = shape.kc + shape.kc // 2
+    total_runs = _ceil_div(builder, k_size, run_size)
+    most = _at_least_one(builder, builder.sdiv(const(limit), run_size))
+    per_block = _at_least_one(builder, _ceil_div(builder, total_runs, _at_least_one(
+        builder, _ceil_div(builder, total_runs, most))))
+    # A run longer than that is cut into near-equal pieces of about kc (counted again from
+    # their size, so that none is empty).
+    pieces = builder.select(builder.icmp_signed(">", run_size, const(limit)),
+                            _ceil_div(builder, run_size, shape.kc), const(1))
+    piece_size = _ceil_div(builder, run_size, pieces)
+    pieces = _ceil_div(builder, run_size, piece_size)
     # K = 0 still runs one (empty) K block, so that the epilogue writes act(bias).
-    k_blocks = _at_least_one(builder, _ceil_div(builder, total_sub, per_block))
+    k_blocks = _at_least_one(builder, builder.mul(_ceil_div(builder, total_runs, per_block),
+                                                  pieces))
     epilogue = builder.shl(flags, ir.Constant(I32, 2))
-    p, kb, rb, outer, inner = (entry_alloca(builder, I64, name) for name in
-                               ("panel", "kblock", "rowblock", "outer", "inner"))
-    # Planes: the same product on n_outer x n_inner blocks of A and C (a convolution's
-    # images and output rows); a plain GEMM is one plane.
-    with counted_loop(builder, outer, const(0), lambda: n_outer, "outer"), \
-            counted_loop(builder, inner, const(0), lambda: n_inner, "inner"):
-        o, q = builder.load(outer, typ=I64), builder.load(inner, typ=I64)
-        a_plane = at(a, builder.add(builder.mul(o, a_outer), builder.mul(q, a_inner)))
-        c_plane = at(c, builder.add(builder.mul(o, c_outer), builder.mul(q, c_inner)))
-        _plane(builder, shape, micro, at, const, a_plane, lda, w, k_size, n_size, c_plane,
-               ldc, bias, begin, end, kc_size, a_kblock, panels, k_blocks,
-               epilogue, p, kb, rb, total_sub, per_block)
-    builder.ret(ir.Constant(I32, 0))
-
-
-def _plane(builder: ir.IRBuilder, shape: GemmShape, micro: dict[tuple[int, int], ir.Function],
-           at: Any, const: Any, a: ir.Value, lda: ir.Value, w: ir.Value, k_size: ir.Value,
-           n_size: ir.Value, c: ir.Value, ldc: ir.Value, bias: ir.Value, begin: ir.Value,
-           end: ir.Value, kc_size: ir.Value, a_kblock: ir.Value, panels: ir.Value,
-           k_blocks: ir.Value, epilogue: ir.Value, p: ir.Value,
-           kb: ir.Value, rb: ir.Value, total_sub: ir.Value, per_block: ir.Value) -> None:
-    """One plane: panels of the weight, K blocks of ``per_block`` sub-blocks of ``kc_size``
-    (sub-block ``s`` of A starting ``s * a_kblock`` elements into each row), row blocks of
-    ``mr``."""
+    p, kb, rb = (entry_alloca(builder, I64, name) for name in ("panel", "kblock", "rowblock"))
+    a_rows = entry_alloca(builder, ir.ArrayType(POINTER, TALL_MR), "a_rows")
+    c_rows = entry_alloca(builder, ir.ArrayType(POINTER, TALL_MR), "c_rows")
+    # The rows [begin, end) are numbered across planes of plane_rows rows (a convolution's
+    # output rows, lda apart in A and ldc in C), n_inner planes to an outer block (an image):
+    # row i is at (i / plane_rows % n_inner) * a_inner + i / plane_rows / n_inner * a_outer +
+    # i % plane_rows * lda. A plain GEMM is one plane. Register tiles run across plane
+    # boundaries, so a 7-wide output row does not leave a one-row tile behind.
     with counted_loop(builder, p, const(0), lambda: panels, "panel"):
         j0 = builder.mul(builder.load(p, typ=I64), const(shape.nr))
         ncols = builder.sub(n_size, j0)
@@ -297,31 +312,44 @@ def _plane(builder: ir.IRBuilder, shape: GemmShape, micro: dict[tuple[int, int],
         # the latency of the multiply-adds.
         mr = builder.select(builder.icmp_signed("==", vectors, const(1)), const(TALL_MR),
                             const(shape.mr))
-        row_blocks = _ceil_div(builder, builder.sub(end, begin), mr)
+        total = builder.sub(end, begin)
+        row_blocks = _ceil_div(builder, total, mr)
         wide = builder.mul(builder.sub(vectors, const(1)), const(TALL_MR))
         panel = at(w, builder.mul(j0, k_size))
         with counted_loop(builder, kb, const(0), lambda: k_blocks, "kblock"):
-            first_sub = builder.mul(builder.load(kb, typ=I64), per_block)
-            left = builder.sub(total_sub, first_sub)
-            nsub = builder.select(builder.icmp_signed("<", left, per_block), left, per_block)
-            k0 = builder.mul(first_sub, kc_size)
-            a_k0 = builder.mul(first_sub, a_kblock)
-            rest = builder.sub(k_size, k0)
-            # One sub-block per K block (a plain GEMM): the last one may be short. Several
-            # (a convolution): they are whole, kc_size dividing K.
-            kc = builder.select(builder.icmp_signed("<", rest, kc_size), rest, kc_size)
+            block = builder.load(kb, typ=I64)
+            group = builder.sdiv(block, pieces)
+            piece_start = builder.mul(builder.sub(block, builder.mul(group, pieces)),
+                                      piece_size)
+            first_run = builder.mul(group, per_block)
+            nsub = smaller(builder.sub(total_runs, first_run), per_block)
+            k0 = builder.add(builder.mul(first_run, run_size), piece_start)
+            a_k0 = builder.add(builder.mul(first_run, a_run), piece_start)
+            # Several runs per K block: they are whole, run_size dividing K. One: the last
+            # piece of a run, or the last block of a plain GEMM, may be short.
+            kc = smaller(smaller(piece_size, builder.sub(run_size, piece_start)),
+                         builder.sub(k_size, k0))
             later = builder.icmp_signed(">", k0, const(0))
             last = builder.icmp_signed(">=", builder.add(k0, builder.mul(nsub, kc)), k_size)
             mode = builder.or_(builder.or_(builder.zext(later, I32), builder.shl(
                 builder.zext(last, I32), ir.Constant(I32, 1))), epilogue)
             w_block = at(panel, builder.mul(k0, const(shape.nr)))
+            a_block = at(a, a_k0)
+            c_block = at(c, j0)
             with counted_loop(builder, rb, const(0), lambda: row_blocks, "rows"):
-                i0 = builder.add(begin, builder.mul(builder.load(rb, typ=I64), mr))
-                rows = builder.sub(end, i0)
-                rows = builder.select(builder.icmp_signed("<", rows, mr), rows, mr)
-                args = [at(a, builder.add(builder.mul(i0, lda), a_k0)), lda, w_block,
-                        at(c, builder.add(builder.mul(i0, ldc), j0)), ldc, kc, nsub, a_kblock,
-                        ncols, at(bias, j0), mode]
+                # Near-equal tiles (49 rows: four of 6 and five of 5, not eight of 6 and
+                # one of 1): a tile of few rows has too few accumulators to hide the
+                # latency of its multiply-adds.
+                q = builder.load(rb, typ=I64)
+                i0 = builder.add(begin, builder.sdiv(builder.mul(q, total), row_blocks))
+                rows = builder.sub(builder.add(begin, builder.sdiv(builder.mul(
+                    builder.add(q, const(1)), total), row_blocks)), i0)
+                _row_pointers(builder, at, const, i0, rows, plane_rows, n_inner, (
+                    (a_block, lda, a_inner, a_outer, a_rows),
+                    (c_block, ldc, c_inner, c_outer, c_rows)))
+                args = [builder.bitcast(a_rows, POINTER), w_block,
+                        builder.bitcast(c_rows, POINTER), kc, nsub, a_run, ncols,
+                        at(bias, j0), mode]
                 done = builder.append_basic_block("tile.done")
                 variant = builder.add(wide, builder.sub(rows, const(1)))
                 switch = builder.switch(variant, done)
@@ -332,6 +360,36 @@ def _plane(builder: ir.IRBuilder, shape: GemmShape, micro: dict[tuple[int, int],
                     builder.call(kernel, args)
                     builder.branch(done)
                 builder.position_at_end(done)
+    builder.ret(ir.Constant(I32, 0))
+
+
+def _row_pointers(builder: ir.IRBuilder, at: Any, const: Any, i0: ir.Value, rows: ir.Value,
+                  plane_rows: ir.Value, n_inner: ir.Value, tables: tuple) -> None:
+    """Fill each table ``(base, row_stride, inner_stride, outer_stride, slots)`` with the
+    addresses of rows ``i0 .. i0 + rows - 1`` (at most ``TALL_MR``): two divisions for the
+    first row, then a step with carries, so that a tile costs a few instructions a row."""
+    zero = const(0)
+    plane = builder.sdiv(i0, plane_rows)
+    r = builder.sub(i0, builder.mul(plane, plane_rows))
+    outer = builder.sdiv(plane, n_inner)
+    inner = builder.sub(plane, builder.mul(outer, n_inner))
+    for slot in range(TALL_MR):
+        # Rows past the tile's own are never read; they are skipped, not computed out of range.
+        with if_then(builder, builder.icmp_signed("<", const(slot), rows), f"row{slot}"):
+            for base, row_stride, inner_stride, outer_stride, slots in tables:
+                offset = builder.add(builder.add(builder.mul(r, row_stride),
+                                                 builder.mul(inner, inner_stride)),
+                                     builder.mul(outer, outer_stride))
+                builder.store(at(base, offset), builder.gep(slots, [zero, const(slot)],
+                                                            inbounds=True))
+        if slot + 1 < TALL_MR:
+            r = builder.add(r, const(1))
+            wrap = builder.icmp_signed("==", r, plane_rows)
+            r = builder.select(wrap, zero, r)
+            inner = builder.add(inner, builder.zext(wrap, I64))
+            wrap = builder.icmp_signed("==", inner, n_inner)
+            inner = builder.select(wrap, zero, inner)
+            outer = builder.add(outer, builder.zext(wrap, I64))
 
 
 __all__ = ["FLAG_BIAS", "FLAG_RELU", "GemmShape", "gemm_module", "pack_weight"]

@@ -157,7 +157,7 @@ class BoundLayer(RangeCall):
         bounds = [min(m, (tiles * part // parts) * layer.shape.mr) for part in range(parts + 1)]
         bounds[-1] = m
         kc = layer.shape.kc
-        planes = [kc, kc, 1, 0, 0, 1, 0, 0]       # K in blocks of kc; one plane
+        planes = [kc, kc, max(m, 1), 1, 0, 0, 0, 0]     # K in blocks of kc; one plane
         self.calls = [[a.ctypes.data, layer.k, layer.packed.ctypes.data, layer.k, layer.n,
                        out.ctypes.data, layer.n, layer.bias.ctypes.data, layer.flags, lo, hi,
                        *planes]
@@ -181,12 +181,65 @@ class BoundLayer(RangeCall):
         self.layer._check(array, "input", self.input.shape)
 
 
+_COPY_PROTOTYPE = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p,
+                                   *[ctypes.c_int64] * 8)
+_COPIES: dict[tuple[np.dtype, bool], tuple[Any, str, Any]] = {}
+
+
+def channels_last_kernel(dtype: np.dtype, cache: DiskCache | None = None) -> tuple[Any, str]:
+    """The generated NCHW to zero-bordered NHWC copy for ``dtype`` on this host (see
+    ``codegen.conv.channels_last_module``): its function and LLVM IR, compiled once per
+    process."""
+    from tensoralg.codegen.conv import CHANNELS_LAST_ENTRY, channels_last_module
+
+    dtype = np.dtype(dtype)
+    avx512 = host_has_feature("avx512f", cache)
+    key = (dtype, avx512)
+    found = _COPIES.get(key)
+    if found is None:
+        lanes = (64 if avx512 else 32) // dtype.itemsize
+        identity = f"channels_last|{dtype}|{lanes}"
+        found = _COPIES[key] = build_llvm_module(
+            lambda: channels_last_module(dtype, lanes), CHANNELS_LAST_ENTRY, _COPY_PROTOTYPE,
+            cache=cache, key=identity, identity=identity)
+    return found[0], found[1]
+
+
+class BoundChannelsLast(RangeCall):
+    """``x`` (N, C, H, W) copied into the zero-bordered channels-last ``out`` (N, Hp, Wp, C),
+    ``pads`` cells of border before each spatial axis; the border is left as it is (zero it
+    once). ``rebind("x", x)`` swaps the input; ``native`` hands it to a compiled sequence.
+
+    >>> x = np.arange(8, dtype=np.float32).reshape(1, 2, 2, 2)
+    >>> out = np.zeros((1, 3, 3, 2), np.float32)
+    >>> BoundChannelsLast(x, out, (1, 1))()[0, 1:, 1:].tolist()
+    [[[0.0, 4.0], [1.0, 5.0]], [[2.0, 6.0], [3.0, 7.0]]]
+    """
+
+    def __init__(self, x: np.ndarray, out: np.ndarray, pads: tuple[int, int],
+                 cache: DiskCache | None = None) -> None:
+        n, c, h, w = x.shape
+        if out.ndim != 4 or out.shape[0] != n or out.shape[3] != c or \
+                out.shape[1] < h + pads[0] or out.shape[2] < w + pads[1] or \
+                out.dtype != x.dtype or not out.flags.c_contiguous or \
+                not x.flags.c_contiguous or min(pads) < 0:
+            raise ShapeError(f"channels-last copy: cannot copy {x.dtype} {x.shape} into "
+                             f"{out.dtype} {out.shape} with pads {pads}")
+        self.function, self.source = channels_last_kernel(x.dtype, cache)
+        self.input, self.out, self.threads = x, out, None
+        self.what = f"channels-last copy ({x.dtype} {x.shape} -> {out.shape})"
+        row = out.shape[2] * c
+        self.calls = [[x.ctypes.data, out.ctypes.data, 0, n * h, c, h, w,
+                       out.shape[1] * row, row, pads[0] * row + pads[1] * c]]
+
+
 class ConvLayer:
     """A 2-D convolution (group 1, dilation 1) with its bias and optional ReLU, computed
     channels-last without a patch matrix: the input is copied once into a zero-bordered NHWC
-    buffer, and every output row of every image is one plane of the generated GEMM, whose K
-    blocks are the kernel's rows (``KW * C`` contiguous values each, an image row apart). The
-    output is NHWC: ``(N * OH * OW, M)``.
+    buffer (by gathers, :class:`BoundChannelsLast`), and the output positions of every image
+    are the rows of the generated GEMM, one plane per output row, whose K runs are the
+    kernel's rows (``KW * C`` contiguous values each, an image row apart); register tiles run
+    across output rows and images. The output is NHWC: ``(N * OH * OW, M)``.
 
     >>> w = np.ones((1, 1, 2, 2), np.float32)
     >>> conv = ConvLayer(w, None, (1, 1), (0, 0), (0, 0))
@@ -224,8 +277,6 @@ class BoundConv:
     planes (two native calls, see :meth:`parts`)."""
 
     def __init__(self, conv: ConvLayer, x: np.ndarray, out: np.ndarray) -> None:
-        from tensoralg.runtime.movement import pad_nhwc_call
-
         n, c, h, w = x.shape
         oh, ow = conv.out_shape(h, w)
         m = conv.out_channels
@@ -236,17 +287,19 @@ class BoundConv:
         hp = h + conv.pads_begin[0] + conv.pads_end[0]
         wp = w + conv.pads_begin[1] + conv.pads_end[1]
         self.padded = np.zeros((n, hp, wp, c), conv.layer.dtype)
-        self.copy = pad_nhwc_call(x, conv.pads_begin, self.padded, repr(conv.layer))
-        if self.copy is None:
+        if x.dtype != conv.layer.dtype or not x.flags.c_contiguous:
             raise ShapeError(f"ConvLayer: cannot copy an input of {x.dtype} {x.shape}")
+        self.copy = BoundChannelsLast(x, self.padded, conv.pads_begin)
         layer, (sh, sw) = conv.layer, conv.strides
         row = wp * c
-        # One plane per (image, output row): its OW outputs are the GEMM's rows, lda apart;
-        # K runs over the kernel's rows, KW * C contiguous values each, an image row apart.
+        # The GEMM's rows are the output positions (image, output row, column), one plane
+        # per output row: its OW outputs lda apart in A; output rows sh image rows apart,
+        # images a padded image apart. K runs over the kernel's rows, KW * C contiguous values
+        # each, an image row apart. Register tiles run across output rows and images.
         self.gemm = BoundLayer.with_arguments(layer, self.padded, out, [
             self.padded.ctypes.data, sw * c, layer.packed.ctypes.data, layer.k, layer.n,
-            out.ctypes.data, m, layer.bias.ctypes.data, layer.flags, 0, ow, conv.kw * c, row,
-            n, hp * row, oh * ow * m, oh, sh * row, ow * m])
+            out.ctypes.data, m, layer.bias.ctypes.data, layer.flags, 0, n * oh * ow,
+            conv.kw * c, row, ow, oh, sh * row, ow * m, hp * row, oh * ow * m])
         self.out = out
 
     def rebind(self, name: str, x: np.ndarray) -> None:
@@ -263,4 +316,5 @@ class BoundConv:
         return self.out
 
 
-__all__ = ["ConvLayer", "BoundConv", "DenseLayer", "BoundLayer", "gemm_kernel"]
+__all__ = ["ConvLayer", "BoundConv", "BoundChannelsLast", "channels_last_kernel", "DenseLayer",
+           "BoundLayer", "gemm_kernel"]
