@@ -716,7 +716,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="where to measure the compile time in fresh processes: every "
                              "timed row, only the model's named batch, or nowhere")
     parser.add_argument("--out", default=None, help="the JSON file (default benchmarks/results/"
-                        "onnx_real-<date>-<commit>.json)")
+                        "onnx_real-<date>-<commit>.json); with --out the Markdown report is "
+                        "left as it is (--render FILE.json redraws it)")
     parser.add_argument("--render", default=None, metavar="FILE.json",
                         help="only redraw ONNX_REAL_RESULTS.md from FILE.json")
     parser.add_argument("--kernels", default=None, metavar="FILE.json",
@@ -767,7 +768,9 @@ def main(argv: list[str] | None = None) -> int:
                               "sample": "per round: median seconds per call"},
                    "elapsed_s": time.perf_counter() - started, "rows": rows}
         path = record.write("onnx_real", payload, begun, out=out)
-        if not args.quick:      # a quick run's table would replace the full one
+        # A quick run's table, or a run written elsewhere (--out: a scratch measurement),
+        # would replace the full one.
+        if not args.quick and args.out is None:
             REPORT.write_text(render(json.loads(path.read_text())))
         return path
 
@@ -793,7 +796,7 @@ def main(argv: list[str] | None = None) -> int:
     path = save(complete=True)
     elapsed = time.perf_counter() - started
     print(f"\ntotal {elapsed:.0f} s; wrote {path}" +
-          ("" if args.quick else f" and {REPORT}"))
+          ("" if args.quick or args.out is not None else f" and {REPORT}"))
     return 1 if any(r.get("wrong") or r.get("errors") or r.get("export_error")
                     for r in rows) else 0
 
