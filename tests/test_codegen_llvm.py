@@ -604,11 +604,14 @@ def test_llvm_source_is_optimised_ir_with_noalias_and_vectors():
     np.testing.assert_array_equal(y, 1 + 4 * np.arange(100.0))
 
 
-def test_llvm_math_uses_intrinsics_and_libm_tanh():
+def test_llvm_math_uses_intrinsics_and_inline_float32_tanh():
+    """float32 exp and tanh are written out (tests/test_inline_math.py); float64 calls libm."""
     fn, _ = float_ops(F32)
     text = emit_source(fn, "llvm")
-    for name in ("llvm.sqrt", "llvm.fabs", "llvm.minimum", "llvm.maximum", "@tanhf"):
+    for name in ("llvm.sqrt", "llvm.fabs", "llvm.minimum", "llvm.maximum"):
         assert name in text
+    assert "@tanhf" not in text and "@expf" not in text and "llvm.exp.f32" not in text
+    assert "@tanh(" in emit_source(float_ops(F64)[0], "llvm")
 
 
 def test_importing_codegen_does_not_load_llvm():

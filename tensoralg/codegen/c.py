@@ -42,6 +42,9 @@ class CEmitter(CFamilyEmitter):
     """
 
     complex_values = True     # C11's _Complex, with GNU __real__/__imag__ (gcc and clang)
+    # The LLVM backend inlines these (no libm call, so the loop vectorises); C must compute
+    # the very same to agree with it bit for bit.
+    inline_f32_math = frozenset({"exp", "tanh"})
     backend_name = "c"
 
 

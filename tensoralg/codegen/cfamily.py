@@ -82,6 +82,30 @@ _BIT_OPERATOR = {"bitand": "&", "bitor": "|", "shr": ">>"}
 _OPERAND_CONTEXT = {6: (6, 6), 7: (6, 6), 11: (12, 11), 12: (11, 11)}
 FLOAT_MATH = frozenset({"sqrt", "exp", "log", "sin", "cos", "tanh"})
 
+# Float32 ``exp`` and ``tanh`` written out. libm's ``expf`` and ``tanhf`` are a call per value
+# (4 and 27 ns) and keep a statement's loop from vectorising; inline, a value costs well under
+# a nanosecond. The LLVM backend (``softmax.scalar_expf``/``scalar_tanhf``) and the C dialect
+# (`CFamilyEmitter.inline_math_helpers`) compute these same steps in the same order, with no
+# fused multiply-add (plain LLVM fmul/fadd; ``-ffp-contract=off`` for C), so that they agree
+# bit for bit. Both stay within 2 ulp of libm (tests/test_inline_math.py).
+#
+# exp (Cephes' expf): exp(x) = 2^n exp(r), n = rint(x log2 e), r = x - n ln 2 with ln 2 in two
+# parts so that r is exact; exp(r) by a degree-7 polynomial on |r| <= ln 2 / 2. 2^n is built
+# from exponent bits in two halves, so that n in [-150, 128] (subnormal results included)
+# never overflows the exponent field. Below EXPF_LOW the result rounds to 0 and above
+# EXPF_HIGH to +inf; those lanes compute exp(0) instead, so that no lane works on subnormals
+# it does not need (a subnormal multiply costs a microcode assist on x86).
+EXPF_LN2_HI, EXPF_LN2_LO, EXPF_LOG2E = 0.693359375, -2.12194440e-4, 1.44269504088896341
+EXPF_POLY = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
+             1.6666665459e-1, 5.0000001201e-1)
+EXPF_LOW, EXPF_HIGH = -104.0, 88.72283
+# tanh (Cephes' tanhf) on |x|, with the sign of x put back by copysign (so tanh(-0) = -0):
+# below |x| = TANHF_SMALL an odd polynomial, above it 1 - 2 / (exp(2|x|) + 1) (no harmful
+# cancellation there). Both are computed and one selected; NaN stays NaN, +-inf give +-1.
+TANHF_SMALL = 0.625
+TANHF_POLY = (-5.70498872745e-3, 2.06390887954e-2, -5.37397155531e-2, 1.33314422036e-1,
+              -3.33332819422e-1)
+
 C_KEYWORDS = frozenset(
     """
     auto break case char const continue default do double else enum extern float for goto if
@@ -164,6 +188,9 @@ class CFamilyEmitter:
     # legality check to them, so a vectorize hint is only recorded in a comment.
     unroll_pragma = "#pragma GCC unroll {}"
     complex_values = False
+    # Unary float32 math printed as the inline formulas above rather than libm calls (the C
+    # dialect: it must match the LLVM backend bit for bit; CUDA keeps its device functions).
+    inline_f32_math: frozenset[str] = frozenset()
     backend_name = "this"    # for messages: the ``backend=`` value that chose the dialect
 
     # -- the function ------------------------------------------------------------------------
@@ -186,6 +213,7 @@ class CFamilyEmitter:
             out.line(f"#include <{header}>")
         out.line()
         self.float_helpers(fn, out)
+        self.inline_math_helpers(fn, out)
         self.complex_helpers(complex_used, out)
         self.signature(fn, names, out)
         with out.indented():
@@ -211,6 +239,53 @@ class CFamilyEmitter:
                      f"{{ return {test} ? a : b; }}")
         if used:
             out.line()
+
+    def inline_math_helpers(self, fn: Function, out: Lines) -> None:
+        """``ta_expf`` and ``ta_tanhf`` (the formulas at the top of this module), for
+        the kernels whose IR takes a float32 ``exp`` or ``tanh`` the dialect inlines. Each C
+        statement is one step of ``softmax.scalar_expf``/``scalar_tanhf``, in their order."""
+        used = {x.op for x in walk(fn.body) if isinstance(x, Unary) and
+                x.op in self.inline_f32_math and x.operand.dtype == Scalar.F32}
+        if not used:
+            return
+        q = self.helper_qualifiers
+
+        def f(value: float) -> str:
+            return self.literal(value, Scalar.F32)
+
+        def horner(variable: str, coefficients: tuple[float, ...]) -> None:
+            out.line(f"float p = {f(coefficients[0])};")
+            for c in coefficients[1:]:
+                out.line(f"p = p * {variable} + {f(c)};")
+
+        # ta_tanhf calls ta_expf, so ta_expf is printed whenever either is used.
+        out.line(f"{q} float ta_expf(float v) {{")
+        with out.indented():
+            out.line("union { uint32_t bits; float value; } by_half, by_rest;")
+            out.line(f"bool nan = v != v, low = v < {f(EXPF_LOW)}, high = v > {f(EXPF_HIGH)};")
+            out.line(f"float x = nan || low ? 0.0f : high ? {f(EXPF_HIGH)} : v;")
+            out.line(f"float n = rintf(x * {f(EXPF_LOG2E)});")
+            out.line(f"float r = x - n * {f(EXPF_LN2_HI)} - n * {f(EXPF_LN2_LO)};")
+            horner("r", EXPF_POLY)
+            out.line("float e = p * r * r + r + 1.0f;")
+            out.line("int32_t k = (int32_t)n, half = k >> 1, rest = k - half;")
+            out.line("by_half.bits = (uint32_t)(half + 127) << 23;")
+            out.line("by_rest.bits = (uint32_t)(rest + 127) << 23;")
+            out.line("e = e * by_half.value * by_rest.value;")
+            out.line("return nan ? v : low ? 0.0f : high ? INFINITY : e;")
+        out.line("}")
+        if "tanh" in used:
+            out.line(f"{q} float ta_tanhf(float x) {{")
+            with out.indented():
+                out.line("float size = fabsf(x);")
+                out.line("float e = ta_expf(size + size);")
+                out.line("float large = 1.0f - 2.0f / (e + 1.0f);")
+                out.line("float z = size * size;")
+                horner("z", TANHF_POLY)
+                out.line("float small = p * z * size + size;")
+                out.line(f"return copysignf(size > {f(TANHF_SMALL)} ? large : small, x);")
+            out.line("}")
+        out.line()
 
     def complex_helpers(self, dtypes: list[Scalar], out: Lines) -> None:
         """Constructor, product and quotient of each complex dtype used, as NumPy computes
@@ -451,6 +526,8 @@ class CFamilyEmitter:
                 return f"llabs({self.expr(operand, names)})", ATOM
             case "abs" if isinstance(dtype, Scalar) and dtype.is_float:
                 return f"{self.math_name('fabs', dtype)}({self.expr(operand, names)})", ATOM
+            case _ if op in self.inline_f32_math and dtype == Scalar.F32:
+                return f"ta_{op}f({self.expr(operand, names)})", ATOM
             case _ if op in FLOAT_MATH and isinstance(dtype, Scalar) and dtype.is_float:
                 return f"{self.math_name(op, dtype)}({self.expr(operand, names)})", ATOM
         raise CompileError(f"unary {op!r} is not defined on {dtype}")
