@@ -19,11 +19,14 @@ import numpy as np
 # thread costs more than it saves (measured: an SpMV over 600k entries is faster on one thread).
 MIN_WORK_PER_THREAD = 400_000
 # The same through the native pool (runtime/native_split.py), which hands a range over in 1-2 µs
-# instead of 30-50. The hand-over is not what limits a memory-bound kernel here, though: on the
-# 2-core development VM an SpMV over 290k entries (bcsstk16) ran in ~160 µs on one thread and
-# 300-650 µs split in two, so the native pool keeps the same threshold and only makes the
-# split calls cheaper (SpMM with 32 columns over 4e5 entries: 2.7 ms, 3.0 through Python).
-MIN_WORK_PER_THREAD_NATIVE = 400_000
+# instead of 30-50 and cuts a call into NATIVE_RANGES_PER_THREAD ranges a thread. Measured on
+# the 2-core development VM, quiet, one thread against two (SpMV / SpMM with 16 columns,
+# medians of 150-300 alternating calls): SpMV gains from ~3e5 stored values (bcsstk16 290k:
+# 1.2x, bcsstk33 592k: 1.3x) and loses below 1e5 (bcsstk13 84k: 0.75x); SpMM, 5 units of work
+# an entry, gains from ~6e4 (bcsstk13: 1.08x, wiki-Vote 104k: 1.17x, ego-Facebook: 1.37x) with
+# a few losses of 5-10% around 5e4-1e5 (bayer10, fidapex6). Under load from other processes
+# the second thread seldom pays at these sizes; the ranges claimed one at a time bound the loss.
+MIN_WORK_PER_THREAD_NATIVE = 150_000
 # Ranges per thread on the native pool: its threads claim ranges one at a time, so a thread
 # that the OS deschedules (a busy machine) holds up only a small range while the others take
 # the rest, instead of half the call.
