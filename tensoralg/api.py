@@ -109,6 +109,7 @@ from tensoralg.runtime.gram import gram_call
 from tensoralg.runtime.memory import check_dense, memory_limit, set_limit
 from tensoralg.runtime.movement import (
     block_copy_call,
+    broadcast_call,
     copy_call,
     gather_call,
     ids_call,
@@ -2038,7 +2039,7 @@ def get_num_threads() -> int:
 __all__ = ["einsum", "compile", "Kernel", "KernelKey", "CompileOptions", "kernel_cache",
            "RowCompressor", "DenseLayer", "dense_layer", "ConvLayer", "conv_layer",
            "DirectConv", "direct_conv",
-           "CallSequence", "NativeGroup", "Slot", "canonical_csr", "data_address", "block_copy_call", "copy_call", "gather_call",
+           "CallSequence", "NativeGroup", "Slot", "canonical_csr", "data_address", "block_copy_call", "broadcast_call", "copy_call", "gather_call",
            "gram_call", "ids_call", "im2row_call",
            "set_num_threads", "get_num_threads", "set_memory_limit", "get_memory_limit",
            "execute"]

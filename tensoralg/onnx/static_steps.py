@@ -32,6 +32,7 @@ from tensoralg.onnx.fusion import (
     inline_head,
 )
 from tensoralg.onnx.loop_bag_steps import loop_bag_spec
+from tensoralg.onnx.mask_steps import COPY_OPS, MASK_OPS, mask_spec
 from tensoralg.onnx.movement_steps import (
     all_below,
     check_indices,
@@ -684,6 +685,8 @@ _BUILDERS: dict[str, Callable[[Step, Env, Mapping[str, np.ndarray]], Spec | None
     "MaxPool": pool_spec, "AveragePool": pool_spec, "Softmax": softmax_spec,
     "LogSoftmax": softmax_spec, "Slice": slice_spec, "Split": split_spec,
     "GatherND": gather_nd_spec,
+    # mixed-dtype mask ops, and Reshape-like copies to graph outputs (onnx/mask_steps.py)
+    **{op: mask_spec for op in {**MASK_OPS, **COPY_OPS}},
 }
 
 

@@ -23,7 +23,7 @@ from tensoralg.codegen.build import CompiledKernel, build
 from tensoralg.codegen.sequence import NativeCall, Slot
 from tensoralg.errors import ShapeError
 from tensoralg.ir import build as b
-from tensoralg.ir.nodes import F32, F64, I32, I64, Function, Ptr, Scalar
+from tensoralg.ir.nodes import BOOL, F32, F64, I32, I64, Function, Ptr, Scalar
 
 _BY_SIZE = {4: I32, 8: I64}
 _INDEX = {np.dtype(np.int32): I32, np.dtype(np.int64): I64}
@@ -254,6 +254,10 @@ class MovementCall:
 
 
 def _value_type(dtype: np.dtype) -> Scalar | None:
+    # bools move as the IR's one-byte bool (NumPy's are 0 or 1, so the move is bit-exact);
+    # other one- and two-byte types have no same-sized IR integer
+    if np.dtype(dtype) == np.bool_:
+        return BOOL
     return _BY_SIZE.get(np.dtype(dtype).itemsize) if np.dtype(dtype).kind in "fiub" else None
 
 
@@ -320,6 +324,109 @@ def block_copy_call(src: np.ndarray, offset: int, rows: int, cols: int, ld_src: 
     return MovementCall(kernel, args, {"src": 0}, [src, dst], what, None, {"src": start})
 
 
+# Element types the broadcast kernel reads and writes (bool is one byte, nonzero = true).
+_ELEMENTS = {np.dtype(np.bool_): BOOL, np.dtype(np.int32): I32, np.dtype(np.int64): I64,
+             np.dtype(np.float32): F32, np.dtype(np.float64): F64}
+# op -> number of inputs; each reads its inputs as the IR's C conversions do (nonzero is true)
+BROADCAST_OPS = {"cast": 1, "not": 1, "and": 2, "or": 2, "xor": 2, "where": 3}
+BROADCAST_RANK = 4
+
+
+def broadcast_function(op: str, out: Scalar, ins: tuple[Scalar, ...]) -> Function:
+    """``out[i] = op(x0[i], ...)`` over a rank-4 index space, each input read through its own
+    element strides (0 along a broadcast axis), converting with the C rules of ``ir.build.cast``
+    (nonzero is true; a float is never converted to an integer here). ``cast`` is also a
+    broadcast copy (Expand); ``where`` selects ``x1`` or ``x2`` by ``x0``.
+
+    >>> broadcast_function("where", F32, (BOOL, F32, F32)).name
+    'broadcast_where_f32_bool_f32_f32'
+    """
+    target = b.var("out", Ptr(out))
+    dims = [b.var(f"d{k}", I64) for k in range(BROADCAST_RANK)]
+    idx = [b.var(f"i{k}", I64) for k in range(BROADCAST_RANK)]
+    srcs = [b.var(f"x{n}", Ptr(t)) for n, t in enumerate(ins)]
+    strides = [[b.var(f"s{n}_{k}", I64) for k in range(BROADCAST_RANK)] for n in range(len(ins))]
+    params = [b.param(target, "out", output=True), *(b.param(d, d.name) for d in dims)]
+    for src, row in zip(srcs, strides):
+        params += [b.param(src, src.name), *(b.param(s, s.name) for s in row)]
+
+    def offset(terms: list[b.Var], steps: list[b.Var]) -> Any:
+        total: Any = b.mul(terms[0], steps[0])
+        for term, step in zip(terms[1:], steps[1:]):
+            total = b.add(total, b.mul(term, step))
+        return total
+
+    values = [b.load(src, offset(idx, row)) for src, row in zip(srcs, strides)]
+    truth = [b.cast(v, BOOL) for v in values]
+    if op == "cast":
+        value = b.cast(values[0], out)
+    elif op == "not":
+        value = b.lnot(truth[0])
+    elif op == "and":
+        value = b.land(truth[0], truth[1])
+    elif op == "or":
+        value = b.lor(truth[0], truth[1])
+    elif op == "xor":
+        value = b.ne(truth[0], truth[1])
+    else:
+        value = b.select(truth[0], b.cast(values[1], out), b.cast(values[2], out))
+    body: Any = b.store(target, offset(idx, _row_major(dims)), value)
+    for k in reversed(range(BROADCAST_RANK)):
+        body = b.for_(idx[k], 0, dims[k], body)
+    return b.function(f"broadcast_{op}_{out}_{'_'.join(map(str, ins))}", params, body)
+
+
+def _row_major(dims: list[b.Var]) -> list[Any]:
+    """The C-order element strides of ``dims`` as expressions."""
+    steps: list[Any] = [b.i64(1)]
+    for d in reversed(dims[1:]):
+        steps.insert(0, b.mul(steps[0], d))
+    return steps
+
+
+def broadcast_call(op: str, inputs: list[np.ndarray], out: np.ndarray, what: str
+                   ) -> MovementCall | None:
+    """``out = op(*inputs)`` (an op of ``BROADCAST_OPS``) with NumPy broadcasting, for inputs
+    and a C-contiguous ``out`` of bool, int32, int64, float32 or float64, of rank 4 at most;
+    the inputs are read as C-contiguous arrays of their shapes (``rebind`` them to arrays of the
+    same shape). One compiled kernel for mixed dtypes: an attention mask's Cast to bool, And,
+    Expand and Where. None when the op, dtypes or shapes do not allow it, or ``cast`` would
+    convert a float to an integer (undefined for values out of range, unlike NumPy).
+
+    >>> mask = np.array([[1, 0, 1]], np.int64)
+    >>> out = np.zeros((2, 3), np.bool_)
+    >>> broadcast_call("cast", [mask], out, "demo")()
+    >>> out.tolist()
+    [[True, False, True], [True, False, True]]
+    """
+    count = BROADCAST_OPS.get(op)
+    types = [_ELEMENTS.get(np.dtype(x.dtype)) for x in inputs]
+    result = _ELEMENTS.get(np.dtype(out.dtype))
+    if count != len(inputs) or result is None or any(t is None for t in types) or \
+            out.ndim > BROADCAST_RANK or not out.flags.c_contiguous or not out.size or \
+            any(x.ndim > out.ndim or not x.flags.c_contiguous for x in inputs):
+        return None
+    if op == "cast" and inputs[0].dtype.kind == "f" and out.dtype.kind in "iub" and \
+            out.dtype != np.bool_:
+        return None
+    if op in ("not", "and", "or", "xor") and out.dtype != np.bool_:
+        return None
+    pad = BROADCAST_RANK - out.ndim
+    shape = (1,) * pad + out.shape
+    args: list[Any] = [out.ctypes.data, *shape]
+    slots: dict[str, int] = {}
+    for n, x in enumerate(inputs):
+        full = (1,) * (BROADCAST_RANK - x.ndim) + x.shape
+        if any(d not in (1, o) for d, o in zip(full, shape)):
+            return None
+        steps = [int(np.prod(full[k + 1:], dtype=np.int64)) for k in range(BROADCAST_RANK)]
+        slots[f"x{n}"] = len(args)
+        args += [x.ctypes.data, *(0 if d == 1 else s for d, s in zip(full, steps))]
+    key = ("broadcast", op, result, tuple(types))
+    kernel = _kernel(key, lambda: broadcast_function(op, result, tuple(types)))
+    return MovementCall(kernel, args, slots, [*inputs, out], what)
+
+
 def ids_call(ids: np.ndarray, column: int, crd: np.ndarray, rows: int, what: str
              ) -> MovementCall | None:
     """A bag's CSR coordinates ``crd`` (int64, ``count x size``) from the ids ``ids``
@@ -359,6 +466,7 @@ def im2row_call(x: np.ndarray, kernel: tuple[int, int], strides: tuple[int, int]
     return MovementCall(kernel_fn, args, {"x": 0}, [x, out], what)
 
 
-__all__ = ["MovementCall", "block_copy_call", "block_copy_function", "copy_call", "copy_function", "gather_call", "gather_function",
+__all__ = ["BROADCAST_OPS", "MovementCall", "block_copy_call", "block_copy_function",
+           "broadcast_call", "broadcast_function", "copy_call", "copy_function", "gather_call", "gather_function",
            "ids_call", "ids_function", "im2row_call", "im2row_function", "pad_nhwc_call",
            "pad_nhwc_function"]
