@@ -36,12 +36,14 @@ one module per convolution, cached on disk under a key that includes the weight 
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from llvmlite import ir
 
+from tensoralg.codegen.gemm import clamp_bounds, emit_clamp
 from tensoralg.codegen.llvm_helpers import counted_loop, declare, entry_alloca, if_else
 
 I1, I32, I64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
@@ -121,7 +123,7 @@ def blocks_of(out_channels: int) -> list[range]:
 
 
 def conv_module(geometry: ConvGeometry, weight: np.ndarray, bias: np.ndarray | None,
-                relu: bool, skip_zeros: bool, lanes: int) -> ir.Module:
+                relu: bool | tuple[float, float], skip_zeros: bool, lanes: int) -> ir.Module:
     """The module exporting ``int32 tensoralg_conv(X, Y, begin, end)``: output positions
     ``[begin, end)`` of the flattened ``(n, oh, ow)`` range, every channel, from input ``X``
     (NCHW) into ``Y`` (NCHW); ``begin`` is a multiple of ``lanes``. Returns 0.
@@ -191,7 +193,7 @@ class _Emitter:
         return ir.Constant(self.ivector, [value] * self.lanes)
 
     def block(self, x: ir.Value, y: ir.Value, start: ir.Value, end: ir.Value,
-              weight: np.ndarray, bias: np.ndarray | None, relu: bool, skip_zeros: bool) -> None:
+              weight: np.ndarray, bias: np.ndarray | None, relu: bool | tuple[float, float], skip_zeros: bool) -> None:
         b, g, lanes = self.b, self.g, self.lanes
         positions = g.positions
         iota = ir.Constant(self.ivector, list(range(lanes)))
@@ -270,10 +272,15 @@ class _Emitter:
                     acc[j] = b.call(self.fma, [self._broadcast(table, index), value, acc[j]])
             for j, m in enumerate(block):
                 result = acc[j]
-                if relu:
-                    # max(x, 0) with NaN kept, as NumPy's maximum and the GEMM's epilogue do
-                    keep = b.fcmp_unordered(">", result, self.zero)
-                    result = b.select(keep, result, self.zero)
+                bounds = clamp_bounds(relu)
+                if bounds is not None:
+                    # min(max(x, low), high) with NaN kept, as NumPy's maximum, onnxruntime's
+                    # Clip and the GEMM's epilogue do; an infinite bound clamps nothing
+                    count = self.zero.type.count
+                    low, high = (None if v == unbounded else
+                                 ir.Constant(self.zero.type, [v] * count)
+                                 for v, unbounded in zip(bounds, (-math.inf, math.inf)))
+                    result = emit_clamp(b, result, low, high)
                 if rel_image is None:
                     where = b.gep(y_image, [b.add(b.zext(first, I64),
                                                   ir.Constant(I64, m * positions))],

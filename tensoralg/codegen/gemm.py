@@ -34,6 +34,7 @@ touch no memory outside the mask), the last row block runs a micro-kernel with f
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,7 +49,29 @@ MR = 6                   # rows of the register tile
 TALL_MR = 12             # rows of a one-vector tile (a narrow panel): 12 accumulators
 VECTORS = 4              # vectors across the register tile's columns (AVX-512; 2 on AVX2)
 L1_BLOCK_BYTES = 32768   # a KC x NR block of the packed weight: fits a 48 KiB L1 with room
-FLAG_BIAS, FLAG_RELU = 1, 2
+FLAG_BIAS, FLAG_RELU, FLAG_CLIP = 1, 2, 4
+
+def clamp_bounds(activation: Any) -> tuple[float, float] | None:
+    """``(low, high)`` of a fused activation: False/None (none), True (ReLU: ``(0, inf)``) or
+    the ``(low, high)`` of a clamp ``min(max(x, low), high)`` (a fused Clip; ReLU6 is
+    ``(0, 6)``). One ``relu`` parameter carries either through the API unchanged."""
+    if activation is None or activation is False:
+        return None
+    if activation is True:
+        return (0.0, math.inf)
+    low, high = activation
+    return (float(low), float(high))
+
+
+def emit_clamp(builder: ir.IRBuilder, value: ir.Value, low: ir.Value | None,
+               high: ir.Value | None) -> ir.Value:
+    """``min(max(value, low), high)`` with NaN kept (onnxruntime's Clip and NumPy's
+    maximum keep it); a None bound is no clamp on that side."""
+    if low is not None:
+        value = builder.select(builder.fcmp_unordered(">", value, low), value, low)
+    if high is not None:
+        value = builder.select(builder.fcmp_unordered("<", value, high), value, high)
+    return value
 ENTRY = "tensoralg_gemm"
 
 
@@ -100,8 +123,8 @@ def gemm_module(shape: GemmShape) -> ir.Module:
     """The module exporting ``int32 tensoralg_gemm(A, lda, Wp, K, N, C, ldc, bias, flags,
     row_begin, row_end, run, a_run, plane_rows, n_inner, a_inner, c_inner, a_outer,
     c_outer)``: rows ``[row_begin, row_end)`` of ``C`` from ``A`` and the packed weight ``Wp``;
-    ``bias`` (N values) is added when ``flags & 1`` and ReLU applied when ``flags & 2``.
-    Returns 0.
+    ``bias`` (N values) is added when ``flags & 1``, ReLU applied when ``flags & 2`` and
+    the clamp ``min(max(x, bias[N]), bias[N + 1])`` when ``flags & 4``. Returns 0.
 
     K is made of runs of ``run`` values, run ``s`` of a row of A starting ``s * a_run``
     elements into it (``a_run = run = kc`` for a plain GEMM; a convolution's kernel rows lie
@@ -130,7 +153,7 @@ def _splat(builder: ir.IRBuilder, value: ir.Value, vector: ir.VectorType) -> ir.
 
 def _micro_kernel(module: ir.Module, shape: GemmShape, scalar: ir.Type, rows: int,
                   vectors: int) -> ir.Function:
-    """``micro(A_rows, Wk, C_rows, kc, nsub, a_sub, ncols, bias, mode)``: a
+    """``micro(A_rows, Wk, C_rows, kc, nsub, a_sub, ncols, bias, mode, bounds)``: a
     ``rows x (vectors * lanes)`` tile of ``C`` over ``nsub`` runs of ``kc`` steps. Row ``r``
     of the tile reads A from the pointer ``A_rows[r]`` (run ``s`` from ``s * a_sub`` elements
     on) and writes C at ``C_rows[r]``: the rows of a tile need not be evenly spaced (a
@@ -147,10 +170,10 @@ def _micro_kernel(module: ir.Module, shape: GemmShape, scalar: ir.Type, rows: in
     store = declare(module, f"llvm.masked.store.{name}.p0", ir.VoidType(),
                     (vector, POINTER, I32, mask_type))
     fn = ir.Function(module, ir.FunctionType(ir.VoidType(), (
-        POINTER, POINTER, POINTER, I64, I64, I64, I64, POINTER, I32)),
+        POINTER, POINTER, POINTER, I64, I64, I64, I64, POINTER, I32, POINTER)),
         name=f"micro{rows}x{vectors}")
     fn.linkage = "internal"
-    a_rows, w, c_rows, kc, nsub, a_sub, ncols, bias, mode = fn.args
+    a_rows, w, c_rows, kc, nsub, a_sub, ncols, bias, mode, bounds = fn.args
     for pointer in (a_rows, w, c_rows, bias):
         pointer.add_attribute("noalias")
     builder = ir.IRBuilder(fn.append_basic_block("entry"))
@@ -211,6 +234,15 @@ def _micro_kernel(module: ir.Module, shape: GemmShape, scalar: ir.Type, rows: in
                 # max(x, 0) with NaN kept, as NumPy's maximum and the statement compiler's max do
                 keep = builder.fcmp_unordered(">", value, zero)
                 builder.store(builder.select(keep, value, zero), tile[r][v])
+    with if_then(builder, builder.and_(flag(2), flag(4 * FLAG_CLIP)), "clip"):
+        # The clamp's bounds are runtime values (the module is shared by every layer of a
+        # dtype), stored by the caller just past the N bias values.
+        low, high = (_splat(builder, builder.load(at(bounds, const(i)), typ=scalar), vector)
+                     for i in (0, 1))
+        for r in range(rows):
+            for v in range(vectors):
+                value = emit_clamp(builder, builder.load(tile[r][v], typ=vector), low, high)
+                builder.store(value, tile[r][v])
     for r in range(rows):
         for v in range(vectors):
             builder.call(store, [builder.load(tile[r][v], typ=vector), rows_out[r][v], align,
@@ -349,7 +381,7 @@ def _driver(module: ir.Module, shape: GemmShape, micro: dict[tuple[int, int], ir
                     (c_block, ldc, c_inner, c_outer, c_rows)))
                 args = [builder.bitcast(a_rows, POINTER), w_block,
                         builder.bitcast(c_rows, POINTER), kc, nsub, a_run, ncols,
-                        at(bias, j0), mode]
+                        at(bias, j0), mode, at(bias, n_size)]
                 done = builder.append_basic_block("tile.done")
                 variant = builder.add(wide, builder.sub(rows, const(1)))
                 switch = builder.switch(variant, done)
@@ -392,4 +424,5 @@ def _row_pointers(builder: ir.IRBuilder, at: Any, const: Any, i0: ir.Value, rows
             outer = builder.add(outer, builder.zext(wrap, I64))
 
 
-__all__ = ["FLAG_BIAS", "FLAG_RELU", "GemmShape", "gemm_module", "pack_weight"]
+__all__ = ["FLAG_BIAS", "FLAG_CLIP", "FLAG_RELU", "GemmShape", "clamp_bounds", "emit_clamp",
+           "gemm_module", "pack_weight"]

@@ -25,10 +25,12 @@ notation has affine accesses and a max reduction, this becomes a schedule and go
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from llvmlite import ir
 
+from tensoralg.codegen.gemm import clamp_bounds, emit_clamp
 from tensoralg.codegen.llvm_helpers import counted_loop, declare, entry_alloca
 from tensoralg.errors import ShapeError
 
@@ -77,7 +79,7 @@ class WindowGeometry:
 
 def window_module(geometry: WindowGeometry, mode: str, dtype: str, lanes: int,
                   channels: int = 1, count_include_pad: bool = False,
-                  relu: bool = False) -> ir.Module:
+                  relu: bool | tuple[float, float] = False) -> ir.Module:
     """The module exporting ``int32 tensoralg_window(X, Y, W, B, begin, end)``: planes
     ``[begin, end)`` of ``X`` (planes of ``H x W``) into ``Y`` (planes of ``OH x OW``).
     ``W`` (``C x KH x KW``) and ``B`` (``C``) are read only by ``depthwise``, whose plane ``p``
@@ -124,7 +126,7 @@ class _Body:
 
     def __init__(self, module: ir.Module, builder: ir.IRBuilder, geometry: WindowGeometry,
                  scalar: ir.Type, lanes: int, mode: str, count_include_pad: bool,
-                 relu: bool) -> None:
+                 relu: bool | tuple[float, float]) -> None:
         self.b, self.g, self.scalar, self.lanes = builder, geometry, scalar, lanes
         self.mode, self.count_include_pad, self.relu = mode, count_include_pad, relu
         self.vector = ir.VectorType(scalar, lanes)
@@ -218,10 +220,12 @@ class _Body:
             # padding) divides 0 by 1, as onnxruntime gives 0 there.
             empty = b.fcmp_ordered("==", count, self.constant(0.0))
             acc = b.fdiv(acc, b.select(empty, self.constant(1.0), count))
-        if self.relu:
-            # max(x, 0) with NaN kept, as the convolution and GEMM epilogues do
-            keep = b.fcmp_unordered(">", acc, self.constant(0.0))
-            acc = b.select(keep, acc, self.constant(0.0))
+        bounds = clamp_bounds(self.relu)
+        if bounds is not None:
+            # min(max(x, low), high) with NaN kept, as the convolution and GEMM epilogues do
+            low, high = (None if v == unbounded else self.constant(v)
+                         for v, unbounded in zip(bounds, (-math.inf, math.inf)))
+            acc = emit_clamp(b, acc, low, high)
         out = b.gep(y_plane, [b.add(b.mul(oh, ir.Constant(I64, g.out_width)), first)],
                     source_etype=self.scalar)
         b.call(self.store, [acc, out, self.align, valid])

@@ -1,5 +1,5 @@
 """Opt level 2: an inference BatchNormalization after a Conv, folded into the Conv's weights;
-and a Relu after a Conv, applied by the Conv's own kernel.
+and a Relu or constant-bound Clip after a Conv, applied by the Conv's own kernel.
 
 In inference mode BatchNormalization is a per-channel affine map of its input,
 ``Y(n,c,...) = (X(n,c,...) - mean(c)) * s(c) + beta(c)`` with ``s = scale / sqrt(var + eps)``.
@@ -12,7 +12,9 @@ and the pair runs as one Conv, one pass over the activations instead of two.
 
 A Relu whose input is a Conv's output read by nothing else joins the Conv (attribute
 ``activation="Relu"``), so the convolution kernel applies it in registers before its only
-store. At level 3 a Conv whose weight has at least the sparse-weight threshold of zeros is also
+store; so does a Clip whose bounds are constants (``activation="Clip(0.0, 6.0)"`` for ReLU6,
+MobileNetV2's ~35 of them otherwise a pass each), clamped ``min(max(x, low), high)`` with NaN
+kept, as onnxruntime's Clip. At level 3 a Conv whose weight has at least the sparse-weight threshold of zeros is also
 marked ``skip_zeros``: its kernel leaves the zero weights out, as sparse MatMul/Gemm weights do.
 Both attributes are tensoralg's own; the node keeps ``op_type == "Conv"`` and an implementation
 that honours them, so node-by-node runs give the same values. (One difference remains, as for
@@ -25,9 +27,9 @@ from typing import Iterable
 
 import numpy as np
 
-from tensoralg.onnx.fusion import consumers_of
+from tensoralg.onnx.fusion import activation_bounds, clip_activation, consumers_of
 from tensoralg.onnx.graph import OWN_ATTRIBUTES, Graph, Node
-from tensoralg.onnx.kernels import NodeContext, elementwise
+from tensoralg.onnx.kernels import NodeContext, elementwise, literal
 from tensoralg.onnx.ops.registry import OpImpl
 
 
@@ -125,23 +127,33 @@ def _folded(conv: Node, bn: Node, graph: Graph, taken: set[str]) -> Node:
 
 
 def fuse_conv_activations(graph: Graph, threshold: float | None = None) -> Graph:
-    """Join each Relu to the Conv it reads, when nothing else reads that Conv's output; with
+    """Join each Relu, and each Clip with constant bounds, to the Conv it reads, when nothing else reads that Conv's output; with
     ``threshold`` (level 3), mark the Convs whose weight has at least that fraction of zeros
     ``skip_zeros``.
 
     For example ``c: Conv(x, W, B) -> h`` then ``r: Relu(h) -> y`` becomes
-    ``c: Conv(x, W, B) -> y`` with ``activation="Relu"``.
+    ``c: Conv(x, W, B) -> y`` with ``activation="Relu"``; ``Clip(h, 0, 6)`` (ReLU6) gives
+    ``activation="Clip(0.0, 6.0)"``. Every Conv path clamps in registers or right after.
     """
     consumers = consumers_of(graph)
     outputs = {v.name for v in graph.outputs}
     producer = {name: node for node in graph.nodes if node.op_type == "Conv"
                 for name in node.outputs[:1] if name}
-    absorbed: dict[str, Node] = {}      # Conv name -> the Relu it absorbs
+    absorbed: dict[str, Node] = {}      # Conv name -> the Relu or Clip it absorbs
+    activation: dict[str, str] = {}     # Conv name -> its "activation" attribute
     for node in graph.nodes:
-        conv = producer.get(node.inputs[0]) if node.op_type == "Relu" and node.inputs else None
+        conv = producer.get(node.inputs[0]) \
+            if node.op_type in ("Relu", "Clip") and node.inputs else None
         if conv is not None and node.inputs[0] not in outputs and \
                 "activation" not in conv.attributes and \
                 [c.name for c in consumers.get(node.inputs[0], [])] == [node.name]:
+            if node.op_type == "Relu":
+                activation[conv.name] = "Relu"
+            else:
+                bounds = _constant_clip_bounds(node, graph)
+                if bounds is None:
+                    continue
+                activation[conv.name] = clip_activation(*bounds)
             absorbed[conv.name] = node
     joined = {relu.name for relu in absorbed.values()}
     nodes, fused, marked = [], [], []
@@ -155,7 +167,7 @@ def fuse_conv_activations(graph: Graph, threshold: float | None = None) -> Graph
         outs = node.outputs
         relu = absorbed.get(node.name)
         if relu is not None:
-            attributes["activation"] = "Relu"
+            attributes["activation"] = activation[node.name]
             outs = relu.outputs
             fused.append(f"{relu.name} into {node.name}")
         weight = graph.constants.get(node.inputs[1]) if len(node.inputs) > 1 else None
@@ -176,6 +188,27 @@ def fuse_conv_activations(graph: Graph, threshold: float | None = None) -> Graph
     return graph
 
 
+# Clip's bounds before opset 11, when absent: the float32 range, as onnxruntime's defaults.
+_FLOAT_MAX = float(np.finfo(np.float32).max)
+
+
+def _constant_clip_bounds(clip: Node, graph: Graph) -> tuple[float, float] | None:
+    """``(low, high)`` of a float ``Clip`` whose bounds are attributes (before opset 11) or
+    absent or one-value constants (opset 11 on); None when a bound is computed at run time."""
+    if clip.version < 11:
+        return (float(clip.attributes.get("min", -_FLOAT_MAX)),
+                float(clip.attributes.get("max", _FLOAT_MAX)))
+    bounds = [-np.inf, np.inf]
+    for i, name in enumerate(clip.inputs[1:3]):
+        if not name:
+            continue
+        value = graph.constants.get(name)
+        if value is None or value.size != 1 or value.dtype.kind != "f":
+            return None
+        bounds[i] = float(value.reshape(-1)[0])
+    return bounds[0], bounds[1]
+
+
 def _with_own_attributes(impl: OpImpl) -> OpImpl:
     """``impl`` accepting :data:`OWN_ATTRIBUTES` as well: it applies the activation after
     the convolution; ``skip_zeros`` only matters to the compiled kernel of a static plan."""
@@ -184,8 +217,13 @@ def _with_own_attributes(impl: OpImpl) -> OpImpl:
     def conv(node: NodeContext, *args: np.ndarray, activation: str | None = None,
              skip_zeros: int = 0, **attributes: object) -> np.ndarray:
         result = function(node, *args, **attributes)
-        if activation == "Relu":
-            result = elementwise(node, "max({0}, 0)", result, dtype=result.dtype)
+        bounds = None if activation is None else activation_bounds({"activation": activation})
+        if bounds is not None:
+            # min(max(x, low), high), onnxruntime's Clip order; an infinite bound is no clamp
+            text = "{0}" if bounds[0] == -np.inf else f"max({{0}}, {literal(bounds[0])})"
+            if bounds[1] != np.inf:
+                text = f"min({text}, {literal(bounds[1])})"
+            result = elementwise(node, text, result, dtype=result.dtype)
         return result
 
     known = None if impl.attributes is None else impl.attributes | OWN_ATTRIBUTES

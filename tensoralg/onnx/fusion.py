@@ -23,6 +23,7 @@ Run time decides what each call can do, and the plan (``print_ir``) records it:
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -87,6 +88,47 @@ def _clip(attributes: dict[str, Any], x: str, low: str | None = None,
     if high is not None:
         text = f"min({text}, {high})"
     return text
+
+
+def activation_bounds(attributes: dict[str, Any]) -> tuple[float, float] | None:
+    """The ``(low, high)`` clamp of a Conv's fused ``activation`` attribute, or None without
+    one: ``"Relu"`` is ``(0, inf)``; ``"Clip(low, high)"`` (written by the Conv+Clip fusion,
+    the bounds as ``repr`` floats so they round-trip exactly) is its bounds. Kernels apply
+    ``min(max(x, low), high)``, onnxruntime's Clip order, with NaN kept."""
+    activation = attributes.get("activation")
+    if activation is None:
+        return None
+    if activation == "Relu":
+        return (0.0, math.inf)
+    found = re.fullmatch(r"Clip\(([^,]+),([^,]+)\)", str(activation).replace(" ", ""))
+    if found is None:
+        raise ValueError(f"unknown fused activation {activation!r}")
+    return (float(found.group(1)), float(found.group(2)))
+
+
+def fused_activation(attributes: dict[str, Any]) -> bool | tuple[float, float]:
+    """A Conv's fused activation as the kernels' ``relu`` parameter takes it: False (none),
+    True (ReLU, so its kernels and plan lines stay as they were) or a Clip's bounds."""
+    activation = attributes.get("activation")
+    if activation is None:
+        return False
+    return True if activation == "Relu" else activation_bounds(attributes)
+
+
+def clamp_text(body: str, activation: bool | tuple[float, float]) -> str:
+    """Statement text of ``body`` under a :func:`fused_activation`: ``max(body, 0)`` for ReLU,
+    ``min(max(body, low), high)`` for a Clip, an infinite bound left out."""
+    if activation is False:
+        return body
+    low, high = (0.0, math.inf) if activation is True else activation
+    text = body if low == -math.inf else \
+        f"max({body}, {'0' if activation is True else literal(low)})"
+    return text if high == math.inf else f"min({text}, {literal(high)})"
+
+
+def clip_activation(low: float, high: float) -> str:
+    """The ``activation`` attribute text for a fused ``Clip(x, low, high)``."""
+    return f"Clip({float(low)!r}, {float(high)!r})"
 
 
 # ONNX elementwise op -> statement text of its output from its inputs' texts (floats only).

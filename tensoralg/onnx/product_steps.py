@@ -19,7 +19,7 @@ import numpy as np
 import tensoralg as ta
 from tensoralg.api import DenseLayer, dense_layer
 from tensoralg.onnx.executor import Step
-from tensoralg.onnx.fusion import FLOATS
+from tensoralg.onnx.fusion import FLOATS, clamp_text, fused_activation
 from tensoralg.onnx.movement_steps import permuter
 from tensoralg.onnx.ops.matmul import use_blas
 from tensoralg.onnx.ops.windows import windows
@@ -272,7 +272,7 @@ def pointwise_conv_spec(step: Step, recorded: Env, constants: Mapping[str, np.nd
     n, channels, positions = x.shape[0], x.shape[1], int(np.prod(x.shape[2:]))
     if weight.shape[1] != channels:
         return None
-    relu = attrs.get("activation") == "Relu"
+    relu = fused_activation(attrs)
     w = np.ascontiguousarray(weight.reshape(weight.shape[0], channels))
     shape, out_shape = (n, channels, positions), (n, weight.shape[0], positions)
     large = use_blas(x.dtype, n * weight.shape[0] * channels * positions)
@@ -287,7 +287,7 @@ def pointwise_conv_spec(step: Step, recorded: Env, constants: Mapping[str, np.nd
         # 32 x 676 x 8): BLAS into a scratch product, then bias and ReLU as one kernel.
         epilogue = "Y(n,o,p) = A(n,o,p)" + (" + B(o)" if bias is not None else "")
         if relu:
-            epilogue = f"Y(n,o,p) = max({epilogue.split(' = ', 1)[1]}, 0)"
+            epilogue = f"Y(n,o,p) = {clamp_text(epilogue.split(' = ', 1)[1], relu)}"
         post = step.context.kernels.get(epilogue, x.dtype, {})
 
         def make_blas(outs: list[np.ndarray], buffers: list[np.ndarray], ins: list[Getter]
@@ -306,7 +306,7 @@ def pointwise_conv_spec(step: Step, recorded: Env, constants: Mapping[str, np.nd
         return spec
     statement = POINTWISE_CONV + (" + B(o)" if bias is not None else "")
     if relu:
-        statement = f"Y(n,o,p) = max({statement.split(' = ', 1)[1]}, 0)"
+        statement = f"Y(n,o,p) = {clamp_text(statement.split(' = ', 1)[1], relu)}"
     kernel = step.context.kernels.get(statement, x.dtype, {})
     operands = {"W": w} if bias is None else {"W": w, "B": np.ascontiguousarray(bias)}
 
@@ -353,7 +353,7 @@ def conv_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) ->
     if depthwise is not None:
         return depthwise
     vector = None if bias is None else bias.reshape(-1)
-    relu = attrs.get("activation") == "Relu"
+    relu = fused_activation(attrs)
     compiled = ta.api.direct_conv(weight, vector, x.shape[1:], geometry.strides,
                                   geometry.dilations, geometry.pads_begin, geometry.pads_end,
                                   groups, relu, bool(attrs.get("skip_zeros", 0)))

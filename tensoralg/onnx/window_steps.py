@@ -20,7 +20,7 @@ import numpy as np
 
 import tensoralg as ta
 from tensoralg.onnx.executor import Step
-from tensoralg.onnx.fusion import FLOATS
+from tensoralg.onnx.fusion import FLOATS, fused_activation
 from tensoralg.onnx.ops.windows import windows
 from tensoralg.onnx.step_base import Env, Getter, Run, Spec, one_input_run, placeholder
 
@@ -68,7 +68,7 @@ def pool_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) ->
 def depthwise_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]
                    ) -> Spec | None:
     """A 2-D float ``Conv`` with one filter per channel (``group == C == M``, constant weight
-    and bias, optionally a fused ReLU) as one window kernel call; None otherwise."""
+    and bias, optionally a fused ReLU or Clip) as one window kernel call; None otherwise."""
     node = step.node
     attrs = node.attributes
     x = recorded[node.inputs[0]]
@@ -82,7 +82,7 @@ def depthwise_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray
             x.dtype not in FLOATS or weight.dtype != x.dtype or out.dtype != x.dtype or \
             (bias_name and (bias is None or bias.dtype != x.dtype)) or \
             set(attrs) - {"group", "kernel_shape", "strides", "dilations", "pads", "auto_pad",
-                          "activation", "skip_zeros"} or attrs.get("activation", "Relu") != "Relu":
+                          "activation", "skip_zeros"}:
         return None
     geometry = windows(step.context, x.shape[2:], weight.shape[2:], strides=attrs.get("strides"),
                        dilations=attrs.get("dilations"), pads=attrs.get("pads"),
@@ -92,7 +92,7 @@ def depthwise_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray
     kernel = ta.api.window_kernel(
         "depthwise", x.shape[1:], geometry.kernel, x.dtype, geometry.strides,
         geometry.dilations, geometry.pads_begin, geometry.pads_end, geometry.out,
-        weight=weight, bias=bias, relu=attrs.get("activation") == "Relu")
+        weight=weight, bias=bias, relu=fused_activation(attrs))
     return None if kernel is None else _kernel_spec(kernel, x)
 
 

@@ -42,7 +42,8 @@ class DirectConv:
     True
     """
 
-    def __init__(self, geometry: Any, weight: np.ndarray, bias: np.ndarray | None, relu: bool,
+    def __init__(self, geometry: Any, weight: np.ndarray, bias: np.ndarray | None,
+                 relu: bool | tuple[float, float],
                  skip_zeros: bool, lanes: int, cache: DiskCache | None = None,
                  threads: Any = None) -> None:
         from tensoralg.codegen.conv import ENTRY, conv_module, unrolled_fmas
@@ -65,7 +66,7 @@ class DirectConv:
 
     def __repr__(self) -> str:
         g = self.geometry
-        act = " + relu" if self.relu else ""
+        act = f" + {_activation_name(self.relu)}" if self.relu else ""
         return (f"DirectConv({self.dtype} {g.channels}x{g.height}x{g.width} -> "
                 f"{g.out_channels}x{g.out_height}x{g.out_width}, {g.kernel[0]}x{g.kernel[1]}"
                 f"{act})")
@@ -75,7 +76,7 @@ class DirectConv:
         from tensoralg.codegen.conv import addressing
 
         mode = addressing(self.geometry, self.lanes)
-        parts = (["bias"] if self.bias is not None else []) + (["relu"] if self.relu else [])
+        parts = (["bias"] if self.bias is not None else []) + ([_activation_name(self.relu)] if self.relu else [])
         epilogue = f", {' + '.join(parts)} in registers" if parts else ""
         kept = f"{self.weights} nonzero weights" if self.skip_zeros else \
             f"{self.weights} weights"
@@ -125,7 +126,13 @@ class BoundDirectConv(RangeCall):
         self.threads = conv.threads if len(self.calls) > 1 else None
 
 
-def direct_conv(geometry: Any, weight: np.ndarray, bias: np.ndarray | None, relu: bool = False,
+def _activation_name(relu: bool | tuple[float, float]) -> str:
+    """``relu``, or ``clip(low, high)`` for a fused Clip's bounds."""
+    return "relu" if relu is True else f"clip{tuple(relu)}"
+
+
+def direct_conv(geometry: Any, weight: np.ndarray, bias: np.ndarray | None,
+                relu: bool | tuple[float, float] = False,
                 skip_zeros: bool = False, cache: DiskCache | None = None,
                 threads: Any = None) -> DirectConv | None:
     """A :class:`DirectConv` for ``weight`` on this host, or None where it does not apply:

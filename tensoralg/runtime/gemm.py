@@ -20,7 +20,7 @@ from tensoralg.runtime.ranges import RangeCall, check_array, run_ranges
 
 # As in codegen/gemm.py, which is imported on first use: it loads llvmlite, and importing
 # tensoralg must not.
-FLAG_BIAS, FLAG_RELU = 1, 2
+FLAG_BIAS, FLAG_RELU, FLAG_CLIP = 1, 2, 4
 
 _PROTOTYPE = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
                               ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64,
@@ -82,7 +82,8 @@ class DenseLayer:
     [[2.0, 0.0, 1.0]]
     """
 
-    def __init__(self, weight: np.ndarray, bias: np.ndarray | None = None, relu: bool = False,
+    def __init__(self, weight: np.ndarray, bias: np.ndarray | None = None,
+                 relu: bool | tuple[float, float] = False,
                  cache: DiskCache | None = None, threads: Any = None) -> None:
         weight = np.asarray(weight)
         if weight.ndim != 2 or weight.dtype not in (np.float32, np.float64):
@@ -91,13 +92,22 @@ class DenseLayer:
         self.dtype = weight.dtype
         self.threads = threads      # a KernelThreads pool to split large products over
         self.k, self.n = weight.shape
-        from tensoralg.codegen.gemm import pack_weight
+        from tensoralg.codegen.gemm import clamp_bounds, pack_weight
 
         self.shape, self.function, self.source = gemm_kernel(self.dtype, cache)
         self.packed = pack_weight(weight, self.shape)
-        self.flags = (FLAG_BIAS if bias is not None else 0) | (FLAG_RELU if relu else 0)
+        # ``relu`` may be a clamp's (low, high) (a fused Clip; ReLU6 is (0, 6)): ReLU's own
+        # epilogue when it is (0, inf), else the clamp, whose bounds the kernel reads from
+        # just past the N bias values.
+        bounds = clamp_bounds(relu)
+        self.bounds = bounds
+        activation = 0 if bounds is None else \
+            FLAG_RELU if bounds == (0.0, float("inf")) else FLAG_CLIP
+        self.flags = (FLAG_BIAS if bias is not None else 0) | activation
         # Always a valid pointer: the kernel reads it (masked) only when FLAG_BIAS is set.
-        self.bias = np.zeros(max(self.n, 1), self.dtype)
+        self.bias = np.zeros(self.n + 2, self.dtype)
+        if activation == FLAG_CLIP:
+            self.bias[self.n:] = bounds
         if bias is not None:
             bias = np.asarray(bias)
             if bias.shape != (self.n,) or bias.dtype != self.dtype:
@@ -106,7 +116,8 @@ class DenseLayer:
             self.bias[:self.n] = bias
 
     def __repr__(self) -> str:
-        act = " + relu" if self.flags & FLAG_RELU else ""
+        act = " + relu" if self.flags & FLAG_RELU else \
+            f" + clip{self.bounds}" if self.flags & FLAG_CLIP else ""
         bias = " + bias" if self.flags & FLAG_BIAS else ""
         return f"DenseLayer({self.dtype} {self.k}x{self.n}{bias}{act})"
 
@@ -115,6 +126,7 @@ class DenseLayer:
         from tensoralg.codegen.gemm import TALL_MR
 
         parts = ["bias"] * bool(self.flags & FLAG_BIAS) + ["relu"] * bool(self.flags & FLAG_RELU)
+        parts += [f"clip{self.bounds}"] * bool(self.flags & FLAG_CLIP)
         epilogue = f" + {' + '.join(parts)} in registers" if parts else ""
         tile = (f"{TALL_MR}x{self.shape.lanes}" if self.n <= self.shape.lanes else
                 f"{self.shape.mr}x{self.shape.nr}")
@@ -249,7 +261,8 @@ class ConvLayer:
     """
 
     def __init__(self, weight: np.ndarray, bias: np.ndarray | None, strides: tuple[int, int],
-                 pads_begin: tuple[int, int], pads_end: tuple[int, int], relu: bool = False,
+                 pads_begin: tuple[int, int], pads_end: tuple[int, int],
+                 relu: bool | tuple[float, float] = False,
                  cache: DiskCache | None = None) -> None:
         weight = np.asarray(weight)
         if weight.ndim != 4:

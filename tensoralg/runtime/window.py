@@ -27,7 +27,8 @@ FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 class WindowKernel:
     """``out = reduce(windows of x)`` per NCHW plane, ``mode`` one of ``max``, ``average``
     and ``depthwise`` (see ``codegen/window.py``); a depthwise kernel holds its ``weight``
-    (C, 1, KH, KW) and ``bias`` (C) and applies ReLU when ``relu``.
+    (C, 1, KH, KW) and ``bias`` (C) and applies ReLU when ``relu`` (the clamp
+    ``min(max(x, low), high)`` when it is a fused Clip's ``(low, high)``).
 
     >>> from tensoralg.codegen.window import WindowGeometry
     >>> g = WindowGeometry(2, 2, 1, 1, (2, 2), (1, 1), (1, 1), (0, 0), (0, 0))
@@ -38,7 +39,7 @@ class WindowKernel:
 
     def __init__(self, geometry: Any, mode: str, dtype: np.dtype, channels: int,
                  count_include_pad: bool = False, weight: np.ndarray | None = None,
-                 bias: np.ndarray | None = None, relu: bool = False,
+                 bias: np.ndarray | None = None, relu: bool | tuple[float, float] = False,
                  cache: DiskCache | None = None, threads: Any = None) -> None:
         from tensoralg.codegen.window import ENTRY, MODES, window_module
 
@@ -82,7 +83,8 @@ class WindowKernel:
         """One line for a printed plan."""
         g = self.geometry
         reads = "masked loads" if g.strides[1] == 1 else "masked gathers"
-        extra = ", relu" if self.relu else ""
+        extra = "" if not self.relu else ", relu" if self.relu is True else \
+            f", clip{tuple(self.relu)}"
         return (f"generated {self.mode} window kernel ({g.kernel[0]}x{g.kernel[1]}, "
                 f"{self.lanes} output columns per vector, {reads}, padding masked{extra})")
 
