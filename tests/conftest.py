@@ -214,3 +214,27 @@ def passes_in_forked_child(check) -> None:
     os.close(read)
     assert result == b"1", f"the child failed (status {status})"
 
+
+
+def onnxruntime_outputs(model, feeds: dict) -> list[np.ndarray]:
+    """onnxruntime's outputs of ``model`` on ``feeds``, one CPU thread: the ONNX tests' oracle."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    options.intra_op_num_threads = 1
+    session = ort.InferenceSession(model.SerializeToString(), options,
+                                   providers=["CPUExecutionProvider"])
+    return session.run(None, feeds)
+
+
+def planned_model(model, feeds: dict):
+    """``model`` loaded at level 3 and run until its static plan is built (level 3 plans on
+    the second run and uses the plan from the third)."""
+    import tensoralg.onnx as tonnx
+
+    compiled = tonnx.load(model, opt_level=3)
+    for _ in range(3):
+        compiled.run(feeds)
+    assert compiled.specialiser.latest() is not None
+    return compiled

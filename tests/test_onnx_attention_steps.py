@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
+from conftest import onnxruntime_outputs, planned_model
 from onnx import TensorProto, numpy_helper
 from onnx import helper as h
 
@@ -21,15 +21,6 @@ RTOL, ATOL = 1e-4, 1e-5
 F32, I64, I32, BOOL = TensorProto.FLOAT, TensorProto.INT64, TensorProto.INT32, TensorProto.BOOL
 
 
-def _ort(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    options.intra_op_num_threads = 1
-    session = ort.InferenceSession(model.SerializeToString(), options,
-                                   providers=["CPUExecutionProvider"])
-    return session.run(None, feeds)
-
-
 def _model(nodes: list, inputs: list, outputs: list, inits: list | None = None,
            opset: int = 17) -> onnx.ModelProto:
     graph = h.make_graph(nodes, "g", inputs, outputs, inits or [])
@@ -39,17 +30,9 @@ def _model(nodes: list, inputs: list, outputs: list, inits: list | None = None,
     return model
 
 
-def _planned(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> tonnx.CompiledModel:
-    compiled = tonnx.load(model, opt_level=3)
-    for _ in range(3):
-        compiled.run(feeds)
-    assert compiled.specialiser.latest() is not None
-    return compiled
-
-
 def _check(compiled: tonnx.CompiledModel, model: onnx.ModelProto,
            feeds: dict[str, np.ndarray]) -> None:
-    expected = _ort(model, feeds)
+    expected = onnxruntime_outputs(model, feeds)
     got = compiled.run(feeds)
     for info, want in zip(model.graph.output, expected):
         assert got[info.name].dtype == want.dtype, info.name
@@ -105,7 +88,7 @@ def test_mask_path_is_native(mask_type: int, dtype: type, batch: int, heads: int
             mask = mask * rng.choice([1.0, -0.5, 3.0], mask.shape)   # nonzero is true
         return {"mask": mask.astype(dtype),
                 "scores": rng.standard_normal((batch, heads, tokens, tokens)).astype(np.float32)}
-    compiled = _planned(model, feeds())
+    compiled = planned_model(model, feeds())
     assert _python_steps(compiled) == []
     plan = compiled.specialiser.latest()
     assert len(plan.sequences) == 1, plan.describe()
@@ -131,7 +114,7 @@ def test_logical_ops_broadcast(op: str) -> None:
         return {"a": rng.integers(0, 2, (3, 1, 5)).astype(bool),
                 "b": rng.integers(0, 2, (4, 1)).astype(bool),
                 "x": rng.standard_normal((3, 4, 5)).astype(np.float32)}
-    compiled = _planned(model, feeds())
+    compiled = planned_model(model, feeds())
     assert _python_steps(compiled) == []
     for _ in range(2):
         _check(compiled, model, feeds())
@@ -158,7 +141,7 @@ def test_casts_match_onnxruntime(source: type, target: int) -> None:
             x = rng.integers(-2**31 if source is np.int32 else -2**40,
                              2**31 - 1 if source is np.int32 else 2**40, (2, 9))
         return {"x": x.astype(source)}
-    compiled = _planned(model, feeds())
+    compiled = planned_model(model, feeds())
     assert _python_steps(compiled) == []
     for _ in range(2):
         _check(compiled, model, feeds())
@@ -171,7 +154,7 @@ def test_float_to_int_cast_stays_generic() -> None:
                    [h.make_tensor_value_info("x", F32, [6])],
                    [h.make_tensor_value_info("out", I64, [6])])
     feeds = {"x": np.array([-2.7, -0.5, 0.0, 0.9, 3.5, 1e6], np.float32)}
-    compiled = _planned(model, feeds)
+    compiled = planned_model(model, feeds)
     assert "Cast" in _python_steps(compiled)
     _check(compiled, model, feeds)
 
@@ -189,7 +172,7 @@ def test_reshape_to_graph_output_is_a_copy() -> None:
                    [h.make_tensor_value_info("flat", F32, [21]),
                     h.make_tensor_value_info("wide", F32, [1, 7, 3, 1])], [w, shape, axes])
     rng = np.random.default_rng(1)
-    compiled = _planned(model, {"x": rng.standard_normal((7, 5)).astype(np.float32)})
+    compiled = planned_model(model, {"x": rng.standard_normal((7, 5)).astype(np.float32)})
     kinds = {s.step.node.op_type: s.kind for s in compiled.specialiser.latest().steps}
     assert kinds["Reshape"] == kinds["Unsqueeze"] == "broadcast kernel"
     for _ in range(2):

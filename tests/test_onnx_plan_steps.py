@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
+from conftest import onnxruntime_outputs, planned_model
 from onnx import TensorProto, numpy_helper
 from onnx import helper as h
 from test_onnx_bag_loops import IDS, ROWS, dynamo_bag, reference, torchscript_bag
@@ -23,26 +23,9 @@ RTOL, ATOL = 1e-5, 1e-6
 F32, I64 = TensorProto.FLOAT, TensorProto.INT64
 
 
-def _ort(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    session = ort.InferenceSession(model.SerializeToString(), options,
-                                   providers=["CPUExecutionProvider"])
-    return session.run(None, feeds)
-
-
-def _planned(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> tonnx.CompiledModel:
-    """The model at level 3 after the runs that build its static plan."""
-    compiled = tonnx.load(model, opt_level=3)
-    for _ in range(3):
-        compiled.run(feeds)
-    assert compiled.specialiser.latest() is not None
-    return compiled
-
-
 def _check(compiled: tonnx.CompiledModel, model: onnx.ModelProto,
            feeds: dict[str, np.ndarray]) -> None:
-    expected = _ort(model, feeds)
+    expected = onnxruntime_outputs(model, feeds)
     got = compiled.run(feeds)
     for info, want in zip(model.graph.output, expected):
         np.testing.assert_allclose(got[info.name], want, rtol=RTOL, atol=ATOL)
@@ -86,7 +69,7 @@ def test_loop_bag_runs_as_native_calls_on_new_offsets(form, mode, weighted):
     model = BUILDS[form](mode, weighted)
     rng = np.random.default_rng(3)
     weights = rng.random(len(IDS)) if weighted else None
-    compiled = _planned(model, _bag_feeds(IDS, [0, 4, 5, 9], weights))
+    compiled = planned_model(model, _bag_feeds(IDS, [0, 4, 5, 9], weights))
     step = _step(compiled, "EmbeddingBag")
     assert step.plan.startswith("bag CSR from offsets by native calls (4 bags, 11 members")
     assert parts_of(step.run) is not None and compiled.specialiser.latest().sequences
@@ -98,7 +81,8 @@ def test_loop_bag_runs_as_native_calls_on_new_offsets(form, mode, weighted):
         got = compiled.run(feeds)["y"]
         np.testing.assert_allclose(got, reference(ids % ROWS, offsets, w, mode), rtol=RTOL,
                                    atol=ATOL)
-        np.testing.assert_allclose(got, _ort(model, feeds)[0], rtol=RTOL, atol=ATOL)
+        np.testing.assert_allclose(got, onnxruntime_outputs(model, feeds)[0], rtol=RTOL,
+                                   atol=ATOL)
     assert compiled.specialiser.latest() is not None and \
         "dropped" not in " ".join(compiled.specialiser.notes.values())
 
@@ -111,7 +95,7 @@ def test_loop_bag_runs_as_native_calls_on_new_offsets(form, mode, weighted):
     ([0, -1, 2, 3], r"bag 1 covers \[-1, 2\), outside the 11 indices")])
 def test_loop_bag_plan_reports_bad_offsets_naming_the_node(form, offsets, message):
     model = BUILDS[form]("mean")
-    compiled = _planned(model, _bag_feeds(IDS, [0, 4, 5, 9]))
+    compiled = planned_model(model, _bag_feeds(IDS, [0, 4, 5, 9]))
     name = next(n.name for n in model.graph.node if n.op_type == "Loop")
     with pytest.raises(ta.ShapeError, match=message) as err:
         compiled.run(_bag_feeds(IDS, offsets))
@@ -122,7 +106,7 @@ def test_loop_bag_plan_reports_bad_offsets_naming_the_node(form, offsets, messag
 @pytest.mark.parametrize("form", list(BUILDS))
 def test_loop_bag_plan_reports_an_id_outside_the_table(form):
     model = BUILDS[form]("sum")
-    compiled = _planned(model, _bag_feeds(IDS, [0, 4, 5, 9]))
+    compiled = planned_model(model, _bag_feeds(IDS, [0, 4, 5, 9]))
     with pytest.raises(ta.ShapeError, match=r"index.*outside"):
         compiled.run(_bag_feeds(IDS[:-1] + [ROWS], [0, 4, 5, 9]))
     _check(compiled, model, _bag_feeds(IDS, [0, 4, 5, 9]))
@@ -161,7 +145,7 @@ def _cross_layer(batch: int = 8, width: int = 21) -> onnx.ModelProto:
 def test_cross_layer_products_are_kernels_without_unit_axes():
     model = _cross_layer()
     rng = np.random.default_rng(1)
-    compiled = _planned(model, {"x": rng.standard_normal((8, 21)).astype(np.float32)})
+    compiled = planned_model(model, {"x": rng.standard_normal((8, 21)).astype(np.float32)})
     text = compiled.ir()
     assert "BLAS" not in text
     assert "Y(i,x) = A(i,x) * B(i)" in text            # the batched product: no k, no j of 1
@@ -256,7 +240,7 @@ def _tabular(rng: np.random.Generator, n: int) -> dict[str, np.ndarray]:
 def test_id_columns_casts_and_constant_gathers_are_native(n):
     model = _column_embeddings()
     rng = np.random.default_rng(6)
-    compiled = _planned(model, _tabular(rng, n))
+    compiled = planned_model(model, _tabular(rng, n))
     plan = compiled.specialiser.latest()
     assert "Cast" not in [s.step.node.op_type for s in plan.steps]     # read in place / views
     assert any((s.plan or "").startswith("compiled block copies (1 run of") for s in plan.steps)
@@ -278,7 +262,7 @@ def test_gather_nd_with_constant_indices_is_block_copies():
                    [h.make_tensor_value_info("x", F32, ["n", 6])],
                    [h.make_tensor_value_info("y", F32, ["n", 4])], [indices])
     rng = np.random.default_rng(7)
-    compiled = _planned(model, {"x": rng.random((3, 6), np.float32)})
+    compiled = planned_model(model, {"x": rng.random((3, 6), np.float32)})
     step = _step(compiled, "GatherND")
     assert step.plan == "compiled block copies (2 runs of 1 x 3-value blocks)"
     _one_sequence(compiled)
