@@ -395,12 +395,8 @@ def _fused(step: Step, recorded: Env, constants: Mapping[str, np.ndarray],
                 arrays[letter] = target
             elif name == PRODUCT:
                 arrays[letter] = product.reshape(shape)
-            elif by_name[name].fixed is not None:
-                # Buffers are contiguous; only a constant can need this (one) copy.
-                arrays[letter] = contiguous(by_name[name].fixed.reshape(shape))
             else:
-                arrays[letter] = np.zeros(shape, dtype)     # replaced by rebind each run
-                dynamic.append((letter, by_name[name], tuple(shape)))
+                arrays[letter] = _operand_array(letter, by_name[name], shape, dtype, dynamic)
         result = outs[0] if options["output_t"] else outs[0].reshape(out_shape)
         bound = kernel.bind(out=result, **arrays)
         if layer is not None:
@@ -500,11 +496,8 @@ def _batched_head(step: Step, values: dict[str, np.ndarray], dtype: np.dtype) ->
         for letter, (name, shape, _) in operands.items():
             if name == head.outputs[0]:
                 arrays[letter] = product.reshape(shape)
-            elif by_name[name].fixed is not None:
-                arrays[letter] = contiguous(by_name[name].fixed.reshape(shape))
             else:
-                arrays[letter] = np.zeros(shape, dtype)     # replaced by rebind each run
-                dynamic.append((letter, by_name[name], tuple(shape)))
+                arrays[letter] = _operand_array(letter, by_name[name], shape, dtype, dynamic)
         bound = kernel.bind(out=outs[0].reshape(out_shape), **arrays)
         a_get, b_get = by_name[a_name], by_name[b_name]
 
@@ -546,6 +539,17 @@ def _one_kernel(context: Any, built: tuple, dtype: np.dtype, weight_t: Any, out:
     bound = kernel.bind(out=out, **arrays)
     return made_of(lambda env: _refresh_and_call(env, copies, dynamic, bound),
                    _call_parts(copies, dynamic, bound))
+
+
+def _operand_array(letter: str, getter: Getter, shape: Any, dtype: Any,
+                   dynamic: list[tuple[str, Getter, tuple[int, ...]]]) -> np.ndarray:
+    """What a kernel operand is bound to when its plan is made: a constant's array (buffers are
+    contiguous; only a constant can need this one copy), or a placeholder recorded in
+    ``dynamic`` that the plan rebinds on each run."""
+    if getter.fixed is not None:
+        return contiguous(getter.fixed.reshape(shape))
+    dynamic.append((letter, getter, tuple(shape)))
+    return np.zeros(shape, dtype)
 
 
 def _refresh_and_call(env: Env, copies: list[tuple[Getter, Callable[[np.ndarray], None]]],
