@@ -235,6 +235,7 @@ class KernelCache:
         self.tuned = TunedSchedules(options.cache_dir)   # autotune's winners (tune.py)
         self.splits: dict[tuple, NativeSplit] = {}       # kernels' ranges on the native pool
         self.dispatch: dict[tuple, Any] = {}          # einsum's fast path, see _Dispatch
+        self.recent: dict[str, Any] = {}   # subscripts -> the replay einsum tries first
         self._lock = threading.Lock()
 
     def get(self, key: KernelKey, stmt: Assignment, formats: dict[str, Format],
@@ -354,6 +355,28 @@ def einsum(*operands: Any, out_format: Any = None, formats: Any = None,
     """
     if not operands:
         raise NotationError("einsum needs subscripts and at least one operand")
+    tried = False     # whether the remembered dispatch of this call was looked up already
+    if type(operands[0]) is str and formats is None and out_format is None and \
+            schedule is None and dtype is None and out is None and order == "K" and \
+            casting == "safe" and backend != "cuda" and _cache is not None:
+        # A repeated plain call: its kernel and argument recipe were remembered (a repeated
+        # SDDMM skips planning, ~0.4 ms; a small SpMV's whole cost is this dispatch). The
+        # latest replay of these subscripts checks the operands' kinds itself: tried first.
+        if backend is None:
+            fast = _cache.recent.get(operands[0])
+            if fast is not None:
+                result = fast(operands[1:])
+                if result is not None:
+                    return result
+        signature = _signature(operands[0], operands[1:], backend)
+        entry = _cache.dispatch.get(signature) if signature is not None else None
+        if entry is not None:
+            result = (entry.fast or entry.run)(operands[1:])
+            if result is not None:
+                if entry.fast is not None and backend is None:
+                    _cache.recent[operands[0]] = entry.fast
+                return result
+        tried = signature is not None   # none remembered, or it declined this call
     # -- dask hook (tensoralg/dask/): a dask.array operand makes the call a blockwise plan
     if _dask_handlers is not None and any(map(_is_dask, operands)):
         return _dask_handlers[0](operands, dict(
@@ -375,8 +398,8 @@ def einsum(*operands: Any, out_format: Any = None, formats: Any = None,
         and out is None and order != "F"
     signature = _signature(subscripts, operands, backend) if plain and backend != "cuda" \
         else None
-    if signature is not None:
-        # Remembered calls ran as one kernel: a repeated SDDMM skips planning (~0.4 ms).
+    if signature is not None and not tried:
+        # Remembered calls ran as one kernel (the plain calls looked this up above).
         entry = kernel_cache().dispatch.get(signature)
         if entry is not None:
             result = (entry.fast or entry.run)(operands)
@@ -552,12 +575,19 @@ def _signature(subscripts: Any, operands: tuple, backend: str | None) -> tuple |
             if not operand.flags.c_contiguous:
                 return None
             parts.append((kind, operand.dtype, operand.ndim))
-        elif getattr(operand, "format", None) in _SCIPY_COMPRESSED and \
-                getattr(operand, "ndim", 0) == 2:
-            parts.append((kind, operand.dtype, operand.indices.dtype, operand.indptr.dtype))
-        else:
+            continue
+        compressed = _compressed_classes.get(kind)
+        if compressed is None:
+            compressed = _compressed_classes[kind] = kind.__module__.startswith(
+                "scipy.sparse") and getattr(kind, "_format", None) in _SCIPY_COMPRESSED
+        if not compressed or operand.ndim != 2:
             return None
+        parts.append((kind, operand.data.dtype, operand.indices.dtype, operand.indptr.dtype))
     return tuple(parts)
+
+
+# class -> whether it is a scipy CSR/CSC class (its ``format`` is a class constant there)
+_compressed_classes: dict[type, bool] = {}
 
 
 # What each argument of a replayed call is (see _Dispatch.recipe and runtime/replay.py).
@@ -677,21 +707,23 @@ def _sound_compressed(operand: Any, validator: StorageValidator) -> bool:
 
 def _remember(signature: tuple, compiled: CompiledProgram, stmt: Assignment,
               names: Sequence[str], operands: tuple, bound: dict[str, Tensor],
-              store: dict[tuple, Any] | None = None, requested: Format | None = None) -> None:
+              store: dict[tuple, Any] | None = None, requested: Format | None = None
+              ) -> _Dispatch | None:
     """Record a plain call, so that the next one skips the decisions (in ``store``: the kernel
     cache's einsum table unless given). ``operands[k]`` is the tensor ``names[k]`` of
     ``stmt``; each must have been bound in its own format (a dense array dense, a scipy CSR
     matrix as CSR), not converted. A sparse result is assembled from the kernel's buffers as
-    the general path does, in the format ``requested`` (None: the one the kernel made)."""
+    the general path does, in the format ``requested`` (None: the one the kernel made).
+    Returns the entry recorded, if any."""
     if compiled.program.conversions or compiled.plan.parallel is not None or \
             any(t.dtype != compiled.key.value_dtype for t in bound.values()):
-        return
+        return None
     kinds = tuple(_DENSE if type(op) is np.ndarray else _COMPRESSED for op in operands)
     for name, kind, operand in zip(names, kinds, operands):
         natural = dense(operand.ndim) if kind == _DENSE else \
             _SCIPY_COMPRESSED.get(getattr(operand, "format", None))
         if bound[name].format != natural:
-            return
+            return None
     position = {name: k for k, name in enumerate(names)}
     where: dict[str, list[tuple[int, int]]] = {}
     for access in accesses(stmt.rhs):
@@ -703,19 +735,35 @@ def _remember(signature: tuple, compiled: CompiledProgram, stmt: Assignment,
     handles = tuple(name for role, name, _ in compiled.arguments.steps if role == OUT_HANDLE)
     recipe = _recipe(compiled, names, kinds, handles)
     if recipe is None:
-        return
+        return None
     table = kernel_cache().dispatch if store is None else store
     entry = _Dispatch(
         compiled, tuple(names), kinds, equal, out_dims, compiled.key.value_dtype, recipe,
         compiled.arguments.range_slots is not None, handles,
         tuple(input_family(op) for op in operands), requested)
     if not handles and replayable(recipe):
-        entry = dataclasses.replace(entry, fast=_replay_of(entry))
+        entry = dataclasses.replace(entry, fast=_replay_of(entry, signature[2:]))
+        if store is None and signature[1] is None:
+            _recent_replay(signature[0], entry.fast)
     table[signature] = entry
+    return entry
 
 
-def _replay_of(entry: _Dispatch) -> Any:
-    """``entry``'s recipe written out as one straight-line function (runtime/replay.py)."""
+def _recent_replay(subscripts: str, fast: Any) -> None:
+    """Make ``fast`` (a replay that checks its operands' kinds itself) the first one a plain
+    ``einsum(subscripts, ...)`` tries, before computing the call's signature."""
+    recent = kernel_cache().recent
+    if len(recent) >= _RECENT_LIMIT:
+        recent.clear()
+    recent[subscripts] = fast
+
+
+_RECENT_LIMIT = 1024
+
+
+def _replay_of(entry: _Dispatch, guards: tuple) -> Any:
+    """``entry``'s recipe written out as one straight-line function (runtime/replay.py) that
+    checks its operands are of the kinds ``guards`` names (the call signature's parts)."""
     cache = kernel_cache()
     compiled = entry.compiled
 
@@ -727,7 +775,7 @@ def _replay_of(entry: _Dispatch) -> Any:
                            entry.value_dtype, compiled.overwrites, compiled.kernel.function,
                            lambda matrix: _sound_compressed(matrix, cache.validator),
                            cache.threads if entry.splittable else None, fail,
-                           _replayed_split(entry) if entry.splittable else None)
+                           _replayed_split(entry) if entry.splittable else None, guards)
 
 
 def _replayed_split(entry: _Dispatch) -> Any:
@@ -1521,6 +1569,7 @@ class Kernel:
         self._canonical = canonical_text(self.statement)
         self._programs: dict[tuple, CompiledProgram] = {}
         self._replays: dict[tuple, _Dispatch] = {}     # repeated plain calls, see _Dispatch
+        self._recent: Any = None      # the latest replay, which checks its operands' kinds
         self._uses = [(a.tensor, mode, index) for a in accesses(self.statement.rhs)
                       for mode, index in enumerate(a.indices)]
         self._ranks = {a.tensor: a.indices for a in accesses(self.statement.rhs)}
@@ -1652,6 +1701,10 @@ class Kernel:
         if positional:
             operands = self._by_name(positional, operands)
         values = tuple([operands.get(name) for name in self.formats])
+        if self._recent is not None and len(operands) == len(values):
+            result = self._recent(values)
+            if result is not None:
+                return result
         signature = _signature(self._canonical, values, self.backend) \
             if len(operands) == len(values) else None
         # -- dask hook (tensoralg/dask/): dask.array operands run the kernel block by block
@@ -1675,6 +1728,8 @@ class Kernel:
             if entry is not None:
                 result = (entry.fast or entry.run)(values)
                 if result is not None:
+                    if entry.fast is not None and self._gemm is None:
+                        self._recent = entry.fast
                     return result
                 signature = None   # remembered already; it declined this call (see einsum)
         bound = self._bound(operands)

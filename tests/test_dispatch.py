@@ -270,3 +270,41 @@ def test_replays_are_written_out_and_revalidate_new_arrays():
     np.testing.assert_allclose(ta.einsum("i,i->", x, x), x @ x)
     np.testing.assert_allclose(ta.einsum("i,i->", x, x), x @ x)   # the replayed scalar
     assert np.ndim(ta.einsum("i,i->", x, x)) == 0
+
+
+def test_the_replay_tried_first_checks_the_kinds_of_its_operands():
+    # A repeated call tries the latest replay of its subscripts (or of its kernel) before
+    # computing a signature; operands of any other kind must reach their own kernels.
+    rng = np.random.default_rng(7)
+    base = sp.random_array((40, 30), density=0.2, format="csr", random_state=7, dtype=np.float64)
+    x = rng.standard_normal(30)
+    kinds = [
+        (base, x),
+        (base.astype(np.float32), x.astype(np.float32)),
+        (base, x.astype(np.float32)),
+        (base.tocsc(), x),
+        (sp.csr_matrix(base), x),
+        (base, np.asfortranarray(np.stack([x, x], 1))[:, 0]),     # a strided view
+        (sp.csr_array((base.data, base.indices.astype(np.int64), base.indptr.astype(np.int64)),
+                      shape=base.shape), x),
+        (base.astype(np.int64), np.arange(30)),
+    ]
+    kernel = ta.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"})
+    for _ in range(3):
+        for A, v in kinds:
+            expected = np.asarray(A @ v)
+            got = ta.einsum("ij,j->i", A, v)
+            assert got.dtype == np.result_type(A.dtype, v.dtype)
+            np.testing.assert_allclose(got, expected, rtol=1e-5)
+            np.testing.assert_allclose(kernel(A=A, x=v), expected, rtol=1e-5)
+    assert kernel_cache().recent["ij,j->i"].source.count("return None") >= 3
+
+
+def test_the_replay_tried_first_rejects_a_one_dimensional_sparse_array():
+    A = sp.random_array((6, 5), density=0.5, format="csr", random_state=2)
+    ta.einsum("ij,j->i", A, np.ones(5))
+    ta.einsum("ij,j->i", A, np.ones(5))
+    vector = sp.csr_array(np.ones(5))
+    assert vector.ndim == 1 or vector.shape == (1, 5)
+    with pytest.raises(ta.TensorAlgebraError):
+        ta.einsum("ij,j->i", vector, np.ones(5))

@@ -65,8 +65,8 @@ def replay_function(recipe: Sequence[tuple[int, int, int]], kinds: Sequence[str]
                     out_dims: Sequence[tuple[int, int]], value_dtype: np.dtype, overwrites: bool,
                     kernel: Callable[..., int], sound: Callable[[Any], bool],
                     threads: Any, fail: Callable[[], None],
-                    split: Callable[[tuple, list], int | None] | None = None
-                    ) -> Callable[[tuple], Any]:
+                    split: Callable[[tuple, list], int | None] | None = None,
+                    guards: Sequence[tuple] | None = None) -> Callable[[tuple], Any]:
     """A function ``(operands) -> result or None`` that runs ``kernel`` with the arguments
     ``recipe`` reads from the operands, into a new dense output of ``value_dtype``.
 
@@ -76,6 +76,11 @@ def replay_function(recipe: Sequence[tuple[int, int, int]], kinds: Sequence[str]
     two threads goes to ``split(operands, args)`` (which runs the kernel over thread ranges and
     returns its status, or None to leave the call to the general path), or to the general path
     without one (``api.estimated_work``, written out); ``fail()`` raises for a non-zero status.
+
+    ``guards`` (one per operand, as ``api._signature`` describes it: ``(numpy.ndarray, dtype,
+    ndim)`` or ``(scipy class, data dtype, indices dtype, indptr dtype)``) makes the function
+    check the operands' kinds itself, so that a caller may try it without computing the
+    call's signature first: it returns None for operands of other kinds.
 
     >>> f = replay_function([(ARG_SIZE, 0, 0), (ARG_DENSE, 0, 0), (ARG_OUT, -1, 0)], [DENSE],
     ...                     [], [(0, 0)], np.dtype(np.float64), True, lambda n, a, b: 0,
@@ -89,16 +94,29 @@ def replay_function(recipe: Sequence[tuple[int, int, int]], kinds: Sequence[str]
              f"    if len(operands) != {count}:",
              "        return None",
              f"    {', '.join(names)}{',' if count == 1 else ''} = operands"]
-    for a, mode_a, b, mode_b in equal_sizes:
-        lines.append(f"    if o{a}.shape[{mode_a}] != o{b}.shape[{mode_b}]:")
+    # Each operand's shape is read once (a scipy matrix's ``shape`` is a property).
+    shaped = sorted({a for a, _, b, _ in equal_sizes} | {b for _, _, b, _ in equal_sizes} |
+                    {k for k, _ in out_dims} | {k for what, k, _ in recipe if what == ARG_SIZE})
+    for k, guard in enumerate(guards or ()):
+        if guard[0] is np.ndarray:
+            lines.append(f"    if type(o{k}) is not ndarray or o{k}.dtype != dtype{k} or "
+                         f"o{k}.ndim != {guard[2]} or not o{k}.flags.c_contiguous:")
+        else:       # the dtypes of its arrays are checked with their soundness (_Sound)
+            lines.append(f"    if type(o{k}) is not class{k}:")
         lines.append("        return None")
+    # Compressed operands are vetted (and, with guards, their rank checked) before any shape
+    # is read.
     for k, kind in enumerate(kinds):
         if kind == COMPRESSED:
             lines.append(f"    a{k} = sound{k}(o{k})")
             lines.append(f"    if a{k} is None:")
             lines.append("        return None")
-    shape = "".join(f"o{k}.shape[{mode}], " for k, mode in out_dims)
-    lines.append(f"    shape = ({shape})")
+    for k in shaped:
+        lines.append(f"    s{k} = o{k}.shape")
+    for a, mode_a, b, mode_b in equal_sizes:
+        lines.append(f"    if s{a}[{mode_a}] != s{b}[{mode_b}]:")
+        lines.append("        return None")
+    shape = "".join(f"s{k}[{mode}], " for k, mode in out_dims)
     threaded = threads is not None and split is not None
     if threads is not None:
         lines.append(f"    parallel = threads.threads > 1 and {_work(kinds, out_dims)} >= "
@@ -106,17 +124,17 @@ def replay_function(recipe: Sequence[tuple[int, int, int]], kinds: Sequence[str]
         if not threaded:
             lines.append("    if parallel:")
             lines.append("        return None")
-    size = " * ".join(f"o{k}.shape[{mode}]" for k, mode in out_dims) or "1"
+    size = " * ".join(f"s{k}[{mode}]" for k, mode in out_dims) or "1"
     # Over the memory limit: the general path raises MemoryLimitError (runtime/memory.py).
     lines.append(f"    if {size} * {value_dtype.itemsize} > limit():")
     lines.append("        return None")
+    # A rank-1 output is made in its shape; others flat, then viewed in theirs.
     lines.append(f"    out = {'empty' if overwrites else 'zeros'}({size}, dtype)")
     args = []
     for what, k, mode in recipe:
-        operand = f"o{k}"
         args.append({
-            ARG_SIZE: f"{operand}.shape[{mode}]",
-            ARG_DENSE: f"address({operand})",
+            ARG_SIZE: f"s{k}[{mode}]",
+            ARG_DENSE: f"address(o{k})",
             ARG_DATA: f"a{k}[2]",
             ARG_INDPTR: f"a{k}[0]",
             ARG_INDICES: f"a{k}[1]",
@@ -132,27 +150,50 @@ def replay_function(recipe: Sequence[tuple[int, int, int]], kinds: Sequence[str]
     else:
         lines.append(f"    if kernel({', '.join(args)}) != 0:")
     lines.append("        fail()")
-    if out_dims:
-        lines.append("    return out.reshape(shape)")
+    if len(out_dims) == 1:
+        lines.append("    return out")
+    elif out_dims:
+        lines.append(f"    return out.reshape(({shape}))")
     else:
         lines.append("    return out.reshape(())[()]")
     namespace: dict[str, Any] = {
         "empty": np.empty, "zeros": np.zeros, "dtype": value_dtype, "address": data_address,
         "kernel": kernel, "threads": threads, "fail": fail, "limit": memory_limit,
-        "split": split,
-        **{f"sound{k}": _Sound(sound) for k, kind in enumerate(kinds) if kind == COMPRESSED}}
-    exec(compile("\n".join(lines), "<tensoralg replay>", "exec"), namespace)  # noqa: S102
-    return namespace["replay"]
+        "split": split, "ndarray": np.ndarray,
+        **{f"sound{k}": _Sound(sound if guards is None else _typed(sound, guards[k]))
+           for k, kind in enumerate(kinds) if kind == COMPRESSED}}
+    for k, guard in enumerate(guards or ()):
+        namespace[f"dtype{k}" if guard[0] is np.ndarray else f"class{k}"] = \
+            guard[1] if guard[0] is np.ndarray else guard[0]
+    source = "\n".join(lines)
+    exec(compile(source, "<tensoralg replay>", "exec"), namespace)  # noqa: S102
+    replay = namespace["replay"]
+    replay.source = source          # what was written, for a reader debugging a replay
+    return replay
+
+
+def _typed(sound: Callable[[Any], bool], guard: tuple) -> Callable[[Any], bool]:
+    """``sound`` for a matrix whose arrays also have the dtypes ``guard`` names."""
+    _, values, indices, indptr = guard
+
+    def check(matrix: Any) -> bool:
+        return matrix.ndim == 2 and matrix.data.dtype == values and \
+            matrix.indices.dtype == indices and matrix.indptr.dtype == indptr and sound(matrix)
+
+    return check
 
 
 def _work(kinds: Sequence[str], out_dims: Sequence[tuple[int, int]]) -> str:
-    """``api.work_of`` of a call as one expression over the operands ``o0, o1, ...``."""
-    rows = f"o{out_dims[0][0]}.shape[{out_dims[0][1]}]" if out_dims else "1"
+    """``api.work_of`` of a call as one expression over the operands ``o0, o1, ...`` and
+    their shapes ``s0, s1, ...``."""
+    rows = f"s{out_dims[0][0]}[{out_dims[0][1]}]" if out_dims else "1"
     stored = [f"o{k}.indices.shape[0]" for k, kind in enumerate(kinds) if kind == COMPRESSED]
     if not stored:
         sizes = [f"o{k}.size" for k, kind in enumerate(kinds) if kind == DENSE]
         return f"({' + '.join(sizes) or '0'} + {rows})"
-    width = " * ".join(f"o{k}.shape[{mode}]" for k, mode in out_dims[1:]) or "1"
+    if len(out_dims) <= 1:      # no output columns: each stored value is one unit of work
+        return f"({' + '.join(stored)} + {rows})"
+    width = " * ".join(f"s{k}[{mode}]" for k, mode in out_dims[1:])
     return f"(({' + '.join(stored)}) * (1 + max({width}, 1) // 4) + {rows})"
 
 
