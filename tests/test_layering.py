@@ -28,9 +28,11 @@ ALLOWED = {
             "contract_path"},
     "tune": {"notation", "schedule", "api"},   # autotuning sits beside api.py, on top of it
     "arrays": {"formats", "api"},              # ta.Tensor's operators, on top of api.py
+    "program": {"api"},        # the calls and call sequences front ends build plans from
 }
 PUBLIC_API_ROOMS = {"onnx", "select", "dask", "cli", "__main__", "demo"}  # the public API only
-PUBLIC_API = {"__init__", "api", "data"}  # what those rooms may import (data: bundled files)
+PUBLIC_API = {"__init__", "api", "data", "gpu", "program"}  # what those rooms may import (data:
+# bundled files; gpu: the documented device API, tensoralg.gpu.to_device and friends)
 
 
 def room_of(path: pathlib.Path) -> str:

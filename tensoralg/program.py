@@ -1,0 +1,76 @@
+"""The core's program API: the calls and call sequences a front end builds its plans from.
+
+``ta.einsum`` and ``ta.compile`` run one statement. A front end that runs whole programs (the
+ONNX importer, or a user's own graph runner) needs two more things from the core: calls whose
+operands are fixed once, so that a run pays no dispatch, and a way to join many such calls into
+one native function. This module is that surface; the importer reaches the core only through
+it and the public ``tensoralg`` names (``tests/test_layering.py`` holds that line).
+
+**Calls.** Each is an object with its operands bound; calling it runs it, ``rebind(name,
+array)`` points one input at another array of the same shape, and ``native(slots)`` hands it to
+a sequence with the inputs named in ``slots`` read from the sequence's slots at each run.
+
+- a statement with its schedule: ``ta.compile(statement, formats, schedule=...).bind(...)``
+  gives a :class:`BoundCall` (threads split it as the schedule says);
+- dense layers and convolutions on the generated GEMM: :func:`dense_layer`,
+  :func:`conv_layer`, :func:`direct_conv` (weights compiled into the code), :func:`gram_call`
+  (``X @ X^T``), :func:`im2row_call` (patch rows for a convolution);
+- generated window and row kernels: :func:`window_kernel` (pooling, depthwise convolution),
+  :func:`softmax_kernel`;
+- data movement: :func:`gather_call` (rows of a table by id), :func:`copy_call`,
+  :func:`block_copy_call`, :func:`broadcast_call` (elementwise ops with NumPy broadcasting,
+  mixed dtypes), :func:`ids_call` (ids checked and turned into a CSR level), and
+  :class:`RowCompressor` (dense rows into CSR for a sparse kernel).
+
+**Sequences.** :class:`CallSequence` compiles a list of native calls into one function; a
+:class:`Slot` is an input address written into the sequence's slot array before each run, and a
+:class:`NativeGroup` runs its calls concurrently on the native thread pool.
+
+>>> import numpy as np, tensoralg as ta
+>>> from tensoralg import program
+>>> table, rows = np.arange(12.0).reshape(4, 3), np.empty((2, 3))
+>>> gather = program.gather_call(table, np.array([2, 0]), rows, "gather rows")
+>>> layer = ta.compile("y(i) = R(i,j) * w(j)").bind(R=rows, w=np.ones(3))
+>>> ids = np.array([3, 1])                       # read through slot 0 at each run
+>>> seq = program.CallSequence([gather.native({"ids": program.Slot(0, 0)}),
+...                             layer.native({})], slots=1)
+>>> seq.slots[0] = ids.ctypes.data
+>>> seq.run(), layer.out.tolist()
+(0, [30.0, 12.0])
+
+A non-zero ``run()`` is 1 + the index of the call that failed (an id out of range, a failed
+allocation); the caller raises an error naming that call. The arrays every call reads or writes
+must outlive the sequence: the caller keeps the call objects.
+"""
+from __future__ import annotations
+
+from tensoralg.api import (
+    BoundCall,
+    CallSequence,
+    DenseLayer,
+    NativeGroup,
+    RowCompressor,
+    Slot,
+    block_copy_call,
+    broadcast_call,
+    canonical_csr,
+    conv_layer,
+    copy_call,
+    data_address,
+    dense_layer,
+    direct_conv,
+    gather_call,
+    gram_call,
+    ids_call,
+    im2row_call,
+    kernel_cache,
+    softmax_kernel,
+    window_kernel,
+)
+
+__all__ = [
+    "BoundCall", "CallSequence", "DenseLayer", "NativeGroup", "RowCompressor", "Slot",
+    "block_copy_call", "broadcast_call", "canonical_csr", "conv_layer", "copy_call",
+    "data_address", "dense_layer", "direct_conv", "gather_call", "gram_call", "ids_call",
+    "im2row_call", "kernel_cache", "softmax_kernel", "window_kernel",
+]
