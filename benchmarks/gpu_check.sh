@@ -11,7 +11,8 @@
 #      in .whl/ when they were carried there (benchmarks/gpu_wheels.sh), and the CuPy wheel
 #      matching the driver (cupy-cuda12x or cupy-cuda13x) when CuPy is missing;
 #   3. says which route reaches the GPU (pycuda, else cuda-python);
-#   4. runs the GPU tests (tests/test_cuda_gpu.py, then the compile checks) for at most 170 s;
+#   4. runs the GPU tests (tests/test_cuda_gpu.py, the ONNX models on the cuda backend in
+#      tests/test_onnx_cuda.py, then the compile checks) for at most 200 s;
 #   5. runs the benchmark against cuSPARSE (benchmarks/gpu_bench.py) for at most 200 s.
 # Everything is logged under $OUT (or ./gpu_check_out): gpu_check.log, tests.log, bench.log,
 # gpu_bench.json (written after every case, so a cut-short run keeps what it measured).
@@ -90,9 +91,9 @@ for route in (PycudaDriver, CudaPythonDriver):
         print(f"{route.name}: not usable here: {type(failure).__name__}: {failure}")
 PYEOF
 
-step "4. tests (at most 170 s)"
-timeout 170 "$PY" -m pytest -q -x -p no:cacheprovider tests/test_cuda_gpu.py \
-    tests/test_cuda_emit.py 2>&1 | tee "$OUT/tests.log" | tail -25
+step "4. tests (at most 200 s)"
+timeout 200 "$PY" -m pytest -q -x -p no:cacheprovider -rs tests/test_cuda_gpu.py \
+    tests/test_onnx_cuda.py tests/test_cuda_emit.py 2>&1 | tee "$OUT/tests.log" | tail -25
 echo "tests: exit ${PIPESTATUS[0]}" | tee -a "$LOG"
 
 step "5. benchmark against cuSPARSE (at most 200 s)"

@@ -18,10 +18,12 @@ from tensoralg.gpu.memory import (
     DeviceArray,
     DeviceTensor,
     as_cupy,
+    dense_tensor,
     from_cupy,
     is_cupy,
     to_device,
     to_host,
+    upload,
 )
 
 
@@ -39,5 +41,5 @@ def cuda_source(compiled: object) -> str:
 
 
 __all__ = ["DeviceArray", "DeviceTensor", "GpuContext", "GpuKernel", "as_cupy", "available",
-           "cuda_source", "from_cupy", "gpu_context", "gpu_function", "is_cupy", "launch",
-           "pass_options", "run", "to_device", "to_host"]
+           "cuda_source", "dense_tensor", "from_cupy", "gpu_context", "gpu_function", "is_cupy",
+           "launch", "pass_options", "run", "to_device", "to_host", "upload"]

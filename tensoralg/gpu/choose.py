@@ -32,8 +32,8 @@ from tensoralg.codegen.cuda_plan import (
     Split,
 )
 from tensoralg.errors import CompileError, UnsupportedError
-from tensoralg.schedule import Parallelize, Reduction, Unit
 from tensoralg.gpu.evaluate import Unevaluable, evaluate
+from tensoralg.schedule import Parallelize, Reduction, Unit
 
 SKEWED_LONGEST = 1024      # a row at least this long ...
 SKEWED_RATIO = 32          # ... and this many times the mean makes the rows skewed

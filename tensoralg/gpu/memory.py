@@ -140,8 +140,8 @@ def _driver_of(array: DeviceArray) -> Driver:
 
 
 def upload(driver: Driver, array: np.ndarray) -> DeviceArray:
-    """A device copy of ``array`` (C-contiguous)."""
-    array = np.ascontiguousarray(array)
+    """A device copy of ``array`` (C-contiguous; a 0-d array stays 0-d)."""
+    array = np.ascontiguousarray(array).reshape(np.shape(array))
     buffer: Buffer = driver.allocate(array.nbytes)
     driver.copy_in(buffer.ptr, array)
     return DeviceArray(buffer.ptr, array.shape, array.dtype, buffer, driver)
@@ -155,6 +155,16 @@ def empty(driver: Driver, shape: tuple[int, ...], dtype: Any, zero: bool = False
     if zero:
         driver.zero(buffer.ptr, nbytes)
     return DeviceArray(buffer.ptr, tuple(shape), dtype, buffer, driver)
+
+
+def dense_tensor(array: DeviceArray) -> DeviceTensor:
+    """``array`` as a dense `DeviceTensor` of its shape, sharing its memory (no copy): the
+    operand a kernel takes for a device array.
+
+    >>> # dense_tensor(upload(driver, np.ones((2, 3)))).format  -> dense 2-D
+    """
+    return DeviceTensor(array.shape, dense(array.ndim), tuple(LevelArrays() for _ in array.shape),
+                        array.reshape((array.size,)))
 
 
 def upload_tensor(driver: Driver, tensor: Tensor, stats: bool = False) -> DeviceTensor:
@@ -271,5 +281,5 @@ def as_cupy(value: DeviceArray | DeviceTensor) -> Any:
     return cusparse.csc_matrix(parts, shape=value.shape)
 
 
-__all__ = ["DeviceArray", "DeviceTensor", "as_cupy", "empty", "from_cupy", "is_cupy",
-           "to_device", "to_host", "upload", "upload_tensor"]
+__all__ = ["DeviceArray", "DeviceTensor", "as_cupy", "dense_tensor", "empty", "from_cupy",
+           "is_cupy", "to_device", "to_host", "upload", "upload_tensor"]

@@ -13,9 +13,11 @@ from tensoralg.onnx.kernels import KernelSet, NodeContext
 from tensoralg.onnx.plan import MemoryTrace, last_uses
 
 
-def call_node(node: Node, context: NodeContext, values: dict[str, np.ndarray]
-              ) -> dict[str, np.ndarray]:
-    """Run ``node`` on ``values``; its outputs by name. Errors are re-raised naming the node."""
+def call_node(node: Node, context: NodeContext, values: dict[str, Any],
+              keep: Callable[[Any], Any] = np.asarray) -> dict[str, Any]:
+    """Run ``node`` on ``values``; its outputs by name, each passed through ``keep`` (NumPy
+    arrays; a device run keeps device values as they are). Errors are re-raised naming the
+    node."""
     args = [values[name] if name else None for name in node.inputs]
     while args and args[-1] is None:
         args.pop()
@@ -39,7 +41,7 @@ def call_node(node: Node, context: NodeContext, values: dict[str, np.ndarray]
     found = {}
     for name, value in zip(node.outputs, outputs):
         if name:
-            found[name] = np.asarray(value)
+            found[name] = keep(value)
     return found
 
 
@@ -65,6 +67,10 @@ class Executor:
             context = NodeContext(node.name, node.op_type, node.inputs, node.outputs,
                                   node.version, kernels)
             self.steps.append(Step(node, context, release))
+
+    def notes(self, step: Step) -> list[str]:
+        """What ``step`` runs, for ``print_ir`` and profiles: its plan notes."""
+        return list(step.context.plan)
 
     def run(self, feeds: dict[str, np.ndarray],
             timer: Callable[[Step, float], Any] | None = None,

@@ -71,25 +71,42 @@ def negate(x: str) -> str:
 
 
 class KernelSet:
-    """The kernels of one model: ``ta.compile`` once per (statement, dtype, formats).
+    """The kernels of one model: ``ta.compile`` once per (statement, dtype, formats, backend).
 
     ``on_compile``, when given, is called with each new kernel (``TENSORALG_PRINT_IR`` prints
-    its source that way).
+    its source that way). A cuda model's set has a ``device`` (``device_values.Device``):
+    while a step runs there (``device.active``), kernel calls go to the GPU; otherwise (constant
+    folding at load, host steps) they run on the CPU in ``host_backend`` ("llvm").
+
+    >>> KernelSet("llvm").backend, KernelSet("c").host_backend
+    ('llvm', 'c')
     """
 
     def __init__(self, backend: str,
-                 on_compile: Callable[[ta.Kernel], Any] | None = None) -> None:
-        self.backend = backend
+                 on_compile: Callable[[ta.Kernel], Any] | None = None,
+                 device: Any = None) -> None:
+        if (backend == "cuda") != (device is not None):
+            raise ta.UnsupportedError("a cuda kernel set needs a device, and only it takes one")
+        self.host_backend = "llvm" if backend == "cuda" else backend
+        self.device = device
         self.on_compile = on_compile
-        self.kernels: dict[tuple[str, str, str], ta.Kernel] = {}
+        self.kernels: dict[tuple[str, str, str, str], ta.Kernel] = {}
+
+    @property
+    def backend(self) -> str:
+        """Where a kernel compiled now runs: "cuda" while a device step runs, else the host's
+        backend (ops that call ``ta.einsum`` themselves read it)."""
+        device = self.device
+        return "cuda" if device is not None and device.active else self.host_backend
 
     def get(self, statement: str, dtype: np.dtype,
-            formats: dict[str, Any] | None = None) -> ta.Kernel:
-        key = (statement, np.dtype(dtype).str, repr(sorted((formats or {}).items())))
+            formats: dict[str, Any] | None = None, backend: str | None = None) -> ta.Kernel:
+        backend = backend or self.backend
+        key = (statement, np.dtype(dtype).str, repr(sorted((formats or {}).items())), backend)
         kernel = self.kernels.get(key)
         if kernel is None:
             kernel = ta.compile(statement, formats=formats or None, dtype=dtype,
-                                backend=self.backend)
+                                backend=backend)
             self.kernels[key] = kernel
             if self.on_compile is not None:
                 self.on_compile(kernel)
@@ -129,6 +146,10 @@ class NodeContext:
         self.plan.setdefault(statement if not formats else
                              f"{statement}  [{', '.join(f'{k}: {v}' for k, v in formats.items())}]",
                              None)
+        device = self.kernels.device
+        if device is not None and device.active:      # a device step of a cuda model
+            return device.run(self.kernels.get(statement, dtype, formats, "cuda"), dtype,
+                              formats or {}, operands)
         kernel = self.kernels.get(statement, dtype, formats)
         cast = {name: a if formats and name in formats else np.asarray(a, dtype=dtype)
                 for name, a in operands.items()}

@@ -9,6 +9,9 @@ import numpy as np
 import scipy.sparse as sp
 
 import tensoralg as ta
+import tensoralg.gpu as gpu
+from tensoralg.onnx.device_executor import DeviceExecutor, device_constants
+from tensoralg.onnx.device_values import Device
 from tensoralg.onnx.errors import InputError
 from tensoralg.onnx.executor import Executor, Step
 from tensoralg.onnx.graph import Graph, ValueInfo
@@ -23,6 +26,7 @@ from tensoralg.onnx.static import MAX_PLANS, Replan, Specialiser
 from tensoralg.onnx.step_base import parts_of
 
 OPT_LEVELS = (0, 1, 2, 3)
+BACKENDS = ("llvm", "c", "cuda")
 
 
 class CompiledModel:
@@ -46,7 +50,9 @@ class CompiledModel:
         self.stages = stages or []   # (pass name, graph text after it)
         # Level 3 runs a static plan per input-shape signature (buffers by lifetime, prebound
         # kernels); lower levels run node by node, so what each level buys stays measurable.
-        self.specialiser = Specialiser(executor) if opt_level >= 3 else None
+        # Static plans are LLVM machine code: a cuda model runs node by node on the device.
+        self.specialiser = Specialiser(executor) if opt_level >= 3 and backend != "cuda" \
+            else None
         # Fixed once loaded; run() consults them on every call.
         self._known = frozenset(v.name for v in graph.inputs) | frozenset(graph.overridable)
         self._constant_memory = frozenset(
@@ -173,10 +179,14 @@ class CompiledModel:
             for _ in range(max(1, repeat)):
                 trace = MemoryTrace()
                 self.executor.run(densified(checked), timer=record, memory=trace)
-            memory = trace.stats(len(self.executor.steps))
+            # Device memory is not traced: a cuda model's profile has no memory line.
+            on_device = isinstance(self.executor, DeviceExecutor)
+            memory = None if on_device else trace.stats(len(self.executor.steps))
         rows = [(s.node.name, s.node.op_type, totals.get(s.node.name, 0.0) / max(1, repeat),
-                 static_plans.get(s.node.name) or "; ".join(s.context.plan))
+                 static_plans.get(s.node.name) or "; ".join(self.executor.notes(s)))
                 for s in self.executor.steps]
+        if isinstance(self.executor, DeviceExecutor):
+            notes = tuple(self.executor.summary())
         return Profile.from_times(rows, memory, notes)
 
     def ir(self) -> str:
@@ -187,7 +197,7 @@ class CompiledModel:
         lines += [f"  input {v}" for v in self.graph.inputs]
         lines.append(f"  {len(self.graph.constants)} constant(s)")
         for step in self.executor.steps:
-            plan = list(step.context.plan)
+            plan = self.executor.notes(step)
             head = f"  {step.node}"
             if not plan:
                 lines.append(f"{head}  [compiled at first run]")
@@ -198,6 +208,11 @@ class CompiledModel:
             notes = list(self.specialiser.notes.values())
             lines.append(f"  {notes[-1]}" if notes else "  static plan: built at the second "
                          "run with given input shapes, used from the third")
+        if isinstance(self.executor, DeviceExecutor):
+            if self.opt_level >= 3:
+                lines.append("  static plan: not built on the cuda backend (level-3 static "
+                             "plans are LLVM machine code); nodes run one by one")
+            lines += [f"  {line}" for line in self.executor.summary()]
         return "\n".join(lines)
 
     def stage_text(self, stage: str = "plan") -> str:
@@ -321,7 +336,7 @@ def _owned(value: np.ndarray, constant_memory: frozenset[int], feeds: Mapping[st
 
 
 def load(source: Any, opt_level: int = 3, backend: str = "llvm",
-         sparse_weights: Any = "auto") -> CompiledModel:
+         sparse_weights: Any = "auto", device: Any = None) -> CompiledModel:
     """Load an ONNX model (path, bytes or ModelProto) and compile it onto tensoralg kernels.
 
     ``opt_level`` 0 runs one kernel per node; 1 adds shape inference, constant folding and dead
@@ -332,23 +347,42 @@ def load(source: Any, opt_level: int = 3, backend: str = "llvm",
     static plan as it is built with the LLVM IR of its hand-built modules (on stderr).
     Every op is resolved here: an op the
     importer does not support raises ``ta.UnsupportedError`` naming the op, node and inputs.
+
+    ``backend="cuda"`` runs the nodes' kernels on the GPU and keeps their results there
+    (:mod:`tensoralg.onnx.device_executor`): nodes that need host memory run on the CPU as
+    visible host steps, and no level-3 static plan is built. ``device``: the
+    ``tensoralg.gpu.GpuContext`` to run on (default: the process's GPU; tests pass one around
+    the emulator). Without pycuda or cuda-python, or without a visible GPU, it raises
+    ``ta.UnsupportedError`` saying which.
     """
     if opt_level not in OPT_LEVELS:
         raise ta.UnsupportedError(f"opt_level must be one of {OPT_LEVELS}, not {opt_level!r}")
-    if backend not in ("llvm", "c"):
-        raise ta.UnsupportedError(f"backend {backend!r} cannot run ONNX models; use llvm or c")
+    if backend not in BACKENDS:
+        raise ta.UnsupportedError(f"backend {backend!r} cannot run ONNX models; use one of "
+                                  f"{', '.join(BACKENDS)}")
+    if device is not None and backend != "cuda":
+        raise ta.UnsupportedError(f"device= is for backend='cuda', not {backend!r}")
+    gpu_device = Device(device if device is not None else gpu.gpu_context()) \
+        if backend == "cuda" else None
     threshold = threshold_of(sparse_weights)
     show = os.environ.get("TENSORALG_PRINT_IR", "") not in ("", "0")
     # The graph as read (Ifs decided at load inlined) is what shape inference must see.
     graph, model = load_graph(read_model(source))
-    kernels = KernelSet(backend, on_compile=_print_kernel if show else None)
+    kernels = KernelSet(backend, on_compile=_print_kernel if show else None, device=gpu_device)
+    if gpu_device is not None:
+        gpu_device.kernels = kernels
     stages = []
     for name, step in pipeline(opt_level, model, kernels, threshold):
         graph = step(graph)
         stages.append((name, describe(graph)))
         if show:
             print(f"== after {name} ==\n{stages[-1][1]}", file=sys.stderr)
-    compiled = CompiledModel(graph, Executor(graph, kernels), opt_level, backend, stages)
+    if gpu_device is not None:
+        gpu_device.hold(device_constants(graph))
+        executor: Executor = DeviceExecutor(graph, kernels)
+    else:
+        executor = Executor(graph, kernels)
+    compiled = CompiledModel(graph, executor, opt_level, backend, stages)
     if show and compiled.specialiser is not None:
         compiled.specialiser.on_plan = _print_plan
     return compiled
@@ -384,9 +418,9 @@ class InferenceSession:
     """An onnxruntime-style session: ``run(output_names_or_None, feeds) -> list``."""
 
     def __init__(self, source: Any, opt_level: int = 3, backend: str = "llvm",
-                 sparse_weights: Any = "auto") -> None:
+                 sparse_weights: Any = "auto", device: Any = None) -> None:
         self.model = load(source, opt_level=opt_level, backend=backend,
-                          sparse_weights=sparse_weights)
+                          sparse_weights=sparse_weights, device=device)
 
     def get_inputs(self) -> list[ValueInfo]:
         return self.model.inputs
