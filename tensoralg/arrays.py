@@ -188,6 +188,29 @@ def _array_function(self: Tensor, func: Any, types: Any, args: tuple, kwargs: di
     return NotImplemented
 
 
+def _to_device(self: Tensor, device: Any = None) -> Any:
+    """This tensor's storage arrays copied to the GPU, as a ``tensoralg.gpu.DeviceTensor`` that
+    ``backend="cuda"`` kernels read in place and ``.to_host()`` copies back; ``device`` is a
+    ``tensoralg.gpu.GpuContext`` (default: the process's GPU). ``ta.UnsupportedError`` says
+    why when no GPU can be reached (no pycuda or cuda-python, or no visible device).
+
+    >>> import numpy as np, tensoralg as ta
+    >>> A = ta.Tensor.from_numpy(np.eye(3), "csr")
+    >>> # A_gpu = A.to_device(); y = ta.einsum("ij,j->i", A_gpu, x, backend="cuda")
+    >>> A.to_host() is A
+    True
+    """
+    from tensoralg import gpu
+
+    driver = getattr(device, "driver", device)
+    return gpu.to_device(self, driver)
+
+
+def _to_host(self: Tensor) -> Tensor:
+    """This tensor, which is on the host already (a device tensor's ``to_host()`` copies)."""
+    return self
+
+
 def install() -> None:
     """Give ``Tensor`` its operators (done once, when ``tensoralg`` is imported)."""
     for op in ("+", "-", "*"):
@@ -203,6 +226,8 @@ def install() -> None:
     Tensor.__array__ = _array
     Tensor.__array_ufunc__ = _array_ufunc
     Tensor.__array_function__ = _array_function
+    Tensor.to_device = _to_device
+    Tensor.to_host = _to_host
 
 
 __all__ = ["install"]

@@ -185,3 +185,17 @@ def test_device_operand_of_the_wrong_dtype_is_refused(context):
     device = {"A": upload_tensor(context.driver, a), "x": x}
     with pytest.raises(ta.InputError, match="device operand A holds float32"):
         launch(context, compiled, device, np.dtype("float64"), (3,), None, None)
+
+
+def test_tensor_to_device_and_back_on_the_emulated_driver(context):
+    # ta.Tensor.to_device() copies every storage array; the device tensor's to_host() gives
+    # back the same tensor.
+    import scipy.sparse as sp
+
+    A = sp.random_array((30, 20), density=0.2, format="csr", random_state=3)
+    tensor = ta.Tensor.from_scipy(A)
+    on_device = tensor.to_device(context)
+    assert on_device.shape == tensor.shape and on_device.format == tensor.format
+    back = on_device.to_host()
+    np.testing.assert_array_equal(back.to_numpy(), A.toarray())
+    assert tensor.to_host() is tensor
