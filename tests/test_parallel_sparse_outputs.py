@@ -61,9 +61,9 @@ def count_ranges(monkeypatch):
     seen: list[int] = []
     original = api.run_ranges
 
-    def spy(function, args, plan, bounds, capacity, run_calls):
+    def spy(function, args, plan, bounds, capacity, run_calls, **options):
         seen.append(len(bounds) - 1)
-        return original(function, args, plan, bounds, capacity, run_calls)
+        return original(function, args, plan, bounds, capacity, run_calls, **options)
 
     monkeypatch.setattr(api, "run_ranges", spy)
     return seen

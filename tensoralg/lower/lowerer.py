@@ -113,6 +113,9 @@ class Context:
     out_positions: tuple[IRExpr, ...] = ()
     accumulator: Var | None = None
     region_open: bool = False
+    # The sparse output's last level has room reserved for every append this loop can make,
+    # so its appends skip the capacity check (see ``SparseWriter.reserve``).
+    reserved: bool = False
 
     def with_(self, **changes) -> "Context":
         return replace(self, **changes)
@@ -230,6 +233,9 @@ class Lowerer:
         output = self.program.output
         writers = [self._writer(nest, output) for nest in self.program.nests]
         body = [self.lower_nest(nest, writer) for nest, writer in zip(self.program.nests, writers)]
+        for writer in writers:
+            if isinstance(writer, SparseWriter):
+                writer.finish()
         wanted = self.plan.parallel_index
         if wanted is not None and (self.parallel_index != wanted or
                                    self.split_loops != len(self.program.nests)):
@@ -298,23 +304,54 @@ class Lowerer:
         index = nest.loop_order[depth]
         split = self.plan.position_split
         if split is not None and depth == 0 and index == split.outer:
+            if isinstance(writer, SparseWriter):
+                writer.visit_parents(index, every=False)
             return self.position_loop(nest, writer, expr, context)
         iterators = [self.make_iterator(a, context) for a in dict.fromkeys(accesses(expr))
                      if self.is_iterator(a, index, context)]
         lattice = build_lattice(index, expr, [it.access for it in iterators])
         if not lattice.points:
             return []
+        if isinstance(writer, SparseWriter):
+            # The body runs for every coordinate of a dense loop in which some case needs no
+            # sparse operand to match (the case chain ends in an unconditional branch).
+            writer.visit_parents(index, every=(lattice.dense or not iterators) and
+                                 any(not point.iterators for point in lattice.points))
+        reserve = self.reservation(writer, index, lattice, iterators)
+        if reserve:
+            context = context.with_(reserved=True)
 
         def body(point: LatticePoint, coordinate: Var, its: list[SparseIterator]) -> list[Stmt]:
             return self.case_body(nest, writer, depth, index, coordinate, point, its, context)
 
         if not iterators:
-            return self.dense_loop(index, lattice, body, [], outer=depth == 0)
+            return [*reserve, *self.dense_loop(index, lattice, body, [], outer=depth == 0)]
         if lattice.dense:
-            return self.dense_loop(index, lattice, body, iterators)
+            return [*reserve, *self.dense_loop(index, lattice, body, iterators)]
         if len(iterators) == 1:
-            return self.single_loop(index, lattice.points[0], body, iterators[0])
-        return self.merge_loops(index, lattice, body, iterators)
+            return [*reserve, *self.single_loop(index, lattice.points[0], body, iterators[0])]
+        return [*reserve, *self.merge_loops(index, lattice, body, iterators)]
+
+    def reservation(self, writer: Writer, index: str, lattice: Lattice,
+                    iterators: list[SparseIterator]) -> list[Stmt]:
+        """Room for every entry the loop over ``index`` can append to a sparse output's last
+        level, reserved once before the loop (empty when the loop does not append there).
+
+        The loop runs at most once per coordinate of a dense level, and otherwise at most once
+        per position of its sparse iterators, since every iteration advances one of them: a
+        CSR add's row appends at most ``nnz(A row) + nnz(B row)`` entries. Knowing that here
+        drops the capacity check from each append (scipy sizes its whole output the same way).
+        """
+        if not isinstance(writer, SparseWriter) or not writer.appends_last(index):
+            return []
+        bound: IRExpr
+        if lattice.dense or not iterators:
+            bound = self.sizes[index]
+        else:
+            bound = b.sub(iterators[0].end, iterators[0].begin)
+            for it in iterators[1:]:
+                bound = b.add(bound, b.sub(it.end, it.begin))
+        return writer.reserve(bound)
 
     def case_body(self, nest: LoopNest, writer: Writer, depth: int, index: str,
                   coordinate: Var, point: LatticePoint, iterators: list[SparseIterator],

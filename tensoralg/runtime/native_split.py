@@ -5,7 +5,12 @@ stored values per thread; an SpMV over 10^5 nonzeros (~60 µs) never used the se
 native pool (``runtime/pool.py``) hands a range over in 1-2 µs. A :class:`NativeSplit` is a
 compiled call sequence (``codegen/sequence.py``) of one call of the kernel split into ``parts``
 ranges, every argument read from the sequence's slots: the kernel's arguments first, then
-each range's bounds. One is built per kernel and number of ranges, on the first split call.
+each range's own arguments. One is built per kernel and number of ranges, on the first split
+call.
+
+A dense output's ranges differ only in their bounds. A sparse output's ranges also assemble
+into buffers of their own (``runtime/stitch.py``): their output handles, sizes and capacity
+vary per range too (``varying``).
 """
 from __future__ import annotations
 
@@ -21,28 +26,31 @@ _ARGUMENT_TYPES = (ctypes.c_void_p, ctypes.c_int64)
 
 class NativeSplit:
     """``function`` over ``parts`` ranges on ``pool``; ``slots`` are the kernel's range
-    arguments' positions.
+    arguments' positions, and ``varying`` (default: those two) every argument that each
+    range gets its own value of, in the order ``__call__``'s ``per_range`` lists them.
 
     Calls from several Python threads take turns (the slots table is shared); each call uses
     every thread of the pool anyway.
     """
 
     def __init__(self, function: Any, slots: tuple[int, int], parts: int, pool: Any,
-                 name: str = "") -> None:
+                 name: str = "", varying: Sequence[int] | None = None) -> None:
         count = len(function.argtypes)
-        begin, end = slots
+        varying = tuple(slots if varying is None else varying)
+        where = {position: k for k, position in enumerate(varying)}
+        width = len(varying)
 
         def arguments(part: int) -> tuple[Slot, ...]:
-            return tuple(Slot(count + 2 * part) if k == begin else
-                         Slot(count + 2 * part + 1) if k == end else Slot(k)
+            return tuple(Slot(count + width * part + where[k]) if k in where else Slot(k)
                          for k in range(count))
 
         address = ctypes.cast(function, ctypes.c_void_p).value or 0
         call = NativeCall(address, tuple(function.argtypes), arguments(0), name=name,
                           more=tuple(arguments(part) for part in range(1, parts)),
                           pool=(pool.run_address, pool.address))
-        self.count, self.parts = count, parts
-        self.sequence = CallSequence([call], slots=count + 2 * parts)
+        self.count, self.parts, self.width = count, parts, width
+        self.bounds_only = varying == tuple(slots)
+        self.sequence = CallSequence([call], slots=count + width * parts)
         self._lock = threading.Lock()
 
     @staticmethod
@@ -54,12 +62,25 @@ class NativeSplit:
     def __call__(self, args: Sequence[int], bounds: Sequence[int]) -> int:
         """Run the kernel with ``args`` over ranges ``[bounds[k], bounds[k+1])``; returns 0 or
         the failure status."""
+        assert self.bounds_only, "a split with more varying arguments takes run()"
         with self._lock:
             slots = self.sequence.slots
             count = self.count
             slots[:count] = args
             slots[count::2] = bounds[:-1]
             slots[count + 1::2] = bounds[1:]
+            status = self.sequence.run()
+        return 0 if status == 0 else 1
+
+    def run(self, args: Sequence[int], per_range: Sequence[Sequence[int]]) -> int:
+        """Run the kernel with ``args``, range ``k`` taking ``per_range[k]`` for the
+        ``varying`` arguments; returns 0 or the failure status."""
+        with self._lock:
+            slots = self.sequence.slots
+            count, width = self.count, self.width
+            slots[:count] = args
+            for k, values in enumerate(per_range):
+                slots[count + width * k:count + width * (k + 1)] = values
             status = self.sequence.run()
         return 0 if status == 0 else 1
 

@@ -26,6 +26,7 @@ from tensoralg.errors import KernelRuntimeError
 from tensoralg.formats.format import Format
 from tensoralg.formats.tensor import LevelArrays, Tensor
 from tensoralg.runtime.args import CAPACITY, OUT_HANDLE, OUT_SIZES, ArgumentPlan, OutputBuffers
+from tensoralg.runtime.native_split import NativeSplit
 from tensoralg.runtime.wrap import adopt, release
 
 RunCalls = Callable[[Callable[[list], int], list[list]], list[int]]
@@ -52,18 +53,39 @@ HUGE_MIN_BYTES, PAGE_BYTES, MADV_HUGEPAGE = 4 << 20, 4096, 14
 MIN_COPY_BYTES_PER_THREAD = 1 << 20
 
 
+def varying_slots(plan: ArgumentPlan) -> tuple[int, ...]:
+    """The arguments each range of a sparse output's call gets its own value of, in the order
+    ``run_ranges`` hands them to a :class:`~tensoralg.runtime.native_split.NativeSplit`: the
+    range's bounds, then its output handles, sizes and capacity, in parameter order."""
+    begin, end = plan.range_slots   # type: ignore[misc]
+    return (begin, end, *(slot for slot, (kind, _, _) in enumerate(plan.steps)
+                          if kind in (OUT_HANDLE, OUT_SIZES, CAPACITY)))
+
+
 def run_ranges(function: Callable[..., int], args: list, plan: ArgumentPlan,
-               bounds: Sequence[int], capacity: int, run_calls: RunCalls
+               bounds: Sequence[int], capacity: int, run_calls: RunCalls,
+               native: NativeSplit | None = None, weights: np.ndarray | None = None
                ) -> tuple[int, list[OutputBuffers]]:
     """Run one call per range, each with output buffers of its own; returns the worst status
-    and each range's buffers."""
+    and each range's buffers.
+
+    ``native`` (built with ``varying=varying_slots(plan)``) runs the ranges on the native pool
+    instead of ``run_calls``'s Python threads. Each range's buffers start with its share of
+    ``capacity``: in proportion to its work when ``weights`` (``threads.row_weights``, the
+    cumulative work at each row boundary) are given, else evenly. For a sum of CSR operands the
+    weights are their ``pos`` arrays added, and each range's share is exactly the most it can
+    append, so no range grows its buffers.
+    """
     begin, end = plan.range_slots   # type: ignore[misc]
     parts: list[OutputBuffers] = []
     calls: list[list] = []
-    share = max(16, capacity // max(1, len(bounds) - 1))
-    for k in range(len(bounds) - 1):
+    varying = varying_slots(plan)
+    count = len(bounds) - 1
+    shares = _shares(capacity, bounds, weights)
+    for k in range(count):
+        share = shares[k]
         buffers = OutputBuffers(sizes=np.zeros(2, dtype=np.int64), capacity=share)
-        call = list(args)
+        call = list(args) if native is None else {}
         for slot, (kind, name, _) in enumerate(plan.steps):
             if kind == OUT_HANDLE:
                 handle = buffers.handles[name] = ctypes.c_void_p(0)
@@ -73,14 +95,32 @@ def run_ranges(function: Callable[..., int], args: list, plan: ArgumentPlan,
             elif kind == CAPACITY:
                 call[slot] = share
         call[begin], call[end] = int(bounds[k]), int(bounds[k + 1])
-        calls.append(call)
+        calls.append(call if native is None else [call[slot] for slot in varying])
         parts.append(buffers)
-    statuses = run_calls(lambda part: function(*part), calls)
-    status = max(statuses)
+    if native is not None:
+        status = native.run(args, calls)
+    else:
+        status = max(run_calls(lambda part: function(*part), calls))
     if status != 0:
         for buffers in parts:
             release(buffers)
     return status, parts
+
+
+def _shares(capacity: int, bounds: Sequence[int], weights: np.ndarray | None) -> list[int]:
+    """Each range's first capacity: ``capacity`` split by the ranges' work, at least 16.
+
+    >>> _shares(100, [0, 2, 3], np.array([0, 10, 70, 100]))
+    [70, 30]
+    >>> _shares(100, [0, 2, 3], None)
+    [50, 50]
+    """
+    count = len(bounds) - 1
+    if weights is None or int(weights[-1]) <= 0:
+        return [max(16, capacity // max(1, count))] * count
+    total = int(weights[-1])
+    return [max(16, -(-capacity * int(weights[hi] - weights[lo]) // total))
+            for lo, hi in zip(bounds[:-1], bounds[1:])]
 
 
 def join_rows(shape: tuple[int, ...], fmt: Format, index_dtype: np.dtype,
@@ -221,4 +261,4 @@ def _piece(arrays: dict[str, list]) -> OutputBuffers:
     return buffers
 
 
-__all__ = ["join_rows", "run_ranges"]
+__all__ = ["join_rows", "run_ranges", "varying_slots"]

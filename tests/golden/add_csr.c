@@ -39,6 +39,23 @@ int32_t ta_KERNEL(
   // C(i,j) += ... over i, j
   double inv0 = (double)(range_end - range_begin);
   for (int64_t i = range_begin; i < range_end; ++i) {
+    int64_t room = C1_size + ((int64_t)A1_pos[i + 1] - (int64_t)A1_pos[i] + ((int64_t)B1_pos[i + 1] - (int64_t)B1_pos[i]));
+    if (room > C1_crd_cap) {
+      int64_t C1_crd_capacity = 2 * C1_crd_cap;
+      if (C1_crd_capacity < room) C1_crd_capacity = room;
+      int32_t* C1_crd_grown = (int32_t*)realloc(C1_crd, sizeof(int32_t) * (size_t)C1_crd_capacity);
+      if (C1_crd_grown == NULL) return 1;
+      C1_crd = C1_crd_grown;
+      C1_crd_cap = C1_crd_capacity;
+    }
+    if (room > C_vals_cap) {
+      int64_t C_vals_capacity = 2 * C_vals_cap;
+      if (C_vals_capacity < room) C_vals_capacity = room;
+      double* C_vals_grown = (double*)realloc(C_vals, sizeof(double) * (size_t)C_vals_capacity);
+      if (C_vals_grown == NULL) return 1;
+      C_vals = C_vals_grown;
+      C_vals_cap = C_vals_capacity;
+    }
     int64_t pA1 = (int64_t)A1_pos[i];
     int64_t pA1_end = (int64_t)A1_pos[i + 1];
     int64_t pB1 = (int64_t)B1_pos[i];
@@ -50,65 +67,17 @@ int32_t ta_KERNEL(
       bool match_A = j_A == j;
       bool match_B = j_B == j;
       if (match_A && match_B) {
-        if (C1_size + 1 > C1_crd_cap) {
-          int64_t C1_crd_capacity = 2 * C1_crd_cap;
-          if (C1_crd_capacity < C1_size + 1) C1_crd_capacity = C1_size + 1;
-          int32_t* C1_crd_grown = (int32_t*)realloc(C1_crd, sizeof(int32_t) * (size_t)C1_crd_capacity);
-          if (C1_crd_grown == NULL) return 1;
-          C1_crd = C1_crd_grown;
-          C1_crd_cap = C1_crd_capacity;
-        }
-        if (C1_size + 1 > C_vals_cap) {
-          int64_t C_vals_capacity = 2 * C_vals_cap;
-          if (C_vals_capacity < C1_size + 1) C_vals_capacity = C1_size + 1;
-          double* C_vals_grown = (double*)realloc(C_vals, sizeof(double) * (size_t)C_vals_capacity);
-          if (C_vals_grown == NULL) return 1;
-          C_vals = C_vals_grown;
-          C_vals_cap = C_vals_capacity;
-        }
         C1_crd[C1_size] = (int32_t)j;
         C_vals[C1_size] = A_vals[pA1] + B_vals[pB1];
         C1_size = C1_size + 1;
         pA1 = pA1 + 1;
         pB1 = pB1 + 1;
       } else if (match_A) {
-        if (C1_size + 1 > C1_crd_cap) {
-          int64_t C1_crd_capacity_1 = 2 * C1_crd_cap;
-          if (C1_crd_capacity_1 < C1_size + 1) C1_crd_capacity_1 = C1_size + 1;
-          int32_t* C1_crd_grown_1 = (int32_t*)realloc(C1_crd, sizeof(int32_t) * (size_t)C1_crd_capacity_1);
-          if (C1_crd_grown_1 == NULL) return 1;
-          C1_crd = C1_crd_grown_1;
-          C1_crd_cap = C1_crd_capacity_1;
-        }
-        if (C1_size + 1 > C_vals_cap) {
-          int64_t C_vals_capacity_1 = 2 * C_vals_cap;
-          if (C_vals_capacity_1 < C1_size + 1) C_vals_capacity_1 = C1_size + 1;
-          double* C_vals_grown_1 = (double*)realloc(C_vals, sizeof(double) * (size_t)C_vals_capacity_1);
-          if (C_vals_grown_1 == NULL) return 1;
-          C_vals = C_vals_grown_1;
-          C_vals_cap = C_vals_capacity_1;
-        }
         C1_crd[C1_size] = (int32_t)j;
         C_vals[C1_size] = A_vals[pA1];
         C1_size = C1_size + 1;
         pA1 = pA1 + 1;
       } else if (match_B) {
-        if (C1_size + 1 > C1_crd_cap) {
-          int64_t C1_crd_capacity_2 = 2 * C1_crd_cap;
-          if (C1_crd_capacity_2 < C1_size + 1) C1_crd_capacity_2 = C1_size + 1;
-          int32_t* C1_crd_grown_2 = (int32_t*)realloc(C1_crd, sizeof(int32_t) * (size_t)C1_crd_capacity_2);
-          if (C1_crd_grown_2 == NULL) return 1;
-          C1_crd = C1_crd_grown_2;
-          C1_crd_cap = C1_crd_capacity_2;
-        }
-        if (C1_size + 1 > C_vals_cap) {
-          int64_t C_vals_capacity_2 = 2 * C_vals_cap;
-          if (C_vals_capacity_2 < C1_size + 1) C_vals_capacity_2 = C1_size + 1;
-          double* C_vals_grown_2 = (double*)realloc(C_vals, sizeof(double) * (size_t)C_vals_capacity_2);
-          if (C_vals_grown_2 == NULL) return 1;
-          C_vals = C_vals_grown_2;
-          C_vals_cap = C_vals_capacity_2;
-        }
         C1_crd[C1_size] = (int32_t)j;
         C_vals[C1_size] = B_vals[pB1];
         C1_size = C1_size + 1;
@@ -117,22 +86,6 @@ int32_t ta_KERNEL(
     }
     while (pA1 < pA1_end) {
       int64_t j_1 = (int64_t)A1_crd[pA1];
-      if (C1_size + 1 > C1_crd_cap) {
-        int64_t C1_crd_capacity_3 = 2 * C1_crd_cap;
-        if (C1_crd_capacity_3 < C1_size + 1) C1_crd_capacity_3 = C1_size + 1;
-        int32_t* C1_crd_grown_3 = (int32_t*)realloc(C1_crd, sizeof(int32_t) * (size_t)C1_crd_capacity_3);
-        if (C1_crd_grown_3 == NULL) return 1;
-        C1_crd = C1_crd_grown_3;
-        C1_crd_cap = C1_crd_capacity_3;
-      }
-      if (C1_size + 1 > C_vals_cap) {
-        int64_t C_vals_capacity_3 = 2 * C_vals_cap;
-        if (C_vals_capacity_3 < C1_size + 1) C_vals_capacity_3 = C1_size + 1;
-        double* C_vals_grown_3 = (double*)realloc(C_vals, sizeof(double) * (size_t)C_vals_capacity_3);
-        if (C_vals_grown_3 == NULL) return 1;
-        C_vals = C_vals_grown_3;
-        C_vals_cap = C_vals_capacity_3;
-      }
       C1_crd[C1_size] = (int32_t)j_1;
       C_vals[C1_size] = A_vals[pA1];
       C1_size = C1_size + 1;
@@ -140,22 +93,6 @@ int32_t ta_KERNEL(
     }
     while (pB1 < pB1_end) {
       int64_t j_2 = (int64_t)B1_crd[pB1];
-      if (C1_size + 1 > C1_crd_cap) {
-        int64_t C1_crd_capacity_4 = 2 * C1_crd_cap;
-        if (C1_crd_capacity_4 < C1_size + 1) C1_crd_capacity_4 = C1_size + 1;
-        int32_t* C1_crd_grown_4 = (int32_t*)realloc(C1_crd, sizeof(int32_t) * (size_t)C1_crd_capacity_4);
-        if (C1_crd_grown_4 == NULL) return 1;
-        C1_crd = C1_crd_grown_4;
-        C1_crd_cap = C1_crd_capacity_4;
-      }
-      if (C1_size + 1 > C_vals_cap) {
-        int64_t C_vals_capacity_4 = 2 * C_vals_cap;
-        if (C_vals_capacity_4 < C1_size + 1) C_vals_capacity_4 = C1_size + 1;
-        double* C_vals_grown_4 = (double*)realloc(C_vals, sizeof(double) * (size_t)C_vals_capacity_4);
-        if (C_vals_grown_4 == NULL) return 1;
-        C_vals = C_vals_grown_4;
-        C_vals_cap = C_vals_capacity_4;
-      }
       C1_crd[C1_size] = (int32_t)j_2;
       C_vals[C1_size] = B_vals[pB1];
       C1_size = C1_size + 1;
@@ -166,27 +103,23 @@ int32_t ta_KERNEL(
       int64_t want1 = (int64_t)ta_min_f64((double)C1_size * inv0 / (double)(i + 1 - range_begin) * 1.125, (double)C1_crd_cap * 16.0);
       if (C1_crd_cap * 2 < want1) {
         if (want1 > C1_crd_cap) {
-          int64_t C1_crd_capacity_5 = 2 * C1_crd_cap;
-          if (C1_crd_capacity_5 < want1) C1_crd_capacity_5 = want1;
-          int32_t* C1_crd_grown_5 = (int32_t*)realloc(C1_crd, sizeof(int32_t) * (size_t)C1_crd_capacity_5);
-          if (C1_crd_grown_5 == NULL) return 1;
-          C1_crd = C1_crd_grown_5;
-          C1_crd_cap = C1_crd_capacity_5;
+          int64_t C1_crd_capacity_1 = 2 * C1_crd_cap;
+          if (C1_crd_capacity_1 < want1) C1_crd_capacity_1 = want1;
+          int32_t* C1_crd_grown_1 = (int32_t*)realloc(C1_crd, sizeof(int32_t) * (size_t)C1_crd_capacity_1);
+          if (C1_crd_grown_1 == NULL) return 1;
+          C1_crd = C1_crd_grown_1;
+          C1_crd_cap = C1_crd_capacity_1;
         }
         if (want1 > C_vals_cap) {
-          int64_t C_vals_capacity_5 = 2 * C_vals_cap;
-          if (C_vals_capacity_5 < want1) C_vals_capacity_5 = want1;
-          double* C_vals_grown_5 = (double*)realloc(C_vals, sizeof(double) * (size_t)C_vals_capacity_5);
-          if (C_vals_grown_5 == NULL) return 1;
-          C_vals = C_vals_grown_5;
-          C_vals_cap = C_vals_capacity_5;
+          int64_t C_vals_capacity_1 = 2 * C_vals_cap;
+          if (C_vals_capacity_1 < want1) C_vals_capacity_1 = want1;
+          double* C_vals_grown_1 = (double*)realloc(C_vals, sizeof(double) * (size_t)C_vals_capacity_1);
+          if (C_vals_grown_1 == NULL) return 1;
+          C_vals = C_vals_grown_1;
+          C_vals_cap = C_vals_capacity_1;
         }
       }
     }
-  }
-  // parents the loops never visited end where the previous parent ended
-  for (int64_t q = 0; q < C_parents; ++q) {
-    C1_pos[q + 1] = (C1_pos[q + 1] > C1_pos[q] ? C1_pos[q + 1] : C1_pos[q]);
   }
   C1_pos_ref[0] = C1_pos;
   C1_crd_ref[0] = C1_crd;

@@ -68,6 +68,23 @@ int32_t ta_KERNEL(
         workspace[j] += A_vals[pA1] * B_vals[pB1];
       }
     }
+    int64_t room = C1_size + count;
+    if (room > C1_crd_cap) {
+      int64_t C1_crd_capacity = 2 * C1_crd_cap;
+      if (C1_crd_capacity < room) C1_crd_capacity = room;
+      int32_t* C1_crd_grown = (int32_t*)realloc(C1_crd, sizeof(int32_t) * (size_t)C1_crd_capacity);
+      if (C1_crd_grown == NULL) return 1;
+      C1_crd = C1_crd_grown;
+      C1_crd_cap = C1_crd_capacity;
+    }
+    if (room > C_vals_cap) {
+      int64_t C_vals_capacity = 2 * C_vals_cap;
+      if (C_vals_capacity < room) C_vals_capacity = room;
+      double* C_vals_grown = (double*)realloc(C_vals, sizeof(double) * (size_t)C_vals_capacity);
+      if (C_vals_grown == NULL) return 1;
+      C_vals = C_vals_grown;
+      C_vals_cap = C_vals_capacity;
+    }
     if (count <= 64 && count * count < ((highest >> 6) - (lowest >> 6) + 1) * 4) {
       for (int64_t is_t = 1; is_t < count; ++is_t) {
         int64_t is_key = coords[is_t];
@@ -81,22 +98,6 @@ int32_t ta_KERNEL(
       for (int64_t t = 0; t < count; ++t) {
         int64_t c = coords[t];
         bits[(c >> 6)] = 0;
-        if (C1_size + 1 > C1_crd_cap) {
-          int64_t C1_crd_capacity = 2 * C1_crd_cap;
-          if (C1_crd_capacity < C1_size + 1) C1_crd_capacity = C1_size + 1;
-          int32_t* C1_crd_grown = (int32_t*)realloc(C1_crd, sizeof(int32_t) * (size_t)C1_crd_capacity);
-          if (C1_crd_grown == NULL) return 1;
-          C1_crd = C1_crd_grown;
-          C1_crd_cap = C1_crd_capacity;
-        }
-        if (C1_size + 1 > C_vals_cap) {
-          int64_t C_vals_capacity = 2 * C_vals_cap;
-          if (C_vals_capacity < C1_size + 1) C_vals_capacity = C1_size + 1;
-          double* C_vals_grown = (double*)realloc(C_vals, sizeof(double) * (size_t)C_vals_capacity);
-          if (C_vals_grown == NULL) return 1;
-          C_vals = C_vals_grown;
-          C_vals_cap = C_vals_capacity;
-        }
         C1_crd[C1_size] = (int32_t)c;
         C_vals[C1_size] = workspace[c];
         C1_size = C1_size + 1;
@@ -108,22 +109,6 @@ int32_t ta_KERNEL(
         bits[w] = 0;
         while (set_bits != 0) {
           int64_t c = w * 64 + (set_bits ? __builtin_ctzll((unsigned long long)set_bits) : 64);
-          if (C1_size + 1 > C1_crd_cap) {
-            int64_t C1_crd_capacity_1 = 2 * C1_crd_cap;
-            if (C1_crd_capacity_1 < C1_size + 1) C1_crd_capacity_1 = C1_size + 1;
-            int32_t* C1_crd_grown_1 = (int32_t*)realloc(C1_crd, sizeof(int32_t) * (size_t)C1_crd_capacity_1);
-            if (C1_crd_grown_1 == NULL) return 1;
-            C1_crd = C1_crd_grown_1;
-            C1_crd_cap = C1_crd_capacity_1;
-          }
-          if (C1_size + 1 > C_vals_cap) {
-            int64_t C_vals_capacity_1 = 2 * C_vals_cap;
-            if (C_vals_capacity_1 < C1_size + 1) C_vals_capacity_1 = C1_size + 1;
-            double* C_vals_grown_1 = (double*)realloc(C_vals, sizeof(double) * (size_t)C_vals_capacity_1);
-            if (C_vals_grown_1 == NULL) return 1;
-            C_vals = C_vals_grown_1;
-            C_vals_cap = C_vals_capacity_1;
-          }
           C1_crd[C1_size] = (int32_t)c;
           C_vals[C1_size] = workspace[c];
           C1_size = C1_size + 1;
@@ -137,20 +122,20 @@ int32_t ta_KERNEL(
       int64_t want1 = (int64_t)ta_min_f64((double)C1_size * inv0 / (double)(i + 1 - range_begin) * 1.125, (double)C1_crd_cap * 16.0);
       if (C1_crd_cap * 2 < want1) {
         if (want1 > C1_crd_cap) {
-          int64_t C1_crd_capacity_2 = 2 * C1_crd_cap;
-          if (C1_crd_capacity_2 < want1) C1_crd_capacity_2 = want1;
-          int32_t* C1_crd_grown_2 = (int32_t*)realloc(C1_crd, sizeof(int32_t) * (size_t)C1_crd_capacity_2);
-          if (C1_crd_grown_2 == NULL) return 1;
-          C1_crd = C1_crd_grown_2;
-          C1_crd_cap = C1_crd_capacity_2;
+          int64_t C1_crd_capacity_1 = 2 * C1_crd_cap;
+          if (C1_crd_capacity_1 < want1) C1_crd_capacity_1 = want1;
+          int32_t* C1_crd_grown_1 = (int32_t*)realloc(C1_crd, sizeof(int32_t) * (size_t)C1_crd_capacity_1);
+          if (C1_crd_grown_1 == NULL) return 1;
+          C1_crd = C1_crd_grown_1;
+          C1_crd_cap = C1_crd_capacity_1;
         }
         if (want1 > C_vals_cap) {
-          int64_t C_vals_capacity_2 = 2 * C_vals_cap;
-          if (C_vals_capacity_2 < want1) C_vals_capacity_2 = want1;
-          double* C_vals_grown_2 = (double*)realloc(C_vals, sizeof(double) * (size_t)C_vals_capacity_2);
-          if (C_vals_grown_2 == NULL) return 1;
-          C_vals = C_vals_grown_2;
-          C_vals_cap = C_vals_capacity_2;
+          int64_t C_vals_capacity_1 = 2 * C_vals_cap;
+          if (C_vals_capacity_1 < want1) C_vals_capacity_1 = want1;
+          double* C_vals_grown_1 = (double*)realloc(C_vals, sizeof(double) * (size_t)C_vals_capacity_1);
+          if (C_vals_grown_1 == NULL) return 1;
+          C_vals = C_vals_grown_1;
+          C_vals_cap = C_vals_capacity_1;
         }
       }
     }
@@ -158,10 +143,6 @@ int32_t ta_KERNEL(
   free(workspace);
   free(bits);
   free(coords);
-  // parents the loops never visited end where the previous parent ended
-  for (int64_t q = 0; q < C_parents; ++q) {
-    C1_pos[q + 1] = (C1_pos[q + 1] > C1_pos[q] ? C1_pos[q + 1] : C1_pos[q]);
-  }
   C1_pos_ref[0] = C1_pos;
   C1_crd_ref[0] = C1_crd;
   C_vals_ref[0] = C_vals;
