@@ -28,7 +28,15 @@ Models and batches (the issue's): torchvision resnet18, mobilenet_v2, squeezenet
 1000; N x 32 tokens, batch 8); deepctr-torch DeepFM, DCN, WDL, xDeepFM, AutoInt (26 sparse
 features with vocabularies of 1000, 13 dense, embedding 8; batch 256); pytorch-widedeep
 Wide&Deep (batch 256); torch ``nn.EmbeddingBag`` (2 bags of 1000 x 32 with offsets, MLP; batch
-256); torchrec (EmbeddingBagCollection, DLRM) when ``torchrec`` imports.
+256); torchrec EmbeddingBagCollection, DLRM, DLRM-DCN and DeepFM (4 sparse features, tables of
+1000 x 16, bags of random lengths; batch 256).
+
+torchrec models take a KeyedJaggedTensor, which is no ONNX input: each is wrapped in a module
+taking per-feature ``values_f`` and ``lengths_f`` (or ``offsets_f``) tensors that builds it. When
+``torchrec`` does not import here (torchrec 1.9 needs the fbgemm-gpu-cpu built for torch 2.14),
+the export runs in ``$TENSORALG_TORCHREC_PYTHON`` or the side venv ``.venv-torchrec`` and the
+exported files are checked here; that export also stores torch's outputs, which onnxruntime's
+must match (``wrong`` ``torch`` otherwise).
 
 ``--kernels FILE.json`` times the generated window and row kernels of a level-3 plan
 (MaxPool, depthwise Conv, Softmax) alone, as one-node models at the layers of these models,
@@ -82,6 +90,9 @@ class Spec:
     batch: int
     build: Callable[[], Any]                      # () -> torch.nn.Module (eval mode)
     inputs: Callable[[int, np.random.Generator], dict[str, np.ndarray]]  # batch -> feeds
+    # () -> the interpreter that exports it, when that may not be this one (torchrec);
+    # None: this one
+    python: Callable[[], str] | None = None
 
 
 class Unavailable(Exception):
@@ -309,13 +320,138 @@ def _bag_feeds(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
 
 # --- torchrec --------------------------------------------------------------------------------
 
-def _torchrec_dlrm():
-    _torch()
-    _require("torchrec", "torchrec needs fbgemm-gpu-cpu built for this torch (pip install "
-             "torchrec fbgemm-gpu-cpu; fbgemm-gpu-cpu 1.9.0, the newest on the index, does not "
-             "load with torch 2.13: undefined symbols in fbgemm_gpu_tbe_index_select.so)")
-    raise Unavailable("torchrec imported, but its export needs a KeyedJaggedTensor wrapper "
-                      "this script does not have yet")
+TREC_FEATURES, TREC_ROWS, TREC_DIM, TREC_BAG, TREC_DENSE = 4, 1000, 16, 3, 13
+TORCHREC_PYTHON = "TENSORALG_TORCHREC_PYTHON"
+SIDE_VENV_PYTHON = HERE.parent / ".venv-torchrec" / "bin" / "python"
+_TORCHREC_HINT = ("torchrec needs fbgemm-gpu-cpu built for the torch it runs with: build a side "
+                  "environment for the export (python -m venv .venv-torchrec; .venv-torchrec/"
+                  "bin/pip install torch==2.14.1 torchrec==1.9.2 onnx onnxscript; then pip "
+                  "uninstall -y fbgemm-gpu fbgemm-gpu-cpu; pip install --no-deps "
+                  f"fbgemm-gpu-cpu==1.9.0) or name its python in ${TORCHREC_PYTHON}")
+
+
+def _torchrec_python() -> str:
+    """The interpreter that exports torchrec models: this one when ``torchrec`` imports here,
+    else ``$TENSORALG_TORCHREC_PYTHON`` or the side venv ``.venv-torchrec`` (Unavailable when
+    neither exists). torchrec 1.9 loads only with the fbgemm-gpu-cpu built for its torch
+    (2.14), not with the main environment's, so the export runs in a process of its own."""
+    try:
+        _require("torchrec", _TORCHREC_HINT)
+        return sys.executable
+    except Unavailable as error:
+        why = str(error)
+    chosen = os.environ.get(TORCHREC_PYTHON) or (str(SIDE_VENV_PYTHON)
+                                                 if SIDE_VENV_PYTHON.exists() else "")
+    if not chosen:
+        raise Unavailable(why)
+    if not Path(chosen).exists():
+        raise Unavailable(f"${TORCHREC_PYTHON} names {chosen}, which does not exist")
+    return chosen
+
+
+def _torchrec(kind: str, offsets: bool) -> Callable[[], Any]:
+    """torchrec's ``kind`` (ebc, dlrm, dlrm_dcn, deepfm) on TREC_FEATURES features of one table
+    each, behind a module whose inputs are plain tensors: a KeyedJaggedTensor is no ONNX input.
+
+    Its inputs are ``dense`` (batch x TREC_DENSE; not for the bare EmbeddingBagCollection),
+    then per feature ``values_f`` and ``lengths_f`` (or ``offsets_f``, batch + 1 entries from
+    0); the KeyedJaggedTensor is built inside (``from_lengths_sync``/``from_offsets_sync``)."""
+    def build():
+        torch = _torch()
+        trec = _require("torchrec", _TORCHREC_HINT)
+        models = {"dlrm": _require("torchrec.models.dlrm", _TORCHREC_HINT),
+                  "deepfm": _require("torchrec.models.deepfm", _TORCHREC_HINT)}
+        keys = [f"f{i}" for i in range(TREC_FEATURES)]
+        tables = [trec.EmbeddingBagConfig(name=f"t{i}", embedding_dim=TREC_DIM,
+                                          num_embeddings=TREC_ROWS, feature_names=[key])
+                  for i, key in enumerate(keys)]
+        ebc = trec.EmbeddingBagCollection(tables=tables, device=torch.device("cpu"))
+        arch = dict(embedding_bag_collection=ebc, dense_in_features=TREC_DENSE,
+                    dense_arch_layer_sizes=[64, TREC_DIM], over_arch_layer_sizes=[64, 32, 1])
+        if kind == "dlrm":
+            inner = models["dlrm"].DLRM(**arch)
+        elif kind == "dlrm_dcn":
+            inner = models["dlrm"].DLRM_DCN(**arch, dcn_num_layers=2, dcn_low_rank_dim=8)
+        elif kind == "deepfm":
+            inner = models["deepfm"].SimpleDeepFMNN(
+                num_dense_features=TREC_DENSE, embedding_bag_collection=ebc,
+                hidden_layer_size=64, deep_fm_dimension=8)
+        else:
+            inner = ebc
+        with torch.no_grad():   # torchrec draws rows from +-1/sqrt(rows): logits near 0
+            for table in ebc.embedding_bags.values():
+                table.weight.uniform_(-1.0, 1.0)
+        kjt_type = trec.KeyedJaggedTensor
+        if offsets:
+            _register_ts_diff(torch)
+
+        class Jagged(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.inner = inner
+
+            def forward(self, *inputs):
+                dense, jagged = (None, inputs) if kind == "ebc" else (inputs[0], inputs[1:])
+                values = torch.cat(jagged[:TREC_FEATURES])
+                if offsets:   # each feature's offsets, moved past the features before it
+                    parts, base = [jagged[TREC_FEATURES][:1]], 0
+                    for v, o in zip(jagged[:TREC_FEATURES], jagged[TREC_FEATURES:]):
+                        parts.append(o[1:] + base)
+                        base = base + v.shape[0]
+                    kjt = kjt_type.from_offsets_sync(keys, values, torch.cat(parts))
+                else:
+                    kjt = kjt_type.from_lengths_sync(keys, values,
+                                                     torch.cat(jagged[TREC_FEATURES:]))
+                if kind == "ebc":
+                    return inner(kjt).values()
+                return inner(dense, kjt)
+        model = Jagged().eval()
+        if kind in ("dlrm", "dlrm_dcn"):
+            # their logits spread by about 0.1: the last layer is scaled to a spread near 1
+            probe = _torchrec_feeds(offsets)(64, np.random.default_rng(SEED))
+            last = [m for m in inner.modules() if isinstance(m, torch.nn.Linear)][-1]
+            with torch.no_grad():
+                scale = 1.0 / max(float(model(*map(torch.from_numpy,
+                                                   probe.values())).std()), 1e-6)
+                last.weight.mul_(scale)
+                last.bias.mul_(scale)
+        return model
+    return build
+
+
+def _register_ts_diff(torch: Any) -> None:
+    """Teach the TorchScript exporter ``aten::diff`` (which it lacks; torchrec's
+    ``from_offsets_sync`` takes lengths as ``torch.diff(offsets)``): the first difference of a
+    1-D tensor, ``Sub(Slice(x, 1, end), Slice(x, 0, -1))`` (the only form torchrec uses)."""
+    def diff(g, x, n, dim, prepend, append):
+        first = g.op("Constant", value_t=torch.tensor([0]))
+        second = g.op("Constant", value_t=torch.tensor([1]))
+        last = g.op("Constant", value_t=torch.tensor([-1]))
+        end = g.op("Constant", value_t=torch.tensor([2**63 - 1]))
+        return g.op("Sub", g.op("Slice", x, second, end, first),
+                    g.op("Slice", x, first, last, first))
+    torch.onnx.register_custom_op_symbolic("aten::diff", diff, 17)
+
+
+def _torchrec_feeds(offsets: bool, dense: bool = True
+                    ) -> Callable[[int, np.random.Generator], dict[str, np.ndarray]]:
+    """Dense features and, per feature, ``batch * TREC_BAG`` ids in bags of random lengths
+    (empty ones too). Each feature's total is fixed, as the exported input shapes are; how the
+    ids fall into bags differs from feed to feed, so offsets baked in at export would show."""
+    def feeds(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+        values = rng.random((n, TREC_DENSE)).astype(np.float32)
+        out = {"dense": values} if dense else {}
+        lengths = [np.bincount(rng.integers(0, n, n * TREC_BAG), minlength=n).astype(np.int64)
+                   for _ in range(TREC_FEATURES)]
+        for f in range(TREC_FEATURES):
+            out[f"values_{f}"] = rng.integers(0, TREC_ROWS, n * TREC_BAG).astype(np.int64)
+        for f, length in enumerate(lengths):
+            if offsets:
+                out[f"offsets_{f}"] = np.concatenate([[0], np.cumsum(length)]).astype(np.int64)
+            else:
+                out[f"lengths_{f}"] = length
+        return out
+    return feeds
 
 
 SPECS = {s.name: s for s in [
@@ -331,7 +467,14 @@ SPECS = {s.name: s for s in [
     Spec("autoint", "deepctr-torch", 256, _deepctr("AutoInt"), _ctr_rows),
     Spec("widedeep", "pytorch-widedeep", 256, _widedeep, _widedeep_rows),
     Spec("embedding_bag", "torch", 256, _bags, _bag_feeds),
-    Spec("torchrec_dlrm", "torchrec", 256, _torchrec_dlrm, _bag_feeds),
+    Spec("torchrec_ebc", "torchrec", 256, _torchrec("ebc", False), _torchrec_feeds(False, False),
+         _torchrec_python),
+    Spec("torchrec_dlrm", "torchrec", 256, _torchrec("dlrm", False), _torchrec_feeds(False),
+         _torchrec_python),
+    Spec("torchrec_dlrm_dcn", "torchrec", 256, _torchrec("dlrm_dcn", True),
+         _torchrec_feeds(True), _torchrec_python),
+    Spec("torchrec_deepfm", "torchrec", 256, _torchrec("deepfm", True), _torchrec_feeds(True),
+         _torchrec_python),
 ]}
 QUICK = ["deepfm", "embedding_bag", "bert"]
 
@@ -343,6 +486,10 @@ def export(spec: Spec, exporter: str, batch: int) -> Path:
     folder = MODELS_DIR / f"{spec.name}-{exporter}-b{batch}"
     path, done = folder / "model.onnx", folder / "complete"
     if done.exists():   # written last: an interrupted export is redone
+        return path
+    python = spec.python() if spec.python is not None else sys.executable
+    if python != sys.executable:
+        export_elsewhere(python, spec, exporter, batch)
         return path
     torch = _torch()
     model = spec.build()
@@ -357,8 +504,46 @@ def export(spec: Spec, exporter: str, batch: int) -> Path:
             program = torch.onnx.export(model, args, dynamo=True, opset_version=18,
                                         input_names=list(feeds), optimize=True)
             program.save(str(path))
+        if spec.python is not None:
+            # Exported by another torch than the one here: keep its outputs on the feeds the
+            # check uses, so that the check can tell an export that differs from torch.
+            check = spec.inputs(batch, np.random.default_rng(batch + 1))
+            got = model(*(torch.from_numpy(v) for v in check.values()))
+            got = got if isinstance(got, (tuple, list)) else (got,)
+            np.savez(folder / TORCH_OUTPUTS, *(t.numpy() for t in got))
     done.write_text("")
     return path
+
+
+TORCH_OUTPUTS = "torch_outputs.npz"
+
+
+def export_elsewhere(python: str, spec: Spec, exporter: str, batch: int) -> None:
+    """:func:`export` run by ``python`` (``--export``), into the same cache folder; Unavailable
+    or RuntimeError with the child's reason when it fails."""
+    done = subprocess.run([python, __file__, "--export", spec.name, exporter, str(batch)],
+                          capture_output=True, text=True, timeout=1800)
+    last = (done.stdout.strip().splitlines() or [""])[-1]
+    if done.returncode == EXIT_UNAVAILABLE:
+        raise Unavailable(f"in {python}: {last}")
+    if done.returncode != 0:
+        tail = " | ".join(done.stderr.strip().splitlines()[-3:])
+        raise RuntimeError(f"export by {python} failed (status {done.returncode}): {tail}")
+
+
+EXIT_UNAVAILABLE = 3
+
+
+def export_here(name: str, exporter: str, batch: int) -> int:
+    """``--export NAME EXPORTER BATCH``: export one model in this process (the child of
+    :func:`export_elsewhere`); exit status EXIT_UNAVAILABLE with the reason when its library
+    does not import."""
+    try:
+        print(export(SPECS[name], exporter, batch))
+    except Unavailable as error:
+        print(error)
+        return EXIT_UNAVAILABLE
+    return 0
 
 
 # --- measuring -------------------------------------------------------------------------------
@@ -460,6 +645,12 @@ def measure(spec: Spec, exporter: str, batch: int, budget: float, timed: bool,
     expected = reference[0].run(None, feeds)
     row["output_std"] = float(np.std(expected[0])) if expected[0].dtype.kind == "f" else None
     row["wrong"], row["errors"] = {}, {}
+    if (path.parent / TORCH_OUTPUTS).exists():   # exported elsewhere: torch's own outputs
+        with np.load(path.parent / TORCH_OUTPUTS) as stored:
+            why = _compare({n: stored[f"arr_{k}"] for k, n in enumerate(names)}, expected,
+                           names)
+        if why:
+            row["wrong"]["torch"] = f"the export differs from torch: {why}"
     compiled = {}
     ta.set_num_threads(1)
     for level in levels:
@@ -724,7 +915,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="time the generated window/row kernels alone against level 2 and "
                              "onnxruntime, add them to FILE.json and redraw the report")
     parser.add_argument("--compile-probe", nargs=2, help=argparse.SUPPRESS)
+    parser.add_argument("--export", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.export:
+        return export_here(args.export[0], args.export[1], int(args.export[2]))
     if args.compile_probe:
         compile_probe(*args.compile_probe)
         return 0

@@ -26,8 +26,7 @@ every index is checked, also one that no bag reads.
 """
 from __future__ import annotations
 
-import dataclasses
-from typing import Any, Mapping
+from typing import Mapping
 
 import numpy as np
 
@@ -35,34 +34,13 @@ import tensoralg as ta
 from tensoralg.onnx.bags import BAG_STATEMENT, LoopBag, run_loop_bag
 from tensoralg.onnx.executor import Step
 from tensoralg.onnx.fusion import FLOATS
-from tensoralg.onnx.movement_steps import check_indices
+from tensoralg.onnx.movement_steps import Flagged, check_indices
 from tensoralg.onnx.step_base import Env, Getter, Part, Replan, Run, Spec, contiguous, made_of
 
 CHECK = "F = sum(i, gt(A(i), B(i))) + ne(C, 0) + gt(D, E) + ne(G, H)"
 LENGTHS = "L(i) = S(i,k)"
 MEAN = "Y(i,j) = Z(i,j) / max(L(i), 1)"
 _INDEX = (np.dtype(np.int32), np.dtype(np.int64))
-
-
-class Flagged:
-    """A prebound call whose int64 result ``flag`` must be 0 afterwards: as a part of a
-    compiled sequence, its ``NativeCall`` carries the flag's address, so the sequence stops
-    (and the plan falls back to the steps' Python runs) when it is not."""
-
-    def __init__(self, bound: Any, flag: np.ndarray) -> None:
-        self.bound, self.flag = bound, flag
-
-    def rebind(self, name: str, array: np.ndarray) -> None:
-        self.bound.rebind(name, array)
-
-    def native(self, slots: Mapping[str, Any]) -> Any:
-        call = self.bound.native(slots)
-        if call is None or call.flag is not None:
-            return None
-        return dataclasses.replace(call, flag=self.flag.ctypes.data)
-
-    def __call__(self) -> None:
-        self.bound()
 
 
 def loop_bag_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]

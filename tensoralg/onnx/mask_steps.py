@@ -10,6 +10,13 @@ broadcast kernels (bool, int32, int64, float32, float64; rank 4 at most) they jo
 sequence. The kernel converts with C's rules, which are NumPy's for these casts (nonzero is
 true, NaN included; an integer narrows by wrapping); a float to integer Cast stays generic
 (out-of-range values are undefined in C, not in NumPy).
+
+Integer Add, Sub, Mul and ReduceSum (the jagged offsets of an exported torchrec
+``KeyedJaggedTensor``: its feature offsets moved past the features before, lengths as offset
+differences, the per-feature sums of lengths) replay the one int statement their recorded run
+compiled, prebound (:func:`integer_spec`), for the same reason: a plan captures only float
+kernels, so they were generic steps of about 70 us each between pieces of the sequence. The
+kernel wraps on overflow, as NumPy does. Float ones are left to the plan's capture.
 """
 from __future__ import annotations
 
@@ -21,9 +28,12 @@ import tensoralg as ta
 from tensoralg.onnx.executor import Step
 from tensoralg.onnx.step_base import Env, Getter, Part, Run, Spec, contiguous, made_of
 
-# ONNX op -> the broadcast kernel's op
+# Integer ops run as one statement node by node, prebound in a plan (see integer_spec)
+INTEGER_OPS = frozenset({"Add", "Sub", "Mul", "ReduceSum"})
+_INTEGERS = (np.dtype(np.int32), np.dtype(np.int64))
+# ONNX op -> the broadcast kernel's op ("integer": see integer_spec)
 MASK_OPS = {"Cast": "cast", "And": "and", "Or": "or", "Xor": "xor", "Not": "not",
-            "Where": "where", "Expand": "cast"}
+            "Where": "where", "Expand": "cast", **{op: "integer" for op in INTEGER_OPS}}
 # Reshape-like ops are views in a plan, except when their output is a graph output (which
 # has a buffer of its own): then a compiled copy, so that it need not end the sequence.
 COPY_OPS = {"Identity": "cast", "Reshape": "cast", "Flatten": "cast", "Squeeze": "cast",
@@ -43,6 +53,8 @@ def mask_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) ->
     """
     node = step.node
     op = MASK_OPS.get(node.op_type) or COPY_OPS.get(node.op_type)
+    if op == "integer":
+        return integer_spec(step, recorded, constants)
     outputs = [n for n in node.outputs if n]
     if op is None or len(outputs) != 1:
         return None
@@ -94,4 +106,74 @@ def mask_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) ->
     return spec
 
 
-__all__ = ["COPY_OPS", "MASK_OPS", "mask_spec"]
+def integer_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]
+                 ) -> Spec | None:
+    """The static form of an integer Add, Sub, Mul or ReduceSum (int32 or int64): the one
+    kernel call its recorded run made, prebound, or None (a generic step, or for a float
+    one the plan's capture). Only when that call read every input that is not a constant in
+    place (a reshape of it, the same dtype) and returned the node's output itself, so that
+    nothing else the node did depends on values.
+
+    >>> from types import SimpleNamespace
+    >>> from tensoralg.onnx.kernels import KernelSet, NodeContext
+    >>> from tensoralg.onnx.ops import lookup
+    >>> context = NodeContext("n", "Add", ("o", "k"), ("y",), 14, KernelSet("llvm"))
+    >>> context.capture = []
+    >>> o, k = np.arange(3, dtype=np.int64), np.array(5)
+    >>> y = lookup("Add", 14).function(context, o, k)
+    >>> node = SimpleNamespace(op_type="Add", inputs=("o", "k"), outputs=("y",))
+    >>> step = SimpleNamespace(node=node, context=context, captured=context.capture)
+    >>> integer_spec(step, {"o": o, "k": k, "y": y}, {"k": k}).plan
+    'compiled int64 statement Y(i) = A(i) + B'
+    """
+    node = step.node
+    names = [n for n in node.inputs if n]
+    outputs = [n for n in node.outputs if n]
+    calls = getattr(step, "captured", None) or []
+    if node.op_type not in INTEGER_OPS or len(outputs) != 1 or len(calls) != 1:
+        return None
+    kernel, operands, result = calls[0]
+    out_value = recorded[outputs[0]]
+    if kernel.dtype not in _INTEGERS or out_value.dtype != kernel.dtype or \
+            not out_value.size or not _views(out_value, result) or \
+            any(not fmt.is_dense for fmt in kernel.formats.values()):
+        return None
+    sources: dict[str, tuple[str, tuple[int, ...]]] = {}     # letter -> (input, shape)
+    for letter, operand in operands.items():
+        match = [n for n in names if _views(recorded[n], operand)]
+        if not match:
+            return None
+        sources[letter] = (match[0], operand.shape)
+    read = {name for name, _ in sources.values()}
+    if any(n not in read and n not in constants for n in names):
+        return None
+    shape = np.shape(result)
+
+    def make(outs: list[np.ndarray], buffers: list[np.ndarray], ins: list[Getter]) -> Run:
+        by_name = {g.name: g for g in ins}
+        gets = {letter: (by_name[name], view) for letter, (name, view) in sources.items()}
+        bound = kernel.bind(out=outs[0].reshape(shape), **{
+            letter: (contiguous(g.fixed).reshape(view) if g.fixed is not None
+                     else np.zeros(view, kernel.dtype)) for letter, (g, view) in gets.items()})
+        dynamic = [(letter, g, view) for letter, (g, view) in gets.items() if g.fixed is None]
+
+        def run(env: Env) -> None:
+            for letter, get, view in dynamic:
+                bound.rebind(letter, contiguous(get(env)).reshape(view))
+            bound()
+        return made_of(run, [(bound, dynamic)])
+
+    spec = Spec(make, [], "kernel")
+    spec.plan = f"compiled {kernel.dtype} statement {kernel.statement}"
+    return spec
+
+
+def _views(value: np.ndarray, array: np.ndarray) -> bool:
+    """Whether ``array`` is ``value`` itself, reshaped: the same memory, dtype and size."""
+    return isinstance(array, np.ndarray) and array.dtype == value.dtype and \
+        array.size == value.size and value.size > 0 and \
+        array.ctypes.data == value.ctypes.data and array.flags.c_contiguous and \
+        value.flags.c_contiguous
+
+
+__all__ = ["INTEGER_OPS", "COPY_OPS", "MASK_OPS", "integer_spec", "mask_spec"]

@@ -11,6 +11,7 @@ into its block of the Concat that joins it.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -19,7 +20,7 @@ import tensoralg as ta
 from tensoralg.onnx.constant_gathers import constant_gather_spec
 from tensoralg.onnx.executor import Step
 from tensoralg.onnx.fusion import FLOATS
-from tensoralg.onnx.step_base import Env, Getter, Part, Run, Spec, contiguous, made_of
+from tensoralg.onnx.step_base import Env, Getter, Part, Replan, Run, Spec, contiguous, made_of
 
 
 def permuter(context: Any, target: np.ndarray, shape: tuple[int, ...],
@@ -211,14 +212,43 @@ def slice_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) -
     return spec
 
 
+class Flagged:
+    """A prebound call whose int64 result ``flag`` must be 0 afterwards: as a part of a
+    compiled sequence, its ``NativeCall`` carries the flag's address, so the sequence stops
+    (and the plan falls back to the steps' Python runs) when it is not."""
+
+    def __init__(self, bound: Any, flag: np.ndarray) -> None:
+        self.bound, self.flag = bound, flag
+
+    def rebind(self, name: str, array: np.ndarray) -> None:
+        self.bound.rebind(name, array)
+
+    def native(self, slots: Mapping[str, Any]) -> Any:
+        call = self.bound.native(slots)
+        if call is None or call.flag is not None:
+            return None
+        return dataclasses.replace(call, flag=self.flag.ctypes.data)
+
+    def __call__(self) -> None:
+        self.bound()
+
+
+SAME_SIZES = "F = sum(i, ne(A(i), B(i)))"
+
+
 def split_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) -> Spec | None:
     """A Split: each output a compiled block copy of its piece of the input (the pieces'
-    sizes are those of the recorded run; a ``split`` input must be a constant, so that they
-    stay so)."""
+    sizes are those of the recorded run).
+
+    A ``split`` input computed at run time (the dynamo export of a KeyedJaggedTensor splits
+    its values by the sums of each feature's lengths) is checked first, by a flagged kernel
+    ``F = sum(i, ne(A(i), B(i)))`` of the sizes against the recorded ones: when they differ,
+    the sequence stops and the step's Python run raises :class:`Replan` (the outputs' shapes
+    change)."""
     node, context = step.node, step.context
     x = recorded[node.inputs[0]]
-    if len(node.inputs) > 1 and node.inputs[1] and node.inputs[1] not in constants:
-        return None
+    sizes_name = node.inputs[1] if len(node.inputs) > 1 and node.inputs[1] else ""
+    dynamic = bool(sizes_name) and sizes_name not in constants
     names = [n for n in node.outputs if n]
     if x.ndim == 0 or len(names) != len(node.outputs):
         return None
@@ -237,6 +267,13 @@ def split_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) -
         start += width
     if start != x.shape[axis]:
         return None
+    widths = np.array([recorded[name].shape[axis] for name in names], np.int64)
+    if dynamic:
+        sizes = recorded[sizes_name]
+        if sizes.dtype != np.int64 or sizes.shape != widths.shape or \
+                not np.array_equal(sizes, widths):
+            return None
+        same = context.kernels.get(SAME_SIZES, np.dtype(np.int64))
 
     def make(outs: list[np.ndarray], buffers: list[np.ndarray], ins: list[Getter]) -> Run:
         if len(outs) != len(pieces):
@@ -245,6 +282,13 @@ def split_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) -
         get = ins[0]
         source = contiguous(get.fixed) if get.fixed is not None else np.zeros(x.shape, x.dtype)
         parts: list[Part] | None = []
+        if dynamic:
+            sizes_of = ins[1]
+            flag = np.zeros((), np.int64)
+            checker = same.bind(out=flag, A=contiguous(sizes_of.fixed) if sizes_of.fixed
+                                is not None else widths.copy(), B=widths)
+            parts.append((Flagged(checker, flag),
+                          [] if sizes_of.fixed is not None else [("A", sizes_of, None)]))
         for out, (cols, offset, _) in zip(outs, pieces):
             if not rows * cols:
                 continue
@@ -256,13 +300,17 @@ def split_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) -
             parts.append((call, [] if get.fixed is not None else [("src", get, None)]))
 
         def run(env: Env) -> None:
+            if dynamic and not np.array_equal(ins[1](env), widths):
+                raise Replan(f"{context}: split sizes {ins[1](env).tolist()}, "
+                             f"{widths.tolist()} when the plan was made")
             value = get(env)
             for out, (_, _, index) in zip(outs, pieces):
                 np.copyto(out, value[index])
         return made_of(run, parts)
 
     spec = Spec(make, [], "copy", strided_output=True)
-    spec.plan = f"compiled block copies ({len(pieces)} pieces)"
+    spec.plan = f"compiled block copies ({len(pieces)} pieces)" + \
+        (f", sizes checked against {widths.tolist()}" if dynamic else "")
     return spec
 
 
@@ -412,5 +460,5 @@ def transpose_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray
     return Spec(make, [], "transpose kernel")
 
 
-__all__ = ["all_below", "cast_column", "check_indices", "concat_spec", "gather_spec", "id_column",
+__all__ = ["Flagged", "SAME_SIZES", "all_below", "cast_column", "check_indices", "concat_spec", "gather_spec", "id_column",
            "permuter", "slice_block", "slice_spec", "split_spec", "transpose_spec"]
