@@ -26,8 +26,14 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 
 from tensoralg import _version
-from tensoralg.codegen import (CompiledKernel, DiskCache, build, default_cache_dir, emit_source,
-                               ir_digest)
+from tensoralg.codegen import (
+    CompiledKernel,
+    DiskCache,
+    build,
+    default_cache_dir,
+    emit_source,
+    ir_digest,
+)
 from tensoralg.contract_path import contract_by_path, plan_contraction
 from tensoralg.errors import (
     ArgumentTypeError,
@@ -116,6 +122,7 @@ from tensoralg.runtime.movement import (
     im2row_call,
 )
 from tensoralg.runtime.native_split import NativeSplit
+from tensoralg.runtime.planar import compiled_conv_gathers, patch_conv_of, pointwise_conv
 from tensoralg.runtime.pool import native_pool_supported
 from tensoralg.runtime.replay import (
     ARG_BEGIN,
@@ -134,9 +141,14 @@ from tensoralg.runtime.replay import (
     replayable,
 )
 from tensoralg.runtime.sequence import CallSequence, NativeGroup, Slot
-from tensoralg.runtime.stitch import join_rows, run_ranges
-from tensoralg.runtime.threads import (MIN_ROWS_PER_THREAD, NATIVE_RANGES_PER_THREAD, KernelThreads,
-                                       row_weights, split)
+from tensoralg.runtime.stitch import join_rows, run_ranges, varying_slots
+from tensoralg.runtime.threads import (
+    MIN_ROWS_PER_THREAD,
+    NATIVE_RANGES_PER_THREAD,
+    KernelThreads,
+    row_weights,
+    split,
+)
 from tensoralg.runtime.validate import VALID, StorageValidator
 from tensoralg.runtime.widen import narrowed, widened
 from tensoralg.runtime.wrap import release, sparse_result
@@ -689,7 +701,10 @@ class _Dispatch:
         sparse = [op.indices.shape[0] for kind, op in zip(self.kinds, operands)
                   if kind == _COMPRESSED]
         dense_sizes = [op.size for kind, op in zip(self.kinds, operands) if kind == _DENSE]
-        return work_of(sparse, dense_sizes, shape)
+        # A sparse output's entries come from the stored ones: there is no dense row to fill
+        # per stored entry (as ``execute`` estimates it); counting one made every CSR add of a
+        # few thousand entries look worth two threads and leave this path for the general one.
+        return work_of(sparse, dense_sizes, None if self.handles else shape)
 
 
 def _sound_compressed(operand: Any, validator: StorageValidator) -> bool:
@@ -1284,8 +1299,11 @@ def execute(compiled: CompiledProgram, bound: Mapping[str, Tensor], value_dtype:
     args = compiled.arguments.pack(tensors, sizes, buffers)
     bounds = _thread_ranges(compiled, tensors, sizes, shape, buffers.dense is not None)
     if bounds is not None and not output.format.is_dense:
+        # Each range assembles into buffers of its own; on the native pool a range is handed
+        # over in 1-2 µs instead of 30-50.
         status, parts = run_ranges(compiled.kernel.function, args, compiled.arguments, bounds,
-                                   buffers.capacity, kernel_cache().threads.run_calls)
+                                   buffers.capacity, kernel_cache().threads.run_calls,
+                                   native=_native_split(compiled, len(bounds) - 1, sparse=True))
         _check_status(compiled, status)
         return delivered(program, join_rows(shape, output.format, output.index_dtype,
                                             value_dtype, parts, bounds,
@@ -1350,11 +1368,19 @@ def _thread_ranges(compiled: CompiledProgram, tensors: Mapping[str, Tensor],
         return None
     size = sizes[plan.range_index]
     asked = compiled.plan.parallel
+    program = compiled.program
     work_by_row = compiled.balance_by
     weights = None
     if asked is not None and asked.threads is not None:
         parts = min(asked.threads, max(1, size))
     else:
+        if not dense and asked is None and _elementwise(program):
+            # A sparse output made entry by entry from its operands' entries, with no
+            # reduction (CSR + CSR, CSR * CSR), costs about what joining its ranges' pieces
+            # costs (runtime/stitch.py copies all but the first): the second thread saved
+            # nothing and the copy cost more (CSR bcsstk33 + its transpose, 2 threads: 2.7 ms
+            # split, 1.4 ms whole; scipy 2.1). A schedule's parallelize(i) still splits it.
+            return None
         work = estimated_work(tensors, shape if dense else None)
         native = dense and not compiled.plan.partials and native_pool_supported()
         threads = kernel_cache().threads
@@ -1389,19 +1415,29 @@ def _launch(compiled: CompiledProgram, args: list, buffers: OutputBuffers,
     return _run_partials(function, args, plan, bounds, buffers, threads)
 
 
-def _native_split(compiled: CompiledProgram, parts: int) -> NativeSplit | None:
+def _elementwise(program: Program) -> bool:
+    """Whether every loop of every nest runs over an output index: no reduction, so each output
+    entry costs a few loads and a store."""
+    return all(index in nest.output.indices for nest in program.nests
+               for index in nest.loop_order)
+
+
+def _native_split(compiled: CompiledProgram, parts: int, sparse: bool = False
+                  ) -> NativeSplit | None:
     """The kernel's ranges as one call on the native pool (``runtime/native_split.py``),
-    built on first use per kernel and number of ranges; None where there is no pool."""
+    built on first use per kernel and number of ranges; None where there is no pool. A
+    ``sparse`` output's ranges also get buffers of their own (``stitch.run_ranges``)."""
     cache = kernel_cache()
-    key = (compiled.key, parts)
+    key = (compiled.key, parts, sparse)
     found = cache.splits.get(key)
     if found is None:
         function = compiled.kernel.function
         pool = cache.threads.native_pool() if native_pool_supported() else None
         if pool is None or not NativeSplit.supports(function):
             return None
+        varying = varying_slots(compiled.arguments) if sparse else None
         found = cache.splits[key] = NativeSplit(function, compiled.arguments.range_slots,
-                                                parts, pool, compiled.function.name)
+                                                parts, pool, compiled.function.name, varying)
     return found
 
 
@@ -2095,6 +2131,7 @@ __all__ = ["einsum", "compile", "Kernel", "KernelKey", "CompileOptions", "kernel
            "RowCompressor", "DenseLayer", "dense_layer", "ConvLayer", "conv_layer",
            "DirectConv", "direct_conv",
            "CallSequence", "NativeGroup", "Slot", "canonical_csr", "data_address", "block_copy_call", "broadcast_call", "copy_call", "gather_call",
-           "gram_call", "ids_call", "im2row_call",
+           "gram_call", "ids_call", "im2row_call", "pointwise_conv", "patch_conv_of",
+           "compiled_conv_gathers",
            "set_num_threads", "get_num_threads", "set_memory_limit", "get_memory_limit",
            "execute"]
