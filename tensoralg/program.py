@@ -14,7 +14,10 @@ a sequence with the inputs named in ``slots`` read from the sequence's slots at 
   gives a :class:`BoundCall` (threads split it as the schedule says);
 - dense layers and convolutions on the generated GEMM: :func:`dense_layer`,
   :func:`conv_layer`, :func:`direct_conv` (weights compiled into the code), :func:`gram_call`
-  (``X @ X^T``), :func:`im2row_call` (patch rows for a convolution);
+  (``X @ X^T``), :func:`im2row_call` (patch rows for a convolution), and NCHW convolutions
+  without layout copies: :func:`pointwise_conv` (1x1 on whole planes), :func:`patch_conv_of`
+  (few input channels, patch blocks that stay in L1; :func:`compiled_conv_gathers` says when a
+  weights-compiled-in kernel would gather instead);
 - generated window and row kernels: :func:`window_kernel` (pooling, depthwise convolution),
   :func:`softmax_kernel`;
 - data movement: :func:`gather_call` (rows of a table by id), :func:`copy_call`,
@@ -54,6 +57,7 @@ from tensoralg.api import (
     block_copy_call,
     broadcast_call,
     canonical_csr,
+    compiled_conv_gathers,
     conv_layer,
     copy_call,
     data_address,
@@ -64,13 +68,16 @@ from tensoralg.api import (
     ids_call,
     im2row_call,
     kernel_cache,
+    patch_conv_of,
+    pointwise_conv,
     softmax_kernel,
     window_kernel,
 )
 
 __all__ = [
     "BoundCall", "CallSequence", "DenseLayer", "NativeGroup", "RowCompressor", "Slot",
-    "block_copy_call", "broadcast_call", "canonical_csr", "conv_layer", "copy_call",
+    "block_copy_call", "broadcast_call", "canonical_csr", "compiled_conv_gathers", "conv_layer",
+    "copy_call", "patch_conv_of", "pointwise_conv",
     "data_address", "dense_layer", "direct_conv", "gather_call", "gram_call", "ids_call",
     "im2row_call", "kernel_cache", "softmax_kernel", "window_kernel",
 ]

@@ -16,6 +16,7 @@ from onnx import helper as h
 
 import tensoralg as ta
 import tensoralg.onnx  # noqa: F401  (ta.onnx)
+from tensoralg.runtime.planar import planar_pays
 
 
 def _model(nodes: list, x_shape: tuple, out_channels: int, inits: list) -> onnx.ModelProto:
@@ -55,6 +56,8 @@ POINTWISE = [
     (17, 160, 7, 7),     # C tail past 16 lanes, three panels
     (96, 24, 12, 13),    # one-vector panel (24 > 16: two vectors) and 156 rows
     (144, 16, 9, 9),     # one-vector panel: 12-row tiles, K past the 128-deep block
+    (19, 13, 8, 18),     # NCHW planes: 144 positions (two panels and a one-vector tail)
+    (200, 7, 15, 17),    # NCHW planes: 255 positions, C past two 128-deep blocks
 ]
 
 
@@ -76,7 +79,11 @@ def test_pointwise_conv_on_the_generated_gemm_matches_onnxruntime(case, relu, ba
     conv_line = next(line for line in profile.splitlines() if line.startswith("conv "))
     # The point of the change: no BLAS for a 2-D 1x1 convolution.
     assert "BLAS" not in conv_line, conv_line
-    assert "generated GEMM" in conv_line or "weights compiled in" in conv_line, conv_line
+    # NCHW planes where the positions fill the vector lanes, else the channels-last GEMM
+    assert ("pointwise convolution on NCHW planes" in conv_line) == \
+        planar_pays(x.dtype, height * width), conv_line
+    assert "pointwise convolution on NCHW planes" in conv_line or \
+        "generated GEMM" in conv_line, conv_line
 
 
 def test_pointwise_conv_1d_keeps_its_product():

@@ -14,7 +14,8 @@ Each of these touches every input cell a few times and does one operation per to
 costs is memory traffic and per-window overhead: the patch matrix of the NumPy path (a copy of
 ``KH * KW`` times the image) and its per-group products. Here vector lanes run over consecutive
 output columns of one output row, the taps are unrolled, and a tap's lanes are read with one
-masked load (unit stride: consecutive columns read consecutive cells) or one masked gather
+masked load (unit stride: consecutive columns read consecutive cells), two masked loads whose
+even cells a shuffle picks (stride 2: a 16-lane gather is 16 loads) or one masked gather
 (other strides). Padding is the load's mask, never a copy; rows outside the image mask every
 lane. The depthwise weights and bias are read from memory (one module serves every layer of a
 geometry), each tap's weight broadcast once per vector.
@@ -156,6 +157,32 @@ class _Body:
     def ints(self, value: int) -> ir.Constant:
         return ir.Constant(self.ivector, [value] * self.lanes)
 
+    def _pair(self, row_base: ir.Value, row_in: ir.Value, first: ir.Value, kw: int,
+              passthru: ir.Value) -> ir.Value:
+        """Tap ``kw`` of a stride-2 row: the ``2 * lanes`` cells from the first lane's column
+        as two masked loads, their even cells picked by one shuffle. A gather of 16 lanes
+        issues 16 loads; this 2 (MobileNetV2's stride-2 depthwise layers and the CNNs'
+        max pools). Only the even cells inside the image, of lanes inside the row, are read:
+        the rest are neither touched nor kept."""
+        b, g, lanes = self.b, self.g, self.lanes
+        start = b.add(b.sub(b.mul(first, ir.Constant(I64, 2)),
+                            ir.Constant(I64, g.pads_begin[1])),
+                      ir.Constant(I64, kw * g.dilations[1]))
+        halves = []
+        for half in range(2):
+            cells = list(range(half * lanes, (half + 1) * lanes))
+            column = b.add(self.splat(start, self.ivector), ir.Constant(self.ivector, cells))
+            lane = b.add(self.splat(first, self.ivector),
+                         ir.Constant(self.ivector, [e // 2 for e in cells]))
+            mask = b.and_(b.and_(row_in, b.icmp_unsigned("<", column, self.ints(g.width))),
+                          b.icmp_signed("<", lane, self.ints(g.out_width)))
+            mask = b.and_(mask, ir.Constant(self.mask, [e % 2 == 0 for e in cells]))
+            where = b.gep(row_base, [b.add(start, ir.Constant(I64, half * lanes))],
+                          source_etype=self.scalar)
+            halves.append(b.call(self.load, [where, self.align, mask, passthru]))
+        return b.shuffle_vector(halves[0], halves[1], ir.Constant(
+            ir.VectorType(I32, lanes), [2 * lane for lane in range(lanes)]))
+
     def emit(self, x_plane: ir.Value, y_plane: ir.Value, w: ir.Value, bias: ir.Value,
              channel: ir.Value, oh: ir.Value, first: ir.Value) -> None:
         b, g, lanes = self.b, self.g, self.lanes
@@ -195,6 +222,9 @@ class _Body:
                                    ir.Constant(I64, kw * g.dilations[1]))
                     where = b.gep(row_base, [offset], source_etype=self.scalar)
                     value = b.call(self.load, [where, self.align, mask, passthru])
+                elif g.strides[1] == 2:
+                    value = self._pair(row_base, self.splat(row_in, self.mask), first, kw,
+                                       passthru)
                 else:
                     where = b.gep(row_base, [iw], source_etype=self.scalar)
                     where.type = ir.VectorType(POINTER, lanes)

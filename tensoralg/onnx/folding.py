@@ -11,8 +11,9 @@ group), so the map moves into the weights and bias, computed once at load::
 and the pair runs as one Conv, one pass over the activations instead of two.
 
 A Relu whose input is a Conv's output read by nothing else joins the Conv (attribute
-``activation="Relu"``), so the convolution kernel applies it in registers before its only
-store; so does a Clip whose bounds are constants (``activation="Clip(0.0, 6.0)"`` for ReLU6,
+``activation``, a typed ``fusion.Activation``: ``RELU``), so the convolution kernel applies it
+in registers before its only store; so does a Clip whose bounds are constants
+(``Activation.clip(0.0, 6.0)`` for ReLU6, its float bounds carried as they are,
 MobileNetV2's ~35 of them otherwise a pass each), clamped ``min(max(x, low), high)`` with NaN
 kept, as onnxruntime's Clip. At level 3 a Conv whose weight has at least the sparse-weight threshold of zeros is also
 marked ``skip_zeros``: its kernel leaves the zero weights out, as sparse MatMul/Gemm weights do.
@@ -27,7 +28,7 @@ from typing import Iterable
 
 import numpy as np
 
-from tensoralg.onnx.fusion import activation_bounds, clip_activation, consumers_of
+from tensoralg.onnx.fusion import RELU, Activation, consumers_of
 from tensoralg.onnx.graph import OWN_ATTRIBUTES, Graph, Node
 from tensoralg.onnx.kernels import NodeContext, elementwise, literal
 from tensoralg.onnx.ops.registry import OpImpl
@@ -132,15 +133,15 @@ def fuse_conv_activations(graph: Graph, threshold: float | None = None) -> Graph
     ``skip_zeros``.
 
     For example ``c: Conv(x, W, B) -> h`` then ``r: Relu(h) -> y`` becomes
-    ``c: Conv(x, W, B) -> y`` with ``activation="Relu"``; ``Clip(h, 0, 6)`` (ReLU6) gives
-    ``activation="Clip(0.0, 6.0)"``. Every Conv path clamps in registers or right after.
+    ``c: Conv(x, W, B) -> y`` with ``activation=RELU``; ``Clip(h, 0, 6)`` (ReLU6) gives
+    ``activation=Activation.clip(0.0, 6.0)`` (a typed value, printed ``Clip(0.0, 6.0)``). Every Conv path clamps in registers or right after.
     """
     consumers = consumers_of(graph)
     outputs = {v.name for v in graph.outputs}
     producer = {name: node for node in graph.nodes if node.op_type == "Conv"
                 for name in node.outputs[:1] if name}
     absorbed: dict[str, Node] = {}      # Conv name -> the Relu or Clip it absorbs
-    activation: dict[str, str] = {}     # Conv name -> its "activation" attribute
+    activation: dict[str, Activation] = {}     # Conv name -> its "activation" attribute
     for node in graph.nodes:
         conv = producer.get(node.inputs[0]) \
             if node.op_type in ("Relu", "Clip") and node.inputs else None
@@ -148,12 +149,12 @@ def fuse_conv_activations(graph: Graph, threshold: float | None = None) -> Graph
                 "activation" not in conv.attributes and \
                 [c.name for c in consumers.get(node.inputs[0], [])] == [node.name]:
             if node.op_type == "Relu":
-                activation[conv.name] = "Relu"
+                activation[conv.name] = RELU
             else:
                 bounds = _constant_clip_bounds(node, graph)
                 if bounds is None:
                     continue
-                activation[conv.name] = clip_activation(*bounds)
+                activation[conv.name] = Activation.clip(*bounds)
             absorbed[conv.name] = node
     joined = {relu.name for relu in absorbed.values()}
     nodes, fused, marked = [], [], []
@@ -214,10 +215,10 @@ def _with_own_attributes(impl: OpImpl) -> OpImpl:
     the convolution; ``skip_zeros`` only matters to the compiled kernel of a static plan."""
     function = impl.function
 
-    def conv(node: NodeContext, *args: np.ndarray, activation: str | None = None,
+    def conv(node: NodeContext, *args: np.ndarray, activation: Activation | None = None,
              skip_zeros: int = 0, **attributes: object) -> np.ndarray:
         result = function(node, *args, **attributes)
-        bounds = None if activation is None else activation_bounds({"activation": activation})
+        bounds = None if activation is None else activation.bounds
         if bounds is not None:
             # min(max(x, low), high), onnxruntime's Clip order; an infinite bound is no clamp
             text = "{0}" if bounds[0] == -np.inf else f"max({{0}}, {literal(bounds[0])})"

@@ -23,7 +23,6 @@ Run time decides what each call can do, and the plan (``print_ir``) records it:
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -90,29 +89,70 @@ def _clip(attributes: dict[str, Any], x: str, low: str | None = None,
     return text
 
 
-def activation_bounds(attributes: dict[str, Any]) -> tuple[float, float] | None:
-    """The ``(low, high)`` clamp of a Conv's fused ``activation`` attribute, or None without
-    one: ``"Relu"`` is ``(0, inf)``; ``"Clip(low, high)"`` (written by the Conv+Clip fusion,
-    the bounds as ``repr`` floats so they round-trip exactly) is its bounds. Kernels apply
-    ``min(max(x, low), high)``, onnxruntime's Clip order, with NaN kept."""
+@dataclass(frozen=True, slots=True)
+class Activation:
+    """An activation fused into the Conv before it (its ``activation`` attribute, set by
+    ``folding.fuse_conv_activations``): ``kind`` ``"Relu"`` or ``"Clip"``, and the clamp
+    ``min(max(x, low), high)`` it is (onnxruntime's Clip order, NaN kept; ReLU is
+    ``(0, inf)``, ReLU6 ``Clip(0, 6)``; an infinite bound clamps nothing). The bounds are
+    floats, carried as they are: no text to parse back.
+
+    >>> Activation.clip(0, 6).bounds, str(Activation.clip(0, 6)), str(RELU)
+    ((0.0, 6.0), 'Clip(0.0, 6.0)', 'Relu')
+    """
+
+    kind: str
+    low: float
+    high: float
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("Relu", "Clip"):
+            raise ValueError(f"unknown fused activation {self.kind!r}")
+        if self.kind == "Relu" and (self.low, self.high) != (0.0, math.inf):
+            raise ValueError(f"a fused Relu clamps to (0, inf), not {(self.low, self.high)}")
+
+    @staticmethod
+    def clip(low: float, high: float) -> "Activation":
+        """A fused ``Clip(x, low, high)``."""
+        return Activation("Clip", float(low), float(high))
+
+    @property
+    def bounds(self) -> tuple[float, float]:
+        """``(low, high)`` of the clamp."""
+        return (self.low, self.high)
+
+    @property
+    def kernel_argument(self) -> bool | tuple[float, float]:
+        """What the kernels' ``relu`` parameter takes: True for ReLU (its kernels and plan
+        lines stay as they were), the bounds for a Clip."""
+        return True if self.kind == "Relu" else self.bounds
+
+    def __str__(self) -> str:
+        return "Relu" if self.kind == "Relu" else f"Clip({self.low!r}, {self.high!r})"
+
+
+RELU = Activation("Relu", 0.0, math.inf)
+
+
+def fused(attributes: dict[str, Any]) -> Activation | None:
+    """A Conv's fused :class:`Activation`, or None without one."""
     activation = attributes.get("activation")
-    if activation is None:
-        return None
-    if activation == "Relu":
-        return (0.0, math.inf)
-    found = re.fullmatch(r"Clip\(([^,]+),([^,]+)\)", str(activation).replace(" ", ""))
-    if found is None:
-        raise ValueError(f"unknown fused activation {activation!r}")
-    return (float(found.group(1)), float(found.group(2)))
+    if activation is not None and not isinstance(activation, Activation):
+        raise TypeError(f"a fused activation is an Activation, not {activation!r}")
+    return activation
+
+
+def activation_bounds(attributes: dict[str, Any]) -> tuple[float, float] | None:
+    """The ``(low, high)`` clamp of a Conv's fused activation, or None without one."""
+    activation = fused(attributes)
+    return None if activation is None else activation.bounds
 
 
 def fused_activation(attributes: dict[str, Any]) -> bool | tuple[float, float]:
     """A Conv's fused activation as the kernels' ``relu`` parameter takes it: False (none),
-    True (ReLU, so its kernels and plan lines stay as they were) or a Clip's bounds."""
-    activation = attributes.get("activation")
-    if activation is None:
-        return False
-    return True if activation == "Relu" else activation_bounds(attributes)
+    True (ReLU) or a Clip's bounds."""
+    activation = fused(attributes)
+    return False if activation is None else activation.kernel_argument
 
 
 def clamp_text(body: str, activation: bool | tuple[float, float]) -> str:
@@ -124,11 +164,6 @@ def clamp_text(body: str, activation: bool | tuple[float, float]) -> str:
     text = body if low == -math.inf else \
         f"max({body}, {'0' if activation is True else literal(low)})"
     return text if high == math.inf else f"min({text}, {literal(high)})"
-
-
-def clip_activation(low: float, high: float) -> str:
-    """The ``activation`` attribute text for a fused ``Clip(x, low, high)``."""
-    return f"Clip({float(low)!r}, {float(high)!r})"
 
 
 # ONNX elementwise op -> statement text of its output from its inputs' texts (floats only).
@@ -724,4 +759,5 @@ def reassociate_matmuls(graph: Graph) -> Graph:
     return graph
 
 
-__all__ = ["Program", "fuse", "reassociate_matmuls", "run_program", "TEMPLATES", "FUSED"]
+__all__ = ["Activation", "Program", "RELU", "fuse", "fused", "reassociate_matmuls", "run_program",
+           "TEMPLATES", "FUSED"]

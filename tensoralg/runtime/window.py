@@ -82,7 +82,9 @@ class WindowKernel:
     def describe(self) -> str:
         """One line for a printed plan."""
         g = self.geometry
-        reads = "masked loads" if g.strides[1] == 1 else "masked gathers"
+        reads = "masked loads" if g.strides[1] == 1 else \
+            "paired masked loads, even cells shuffled out" if g.strides[1] == 2 else \
+            "masked gathers"
         extra = "" if not self.relu else ", relu" if self.relu is True else \
             f", clip{tuple(self.relu)}"
         return (f"generated {self.mode} window kernel ({g.kernel[0]}x{g.kernel[1]}, "

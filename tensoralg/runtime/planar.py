@@ -1,0 +1,346 @@
+"""Pointwise (1x1, stride 1, unpadded) convolutions on NCHW planes (``codegen/planar.py``).
+
+A :class:`PlanarConv` keeps its weight (M x C) and bias; :meth:`PlanarConv.bind` fixes an input
+(N, C, H, W) and an output (N, M, H, W) and returns a call that costs one native call (or one
+per thread range of (image, panel) units). No layout copy: the product reads and writes NCHW.
+"""
+from __future__ import annotations
+
+import ctypes
+from typing import Any
+
+import numpy as np
+
+from tensoralg.codegen.build import build_llvm_module, host_has_feature
+from tensoralg.codegen.cache import DiskCache
+from tensoralg.errors import ShapeError
+from tensoralg.runtime.gemm import FLAG_BIAS, FLAG_CLIP, FLAG_RELU
+from tensoralg.runtime.ranges import RangeCall, check_array
+
+_PROTOTYPE = ctypes.CFUNCTYPE(ctypes.c_int32, *[ctypes.c_void_p] * 4, ctypes.c_int32,
+                              *[ctypes.c_int64] * 8)
+_KERNELS: dict[tuple[np.dtype, bool], tuple[Any, Any, str, Any]] = {}
+
+
+def planar_kernel(dtype: np.dtype, cache: DiskCache | None = None) -> tuple[Any, Any, str]:
+    """The generated pointwise convolution for ``dtype`` on this host: its blocking (a
+    ``GemmShape``), function and LLVM IR, compiled once per process."""
+    from tensoralg.codegen.gemm import GemmShape
+    from tensoralg.codegen.planar import ENTRY, planar_module
+
+    avx512 = host_has_feature("avx512f", cache)
+    key = (np.dtype(dtype), avx512)
+    found = _KERNELS.get(key)
+    if found is None:
+        shape = GemmShape.for_host(dtype, avx512)
+        identity = f"planar|{shape}"
+        function, source, keepalive = build_llvm_module(
+            lambda: planar_module(shape), ENTRY, _PROTOTYPE, cache=cache, key=identity,
+            identity=identity)
+        found = _KERNELS[key] = (shape, function, source, keepalive)
+    return found[0], found[1], found[2]
+
+
+# Below this share of useful lanes (output positions per image over the vector lanes they
+# take), the channels-last GEMM convolution is used instead: its tiles run across images and
+# output channels, every lane busy, and for small planes its two layout copies are cheap next
+# to the multiply-adds (MobileNetV2's 7 x 7 layers: 49 positions in 64 lanes).
+MIN_LANE_USE = 0.85
+
+
+def planar_pays(dtype: np.dtype, positions: int, cache: DiskCache | None = None) -> bool:
+    """Whether a pointwise convolution over ``positions`` output positions per image keeps
+    at least :data:`MIN_LANE_USE` of its vector lanes busy on this host.
+
+    >>> planar_pays(np.dtype(np.float32), 3136), planar_pays(np.dtype(np.float32), 49)
+    (True, False)
+    """
+    lanes = (64 if host_has_feature("avx512f", cache) else 32) // np.dtype(dtype).itemsize
+    return positions >= 1 and positions / (-(-positions // lanes) * lanes) >= MIN_LANE_USE
+
+
+class PlanarConv:
+    """``out = act(conv1x1(x, weight) + bias)`` on NCHW ``x``, ``weight`` (M, C) or
+    (M, C, 1, 1); ``activation`` is a fused activation's clamp bounds (``None``: none; ReLU
+    is ``(0, inf)``).
+
+    >>> conv = PlanarConv(np.ones((2, 3), np.float32), np.array([0.5, -9], np.float32),
+    ...                   (0.0, float("inf")))
+    >>> conv(np.ones((1, 3, 1, 2), np.float32)).tolist()
+    [[[[3.5, 3.5]], [[0.0, 0.0]]]]
+    """
+
+    def __init__(self, weight: np.ndarray, bias: np.ndarray | None,
+                 activation: tuple[float, float] | None = None,
+                 cache: DiskCache | None = None, threads: Any = None) -> None:
+        weight = np.asarray(weight)
+        if weight.ndim == 4 and weight.shape[2:] == (1, 1):
+            weight = weight.reshape(weight.shape[:2])
+        if weight.ndim != 2 or weight.dtype not in (np.float32, np.float64):
+            raise ShapeError(f"PlanarConv: the weight must be a float32/float64 (M, C) or "
+                             f"(M, C, 1, 1) array, got {weight.dtype} {weight.shape}")
+        self.dtype, self.threads = weight.dtype, threads
+        self.out_channels, self.channels = weight.shape
+        self.weight = np.ascontiguousarray(weight)
+        self.shape, self.function, self.source = planar_kernel(self.dtype, cache)
+        self.activation = None if activation is None else \
+            (float(activation[0]), float(activation[1]))
+        relu = self.activation == (0.0, float("inf"))
+        self.flags = (FLAG_BIAS if bias is not None else 0) | \
+            (0 if self.activation is None else FLAG_RELU if relu else FLAG_CLIP)
+        # Always a valid pointer: the bias, then the clamp's bounds.
+        self.bias = np.zeros(self.out_channels + 2, self.dtype)
+        if self.flags & FLAG_CLIP:
+            self.bias[self.out_channels:] = self.activation
+        if bias is not None:
+            bias = np.asarray(bias).reshape(-1)
+            if bias.shape != (self.out_channels,) or bias.dtype != self.dtype:
+                raise ShapeError(f"PlanarConv: the bias must be a {self.dtype} vector of "
+                                 f"{self.out_channels} values, got {bias.dtype} {bias.shape}")
+            self.bias[:self.out_channels] = bias
+
+    def __repr__(self) -> str:
+        return f"PlanarConv({self.dtype} {self.channels} -> {self.out_channels}, 1x1)"
+
+    def describe(self, positions: int) -> str:
+        """One line for a printed plan."""
+        from tensoralg.codegen.planar import MR
+
+        parts = ["bias"] * bool(self.flags & FLAG_BIAS) + ["relu"] * bool(self.flags & FLAG_RELU)
+        parts += [f"clip{self.activation}"] * bool(self.flags & FLAG_CLIP)
+        epilogue = f" + {' + '.join(parts)} in registers" if parts else ""
+        return (f"pointwise convolution on NCHW planes (generated, {self.out_channels}x"
+                f"{self.channels}x{positions} per image, {MR}x{self.shape.nr} register tile, "
+                f"no layout copy{epilogue})")
+
+    def __call__(self, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """The convolution of ``x`` (N, C, H, W), into ``out`` when given."""
+        if out is None:
+            out = np.empty((x.shape[0], self.out_channels, *x.shape[2:]), self.dtype)
+        return self.bind(x, out)()
+
+    def bind(self, x: np.ndarray, out: np.ndarray) -> "BoundPlanar":
+        """A call reading ``x`` (N, C, H, W) and writing ``out`` (N, M, H, W), both
+        C-contiguous and fixed (``x`` may be swapped with ``rebind("x", x)``)."""
+        check_array(self, x, "input", self.dtype, (None, self.channels, *x.shape[2:]), "N")
+        check_array(self, out, "output", self.dtype, (x.shape[0], self.out_channels,
+                                                      *x.shape[2:]), "N", writeable=True)
+        return BoundPlanar(self, x, out)
+
+
+class BoundPlanar(RangeCall):
+    """A :class:`PlanarConv` call with its buffers fixed; ``__call__`` runs it."""
+
+    def __init__(self, conv: PlanarConv, x: np.ndarray, out: np.ndarray) -> None:
+        from tensoralg.codegen.planar import block_panels
+
+        self.conv, self.input, self.out = conv, x, out
+        self.function, self.what = conv.function, repr(conv)
+        images = x.shape[0]
+        positions = int(np.prod(x.shape[2:], dtype=np.int64))
+        panels = -(-positions // conv.shape.nr)
+        per_unit = block_panels(conv.shape, conv.channels, positions)
+        units = images * -(-panels // per_unit)
+        parts = 1
+        if conv.threads is not None:
+            parts = conv.threads.dense_parts(
+                images * positions * conv.channels * conv.out_channels, units)
+        bounds = [units * part // parts for part in range(parts + 1)]
+        fixed = [out.ctypes.data, conv.weight.ctypes.data, conv.bias.ctypes.data, conv.flags,
+                 conv.out_channels, conv.channels, positions, conv.channels * positions,
+                 conv.out_channels * positions, per_unit]
+        self.calls = [[x.ctypes.data, *fixed, lo, hi]
+                      for lo, hi in zip(bounds, bounds[1:]) if hi > lo] or \
+            [[x.ctypes.data, *fixed, 0, 0]]
+        self.threads = conv.threads if len(self.calls) > 1 else None
+
+
+
+
+_PATCH_PROTOTYPE = ctypes.CFUNCTYPE(ctypes.c_int32, *[ctypes.c_void_p] * 4, ctypes.c_int32,
+                                    ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
+                                    ctypes.c_int64)
+_PATCH_KERNELS: dict[str, tuple[Any, str, Any]] = {}
+# Patch rows (C * KH * KW) up to which a convolution runs on NCHW planes through patch blocks
+# (``codegen/patches.py``): a first layer's 3 x 7 x 7 = 147 and other few-channel layers.
+# Past it the channels-last GEMM reads its K runs in place, and its copy and transpose cost
+# little next to the product (measured ad hoc, 3x3 layers of 32-128 channels: even).
+MAX_PATCH_DEPTH = 256
+# Output planes smaller than this many panels keep the channels-last GEMM: its tiles run
+# across images, and the layout copies of a small plane cost little.
+MIN_PATCH_PANELS = 2
+_LIMIT32 = 2**31 - 1
+
+
+class PatchConv:
+    """``out = act(conv(x, weight) + bias)`` for NCHW ``x`` of a fixed image geometry (group
+    1), through a patch block per panel of output positions (``codegen/patches.py``);
+    ``activation`` as in :class:`PlanarConv`. Build it with :func:`patch_conv`.
+
+    >>> from tensoralg.codegen.conv import ConvGeometry
+    >>> g = ConvGeometry(1, 17, 17, 1, 16, 16, (2, 2), (1, 1), (1, 1), (0, 0), 1)
+    >>> conv = patch_conv(g, np.ones((1, 1, 2, 2), np.float32), None)
+    >>> conv(np.arange(289, dtype=np.float32).reshape(1, 1, 17, 17))[0, 0, 0, :4].tolist()
+    [36.0, 40.0, 44.0, 48.0]
+    """
+
+    def __init__(self, geometry: Any, weight: np.ndarray, bias: np.ndarray | None,
+                 activation: tuple[float, float] | None = None,
+                 cache: DiskCache | None = None, threads: Any = None) -> None:
+        from tensoralg.codegen.gemm import GemmShape
+        from tensoralg.codegen.patches import ENTRY, GEOMETRY, patch_module, tap_table
+
+        g = geometry
+        self.geometry, self.threads = g, threads
+        self.planar = PlanarConv(np.asarray(weight).reshape(g.out_channels, -1), bias,
+                                 activation, cache=cache)
+        self.dtype = self.planar.dtype
+        avx512 = host_has_feature("avx512f", cache)
+        self.shape = GemmShape.for_host(self.dtype, avx512)
+        # One module per dtype and host serves every geometry, compiled once.
+        identity = f"patches|{self.shape}"
+        built = _PATCH_KERNELS.get(identity)
+        if built is None:
+            built = _PATCH_KERNELS[identity] = build_llvm_module(
+                lambda: patch_module(self.shape), ENTRY, _PATCH_PROTOTYPE, cache=cache,
+                key=identity, identity=identity)
+        self.function, self.source, self._keepalive = built
+        depth = g.channels * g.kernel[0] * g.kernel[1]
+        values = {"x_image": g.channels * g.height * g.width, "height": g.height,
+                  "width": g.width, "out_channels": g.out_channels,
+                  "out_height": g.out_height, "out_width": g.out_width,
+                  "stride_h": g.strides[0], "stride_w": g.strides[1],
+                  "pad_top": g.pads_begin[0], "pad_left": g.pads_begin[1], "depth": depth,
+                  "y_image": g.out_channels * g.out_height * g.out_width}
+        self.layout = np.array([values[name] for name in GEOMETRY], np.int64)
+        self.taps = tap_table(g.channels, g.height, g.width, g.kernel, g.dilations)
+
+    def __repr__(self) -> str:
+        g = self.geometry
+        return (f"PatchConv({self.dtype} {g.channels}x{g.height}x{g.width} -> "
+                f"{g.out_channels}x{g.out_height}x{g.out_width}, {g.kernel[0]}x{g.kernel[1]})")
+
+    def describe(self) -> str:
+        """One line for a printed plan."""
+        g = self.geometry
+        parts = ["bias"] * bool(self.planar.flags & FLAG_BIAS) + \
+            ["relu"] * bool(self.planar.flags & FLAG_RELU) + \
+            [f"clip{self.planar.activation}"] * bool(self.planar.flags & FLAG_CLIP)
+        epilogue = f" + {' + '.join(parts)} in registers" if parts else ""
+        depth = g.channels * g.kernel[0] * g.kernel[1]
+        return (f"convolution on NCHW planes through patch blocks (generated, {g.out_channels}"
+                f"x{depth}x{g.out_height * g.out_width} per image, {self.shape.nr}-position "
+                f"panels gathered in L1, no layout copy{epilogue})")
+
+    def __call__(self, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """The convolution of ``x`` (N, C, H, W), into ``out`` when given."""
+        g = self.geometry
+        if out is None:
+            out = np.empty((x.shape[0], g.out_channels, g.out_height, g.out_width), self.dtype)
+        return self.bind(x, out)()
+
+    def bind(self, x: np.ndarray, out: np.ndarray) -> "BoundPatchConv":
+        """A call reading ``x`` (N, C, H, W) and writing ``out`` (N, M, OH, OW), both
+        C-contiguous and fixed (``x`` may be swapped with ``rebind("x", x)``)."""
+        g = self.geometry
+        check_array(self, x, "input", self.dtype, (None, g.channels, g.height, g.width), "N")
+        check_array(self, out, "output", self.dtype,
+                    (x.shape[0], g.out_channels, g.out_height, g.out_width), "N",
+                    writeable=True)
+        return BoundPatchConv(self, x, out)
+
+
+class BoundPatchConv(RangeCall):
+    """A :class:`PatchConv` call with its buffers fixed; ``__call__`` runs it."""
+
+    def __init__(self, conv: PatchConv, x: np.ndarray, out: np.ndarray) -> None:
+        g = conv.geometry
+        self.conv, self.input, self.out = conv, x, out
+        self.function, self.what = conv.function, repr(conv)
+        positions = g.out_height * g.out_width
+        units = x.shape[0] * -(-positions // conv.shape.nr)
+        parts = 1
+        if conv.threads is not None:
+            parts = conv.threads.dense_parts(x.shape[0] * positions * g.out_channels *
+                                             g.channels * g.kernel[0] * g.kernel[1], units)
+        bounds = [units * part // parts for part in range(parts + 1)]
+        planar = conv.planar
+        fixed = [out.ctypes.data, planar.weight.ctypes.data, planar.bias.ctypes.data,
+                 planar.flags, conv.layout.ctypes.data, conv.taps.ctypes.data]
+        self.calls = [[x.ctypes.data, *fixed, lo, hi]
+                      for lo, hi in zip(bounds, bounds[1:]) if hi > lo] or \
+            [[x.ctypes.data, *fixed, 0, 0]]
+        self.threads = conv.threads if len(self.calls) > 1 else None
+
+
+def patch_conv(geometry: Any, weight: np.ndarray, bias: np.ndarray | None,
+               activation: tuple[float, float] | None = None,
+               cache: DiskCache | None = None, threads: Any = None) -> PatchConv | None:
+    """A :class:`PatchConv` where it applies, else None: one group, float32/float64, at most
+    :data:`MAX_PATCH_DEPTH` patch rows, lane offsets within 32 bits, and output planes of at
+    least :data:`MIN_PATCH_PANELS` panels that fill the vector lanes (as :func:`planar_pays`).
+    """
+    from tensoralg.codegen.gemm import GemmShape
+
+    g = geometry
+    weight = np.asarray(weight)
+    depth = g.channels * g.kernel[0] * g.kernel[1]
+    if weight.dtype not in (np.float32, np.float64):
+        return None
+    shape = GemmShape.for_host(weight.dtype, host_has_feature("avx512f", cache))
+    if g.out_height * g.out_width < MIN_PATCH_PANELS * shape.nr:
+        return None
+    if g.groups != 1 or \
+            weight.shape != (g.out_channels, g.channels, *g.kernel) or \
+            not 1 <= depth <= MAX_PATCH_DEPTH or g.out_channels < 1 or \
+            g.channels * g.height * g.width + g.height * g.width > _LIMIT32 or \
+            not planar_pays(weight.dtype, g.out_height * g.out_width, cache):
+        return None
+    return PatchConv(geometry, weight, bias, activation, cache, threads)
+
+
+
+
+def pointwise_conv(weight: np.ndarray, bias: np.ndarray | None,
+                   activation: tuple[float, float] | None, positions: int,
+                   cache: DiskCache | None = None) -> PlanarConv | None:
+    """A :class:`PlanarConv` for ``positions`` output positions per image, or None where the
+    positions leave too many vector lanes idle (:func:`planar_pays`)."""
+    weight = np.asarray(weight)
+    if weight.dtype not in (np.float32, np.float64) or \
+            not planar_pays(weight.dtype, positions, cache):
+        return None
+    return PlanarConv(weight, bias, activation, cache=cache)
+
+
+def patch_conv_of(image: tuple[int, int, int], weight: np.ndarray, bias: np.ndarray | None,
+                  activation: tuple[float, float] | None, kernel: tuple[int, int],
+                  strides: tuple[int, int], dilations: tuple[int, int],
+                  pads_begin: tuple[int, int], out: tuple[int, int],
+                  cache: DiskCache | None = None) -> PatchConv | None:
+    """:func:`patch_conv` for images of shape ``image`` (C, H, W) and ``out`` (OH, OW)
+    output positions, group 1."""
+    from tensoralg.codegen.conv import ConvGeometry
+
+    weight = np.asarray(weight)
+    g = ConvGeometry(*image, weight.shape[0], *out, tuple(kernel), tuple(strides),
+                     tuple(dilations), tuple(pads_begin), 1)
+    return patch_conv(g, weight, bias, activation, cache)
+
+
+def compiled_conv_gathers(image: tuple[int, int, int], kernel: tuple[int, int],
+                          strides: tuple[int, int], dilations: tuple[int, int],
+                          pads_begin: tuple[int, int], out: tuple[int, int],
+                          dtype: np.dtype) -> bool:
+    """Whether a convolution with its weights compiled in (``runtime/conv.py``) would read
+    these images by gathers (``codegen.conv.addressing``), with AVX-512's lanes."""
+    from tensoralg.codegen.conv import CONTIGUOUS, ConvGeometry, addressing
+
+    g = ConvGeometry(*image, 1, *out, tuple(kernel), tuple(strides), tuple(dilations),
+                     tuple(pads_begin), 1)
+    return addressing(g, 64 // np.dtype(dtype).itemsize) != CONTIGUOUS
+
+
+__all__ = ["MAX_PATCH_DEPTH", "MIN_LANE_USE", "MIN_PATCH_PANELS", "PlanarConv", "BoundPlanar",
+           "PatchConv", "BoundPatchConv", "compiled_conv_gathers", "patch_conv", "patch_conv_of",
+           "planar_kernel", "planar_pays", "pointwise_conv"]
