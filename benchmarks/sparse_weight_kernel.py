@@ -8,7 +8,7 @@ A pruned layer ``Y = X @ W`` (X: batch x k, W: k x n) runs at opt level 3 as
 with ``Kernel.bind`` (threads as the runtime decides). This script times that kernel, with X^T
 already transposed (as between chained sparse layers), against NumPy's matmul on the dense
 weight (OpenBLAS on one thread, as in ``onnx_models.py``), at several densities. The crossover
-is what ``SPARSE_WEIGHT_MAX_DENSITY_WITH_BLAS`` in ``tensoralg/onnx/fusion.py`` encodes.
+is what ``SPARSE_WEIGHT_MAX_DENSITY_WITH_BLAS`` in ``tensoralg/onnx/passes/fusion.py`` encodes.
 """
 from __future__ import annotations
 

@@ -211,7 +211,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "tune":
             return run_tune(args, sys.stdout)
         if args.command == "onnx":
-            from tensoralg.onnx import command
+            from tensoralg.onnx.frontend import command
 
             return command.run(args.model, args.inputs, args.opt_level, args.backend,
                                args.batch, args.onnx_command == "profile", args.repeat,

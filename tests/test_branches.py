@@ -1,4 +1,4 @@
-"""Concurrent branches of a static plan (onnx/branches.py): which steps may run at once, the
+"""Concurrent branches of a static plan (onnx/plan/branches.py): which steps may run at once, the
 native groups that run them (codegen/sequence.py), the memory plan that keeps them apart, and
 models run with them against onnxruntime."""
 from __future__ import annotations
@@ -18,10 +18,10 @@ from test_onnx_models import ATOL, MODELS, RTOL
 import tensoralg as ta
 import tensoralg.onnx as tonnx
 from tensoralg.codegen.sequence import NativeCall, NativeGroup
-from tensoralg.onnx import branches, static
-from tensoralg.onnx.branches import Footprint, conflict, segments, span_of
-from tensoralg.onnx.fusion import fuse
-from tensoralg.onnx.load import build_graph
+from tensoralg.onnx.frontend.load import build_graph
+from tensoralg.onnx.passes.fusion import fuse
+from tensoralg.onnx.plan import branches, static
+from tensoralg.onnx.plan.branches import Footprint, conflict, segments, span_of
 from tensoralg.runtime.pool import NativePool, native_pool_supported
 from tensoralg.runtime.sequence import CallSequence
 

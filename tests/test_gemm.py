@@ -11,7 +11,7 @@ from onnx import helper as h
 import tensoralg as ta
 from tensoralg.api import dense_layer
 from tensoralg.codegen.gemm import GemmShape, pack_weight
-from tensoralg.onnx.product_steps import Epilogue, gemm_epilogue
+from tensoralg.onnx.plan.product_steps import Epilogue, gemm_epilogue
 from tensoralg.runtime.gemm import DenseLayer
 from tensoralg.runtime.threads import KernelThreads
 

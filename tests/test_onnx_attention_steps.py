@@ -1,4 +1,4 @@
-"""Static-plan steps of a transformer's attention-mask path (tensoralg/onnx/mask_steps.py):
+"""Static-plan steps of a transformer's attention-mask path (tensoralg/onnx/plan/mask_steps.py):
 mixed-dtype Cast, And/Or/Xor/Not, Expand and Where as compiled broadcast kernels
 (``tensoralg.api.broadcast_call``), bool block copies, and a Reshape to a graph output as a
 compiled copy, so that the plan stays one compiled sequence. Each model is compared with
@@ -15,7 +15,7 @@ from onnx import helper as h
 
 import tensoralg as ta
 import tensoralg.onnx as tonnx
-from tensoralg.onnx.step_base import parts_of
+from tensoralg.onnx.plan.step_base import parts_of
 
 RTOL, ATOL = 1e-4, 1e-5
 F32, I64, I32, BOOL = TensorProto.FLOAT, TensorProto.INT64, TensorProto.INT32, TensorProto.BOOL

@@ -1,4 +1,4 @@
-"""Embedding bags exported as a ``Loop`` (tensoralg/onnx/bag_loops.py): recognised at load at
+"""Embedding bags exported as a ``Loop`` (tensoralg/onnx/passes/bags/loops.py): recognised at load at
 every opt level, run as one sparse·dense contraction, compared with onnxruntime and PyTorch.
 
 The models are built by hand with onnx.helper, node for node as torch 2.13 exports

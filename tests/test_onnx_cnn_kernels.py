@@ -17,7 +17,7 @@ from conftest import onnxruntime_outputs, planned_model
 from onnx import TensorProto, numpy_helper
 from onnx import helper as h
 
-from tensoralg.onnx.fusion import RELU, Activation, activation_bounds, fused_activation
+from tensoralg.onnx.passes.fusion import RELU, Activation, activation_bounds, fused_activation
 from tensoralg.runtime.planar import PlanarConv, planar_pays
 
 RTOL, ATOL = 1e-4, 1e-5
@@ -193,8 +193,8 @@ def test_fused_activation_is_typed():
 
 
 def test_conv_clip_fusion_sets_the_typed_activation():
-    from tensoralg.onnx.folding import fuse_conv_activations
-    from tensoralg.onnx.load import load_graph
+    from tensoralg.onnx.frontend.load import load_graph
+    from tensoralg.onnx.passes.folding import fuse_conv_activations
 
     rng = np.random.default_rng(6)
     lo, hi = np.float32(-0.1), np.float32(0.7)

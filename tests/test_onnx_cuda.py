@@ -1,4 +1,4 @@
-"""ONNX models on the cuda backend (``tensoralg/onnx/device_executor.py``), checked on the CPU
+"""ONNX models on the cuda backend (``tensoralg/onnx/plan/device_executor.py``), checked on the CPU
 emulator of the GPU (``tensoralg/gpu/emulate.py``) against the llvm backend and onnxruntime:
 kernels launch on the device, values stay there between them, and every copy between host and
 device, and every node that runs on the host, shows in the plan. On a machine with a GPU the
@@ -277,8 +277,8 @@ def test_models_on_the_gpu(build):
 
 @needs_gxx
 def test_device_values_answer_what_the_ops_ask_and_refuse_the_rest(emulator):
-    from tensoralg.onnx.device_values import Device, DeviceValue, HostNeeded
-    from tensoralg.onnx.kernels import KernelSet
+    from tensoralg.onnx.ops.kernels import KernelSet
+    from tensoralg.onnx.plan.device_values import Device, DeviceValue, HostNeeded
 
     device = Device(emulator)
     device.kernels = KernelSet("cuda", device=device)

@@ -1,4 +1,4 @@
-"""Conv + BatchNormalization folding (opt level 2, :mod:`tensoralg.onnx.folding`): folded
+"""Conv + BatchNormalization folding (opt level 2, :mod:`tensoralg.onnx.passes.folding`): folded
 models match onnxruntime at every opt level, and each pair that may not be folded is left as it
 is, still correct."""
 from __future__ import annotations
@@ -13,8 +13,8 @@ from onnx import helper as h  # noqa: E402
 from test_onnx_ops_extra import small_cnn  # noqa: E402  (the CNN of the importer issue)
 
 import tensoralg.onnx as tonnx  # noqa: E402
-from tensoralg.onnx.folding import fold_conv_batchnorm  # noqa: E402
-from tensoralg.onnx.load import build_graph  # noqa: E402
+from tensoralg.onnx.frontend.load import build_graph  # noqa: E402
+from tensoralg.onnx.passes.folding import fold_conv_batchnorm  # noqa: E402
 
 RTOL, ATOL = 1e-4, 1e-5
 F32, F64 = TensorProto.FLOAT, TensorProto.DOUBLE

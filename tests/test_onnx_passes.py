@@ -434,7 +434,7 @@ def test_a_causal_mask_from_trilu(upper, k):
 def test_memory_trace_counts_a_buffer_whose_address_was_reused():
     """Buffers are told apart by id; a buffer released and a later one at the same address
     (NumPy reusing the memory) are two buffers, never one (the profile test above was flaky)."""
-    from tensoralg.onnx.plan import MemoryTrace
+    from tensoralg.onnx.plan.memory import MemoryTrace
 
     trace = MemoryTrace()
     buffer = np.zeros(10)

@@ -1,8 +1,8 @@
 """Static-plan steps that keep small recommender models inside one compiled sequence: Loop-form
-embedding bags built natively from their offsets (tensoralg/onnx/loop_bag_steps.py), narrow and
+embedding bags built natively from their offsets (tensoralg/onnx/plan/loop_bag_steps.py), narrow and
 tiny batched products as kernels, statements without size-1 axes, no-op Casts as views, id
 columns picked by ``Gather(x, c, axis=1)``, and gathers with constant indices as block copies
-(tensoralg/onnx/constant_gathers.py). Each is compared with onnxruntime on fresh values after
+(tensoralg/onnx/plan/constant_gathers.py). Each is compared with onnxruntime on fresh values after
 the plan is built (level 3 plans on the second run and uses the plan from the third).
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ from test_onnx_bag_loops import IDS, ROWS, dynamo_bag, reference, torchscript_ba
 
 import tensoralg as ta
 import tensoralg.onnx as tonnx
-from tensoralg.onnx.step_base import parts_of
+from tensoralg.onnx.plan.step_base import parts_of
 
 RTOL, ATOL = 1e-5, 1e-6
 F32, I64 = TensorProto.FLOAT, TensorProto.INT64
@@ -165,9 +165,9 @@ def test_unfused_narrow_product_with_a_constant_weight_is_one_kernel():
     its input) that ran in BLAS node by node: one prebound dot-product kernel, native."""
     from types import SimpleNamespace
 
-    from tensoralg.onnx.kernels import KernelSet
-    from tensoralg.onnx.product_steps import matmul_spec
-    from tensoralg.onnx.step_base import Getter
+    from tensoralg.onnx.ops.kernels import KernelSet
+    from tensoralg.onnx.plan.product_steps import matmul_spec
+    from tensoralg.onnx.plan.step_base import Getter
     rng = np.random.default_rng(2)
     x = rng.standard_normal((512, 96)).astype(np.float32)
     w = rng.standard_normal((96, 1)).astype(np.float32)
@@ -270,7 +270,7 @@ def test_gather_nd_with_constant_indices_is_block_copies():
 
 
 def test_runs_of_constant_positions():
-    from tensoralg.onnx.constant_gathers import MAX_RUNS, block_gather, runs
+    from tensoralg.onnx.plan.constant_gathers import MAX_RUNS, block_gather, runs
     assert runs(np.array([4, 5, 6, 6, 0])) == [(0, 4, 3), (3, 6, 1), (4, 0, 1)]
     scattered = np.arange(0, 2 * (MAX_RUNS + 1), 2)
     assert block_gather("ctx", ((4, 40), np.dtype(np.float32)), scattered, 1) is None

@@ -180,7 +180,7 @@ def test_a_sequence_empty_read_by_more_than_loops_is_still_refused():
     ("ii,ik->ik", (3, 3), (3, 4), None),
 ])
 def test_einsum_matrix_products_become_matmuls(equation, a_shape, b_shape, form):
-    from tensoralg.onnx.einsum_products import product_form
+    from tensoralg.onnx.passes.einsum_products import product_form
 
     assert product_form(equation) == form
     rng = np.random.default_rng(7)

@@ -454,7 +454,7 @@ def test_a_concat_of_rows_still_copies():
 
 
 def test_plans_of_many_batch_sizes_are_evicted_and_forgotten():
-    from tensoralg.onnx.static import MAX_PLANS
+    from tensoralg.onnx.plan.static import MAX_PLANS
     model, feeds = MODELS["mlp"](np.random.default_rng(31))
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     compiled = tonnx.load(model, opt_level=3)

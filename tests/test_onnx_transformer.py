@@ -14,7 +14,7 @@ ort = pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 import tensoralg.onnx as tonnx  # noqa: E402
-from tensoralg.onnx.step_base import parts_of  # noqa: E402
+from tensoralg.onnx.plan.step_base import parts_of  # noqa: E402
 
 RTOL, ATOL = 1e-4, 1e-5
 
@@ -103,8 +103,8 @@ def test_nd_projection_at_level_2_notes_the_flattened_product():
 
 
 def test_flattened_head_views():
-    from tensoralg.onnx.fusion import Program, flattened_head
-    from tensoralg.onnx.graph import Node
+    from tensoralg.onnx.frontend.graph import Node
+    from tensoralg.onnx.passes.fusion import Program, flattened_head
 
     mm = Node("m", "MatMul", ("a", "w"), ("p",), {}, 13, None)
     add = Node("s", "Add", ("p", "r"), ("y",), {}, 14, None)

@@ -1,5 +1,5 @@
 """MaxPool, AveragePool and depthwise Conv through the generated window kernel of a level-3
-plan (``tensoralg/onnx/window_steps.py``, ``codegen/window.py``), against onnxruntime: every
+plan (``tensoralg/onnx/plan/window_steps.py``, ``codegen/window.py``), against onnxruntime: every
 geometry the kernel handles differently (unit and other strides, dilations, pads, ceil_mode,
 count_include_pad, fused ReLU, a row of outputs wider than one vector), and the forms it leaves
 to the node-by-node path.

@@ -11,7 +11,7 @@ from test_onnx_models import ATOL, MODELS, RTOL
 import tensoralg as ta
 import tensoralg.onnx as tonnx
 from tensoralg.codegen.sequence import NativeCall, Slot
-from tensoralg.onnx.static_steps import parts_of
+from tensoralg.onnx.plan.static_steps import parts_of
 from tensoralg.runtime.movement import copy_call, gather_call, ids_call
 from tensoralg.runtime.sequence import CallSequence
 

@@ -1,4 +1,4 @@
-"""Graph inputs fed as SciPy sparse matrices (tensoralg/onnx/sparse_feeds.py): the same values
+"""Graph inputs fed as SciPy sparse matrices (tensoralg/onnx/passes/bags/sparse_feeds.py): the same values
 as the dense feed at every level, CSR handed to the plan's multi-hot products without a dense
 copy, and clear errors for bad sparse feeds."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ from test_onnx_models import ATOL, RTOL, _model, _reference, wide_deep
 
 import tensoralg as ta
 import tensoralg.onnx as tonnx
-from tensoralg.onnx.sparse_feeds import SparseFeed
+from tensoralg.onnx.passes.bags.sparse_feeds import SparseFeed
 
 F32 = TensorProto.FLOAT
 

@@ -80,7 +80,7 @@ class NativeGroup:
     ``zero`` are zeroed before the parts start. The group fails if any unit does.
 
     Which steps of a plan may form a group is decided by their footprints
-    (``onnx/branches.py``); this only emits what it is given.
+    (``onnx/plan/branches.py``); this only emits what it is given.
     """
 
     units: tuple[tuple[NativeCall, ...], ...]

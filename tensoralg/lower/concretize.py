@@ -548,25 +548,76 @@ def _scheduled_order(indices: tuple[str, ...], out: Access, body: Expr,
         f"that matches (formats=...) or reorder differently")
 
 
-def _convert(access: Access, order: tuple[str, ...], builder: _Builder) -> None:
+def _convert(access: Access, order: tuple[str, ...], builder: _Builder,
+             why: str | None = None) -> None:
+    """Read ``access`` from an alias of its tensor stored in the mode order ``order`` visits,
+    converted by the runtime before the kernel runs; ``why`` is the note's reason."""
     fmt = builder.formats[access.tensor]
     modes = sorted(range(len(access.indices)), key=lambda m: order.index(access.indices[m]))
     target = Format(fmt.levels, order=modes)
     alias = f"{access.tensor}__{''.join(map(str, modes))}"
+    why = why or "which no valid loop order can iterate together with the other operands"
+    if alias not in builder.aliases:     # a second nest reading it the same way: one note
+        builder.notes.append(
+            f"operand {access.tensor} is stored as {fmt}, {why}; it is converted to "
+            f"{target.spec} with mode order {tuple(modes)} before the kernel runs")
     builder.formats[alias] = target
     builder.index_dtypes[alias] = builder.index_dtypes.get(access.tensor, np.dtype(np.int64))
-    builder.notes.append(
-        f"operand {access.tensor} is stored as {fmt}, which no valid loop order can iterate "
-        f"together with the other operands; it is converted to {target.spec} with mode order "
-        f"{tuple(modes)} before the kernel runs")
     builder.conversions[access] = alias
     builder.aliases[alias] = access.tensor
+
+
+def layout_free(fmt: Format) -> bool:
+    """Whether the compiler may pick this operand's mode order: dense in the natural order the
+    API gives an operand it was told nothing about (``dense(rank)``, named so). A format the
+    user wrote (``"dd"``, ``ta.Format("dd", order=...)``) carries no such name and is kept.
+
+    >>> layout_free(dense(2)), layout_free(Format("dd")), layout_free(Format("ds"))
+    (True, False, False)
+    """
+    return fmt.is_dense and fmt.is_identity_order and fmt.rank >= 2 and \
+        fmt.name == dense(fmt.rank).name
+
+
+def strided_dense(order: tuple[str, ...], body: Expr, builder: _Builder) -> list[Access]:
+    """Dense operands that the loops in ``order`` read with a stride in the innermost loop,
+    again and again, and that the compiler may store transposed (``layout_free``).
+
+    The innermost index must be one of the operand's modes but not its last stored one (each
+    iteration then touches a new cache line), some loop must iterate a compressed level
+    (a dense-only statement keeps its layout: the dense GEMM path tiles it instead), and some
+    loop index must not address the operand, so that it is re-read for every value of that
+    index: the reuse that pays for one transposed copy per call. SDDMM's ``Y(k,j)`` under
+    ``i, j, k`` is one (re-read for every row ``i``); SpMM's ``B(k,j)`` under ``i, k, j`` is
+    not (``j`` is stored last).
+    """
+    found = list(dict.fromkeys(accesses(body)))
+    if not order or all(builder.formats[a.tensor].is_dense for a in found):
+        return []
+    temporaries = {access.tensor for access, _, _ in builder.temporaries}
+    innermost = order[-1]
+    result = []
+    for access in found:
+        fmt = builder.formats[access.tensor]
+        if access.tensor in temporaries or access in builder.conversions or \
+                not layout_free(fmt):
+            continue
+        stored_last = access.indices[fmt.order[-1]]
+        reused = any(index not in access.indices for index in order)
+        if innermost in access.indices and stored_last != innermost and reused:
+            result.append(access)
+    return result
 
 
 def _nest(out: Access, body: Expr, reduced: tuple[str, ...], out_format: Format,
           builder: _Builder) -> LoopNest:
     builder.conversions = {}
     order, mode = choose_loop_order(out, body, reduced, out_format, builder)
+    # A schedule's reorder fixes the loops and, with them, the layouts it was measured with.
+    for access in [] if builder.orders else strided_dense(order, body, builder):
+        _convert(access, order, builder,
+                 f"which the loops ({', '.join(order)}) would read with a stride in their "
+                 f"innermost loop over {order[-1]}, once for every stored entry")
     if builder.conversions:
         body = _rename_accesses(body, builder.conversions)
     return LoopNest(out, body, order, mode)  # type: ignore[arg-type]  # None: see _reorder_output
@@ -588,4 +639,5 @@ def _rename_accesses(expr: Expr, aliases: dict[Access, str]) -> Expr:
 
 
 __all__ = ["concretize", "choose_loop_order", "infer_output_format", "output_mode", "respects",
-           "hoist", "split_terms", "rename_reductions", "extract_diagonals"]
+           "hoist", "split_terms", "rename_reductions", "extract_diagonals", "layout_free",
+           "strided_dense"]

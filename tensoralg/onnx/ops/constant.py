@@ -9,7 +9,7 @@ import onnx
 from onnx import numpy_helper
 
 import tensoralg as ta
-from tensoralg.onnx.kernels import NodeContext
+from tensoralg.onnx.ops.kernels import NodeContext
 from tensoralg.onnx.ops.registry import op
 
 

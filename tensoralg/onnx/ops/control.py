@@ -1,10 +1,10 @@
 """If whose condition is known only at run time: the branch the condition picks, run node by
 node on the outer values it reads.
 
-The loader builds such a node (:func:`tensoralg.onnx.load.runtime_if`): its inputs are the
+The loader builds such a node (:func:`tensoralg.onnx.frontend.load.runtime_if`): its inputs are the
 condition and then every outer value either branch reads, and its ``then_branch`` and
-``else_branch`` are :class:`tensoralg.onnx.conditionals.Branch` graphs. An If decided at load
-never gets here: the loader inlines the branch it takes (:mod:`tensoralg.onnx.conditionals`).
+``else_branch`` are :class:`tensoralg.onnx.frontend.conditionals.Branch` graphs. An If decided at load
+never gets here: the loader inlines the branch it takes (:mod:`tensoralg.onnx.frontend.conditionals`).
 """
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 import tensoralg as ta
-from tensoralg.onnx.kernels import NodeContext
+from tensoralg.onnx.ops.kernels import NodeContext
 from tensoralg.onnx.ops.registry import op
 
 if TYPE_CHECKING:
-    from tensoralg.onnx.conditionals import Branch
+    from tensoralg.onnx.frontend.conditionals import Branch
 
 
 @op("If", since=1)

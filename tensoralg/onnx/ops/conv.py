@@ -22,7 +22,7 @@ from typing import Sequence
 import numpy as np
 
 import tensoralg as ta
-from tensoralg.onnx.kernels import NodeContext, compute_dtype, elementwise
+from tensoralg.onnx.ops.kernels import NodeContext, compute_dtype, elementwise
 from tensoralg.onnx.ops.matmul import use_blas
 from tensoralg.onnx.ops.registry import op
 from tensoralg.onnx.ops.windows import patches, windows

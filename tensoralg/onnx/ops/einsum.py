@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 import tensoralg as ta
-from tensoralg.onnx.kernels import NodeContext, compute_dtype
+from tensoralg.onnx.ops.kernels import NodeContext, compute_dtype
 from tensoralg.onnx.ops.registry import op
 
 

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 import tensoralg as ta
-from tensoralg.onnx.kernels import (
+from tensoralg.onnx.ops.kernels import (
     NodeContext,
     broadcast_shape,
     compute_dtype,

@@ -6,7 +6,7 @@ import math
 import numpy as np
 
 import tensoralg as ta
-from tensoralg.onnx.kernels import NodeContext
+from tensoralg.onnx.ops.kernels import NodeContext
 from tensoralg.onnx.ops.registry import op
 
 

@@ -17,8 +17,8 @@ import math
 import numpy as np
 
 import tensoralg as ta
-from tensoralg.onnx.kernels import NodeContext, compute_dtype, literal
 from tensoralg.onnx.ops.constant import numpy_dtype
+from tensoralg.onnx.ops.kernels import NodeContext, compute_dtype, literal
 from tensoralg.onnx.ops.registry import op
 
 

@@ -11,7 +11,7 @@ import math
 import numpy as np
 
 import tensoralg as ta
-from tensoralg.onnx.kernels import (
+from tensoralg.onnx.ops.kernels import (
     INDICES,
     NodeContext,
     access,
@@ -91,7 +91,7 @@ def contract(node: NodeContext, a: np.ndarray, b: np.ndarray, batch: tuple[int, 
     innermost loop runs once per element cannot vectorise (DCN's 221 x 1 x 1 products ran
     10x slower with them).
 
-    >>> from tensoralg.onnx.kernels import KernelSet
+    >>> from tensoralg.onnx.ops.kernels import KernelSet
     >>> node = NodeContext("n", "MatMul", ("a", "b"), ("y",), 13, KernelSet("llvm"))
     >>> contract(node, np.ones((2, 3, 1)), np.full((2, 1, 1), 2.0), (2,), np.dtype("f8"))[1, :, 0]
     array([2., 2., 2.])

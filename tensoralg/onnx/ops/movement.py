@@ -8,7 +8,7 @@ from typing import Sequence
 import numpy as np
 
 import tensoralg as ta
-from tensoralg.onnx.kernels import NodeContext
+from tensoralg.onnx.ops.kernels import NodeContext
 from tensoralg.onnx.ops.registry import op
 
 

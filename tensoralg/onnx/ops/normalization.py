@@ -6,7 +6,7 @@ from typing import Any
 import numpy as np
 
 import tensoralg as ta
-from tensoralg.onnx.kernels import (
+from tensoralg.onnx.ops.kernels import (
     INDICES,
     NodeContext,
     compute_dtype,

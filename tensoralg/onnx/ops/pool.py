@@ -22,7 +22,7 @@ from typing import Sequence
 import numpy as np
 
 import tensoralg as ta
-from tensoralg.onnx.kernels import NodeContext, compute_dtype, literal
+from tensoralg.onnx.ops.kernels import NodeContext, compute_dtype, literal
 from tensoralg.onnx.ops.reduce import reduce_extreme, reduce_sum
 from tensoralg.onnx.ops.registry import op
 from tensoralg.onnx.ops.windows import Windows, lowest, patches, window_counts, windows

@@ -17,7 +17,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 import tensoralg as ta
-from tensoralg.onnx.kernels import (
+from tensoralg.onnx.ops.kernels import (
     INDICES,
     NodeContext,
     compute_dtype,

@@ -33,7 +33,7 @@ import numpy as np
 import scipy.sparse as sp
 
 import tensoralg as ta
-from tensoralg.onnx.kernels import NodeContext, compute_dtype
+from tensoralg.onnx.ops.kernels import NodeContext, compute_dtype
 from tensoralg.onnx.ops.registry import op
 
 COORDINATE_MODES = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel",

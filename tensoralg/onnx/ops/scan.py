@@ -6,7 +6,7 @@ still add each element once per later position. NumPy's ``cumsum`` adds in order
 onnxruntime does, so float results agree to the last bit. TorchScript exports of torchrec's
 ``KeyedJaggedTensor`` compute offsets from lengths this way, on small int64 vectors.
 
->>> import tensoralg.onnx.kernels as k
+>>> import tensoralg.onnx.ops.kernels as k
 >>> node = k.NodeContext("n0", "CumSum", ("x", "axis"), ("y",), 14, k.KernelSet("llvm"))
 >>> cumsum(node, np.array([1, 2, 3]), np.array(0), exclusive=1, reverse=1)
 array([5, 3, 0])
@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 import tensoralg as ta
-from tensoralg.onnx.kernels import NodeContext
+from tensoralg.onnx.ops.kernels import NodeContext
 from tensoralg.onnx.ops.registry import op
 
 

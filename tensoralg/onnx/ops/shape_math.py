@@ -5,7 +5,7 @@ PyTorch computes a ``Loop``'s bag bounds with them (``Size(offsets)`` in the dyn
 Size and Range are NumPy data movement; ReduceProd runs as a tree of elementwise ``*`` kernels
 (the core has no product reduction), like ReduceMax in :mod:`reduce`.
 
->>> import tensoralg.onnx.kernels as k
+>>> import tensoralg.onnx.ops.kernels as k
 >>> node = k.NodeContext("n0", "Range", ("a", "b", "c"), ("y",), 11, k.KernelSet("llvm"))
 >>> range_(node, np.array(0), np.array(8), np.array(3))
 array([0, 3, 6])
@@ -17,7 +17,7 @@ import math
 import numpy as np
 
 import tensoralg as ta
-from tensoralg.onnx.kernels import NodeContext, compute_dtype
+from tensoralg.onnx.ops.kernels import NodeContext, compute_dtype
 from tensoralg.onnx.ops.reduce import kept_shape, reduction_op
 from tensoralg.onnx.ops.registry import op
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 import tensoralg as ta
-from tensoralg.onnx.kernels import INDICES, NodeContext, compute_dtype, minus, output_access
+from tensoralg.onnx.ops.kernels import INDICES, NodeContext, compute_dtype, minus, output_access
 from tensoralg.onnx.ops.reduce import reduce_extreme
 from tensoralg.onnx.ops.registry import op
 

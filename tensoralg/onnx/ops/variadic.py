@@ -3,11 +3,11 @@
 ``Sum(a, b, c)`` is ``Y(i,j) = A(i,j) + B(j) + C(i,j)``; Max and Min nest the two-argument
 ``max``/``min`` of the statement language (which keep NaN, as onnxruntime does), Mean divides
 the sum by the count. One input is a copy through the same statement, so every form runs (and
-fuses, :data:`tensoralg.onnx.fusion.TEMPLATES`) the same way. The statement text is shared with
+fuses, :data:`tensoralg.onnx.passes.fusion.TEMPLATES`) the same way. The statement text is shared with
 fusion through :func:`variadic_template`.
 
 Max and Min of uint64 run in NumPy: the core computes unsigned integers in int64
-(:func:`~tensoralg.onnx.kernels.compute_dtype`), which would order values above 2**63 wrongly.
+(:func:`~tensoralg.onnx.ops.kernels.compute_dtype`), which would order values above 2**63 wrongly.
 
 >>> variadic_template("Max", ["A(i)", "B(i)", "C(i)"])
 'max(A(i), max(B(i), C(i)))'
@@ -19,7 +19,7 @@ from typing import Any, Sequence
 import numpy as np
 
 import tensoralg as ta
-from tensoralg.onnx.kernels import NodeContext, compute_dtype, elementwise, literal
+from tensoralg.onnx.ops.kernels import NodeContext, compute_dtype, elementwise, literal
 from tensoralg.onnx.ops.registry import op
 
 

@@ -24,7 +24,7 @@ from typing import Sequence
 import numpy as np
 
 import tensoralg as ta
-from tensoralg.onnx.kernels import NodeContext
+from tensoralg.onnx.ops.kernels import NodeContext
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,520 @@
+"""The ``Loop`` forms of ``nn.EmbeddingBag``, recognised when a model is loaded.
+
+A ``Loop`` is the one node with a subgraph the loader accepts, and only in the two forms PyTorch
+exports an embedding bag as; each becomes one ``EmbeddingBag`` node
+(:func:`tensoralg.onnx.passes.bags.recognise.run_loop_bag`: one sparse·dense contraction). Any other ``Loop`` is
+refused here, at load time and at every opt level, naming the node and what did not match.
+
+The TorchScript exporter (``torch.onnx.export(..., dynamo=False)``, 1-D input + offsets; a 2-D
+input gets ``offsets = Range(0, numel, bag size)`` and ``Reshape(input, [-1])``)::
+
+    bounds = Concat(offsets, Unsqueeze(Gather(Shape(input), 0)))  # include_last_offset: offsets
+    ends = Slice(bounds, [1], [INT64_MAX], [0], [1])
+    y = Loop(Gather(Shape(ends), 0), true) body(i, cond):
+        s, e = Unsqueeze(Gather(bounds, i), [0]), Unsqueeze(Gather(ends, i), [0])
+        rows = Gather(table, Slice(input, s, e, [0]))
+        rows = Mul(rows, Unsqueeze(Slice(weights, s, e, [0]), [1]))       # per_sample_weights
+        return Cast(true, BOOL), ReduceSum|ReduceMean(rows, axes=[0], keepdims=0)
+
+The dynamo exporter (onnxscript's ``aten_embedding_bag``) gathers first and fills a sequence::
+
+    rows = Mul(Gather(table, Reshape(input, [-1])), Unsqueeze(weights or ones, [1]))
+    bounds = Concat(offsets, Shape(indices_1d))
+    _, seq = Loop("", 0 < count, 0, SequenceEmpty()) body(_, cond, k, seq):   # either order
+        start = Slice(bounds, [k], [k] + 1); end = Slice(bounds, [k] + 1, [k] + 2)
+        row = If(start == end, zeros(1, dim), ReduceSum(Slice(rows, start, end), [0]))
+        return k + 1 < count, k + 1, SequenceInsert(seq, row)
+    y = ConcatFromSequence(seq, axis=0)
+
+Its mean (ReduceMean, and for the last bag a ReduceSum divided by ``len(input) - start``) is
+recognised by the ops of the two nested ``If``s. ``rows`` is traced back to the table, indices
+and weights when it is that Gather[·Mul]; otherwise the bag sums rows of ``rows`` itself.
+
+A graph without Loops is left alone (no replacements, no note):
+
+>>> recognise_bag_loops(onnx.helper.make_graph([], "g", [], []), [])
+({}, [])
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Iterable
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+import tensoralg as ta
+from tensoralg.onnx.frontend.graph import Node
+from tensoralg.onnx.passes.bags.recognise import EMBEDDING_BAG_LOOP, LoopBag
+
+TORCHSCRIPT = "TorchScript Loop"
+SEQUENCE = "sequence-op Loop"
+_SUPPORTED = ("only the EmbeddingBag loop form is supported (the Gather/Slice/ReduceSum body of "
+              "the TorchScript exporter or the sequence-op loop of the dynamo exporter, sum or "
+              "mean)")
+# Ops of the dynamo mean's last-bag branch: sum / (len(input) - start), when positive.
+_LAST_MEAN_OPS = frozenset({"ReduceSum", "Shape", "Sub", "CastLike", "Greater", "If", "Cast",
+                            "Div", "Identity", "Constant"})
+
+
+class _NoMatch(Exception):
+    """Why a Loop is not an embedding bag (becomes the UnsupportedError's reason)."""
+
+
+def _need(condition: object, reason: str) -> None:
+    if not condition:
+        raise _NoMatch(reason)
+
+
+@dataclass
+class _Scope:
+    """One graph level: who produces each value, and the constants known there."""
+
+    nodes: list[onnx.NodeProto]           # one list, so that ``used`` holds these very objects
+    producers: dict[str, onnx.NodeProto]
+    constants: dict[str, np.ndarray]
+    parent: "_Scope | None" = None
+    used: list[onnx.NodeProto] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, graph: onnx.GraphProto, parent: "_Scope | None" = None) -> "_Scope":
+        constants = {init.name: numpy_helper.to_array(init) for init in graph.initializer}
+        nodes = list(graph.node)
+        producers = {}
+        for node in nodes:
+            for name in node.output:
+                producers[name] = node
+            if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
+                value = _constant_value(node)
+                if value is not None:
+                    constants[node.output[0]] = value
+        return cls(nodes, producers, constants, parent)
+
+    def const(self, name: str) -> np.ndarray | None:
+        if name in self.constants:
+            return self.constants[name]
+        if name in self.producers:        # computed here: not a constant, whatever outside says
+            return None
+        return self.parent.const(name) if self.parent else None
+
+    def take(self, name: str, *op_types: str) -> onnx.NodeProto:
+        """The node of this level producing ``name``, which must be one of ``op_types``."""
+        node = self.producers.get(name)
+        _need(node is not None and node.op_type in op_types,
+              f"{name!r} is not computed by {' or '.join(op_types)}"
+              + (f" but by {node.op_type}" if node is not None else ""))
+        self.used.append(node)
+        return node
+
+    def ints(self, name: str) -> list[int] | None:
+        value = self.const(name) if name else None
+        return None if value is None else [int(v) for v in np.asarray(value).reshape(-1)]
+
+    def check_all_used(self) -> None:
+        """Every node of this level but Constants is part of the pattern."""
+        used = {id(n) for n in self.used}
+        extra = [n.op_type for n in self.nodes if n.op_type != "Constant" and id(n) not in used]
+        _need(not extra, f"the body also computes {', '.join(sorted(set(extra)))}")
+
+
+def _constant_value(node: onnx.NodeProto) -> np.ndarray | None:
+    for attribute in node.attribute:
+        value = onnx.helper.get_attribute_value(attribute)
+        if isinstance(value, onnx.TensorProto):
+            return numpy_helper.to_array(value)
+        if attribute.name in ("value_int", "value_ints"):
+            return np.array(value, dtype=np.int64)
+        if attribute.name in ("value_float", "value_floats"):
+            return np.array(value, dtype=np.float32)
+    return None
+
+
+def _attribute(node: onnx.NodeProto, name: str, default: object = None) -> object:
+    for attribute in node.attribute:
+        if attribute.name == name:
+            return onnx.helper.get_attribute_value(attribute)
+    return default
+
+
+def _subgraph(node: onnx.NodeProto, name: str) -> onnx.GraphProto:
+    graph = _attribute(node, name)
+    _need(isinstance(graph, onnx.GraphProto), f"{node.op_type} has no {name}")
+    return graph
+
+
+def _axes(scope: _Scope, node: onnx.NodeProto, position: int) -> list[int] | None:
+    """A node's axes, from the attribute (older opsets) or the constant input at ``position``."""
+    attribute = _attribute(node, "axes")
+    if attribute is not None:
+        return [int(a) for a in attribute]
+    if len(node.input) > position and node.input[position]:
+        axes = scope.ints(node.input[position])
+        _need(axes is not None, f"the axes of {node.op_type} are not constant")
+        return axes
+    return None
+
+
+def _is_true(scope: _Scope, name: str) -> bool:
+    value = scope.const(name)
+    return value is not None and value.size == 1 and bool(value.reshape(-1)[0])
+
+
+def _slice_axis0(scope: _Scope, node: onnx.NodeProto) -> None:
+    """A Slice along axis 0 with step 1 (axes and steps absent or so)."""
+    _need(_axes(scope, node, 3) in (None, [0]), "a Slice is not along axis 0")
+    _need(len(node.input) < 5 or not node.input[4] or scope.ints(node.input[4]) == [1],
+          "a Slice has a step other than 1")
+
+
+def _reduction(scope: _Scope, node: onnx.NodeProto, keepdims: int) -> None:
+    _need(_axes(scope, node, 1) == [0], f"{node.op_type} is not over axis 0")
+    _need(int(_attribute(node, "keepdims", 1)) == keepdims,
+          f"{node.op_type} has keepdims={_attribute(node, 'keepdims', 1)}")
+
+
+@dataclass
+class _Main:
+    """The main graph as the matchers see it."""
+
+    scope: _Scope
+    visible: set[str]                      # names a node there may read
+    outputs: set[str]
+    consumers: dict[str, list[int]]        # value -> positions of the nodes reading it
+
+    @classmethod
+    def of(cls, graph: onnx.GraphProto) -> "_Main":
+        scope = _Scope.of(graph)
+        visible = {v.name for v in graph.input} | {i.name for i in graph.initializer}
+        consumers: dict[str, list[int]] = {}
+        for k, node in enumerate(scope.nodes):
+            visible.update(n for n in node.output if n)
+            for name in node.input:
+                consumers.setdefault(name, []).append(k)
+        return cls(scope, visible, {v.name for v in graph.output}, consumers)
+
+    def position(self, node: onnx.NodeProto) -> int:
+        return next(k for k, n in enumerate(self.scope.nodes) if n is node)
+
+    def outer(self, *names: str) -> None:
+        for name in names:
+            _need(name in self.visible, f"the body reads {name!r}, which is not a value of the "
+                                        f"main graph")
+
+
+@dataclass
+class _Match:
+    """What replaces a recognised Loop: the bag node's inputs and output, and the main-graph
+    nodes it absorbs (the dynamo form's SequenceEmpty and ConcatFromSequence)."""
+
+    inputs: tuple[str, ...]
+    output: str
+    mode: str
+    end_shift: int
+    dropped: tuple[int, ...] = ()
+
+
+def _torchscript(loop: onnx.NodeProto, main: _Main) -> _Match:
+    """The TorchScript form: bounds and ends read at the iteration number."""
+    _need(len(loop.input) == 2 and loop.input[0] and len(loop.output) == 1,
+          "it has no trip count or more than one output")
+    _need(not loop.input[1] or _is_true(main.scope, loop.input[1]),
+          "its condition is not constant true")
+    body = _subgraph(loop, "body")
+    _need(len(body.input) == 2 and len(body.output) == 2, "its body is not (i, cond) -> (cond, row)")
+    scope = _Scope.of(body, main.scope)
+    step, cond_in = body.input[0].name, body.input[1].name
+    cond_out = body.output[0].name
+    if cond_out != cond_in and not _is_true(scope, cond_out):
+        cast = scope.take(cond_out, "Cast", "Identity")
+        _need(cast.input[0] == cond_in or _is_true(scope, cast.input[0]),
+              "its body's condition is not constant true")
+    reduce = scope.take(body.output[1].name, "ReduceSum", "ReduceMean")
+    _reduction(scope, reduce, keepdims=0)
+    source, weights, weight_bounds = reduce.input[0], None, None
+    if scope.producers.get(source) is not None and scope.producers[source].op_type == "Mul":
+        mul = scope.take(source, "Mul")
+        gathered = [n for n in mul.input if getattr(scope.producers.get(n), "op_type", "") ==
+                    "Gather"]
+        _need(len(gathered) == 1, "its Mul does not scale the gathered rows")
+        source = gathered[0]
+        factor = scope.take(mul.input[1] if mul.input[0] == source else mul.input[0],
+                            "Unsqueeze")
+        _need(_axes(scope, factor, 1) in ([1], [-1]), "its weights are not unsqueezed on axis 1")
+        weight_slice = scope.take(factor.input[0], "Slice")
+        _slice_axis0(scope, weight_slice)
+        weights, weight_bounds = weight_slice.input[0], tuple(weight_slice.input[1:3])
+    gather = scope.take(source, "Gather")
+    _need(int(_attribute(gather, "axis", 0)) == 0, "its Gather is not along axis 0")
+    table = gather.input[0]
+    ids = scope.take(gather.input[1], "Slice")
+    _slice_axis0(scope, ids)
+    indices, start, end = ids.input[:3]
+    _need(weight_bounds in (None, (start, end)), "its weights are sliced by other bounds")
+    bounds = []
+    for name in (start, end):
+        unsqueeze = scope.take(name, "Unsqueeze")
+        _need(_axes(scope, unsqueeze, 1) == [0], "a bag bound is not unsqueezed on axis 0")
+        pick = scope.take(unsqueeze.input[0], "Gather")
+        _need(pick.input[1] == step and int(_attribute(pick, "axis", 0)) == 0,
+              "a bag bound is not read at the iteration number")
+        bounds.append(pick.input[0])
+    scope.check_all_used()
+    main.outer(table, indices, *bounds, *([weights] if weights else []))
+    mode = "sum" if reduce.op_type == "ReduceSum" else "mean"
+    weighted = (weights,) if weights else ()
+    if _shifted(main.scope, bounds[1], bounds[0]):
+        # ends = bounds[1:]: bag b ends where bag b + 1 starts, read as the dynamo form reads
+        # it (the next entry of one array), which the static plan runs as one CSR matrix
+        return _Match((table, indices, bounds[0], bounds[0], loop.input[0]) + weighted,
+                      loop.output[0], mode, 1)
+    return _Match((table, indices, bounds[0], bounds[1], loop.input[0]) + weighted,
+                  loop.output[0], mode, 0)
+
+
+# A Slice end at least this large runs to the end of any array of bag offsets.
+_TO_THE_END = 2 ** 31 - 1
+
+
+def _shifted(scope: _Scope, ends: str, bounds: str) -> bool:
+    """Whether ``ends`` is ``Slice(bounds, [1], [to the end])`` along axis 0, step 1 (the
+    TorchScript exporter's ``ends``)."""
+    node = scope.producers.get(ends)
+    if node is None or node.op_type != "Slice" or len(node.input) < 3 or \
+            node.input[0] != bounds:
+        return False
+    try:
+        _slice_axis0(scope, node)
+    except _NoMatch:
+        return False
+    starts, stops = scope.ints(node.input[1]), scope.ints(node.input[2])
+    return starts == [1] and stops is not None and len(stops) == 1 and stops[0] >= _TO_THE_END
+
+
+def _position(scope: _Scope, name: str, step: str) -> int:
+    """k where ``name`` is ``Reshape(step, [-1]) + k`` (the Add's constant maybe CastLike'd)."""
+    node = scope.take(name, "Reshape", "Add")
+    if node.op_type == "Reshape":
+        _need(node.input[0] == step and scope.ints(node.input[1]) == [-1],
+              "a bag bound is not read at the loop counter")
+        return 0
+    for base, other in (node.input, node.input[::-1]):
+        if getattr(scope.producers.get(base), "op_type", "") in ("Reshape", "Add"):
+            amount = scope.ints(other)
+            if amount is None:
+                like = scope.take(other, "CastLike")
+                amount = scope.ints(like.input[0])
+            _need(amount is not None and len(amount) == 1, "a bag bound is not counter + k")
+            return _position(scope, base, step) + amount[0]
+    raise _NoMatch("a bag bound is not counter + k")
+
+
+def _ops(graph: onnx.GraphProto) -> Iterable[onnx.NodeProto]:
+    """Every node of ``graph`` and of its subgraphs."""
+    for node in graph.node:
+        yield node
+        for attribute in node.attribute:
+            if attribute.type == onnx.AttributeProto.GRAPH:
+                yield from _ops(attribute.g)
+
+
+def _zeros(scope: _Scope, branch: onnx.GraphProto) -> bool:
+    """Whether ``branch`` returns zeros (a constant, or zeros Expanded to a computed shape)."""
+    inner = _Scope.of(branch, scope)
+    out = branch.output[0].name
+    value = inner.const(out)
+    if value is None and getattr(inner.producers.get(out), "op_type", "") == "Expand":
+        value = inner.const(inner.producers[out].input[0])
+        _need(all(n.op_type in ("Expand", "Concat", "Constant", "Shape", "Reshape")
+                  for n in branch.node), "its empty-bag branch computes more than zeros")
+    return value is not None and not np.any(value)
+
+
+def _sequence(loop: onnx.NodeProto, main: _Main, protos: list[onnx.NodeProto]) -> _Match:
+    """The dynamo sequence-op form: offsets[k] and offsets[k + 1], rows gathered before."""
+    _need(len(loop.input) == 4, f"it carries {len(loop.input) - 2} value(s); a bag loop "
+                                f"carries none (TorchScript) or a counter and a sequence (dynamo)")
+    _need(not loop.input[0] and len(loop.output) == 2,
+          "it has a trip count or scan outputs besides its sequence")
+    body = _subgraph(loop, "body")
+    _need(len(body.input) == 4 and len(body.output) == 3, "its body is not (_, cond, k, seq)")
+    scope = _Scope.of(body, main.scope)
+    ins, outs = [v.name for v in body.input[2:]], [v.name for v in body.output[1:]]
+    seq = next((s for s in (0, 1) if getattr(scope.producers.get(outs[s]), "op_type", "") ==
+                "SequenceInsert"), None)
+    _need(seq is not None, "no loop-carried value is a SequenceInsert")
+    k = 1 - seq
+    insert = scope.take(outs[seq], "SequenceInsert")
+    _need(len(insert.input) == 2 and insert.input[0] == ins[seq], "it inserts elsewhere")
+    counter = ins[k]
+    step = scope.take(outs[k], "Add")
+    _need(counter in step.input, "its counter is not incremented")
+    one = step.input[1] if step.input[0] == counter else step.input[0]
+    if scope.ints(one) is None:
+        one = scope.take(one, "CastLike").input[0]
+    _need(scope.ints(one) == [1], "its counter does not step by 1")
+    less = scope.take(body.output[0].name, "Less")
+    _need(less.input[0] == outs[k], "its condition is not counter + 1 < count")
+    count = less.input[1]
+    # The main graph: a counter from 0, an empty sequence, concatenated along axis 0. The
+    # dynamo exporter shares one SequenceEmpty between the loops of several bags: it may start
+    # other Loops (each must be a bag too, or the load fails), but nothing else may read it,
+    # since every bag that matches drops it.
+    _need(main.scope.ints(loop.input[2 + k]) == [0], "its counter does not start at 0")
+    empty = main.scope.producers.get(loop.input[2 + seq])
+    readers = [protos[r] for r in main.consumers.get(loop.input[2 + seq], [])]
+    _need(empty is not None and empty.op_type == "SequenceEmpty" and
+          all(r.op_type == "Loop" and list(r.input[2:]).count(loop.input[2 + seq]) == 1 and
+              loop.input[2 + seq] not in r.input[:2] for r in readers),
+          "its sequence does not start empty")
+    first = main.scope.producers.get(loop.input[1])
+    if first is not None and first.op_type == "Less":
+        _need(main.scope.ints(first.input[0]) == [0] and first.input[1] == count,
+              "its first condition is not 0 < count")
+    else:
+        _need(_is_true(main.scope, loop.input[1]) and (main.scope.ints(count) or [0])[0] >= 1,
+              "its first condition is not 0 < count")
+    final, done = loop.output[seq], loop.output[k]
+    _need(not done or (done not in main.outputs and not main.consumers.get(done)),
+          "its final counter is used")
+    users = main.consumers.get(final, [])
+    concat = protos[users[0]] if len(users) == 1 else None
+    _need(concat is not None and concat.op_type == "ConcatFromSequence" and final not in
+          main.outputs and int(_attribute(concat, "axis", 0)) == 0 and
+          int(_attribute(concat, "new_axis", 0)) == 0,
+          "its sequence is not concatenated along axis 0")
+    # One bag: rows start:end of the gathered rows, reduced; zeros for an empty bag.
+    branch = scope.take(insert.input[1], "If")
+    equal = scope.take(branch.input[0], "Equal")
+    slices = [scope.take(name, "Slice") for name in equal.input]
+    for s in slices:
+        _need(len(s.input) == 3 or _axes(scope, s, 3) == [0], "a bag bound slice has axes")
+    positions = [(_position(scope, s.input[1], counter), _position(scope, s.input[2], counter))
+                 for s in slices]
+    _need(sorted(positions) == [(0, 1), (1, 2)] and slices[0].input[0] == slices[1].input[0],
+          "its bag bounds are not offsets[k] and offsets[k + 1]")
+    start, end = (equal.input if positions[0] == (0, 1) else equal.input[::-1])
+    bounds = slices[0].input[0]
+    _need(_zeros(scope, _subgraph(branch, "then_branch")), "an empty bag is not zeros")
+    otherwise = _subgraph(branch, "else_branch")
+    inner = _Scope.of(otherwise, scope)
+    out = inner.producers.get(otherwise.output[0].name)
+    _need(out is not None and out.op_type in ("ReduceSum", "If"),
+          "a bag is not a ReduceSum or the mean's If (max bags are not a contraction)")
+    rows_slice = next((n for n in inner.nodes if n.op_type == "Slice"), None)
+    _need(rows_slice is not None and tuple(rows_slice.input[1:3]) == (start, end) and
+          len(rows_slice.input) == 3, "a bag's rows are not sliced at its bounds")
+    rows = rows_slice.input[0]
+    inner.used.append(rows_slice)
+    if out.op_type == "ReduceSum":
+        mode = "sum"
+        inner.used.append(out)
+        _reduction(inner, out, keepdims=1)
+        _need(out.input[0] == rows_slice.output[0], "a bag does not sum its rows")
+    else:
+        mode = "mean"
+        last, others = _subgraph(out, "then_branch"), _subgraph(out, "else_branch")
+        mean = _Scope.of(others, inner)
+        reduce = mean.take(others.output[0].name, "ReduceMean")
+        _reduction(mean, reduce, keepdims=1)
+        mean.check_all_used()
+        _need(reduce.input[0] == rows_slice.output[0], "a bag does not average its rows")
+        ops = Counter(n.op_type for n in _ops(last))
+        _need(set(ops) <= _LAST_MEAN_OPS and ops["ReduceSum"] == 1 and ops["Div"] == 1,
+              "its last bag is not a sum divided by its length")
+        inner.used.append(out)
+        test = inner.take(out.input[0], "Equal")
+        _need(counter in test.input, "its mean does not single out the last bag")
+        inner.used.extend(n for n in inner.nodes if n.op_type == "Sub")
+    inner.check_all_used()
+    scope.check_all_used()
+    main.outer(bounds, rows, count)
+    table, indices, weights = _gathered_rows(main, rows)
+    inputs = (table, indices, bounds, bounds, count) + ((weights,) if weights else ())
+    return _Match(inputs, concat.output[0], mode, 1, (main.position(empty), main.position(concat)))
+
+
+def _gathered_rows(main: _Main, rows: str) -> tuple[str, str, str | None]:
+    """(table, indices, weights) when ``rows`` is ``Gather(table, Reshape(x, [-1]))``, maybe
+    times ``Unsqueeze(weights, [1])`` (ones: no weights); else ``(rows, "", None)``."""
+    node = main.scope.producers.get(rows)
+    while node is not None and node.op_type == "Identity":
+        node = main.scope.producers.get(node.input[0])
+    weights = None
+    if node is not None and node.op_type == "Mul":
+        gathered = [n for n in node.input
+                    if getattr(main.scope.producers.get(n), "op_type", "") == "Gather"]
+        if len(gathered) != 1:
+            return rows, "", None
+        factor = node.input[1] if node.input[0] == gathered[0] else node.input[0]
+        weights = _weights_of(main.scope, factor)
+        if weights is None:
+            return rows, "", None
+        node = main.scope.producers[gathered[0]]
+        weights = weights or None
+    if node is None or node.op_type != "Gather" or int(_attribute(node, "axis", 0)) != 0:
+        return rows, "", None
+    flat = main.scope.producers.get(node.input[1])
+    if flat is None or flat.op_type != "Reshape" or main.scope.ints(flat.input[1]) != [-1]:
+        return rows, "", None          # only a 1-D index keeps "row p of rows" = table[ids[p]]
+    return node.input[0], node.input[1], weights
+
+
+def _weights_of(scope: _Scope, factor: str) -> str | None:
+    """The per-sample weights scaling the gathered rows: "" for ones, None if not that form."""
+    value = scope.const(factor)
+    if value is not None:
+        return "" if value.ndim == 2 and value.shape[1] == 1 and np.all(value == 1) else None
+    unsqueeze = scope.producers.get(factor)
+    if unsqueeze is None or unsqueeze.op_type != "Unsqueeze":
+        return None
+    try:
+        if _axes(scope, unsqueeze, 1) not in ([1], [-1]):
+            return None
+    except _NoMatch:
+        return None
+    source = unsqueeze.input[0]
+    expand = scope.producers.get(source)
+    if expand is not None and expand.op_type == "Expand":
+        ones = scope.const(expand.input[0])
+        if ones is not None and ones.size == 1 and ones.reshape(-1)[0] == 1:
+            return ""
+    ones = scope.const(source)
+    if ones is not None and np.all(ones == 1) and ones.ndim <= 1:
+        return ""
+    return source
+
+
+def recognise_bag_loops(graph: onnx.GraphProto, names: list[str]
+                        ) -> tuple[dict[int, Node | None], list[str]]:
+    """The ``EmbeddingBag`` node replacing each Loop of ``graph`` (by position; None for the
+    SequenceEmpty/ConcatFromSequence it absorbs) and the notes for ``Graph.notes``; any
+    other Loop raises ``ta.UnsupportedError`` naming the node."""
+    loops = [k for k, n in enumerate(graph.node) if n.op_type == "Loop" and
+             n.domain in ("", "ai.onnx")]
+    if not loops:
+        return {}, []
+    main = _Main.of(graph)
+    protos = main.scope.nodes
+    replaced: dict[int, Node | None] = {}
+    forms: Counter[str] = Counter()
+    for k in loops:
+        loop = protos[k]
+        form = TORCHSCRIPT if len(loop.input) <= 2 else SEQUENCE
+        try:
+            match = _torchscript(loop, main) if form == TORCHSCRIPT else \
+                _sequence(loop, main, protos)
+        except _NoMatch as why:
+            raise ta.UnsupportedError(f"node {names[k]} (Loop, inputs {list(loop.input)}): "
+                                      f"{_SUPPORTED}; this one does not match ({why})") from None
+        bag = LoopBag(names[k], form, match.mode, match.end_shift)
+        replaced[k] = Node(names[k], "EmbeddingBag", match.inputs, (match.output,),
+                           {"bag": bag}, 1, EMBEDDING_BAG_LOOP)
+        replaced.update({d: None for d in match.dropped})
+        forms[form] += 1
+    note = ", ".join(f"{n} {form}" for form, n in sorted(forms.items()))
+    return replaced, [f"embedding bag loops: {len(loops)} recognised at load ({note})"]
+
+
+__all__ = ["recognise_bag_loops", "TORCHSCRIPT", "SEQUENCE"]

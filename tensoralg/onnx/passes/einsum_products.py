@@ -1,0 +1,77 @@
+"""Opt level 2: an ``Einsum`` that is a (batched) matrix product becomes a ``MatMul``.
+
+deepctr's DCN and AutoInt write their cross layer and attention scores as Einsums
+(``ij,jk->ik``, ``bnik,bnjk->bnij``). An Einsum runs ``ta.einsum`` at every call (parsing, a
+kernel lookup and argument checks each time: half a millisecond on a 256 x 221 x 1 product) and
+nothing fuses with it; a MatMul gets the plan's prebound products (the generated GEMM or BLAS)
+and the fusion of its epilogue. The equation must name every axis with its own letter (no
+ellipsis, no repeated letter in one operand) and read
+
+- ``B..ij,B..jk->B..ik``: ``MatMul(A, B)``;
+- ``B..ij,B..kj->B..ik``: ``MatMul(A, Transpose(B))``, the last two axes of ``B`` swapped,
+
+with the same batch letters ``B..`` in the same order everywhere (their sizes must then agree,
+as MatMul's broadcasting allows no less). Anything else stays an Einsum.
+
+>>> product_form("ij,jk->ik"), product_form("bnik,bnjk->bnij"), product_form("bhd,bmd->bhmd")
+((0, False), (2, True), None)
+"""
+from __future__ import annotations
+
+from tensoralg.onnx.frontend.graph import Graph, Node
+from tensoralg.onnx.ops.registry import lookup
+
+
+def product_form(equation: str) -> tuple[int, bool] | None:
+    """``(batch axes, B transposed)`` when ``equation`` is a matrix product as the module
+    docstring says, else None."""
+    text = "".join(equation.split())
+    if "->" not in text or "." in text:
+        return None
+    inputs, output = text.split("->")
+    operands = inputs.split(",")
+    if len(operands) != 2:
+        return None
+    a, b = operands
+    if len(a) < 2 or len(set(a)) != len(a) or len(set(b)) != len(b) or \
+            len(set(output)) != len(output) or len(a) != len(b) or len(output) != len(a):
+        return None
+    batch = a[:-2]
+    i, j = a[-2:]
+    if b[:-2] != batch or output[:-2] != batch or len({*batch, i, j}) != len(a):
+        return None
+    k = b[-1] if b[-2] == j else b[-2] if b[-1] == j else None
+    if k is None or k in a or output[-2:] != i + k:
+        return None
+    return len(batch), b[-1] == j
+
+
+def einsums_as_matmuls(graph: Graph) -> Graph:
+    """Replace every Einsum that is a matrix product by a MatMul (after a Transpose of its
+    second operand for the ``..kj`` form); other nodes are untouched."""
+    matmul = lookup("MatMul", 13)
+    transpose = lookup("Transpose", 13)
+    nodes: list[Node] = []
+    replaced = 0
+    for node in graph.nodes:
+        form = product_form(str(node.attributes.get("equation", ""))) \
+            if node.op_type == "Einsum" and len(node.inputs) == 2 else None
+        if form is None or matmul is None or transpose is None:
+            nodes.append(node)
+            continue
+        batch, transposed = form
+        a, b = node.inputs
+        if transposed:
+            swapped = f"{node.name}/transposed_{b}"
+            perm = [*range(batch), batch + 1, batch]
+            nodes.append(Node(f"{node.name}/Transpose", "Transpose", (b,), (swapped,),
+                              {"perm": perm}, 13, transpose))
+            b = swapped
+        nodes.append(Node(node.name, "MatMul", (a, b), node.outputs, {}, 13, matmul))
+        replaced += 1
+    graph.nodes = nodes
+    graph.notes.append(f"einsum products: {replaced} Einsum(s) as MatMul")
+    return graph
+
+
+__all__ = ["einsums_as_matmuls", "product_form"]

@@ -1,0 +1,256 @@
+"""Opt level 2: an inference BatchNormalization after a Conv, folded into the Conv's weights;
+and a Relu or constant-bound Clip after a Conv, applied by the Conv's own kernel.
+
+In inference mode BatchNormalization is a per-channel affine map of its input,
+``Y(n,c,...) = (X(n,c,...) - mean(c)) * s(c) + beta(c)`` with ``s = scale / sqrt(var + eps)``.
+Output channel ``m`` of a Conv is linear in the weights of that channel alone (whatever the
+group), so the map moves into the weights and bias, computed once at load::
+
+    W'(m,...) = W(m,...) * s(m)        B'(m) = (B(m) - mean(m)) * s(m) + beta(m)
+
+and the pair runs as one Conv, one pass over the activations instead of two.
+
+A Relu whose input is a Conv's output read by nothing else joins the Conv (attribute
+``activation``, a typed ``fusion.Activation``: ``RELU``), so the convolution kernel applies it
+in registers before its only store; so does a Clip whose bounds are constants
+(``Activation.clip(0.0, 6.0)`` for ReLU6, its float bounds carried as they are,
+MobileNetV2's ~35 of them otherwise a pass each), clamped ``min(max(x, low), high)`` with NaN
+kept, as onnxruntime's Clip. At level 3 a Conv whose weight has at least the sparse-weight threshold of zeros is also
+marked ``skip_zeros``: its kernel leaves the zero weights out, as sparse MatMul/Gemm weights do.
+Both attributes are tensoralg's own; the node keeps ``op_type == "Conv"`` and an implementation
+that honours them, so node-by-node runs give the same values. (One difference remains, as for
+any skipped zero: where the input holds inf or NaN, a node-by-node run, which multiplies the
+zero weights, gives NaN where the static plan's kernel, which has no such multiply, does not.)
+"""
+from __future__ import annotations
+
+from typing import Iterable
+
+import numpy as np
+
+from tensoralg.onnx.frontend.graph import OWN_ATTRIBUTES, Graph, Node
+from tensoralg.onnx.ops.kernels import NodeContext, elementwise, literal
+from tensoralg.onnx.ops.registry import OpImpl
+from tensoralg.onnx.passes.fusion import RELU, Activation, consumers_of
+
+
+def fold_conv_batchnorm(graph: Graph) -> Graph:
+    """Replace each Conv whose only consumer is an inference BatchNormalization by one Conv
+    with folded constants; afterwards no foldable pair remains.
+
+    For example ``conv1: Conv(x, W1, b1) -> c1`` then ``bn1: BatchNormalization(c1, gamma,
+    beta, mu, var) -> bn`` becomes ``conv1: Conv(x, W1*bn1, b1*bn1) -> bn``, with the new
+    constants in ``graph.constants``. A pair is left as it is unless the Conv's weight (and
+    bias, if any) and the four statistics are float constants of matching channel count, the
+    Conv's output is used by the BatchNormalization alone and is no graph output, and the
+    BatchNormalization has no other used output.
+    """
+    consumers = consumers_of(graph)
+    outputs = {v.name for v in graph.outputs}
+    taken = _value_names(graph)
+    nodes = list(graph.nodes)
+    producer = {name: k for k, node in enumerate(nodes) for name in node.outputs if name}
+    removed: set[int] = set()
+    replaced: set[str] = set()
+    folded = []
+    # In topological order, so Conv -> BN -> BN folds twice: the first fold's Conv is found as
+    # the producer of the second BN's input.
+    for k, bn in enumerate(nodes):
+        if bn.op_type != "BatchNormalization" or not bn.inputs:
+            continue
+        j = producer.get(bn.inputs[0])
+        if j is None or nodes[j].op_type != "Conv":
+            continue
+        conv = nodes[j]
+        if not _foldable(conv, bn, graph, consumers, outputs):
+            continue
+        nodes[j] = _folded(conv, bn, graph, taken)
+        producer[bn.outputs[0]] = j
+        replaced.update(name for name in conv.inputs[1:] + bn.inputs[1:] if name)
+        removed.add(k)
+        folded.append(f"{bn.name} into {conv.name}")
+    graph.nodes = [node for k, node in enumerate(nodes) if k not in removed]
+    # The original weights and statistics are dead unless something else still reads them.
+    still_used = outputs | {name for node in graph.nodes for name in node.inputs}
+    for name in replaced - still_used:
+        graph.constants.pop(name, None)
+    graph.notes.append(f"conv+batchnorm: {len(folded)} folded" +
+                       (f" ({', '.join(folded)})" if folded else ""))
+    return graph
+
+
+def _foldable(conv: Node, bn: Node, graph: Graph, consumers: dict[str, list[Node]],
+              outputs: set[str]) -> bool:
+    """Whether the pair may be folded without changing any value the graph exposes."""
+    if len(conv.inputs) < 2 or not conv.outputs or len(bn.inputs) != 5 or \
+            bn.attributes.get("training_mode", 0):
+        return False
+    hidden = conv.outputs[0]
+    if hidden in outputs or [c.name for c in consumers.get(hidden, [])] != [bn.name]:
+        return False
+    # Running mean/var outputs (training exports) vanish with the node: only fold if unused.
+    if any(name and (name in outputs or name in consumers) for name in bn.outputs[1:]):
+        return False
+    weight = graph.constants.get(conv.inputs[1])
+    bias_name = conv.inputs[2] if len(conv.inputs) > 2 else ""
+    stats = [graph.constants.get(name) for name in bn.inputs[1:]]
+    if weight is None or weight.ndim < 3 or any(s is None for s in stats) or \
+            (bias_name and bias_name not in graph.constants):
+        return False
+    channels = (weight.shape[0],)
+    vectors = stats + ([graph.constants[bias_name]] if bias_name else [])
+    if weight.dtype.kind != "f" or any(v.dtype.kind != "f" or v.shape != channels
+                                       for v in vectors):
+        return False
+    # A variance with var + eps <= 0 gives inf/NaN either way; the original nodes keep the
+    # model's own inf/NaN pattern, which folding into the weights would not.
+    epsilon = float(bn.attributes.get("epsilon", 1e-5))
+    return bool(np.all(stats[3].astype(np.float64) + epsilon > 0))
+
+
+def _folded(conv: Node, bn: Node, graph: Graph, taken: set[str]) -> Node:
+    """The Conv computing ``bn``'s output, its new weight and bias added to the constants."""
+    weight = graph.constants[conv.inputs[1]]
+    bias_name = conv.inputs[2] if len(conv.inputs) > 2 else ""
+    scale, beta, mean, var = (graph.constants[name].astype(np.float64) for name in bn.inputs[1:])
+    # float64 here whatever the model's float type, so folding adds no rounding of its own
+    # beyond the one cast back to the weight's dtype.
+    factor = scale / np.sqrt(var + float(bn.attributes.get("epsilon", 1e-5)))
+    bias = graph.constants[bias_name].astype(np.float64) if bias_name else 0.0
+    new_weight = weight.astype(np.float64) * factor.reshape((-1,) + (1,) * (weight.ndim - 1))
+    new_bias = (bias - mean) * factor + beta
+    w_name = _fresh(f"{conv.inputs[1]}*{bn.name}", taken)
+    b_name = _fresh(f"{bias_name or conv.name + '.bias'}*{bn.name}", taken)
+    graph.constants[w_name] = new_weight.astype(weight.dtype)
+    graph.constants[b_name] = new_bias.astype(weight.dtype)
+    return Node(conv.name, conv.op_type, (conv.inputs[0], w_name, b_name), bn.outputs[:1],
+                conv.attributes, conv.version, conv.impl)
+
+
+def fuse_conv_activations(graph: Graph, threshold: float | None = None) -> Graph:
+    """Join each Relu, and each Clip with constant bounds, to the Conv it reads, when nothing else reads that Conv's output; with
+    ``threshold`` (level 3), mark the Convs whose weight has at least that fraction of zeros
+    ``skip_zeros``.
+
+    For example ``c: Conv(x, W, B) -> h`` then ``r: Relu(h) -> y`` becomes
+    ``c: Conv(x, W, B) -> y`` with ``activation=RELU``; ``Clip(h, 0, 6)`` (ReLU6) gives
+    ``activation=Activation.clip(0.0, 6.0)`` (a typed value, printed ``Clip(0.0, 6.0)``). Every Conv path clamps in registers or right after.
+    """
+    consumers = consumers_of(graph)
+    outputs = {v.name for v in graph.outputs}
+    producer = {name: node for node in graph.nodes if node.op_type == "Conv"
+                for name in node.outputs[:1] if name}
+    absorbed: dict[str, Node] = {}      # Conv name -> the Relu or Clip it absorbs
+    activation: dict[str, Activation] = {}     # Conv name -> its "activation" attribute
+    for node in graph.nodes:
+        conv = producer.get(node.inputs[0]) \
+            if node.op_type in ("Relu", "Clip") and node.inputs else None
+        if conv is not None and node.inputs[0] not in outputs and \
+                "activation" not in conv.attributes and \
+                [c.name for c in consumers.get(node.inputs[0], [])] == [node.name]:
+            if node.op_type == "Relu":
+                activation[conv.name] = RELU
+            else:
+                bounds = _constant_clip_bounds(node, graph)
+                if bounds is None:
+                    continue
+                activation[conv.name] = Activation.clip(*bounds)
+            absorbed[conv.name] = node
+    joined = {relu.name for relu in absorbed.values()}
+    nodes, fused, marked = [], [], []
+    for node in graph.nodes:
+        if node.name in joined:
+            continue
+        if node.op_type != "Conv":
+            nodes.append(node)
+            continue
+        attributes = dict(node.attributes)
+        outs = node.outputs
+        relu = absorbed.get(node.name)
+        if relu is not None:
+            attributes["activation"] = activation[node.name]
+            outs = relu.outputs
+            fused.append(f"{relu.name} into {node.name}")
+        weight = graph.constants.get(node.inputs[1]) if len(node.inputs) > 1 else None
+        if threshold is not None and weight is not None and weight.size and \
+                weight.dtype.kind == "f" and \
+                1.0 - np.count_nonzero(weight) / weight.size >= threshold:
+            attributes["skip_zeros"] = 1
+            marked.append(node.name)
+        if attributes == node.attributes:
+            nodes.append(node)
+            continue
+        nodes.append(Node(node.name, node.op_type, node.inputs, outs, attributes, node.version,
+                          _with_own_attributes(node.impl)))
+    graph.nodes = nodes
+    graph.notes.append(f"conv+relu: {len(fused)} fused" +
+                       (f" ({', '.join(fused)})" if fused else "") +
+                       (f"; sparse conv weights: {', '.join(marked)}" if marked else ""))
+    return graph
+
+
+# Clip's bounds before opset 11, when absent: the float32 range, as onnxruntime's defaults.
+_FLOAT_MAX = float(np.finfo(np.float32).max)
+
+
+def _constant_clip_bounds(clip: Node, graph: Graph) -> tuple[float, float] | None:
+    """``(low, high)`` of a float ``Clip`` whose bounds are attributes (before opset 11) or
+    absent or one-value constants (opset 11 on); None when a bound is computed at run time."""
+    if clip.version < 11:
+        return (float(clip.attributes.get("min", -_FLOAT_MAX)),
+                float(clip.attributes.get("max", _FLOAT_MAX)))
+    bounds = [-np.inf, np.inf]
+    for i, name in enumerate(clip.inputs[1:3]):
+        if not name:
+            continue
+        value = graph.constants.get(name)
+        if value is None or value.size != 1 or value.dtype.kind != "f":
+            return None
+        bounds[i] = float(value.reshape(-1)[0])
+    return bounds[0], bounds[1]
+
+
+def _with_own_attributes(impl: OpImpl) -> OpImpl:
+    """``impl`` accepting :data:`OWN_ATTRIBUTES` as well: it applies the activation after
+    the convolution; ``skip_zeros`` only matters to the compiled kernel of a static plan."""
+    function = impl.function
+
+    def conv(node: NodeContext, *args: np.ndarray, activation: Activation | None = None,
+             skip_zeros: int = 0, **attributes: object) -> np.ndarray:
+        result = function(node, *args, **attributes)
+        bounds = None if activation is None else activation.bounds
+        if bounds is not None:
+            # min(max(x, low), high), onnxruntime's Clip order; an infinite bound is no clamp
+            text = "{0}" if bounds[0] == -np.inf else f"max({{0}}, {literal(bounds[0])})"
+            if bounds[1] != np.inf:
+                text = f"min({text}, {literal(bounds[1])})"
+            result = elementwise(node, text, result, dtype=result.dtype)
+        return result
+
+    known = None if impl.attributes is None else impl.attributes | OWN_ATTRIBUTES
+    return OpImpl(impl.name, impl.since, conv, impl.check, known)
+
+
+def _value_names(graph: Graph) -> set[str]:
+    names: set[str] = set(graph.constants)
+    names.update(v.name for v in list(graph.inputs) + list(graph.outputs))
+    for node in graph.nodes:
+        names.update(_nonempty(node.inputs))
+        names.update(_nonempty(node.outputs))
+    return names
+
+
+def _nonempty(names: Iterable[str]) -> Iterable[str]:
+    return (name for name in names if name)
+
+
+def _fresh(base: str, taken: set[str]) -> str:
+    """``base``, or ``base#k`` for the first k that names no value yet; reserved in ``taken``."""
+    name, k = base, 1
+    while name in taken:
+        name, k = f"{base}#{k}", k + 1
+    taken.add(name)
+    return name
+
+
+__all__ = ["fold_conv_batchnorm", "fuse_conv_activations", "OWN_ATTRIBUTES"]

@@ -1,0 +1,163 @@
+"""Graph passes by opt level, as one visible list per level (:func:`pipeline`).
+
+Level 1: shape inference, constant folding, dead node removal. Level 2 adds Conv +
+BatchNormalization folding (:mod:`folding`), Einsums that are matrix products as MatMuls
+(:mod:`einsum_products`), Pow by 2 or 3 as multiplications (:mod:`small_powers`), MatMul
+re-association (:mod:`fusion`), embedding
+bags (:mod:`bags`) and fusion of elementwise chains and contraction epilogues (:mod:`fusion`).
+Level 3 adds sparse weights (:mod:`sparse_weights`), compiled into the fused statements. Each
+pass is a function ``Graph -> Graph`` whose docstring states what it establishes;
+:func:`describe` prints a graph after each pass (``print_ir("passes")``).
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+import onnx
+
+from tensoralg.onnx.frontend.graph import Graph, Node
+from tensoralg.onnx.ops.kernels import KernelSet, NodeContext
+from tensoralg.onnx.passes.bags.recognise import recognise_bags
+from tensoralg.onnx.passes.einsum_products import einsums_as_matmuls
+from tensoralg.onnx.passes.folding import fold_conv_batchnorm, fuse_conv_activations
+from tensoralg.onnx.passes.fusion import fuse, reassociate_matmuls
+from tensoralg.onnx.passes.small_powers import small_powers_as_products
+from tensoralg.onnx.passes.sparse_weights import find_sparse_weights
+from tensoralg.onnx.plan.executor import call_node
+
+# Ops never evaluated at load time even with constant inputs.
+_NOT_FOLDED = frozenset({"Dropout"})
+
+
+def infer_static_shapes(graph: Graph, model: onnx.ModelProto) -> Graph:
+    """Record every value whose shape onnx.shape_inference proves fully static."""
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
+    except Exception as err:  # noqa: BLE001 - inference is an optimisation, never fatal
+        graph.notes.append(f"shape inference skipped: {type(err).__name__}")
+        return graph
+    shapes = {}
+    values = list(inferred.graph.value_info) + list(inferred.graph.input) + \
+        list(inferred.graph.output)
+    for value in values:
+        tensor = value.type.tensor_type if value.type.HasField("tensor_type") else None
+        if tensor is None or not tensor.HasField("shape"):
+            continue
+        dims = tensor.shape.dim
+        if all(d.HasField("dim_value") for d in dims):
+            shapes[value.name] = tuple(d.dim_value for d in dims)
+    graph.static_shapes = shapes
+    graph.notes.append(f"shape inference: {len(shapes)} static shapes")
+    return graph
+
+
+def fold_constants(graph: Graph, kernels: KernelSet) -> Graph:
+    """Evaluate at load every node whose inputs are all constants, and every Shape of a value
+    with a static shape; afterwards no remaining node has only constant inputs."""
+    constants = dict(graph.constants)
+    kept = []
+    folded = 0
+    for node in graph.nodes:
+        static = graph.static_shapes.get(node.inputs[0]) if node.inputs else None
+        if node.op_type == "Shape" and static is not None:
+            start = node.attributes.get("start", 0)
+            end = node.attributes.get("end")
+            constants[node.outputs[0]] = np.array(static[start:end], dtype=np.int64)
+            folded += 1
+        elif node.op_type not in _NOT_FOLDED and \
+                all(not name or name in constants for name in node.inputs) and \
+                _small_enough(node, constants):
+            context = NodeContext(node.name, node.op_type, node.inputs, node.outputs,
+                                  node.version, kernels)
+            constants.update(call_node(node, context, constants))
+            folded += 1
+        else:
+            kept.append(node)
+    graph.notes.append(f"constant folding: {folded} node(s) evaluated at load")
+    graph.nodes = kept
+    graph.constants = constants
+    return graph
+
+
+# Constants made at load are held for the model's lifetime: a node whose output would be larger
+# (ConstantOfShape or Range of a huge size, Expand of a small constant) runs at every call
+# instead, where the memory it takes is freed after the run.
+MAX_FOLDED_ELEMENTS = 1 << 24
+
+
+def _small_enough(node: Node, constants: dict[str, np.ndarray]) -> bool:
+    """Whether folding ``node`` makes a constant of at most ``MAX_FOLDED_ELEMENTS``, judged
+    before running it where its output size is its input's values."""
+    values = [constants[name] for name in node.inputs if name]
+    if node.op_type == "ConstantOfShape" and values:
+        return int(np.prod(values[0], dtype=np.float64)) <= MAX_FOLDED_ELEMENTS
+    if node.op_type == "Range" and len(values) == 3:
+        start, limit, delta = (float(np.asarray(v).reshape(-1)[0]) for v in values)
+        return delta != 0 and max(0.0, np.ceil((limit - start) / delta)) <= MAX_FOLDED_ELEMENTS
+    if node.op_type == "Expand" and len(values) == 2:
+        try:
+            shape = np.broadcast_shapes(values[0].shape, tuple(int(d) for d in values[1]))
+        except ValueError:
+            return True         # folding raises the node's own error, at load
+        return np.prod(shape, dtype=np.float64) <= MAX_FOLDED_ELEMENTS
+    if node.op_type == "Tile" and len(values) == 2:
+        return values[0].size * np.prod(values[1], dtype=np.float64) <= MAX_FOLDED_ELEMENTS
+    return all(v.size <= MAX_FOLDED_ELEMENTS for v in values)
+
+
+def remove_dead_nodes(graph: Graph) -> Graph:
+    """Drop nodes and constants that no graph output depends on."""
+    needed = {v.name for v in graph.outputs}
+    kept = []
+    for node in reversed(graph.nodes):
+        if any(name in needed for name in node.outputs):
+            kept.append(node)
+            needed.update(name for name in node.inputs if name)
+    removed = len(graph.nodes) - len(kept)
+    graph.nodes = kept[::-1]
+    graph.constants = {k: v for k, v in graph.constants.items() if k in needed}
+    graph.notes.append(f"dead node removal: {removed} node(s) removed")
+    return graph
+
+
+def pipeline(opt_level: int, model: onnx.ModelProto, kernels: KernelSet,
+             sparse_threshold: float | None = None
+             ) -> list[tuple[str, Callable[[Graph], Graph]]]:
+    """The named passes of ``opt_level``, in order."""
+    steps: list[tuple[str, Callable[[Graph], Graph]]] = []
+    if opt_level >= 1:
+        steps += [
+            ("shape inference", lambda g: infer_static_shapes(g, model)),
+            ("constant folding", lambda g: fold_constants(g, kernels)),
+            ("dead node removal", remove_dead_nodes),
+        ]
+    if opt_level >= 2:
+        # Conv+BN folding first: it needs the constants level 1 computed, and must see the
+        # original nodes, before any later pass replaces them.
+        steps += [
+            ("conv+batchnorm folding", fold_conv_batchnorm),
+            ("einsum products", einsums_as_matmuls),
+            ("small powers", small_powers_as_products),
+            ("matmul re-association", reassociate_matmuls),
+            ("embedding bags", recognise_bags),
+        ]
+    if opt_level == 2:
+        steps += [("conv+relu", fuse_conv_activations), ("fusion", fuse)]
+    if opt_level >= 3:
+        steps += [("conv+relu, sparse conv weights",
+                   lambda g: fuse_conv_activations(g, sparse_threshold)),
+                  ("sparse weights + fusion",
+                   lambda g: fuse(g, find_sparse_weights(g, sparse_threshold)))]
+    return steps
+
+
+def describe(graph: Graph) -> str:
+    """The graph as text: one line per node (a fused node names what it replaced)."""
+    lines = [f"  input {v}" for v in graph.inputs]
+    lines.append(f"  {len(graph.constants)} constant(s)")
+    for node in graph.nodes:
+        extra = node.attributes.get("program") or node.attributes.get("bag")
+        lines.append(f"  {node}" + (f"   # {extra}" if extra is not None else ""))
+    lines += [f"  output {v}" for v in graph.outputs]
+    return "\n".join(lines)

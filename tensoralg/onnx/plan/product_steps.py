@@ -1,0 +1,537 @@
+"""Static steps that are dense products: layers on the generated GEMM
+(``tensoralg.api.dense_layer``), unfused ``Gemm`` and ``MatMul`` nodes, and ``X @ X^T``.
+
+A fused program whose head went to BLAS and whose weight is a constant runs its product on the
+generated GEMM instead: the weight is packed once when the plan is built. When the epilogue is
+only a bias over the columns and/or a ReLU (``max(P(i,j) + b(j), 0)`` and its sub-forms, by
+far the most common layer), the GEMM applies it to the tile in registers and the step is one
+call; any other epilogue keeps its own kernel, reading the product from a scratch buffer as it
+did after BLAS. The plan and the profile say which (``generated GEMM ... + bias + relu``).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+
+import tensoralg as ta
+from tensoralg import program
+from tensoralg.api import DenseLayer, dense_layer
+from tensoralg.onnx.ops.matmul import use_blas
+from tensoralg.onnx.ops.windows import windows
+from tensoralg.onnx.passes.fusion import FLOATS, activation_bounds, clamp_text, fused_activation
+from tensoralg.onnx.plan.executor import Step
+from tensoralg.onnx.plan.movement_steps import permuter
+from tensoralg.onnx.plan.step_base import (
+    Env,
+    Getter,
+    Run,
+    Spec,
+    contiguous,
+    made_of,
+    one_input_run,
+    parts_of,
+    placeholder,
+)
+from tensoralg.onnx.plan.window_steps import depthwise_spec
+
+# Below this many outputs a layer's epilogue stays a kernel of its own (it may not be one the
+# GEMM applies) and, over a K this long, the product is a dot-product statement instead of
+# the GEMM: a one-vector tile broadcasts every input value, which for a 10^4-wide multi-hot
+# input costs more than streaming it once. Measured ad hoc, 256 x 144 x n: the GEMM 13-17 µs
+# for n = 1..16, the statement with B(k,j) 110-128 µs.
+MIN_COLUMNS = 16
+
+
+NARROW_DOT_MIN_K = 1024
+# Up to this many outputs the dot-product statement wins at any K: the GEMM's one-vector tile
+# computes 16 columns for 1 or 2. Measured ad hoc in compiled sequences, 256 rows, float32:
+# n = 1: K = 96 6.3 -> 2.7 µs, K = 256 17.3 -> 6.2 µs; n = 2, K = 64: 4.3 -> 2.9 µs; n = 4
+# is even (K = 256: 17.7 against 17.1 µs), n = 10 is the GEMM's (10 against 32 µs).
+NARROW_DOT_MAX_COLUMNS = 2
+
+
+def narrow_dot(k: int, n: int) -> bool:
+    """Whether a K x N product is a dot-product statement rather than the generated GEMM.
+
+    >>> narrow_dot(256, 1), narrow_dot(256, 8), narrow_dot(10_000, 8)
+    (True, False, True)
+    """
+    return n < MIN_COLUMNS and (k >= NARROW_DOT_MIN_K or n <= NARROW_DOT_MAX_COLUMNS)
+
+
+_ATOM = re.compile(r"\(([A-Za-z_]\w*\([a-z,]*\))\)")   # (A(i,j)) -> A(i,j)
+
+
+@dataclass(frozen=True)
+class Epilogue:
+    """What the GEMM can apply itself: a column bias (an operand name) and/or a ReLU."""
+
+    bias: str | None
+    relu: bool
+
+
+def _strip(text: str) -> str:
+    text = text.replace(" ", "")
+    while True:
+        shorter = _ATOM.sub(r"\1", text)
+        if shorter == text:
+            break
+        text = shorter
+    while text.startswith("(") and _closing(text, 0) == len(text) - 1:
+        text = text[1:-1]
+    return text
+
+
+def _closing(text: str, start: int) -> int:
+    depth = 0
+    for k in range(start, len(text)):
+        depth += {"(": 1, ")": -1}.get(text[k], 0)
+        if depth == 0:
+            return k
+    return -1
+
+
+def gemm_epilogue(statement: str, operands: Mapping[str, tuple[str, tuple[int, ...], Any]],
+                  product: str, n: int) -> Epilogue | None:
+    """The epilogue of ``statement`` if the GEMM can apply it all, else None. ``product`` is
+    the letter of the head's product; a bias must be an operand of shape ``(n,)`` indexed by
+    the column.
+
+    >>> ops = {"A": ("P", (4, 3), "view"), "B": ("b", (3,), "view")}
+    >>> gemm_epilogue("Y(i,j) = max(((A(i,j)) + B(j)), 0)", ops, "A", 3)
+    Epilogue(bias='b', relu=True)
+    >>> gemm_epilogue("Y(i,j) = sigmoid(A(i,j))", ops, "A", 3) is None
+    True
+    """
+    lhs, _, rhs = statement.partition("=")
+    if lhs.replace(" ", "") != "Y(i,j)":
+        return None
+    body = _strip(rhs)
+    relu = False
+    if body.startswith("max(") and body.endswith(",0)") and _closing(body, 3) == len(body) - 1:
+        body, relu = _strip(body[4:-3]), True
+    p = f"{product}(i,j)"
+    if body == p:
+        return Epilogue(None, relu)
+    parts = body.split("+")
+    if len(parts) != 2 or p not in parts:
+        return None
+    other = parts[1] if parts[0] == p else parts[0]
+    match = re.fullmatch(r"([A-Za-z_]\w*)\(j\)", other)
+    if match and match.group(1) in operands:
+        name, shape, _ = operands[match.group(1)]
+        if tuple(shape) == (n,):
+            return Epilogue(name, relu)
+    return None
+
+
+def layer_of(weight: np.ndarray, trans_b: bool, epilogue: Epilogue | None,
+             constants: Mapping[str, np.ndarray], dtype: np.dtype) -> DenseLayer | None:
+    """The dense layer for a constant ``weight`` (K x N, or N x K with ``trans_b``) and the
+    epilogue, or None when the bias is not a constant of ``dtype``."""
+    w = weight.T if trans_b else weight
+    if w.ndim != 2 or w.dtype != dtype:
+        return None
+    bias = None
+    if epilogue is not None and epilogue.bias is not None:
+        bias = constants.get(epilogue.bias)
+        if bias is None or bias.dtype != dtype:
+            return None
+        bias = bias.reshape(-1)
+    return dense_layer(np.ascontiguousarray(w), bias,
+                       relu=epilogue is not None and epilogue.relu)
+
+
+def layer_run(layer: Any, a_get: Getter, out: np.ndarray, a_shape: tuple[int, ...]) -> Run:
+    """The bound dense layer reading this run's ``A`` and writing ``out``."""
+    bound = layer.bind(placeholder(a_get, a_shape, layer.dtype).reshape(a_shape), out)
+    return one_input_run(bound, a_get, "A", a_shape)
+
+
+def _layer_spec(layer: DenseLayer, a_shape: tuple[int, ...]) -> Spec:
+    """A step that is only ``layer`` on its first input, written into its output."""
+    spec = Spec(lambda outs, buffers, ins: layer_run(layer, ins[0], outs[0], a_shape), [],
+                "generated GEMM")
+    spec.plan = layer.describe(a_shape[0])
+    return spec
+
+
+def _uses_gemm(weight: np.ndarray) -> bool:
+    """Whether a K x N constant weight's product goes to the generated GEMM (see
+    :func:`narrow_dot`)."""
+    return not narrow_dot(weight.shape[0], weight.shape[1])
+
+
+def matmul_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray],
+                shared: dict[str, Any]) -> Spec | None:
+    """A MatMul the node-by-node run sent to BLAS: the same product, into its buffer (on the
+    generated GEMM for a constant weight; one kernel for a batched ``X @ X^T``)."""
+    a, b = (recorded[n] for n in step.node.inputs[:2])
+    out = recorded[step.node.outputs[0]]
+    if a.ndim < 2 or b.ndim < 2 or not a.dtype == b.dtype == out.dtype or \
+            a.dtype not in FLOATS:
+        return None
+    gram = gram_spec(step, recorded, shared)
+    if gram is not None or not any(text.startswith("BLAS") for text in step.context.plan):
+        return gram      # None: a small product, captured as the kernel it ran
+
+    weight = constants.get(step.node.inputs[1])
+    if a.ndim == 2 and weight is not None and weight.ndim == 2 and _uses_gemm(weight):
+        layer = layer_of(weight, False, None, constants, a.dtype)
+        if layer is not None:
+            return _layer_spec(layer, a.shape)
+    if a.ndim == 2 and weight is not None and weight.ndim == 2 and weight.dtype == a.dtype:
+        return _narrow_spec(step, a, weight)
+
+    def make(outs: list[np.ndarray], buffers: list[np.ndarray], ins: list[Getter]) -> Run:
+        buf, (a_of, b_of) = outs[0], ins
+        return lambda env: np.matmul(a_of(env), b_of(env), out=buf)
+
+    return Spec(make, [], "BLAS")
+
+
+NARROW_LAYER = "Y(i,j) = sum(k, A(i,k) * B(j,k)) + C(j)"      # B = W^T: dot products
+NARROW_PRODUCT = "Y(i,j) = sum(k, A(i,k) * B(j,k))"             # the same, without a bias
+
+
+def _narrow_spec(step: Step, a: np.ndarray, weight: np.ndarray) -> Spec:
+    """``X @ W`` for a narrow constant ``W`` (see :func:`narrow_dot`): one prebound kernel of
+    dot products against ``W^T`` (transposed once, here), which joins a compiled sequence
+    where NumPy's matmul would cost a Python step (DCN's cross-layer ``x @ w``, a one-column
+    output layer)."""
+    kernel = step.context.kernels.get(NARROW_PRODUCT, a.dtype, {})
+    w = np.ascontiguousarray(weight.T)
+
+    def make(outs: list[np.ndarray], buffers: list[np.ndarray], ins: list[Getter]) -> Run:
+        bound = kernel.bind(out=outs[0], A=placeholder(ins[0], a.shape, a.dtype), B=w)
+        return one_input_run(bound, ins[0], "A")
+
+    spec = Spec(make, [], "kernel")
+    spec.plan = f"dot products per row (narrow product): {NARROW_PRODUCT}"
+    return spec
+
+
+def gemm_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) -> Spec | None:
+    """An unfused ``Gemm`` with a constant weight and bias (alpha = beta = 1, no transA): a
+    dense layer on the generated GEMM, or for a narrow output over a long K (``_uses_gemm``)
+    one kernel of dot products with the bias."""
+    node = step.node
+    attrs = node.attributes
+    if len(node.inputs) < 2 or attrs.get("transA", 0) or attrs.get("alpha", 1.0) != 1.0 or \
+            attrs.get("beta", 1.0) != 1.0 or node.inputs[1] not in constants:
+        return None
+    a = recorded[node.inputs[0]]
+    weight = constants[node.inputs[1]]
+    weight = weight.T if attrs.get("transB", 0) else weight
+    bias_name = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else None
+    bias = constants.get(bias_name) if bias_name else np.zeros(weight.shape[1:], a.dtype)
+    if a.ndim != 2 or weight.ndim != 2 or a.dtype not in FLOATS or weight.dtype != a.dtype or \
+            bias is None or bias.dtype != a.dtype or bias.size not in (1, weight.shape[1]):
+        return None
+    bias = np.ascontiguousarray(np.broadcast_to(bias.reshape(-1), (weight.shape[1],)))
+    if _uses_gemm(weight):
+        return _layer_spec(dense_layer(np.ascontiguousarray(weight), bias), a.shape)
+    kernel = step.context.kernels.get(NARROW_LAYER, a.dtype, {})
+    w = np.ascontiguousarray(weight.T)
+
+    def make(outs: list[np.ndarray], buffers: list[np.ndarray], ins: list[Getter]) -> Run:
+        bound = kernel.bind(out=outs[0], A=placeholder(ins[0], a.shape, a.dtype), B=w, C=bias)
+        return one_input_run(bound, ins[0], "A")
+
+    spec = Spec(make, [], "kernel")
+    spec.plan = NARROW_LAYER
+    return spec
+
+
+POINTWISE_CONV = "Y(n,o,p) = sum(c, W(o,c) * X(n,c,p))"
+
+
+def pointwise_conv_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]
+                        ) -> Spec | None:
+    """A ``Conv`` whose kernel is one cell (any rank; stride 1, no padding, group 1: xDeepFM's
+    CIN layers, 1-D) with constant weights: the input viewed as (N, C, positions) is the patch
+    matrix, so nothing is copied. Too small for BLAS, one prebound kernel
+    ``Y(n,o,p) = sum(c, W(o,c) * X(n,c,p))`` with the bias and the fused ReLU in the same
+    statement; else, for a 2-D convolution, None (``conv_spec`` runs it as a direct
+    convolution on the generated GEMM), and otherwise BLAS into a scratch product and one
+    kernel for the bias and ReLU."""
+    node = step.node
+    attrs = node.attributes
+    x, out = recorded[node.inputs[0]], recorded[node.outputs[0]]
+    weight = constants.get(node.inputs[1])
+    bias_name = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else None
+    bias = constants.get(bias_name) if bias_name else None
+    if weight is None or x.ndim < 3 or weight.ndim != x.ndim or x.dtype not in FLOATS or \
+            weight.dtype != x.dtype or out.dtype != x.dtype or \
+            (bias_name and (bias is None or bias.dtype != x.dtype)) or \
+            int(attrs.get("group", 1)) != 1 or any(k != 1 for k in weight.shape[2:]) or \
+            out.shape != (x.shape[0], weight.shape[0], *x.shape[2:]) or not out.size:
+        return None
+    n, channels, positions = x.shape[0], x.shape[1], int(np.prod(x.shape[2:]))
+    if weight.shape[1] != channels:
+        return None
+    relu = fused_activation(attrs)
+    w = np.ascontiguousarray(weight.reshape(weight.shape[0], channels))
+    shape, out_shape = (n, channels, positions), (n, weight.shape[0], positions)
+    large = use_blas(x.dtype, n * weight.shape[0] * channels * positions)
+    if large and x.ndim == 4:
+        # A 2-D 1x1 convolution is a direct convolution on the generated GEMM (conv_spec):
+        # one thread, as ta.set_num_threads says, where NumPy's OpenBLAS runs its own threads;
+        # on a loaded 2-core machine those made MobileNetV2's 96x16x12544 product 16 ms
+        # against 0.7 ms for the GEMM, and the layout copies in and out cost less than that.
+        return None
+    if large:
+        # The generated statement's loops cannot match BLAS here (8x slower on xDeepFM's
+        # 32 x 676 x 8): BLAS into a scratch product, then bias and ReLU as one kernel.
+        epilogue = "Y(n,o,p) = A(n,o,p)" + (" + B(o)" if bias is not None else "")
+        if relu:
+            epilogue = f"Y(n,o,p) = {clamp_text(epilogue.split(' = ', 1)[1], relu)}"
+        post = step.context.kernels.get(epilogue, x.dtype, {})
+
+        def make_blas(outs: list[np.ndarray], buffers: list[np.ndarray], ins: list[Getter]
+                      ) -> Run:
+            product, get = buffers[0], ins[0]
+            extra = {} if bias is None else {"B": np.ascontiguousarray(bias)}
+            bound = post.bind(out=outs[0].reshape(out_shape), A=product, **extra)
+
+            def run(env: Env) -> None:
+                np.matmul(w, get(env).reshape(shape), out=product)
+                bound()
+            return run
+
+        spec = Spec(make_blas, [(out_shape, x.dtype)], "BLAS + kernel")
+        spec.plan = f"BLAS (dense {n}x{weight.shape[0]}x{channels}x{positions}) then {epilogue}"
+        return spec
+    statement = POINTWISE_CONV + (" + B(o)" if bias is not None else "")
+    if relu:
+        statement = f"Y(n,o,p) = {clamp_text(statement.split(' = ', 1)[1], relu)}"
+    kernel = step.context.kernels.get(statement, x.dtype, {})
+    operands = {"W": w} if bias is None else {"W": w, "B": np.ascontiguousarray(bias)}
+
+    def make(outs: list[np.ndarray], buffers: list[np.ndarray], ins: list[Getter]) -> Run:
+        bound = kernel.bind(out=outs[0].reshape(out_shape),
+                            X=placeholder(ins[0], x.shape, x.dtype).reshape(shape), **operands)
+        return one_input_run(bound, ins[0], "X", shape)
+
+    spec = Spec(make, [], "kernel")
+    spec.plan = statement
+    return spec
+
+
+def planar_conv_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]
+                     ) -> Spec | None:
+    """A 2-D ``Conv`` with a constant 1x1 kernel (stride 1, no padding, group 1) as one call of
+    the generated pointwise convolution (``runtime/planar.py``): NCHW in and out, the product
+    ``W @ X[n]`` per image with no layout copy. None for anything else, and for a pruned weight
+    (``skip_zeros``), whose zeros the compiled-in convolution leaves out."""
+    node = step.node
+    attrs = node.attributes
+    x, out = recorded[node.inputs[0]], recorded[node.outputs[0]]
+    weight = constants.get(node.inputs[1])
+    bias_name = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else None
+    bias = constants.get(bias_name) if bias_name else None
+    if weight is None or x.ndim != 4 or weight.ndim != 4 or x.dtype not in FLOATS or \
+            weight.dtype != x.dtype or out.dtype != x.dtype or \
+            (bias_name and (bias is None or bias.dtype != x.dtype or
+                            bias.size != weight.shape[0])) or \
+            int(attrs.get("group", 1)) != 1 or weight.shape[2:] != (1, 1) or \
+            weight.shape[1] != x.shape[1] or attrs.get("skip_zeros", 0) or \
+            out.shape != (x.shape[0], weight.shape[0], *x.shape[2:]) or not out.size:
+        return None
+    geometry = windows(step.context, x.shape[2:], weight.shape[2:],
+                       strides=attrs.get("strides"), dilations=attrs.get("dilations"),
+                       pads=attrs.get("pads"), auto_pad=attrs.get("auto_pad", "NOTSET"))
+    if geometry.strides != (1, 1) or any(geometry.pads_begin) or any(geometry.pads_end):
+        return None
+    conv = program.pointwise_conv(weight, None if bias is None else bias.reshape(-1),
+                                         activation_bounds(attrs), x.shape[2] * x.shape[3],
+                                         ta.api.kernel_cache().disk)
+    if conv is None:
+        return None
+
+    def make(outs: list[np.ndarray], buffers: list[np.ndarray], ins: list[Getter]) -> Run:
+        return one_input_run(conv.bind(placeholder(ins[0], x.shape, x.dtype), outs[0]), ins[0],
+                             "x")
+
+    spec = Spec(make, [], "conv kernel")
+    spec.plan = conv.describe(x.shape[2] * x.shape[3])
+    return spec
+
+
+def conv_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) -> Spec | None:
+    """A 2-D ``Conv`` (group 1) with constant weights as native calls ending in NCHW.
+
+    Without dilation it is direct (``tensoralg.api.conv_layer``): the input copied once into a
+    zero-bordered channels-last buffer, then the generated GEMM over every output row, whose K
+    runs over the kernel rows in place; no patch matrix. With dilation, the patch matrix is
+    built (``im2row_call``) and multiplied by ``W^T``. Either way the channels-last product is
+    transposed back to NCHW by a compiled transpose."""
+    node = step.node
+    attrs = node.attributes
+    x = recorded[node.inputs[0]]
+    weight = constants.get(node.inputs[1])
+    bias_name = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else None
+    bias = constants.get(bias_name) if bias_name else None
+    out = recorded[node.outputs[0]]
+    groups = int(attrs.get("group", 1))
+    planar = planar_conv_spec(step, recorded, constants)
+    if planar is not None:
+        return planar
+    pointwise = pointwise_conv_spec(step, recorded, constants)
+    if pointwise is not None:
+        return pointwise
+    if x.ndim != 4 or weight is None or weight.ndim != 4 or groups < 1 or \
+            x.dtype not in FLOATS or weight.dtype != x.dtype or out.dtype != x.dtype or \
+            (bias_name and (bias is None or bias.dtype != x.dtype)) or not out.size:
+        return None
+    geometry = windows(step.context, x.shape[2:], weight.shape[2:],
+                       strides=attrs.get("strides"), dilations=attrs.get("dilations"),
+                       pads=attrs.get("pads"), auto_pad=attrs.get("auto_pad", "NOTSET"))
+    channels = weight.shape[0]
+    if out.shape != (x.shape[0], channels, *geometry.out):
+        return None
+    depthwise = depthwise_spec(step, recorded, constants)
+    if depthwise is not None:
+        return depthwise
+    vector = None if bias is None else bias.reshape(-1)
+    relu = fused_activation(attrs)
+    skip_zeros = bool(attrs.get("skip_zeros", 0))
+    if groups == 1 and not skip_zeros and _direct_conv_gathers(geometry, x):
+        # Where the compiled-weights kernel would gather its inputs (strided or narrowing
+        # windows), patch blocks read rows with contiguous or paired loads: MobileNetV2's
+        # first layer (3 -> 32, 3x3, stride 2) 0.38 -> 0.33 ms at batch 1, 4.5 -> 3.1 ms at 8.
+        patches = _patch_conv_spec(weight, vector, relu, geometry, x)
+        if patches is not None:
+            return patches
+    compiled = ta.api.direct_conv(weight, vector, x.shape[1:], geometry.strides,
+                                  geometry.dilations, geometry.pads_begin, geometry.pads_end,
+                                  groups, relu, skip_zeros)
+    if compiled is not None:
+        return _compiled_conv_spec(compiled, x)
+    if groups != 1:
+        return None
+    patches = _patch_conv_spec(weight, vector, relu, geometry, x)
+    if patches is not None:
+        return patches
+    rows = x.shape[0] * geometry.out[0] * geometry.out[1]
+    depth = weight[0].size
+    direct = geometry.dilations == (1, 1)
+    if direct:
+        conv = ta.api.conv_layer(weight, vector, geometry.strides, geometry.pads_begin,
+                                 geometry.pads_end, relu)
+        scratch = [((rows, channels), x.dtype)]
+        what = f"direct convolution on the generated GEMM ({conv.layer.describe(rows)})"
+    else:
+        layer = dense_layer(np.ascontiguousarray(weight.reshape(channels, depth).T), vector,
+                            relu)
+        scratch = [((rows, depth), x.dtype), ((rows, channels), x.dtype)]
+        what = f"im2row kernel ({rows}x{depth} patch matrix); {layer.describe(rows)}"
+
+    def make(outs: list[np.ndarray], buffers: list[np.ndarray], ins: list[Getter]) -> Run:
+        get = ins[0]
+        product = buffers[-1]
+        placeholder = contiguous(get.fixed) if get.fixed is not None else \
+            np.zeros(x.shape, x.dtype)
+        if direct:
+            bound = conv.bind(placeholder, product)
+            first, calls = bound, bound.parts()
+        else:
+            first = ta.api.im2row_call(placeholder, geometry.kernel, geometry.strides,
+                                       geometry.dilations, geometry.pads_begin, geometry.out,
+                                       buffers[0], str(step.context))
+            gemm = layer_run(layer, Getter("\0patches", buffers[0]), product, buffers[0].shape)
+            calls = [(first, [])] + (parts_of(gemm) or [])
+        channels_last = product.reshape(x.shape[0], -1, channels)
+        transpose = permuter(step.context, outs[0].reshape(x.shape[0], channels, -1),
+                             channels_last.shape, (0, 2, 1))
+
+        def run(env: Env) -> None:
+            if get.fixed is None:
+                first.rebind("x", contiguous(get(env)))
+            if direct:
+                bound()
+            else:
+                first()
+                gemm(env)
+            transpose(channels_last)
+        copier = getattr(transpose, "bound", None)
+        if copier is None:
+            return made_of(run, None)
+        parts = [(calls[0][0], [("x", get, None)]), *calls[1:],
+                 (copier, [("X", Getter("\0channels last", channels_last), None)])]
+        return made_of(run, parts)
+
+    spec = Spec(make, scratch, "conv kernels")
+    spec.plan = f"{what}; channels-last to NCHW transpose kernel"
+    return spec
+
+
+def _direct_conv_gathers(geometry: Any, x: np.ndarray) -> bool:
+    """Whether a compiled-weights convolution of ``x`` would read its input by gathers."""
+    return program.compiled_conv_gathers(
+        x.shape[1:], geometry.kernel, geometry.strides, geometry.dilations,
+        geometry.pads_begin, geometry.out, x.dtype)
+
+
+def _patch_conv_spec(weight: np.ndarray, bias: np.ndarray | None,
+                     relu: bool | tuple[float, float], geometry: Any, x: np.ndarray
+                     ) -> Spec | None:
+    """A group-1 convolution with few patch rows (``C * KH * KW``, a first layer's 3 x 7 x 7)
+    on NCHW planes through patch blocks (``runtime/planar.py``): one call, no layout copy, no
+    transpose back. None where it does not apply."""
+    bounds = None if relu is False else (0.0, float("inf")) if relu is True else relu
+    conv = program.patch_conv_of(x.shape[1:], weight, bias, bounds, geometry.kernel,
+                                        geometry.strides, geometry.dilations,
+                                        geometry.pads_begin, geometry.out,
+                                        ta.api.kernel_cache().disk)
+    return None if conv is None else _compiled_conv_spec(conv, x)
+
+
+def _compiled_conv_spec(conv: Any, x: np.ndarray) -> Spec:
+    """One call of a convolution kernel reading NCHW (weights compiled in, ``tensoralg.api.direct_conv``, or patch blocks, ``runtime.planar.patch_conv``):
+    NCHW in, NCHW out, no scratch."""
+
+    def make(outs: list[np.ndarray], buffers: list[np.ndarray], ins: list[Getter]) -> Run:
+        return one_input_run(conv.bind(placeholder(ins[0], x.shape, x.dtype), outs[0]), ins[0],
+                             "x")
+
+    spec = Spec(make, [], "conv kernel")
+    spec.plan = conv.describe()
+    return spec
+
+
+def gram_spec(step: Step, recorded: Env, shared: dict[str, Any]) -> Spec | None:
+    """``MatMul(X, Transpose(X, perm=[0, 2, 1]))`` (DLRM's pairwise dot products, float32 or
+    float64) as one kernel reading X twice and multiplying each symmetric pair of rows once,
+    so the transposed copy leaves the plan."""
+    x, t = step.node.inputs[:2]
+    producer = shared.get("producers", {}).get(t)
+    if producer is None or producer.node.op_type != "Transpose" or \
+            producer.node.inputs[0] != x or shared.get("readers", {}).get(t) != 1 or \
+            recorded[x].ndim != 3 or recorded[x].dtype not in FLOATS or \
+            tuple(producer.node.attributes.get("perm") or ()) != (0, 2, 1):
+        return None
+    return _symmetric_gram_spec(step, recorded[x], t)
+
+
+def _symmetric_gram_spec(step: Step, x: np.ndarray, transposed: str) -> Spec:
+    """``X @ X^T`` per batch item by ``tensoralg.api.gram_call``: each symmetric pair of rows
+    multiplied once, written to both places."""
+
+    def make(outs: list[np.ndarray], buffers: list[np.ndarray], ins: list[Getter]) -> Run:
+        call = ta.api.gram_call(placeholder(ins[0], x.shape, x.dtype), outs[0],
+                                str(step.context))
+        return one_input_run(call, ins[0], "X")
+
+    spec = Spec(make, [], "kernel")
+    spec.unread = frozenset({transposed})
+    spec.plan = ("pairwise dot products, each symmetric pair once (X @ X^T per batch item, "
+                 "no transposed copy)")
+    return spec
+
+
+__all__ = ["MIN_COLUMNS", "NARROW_DOT_MIN_K", "narrow_dot", "Epilogue", "conv_spec", "gemm_epilogue",
+           "gemm_spec", "gram_spec", "layer_of", "layer_run", "matmul_spec"]

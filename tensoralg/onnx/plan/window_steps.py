@@ -1,0 +1,119 @@
+"""Static forms of the window and row ops: 2-D MaxPool, AveragePool and depthwise Conv as one
+call of a generated window kernel (``tensoralg.api.window_kernel``), NCHW in and out; Softmax
+and LogSoftmax over contiguous rows as one call of a generated row kernel
+(``tensoralg.api.softmax_kernel``).
+
+Node by node these ops build a patch matrix in NumPy (a strided view copied into
+``KH * KW`` times the image), then reduce it (MaxPool: a tree of elementwise ``max`` kernels;
+a depthwise Conv: one product per channel). In a plan, a float 2-D window op instead reads its
+input in place: vector lanes over output columns, taps unrolled, padding as load masks.
+Softmax node by node is a tree of elementwise ``max`` kernels and two statements, each a pass
+over the whole tensor; the row kernel makes the three passes row by row, in cache.
+Whatever a kernel does not cover (MaxPool's ``Indices`` output, other ranks, integer dtypes,
+channel multipliers above 1, a softmax axis other than the last) keeps the node-by-node path.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+
+import tensoralg as ta
+from tensoralg.onnx.ops.windows import windows
+from tensoralg.onnx.passes.fusion import FLOATS, fused_activation
+from tensoralg.onnx.plan.executor import Step
+from tensoralg.onnx.plan.step_base import Env, Getter, Run, Spec, one_input_run, placeholder
+
+
+def _kernel_spec(kernel: Any, x: np.ndarray, kind: str = "window kernel") -> Spec:
+    def make(outs: list[np.ndarray], buffers: list[np.ndarray], ins: list[Getter]) -> Run:
+        return one_input_run(kernel.bind(placeholder(ins[0], x.shape, x.dtype), outs[0]),
+                             ins[0], "x")
+
+    spec = Spec(make, [], kind)
+    spec.plan = kernel.describe()
+    return spec
+
+
+def pool_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) -> Spec | None:
+    """A 2-D float ``MaxPool`` (without ``Indices``) or ``AveragePool`` as one window kernel
+    call; None for anything else."""
+    node = step.node
+    attrs = node.attributes
+    x = recorded[node.inputs[0]]
+    outputs = [n for n in node.outputs if n]
+    if x.ndim != 4 or x.dtype not in FLOATS or len(outputs) != 1 or \
+            outputs[0] != node.outputs[0]:
+        return None
+    out = recorded[outputs[0]]
+    kernel_shape = attrs.get("kernel_shape")
+    if kernel_shape is None or len(kernel_shape) != 2 or out.dtype != x.dtype:
+        return None
+    if node.op_type == "MaxPool" and int(attrs.get("storage_order", 0)):
+        return None
+    geometry = windows(step.context, x.shape[2:], kernel_shape, strides=attrs.get("strides"),
+                       dilations=attrs.get("dilations"), pads=attrs.get("pads"),
+                       auto_pad=attrs.get("auto_pad", "NOTSET"),
+                       ceil_mode=int(attrs.get("ceil_mode", 0)))
+    if out.shape != (*x.shape[:2], *geometry.out) or not out.size:
+        return None
+    mode = "max" if node.op_type == "MaxPool" else "average"
+    kernel = ta.api.window_kernel(
+        mode, x.shape[1:], geometry.kernel, x.dtype, geometry.strides, geometry.dilations,
+        geometry.pads_begin, geometry.pads_end, geometry.out,
+        count_include_pad=bool(attrs.get("count_include_pad", 0)))
+    return None if kernel is None else _kernel_spec(kernel, x)
+
+
+def depthwise_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]
+                   ) -> Spec | None:
+    """A 2-D float ``Conv`` with one filter per channel (``group == C == M``, constant weight
+    and bias, optionally a fused ReLU or Clip) as one window kernel call; None otherwise."""
+    node = step.node
+    attrs = node.attributes
+    x = recorded[node.inputs[0]]
+    weight = constants.get(node.inputs[1])
+    bias_name = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else None
+    bias = constants.get(bias_name) if bias_name else None
+    out = recorded[node.outputs[0]]
+    channels = x.shape[1] if x.ndim == 4 else 0
+    if x.ndim != 4 or weight is None or weight.shape[:2] != (channels, 1) or weight.ndim != 4 \
+            or int(attrs.get("group", 1)) != channels or channels < 2 or \
+            x.dtype not in FLOATS or weight.dtype != x.dtype or out.dtype != x.dtype or \
+            (bias_name and (bias is None or bias.dtype != x.dtype)) or \
+            set(attrs) - {"group", "kernel_shape", "strides", "dilations", "pads", "auto_pad",
+                          "activation", "skip_zeros"}:
+        return None
+    geometry = windows(step.context, x.shape[2:], weight.shape[2:], strides=attrs.get("strides"),
+                       dilations=attrs.get("dilations"), pads=attrs.get("pads"),
+                       auto_pad=attrs.get("auto_pad", "NOTSET"))
+    if out.shape != (x.shape[0], channels, *geometry.out) or not out.size:
+        return None
+    kernel = ta.api.window_kernel(
+        "depthwise", x.shape[1:], geometry.kernel, x.dtype, geometry.strides,
+        geometry.dilations, geometry.pads_begin, geometry.pads_end, geometry.out,
+        weight=weight, bias=bias, relu=fused_activation(attrs))
+    return None if kernel is None else _kernel_spec(kernel, x)
+
+
+def softmax_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]
+                 ) -> Spec | None:
+    """A float ``Softmax``/``LogSoftmax`` whose rows are contiguous (the last axis from opset
+    13; before it, every axis from ``axis`` on, as the op flattens them) as one row kernel
+    call; None otherwise."""
+    node = step.node
+    x = recorded[node.inputs[0]]
+    out = recorded[node.outputs[0]]
+    if x.dtype not in FLOATS or out.dtype != x.dtype or out.shape != x.shape or x.ndim < 1 or \
+            not x.size:
+        return None
+    axis = int(node.attributes.get("axis", -1 if node.version >= 13 else 1))
+    axis = axis + x.ndim if axis < 0 else axis
+    if node.version >= 13 and axis != x.ndim - 1 or not 0 <= axis < x.ndim:
+        return None
+    length = int(np.prod(x.shape[axis:], dtype=np.int64))
+    kernel = ta.api.softmax_kernel(length, x.dtype, node.op_type == "LogSoftmax")
+    return None if kernel is None else _kernel_spec(kernel, x, "row kernel")
+
+
+__all__ = ["pool_spec", "depthwise_spec", "softmax_spec"]

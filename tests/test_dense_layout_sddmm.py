@@ -1,0 +1,143 @@
+"""Dense operands stored transposed for the loops (``lower/concretize.py``, ``strided_dense``).
+
+SDDMM's loops run i, j, k over a CSR ``A``: ``Y(k,j)`` is read along k, its first stored mode,
+once per stored entry. The compiler converts ``Y`` to mode order (1, 0) on each call; these
+tests check the results against NumPy and against the unconverted kernel (same sums in the
+same order, so equal to the last bit), and that the conversion is made only where it is asked.
+"""
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import tensoralg as ta
+from tensoralg.formats.format import Format, dense
+from tensoralg.lower.concretize import concretize
+from tensoralg.notation import parse_statement
+
+SDDMM = "Z(i,j) = A(i,j) * X(i,k) * Y(k,j)"
+DTYPES = ("float32", "float64", "int64")
+BACKENDS = ("llvm", "c")
+# (rows, columns, rank): one element, widths past 4/8/16-lane vectors and 8-row tiles,
+# rank 1 and rank 0 (every dot product empty).
+SHAPES = ((1, 1, 1), (7, 9, 17), (33, 70, 3), (19, 5, 1), (6, 11, 0))
+
+
+@pytest.fixture(autouse=True)
+def fresh_kernels(monkeypatch):
+    """A kernel cache of this test alone: an explicit ``"dd"`` and the default dense format
+    compare equal, so the process-wide cache would hand one of them the other's kernel."""
+    from tensoralg import api
+
+    monkeypatch.setattr(api, "_cache", api.KernelCache(api.CompileOptions(cache_dir=None)))
+
+
+def _operands(shape: tuple[int, int, int], dtype: str, seed: int = 0):
+    """A CSR ``A`` with some rows emptied, and dense ``X`` (rows x rank), ``Y`` (rank x cols)."""
+    rows, cols, rank = shape
+    rng = np.random.default_rng(seed)
+    mask = rng.random((rows, cols)) < 0.4
+    mask[::3] = False                                   # empty rows, the first among them
+    values = rng.integers(-4, 5, size=(rows, cols)) * mask
+    X = rng.integers(-3, 4, size=(rows, rank))
+    Y = rng.integers(-3, 4, size=(rank, cols))
+    if dtype != "int64":
+        values = values + 0.25 * mask
+        X, Y = X + rng.random(X.shape), Y + rng.random(Y.shape)
+    dt = np.dtype(dtype)
+    return sp.csr_array(values.astype(dt)), X.astype(dt), Y.astype(dt)
+
+
+def _expected(A, X, Y) -> np.ndarray:
+    return A.toarray() * (X @ Y)
+
+
+def _check_close(got: np.ndarray, want: np.ndarray, dtype: str) -> None:
+    if dtype == "int64":
+        np.testing.assert_array_equal(got, want)
+    else:
+        np.testing.assert_allclose(got, want, rtol=1e-4 if dtype == "float32" else 1e-12,
+                                   atol=1e-4 if dtype == "float32" else 1e-12)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_sddmm_converts_y_and_matches_numpy(shape, dtype, backend):
+    A, X, Y = _operands(shape, dtype)
+    kernel = ta.compile(SDDMM, formats={"A": "csr", "Z": "csr"}, dtype=dtype, backend=backend)
+    assert dict(kernel.program.conversions) == {"Y__10": "Y"}
+    assert kernel.program.tensor("Y__10").format == Format("dd", order=(1, 0))
+    got = kernel(A=A, X=X, Y=Y).to_numpy()
+    _check_close(got, _expected(A, X, Y), dtype)
+    # The same statement with Y's format given (no conversion) sums the same products in the
+    # same order: the converted kernel must agree with it exactly.
+    kept = ta.compile(SDDMM, formats={"A": "csr", "Z": "csr", "Y": "dd"}, dtype=dtype,
+                      backend=backend)
+    assert kept.program.conversions == ()
+    np.testing.assert_array_equal(got, kept(A=A, X=X, Y=Y).to_numpy())
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_sddmm_note_names_the_conversion(backend):
+    kernel = ta.compile(SDDMM, formats={"A": "csr", "Z": "csr"}, backend=backend)
+    notes = [line for line in kernel.source("ir").splitlines() if "operand Y" in line]
+    assert len(notes) == 1 and "innermost loop over k" in notes[0] and "(1, 0)" in notes[0]
+    assert str(kernel.schedule).startswith("reorder(i, j, k)")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_einsum_sddmm(dtype):
+    A, X, Y = _operands((23, 40, 5), dtype, seed=1)
+    got = ta.einsum("ij,ik,kj->ij", A, X, Y, optimize=False)
+    got = got.toarray() if hasattr(got, "toarray") else np.asarray(got.to_numpy())
+    _check_close(got, _expected(A, X, Y), dtype)
+
+
+@pytest.mark.parametrize("given", ["dd", Format("dd"), Format("dd", order=(1, 0))])
+def test_given_y_format_is_kept(given):
+    A, X, Y = _operands((9, 12, 4), "float64")
+    kernel = ta.compile(SDDMM, formats={"A": "csr", "Z": "csr", "Y": given})
+    assert kernel.program.conversions == ()
+    assert "operand Y" not in kernel.source("ir")
+    _check_close(kernel(A=A, X=X, Y=Y).to_numpy(), _expected(A, X, Y), "float64")
+
+
+def test_scheduled_order_keeps_layout():
+    A, X, Y = _operands((9, 12, 4), "float64")
+    kernel = ta.compile(SDDMM, formats={"A": "csr", "Z": "csr"},
+                        schedule=ta.Schedule().reorder("i", "j", "k"))
+    assert kernel.program.conversions == ()
+    _check_close(kernel(A=A, X=X, Y=Y).to_numpy(), _expected(A, X, Y), "float64")
+
+
+def _conversions(statement: str, formats: dict) -> dict:
+    stmt = parse_statement(statement)
+    program = concretize(stmt, formats, {}, np.dtype(np.float64), None)
+    return dict(program.conversions)
+
+
+def test_rule_at_the_program_level():
+    csr = Format("ds", name="csr")
+    assert _conversions(SDDMM, {"A": csr, "X": dense(2), "Y": dense(2)}) == {"Y__10": "Y"}
+    # A format the user wrote, even equal to the default, is kept.
+    assert _conversions(SDDMM, {"A": csr, "X": dense(2), "Y": Format("dd")}) == {}
+    # Dense-only: the dense path lays out and tiles its own operands.
+    assert _conversions(SDDMM, {"A": dense(2), "X": dense(2), "Y": dense(2)}) == {}
+    # SpMM reads B(k,j) along j, its last stored mode.
+    assert _conversions("C(i,j) = A(i,k) * B(k,j)", {"A": csr, "B": dense(2)}) == {}
+    # Every loop addresses X: each element is read at most once, a copy could not pay.
+    assert _conversions("y(i) = A(i,j) * X(j,i)", {"A": csr, "X": dense(2)}) == {}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_transposed_factor_in_a_three_way_product(backend):
+    """MTTKRP's ``D(l,j)`` under loops i, j, k, l: converted, and still equal to NumPy."""
+    rng = np.random.default_rng(3)
+    B = rng.integers(-2, 3, size=(5, 6, 7)) * (rng.random((5, 6, 7)) < 0.3)
+    C, D = rng.integers(-3, 4, size=(6, 3)), rng.integers(-3, 4, size=(7, 3))
+    kernel = ta.compile("A(i,j) = B(i,k,l) * C(k,j) * D(l,j)", formats={"B": "csf"},
+                        dtype="int64", backend=backend)
+    assert "D" in dict(kernel.program.conversions).values()
+    got = kernel(B=ta.Tensor.from_numpy(B, "csf"), C=C, D=D)
+    got = got.to_numpy() if hasattr(got, "to_numpy") else got
+    np.testing.assert_array_equal(got, np.einsum("ikl,kj,lj->ij", B, C, D))
