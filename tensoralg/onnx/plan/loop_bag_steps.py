@@ -14,7 +14,7 @@ plan's compiled sequence:
    count ``E`` and the bag count ``G`` against the plan's ``H = R``: nonzero when the offsets
    do not start at 0, decrease or run past the indices, or the loop's count changed; the
    sequence stops on it before anything reads ``pos`` (``NativeCall.flag``);
-3. ``crd = indices``, each checked against the table's rows (``tensoralg.api.ids_call``);
+3. ``crd = indices``, each checked against the table's rows (``tensoralg.program.ids_call``);
    ``vals`` = the per-sample weights (a block copy) or ones;
 4. ``Y(i,j) = S(i,k) * T(k,j)`` with ``S`` in CSR, and for a mean
    ``L(i) = S1(i,k)`` (the bag lengths: ``S1`` shares ``pos``, ``crd``, with ones) and
@@ -31,6 +31,7 @@ from typing import Mapping
 import numpy as np
 
 import tensoralg as ta
+from tensoralg import program
 from tensoralg.onnx.passes.bags.recognise import BAG_STATEMENT, LoopBag, run_loop_bag
 from tensoralg.onnx.passes.fusion import FLOATS
 from tensoralg.onnx.plan.executor import Step
@@ -92,7 +93,7 @@ def loop_bag_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]
         vals = np.ones(members, dtype)
         parts: list[Part] = []
         what = str(context)
-        copy = ta.api.block_copy_call(contiguous(first_of.fixed) if first_of.fixed is not None
+        copy = program.block_copy_call(contiguous(first_of.fixed) if first_of.fixed is not None
                                       else np.zeros_like(first), 0, 1, rows + 1, rows + 1,
                                       pos, what)
         parts.append((copy, _reads("src", first_of)))
@@ -102,10 +103,10 @@ def loop_bag_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]
                              G=np.zeros((), np.int64), H=np.array(rows, np.int64))
         parts.append((Flagged(checker, flag), _reads("G", count_of, ())))
         if ids is not None:
-            ids_copy = ta.api.ids_call(np.zeros((1, members), ids.dtype), 0, crd, n, what)
+            ids_copy = program.ids_call(np.zeros((1, members), ids.dtype), 0, crd, n, what)
             parts.append((ids_copy, _reads("ids", ids_of, (1, members))))
         if weights is not None:
-            weights_copy = ta.api.block_copy_call(np.zeros(members, dtype), 0, 1, members,
+            weights_copy = program.block_copy_call(np.zeros(members, dtype), 0, 1, members,
                                                   members, vals, what)
             parts.append((weights_copy, _reads("src", weights_of, None)))
         matrix = ta.Tensor((rows, n), ta.CSR, [None, (pos, crd)], vals, check=False)

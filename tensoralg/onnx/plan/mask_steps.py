@@ -1,5 +1,5 @@
 """Static steps for the mixed-dtype elementwise ops of attention masks: Cast, And, Or, Xor,
-Not, Where and Expand, as one compiled broadcast kernel each (``tensoralg.api.broadcast_call``),
+Not, Where and Expand, as one compiled broadcast kernel each (``tensoralg.program.broadcast_call``),
 and for a Reshape-like node that writes a graph output (a compiled copy).
 
 The core's kernels compute in one dtype, so these ops run node by node as NumPy casts around
@@ -25,6 +25,7 @@ from typing import Mapping
 import numpy as np
 
 import tensoralg as ta
+from tensoralg import program
 from tensoralg.onnx.plan.executor import Step
 from tensoralg.onnx.plan.step_base import Env, Getter, Part, Run, Spec, contiguous, made_of
 
@@ -77,7 +78,7 @@ def mask_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) ->
     # a trial call on placeholders: None when the dtypes or shapes do not fit the kernel
     probe = [np.zeros(v.shape, v.dtype) for v in values]
     target_shape = (out_value.size,) if flat else out_value.shape
-    if not out_value.size or ta.api.broadcast_call(
+    if not out_value.size or program.broadcast_call(
             op, probe, np.zeros(target_shape, out_value.dtype), "probe") is None:
         return None
     what = str(step.context)
@@ -88,7 +89,7 @@ def mask_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) ->
         # the kernel reads it
         first = [contiguous(g.fixed).reshape(p.shape) if g.fixed is not None else p
                  for g, p in zip(gets, probe)]
-        call = ta.api.broadcast_call(op, first, out.reshape(target_shape), what)
+        call = program.broadcast_call(op, first, out.reshape(target_shape), what)
         if call is None:
             raise ta.UnsupportedError(f"{what}: no broadcast kernel for its buffers")
         dynamic = [(f"x{n}", g) for n, g in enumerate(gets) if g.fixed is None]

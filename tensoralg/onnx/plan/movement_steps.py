@@ -1,7 +1,7 @@
 """Static steps that move data: gathers (embedding lookups), concatenations and transposes.
 
 Each runs in NumPy or a compiled transpose from Python, and is also marked with compiled
-data-movement calls (``tensoralg.api.gather_call``, ``copy_call``, ``block_copy_call``) so
+data-movement calls (``tensoralg.program.gather_call``, ``copy_call``, ``block_copy_call``) so
 that it can join a plan's native call sequence. An embedding gather whose ids are one column of
 a graph input reads that column in place (:func:`id_column`: DLRM's ``Gather(x, t)``, and the
 ``Cast(Slice(x))`` of deepctr's exports, whose float feature matrix holds the ids), and the
@@ -17,6 +17,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 import tensoralg as ta
+from tensoralg import program
 from tensoralg.onnx.passes.fusion import FLOATS
 from tensoralg.onnx.plan.constant_gathers import constant_gather_spec
 from tensoralg.onnx.plan.executor import Step
@@ -197,7 +198,7 @@ def slice_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) -
     def make(outs: list[np.ndarray], buffers: list[np.ndarray], ins: list[Getter]) -> Run:
         out, get = outs[0], ins[0]
         source = get.fixed if get.fixed is not None else np.zeros(x.shape, x.dtype)
-        call = ta.api.block_copy_call(contiguous(source), offset, rows, cols, ld, out,
+        call = program.block_copy_call(contiguous(source), offset, rows, cols, ld, out,
                                       str(context)) if rows * cols else None
 
         def run(env: Env) -> None:
@@ -292,7 +293,7 @@ def split_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) -
         for out, (cols, offset, _) in zip(outs, pieces):
             if not rows * cols:
                 continue
-            call = ta.api.block_copy_call(source, offset, rows, cols, x.shape[axis] * inner,
+            call = program.block_copy_call(source, offset, rows, cols, x.shape[axis] * inner,
                                           out, str(context))
             if call is None:
                 parts = None
@@ -369,7 +370,7 @@ def gather_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray],
         call = None
         if axis == 0 and data_of.fixed is not None:
             ids = recorded[node.inputs[1] if column is None else column[0]]
-            call = ta.api.gather_call(contiguous(data_of.fixed), np.zeros(ids.shape, ids.dtype),
+            call = program.gather_call(contiguous(data_of.fixed), np.zeros(ids.shape, ids.dtype),
                                       out, str(context), None if where is None else where[1])
         return made_of(run, None if call is None else [(call, [("ids", index_of, None)])])
 
@@ -425,7 +426,7 @@ def concat_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]
             width, flat_width = value.shape[axis], value.size // max(outer, 1)
             if name not in spec.in_place:
                 blocks.append((get, (slice(None),) * axis + (slice(start, start + width),)))
-                call = None if rows is None or parts is None else ta.api.copy_call(
+                call = None if rows is None or parts is None else program.copy_call(
                     np.zeros(value.shape, value.dtype), rows[:, flat:flat + flat_width],
                     str(step.context))
                 if call is None:

@@ -1,5 +1,5 @@
 """Static steps that are dense products: layers on the generated GEMM
-(``tensoralg.api.dense_layer``), unfused ``Gemm`` and ``MatMul`` nodes, and ``X @ X^T``.
+(``tensoralg.program.dense_layer``), unfused ``Gemm`` and ``MatMul`` nodes, and ``X @ X^T``.
 
 A fused program whose head went to BLAS and whose weight is a constant runs its product on the
 generated GEMM instead: the weight is packed once when the plan is built. When the epilogue is
@@ -16,9 +16,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-import tensoralg as ta
 from tensoralg import program
-from tensoralg.api import DenseLayer, dense_layer
 from tensoralg.onnx.ops.matmul import use_blas
 from tensoralg.onnx.ops.windows import windows
 from tensoralg.onnx.passes.fusion import FLOATS, activation_bounds, clamp_text, fused_activation
@@ -36,6 +34,7 @@ from tensoralg.onnx.plan.step_base import (
     placeholder,
 )
 from tensoralg.onnx.plan.window_steps import depthwise_spec
+from tensoralg.program import DenseLayer, dense_layer
 
 # Below this many outputs a layer's epilogue stays a kernel of its own (it may not be one the
 # GEMM applies) and, over a K this long, the product is a dot-product statement instead of
@@ -348,7 +347,7 @@ def planar_conv_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarr
         return None
     conv = program.pointwise_conv(weight, None if bias is None else bias.reshape(-1),
                                          activation_bounds(attrs), x.shape[2] * x.shape[3],
-                                         ta.api.kernel_cache().disk)
+                                         program.kernel_cache().disk)
     if conv is None:
         return None
 
@@ -364,7 +363,7 @@ def planar_conv_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarr
 def conv_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) -> Spec | None:
     """A 2-D ``Conv`` (group 1) with constant weights as native calls ending in NCHW.
 
-    Without dilation it is direct (``tensoralg.api.conv_layer``): the input copied once into a
+    Without dilation it is direct (``tensoralg.program.conv_layer``): the input copied once into a
     zero-bordered channels-last buffer, then the generated GEMM over every output row, whose K
     runs over the kernel rows in place; no patch matrix. With dilation, the patch matrix is
     built (``im2row_call``) and multiplied by ``W^T``. Either way the channels-last product is
@@ -406,7 +405,7 @@ def conv_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) ->
         patches = _patch_conv_spec(weight, vector, relu, geometry, x)
         if patches is not None:
             return patches
-    compiled = ta.api.direct_conv(weight, vector, x.shape[1:], geometry.strides,
+    compiled = program.direct_conv(weight, vector, x.shape[1:], geometry.strides,
                                   geometry.dilations, geometry.pads_begin, geometry.pads_end,
                                   groups, relu, skip_zeros)
     if compiled is not None:
@@ -420,7 +419,7 @@ def conv_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) ->
     depth = weight[0].size
     direct = geometry.dilations == (1, 1)
     if direct:
-        conv = ta.api.conv_layer(weight, vector, geometry.strides, geometry.pads_begin,
+        conv = program.conv_layer(weight, vector, geometry.strides, geometry.pads_begin,
                                  geometry.pads_end, relu)
         scratch = [((rows, channels), x.dtype)]
         what = f"direct convolution on the generated GEMM ({conv.layer.describe(rows)})"
@@ -439,7 +438,7 @@ def conv_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) ->
             bound = conv.bind(placeholder, product)
             first, calls = bound, bound.parts()
         else:
-            first = ta.api.im2row_call(placeholder, geometry.kernel, geometry.strides,
+            first = program.im2row_call(placeholder, geometry.kernel, geometry.strides,
                                        geometry.dilations, geometry.pads_begin, geometry.out,
                                        buffers[0], str(step.context))
             gemm = layer_run(layer, Getter("\0patches", buffers[0]), product, buffers[0].shape)
@@ -486,12 +485,12 @@ def _patch_conv_spec(weight: np.ndarray, bias: np.ndarray | None,
     conv = program.patch_conv_of(x.shape[1:], weight, bias, bounds, geometry.kernel,
                                         geometry.strides, geometry.dilations,
                                         geometry.pads_begin, geometry.out,
-                                        ta.api.kernel_cache().disk)
+                                        program.kernel_cache().disk)
     return None if conv is None else _compiled_conv_spec(conv, x)
 
 
 def _compiled_conv_spec(conv: Any, x: np.ndarray) -> Spec:
-    """One call of a convolution kernel reading NCHW (weights compiled in, ``tensoralg.api.direct_conv``, or patch blocks, ``runtime.planar.patch_conv``):
+    """One call of a convolution kernel reading NCHW (weights compiled in, ``tensoralg.program.direct_conv``, or patch blocks, ``runtime.planar.patch_conv``):
     NCHW in, NCHW out, no scratch."""
 
     def make(outs: list[np.ndarray], buffers: list[np.ndarray], ins: list[Getter]) -> Run:
@@ -518,11 +517,11 @@ def gram_spec(step: Step, recorded: Env, shared: dict[str, Any]) -> Spec | None:
 
 
 def _symmetric_gram_spec(step: Step, x: np.ndarray, transposed: str) -> Spec:
-    """``X @ X^T`` per batch item by ``tensoralg.api.gram_call``: each symmetric pair of rows
+    """``X @ X^T`` per batch item by ``tensoralg.program.gram_call``: each symmetric pair of rows
     multiplied once, written to both places."""
 
     def make(outs: list[np.ndarray], buffers: list[np.ndarray], ins: list[Getter]) -> Run:
-        call = ta.api.gram_call(placeholder(ins[0], x.shape, x.dtype), outs[0],
+        call = program.gram_call(placeholder(ins[0], x.shape, x.dtype), outs[0],
                                 str(step.context))
         return one_input_run(call, ins[0], "X")
 

@@ -18,7 +18,7 @@ with the same shapes:
   gathers and concatenations write into their buffers with ``out=``.
 - **Compiled sequences.** Consecutive steps that are nothing but prebound kernel calls (fused
   programs, dense layers, sparse layers and their transposed copies) are compiled into one
-  native function that makes the calls (``tensoralg.api.CallSequence``): one ctypes call for
+  native function that makes the calls (``tensoralg.program.CallSequence``): one ctypes call for
   the lot instead of 2-5 µs of Python per step. Graph inputs reach it as addresses in a slot
   table filled at each run (for an input fed as CSR, the addresses of its three arrays). A
   profiled run times the steps one by one instead.
@@ -48,6 +48,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 import tensoralg as ta
+from tensoralg import program
 from tensoralg.onnx.passes.bags.sparse_feeds import SparseFeed, densified
 from tensoralg.onnx.plan.branches import (
     Footprint,
@@ -117,7 +118,7 @@ class StaticPlan:
             env[name] = env[base].reshape(shape)
         if timer is None:
             if self.slots is not None:
-                address = ta.api.data_address
+                address = program.data_address
                 for index, name, array in self.slot_feeds:
                     value = env[name]
                     self.slots[index] = address(value if array is None else
@@ -136,7 +137,7 @@ class StaticPlan:
         """The names of the groups of branches its sequences run at once (``concurrent
         branches a, b | c``)."""
         return [c.name for s in self.sequences for c in s.calls
-                if isinstance(c, ta.api.NativeGroup)]
+                if isinstance(c, program.NativeGroup)]
 
     def describe(self) -> str:
         kinds: dict[str, int] = {}
@@ -223,7 +224,7 @@ def build_plan(executor: Executor, feeds: Mapping[str, Any], recorded: Env,
             layout[(step.node.name, s)] = (shape, np.dtype(dtype))
             requests.append((k, k, int(np.prod(shape)) * np.dtype(dtype).itemsize,
                              (step.node.name, s)))
-    threads = ta.api.kernel_cache().threads
+    threads = program.kernel_cache().threads
     pool = threads.native_pool() if concurrent and threads.threads > 1 else None
     windows: list[tuple[int, int]] = []
     if pool is not None:
@@ -269,7 +270,7 @@ def build_plan(executor: Executor, feeds: Mapping[str, Any], recorded: Env,
     _compile_sequences(plan, [parts_of(step.run) for step in steps],
                        {name: root for name, root, _ in dynamic_aliases}, feeds,
                        pool if windows else None)
-    if windows and not any(isinstance(c, ta.api.NativeGroup)
+    if windows and not any(isinstance(c, program.NativeGroup)
                            for sequence in plan.sequences for c in sequence.calls):
         return build_plan(executor, feeds, recorded, concurrent=False)
     return plan
@@ -312,9 +313,9 @@ def _compile_sequences(plan: StaticPlan, parts: list[list[Part] | None],
                 feed, array = csr_array_of(root)
                 if feed not in plan.feeds or (array is not None and feed not in plan.csr_feeds):
                     return None
-                wanted[name] = ta.api.Slot(slots.setdefault(root, len(slots)))
+                wanted[name] = program.Slot(slots.setdefault(root, len(slots)))
             call = bound.native(wanted, refine) if refine > 1 and \
-                isinstance(bound, ta.api.BoundCall) else bound.native(wanted)
+                isinstance(bound, program.BoundCall) else bound.native(wanted)
             if call is None:
                 return None
             calls.append(call)
@@ -335,10 +336,10 @@ def _compile_sequences(plan: StaticPlan, parts: list[list[Part] | None],
                 plan.steps[k:end], forms[k:end], parts[k:end], native,
                 (pool.run_address, pool.address), cut) for cut in (False, True)]
             tried = [form for n, form in enumerate(tried) if form not in tried[:n] and
-                     any(isinstance(c, ta.api.NativeGroup) for c in form)]
+                     any(isinstance(c, program.NativeGroup) for c in form)]
             if tried:
                 trials.append((len(plan.sequences), len(runners), calls, tried))
-            sequence = ta.api.CallSequence(tried[0] if tried else calls, slots=0)
+            sequence = program.CallSequence(tried[0] if tried else calls, slots=0)
             plan.sequences.append(sequence)
             runners.append(_sequence_run(sequence, [plan.steps[j] for j in range(k, end)]))
             k = end
@@ -375,15 +376,15 @@ def _keep_fastest(plan: StaticPlan, index: int, runner: int, plain: list[Any],
     ``TRIAL_RUNS`` each (down to two when a run is so slow that the trial would take more
     than ``TRIAL_SECONDS``); the kernels read the plan's buffers, whatever they hold (every
     kernel checks the indices it reads), and a run that fails keeps the plain form."""
-    serial = ta.api.CallSequence(plain, slots=0)
-    forms = [plan.sequences[index]] + [ta.api.CallSequence(calls, slots=0) for calls in others]
+    serial = program.CallSequence(plain, slots=0)
+    forms = [plan.sequences[index]] + [program.CallSequence(calls, slots=0) for calls in others]
     assert plan.slots is not None
     for sequence in [serial] + forms:
         sequence.use_slots(plan.slots)
     env = {name: _feed_value(feeds[name], name in plan.csr_feeds) for name in plan.feeds}
     for slot, name, array in plan.slot_feeds:
         value = env[name]
-        plan.slots[slot] = ta.api.data_address(value if array is None else
+        plan.slots[slot] = program.data_address(value if array is None else
                                                getattr(value.csr, array))
     best = [float("inf")] * (1 + len(forms))
     failed = False

@@ -18,7 +18,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 import tensoralg as ta
-from tensoralg.api import RowCompressor
+from tensoralg import program
 from tensoralg.onnx.ops.matmul import use_batched_blas
 from tensoralg.onnx.passes.bags.recognise import BAG_STATEMENT, LoopBag
 from tensoralg.onnx.passes.bags.sparse_feeds import SparseFeed
@@ -69,6 +69,7 @@ from tensoralg.onnx.plan.step_base import (
     parts_of,
 )
 from tensoralg.onnx.plan.window_steps import pool_spec, softmax_spec
+from tensoralg.program import RowCompressor
 
 
 def spec_of(step: Step, recorded: Env, constants: Mapping[str, np.ndarray],
@@ -671,14 +672,14 @@ def _bag_parts(ids: Getter, column: tuple[str, tuple[Any, ...]] | None, recorded
         source = recorded[ids.name]
         if source.ndim != 2:
             return None
-        call = ta.api.ids_call(np.zeros(source.shape, source.dtype), 0, crd, rows, what)
+        call = program.ids_call(np.zeros(source.shape, source.dtype), 0, crd, rows, what)
         return None if call is None else [(call, [("ids", ids, source.shape)]), (bound, [])]
     source = recorded[column[0]]
     if len(column[1]) != 2 or source.ndim != 3:
         return None
     count, tables, size = source.shape
     flat = (count, tables * size)
-    call = ta.api.ids_call(np.zeros(flat, source.dtype), column[1][1] * size, crd, rows, what)
+    call = program.ids_call(np.zeros(flat, source.dtype), column[1][1] * size, crd, rows, what)
     return None if call is None else [(call, [("ids", Getter(column[0], None), flat)]),
                                       (bound, [])]
 

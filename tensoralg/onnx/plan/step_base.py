@@ -21,7 +21,7 @@ Part = tuple[Any, list[tuple[str, "Getter", tuple[int, ...] | None]]]
 
 def made_of(run: Run, parts: list[Part] | None) -> Run:
     """Mark ``run`` as exactly ``parts`` called in order, so that a plan may compile a run of
-    such steps into one native sequence (``tensoralg.api.CallSequence``). None: it is not."""
+    such steps into one native sequence (``tensoralg.program.CallSequence``). None: it is not."""
     run.parts = parts      # type: ignore[attr-defined]
     return run
 

@@ -1,7 +1,7 @@
 """Static forms of the window and row ops: 2-D MaxPool, AveragePool and depthwise Conv as one
-call of a generated window kernel (``tensoralg.api.window_kernel``), NCHW in and out; Softmax
+call of a generated window kernel (``tensoralg.program.window_kernel``), NCHW in and out; Softmax
 and LogSoftmax over contiguous rows as one call of a generated row kernel
-(``tensoralg.api.softmax_kernel``).
+(``tensoralg.program.softmax_kernel``).
 
 Node by node these ops build a patch matrix in NumPy (a strided view copied into
 ``KH * KW`` times the image), then reduce it (MaxPool: a tree of elementwise ``max`` kernels;
@@ -18,7 +18,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-import tensoralg as ta
+from tensoralg import program
 from tensoralg.onnx.ops.windows import windows
 from tensoralg.onnx.passes.fusion import FLOATS, fused_activation
 from tensoralg.onnx.plan.executor import Step
@@ -58,7 +58,7 @@ def pool_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) ->
     if out.shape != (*x.shape[:2], *geometry.out) or not out.size:
         return None
     mode = "max" if node.op_type == "MaxPool" else "average"
-    kernel = ta.api.window_kernel(
+    kernel = program.window_kernel(
         mode, x.shape[1:], geometry.kernel, x.dtype, geometry.strides, geometry.dilations,
         geometry.pads_begin, geometry.pads_end, geometry.out,
         count_include_pad=bool(attrs.get("count_include_pad", 0)))
@@ -89,7 +89,7 @@ def depthwise_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray
                        auto_pad=attrs.get("auto_pad", "NOTSET"))
     if out.shape != (x.shape[0], channels, *geometry.out) or not out.size:
         return None
-    kernel = ta.api.window_kernel(
+    kernel = program.window_kernel(
         "depthwise", x.shape[1:], geometry.kernel, x.dtype, geometry.strides,
         geometry.dilations, geometry.pads_begin, geometry.pads_end, geometry.out,
         weight=weight, bias=bias, relu=fused_activation(attrs))
@@ -112,7 +112,7 @@ def softmax_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]
     if node.version >= 13 and axis != x.ndim - 1 or not 0 <= axis < x.ndim:
         return None
     length = int(np.prod(x.shape[axis:], dtype=np.int64))
-    kernel = ta.api.softmax_kernel(length, x.dtype, node.op_type == "LogSoftmax")
+    kernel = program.softmax_kernel(length, x.dtype, node.op_type == "LogSoftmax")
     return None if kernel is None else _kernel_spec(kernel, x, "row kernel")
 
 

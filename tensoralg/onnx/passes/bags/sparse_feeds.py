@@ -27,7 +27,7 @@ from typing import Any, Mapping
 import numpy as np
 import scipy.sparse as sp
 
-import tensoralg as ta
+from tensoralg import program
 from tensoralg.onnx.frontend.errors import InputError
 
 
@@ -71,7 +71,7 @@ def sparse_feed(name: str, value: Any, dtype: np.dtype | None) -> SparseFeed:
     if dtype is not None and value.dtype != dtype:
         raise InputError(f"input {name!r} must be {dtype}, got a sparse {value.dtype} matrix")
     csr = value if value.format == "csr" else value.tocsr()
-    if ta.api.canonical_csr(csr):      # one compiled pass; details and repairs only if not
+    if program.canonical_csr(csr):      # one compiled pass; details and repairs only if not
         return SparseFeed(csr)
     problem = _csr_problem(csr)
     if problem:
