@@ -117,6 +117,7 @@ from tensoralg.runtime.movement import (
     block_copy_call,
     broadcast_call,
     copy_call,
+    cumsum_call,
     gather_call,
     ids_call,
     im2row_call,
@@ -2131,7 +2132,7 @@ __all__ = ["einsum", "compile", "Kernel", "KernelKey", "CompileOptions", "kernel
            "RowCompressor", "DenseLayer", "dense_layer", "ConvLayer", "conv_layer",
            "DirectConv", "direct_conv",
            "CallSequence", "NativeGroup", "Slot", "canonical_csr", "data_address", "block_copy_call", "broadcast_call", "copy_call", "gather_call",
-           "gram_call", "ids_call", "im2row_call", "pointwise_conv", "patch_conv_of",
+           "gram_call", "ids_call", "im2row_call", "cumsum_call", "pointwise_conv", "patch_conv_of",
            "compiled_conv_gathers",
            "set_num_threads", "get_num_threads", "set_memory_limit", "get_memory_limit",
            "execute"]

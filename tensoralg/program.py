@@ -22,7 +22,7 @@ a sequence with the inputs named in ``slots`` read from the sequence's slots at 
   :func:`softmax_kernel`;
 - data movement: :func:`gather_call` (rows of a table by id), :func:`copy_call`,
   :func:`block_copy_call`, :func:`broadcast_call` (elementwise ops with NumPy broadcasting,
-  mixed dtypes), :func:`ids_call` (ids checked and turned into a CSR level), and
+  mixed dtypes), :func:`cumsum_call` (integer running sums, ONNX ``CumSum``), :func:`ids_call` (ids checked and turned into a CSR level), and
   :class:`RowCompressor` (dense rows into CSR for a sparse kernel).
 
 **Sequences.** :class:`CallSequence` compiles a list of native calls into one function; a
@@ -60,6 +60,7 @@ from tensoralg.api import (
     compiled_conv_gathers,
     conv_layer,
     copy_call,
+    cumsum_call,
     data_address,
     dense_layer,
     direct_conv,
@@ -77,7 +78,7 @@ from tensoralg.api import (
 __all__ = [
     "BoundCall", "CallSequence", "DenseLayer", "NativeGroup", "RowCompressor", "Slot",
     "block_copy_call", "broadcast_call", "canonical_csr", "compiled_conv_gathers", "conv_layer",
-    "copy_call", "patch_conv_of", "pointwise_conv",
+    "copy_call", "cumsum_call", "patch_conv_of", "pointwise_conv",
     "data_address", "dense_layer", "direct_conv", "gather_call", "gram_call", "ids_call",
     "im2row_call", "kernel_cache", "softmax_kernel", "window_kernel",
 ]

@@ -1,6 +1,6 @@
 """Static-plan steps of a transformer's attention-mask path (tensoralg/onnx/plan/mask_steps.py):
 mixed-dtype Cast, And/Or/Xor/Not, Expand and Where as compiled broadcast kernels
-(``tensoralg.api.broadcast_call``), bool block copies, and a Reshape to a graph output as a
+(``tensoralg.program.broadcast_call``), bool block copies, and a Reshape to a graph output as a
 compiled copy, so that the plan stays one compiled sequence. Each model is compared with
 onnxruntime on fresh values after the plan is built (level 3 plans on the second run).
 """

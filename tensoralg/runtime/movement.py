@@ -143,6 +143,35 @@ def ids_function(index: Scalar) -> Function:
     return b.function(f"bag_ids_{index}", params, *body)
 
 
+def cumsum_function(value: Scalar, exclusive: bool, reverse: bool) -> Function:
+    """ONNX ``CumSum`` of ``x`` viewed as ``(outer, length, inner)`` along the middle axis:
+    ``out[o, t, i]`` = the sum of ``x[o, s, i]`` over ``s <= t`` (``s < t`` when
+    ``exclusive``; ``s >= t`` / ``s > t`` when ``reverse``), added in order, one by one.
+
+    >>> cumsum_function(I64, False, True).name
+    'cumsum_i64_reverse'
+    """
+    x, out = b.var("x", Ptr(value)), b.var("out", Ptr(value))
+    outer, length, inner = (b.var(n, I64) for n in ("outer", "length", "inner"))
+    o, i, t, at = b.var("o", I64), b.var("i", I64), b.var("t", I64), b.var("at", I64)
+    acc, v = b.var("acc", value), b.var("v", value)
+    position = b.sub(b.sub(length, 1), t) if reverse else t
+    step = [b.declare(at, b.add(b.mul(b.add(b.mul(o, length), position), inner), i)),
+            b.declare(v, b.load(x, at))]
+    # Integers only (cumsum_call): every prefix is exact, and wraps on overflow as
+    # onnxruntime's does.
+    if exclusive:
+        step += [b.store(out, at, acc), b.assign(acc, b.add(acc, v))]
+    else:
+        step += [b.assign(acc, b.add(acc, v)), b.store(out, at, acc)]
+    body = [b.for_(o, 0, outer, b.for_(i, 0, inner, b.declare(acc, b.const(0, value)),
+                                          b.for_(t, 0, length, *step)))]
+    params = [b.param(x, "x"), b.param(outer, "outer"), b.param(length, "length"),
+              b.param(inner, "inner"), b.param(out, "out", output=True)]
+    name = f"cumsum_{value}{'_exclusive' if exclusive else ''}{'_reverse' if reverse else ''}"
+    return b.function(name, params, *body)
+
+
 def im2row_function(value: Scalar) -> Function:
     """The patch matrix of a 2-D convolution, one row per output position:
     ``out[((n*OH + oh)*OW + ow)*K + (c*KH + kh)*KW + kw] = x[n, c, ih, iw]`` with
@@ -470,3 +499,28 @@ __all__ = ["BROADCAST_OPS", "MovementCall", "block_copy_call", "block_copy_funct
            "broadcast_call", "broadcast_function", "copy_call", "copy_function", "gather_call", "gather_function",
            "ids_call", "ids_function", "im2row_call", "im2row_function", "pad_nhwc_call",
            "pad_nhwc_function"]
+
+
+def cumsum_call(x: np.ndarray, axis: int, exclusive: bool, reverse: bool, out: np.ndarray,
+                what: str) -> MovementCall | None:
+    """ONNX ``CumSum`` of the C-contiguous integer array ``x`` along ``axis`` into ``out`` (same
+    shape and dtype), as one compiled call; None for other dtypes or layouts (floating-point
+    sums stay with the caller's path, whose order of additions NumPy fixes).
+
+    >>> x = np.array([[1, 2, 3], [4, 5, 6]], np.int64); out = np.empty_like(x)
+    >>> cumsum_call(x, 1, False, False, out, "CumSum")(); out.tolist()
+    [[1, 3, 6], [4, 9, 15]]
+    """
+    value = _INDEX.get(x.dtype)
+    if value is None or out.dtype != x.dtype or out.shape != x.shape or x.ndim == 0 or \
+            not x.flags.c_contiguous or not out.flags.c_contiguous or not x.size:
+        return None
+    axis = axis + x.ndim if axis < 0 else axis
+    if not 0 <= axis < x.ndim:
+        return None
+    outer = int(np.prod(x.shape[:axis], dtype=np.int64))
+    inner = int(np.prod(x.shape[axis + 1:], dtype=np.int64))
+    kernel = _kernel(("cumsum", value, exclusive, reverse),
+                     lambda: cumsum_function(value, exclusive, reverse))
+    args = [x.ctypes.data, outer, x.shape[axis], inner, out.ctypes.data]
+    return MovementCall(kernel, args, {"x": 0}, [x, out], what)

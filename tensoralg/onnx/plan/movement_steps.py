@@ -315,6 +315,46 @@ def split_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) -
     return spec
 
 
+def cumsum_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]
+                ) -> Spec | None:
+    """An integer ``CumSum`` along a constant axis as one compiled scan
+    (``tensoralg.program.cumsum_call``): the offsets a KeyedJaggedTensor export computes from
+    lengths, which would otherwise split the plan's compiled sequence with a NumPy step."""
+    node, context = step.node, step.context
+    x = recorded[node.inputs[0]]
+    axis_name = node.inputs[1] if len(node.inputs) > 1 else ""
+    if axis_name not in constants or x.dtype not in (np.dtype(np.int32), np.dtype(np.int64)) \
+            or x.ndim == 0 or not x.size:
+        return None
+    axis_value = np.asarray(constants[axis_name]).reshape(-1)
+    if axis_value.size != 1 or axis_value.dtype.kind not in "iu":
+        return None
+    axis = int(axis_value[0])
+    exclusive = bool(node.attributes.get("exclusive", 0))
+    reverse = bool(node.attributes.get("reverse", 0))
+
+    def make(outs: list[np.ndarray], buffers: list[np.ndarray], ins: list[Getter]) -> Run:
+        get = ins[0]
+        source = contiguous(get.fixed) if get.fixed is not None else np.zeros(x.shape, x.dtype)
+        call = program.cumsum_call(source, axis, exclusive, reverse, outs[0], str(context))
+        parts: list[Part] | None = None if call is None else \
+            [(call, [] if get.fixed is not None else [("x", get, None)])]
+
+        def run(env: Env) -> None:
+            value = contiguous(get(env))
+            scan = program.cumsum_call(value, axis, exclusive, reverse, outs[0], str(context))
+            if scan is None:
+                raise ta.UnsupportedError(f"{context}: CumSum of {value.dtype} {value.shape} "
+                                          f"has no compiled scan")
+            scan()
+        return made_of(run, parts)
+
+    spec = Spec(make, [], "copy")
+    spec.plan = "compiled scan" + (" (exclusive)" if exclusive else "") + \
+        (" (reversed)" if reverse else "")
+    return spec
+
+
 def _slice_index(node: Any, rank: int, constants: Mapping[str, np.ndarray]) -> tuple:
     """The NumPy index of a Slice with constant bounds (step 1, checked by the caller)."""
     names = list(node.inputs[1:]) + [""] * (5 - len(node.inputs))

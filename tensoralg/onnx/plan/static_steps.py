@@ -39,6 +39,7 @@ from tensoralg.onnx.plan.movement_steps import (
     all_below,
     check_indices,
     concat_spec,
+    cumsum_spec,
     gather_spec,
     id_column,
     permuter,
@@ -688,7 +689,7 @@ _BUILDERS: dict[str, Callable[[Step, Env, Mapping[str, np.ndarray]], Spec | None
     "Fused": _fused, "EmbeddingBag": _bag, "Gather": gather_spec, "Concat": concat_spec,
     "MatMul": matmul_spec, "Transpose": transpose_spec, "Gemm": gemm_spec, "Conv": conv_spec,
     "MaxPool": pool_spec, "AveragePool": pool_spec, "Softmax": softmax_spec,
-    "LogSoftmax": softmax_spec, "Slice": slice_spec, "Split": split_spec,
+    "LogSoftmax": softmax_spec, "Slice": slice_spec, "Split": split_spec, "CumSum": cumsum_spec,
     "GatherND": gather_nd_spec,
     # mixed-dtype mask ops, and Reshape-like copies to graph outputs (onnx/plan/mask_steps.py)
     **{op: mask_spec for op in {**MASK_OPS, **COPY_OPS}},
