@@ -635,6 +635,9 @@ class _Dispatch:
     families: tuple[str, ...] = ()      # the operands' families: what a sparse result becomes
     requested: Format | None = None     # the output format asked for (a compiled kernel's)
     fast: Any = None                    # the recipe written out (runtime/replay.py), if it can be
+    # Dense operands the kernel reads in another mode order (lowering's conversions, such as
+    # SDDMM's Y(k,j) read along k): (operand, order), copied so before each call.
+    relayouts: tuple[tuple[int, tuple[int, ...]], ...] = ()
 
     def run(self, operands: tuple) -> Any:
         if self.fast is not None:
@@ -664,6 +667,11 @@ class _Dispatch:
             # into 10^5 rows spent 25-90 µs of its ~700 in np.zeros).
             alloc = np.empty if self.compiled.overwrites else np.zeros
             out = alloc(max(1, size) if not shape else size, dtype=self.value_dtype)
+        stored = operands
+        if self.relayouts:
+            stored = list(operands)
+            for k, order in self.relayouts:
+                stored[k] = np.ascontiguousarray(operands[k].transpose(order))
         args: list = []
         for what, k, mode in self.recipe:
             operand = operands[k] if k >= 0 else None
@@ -675,7 +683,7 @@ class _Dispatch:
             elif what == _ARG_CAPACITY:
                 args.append(buffers.capacity)
             elif what == _ARG_DENSE:
-                args.append(data_address(operand))
+                args.append(data_address(stored[k] if mode else operand))
             elif what == _ARG_DATA:
                 args.append(data_address(operand.data))
             elif what == _ARG_INDPTR:
@@ -731,10 +739,18 @@ def _remember(signature: tuple, compiled: CompiledProgram, stmt: Assignment,
     matrix as CSR), not converted. A sparse result is assembled from the kernel's buffers as
     the general path does, in the format ``requested`` (None: the one the kernel made).
     Returns the entry recorded, if any."""
-    if compiled.program.conversions or compiled.plan.parallel is not None or \
+    if compiled.plan.parallel is not None or \
             any(t.dtype != compiled.key.value_dtype for t in bound.values()):
         return None
     kinds = tuple(_DENSE if type(op) is np.ndarray else _COMPRESSED for op in operands)
+    relayouts, aliases = [], {}
+    for alias, source in compiled.program.conversions:
+        target = compiled.program.tensor(alias).format
+        k = names.index(source) if source in names else -1
+        if k < 0 or kinds[k] != _DENSE or not target.is_dense:
+            return None          # a sparse operand converted: the general path does it
+        relayouts.append((k, tuple(target.order)))
+        aliases[alias] = k
     for name, kind, operand in zip(names, kinds, operands):
         natural = dense(operand.ndim) if kind == _DENSE else \
             _SCIPY_COMPRESSED.get(getattr(operand, "format", None))
@@ -749,15 +765,15 @@ def _remember(signature: tuple, compiled: CompiledProgram, stmt: Assignment,
                   for first, other in zip(uses, uses[1:]))
     out_dims = tuple(where[index][0] for index in stmt.lhs.indices)
     handles = tuple(name for role, name, _ in compiled.arguments.steps if role == OUT_HANDLE)
-    recipe = _recipe(compiled, names, kinds, handles)
+    recipe = _recipe(compiled, names, kinds, handles, aliases)
     if recipe is None:
         return None
     table = kernel_cache().dispatch if store is None else store
     entry = _Dispatch(
         compiled, tuple(names), kinds, equal, out_dims, compiled.key.value_dtype, recipe,
         compiled.arguments.range_slots is not None, handles,
-        tuple(input_family(op) for op in operands), requested)
-    if not handles and replayable(recipe):
+        tuple(input_family(op) for op in operands), requested, relayouts=tuple(relayouts))
+    if not handles and not relayouts and replayable(recipe):
         entry = dataclasses.replace(entry, fast=_replay_of(entry, signature[2:]))
         if store is None and signature[1] is None:
             _recent_replay(signature[0], entry.fast)
@@ -846,16 +862,22 @@ class _LevelView:
 
 
 def _recipe(compiled: CompiledProgram, names: Sequence[str], kinds: tuple[str, ...],
-            handles: tuple[str, ...] = ()) -> tuple[tuple[int, int, int], ...] | None:
+            handles: tuple[str, ...] = (), aliases: Mapping[str, int] | None = None
+            ) -> tuple[tuple[int, int, int], ...] | None:
     """The kernel's arguments as ``(what, operand, mode)`` read from the operands themselves,
-    or None when some argument is not one of those (the call then keeps the general path)."""
+    or None when some argument is not one of those (the call then keeps the general path).
+    ``aliases`` names dense operands' relaid copies (by operand): their values are read as
+    ``(_ARG_DENSE, operand, 1)``, from the copy."""
     position = {name: k for k, name in enumerate(names)}
+    position.update(aliases or {})
     size_from = {index: (position[name], mode) for name, mode, index in compiled.sizes}
     recipe = []
     for role, name, level in compiled.arguments.steps:
         k = position.get(name, -1)
         if role == SIZE:
             recipe.append((_ARG_SIZE, *size_from[name]))
+        elif role == VALS and k >= 0 and aliases and name in aliases:
+            recipe.append((_ARG_DENSE, k, 1))
         elif role == VALS and k >= 0:
             recipe.append((_ARG_DENSE if kinds[k] == _DENSE else _ARG_DATA, k, 0))
         elif role == POS and k >= 0 and kinds[k] == _COMPRESSED and level == 1:

@@ -308,3 +308,20 @@ def test_the_replay_tried_first_rejects_a_one_dimensional_sparse_array():
     assert vector.ndim == 1 or vector.shape == (1, 5)
     with pytest.raises(ta.TensorAlgebraError):
         ta.einsum("ij,j->i", vector, np.ones(5))
+
+
+@pytest.mark.parametrize("shape", [(37, 53, 5), (1, 7, 3), (9, 4, 0), (300, 200, 16)])
+def test_a_dense_operand_relaid_by_lowering_is_replayed_with_its_copy(shape):
+    # SDDMM reads Y(k,j) along k: lowering stores Y in mode order (1,0), and the remembered
+    # call copies Y so before each call instead of leaving the fast path.
+    m, n, r = shape
+    rng = np.random.default_rng(m + n + r)
+    A = sp.random_array((m, n), density=0.1, format="csr", random_state=m)
+    for _ in range(3):
+        X, Y = rng.standard_normal((m, r)), rng.standard_normal((r, n))
+        got = ta.einsum("ij,ik,kj->ij", A, X, Y)
+        np.testing.assert_allclose(got.toarray(), A.toarray() * (X @ Y), rtol=1e-12,
+                                   atol=1e-12)
+    entries = [entry for key, entry in kernel_cache().dispatch.items()
+               if key[0] == "ij,ik,kj->ij"]
+    assert any(entry.relayouts == ((2, (1, 0)),) for entry in entries)

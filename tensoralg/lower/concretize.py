@@ -17,6 +17,10 @@ Steps, each a small pure function:
    operand in its storage order and lets the output be written directly; when no permutation
    respects every operand, the fewest operands are converted to a matching mode order, and the
    program's notes say so.
+6. ``strided_dense``: a dense operand that the chosen loops would read with a stride in their
+   innermost loop, again and again under a loop over a compressed level (SDDMM's ``Y(k,j)``
+   under ``i, j, k``), is converted to the mode order the loops follow, once per call, unless
+   the user gave its format or a schedule fixed the loop order.
 """
 from __future__ import annotations
 
@@ -615,9 +619,10 @@ def _nest(out: Access, body: Expr, reduced: tuple[str, ...], out_format: Format,
     order, mode = choose_loop_order(out, body, reduced, out_format, builder)
     # A schedule's reorder fixes the loops and, with them, the layouts it was measured with.
     for access in [] if builder.orders else strided_dense(order, body, builder):
+        again = ", ".join(index for index in order if index not in access.indices)
         _convert(access, order, builder,
                  f"which the loops ({', '.join(order)}) would read with a stride in their "
-                 f"innermost loop over {order[-1]}, once for every stored entry")
+                 f"innermost loop over {order[-1]}, and again for every {again}")
     if builder.conversions:
         body = _rename_accesses(body, builder.conversions)
     return LoopNest(out, body, order, mode)  # type: ignore[arg-type]  # None: see _reorder_output
