@@ -89,13 +89,15 @@ TARGET_NOTES: dict[str, str] = {
                      "and tensoralg adds ~5 µs of dispatch",
     "spmm vs scipy": "rows are register-tiled but not blocked for cache; two threads give 1.1-1.4x "
                      "from ~6e4 stored values on this VM, not 2x",
-    "sddmm vs scipy": "one fused kernel, but the rank-k dot of each stored entry is not tiled "
-                      "across the entries of a row",
+    "sddmm vs scipy": "one fused kernel reading Y relaid along the rank (a transposed copy per "
+                      "call, which costs more than it saves on small matrices whose Y fits in "
+                      "L2); the rank-k dots of a row's entries are not tiled together",
     "spgemm vs scipy": "tensoralg sorts every output row (scipy does not), in one pass per "
                        "thread with no symbolic count first",
-    "add vs scipy": "the same union merge per row as scipy's, with a branch per coordinate and a "
-                    "capacity check per appended entry; sparse outputs split only on the Python "
-                    "pool, from 800k stored values",
+    "add vs scipy": "one thread: the merge no longer checks capacity per entry, but a split add "
+                    "joins its ranges by copying what the second thread saved (copy-free "
+                    "parallel assembly is not built), and small sums pay ~30 µs of scipy "
+                    "construction per call",
     "mttkrp vs scipy": "at the goal's edge: 0.046-0.053 across runs on this VM",
     "einsum vs compiled kernel, mttkrp": "at the band's edge: 1.04-1.11 across runs",
     "spmv vs fastest other system": "torch.sparse ran on both cores; tensoralg splits an SpMV "
