@@ -62,7 +62,7 @@ from tensoralg.formats.tensor import VALUE_DTYPES
 from tensoralg.ir.nodes import Function
 from tensoralg.ir.passes.pipeline import IRLog, optimize
 from tensoralg.ir.printer import format_function
-from tensoralg.lower.concretize import concretize
+from tensoralg.lower.concretize import concretize, layout_free
 from tensoralg.lower.gemm_form import (
     GEMM_MIN_FMAS,
     GemmForm,
@@ -197,6 +197,14 @@ class KernelKey:
     schedule: str | None
     backend: str
     version: str = _version.__version__
+    # Operands whose storage order the compiler may choose (``lower.concretize.layout_free``):
+    # Format equality ignores names, so a written "dd" and the default dense differ only here.
+    free_layouts: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.free_layouts:
+            object.__setattr__(self, "free_layouts", tuple(
+                name for name, fmt in self.formats if layout_free(fmt)))
 
     def digest(self) -> str:
         """A name for the on-disk cache: this key plus the compiler's source fingerprint."""

@@ -156,3 +156,25 @@ def test_transposed_factor_in_a_three_way_product(backend):
     assert "D" in dict(kernel.program.conversions).values()
     got = kernel(B=ta.Tensor.from_numpy(B, "csf"), C=C, D=D)
     np.testing.assert_array_equal(_dense(got), np.einsum("ikl,kj,lj->ij", B, C, D))
+
+
+def test_a_written_dense_format_and_the_default_are_different_cached_kernels():
+    # Format equality ignores names: the kernel key keeps the operands whose layout the
+    # compiler may choose, so a written "dd" never gets the default's relaid kernel.
+    import warnings
+
+    import scipy.sparse as sp
+
+    import tensoralg as ta
+
+    A = sp.random_array((20, 30), density=0.2, format="csr", random_state=0)
+    X, Y = np.ones((20, 3)), np.arange(90.0).reshape(3, 30)
+    statement = "Z(i,j) = A(i,j) * X(i,k) * Y(k,j)"
+    default = ta.compile(statement, formats={"A": "csr", "Z": "csr"})
+    written = ta.compile(statement, formats={"A": "csr", "Z": "csr", "Y": "dd"})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for kernel in (default, written):
+            np.testing.assert_allclose(kernel(A=A, X=X, Y=Y).toarray(),
+                                       A.toarray() * (X @ Y))
+    assert "Y__10" in default.source("ir") and "Y__10" not in written.source("ir")
