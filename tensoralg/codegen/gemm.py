@@ -151,6 +151,23 @@ def _splat(builder: ir.IRBuilder, value: ir.Value, vector: ir.VectorType) -> ir.
                                   ir.Constant(ir.VectorType(I32, vector.count), [0] * vector.count))
 
 
+def vector_intrinsics(module: ir.Module, scalar: ir.Type, lanes: int
+                      ) -> tuple[ir.VectorType, ir.VectorType, ir.Function, ir.Function,
+                                 ir.Function]:
+    """The vector type of ``lanes`` values of ``scalar``, its mask type, and the ``llvm.fma``,
+    ``llvm.masked.load`` and ``llvm.masked.store`` intrinsics on it (declared in ``module``
+    once): what every register-tiled micro-kernel starts from."""
+    vector = ir.VectorType(scalar, lanes)
+    mask_type = ir.VectorType(I1, lanes)
+    name = "v{}f{}".format(lanes, scalar.intrinsic_name[1:])
+    fma = declare(module, f"llvm.fma.{name}", vector, (vector, vector, vector))
+    load = declare(module, f"llvm.masked.load.{name}.p0", vector,
+                   (POINTER, I32, mask_type, vector))
+    store = declare(module, f"llvm.masked.store.{name}.p0", ir.VoidType(),
+                    (vector, POINTER, I32, mask_type))
+    return vector, mask_type, fma, load, store
+
+
 def _micro_kernel(module: ir.Module, shape: GemmShape, scalar: ir.Type, rows: int,
                   vectors: int) -> ir.Function:
     """``micro(A_rows, Wk, C_rows, kc, nsub, a_sub, ncols, bias, mode, bounds)``: a
@@ -161,14 +178,7 @@ def _micro_kernel(module: ir.Module, shape: GemmShape, scalar: ir.Type, rows: in
     last panel. ``mode``: 1 adds the tile already in ``C`` (a later K block), 2 applies the
     epilogue (the last K block), with the flags in bits 2 and up."""
     lanes = shape.lanes
-    vector = ir.VectorType(scalar, lanes)
-    mask_type = ir.VectorType(I1, lanes)
-    name = "v{}f{}".format(lanes, scalar.intrinsic_name[1:])
-    fma = declare(module, f"llvm.fma.{name}", vector, (vector, vector, vector))
-    load = declare(module, f"llvm.masked.load.{name}.p0", vector,
-                   (POINTER, I32, mask_type, vector))
-    store = declare(module, f"llvm.masked.store.{name}.p0", ir.VoidType(),
-                    (vector, POINTER, I32, mask_type))
+    vector, mask_type, fma, load, store = vector_intrinsics(module, scalar, lanes)
     fn = ir.Function(module, ir.FunctionType(ir.VoidType(), (
         POINTER, POINTER, POINTER, I64, I64, I64, I64, POINTER, I32, POINTER)),
         name=f"micro{rows}x{vectors}")

@@ -25,8 +25,16 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 
-from tensoralg.codegen.gemm import FLAG_BIAS, FLAG_CLIP, FLAG_RELU, GemmShape, _splat, emit_clamp
-from tensoralg.codegen.llvm_helpers import counted_loop, declare, entry_alloca, if_else, if_then
+from tensoralg.codegen.gemm import (
+    FLAG_BIAS,
+    FLAG_CLIP,
+    FLAG_RELU,
+    GemmShape,
+    _splat,
+    emit_clamp,
+    vector_intrinsics,
+)
+from tensoralg.codegen.llvm_helpers import counted_loop, entry_alloca, if_else, if_then
 
 I1, I32, I64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
 POINTER = ir.PointerType()
@@ -63,14 +71,7 @@ def _micro_kernel(module: ir.Module, shape: GemmShape, scalar: ir.Type, rows: in
     the epilogue (the last block), the flags in bits 2 and up; ``bias`` is the tile's first
     row's bias."""
     lanes = shape.lanes
-    vector = ir.VectorType(scalar, lanes)
-    mask_type = ir.VectorType(I1, lanes)
-    name = "v{}f{}".format(lanes, scalar.intrinsic_name[1:])
-    fma = declare(module, f"llvm.fma.{name}", vector, (vector, vector, vector))
-    load = declare(module, f"llvm.masked.load.{name}.p0", vector,
-                   (POINTER, I32, mask_type, vector))
-    store = declare(module, f"llvm.masked.store.{name}.p0", ir.VoidType(),
-                    (vector, POINTER, I32, mask_type))
+    vector, mask_type, fma, load, store = vector_intrinsics(module, scalar, lanes)
     fn = ir.Function(module, ir.FunctionType(ir.VoidType(), (
         POINTER, POINTER, I64, POINTER, I64, I64, I64, POINTER, I32, POINTER)),
         name=f"micro{rows}x{vectors}")
