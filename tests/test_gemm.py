@@ -18,9 +18,10 @@ from tensoralg.runtime.threads import KernelThreads
 TOL = {np.float32: 2e-5, np.float64: 1e-12}
 
 # M below, at and above a 6-row tile; N below one vector, across narrow panels and several
-# 64-wide panels; K across several 128-deep blocks; zero sizes.
+# 64-wide panels; K within one block, just past the longest single block (1.5 x K_BLOCK = 576)
+# and across several; zero sizes.
 SHAPES = [(1, 1, 1), (5, 7, 3), (6, 16, 16), (7, 13, 17), (13, 300, 65), (37, 129, 130),
-          (64, 256, 64), (0, 8, 20), (9, 0, 20), (9, 8, 0)]
+          (64, 256, 64), (11, 577, 40), (13, 1300, 65), (0, 8, 20), (9, 0, 20), (9, 8, 0)]
 
 
 def _reference(a, w, bias, relu):
@@ -188,7 +189,9 @@ def test_set_num_threads():
     (3, 8, 8, 8, 16, 3, (2, 2), (0, 0), (0, 0)),
     (2, 5, 9, 7, 20, 2, (2, 1), (0, 1), (2, 0)),
     (1, 1, 2, 2, 1, 2, (1, 1), (0, 0), (0, 0)),
-    (2, 64, 6, 6, 70, 3, (1, 1), (1, 1), (1, 1)),     # KW * C = 192: one kernel row per block
+    (2, 64, 6, 6, 70, 3, (1, 1), (1, 1), (1, 1)),     # KW * C = 192: three kernel rows a block
+    (2, 200, 5, 5, 20, 3, (1, 1), (1, 1), (1, 1)),    # KW * C = 600: each row cut in two pieces
+    (1, 130, 4, 4, 9, 2, (1, 1), (0, 0), (1, 1)),     # KW * C = 260: two rows a block, a tail
 ])
 def test_direct_convolution_matches_onnxruntime(shape):
     n, c, hgt, wid, m, k, strides, begin, end = shape

@@ -48,7 +48,13 @@ POINTER = ir.PointerType()
 MR = 6                   # rows of the register tile
 TALL_MR = 12             # rows of a one-vector tile (a narrow panel): 12 accumulators
 VECTORS = 4              # vectors across the register tile's columns (AVX-512; 2 on AVX2)
-L1_BLOCK_BYTES = 32768   # a KC x NR block of the packed weight: fits a 48 KiB L1 with room
+L1_BLOCK_BYTES = 32768   # a KC x NR block of input kept in L1 (planar and patch kernels)
+# The GEMM's K block (BLIS's kc): the 6 x K_BLOCK values of A a tile broadcasts stay in L1 and
+# the K_BLOCK x NR block of the packed weight, streamed once per tile, in L2. A block sized to
+# L1 instead (128 rows of 64 float32) made three times the passes over C: on a Zen 4 core (32 KiB
+# L1, 1 MiB L2) ResNet-18's 3x3 layers ran at 85-100 GFLOP/s with it and 100-110 with 384, the
+# blocking BLIS uses on Skylake-X and Zen alike (benchmarks/kernel_micro.py).
+K_BLOCK = 384
 FLAG_BIAS, FLAG_RELU, FLAG_CLIP = 1, 2, 4
 
 def clamp_bounds(activation: Any) -> tuple[float, float] | None:
@@ -94,7 +100,13 @@ class GemmShape:
 
     @property
     def kc(self) -> int:
+        """Input rows of an L1 block (the planar and patch kernels)."""
         return max(16, L1_BLOCK_BYTES // (self.nr * self.dtype.itemsize))
+
+    @property
+    def k_block(self) -> int:
+        """The GEMM's K block: rows of the packed weight a tile runs over at a time."""
+        return K_BLOCK
 
     @staticmethod
     def for_host(dtype: np.dtype, avx512: bool) -> "GemmShape":
@@ -321,7 +333,7 @@ def _driver(module: ir.Module, shape: GemmShape, micro: dict[tuple[int, int], ir
     # makes one more pass over C, which costs more than a weight block a little over its L1
     # share (a 7x7 convolution of 3 channels, K = 147: 59 against 70 GFMA/s at batch 8). The
     # runs are shared out evenly over the blocks they need, so that none is a short remainder.
-    limit = shape.kc + shape.kc // 2
+    limit = shape.k_block + shape.k_block // 2
     total_runs = _ceil_div(builder, k_size, run_size)
     most = _at_least_one(builder, builder.sdiv(const(limit), run_size))
     per_block = _at_least_one(builder, _ceil_div(builder, total_runs, _at_least_one(
@@ -329,7 +341,7 @@ def _driver(module: ir.Module, shape: GemmShape, micro: dict[tuple[int, int], ir
     # A run longer than that is cut into near-equal pieces of about kc (counted again from
     # their size, so that none is empty).
     pieces = builder.select(builder.icmp_signed(">", run_size, const(limit)),
-                            _ceil_div(builder, run_size, shape.kc), const(1))
+                            _ceil_div(builder, run_size, shape.k_block), const(1))
     piece_size = _ceil_div(builder, run_size, pieces)
     pieces = _ceil_div(builder, run_size, piece_size)
     # K = 0 still runs one (empty) K block, so that the epilogue writes act(bias).

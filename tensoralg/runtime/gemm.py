@@ -168,8 +168,8 @@ class BoundLayer(RangeCall):
         tiles = -(-m // layer.shape.mr)
         bounds = [min(m, (tiles * part // parts) * layer.shape.mr) for part in range(parts + 1)]
         bounds[-1] = m
-        kc = layer.shape.kc
-        planes = [kc, kc, max(m, 1), 1, 0, 0, 0, 0]     # K in blocks of kc; one plane
+        kc = layer.shape.k_block
+        planes = [kc, kc, max(m, 1), 1, 0, 0, 0, 0]     # K in blocks of k_block; one plane
         self.calls = [[a.ctypes.data, layer.k, layer.packed.ctypes.data, layer.k, layer.n,
                        out.ctypes.data, layer.n, layer.bias.ctypes.data, layer.flags, lo, hi,
                        *planes]
