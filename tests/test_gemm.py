@@ -213,5 +213,27 @@ def test_direct_convolution_matches_onnxruntime(shape):
     out = np.empty((n * oh * ow, m), np.float32)
     got = conv.bind(x, out)().reshape(n, oh, ow, m).transpose(0, 3, 1, 2)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    # NCHW out: the tiles scattered a plane apart, a later K block's partial sums gathered;
+    # the memory past the output untouched.
+    store = np.full(n * m * oh * ow + 64, 7.0, np.float32)
+    planar = store[:-64].reshape(n, m, oh, ow)
+    conv.bind(x, planar)()
+    np.testing.assert_allclose(planar, want, rtol=1e-4, atol=1e-4)
+    assert (store[-64:] == 7.0).all()
     with pytest.raises(ta.ShapeError, match="do not match"):
         conv.bind(x, np.empty((n * oh * ow + 1, m), np.float32))
+
+
+@pytest.mark.parametrize("c,m", [(3, 70), (200, 20)])     # K in one block; in two
+def test_direct_convolution_into_nchw_float64(c, m):
+    rng = np.random.default_rng(c)
+    x = rng.standard_normal((2, c, 7, 9))
+    w = rng.standard_normal((m, c, 3, 3))
+    conv = ta.api.conv_layer(w, rng.standard_normal(m), (2, 1), (1, 0), (1, 2), True)
+    oh, ow = conv.out_shape(7, 9)
+    rows = np.empty((2 * oh * ow, m))
+    want = conv.bind(x, rows)().reshape(2, oh, ow, m).transpose(0, 3, 1, 2)
+    planar = np.full((2, m, oh, ow), np.nan)
+    conv.bind(x, planar)()
+    np.testing.assert_allclose(planar, want, rtol=1e-12, atol=1e-12)
+    assert conv.one_k_block() == (c * 9 <= 576)

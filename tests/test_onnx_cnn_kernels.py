@@ -223,11 +223,22 @@ PATCHES = [
 ]
 
 
+@pytest.mark.parametrize("route", ["patches", "default"])
 @pytest.mark.parametrize("activation", [None, "clip"])
 @pytest.mark.parametrize("shape, kernel, strides, pads, dilations", PATCHES)
 def test_few_channel_conv_through_patch_blocks_matches_onnxruntime(shape, kernel, strides,
                                                                    pads, dilations,
-                                                                   activation):
+                                                                   activation, route,
+                                                                   monkeypatch):
+    # "patches": the plan's GEMM threshold raised so patch blocks take every layer here;
+    # "default": layers of 48 channels or more without dilation go to the generated GEMM,
+    # which scatters its tiles into the NCHW output.
+    from tensoralg.onnx.plan import product_steps
+
+    gemm = route == "default" and kernel[0] >= product_steps.GEMM_MIN_CHANNELS and \
+        dilations == (1, 1)
+    if route == "patches":
+        monkeypatch.setattr(product_steps, "GEMM_MIN_CHANNELS", 1 << 30)
     rng = np.random.default_rng(shape[-1] + kernel[0])
     m, kh, kw = kernel
     x = rng.standard_normal(shape).astype(np.float32)
@@ -254,7 +265,8 @@ def test_few_channel_conv_through_patch_blocks_matches_onnxruntime(shape, kernel
     np.testing.assert_allclose(got, out, rtol=RTOL, atol=ATOL)
     profile = str(compiled.profile({"x": x}))
     assert planar_pays(np.dtype(np.float32), out.shape[2] * out.shape[3])
-    assert "through patch blocks" in profile, profile
+    assert ("tiles scattered into the NCHW output" if gemm else "through patch blocks") \
+        in profile, profile
 
 
 def test_patch_conv_against_numpy_float64_and_nan():

@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 from llvmlite import ir
 
-from tensoralg.codegen.llvm_helpers import counted_loop, declare, entry_alloca, if_then
+from tensoralg.codegen.llvm_helpers import counted_loop, declare, entry_alloca, if_else, if_then
 
 I1, I32, I64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
 POINTER = ir.PointerType()
@@ -134,7 +134,7 @@ def pack_weight(weight: np.ndarray, shape: GemmShape) -> np.ndarray:
 def gemm_module(shape: GemmShape) -> ir.Module:
     """The module exporting ``int32 tensoralg_gemm(A, lda, Wp, K, N, C, ldc, bias, flags,
     row_begin, row_end, run, a_run, plane_rows, n_inner, a_inner, c_inner, a_outer,
-    c_outer)``: rows ``[row_begin, row_end)`` of ``C`` from ``A`` and the packed weight ``Wp``;
+    c_outer, c_col)``: rows ``[row_begin, row_end)`` of ``C`` from ``A`` and the packed weight ``Wp``;
     ``bias`` (N values) is added when ``flags & 1``, ReLU applied when ``flags & 2`` and
     the clamp ``min(max(x, bias[N]), bias[N + 1])`` when ``flags & 4``. Returns 0.
 
@@ -143,7 +143,9 @@ def gemm_module(shape: GemmShape) -> ir.Module:
     an image row apart). Rows are numbered across planes of ``plane_rows`` rows: row ``i``
     lies at ``(i % plane_rows) * lda + q * a_inner + o * a_outer`` in A, and likewise with
     ``ldc, c_inner, c_outer`` in C, where ``i / plane_rows = o * n_inner + q`` (one plane
-    for a plain GEMM; a convolution's output rows within its images).
+    for a plain GEMM; a convolution's output rows within its images). Column ``j`` of a row
+    of C lies ``j * c_col`` elements into it: 1 for a row-major C; a convolution writing NCHW
+    planes passes the plane size, its rows being positions (``ldc = 1``).
 
     >>> "tensoralg_gemm" in str(gemm_module(GemmShape.for_host(np.float64, avx512=False)))
     True
@@ -188,14 +190,16 @@ def _micro_kernel(module: ir.Module, shape: GemmShape, scalar: ir.Type, rows: in
     on) and writes C at ``C_rows[r]``: the rows of a tile need not be evenly spaced (a
     convolution's tile may span two output rows or two images). Fewer vectors for a narrow
     last panel. ``mode``: 1 adds the tile already in ``C`` (a later K block), 2 applies the
-    epilogue (the last K block), with the flags in bits 2 and up."""
+    epilogue (the last K block), with the flags in bits 2 and up. Columns of C lie ``c_col``
+    elements apart: 1 stores whole vectors; more scatters them (and gathers a later K block's
+    partial sums), so that a convolution writes NCHW planes without a transpose."""
     lanes = shape.lanes
     vector, mask_type, fma, load, store = vector_intrinsics(module, scalar, lanes)
     fn = ir.Function(module, ir.FunctionType(ir.VoidType(), (
-        POINTER, POINTER, POINTER, I64, I64, I64, I64, POINTER, I32, POINTER)),
+        POINTER, POINTER, POINTER, I64, I64, I64, I64, POINTER, I32, POINTER, I64)),
         name=f"micro{rows}x{vectors}")
     fn.linkage = "internal"
-    a_rows, w, c_rows, kc, nsub, a_sub, ncols, bias, mode, bounds = fn.args
+    a_rows, w, c_rows, kc, nsub, a_sub, ncols, bias, mode, bounds, c_col = fn.args
     for pointer in (a_rows, w, c_rows, bias):
         pointer.add_attribute("noalias")
     builder = ir.IRBuilder(fn.append_basic_block("entry"))
@@ -230,18 +234,38 @@ def _micro_kernel(module: ir.Module, shape: GemmShape, scalar: ir.Type, rows: in
 
     masks = [builder.icmp_signed("<", lane_index, _splat(builder, builder.sub(
         ncols, const(lanes * v)), ir.VectorType(I64, lanes))) for v in range(vectors)]
-    rows_out = [[at(c_starts[r], const(lanes * v)) for v in range(vectors)]
-                for r in range(rows)]
+    contiguous = builder.icmp_signed("==", c_col, const(1))
+    pointers = ir.VectorType(POINTER, lanes)
+    name = "v{}f{}".format(lanes, scalar.intrinsic_name[1:])
+    gather = declare(module, f"llvm.masked.gather.{name}.v{lanes}p0", vector,
+                     (pointers, I32, mask_type, vector))
+    scatter = declare(module, f"llvm.masked.scatter.{name}.v{lanes}p0", ir.VoidType(),
+                      (vector, pointers, I32, mask_type))
+    columns = builder.mul(lane_index, _splat(builder, c_col, ir.VectorType(I64, lanes)))
+
+    def out_at(r: int, v: int) -> ir.Value:
+        return at(c_starts[r], const(lanes * v))
+
+    def lanes_at(r: int, v: int) -> ir.Value:
+        first = at(c_starts[r], builder.mul(const(lanes * v), c_col))
+        where = builder.gep(first, [columns], inbounds=True, source_etype=scalar)
+        where.type = pointers      # a vector GEP (llvmlite types it as one pointer)
+        return where
 
     def flag(bit: int) -> ir.Value:
         return builder.icmp_unsigned("!=", builder.and_(mode, ir.Constant(I32, bit)),
                                      ir.Constant(I32, 0))
 
     with if_then(builder, flag(1), "accumulate"):
-        for r in range(rows):
-            for v in range(vectors):
-                old = builder.call(load, [rows_out[r][v], align, masks[v], zero])
-                builder.store(builder.fadd(builder.load(tile[r][v], typ=vector), old), tile[r][v])
+        with if_else(builder, contiguous, "rows") as (then, otherwise):
+            for branch, read in ((then, lambda r, v: builder.call(
+                    load, [out_at(r, v), align, masks[v], zero])), (otherwise, lambda r, v:
+                    builder.call(gather, [lanes_at(r, v), align, masks[v], zero]))):
+                with branch():
+                    for r in range(rows):
+                        for v in range(vectors):
+                            builder.store(builder.fadd(builder.load(tile[r][v], typ=vector),
+                                                       read(r, v)), tile[r][v])
     with if_then(builder, builder.and_(flag(2), flag(4 * FLAG_BIAS)), "bias"):
         added = [builder.call(load, [at(bias, const(lanes * v)), align, masks[v], zero])
                  for v in range(vectors)]
@@ -265,10 +289,17 @@ def _micro_kernel(module: ir.Module, shape: GemmShape, scalar: ir.Type, rows: in
             for v in range(vectors):
                 value = emit_clamp(builder, builder.load(tile[r][v], typ=vector), low, high)
                 builder.store(value, tile[r][v])
-    for r in range(rows):
-        for v in range(vectors):
-            builder.call(store, [builder.load(tile[r][v], typ=vector), rows_out[r][v], align,
-                                 masks[v]])
+    with if_else(builder, contiguous, "rows") as (then, otherwise):
+        with then():
+            for r in range(rows):
+                for v in range(vectors):
+                    builder.call(store, [builder.load(tile[r][v], typ=vector), out_at(r, v),
+                                         align, masks[v]])
+        with otherwise():
+            for r in range(rows):
+                for v in range(vectors):
+                    builder.call(scatter, [builder.load(tile[r][v], typ=vector),
+                                           lanes_at(r, v), align, masks[v]])
     builder.ret_void()
     return fn
 
@@ -309,9 +340,9 @@ def _driver(module: ir.Module, shape: GemmShape, micro: dict[tuple[int, int], ir
             ) -> None:
     fn = ir.Function(module, ir.FunctionType(I32, (
         POINTER, I64, POINTER, I64, I64, POINTER, I64, POINTER, I32, I64, I64,
-        I64, I64, I64, I64, I64, I64, I64, I64)), name=ENTRY)
+        I64, I64, I64, I64, I64, I64, I64, I64, I64)), name=ENTRY)
     (a, lda, w, k_size, n_size, c, ldc, bias, flags, begin, end, run_size, a_run,
-     plane_rows, n_inner, a_inner, c_inner, a_outer, c_outer) = fn.args
+     plane_rows, n_inner, a_inner, c_inner, a_outer, c_outer, c_col) = fn.args
     builder = ir.IRBuilder(fn.append_basic_block("entry"))
     scalar = ir.FloatType() if shape.dtype == np.float32 else ir.DoubleType()
 
@@ -389,7 +420,7 @@ def _driver(module: ir.Module, shape: GemmShape, micro: dict[tuple[int, int], ir
                 builder.zext(last, I32), ir.Constant(I32, 1))), epilogue)
             w_block = at(panel, builder.mul(k0, const(shape.nr)))
             a_block = at(a, a_k0)
-            c_block = at(c, j0)
+            c_block = at(c, builder.mul(j0, c_col))
             with counted_loop(builder, rb, const(0), lambda: row_blocks, "rows"):
                 # Near-equal tiles (49 rows: four of 6 and five of 5, not eight of 6 and
                 # one of 1): a tile of few rows has too few accumulators to hide the
@@ -403,7 +434,7 @@ def _driver(module: ir.Module, shape: GemmShape, micro: dict[tuple[int, int], ir
                     (c_block, ldc, c_inner, c_outer, c_rows)))
                 args = [builder.bitcast(a_rows, POINTER), w_block,
                         builder.bitcast(c_rows, POINTER), kc, nsub, a_run, ncols,
-                        at(bias, j0), mode, at(bias, n_size)]
+                        at(bias, j0), mode, at(bias, n_size), c_col]
                 done = builder.append_basic_block("tile.done")
                 variant = builder.add(wide, builder.sub(rows, const(1)))
                 switch = builder.switch(variant, done)

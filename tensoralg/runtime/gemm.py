@@ -25,7 +25,7 @@ FLAG_BIAS, FLAG_RELU, FLAG_CLIP = 1, 2, 4
 _PROTOTYPE = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
                               ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64,
                               ctypes.c_void_p, ctypes.c_int32, ctypes.c_int64, ctypes.c_int64,
-                              *[ctypes.c_int64] * 8)
+                              *[ctypes.c_int64] * 9)
 _KERNELS: dict[tuple[np.dtype, bool], tuple[Any, Any, str, tuple]] = {}
 
 
@@ -169,7 +169,7 @@ class BoundLayer(RangeCall):
         bounds = [min(m, (tiles * part // parts) * layer.shape.mr) for part in range(parts + 1)]
         bounds[-1] = m
         kc = layer.shape.k_block
-        planes = [kc, kc, max(m, 1), 1, 0, 0, 0, 0]     # K in blocks of k_block; one plane
+        planes = [kc, kc, max(m, 1), 1, 0, 0, 0, 0, 1]  # K in blocks of k_block; one plane
         self.calls = [[a.ctypes.data, layer.k, layer.packed.ctypes.data, layer.k, layer.n,
                        out.ctypes.data, layer.n, layer.bias.ctypes.data, layer.flags, lo, hi,
                        *planes]
@@ -274,6 +274,12 @@ class ConvLayer:
         self.layer = DenseLayer(np.ascontiguousarray(flat), bias, relu, cache=cache)
         self.strides, self.pads_begin, self.pads_end = strides, pads_begin, pads_end
 
+    def one_k_block(self) -> bool:
+        """Whether the GEMM runs K in one block, so that an NCHW output is scattered once (more
+        blocks gather and scatter the partial sums once per block, where a transpose after a
+        channels-last product costs less)."""
+        return self.layer.k <= self.layer.shape.k_block + self.layer.shape.k_block // 2
+
     def out_shape(self, height: int, width: int) -> tuple[int, int]:
         """Output rows and columns for an input of ``height x width``."""
         oh = (height + self.pads_begin[0] + self.pads_end[0] - self.kh) // self.strides[0] + 1
@@ -281,7 +287,9 @@ class ConvLayer:
         return oh, ow
 
     def bind(self, x: np.ndarray, out: np.ndarray) -> "BoundConv":
-        """A call reading ``x`` (N, C, H, W) and writing ``out`` (N * OH * OW, M)."""
+        """A call reading ``x`` (N, C, H, W) and writing ``out``: channels-last
+        (N * OH * OW, M), or NCHW (N, M, OH, OW), where the GEMM scatters its tiles (no
+        transpose after it; worth it while K fits one K block, see :meth:`one_k_block`)."""
         return BoundConv(self, x, out)
 
 
@@ -293,8 +301,9 @@ class BoundConv:
         n, c, h, w = x.shape
         oh, ow = conv.out_shape(h, w)
         m = conv.out_channels
-        if c != conv.channels or out.shape != (n * oh * ow, m) or oh < 1 or ow < 1 or \
-                out.dtype != conv.layer.dtype or not out.flags.c_contiguous:
+        planar = out.shape == (n, m, oh, ow)
+        if c != conv.channels or (out.shape != (n * oh * ow, m) and not planar) or oh < 1 or \
+                ow < 1 or out.dtype != conv.layer.dtype or not out.flags.c_contiguous:
             raise ShapeError(f"ConvLayer: input {x.shape} and output {out.shape} do not match "
                              f"the weight ({m}, {conv.channels}, {conv.kh}, {conv.kw})")
         hp = h + conv.pads_begin[0] + conv.pads_end[0]
@@ -308,11 +317,14 @@ class BoundConv:
         # The GEMM's rows are the output positions (image, output row, column), one plane
         # per output row: its OW outputs lda apart in A; output rows sh image rows apart,
         # images a padded image apart. K runs over the kernel's rows, KW * C contiguous values
-        # each, an image row apart. Register tiles run across output rows and images.
+        # each, an image row apart. Register tiles run across output rows and images. An NCHW
+        # output has its positions next to each other and its channels a plane apart (the
+        # tile is scattered); a channels-last one, its channels next to each other.
+        ldc, c_inner, c_col = (1, ow, oh * ow) if planar else (m, ow * m, 1)
         self.gemm = BoundLayer.with_arguments(layer, self.padded, out, [
             self.padded.ctypes.data, sw * c, layer.packed.ctypes.data, layer.k, layer.n,
-            out.ctypes.data, m, layer.bias.ctypes.data, layer.flags, 0, n * oh * ow,
-            conv.kw * c, row, ow, oh, sh * row, ow * m, hp * row, oh * ow * m])
+            out.ctypes.data, ldc, layer.bias.ctypes.data, layer.flags, 0, n * oh * ow,
+            conv.kw * c, row, ow, oh, sh * row, c_inner, hp * row, oh * ow * m, c_col])
         self.out = out
 
     def rebind(self, name: str, x: np.ndarray) -> None:
