@@ -237,3 +237,25 @@ def test_direct_convolution_into_nchw_float64(c, m):
     conv.bind(x, planar)()
     np.testing.assert_allclose(planar, want, rtol=1e-12, atol=1e-12)
     assert conv.one_k_block() == (c * 9 <= 576)
+
+
+def test_convolutions_write_channel_blocks_and_refuse_other_views():
+    from tensoralg.runtime.planar import PlanarConv
+
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 4, 6, 6)).astype(np.float32)
+    whole = np.full((2, 9, 6, 6), 5.0, np.float32)
+    PlanarConv(np.ones((3, 4), np.float32), None).bind(x, whole[:, 2:5])()
+    conv = ta.api.conv_layer(np.ones((4, 4, 3, 3), np.float32), None, (1, 1), (1, 1), (1, 1))
+    conv.bind(x, whole[:, 5:])()
+    np.testing.assert_allclose(whole[:, 2:5], np.repeat(x.sum(1, keepdims=True), 3, 1),
+                               rtol=1e-5, atol=1e-5)
+    padded = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1))).sum(1)
+    boxes = sum(padded[:, i:i + 6, j:j + 6] for i in range(3) for j in range(3))
+    np.testing.assert_allclose(whole[:, 5:], np.repeat(boxes[:, None], 4, 1), rtol=1e-4,
+                               atol=1e-4)
+    assert (whole[:, :2] == 5.0).all()
+    with pytest.raises(ta.ShapeError, match="C-contiguous images"):
+        PlanarConv(np.ones((3, 4), np.float32), None).bind(x, whole[:, 2:5, :, 1:])
+    with pytest.raises(ta.ShapeError, match="do not match"):
+        conv.bind(x, whole[:, 5:, 1:])

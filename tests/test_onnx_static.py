@@ -435,8 +435,8 @@ def test_gathers_write_into_their_concat_block_without_a_copy():
     plan = compiled.specialiser.latest()
     concat = next(s for s in plan.steps if s.step.node.op_type == "Concat")
     # e0 only: e1 has a second reader, e2 is a graph output, x is a graph input.
-    assert concat.plan == "no copy: 1 of 4 inputs written into their column blocks by " \
-                          "their producers; 3 copied"
+    assert concat.plan == "no copy: 1 of 4 inputs written into their blocks of the output " \
+                          "by their producers; 3 copied"
     assert "1 compiled sequence" in plan.describe()
     with pytest.raises(ta.ShapeError, match="outside"):
         compiled.run(dict(feeds, ids0=np.full(7, 50, np.int64)))
@@ -470,3 +470,49 @@ def test_plans_of_many_batch_sizes_are_evicted_and_forgotten():
     known = [plan for plan, _ in compiled._known_plans.values()]
     assert len(known) <= 2 * MAX_PLANS + 1
     assert sum(plan.retired for plan in known) <= MAX_PLANS + 1
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_fire_module_convolutions_write_their_channel_blocks_without_a_copy(dtype):
+    # SqueezeNet's fire module: a 1x1 and a 3x3 convolution of one input joined on channels.
+    # Both write NCHW with their images a whole Concat output apart; a third Conv output that
+    # is also read elsewhere (by the Relu) is still copied.
+    rng = np.random.default_rng(5)
+    kind = TensorProto.FLOAT if dtype == np.float32 else TensorProto.DOUBLE
+    weights = {"w1": rng.standard_normal((48, 16, 1, 1)), "w3": rng.standard_normal((64, 16, 3, 3)),
+               "w5": rng.standard_normal((8, 16, 1, 1)), "b1": rng.standard_normal(48),
+               "b3": rng.standard_normal(64), "b5": rng.standard_normal(8)}
+    inits = [numpy_helper.from_array((v / 4).astype(dtype), k) for k, v in weights.items()]
+    nodes = [h.make_node("Conv", ["x", "w1", "b1"], ["c1"]),
+             h.make_node("Conv", ["x", "w3", "b3"], ["c3"], pads=[1, 1, 1, 1]),
+             h.make_node("Conv", ["x", "w5", "b5"], ["c5"]),
+             h.make_node("Relu", ["c1"], ["r1"]), h.make_node("Relu", ["c3"], ["r3"]),
+             h.make_node("Concat", ["r1", "r3", "c5"], ["y"], axis=1),
+             h.make_node("Relu", ["c5"], ["z"])]
+    graph = h.make_graph(nodes, "fire", [h.make_tensor_value_info("x", kind, [3, 16, 16, 12])],
+                         [h.make_tensor_value_info("y", kind, [3, 120, 16, 12]),
+                          h.make_tensor_value_info("z", kind, [3, 8, 16, 12])], inits)
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    model.ir_version = 8
+    x = rng.standard_normal((3, 16, 16, 12)).astype(dtype)
+    compiled = tonnx.load(model, opt_level=3)
+    for _ in range(3):
+        got = compiled.run({"x": x})
+    w = {k: (v / 4).astype(dtype) for k, v in weights.items()}
+    padded = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    c1 = np.einsum("mc,nchw->nmhw", w["w1"][:, :, 0, 0], x) + w["b1"][:, None, None]
+    c3 = sum(np.einsum("mc,nchw->nmhw", w["w3"][:, :, i, j], padded[:, :, i:i + 16, j:j + 12])
+             for i in range(3) for j in range(3)) + w["b3"][:, None, None]
+    c5 = np.einsum("mc,nchw->nmhw", w["w5"][:, :, 0, 0], x) + w["b5"][:, None, None]
+    want = np.concatenate([np.maximum(c1, 0), np.maximum(c3, 0), c5], axis=1)
+    tol = 1e-4 if dtype == np.float32 else 1e-10
+    np.testing.assert_allclose(got["y"], want, rtol=tol, atol=tol)
+    np.testing.assert_allclose(got["z"], np.maximum(c5, 0), rtol=tol, atol=tol)
+    plan = compiled.specialiser.latest()
+    concat = next(s for s in plan.steps if s.step.node.op_type == "Concat")
+    assert concat.plan == "no copy: 2 of 3 inputs written into their blocks of the output " \
+                          "by their producers; 1 copied", plan.describe()
+    # The two kinds of producer: the pointwise kernel on NCHW planes and the GEMM's scatter.
+    text = " ".join(s.plan or "" for s in plan.steps)
+    assert "pointwise convolution on NCHW planes" in text and \
+        "tiles scattered into the NCHW output" in text, text

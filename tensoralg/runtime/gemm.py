@@ -16,7 +16,7 @@ import numpy as np
 from tensoralg.codegen.build import build_llvm_module, host_has_feature
 from tensoralg.codegen.cache import DiskCache
 from tensoralg.errors import ShapeError
-from tensoralg.runtime.ranges import RangeCall, check_array, run_ranges
+from tensoralg.runtime.ranges import RangeCall, check_array, image_stride, run_ranges
 
 # As in codegen/gemm.py, which is imported on first use: it loads llvmlite, and importing
 # tensoralg must not.
@@ -288,7 +288,8 @@ class ConvLayer:
 
     def bind(self, x: np.ndarray, out: np.ndarray) -> "BoundConv":
         """A call reading ``x`` (N, C, H, W) and writing ``out``: channels-last
-        (N * OH * OW, M), or NCHW (N, M, OH, OW), where the GEMM scatters its tiles (no
+        (N * OH * OW, M), or NCHW (N, M, OH, OW; each image C-contiguous, the images any
+        distance apart: a channel block of a larger array), where the GEMM scatters its tiles (no
         transpose after it; worth it while K fits one K block, see :meth:`one_k_block`)."""
         return BoundConv(self, x, out)
 
@@ -301,9 +302,11 @@ class BoundConv:
         n, c, h, w = x.shape
         oh, ow = conv.out_shape(h, w)
         m = conv.out_channels
-        planar = out.shape == (n, m, oh, ow)
+        # NCHW: each image C-contiguous, the images any distance apart (a channel block).
+        planar = out.shape == (n, m, oh, ow) and image_stride(out) is not None
         if c != conv.channels or (out.shape != (n * oh * ow, m) and not planar) or oh < 1 or \
-                ow < 1 or out.dtype != conv.layer.dtype or not out.flags.c_contiguous:
+                ow < 1 or out.dtype != conv.layer.dtype or \
+                not (planar or out.flags.c_contiguous) or not out.flags.writeable:
             raise ShapeError(f"ConvLayer: input {x.shape} and output {out.shape} do not match "
                              f"the weight ({m}, {conv.channels}, {conv.kh}, {conv.kw})")
         hp = h + conv.pads_begin[0] + conv.pads_end[0]
@@ -321,10 +324,11 @@ class BoundConv:
         # output has its positions next to each other and its channels a plane apart (the
         # tile is scattered); a channels-last one, its channels next to each other.
         ldc, c_inner, c_col = (1, ow, oh * ow) if planar else (m, ow * m, 1)
+        c_outer = image_stride(out) if planar else oh * ow * m
         self.gemm = BoundLayer.with_arguments(layer, self.padded, out, [
             self.padded.ctypes.data, sw * c, layer.packed.ctypes.data, layer.k, layer.n,
             out.ctypes.data, ldc, layer.bias.ctypes.data, layer.flags, 0, n * oh * ow,
-            conv.kw * c, row, ow, oh, sh * row, c_inner, hp * row, oh * ow * m, c_col])
+            conv.kw * c, row, ow, oh, sh * row, c_inner, hp * row, c_outer, c_col])
         self.out = out
 
     def rebind(self, name: str, x: np.ndarray) -> None:

@@ -15,7 +15,7 @@ from tensoralg.codegen.build import build_llvm_module, host_has_feature
 from tensoralg.codegen.cache import DiskCache
 from tensoralg.errors import ShapeError
 from tensoralg.runtime.gemm import FLAG_BIAS, FLAG_CLIP, FLAG_RELU
-from tensoralg.runtime.ranges import RangeCall, check_array
+from tensoralg.runtime.ranges import RangeCall, check_array, check_images
 
 _PROTOTYPE = ctypes.CFUNCTYPE(ctypes.c_int32, *[ctypes.c_void_p] * 4, ctypes.c_int32,
                               *[ctypes.c_int64] * 8)
@@ -120,18 +120,20 @@ class PlanarConv:
         return self.bind(x, out)()
 
     def bind(self, x: np.ndarray, out: np.ndarray) -> "BoundPlanar":
-        """A call reading ``x`` (N, C, H, W) and writing ``out`` (N, M, H, W), both
-        C-contiguous and fixed (``x`` may be swapped with ``rebind("x", x)``)."""
+        """A call reading ``x`` (N, C, H, W, C-contiguous) and writing ``out`` (N, M, H, W,
+        each image C-contiguous, the images any distance apart: a channel block of a larger
+        array), both fixed (``x`` may be swapped with ``rebind("x", x)``)."""
         check_array(self, x, "input", self.dtype, (None, self.channels, *x.shape[2:]), "N")
-        check_array(self, out, "output", self.dtype, (x.shape[0], self.out_channels,
-                                                      *x.shape[2:]), "N", writeable=True)
-        return BoundPlanar(self, x, out)
+        stride = check_images(self, out, "output", self.dtype,
+                              (x.shape[0], self.out_channels, *x.shape[2:]))
+        return BoundPlanar(self, x, out, stride)
 
 
 class BoundPlanar(RangeCall):
     """A :class:`PlanarConv` call with its buffers fixed; ``__call__`` runs it."""
 
-    def __init__(self, conv: PlanarConv, x: np.ndarray, out: np.ndarray) -> None:
+    def __init__(self, conv: PlanarConv, x: np.ndarray, out: np.ndarray,
+                 out_image: int | None = None) -> None:
         from tensoralg.codegen.planar import block_panels
 
         self.conv, self.input, self.out = conv, x, out
@@ -148,7 +150,7 @@ class BoundPlanar(RangeCall):
         bounds = [units * part // parts for part in range(parts + 1)]
         fixed = [out.ctypes.data, conv.weight.ctypes.data, conv.bias.ctypes.data, conv.flags,
                  conv.out_channels, conv.channels, positions, conv.channels * positions,
-                 conv.out_channels * positions, per_unit]
+                 conv.out_channels * positions if out_image is None else out_image, per_unit]
         self.calls = [[x.ctypes.data, *fixed, lo, hi]
                       for lo, hi in zip(bounds, bounds[1:]) if hi > lo] or \
             [[x.ctypes.data, *fixed, 0, 0]]

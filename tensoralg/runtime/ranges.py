@@ -31,6 +31,40 @@ def check_array(owner: Any, array: Any, what: str, dtype: np.dtype,
                          f"{getattr(array, 'shape', '')}")
 
 
+def image_stride(array: Any) -> int | None:
+    """Elements between the images (first-axis items) of ``array`` when each image is a
+    C-contiguous block and the images do not overlap (a channel block of a larger NCHW
+    array), else None.
+
+    >>> whole = np.zeros((2, 5, 3, 3), np.float32)
+    >>> image_stride(whole[:, 1:3]), image_stride(whole[:, :, 1:])
+    (45, None)
+    """
+    if type(array) is not np.ndarray or array.ndim < 2 or not array.size:
+        return None
+    item = array.dtype.itemsize
+    inner = array[0]
+    if not inner.flags.c_contiguous or array.strides[0] % item or \
+            (array.shape[0] > 1 and array.strides[0] < inner.size * item):
+        return None
+    return array.strides[0] // item if array.shape[0] > 1 else inner.size
+
+
+def check_images(owner: Any, array: Any, what: str, dtype: np.dtype,
+                 shape: tuple[int, ...]) -> int:
+    """:func:`check_array` for a writeable output whose images may lie apart (a channel block
+    of a Concat's output): its image stride in elements."""
+    stride = image_stride(array)
+    if stride is None or array.dtype != dtype or tuple(array.shape) != tuple(shape) or \
+            not array.flags.writeable:
+        want = " x ".join(map(str, shape))
+        raise ShapeError(f"{owner!r}: the {what} must be a writeable {dtype} array of shape "
+                         f"{want} with C-contiguous images; got "
+                         f"{getattr(array, 'dtype', type(array).__name__)} "
+                         f"{getattr(array, 'shape', '')}")
+    return stride
+
+
 def run_ranges(function: Callable[..., int], calls: list[list], threads: Any, what: str) -> None:
     """Call ``function`` once per argument list (over ``threads`` when given); a nonzero
     status raises ``KernelRuntimeError`` naming ``what``."""

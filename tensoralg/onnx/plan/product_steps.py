@@ -355,7 +355,7 @@ def planar_conv_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarr
         return one_input_run(conv.bind(placeholder(ins[0], x.shape, x.dtype), outs[0]), ins[0],
                              "x")
 
-    spec = Spec(make, [], "conv kernel")
+    spec = Spec(make, [], "conv kernel", image_blocks_output=True)
     spec.plan = conv.describe(x.shape[2] * x.shape[3])
     return spec
 
@@ -502,7 +502,7 @@ def _planar_gemm_conv_spec(conv: Any, x: np.ndarray, what: str) -> Spec:
         copy, gemm = bound.parts()
         return made_of(run, [(copy[0], [("x", get, None)]), gemm])
 
-    spec = Spec(make, [], "conv kernels")
+    spec = Spec(make, [], "conv kernels", image_blocks_output=True)
     spec.plan = f"{what}, tiles scattered into the NCHW output"
     return spec
 

@@ -467,10 +467,12 @@ def _concat_in_place(specs: list[tuple[Step, Spec | None]], recorded: Env, outpu
                      base: dict[str, str], transposed: set[str], readers: dict[str, int]
                      ) -> dict[str, tuple[str, tuple[slice, ...]]]:
     """The Concat inputs whose producers write straight into the Concat's output: each such
-    input -> (the output, the index of its block). An input qualifies when its producer writes
-    through any view (``Spec.strided_output``: gathers), nothing else reads it, it is 2-D and
-    the Concat joins columns (its block is then a 2-D view with unit-stride rows, which the
-    compiled gather writes). Sets each Concat's ``in_place`` and plan text."""
+    input -> (the output, the index of its block). An input qualifies when nothing else reads
+    it, the Concat joins along axis 1, and its producer writes that block: through any view
+    for a 2-D value (``Spec.strided_output``: gathers, into a column block with unit-stride
+    rows), or with its images apart for a 4-D one (``Spec.image_blocks_output``: convolutions
+    writing NCHW, into a channel block, as SqueezeNet's fire modules join their two expand
+    layers). Sets each Concat's ``in_place`` and plan text."""
     producers: dict[str, Spec] = {}
     for step, spec in specs:
         for name in step.node.outputs:
@@ -494,11 +496,13 @@ def _concat_in_place(specs: list[tuple[Step, Spec | None]], recorded: Env, outpu
             if value is None:
                 break
             producer = producers.get(name)
-            if out.ndim == 2 and axis == 1 and names.count(name) == 1 and \
-                    readers.get(name) == 1 and name not in outputs and name not in aliased and \
-                    name not in transposed and producer is not None and \
-                    producer.strided_output and value.ndim == 2:
-                mine[name] = (node.outputs[0], (slice(None), slice(start, start + value.shape[1])))
+            alone = names.count(name) == 1 and readers.get(name) == 1 and \
+                name not in outputs and name not in aliased and name not in transposed and \
+                producer is not None and value.ndim == out.ndim and axis == 1
+            if alone and (out.ndim == 2 and producer.strided_output or
+                          out.ndim == 4 and producer.image_blocks_output):
+                mine[name] = (node.outputs[0],
+                              (slice(None), slice(start, start + value.shape[1])))
             start += value.shape[axis]
         else:
             if mine:
@@ -506,7 +510,7 @@ def _concat_in_place(specs: list[tuple[Step, Spec | None]], recorded: Env, outpu
                 spec.in_place = frozenset(mine)
                 copied = len(names) - len(mine)
                 spec.plan = (f"no copy: {len(mine)} of {len(names)} inputs written into their "
-                             f"column blocks by their producers" +
+                             f"blocks of the output by their producers" +
                              (f"; {copied} copied" if copied else ""))
                 if not copied:
                     spec.kind = "in place"

@@ -90,6 +90,9 @@ class Spec:
     # The step writes its output through whatever view it is given (a gather: a column block
     # of the Concat that reads it), so the plan may place that output inside another buffer.
     strided_output: bool = False
+    # The step writes a 4-D output whose images are contiguous blocks at any distance (a
+    # convolution's NCHW planes), so the plan may place it as a channel block of a Concat.
+    image_blocks_output: bool = False
     # Of a Concat: the inputs its producers already wrote into its output (set by the plan
     # before ``make``); only the others are copied.
     in_place: frozenset[str] = frozenset()
