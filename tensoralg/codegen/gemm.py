@@ -7,11 +7,11 @@ runs from level with NumPy's OpenBLAS plus a separate epilogue pass to 1.7x fast
 shapes of the recommender benchmarks, depending on the VM's phase (``benchmarks/kernel_micro.py``
 times 256 x 256 x 512), because
 
-- the weight is packed at load time, not on every call: panels of ``NR`` columns, ``KC`` rows
-  at a time, each ``KC x NR`` block contiguous and small enough to stay in L1 while every row
-  block of ``A`` streams past it;
+- the weight is packed at load time, not on every call: panels of ``NR`` columns, each
+  ``K_BLOCK x NR`` block contiguous (in L2, streamed once per tile) while the tile's rows of
+  ``A`` stay in L1, as BLIS blocks its micro-kernel;
 - the micro-kernel keeps an ``MR x NR`` tile of ``C`` (6 rows x 4 vectors: 24 of the 32 vector
-  registers; 12 rows x 1 vector for a panel one vector wide) in registers across ``KC`` steps:
+  registers; 12 rows x 1 vector for a panel one vector wide) in registers across a K block:
   per step it loads 4 vectors of ``W`` and broadcasts 6 values of ``A`` for 24 fused
   multiply-adds, so it is bound by the FMA units, not by loads;
 - the bias and ReLU are applied to the tile while it is in registers, so the output is written
@@ -28,9 +28,14 @@ output rows and images (with 7 x 7 outputs, 6-row tiles that stopped at each out
 1-row tile in every row, and the whole weight was streamed once per output row: 25 against 50
 GFMA/s for ResNet-18's last 3x3 layers).
 
-Edges are exact and in bounds: the last panel's columns are masked (masked loads and stores
-touch no memory outside the mask), the last row block runs a micro-kernel with fewer rows, and
-``K = 0`` still writes ``act(bias)``. The packed weight is zero-padded to whole panels.
+C's columns may lie a fixed stride apart instead of next to each other: the tile is then
+scattered (and a later K block's partial sums gathered), so that a convolution writes its NCHW
+planes directly, positions being the rows.
+
+Edges are exact and in bounds: the last panel's columns are masked (masked loads, stores,
+gathers and scatters touch no memory outside the mask), the last row block runs a micro-kernel
+with fewer rows, and ``K = 0`` still writes ``act(bias)``. The packed weight is zero-padded to
+whole panels.
 """
 from __future__ import annotations
 
