@@ -224,18 +224,23 @@ def test_direct_convolution_matches_onnxruntime(shape):
         conv.bind(x, np.empty((n * oh * ow + 1, m), np.float32))
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("c,m", [(3, 70), (200, 20)])     # K in one block; in two
-def test_direct_convolution_into_nchw_float64(c, m):
+def test_direct_convolution_into_nchw(c, m, dtype):
+    # 7 x 8 outputs per image in tiles of 6 rows (float32: scattered in pairs of rows where a
+    # tile's rows are neighbours, one by one where it crosses into the next image).
     rng = np.random.default_rng(c)
-    x = rng.standard_normal((2, c, 7, 9))
-    w = rng.standard_normal((m, c, 3, 3))
-    conv = ta.api.conv_layer(w, rng.standard_normal(m), (2, 1), (1, 0), (1, 2), True)
+    x = rng.standard_normal((3, c, 7, 9)).astype(dtype)
+    w = rng.standard_normal((m, c, 3, 3)).astype(dtype)
+    conv = ta.api.conv_layer(w, rng.standard_normal(m).astype(dtype), (2, 1), (1, 0), (1, 2),
+                             True)
     oh, ow = conv.out_shape(7, 9)
-    rows = np.empty((2 * oh * ow, m))
-    want = conv.bind(x, rows)().reshape(2, oh, ow, m).transpose(0, 3, 1, 2)
-    planar = np.full((2, m, oh, ow), np.nan)
+    rows = np.empty((3 * oh * ow, m), dtype)
+    want = conv.bind(x, rows)().reshape(3, oh, ow, m).transpose(0, 3, 1, 2)
+    planar = np.full((3, m, oh, ow), np.nan, dtype)
     conv.bind(x, planar)()
-    np.testing.assert_allclose(planar, want, rtol=1e-12, atol=1e-12)
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(planar, want, rtol=tol, atol=tol)
     assert conv.one_k_block() == (c * 9 <= 576)
 
 
