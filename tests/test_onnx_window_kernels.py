@@ -57,6 +57,10 @@ def _x(shape, seed=0, dtype=np.float32):
     ({"kernel_shape": [2, 3], "strides": [1, 1], "pads": [0, 1, 1, 1]}, (2, 2, 5, 37)),
     ({"kernel_shape": [3, 3], "dilations": [2, 2], "pads": [2, 2, 2, 2]}, (1, 3, 9, 9)),
     ({"kernel_shape": [3, 3], "auto_pad": "SAME_UPPER", "strides": [2, 2]}, (1, 2, 8, 7)),
+    # Rows wide enough for interior vectors (plain loads) beside the masked ends and borders.
+    ({"kernel_shape": [3, 3], "strides": [2, 2]}, (1, 3, 11, 75)),
+    ({"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}, (2, 2, 9, 99)),
+    ({"kernel_shape": [3, 2], "strides": [1, 1], "dilations": [1, 2]}, (1, 2, 6, 53)),
 ])
 def test_max_pool_matches_onnxruntime(attributes, shape):
     _check(helper.make_node("MaxPool", ["x"], ["y"], **attributes), _x(shape))
@@ -66,6 +70,24 @@ def test_max_pool_float64_and_nan():
     x = _x((1, 2, 6, 6), dtype=np.float64)
     x[0, 1, 2, 3] = np.inf
     _check(helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2], strides=[2, 2]), x)
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_max_pool_interior_vectors_float64_and_nan(stride):
+    # float64: 8 lanes, so a 40-wide row has interior vectors; NaN and inf inside them.
+    x = _x((1, 2, 7, 40 * stride + 3), dtype=np.float64)
+    x[0, 1, 4, 33] = np.inf
+    x[0, 1, 2, 17] = -np.inf
+    node = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3],
+                            strides=[stride, stride], pads=[1, 1, 1, 1])
+    model = _check(node, x)
+    # NaN wins, as in NumPy's max (onnxruntime's MaxPool may drop it): against NumPy.
+    x[0, 0, 3, 20] = np.nan
+    padded = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)), constant_values=-np.inf)
+    out_h, out_w = (x.shape[2] - 1) // stride + 1, (x.shape[3] - 1) // stride + 1
+    want = np.max([padded[:, :, i:i + stride * out_h:stride, j:j + stride * out_w:stride]
+                   for i in range(3) for j in range(3)], axis=0)
+    np.testing.assert_array_equal(model.run({"x": x})["y"], want)
 
 
 @pytest.mark.parametrize("attributes, shape", [
@@ -87,6 +109,9 @@ def test_average_pool_matches_onnxruntime(attributes, shape):
     ({"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "strides": [2, 2]}, (1, 24, 11, 11)),
     ({"kernel_shape": [5, 5], "pads": [2, 2, 2, 2], "dilations": [1, 1]}, (1, 40, 7, 7)),
     ({"kernel_shape": [3, 3], "pads": [2, 2, 2, 2], "dilations": [2, 2]}, (1, 8, 9, 9)),
+    ({"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}, (1, 8, 6, 50)),           # interior
+    ({"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "strides": [2, 2]}, (2, 8, 7, 81)),
+    ({"kernel_shape": [3, 3], "pads": [0, 2, 0, 2], "dilations": [1, 2]}, (1, 4, 5, 60)),
 ])
 @pytest.mark.parametrize("bias", [False, True])
 def test_depthwise_conv_matches_onnxruntime(attributes, shape, bias):

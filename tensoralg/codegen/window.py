@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from llvmlite import ir
 
 from tensoralg.codegen.gemm import clamp_bounds, emit_clamp
-from tensoralg.codegen.llvm_helpers import counted_loop, declare, entry_alloca
+from tensoralg.codegen.llvm_helpers import counted_loop, declare, entry_alloca, if_else
 from tensoralg.errors import ShapeError
 
 I1, I32, I64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
@@ -183,13 +183,78 @@ class _Body:
         return b.shuffle_vector(halves[0], halves[1], ir.Constant(
             ir.VectorType(I32, lanes), [2 * lane for lane in range(lanes)]))
 
+    def _interior(self, row0: ir.Value, first: ir.Value) -> ir.Value:
+        """Whether every lane of the vector is an output column and every cell its taps read
+        (with a stride-2 pair's odd cells) lies inside the image, so that plain loads serve:
+        the masks of the general path cost more than its loads (a 3x3 stride-2 max pool
+        builds two compares and three ands per tap and half)."""
+        b, g, lanes = self.b, self.g, self.lanes
+        const = lambda value: ir.Constant(I64, value)     # noqa: E731
+        left = b.sub(b.mul(first, const(g.strides[1])), const(g.pads_begin[1]))
+        reach = (lanes - 1) * g.strides[1] + (g.kernel[1] - 1) * g.dilations[1] + \
+            (1 if g.strides[1] == 2 else 0)
+        conditions = [b.icmp_signed("<=", b.add(first, const(lanes)), const(g.out_width)),
+                      b.icmp_signed(">=", left, const(0)),
+                      b.icmp_signed("<", b.add(left, const(reach)), const(g.width)),
+                      b.icmp_signed(">=", row0, const(0)),
+                      b.icmp_signed("<", b.add(row0, const((g.kernel[0] - 1) * g.dilations[0])),
+                                    const(g.height))]
+        inside = conditions[0]
+        for condition in conditions[1:]:
+            inside = b.and_(inside, condition)
+        return inside
+
+    def _plain_tap(self, row_base: ir.Value, first: ir.Value, kw: int) -> ir.Value:
+        """Tap ``kw`` of an interior vector (see :meth:`_interior`): one load (stride 1) or
+        two and a shuffle of their even cells (stride 2), no masks."""
+        b, g, lanes = self.b, self.g, self.lanes
+        start = b.add(b.sub(b.mul(first, ir.Constant(I64, g.strides[1])),
+                            ir.Constant(I64, g.pads_begin[1])),
+                      ir.Constant(I64, kw * g.dilations[1]))
+        loads = [b.load(b.gep(row_base, [b.add(start, ir.Constant(I64, half * lanes))],
+                              source_etype=self.scalar), typ=self.vector,
+                        align=self.align.constant)
+                 for half in range(g.strides[1])]
+        if g.strides[1] == 1:
+            return loads[0]
+        return b.shuffle_vector(loads[0], loads[1], ir.Constant(
+            ir.VectorType(I32, lanes), [2 * lane for lane in range(lanes)]))
+
     def emit(self, x_plane: ir.Value, y_plane: ir.Value, w: ir.Value, bias: ir.Value,
              channel: ir.Value, oh: ir.Value, first: ir.Value) -> None:
         b, g, lanes = self.b, self.g, self.lanes
         ow = b.add(self.splat(first, self.ivector), ir.Constant(self.ivector, list(range(lanes))))
         valid = b.icmp_signed("<", ow, self.ints(g.out_width))
-        col0 = b.sub(b.mul(ow, self.ints(g.strides[1])), self.ints(g.pads_begin[1]))
         row0 = b.sub(b.mul(oh, ir.Constant(I64, g.strides[0])), ir.Constant(I64, g.pads_begin[0]))
+        if self.mode == "average" or g.strides[1] > 2:
+            acc = self._accumulate(x_plane, w, bias, channel, row0, first, ow, valid, False)
+        else:
+            # Interior vectors (most of a large plane) read with plain loads; the rows' ends
+            # and the padded border take the masked path.
+            slot = entry_alloca(b, self.vector, "acc")
+            with if_else(b, self._interior(row0, first), "interior") as (then, otherwise):
+                for branch, plain in ((then, True), (otherwise, False)):
+                    with branch():
+                        b.store(self._accumulate(x_plane, w, bias, channel, row0, first, ow,
+                                                 valid, plain), slot)
+            acc = b.load(slot, typ=self.vector)
+        bounds = clamp_bounds(self.relu)
+        if bounds is not None:
+            # min(max(x, low), high) with NaN kept, as the convolution and GEMM epilogues do
+            low, high = (None if v == unbounded else self.constant(v)
+                         for v, unbounded in zip(bounds, (-math.inf, math.inf)))
+            acc = emit_clamp(b, acc, low, high)
+        out = b.gep(y_plane, [b.add(b.mul(oh, ir.Constant(I64, g.out_width)), first)],
+                    source_etype=self.scalar)
+        b.call(self.store, [acc, out, self.align, valid])
+
+    def _accumulate(self, x_plane: ir.Value, w: ir.Value, bias: ir.Value, channel: ir.Value,
+                    row0: ir.Value, first: ir.Value, ow: ir.Value, valid: ir.Value,
+                    plain: bool) -> ir.Value:
+        """The reduction over the window of one vector of output columns: with plain loads
+        (``plain``: an interior vector) or masked ones."""
+        b, g, lanes = self.b, self.g, self.lanes
+        col0 = b.sub(b.mul(ow, self.ints(g.strides[1])), self.ints(g.pads_begin[1]))
         fill = -float("inf") if self.mode == "max" else 0.0
         passthru = self.constant(fill)
         if self.mode == "depthwise":
@@ -212,6 +277,15 @@ class _Body:
                     I64, g.height + g.pads_begin[0] + g.pads_end[0]))
                 row_pad_mask = b.and_(valid, self.splat(row_pad, self.mask))
             for kw in range(g.kernel[1]):
+                if plain:
+                    value = self._plain_tap(row_base, first, kw)
+                    if self.mode == "max":
+                        acc = b.call(self.maximum, [acc, value])
+                    else:
+                        tap = b.load(b.gep(w_row, [ir.Constant(I64, kh * g.kernel[1] + kw)],
+                                           source_etype=self.scalar), typ=self.scalar)
+                        acc = b.call(self.fma, [value, self.splat(tap, self.vector), acc])
+                    continue
                 iw = b.add(col0, self.ints(kw * g.dilations[1]))
                 mask = b.and_(row_mask, b.icmp_unsigned("<", iw, self.ints(g.width)))
                 if g.strides[1] == 1:
@@ -250,15 +324,7 @@ class _Body:
             # padding) divides 0 by 1, as onnxruntime gives 0 there.
             empty = b.fcmp_ordered("==", count, self.constant(0.0))
             acc = b.fdiv(acc, b.select(empty, self.constant(1.0), count))
-        bounds = clamp_bounds(self.relu)
-        if bounds is not None:
-            # min(max(x, low), high) with NaN kept, as the convolution and GEMM epilogues do
-            low, high = (None if v == unbounded else self.constant(v)
-                         for v, unbounded in zip(bounds, (-math.inf, math.inf)))
-            acc = emit_clamp(b, acc, low, high)
-        out = b.gep(y_plane, [b.add(b.mul(oh, ir.Constant(I64, g.out_width)), first)],
-                    source_etype=self.scalar)
-        b.call(self.store, [acc, out, self.align, valid])
+        return acc
 
 
 __all__ = ["WindowGeometry", "window_module", "ENTRY", "MODES"]
