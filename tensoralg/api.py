@@ -2026,8 +2026,9 @@ def conv_layer(weight: np.ndarray, bias: np.ndarray | None, strides: tuple[int, 
     >>> conv.out_shape(3, 4)
     (3, 4)
     """
-    return ConvLayer(weight, bias, strides, pads_begin, pads_end, relu,
-                     cache=kernel_cache().disk)
+    cache = kernel_cache()
+    return ConvLayer(weight, bias, strides, pads_begin, pads_end, relu, cache=cache.disk,
+                     threads=cache.threads)
 
 
 def direct_conv(weight: np.ndarray, bias: np.ndarray | None, image: tuple[int, int, int],

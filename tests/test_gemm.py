@@ -12,7 +12,7 @@ import tensoralg as ta
 from tensoralg.api import dense_layer
 from tensoralg.codegen.gemm import GemmShape, pack_weight
 from tensoralg.onnx.plan.product_steps import Epilogue, gemm_epilogue
-from tensoralg.runtime.gemm import DenseLayer
+from tensoralg.runtime.gemm import ConvLayer, DenseLayer
 from tensoralg.runtime.threads import KernelThreads
 
 TOL = {np.float32: 2e-5, np.float64: 1e-12}
@@ -264,3 +264,22 @@ def test_convolutions_write_channel_blocks_and_refuse_other_views():
         PlanarConv(np.ones((3, 4), np.float32), None).bind(x, whole[:, 2:5, :, 1:])
     with pytest.raises(ta.ShapeError, match="do not match"):
         conv.bind(x, whole[:, 5:, 1:])
+
+
+@pytest.mark.parametrize("planar", [False, True])
+def test_direct_convolution_split_over_threads_matches_one_thread(planar):
+    # Large enough that the copy and the GEMM are split into ranges (whole register tiles of
+    # output positions; ranges of input rows for the copy): the same bits as one range.
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((4, 64, 40, 30)).astype(np.float32)
+    w = rng.standard_normal((70, 64, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(70).astype(np.float32)
+    single = ConvLayer(w, b, (1, 1), (1, 1), (1, 1), True)
+    split = ConvLayer(w, b, (1, 1), (1, 1), (1, 1), True, threads=KernelThreads(2))
+    shape = (4, 70, 40, 30) if planar else (4 * 40 * 30, 70)
+    want, got = np.empty(shape, np.float32), np.full(shape, np.nan, np.float32)
+    single.bind(x, want)()
+    bound = split.bind(x, got)
+    assert len(bound.gemm.calls) == 2 and len(bound.copy.calls) == 2
+    bound()
+    np.testing.assert_array_equal(got, want)

@@ -180,13 +180,26 @@ class BoundLayer(RangeCall):
 
     @classmethod
     def with_arguments(cls, layer: DenseLayer, a: np.ndarray, out: np.ndarray,
-                       args: list) -> "BoundLayer":
-        """A one-thread call with the kernel's arguments given whole (a convolution's planes,
-        see :class:`BoundConv`); ``a`` and ``out`` are what they point into."""
+                       args: list, threads: Any = None) -> "BoundLayer":
+        """A call with the kernel's arguments given whole (a convolution's planes, see
+        :class:`BoundConv`); ``a`` and ``out`` are what they point into. With ``threads``, its
+        rows (``args[9:11]``) are split into ranges of whole register tiles, one per thread
+        where the product is large enough: each range writes only its own rows of C."""
         bound = cls.__new__(cls)
-        bound.layer, bound.input, bound.out, bound.threads = layer, a, out, None
+        bound.layer, bound.input, bound.out = layer, a, out
         bound.function, bound.what = layer.function, repr(layer)
-        bound.calls = [list(args)]
+        begin, end = args[9], args[10]
+        rows = end - begin
+        parts = 1
+        if threads is not None:
+            parts = threads.dense_parts(rows * layer.k * layer.n, rows // layer.shape.mr)
+        tiles = -(-rows // layer.shape.mr)
+        bounds = [begin + min(rows, tiles * part // parts * layer.shape.mr)
+                  for part in range(parts + 1)]
+        bounds[-1] = end
+        bound.calls = [[*args[:9], lo, hi, *args[11:]]
+                       for lo, hi in zip(bounds, bounds[1:]) if hi > lo] or [list(args)]
+        bound.threads = threads if len(bound.calls) > 1 else None
         return bound
 
     def refuse(self, array: Any) -> None:
@@ -229,7 +242,7 @@ class BoundChannelsLast(RangeCall):
     """
 
     def __init__(self, x: np.ndarray, out: np.ndarray, pads: tuple[int, int],
-                 cache: DiskCache | None = None) -> None:
+                 cache: DiskCache | None = None, threads: Any = None) -> None:
         n, c, h, w = x.shape
         if out.ndim != 4 or out.shape[0] != n or out.shape[3] != c or \
                 out.shape[1] < h + pads[0] or out.shape[2] < w + pads[1] or \
@@ -238,11 +251,18 @@ class BoundChannelsLast(RangeCall):
             raise ShapeError(f"channels-last copy: cannot copy {x.dtype} {x.shape} into "
                              f"{out.dtype} {out.shape} with pads {pads}")
         self.function, self.source = channels_last_kernel(x.dtype, cache)
-        self.input, self.out, self.threads = x, out, None
+        self.input, self.out = x, out
         self.what = f"channels-last copy ({x.dtype} {x.shape} -> {out.shape})"
         row = out.shape[2] * c
-        self.calls = [[x.ctypes.data, out.ctypes.data, 0, n * h, c, h, w,
-                       out.shape[1] * row, row, pads[0] * row + pads[1] * c]]
+        # Ranges of input rows (image, row), one per thread where the copy is large enough.
+        parts = 1 if threads is None else threads.parts(x.size, native=True)
+        bounds = [n * h * part // parts for part in range(parts + 1)]
+        self.calls = [[x.ctypes.data, out.ctypes.data, lo, hi, c, h, w,
+                       out.shape[1] * row, row, pads[0] * row + pads[1] * c]
+                      for lo, hi in zip(bounds, bounds[1:]) if hi > lo] or \
+            [[x.ctypes.data, out.ctypes.data, 0, 0, c, h, w, out.shape[1] * row, row,
+              pads[0] * row + pads[1] * c]]
+        self.threads = threads if len(self.calls) > 1 else None
 
 
 class ConvLayer:
@@ -263,7 +283,7 @@ class ConvLayer:
     def __init__(self, weight: np.ndarray, bias: np.ndarray | None, strides: tuple[int, int],
                  pads_begin: tuple[int, int], pads_end: tuple[int, int],
                  relu: bool | tuple[float, float] = False,
-                 cache: DiskCache | None = None) -> None:
+                 cache: DiskCache | None = None, threads: Any = None) -> None:
         weight = np.asarray(weight)
         if weight.ndim != 4:
             raise ShapeError(f"ConvLayer: the weight must be (M, C, KH, KW), got {weight.shape}")
@@ -271,7 +291,8 @@ class ConvLayer:
         # K ordered (kernel row, kernel column, channel): one kernel row is KW * C contiguous
         # values of the channels-last input.
         flat = weight.transpose(2, 3, 1, 0).reshape(-1, self.out_channels)
-        self.layer = DenseLayer(np.ascontiguousarray(flat), bias, relu, cache=cache)
+        self.layer = DenseLayer(np.ascontiguousarray(flat), bias, relu, cache=cache,
+                                threads=threads)
         self.strides, self.pads_begin, self.pads_end = strides, pads_begin, pads_end
 
     def one_k_block(self) -> bool:
@@ -314,7 +335,8 @@ class BoundConv:
         self.padded = np.zeros((n, hp, wp, c), conv.layer.dtype)
         if x.dtype != conv.layer.dtype or not x.flags.c_contiguous:
             raise ShapeError(f"ConvLayer: cannot copy an input of {x.dtype} {x.shape}")
-        self.copy = BoundChannelsLast(x, self.padded, conv.pads_begin)
+        self.copy = BoundChannelsLast(x, self.padded, conv.pads_begin,
+                                      threads=conv.layer.threads)
         layer, (sh, sw) = conv.layer, conv.strides
         row = wp * c
         # The GEMM's rows are the output positions (image, output row, column), one plane
@@ -328,7 +350,8 @@ class BoundConv:
         self.gemm = BoundLayer.with_arguments(layer, self.padded, out, [
             self.padded.ctypes.data, sw * c, layer.packed.ctypes.data, layer.k, layer.n,
             out.ctypes.data, ldc, layer.bias.ctypes.data, layer.flags, 0, n * oh * ow,
-            conv.kw * c, row, ow, oh, sh * row, c_inner, hp * row, c_outer, c_col])
+            conv.kw * c, row, ow, oh, sh * row, c_inner, hp * row, c_outer, c_col],
+            layer.threads)
         self.out = out
 
     def rebind(self, name: str, x: np.ndarray) -> None:

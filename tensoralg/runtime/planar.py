@@ -305,21 +305,21 @@ def patch_conv(geometry: Any, weight: np.ndarray, bias: np.ndarray | None,
 
 def pointwise_conv(weight: np.ndarray, bias: np.ndarray | None,
                    activation: tuple[float, float] | None, positions: int,
-                   cache: DiskCache | None = None) -> PlanarConv | None:
+                   cache: DiskCache | None = None, threads: Any = None) -> PlanarConv | None:
     """A :class:`PlanarConv` for ``positions`` output positions per image, or None where the
     positions leave too many vector lanes idle (:func:`planar_pays`)."""
     weight = np.asarray(weight)
     if weight.dtype not in (np.float32, np.float64) or \
             not planar_pays(weight.dtype, positions, cache):
         return None
-    return PlanarConv(weight, bias, activation, cache=cache)
+    return PlanarConv(weight, bias, activation, cache=cache, threads=threads)
 
 
 def patch_conv_of(image: tuple[int, int, int], weight: np.ndarray, bias: np.ndarray | None,
                   activation: tuple[float, float] | None, kernel: tuple[int, int],
                   strides: tuple[int, int], dilations: tuple[int, int],
                   pads_begin: tuple[int, int], out: tuple[int, int],
-                  cache: DiskCache | None = None) -> PatchConv | None:
+                  cache: DiskCache | None = None, threads: Any = None) -> PatchConv | None:
     """:func:`patch_conv` for images of shape ``image`` (C, H, W) and ``out`` (OH, OW)
     output positions, group 1."""
     from tensoralg.codegen.conv import ConvGeometry
@@ -327,7 +327,7 @@ def patch_conv_of(image: tuple[int, int, int], weight: np.ndarray, bias: np.ndar
     weight = np.asarray(weight)
     g = ConvGeometry(*image, weight.shape[0], *out, tuple(kernel), tuple(strides),
                      tuple(dilations), tuple(pads_begin), 1)
-    return patch_conv(g, weight, bias, activation, cache)
+    return patch_conv(g, weight, bias, activation, cache, threads)
 
 
 def compiled_conv_gathers(image: tuple[int, int, int], kernel: tuple[int, int],

@@ -347,7 +347,8 @@ def planar_conv_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarr
         return None
     conv = program.pointwise_conv(weight, None if bias is None else bias.reshape(-1),
                                          activation_bounds(attrs), x.shape[2] * x.shape[3],
-                                         program.kernel_cache().disk)
+                                         program.kernel_cache().disk,
+                                         program.kernel_cache().threads)
     if conv is None:
         return None
 
@@ -524,7 +525,8 @@ def _patch_conv_spec(weight: np.ndarray, bias: np.ndarray | None,
     conv = program.patch_conv_of(x.shape[1:], weight, bias, bounds, geometry.kernel,
                                         geometry.strides, geometry.dilations,
                                         geometry.pads_begin, geometry.out,
-                                        program.kernel_cache().disk)
+                                        program.kernel_cache().disk,
+                                        program.kernel_cache().threads)
     return None if conv is None else _compiled_conv_spec(conv, x)
 
 
