@@ -400,10 +400,13 @@ def conv_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) ->
     relu = fused_activation(attrs)
     skip_zeros = bool(attrs.get("skip_zeros", 0))
     direct = geometry.dilations == (1, 1)
-    if groups == 1 and not skip_zeros and direct and channels >= GEMM_MIN_CHANNELS:
+    if groups == 1 and not skip_zeros and direct and channels >= GEMM_MIN_CHANNELS and \
+            weight.shape[2] * weight.shape[3] > 1:
         # The generated GEMM writing NCHW tiles beats patch blocks on a first layer once the
         # output channels fill its panels: ResNet-18's 3 -> 64 7x7 layer 29.0 -> 24.7 ms at
-        # batch 8, SqueezeNet's 3 -> 96 37.4 -> 33.4 ms; at 32 channels the two are even.
+        # batch 8, SqueezeNet's 3 -> 96 37.4 -> 33.4 ms; at 32 channels the two are even. Not
+        # a strided 1x1 layer (ResNet's downsampling): its channels-last copy would move the
+        # whole input to use a quarter of it (64 -> 128 channels at 56 x 56: 2.7 -> 10 ms).
         conv = program.conv_layer(weight, vector, geometry.strides, geometry.pads_begin,
                                   geometry.pads_end, relu)
         if conv.one_k_block():
