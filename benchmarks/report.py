@@ -98,7 +98,7 @@ TARGET_NOTES: dict[str, str] = {
                     "joins its ranges by copying what the second thread saved (copy-free "
                     "parallel assembly is not built), and small sums pay ~30 µs of scipy "
                     "construction per call",
-    "mttkrp vs scipy": "at the goal's edge: 0.046-0.053 across runs on this VM",
+    "mttkrp vs scipy": "near the goal and noisy: two real tensors only, 0.046-0.058 across runs on an Intel Xeon VM and 0.044-0.070 on an AMD EPYC (Zen 4) one",
     "einsum vs compiled kernel, mttkrp": "at the band's edge: 1.04-1.11 across runs",
     "spmv vs fastest other system": "torch.sparse ran on both cores; tensoralg splits an SpMV "
                                     "only from ~3e5 stored values, where two threads pay here",
