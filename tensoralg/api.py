@@ -110,7 +110,7 @@ from tensoralg.runtime.blas import blas_product
 from tensoralg.runtime.bound import BoundCall, dense_output, overwrites_output
 from tensoralg.runtime.compress import RowCompressor
 from tensoralg.runtime.conv import DirectConv
-from tensoralg.runtime.gemm import ConvLayer, DenseLayer, dense_product
+from tensoralg.runtime.gemm import ConvLayer, DenseLayer, GroupedConv, dense_product
 from tensoralg.runtime.gram import gram_call
 from tensoralg.runtime.memory import check_dense, memory_limit, set_limit
 from tensoralg.runtime.movement import (
@@ -2031,6 +2031,22 @@ def conv_layer(weight: np.ndarray, bias: np.ndarray | None, strides: tuple[int, 
                      threads=cache.threads)
 
 
+def grouped_conv(weight: np.ndarray, bias: np.ndarray | None, groups: int,
+                 strides: tuple[int, int], pads_begin: tuple[int, int],
+                 pads_end: tuple[int, int], relu: bool | tuple[float, float] = False
+                 ) -> GroupedConv:
+    """A grouped 2-D convolution (dilation 1) on the generated GEMM, one per group, NCHW in
+    and out (see ``runtime/gemm.py``).
+
+    >>> conv = grouped_conv(np.ones((4, 1, 1, 1), np.float32), None, 2, (1, 1), (0, 0), (0, 0))
+    >>> conv.out_shape(3, 4)
+    (3, 4)
+    """
+    cache = kernel_cache()
+    return GroupedConv(weight, bias, groups, strides, pads_begin, pads_end, relu,
+                       cache=cache.disk, threads=cache.threads)
+
+
 def direct_conv(weight: np.ndarray, bias: np.ndarray | None, image: tuple[int, int, int],
                 strides: tuple[int, int] = (1, 1), dilations: tuple[int, int] = (1, 1),
                 pads_begin: tuple[int, int] = (0, 0), pads_end: tuple[int, int] = (0, 0),
@@ -2160,7 +2176,7 @@ def get_num_threads() -> int:
 
 
 __all__ = ["einsum", "compile", "Kernel", "KernelKey", "CompileOptions", "kernel_cache",
-           "RowCompressor", "DenseLayer", "dense_layer", "ConvLayer", "conv_layer",
+           "RowCompressor", "DenseLayer", "dense_layer", "ConvLayer", "conv_layer", "GroupedConv", "grouped_conv",
            "DirectConv", "direct_conv",
            "CallSequence", "NativeGroup", "Slot", "canonical_csr", "data_address", "block_copy_call", "broadcast_call", "copy_call", "gather_call",
            "gram_call", "ids_call", "im2row_call", "cumsum_call", "pointwise_conv", "patch_conv_of",

@@ -13,7 +13,8 @@ a sequence with the inputs named in ``slots`` read from the sequence's slots at 
 - a statement with its schedule: ``ta.compile(statement, formats, schedule=...).bind(...)``
   gives a :class:`BoundCall` (threads split it as the schedule says);
 - dense layers and convolutions on the generated GEMM: :func:`dense_layer`,
-  :func:`conv_layer`, :func:`direct_conv` (weights compiled into the code), :func:`gram_call`
+  :func:`conv_layer`, :func:`grouped_conv` (one GEMM per group, channel blocks read and
+  written in place), :func:`direct_conv` (weights compiled into the code), :func:`gram_call`
   (``X @ X^T``), :func:`im2row_call` (patch rows for a convolution), and NCHW convolutions
   without layout copies: :func:`pointwise_conv` (1x1 on whole planes), :func:`patch_conv_of`
   (few input channels, patch blocks that stay in L1; :func:`compiled_conv_gathers` says when a
@@ -66,6 +67,7 @@ from tensoralg.api import (
     direct_conv,
     gather_call,
     gram_call,
+    grouped_conv,
     ids_call,
     im2row_call,
     kernel_cache,
@@ -78,7 +80,7 @@ from tensoralg.api import (
 __all__ = [
     "BoundCall", "CallSequence", "DenseLayer", "NativeGroup", "RowCompressor", "Slot",
     "block_copy_call", "broadcast_call", "canonical_csr", "compiled_conv_gathers", "conv_layer",
-    "copy_call", "cumsum_call", "patch_conv_of", "pointwise_conv",
+    "copy_call", "cumsum_call", "grouped_conv", "patch_conv_of", "pointwise_conv",
     "data_address", "dense_layer", "direct_conv", "gather_call", "gram_call", "ids_call",
     "im2row_call", "kernel_cache", "softmax_kernel", "window_kernel",
 ]

@@ -313,3 +313,58 @@ def test_depthwise_then_pointwise_at_level3_matches_onnxruntime():
     kinds = [s.kind for s in compiled.specialiser.latest().steps]
     # depthwise: the generated window kernel (with the Relu); pointwise: one compiled step
     assert kinds[0] == "window kernel" and len(kinds) == 2 and kinds[1].endswith("kernel")
+
+
+# (batch, channels, height, width, out channels, kernel, strides, pads begin, pads end, groups):
+# grouped layers with more weights than compile in, so the plan takes one generated GEMM per
+# group; one and two vectors of output channels a group, stride 2, uneven pads, a last tile
+# that crosses images.
+GROUPED = [
+    (2, 64, 12, 13, 64, (3, 3), (1, 1), (1, 1), (1, 1), 4),
+    (3, 48, 11, 9, 96, (3, 3), (2, 2), (1, 0), (0, 1), 3),
+    (1, 128, 7, 7, 64, (3, 1), (1, 1), (1, 0), (1, 0), 2),
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("geometry", GROUPED)
+def test_grouped_convolution_runs_one_gemm_per_group(geometry, dtype):
+    n, c, height, width, m, kernel, strides, pads_begin, pads_end, groups = geometry
+    rng = np.random.default_rng(c + m)
+    w = rng.standard_normal((m, c // groups, *kernel)).astype(dtype)
+    b = rng.standard_normal(m).astype(dtype)
+    assert w.size > MAX_UNROLLED_DENSE
+    kind = TensorProto.FLOAT if dtype == np.float32 else TensorProto.DOUBLE
+    nodes = [h.make_node("Conv", ["x", "w", "b"], ["c"], group=groups, kernel_shape=list(kernel),
+                         strides=list(strides), pads=list(pads_begin) + list(pads_end)),
+             h.make_node("Relu", ["c"], ["y"])]
+    want_shape = _reference(np.zeros((n, c, height, width)), w, b, strides, (1, 1), pads_begin,
+                            pads_end, groups, True).shape
+    graph = h.make_graph(nodes, "grouped", [h.make_tensor_value_info("x", kind, [n, c, height,
+                                                                                 width])],
+                         [h.make_tensor_value_info("y", kind, list(want_shape))],
+                         [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    model.ir_version = 8
+    compiled = tonnx.load(model, opt_level=3)
+    for run in range(4):      # fresh inputs: the third and fourth run rebind the static plan's
+        x = rng.standard_normal((n, c, height, width)).astype(dtype)
+        want = _reference(x, w, b, strides, (1, 1), pads_begin, pads_end, groups, True)
+        np.testing.assert_allclose(compiled.run({"x": x})["y"], want, rtol=TOL[dtype] * 100,
+                                   atol=TOL[dtype] * 100, err_msg=f"run {run + 1}")
+    plan = compiled.profile({"x": x}).rows[0].plan
+    assert plan.startswith(f"grouped convolution, {groups} generated GEMMs"), plan
+
+
+def test_grouped_convolution_refuses_a_wrong_input():
+    conv = ta.api.grouped_conv(np.ones((8, 2, 3, 3), np.float32), None, 2, (1, 1), (1, 1),
+                               (1, 1))
+    x = np.ones((1, 4, 5, 5), np.float32)
+    bound = conv.bind(x, np.zeros((1, 8, 5, 5), np.float32))
+    np.testing.assert_allclose(bound()[0, :, 2, 2], 18.0)
+    with pytest.raises(ta.ShapeError, match="do not match"):
+        conv.bind(np.ones((1, 3, 5, 5), np.float32), np.zeros((1, 8, 5, 5), np.float32))
+    with pytest.raises(ta.ShapeError, match="cannot read"):
+        bound.rebind("x", np.ones((1, 4, 5, 5), np.float64))
+    with pytest.raises(ta.ShapeError, match="groups do not divide"):
+        ta.api.grouped_conv(np.ones((7, 2, 3, 3), np.float32), None, 2, (1, 1), (1, 1), (1, 1))

@@ -345,10 +345,12 @@ CHANNELS_LAST_ENTRY = "tensoralg_channels_last"
 
 def channels_last_module(dtype: np.dtype, lanes: int) -> ir.Module:
     """The module exporting ``int32 tensoralg_channels_last(X, OUT, begin, end, C, H, W,
-    out_image, out_row, out_first)``: input rows ``[begin, end)`` of the flattened ``(n, h)``
-    range of ``X`` (N, C, H, W) into the channels-last ``OUT``, element ``(n, c, h, w)`` going
-    to ``n * out_image + h * out_row + w * C + c + out_first`` (a zero-bordered NHWC buffer:
-    ``out_first`` skips the top and left border). The border is not written. Returns 0.
+    out_image, out_row, out_first, x_image)``: input rows ``[begin, end)`` of the flattened
+    ``(n, h)`` range of ``X`` (N, C, H, W, its images ``x_image`` elements apart: a channel
+    block of a larger batch, as a grouped convolution reads it) into the channels-last ``OUT``,
+    element ``(n, c, h, w)`` going to ``n * out_image + h * out_row + w * C + c + out_first``
+    (a zero-bordered NHWC buffer: ``out_first`` skips the top and left border). The border is
+    not written. Returns 0.
 
     The GEMM convolution (``runtime/gemm.py``) reads its input channels-last. Copied one
     element at a time, with a store every ``C`` elements, the copy took a fifth of a
@@ -369,9 +371,10 @@ def channels_last_module(dtype: np.dtype, lanes: int) -> ir.Module:
                      (pointers, I32, mask_type, vector))
     store = declare(module, f"llvm.masked.store.{name}.p0", ir.VoidType(),
                     (vector, POINTER, I32, mask_type))
-    fn = ir.Function(module, ir.FunctionType(I32, (POINTER, POINTER, *[I64] * 8)),
+    fn = ir.Function(module, ir.FunctionType(I32, (POINTER, POINTER, *[I64] * 9)),
                      name=CHANNELS_LAST_ENTRY)
-    x, out, begin, end, channels, height, width, out_image, out_row, out_first = fn.args
+    x, out, begin, end, channels, height, width, out_image, out_row, out_first, x_image = \
+        fn.args
     x.add_attribute("noalias")
     out.add_attribute("noalias")
     b = ir.IRBuilder(fn.append_basic_block("entry"))
@@ -397,7 +400,7 @@ def channels_last_module(dtype: np.dtype, lanes: int) -> ir.Module:
             q = b.load(row, typ=I64)
             image = b.sdiv(q, height)
             h = b.sub(q, b.mul(image, height))
-            body(at(x, b.add(b.mul(image, b.mul(channels, plane)), b.mul(h, width))),
+            body(at(x, b.add(b.mul(image, x_image), b.mul(h, width))),
                  at(out, b.add(b.add(b.mul(image, out_image), b.mul(h, out_row)), out_first)))
 
     def wide_row(source: ir.Value, target: ir.Value) -> None:

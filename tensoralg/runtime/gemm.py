@@ -207,7 +207,7 @@ class BoundLayer(RangeCall):
 
 
 _COPY_PROTOTYPE = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p,
-                                   *[ctypes.c_int64] * 8)
+                                   *[ctypes.c_int64] * 9)
 _COPIES: dict[tuple[np.dtype, bool], tuple[Any, str, Any]] = {}
 
 
@@ -244,10 +244,11 @@ class BoundChannelsLast(RangeCall):
     def __init__(self, x: np.ndarray, out: np.ndarray, pads: tuple[int, int],
                  cache: DiskCache | None = None, threads: Any = None) -> None:
         n, c, h, w = x.shape
+        x_image = image_stride(x)
         if out.ndim != 4 or out.shape[0] != n or out.shape[3] != c or \
                 out.shape[1] < h + pads[0] or out.shape[2] < w + pads[1] or \
                 out.dtype != x.dtype or not out.flags.c_contiguous or \
-                not x.flags.c_contiguous or min(pads) < 0:
+                x_image is None or min(pads) < 0:
             raise ShapeError(f"channels-last copy: cannot copy {x.dtype} {x.shape} into "
                              f"{out.dtype} {out.shape} with pads {pads}")
         self.function, self.source = channels_last_kernel(x.dtype, cache)
@@ -258,10 +259,10 @@ class BoundChannelsLast(RangeCall):
         parts = 1 if threads is None else threads.parts(x.size, native=True)
         bounds = [n * h * part // parts for part in range(parts + 1)]
         self.calls = [[x.ctypes.data, out.ctypes.data, lo, hi, c, h, w,
-                       out.shape[1] * row, row, pads[0] * row + pads[1] * c]
+                       out.shape[1] * row, row, pads[0] * row + pads[1] * c, x_image]
                       for lo, hi in zip(bounds, bounds[1:]) if hi > lo] or \
             [[x.ctypes.data, out.ctypes.data, 0, 0, c, h, w, out.shape[1] * row, row,
-              pads[0] * row + pads[1] * c]]
+              pads[0] * row + pads[1] * c, x_image]]
         self.threads = threads if len(self.calls) > 1 else None
 
 
@@ -333,7 +334,7 @@ class BoundConv:
         hp = h + conv.pads_begin[0] + conv.pads_end[0]
         wp = w + conv.pads_begin[1] + conv.pads_end[1]
         self.padded = np.zeros((n, hp, wp, c), conv.layer.dtype)
-        if x.dtype != conv.layer.dtype or not x.flags.c_contiguous:
+        if x.dtype != conv.layer.dtype or image_stride(x) is None:
             raise ShapeError(f"ConvLayer: cannot copy an input of {x.dtype} {x.shape}")
         self.copy = BoundChannelsLast(x, self.padded, conv.pads_begin,
                                       threads=conv.layer.threads)
@@ -368,5 +369,86 @@ class BoundConv:
         return self.out
 
 
+class GroupedConv:
+    """A grouped 2-D convolution (``group > 1``, dilation 1): one :class:`ConvLayer` per group,
+    each reading its block of input channels in place (the channels-last copy takes the
+    images' distance) and scattering its tiles into its block of the NCHW output. Meant for
+    groups whose K fits one GEMM block (:meth:`one_k_block`), where the scatter pays.
+
+    >>> conv = GroupedConv(np.ones((4, 1, 1, 1), np.float32), None, 2, (1, 1), (0, 0), (0, 0))
+    >>> x = np.arange(2, dtype=np.float32).reshape(1, 2, 1, 1)
+    >>> conv.bind(x, np.zeros((1, 4, 1, 1), np.float32))().ravel().tolist()
+    [0.0, 0.0, 1.0, 1.0]
+    """
+
+    def __init__(self, weight: np.ndarray, bias: np.ndarray | None, groups: int,
+                 strides: tuple[int, int], pads_begin: tuple[int, int],
+                 pads_end: tuple[int, int], relu: bool | tuple[float, float] = False,
+                 cache: DiskCache | None = None, threads: Any = None) -> None:
+        weight = np.asarray(weight)
+        if weight.ndim != 4 or groups < 1 or weight.shape[0] % groups:
+            raise ShapeError(f"GroupedConv: {groups} groups do not divide the weight "
+                             f"{weight.shape}'s output channels")
+        per = weight.shape[0] // groups
+        self.groups, self.out_channels = groups, weight.shape[0]
+        self.channels = weight.shape[1] * groups
+        self.layers = [ConvLayer(weight[g * per:(g + 1) * per],
+                                 None if bias is None else np.asarray(bias)[g * per:(g + 1) * per],
+                                 strides, pads_begin, pads_end, relu, cache=cache,
+                                 threads=threads) for g in range(groups)]
+
+    def one_k_block(self) -> bool:
+        """Whether each group's GEMM runs K in one block (see :meth:`ConvLayer.one_k_block`)."""
+        return self.layers[0].one_k_block()
+
+    def out_shape(self, height: int, width: int) -> tuple[int, int]:
+        """Output rows and columns for an input of ``height x width``."""
+        return self.layers[0].out_shape(height, width)
+
+    def bind(self, x: np.ndarray, out: np.ndarray) -> "BoundGroupedConv":
+        """A call reading ``x`` (N, C, H, W, C-contiguous) and writing ``out`` (N, M, OH, OW,
+        C-contiguous images)."""
+        return BoundGroupedConv(self, x, out)
+
+
+class BoundGroupedConv:
+    """A :class:`GroupedConv` call with its buffers fixed: per group, the channels-last copy of
+    its input channels and its GEMM (``rebind("x", x)`` swaps the input)."""
+
+    def __init__(self, conv: GroupedConv, x: np.ndarray, out: np.ndarray) -> None:
+        n, c, h, w = x.shape if x.ndim == 4 else (0, -1, 0, 0)
+        oh, ow = conv.out_shape(h, w)
+        if c != conv.channels or not x.flags.c_contiguous or \
+                out.shape != (n, conv.out_channels, oh, ow):
+            raise ShapeError(f"GroupedConv: input {x.shape} and output {out.shape} do not "
+                             f"match {conv.groups} groups of {conv.channels} -> "
+                             f"{conv.out_channels} channels")
+        cg, mg = c // conv.groups, conv.out_channels // conv.groups
+        self.bound = [layer.bind(x[:, g * cg:(g + 1) * cg], out[:, g * mg:(g + 1) * mg])
+                      for g, layer in enumerate(conv.layers)]
+        self.offsets = [g * cg * h * w * x.dtype.itemsize for g in range(conv.groups)]
+        self.input, self.out = x, out
+
+    def rebind(self, name: str, x: np.ndarray) -> None:
+        """Read ``x`` (same shape and dtype, C-contiguous) as the input ``"x"``."""
+        if name != "x":
+            raise ShapeError(f"GroupedConv: only the input x can be rebound, not {name!r}")
+        if type(x) is not np.ndarray or x.shape != self.input.shape or \
+                x.dtype != self.input.dtype or not x.flags.c_contiguous:
+            raise ShapeError(f"GroupedConv: cannot read {getattr(x, 'dtype', type(x))} "
+                             f"{getattr(x, 'shape', '')} in place of {self.input.dtype} "
+                             f"{self.input.shape}")
+        self.input = x
+        for bound, offset in zip(self.bound, self.offsets):
+            bound.copy.input = x
+            for call in bound.copy.calls:
+                call[0] = x.ctypes.data + offset
+
+    def __call__(self) -> np.ndarray:
+        for bound in self.bound:
+            bound()
+        return self.out
+
+
 __all__ = ["ConvLayer", "BoundConv", "BoundChannelsLast", "channels_last_kernel", "DenseLayer",
-           "BoundLayer", "gemm_kernel"]
+           "BoundLayer", "GroupedConv", "BoundGroupedConv", "gemm_kernel"]

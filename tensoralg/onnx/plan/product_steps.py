@@ -426,7 +426,10 @@ def conv_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) ->
     if compiled is not None:
         return _compiled_conv_spec(compiled, x)
     if groups != 1:
-        return None
+        # Groups of at least a vector of output channels: 4 groups of 16 at 56 x 56, batch 8,
+        # 31 -> 9.6 ms against the NumPy patch matrix; 32 groups of 4 ran no faster.
+        return _grouped_conv_spec(weight, vector, relu, groups, geometry, x) \
+            if direct and not skip_zeros and channels // groups >= 16 else None
     patches = _patch_conv_spec(weight, vector, relu, geometry, x)
     if patches is not None:
         return patches
@@ -508,6 +511,38 @@ def _planar_gemm_conv_spec(conv: Any, x: np.ndarray, what: str) -> Spec:
 
     spec = Spec(make, [], "conv kernels", image_blocks_output=True)
     spec.plan = f"{what}, tiles scattered into the NCHW output"
+    return spec
+
+
+def _grouped_conv_spec(weight: np.ndarray, bias: np.ndarray | None,
+                       relu: bool | tuple[float, float], groups: int, geometry: Any,
+                       x: np.ndarray) -> Spec | None:
+    """A grouped convolution (ResNeXt's, ShuffleNet's) with more weights than compile in: one
+    generated GEMM per group (``tensoralg.program.grouped_conv``), each group's channels read
+    in place and its tiles scattered into its channel block of the NCHW output. None where a
+    group's K needs more than one GEMM block (the NumPy patch matrix then runs it)."""
+    conv = program.grouped_conv(weight, bias, groups, geometry.strides, geometry.pads_begin,
+                                geometry.pads_end, relu)
+    if not conv.one_k_block():
+        return None
+    rows = x.shape[0] * geometry.out[0] * geometry.out[1]
+
+    def make(outs: list[np.ndarray], buffers: list[np.ndarray], ins: list[Getter]) -> Run:
+        get = ins[0]
+        bound = conv.bind(placeholder(get, x.shape, x.dtype), outs[0])
+
+        def run(env: Env) -> None:
+            if get.fixed is None:
+                bound.rebind("x", contiguous(get(env)))
+            bound()
+        # Run from Python: a compiled sequence fills an input slot with the whole input's
+        # address, and each group reads its own channel block.
+        return made_of(run, None)
+
+    spec = Spec(make, [], "conv kernels")
+    spec.plan = (f"grouped convolution, {groups} generated GEMMs "
+                 f"({conv.layers[0].layer.describe(rows)}) reading and writing their channel "
+                 f"blocks in place")
     return spec
 
 
