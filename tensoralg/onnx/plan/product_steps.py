@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -498,6 +498,16 @@ def _planar_gemm_conv_spec(conv: Any, x: np.ndarray, what: str) -> Spec:
     transpose after it. SqueezeNet's 3x3 expand layer (32 -> 128 channels, 54 x 54, batch 8)
     24.4 -> 18.9 ms against the channels-last product and its transpose."""
 
+    spec = Spec(_conv_maker(conv, x, True), [], "conv kernels", image_blocks_output=True)
+    spec.plan = f"{what}, tiles scattered into the NCHW output"
+    return spec
+
+
+def _conv_maker(conv: Any, x: np.ndarray, native_parts: bool) -> Callable[..., Run]:
+    """The ``make`` of a step running ``conv.bind(x, out)``, its input rebound each run unless
+    fixed; with ``native_parts`` its channels-last copy (reading the input slot) and its GEMM
+    may join a compiled sequence."""
+
     def make(outs: list[np.ndarray], buffers: list[np.ndarray], ins: list[Getter]) -> Run:
         get = ins[0]
         bound = conv.bind(placeholder(get, x.shape, x.dtype), outs[0])
@@ -506,12 +516,11 @@ def _planar_gemm_conv_spec(conv: Any, x: np.ndarray, what: str) -> Spec:
             if get.fixed is None:
                 bound.rebind("x", contiguous(get(env)))
             bound()
+        if not native_parts:
+            return made_of(run, None)
         copy, gemm = bound.parts()
         return made_of(run, [(copy[0], [("x", get, None)]), gemm])
-
-    spec = Spec(make, [], "conv kernels", image_blocks_output=True)
-    spec.plan = f"{what}, tiles scattered into the NCHW output"
-    return spec
+    return make
 
 
 def _grouped_conv_spec(weight: np.ndarray, bias: np.ndarray | None,
@@ -527,19 +536,9 @@ def _grouped_conv_spec(weight: np.ndarray, bias: np.ndarray | None,
         return None
     rows = x.shape[0] * geometry.out[0] * geometry.out[1]
 
-    def make(outs: list[np.ndarray], buffers: list[np.ndarray], ins: list[Getter]) -> Run:
-        get = ins[0]
-        bound = conv.bind(placeholder(get, x.shape, x.dtype), outs[0])
-
-        def run(env: Env) -> None:
-            if get.fixed is None:
-                bound.rebind("x", contiguous(get(env)))
-            bound()
-        # Run from Python: a compiled sequence fills an input slot with the whole input's
-        # address, and each group reads its own channel block.
-        return made_of(run, None)
-
-    spec = Spec(make, [], "conv kernels")
+    # Run from Python: a compiled sequence fills an input slot with the whole input's
+    # address, and each group reads its own channel block.
+    spec = Spec(_conv_maker(conv, x, False), [], "conv kernels")
     spec.plan = (f"grouped convolution, {groups} generated GEMMs "
                  f"({conv.layers[0].layer.describe(rows)}) reading and writing their channel "
                  f"blocks in place")
