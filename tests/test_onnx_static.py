@@ -508,11 +508,16 @@ def test_fire_module_convolutions_write_their_channel_blocks_without_a_copy(dtyp
     tol = 1e-4 if dtype == np.float32 else 1e-10
     np.testing.assert_allclose(got["y"], want, rtol=tol, atol=tol)
     np.testing.assert_allclose(got["z"], np.maximum(c5, 0), rtol=tol, atol=tol)
+    from tensoralg.codegen.llvm import host_has
+
     plan = compiled.specialiser.latest()
     concat = next(s for s in plan.steps if s.step.node.op_type == "Concat")
-    assert concat.plan == "no copy: 2 of 3 inputs written into their blocks of the output " \
-                          "by their producers; 1 copied", plan.describe()
-    # The two kinds of producer: the pointwise kernel on NCHW planes and the GEMM's scatter.
+    # The two kinds of producer: the pointwise kernel on NCHW planes and the GEMM's scatter
+    # (AVX-512 hosts; elsewhere the 3x3 layer's channels-last product is transposed back).
+    scatters = host_has("avx512f")
+    placed = 2 if scatters else 1
+    assert concat.plan == f"no copy: {placed} of 3 inputs written into their blocks of the " \
+                          f"output by their producers; {3 - placed} copied", plan.describe()
     text = " ".join(s.plan or "" for s in plan.steps)
-    assert "pointwise convolution on NCHW planes" in text and \
-        "tiles scattered into the NCHW output" in text, text
+    assert "pointwise convolution on NCHW planes" in text, text
+    assert ("tiles scattered into the NCHW output" in text) == scatters, text

@@ -302,6 +302,13 @@ class ConvLayer:
         channels-last product costs less)."""
         return self.layer.k <= self.layer.shape.k_block + self.layer.shape.k_block // 2
 
+    def writes_nchw_well(self) -> bool:
+        """Whether an NCHW output pays here: K in one block (:meth:`one_k_block`) on a host
+        with AVX-512, whose scatters are instructions (elsewhere LLVM splits each one into
+        single stores, and the channels-last product and a transpose cost less)."""
+        shape = self.layer.shape
+        return self.one_k_block() and shape.lanes * shape.dtype.itemsize == 64
+
     def out_shape(self, height: int, width: int) -> tuple[int, int]:
         """Output rows and columns for an input of ``height x width``."""
         oh = (height + self.pads_begin[0] + self.pads_end[0] - self.kh) // self.strides[0] + 1
@@ -373,7 +380,7 @@ class GroupedConv:
     """A grouped 2-D convolution (``group > 1``, dilation 1): one :class:`ConvLayer` per group,
     each reading its block of input channels in place (the channels-last copy takes the
     images' distance) and scattering its tiles into its block of the NCHW output. Meant for
-    groups whose K fits one GEMM block (:meth:`one_k_block`), where the scatter pays.
+    groups whose K fits one GEMM block on AVX-512 hosts (:meth:`writes_nchw_well`).
 
     >>> conv = GroupedConv(np.ones((4, 1, 1, 1), np.float32), None, 2, (1, 1), (0, 0), (0, 0))
     >>> x = np.arange(2, dtype=np.float32).reshape(1, 2, 1, 1)
@@ -397,9 +404,9 @@ class GroupedConv:
                                  strides, pads_begin, pads_end, relu, cache=cache,
                                  threads=threads) for g in range(groups)]
 
-    def one_k_block(self) -> bool:
-        """Whether each group's GEMM runs K in one block (see :meth:`ConvLayer.one_k_block`)."""
-        return self.layers[0].one_k_block()
+    def writes_nchw_well(self) -> bool:
+        """Whether each group's NCHW output pays (see :meth:`ConvLayer.writes_nchw_well`)."""
+        return self.layers[0].writes_nchw_well()
 
     def out_shape(self, height: int, width: int) -> tuple[int, int]:
         """Output rows and columns for an input of ``height x width``."""

@@ -409,7 +409,7 @@ def conv_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) ->
         # whole input to use a quarter of it (64 -> 128 channels at 56 x 56: 2.7 -> 10 ms).
         conv = program.conv_layer(weight, vector, geometry.strides, geometry.pads_begin,
                                   geometry.pads_end, relu)
-        if conv.one_k_block():
+        if conv.writes_nchw_well():
             rows = x.shape[0] * geometry.out[0] * geometry.out[1]
             return _planar_gemm_conv_spec(conv, x, "direct convolution on the generated GEMM "
                                           f"({conv.layer.describe(rows)})")
@@ -439,7 +439,7 @@ def conv_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) ->
         conv = program.conv_layer(weight, vector, geometry.strides, geometry.pads_begin,
                                  geometry.pads_end, relu)
         what = f"direct convolution on the generated GEMM ({conv.layer.describe(rows)})"
-        if conv.one_k_block():
+        if conv.writes_nchw_well():
             return _planar_gemm_conv_spec(conv, x, what)
         scratch = [((rows, channels), x.dtype)]
     else:
@@ -532,7 +532,7 @@ def _grouped_conv_spec(weight: np.ndarray, bias: np.ndarray | None,
     group's K needs more than one GEMM block (the NumPy patch matrix then runs it)."""
     conv = program.grouped_conv(weight, bias, groups, geometry.strides, geometry.pads_begin,
                                 geometry.pads_end, relu)
-    if not conv.one_k_block():
+    if not conv.writes_nchw_well():
         return None
     rows = x.shape[0] * geometry.out[0] * geometry.out[1]
 
