@@ -283,3 +283,16 @@ def test_direct_convolution_split_over_threads_matches_one_thread(planar):
     assert len(bound.gemm.calls) == 2 and len(bound.copy.calls) == 2
     bound()
     np.testing.assert_array_equal(got, want)
+
+
+def test_convolutions_take_an_empty_batch():
+    from tensoralg.runtime.gemm import GroupedConv
+    from tensoralg.runtime.planar import PlanarConv
+
+    x = np.zeros((0, 4, 5, 5), np.float32)
+    conv = ConvLayer(np.ones((3, 4, 3, 3), np.float32), None, (1, 1), (1, 1), (1, 1))
+    assert conv.bind(x, np.zeros((0, 3, 5, 5), np.float32))().shape == (0, 3, 5, 5)
+    assert conv.bind(x, np.zeros((0, 3), np.float32))().shape == (0, 3)
+    assert PlanarConv(np.ones((3, 4), np.float32), None)(x).shape == (0, 3, 5, 5)
+    grouped = GroupedConv(np.ones((4, 2, 3, 3), np.float32), None, 2, (1, 1), (1, 1), (1, 1))
+    assert grouped.bind(x, np.zeros((0, 4, 5, 5), np.float32))().shape == (0, 4, 5, 5)

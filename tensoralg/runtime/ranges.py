@@ -37,11 +37,13 @@ def image_stride(array: Any) -> int | None:
     array), else None.
 
     >>> whole = np.zeros((2, 5, 3, 3), np.float32)
-    >>> image_stride(whole[:, 1:3]), image_stride(whole[:, :, 1:])
-    (45, None)
+    >>> image_stride(whole[:, 1:3]), image_stride(whole[:, :, 1:]), image_stride(whole[:0])
+    (45, None, 45)
     """
-    if type(array) is not np.ndarray or array.ndim < 2 or not array.size:
+    if type(array) is not np.ndarray or array.ndim < 2:
         return None
+    if not array.size:         # nothing is read or written: any layout serves
+        return int(np.prod(array.shape[1:]))
     item = array.dtype.itemsize
     inner = array[0]
     if not inner.flags.c_contiguous or array.strides[0] % item or \
