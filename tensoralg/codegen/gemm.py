@@ -301,25 +301,29 @@ def _micro_kernel(module: ir.Module, shape: GemmShape, scalar: ir.Type, rows: in
                     builder.call(store, [builder.load(tile[r][v], typ=vector), out_at(r, v),
                                          align, masks[v]])
         with otherwise():
-            if shape.dtype == np.float32 and rows >= 2:
-                _scatter_pairs(builder, module, shape, tile, rows, vectors, c_starts, columns,
-                               c_col, masks, scatter, lanes_at, align)
-            else:
-                for r in range(rows):
+            def scatter_rows(chosen: range) -> None:
+                for r in chosen:
                     for v in range(vectors):
                         builder.call(scatter, [builder.load(tile[r][v], typ=vector),
                                                lanes_at(r, v), align, masks[v]])
+
+            if shape.dtype == np.float32 and rows >= 2:
+                _scatter_pairs(builder, module, shape, tile, rows, vectors, c_starts, columns,
+                               c_col, masks, align, scatter_rows)
+            else:
+                scatter_rows(range(rows))
     builder.ret_void()
     return fn
 
 
 def _scatter_pairs(builder: ir.IRBuilder, module: ir.Module, shape: GemmShape, tile: list,
                    rows: int, vectors: int, c_starts: list, columns: ir.Value, c_col: ir.Value,
-                   masks: list, scatter: ir.Function, lanes_at: Any, align: ir.Value) -> None:
+                   masks: list, align: ir.Value, scatter_rows: Any) -> None:
     """Scatter a float32 tile whose rows lie one element apart (positions of one NCHW image)
     as pairs of rows: each 64-bit lane holds one column's two values, so a vector of 16
     columns goes out as two scatters of 8 elements, not two of 16 (a scatter costs about a
-    cycle per element). Rows of other spacing (a tile crossing images) scatter one by one."""
+    cycle per element). Rows of other spacing (a tile crossing images), and an odd last row,
+    go through ``scatter_rows`` one by one."""
     lanes = shape.lanes
     half = lanes // 2
     pair = ir.VectorType(I64, half)
@@ -328,11 +332,10 @@ def _scatter_pairs(builder: ir.IRBuilder, module: ir.Module, shape: GemmShape, t
     scatter64 = declare(module, f"llvm.masked.scatter.v{half}i64.v{half}p0", ir.VoidType(),
                         (pair, pointers, I32, pair_mask))
     vector = ir.VectorType(ir.FloatType(), lanes)
-    int_of = ir.IntType(64)
     adjacent = ir.Constant(I1, 1)
     for r in range(0, rows - 1, 2):
-        gap = builder.sub(builder.ptrtoint(c_starts[r + 1], int_of),
-                          builder.ptrtoint(c_starts[r], int_of))
+        gap = builder.sub(builder.ptrtoint(c_starts[r + 1], I64),
+                          builder.ptrtoint(c_starts[r], I64))
         adjacent = builder.and_(adjacent, builder.icmp_signed(
             "==", gap, ir.Constant(I64, shape.dtype.itemsize)))
     with if_else(builder, adjacent, "pairs") as (then, otherwise):
@@ -360,15 +363,9 @@ def _scatter_pairs(builder: ir.IRBuilder, module: ir.Module, shape: GemmShape, t
                                             source_etype=ir.FloatType())
                         where.type = pointers      # a vector GEP
                         builder.call(scatter64, [values, where, align, mask])
-            if rows % 2:
-                for v in range(vectors):
-                    builder.call(scatter, [builder.load(tile[rows - 1][v], typ=vector),
-                                           lanes_at(rows - 1, v), align, masks[v]])
+            scatter_rows(range(rows - rows % 2, rows))
         with otherwise():
-            for r in range(rows):
-                for v in range(vectors):
-                    builder.call(scatter, [builder.load(tile[r][v], typ=vector),
-                                           lanes_at(r, v), align, masks[v]])
+            scatter_rows(range(rows))
 
 
 def _steps(builder: ir.IRBuilder, shape: GemmShape, scalar: ir.Type, vector: ir.Type,

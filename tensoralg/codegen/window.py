@@ -254,7 +254,8 @@ class _Body:
         """The reduction over the window of one vector of output columns: with plain loads
         (``plain``: an interior vector) or masked ones."""
         b, g, lanes = self.b, self.g, self.lanes
-        col0 = b.sub(b.mul(ow, self.ints(g.strides[1])), self.ints(g.pads_begin[1]))
+        if not plain:
+            col0 = b.sub(b.mul(ow, self.ints(g.strides[1])), self.ints(g.pads_begin[1]))
         fill = -float("inf") if self.mode == "max" else 0.0
         passthru = self.constant(fill)
         if self.mode == "depthwise":
@@ -266,10 +267,11 @@ class _Body:
         count = self.constant(0.0)
         for kh in range(g.kernel[0]):
             ih = b.add(row0, ir.Constant(I64, kh * g.dilations[0]))
-            row_in = b.icmp_unsigned("<", ih, ir.Constant(I64, g.height))
-            row_mask = b.and_(valid, self.splat(row_in, self.mask))
             row_base = b.gep(x_plane, [b.mul(ih, ir.Constant(I64, g.width))],
                              source_etype=self.scalar)
+            if not plain:
+                row_in = b.icmp_unsigned("<", ih, ir.Constant(I64, g.height))
+                row_mask = b.and_(valid, self.splat(row_in, self.mask))
             if self.count_include_pad:
                 # inside the padded image: -pt <= ih < H + pb
                 shifted = b.add(ih, ir.Constant(I64, g.pads_begin[0]))
@@ -279,30 +281,24 @@ class _Body:
             for kw in range(g.kernel[1]):
                 if plain:
                     value = self._plain_tap(row_base, first, kw)
-                    if self.mode == "max":
-                        acc = b.call(self.maximum, [acc, value])
-                    else:
-                        tap = b.load(b.gep(w_row, [ir.Constant(I64, kh * g.kernel[1] + kw)],
-                                           source_etype=self.scalar), typ=self.scalar)
-                        acc = b.call(self.fma, [value, self.splat(tap, self.vector), acc])
-                    continue
-                iw = b.add(col0, self.ints(kw * g.dilations[1]))
-                mask = b.and_(row_mask, b.icmp_unsigned("<", iw, self.ints(g.width)))
-                if g.strides[1] == 1:
-                    # Consecutive lanes read consecutive cells: one masked load from the first
-                    # lane's address (masked-off lanes, also those left of the image, are not
-                    # read).
-                    offset = b.add(b.sub(first, ir.Constant(I64, g.pads_begin[1])),
-                                   ir.Constant(I64, kw * g.dilations[1]))
-                    where = b.gep(row_base, [offset], source_etype=self.scalar)
-                    value = b.call(self.load, [where, self.align, mask, passthru])
-                elif g.strides[1] == 2:
-                    value = self._pair(row_base, self.splat(row_in, self.mask), first, kw,
-                                       passthru)
                 else:
-                    where = b.gep(row_base, [iw], source_etype=self.scalar)
-                    where.type = ir.VectorType(POINTER, lanes)
-                    value = b.call(self.gather, [where, self.align, mask, passthru])
+                    iw = b.add(col0, self.ints(kw * g.dilations[1]))
+                    mask = b.and_(row_mask, b.icmp_unsigned("<", iw, self.ints(g.width)))
+                    if g.strides[1] == 1:
+                        # Consecutive lanes read consecutive cells: one masked load from the
+                        # first lane's address (masked-off lanes, also those left of the image,
+                        # are not read).
+                        offset = b.add(b.sub(first, ir.Constant(I64, g.pads_begin[1])),
+                                       ir.Constant(I64, kw * g.dilations[1]))
+                        where = b.gep(row_base, [offset], source_etype=self.scalar)
+                        value = b.call(self.load, [where, self.align, mask, passthru])
+                    elif g.strides[1] == 2:
+                        value = self._pair(row_base, self.splat(row_in, self.mask), first, kw,
+                                           passthru)
+                    else:
+                        where = b.gep(row_base, [iw], source_etype=self.scalar)
+                        where.type = ir.VectorType(POINTER, lanes)
+                        value = b.call(self.gather, [where, self.align, mask, passthru])
                 if self.mode == "max":
                     acc = b.call(self.maximum, [acc, value])
                 elif self.mode == "average":

@@ -161,13 +161,7 @@ class BoundLayer(RangeCall):
         self.layer, self.input, self.out = layer, a, out
         self.function, self.what = layer.function, repr(layer)
         m = a.shape[0]
-        parts = 1
-        if threads is not None:
-            parts = threads.dense_parts(m * layer.k * layer.n, m // layer.shape.mr)
-        # Ranges start on whole register tiles, so only the last one has a short tile.
-        tiles = -(-m // layer.shape.mr)
-        bounds = [min(m, (tiles * part // parts) * layer.shape.mr) for part in range(parts + 1)]
-        bounds[-1] = m
+        bounds = _tile_ranges(layer, 0, m, threads)
         kc = layer.shape.k_block
         planes = [kc, kc, max(m, 1), 1, 0, 0, 0, 0, 1]  # K in blocks of k_block; one plane
         self.calls = [[a.ctypes.data, layer.k, layer.packed.ctypes.data, layer.k, layer.n,
@@ -188,15 +182,7 @@ class BoundLayer(RangeCall):
         bound = cls.__new__(cls)
         bound.layer, bound.input, bound.out = layer, a, out
         bound.function, bound.what = layer.function, repr(layer)
-        begin, end = args[9], args[10]
-        rows = end - begin
-        parts = 1
-        if threads is not None:
-            parts = threads.dense_parts(rows * layer.k * layer.n, rows // layer.shape.mr)
-        tiles = -(-rows // layer.shape.mr)
-        bounds = [begin + min(rows, tiles * part // parts * layer.shape.mr)
-                  for part in range(parts + 1)]
-        bounds[-1] = end
+        bounds = _tile_ranges(layer, args[9], args[10], threads)
         bound.calls = [[*args[:9], lo, hi, *args[11:]]
                        for lo, hi in zip(bounds, bounds[1:]) if hi > lo] or [list(args)]
         bound.threads = threads if len(bound.calls) > 1 else None
@@ -204,6 +190,18 @@ class BoundLayer(RangeCall):
 
     def refuse(self, array: Any) -> None:
         self.layer._check(array, "input", self.input.shape)
+
+
+def _tile_ranges(layer: DenseLayer, begin: int, end: int, threads: Any) -> list[int]:
+    """Bounds splitting rows ``[begin, end)`` of a product into one range per thread where it
+    is large enough (``threads.dense_parts``); ranges start on whole register tiles, so only
+    the last one has a short tile."""
+    rows, mr = end - begin, layer.shape.mr
+    parts = 1 if threads is None else threads.dense_parts(rows * layer.k * layer.n, rows // mr)
+    tiles = -(-rows // mr)
+    bounds = [begin + min(rows, tiles * part // parts * mr) for part in range(parts + 1)]
+    bounds[-1] = end
+    return bounds
 
 
 _COPY_PROTOTYPE = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p,
@@ -258,11 +256,9 @@ class BoundChannelsLast(RangeCall):
         # Ranges of input rows (image, row), one per thread where the copy is large enough.
         parts = 1 if threads is None else threads.parts(x.size, native=True)
         bounds = [n * h * part // parts for part in range(parts + 1)]
-        self.calls = [[x.ctypes.data, out.ctypes.data, lo, hi, c, h, w,
-                       out.shape[1] * row, row, pads[0] * row + pads[1] * c, x_image]
-                      for lo, hi in zip(bounds, bounds[1:]) if hi > lo] or \
-            [[x.ctypes.data, out.ctypes.data, 0, 0, c, h, w, out.shape[1] * row, row,
-              pads[0] * row + pads[1] * c, x_image]]
+        ranges = [(lo, hi) for lo, hi in zip(bounds, bounds[1:]) if hi > lo] or [(0, 0)]
+        geometry = [c, h, w, out.shape[1] * row, row, pads[0] * row + pads[1] * c, x_image]
+        self.calls = [[x.ctypes.data, out.ctypes.data, lo, hi, *geometry] for lo, hi in ranges]
         self.threads = threads if len(self.calls) > 1 else None
 
 

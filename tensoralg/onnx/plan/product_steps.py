@@ -400,6 +400,7 @@ def conv_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) ->
     relu = fused_activation(attrs)
     skip_zeros = bool(attrs.get("skip_zeros", 0))
     direct = geometry.dilations == (1, 1)
+    gemm_conv = None        # built once: packing a large weight twice cost load time
     if groups == 1 and not skip_zeros and direct and channels >= GEMM_MIN_CHANNELS and \
             weight.shape[2] * weight.shape[3] > 1:
         # The generated GEMM writing NCHW tiles beats patch blocks on a first layer once the
@@ -407,12 +408,12 @@ def conv_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) ->
         # batch 8, SqueezeNet's 3 -> 96 37.4 -> 33.4 ms; at 32 channels the two are even. Not
         # a strided 1x1 layer (ResNet's downsampling): its channels-last copy would move the
         # whole input to use a quarter of it (64 -> 128 channels at 56 x 56: 2.7 -> 10 ms).
-        conv = program.conv_layer(weight, vector, geometry.strides, geometry.pads_begin,
-                                  geometry.pads_end, relu)
-        if conv.writes_nchw_well():
+        gemm_conv = program.conv_layer(weight, vector, geometry.strides, geometry.pads_begin,
+                                       geometry.pads_end, relu)
+        if gemm_conv.writes_nchw_well():
             rows = x.shape[0] * geometry.out[0] * geometry.out[1]
-            return _planar_gemm_conv_spec(conv, x, "direct convolution on the generated GEMM "
-                                          f"({conv.layer.describe(rows)})")
+            return _planar_gemm_conv_spec(gemm_conv, x, "direct convolution on the generated "
+                                          f"GEMM ({gemm_conv.layer.describe(rows)})")
     if groups == 1 and not skip_zeros and _direct_conv_gathers(geometry, x):
         # Where the compiled-weights kernel would gather its inputs (strided or narrowing
         # windows), patch blocks read rows with contiguous or paired loads: MobileNetV2's
@@ -436,8 +437,8 @@ def conv_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) ->
     rows = x.shape[0] * geometry.out[0] * geometry.out[1]
     depth = weight[0].size
     if direct:
-        conv = program.conv_layer(weight, vector, geometry.strides, geometry.pads_begin,
-                                 geometry.pads_end, relu)
+        conv = gemm_conv or program.conv_layer(weight, vector, geometry.strides,
+                                               geometry.pads_begin, geometry.pads_end, relu)
         what = f"direct convolution on the generated GEMM ({conv.layer.describe(rows)})"
         if conv.writes_nchw_well():
             return _planar_gemm_conv_spec(conv, x, what)
