@@ -147,6 +147,8 @@ from tensoralg.runtime.threads import (
     MIN_ROWS_PER_THREAD,
     NATIVE_RANGES_PER_THREAD,
     KernelThreads,
+    entry_bounds,
+    first_capacity,
     row_weights,
     split,
 )
@@ -668,6 +670,12 @@ class _Dispatch:
             buffers.sizes = np.zeros(self.compiled.program.output.rank, dtype=np.int64)
             buffers.capacity = max(16, sum(op.size if kind == _DENSE else op.indices.shape[0]
                                            for kind, op in zip(self.kinds, operands)))
+            work = self.compiled.balance_by
+            if work is not None and work.products:
+                views = {name: _LevelView(op) for name, kind, op
+                         in zip(self.names, self.kinds, operands) if kind == _COMPRESSED}
+                buffers.capacity = first_capacity(
+                    entry_bounds(work, views, self._columns(shape)), buffers.capacity)
             out = buffers.sizes
         else:
             size = math.prod(shape)
@@ -713,6 +721,11 @@ class _Dispatch:
             return _wrap(tensor, self.requested, list(self.families), None)
         result = out.reshape(shape)
         return result[()] if result.ndim == 0 else result
+
+    def _columns(self, shape: tuple[int, ...]) -> int:
+        """The extent of the sparse output's last stored level."""
+        output = self.compiled.program.output
+        return shape[output.format.order[-1]]
 
     def _work(self, operands: tuple, shape: tuple[int, ...]) -> int:
         sparse = [op.indices.shape[0] for kind, op in zip(self.kinds, operands)
@@ -860,12 +873,13 @@ def _replayed_split(entry: _Dispatch) -> Any:
 
 
 class _LevelView:
-    """A scipy compressed matrix as ``row_weights`` reads a Tensor: ``levels[1].pos``."""
+    """A scipy compressed matrix as ``row_weights`` reads a Tensor: ``levels[1]``'s ``pos``
+    and ``crd``."""
 
-    __slots__ = ("levels", "pos")
+    __slots__ = ("levels", "pos", "crd")
 
     def __init__(self, matrix: Any) -> None:
-        self.pos = matrix.indptr
+        self.pos, self.crd = matrix.indptr, matrix.indices
         self.levels = (None, self)
 
 
@@ -1327,14 +1341,19 @@ def execute(compiled: CompiledProgram, bound: Mapping[str, Tensor], value_dtype:
     else:
         buffers.sizes = np.zeros(output.rank, dtype=np.int64)
         buffers.capacity = max(16, sum(t.nnz for t in tensors.values()))
+        entries = entry_bounds(compiled.balance_by, tensors, shape[output.format.order[-1]]) \
+            if len(shape) == 2 else None
+        buffers.capacity = first_capacity(entries, buffers.capacity)
     args = compiled.arguments.pack(tensors, sizes, buffers)
     bounds = _thread_ranges(compiled, tensors, sizes, shape, buffers.dense is not None)
     if bounds is not None and not output.format.is_dense:
-        # Each range assembles into buffers of its own; on the native pool a range is handed
-        # over in 1-2 µs instead of 30-50.
+        # Each range assembles into buffers of its own (with room for the entries its rows
+        # can hold, when that is known); on the native pool a range is handed over in 1-2 µs
+        # instead of 30-50.
         status, parts = run_ranges(compiled.kernel.function, args, compiled.arguments, bounds,
                                    buffers.capacity, kernel_cache().threads.run_calls,
-                                   native=_native_split(compiled, len(bounds) - 1, sparse=True))
+                                   native=_native_split(compiled, len(bounds) - 1, sparse=True),
+                                   weights=entries)
         _check_status(compiled, status)
         return delivered(program, join_rows(shape, output.format, output.index_dtype,
                                             value_dtype, parts, bounds,

@@ -224,3 +224,68 @@ def test_thread_ranges_and_joins_stay_in_bounds_under_sanitizers(tmp_path):
                             text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     assert int(result.stdout.split("kernels")[-1]) == 9
+
+
+@pytest.fixture
+def bounded(monkeypatch):
+    """Every product starts from its bound on the output's entries (``threads.entry_bounds``),
+    and every result gives back the room it did not use (``wrap.shrunk``)."""
+    import tensoralg.runtime.wrap as wrap
+    monkeypatch.setattr(threads_module, "MIN_BOUND_ENTRIES", 0)
+    monkeypatch.setattr(wrap, "SHRINK_MIN_BYTES", 0)
+    seen: list[int] = []
+    original = api.first_capacity
+
+    def spy(bounds, floor):
+        seen.append(original(bounds, floor))
+        return seen[-1]
+
+    monkeypatch.setattr(api, "first_capacity", spy)
+    return seen
+
+
+def _dense_rows(rows: int, cols: int, rng: np.random.Generator, dtype: str) -> sp.csr_array:
+    """Mostly short rows, a few full ones: a square has dense rows and columns, whose products
+    fill most of the output (as adder_dcop_05 squared)."""
+    A = _skewed(rows, cols, rng, dtype).tolil()
+    for r in range(0, rows, max(1, rows // 4)):
+        A[r, :] = 1
+    A[:, : max(1, cols // 5)] = 2
+    return sp.csr_array(A, dtype=dtype)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("out", ["ds", "ss"])
+def test_products_start_from_their_entry_bound(threads, out, bounded, any_work_splits):
+    rng = np.random.default_rng(threads)
+    kernel = ta.compile(SPGEMM, formats={"A": "ds", "B": "ds", "C": out})
+    ta.set_num_threads(threads)
+    for rows, cols, dtype in [(120, 90, "float64"), (7, 300, "float32"), (0, 4, "float64"),
+                              (5, 0, "float64")]:
+        A, B = _dense_rows(rows, cols, rng, dtype), _dense_rows(cols, rows, rng, dtype)
+        bounded.clear()
+        got = kernel(A=A, B=B)
+        want = (A.astype(np.float64) @ B.astype(np.float64)).toarray()
+        dense = got.to_numpy() if isinstance(got, ta.Tensor) else got.toarray()
+        np.testing.assert_allclose(dense, want, rtol=1e-5)
+        # The first capacity is the bound: a row's entries and multiply-adds, at most a full
+        # row of the output.
+        reach = np.add.reduceat(np.r_[np.diff(B.indptr)[A.indices], 0], A.indptr[:-1]) \
+            * (np.diff(A.indptr) > 0) if rows else np.zeros(0, int)
+        bound = np.minimum(np.diff(A.indptr) + reach, B.shape[1]).sum()
+        assert bounded[0] == max(16, A.nnz + B.nnz, bound)
+
+
+def test_a_short_bound_or_a_capped_one_only_means_growing(bounded, monkeypatch):
+    rng = np.random.default_rng(3)
+    A, B, D = (_dense_rows(60, 60, rng, "float64") for _ in range(3))
+    # Three factors: the bound counts A times B only, short of what A B D fills.
+    three = ta.compile("C(i,j) = A(i,k) * B(k,l) * D(l,j)",
+                       formats={"A": "ds", "B": "ds", "D": "ds", "C": "ds"})
+    np.testing.assert_allclose(three(A=A, B=B, D=D).toarray(), (A @ B @ D).toarray())
+    monkeypatch.setattr(threads_module, "MAX_FIRST_CAPACITY", 5)
+    kernel = ta.compile(SPGEMM, formats={"A": "ds", "B": "ds", "C": "ds"})
+    for threads in (1, 2):
+        ta.set_num_threads(threads)
+        np.testing.assert_allclose(kernel(A=A, B=B).toarray(), (A @ B).toarray())
+    assert bounded[-1] == A.nnz + B.nnz      # the capped bound gives way to the usual guess

@@ -20,6 +20,13 @@ _free = _libc.free
 _free.argtypes = [ctypes.c_void_p]
 _free.restype = None
 _libc.malloc.argtypes, _libc.malloc.restype = [ctypes.c_size_t], ctypes.c_void_p
+_realloc = _libc.realloc
+_realloc.argtypes, _realloc.restype = [ctypes.c_void_p, ctypes.c_size_t], ctypes.c_void_p
+
+# Room left unused past a result's entries is given back when it is at least this many bytes
+# and more than the entries take: a first capacity from a loose bound (threads.entry_bounds)
+# would otherwise be held for as long as the result lives.
+SHRINK_MIN_BYTES = 1 << 20
 
 
 class _Owner:
@@ -59,6 +66,18 @@ def adopt(address: int | None, count: int, dtype: np.dtype) -> np.ndarray:
     return np.frombuffer(buffer, dtype=dtype, count=count)
 
 
+def shrunk(address: int | None, count: int, room: int, dtype: np.dtype) -> int | None:
+    """``address``, a block with room for at least ``room`` elements of which ``count`` are
+    used, cut down to ``count`` when the rest is large (``SHRINK_MIN_BYTES``). Shrinking moves
+    nothing (glibc splits the block, or remaps a mapped one); where ``realloc`` fails the block
+    stays as it was."""
+    itemsize = np.dtype(dtype).itemsize
+    if not address or count <= 0 or room - count <= count or \
+            (room - count) * itemsize < SHRINK_MIN_BYTES:
+        return address
+    return _realloc(address, count * itemsize) or address
+
+
 def release(output: OutputBuffers) -> None:
     """Free whatever the kernel handed back (after a failed run)."""
     for handle in output.handles.values():
@@ -81,10 +100,12 @@ def sparse_result(shape: tuple[int, ...], fmt: Format, index_dtype: np.dtype,
             continue
         count = int(output.sizes[k])
         pos = adopt(output.handles[f"{k}.pos"].value, positions + 1, index_dtype)
-        crd = adopt(output.handles[f"{k}.crd"].value, count, index_dtype)
+        crd = adopt(shrunk(output.handles[f"{k}.crd"].value, count, output.capacity,
+                           index_dtype), count, index_dtype)
         levels.append(LevelArrays(pos, crd))
         positions = count
-    vals = adopt(output.handles["vals"].value, positions, value_dtype)
+    vals = adopt(shrunk(output.handles["vals"].value, positions, output.capacity, value_dtype),
+                 positions, value_dtype)
     for handle in output.handles.values():
         handle.value = None
     # Every array was just made here from the kernel's buffers: no conversion or check needed.
