@@ -145,6 +145,7 @@ from tensoralg.runtime.sequence import CallSequence, NativeGroup, Slot
 from tensoralg.runtime.stitch import join_rows, run_ranges, varying_slots
 from tensoralg.runtime.threads import (
     MIN_ROWS_PER_THREAD,
+    MULTIPLY_ADDS_PER_UNIT,
     NATIVE_RANGES_PER_THREAD,
     KernelThreads,
     entry_bounds,
@@ -231,6 +232,7 @@ class CompiledProgram:
     overwrites: bool                          # every output element assigned: skip zeroing
     plan: LoopPlan = LoopPlan()               # what the schedule asked of the loops
     schedule: Schedule | None = None          # the schedule given (None: the compiler's own)
+    entries_by: RowWork | None = None         # bounds a sparse output's rows (entry_bounds)
 
 
 def _disk_cache(directory: Path | None) -> DiskCache | None:
@@ -312,7 +314,8 @@ class KernelCache:
         arguments = ArgumentPlan.from_params(function.params, program.output.name)
         return CompiledProgram(key, program, function, kernel, log, arguments, sizes,
                                _balancing_operand(program, arguments.range_index),
-                               overwrites and not plan.partials, plan, schedule)
+                               overwrites and not plan.partials, plan, schedule,
+                               _entry_work(program))
 
 
     def _lowered(self, key: KernelKey) -> tuple[Program, Function, bool, IRLog, str] | None:
@@ -337,6 +340,16 @@ LOWERED = "lowered"   # the disk cache's kind for a kernel's lowered program and
 def _balancing_operand(program: Program, index: str | None) -> RowWork | None:
     """What a row of the split loop over ``index`` costs (``lower/scheduling.py``)."""
     return row_work(program, index)
+
+
+def _entry_work(program: Program) -> RowWork | None:
+    """What bounds the entries of each row of a sparse matrix output, whatever its loops'
+    order and split (``threads.entry_bounds``); None for other outputs."""
+    output = program.output
+    fmt = output.format
+    if fmt.rank != 2 or fmt.is_dense or not fmt.levels[1].has_pos:
+        return None
+    return row_work(program, output.dims[fmt.order[0]])
 
 
 _cache: KernelCache | None = None
@@ -662,20 +675,19 @@ class _Dispatch:
             if kind == _COMPRESSED and not _sound_compressed(operand, cache.validator):
                 return None
         shape = tuple(operands[k].shape[mode] for k, mode in self.out_dims)
+        entries = self._entry_bounds(operands, shape)
+        # A sparse product's work is its multiply-adds (bounded here by the entries it may
+        # make), which the operands' stored entries undercount many times over.
+        product = 0 if entries is None else int(entries[-1]) // MULTIPLY_ADDS_PER_UNIT
         if self.splittable and cache.threads.threads > 1 and \
-                cache.threads.parts(self._work(operands, shape)) > 1:
+                cache.threads.parts(max(self._work(operands, shape), product)) > 1:
             return None
         buffers = OutputBuffers()
         if self.handles:
             buffers.sizes = np.zeros(self.compiled.program.output.rank, dtype=np.int64)
-            buffers.capacity = max(16, sum(op.size if kind == _DENSE else op.indices.shape[0]
-                                           for kind, op in zip(self.kinds, operands)))
-            work = self.compiled.balance_by
-            if work is not None and work.products:
-                views = {name: _LevelView(op) for name, kind, op
-                         in zip(self.names, self.kinds, operands) if kind == _COMPRESSED}
-                buffers.capacity = first_capacity(
-                    entry_bounds(work, views, self._columns(shape)), buffers.capacity)
+            buffers.capacity = first_capacity(
+                entries, max(16, sum(op.size if kind == _DENSE else op.indices.shape[0]
+                                     for kind, op in zip(self.kinds, operands))))
             out = buffers.sizes
         else:
             size = math.prod(shape)
@@ -722,10 +734,16 @@ class _Dispatch:
         result = out.reshape(shape)
         return result[()] if result.ndim == 0 else result
 
-    def _columns(self, shape: tuple[int, ...]) -> int:
-        """The extent of the sparse output's last stored level."""
-        output = self.compiled.program.output
-        return shape[output.format.order[-1]]
+    def _entry_bounds(self, operands: tuple, shape: tuple[int, ...]) -> np.ndarray | None:
+        """``threads.entry_bounds`` of a sparse product's output rows, or None."""
+        work = self.compiled.entries_by
+        if not self.handles or work is None or not work.products or len(shape) != 2:
+            return None
+        views = {name: _LevelView(op) for name, kind, op
+                 in zip(self.names, self.kinds, operands) if kind == _COMPRESSED}
+        if any(name not in views for pair in work.products for name in pair):
+            return None
+        return entry_bounds(work, views, shape[self.compiled.program.output.format.order[-1]])
 
     def _work(self, operands: tuple, shape: tuple[int, ...]) -> int:
         sparse = [op.indices.shape[0] for kind, op in zip(self.kinds, operands)
@@ -1341,7 +1359,7 @@ def execute(compiled: CompiledProgram, bound: Mapping[str, Tensor], value_dtype:
     else:
         buffers.sizes = np.zeros(output.rank, dtype=np.int64)
         buffers.capacity = max(16, sum(t.nnz for t in tensors.values()))
-        entries = entry_bounds(compiled.balance_by, tensors, shape[output.format.order[-1]]) \
+        entries = entry_bounds(compiled.entries_by, tensors, shape[output.format.order[-1]]) \
             if len(shape) == 2 else None
         buffers.capacity = first_capacity(entries, buffers.capacity)
     args = compiled.arguments.pack(tensors, sizes, buffers)
@@ -1438,7 +1456,7 @@ def _thread_ranges(compiled: CompiledProgram, tensors: Mapping[str, Tensor],
             # A sparse product's work is its multiply-adds, which the operands' stored
             # entries undercount many times over (bcsstk16 squared: 60x).
             weights = row_weights(work_by_row, tensors)
-            work = max(work, int(weights[-1]))
+            work = max(work, int(weights[-1]) // MULTIPLY_ADDS_PER_UNIT)
         parts = min(threads.parts(work, native), size // MIN_ROWS_PER_THREAD)
         if native and parts > 1 and NativeSplit.supports(compiled.kernel.function):
             parts = max(parts, min(parts * NATIVE_RANGES_PER_THREAD,

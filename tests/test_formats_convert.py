@@ -180,3 +180,27 @@ def test_input_family() -> None:
     assert input_family(Tensor.from_numpy(np.ones(1))) == "tensor"
     with pytest.raises(UnsupportedError):
         input_family("abc")
+
+
+@pytest.mark.parametrize("kind", ["array", "matrix"])
+@pytest.mark.parametrize("csc", [False, True])
+def test_to_scipy_hands_kernel_arrays_over_as_the_constructor_would(kind, csc):
+    from tensoralg.formats import convert
+
+    rng = np.random.default_rng(4)
+    dense = rng.random((6, 9)) * (rng.random((6, 9)) < 0.3)
+    fmt = CSC if csc else CSR
+    for index in (np.int32, np.int64):
+        tensor = Tensor.from_numpy(dense, format=fmt, index_dtype=index)
+        got = tensor.to_scipy(kind)
+        name = "csc" if csc else "csr"
+        cls = getattr(sp, f"{name}_{kind}")
+        level = tensor.levels[1]
+        want = cls((tensor.vals, level.crd, level.pos), shape=tensor.shape, copy=False)
+        assert type(got) is cls and got.shape == want.shape and got.nnz == want.nnz
+        np.testing.assert_array_equal(got.toarray(), dense)
+        assert got.indices.dtype == want.indices.dtype and got.indptr.dtype == want.indptr.dtype
+        # int32 arrays are handed over as they are; the constructor narrows int64 ones.
+        assert (got.indices is level.crd) == (index is np.int32)
+        assert got.has_canonical_format and (got @ np.ones(9)).shape == (6,)
+    assert convert._TEMPLATES and all(t is not None for t in convert._TEMPLATES.values())

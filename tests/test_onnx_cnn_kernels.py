@@ -233,9 +233,8 @@ def test_few_channel_conv_through_patch_blocks_matches_onnxruntime(shape, kernel
     # "patches": the plan's GEMM threshold raised so patch blocks take every layer here;
     # "default": layers of 48 channels or more without dilation go to the generated GEMM,
     # which scatters its tiles into the NCHW output.
-    from tensoralg.onnx.plan import product_steps
-
     from tensoralg.codegen.llvm import host_has
+    from tensoralg.onnx.plan import product_steps
 
     gemm = route == "default" and kernel[0] >= product_steps.GEMM_MIN_CHANNELS and \
         dilations == (1, 1) and host_has("avx512f")

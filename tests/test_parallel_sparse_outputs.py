@@ -157,8 +157,8 @@ def test_spgemm_ranges_are_cut_by_multiply_adds():
 
 
 def test_a_product_with_few_entries_but_many_multiply_adds_is_split(count_ranges):
-    # 2 x 20k stored entries would not be worth a second thread; their 1M multiply-adds are.
-    A = sp.random_array((400, 400), density=0.125, format="csr", random_state=5)
+    # 2 x 8e4 stored entries would not be worth a second thread; their 8e6 multiply-adds are.
+    A = sp.random_array((800, 800), density=0.125, format="csr", random_state=5)
     kernel = ta.compile(SPGEMM, formats={"A": "ds", "B": "ds", "C": "ds"})
     before = ta.get_num_threads()
     ta.set_num_threads(2)

@@ -7,27 +7,27 @@ A kernel whose sparse output is a matrix whose first stored level runs over the 
 buffers. For CSR its ``pos`` covers every row, with zeros before the range and its own total
 after it; for DCSR it lists only the rows of its range that hold entries.
 
-Joining costs one copy of the coordinates and values of every range but the first: the first
-range's buffers grow in place to the whole output (``realloc``, which moves a large block by
-remapping its pages, not by copying them), and the others are copied behind them in chunks, on
-as many threads as ran the ranges (``memcpy`` through ctypes releases the GIL). Before, every
-piece was copied into fresh arrays by one thread: joining two halves of an 8e6-entry product
-took half as long as computing them.
+Joining copies every range's coordinates and values into one new array, in chunks, on as many
+threads as ran the ranges (``memcpy`` through ctypes releases the GIL). Growing the first
+range's buffers in place with ``realloc`` and copying only the others behind them looked
+cheaper, but glibc raises its mmap threshold after every large ``free``, so the next large
+blocks come from the heap and ``realloc`` copies them into fresh pages: joining the halves of
+rajat01 squared (4.7e6 entries) took 50-76 ms that way, 10 ms this way. Ranges start with room
+for what their rows can hold where that is known (``threads.entry_bounds``), so they do not
+grow either.
 """
 from __future__ import annotations
 
 import ctypes
-import sys
 from typing import Callable, Sequence
 
 import numpy as np
 
-from tensoralg.errors import KernelRuntimeError
 from tensoralg.formats.format import Format
 from tensoralg.formats.tensor import LevelArrays, Tensor
 from tensoralg.runtime.args import CAPACITY, OUT_HANDLE, OUT_SIZES, ArgumentPlan, OutputBuffers
 from tensoralg.runtime.native_split import NativeSplit
-from tensoralg.runtime.wrap import adopt, release
+from tensoralg.runtime.wrap import release
 
 RunCalls = Callable[[Callable[[list], int], list[list]], list[int]]
 
@@ -37,17 +37,6 @@ _realloc.argtypes, _realloc.restype = [ctypes.c_void_p, ctypes.c_size_t], ctypes
 _memcpy = _libc.memcpy
 _memcpy.argtypes, _memcpy.restype = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t], \
     ctypes.c_void_p
-_free = _libc.free
-_free.argtypes, _free.restype = [ctypes.c_void_p], None
-_madvise = getattr(_libc, "madvise", None)
-if _madvise is not None:
-    _madvise.argtypes, _madvise.restype = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int], \
-        ctypes.c_int
-
-# The joined buffers get the advice the kernels give their own large buffers
-# (``codegen/llvm.py``, ``HUGE_PAGES``): copied into with 4 KiB pages, the second half of an
-# 8e6-entry product took a page fault per 4 KiB.
-HUGE_MIN_BYTES, PAGE_BYTES, MADV_HUGEPAGE = 4 << 20, 4096, 14
 
 # Below this many bytes a copy is not worth handing to another thread.
 MIN_COPY_BYTES_PER_THREAD = 1 << 20
@@ -191,35 +180,19 @@ def _join_sparse_rows(parts: list[OutputBuffers], counts: list[int], index_dtype
 
 def _concatenate(parts: list[OutputBuffers], key: str, counts: list[int], dtype: np.dtype,
                  run_calls: RunCalls | None) -> np.ndarray:
-    """The pieces' ``key`` buffers as one array: the first grown in place, the rest copied
-    behind it (on the threads of ``run_calls``), then freed."""
-    size, total = dtype.itemsize, sum(counts)
-    first = parts[0].handles[key]
-    joined = _realloc(first.value, max(total, 1) * size)
-    if not joined:
-        raise KernelRuntimeError(f"could not allocate {total * size} bytes to join the "
-                                 f"{len(parts)} ranges of a sparse output computed on threads")
-    first.value = None            # now owned by ``joined``
-    _advise_huge_pages(joined, total * size)
+    """The pieces' ``key`` buffers copied into one new array (on the threads of
+    ``run_calls`` when large); the caller frees the pieces."""
+    size = dtype.itemsize
+    joined = np.empty(sum(counts), dtype)   # NumPy advises huge pages for a large block
     jobs: list[tuple[int, int, int]] = []
-    offset = counts[0]
-    for part, count in zip(parts[1:], counts[1:]):
+    offset = 0
+    for part, count in zip(parts, counts):
         if count:
-            jobs.append((joined + offset * size, part.handles[key].value, count * size))
+            jobs.append((joined.ctypes.data + offset * size, part.handles[key].value,
+                         count * size))
         offset += count
     _copy(jobs, run_calls)
-    return adopt(joined, total, dtype)
-
-
-def _advise_huge_pages(address: int, nbytes: int) -> None:
-    """Ask for transparent huge pages over the whole pages of a large block (a hint: its
-    result is ignored; Linux only)."""
-    if _madvise is None or nbytes < HUGE_MIN_BYTES or not sys.platform.startswith("linux"):
-        return
-    start = (address + PAGE_BYTES - 1) // PAGE_BYTES * PAGE_BYTES
-    end = (address + nbytes) // PAGE_BYTES * PAGE_BYTES
-    if end > start:
-        _madvise(start, end - start, MADV_HUGEPAGE)
+    return joined
 
 
 def _copy(jobs: list[tuple[int, int, int]], run_calls: RunCalls | None) -> None:

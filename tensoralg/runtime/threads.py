@@ -162,10 +162,19 @@ def row_weights(work: Any, tensors: Mapping[str, Any]) -> np.ndarray | None:
     return total
 
 
-# The most entries a sparse product's output buffers start with (``entry_bounds``): ~400 MB of
-# float64 values and int32 coordinates, of which a loose bound leaves most untouched (and
-# ``wrap.sparse_result`` gives back); past it the kernel grows its buffers as it goes.
-MAX_FIRST_CAPACITY = 1 << 25
+# A sparse product's multiply-adds per unit of work (``KernelThreads.parts``): its ranges'
+# pieces are copied into one output afterwards (runtime/stitch.py), which costs about what
+# computing an output entry does, and a product makes up to one entry per multiply-add. Measured
+# on the 2-core VM, CSR squares, one thread against two: 6e6-9e7 multiply-adds gained 1.3-1.6x
+# (bcsstk16, bcsstk33, kos_docword), 2e6-5e6 lost where the output is about as large as the
+# work (adder_dcop_05, rajat01, hangGlider_2: 0.44-0.9x) and gained 1.2-1.5x where it is not
+# (bcsstk13, wiki-Vote): the split starts at ~6e6.
+MULTIPLY_ADDS_PER_UNIT = 8
+# The most entries a sparse product's output buffers start with (``entry_bounds``): ~50 MB of
+# float64 values and int32 coordinates. Past it the kernel grows its buffers as it goes. A
+# bound can be loose many times over (bcsstk33 squared: 4.3e7 multiply-adds, 2.6e6 entries),
+# and mapping, advising and unmapping room for all of it cost more than growing did.
+MAX_FIRST_CAPACITY = 1 << 22
 # Below this many entries in a product's left factor, growing the output as the kernel goes
 # costs a few small reallocations, less than computing the bound (~10-20 µs).
 MIN_BOUND_ENTRIES = 1 << 13
