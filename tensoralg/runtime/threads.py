@@ -170,11 +170,12 @@ def row_weights(work: Any, tensors: Mapping[str, Any]) -> np.ndarray | None:
 # work (adder_dcop_05, rajat01, hangGlider_2: 0.44-0.9x) and gained 1.2-1.5x where it is not
 # (bcsstk13, wiki-Vote): the split starts at ~6e6.
 MULTIPLY_ADDS_PER_UNIT = 8
-# The most entries a sparse product's output buffers start with (``entry_bounds``): ~50 MB of
+# The most entries a sparse product's output buffers start with (``entry_bounds``): ~100 MB of
 # float64 values and int32 coordinates. Past it the kernel grows its buffers as it goes. A
 # bound can be loose many times over (bcsstk33 squared: 4.3e7 multiply-adds, 2.6e6 entries),
-# and mapping, advising and unmapping room for all of it cost more than growing did.
-MAX_FIRST_CAPACITY = 1 << 22
+# and mapping, advising and unmapping room for all of it (2^25) cost bcsstk16 squared ~20%;
+# at 2^22 rajat01 squared (4.7e6 entries, bound 5.4e6) grew once at its end: 34 ms, not 25.
+MAX_FIRST_CAPACITY = 1 << 23
 # Below this many entries in a product's left factor, growing the output as the kernel goes
 # costs a few small reallocations, less than computing the bound (~10-20 µs).
 MIN_BOUND_ENTRIES = 1 << 13
