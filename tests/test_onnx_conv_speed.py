@@ -107,6 +107,21 @@ def test_channels_last_copy_matches_numpy(channels, dtype):
         BoundChannelsLast(x, np.zeros((2, 4, 4, channels), dtype), pads)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("channels, width", [(16, 16), (32, 33), (64, 8), (24, 1), (40, 47)])
+def test_channels_last_blocks_cross_every_tail(channels, width, dtype):
+    # Whole and partial lanes x lanes blocks in both directions, from a channel block of a
+    # larger batch (images further apart than one image).
+    rng = np.random.default_rng(width)
+    batch = rng.standard_normal((3, channels + 5, 4, width)).astype(dtype)
+    x = batch[:, 2:2 + channels]
+    out = np.full((3, 6, width + 2, channels), -1.0, dtype)
+    BoundChannelsLast(x, out, (1, 1))()
+    want = np.full_like(out, -1.0)
+    want[:, 1:5, 1:width + 1, :] = x.transpose(0, 2, 3, 1)
+    np.testing.assert_array_equal(out, want)
+
+
 @pytest.mark.parametrize("m", [1, 5, 7, 11, 13, 25, 49, 50])
 @pytest.mark.parametrize("n", [16, 64, 100])
 def test_near_equal_row_tiles_match_numpy(m, n):
