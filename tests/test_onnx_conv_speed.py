@@ -123,10 +123,10 @@ def test_channels_last_blocks_cross_every_tail(channels, width, dtype):
 
 
 @pytest.mark.parametrize("m", [1, 5, 7, 11, 13, 25, 49, 50])
-@pytest.mark.parametrize("n", [16, 64, 100])
+@pytest.mark.parametrize("n", [16, 24, 64, 96, 100])
 def test_near_equal_row_tiles_match_numpy(m, n):
-    # 49 rows run as tiles of 6 and 5 (and 13 rows of a one-vector panel as 7 and 6): every
-    # row must be computed exactly once.
+    # 49 rows run as tiles of 6 and 5 (and 13 rows of a one- or two-vector panel as 7 and 6, of
+    # a three-vector one as 7 and 6 too): every row must be computed exactly once.
     rng = np.random.default_rng(m * n)
     a = rng.standard_normal((m, 300)).astype(np.float32)
     w = rng.standard_normal((300, n)).astype(np.float32)

@@ -11,7 +11,7 @@ times 256 x 256 x 512), because
   ``K_BLOCK x NR`` block contiguous (in L2, streamed once per tile) while the tile's rows of
   ``A`` stay in L1, as BLIS blocks its micro-kernel;
 - the micro-kernel keeps an ``MR x NR`` tile of ``C`` (6 rows x 4 vectors: 24 of the 32 vector
-  registers; 12 rows x 1 vector for a panel one vector wide) in registers across a K block:
+  registers; 8 x 3, 12 x 2 and 12 x 1 for a narrower last panel) in registers across a K block:
   per step it loads 4 vectors of ``W`` and broadcasts 6 values of ``A`` for 24 fused
   multiply-adds, so it is bound by the FMA units, not by loads;
 - the bias and ReLU are applied to the tile while it is in registers, so the output is written
@@ -113,6 +113,18 @@ class GemmShape:
         """The GEMM's K block: rows of the packed weight a tile runs over at a time."""
         return K_BLOCK
 
+    def rows_for(self, vectors: int) -> int:
+        """Rows of the register tile of a panel ``vectors`` wide: as many accumulators as the
+        full tile (``mr * vectors``), up to ``TALL_MR`` rows. A narrow last panel (96 columns
+        are a panel of 64 and one of 32) keeps its multiply-adds' latency hidden: with 6 rows
+        of 2 vectors, SqueezeNet's first layer ran the panel of 32 at half speed.
+
+        >>> shape = GemmShape.for_host(np.float32, avx512=True)
+        >>> [shape.rows_for(v) for v in (1, 2, 3, 4)]
+        [12, 12, 8, 6]
+        """
+        return min(TALL_MR, self.mr * self.vectors // vectors)
+
     @staticmethod
     def for_host(dtype: np.dtype, avx512: bool) -> "GemmShape":
         dtype = np.dtype(dtype)
@@ -159,7 +171,7 @@ def gemm_module(shape: GemmShape) -> ir.Module:
     scalar = ir.FloatType() if shape.dtype == np.float32 else ir.DoubleType()
     micro = {(rows, vectors): _micro_kernel(module, shape, scalar, rows, vectors)
              for vectors in range(1, shape.vectors + 1)
-             for rows in range(1, (TALL_MR if vectors == 1 else shape.mr) + 1)}
+             for rows in range(1, shape.rows_for(vectors) + 1)}
     _driver(module, shape, micro)
     return module
 
@@ -457,10 +469,12 @@ def _driver(module: ir.Module, shape: GemmShape, micro: dict[tuple[int, int], ir
         # Tile variants: (vectors - 1) * mr + (rows - 1); a narrow last panel has fewer vectors.
         vectors = builder.select(builder.icmp_signed("<", ncols, const(shape.nr)),
                                  _ceil_div(builder, ncols, shape.lanes), const(shape.vectors))
-        # A one-vector panel takes taller tiles (12 rows), so that enough accumulators hide
-        # the latency of the multiply-adds.
-        mr = builder.select(builder.icmp_signed("==", vectors, const(1)), const(TALL_MR),
-                            const(shape.mr))
+        # A narrower panel takes taller tiles (GemmShape.rows_for), so that enough
+        # accumulators hide the latency of the multiply-adds.
+        mr = const(shape.mr)
+        for width in range(1, shape.vectors):
+            mr = builder.select(builder.icmp_signed("==", vectors, const(width)),
+                                const(shape.rows_for(width)), mr)
         total = builder.sub(end, begin)
         row_blocks = _ceil_div(builder, total, mr)
         wide = builder.mul(builder.sub(vectors, const(1)), const(TALL_MR))
