@@ -22,6 +22,7 @@ a sequence with the inputs named in ``slots`` read from the sequence's slots at 
 - generated window and row kernels: :func:`window_kernel` (pooling, depthwise convolution),
   :func:`softmax_kernel`;
 - data movement: :func:`gather_call` (rows of a table by id), :func:`copy_call`,
+  :func:`transpose_call` (batched matrices transposed, a channels-last product into NCHW),
   :func:`block_copy_call`, :func:`broadcast_call` (elementwise ops with NumPy broadcasting,
   mixed dtypes), :func:`cumsum_call` (integer running sums, ONNX ``CumSum``), :func:`ids_call` (ids checked and turned into a CSR level), and
   :class:`RowCompressor` (dense rows into CSR for a sparse kernel).
@@ -74,6 +75,7 @@ from tensoralg.api import (
     patch_conv_of,
     pointwise_conv,
     softmax_kernel,
+    transpose_call,
     window_kernel,
 )
 
@@ -82,5 +84,5 @@ __all__ = [
     "block_copy_call", "broadcast_call", "canonical_csr", "compiled_conv_gathers", "conv_layer",
     "copy_call", "cumsum_call", "grouped_conv", "patch_conv_of", "pointwise_conv",
     "data_address", "dense_layer", "direct_conv", "gather_call", "gram_call", "ids_call",
-    "im2row_call", "kernel_cache", "softmax_kernel", "window_kernel",
+    "im2row_call", "kernel_cache", "softmax_kernel", "transpose_call", "window_kernel",
 ]

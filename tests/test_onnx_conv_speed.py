@@ -153,3 +153,28 @@ def test_level3_conv_on_the_generated_gemm_matches_onnxruntime(batch):
     np.testing.assert_allclose(compiled.run({"x": other})["y"], _ort(model, other), rtol=1e-4,
                                atol=1e-5)
     assert "direct convolution on the generated GEMM" in str(compiled.profile({"x": x}))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("rows, columns", [(784, 128), (49, 512), (17, 33), (1, 5), (16, 16)])
+def test_transpose_call_writes_each_matrix_transposed(rows, columns, dtype):
+    from tensoralg import program
+
+    rng = np.random.default_rng(rows)
+    wide = rng.standard_normal((3, rows + 2, columns)).astype(dtype)
+    source = wide[:, 1:rows + 1]            # matrices C-contiguous, further apart
+    target = np.full((3, columns, rows), -1.0, dtype)
+    program.transpose_call(source, target)()
+    np.testing.assert_array_equal(target, source.transpose(0, 2, 1))
+
+
+def test_transpose_call_refuses_what_it_cannot_write():
+    from tensoralg import program
+
+    x = np.ones((2, 3, 4), np.float32)
+    for target in (np.empty((2, 3, 4), np.float32), np.empty((2, 4, 3), np.float64),
+                   np.empty((2, 3, 4), np.float32).transpose(0, 2, 1)):
+        with pytest.raises(ta.ShapeError, match="transpose_call"):
+            program.transpose_call(x, target)
+    with pytest.raises(ta.ShapeError, match="transpose_call"):
+        program.transpose_call(x.astype(np.int32), np.empty((2, 4, 3), np.int32))

@@ -21,7 +21,6 @@ from tensoralg.onnx.ops.matmul import use_blas
 from tensoralg.onnx.ops.windows import windows
 from tensoralg.onnx.passes.fusion import FLOATS, activation_bounds, clamp_text, fused_activation
 from tensoralg.onnx.plan.executor import Step
-from tensoralg.onnx.plan.movement_steps import permuter
 from tensoralg.onnx.plan.step_base import (
     Env,
     Getter,
@@ -464,8 +463,8 @@ def conv_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) ->
             gemm = layer_run(layer, Getter("\0patches", buffers[0]), product, buffers[0].shape)
             calls = [(first, [])] + (parts_of(gemm) or [])
         channels_last = product.reshape(x.shape[0], -1, channels)
-        transpose = permuter(step.context, outs[0].reshape(x.shape[0], channels, -1),
-                             channels_last.shape, (0, 2, 1))
+        transpose = program.transpose_call(channels_last,
+                                           outs[0].reshape(x.shape[0], channels, -1))
 
         def run(env: Env) -> None:
             if get.fixed is None:
@@ -475,12 +474,8 @@ def conv_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) ->
             else:
                 first()
                 gemm(env)
-            transpose(channels_last)
-        copier = getattr(transpose, "bound", None)
-        if copier is None:
-            return made_of(run, None)
-        parts = [(calls[0][0], [("x", get, None)]), *calls[1:],
-                 (copier, [("X", Getter("\0channels last", channels_last), None)])]
+            transpose()
+        parts = [(calls[0][0], [("x", get, None)]), *calls[1:], (transpose, [])]
         return made_of(run, parts)
 
     spec = Spec(make, scratch, "conv kernels")
