@@ -144,6 +144,7 @@ from tensoralg.runtime.replay import (
     ARG_SIZE,
     COMPRESSED,
     DENSE,
+    SparseOutput,
     replay_function,
     replayable,
 )
@@ -818,7 +819,10 @@ def _remember(signature: tuple, compiled: CompiledProgram, stmt: Assignment,
         compiled, tuple(names), kinds, equal, out_dims, compiled.key.value_dtype, recipe,
         compiled.arguments.range_slots is not None, handles,
         tuple(input_family(op) for op in operands), requested, relayouts=tuple(relayouts))
-    if not handles and not relayouts and replayable(recipe):
+    # A sparse product's first capacity and thread split come from its rows' bounds
+    # (_Dispatch._entry_bounds), which the written-out call does not compute.
+    products = handles and compiled.entries_by is not None and compiled.entries_by.products
+    if not relayouts and not products and replayable(recipe, sparse=bool(handles)):
         entry = dataclasses.replace(entry, fast=_replay_of(entry, signature[2:]))
         if store is None and signature[1] is None:
             _recent_replay(signature[0], entry.fast)
@@ -852,7 +856,28 @@ def _replay_of(entry: _Dispatch, guards: tuple) -> Any:
                            entry.value_dtype, compiled.overwrites, compiled.kernel.function,
                            lambda matrix: _sound_compressed(matrix, cache.validator),
                            cache.threads if entry.splittable else None, fail,
-                           _replayed_split(entry) if entry.splittable else None, guards)
+                           _replayed_split(entry) if entry.splittable and not entry.handles
+                           else None, guards,
+                           _sparse_output(entry) if entry.handles else None)
+
+
+def _sparse_output(entry: _Dispatch) -> SparseOutput:
+    """How a replayed call makes and finishes ``entry``'s sparse output, as ``_Dispatch.run``
+    does."""
+    program = entry.compiled.program
+    output = program.output
+    rank, handles = output.rank, entry.handles
+
+    def buffers(capacity: int) -> OutputBuffers:
+        return OutputBuffers(handles={name: ctypes.c_void_p(0) for name in handles},
+                             sizes=np.zeros(rank, dtype=np.int64), capacity=capacity)
+
+    def finish(made: OutputBuffers, shape: tuple[int, ...]) -> Any:
+        tensor = delivered(program, sparse_result(shape, output.format, output.index_dtype,
+                                                  entry.value_dtype, made))
+        return _wrap(tensor, entry.requested, list(entry.families), None)
+
+    return SparseOutput(buffers, finish, release, handles)
 
 
 def _replayed_split(entry: _Dispatch) -> Any:

@@ -325,3 +325,35 @@ def test_a_dense_operand_relaid_by_lowering_is_replayed_with_its_copy(shape):
     entries = [entry for key, entry in kernel_cache().dispatch.items()
                if key[0] == "ij,ik,kj->ij"]
     assert any(entry.relayouts == ((2, (1, 0)),) for entry in entries)
+
+
+def test_sparse_outputs_are_written_out_but_products_keep_their_bounds(monkeypatch):
+    """A sparse sum's repeated call runs a function written for it (its buffers made and
+    finished there); a sparse product's stays on the recorded path, which bounds its rows'
+    entries first (threads.entry_bounds); work for two threads goes to the general path."""
+    import tensoralg.runtime.threads as threads_module
+
+    A = sp.random_array((40, 30), density=0.2, format="csr", random_state=21)
+    B = sp.random_array((40, 30), density=0.2, format="csr", random_state=22)
+    add = ta.compile("C(i,j) = A(i,j) + B(i,j)", formats={"A": "csr", "B": "csr", "C": "csr"})
+    add(A=A, B=B)
+    (entry,) = add._replays.values()
+    assert entry.fast is not None and "new_buffers" in entry.fast.source
+    got = entry.fast((A, B))
+    assert type(got) is sp.csr_array and got.has_canonical_format
+    np.testing.assert_array_equal(got.toarray(), (A + B).toarray())
+    with pytest.raises(ta.ShapeError):
+        add(A=A, B=sp.random_array((40, 31), density=0.2, format="csr", random_state=23))
+    product = ta.compile("C(i,j) = A(i,k) * B(k,j)",
+                         formats={"A": "csr", "B": "csr", "C": "csr"})
+    product(A=A, B=B.T.tocsr())
+    assert all(e.fast is None for e in product._replays.values())
+    # Work for two threads: the written-out call declines and the general path runs it.
+    monkeypatch.setattr(threads_module, "MIN_WORK_PER_THREAD", 1)
+    before = ta.get_num_threads()
+    ta.set_num_threads(2)
+    try:
+        assert entry.fast((A, B)) is None
+        np.testing.assert_array_equal(add(A=A, B=B).toarray(), (A + B).toarray())
+    finally:
+        ta.set_num_threads(before)

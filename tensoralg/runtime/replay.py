@@ -15,6 +15,7 @@ validator's own memo already does).
 """
 from __future__ import annotations
 
+import ctypes
 import weakref
 from typing import Any, Callable, Sequence
 
@@ -66,9 +67,15 @@ def replay_function(recipe: Sequence[tuple[int, int, int]], kinds: Sequence[str]
                     kernel: Callable[..., int], sound: Callable[[Any], bool],
                     threads: Any, fail: Callable[[], None],
                     split: Callable[[tuple, list], int | None] | None = None,
-                    guards: Sequence[tuple] | None = None) -> Callable[[tuple], Any]:
+                    guards: Sequence[tuple] | None = None,
+                    sparse: Any = None) -> Callable[[tuple], Any]:
     """A function ``(operands) -> result or None`` that runs ``kernel`` with the arguments
     ``recipe`` reads from the operands, into a new dense output of ``value_dtype``.
+
+    ``sparse`` (a :class:`SparseOutput`) makes it a kernel that assembles a sparse output: the
+    function hands the kernel new buffers (its first capacity the operands' stored entries, as
+    the general path's) and returns ``sparse.finish(buffers, shape)``; a call with work for
+    two threads goes to the general path, which joins thread ranges.
 
     ``sound(matrix)`` vets a compressed operand (the function reads its arrays' addresses once
     and keeps them while the arrays are the same); with ``threads`` (the kernel cache's
@@ -117,6 +124,9 @@ def replay_function(recipe: Sequence[tuple[int, int, int]], kinds: Sequence[str]
         lines.append(f"    if s{a}[{mode_a}] != s{b}[{mode_b}]:")
         lines.append("        return None")
     shape = "".join(f"s{k}[{mode}], " for k, mode in out_dims)
+    if sparse is not None:
+        return _sparse_replay(lines, recipe, kinds, shape, kernel, sound, threads, fail, sparse,
+                              guards)
     threaded = threads is not None and split is not None
     if threads is not None:
         lines.append(f"    parallel = threads.threads > 1 and {_work(kinds, out_dims)} >= "
@@ -172,6 +182,69 @@ def replay_function(recipe: Sequence[tuple[int, int, int]], kinds: Sequence[str]
     return replay
 
 
+class SparseOutput:
+    """What a replayed call that assembles a sparse output needs: ``buffers(capacity)`` makes
+    the kernel's output buffers (``runtime/args.OutputBuffers`` with its handles and sizes),
+    ``finish(buffers, shape)`` turns them into the result, ``release(buffers)`` frees them
+    after a failed call, and ``handles`` names the handle of each ``ARG_OUT_HANDLE`` mode."""
+
+    __slots__ = ("buffers", "finish", "release", "handles")
+
+    def __init__(self, buffers: Callable[[int], Any], finish: Callable[[Any, tuple], Any],
+                 release: Callable[[Any], None], handles: Sequence[str]) -> None:
+        self.buffers, self.finish, self.release = buffers, finish, release
+        self.handles = tuple(handles)
+
+
+def _sparse_replay(lines: list[str], recipe: Sequence[tuple[int, int, int]],
+                   kinds: Sequence[str], shape: str, kernel: Callable[..., int],
+                   sound: Callable[[Any], bool], threads: Any, fail: Callable[[], None],
+                   sparse: SparseOutput, guards: Sequence[tuple] | None) -> Callable[[tuple], Any]:
+    """``replay_function``'s end for a kernel with a sparse output (``lines`` holds the checks
+    written so far)."""
+    stored = [f"o{k}.indices.shape[0]" for k, kind in enumerate(kinds) if kind == COMPRESSED]
+    sized = [f"o{k}.size" for k, kind in enumerate(kinds) if kind == DENSE]
+    if threads is not None:
+        # As api._Dispatch.run decides: work enough for two threads goes to the general path.
+        lines.append(f"    if threads.threads > 1 and threads.parts({' + '.join(stored) or '0'}"
+                     f" + 1) > 1:")
+        lines.append("        return None")
+    lines.append(f"    buffers = new_buffers(max(16, {' + '.join(stored + sized) or '0'}))")
+    lines.append("    handles = buffers.handles")
+    args = []
+    for what, k, mode in recipe:
+        args.append({
+            ARG_SIZE: f"s{k}[{mode}]",
+            ARG_DENSE: f"address(o{k})",
+            ARG_DATA: f"a{k}[2]",
+            ARG_INDPTR: f"a{k}[0]",
+            ARG_INDICES: f"a{k}[1]",
+            ARG_BEGIN: "0",
+            ARG_CAPACITY: "buffers.capacity",
+            ARG_OUT_SIZES: "address(buffers.sizes)",
+            ARG_OUT_HANDLE: f"addressof(handles[{sparse.handles[mode]!r}])" if what ==
+            ARG_OUT_HANDLE else "",
+        }[what])
+    lines.append(f"    if kernel({', '.join(args)}) != 0:")
+    lines.append("        release(buffers)")
+    lines.append("        fail()")
+    lines.append(f"    return finish(buffers, ({shape}))")
+    namespace: dict[str, Any] = {
+        "address": data_address, "addressof": ctypes.addressof, "kernel": kernel,
+        "threads": threads, "fail": fail, "new_buffers": sparse.buffers,
+        "finish": sparse.finish, "release": sparse.release, "ndarray": np.ndarray,
+        **{f"sound{k}": _Sound(sound if guards is None else _typed(sound, guards[k]))
+           for k, kind in enumerate(kinds) if kind == COMPRESSED}}
+    for k, guard in enumerate(guards or ()):
+        namespace[f"dtype{k}" if guard[0] is np.ndarray else f"class{k}"] = \
+            guard[1] if guard[0] is np.ndarray else guard[0]
+    source = "\n".join(lines)
+    exec(compile(source, "<tensoralg replay>", "exec"), namespace)  # noqa: S102
+    replay = namespace["replay"]
+    replay.source = source
+    return replay
+
+
 def _typed(sound: Callable[[Any], bool], guard: tuple) -> Callable[[Any], bool]:
     """``sound`` for a matrix whose arrays also have the dtypes ``guard`` names."""
     _, values, indices, indptr = guard
@@ -197,12 +270,14 @@ def _work(kinds: Sequence[str], out_dims: Sequence[tuple[int, int]]) -> str:
     return f"(({' + '.join(stored)}) * (1 + max({width}, 1) // 4) + {rows})"
 
 
-def replayable(recipe: Sequence[tuple[int, int, int]]) -> bool:
-    """Whether ``replay_function`` can write a recipe out (dense outputs only)."""
-    supported = {ARG_SIZE, ARG_DENSE, ARG_DATA, ARG_INDPTR, ARG_INDICES, ARG_OUT, ARG_BEGIN}
+def replayable(recipe: Sequence[tuple[int, int, int]], sparse: bool = False) -> bool:
+    """Whether ``replay_function`` can write a recipe out: a dense output's, or with
+    ``sparse`` a sparse output's (its buffers' handles, sizes and capacity)."""
+    supported = {ARG_SIZE, ARG_DENSE, ARG_DATA, ARG_INDPTR, ARG_INDICES, ARG_BEGIN} | \
+        ({ARG_CAPACITY, ARG_OUT_SIZES, ARG_OUT_HANDLE} if sparse else {ARG_OUT})
     return all(what in supported for what, _, _ in recipe)
 
 
 __all__ = ["ARG_BEGIN", "ARG_CAPACITY", "ARG_DATA", "ARG_DENSE", "ARG_INDICES", "ARG_INDPTR",
            "ARG_OUT", "ARG_OUT_HANDLE", "ARG_OUT_SIZES", "ARG_SIZE", "COMPRESSED", "DENSE",
-           "replay_function", "replayable"]
+           "SparseOutput", "replay_function", "replayable"]
