@@ -1385,6 +1385,7 @@ def execute(compiled: CompiledProgram, bound: Mapping[str, Tensor], value_dtype:
     output = program.output
     _check_memory(compiled, sizes, shape, value_dtype, out)
     buffers = OutputBuffers()
+    entries = None
     if output.format.is_dense:
         buffers.dense = _dense_output(out, shape, value_dtype, compiled.overwrites)
     else:
