@@ -113,12 +113,11 @@ TARGET_NOTES: dict[str, str] = {
     "einsum call vs scipy, small SpMV": "~4 µs of Python dispatch over scipy's ~4 µs; "
                                         "1.68-2.04 across runs on this VM",
     "spgemm vs fastest other system": "MKL returns unsorted rows; tensoralg sorts every row",
-    "first call, new process, empty cache": "a new process loads llvmlite (~80 ms of a "
-                                            "142 ms SpMV first call, 45 ms of it the dlopen of "
-                                            "its LLVM library) and optimises and emits each "
-                                            "kernel at O3 (~40 ms); parsing and lowering take "
-                                            "~8 ms; gemm builds the hand-written GEMM module "
-                                            "(once per machine)",
+    "first call, new process, empty cache": "a new process loads llvmlite (most of it the "
+                                            "dlopen of its LLVM library) and optimises and "
+                                            "emits each kernel at O3; parsing and lowering are "
+                                            "a small part; gemm builds the hand-written GEMM "
+                                            "module (once per machine)",
     "first call, new process, cache hit": "the lowered program and its IR digest come from "
                                           "the cache; what is left is unpickling them, loading "
                                           "the shared object (a private copy) and the source "

@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 from llvmlite import ir
 
-from tensoralg.codegen.gemm import clamp_bounds, emit_clamp
+from tensoralg.codegen.gemm import clamp_bounds, emit_clamp, vector_intrinsics
 from tensoralg.codegen.llvm_helpers import counted_loop, declare, entry_alloca, if_else
 
 I1, I32, I64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
@@ -366,14 +366,12 @@ def channels_last_module(dtype: np.dtype, lanes: int) -> ir.Module:
     """
     dtype = np.dtype(dtype)
     scalar = ir.FloatType() if dtype == np.float32 else ir.DoubleType()
-    vector, mask_type = ir.VectorType(scalar, lanes), ir.VectorType(I1, lanes)
+    module = ir.Module(name=f"channels_last_{dtype.name}")
+    vector, mask_type, _, load, store = vector_intrinsics(module, scalar, lanes)
     index_vector, pointers = ir.VectorType(I64, lanes), ir.VectorType(POINTER, lanes)
     name = "v{}f{}".format(lanes, scalar.intrinsic_name[1:])
-    module = ir.Module(name=f"channels_last_{dtype.name}")
     gather = declare(module, f"llvm.masked.gather.{name}.v{lanes}p0", vector,
                      (pointers, I32, mask_type, vector))
-    store = declare(module, f"llvm.masked.store.{name}.p0", ir.VoidType(),
-                    (vector, POINTER, I32, mask_type))
     fn = ir.Function(module, ir.FunctionType(I32, (POINTER, POINTER, *[I64] * 9)),
                      name=CHANNELS_LAST_ENTRY)
     x, out, begin, end, channels, height, width, out_image, out_row, out_first, x_image = \
@@ -406,8 +404,6 @@ def channels_last_module(dtype: np.dtype, lanes: int) -> ir.Module:
             body(at(x, b.add(b.mul(image, x_image), b.mul(h, width))),
                  at(out, b.add(b.add(b.mul(image, out_image), b.mul(h, out_row)), out_first)))
 
-    load = declare(module, f"llvm.masked.load.{name}.p0", vector,
-                   (POINTER, I32, mask_type, vector))
     half = lanes // 2
     interleave_low = ir.Constant(ir.VectorType(I32, lanes),
                                  [x for k in range(half) for x in (k, lanes + k)])

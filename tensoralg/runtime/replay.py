@@ -140,17 +140,7 @@ def replay_function(recipe: Sequence[tuple[int, int, int]], kinds: Sequence[str]
     lines.append("        return None")
     # A rank-1 output is made in its shape; others flat, then viewed in theirs.
     lines.append(f"    out = {'empty' if overwrites else 'zeros'}({size}, dtype)")
-    args = []
-    for what, k, mode in recipe:
-        args.append({
-            ARG_SIZE: f"s{k}[{mode}]",
-            ARG_DENSE: f"address(o{k})",
-            ARG_DATA: f"a{k}[2]",
-            ARG_INDPTR: f"a{k}[0]",
-            ARG_INDICES: f"a{k}[1]",
-            ARG_OUT: "address(out)",
-            ARG_BEGIN: "0",
-        }[what])
+    args = [_argument(what, k, mode) for what, k, mode in recipe]
     if threaded:
         lines.append(f"    status = split(operands, [{', '.join(args)}]) if parallel else "
                      f"kernel({', '.join(args)})")
@@ -166,12 +156,42 @@ def replay_function(recipe: Sequence[tuple[int, int, int]], kinds: Sequence[str]
         lines.append(f"    return out.reshape(({shape}))")
     else:
         lines.append("    return out.reshape(())[()]")
-    namespace: dict[str, Any] = {
-        "empty": np.empty, "zeros": np.zeros, "dtype": value_dtype, "address": data_address,
-        "kernel": kernel, "threads": threads, "fail": fail, "limit": memory_limit,
-        "split": split, "ndarray": np.ndarray,
+    return _written({"empty": np.empty, "zeros": np.zeros, "dtype": value_dtype,
+                     "limit": memory_limit, "split": split}, lines, kinds, kernel, sound,
+                    threads, fail, guards)
+
+
+def _argument(what: int, k: int, mode: int, handles: Sequence[str] = ()) -> str:
+    """The expression a written-out call passes for one recipe entry ``(what, k, mode)``:
+    operand ``o{k}``, its shape ``s{k}``, a vetted matrix's addresses ``a{k}``, the dense
+    output ``out`` or a sparse output's ``buffers`` and their ``handles`` (named by
+    ``handles[mode]``)."""
+    if what == ARG_OUT_HANDLE:
+        return f"addressof(handles[{handles[mode]!r}])"
+    return {
+        ARG_SIZE: f"s{k}[{mode}]",
+        ARG_DENSE: f"address(o{k})",
+        ARG_DATA: f"a{k}[2]",
+        ARG_INDPTR: f"a{k}[0]",
+        ARG_INDICES: f"a{k}[1]",
+        ARG_OUT: "address(out)",
+        ARG_BEGIN: "0",
+        ARG_CAPACITY: "buffers.capacity",
+        ARG_OUT_SIZES: "address(buffers.sizes)",
+    }[what]
+
+
+def _written(namespace: dict[str, Any], lines: list[str], kinds: Sequence[str],
+             kernel: Callable[..., int], sound: Callable[[Any], bool], threads: Any,
+             fail: Callable[[], None], guards: Sequence[tuple] | None) -> Callable[[tuple], Any]:
+    """``lines`` compiled into the ``replay`` function, with the names every written-out call
+    reads (the kernel, the vetting of compressed operands, the guards' classes and dtypes)
+    added to ``namespace``."""
+    namespace.update({
+        "address": data_address, "kernel": kernel, "threads": threads, "fail": fail,
+        "ndarray": np.ndarray,
         **{f"sound{k}": _Sound(sound if guards is None else _typed(sound, guards[k]))
-           for k, kind in enumerate(kinds) if kind == COMPRESSED}}
+           for k, kind in enumerate(kinds) if kind == COMPRESSED}})
     for k, guard in enumerate(guards or ()):
         namespace[f"dtype{k}" if guard[0] is np.ndarray else f"class{k}"] = \
             guard[1] if guard[0] is np.ndarray else guard[0]
@@ -211,38 +231,14 @@ def _sparse_replay(lines: list[str], recipe: Sequence[tuple[int, int, int]],
         lines.append("        return None")
     lines.append(f"    buffers = new_buffers(max(16, {' + '.join(stored + sized) or '0'}))")
     lines.append("    handles = buffers.handles")
-    args = []
-    for what, k, mode in recipe:
-        args.append({
-            ARG_SIZE: f"s{k}[{mode}]",
-            ARG_DENSE: f"address(o{k})",
-            ARG_DATA: f"a{k}[2]",
-            ARG_INDPTR: f"a{k}[0]",
-            ARG_INDICES: f"a{k}[1]",
-            ARG_BEGIN: "0",
-            ARG_CAPACITY: "buffers.capacity",
-            ARG_OUT_SIZES: "address(buffers.sizes)",
-            ARG_OUT_HANDLE: f"addressof(handles[{sparse.handles[mode]!r}])" if what ==
-            ARG_OUT_HANDLE else "",
-        }[what])
+    args = [_argument(what, k, mode, sparse.handles) for what, k, mode in recipe]
     lines.append(f"    if kernel({', '.join(args)}) != 0:")
     lines.append("        release(buffers)")
     lines.append("        fail()")
     lines.append(f"    return finish(buffers, ({shape}))")
-    namespace: dict[str, Any] = {
-        "address": data_address, "addressof": ctypes.addressof, "kernel": kernel,
-        "threads": threads, "fail": fail, "new_buffers": sparse.buffers,
-        "finish": sparse.finish, "release": sparse.release, "ndarray": np.ndarray,
-        **{f"sound{k}": _Sound(sound if guards is None else _typed(sound, guards[k]))
-           for k, kind in enumerate(kinds) if kind == COMPRESSED}}
-    for k, guard in enumerate(guards or ()):
-        namespace[f"dtype{k}" if guard[0] is np.ndarray else f"class{k}"] = \
-            guard[1] if guard[0] is np.ndarray else guard[0]
-    source = "\n".join(lines)
-    exec(compile(source, "<tensoralg replay>", "exec"), namespace)  # noqa: S102
-    replay = namespace["replay"]
-    replay.source = source
-    return replay
+    return _written({"addressof": ctypes.addressof, "new_buffers": sparse.buffers,
+                     "finish": sparse.finish, "release": sparse.release}, lines, kinds, kernel,
+                    sound, threads, fail, guards)
 
 
 def _typed(sound: Callable[[Any], bool], guard: tuple) -> Callable[[Any], bool]:

@@ -23,6 +23,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from tensoralg.errors import KernelRuntimeError
 from tensoralg.formats.format import Format
 from tensoralg.formats.tensor import LevelArrays, Tensor
 from tensoralg.runtime.args import CAPACITY, OUT_HANDLE, OUT_SIZES, ArgumentPlan, OutputBuffers
@@ -182,8 +183,13 @@ def _concatenate(parts: list[OutputBuffers], key: str, counts: list[int], dtype:
                  run_calls: RunCalls | None) -> np.ndarray:
     """The pieces' ``key`` buffers copied into one new array (on the threads of
     ``run_calls`` when large); the caller frees the pieces."""
-    size = dtype.itemsize
-    joined = np.empty(sum(counts), dtype)   # NumPy advises huge pages for a large block
+    size, total = dtype.itemsize, sum(counts)
+    try:
+        joined = np.empty(total, dtype)     # NumPy advises huge pages for a large block
+    except MemoryError:
+        raise KernelRuntimeError(f"could not allocate {total * size} bytes to join the "
+                                 f"{len(parts)} ranges of a sparse output computed on "
+                                 f"threads") from None
     jobs: list[tuple[int, int, int]] = []
     offset = 0
     for part, count in zip(parts, counts):
