@@ -147,10 +147,6 @@ def test_depthwise_conv_with_relu_fused_into_it():
 
 
 def test_forms_the_kernel_leaves_alone_still_match():
-    # a channel multiplier of 2 is a grouped convolution, not a depthwise one
-    w = _x((8, 1, 3, 3), seed=4)
-    _check(helper.make_node("Conv", ["x", "w"], ["y"], group=4, pads=[1, 1, 1, 1]),
-           _x((1, 4, 6, 6)), [("w", w)], kernel_expected=False)
     # 1-D pooling
     _check(helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3]), _x((2, 3, 10)),
            kernel_expected=False)
@@ -160,9 +156,12 @@ def test_window_kernel_refuses_a_wrong_buffer():
     kernel = ta.api.window_kernel("max", (2, 4, 4), (2, 2), np.float32, (2, 2))
     with pytest.raises(ta.ShapeError, match="input"):
         kernel(np.zeros((1, 3, 4, 4), np.float32))
-    with pytest.raises(ta.ShapeError, match="depthwise weight"):
+    with pytest.raises(ta.ShapeError, match="depthwise or grouped weight"):
         ta.api.window_kernel("depthwise", (2, 4, 4), (3, 3), np.float32,
-                             weight=np.zeros((2, 2, 3, 3), np.float32))
+                             weight=np.zeros((2, 2, 2, 3), np.float32))
+    with pytest.raises(ta.ShapeError, match="depthwise or grouped weight"):
+        ta.api.window_kernel("depthwise", (6, 4, 4), (3, 3), np.float32,
+                             weight=np.zeros((2, 4, 3, 3), np.float32))   # 4 does not divide 6
     assert ta.api.window_kernel("max", (2, 4, 4), (2, 2), np.int64) is None
 
 

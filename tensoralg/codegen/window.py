@@ -9,6 +9,10 @@ for every plane ``p`` (image and channel flattened), where the reduction is
 - ``depthwise``: ``B[c] + sum(W[c, kh, kw] * X[...])`` with ``c = p mod C``, padding zero, then
   ReLU when asked: a convolution with ``group == C`` and one output channel per group, whose
   im2col would copy every input cell ``KH * KW`` times to feed one small product per channel.
+  The same mode runs grouped convolutions with few channels per group (:class:`ChannelGroups`:
+  ``Cg`` input and ``Mg`` output channels a group): output plane ``m`` sums the windows of its
+  group's ``Cg`` input planes, ``B[m] + sum over ci, kh, kw of W[m, ci, kh, kw] * X[...]``,
+  and a block of up to ``MAX_BLOCK`` output planes of one group shares every tap's load.
 
 Each of these touches every input cell a few times and does one operation per touch, so what
 costs is memory traffic and per-window overhead: the patch matrix of the NumPy path (a copy of
@@ -27,6 +31,7 @@ notation has affine accesses and a max reduction, this becomes a schedule and go
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from llvmlite import ir
@@ -39,6 +44,42 @@ I1, I32, I64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
 POINTER = ir.PointerType()
 ENTRY = "tensoralg_window"
 MODES = ("max", "average", "depthwise")
+# Output planes computed together by a grouped kernel: each tap's input vector is loaded once
+# for all of them; 8 accumulators, the loaded vector and the borders' masks fit the 32 vector
+# registers of AVX-512 (16 of AVX2 hold 8 accumulators and the rest with little spilling).
+MAX_BLOCK = 8
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelGroups:
+    """How a convolution's channels group: ``inputs`` and ``outputs`` channels a group, and
+    ``block``, the output planes of one group a kernel iteration computes together (a divisor
+    of ``outputs``). A depthwise convolution is ``ChannelGroups(1, 1, 1)``.
+
+    >>> ChannelGroups.of(input_channels=128, weight_shape=(128, 4, 3, 3))
+    ChannelGroups(inputs=4, outputs=4, block=4)
+    """
+
+    inputs: int = 1
+    outputs: int = 1
+    block: int = 1
+
+    def __post_init__(self) -> None:
+        if min(self.inputs, self.outputs, self.block) < 1 or self.outputs % self.block:
+            raise ShapeError(f"{self}: channels per group must be at least 1 and the block "
+                             f"must divide the output channels of a group")
+
+    @classmethod
+    def of(cls, input_channels: int, weight_shape: tuple[int, ...]) -> "ChannelGroups":
+        """The grouping of a convolution of ``input_channels`` channels by a weight of shape
+        ``(M, Cg, KH, KW)``, with the largest block up to :data:`MAX_BLOCK`."""
+        out_channels, inputs = weight_shape[0], weight_shape[1]
+        if inputs < 1 or input_channels % inputs or out_channels % (input_channels // inputs):
+            raise ShapeError(f"a weight of shape {tuple(weight_shape)} does not group "
+                             f"{input_channels} input channels")
+        outputs = out_channels // (input_channels // inputs)
+        block = max(b for b in range(1, min(outputs, MAX_BLOCK) + 1) if outputs % b == 0)
+        return cls(inputs, outputs, block)
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,11 +121,15 @@ class WindowGeometry:
 
 def window_module(geometry: WindowGeometry, mode: str, dtype: str, lanes: int,
                   channels: int = 1, count_include_pad: bool = False,
-                  relu: bool | tuple[float, float] = False) -> ir.Module:
+                  relu: bool | tuple[float, float] = False,
+                  groups: ChannelGroups = ChannelGroups()) -> ir.Module:
     """The module exporting ``int32 tensoralg_window(X, Y, W, B, begin, end)``: planes
     ``[begin, end)`` of ``X`` (planes of ``H x W``) into ``Y`` (planes of ``OH x OW``).
-    ``W`` (``C x KH x KW``) and ``B`` (``C``) are read only by ``depthwise``, whose plane ``p``
-    is channel ``p mod channels``. ``dtype`` is ``"float32"`` or ``"float64"``. Returns 0.
+    ``W`` (``M x Cg x KH x KW``) and ``B`` (``M``) are read only by ``depthwise``, where
+    ``channels`` is ``M``, the output channels, and ``begin``/``end`` count blocks of
+    ``groups.block`` output planes: block ``q`` writes output channels ``m0 .. m0 + block``
+    (``m0 = q * block mod M``) of image ``q * block div M`` from its group's ``Cg`` input
+    planes. ``dtype`` is ``"float32"`` or ``"float64"``. Returns 0.
 
     >>> g = WindowGeometry(4, 4, 2, 2, (2, 2), (2, 2), (1, 1), (0, 0), (0, 0))
     >>> "llvm.maximum" in str(window_module(g, "max", "float32", 16))
@@ -92,6 +137,8 @@ def window_module(geometry: WindowGeometry, mode: str, dtype: str, lanes: int,
     """
     if mode not in MODES:
         raise ValueError(f"window mode {mode!r} is not one of {MODES}")
+    if mode != "depthwise" and groups != ChannelGroups() or channels % groups.outputs:
+        raise ValueError(f"{mode} window over {channels} channels cannot take {groups}")
     scalar = ir.FloatType() if dtype == "float32" else ir.DoubleType()
     module = ir.Module(name=f"window_{mode}_{dtype}")
     fn = ir.Function(module, ir.FunctionType(I32, (POINTER,) * 4 + (I64, I64)), name=ENTRY)
@@ -99,19 +146,25 @@ def window_module(geometry: WindowGeometry, mode: str, dtype: str, lanes: int,
     for pointer in (x, y):
         pointer.add_attribute("noalias")
     builder = ir.IRBuilder(fn.append_basic_block("entry"))
-    body = _Body(module, builder, geometry, scalar, lanes, mode, count_include_pad, relu)
+    body = _Body(module, builder, geometry, scalar, lanes, mode, count_include_pad, relu, groups)
     g = geometry
+    const = lambda value: ir.Constant(I64, value)     # noqa: E731
     plane = entry_alloca(builder, I64, "plane")
     row = entry_alloca(builder, I64, "row")
     block = entry_alloca(builder, I64, "block")
     blocks = ir.Constant(I64, -(-g.out_width // lanes))
     with counted_loop(builder, plane, begin, lambda: end, "plane"):
-        p = builder.load(plane, typ=I64)
-        x_plane = builder.gep(x, [builder.mul(p, ir.Constant(I64, g.height * g.width))],
+        q = builder.load(plane, typ=I64)
+        # Block q: output planes p .. p + block of image n, channel m0, group m0 div Mg.
+        p = builder.mul(q, const(groups.block))
+        channel = builder.urem(p, const(channels))
+        image = builder.udiv(p, const(channels))
+        first_input = builder.add(
+            builder.mul(image, const(channels // groups.outputs * groups.inputs)),
+            builder.mul(builder.udiv(channel, const(groups.outputs)), const(groups.inputs)))
+        x_plane = builder.gep(x, [builder.mul(first_input, const(g.height * g.width))],
                               source_etype=scalar)
-        y_plane = builder.gep(y, [builder.mul(p, ir.Constant(I64, g.positions))],
-                              source_etype=scalar)
-        channel = builder.urem(p, ir.Constant(I64, channels))
+        y_plane = builder.gep(y, [builder.mul(p, const(g.positions))], source_etype=scalar)
         with counted_loop(builder, row, ir.Constant(I64, 0),
                           lambda: ir.Constant(I64, g.out_height), "row"):
             oh = builder.load(row, typ=I64)
@@ -127,8 +180,9 @@ class _Body:
 
     def __init__(self, module: ir.Module, builder: ir.IRBuilder, geometry: WindowGeometry,
                  scalar: ir.Type, lanes: int, mode: str, count_include_pad: bool,
-                 relu: bool | tuple[float, float]) -> None:
+                 relu: bool | tuple[float, float], groups: ChannelGroups) -> None:
         self.b, self.g, self.scalar, self.lanes = builder, geometry, scalar, lanes
+        self.groups, self.blocks = groups, groups.block
         self.mode, self.count_include_pad, self.relu = mode, count_include_pad, relu
         self.vector = ir.VectorType(scalar, lanes)
         self.ivector = ir.VectorType(I64, lanes)
@@ -227,44 +281,105 @@ class _Body:
         valid = b.icmp_signed("<", ow, self.ints(g.out_width))
         row0 = b.sub(b.mul(oh, ir.Constant(I64, g.strides[0])), ir.Constant(I64, g.pads_begin[0]))
         if self.mode == "average" or g.strides[1] > 2:
-            acc = self._accumulate(x_plane, w, bias, channel, row0, first, ow, valid, False)
+            accs = self._accumulate(x_plane, w, bias, channel, row0, first, ow, valid, False)
         else:
             # Interior vectors (most of a large plane) read with plain loads; the rows' ends
             # and the padded border take the masked path.
-            slot = entry_alloca(b, self.vector, "acc")
+            slots = self._slots("acc")
             with if_else(b, self._interior(row0, first), "interior") as (then, otherwise):
                 for branch, plain in ((then, True), (otherwise, False)):
                     with branch():
-                        b.store(self._accumulate(x_plane, w, bias, channel, row0, first, ow,
-                                                 valid, plain), slot)
-            acc = b.load(slot, typ=self.vector)
+                        for slot, acc in zip(slots, self._accumulate(
+                                x_plane, w, bias, channel, row0, first, ow, valid, plain)):
+                            b.store(acc, slot)
+            accs = [b.load(slot, typ=self.vector) for slot in slots]
         bounds = clamp_bounds(self.relu)
-        if bounds is not None:
-            # min(max(x, low), high) with NaN kept, as the convolution and GEMM epilogues do
-            low, high = (None if v == unbounded else self.constant(v)
-                         for v, unbounded in zip(bounds, (-math.inf, math.inf)))
-            acc = emit_clamp(b, acc, low, high)
-        out = b.gep(y_plane, [b.add(b.mul(oh, ir.Constant(I64, g.out_width)), first)],
-                    source_etype=self.scalar)
-        b.call(self.store, [acc, out, self.align, valid])
+        at = b.add(b.mul(oh, ir.Constant(I64, g.out_width)), first)
+        for j, acc in enumerate(accs):
+            if bounds is not None:
+                # min(max(x, low), high) with NaN kept, as the convolution and GEMM epilogues do
+                low, high = (None if v == unbounded else self.constant(v)
+                             for v, unbounded in zip(bounds, (-math.inf, math.inf)))
+                acc = emit_clamp(b, acc, low, high)
+            out = b.gep(y_plane, [b.add(at, ir.Constant(I64, j * g.positions))],
+                        source_etype=self.scalar)
+            b.call(self.store, [acc, out, self.align, valid])
+
+    def _slots(self, name: str) -> list[ir.AllocaInstr]:
+        """One stack slot per output plane of a block (promoted to registers by mem2reg)."""
+        return [entry_alloca(self.b, self.vector, f"{name}{j}") for j in range(self.blocks)]
 
     def _accumulate(self, x_plane: ir.Value, w: ir.Value, bias: ir.Value, channel: ir.Value,
                     row0: ir.Value, first: ir.Value, ow: ir.Value, valid: ir.Value,
-                    plain: bool) -> ir.Value:
-        """The reduction over the window of one vector of output columns: with plain loads
-        (``plain``: an interior vector) or masked ones."""
-        b, g, lanes = self.b, self.g, self.lanes
+                    plain: bool) -> list[ir.Value]:
+        """The reductions over the window of one vector of output columns, one per output
+        plane of the block: with plain loads (``plain``: an interior vector) or masked ones."""
+        b, g = self.b, self.g
+        if self.mode != "depthwise":
+            fill = -float("inf") if self.mode == "max" else 0.0
+            acc, count = self.constant(fill), self.constant(0.0)
+            for _, value, inside in self._taps(x_plane, row0, first, ow, valid, plain, fill):
+                if self.mode == "max":
+                    acc = b.call(self.maximum, [acc, value])
+                else:
+                    acc = b.fadd(acc, value)
+                    count = b.fadd(count, b.select(inside, self.constant(1.0),
+                                                   self.constant(0.0)))
+            if self.mode == "average":
+                # A window with no cell counted (only where ceil_mode lets it start in the end
+                # padding) divides 0 by 1, as onnxruntime gives 0 there.
+                empty = b.fcmp_ordered("==", count, self.constant(0.0))
+                acc = b.fdiv(acc, b.select(empty, self.constant(1.0), count))
+            return [acc]
+        accs = [self.splat(b.load(b.gep(bias, [b.add(channel, ir.Constant(I64, j))],
+                                        source_etype=self.scalar), typ=self.scalar),
+                           self.vector) for j in range(self.blocks)]
+        inputs = self.groups.inputs
+        if inputs == 1:
+            return self._convolve(accs, x_plane, w, channel, ir.Constant(I64, 0), row0, first,
+                                  ow, valid, plain)
+        # A loop over the group's input planes, the accumulators carried in stack slots.
+        slots, counter = self._slots("sum"), entry_alloca(b, I64, "input")
+        for slot, acc in zip(slots, accs):
+            b.store(acc, slot)
+        with counted_loop(b, counter, ir.Constant(I64, 0), lambda: ir.Constant(I64, inputs),
+                          "input"):
+            ci = b.load(counter, typ=I64)
+            plane = b.gep(x_plane, [b.mul(ci, ir.Constant(I64, g.height * g.width))],
+                          source_etype=self.scalar)
+            accs = [b.load(slot, typ=self.vector) for slot in slots]
+            for slot, acc in zip(slots, self._convolve(accs, plane, w, channel, ci, row0,
+                                                       first, ow, valid, plain)):
+                b.store(acc, slot)
+        return [b.load(slot, typ=self.vector) for slot in slots]
+
+    def _convolve(self, accs: list[ir.Value], x_plane: ir.Value, w: ir.Value,
+                  channel: ir.Value, ci: ir.Value, row0: ir.Value, first: ir.Value,
+                  ow: ir.Value, valid: ir.Value, plain: bool) -> list[ir.Value]:
+        """``accs[j] += W[channel + j, ci] (*) window of x_plane``: each tap loaded once for
+        the block's output planes."""
+        b, g = self.b, self.g
+        inputs = ir.Constant(I64, self.groups.inputs)
+        w_rows = [b.gep(w, [b.mul(b.add(b.mul(b.add(channel, ir.Constant(I64, j)), inputs), ci),
+                                  ir.Constant(I64, g.taps))], source_etype=self.scalar)
+                  for j in range(self.blocks)]
+        for tap, value, _ in self._taps(x_plane, row0, first, ow, valid, plain, 0.0):
+            for j, w_row in enumerate(w_rows):
+                weight = b.load(b.gep(w_row, [ir.Constant(I64, tap)], source_etype=self.scalar),
+                                typ=self.scalar)
+                accs[j] = b.call(self.fma, [value, self.splat(weight, self.vector), accs[j]])
+        return accs
+
+    def _taps(self, x_plane: ir.Value, row0: ir.Value, first: ir.Value, ow: ir.Value,
+              valid: ir.Value, plain: bool, fill: float
+              ) -> Iterator[tuple[int, ir.Value, ir.Value | None]]:
+        """Every tap's vector of input cells (``fill`` where a lane's cell is padding), as
+        ``(kh * KW + kw, cells, lanes inside the counted window)``; the last is None
+        unless the mode is ``average``."""
+        b, g = self.b, self.g
         if not plain:
             col0 = b.sub(b.mul(ow, self.ints(g.strides[1])), self.ints(g.pads_begin[1]))
-        fill = -float("inf") if self.mode == "max" else 0.0
         passthru = self.constant(fill)
-        if self.mode == "depthwise":
-            start = b.load(b.gep(bias, [channel], source_etype=self.scalar), typ=self.scalar)
-            acc = self.splat(start, self.vector)
-            w_row = b.gep(w, [b.mul(channel, ir.Constant(I64, g.taps))], source_etype=self.scalar)
-        else:
-            acc = passthru
-        count = self.constant(0.0)
         for kh in range(g.kernel[0]):
             ih = b.add(row0, ir.Constant(I64, kh * g.dilations[0]))
             row_base = b.gep(x_plane, [b.mul(ih, ir.Constant(I64, g.width))],
@@ -279,6 +394,7 @@ class _Body:
                     I64, g.height + g.pads_begin[0] + g.pads_end[0]))
                 row_pad_mask = b.and_(valid, self.splat(row_pad, self.mask))
             for kw in range(g.kernel[1]):
+                inside = None
                 if plain:
                     value = self._plain_tap(row_base, first, kw)
                 else:
@@ -297,30 +413,15 @@ class _Body:
                                            passthru)
                     else:
                         where = b.gep(row_base, [iw], source_etype=self.scalar)
-                        where.type = ir.VectorType(POINTER, lanes)
+                        where.type = ir.VectorType(POINTER, self.lanes)
                         value = b.call(self.gather, [where, self.align, mask, passthru])
-                if self.mode == "max":
-                    acc = b.call(self.maximum, [acc, value])
-                elif self.mode == "average":
-                    acc = b.fadd(acc, value)
-                    if self.count_include_pad:
-                        inside = b.and_(row_pad_mask, b.icmp_unsigned(
-                            "<", b.add(iw, self.ints(g.pads_begin[1])),
-                            self.ints(g.width + g.pads_begin[1] + g.pads_end[1])))
-                    else:
-                        inside = mask
-                    count = b.fadd(count, b.select(inside, self.constant(1.0),
-                                                   self.constant(0.0)))
-                else:
-                    tap = b.load(b.gep(w_row, [ir.Constant(I64, kh * g.kernel[1] + kw)],
-                                       source_etype=self.scalar), typ=self.scalar)
-                    acc = b.call(self.fma, [value, self.splat(tap, self.vector), acc])
-        if self.mode == "average":
-            # A window with no cell counted (only where ceil_mode lets it start in the end
-            # padding) divides 0 by 1, as onnxruntime gives 0 there.
-            empty = b.fcmp_ordered("==", count, self.constant(0.0))
-            acc = b.fdiv(acc, b.select(empty, self.constant(1.0), count))
-        return acc
+                    inside = mask
+                if self.mode == "average" and self.count_include_pad:
+                    inside = b.and_(row_pad_mask, b.icmp_unsigned(
+                        "<", b.add(iw, self.ints(g.pads_begin[1])),
+                        self.ints(g.width + g.pads_begin[1] + g.pads_end[1])))
+                yield kh * g.kernel[1] + kw, value, inside
 
 
-__all__ = ["WindowGeometry", "window_module", "ENTRY", "MODES"]
+__all__ = ["WindowGeometry", "ChannelGroups", "window_module", "ENTRY", "MODES",
+           "MAX_BLOCK"]

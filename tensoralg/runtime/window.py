@@ -27,8 +27,10 @@ FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 class WindowKernel:
     """``out = reduce(windows of x)`` per NCHW plane, ``mode`` one of ``max``, ``average``
     and ``depthwise`` (see ``codegen/window.py``); a depthwise kernel holds its ``weight``
-    (C, 1, KH, KW) and ``bias`` (C) and applies ReLU when ``relu`` (the clamp
-    ``min(max(x, low), high)`` when it is a fused Clip's ``(low, high)``).
+    (M, Cg, KH, KW: ``C / Cg`` groups of ``Cg`` input and ``M * Cg / C`` output channels, so
+    (C, 1, KH, KW) for one filter a channel) and ``bias`` (M) and applies ReLU when ``relu``
+    (the clamp ``min(max(x, low), high)`` when it is a fused Clip's ``(low, high)``).
+    ``channels`` is C, the input's channels.
 
     >>> from tensoralg.codegen.window import WindowGeometry
     >>> g = WindowGeometry(2, 2, 1, 1, (2, 2), (1, 1), (1, 1), (0, 0), (0, 0))
@@ -41,7 +43,7 @@ class WindowKernel:
                  count_include_pad: bool = False, weight: np.ndarray | None = None,
                  bias: np.ndarray | None = None, relu: bool | tuple[float, float] = False,
                  cache: DiskCache | None = None, threads: Any = None) -> None:
-        from tensoralg.codegen.window import ENTRY, MODES, window_module
+        from tensoralg.codegen.window import ENTRY, MODES, ChannelGroups, window_module
 
         dtype = np.dtype(dtype)
         if mode not in MODES or dtype not in FLOATS:
@@ -51,26 +53,33 @@ class WindowKernel:
         self.count_include_pad, self.relu, self.threads = count_include_pad, relu, threads
         self.lanes = 64 // dtype.itemsize
         g = geometry
+        self.groups, self.out_channels = ChannelGroups(), channels
         if mode == "depthwise":
-            if weight is None or weight.shape != (channels, 1, *g.kernel):
-                raise ShapeError(f"window kernel: a depthwise weight must be ({channels}, 1, "
-                                 f"{g.kernel[0]}, {g.kernel[1]}), got "
-                                 f"{None if weight is None else weight.shape}")
-            self.weight = np.ascontiguousarray(weight, dtype).reshape(channels, -1)
-            self.bias = np.zeros(channels, dtype) if bias is None else \
+            shape = None if weight is None else np.shape(weight)
+            if shape is None or len(shape) != 4 or shape[2:] != g.kernel or shape[1] < 1 or \
+                    channels % shape[1] or shape[0] % (channels // shape[1]):
+                raise ShapeError(f"window kernel: a depthwise or grouped weight must be (M, Cg, "
+                                 f"{g.kernel[0]}, {g.kernel[1]}) with Cg dividing the "
+                                 f"{channels} input channels and M a multiple of the groups, "
+                                 f"got {shape}")
+            self.groups = ChannelGroups.of(channels, shape)
+            self.out_channels = shape[0]
+            self.weight = np.ascontiguousarray(weight, dtype).reshape(shape[0], -1)
+            self.bias = np.zeros(shape[0], dtype) if bias is None else \
                 np.ascontiguousarray(np.reshape(bias, -1), dtype)
-            if self.bias.shape != (channels,):
-                raise ShapeError(f"window kernel: bias {np.shape(bias)} for {channels} "
-                                 f"channels")
+            if self.bias.shape != (shape[0],):
+                raise ShapeError(f"window kernel: bias {np.shape(bias)} for {shape[0]} "
+                                 f"output channels")
         else:
             self.weight = self.bias = np.zeros(1, dtype)    # not read
-        key = (f"window|{g}|{mode}|{dtype}|{self.lanes}|{channels}|{count_include_pad}|"
-               f"{relu}")
+        groups, out_channels = self.groups, self.out_channels
+        key = (f"window|{g}|{mode}|{dtype}|{self.lanes}|{out_channels}|{count_include_pad}|"
+               f"{relu}|{groups}")
         built = _BUILT.get(key)
         if built is None:
             built = _BUILT[key] = build_llvm_module(
-                lambda: window_module(g, mode, dtype.name, self.lanes, channels,
-                                      count_include_pad, relu),
+                lambda: window_module(g, mode, dtype.name, self.lanes, out_channels,
+                                      count_include_pad, relu, groups),
                 ENTRY, _PROTOTYPE, cache=cache, key=key, identity=key)
         self.function, self.source, self._keepalive = built
 
@@ -87,36 +96,43 @@ class WindowKernel:
             "masked gathers"
         extra = "" if not self.relu else ", relu" if self.relu is True else \
             f", clip{tuple(self.relu)}"
-        return (f"generated {self.mode} window kernel ({g.kernel[0]}x{g.kernel[1]}, "
+        mode, groups = self.mode, self.groups
+        if groups.inputs > 1 or groups.outputs > 1:
+            mode = (f"grouped ({groups.inputs} -> {groups.outputs} channels a group, "
+                    f"{groups.block} output planes a block)")
+        return (f"generated {mode} window kernel ({g.kernel[0]}x{g.kernel[1]}, "
                 f"{self.lanes} output columns per vector, {reads}, padding masked{extra})")
 
     def __call__(self, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """The result for ``x`` (N, C, H, W), into ``out`` when given."""
         g = self.geometry
         if out is None:
-            out = np.empty((*np.shape(x)[:2], g.out_height, g.out_width), self.dtype)
+            out = np.empty((np.shape(x)[0], self.out_channels, g.out_height, g.out_width),
+                           self.dtype)
         return self.bind(x, out)()
 
     def bind(self, x: np.ndarray, out: np.ndarray) -> "BoundWindow":
-        """A call reading ``x`` (N, C, H, W) and writing ``out`` (N, C, OH, OW), both
+        """A call reading ``x`` (N, C, H, W) and writing ``out`` (N, M, OH, OW), both
         C-contiguous and fixed (``x`` may be swapped with ``rebind("x", ...)``)."""
         g = self.geometry
         check_array(self, x, "input", self.dtype, (None, self.channels, g.height, g.width), "N")
         check_array(self, out, "output", self.dtype,
-                    (x.shape[0], self.channels, g.out_height, g.out_width), "N", True)
+                    (x.shape[0], self.out_channels, g.out_height, g.out_width), "N", True)
         return BoundWindow(self, x, out)
 
 
 class BoundWindow(RangeCall):
-    """A :class:`WindowKernel` call with its buffers fixed, split into plane ranges."""
+    """A :class:`WindowKernel` call with its buffers fixed, split into ranges of output plane
+    blocks (one plane each but for grouped kernels)."""
 
     def __init__(self, kernel: WindowKernel, x: np.ndarray, out: np.ndarray) -> None:
         self.kernel, self.input, self.out = kernel, x, out
         self.function, self.what = kernel.function, repr(kernel)
-        planes = x.shape[0] * x.shape[1]
+        planes = x.shape[0] * kernel.out_channels // kernel.groups.block
         parts = 1
         if kernel.threads is not None:
-            work = planes * kernel.geometry.positions * kernel.geometry.taps
+            work = planes * kernel.geometry.positions * kernel.geometry.taps * \
+                kernel.groups.block * kernel.groups.inputs
             parts = kernel.threads.dense_parts(work, planes)
         bounds = [planes * part // parts for part in range(parts + 1)]
         w, b = kernel.weight.ctypes.data, kernel.bias.ctypes.data

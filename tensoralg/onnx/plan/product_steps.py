@@ -32,7 +32,7 @@ from tensoralg.onnx.plan.step_base import (
     parts_of,
     placeholder,
 )
-from tensoralg.onnx.plan.window_steps import depthwise_spec
+from tensoralg.onnx.plan.window_steps import depthwise_spec, grouped_window_spec
 from tensoralg.program import DenseLayer, dense_layer
 
 # Below this many outputs a layer's epilogue stays a kernel of its own (it may not be one the
@@ -426,10 +426,10 @@ def conv_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) ->
     if compiled is not None:
         return _compiled_conv_spec(compiled, x)
     if groups != 1:
-        # Groups of at least a vector of output channels: 4 groups of 16 at 56 x 56, batch 8,
-        # 31 -> 9.6 ms against the NumPy patch matrix; 32 groups of 4 ran no faster.
-        return _grouped_conv_spec(weight, vector, relu, groups, geometry, x) \
-            if direct and not skip_zeros and channels // groups >= 16 else None
+        if direct and not skip_zeros and not _window_fits_groups(channels // groups, geometry,
+                                                                 x.dtype):
+            return _grouped_conv_spec(weight, vector, relu, groups, geometry, x)
+        return None if skip_zeros else grouped_window_spec(step, recorded, constants)
     patches = _patch_conv_spec(weight, vector, relu, geometry, x)
     if patches is not None:
         return patches
@@ -517,6 +517,23 @@ def _conv_maker(conv: Any, x: np.ndarray, native_parts: bool) -> Callable[..., R
         copy, gemm = bound.parts()
         return made_of(run, [(copy[0], [("x", get, None)]), gemm])
     return make
+
+
+def _window_fits_groups(outputs: int, geometry: Any, dtype: np.dtype) -> bool:
+    """Whether a grouped convolution with ``outputs`` channels a group runs faster as the
+    window kernel (vector lanes over output columns, a block of a group's output planes
+    sharing each load) than as one generated GEMM per group (lanes over the group's output
+    channels). Below a vector of channels a group, the GEMM's panels run mostly empty
+    (32 groups of 4 ran no faster than the NumPy patch matrix); at 16 the window kernel still
+    wins where output rows fill its vectors (one thread, batch 8, float32: 4 groups of 16 at
+    56 x 56 10.8 against 15.1 ms; 32 of 16 at 14 x 14 5.3 against 9.7) and loses at 32 a
+    group (8 groups of 32 at 28 x 28: 18.9 against 17.3 ms; 32 of 32 at 7 x 7: 10.4 against
+    5.9)."""
+    if outputs < 16:
+        return True
+    lanes = 64 // np.dtype(dtype).itemsize
+    width = geometry.out[1]
+    return outputs == 16 and 4 * width >= 3 * lanes * -(-width // lanes)
 
 
 def _grouped_conv_spec(weight: np.ndarray, bias: np.ndarray | None,

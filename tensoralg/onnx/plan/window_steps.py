@@ -1,7 +1,7 @@
-"""Static forms of the window and row ops: 2-D MaxPool, AveragePool and depthwise Conv as one
-call of a generated window kernel (``tensoralg.program.window_kernel``), NCHW in and out; Softmax
-and LogSoftmax over contiguous rows as one call of a generated row kernel
-(``tensoralg.program.softmax_kernel``).
+"""Static forms of the window and row ops: 2-D MaxPool, AveragePool, depthwise Conv and grouped
+Conv with few channels a group as one call of a generated window kernel
+(``tensoralg.program.window_kernel``), NCHW in and out; Softmax and LogSoftmax over contiguous
+rows as one call of a generated row kernel (``tensoralg.program.softmax_kernel``).
 
 Node by node these ops build a patch matrix in NumPy (a strided view copied into
 ``KH * KW`` times the image), then reduce it (MaxPool: a tree of elementwise ``max`` kernels;
@@ -9,8 +9,8 @@ a depthwise Conv: one product per channel). In a plan, a float 2-D window op ins
 input in place: vector lanes over output columns, taps unrolled, padding as load masks.
 Softmax node by node is a tree of elementwise ``max`` kernels and two statements, each a pass
 over the whole tensor; the row kernel makes the three passes row by row, in cache.
-Whatever a kernel does not cover (MaxPool's ``Indices`` output, other ranks, integer dtypes,
-channel multipliers above 1, a softmax axis other than the last) keeps the node-by-node path.
+Whatever a kernel does not cover (MaxPool's ``Indices`` output, other ranks, integer dtypes, a
+softmax axis other than the last) keeps the node-by-node path.
 """
 from __future__ import annotations
 
@@ -67,8 +67,22 @@ def pool_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) ->
 
 def depthwise_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]
                    ) -> Spec | None:
-    """A 2-D float ``Conv`` with one filter per channel (``group == C == M``, constant weight
-    and bias, optionally a fused ReLU or Clip) as one window kernel call; None otherwise."""
+    """A 2-D float ``Conv`` with one input channel a group (``group == C``: one filter a
+    channel, or several with a channel multiplier), constant weight and bias, optionally a
+    fused ReLU or Clip, as one window kernel call; None otherwise."""
+    x = recorded[step.node.inputs[0]]
+    channels = x.shape[1] if x.ndim == 4 else 0
+    if int(step.node.attributes.get("group", 1)) != channels or channels < 2:
+        return None
+    return grouped_window_spec(step, recorded, constants)
+
+
+def grouped_window_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]
+                        ) -> Spec | None:
+    """A 2-D float grouped ``Conv`` (constant weight and bias, optionally a fused ReLU or Clip)
+    as one window kernel call: each output plane sums the windows of its group's input planes,
+    a block of a group's output planes sharing every load. Meant for groups of few channels,
+    where a GEMM per group has too little to multiply; None for what it does not cover."""
     node = step.node
     attrs = node.attributes
     x = recorded[node.inputs[0]]
@@ -76,9 +90,10 @@ def depthwise_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray
     bias_name = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else None
     bias = constants.get(bias_name) if bias_name else None
     out = recorded[node.outputs[0]]
-    channels = x.shape[1] if x.ndim == 4 else 0
-    if x.ndim != 4 or weight is None or weight.shape[:2] != (channels, 1) or weight.ndim != 4 \
-            or int(attrs.get("group", 1)) != channels or channels < 2 or \
+    groups = int(attrs.get("group", 1))
+    if x.ndim != 4 or weight is None or weight.ndim != 4 or groups < 2 or \
+            x.shape[1] % groups or weight.shape[0] % groups or \
+            weight.shape[1] * groups != x.shape[1] or \
             x.dtype not in FLOATS or weight.dtype != x.dtype or out.dtype != x.dtype or \
             (bias_name and (bias is None or bias.dtype != x.dtype)) or \
             set(attrs) - {"group", "kernel_shape", "strides", "dilations", "pads", "auto_pad",
@@ -87,7 +102,7 @@ def depthwise_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray
     geometry = windows(step.context, x.shape[2:], weight.shape[2:], strides=attrs.get("strides"),
                        dilations=attrs.get("dilations"), pads=attrs.get("pads"),
                        auto_pad=attrs.get("auto_pad", "NOTSET"))
-    if out.shape != (x.shape[0], channels, *geometry.out) or not out.size:
+    if out.shape != (x.shape[0], weight.shape[0], *geometry.out) or not out.size:
         return None
     kernel = program.window_kernel(
         "depthwise", x.shape[1:], geometry.kernel, x.dtype, geometry.strides,
@@ -116,4 +131,4 @@ def softmax_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]
     return None if kernel is None else _kernel_spec(kernel, x, "row kernel")
 
 
-__all__ = ["pool_spec", "depthwise_spec", "softmax_spec"]
+__all__ = ["pool_spec", "depthwise_spec", "grouped_window_spec", "softmax_spec"]
