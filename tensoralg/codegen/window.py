@@ -46,7 +46,8 @@ ENTRY = "tensoralg_window"
 MODES = ("max", "average", "depthwise")
 # Output planes computed together by a grouped kernel: each tap's input vector is loaded once
 # for all of them; 8 accumulators, the loaded vector and the borders' masks fit the 32 vector
-# registers of AVX-512 (16 of AVX2 hold 8 accumulators and the rest with little spilling).
+# registers of AVX-512. Without AVX-512 a 16-lane float32 vector is two registers of 16, so
+# the block is halved (:func:`block_limit`).
 MAX_BLOCK = 8
 
 
@@ -70,15 +71,16 @@ class ChannelGroups:
                              f"must divide the output channels of a group")
 
     @classmethod
-    def of(cls, input_channels: int, weight_shape: tuple[int, ...]) -> "ChannelGroups":
+    def of(cls, input_channels: int, weight_shape: tuple[int, ...],
+           limit: int = MAX_BLOCK) -> "ChannelGroups":
         """The grouping of a convolution of ``input_channels`` channels by a weight of shape
-        ``(M, Cg, KH, KW)``, with the largest block up to :data:`MAX_BLOCK`."""
+        ``(M, Cg, KH, KW)``, with the largest block up to ``limit``."""
         out_channels, inputs = weight_shape[0], weight_shape[1]
         if inputs < 1 or input_channels % inputs or out_channels % (input_channels // inputs):
             raise ShapeError(f"a weight of shape {tuple(weight_shape)} does not group "
                              f"{input_channels} input channels")
         outputs = out_channels // (input_channels // inputs)
-        block = max(b for b in range(1, min(outputs, MAX_BLOCK) + 1) if outputs % b == 0)
+        block = max(b for b in range(1, min(outputs, limit) + 1) if outputs % b == 0)
         return cls(inputs, outputs, block)
 
 
@@ -117,6 +119,13 @@ class WindowGeometry:
     def taps(self) -> int:
         """Cells per window (``KH * KW``)."""
         return self.kernel[0] * self.kernel[1]
+
+
+def block_limit() -> int:
+    """The most output planes a grouped kernel computes together on this host."""
+    from tensoralg.codegen.llvm import host_has
+
+    return MAX_BLOCK if host_has("avx512f") else MAX_BLOCK // 2
 
 
 def window_module(geometry: WindowGeometry, mode: str, dtype: str, lanes: int,
@@ -423,5 +432,5 @@ class _Body:
                 yield kh * g.kernel[1] + kw, value, inside
 
 
-__all__ = ["WindowGeometry", "ChannelGroups", "window_module", "ENTRY", "MODES",
+__all__ = ["WindowGeometry", "ChannelGroups", "window_module", "block_limit", "ENTRY", "MODES",
            "MAX_BLOCK"]

@@ -43,7 +43,7 @@ class WindowKernel:
                  count_include_pad: bool = False, weight: np.ndarray | None = None,
                  bias: np.ndarray | None = None, relu: bool | tuple[float, float] = False,
                  cache: DiskCache | None = None, threads: Any = None) -> None:
-        from tensoralg.codegen.window import ENTRY, MODES, ChannelGroups, window_module
+        from tensoralg.codegen.window import ENTRY, MODES, ChannelGroups, block_limit, window_module
 
         dtype = np.dtype(dtype)
         if mode not in MODES or dtype not in FLOATS:
@@ -62,7 +62,7 @@ class WindowKernel:
                                  f"{g.kernel[0]}, {g.kernel[1]}) with Cg dividing the "
                                  f"{channels} input channels and M a multiple of the groups, "
                                  f"got {shape}")
-            self.groups = ChannelGroups.of(channels, shape)
+            self.groups = ChannelGroups.of(channels, shape, block_limit())
             self.out_channels = shape[0]
             self.weight = np.ascontiguousarray(weight, dtype).reshape(shape[0], -1)
             self.bias = np.zeros(shape[0], dtype) if bias is None else \
