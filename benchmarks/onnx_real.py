@@ -458,6 +458,8 @@ SPECS = {s.name: s for s in [
     Spec("resnet18", "torchvision", 8, _vision("resnet18"), _images),
     Spec("mobilenet_v2", "torchvision", 8, _vision("mobilenet_v2"), _images),
     Spec("squeezenet1_0", "torchvision", 8, _vision("squeezenet1_0"), _images),
+    Spec("resnext50_32x4d", "torchvision", 8, _vision("resnext50_32x4d"), _images),
+    Spec("regnet_y_400mf", "torchvision", 8, _vision("regnet_y_400mf"), _images),
     Spec("bert", "transformers", 8, _bert, _tokens),
     Spec("gpt2", "transformers", 8, _gpt2, _tokens),
     Spec("deepfm", "deepctr-torch", 256, _deepctr("DeepFM"), _ctr_rows),
