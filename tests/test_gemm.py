@@ -296,3 +296,27 @@ def test_convolutions_take_an_empty_batch():
     assert PlanarConv(np.ones((3, 4), np.float32), None)(x).shape == (0, 3, 5, 5)
     grouped = GroupedConv(np.ones((4, 2, 3, 3), np.float32), None, 2, (1, 1), (1, 1), (1, 1))
     assert grouped.bind(x, np.zeros((0, 4, 5, 5), np.float32))().shape == (0, 4, 5, 5)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("m, c, positions", [
+    (13, 900, 37),       # a last tile of one row (13 = 2 * 6 + 1), three blocks of planes
+    (600, 70, 196),      # a weight of 100 packed tiles, a one-vector tail panel
+    (5, 0, 20),          # no input planes: act(bias) alone
+])
+def test_pointwise_conv_reads_its_packed_weight(dtype, m, c, positions):
+    from tensoralg.codegen.planar import MR, pack_weight
+    from tensoralg.runtime.planar import PlanarConv
+
+    rng = np.random.default_rng(m + c)
+    w = rng.standard_normal((m, c)).astype(dtype)
+    b = rng.standard_normal(m).astype(dtype)
+    packed = pack_weight(w)
+    assert packed.shape == (-(-m // MR), c, MR)
+    np.testing.assert_array_equal(packed.transpose(0, 2, 1).reshape(packed.shape[0] * MR, c)[:m], w)
+    x = rng.standard_normal((2, c, 1, positions)).astype(dtype)
+    want = np.maximum(np.einsum("mc,ncp->nmp", w.astype(np.float64), x[:, :, 0].astype(np.float64))
+                      + b[:, None], 0).reshape(2, m, 1, positions)
+    got = PlanarConv(w, b, (0.0, float("inf")))(x)
+    tol = 1e-4 if dtype == np.float32 else 1e-10
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)

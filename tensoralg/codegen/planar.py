@@ -46,8 +46,9 @@ UNIT_BLOCK_BYTES = 32768  # input values a unit keeps in L1 (of 48 KiB) across i
 def planar_module(shape: GemmShape) -> ir.Module:
     """The module exporting ``int32 tensoralg_planar(X, Y, W, bias, flags, M, C, P, x_image,
     y_image, block_panels, begin, end)``: units ``[begin, end)`` of the flattened ``(image,
-    block)`` range, a block being ``block_panels`` panels of ``shape.nr`` positions, from ``X`` (images ``x_image`` elements apart, planes
-    of ``P``) and the row-major weight ``W`` (M x C) into ``Y`` (images ``y_image`` apart).
+    block)`` range, a block being ``block_panels`` panels of ``shape.nr`` positions, from
+    ``X`` (images ``x_image`` elements apart, planes of ``P``) and the weight ``W`` packed by
+    :func:`pack_weight` into ``Y`` (images ``y_image`` apart).
     ``bias`` holds M values, added when ``flags & 1``, then the clamp bounds read when
     ``flags & 4``; ``flags & 2`` is ReLU. Returns 0.
 
@@ -56,17 +57,18 @@ def planar_module(shape: GemmShape) -> ir.Module:
     """
     module = ir.Module(name=f"planar_{shape.dtype.name}")
     scalar = ir.FloatType() if shape.dtype == np.float32 else ir.DoubleType()
-    micro = {(rows, vectors): _micro_kernel(module, shape, scalar, rows, vectors)
+    micro = {(rows, vectors): _micro_kernel(module, shape, scalar, rows, vectors, MR)
              for vectors in range(1, shape.vectors + 1) for rows in range(1, MR + 1)}
     _driver(module, shape, scalar, micro)
     return module
 
 
 def _micro_kernel(module: ir.Module, shape: GemmShape, scalar: ir.Type, rows: int,
-                  vectors: int) -> ir.Function:
+                  vectors: int, a_step: int = 1) -> ir.Function:
     """``micro(A_rows, B, ldb, C_rows, col, kc, ncols, bias, mode, bounds)``: a ``rows x
     (vectors * lanes)`` tile of output over ``kc`` input planes. Row ``r`` reads its weights
-    along ``A_rows[r]`` and writes at ``C_rows[r] + col``; step ``k`` reads ``ncols`` columns
+    along ``A_rows[r]``, ``a_step`` values apart (1: a row-major weight; ``MR``: a packed
+    one), and writes at ``C_rows[r] + col``; step ``k`` reads ``ncols`` columns
     at ``B + k * ldb``. ``mode``: 1 adds the tile already in C (a later block of planes), 2 applies
     the epilogue (the last block), the flags in bits 2 and up; ``bias`` is the tile's first
     row's bias."""
@@ -114,8 +116,8 @@ def _micro_kernel(module: ir.Module, shape: GemmShape, scalar: ir.Type, rows: in
                          builder.load(at(b_row, const(lanes * v)), typ=vector,
                                       align=shape.dtype.itemsize) for v in range(vectors)]
             for r in range(rows):
-                broadcast = _splat(builder, builder.load(at(a_starts[r], k), typ=scalar),
-                                   vector)
+                weight = at(a_starts[r], k if a_step == 1 else builder.mul(k, const(a_step)))
+                broadcast = _splat(builder, builder.load(weight, typ=scalar), vector)
                 for v in range(vectors):
                     acc = builder.load(tile[r][v], typ=vector)
                     builder.store(builder.call(fma, [broadcast, b_vectors[v], acc]),
@@ -227,12 +229,15 @@ def _driver(module: ir.Module, shape: GemmShape, scalar: ir.Type,
             with counted_loop(builder, tb, const(0), lambda: tiles, "tiles"):
                 m0 = builder.mul(builder.load(tb, typ=I64), const(MR))
                 rows = smaller(builder.sub(m_size, m0), const(MR))
+                # The packed weight: tile t's W[t * MR + r, c] at (t * C + c) * MR + r, so
+                # this tile's block of planes starts at m0 * C + k0 * MR (its padded rows zero).
+                w_tile = at(w, builder.add(builder.mul(m0, c_size), builder.mul(k0, const(MR))))
                 for slot in range(MR):
                     m = builder.add(m0, const(slot))
-                    # Rows past the tile's own point at its first row: never read.
+                    # Output rows past the tile's own point at its first row: never written.
                     m = builder.select(builder.icmp_signed("<", const(slot), rows), m, m0)
                     zero = const(0)
-                    builder.store(at(w, builder.add(builder.mul(m, c_size), k0)),
+                    builder.store(at(w_tile, const(slot)),
                                   builder.gep(a_rows, [zero, const(slot)], inbounds=True))
                     builder.store(at(y_image_at, builder.mul(m, p_size)),
                                   builder.gep(c_rows, [zero, const(slot)], inbounds=True))
@@ -257,6 +262,24 @@ def _driver(module: ir.Module, shape: GemmShape, scalar: ir.Type,
     builder.ret(ir.Constant(I32, 0))
 
 
+def pack_weight(weight: np.ndarray) -> np.ndarray:
+    """``weight`` (M x C) as the planar kernel reads it: per tile of ``MR`` output channels,
+    its ``MR`` weights of each input plane together (``(ceil(M / MR), C, MR)``, the last
+    tile's missing rows zero). A tile's step then reads ``MR`` neighbouring values, one
+    stream a tile; read in place, a row-major weight is ``MR`` streams ``C`` values apart,
+    and once it outgrows L2 (ResNeXt's 1024 x 512 layers, 2 MiB) the kernel ran at 29 GFMA/s
+    against 42-55 from L2.
+
+    >>> pack_weight(np.arange(14.0).reshape(7, 2))[:, 0].tolist()
+    [[0.0, 2.0, 4.0, 6.0, 8.0, 10.0], [12.0, 0.0, 0.0, 0.0, 0.0, 0.0]]
+    """
+    rows, columns = weight.shape
+    tiles = -(-rows // MR)
+    packed = np.zeros((tiles * MR, columns), weight.dtype)
+    packed[:rows] = weight
+    return np.ascontiguousarray(packed.reshape(tiles, MR, columns).transpose(0, 2, 1))
+
+
 def block_panels(shape: GemmShape, channels: int, positions: int) -> int:
     """Panels per unit for ``channels`` input planes of ``positions``: as many as keep a
     block of input planes' columns (``kc x panels * NR`` values) within ``UNIT_BLOCK_BYTES``.
@@ -271,4 +294,4 @@ def block_panels(shape: GemmShape, channels: int, positions: int) -> int:
     return max(1, min(panels, fit))
 
 
-__all__ = ["ENTRY", "MR", "block_panels", "planar_module"]
+__all__ = ["ENTRY", "MR", "block_panels", "pack_weight", "planar_module"]

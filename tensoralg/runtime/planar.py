@@ -33,7 +33,7 @@ def planar_kernel(dtype: np.dtype, cache: DiskCache | None = None) -> tuple[Any,
     found = _KERNELS.get(key)
     if found is None:
         shape = GemmShape.for_host(dtype, avx512)
-        identity = f"planar|{shape}"
+        identity = f"planar|{shape}|packed"
         function, source, keepalive = build_llvm_module(
             lambda: planar_module(shape), ENTRY, _PROTOTYPE, cache=cache, key=identity,
             identity=identity)
@@ -81,7 +81,8 @@ class PlanarConv:
                              f"(M, C, 1, 1) array, got {weight.dtype} {weight.shape}")
         self.dtype, self.threads = weight.dtype, threads
         self.out_channels, self.channels = weight.shape
-        self.weight = np.ascontiguousarray(weight)
+        self.weight = np.ascontiguousarray(weight)      # row-major, as patch kernels read it
+        self._packed: np.ndarray | None = None
         self.shape, self.function, self.source = planar_kernel(self.dtype, cache)
         self.activation = None if activation is None else \
             (float(activation[0]), float(activation[1]))
@@ -98,6 +99,16 @@ class PlanarConv:
                 raise ShapeError(f"PlanarConv: the bias must be a {self.dtype} vector of "
                                  f"{self.out_channels} values, got {bias.dtype} {bias.shape}")
             self.bias[:self.out_channels] = bias
+
+    @property
+    def packed(self) -> np.ndarray:
+        """The weight as the planar kernel reads it (``codegen.planar.pack_weight``), packed
+        at the first bind."""
+        if self._packed is None:
+            from tensoralg.codegen.planar import pack_weight
+
+            self._packed = pack_weight(self.weight)
+        return self._packed
 
     def __repr__(self) -> str:
         return f"PlanarConv({self.dtype} {self.channels} -> {self.out_channels}, 1x1)"
@@ -148,7 +159,7 @@ class BoundPlanar(RangeCall):
             parts = conv.threads.dense_parts(
                 images * positions * conv.channels * conv.out_channels, units)
         bounds = [units * part // parts for part in range(parts + 1)]
-        fixed = [out.ctypes.data, conv.weight.ctypes.data, conv.bias.ctypes.data, conv.flags,
+        fixed = [out.ctypes.data, conv.packed.ctypes.data, conv.bias.ctypes.data, conv.flags,
                  conv.out_channels, conv.channels, positions, conv.channels * positions,
                  conv.out_channels * positions if out_image is None else out_image, per_unit]
         self.calls = [[x.ctypes.data, *fixed, lo, hi]
