@@ -24,7 +24,8 @@ A model whose library cannot be installed or imported is skipped with the reason
 fails, or an output outside the tolerance, is a row with the error (and exit status 1).
 
 Models and batches (the issue's): torchvision resnet18, mobilenet_v2, squeezenet1_0 (N x 3 x
-224 x 224, batch 8); transformers BERT and GPT-2 (2 layers, hidden 128, 2 heads, vocabulary
+224 x 224, batch 8), and beside them resnext50_32x4d and regnet_y_400mf (grouped convolutions
+of 4 to 32 channels a group, squeeze-and-excitation blocks; not tuned for); transformers BERT and GPT-2 (2 layers, hidden 128, 2 heads, vocabulary
 1000; N x 32 tokens, batch 8); deepctr-torch DeepFM, DCN, WDL, xDeepFM, AutoInt (26 sparse
 features with vocabularies of 1000, 13 dense, embedding 8; batch 256); pytorch-widedeep
 Wide&Deep (batch 256); torch ``nn.EmbeddingBag`` (2 bags of 1000 x 32 with offsets, MLP; batch
@@ -720,6 +721,10 @@ def _kernel_cases() -> list[tuple[str, Any, tuple[int, ...], list[tuple[str, np.
 
     def depthwise(channels: int) -> list[tuple[str, np.ndarray]]:
         return [("w", rng.standard_normal((channels, 1, 3, 3)).astype(np.float32))]
+
+    def grouped(channels: int, groups: int) -> list[tuple[str, np.ndarray]]:
+        return [("w", rng.standard_normal((channels, channels // groups, 3, 3))
+                 .astype(np.float32))]
     return [
         ("squeezenet1_0 MaxPool 3x3/2 ceil, 8x96x109x109",
          helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2],
@@ -736,6 +741,12 @@ def _kernel_cases() -> list[tuple[str, Any, tuple[int, ...], list[tuple[str, np.
         ("mobilenet_v2 depthwise 3x3, 8x960x7x7",
          helper.make_node("Conv", ["x", "w"], ["y"], group=960, pads=[1, 1, 1, 1]),
          (8, 960, 7, 7), depthwise(960)),
+        ("resnext50_32x4d grouped 3x3 (32 groups of 4), 8x128x56x56",
+         helper.make_node("Conv", ["x", "w"], ["y"], group=32, pads=[1, 1, 1, 1]),
+         (8, 128, 56, 56), grouped(128, 32)),
+        ("regnet_y_400mf grouped 3x3/2 (13 groups of 8), 8x104x56x56",
+         helper.make_node("Conv", ["x", "w"], ["y"], group=13, pads=[1, 1, 1, 1],
+                          strides=[2, 2]), (8, 104, 56, 56), grouped(104, 13)),
         ("BERT/GPT-2 attention Softmax, 8x2x32x32",
          helper.make_node("Softmax", ["x"], ["y"], axis=-1), (8, 2, 32, 32), []),
         ("AutoInt attention Softmax, 256x2x26x26",
