@@ -2193,8 +2193,9 @@ def window_kernel(mode: str, image: tuple[int, int, int], kernel: tuple[int, int
     ``mode`` ``"max"`` (MaxPool), ``"average"`` (AveragePool) or ``"depthwise"`` (a
     convolution with one filter ``weight[c]`` (C, 1, KH, KW) per channel, plus ``bias``, then
     ReLU when ``relu``; a grouped ``weight`` (M, Cg, KH, KW) of ``C / Cg`` groups runs as
-    well, meant for groups of few channels); see ``runtime/window.py``. ``out`` is the output's (OH, OW) (default:
-    as the pads give, rounding down). None for a dtype other than float32/float64.
+    well, meant for groups of few channels); see ``runtime/window.py``. ``out`` is the
+    output's (OH, OW) (default: as the pads give, rounding down). None for a dtype other than
+    float32/float64.
 
     >>> k = window_kernel("max", (1, 2, 2), (2, 2), np.float32)
     >>> k(np.arange(4, dtype=np.float32).reshape(1, 1, 2, 2)).item()

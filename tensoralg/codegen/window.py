@@ -77,8 +77,9 @@ class ChannelGroups:
         ``(M, Cg, KH, KW)``, with the largest block up to ``limit``."""
         out_channels, inputs = weight_shape[0], weight_shape[1]
         if inputs < 1 or input_channels % inputs or out_channels % (input_channels // inputs):
-            raise ShapeError(f"a weight of shape {tuple(weight_shape)} does not group "
-                             f"{input_channels} input channels")
+            raise ShapeError(f"a depthwise or grouped weight of shape {tuple(weight_shape)} "
+                             f"does not group {input_channels} input channels (Cg must divide "
+                             f"them, and M be a multiple of the groups)")
         outputs = out_channels // (input_channels // inputs)
         block = max(b for b in range(1, min(outputs, limit) + 1) if outputs % b == 0)
         return cls(inputs, outputs, block)
@@ -191,7 +192,7 @@ class _Body:
                  scalar: ir.Type, lanes: int, mode: str, count_include_pad: bool,
                  relu: bool | tuple[float, float], groups: ChannelGroups) -> None:
         self.b, self.g, self.scalar, self.lanes = builder, geometry, scalar, lanes
-        self.groups, self.blocks = groups, groups.block
+        self.groups = groups
         self.mode, self.count_include_pad, self.relu = mode, count_include_pad, relu
         self.vector = ir.VectorType(scalar, lanes)
         self.ivector = ir.VectorType(I64, lanes)
@@ -316,7 +317,7 @@ class _Body:
 
     def _slots(self, name: str) -> list[ir.AllocaInstr]:
         """One stack slot per output plane of a block (promoted to registers by mem2reg)."""
-        return [entry_alloca(self.b, self.vector, f"{name}{j}") for j in range(self.blocks)]
+        return [entry_alloca(self.b, self.vector, f"{name}{j}") for j in range(self.groups.block)]
 
     def _accumulate(self, x_plane: ir.Value, w: ir.Value, bias: ir.Value, channel: ir.Value,
                     row0: ir.Value, first: ir.Value, ow: ir.Value, valid: ir.Value,
@@ -342,7 +343,7 @@ class _Body:
             return [acc]
         accs = [self.splat(b.load(b.gep(bias, [b.add(channel, ir.Constant(I64, j))],
                                         source_etype=self.scalar), typ=self.scalar),
-                           self.vector) for j in range(self.blocks)]
+                           self.vector) for j in range(self.groups.block)]
         inputs = self.groups.inputs
         if inputs == 1:
             return self._convolve(accs, x_plane, w, channel, ir.Constant(I64, 0), row0, first,
@@ -371,7 +372,7 @@ class _Body:
         inputs = ir.Constant(I64, self.groups.inputs)
         w_rows = [b.gep(w, [b.mul(b.add(b.mul(b.add(channel, ir.Constant(I64, j)), inputs), ci),
                                   ir.Constant(I64, g.taps))], source_etype=self.scalar)
-                  for j in range(self.blocks)]
+                  for j in range(self.groups.block)]
         for tap, value, _ in self._taps(x_plane, row0, first, ow, valid, plain, 0.0):
             for j, w_row in enumerate(w_rows):
                 weight = b.load(b.gep(w_row, [ir.Constant(I64, tap)], source_etype=self.scalar),

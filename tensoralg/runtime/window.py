@@ -56,12 +56,11 @@ class WindowKernel:
         self.groups, self.out_channels = ChannelGroups(), channels
         if mode == "depthwise":
             shape = None if weight is None else np.shape(weight)
-            if shape is None or len(shape) != 4 or shape[2:] != g.kernel or shape[1] < 1 or \
-                    channels % shape[1] or shape[0] % (channels // shape[1]):
+            if shape is None or len(shape) != 4 or shape[2:] != g.kernel:
                 raise ShapeError(f"window kernel: a depthwise or grouped weight must be (M, Cg, "
-                                 f"{g.kernel[0]}, {g.kernel[1]}) with Cg dividing the "
-                                 f"{channels} input channels and M a multiple of the groups, "
-                                 f"got {shape}")
+                                 f"{g.kernel[0]}, {g.kernel[1]}), got {shape}")
+            # Raises for a Cg that does not divide the channels or an M that is no multiple
+            # of the groups.
             self.groups = ChannelGroups.of(channels, shape, block_limit())
             self.out_channels = shape[0]
             self.weight = np.ascontiguousarray(weight, dtype).reshape(shape[0], -1)
