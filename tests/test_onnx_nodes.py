@@ -41,6 +41,7 @@ SKIPS = {
     "test_training_dropout*": "Dropout with training_mode=True",
     # Added with Conv/pooling/normalisation/Einsum/Expand/GatherND (tests/test_onnx_ops_extra.py).
     "test_*bfloat16*": "bfloat16 is not supported",
+    "test_*_bf16*": "bfloat16 is not supported",
     # Resize: nearest and linear are supported (tests/test_onnx_ops_coverage.py).
     "test_resize_*cubic*": "Resize mode cubic is not supported",
     "test_resize_*_antialias": "Resize with antialias=1 is not supported",
@@ -127,8 +128,12 @@ def _compare(model, feeds, outputs, case) -> None:
         assert actual.dtype == expected.dtype, f"{info.name}: dtype {actual.dtype}"
         assert actual.shape == expected.shape, f"{info.name}: shape {actual.shape}"
         if expected.dtype.kind == "f":
+            # float16 results are computed in float32 and rounded once per node; onnx's
+            # reference rounds inside a node too (a softmax's sum), so they may differ by one
+            # float16 unit in the last place (2^-10 relative), above 1e-4.
+            rtol = 2e-3 if expected.dtype == np.float16 else 1e-4
             np.testing.assert_allclose(actual.astype(np.float64), expected.astype(np.float64),
-                                       rtol=max(case.rtol, 1e-4), atol=max(case.atol, 1e-6))
+                                       rtol=max(case.rtol, rtol), atol=max(case.atol, 1e-6))
         else:
             np.testing.assert_array_equal(actual, expected)
 

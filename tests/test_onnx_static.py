@@ -521,3 +521,29 @@ def test_fire_module_convolutions_write_their_channel_blocks_without_a_copy(dtyp
     text = " ".join(s.plan or "" for s in plan.steps)
     assert "pointwise convolution on NCHW planes" in text, text
     assert ("tiles scattered into the NCHW output" in text) == scatters, text
+
+
+def test_a_no_op_cast_of_a_shape_value_read_only_by_fixed_shapes():
+    """Shape -> Gather -> Div -> Cast (int64 to int64) -> Concat -> Reshape, as Swin's
+    TorchScript export computes its window sizes: the Cast is a view of a shape value whose
+    producer no kept step reads; the plan must not look for it at run time (it raised
+    KeyError on the third run)."""
+    nodes = [
+        h.make_node("Shape", ["x"], ["s"]),
+        h.make_node("Gather", ["s", "one"], ["w"], axis=0),
+        h.make_node("Div", ["w", "two"], ["half"]),
+        h.make_node("Cast", ["half"], ["half64"], to=I64),
+        h.make_node("Unsqueeze", ["half64", "zero_axis"], ["half1"]),
+        h.make_node("Concat", ["minus_one", "half1"], ["shape"], axis=0),
+        h.make_node("Reshape", ["x", "shape"], ["r"]),
+        h.make_node("Relu", ["r"], ["y"]),
+    ]
+    inits = [numpy_helper.from_array(np.array(1, np.int64), "one"),
+             numpy_helper.from_array(np.array(2, np.int64), "two"),
+             numpy_helper.from_array(np.array([0], np.int64), "zero_axis"),
+             numpy_helper.from_array(np.array([-1], np.int64), "minus_one")]
+    graph = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", F32, ["n", 8])],
+                         [h.make_tensor_value_info("y", F32, ["m", 4])], inits)
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    x = np.random.default_rng(0).standard_normal((3, 8)).astype(np.float32)
+    _planned_against_onnxruntime(model, {"x": x}, runs=4, seed=0)

@@ -15,9 +15,13 @@ from tensoralg.onnx.ops import (  # noqa: F401  (imported for their registration
     movement,
     normalization,
     pool,
+    rearrange,
     reduce,
     resize,
+    rounding,
     scan,
+    scatter,
+    selection,
     softmax,
     variadic,
 )

@@ -108,3 +108,25 @@ def tensor_value(proto: onnx.TensorProto) -> np.ndarray:
     """An ONNX tensor as a NumPy array (UnsupportedError for types NumPy lacks)."""
     numpy_dtype(proto.data_type)
     return numpy_helper.to_array(proto)
+
+
+@op("CastLike", since=15)
+def cast_like(node: NodeContext, x: np.ndarray, target: np.ndarray, *, saturate: int = 1,
+              round_mode: str = "up") -> np.ndarray:
+    """``x`` converted to the element type of ``target`` (whose values are not read)."""
+    if x.dtype.kind not in "biuf" or target.dtype.kind not in "biuf":
+        raise ta.UnsupportedError(f"{node}: cannot cast {x.dtype} to {target.dtype}")
+    node.note(f"numpy astype({target.dtype})")
+    with np.errstate(invalid="ignore"):
+        return x.astype(target.dtype)
+
+
+@op("EyeLike", since=9)
+def eye_like(node: NodeContext, x: np.ndarray, *, dtype: int | None = None, k: int = 0
+             ) -> np.ndarray:
+    """A 2-D tensor of the shape of ``x`` with ones on diagonal ``k`` (in ``dtype``, by
+    default that of ``x``)."""
+    if x.ndim != 2:
+        raise ta.ShapeError(f"{node}: EyeLike takes a 2-D input, not {x.shape}")
+    node.note("numpy eye")
+    return np.eye(*x.shape, k=k, dtype=x.dtype if dtype is None else numpy_dtype(dtype))

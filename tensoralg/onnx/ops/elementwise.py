@@ -251,3 +251,52 @@ def gelu(node: NodeContext, x: np.ndarray, *, approximate: str = "none") -> np.n
     else:
         raise ta.UnsupportedError(f"{node}: Gelu approximate={approximate!r} is not defined")
     return elementwise(node, template, x, dtype=compute_dtype(x.dtype, True))
+
+
+@op("PRelu", since=9)
+def prelu(node: NodeContext, x: np.ndarray, slope: np.ndarray) -> np.ndarray:
+    """``x`` where ``x >= 0``, ``slope * x`` elsewhere (``slope`` broadcast to ``x``)."""
+    if np.broadcast_shapes(x.shape, slope.shape) != x.shape:
+        raise ta.ShapeError(f"{node}: slope {slope.shape} does not broadcast to {x.shape}")
+    dtype = compute_dtype(np.result_type(x.dtype, slope.dtype))
+    return elementwise(node, "where(lt({0}, 0), {1} * {0}, {0})", x, slope, dtype=dtype)
+
+
+@op("Celu", since=12)
+def celu(node: NodeContext, x: np.ndarray, *, alpha: float = 1.0) -> np.ndarray:
+    """``max(0, x) + min(0, alpha (exp(x / alpha) - 1))``."""
+    if alpha == 0:
+        raise ta.ShapeError(f"{node}: alpha must not be 0 (x / alpha)")
+    a = literal(alpha)
+    return elementwise(node, f"max({{0}}, 0) + min(0, {a} * (exp({{0}} / {a}) - 1))", x,
+                       dtype=compute_dtype(x.dtype, True))
+
+
+op("Softsign", since=1)(_unary("{0} / (1 + abs({0}))", True))
+# NaN stays NaN (ne(x, x)); otherwise gt - lt is 1, 0 or -1.
+op("Sign", since=9)(_unary(f"where(ne({{0}}, {{0}}), {{0}}, {minus('gt({0}, 0)', 'lt({0}, 0)')})"))
+op("Tan", since=7)(_unary("sin({0}) / cos({0})", True))
+
+
+@op("ThresholdedRelu", since=10)
+def thresholded_relu(node: NodeContext, x: np.ndarray, *, alpha: float = 1.0) -> np.ndarray:
+    """``x`` where ``x > alpha``, else 0."""
+    return elementwise(node, f"where(gt({{0}}, {literal(alpha)}), {{0}}, 0)", x,
+                       dtype=compute_dtype(x.dtype, True))
+
+
+@op("Shrink", since=9)
+def shrink(node: NodeContext, x: np.ndarray, *, bias: float = 0.0, lambd: float = 0.5
+           ) -> np.ndarray:
+    """``x + bias`` below ``-lambd``, ``x - bias`` above ``lambd``, 0 between."""
+    b, lam = literal(bias), literal(lambd)
+    template = (f"where(lt({{0}}, {negate(lam)}), {{0}} + {b}, "
+                f"where(gt({{0}}, {lam}), {minus('{0}', b)}, 0))")
+    return elementwise(node, template, x, dtype=compute_dtype(x.dtype, True))
+
+
+@op("Swish", since=24)
+def swish(node: NodeContext, x: np.ndarray, *, alpha: float = 1.0) -> np.ndarray:
+    """``x sigmoid(alpha x)`` (SiLU for ``alpha = 1``)."""
+    return elementwise(node, f"{{0}} * sigmoid({literal(alpha)} * {{0}})", x,
+                       dtype=compute_dtype(x.dtype, True))

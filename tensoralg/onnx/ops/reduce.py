@@ -103,6 +103,21 @@ def reduce_l2(node: NodeContext, x: np.ndarray, axes: list[int], keepdims: int) 
     return result.reshape(kept_shape(x.shape, axes, keepdims)).astype(x.dtype, copy=False)
 
 
+def reduce_of_sum(node: NodeContext, x: np.ndarray, axes: list[int], keepdims: int,
+                  term: str, outer: str, needs_float: bool) -> np.ndarray:
+    """``outer`` applied to the sum of ``term`` over ``axes``, one statement: ReduceL1
+    (``abs(x)``), ReduceSumSquare (``x * x``) and ReduceLogSum (``log`` of the sum). ``term``
+    and ``outer`` are format strings of the access (``{0}``) and of the sum."""
+    if x.ndim > len(INDICES):
+        raise ta.UnsupportedError(f"{node}: rank {x.ndim} is above {len(INDICES)}")
+    dtype = compute_dtype(x.dtype, needs_float=needs_float)
+    indices = INDICES[:x.ndim]
+    kept = "".join(indices[d] for d in range(x.ndim) if d not in axes)
+    summed = _summed(indices, axes, term.format(f"X({','.join(indices)})"))
+    result = node.run(f"{output_access(kept)} = {outer.format(summed)}", dtype, X=x)
+    return result.reshape(kept_shape(x.shape, axes, keepdims)).astype(x.dtype, copy=False)
+
+
 def reduce_log_sum_exp(node: NodeContext, x: np.ndarray, axes: list[int], keepdims: int
                        ) -> np.ndarray:
     """``log(sum(exp(x)))`` over ``axes``, shifted by the maxima (see the module docstring).
@@ -173,14 +188,39 @@ def _reduce(kind: str) -> Callable[[NodeContext, np.ndarray, list[int], int], np
             return reduce_l2(node, x, chosen, keepdims)
         if kind == "logsumexp":
             return reduce_log_sum_exp(node, x, chosen, keepdims)
+        if kind in _OF_SUM:
+            term, outer, needs_float = _OF_SUM[kind][:3]
+            return reduce_of_sum(node, x, chosen, keepdims, term, outer, needs_float)
         return reduce_extreme(node, x, chosen, keepdims, kind)
     return compute
+
+
+# kind -> (term, outer, needs_float, the answer with no axis to reduce: each element alone)
+_OF_SUM = {"l1": ("abs({0})", "{0}", False, "abs({0})"),
+           "sumsquare": ("{0} * {0}", "{0}", False, "{0} * {0}"),
+           "logsum": ("{0}", "log({0})", True, "log({0})")}
+
+
+def _alone(kind: str) -> Callable[[NodeContext, np.ndarray], np.ndarray] | None:
+    """What a reduction over no axis answers, each element reduced alone (onnxruntime's
+    |x| for ReduceL1 and ReduceL2, x * x for ReduceSumSquare, log x for ReduceLogSum)."""
+    if kind == "l2":
+        return _magnitude
+    if kind not in _OF_SUM:
+        return None
+    template, needs_float = _OF_SUM[kind][3], _OF_SUM[kind][2]
+
+    def noop(node: NodeContext, x: np.ndarray) -> np.ndarray:
+        return elementwise(node, template, x, dtype=compute_dtype(x.dtype, needs_float))
+    return noop
 
 
 for _name, _kind, _input_since in [("ReduceSum", "sum", 13), ("ReduceMean", "mean", 18),
                                    ("ReduceMax", "max", 18), ("ReduceMin", "min", 18),
                                    ("ReduceL2", "l2", 18),
-                                   ("ReduceLogSumExp", "logsumexp", 18)]:
-    _noop = _magnitude if _kind == "l2" else None
+                                   ("ReduceLogSumExp", "logsumexp", 18),
+                                   ("ReduceL1", "l1", 18), ("ReduceSumSquare", "sumsquare", 18),
+                                   ("ReduceLogSum", "logsum", 18)]:
+    _noop = _alone(_kind)
     op(_name, since=1)(reduction_op(_reduce(_kind), axes_input=False, noop=_noop))
     op(_name, since=_input_since)(reduction_op(_reduce(_kind), axes_input=True, noop=_noop))

@@ -241,10 +241,13 @@ def build_plan(executor: Executor, feeds: Mapping[str, Any], recorded: Env,
     fixed: dict[str, np.ndarray] = dict(constants)
     fixed.update((name, buf) for name, buf in buffers.items() if isinstance(name, str))
     dynamic_aliases = []
+    # A view of a value no kept step makes and no feed is (a no-op Cast of a shape value that
+    # only fixed shapes read: its producer went with _read_steps) is read by no one either.
+    made = set(feeds).union(n for step, _ in specs for n in step.node.outputs if n)
     for name, root in base.items():
         if root in fixed:
             fixed[name] = fixed[root].reshape(recorded[name].shape)
-        else:
+        elif root in made:
             dynamic_aliases.append((name, root, recorded[name].shape))
 
     def getter(name: str) -> Getter:

@@ -1,0 +1,123 @@
+"""ScatterND, ScatterElements and OneHot: values written at positions read from a tensor.
+
+NumPy steps (data movement, like GatherND in ``indexing.py``). Every index is checked against
+its axis before anything is written: an index outside the data is a ``ShapeError`` naming the
+node, never a write out of bounds. Negative indices count from the end, as ONNX allows.
+Duplicate indices with ``reduction="none"`` leave one of the written values, as onnxruntime
+does (ONNX leaves which undefined); the reductions ``add``, ``mul``, ``max`` and ``min``
+combine every one of them (unbuffered ``ufunc.at``).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+import tensoralg as ta
+from tensoralg.onnx.ops.kernels import NodeContext
+from tensoralg.onnx.ops.registry import op
+
+_REDUCTIONS = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
+
+
+def _reduction(node: NodeContext, reduction: str):  # type: ignore[no-untyped-def]
+    if reduction == "none":
+        return None
+    if reduction not in _REDUCTIONS:
+        raise ta.UnsupportedError(f"{node}: reduction {reduction!r} is not one of none, "
+                                  f"{', '.join(_REDUCTIONS)}")
+    return _REDUCTIONS[reduction]
+
+
+def _in_range(node: NodeContext, index: np.ndarray, size: np.ndarray | int, what: str
+              ) -> np.ndarray:
+    """``index`` (int64) with negative entries counted from the end; ShapeError if any entry
+    lies outside ``[-size, size)``."""
+    index = index.astype(np.int64, copy=False)
+    if index.size and ((index < -np.asarray(size)).any() or (index >= np.asarray(size)).any()):
+        raise ta.ShapeError(f"{node}: an index of {what} is outside the data")
+    return np.where(index < 0, index + size, index)
+
+
+@op("ScatterND", since=11)
+def scatter_nd(node: NodeContext, data: np.ndarray, indices: np.ndarray, updates: np.ndarray,
+               *, reduction: str = "none") -> np.ndarray:
+    """A copy of ``data`` with the slices addressed by the last axis of ``indices`` replaced by
+    (or combined with) ``updates``: ``indices`` (*q, m) picks ``data[i_1, ..., i_m]``, and
+    ``updates`` is (*q, *data.shape[m:])."""
+    combine = _reduction(node, reduction)
+    if indices.ndim < 1 or indices.shape[-1] > data.ndim:
+        raise ta.ShapeError(f"{node}: indices {indices.shape} address more axes than data "
+                            f"{data.shape} has")
+    depth = indices.shape[-1]
+    expected = indices.shape[:-1] + data.shape[depth:]
+    if updates.shape != expected:
+        raise ta.ShapeError(f"{node}: updates {updates.shape} must be {expected} for data "
+                            f"{data.shape} and indices {indices.shape}")
+    flat = _in_range(node, indices.reshape(-1, depth), np.array(data.shape[:depth]),
+                     node.inputs[1])
+    out = data.copy()
+    where = tuple(flat.T)
+    values = updates.reshape(flat.shape[0], *data.shape[depth:]).astype(data.dtype, copy=False)
+    node.note(f"numpy scatter ({reduction}, copy of the data)")
+    if combine is None:
+        out[where] = values
+    else:
+        combine.at(out, where, values)
+    return out
+
+
+@op("ScatterElements", since=11)
+def scatter_elements(node: NodeContext, data: np.ndarray, indices: np.ndarray,
+                     updates: np.ndarray, *, axis: int = 0, reduction: str = "none"
+                     ) -> np.ndarray:
+    """A copy of ``data`` with ``out[..., indices[..., i, ...], ...] = updates[..., i, ...]``
+    along ``axis`` (or combined by ``reduction``); ``indices`` and ``updates`` share a shape of
+    the rank of ``data``, no larger than it off the axis."""
+    combine = _reduction(node, reduction)
+    if indices.shape != updates.shape or indices.ndim != data.ndim or \
+            not -data.ndim <= axis < max(data.ndim, 1):
+        raise ta.ShapeError(f"{node}: indices {indices.shape} and updates {updates.shape} must "
+                            f"match, with the rank of data {data.shape} and axis {axis} in it")
+    axis %= max(data.ndim, 1)
+    if any(i > d for a, (i, d) in enumerate(zip(indices.shape, data.shape)) if a != axis):
+        raise ta.ShapeError(f"{node}: indices {indices.shape} exceed data {data.shape} off "
+                            f"axis {axis}")
+    index = _in_range(node, indices, data.shape[axis], node.inputs[1])
+    out = data.copy()
+    grid = list(np.indices(indices.shape, sparse=True))
+    grid[axis] = index
+    values = updates.astype(data.dtype, copy=False)
+    node.note(f"numpy scatter along axis {axis} ({reduction}, copy of the data)")
+    if combine is None:
+        out[tuple(grid)] = values
+    else:
+        combine.at(out, tuple(np.broadcast_arrays(*grid)), values)
+    return out
+
+
+@op("OneHot", since=11)
+def one_hot(node: NodeContext, indices: np.ndarray, depth: np.ndarray, values: np.ndarray, *,
+            axis: int = -1) -> np.ndarray:
+    """``values[1]`` where the new axis's position equals the index, ``values[0]`` elsewhere;
+    negative indices count from the end of ``depth``, others outside it give a row of
+    ``values[0]`` (as ONNX specifies)."""
+    size = np.asarray(depth).reshape(-1)
+    if size.size != 1 or np.asarray(values).size != 2:
+        raise ta.ShapeError(f"{node}: depth must be one value and values two (off, on)")
+    count = int(size[0])
+    if count < 1:
+        raise ta.ShapeError(f"{node}: depth {count} must be positive")
+    rank = indices.ndim + 1
+    if not -rank <= axis < rank:
+        raise ta.ShapeError(f"{node}: axis {axis} is out of range for rank {rank}")
+    axis %= rank
+    off, on = np.asarray(values).reshape(-1)
+    index = indices.astype(np.int64) if indices.dtype.kind in "iub" else \
+        np.trunc(indices).astype(np.int64)
+    index = np.where(index < 0, index + count, index)
+    positions = np.arange(count).reshape([count if d == axis else 1 for d in range(rank)])
+    hot = np.expand_dims(index, axis) == positions
+    node.note("numpy one-hot comparison")
+    return np.where(hot, on, off).astype(np.asarray(values).dtype)
+
+
+__all__ = ["scatter_nd", "scatter_elements", "one_hot"]

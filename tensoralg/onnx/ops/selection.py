@@ -1,0 +1,121 @@
+"""ArgMax, ArgMin, TopK, Hardmax, NonZero and Compress: elements chosen by comparing them.
+
+NumPy steps: their results are positions, and the statement language reduces values, not the
+indices of extremes (``max`` keeps the value, not where it was). Ties go to the first position,
+as in onnxruntime, unless ``select_last_index`` asks for the last; TopK's order among equal
+values is by position, as ONNX specifies.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+import tensoralg as ta
+from tensoralg.onnx.ops.kernels import NodeContext
+from tensoralg.onnx.ops.registry import op
+
+
+def _axis(node: NodeContext, axis: int, rank: int) -> int:
+    if not -rank <= axis < max(rank, 1):
+        raise ta.ShapeError(f"{node}: axis {axis} is out of range for rank {rank}")
+    return axis % max(rank, 1)
+
+
+def _arg_extreme(node: NodeContext, x: np.ndarray, axis: int, keepdims: int,
+                 select_last_index: int, largest: bool) -> np.ndarray:
+    axis = _axis(node, axis, x.ndim)
+    if x.shape[axis] == 0:
+        raise ta.ShapeError(f"{node}: axis {axis} of {x.shape} is empty: no position to return")
+    pick = np.argmax if largest else np.argmin
+    name = "argmax" if largest else "argmin"
+    if select_last_index:
+        # The last of equal extremes: the first one in the reversed axis, counted back.
+        flipped = np.flip(x, axis)
+        found = x.shape[axis] - 1 - pick(flipped, axis=axis)
+        node.note(f"numpy {name} (last index)")
+    else:
+        found = pick(x, axis=axis)
+        node.note(f"numpy {name}")
+    found = found.astype(np.int64)
+    return np.expand_dims(found, axis) if keepdims else found
+
+
+@op("ArgMax", since=11)
+def arg_max(node: NodeContext, x: np.ndarray, *, axis: int = 0, keepdims: int = 1,
+            select_last_index: int = 0) -> np.ndarray:
+    """The position (int64) of the largest value along ``axis``; the first of equals unless
+    ``select_last_index``. A NaN counts as the largest, as in NumPy."""
+    return _arg_extreme(node, x, axis, keepdims, select_last_index, True)
+
+
+@op("ArgMin", since=11)
+def arg_min(node: NodeContext, x: np.ndarray, *, axis: int = 0, keepdims: int = 1,
+            select_last_index: int = 0) -> np.ndarray:
+    """The position (int64) of the smallest value along ``axis`` (see ArgMax)."""
+    return _arg_extreme(node, x, axis, keepdims, select_last_index, False)
+
+
+@op("TopK", since=11)
+def top_k(node: NodeContext, x: np.ndarray, k: np.ndarray, *, axis: int = -1, largest: int = 1,
+          sorted: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` largest (or smallest) values along ``axis`` and their positions (int64), in
+    order; equal values by position. ``sorted=0`` is answered sorted too (ONNX leaves the
+    order free then)."""
+    axis = _axis(node, axis, x.ndim)
+    count = int(np.asarray(k).reshape(-1)[0]) if np.size(k) == 1 else -1
+    if not 0 <= count <= x.shape[axis]:
+        raise ta.ShapeError(f"{node}: k = {np.asarray(k).tolist()} must be one value in "
+                            f"[0, {x.shape[axis]}] for axis {axis} of {x.shape}")
+    # A stable sort keeps equal values in position order; the largest first comes from
+    # sorting the negated keys (for floats and signed integers alike, with -x exact for the
+    # keys it is taken of; unsigned values are sorted descending through their complement).
+    if largest:
+        if x.dtype.kind == "u":
+            keys = np.iinfo(x.dtype).max - x
+        elif x.dtype.kind == "b":
+            keys = ~x
+        elif x.dtype.kind == "i":
+            # -x overflows for the most negative integer: order by the complement instead.
+            keys = ~x
+        else:
+            keys = -x
+    else:
+        keys = x
+    order = np.argsort(keys, axis=axis, kind="stable")
+    chosen = np.take(order, np.arange(count), axis=axis)
+    node.note("numpy stable argsort")
+    return np.take_along_axis(x, chosen, axis=axis), chosen.astype(np.int64)
+
+
+@op("Hardmax", since=13)
+def hardmax(node: NodeContext, x: np.ndarray, *, axis: int = -1) -> np.ndarray:
+    """1 at the first largest value along ``axis``, 0 elsewhere, in the dtype of ``x``."""
+    axis = _axis(node, axis, x.ndim)
+    out = np.zeros_like(x)
+    if x.size:
+        np.put_along_axis(out, np.expand_dims(np.argmax(x, axis=axis), axis), 1, axis=axis)
+    node.note("numpy argmax, one-hot")
+    return out
+
+
+@op("NonZero", since=9)
+def non_zero(node: NodeContext, x: np.ndarray) -> np.ndarray:
+    """The coordinates (int64, rank x count) of the nonzero elements, in row-major order."""
+    node.note("numpy nonzero")
+    if x.ndim == 0:      # as a 1-element vector, as onnx's reference answers
+        return np.zeros((1, int(bool(x))), np.int64)
+    return np.array(np.nonzero(x), dtype=np.int64).reshape(x.ndim, -1)
+
+
+@op("Compress", since=11)
+def compress(node: NodeContext, x: np.ndarray, condition: np.ndarray, *, axis: int | None = None
+             ) -> np.ndarray:
+    """The slices of ``x`` along ``axis`` (of the flattened ``x`` without one) where
+    ``condition`` is true; ``condition`` may be shorter than the axis."""
+    keep = np.asarray(condition).reshape(-1).astype(bool)
+    size = x.size if axis is None else x.shape[_axis(node, axis, x.ndim)]
+    if keep.size > size:
+        raise ta.ShapeError(f"{node}: condition has {keep.size} values for {size} slices")
+    node.note("numpy compress")
+    if axis is None:
+        return np.compress(keep, x.reshape(-1))
+    return np.compress(keep, x, axis=_axis(node, axis, x.ndim))
