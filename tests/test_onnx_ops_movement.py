@@ -251,3 +251,21 @@ def test_reduce_sum_square_of_integers_stays_exact():
     constants = {"axes": np.array([1], np.int64)}
     _compare(_model([_node("ReduceSumSquare", ["x", "axes"])], {"x": x}, constants=constants),
              {"x": x})
+
+
+def test_elementwise_statements_merge_axes_the_operands_share():
+    """SiLU over (N, C, H, W) runs as one loop over every element, and the squeeze-excitation
+    scale (N, C, 1, 1) as (C, H * W): neighbouring axes that every operand has, or broadcasts
+    along, alike merge (``kernels.coalesced``); results as onnxruntime's."""
+    rng = _rng()
+    x = rng.standard_normal((2, 6, 5, 7)).astype(np.float32)
+    scale = rng.standard_normal((2, 6, 1, 1)).astype(np.float32)
+    nodes = [_node("Sigmoid", ["x"], ["s"]), _node("Mul", ["x", "s"], ["silu"]),
+             _node("Mul", ["silu", "scale"])]
+    nodes[1].name = "mul0"
+    feeds = {"x": x, "scale": scale}
+    loaded = _compare(_model(nodes, feeds), feeds)
+    text = str(loaded[3].profile(feeds, repeat=1))
+    assert "Y(i,j) = " in text and "B(i)" in text, text
+    single = _model([_node("Softsign", ["x"])], {"x": x})
+    assert "Y(i) = " in str(_compare(single, {"x": x})[0].profile({"x": x}, repeat=1))

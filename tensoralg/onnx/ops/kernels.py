@@ -194,6 +194,37 @@ def unit_free(shape: Sequence[int]) -> tuple[int, ...]:
     return kept or ((len(shape) - 1,) if shape else ())
 
 
+def coalesced(shape: Sequence[int], shapes: Sequence[Sequence[int]]
+              ) -> tuple[tuple[int, ...], list[tuple[int, ...]]] | None:
+    """``shape`` (the broadcast of ``shapes``) with neighbouring axes merged wherever every
+    operand either has both or broadcasts along both, and each operand's shape to match; None
+    when no two axes merge. Axes of size 1 go. An elementwise statement then runs one loop
+    over what were several (NumPy's iterator coalesces the same way): SiLU over EfficientNet's
+    ``(672, 14, 14)`` activations vectorised 14 values a row (8 + 6 scalar) and ran 5x slower
+    than over ``(131712,)``.
+
+    >>> coalesced((2, 3, 4, 5), [(2, 3, 4, 5), (3, 1, 1)])
+    ((2, 3, 20), [(2, 3, 20), (1, 3, 1)])
+    >>> coalesced((2, 3), [(2, 3), (2, 1)]) is None
+    True
+    """
+    rank = len(shape)
+    padded = [(1,) * (rank - len(s)) + tuple(s) for s in shapes]
+    groups: list[tuple[tuple[bool, ...], list[int]]] = []
+    for d in range(rank):
+        if shape[d] == 1:
+            continue
+        pattern = tuple(p[d] != 1 for p in padded)
+        if groups and groups[-1][0] == pattern:
+            groups[-1][1].append(d)
+        else:
+            groups.append((pattern, [d]))
+    if len(groups) == sum(1 for size in shape if size != 1):
+        return None
+    merged = tuple(math.prod(shape[d] for d in axes) for _, axes in groups)
+    return merged, [tuple(math.prod(p[d] for d in axes) for _, axes in groups) for p in padded]
+
+
 def without_units(array: np.ndarray, shape: Sequence[int], kept: Sequence[int]) -> np.ndarray:
     """``array`` (broadcastable to ``shape``, aligned on the right) viewed without the axes of
     ``shape`` that ``kept`` leaves out (each of size 1 in ``array`` too, where it has them).
@@ -232,7 +263,11 @@ def elementwise(node: NodeContext, template: str | Callable[..., str],
     >>> list(node.plan)
     ['Y(i,j) = A(i,j) + B(j)']
     """
-    shape = broadcast_shape(node, arrays)
+    result_shape = shape = broadcast_shape(node, arrays)
+    merged = coalesced(shape, [a.shape for a in arrays])
+    if merged is not None:
+        shape = merged[0]
+        arrays = tuple(a.reshape(m) for a, m in zip(arrays, merged[1]))
     if len(shape) > len(INDICES):
         raise ta.UnsupportedError(f"{node}: rank {len(shape)} is above {len(INDICES)}")
     kept = unit_free(shape)
@@ -247,8 +282,8 @@ def elementwise(node: NodeContext, template: str | Callable[..., str],
     rhs = template(*accesses) if callable(template) else template.format(*accesses)
     result = node.run(f"{output_access(indices)} = {rhs}", dtype, **operands)
     target = arrays[0].dtype if out_dtype is None else np.dtype(out_dtype)
-    return result.reshape(shape).astype(target, copy=False)
+    return result.reshape(result_shape).astype(target, copy=False)
 
 
 __all__ = ["KernelSet", "NodeContext", "compute_dtype", "literal", "minus", "negate", "access", "kept_dims", "output_access",
-           "broadcast_shape", "unit_free", "without_units", "elementwise", "INDICES", "OPERANDS"]
+           "broadcast_shape", "coalesced", "unit_free", "without_units", "elementwise", "INDICES", "OPERANDS"]

@@ -46,6 +46,7 @@ from tensoralg.onnx.ops.kernels import (
     OPERANDS,
     NodeContext,
     access,
+    coalesced,
     literal,
     unit_free,
     without_units,
@@ -457,8 +458,15 @@ def build_statement(program: Program, values: dict[str, np.ndarray], inline: dic
     if inline is not None and full != (inline["m"], inline["n"]):
         raise ta.ShapeError(f"{program}: the epilogue broadcasts the {inline['m']}x"
                             f"{inline['n']} product to {full}")
-    # Without an inlined head every operand is an external input: axes of size 1 leave the
+    # Without an inlined head every operand is an external input: neighbouring axes that every
+    # operand has or broadcasts alike merge into one (``coalesced``), axes of size 1 leave the
     # statement (``unit_free``), and ``out_shape`` is the kernel's output shape.
+    if inline is None:
+        names = list(values)
+        merged = coalesced(full, [values[name].shape for name in names])
+        if merged is not None:
+            full = merged[0]
+            values = {name: values[name].reshape(shape) for name, shape in zip(names, merged[1])}
     kept = tuple(range(len(full))) if inline is not None else unit_free(full)
     out_shape = tuple(full[d] for d in kept)
     indices = INDICES[:len(out_shape)]
