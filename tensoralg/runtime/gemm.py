@@ -415,21 +415,45 @@ class GroupedConv:
 
 
 class BoundGroupedConv:
-    """A :class:`GroupedConv` call with its buffers fixed: per group, the channels-last copy of
-    its input channels and its GEMM (``rebind("x", x)`` swaps the input)."""
+    """A :class:`GroupedConv` call with its buffers fixed: one channels-last copy of every
+    group's input (``x`` viewed as ``N * G`` images of ``C / G`` channels, a reshape), then a
+    GEMM per group reading its images of that copy and scattering into its channel block of
+    the output. ``rebind("x", x)`` swaps the input; :meth:`parts` hands the calls to a compiled
+    sequence. RegNetX-400MF's 25 groups of 16 channels at 7 x 7 took 0.81 ms at batch 1 with a
+    copy per group from Python, against onnxruntime's 0.17."""
 
     def __init__(self, conv: GroupedConv, x: np.ndarray, out: np.ndarray) -> None:
         n, c, h, w = x.shape if x.ndim == 4 else (0, -1, 0, 0)
         oh, ow = conv.out_shape(h, w)
         if c != conv.channels or not x.flags.c_contiguous or \
-                out.shape != (n, conv.out_channels, oh, ow):
-            raise ShapeError(f"GroupedConv: input {x.shape} and output {out.shape} do not "
+                out.shape != (n, conv.out_channels, oh, ow) or image_stride(out) is None or \
+                x.dtype != conv.layers[0].layer.dtype or out.dtype != x.dtype or \
+                not out.flags.writeable:
+            raise ShapeError(f"GroupedConv: input {x.dtype} {x.shape} and output "
+                             f"{getattr(out, 'dtype', '')} {getattr(out, 'shape', '')} do not "
                              f"match {conv.groups} groups of {conv.channels} -> "
                              f"{conv.out_channels} channels")
-        cg, mg = c // conv.groups, conv.out_channels // conv.groups
-        self.bound = [layer.bind(x[:, g * cg:(g + 1) * cg], out[:, g * mg:(g + 1) * mg])
-                      for g, layer in enumerate(conv.layers)]
-        self.offsets = [g * cg * h * w * x.dtype.itemsize for g in range(conv.groups)]
+        groups = conv.groups
+        cg, mg = c // groups, conv.out_channels // groups
+        first = conv.layers[0]
+        hp = h + first.pads_begin[0] + first.pads_end[0]
+        wp = w + first.pads_begin[1] + first.pads_end[1]
+        # Image g + G * i of the copy is group g of image i: each group's images lie G apart.
+        self.padded = np.zeros((n * groups, hp, wp, cg), x.dtype)
+        self.copy = BoundChannelsLast(x.reshape(n * groups, cg, h, w), self.padded,
+                                      first.pads_begin, threads=first.layer.threads)
+        (sh, sw), row = first.strides, wp * cg
+        item = x.dtype.itemsize
+        c_outer = image_stride(out)
+        self.gemms = []
+        for g, conv_g in enumerate(conv.layers):
+            layer = conv_g.layer
+            self.gemms.append(BoundLayer.with_arguments(layer, self.padded, out, [
+                self.padded.ctypes.data + g * hp * row * item, sw * cg,
+                layer.packed.ctypes.data, layer.k, layer.n,
+                out.ctypes.data + g * mg * oh * ow * item, 1, layer.bias.ctypes.data,
+                layer.flags, 0, n * oh * ow, conv_g.kw * cg, row, ow, oh, sh * row, ow,
+                groups * hp * row, c_outer, oh * ow], layer.threads))
         self.input, self.out = x, out
 
     def rebind(self, name: str, x: np.ndarray) -> None:
@@ -442,14 +466,16 @@ class BoundGroupedConv:
                              f"{getattr(x, 'shape', '')} in place of {self.input.dtype} "
                              f"{self.input.shape}")
         self.input = x
-        for bound, offset in zip(self.bound, self.offsets):
-            bound.copy.input = x
-            for call in bound.copy.calls:
-                call[0] = x.ctypes.data + offset
+        self.copy.rebind("x", x.reshape(self.copy.input.shape))
+
+    def parts(self) -> list[tuple[Any, list]]:
+        """The copy, then one GEMM per group, in order, for a compiled sequence."""
+        return [(self.copy, []), *[(gemm, []) for gemm in self.gemms]]
 
     def __call__(self) -> np.ndarray:
-        for bound in self.bound:
-            bound()
+        self.copy()
+        for gemm in self.gemms:
+            gemm()
         return self.out
 
 

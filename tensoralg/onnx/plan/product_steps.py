@@ -514,8 +514,10 @@ def _conv_maker(conv: Any, x: np.ndarray, native_parts: bool) -> Callable[..., R
             bound()
         if not native_parts:
             return made_of(run, None)
-        copy, gemm = bound.parts()
-        return made_of(run, [(copy[0], [("x", get, None)]), gemm])
+        # The first part (the channels-last copy) reads the input, as the shape it was bound
+        # with (a grouped convolution's copy sees N * G images of C / G channels).
+        (copy, _), *rest = bound.parts()
+        return made_of(run, [(copy, [("x", get, copy.input.shape)]), *rest])
     return make
 
 
@@ -540,21 +542,20 @@ def _grouped_conv_spec(weight: np.ndarray, bias: np.ndarray | None,
                        relu: bool | tuple[float, float], groups: int, geometry: Any,
                        x: np.ndarray) -> Spec | None:
     """A grouped convolution (ResNeXt's, ShuffleNet's) with more weights than compile in: one
-    generated GEMM per group (``tensoralg.program.grouped_conv``), each group's channels read
-    in place and its tiles scattered into its channel block of the NCHW output. None where a
-    group's K needs more than one GEMM block (the NumPy patch matrix then runs it)."""
+    channels-last copy of every group's channels, then a generated GEMM per group
+    (``tensoralg.program.grouped_conv``) scattering its tiles into its channel block of the
+    NCHW output; the calls join a compiled sequence. None where a group's K needs more than
+    one GEMM block (the NumPy patch matrix then runs it)."""
     conv = program.grouped_conv(weight, bias, groups, geometry.strides, geometry.pads_begin,
                                 geometry.pads_end, relu)
     if not conv.writes_nchw_well():
         return None
     rows = x.shape[0] * geometry.out[0] * geometry.out[1]
 
-    # Run from Python: a compiled sequence fills an input slot with the whole input's
-    # address, and each group reads its own channel block.
-    spec = Spec(_conv_maker(conv, x, False), [], "conv kernels")
-    spec.plan = (f"grouped convolution, {groups} generated GEMMs "
-                 f"({conv.layers[0].layer.describe(rows)}) reading and writing their channel "
-                 f"blocks in place")
+    spec = Spec(_conv_maker(conv, x, True), [], "conv kernels")
+    spec.plan = (f"grouped convolution: one channels-last copy, {groups} generated GEMMs "
+                 f"({conv.layers[0].layer.describe(rows)}) writing their channel blocks in "
+                 f"place")
     return spec
 
 
