@@ -269,3 +269,32 @@ def test_elementwise_statements_merge_axes_the_operands_share():
     assert "Y(i,j) = " in text and "B(i)" in text, text
     single = _model([_node("Softsign", ["x"])], {"x": x})
     assert "Y(i) = " in str(_compare(single, {"x": x})[0].profile({"x": x}, repeat=1))
+
+
+def test_a_sequence_batch_times_a_constant_weight_runs_the_generated_gemm():
+    """A 3-D MatMul (B, T, K) x (K, N) with a constant weight (a transformer's projection)
+    is one (B * T) x K product on the generated GEMM, not a batched BLAS call."""
+    rng = _rng()
+    x = rng.standard_normal((2, 5, 48)).astype(np.float32)
+    w = rng.standard_normal((48, 96)).astype(np.float32)
+    nodes = [_node("Relu", ["x"], ["r"]), _node("MatMul", ["r", "w"])]
+    loaded = _compare(_model(nodes, {"x": x}, constants={"w": w}), {"x": x})
+    plans = [row.plan for row in loaded[3].profile({"x": x}, repeat=1).rows
+             if row.op_type == "MatMul"]
+    assert plans[0].startswith("generated GEMM (dense 10x48x96"), plans
+
+
+def test_an_elementwise_node_on_a_strided_slice_is_a_planned_kernel():
+    """Llama's rotate_half: Neg of the second half of a slice, then Concat. The Neg read a
+    strided view in the recorded run; the plan still runs it as a prebound kernel on its
+    buffer, not node by node."""
+    x = _rng().standard_normal((1, 4, 6, 16)).astype(np.float32)
+    constants = {"s0": np.array([0], np.int64), "s8": np.array([8], np.int64),
+                 "s16": np.array([16], np.int64), "axis": np.array([3], np.int64)}
+    nodes = [_node("Slice", ["x", "s0", "s8", "axis"], ["x1"]),
+             _node("Slice", ["x", "s8", "s16", "axis"], ["x2"]),
+             _node("Neg", ["x2"], ["n2"]), _node("Concat", ["n2", "x1"], axis=3)]
+    nodes[1].name = "slice2"
+    loaded = _compare(_model(nodes, {"x": x}, constants=constants), {"x": x})
+    kinds = {s.step.node.op_type: s.kind for s in loaded[3].specialiser.latest().steps}
+    assert kinds["Neg"] != "generic", kinds
