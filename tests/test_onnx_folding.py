@@ -139,14 +139,45 @@ def test_conv_output_used_elsewhere_is_not_folded():
     model, feeds = _conv_bn(np.random.default_rng(4), extra_nodes=[side],
                             extra_outputs=["side"])
     level2 = _check_all_levels(model, feeds)
-    assert "BatchNormalization" in _ops(level2)
+    # Not folded into the Conv: a multiply-add of its own (batchnorm_as_affine), fused.
     assert _note(level2) == "conv+batchnorm: 0 folded"
+    assert "batchnorm as affine: 1 rewritten" in level2.graph.notes
+    assert "Fused" in _ops(level2) and "BatchNormalization" not in _ops(level2)
 
 
 def test_conv_output_that_is_a_graph_output_is_not_folded():
     model, feeds = _conv_bn(np.random.default_rng(5), extra_outputs=["c"])
     level2 = _check_all_levels(model, feeds)
-    assert "BatchNormalization" in _ops(level2)
+    assert "batchnorm as affine: 1 rewritten" in level2.graph.notes
+    assert "BatchNormalization" not in _ops(level2)
+
+
+def test_a_batchnorm_after_a_concat_is_a_fused_multiply_add():
+    """DenseNet's BatchNormalization of a Concat, then Relu: one fused statement
+    ``max(x * s + t, 0)`` over (image, channel, positions), values as onnxruntime's at every level."""
+    rng = np.random.default_rng(8)
+    c = 6
+    stats = {"gamma": rng.random(c) + 0.5, "beta": rng.standard_normal(c),
+             "mu": rng.standard_normal(c), "var": rng.random(c) + 0.1}
+    nodes = [h.make_node("Concat", ["a", "b"], ["cat"], axis=1, name="cat"),
+             h.make_node("BatchNormalization", ["cat", "gamma", "beta", "mu", "var"], ["n"],
+                         name="bn", epsilon=1e-3),
+             h.make_node("Relu", ["n"], ["y"], name="relu")]
+    graph = h.make_graph(
+        nodes, "densenet", [h.make_tensor_value_info("a", TensorProto.FLOAT, [2, 4, 5, 5]),
+                            h.make_tensor_value_info("b", TensorProto.FLOAT, [2, 2, 5, 5])],
+        [h.make_tensor_value_info("y", TensorProto.FLOAT, [2, c, 5, 5])],
+        [numpy_helper.from_array(v.astype(np.float32), k) for k, v in stats.items()])
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 15)])
+    feeds = {"a": rng.standard_normal((2, 4, 5, 5)).astype(np.float32),
+             "b": rng.standard_normal((2, 2, 5, 5)).astype(np.float32)}
+    level2 = _check_all_levels(model, feeds)
+    assert _ops(level2) == ["Concat", "Fused"]
+    level3 = tonnx.load(model, opt_level=3)
+    for _ in range(3):
+        level3.run(feeds)
+    plans = [row.plan for row in level3.profile(feeds, repeat=1).rows if row.op_type == "Fused"]
+    assert plans == ["Y(i,j,k) = max(((A(i,j,k) * B(j)) + C(j)), 0)"], plans
 
 
 def test_batchnorm_with_a_non_constant_mean_is_not_folded():

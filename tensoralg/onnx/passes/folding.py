@@ -27,10 +27,11 @@ from __future__ import annotations
 from typing import Iterable
 
 import numpy as np
+import onnx
 
 from tensoralg.onnx.frontend.graph import OWN_ATTRIBUTES, Graph, Node
 from tensoralg.onnx.ops.kernels import NodeContext, elementwise, literal
-from tensoralg.onnx.ops.registry import OpImpl
+from tensoralg.onnx.ops.registry import OpImpl, lookup
 from tensoralg.onnx.passes.fusion import RELU, Activation, consumers_of
 
 
@@ -77,6 +78,78 @@ def fold_conv_batchnorm(graph: Graph) -> Graph:
     graph.notes.append(f"conv+batchnorm: {len(folded)} folded" +
                        (f" ({', '.join(folded)})" if folded else ""))
     return graph
+
+
+def batchnorm_as_affine(graph: Graph) -> Graph:
+    """Replace each inference BatchNormalization no Conv took (DenseNet's, after a Concat)
+    whose statistics are float constants by ``Mul(x, s) -> Add(., t)``, with
+    ``s = scale / sqrt(var + eps)`` and ``t = beta - mean * s`` computed once in float64 and
+    shaped ``(C, 1, ..., 1)`` to broadcast over the channel axis; afterwards no such
+    BatchNormalization remains. The two nodes join the fused statement of what follows (a
+    Relu): one multiply-add per element instead of a subtraction, a square root and a
+    division, and no pass of its own. Left as it is where the input's rank is unknown, the
+    variance gives ``var + eps <= 0`` (its inf/NaN pattern stays the model's) or a running
+    statistic output is used.
+    """
+    consumers = consumers_of(graph)
+    outputs = {v.name for v in graph.outputs}
+    taken = _value_names(graph)
+    nodes: list[Node] = []
+    rewritten = []
+    statistics: set[str] = set()
+    for node in graph.nodes:
+        affine = _affine(node, graph, consumers, outputs, taken)
+        if affine is None:
+            nodes.append(node)
+            continue
+        nodes.extend(affine)
+        rewritten.append(node.name)
+        statistics.update(name for name in node.inputs[1:] if name)
+    graph.nodes = nodes
+    # The statistics are dead unless something else still reads them.
+    still_used = outputs | {name for node in graph.nodes for name in node.inputs}
+    for name in statistics - still_used:
+        graph.constants.pop(name, None)
+    graph.notes.append(f"batchnorm as affine: {len(rewritten)} rewritten")
+    return graph
+
+
+def _affine(bn: Node, graph: Graph, consumers: dict[str, list[Node]], outputs: set[str],
+            taken: set[str]) -> list[Node] | None:
+    """The Mul and Add computing ``bn``'s output, their constants added to the graph; None
+    where ``bn`` stays (see :func:`batchnorm_as_affine`)."""
+    if bn.op_type != "BatchNormalization" or len(bn.inputs) != 5 or \
+            bn.attributes.get("training_mode", 0) or not bn.outputs:
+        return None
+    if any(name and (name in outputs or name in consumers) for name in bn.outputs[1:]):
+        return None
+    stats = [graph.constants.get(name) for name in bn.inputs[1:]]
+    rank = graph.ranks.get(bn.inputs[0])
+    if rank is None or rank < 2 or any(s is None or s.ndim != 1 or s.dtype.kind != "f"
+                                       for s in stats):
+        return None
+    if len({s.shape for s in stats}) != 1 or len({s.dtype for s in stats}) != 1:
+        return None
+    scale, beta, mean, var = (s.astype(np.float64) for s in stats)
+    epsilon = float(bn.attributes.get("epsilon", 1e-5))
+    if not np.all(var + epsilon > 0):
+        return None
+    factor = scale / np.sqrt(var + epsilon)
+    shift = beta - mean * factor
+    shape = (-1,) + (1,) * (rank - 2)
+    dtype = stats[0].dtype
+    s_name = _fresh(f"{bn.name}.scale", taken)
+    t_name = _fresh(f"{bn.name}.shift", taken)
+    hidden = _fresh(f"{bn.outputs[0]}.scaled", taken)
+    graph.constants[s_name] = factor.astype(dtype).reshape(shape)
+    graph.constants[t_name] = shift.astype(dtype).reshape(shape)
+    made = []
+    for op_type, inputs, output in (("Mul", (bn.inputs[0], s_name), hidden),
+                                    ("Add", (hidden, t_name), bn.outputs[0])):
+        version = onnx.defs.get_schema(op_type, graph.opset).since_version
+        made.append(Node(f"{bn.name}.{op_type.lower()}", op_type, inputs, (output,), {},
+                         version, lookup(op_type, version)))
+    return made
 
 
 def _foldable(conv: Node, bn: Node, graph: Graph, consumers: dict[str, list[Node]],

@@ -1,7 +1,8 @@
 """Graph passes by opt level, as one visible list per level (:func:`pipeline`).
 
 Level 1: shape inference, constant folding, dead node removal. Level 2 adds Conv +
-BatchNormalization folding (:mod:`folding`), Einsums that are matrix products as MatMuls
+BatchNormalization folding and the other BatchNormalizations as a multiply-add
+(:mod:`folding`), Einsums that are matrix products as MatMuls
 (:mod:`einsum_products`), Pow by 2 or 3 as multiplications (:mod:`small_powers`), MatMul
 re-association (:mod:`fusion`), embedding
 bags (:mod:`bags`) and fusion of elementwise chains and contraction epilogues (:mod:`fusion`).
@@ -20,7 +21,11 @@ from tensoralg.onnx.frontend.graph import Graph, Node
 from tensoralg.onnx.ops.kernels import KernelSet, NodeContext
 from tensoralg.onnx.passes.bags.recognise import recognise_bags
 from tensoralg.onnx.passes.einsum_products import einsums_as_matmuls
-from tensoralg.onnx.passes.folding import fold_conv_batchnorm, fuse_conv_activations
+from tensoralg.onnx.passes.folding import (
+    batchnorm_as_affine,
+    fold_conv_batchnorm,
+    fuse_conv_activations,
+)
 from tensoralg.onnx.passes.fusion import fuse, reassociate_matmuls
 from tensoralg.onnx.passes.small_powers import small_powers_as_products
 from tensoralg.onnx.passes.sparse_weights import find_sparse_weights
@@ -38,6 +43,7 @@ def infer_static_shapes(graph: Graph, model: onnx.ModelProto) -> Graph:
         graph.notes.append(f"shape inference skipped: {type(err).__name__}")
         return graph
     shapes = {}
+    ranks = {}
     values = list(inferred.graph.value_info) + list(inferred.graph.input) + \
         list(inferred.graph.output)
     for value in values:
@@ -45,9 +51,11 @@ def infer_static_shapes(graph: Graph, model: onnx.ModelProto) -> Graph:
         if tensor is None or not tensor.HasField("shape"):
             continue
         dims = tensor.shape.dim
+        ranks[value.name] = len(dims)
         if all(d.HasField("dim_value") for d in dims):
             shapes[value.name] = tuple(d.dim_value for d in dims)
     graph.static_shapes = shapes
+    graph.ranks = ranks
     graph.notes.append(f"shape inference: {len(shapes)} static shapes")
     return graph
 
@@ -137,6 +145,7 @@ def pipeline(opt_level: int, model: onnx.ModelProto, kernels: KernelSet,
         # original nodes, before any later pass replaces them.
         steps += [
             ("conv+batchnorm folding", fold_conv_batchnorm),
+            ("batchnorm as affine", batchnorm_as_affine),
             ("einsum products", einsums_as_matmuls),
             ("small powers", small_powers_as_products),
             ("matmul re-association", reassociate_matmuls),
