@@ -135,7 +135,10 @@ def _may_trap(expr: Expr) -> bool:
 # plans lay them out) ran 1.3-1.4x faster, a batched Gram product and a 256x256 dot per row
 # 1.2x, SpMM 1.1x; streams (the wide product, a row sum) and SpMV were unchanged, a 96-wide dot
 # with a sigmoid epilogue 0.9x. Elementwise kernels and copies gained nothing, so they keep
-# LLVM's choice. With operands not 64-byte aligned (NumPy's own allocations are 16-byte
+# LLVM's choice, except those computing float32 exp or tanh (sigmoid is an exp): their inline
+# polynomials (~45 vector operations per vector of values) bind them to the arithmetic, not to
+# memory, and 512-bit vectors took SiLU from 1.7-1.9 to 1.1-1.4 ns a value, tanh from 2.4 to
+# 1.3-2.0 (EfficientNet's activations, GPT-2's GELU). With operands not 64-byte aligned (NumPy's own allocations are 16-byte
 # aligned) every 512-bit load splits a cache line and the pruned layer gains nothing. The
 # hand-built modules (codegen/gemm.py, conv.py) choose their vector width themselves.
 WIDE_VECTORS = True
@@ -195,6 +198,20 @@ def reduces(fn: Function) -> bool:
     return False
 
 
+def computes_polynomials(fn: Function) -> bool:
+    """Whether ``fn`` takes a float32 ``exp`` or ``tanh``, which this backend writes out as
+    polynomials (``softmax.scalar_expf``/``scalar_tanhf``) that bind a loop to arithmetic.
+
+    >>> from tensoralg.ir.build import for_, store, var, load, function, param
+    >>> i, x = var("i", Scalar.I64), var("x", Ptr(Scalar.F32))
+    >>> computes_polynomials(function("k", [param(x, "x")], for_(i, 0, 4,
+    ...     store(x, i, Unary("exp", load(x, i))))))
+    True
+    """
+    return any(isinstance(node, Unary) and node.op in ("exp", "tanh") and
+               node.operand.dtype == Scalar.F32 for node in walk(fn.body))
+
+
 def _moving(body: Block, seeds: set[str]) -> set[str]:
     """``seeds`` and every variable of ``body`` computed from them (in program order)."""
     moving = set(seeds)
@@ -221,7 +238,7 @@ class _FunctionLowering:
         self.function = ir.Function(module, ir.FunctionType(INT32, argument_types), name=fn.name)
         self.function.attributes = _Attributes()
         self.function.attributes.add("nounwind")
-        if _wide_reductions() and reduces(fn):
+        if _wide_reductions() and (reduces(fn) or computes_polynomials(fn)):
             self.function.attributes.add(PREFER_512)
         self.builder = ir.IRBuilder(self.function.append_basic_block("entry"))
         self.slots: dict[str, ir.AllocaInstr] = {}
