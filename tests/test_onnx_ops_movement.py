@@ -298,3 +298,12 @@ def test_an_elementwise_node_on_a_strided_slice_is_a_planned_kernel():
     loaded = _compare(_model(nodes, {"x": x}, constants=constants), {"x": x})
     kinds = {s.step.node.op_type: s.kind for s in loaded[3].specialiser.latest().steps}
     assert kinds["Neg"] != "generic", kinds
+
+
+def test_a_global_average_pool_sums_its_positions_as_one_axis():
+    """GlobalAveragePool of (N, C, 7, 7): one statement summing 49 values a row (the spatial
+    axes merged into one, and so are N and C), not 7 rows of 7; results as onnxruntime's."""
+    x = _rng().standard_normal((2, 5, 7, 7)).astype(np.float32)
+    loaded = _compare(_model([_node("GlobalAveragePool", ["x"])], {"x": x}), {"x": x})
+    plan = loaded[3].profile({"x": x}, repeat=1).rows[0].plan
+    assert plan.startswith("Y(i) = X(i,j) * "), plan

@@ -50,7 +50,20 @@ def kept_shape(shape: Sequence[int], axes: Sequence[int], keepdims: int) -> tupl
 
 def reduce_sum(node: NodeContext, x: np.ndarray, axes: list[int], keepdims: int,
                scale: float | None = None) -> np.ndarray:
-    """``Y(kept) = X(all) [* scale]``: one statement summing over ``axes``."""
+    """``Y(kept) = X(all) [* scale]``: one statement summing over ``axes``. Neighbouring axes
+    that are both summed, or both kept, are one axis of a view of ``x`` first (a global
+    average pool of 7 x 7 maps sums 49 values a row, not 7 rows of 7)."""
+    groups: list[tuple[bool, list[int]]] = []
+    for d in range(x.ndim):
+        if groups and groups[-1][0] == (d in axes):
+            groups[-1][1].append(d)
+        else:
+            groups.append((d in axes, [d]))
+    if len(groups) < x.ndim:
+        merged = x.reshape([math.prod(x.shape[d] for d in group) for _, group in groups])
+        result = reduce_sum(node, merged, [k for k, (summed, _) in enumerate(groups) if summed],
+                            0, scale)
+        return result.reshape(kept_shape(x.shape, axes, keepdims))
     if x.ndim > len(INDICES):
         raise ta.UnsupportedError(f"{node}: rank {x.ndim} is above {len(INDICES)}")
     dtype = compute_dtype(x.dtype, needs_float=scale is not None and x.dtype.kind != "f")
