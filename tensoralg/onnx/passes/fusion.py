@@ -462,11 +462,18 @@ def build_statement(program: Program, values: dict[str, np.ndarray], inline: dic
     # operand has or broadcasts alike merge into one (``coalesced``), axes of size 1 leave the
     # statement (``unit_free``), and ``out_shape`` is the kernel's output shape.
     if inline is None:
-        names = list(values)
+        # The operands the epilogue reads (the head's own inputs, when the head ran apart,
+        # need not broadcast with its output).
+        read = [name for node in chain for name in node.inputs if name and name in values]
+        if program.head is not None and program.head.outputs[0] in values:
+            read.append(program.head.outputs[0])
+        names = list(dict.fromkeys(read))
         merged = coalesced(full, [values[name].shape for name in names])
         if merged is not None:
             full = merged[0]
-            values = {name: values[name].reshape(shape) for name, shape in zip(names, merged[1])}
+            values = dict(values)
+            values.update((name, values[name].reshape(shape))
+                          for name, shape in zip(names, merged[1]))
     kept = tuple(range(len(full))) if inline is not None else unit_free(full)
     out_shape = tuple(full[d] for d in kept)
     indices = INDICES[:len(out_shape)]
