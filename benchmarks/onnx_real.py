@@ -171,6 +171,15 @@ def _vision(name: str) -> Callable[[], Any]:
                 scale = 1.0 / max(float(model(probe).std()), 1e-6)
                 last.weight.mul_(scale)
                 last.bias.mul_(scale)
+            elif float(model(probe).std()) > 10.0:
+                # ResNet-50's untrained outputs reach ~110, where float32's own rounding of
+                # 2048-term sums (a unit in the last place is 7.6e-6 at 100) exceeds atol
+                # 1e-5: the classifier is scaled to outputs near 1, so the check stays one of
+                # relative error.
+                last = [m for m in model.modules() if isinstance(m, torch.nn.Linear)][-1]
+                scale = 1.0 / float(model(probe).std())
+                last.weight.mul_(scale)
+                last.bias.mul_(scale)
         return model
     return build
 
