@@ -193,40 +193,36 @@ def _images(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
 VOCAB, TOKENS = 1000, 32
 
 
-def _bert():
+def _encoder(inner: Any, **extra: Any) -> Any:
+    """``inner`` (a transformers model) as a module of ``(input_ids, attention_mask)`` returning
+    its last hidden state, ``extra`` passed to every call (``use_cache=False``)."""
     torch = _torch()
+
+    class Encoder(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = inner.eval()
+
+        def forward(self, input_ids, attention_mask):
+            return self.inner(input_ids=input_ids, attention_mask=attention_mask,
+                              return_dict=False, **extra)[0]
+    return Encoder().eval()
+
+
+def _bert():
+    _torch()
     tf = _require("transformers", "pip install transformers")
     config = tf.BertConfig(vocab_size=VOCAB, hidden_size=128, num_hidden_layers=2,
                            num_attention_heads=2, intermediate_size=256,
                            max_position_embeddings=128, hidden_act="gelu")
-    inner = tf.BertModel(config).eval()
-
-    class Bert(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.inner = inner
-
-        def forward(self, input_ids, attention_mask):
-            return self.inner(input_ids=input_ids, attention_mask=attention_mask,
-                              return_dict=False)[0]
-    return Bert().eval()
+    return _encoder(tf.BertModel(config))
 
 
 def _gpt2():
-    torch = _torch()
+    _torch()
     tf = _require("transformers", "pip install transformers")
     config = tf.GPT2Config(vocab_size=VOCAB, n_embd=128, n_layer=2, n_head=2, n_positions=128)
-    inner = tf.GPT2Model(config).eval()
-
-    class Gpt2(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.inner = inner
-
-        def forward(self, input_ids, attention_mask):
-            return self.inner(input_ids=input_ids, attention_mask=attention_mask,
-                              use_cache=False, return_dict=False)[0]
-    return Gpt2().eval()
+    return _encoder(tf.GPT2Model(config), use_cache=False)
 
 
 def _transformer(kind: str) -> Callable[[], Any]:
@@ -234,7 +230,7 @@ def _transformer(kind: str) -> Callable[[], Any]:
     DistilBERT, a T5 encoder, Llama (rotary positions, grouped-query attention, SiLU MLP) or
     DeBERTa-v2 (disentangled attention)."""
     def build():
-        torch = _torch()
+        _torch()
         tf = _require("transformers", "pip install transformers")
         if kind == "distilbert":
             inner = tf.DistilBertModel(tf.DistilBertConfig(
@@ -251,18 +247,7 @@ def _transformer(kind: str) -> Callable[[], Any]:
             inner = tf.DebertaV2Model(tf.DebertaV2Config(
                 vocab_size=VOCAB, hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
                 intermediate_size=256, max_position_embeddings=128))
-        inner.eval()
-        extra = {"use_cache": False} if kind == "llama" else {}
-
-        class Encoder(torch.nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.inner = inner
-
-            def forward(self, input_ids, attention_mask):
-                return self.inner(input_ids=input_ids, attention_mask=attention_mask,
-                                  return_dict=False, **extra)[0]
-        return Encoder().eval()
+        return _encoder(inner, **({"use_cache": False} if kind == "llama" else {}))
     return build
 
 

@@ -138,8 +138,8 @@ def _may_trap(expr: Expr) -> bool:
 # LLVM's choice, except those computing float32 exp or tanh (sigmoid is an exp): their inline
 # polynomials (~45 vector operations per vector of values) bind them to the arithmetic, not to
 # memory, and 512-bit vectors took SiLU from 1.7-1.9 to 1.1-1.4 ns a value, tanh from 2.4 to
-# 1.3-2.0 (EfficientNet's activations, GPT-2's GELU). With operands not 64-byte aligned (NumPy's own allocations are 16-byte
-# aligned) every 512-bit load splits a cache line and the pruned layer gains nothing. The
+# 1.3-2.0 (EfficientNet's activations, GPT-2's GELU). With operands not 64-byte aligned
+# (NumPy's own allocations are 16-byte aligned) every 512-bit load splits a cache line and the pruned layer gains nothing. The
 # hand-built modules (codegen/gemm.py, conv.py) choose their vector width themselves.
 WIDE_VECTORS = True
 ALLOC_ALIGN = 64           # bytes: kernel allocations start on a cache line

@@ -319,6 +319,26 @@ class ConvLayer:
         return BoundConv(self, x, out)
 
 
+def conv_arguments(conv: ConvLayer, a: int, channels: int, row: int, a_image: int,
+                   positions: tuple[int, int, int], c: tuple[int, int, int, int, int]
+                   ) -> list[int]:
+    """The generated GEMM's arguments (``codegen.gemm.gemm_module``) computing ``conv`` from a
+    zero-bordered channels-last input at address ``a`` (``channels`` a position, ``row``
+    elements an image row, ``a_image`` elements an image) for ``positions`` = (images,
+    output rows, output columns), into ``c`` = (address, ldc, c_inner, c_outer, c_col).
+
+    The GEMM's rows are the output positions (image, output row, column), one plane per output
+    row: its OW outputs ``sw * channels`` apart in A, output rows ``sh`` image rows apart,
+    images ``a_image`` apart. K runs over the kernel's rows, ``KW * channels`` contiguous
+    values each, an image row apart. Register tiles run across output rows and images."""
+    layer, (sh, sw) = conv.layer, conv.strides
+    images, oh, ow = positions
+    address, ldc, c_inner, c_outer, c_col = c
+    return [a, sw * channels, layer.packed.ctypes.data, layer.k, layer.n, address, ldc,
+            layer.bias.ctypes.data, layer.flags, 0, images * oh * ow, conv.kw * channels, row,
+            ow, oh, sh * row, c_inner, a_image, c_outer, c_col]
+
+
 class BoundConv:
     """A :class:`ConvLayer` call with its buffers fixed: the channels-last copy, then the GEMM
     planes (two native calls, see :meth:`parts`)."""
@@ -341,21 +361,14 @@ class BoundConv:
             raise ShapeError(f"ConvLayer: cannot copy an input of {x.dtype} {x.shape}")
         self.copy = BoundChannelsLast(x, self.padded, conv.pads_begin,
                                       threads=conv.layer.threads)
-        layer, (sh, sw) = conv.layer, conv.strides
         row = wp * c
-        # The GEMM's rows are the output positions (image, output row, column), one plane
-        # per output row: its OW outputs lda apart in A; output rows sh image rows apart,
-        # images a padded image apart. K runs over the kernel's rows, KW * C contiguous values
-        # each, an image row apart. Register tiles run across output rows and images. An NCHW
-        # output has its positions next to each other and its channels a plane apart (the
-        # tile is scattered); a channels-last one, its channels next to each other.
+        # An NCHW output has its positions next to each other and its channels a plane apart
+        # (the tile is scattered); a channels-last one, its channels next to each other.
         ldc, c_inner, c_col = (1, ow, oh * ow) if planar else (m, ow * m, 1)
         c_outer = image_stride(out) if planar else oh * ow * m
-        self.gemm = BoundLayer.with_arguments(layer, self.padded, out, [
-            self.padded.ctypes.data, sw * c, layer.packed.ctypes.data, layer.k, layer.n,
-            out.ctypes.data, ldc, layer.bias.ctypes.data, layer.flags, 0, n * oh * ow,
-            conv.kw * c, row, ow, oh, sh * row, c_inner, hp * row, c_outer, c_col],
-            layer.threads)
+        self.gemm = BoundLayer.with_arguments(conv.layer, self.padded, out, conv_arguments(
+            conv, self.padded.ctypes.data, c, row, hp * row, (n, oh, ow),
+            (out.ctypes.data, ldc, c_inner, c_outer, c_col)), conv.layer.threads)
         self.out = out
 
     def rebind(self, name: str, x: np.ndarray) -> None:
@@ -442,18 +455,12 @@ class BoundGroupedConv:
         self.padded = np.zeros((n * groups, hp, wp, cg), x.dtype)
         self.copy = BoundChannelsLast(x.reshape(n * groups, cg, h, w), self.padded,
                                       first.pads_begin, threads=first.layer.threads)
-        (sh, sw), row = first.strides, wp * cg
-        item = x.dtype.itemsize
+        row, item = wp * cg, x.dtype.itemsize
         c_outer = image_stride(out)
-        self.gemms = []
-        for g, conv_g in enumerate(conv.layers):
-            layer = conv_g.layer
-            self.gemms.append(BoundLayer.with_arguments(layer, self.padded, out, [
-                self.padded.ctypes.data + g * hp * row * item, sw * cg,
-                layer.packed.ctypes.data, layer.k, layer.n,
-                out.ctypes.data + g * mg * oh * ow * item, 1, layer.bias.ctypes.data,
-                layer.flags, 0, n * oh * ow, conv_g.kw * cg, row, ow, oh, sh * row, ow,
-                groups * hp * row, c_outer, oh * ow], layer.threads))
+        self.gemms = [BoundLayer.with_arguments(layer.layer, self.padded, out, conv_arguments(
+            layer, self.padded.ctypes.data + g * hp * row * item, cg, row, groups * hp * row,
+            (n, oh, ow), (out.ctypes.data + g * mg * oh * ow * item, 1, ow, c_outer, oh * ow)),
+            layer.layer.threads) for g, layer in enumerate(conv.layers)]
         self.input, self.out = x, out
 
     def rebind(self, name: str, x: np.ndarray) -> None:

@@ -13,6 +13,7 @@ unsigned integers and bool in int64.
 from __future__ import annotations
 
 import math
+from itertools import groupby
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -210,19 +211,13 @@ def coalesced(shape: Sequence[int], shapes: Sequence[Sequence[int]]
     """
     rank = len(shape)
     padded = [(1,) * (rank - len(s)) + tuple(s) for s in shapes]
-    groups: list[tuple[tuple[bool, ...], list[int]]] = []
-    for d in range(rank):
-        if shape[d] == 1:
-            continue
-        pattern = tuple(p[d] != 1 for p in padded)
-        if groups and groups[-1][0] == pattern:
-            groups[-1][1].append(d)
-        else:
-            groups.append((pattern, [d]))
-    if len(groups) == sum(1 for size in shape if size != 1):
+    axes = [d for d in range(rank) if shape[d] != 1]
+    # Runs of axes over which every operand is present (or broadcast) alike.
+    groups = [list(run) for _, run in groupby(axes, lambda d: tuple(p[d] != 1 for p in padded))]
+    if len(groups) == len(axes):
         return None
-    merged = tuple(math.prod(shape[d] for d in axes) for _, axes in groups)
-    return merged, [tuple(math.prod(p[d] for d in axes) for _, axes in groups) for p in padded]
+    merged = tuple(math.prod(shape[d] for d in group) for group in groups)
+    return merged, [tuple(math.prod(p[d] for d in group) for group in groups) for p in padded]
 
 
 def without_units(array: np.ndarray, shape: Sequence[int], kept: Sequence[int]) -> np.ndarray:

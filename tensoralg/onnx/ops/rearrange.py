@@ -13,8 +13,8 @@ import tensoralg as ta
 from tensoralg.onnx.ops.kernels import NodeContext
 from tensoralg.onnx.ops.registry import op
 
-# ONNX's Pad modes and NumPy's names for them.
-_PAD_MODES = {"constant": "constant", "reflect": "reflect", "edge": "edge", "wrap": "wrap"}
+# ONNX's Pad modes, which NumPy's np.pad calls by the same names.
+_PAD_MODES = frozenset({"constant", "reflect", "edge", "wrap"})
 
 
 def _pads(node: NodeContext, x: np.ndarray, pads: np.ndarray, axes: np.ndarray | None
@@ -63,7 +63,7 @@ def _pad(node: NodeContext, x: np.ndarray, pads: np.ndarray, value: np.ndarray |
     if mode == "constant":
         fill = 0 if value is None or np.size(value) == 0 else np.asarray(value).reshape(-1)[0]
         return np.pad(x, grow, mode="constant", constant_values=np.asarray(fill, x.dtype))
-    return np.pad(x, grow, mode=_PAD_MODES[mode])
+    return np.pad(x, grow, mode=mode)
 
 
 @op("Pad", since=11)

@@ -12,6 +12,7 @@ reduced axis: ceil(log2 n) calls of one compiled kernel.
 from __future__ import annotations
 
 import math
+from itertools import groupby
 from typing import Callable, Sequence
 
 import numpy as np
@@ -53,12 +54,7 @@ def reduce_sum(node: NodeContext, x: np.ndarray, axes: list[int], keepdims: int,
     """``Y(kept) = X(all) [* scale]``: one statement summing over ``axes``. Neighbouring axes
     that are both summed, or both kept, are one axis of a view of ``x`` first (a global
     average pool of 7 x 7 maps sums 49 values a row, not 7 rows of 7)."""
-    groups: list[tuple[bool, list[int]]] = []
-    for d in range(x.ndim):
-        if groups and groups[-1][0] == (d in axes):
-            groups[-1][1].append(d)
-        else:
-            groups.append((d in axes, [d]))
+    groups = [(summed, list(run)) for summed, run in groupby(range(x.ndim), lambda d: d in axes)]
     if len(groups) < x.ndim:
         merged = x.reshape([math.prod(x.shape[d] for d in group) for _, group in groups])
         result = reduce_sum(node, merged, [k for k, (summed, _) in enumerate(groups) if summed],
@@ -105,21 +101,14 @@ def _summed(indices: str, axes: Sequence[int], body: str) -> str:
 def reduce_l2(node: NodeContext, x: np.ndarray, axes: list[int], keepdims: int) -> np.ndarray:
     """``sqrt`` of the sum of squares over ``axes``: one statement (integers in float64,
     truncated back, as onnxruntime casts its result)."""
-    if x.ndim > len(INDICES):
-        raise ta.UnsupportedError(f"{node}: rank {x.ndim} is above {len(INDICES)}")
-    dtype = compute_dtype(x.dtype, needs_float=True)
-    indices = INDICES[:x.ndim]
-    kept = "".join(indices[d] for d in range(x.ndim) if d not in axes)
-    access = f"X({','.join(indices)})"
-    statement = f"{output_access(kept)} = sqrt({_summed(indices, axes, f'{access} * {access}')})"
-    result = node.run(statement, dtype, X=x)
-    return result.reshape(kept_shape(x.shape, axes, keepdims)).astype(x.dtype, copy=False)
+    return reduce_of_sum(node, x, axes, keepdims, "{0} * {0}", "sqrt({0})", True)
 
 
 def reduce_of_sum(node: NodeContext, x: np.ndarray, axes: list[int], keepdims: int,
                   term: str, outer: str, needs_float: bool) -> np.ndarray:
     """``outer`` applied to the sum of ``term`` over ``axes``, one statement: ReduceL1
-    (``abs(x)``), ReduceSumSquare (``x * x``) and ReduceLogSum (``log`` of the sum). ``term``
+    (``abs(x)``), ReduceSumSquare (``x * x``), ReduceLogSum (``log`` of the sum) and ReduceL2
+    (``sqrt`` of the sum of ``x * x``). ``term``
     and ``outer`` are format strings of the access (``{0}``) and of the sum."""
     if x.ndim > len(INDICES):
         raise ta.UnsupportedError(f"{node}: rank {x.ndim} is above {len(INDICES)}")

@@ -11,13 +11,8 @@ import numpy as np
 
 import tensoralg as ta
 from tensoralg.onnx.ops.kernels import NodeContext
+from tensoralg.onnx.ops.movement import _axis
 from tensoralg.onnx.ops.registry import op
-
-
-def _axis(node: NodeContext, axis: int, rank: int) -> int:
-    if not -rank <= axis < max(rank, 1):
-        raise ta.ShapeError(f"{node}: axis {axis} is out of range for rank {rank}")
-    return axis % max(rank, 1)
 
 
 def _arg_extreme(node: NodeContext, x: np.ndarray, axis: int, keepdims: int,
@@ -65,21 +60,10 @@ def top_k(node: NodeContext, x: np.ndarray, k: np.ndarray, *, axis: int = -1, la
     if not 0 <= count <= x.shape[axis]:
         raise ta.ShapeError(f"{node}: k = {np.asarray(k).tolist()} must be one value in "
                             f"[0, {x.shape[axis]}] for axis {axis} of {x.shape}")
-    # A stable sort keeps equal values in position order; the largest first comes from
-    # sorting the negated keys (for floats and signed integers alike, with -x exact for the
-    # keys it is taken of; unsigned values are sorted descending through their complement).
-    if largest:
-        if x.dtype.kind == "u":
-            keys = np.iinfo(x.dtype).max - x
-        elif x.dtype.kind == "b":
-            keys = ~x
-        elif x.dtype.kind == "i":
-            # -x overflows for the most negative integer: order by the complement instead.
-            keys = ~x
-        else:
-            keys = -x
-    else:
-        keys = x
+    # A stable sort keeps equal values in position order; the largest come first by sorting
+    # keys in the reverse order: -x for floats, the complement ~x for integers and bools (-x
+    # overflows for the most negative integer; ~x reverses unsigned values too).
+    keys = x if not largest else -x if x.dtype.kind == "f" else ~x
     order = np.argsort(keys, axis=axis, kind="stable")
     chosen = np.take(order, np.arange(count), axis=axis)
     node.note("numpy stable argsort")
@@ -112,10 +96,11 @@ def compress(node: NodeContext, x: np.ndarray, condition: np.ndarray, *, axis: i
     """The slices of ``x`` along ``axis`` (of the flattened ``x`` without one) where
     ``condition`` is true; ``condition`` may be shorter than the axis."""
     keep = np.asarray(condition).reshape(-1).astype(bool)
-    size = x.size if axis is None else x.shape[_axis(node, axis, x.ndim)]
-    if keep.size > size:
-        raise ta.ShapeError(f"{node}: condition has {keep.size} values for {size} slices")
-    node.note("numpy compress")
     if axis is None:
-        return np.compress(keep, x.reshape(-1))
-    return np.compress(keep, x, axis=_axis(node, axis, x.ndim))
+        x, axis = x.reshape(-1), 0
+    axis = _axis(node, axis, x.ndim)
+    if keep.size > x.shape[axis]:
+        raise ta.ShapeError(f"{node}: condition has {keep.size} values for {x.shape[axis]} "
+                            "slices")
+    node.note("numpy compress")
+    return np.compress(keep, x, axis=axis)
