@@ -36,14 +36,14 @@ one module per convolution, cached on disk under a key that includes the weight 
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from llvmlite import ir
 
-from tensoralg.codegen.gemm import clamp_bounds, emit_clamp, vector_intrinsics
+from tensoralg.codegen.activation import emit_activation
+from tensoralg.codegen.gemm import vector_intrinsics
 from tensoralg.codegen.llvm_helpers import counted_loop, declare, entry_alloca, if_else
 
 I1, I32, I64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
@@ -271,16 +271,8 @@ class _Emitter:
                 for j, index in uses:
                     acc[j] = b.call(self.fma, [self._broadcast(table, index), value, acc[j]])
             for j, m in enumerate(block):
-                result = acc[j]
-                bounds = clamp_bounds(relu)
-                if bounds is not None:
-                    # min(max(x, low), high) with NaN kept, as NumPy's maximum, onnxruntime's
-                    # Clip and the GEMM's epilogue do; an infinite bound clamps nothing
-                    count = self.zero.type.count
-                    low, high = (None if v == unbounded else
-                                 ir.Constant(self.zero.type, [v] * count)
-                                 for v, unbounded in zip(bounds, (-math.inf, math.inf)))
-                    result = emit_clamp(b, result, low, high)
+                # The fused activation in registers (a clamp keeps NaN, as the GEMM's does).
+                result = emit_activation(b, acc[j], relu)
                 if rel_image is None:
                     where = b.gep(y_image, [b.add(b.zext(first, I64),
                                                   ir.Constant(I64, m * positions))],

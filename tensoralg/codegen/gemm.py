@@ -39,13 +39,13 @@ whole panels.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from llvmlite import ir
 
+from tensoralg.codegen.activation import apply_to_tile, as_activation, emit_clamp
 from tensoralg.codegen.llvm_helpers import counted_loop, declare, entry_alloca, if_else, if_then
 
 I1, I32, I64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
@@ -63,26 +63,14 @@ K_BLOCK = 384
 FLAG_BIAS, FLAG_RELU, FLAG_CLIP = 1, 2, 4
 
 def clamp_bounds(activation: Any) -> tuple[float, float] | None:
-    """``(low, high)`` of a fused activation: False/None (none), True (ReLU: ``(0, inf)``) or
+    """``(low, high)`` of a fused clamp: False/None (none), True (ReLU: ``(0, inf)``) or
     the ``(low, high)`` of a clamp ``min(max(x, low), high)`` (a fused Clip; ReLU6 is
-    ``(0, 6)``). One ``relu`` parameter carries either through the API unchanged."""
-    if activation is None or activation is False:
-        return None
-    if activation is True:
-        return (0.0, math.inf)
-    low, high = activation
-    return (float(low), float(high))
+    ``(0, 6)``); None as well for a smooth :class:`~tensoralg.codegen.activation.Activation`
+    (which is no clamp). One ``relu`` parameter carries any of them through the API."""
+    fused = as_activation(activation)
+    return None if fused is None else fused.bounds
 
 
-def emit_clamp(builder: ir.IRBuilder, value: ir.Value, low: ir.Value | None,
-               high: ir.Value | None) -> ir.Value:
-    """``min(max(value, low), high)`` with NaN kept (onnxruntime's Clip and NumPy's
-    maximum keep it); a None bound is no clamp on that side."""
-    if low is not None:
-        value = builder.select(builder.fcmp_unordered(">", value, low), value, low)
-    if high is not None:
-        value = builder.select(builder.fcmp_unordered("<", value, high), value, high)
-    return value
 ENTRY = "tensoralg_gemm"
 
 
@@ -153,7 +141,9 @@ def gemm_module(shape: GemmShape) -> ir.Module:
     row_begin, row_end, run, a_run, plane_rows, n_inner, a_inner, c_inner, a_outer,
     c_outer, c_col)``: rows ``[row_begin, row_end)`` of ``C`` from ``A`` and the packed weight ``Wp``;
     ``bias`` (N values) is added when ``flags & 1``, ReLU applied when ``flags & 2`` and
-    the clamp ``min(max(x, bias[N]), bias[N + 1])`` when ``flags & 4``. Returns 0.
+    the clamp ``min(max(x, bias[N]), bias[N + 1])`` when ``flags & 4``, and a smooth
+    activation when a bit of ``codegen.activation.SMOOTH_FLAGS`` is set (its alpha and beta
+    at ``bias[N + 2]``, ``bias[N + 3]``). Returns 0.
 
     K is made of runs of ``run`` values, run ``s`` of a row of A starting ``s * a_run``
     elements into it (``a_run = run = kc`` for a plain GEMM; a convolution's kernel rows lie
@@ -306,6 +296,10 @@ def _micro_kernel(module: ir.Module, shape: GemmShape, scalar: ir.Type, rows: in
             for v in range(vectors):
                 value = emit_clamp(builder, builder.load(tile[r][v], typ=vector), low, high)
                 builder.store(value, tile[r][v])
+    with if_then(builder, flag(2), "smooth"):
+        # A sigmoid-family activation (codegen/activation.py), its parameters past the bounds.
+        apply_to_tile(builder, [slot for row in tile for slot in row], vector,
+                      builder.lshr(mode, ir.Constant(I32, 2)), bounds)
     with if_else(builder, contiguous, "rows") as (then, otherwise):
         with then():
             for r in range(rows):

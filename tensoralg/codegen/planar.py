@@ -25,6 +25,7 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 
+from tensoralg.codegen.activation import apply_to_tile
 from tensoralg.codegen.gemm import (
     FLAG_BIAS,
     FLAG_CLIP,
@@ -49,8 +50,9 @@ def planar_module(shape: GemmShape) -> ir.Module:
     block)`` range, a block being ``block_panels`` panels of ``shape.nr`` positions, from
     ``X`` (images ``x_image`` elements apart, planes of ``P``) and the weight ``W`` packed by
     :func:`pack_weight` into ``Y`` (images ``y_image`` apart).
-    ``bias`` holds M values, added when ``flags & 1``, then the clamp bounds read when
-    ``flags & 4``; ``flags & 2`` is ReLU. Returns 0.
+    ``bias`` holds M values, added when ``flags & 1``, then the activation's parameters
+    (``codegen.activation.PARAMETERS``): ``flags & 2`` is ReLU, ``flags & 4`` the clamp
+    between the first two, a bit of ``SMOOTH_FLAGS`` a smooth activation. Returns 0.
 
     >>> "tensoralg_planar" in str(planar_module(GemmShape.for_host(np.float32, avx512=True)))
     True
@@ -161,6 +163,10 @@ def _micro_kernel(module: ir.Module, shape: GemmShape, scalar: ir.Type, rows: in
         low, high = (_splat(builder, builder.load(at(bounds, const(i)), typ=scalar), vector)
                      for i in (0, 1))
         update(lambda r, v, value: emit_clamp(builder, value, low, high))
+    with if_then(builder, flag(2), "smooth"):
+        # A sigmoid-family activation (codegen/activation.py), its parameters past the bounds.
+        apply_to_tile(builder, [slot for row in tile for slot in row], vector,
+                      builder.lshr(mode, ir.Constant(I32, 2)), bounds)
     for r in range(rows):
         for v in range(vectors):
             builder.call(store, [builder.load(tile[r][v], typ=vector), rows_out[r][v], align,

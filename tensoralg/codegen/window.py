@@ -30,13 +30,12 @@ notation has affine accesses and a max reduction, this becomes a schedule and go
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from llvmlite import ir
 
-from tensoralg.codegen.gemm import clamp_bounds, emit_clamp
+from tensoralg.codegen.activation import emit_activation
 from tensoralg.codegen.llvm_helpers import counted_loop, declare, entry_alloca, if_else
 from tensoralg.errors import ShapeError
 
@@ -303,14 +302,10 @@ class _Body:
                                 x_plane, w, bias, channel, row0, first, ow, valid, plain)):
                             b.store(acc, slot)
             accs = [b.load(slot, typ=self.vector) for slot in slots]
-        bounds = clamp_bounds(self.relu)
         at = b.add(b.mul(oh, ir.Constant(I64, g.out_width)), first)
         for j, acc in enumerate(accs):
-            if bounds is not None:
-                # min(max(x, low), high) with NaN kept, as the convolution and GEMM epilogues do
-                low, high = (None if v == unbounded else self.constant(v)
-                             for v, unbounded in zip(bounds, (-math.inf, math.inf)))
-                acc = emit_clamp(b, acc, low, high)
+            # The fused activation in registers (a clamp keeps NaN, as the GEMM's does).
+            acc = emit_activation(b, acc, self.relu)
             out = b.gep(y_plane, [b.add(at, ir.Constant(I64, j * g.positions))],
                         source_etype=self.scalar)
             b.call(self.store, [acc, out, self.align, valid])

@@ -43,7 +43,7 @@ class DirectConv:
     """
 
     def __init__(self, geometry: Any, weight: np.ndarray, bias: np.ndarray | None,
-                 relu: bool | tuple[float, float],
+                 relu: Any,
                  skip_zeros: bool, lanes: int, cache: DiskCache | None = None,
                  threads: Any = None) -> None:
         from tensoralg.codegen.conv import ENTRY, conv_module, unrolled_fmas
@@ -126,13 +126,16 @@ class BoundDirectConv(RangeCall):
         self.threads = conv.threads if len(self.calls) > 1 else None
 
 
-def _activation_name(relu: bool | tuple[float, float]) -> str:
-    """``relu``, or ``clip(low, high)`` for a fused Clip's bounds."""
-    return "relu" if relu is True else f"clip{tuple(relu)}"
+def _activation_name(relu: Any) -> str:
+    """``relu``, ``clip(low, high)`` for a fused Clip's bounds, ``silu``, ... (see
+    ``codegen.activation.describe``)."""
+    from tensoralg.codegen.activation import describe
+
+    return describe(relu)
 
 
 def direct_conv(geometry: Any, weight: np.ndarray, bias: np.ndarray | None,
-                relu: bool | tuple[float, float] = False,
+                relu: Any = False,
                 skip_zeros: bool = False, cache: DiskCache | None = None,
                 threads: Any = None) -> DirectConv | None:
     """A :class:`DirectConv` for ``weight`` on this host, or None where it does not apply:

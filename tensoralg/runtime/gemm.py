@@ -20,7 +20,7 @@ from tensoralg.runtime.ranges import RangeCall, check_array, image_stride, run_r
 
 # As in codegen/gemm.py, which is imported on first use: it loads llvmlite, and importing
 # tensoralg must not.
-FLAG_BIAS, FLAG_RELU, FLAG_CLIP = 1, 2, 4
+FLAG_BIAS = 1
 
 _PROTOTYPE = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
                               ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64,
@@ -92,22 +92,21 @@ class DenseLayer:
         self.dtype = weight.dtype
         self.threads = threads      # a KernelThreads pool to split large products over
         self.k, self.n = weight.shape
-        from tensoralg.codegen.gemm import clamp_bounds, pack_weight
+        from tensoralg.codegen.activation import PARAMETERS, as_activation, epilogue_flags
+        from tensoralg.codegen.gemm import pack_weight
 
         self.shape, self.function, self.source = gemm_kernel(self.dtype, cache)
         self.packed = pack_weight(weight, self.shape)
-        # ``relu`` may be a clamp's (low, high) (a fused Clip; ReLU6 is (0, 6)): ReLU's own
-        # epilogue when it is (0, inf), else the clamp, whose bounds the kernel reads from
-        # just past the N bias values.
-        bounds = clamp_bounds(relu)
-        self.bounds = bounds
-        activation = 0 if bounds is None else \
-            FLAG_RELU if bounds == (0.0, float("inf")) else FLAG_CLIP
+        # ``relu`` may be a clamp's (low, high) (a fused Clip; ReLU6 is (0, 6)) or an
+        # Activation (codegen/activation.py): ReLU's own epilogue when it is (0, inf), else
+        # the clamp or the smooth function, whose parameters the kernel reads from just past
+        # the N bias values.
+        self.activation = as_activation(relu)
+        activation, parameters = epilogue_flags(relu)
         self.flags = (FLAG_BIAS if bias is not None else 0) | activation
         # Always a valid pointer: the kernel reads it (masked) only when FLAG_BIAS is set.
-        self.bias = np.zeros(self.n + 2, self.dtype)
-        if activation == FLAG_CLIP:
-            self.bias[self.n:] = bounds
+        self.bias = np.zeros(self.n + PARAMETERS, self.dtype)
+        self.bias[self.n:] = parameters
         if bias is not None:
             bias = np.asarray(bias)
             if bias.shape != (self.n,) or bias.dtype != self.dtype:
@@ -115,18 +114,21 @@ class DenseLayer:
                                  f"{self.n} values, got {bias.dtype} {bias.shape}")
             self.bias[:self.n] = bias
 
+    def _epilogue(self) -> list[str]:
+        from tensoralg.codegen.activation import describe
+
+        act = describe(self.activation)
+        return ["bias"] * bool(self.flags & FLAG_BIAS) + [act] * bool(act)
+
     def __repr__(self) -> str:
-        act = " + relu" if self.flags & FLAG_RELU else \
-            f" + clip{self.bounds}" if self.flags & FLAG_CLIP else ""
-        bias = " + bias" if self.flags & FLAG_BIAS else ""
-        return f"DenseLayer({self.dtype} {self.k}x{self.n}{bias}{act})"
+        parts = "".join(f" + {part}" for part in self._epilogue())
+        return f"DenseLayer({self.dtype} {self.k}x{self.n}{parts})"
 
     def describe(self, rows: int) -> str:
         """One line for a printed plan: the product, the blocking and the epilogue."""
         from tensoralg.codegen.gemm import TALL_MR
 
-        parts = ["bias"] * bool(self.flags & FLAG_BIAS) + ["relu"] * bool(self.flags & FLAG_RELU)
-        parts += [f"clip{self.bounds}"] * bool(self.flags & FLAG_CLIP)
+        parts = self._epilogue()
         epilogue = f" + {' + '.join(parts)} in registers" if parts else ""
         tile = (f"{TALL_MR}x{self.shape.lanes}" if self.n <= self.shape.lanes else
                 f"{self.shape.mr}x{self.shape.nr}")

@@ -14,7 +14,7 @@ import numpy as np
 from tensoralg.codegen.build import build_llvm_module, host_has_feature
 from tensoralg.codegen.cache import DiskCache
 from tensoralg.errors import ShapeError
-from tensoralg.runtime.gemm import FLAG_BIAS, FLAG_CLIP, FLAG_RELU
+from tensoralg.runtime.gemm import FLAG_BIAS
 from tensoralg.runtime.ranges import RangeCall, check_array, check_images
 
 _PROTOTYPE = ctypes.CFUNCTYPE(ctypes.c_int32, *[ctypes.c_void_p] * 4, ctypes.c_int32,
@@ -59,10 +59,20 @@ def planar_pays(dtype: np.dtype, positions: int, cache: DiskCache | None = None)
     return positions >= 1 and positions / (-(-positions // lanes) * lanes) >= MIN_LANE_USE
 
 
+def _epilogue(conv: "PlanarConv") -> str:
+    """`` + bias + silu in registers``-style text of a printed plan line (empty without)."""
+    from tensoralg.codegen.activation import describe
+
+    act = describe(conv.activation)
+    parts = ["bias"] * bool(conv.flags & FLAG_BIAS) + [act] * bool(act)
+    return f" + {' + '.join(parts)} in registers" if parts else ""
+
+
 class PlanarConv:
     """``out = act(conv1x1(x, weight) + bias)`` on NCHW ``x``, ``weight`` (M, C) or
-    (M, C, 1, 1); ``activation`` is a fused activation's clamp bounds (``None``: none; ReLU
-    is ``(0, inf)``).
+    (M, C, 1, 1); ``activation`` is a fused activation as the kernels' ``relu`` parameter
+    takes it (``None``: none; a clamp's bounds, ReLU being ``(0, inf)``; or an
+    ``codegen.activation.Activation``).
 
     >>> conv = PlanarConv(np.ones((2, 3), np.float32), np.array([0.5, -9], np.float32),
     ...                   (0.0, float("inf")))
@@ -71,8 +81,10 @@ class PlanarConv:
     """
 
     def __init__(self, weight: np.ndarray, bias: np.ndarray | None,
-                 activation: tuple[float, float] | None = None,
+                 activation: Any = None,
                  cache: DiskCache | None = None, threads: Any = None) -> None:
+        from tensoralg.codegen.activation import PARAMETERS, as_activation, epilogue_flags
+
         weight = np.asarray(weight)
         if weight.ndim == 4 and weight.shape[2:] == (1, 1):
             weight = weight.reshape(weight.shape[:2])
@@ -84,15 +96,12 @@ class PlanarConv:
         self.weight = np.ascontiguousarray(weight)      # row-major, as patch kernels read it
         self._packed: np.ndarray | None = None
         self.shape, self.function, self.source = planar_kernel(self.dtype, cache)
-        self.activation = None if activation is None else \
-            (float(activation[0]), float(activation[1]))
-        relu = self.activation == (0.0, float("inf"))
-        self.flags = (FLAG_BIAS if bias is not None else 0) | \
-            (0 if self.activation is None else FLAG_RELU if relu else FLAG_CLIP)
-        # Always a valid pointer: the bias, then the clamp's bounds.
-        self.bias = np.zeros(self.out_channels + 2, self.dtype)
-        if self.flags & FLAG_CLIP:
-            self.bias[self.out_channels:] = self.activation
+        self.activation = as_activation(activation)
+        flags, parameters = epilogue_flags(activation)
+        self.flags = (FLAG_BIAS if bias is not None else 0) | flags
+        # Always a valid pointer: the bias, then the activation's parameters.
+        self.bias = np.zeros(self.out_channels + PARAMETERS, self.dtype)
+        self.bias[self.out_channels:] = parameters
         if bias is not None:
             bias = np.asarray(bias).reshape(-1)
             if bias.shape != (self.out_channels,) or bias.dtype != self.dtype:
@@ -117,9 +126,7 @@ class PlanarConv:
         """One line for a printed plan."""
         from tensoralg.codegen.planar import MR
 
-        parts = ["bias"] * bool(self.flags & FLAG_BIAS) + ["relu"] * bool(self.flags & FLAG_RELU)
-        parts += [f"clip{self.activation}"] * bool(self.flags & FLAG_CLIP)
-        epilogue = f" + {' + '.join(parts)} in registers" if parts else ""
+        epilogue = _epilogue(self)
         return (f"pointwise convolution on NCHW planes (generated, {self.out_channels}x"
                 f"{self.channels}x{positions} per image, {MR}x{self.shape.nr} register tile, "
                 f"no layout copy{epilogue})")
@@ -198,7 +205,7 @@ class PatchConv:
     """
 
     def __init__(self, geometry: Any, weight: np.ndarray, bias: np.ndarray | None,
-                 activation: tuple[float, float] | None = None,
+                 activation: Any = None,
                  cache: DiskCache | None = None, threads: Any = None) -> None:
         from tensoralg.codegen.gemm import GemmShape
         from tensoralg.codegen.patches import ENTRY, GEOMETRY, patch_module, tap_table
@@ -236,10 +243,7 @@ class PatchConv:
     def describe(self) -> str:
         """One line for a printed plan."""
         g = self.geometry
-        parts = ["bias"] * bool(self.planar.flags & FLAG_BIAS) + \
-            ["relu"] * bool(self.planar.flags & FLAG_RELU) + \
-            [f"clip{self.planar.activation}"] * bool(self.planar.flags & FLAG_CLIP)
-        epilogue = f" + {' + '.join(parts)} in registers" if parts else ""
+        epilogue = _epilogue(self.planar)
         depth = g.channels * g.kernel[0] * g.kernel[1]
         return (f"convolution on NCHW planes through patch blocks (generated, {g.out_channels}"
                 f"x{depth}x{g.out_height * g.out_width} per image, {self.shape.nr}-position "
@@ -287,7 +291,7 @@ class BoundPatchConv(RangeCall):
 
 
 def patch_conv(geometry: Any, weight: np.ndarray, bias: np.ndarray | None,
-               activation: tuple[float, float] | None = None,
+               activation: Any = None,
                cache: DiskCache | None = None, threads: Any = None) -> PatchConv | None:
     """A :class:`PatchConv` where it applies, else None: one group, float32/float64, at most
     :data:`MAX_PATCH_DEPTH` patch rows, lane offsets within 32 bits, and output planes of at
@@ -315,7 +319,7 @@ def patch_conv(geometry: Any, weight: np.ndarray, bias: np.ndarray | None,
 
 
 def pointwise_conv(weight: np.ndarray, bias: np.ndarray | None,
-                   activation: tuple[float, float] | None, positions: int,
+                   activation: Any, positions: int,
                    cache: DiskCache | None = None, threads: Any = None) -> PlanarConv | None:
     """A :class:`PlanarConv` for ``positions`` output positions per image, or None where the
     positions leave too many vector lanes idle (:func:`planar_pays`)."""
@@ -327,7 +331,7 @@ def pointwise_conv(weight: np.ndarray, bias: np.ndarray | None,
 
 
 def patch_conv_of(image: tuple[int, int, int], weight: np.ndarray, bias: np.ndarray | None,
-                  activation: tuple[float, float] | None, kernel: tuple[int, int],
+                  activation: Any, kernel: tuple[int, int],
                   strides: tuple[int, int], dilations: tuple[int, int],
                   pads_begin: tuple[int, int], out: tuple[int, int],
                   cache: DiskCache | None = None, threads: Any = None) -> PatchConv | None:

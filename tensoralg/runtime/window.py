@@ -41,7 +41,7 @@ class WindowKernel:
 
     def __init__(self, geometry: Any, mode: str, dtype: np.dtype, channels: int,
                  count_include_pad: bool = False, weight: np.ndarray | None = None,
-                 bias: np.ndarray | None = None, relu: bool | tuple[float, float] = False,
+                 bias: np.ndarray | None = None, relu: Any = False,
                  cache: DiskCache | None = None, threads: Any = None) -> None:
         from tensoralg.codegen.window import ENTRY, MODES, ChannelGroups, block_limit, window_module
 
@@ -89,12 +89,13 @@ class WindowKernel:
 
     def describe(self) -> str:
         """One line for a printed plan."""
+        from tensoralg.codegen.activation import describe
+
         g = self.geometry
         reads = "masked loads" if g.strides[1] == 1 else \
             "paired masked loads, even cells shuffled out" if g.strides[1] == 2 else \
             "masked gathers"
-        extra = "" if not self.relu else ", relu" if self.relu is True else \
-            f", clip{tuple(self.relu)}"
+        extra = f", {describe(self.relu)}" if self.relu else ""
         mode, groups = self.mode, self.groups
         if groups.inputs > 1 or groups.outputs > 1:
             mode = (f"grouped ({groups.inputs} -> {groups.outputs} channels a group, "

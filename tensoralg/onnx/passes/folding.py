@@ -29,10 +29,11 @@ from typing import Iterable
 import numpy as np
 import onnx
 
+from tensoralg.codegen.activation import HARD_SWISH, RELU, SIGMOID, SILU, Activation
 from tensoralg.onnx.frontend.graph import OWN_ATTRIBUTES, Graph, Node
-from tensoralg.onnx.ops.kernels import NodeContext, elementwise, literal
+from tensoralg.onnx.ops.kernels import NodeContext, elementwise
 from tensoralg.onnx.ops.registry import OpImpl, lookup
-from tensoralg.onnx.passes.fusion import RELU, Activation, consumers_of
+from tensoralg.onnx.passes.fusion import consumers_of
 
 
 def fold_conv_batchnorm(graph: Graph) -> Graph:
@@ -201,35 +202,38 @@ def _folded(conv: Node, bn: Node, graph: Graph, taken: set[str]) -> Node:
 
 
 def fuse_conv_activations(graph: Graph, threshold: float | None = None) -> Graph:
-    """Join each Relu, and each Clip with constant bounds, to the Conv it reads, when nothing else reads that Conv's output; with
-    ``threshold`` (level 3), mark the Convs whose weight has at least that fraction of zeros
-    ``skip_zeros``.
+    """Join each activation to the Conv it reads, when nothing else reads that Conv's output:
+    a Relu, a Clip with constant bounds, a Sigmoid, a HardSigmoid, a HardSwish, or a SiLU
+    (``Mul(h, Sigmoid(h))``, the sigmoid read by nothing else); with ``threshold`` (level 3),
+    mark the Convs whose weight has at least that fraction of zeros ``skip_zeros``.
 
     For example ``c: Conv(x, W, B) -> h`` then ``r: Relu(h) -> y`` becomes
     ``c: Conv(x, W, B) -> y`` with ``activation=RELU``; ``Clip(h, 0, 6)`` (ReLU6) gives
-    ``activation=Activation.clip(0.0, 6.0)`` (a typed value, printed ``Clip(0.0, 6.0)``). Every Conv path clamps in registers or right after.
+    ``activation=Activation.clip(0.0, 6.0)`` (a typed value, printed ``Clip(0.0, 6.0)``),
+    ``Sigmoid(h) -> s, Mul(h, s) -> y`` gives ``activation=SILU``. Every Conv path applies it
+    in registers or right after (``codegen/activation.py``).
     """
     consumers = consumers_of(graph)
     outputs = {v.name for v in graph.outputs}
     producer = {name: node for node in graph.nodes if node.op_type == "Conv"
                 for name in node.outputs[:1] if name}
-    absorbed: dict[str, Node] = {}      # Conv name -> the Relu or Clip it absorbs
+    absorbed: dict[str, list[Node]] = {}    # Conv name -> the nodes it absorbs, last one last
     activation: dict[str, Activation] = {}     # Conv name -> its "activation" attribute
     for node in graph.nodes:
-        conv = producer.get(node.inputs[0]) \
-            if node.op_type in ("Relu", "Clip") and node.inputs else None
-        if conv is not None and node.inputs[0] not in outputs and \
-                "activation" not in conv.attributes and \
-                [c.name for c in consumers.get(node.inputs[0], [])] == [node.name]:
-            if node.op_type == "Relu":
-                activation[conv.name] = RELU
-            else:
-                bounds = _constant_clip_bounds(node, graph)
-                if bounds is None:
-                    continue
-                activation[conv.name] = Activation.clip(*bounds)
-            absorbed[conv.name] = node
-    joined = {relu.name for relu in absorbed.values()}
+        conv = producer.get(node.inputs[0]) if node.inputs else None
+        if conv is None or node.inputs[0] in outputs or "activation" in conv.attributes:
+            continue
+        readers = [c.name for c in consumers.get(node.inputs[0], [])]
+        if readers == [node.name]:
+            found = _lone_activation(node, graph)
+            if found is not None:
+                activation[conv.name], absorbed[conv.name] = found, [node]
+        elif node.op_type == "Sigmoid" and len(readers) == 2 and node.outputs[0] not in outputs:
+            mul = consumers.get(node.outputs[0], [])
+            if len(mul) == 1 and mul[0].op_type == "Mul" and mul[0].name in readers and \
+                    sorted(mul[0].inputs) == sorted([node.inputs[0], node.outputs[0]]):
+                activation[conv.name], absorbed[conv.name] = SILU, [node, mul[0]]
+    joined = {node.name for nodes in absorbed.values() for node in nodes}
     nodes, fused, marked = [], [], []
     for node in graph.nodes:
         if node.name in joined:
@@ -239,11 +243,11 @@ def fuse_conv_activations(graph: Graph, threshold: float | None = None) -> Graph
             continue
         attributes = dict(node.attributes)
         outs = node.outputs
-        relu = absorbed.get(node.name)
-        if relu is not None:
+        joins = absorbed.get(node.name)
+        if joins is not None:
             attributes["activation"] = activation[node.name]
-            outs = relu.outputs
-            fused.append(f"{relu.name} into {node.name}")
+            outs = joins[-1].outputs
+            fused.append(f"{' + '.join(j.name for j in joins)} into {node.name}")
         weight = graph.constants.get(node.inputs[1]) if len(node.inputs) > 1 else None
         if threshold is not None and weight is not None and weight.size and \
                 weight.dtype.kind == "f" and \
@@ -264,6 +268,24 @@ def fuse_conv_activations(graph: Graph, threshold: float | None = None) -> Graph
 
 # Clip's bounds before opset 11, when absent: the float32 range, as onnxruntime's defaults.
 _FLOAT_MAX = float(np.finfo(np.float32).max)
+
+
+def _lone_activation(node: Node, graph: Graph) -> Activation | None:
+    """The activation ``node`` is when it alone reads a Conv's output (None for other nodes,
+    and for a Clip whose bounds are computed at run time)."""
+    if node.op_type == "Relu":
+        return RELU
+    if node.op_type == "Clip":
+        bounds = _constant_clip_bounds(node, graph)
+        return None if bounds is None else Activation.clip(*bounds)
+    if node.op_type == "Sigmoid":
+        return SIGMOID
+    if node.op_type == "HardSwish":
+        return HARD_SWISH
+    if node.op_type == "HardSigmoid":
+        return Activation.hard_sigmoid(node.attributes.get("alpha", 0.2),
+                                       node.attributes.get("beta", 0.5))
+    return None
 
 
 def _constant_clip_bounds(clip: Node, graph: Graph) -> tuple[float, float] | None:
@@ -291,13 +313,8 @@ def _with_own_attributes(impl: OpImpl) -> OpImpl:
     def conv(node: NodeContext, *args: np.ndarray, activation: Activation | None = None,
              skip_zeros: int = 0, **attributes: object) -> np.ndarray:
         result = function(node, *args, **attributes)
-        bounds = None if activation is None else activation.bounds
-        if bounds is not None:
-            # min(max(x, low), high), onnxruntime's Clip order; an infinite bound is no clamp
-            text = "{0}" if bounds[0] == -np.inf else f"max({{0}}, {literal(bounds[0])})"
-            if bounds[1] != np.inf:
-                text = f"min({text}, {literal(bounds[1])})"
-            result = elementwise(node, text, result, dtype=result.dtype)
+        if activation is not None:
+            result = elementwise(node, activation.text("{0}"), result, dtype=result.dtype)
         return result
 
     known = None if impl.attributes is None else impl.attributes | OWN_ATTRIBUTES

@@ -30,6 +30,7 @@ import numpy as np
 import scipy.sparse as sp
 
 import tensoralg as ta
+from tensoralg.codegen.activation import RELU, Activation, as_activation
 from tensoralg.onnx.frontend.graph import Graph, Node
 from tensoralg.onnx.ops.elementwise import (
     HARD_SWISH,
@@ -90,51 +91,6 @@ def _clip(attributes: dict[str, Any], x: str, low: str | None = None,
     return text
 
 
-@dataclass(frozen=True, slots=True)
-class Activation:
-    """An activation fused into the Conv before it (its ``activation`` attribute, set by
-    ``folding.fuse_conv_activations``): ``kind`` ``"Relu"`` or ``"Clip"``, and the clamp
-    ``min(max(x, low), high)`` it is (onnxruntime's Clip order, NaN kept; ReLU is
-    ``(0, inf)``, ReLU6 ``Clip(0, 6)``; an infinite bound clamps nothing). The bounds are
-    floats, carried as they are: no text to parse back.
-
-    >>> Activation.clip(0, 6).bounds, str(Activation.clip(0, 6)), str(RELU)
-    ((0.0, 6.0), 'Clip(0.0, 6.0)', 'Relu')
-    """
-
-    kind: str
-    low: float
-    high: float
-
-    def __post_init__(self) -> None:
-        if self.kind not in ("Relu", "Clip"):
-            raise ValueError(f"unknown fused activation {self.kind!r}")
-        if self.kind == "Relu" and (self.low, self.high) != (0.0, math.inf):
-            raise ValueError(f"a fused Relu clamps to (0, inf), not {(self.low, self.high)}")
-
-    @staticmethod
-    def clip(low: float, high: float) -> "Activation":
-        """A fused ``Clip(x, low, high)``."""
-        return Activation("Clip", float(low), float(high))
-
-    @property
-    def bounds(self) -> tuple[float, float]:
-        """``(low, high)`` of the clamp."""
-        return (self.low, self.high)
-
-    @property
-    def kernel_argument(self) -> bool | tuple[float, float]:
-        """What the kernels' ``relu`` parameter takes: True for ReLU (its kernels and plan
-        lines stay as they were), the bounds for a Clip."""
-        return True if self.kind == "Relu" else self.bounds
-
-    def __str__(self) -> str:
-        return "Relu" if self.kind == "Relu" else f"Clip({self.low!r}, {self.high!r})"
-
-
-RELU = Activation("Relu", 0.0, math.inf)
-
-
 def fused(attributes: dict[str, Any]) -> Activation | None:
     """A Conv's fused :class:`Activation`, or None without one."""
     activation = attributes.get("activation")
@@ -156,15 +112,12 @@ def fused_activation(attributes: dict[str, Any]) -> bool | tuple[float, float]:
     return False if activation is None else activation.kernel_argument
 
 
-def clamp_text(body: str, activation: bool | tuple[float, float]) -> str:
+def clamp_text(body: str, activation: Any) -> str:
     """Statement text of ``body`` under a :func:`fused_activation`: ``max(body, 0)`` for ReLU,
-    ``min(max(body, low), high)`` for a Clip, an infinite bound left out."""
-    if activation is False:
-        return body
-    low, high = (0.0, math.inf) if activation is True else activation
-    text = body if low == -math.inf else \
-        f"max({body}, {'0' if activation is True else literal(low)})"
-    return text if high == math.inf else f"min({text}, {literal(high)})"
+    ``min(max(body, low), high)`` for a Clip (an infinite bound left out), and the smooth
+    kinds' formulas (``Activation.text``)."""
+    fused = as_activation(activation)
+    return body if fused is None else fused.text(body)
 
 
 # ONNX elementwise op -> statement text of its output from its inputs' texts (floats only).

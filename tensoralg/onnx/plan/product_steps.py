@@ -20,7 +20,7 @@ import numpy as np
 from tensoralg import program
 from tensoralg.onnx.ops.matmul import use_blas
 from tensoralg.onnx.ops.windows import windows
-from tensoralg.onnx.passes.fusion import FLOATS, activation_bounds, clamp_text, fused_activation
+from tensoralg.onnx.passes.fusion import FLOATS, clamp_text, fused, fused_activation
 from tensoralg.onnx.plan.executor import Step
 from tensoralg.onnx.plan.step_base import (
     Env,
@@ -307,18 +307,33 @@ def pointwise_conv_spec(step: Step, recorded: Env, constants: Mapping[str, np.nd
         spec.plan = f"BLAS (dense {n}x{weight.shape[0]}x{channels}x{positions}) then {epilogue}"
         return spec
     statement = POINTWISE_CONV + (" + B(o)" if bias is not None else "")
-    if relu:
+    activation = fused(attrs)
+    # A smooth activation written around the sum would compute the sum twice (SiLU reads
+    # its argument twice): it runs as a second kernel on the result, in place.
+    after = activation is not None and activation.smooth
+    if relu and not after:
         statement = f"Y(n,o,p) = {clamp_text(statement.split(' = ', 1)[1], relu)}"
     kernel = step.context.kernels.get(statement, x.dtype, {})
     operands = {"W": w} if bias is None else {"W": w, "B": np.ascontiguousarray(bias)}
+    text = f"Y(i) = {activation.text('A(i)')}" if after else None
+    post = step.context.kernels.get(text, x.dtype, {}) if after else None
 
     def make(outs: list[np.ndarray], buffers: list[np.ndarray], ins: list[Getter]) -> Run:
         bound = kernel.bind(out=outs[0].reshape(out_shape),
                             X=placeholder(ins[0], x.shape, x.dtype).reshape(shape), **operands)
-        return one_input_run(bound, ins[0], "X", shape)
+        run = one_input_run(bound, ins[0], "X", shape)
+        if post is None:
+            return run
+        flat = outs[0].reshape(-1)
+        activate = post.bind(out=flat, A=flat)
+
+        def both(env: Env) -> None:
+            run(env)
+            activate()
+        return made_of(both, parts_of(run) + [(activate, [])])
 
     spec = Spec(make, [], "kernel")
-    spec.plan = statement
+    spec.plan = statement + (f"; then {text} in place" if after else "")
     return spec
 
 
@@ -348,7 +363,7 @@ def planar_conv_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarr
     if geometry.strides != (1, 1) or any(geometry.pads_begin) or any(geometry.pads_end):
         return None
     conv = program.pointwise_conv(weight, None if bias is None else bias.reshape(-1),
-                                         activation_bounds(attrs), x.shape[2] * x.shape[3],
+                                         fused_activation(attrs), x.shape[2] * x.shape[3],
                                          program.kernel_cache().disk,
                                          program.kernel_cache().threads)
     if conv is None:
