@@ -144,3 +144,39 @@ def test_activation_values_are_checked():
         Activation("HardSwish", alpha=0.2, beta=0.5)
     with pytest.raises(ValueError, match="unknown fused activation"):
         Activation("Gelu")
+
+
+def _reference(y: np.ndarray, activation: Activation) -> np.ndarray:
+    sigmoid = 1 / (1 + np.exp(-y))
+    if activation.kind == "Sigmoid":
+        return sigmoid
+    if activation.kind == "Silu":
+        return y * sigmoid
+    hard = np.clip(y * activation.alpha + activation.beta, 0, 1)
+    return hard if activation.kind == "HardSigmoid" else y * hard
+
+
+@pytest.mark.parametrize("avx512", [True, False])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("activation", [SILU, HARD_SWISH, Activation("Sigmoid"),
+                                        Activation.hard_sigmoid(0.3, 0.4)])
+def test_shared_modules_apply_each_activation(activation, dtype, avx512, monkeypatch):
+    # the modules one dtype shares (generated GEMM, planar 1x1) select the activation at run
+    # time; built for 16 and for 8 float32 lanes (an AVX2 host's), tails in every direction
+    import tensoralg.runtime.gemm as gemm
+    import tensoralg.runtime.planar as planar
+
+    if not avx512:
+        monkeypatch.setattr(gemm, "host_has_feature", lambda *_: False)
+        monkeypatch.setattr(planar, "host_has_feature", lambda *_: False)
+    rng = np.random.default_rng(11)
+    tol = dict(rtol=1e-5, atol=1e-5) if dtype == np.float32 else dict(rtol=1e-12, atol=1e-12)
+    w, b = rng.standard_normal((37, 70)).astype(dtype), rng.standard_normal(70).astype(dtype)
+    a = (rng.standard_normal((23, 37)) * 2).astype(dtype)
+    layer = gemm.DenseLayer(w, b, activation)
+    assert str(activation).lower() in layer.describe(23)
+    np.testing.assert_allclose(layer(a), _reference(a @ w + b, activation), **tol)
+    pw, pb = rng.standard_normal((19, 13)).astype(dtype), rng.standard_normal(19).astype(dtype)
+    x = rng.standard_normal((2, 13, 9, 11)).astype(dtype)
+    want = _reference(np.einsum("mc,nchw->nmhw", pw, x) + pb[:, None, None], activation)
+    np.testing.assert_allclose(planar.PlanarConv(pw, pb, activation)(x), want, **tol)
