@@ -112,6 +112,12 @@ def test_average_pool_matches_onnxruntime(attributes, shape):
     ({"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}, (1, 8, 6, 50)),           # interior
     ({"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "strides": [2, 2]}, (2, 8, 7, 81)),
     ({"kernel_shape": [3, 3], "pads": [0, 2, 0, 2], "dilations": [1, 2]}, (1, 4, 5, 60)),
+    # column stride 2 over output rows of more than one vector: input rows split once into
+    # even and odd cells (codegen/window.py), row strides below, at and past the kernel's
+    ({"kernel_shape": [5, 5], "pads": [2, 2, 2, 2], "strides": [2, 2]}, (1, 6, 23, 70)),
+    ({"kernel_shape": [3, 3], "pads": [1, 0, 1, 2], "strides": [1, 2]}, (1, 5, 9, 50)),
+    ({"kernel_shape": [4, 4], "pads": [0, 1, 2, 1], "strides": [3, 2]}, (2, 3, 20, 64)),
+    ({"kernel_shape": [2, 2], "strides": [3, 2]}, (1, 3, 11, 40)),
 ])
 @pytest.mark.parametrize("bias", [False, True])
 def test_depthwise_conv_matches_onnxruntime(attributes, shape, bias):
@@ -125,6 +131,20 @@ def test_depthwise_conv_matches_onnxruntime(attributes, shape, bias):
         inputs.append("b")
     node = helper.make_node("Conv", inputs, ["y"], group=channels, **attributes)
     _check(node, _x(shape), constants)
+
+
+def test_strided_depthwise_splits_rows_once_in_float64():
+    # onnxruntime has no float64 Conv: level 0 (NumPy, node by node) is the reference
+    channels, x = 4, _x((2, 4, 13, 37), seed=5, dtype=np.float64)
+    w = np.random.default_rng(6).standard_normal((channels, 1, 3, 3))
+    node = helper.make_node("Conv", ["x", "w"], ["y"], group=channels, pads=[1, 1, 1, 1],
+                            strides=[2, 2])
+    model = _model(node, x.shape, [2, 4, 7, 19], [("w", w)], TensorProto.DOUBLE)
+    want = tonnx.load(model, opt_level=0).run({"x": x})["y"]
+    compiled = tonnx.load(model, opt_level=3)
+    for _ in range(3):
+        np.testing.assert_allclose(compiled.run({"x": x})["y"], want, rtol=1e-12, atol=1e-12)
+    assert "split once into even and odd cells" in compiled.profile({"x": x}).rows[0].plan
 
 
 def test_depthwise_conv_with_relu_fused_into_it():
