@@ -34,6 +34,14 @@ from tensoralg.codegen import (
     emit_source,
     ir_digest,
 )
+from tensoralg.codegen.epilogue import (  # noqa: F401  (the program API's fused activations)
+    HARD_SWISH,
+    RELU,
+    SIGMOID,
+    SILU,
+    Activation,
+    as_activation,
+)
 from tensoralg.contract_path import contract_by_path, plan_contraction
 from tensoralg.errors import (
     ArgumentTypeError,

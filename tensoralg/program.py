@@ -19,6 +19,9 @@ a sequence with the inputs named in ``slots`` read from the sequence's slots at 
   without layout copies: :func:`pointwise_conv` (1x1 on whole planes), :func:`patch_conv_of`
   (few input channels, patch blocks that stay in L1; :func:`compiled_conv_gathers` says when a
   weights-compiled-in kernel would gather instead);
+- fused activations: every convolution and dense-layer call takes an :class:`Activation`
+  (ReLU, Clip, Sigmoid, SiLU, HardSigmoid, HardSwish; :data:`RELU`, :data:`SILU`, ... and
+  ``Activation.clip(low, high)``) and applies it in registers before storing its results;
 - generated window and row kernels: :func:`window_kernel` (pooling, depthwise convolution),
   :func:`softmax_kernel`;
 - data movement: :func:`gather_call` (rows of a table by id), :func:`copy_call`,
@@ -50,12 +53,18 @@ must outlive the sequence: the caller keeps the call objects.
 from __future__ import annotations
 
 from tensoralg.api import (
+    HARD_SWISH,
+    RELU,
+    SIGMOID,
+    SILU,
+    Activation,
     BoundCall,
     CallSequence,
     DenseLayer,
     NativeGroup,
     RowCompressor,
     Slot,
+    as_activation,
     block_copy_call,
     broadcast_call,
     canonical_csr,
@@ -80,6 +89,7 @@ from tensoralg.api import (
 )
 
 __all__ = [
+    "Activation", "HARD_SWISH", "RELU", "SIGMOID", "SILU", "as_activation",
     "BoundCall", "CallSequence", "DenseLayer", "NativeGroup", "RowCompressor", "Slot",
     "block_copy_call", "broadcast_call", "canonical_csr", "compiled_conv_gathers", "conv_layer",
     "copy_call", "cumsum_call", "grouped_conv", "patch_conv_of", "pointwise_conv",

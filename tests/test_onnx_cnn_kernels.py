@@ -172,7 +172,10 @@ def test_stride2_depthwise_conv_matches_onnxruntime(width, pads, dilation, activ
         nodes.append(h.make_node("Clip", ["c", "lo", "hi"], ["y"]))
     probe = _model(nodes, x.shape, [None] * 4, constants)
     out = onnxruntime_outputs(probe, {"x": x})[0]
-    _check(_model(nodes, x.shape, out.shape, constants), x, "paired masked loads")
+    # rows of more than one vector without dilation are split into even and odd cells once
+    # (codegen/window.py); dilated windows keep the paired loads
+    _check(_model(nodes, x.shape, out.shape, constants), x,
+           "paired masked loads" if dilation > 1 else "split once into even and odd cells")
 
 
 def test_fused_activation_is_typed():

@@ -15,7 +15,7 @@ from onnx import TensorProto, numpy_helper
 from onnx import helper as h
 
 import tensoralg.onnx as tonnx
-from tensoralg.codegen.activation import HARD_SWISH, SILU, Activation, as_activation
+from tensoralg.program import HARD_SWISH, SILU, Activation, as_activation
 
 RTOL, ATOL = 1e-4, 1e-5
 

@@ -129,7 +129,7 @@ class BoundDirectConv(RangeCall):
 def _activation_name(relu: Any) -> str:
     """``relu``, ``clip(low, high)`` for a fused Clip's bounds, ``silu``, ... (see
     ``codegen.activation.describe``)."""
-    from tensoralg.codegen.activation import describe
+    from tensoralg.codegen.epilogue import describe
 
     return describe(relu)
 

@@ -92,7 +92,7 @@ class DenseLayer:
         self.dtype = weight.dtype
         self.threads = threads      # a KernelThreads pool to split large products over
         self.k, self.n = weight.shape
-        from tensoralg.codegen.activation import PARAMETERS, as_activation, epilogue_flags
+        from tensoralg.codegen.epilogue import PARAMETERS, as_activation, epilogue_flags
         from tensoralg.codegen.gemm import pack_weight
 
         self.shape, self.function, self.source = gemm_kernel(self.dtype, cache)
@@ -115,7 +115,7 @@ class DenseLayer:
             self.bias[:self.n] = bias
 
     def _epilogue(self) -> list[str]:
-        from tensoralg.codegen.activation import describe
+        from tensoralg.codegen.epilogue import describe
 
         act = describe(self.activation)
         return ["bias"] * bool(self.flags & FLAG_BIAS) + [act] * bool(act)

@@ -61,7 +61,7 @@ def planar_pays(dtype: np.dtype, positions: int, cache: DiskCache | None = None)
 
 def _epilogue(conv: "PlanarConv") -> str:
     """`` + bias + silu in registers``-style text of a printed plan line (empty without)."""
-    from tensoralg.codegen.activation import describe
+    from tensoralg.codegen.epilogue import describe
 
     act = describe(conv.activation)
     parts = ["bias"] * bool(conv.flags & FLAG_BIAS) + [act] * bool(act)
@@ -83,7 +83,7 @@ class PlanarConv:
     def __init__(self, weight: np.ndarray, bias: np.ndarray | None,
                  activation: Any = None,
                  cache: DiskCache | None = None, threads: Any = None) -> None:
-        from tensoralg.codegen.activation import PARAMETERS, as_activation, epilogue_flags
+        from tensoralg.codegen.epilogue import PARAMETERS, as_activation, epilogue_flags
 
         weight = np.asarray(weight)
         if weight.ndim == 4 and weight.shape[2:] == (1, 1):

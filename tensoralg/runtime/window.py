@@ -89,7 +89,7 @@ class WindowKernel:
 
     def describe(self) -> str:
         """One line for a printed plan."""
-        from tensoralg.codegen.activation import describe
+        from tensoralg.codegen.epilogue import describe
         from tensoralg.codegen.window import deinterleaves
 
         g = self.geometry

@@ -29,11 +29,11 @@ from typing import Iterable
 import numpy as np
 import onnx
 
-from tensoralg.codegen.activation import HARD_SWISH, RELU, SIGMOID, SILU, Activation
 from tensoralg.onnx.frontend.graph import OWN_ATTRIBUTES, Graph, Node
 from tensoralg.onnx.ops.kernels import NodeContext, elementwise
 from tensoralg.onnx.ops.registry import OpImpl, lookup
 from tensoralg.onnx.passes.fusion import consumers_of
+from tensoralg.program import HARD_SWISH, RELU, SIGMOID, SILU, Activation
 
 
 def fold_conv_batchnorm(graph: Graph) -> Graph:

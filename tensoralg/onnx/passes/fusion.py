@@ -30,7 +30,6 @@ import numpy as np
 import scipy.sparse as sp
 
 import tensoralg as ta
-from tensoralg.codegen.activation import RELU, Activation, as_activation
 from tensoralg.onnx.frontend.graph import Graph, Node
 from tensoralg.onnx.ops.elementwise import (
     HARD_SWISH,
@@ -56,6 +55,7 @@ from tensoralg.onnx.ops.matmul import use_blas
 from tensoralg.onnx.ops.registry import OpImpl
 from tensoralg.onnx.ops.variadic import variadic_template
 from tensoralg.onnx.plan.executor import call_node
+from tensoralg.program import RELU, Activation, as_activation
 
 MAX_GROUP = 16          # nodes per fused statement (compile time grows with the statement)
 TRANSPOSE_MIN_ROWS = 8  # sparse weights: batch from which the transposed statement is used
