@@ -125,22 +125,27 @@ def test_small_planes_keep_the_channels_last_gemm():
     _check(_pointwise(shape, 70, "clip", bias=True, rng=rng), x, "generated GEMM")
 
 
+SPLIT, PAIRED = "split once into even and odd cells", "paired masked loads"
 WINDOWS = [
-    # stride 2 along the row, output rows past whole vectors, windows leaving the image
+    # stride 2 along the row, output rows past whole vectors, windows leaving the image; max
+    # windows without dilation read rows split into even and odd cells (codegen/window.py)
     ("MaxPool", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},
-     (1, 3, 9, 71)),
-    ("MaxPool", {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}, (2, 2, 7, 68)),
+     (1, 3, 9, 71), SPLIT),
+    ("MaxPool", {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}, (2, 2, 7, 68),
+     SPLIT),
     ("MaxPool", {"kernel_shape": [2, 3], "strides": [1, 2], "dilations": [1, 2]},
-     (1, 2, 5, 50)),
+     (1, 2, 5, 50), PAIRED),
+    ("MaxPool", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},
+     (1, 3, 9, 29), PAIRED),     # output rows of one vector
     ("AveragePool", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1],
-                     "count_include_pad": 1}, (1, 3, 6, 67)),
+                     "count_include_pad": 1}, (1, 3, 6, 67), PAIRED),
     ("AveragePool", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [0, 1, 1, 2],
-                     "ceil_mode": 1}, (1, 2, 6, 36)),
+                     "ceil_mode": 1}, (1, 2, 6, 36), PAIRED),
 ]
 
 
-@pytest.mark.parametrize("op, attributes, shape", WINDOWS)
-def test_stride2_window_kernels_match_onnxruntime(op, attributes, shape):
+@pytest.mark.parametrize("op, attributes, shape, reads", WINDOWS)
+def test_stride2_window_kernels_match_onnxruntime(op, attributes, shape, reads):
     rng = np.random.default_rng(len(shape) + shape[-1])
     x = rng.standard_normal(shape).astype(np.float32)
     import onnx
@@ -150,7 +155,7 @@ def test_stride2_window_kernels_match_onnxruntime(op, attributes, shape):
     out = onnxruntime_outputs(probe, {"x": x})[0]
     model = _model([node], shape, out.shape, {})
     onnx.checker.check_model(model)
-    _check(model, x, "paired masked loads")
+    _check(model, x, reads)
 
 
 @pytest.mark.parametrize("width, pads, dilation", [(67, [1, 1, 1, 1], 1), (40, [1, 0, 1, 3], 1),
