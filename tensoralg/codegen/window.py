@@ -204,19 +204,22 @@ def deinterleaves(geometry: WindowGeometry, mode: str, groups: ChannelGroups,
                   lanes: int) -> bool:
     """Whether a depthwise or max window kernel reads its input rows deinterleaved (see
     :func:`_deinterleaved_rows`): one filter a channel, columns two apart, no dilation,
-    output rows of more than one vector, more than two for a max (a short row reads back the
-    cells it has just stored before the stores retire: 14 x 14 depthwise outputs ran 1.5-2.7x
-    slower than with paired loads, 28 x 28 max pools 0.91x; ResNet's 112 -> 56 max pool runs
-    1.4-1.6x faster, a 56 -> 28 5x5 depthwise layer 2.3x) and of at most
-    :data:`MAX_DEINTERLEAVED_VECTORS` vectors a half.
+    output rows of more than two vectors, or more than one for a depthwise window at least 5
+    wide (a short row reads back the cells it has just stored before the stores retire, and a
+    narrow window saves few shuffles: 28-wide outputs of 3x3 depthwise layers ran 0.65-0.87x
+    and of max pools 0.91x of the paired loads' speed, 14-wide 5x5 outputs 0.4-0.65x; ResNet's
+    112 -> 56 max pool runs 1.4-1.6x faster, 3x3 depthwise layers of 56-wide outputs 1.3-1.5x,
+    a 56 -> 28 5x5 depthwise layer 1.8-2.3x) and of at most :data:`MAX_DEINTERLEAVED_VECTORS`
+    vectors a half.
 
     >>> g = WindowGeometry(112, 112, 56, 56, (3, 3), (2, 2), (1, 1), (1, 1), (1, 1))
     >>> deinterleaves(g, "depthwise", ChannelGroups(), 16), deinterleaves(g, "max", ChannelGroups(), 16)
     (True, True)
     """
+    wide_window = mode == "depthwise" and geometry.kernel[1] >= 5
     return (mode in ("depthwise", "max") and groups == ChannelGroups() and geometry.strides[1] == 2
             and geometry.dilations == (1, 1)
-            and geometry.out_width > (lanes if mode == "depthwise" else 2 * lanes)
+            and geometry.out_width > lanes * (1 if wide_window else 2)
             and _half_row(geometry, lanes) <= MAX_DEINTERLEAVED_VECTORS * lanes)
 
 
