@@ -32,7 +32,7 @@ from tensoralg.codegen.epilogue import (
     Activation,
     as_activation,
 )
-from tensoralg.codegen.llvm_helpers import counted_loop, declare, entry_alloca, if_then
+from tensoralg.codegen.llvm_helpers import counted_loop, declare, entry_alloca, if_then, splat
 
 I32, I64 = ir.IntType(32), ir.IntType(64)
 POINTER = ir.PointerType()
@@ -56,9 +56,7 @@ def _splat(value: ir.Value | float, like: ir.Type, builder: ir.IRBuilder) -> ir.
         return ir.Constant(like, value) if isinstance(value, float) else value
     if isinstance(value, float):
         return ir.Constant(like, [value] * like.count)
-    lane0 = builder.insert_element(ir.Constant(like, ir.Undefined), value, ir.Constant(I32, 0))
-    return builder.shuffle_vector(lane0, ir.Constant(like, ir.Undefined),
-                                  ir.Constant(ir.VectorType(I32, like.count), [0] * like.count))
+    return splat(builder, value, like)
 
 
 def _exp(builder: ir.IRBuilder, value: ir.Value) -> ir.Value:
@@ -131,10 +129,10 @@ def emit_activation(builder: ir.IRBuilder, value: ir.Value, relu: Any,
         low, high = (None if bound == unbounded else _splat(bound, kind, builder)
                      for bound, unbounded in zip(activation.bounds, (-math.inf, math.inf)))
         return emit_clamp(builder, value, low, high)
-    one = _splat(1.0, kind, builder)
     if activation.kind in ("Sigmoid", "Silu"):
         sigmoid = _sigmoid(builder, value)
         return sigmoid if activation.kind == "Sigmoid" else builder.fmul(value, sigmoid)
+    one = _splat(1.0, kind, builder)
     slope = _splat(activation.alpha if alpha is None else alpha, kind, builder)
     offset = _splat(activation.beta if beta is None else beta, kind, builder)
     hard = emit_clamp(builder, builder.fadd(builder.fmul(value, slope), offset),

@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 KINDS = ("Relu", "Clip", "Sigmoid", "Silu", "HardSigmoid", "HardSwish")
-# Run-time flag bits of the shared modules (above FLAG_BIAS = 1, FLAG_RELU = 2, FLAG_CLIP = 4
-# of codegen/gemm.py), one per smooth kind.
+# Run-time flag bits of the shared modules (the generated GEMM, the planar and patch
+# convolutions): a bias, ReLU, a clamp, then one bit per smooth kind.
+FLAG_BIAS, FLAG_RELU, FLAG_CLIP = 1, 2, 4
 SMOOTH_FLAGS = {"Sigmoid": 8, "Silu": 16, "HardSigmoid": 32, "HardSwish": 64}
 ANY_SMOOTH = sum(SMOOTH_FLAGS.values())
 PARAMETERS = 4      # values past a kernel's bias: clamp low, clamp high, alpha, beta
@@ -142,9 +143,9 @@ def epilogue_flags(relu: Any) -> tuple[int, tuple[float, float, float, float]]:
         return 0, (0.0, 0.0, 0.0, 0.0)
     params = (activation.low, activation.high, activation.alpha, activation.beta)
     if activation.kind == "Relu":
-        return 2, params
+        return FLAG_RELU, params
     if activation.kind == "Clip":
-        return 4, params
+        return FLAG_CLIP, params
     return SMOOTH_FLAGS[activation.kind], params
 
 
@@ -161,5 +162,5 @@ def describe(relu: Any) -> str:
     return str(activation).lower()
 
 
-__all__ = ["ANY_SMOOTH", "Activation", "HARD_SWISH", "KINDS", "PARAMETERS", "RELU", "SIGMOID",
+__all__ = ["ANY_SMOOTH", "Activation", "FLAG_BIAS", "FLAG_CLIP", "FLAG_RELU", "HARD_SWISH", "KINDS", "PARAMETERS", "RELU", "SIGMOID",
            "SILU", "SMOOTH_FLAGS", "as_activation", "describe", "epilogue_flags", "literal"]

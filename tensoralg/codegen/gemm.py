@@ -45,8 +45,10 @@ from typing import Any
 import numpy as np
 from llvmlite import ir
 
-from tensoralg.codegen.activation import apply_to_tile, as_activation, emit_clamp
+from tensoralg.codegen.activation import apply_to_tile, emit_clamp
+from tensoralg.codegen.epilogue import FLAG_BIAS, FLAG_CLIP, FLAG_RELU
 from tensoralg.codegen.llvm_helpers import counted_loop, declare, entry_alloca, if_else, if_then
+from tensoralg.codegen.llvm_helpers import splat as _splat
 
 I1, I32, I64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
 POINTER = ir.PointerType()
@@ -60,16 +62,6 @@ L1_BLOCK_BYTES = 32768   # a KC x NR block of input kept in L1 (planar and patch
 # L1, 1 MiB L2) ResNet-18's 3x3 layers ran at 85-100 GFLOP/s with it and 100-110 with 384, the
 # blocking BLIS uses on Skylake-X and Zen alike (benchmarks/kernel_micro.py).
 K_BLOCK = 384
-FLAG_BIAS, FLAG_RELU, FLAG_CLIP = 1, 2, 4
-
-def clamp_bounds(activation: Any) -> tuple[float, float] | None:
-    """``(low, high)`` of a fused clamp: False/None (none), True (ReLU: ``(0, inf)``) or
-    the ``(low, high)`` of a clamp ``min(max(x, low), high)`` (a fused Clip; ReLU6 is
-    ``(0, 6)``); None as well for a smooth :class:`~tensoralg.codegen.activation.Activation`
-    (which is no clamp). One ``relu`` parameter carries any of them through the API."""
-    fused = as_activation(activation)
-    return None if fused is None else fused.bounds
-
 
 ENTRY = "tensoralg_gemm"
 
@@ -142,7 +134,7 @@ def gemm_module(shape: GemmShape) -> ir.Module:
     c_outer, c_col)``: rows ``[row_begin, row_end)`` of ``C`` from ``A`` and the packed weight ``Wp``;
     ``bias`` (N values) is added when ``flags & 1``, ReLU applied when ``flags & 2`` and
     the clamp ``min(max(x, bias[N]), bias[N + 1])`` when ``flags & 4``, and a smooth
-    activation when a bit of ``codegen.activation.SMOOTH_FLAGS`` is set (its alpha and beta
+    activation when a bit of ``codegen.epilogue.SMOOTH_FLAGS`` is set (its alpha and beta
     at ``bias[N + 2]``, ``bias[N + 3]``). Returns 0.
 
     K is made of runs of ``run`` values, run ``s`` of a row of A starting ``s * a_run``
@@ -164,12 +156,6 @@ def gemm_module(shape: GemmShape) -> ir.Module:
              for rows in range(1, shape.rows_for(vectors) + 1)}
     _driver(module, shape, micro)
     return module
-
-
-def _splat(builder: ir.IRBuilder, value: ir.Value, vector: ir.VectorType) -> ir.Value:
-    lane0 = builder.insert_element(ir.Constant(vector, ir.Undefined), value, ir.Constant(I32, 0))
-    return builder.shuffle_vector(lane0, ir.Constant(vector, ir.Undefined),
-                                  ir.Constant(ir.VectorType(I32, vector.count), [0] * vector.count))
 
 
 def vector_intrinsics(module: ir.Module, scalar: ir.Type, lanes: int
@@ -549,5 +535,5 @@ def _row_pointers(builder: ir.IRBuilder, at: Any, const: Any, i0: ir.Value, rows
             outer = builder.add(outer, builder.zext(wrap, I64))
 
 
-__all__ = ["FLAG_BIAS", "FLAG_CLIP", "FLAG_RELU", "GemmShape", "clamp_bounds", "emit_clamp",
+__all__ = ["FLAG_BIAS", "FLAG_CLIP", "FLAG_RELU", "GemmShape", "emit_clamp",
            "gemm_module", "pack_weight"]

@@ -29,6 +29,15 @@ def entry_alloca(builder: ir.IRBuilder, typ: ir.Type, name: str) -> ir.AllocaIns
     return slot
 
 
+def splat(builder: ir.IRBuilder, value: ir.Value, vector: ir.VectorType) -> ir.Value:
+    """The scalar ``value`` in every lane of ``vector`` (an insert and a zero shuffle, which
+    LLVM turns into one broadcast)."""
+    lane0 = builder.insert_element(ir.Constant(vector, ir.Undefined), value,
+                                   ir.Constant(ir.IntType(32), 0))
+    return builder.shuffle_vector(lane0, ir.Constant(vector, ir.Undefined), ir.Constant(
+        ir.VectorType(ir.IntType(32), vector.count), [0] * vector.count))
+
+
 def declare(
     module: ir.Module, name: str, return_type: ir.Type, argument_types: tuple[ir.Type, ...]
 ) -> ir.Function:

@@ -51,7 +51,7 @@ def planar_module(shape: GemmShape) -> ir.Module:
     ``X`` (images ``x_image`` elements apart, planes of ``P``) and the weight ``W`` packed by
     :func:`pack_weight` into ``Y`` (images ``y_image`` apart).
     ``bias`` holds M values, added when ``flags & 1``, then the activation's parameters
-    (``codegen.activation.PARAMETERS``): ``flags & 2`` is ReLU, ``flags & 4`` the clamp
+    (``codegen.epilogue.PARAMETERS``): ``flags & 2`` is ReLU, ``flags & 4`` the clamp
     between the first two, a bit of ``SMOOTH_FLAGS`` a smooth activation. Returns 0.
 
     >>> "tensoralg_planar" in str(planar_module(GemmShape.for_host(np.float32, avx512=True)))

@@ -206,11 +206,11 @@ def deinterleaves(geometry: WindowGeometry, mode: str, groups: ChannelGroups,
     :func:`_deinterleaved_rows`): one filter a channel, columns two apart, no dilation,
     output rows of more than two vectors, or more than one for a depthwise window at least 5
     wide (a short row reads back the cells it has just stored before the stores retire, and a
-    narrow window saves few shuffles: 28-wide outputs of 3x3 depthwise layers ran 0.65-0.87x
-    and of max pools 0.91x of the paired loads' speed, 14-wide 5x5 outputs 0.4-0.65x; ResNet's
-    112 -> 56 max pool runs 1.4-1.6x faster, 3x3 depthwise layers of 56-wide outputs 1.3-1.5x,
-    a 56 -> 28 5x5 depthwise layer 1.8-2.3x) and of at most :data:`MAX_DEINTERLEAVED_VECTORS`
-    vectors a half.
+    narrow window saves few shuffles: 28-wide outputs of 3x3 depthwise layers ran 0.65-0.93x
+    and of max pools 0.90x of the paired loads' speed, 14-wide 5x5 outputs 0.4-0.65x; ResNet's
+    112 -> 56 max pool runs 1.35-1.6x faster, 3x3 depthwise layers of 56-wide outputs
+    1.25-1.5x, a 56 -> 28 5x5 depthwise layer 1.8-2.5x; ``python benchmarks/conv_epilogue_ab.py
+    windows``) and of at most :data:`MAX_DEINTERLEAVED_VECTORS` vectors a half.
 
     >>> g = WindowGeometry(112, 112, 56, 56, (3, 3), (2, 2), (1, 1), (1, 1), (1, 1))
     >>> deinterleaves(g, "depthwise", ChannelGroups(), 16), deinterleaves(g, "max", ChannelGroups(), 16)
@@ -228,9 +228,8 @@ def _deinterleaved_rows(body: "_Body", x: ir.Value, y: ir.Value, w: ir.Value,
     """A depthwise convolution or a max pool with column stride 2 over planes ``[begin, end)``,
     each input row split once into its even and its odd cells (past the image's borders 0 for
     a convolution, -inf for a max) in a ring of ``KH`` rows on the stack; every tap is then a
-    plain load from one half (tap ``kw`` of
-    output column ``j`` is cell ``2 j + kw`` of the padded row: even half, cell ``j + kw / 2``,
-    for even ``kw``, else odd half). An output row splits only the rows it does not share with
+    plain load from one half (tap ``kw`` of output column ``j`` is cell ``2 j + kw`` of the
+    padded row: even half, cell ``j + kw / 2``, for even ``kw``, else odd half). An output row splits only the rows it does not share with
     the one before (``sh`` of ``KH``), so a row costs two shuffles per vector once, where
     reading each tap's pair of loads and picking its even cells cost ``KH x KW`` shuffles per
     output vector (a 5x5 layer ran at a third of onnxruntime's channel-blocked speed)."""

@@ -18,6 +18,7 @@ import numpy as np
 
 from tensoralg.codegen.build import build_llvm_module
 from tensoralg.codegen.cache import DiskCache
+from tensoralg.codegen.epilogue import describe as describe_activation
 from tensoralg.errors import ShapeError
 from tensoralg.runtime.ranges import RangeCall, check_array
 
@@ -66,7 +67,7 @@ class DirectConv:
 
     def __repr__(self) -> str:
         g = self.geometry
-        act = f" + {_activation_name(self.relu)}" if self.relu else ""
+        act = f" + {describe_activation(self.relu)}" if self.relu else ""
         return (f"DirectConv({self.dtype} {g.channels}x{g.height}x{g.width} -> "
                 f"{g.out_channels}x{g.out_height}x{g.out_width}, {g.kernel[0]}x{g.kernel[1]}"
                 f"{act})")
@@ -76,7 +77,7 @@ class DirectConv:
         from tensoralg.codegen.conv import addressing
 
         mode = addressing(self.geometry, self.lanes)
-        parts = (["bias"] if self.bias is not None else []) + ([_activation_name(self.relu)] if self.relu else [])
+        parts = (["bias"] if self.bias is not None else []) + ([describe_activation(self.relu)] if self.relu else [])
         epilogue = f", {' + '.join(parts)} in registers" if parts else ""
         kept = f"{self.weights} nonzero weights" if self.skip_zeros else \
             f"{self.weights} weights"
@@ -124,14 +125,6 @@ class BoundDirectConv(RangeCall):
                       for lo, hi in zip(bounds, bounds[1:]) if hi > lo] or \
             [[x.ctypes.data, out.ctypes.data, 0, 0]]
         self.threads = conv.threads if len(self.calls) > 1 else None
-
-
-def _activation_name(relu: Any) -> str:
-    """``relu``, ``clip(low, high)`` for a fused Clip's bounds, ``silu``, ... (see
-    ``codegen.activation.describe``)."""
-    from tensoralg.codegen.epilogue import describe
-
-    return describe(relu)
 
 
 def direct_conv(geometry: Any, weight: np.ndarray, bias: np.ndarray | None,

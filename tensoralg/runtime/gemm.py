@@ -15,12 +15,12 @@ import numpy as np
 
 from tensoralg.codegen.build import build_llvm_module, host_has_feature
 from tensoralg.codegen.cache import DiskCache
-from tensoralg.errors import ShapeError
-from tensoralg.runtime.ranges import RangeCall, check_array, image_stride, run_ranges
 
 # As in codegen/gemm.py, which is imported on first use: it loads llvmlite, and importing
 # tensoralg must not.
-FLAG_BIAS = 1
+from tensoralg.codegen.epilogue import FLAG_BIAS
+from tensoralg.errors import ShapeError
+from tensoralg.runtime.ranges import RangeCall, check_array, image_stride, run_ranges
 
 _PROTOTYPE = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
                               ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64,

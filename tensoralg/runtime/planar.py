@@ -72,7 +72,7 @@ class PlanarConv:
     """``out = act(conv1x1(x, weight) + bias)`` on NCHW ``x``, ``weight`` (M, C) or
     (M, C, 1, 1); ``activation`` is a fused activation as the kernels' ``relu`` parameter
     takes it (``None``: none; a clamp's bounds, ReLU being ``(0, inf)``; or an
-    ``codegen.activation.Activation``).
+    ``codegen.epilogue.Activation``).
 
     >>> conv = PlanarConv(np.ones((2, 3), np.float32), np.array([0.5, -9], np.float32),
     ...                   (0.0, float("inf")))

@@ -1,0 +1,164 @@
+"""Same-process A/B of two convolution choices, where a shared machine's drift between runs
+would swamp them: activations fused into the convolutions or not, and stride-2 window kernels
+reading rows split into even and odd cells or pairs of loads.
+
+``python benchmarks/conv_epilogue_ab.py model MODEL.onnx --batch 8`` loads the model at level 3
+three times: as it is, with only ReLU and Clip fused (no Sigmoid, HardSigmoid, HardSwish or
+SiLU in a convolution's epilogue), and with every stride-2 window kernel on paired loads. It
+runs them one after another, round by round, one thread, and prints each variant's median
+time over the default's (above 1: the default is faster).
+
+``python benchmarks/conv_epilogue_ab.py windows`` times the window kernels alone, both ways,
+on the stride-2 layers of EfficientNet, MnasNet and ResNet (batch 8), interleaved.
+
+Prints only; the figures quoted in ``codegen/window.py`` and ``codegen/activation.py`` come
+from these two commands.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import time
+from typing import Any, Callable, Iterator
+
+import numpy as np
+
+
+@contextlib.contextmanager
+def _smooth_fusion_off() -> Iterator[None]:
+    """Load models with only ReLU and Clip fused into their convolutions."""
+    import tensoralg.onnx.passes.folding as folding
+
+    lone, consumers = folding._lone_activation, folding.consumers_of
+
+    def clamps_only(node: Any, graph: Any) -> Any:
+        return lone(node, graph) if node.op_type in ("Relu", "Clip") else None
+
+    def no_silu_pairs(graph: Any) -> dict:
+        # A Sigmoid read twice is never half of a SiLU pair.
+        found = consumers(graph)
+        sigmoids = {n.outputs[0] for n in graph.nodes if n.op_type == "Sigmoid"}
+        return {name: nodes * 2 if name in sigmoids else nodes for name, nodes in found.items()}
+
+    folding._lone_activation, folding.consumers_of = clamps_only, no_silu_pairs
+    try:
+        yield
+    finally:
+        folding._lone_activation, folding.consumers_of = lone, consumers
+
+
+@contextlib.contextmanager
+def _window_rows(split: bool) -> Iterator[None]:
+    """Build every stride-2 window kernel with its rows split (``split``) or with paired
+    loads, whatever ``codegen.window.deinterleaves`` would choose, outside the kernel cache
+    (whose key does not name the choice)."""
+    import tensoralg.codegen.window as window
+    import tensoralg.runtime.window as runtime
+
+    choose, build, built = window.deinterleaves, runtime.build_llvm_module, dict(runtime._BUILT)
+    window.deinterleaves = lambda *args, **kwargs: split
+    runtime.build_llvm_module = lambda *args, **kwargs: build(*args, **dict(kwargs, cache=None))
+    runtime._BUILT.clear()
+    try:
+        yield
+    finally:
+        # the kernels built here stay alive through the calls and models that hold them
+        window.deinterleaves, runtime.build_llvm_module = choose, build
+        runtime._BUILT.clear()
+        runtime._BUILT.update(built)
+
+
+def _interleaved(calls: dict[str, Callable[[], Any]], rounds: int) -> dict[str, float]:
+    """Median seconds of each call, timed round by round."""
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    for _ in range(rounds):
+        for name, call in calls.items():
+            start = time.perf_counter()
+            call()
+            times[name].append(time.perf_counter() - start)
+    return {name: float(np.median(values)) for name, values in times.items()}
+
+
+def compare_model(path: str, batch: int, rounds: int) -> str:
+    from onnx_node_compare import feeds_of
+
+    import tensoralg
+    import tensoralg.onnx
+
+    tensoralg.set_num_threads(1)
+    feeds = feeds_of(path, batch)
+    models = {"default": tensoralg.onnx.load(path, opt_level=3)}
+    with _smooth_fusion_off():
+        models["only ReLU/Clip fused"] = tensoralg.onnx.load(path, opt_level=3)
+    for model in models.values():       # the second run builds the plan and its kernels
+        for _ in range(3):
+            model.run(feeds)
+    with _window_rows(split=False):
+        models["paired loads"] = tensoralg.onnx.load(path, opt_level=3)
+        for _ in range(3):
+            models["paired loads"].run(feeds)
+    medians = _interleaved({name: (lambda m=m: m.run(feeds)) for name, m in models.items()},
+                           rounds)
+    base = medians["default"]
+    return "\n".join([f"{path}, batch {batch}, one thread, median of {rounds} rounds:"] +
+                     [f"  {name:22} {t * 1e3:8.1f} ms  {t / base:5.3f} x the default"
+                      for name, t in medians.items()])
+
+
+LAYERS = [
+    # (N, C, H, kernel, mode): EfficientNet/MnasNet stride-2 depthwise layers, ResNet's pool
+    (8, 96, 112, 3, "depthwise"), (8, 144, 56, 5, "depthwise"), (8, 240, 56, 3, "depthwise"),
+    (8, 240, 28, 3, "depthwise"), (8, 672, 14, 5, "depthwise"), (8, 64, 112, 3, "max"),
+    (8, 192, 56, 3, "max"),
+]
+
+
+def compare_windows(rounds: int) -> str:
+    import tensoralg.runtime.window as runtime
+    from tensoralg.codegen.window import ChannelGroups, WindowGeometry, deinterleaves
+
+    rng = np.random.default_rng(0)
+    lines = ["window kernels alone, stride 2, batch 8 (median ms; paired / split: above 1 the "
+             "split is faster)"]
+    for n, c, h, k, mode in LAYERS:
+        pad = k // 2
+        out = (h + 2 * pad - k) // 2 + 1
+        g = WindowGeometry(h, h, out, out, (k, k), (2, 2), (1, 1), (pad, pad), (pad, pad))
+        x = rng.standard_normal((n, c, h, h)).astype(np.float32)
+        extra = {} if mode == "max" else {
+            "weight": rng.standard_normal((c, 1, k, k)).astype(np.float32),
+            "bias": rng.standard_normal(c).astype(np.float32)}
+        calls, outputs = {}, {}
+        for name, split in (("split", True), ("paired", False)):
+            with _window_rows(split):
+                kernel = runtime.WindowKernel(g, mode, np.float32, c, **extra)
+                outputs[name] = np.empty((n, c, out, out), np.float32)
+                calls[name] = kernel.bind(x, outputs[name])
+        for call in calls.values():
+            call()
+        np.testing.assert_array_equal(outputs["split"], outputs["paired"])
+        medians = _interleaved(calls, rounds)
+        chosen = "split" if deinterleaves(g, mode, ChannelGroups(), 16) else "paired"
+        lines.append(f"  {mode:9} {k}x{k} {c:4}x{h}x{h}: split {medians['split'] * 1e3:7.3f}"
+                     f"  paired {medians['paired'] * 1e3:7.3f}  ratio "
+                     f"{medians['paired'] / medians['split']:5.2f}  (the rule picks {chosen})")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    model = commands.add_parser("model", help="a model three ways, round by round")
+    model.add_argument("path", help="an .onnx file")
+    model.add_argument("--batch", type=int, default=8)
+    model.add_argument("--rounds", type=int, default=7)
+    windows = commands.add_parser("windows", help="stride-2 window kernels alone, both ways")
+    windows.add_argument("--rounds", type=int, default=15)
+    args = parser.parse_args(argv)
+    print(compare_model(args.path, args.batch, args.rounds) if args.command == "model" else
+          compare_windows(args.rounds))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
