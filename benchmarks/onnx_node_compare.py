@@ -70,7 +70,7 @@ def onnxruntime_times(path: str, feeds: dict[str, np.ndarray], runs: int) -> dic
     return times
 
 
-def compare(path: str, batch: int, runs: int, top: int) -> str:
+def compare(path: str, batch: int, runs: int, top: int, by_node: bool = False) -> str:
     """The table :func:`main` prints."""
     import tensoralg
     import tensoralg.onnx
@@ -91,7 +91,8 @@ def compare(path: str, batch: int, runs: int, top: int) -> str:
         found = [theirs[n] for n in names if n in theirs]
         if not found:
             unmatched += row.seconds * 1e3
-        kind = kinds[f"{row.op_type} | {re.sub(r'[0-9.]+', '#', row.plan)[:100]}"]
+        plan = row.plan if by_node else re.sub(r'[0-9.]+', '#', row.plan)
+        kind = kinds[f"{row.node + ' ' if by_node else ''}{row.op_type} | {plan[:100]}"]
         kind[0] += row.seconds * 1e3
         kind[1] += found[0] if found else 0.0
         kind[2] += 1
@@ -112,8 +113,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="size of dimensions the model leaves symbolic (default 1)")
     parser.add_argument("--runs", type=int, default=3, help="timed runs on each side")
     parser.add_argument("--top", type=int, default=15, help="kinds of steps to print")
+    parser.add_argument("--nodes", action="store_true",
+                        help="one row per node instead of one per kind of step")
     args = parser.parse_args(argv)
-    print(compare(args.model, args.batch, args.runs, args.top))
+    print(compare(args.model, args.batch, args.runs, args.top, args.nodes))
     return 0
 
 
