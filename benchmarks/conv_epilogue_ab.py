@@ -48,22 +48,24 @@ def _smooth_fusion_off() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _window_rows(split: bool) -> Iterator[None]:
-    """Build every stride-2 window kernel with its rows split (``split``) or with paired
-    loads, whatever ``codegen.window.deinterleaves`` would choose, outside the kernel cache
-    (whose key does not name the choice)."""
+def _window_rows(split: bool, rule: str = "deinterleaves") -> Iterator[None]:
+    """Build every window kernel with the row rule ``rule`` of ``codegen.window`` forced to
+    ``split`` (``deinterleaves``: stride-2 rows split into even and odd cells, or paired
+    loads; ``pads_rows``: unit-stride rows copied into padded rows, or masked loads), outside
+    the kernel cache (whose key does not name the choice)."""
     import tensoralg.codegen.window as window
     import tensoralg.runtime.window as runtime
 
-    choose, build, built = window.deinterleaves, runtime.build_llvm_module, dict(runtime._BUILT)
-    window.deinterleaves = lambda *args, **kwargs: split
+    choose, build, built = getattr(window, rule), runtime.build_llvm_module, dict(runtime._BUILT)
+    setattr(window, rule, lambda *args, **kwargs: split)
     runtime.build_llvm_module = lambda *args, **kwargs: build(*args, **dict(kwargs, cache=None))
     runtime._BUILT.clear()
     try:
         yield
     finally:
         # the kernels built here stay alive through the calls and models that hold them
-        window.deinterleaves, runtime.build_llvm_module = choose, build
+        setattr(window, rule, choose)
+        runtime.build_llvm_module = build
         runtime._BUILT.clear()
         runtime._BUILT.update(built)
 
@@ -111,38 +113,63 @@ LAYERS = [
     (8, 240, 28, 3, "depthwise"), (8, 672, 14, 5, "depthwise"), (8, 64, 112, 3, "max"),
     (8, 192, 56, 3, "max"),
 ]
+UNIT_LAYERS = [
+    # (N, C, H, kernel, mode), stride 1, "same" padding: MnasNet/EfficientNet/MobileNetV3
+    # depthwise layers, GoogLeNet's inception pools
+    (8, 120, 28, 5, "depthwise"), (8, 480, 14, 5, "depthwise"), (8, 1152, 7, 5, "depthwise"),
+    (8, 144, 56, 3, "depthwise"), (8, 240, 28, 3, "depthwise"), (8, 672, 14, 3, "depthwise"),
+    (8, 960, 7, 3, "depthwise"), (1, 192, 28, 3, "max"), (1, 480, 14, 3, "max"),
+    (1, 832, 7, 3, "max"), (8, 64, 56, 3, "max"),
+]
 
 
 def compare_windows(rounds: int) -> str:
-    import tensoralg.runtime.window as runtime
-    from tensoralg.codegen.window import ChannelGroups, WindowGeometry, deinterleaves
+    """Each window kernel of :data:`LAYERS` (stride 2) and :data:`UNIT_LAYERS` (stride 1)
+    built both ways of its row rule, the outputs checked equal, timed round by round."""
+    from tensoralg.codegen.window import ChannelGroups, WindowGeometry, deinterleaves, pads_rows
 
     rng = np.random.default_rng(0)
-    lines = ["window kernels alone, stride 2, batch 8 (median ms; paired / split: above 1 the "
-             "split is faster)"]
-    for n, c, h, k, mode in LAYERS:
-        pad = k // 2
-        out = (h + 2 * pad - k) // 2 + 1
-        g = WindowGeometry(h, h, out, out, (k, k), (2, 2), (1, 1), (pad, pad), (pad, pad))
-        x = rng.standard_normal((n, c, h, h)).astype(np.float32)
-        extra = {} if mode == "max" else {
-            "weight": rng.standard_normal((c, 1, k, k)).astype(np.float32),
-            "bias": rng.standard_normal(c).astype(np.float32)}
-        calls, outputs = {}, {}
-        for name, split in (("split", True), ("paired", False)):
-            with _window_rows(split):
-                kernel = runtime.WindowKernel(g, mode, np.float32, c, **extra)
-                outputs[name] = np.empty((n, c, out, out), np.float32)
-                calls[name] = kernel.bind(x, outputs[name])
-        for call in calls.values():
-            call()
-        np.testing.assert_array_equal(outputs["split"], outputs["paired"])
-        medians = _interleaved(calls, rounds)
-        chosen = "split" if deinterleaves(g, mode, ChannelGroups(), 16) else "paired"
-        lines.append(f"  {mode:9} {k}x{k} {c:4}x{h}x{h}: split {medians['split'] * 1e3:7.3f}"
-                     f"  paired {medians['paired'] * 1e3:7.3f}  ratio "
-                     f"{medians['paired'] / medians['split']:5.2f}  (the rule picks {chosen})")
+    lines = []
+    for stride, layers, rule, ways in (
+            (2, LAYERS, deinterleaves, ("split", "paired")),
+            (1, UNIT_LAYERS, pads_rows, ("padded", "masked"))):
+        lines.append(f"window kernels alone, stride {stride} (median ms; {ways[1]} / {ways[0]}: "
+                     f"above 1 the {ways[0]} rows are faster)")
+        for n, c, h, k, mode in layers:
+            pad = k // 2
+            out = (h + 2 * pad - k) // stride + 1
+            g = WindowGeometry(h, h, out, out, (k, k), (stride, stride), (1, 1), (pad, pad),
+                               (pad, pad))
+            medians = _window_pair(rng, g, n, c, mode, rule.__name__, ways, rounds)
+            chosen = ways[0] if rule(g, mode, ChannelGroups(), 16) else ways[1]
+            lines.append(f"  {mode:9} {k}x{k} {n}x{c:4}x{h}x{h}: {ways[0]} "
+                         f"{medians[ways[0]] * 1e3:7.3f}  {ways[1]} {medians[ways[1]] * 1e3:7.3f}"
+                         f"  ratio {medians[ways[1]] / medians[ways[0]]:5.2f}  (the rule picks "
+                         f"{chosen})")
     return "\n".join(lines)
+
+
+def _window_pair(rng: Any, g: Any, n: int, c: int, mode: str, rule: str,
+                 ways: tuple[str, str], rounds: int) -> dict[str, float]:
+    """One window kernel built with ``rule`` forced on and off, outputs checked equal; the
+    medians of interleaved rounds."""
+    import tensoralg.runtime.window as runtime
+
+    x = rng.standard_normal((n, c, g.height, g.width)).astype(np.float32)
+    extra = {} if mode == "max" else {
+        "weight": rng.standard_normal((c, 1, *g.kernel)).astype(np.float32),
+        "bias": rng.standard_normal(c).astype(np.float32)}
+    calls, outputs = {}, {}
+    for name, on in zip(ways, (True, False)):
+        with _window_rows(on, rule):
+            kernel = runtime.WindowKernel(g, mode, np.float32, c, **extra)
+            outputs[name] = np.empty((n, c, g.out_height, g.out_width), np.float32)
+            calls[name] = kernel.bind(x, outputs[name])
+    for call in calls.values():
+        call()
+    # The same taps in the same order: the two ways agree exactly.
+    np.testing.assert_array_equal(outputs[ways[0]], outputs[ways[1]])
+    return _interleaved(calls, rounds)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -152,7 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     model.add_argument("path", help="an .onnx file")
     model.add_argument("--batch", type=int, default=8)
     model.add_argument("--rounds", type=int, default=7)
-    windows = commands.add_parser("windows", help="stride-2 window kernels alone, both ways")
+    windows = commands.add_parser("windows", help="window kernels alone, both ways of "
+                                    "their row rules")
     windows.add_argument("--rounds", type=int, default=15)
     args = parser.parse_args(argv)
     print(compare_model(args.path, args.batch, args.rounds) if args.command == "model" else

@@ -184,6 +184,108 @@ def test_stride2_depthwise_conv_matches_onnxruntime(width, pads, dilation, activ
            SPLIT if dilation == 1 and out.shape[3] > 32 else PAIRED)
 
 
+PADDED, MASKED = "input rows copied once into padded rows", "masked loads"
+UNIT_WINDOWS = [
+    # unit column stride: max pools read masked loads, their window a chain per kernel row;
+    # row strides below, at and past the kernel's, asymmetric pads, ceil_mode
+    ("MaxPool", {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}, (1, 3, 9, 28)),
+    ("MaxPool", {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}, (2, 2, 7, 7)),
+    ("MaxPool", {"kernel_shape": [3, 2], "strides": [2, 1], "pads": [0, 1, 2, 0]},
+     (1, 2, 9, 20)),
+    ("MaxPool", {"kernel_shape": [5, 5], "strides": [3, 1], "pads": [2, 2, 2, 2]},
+     (1, 2, 8, 17)),
+    ("MaxPool", {"kernel_shape": [2, 2], "strides": [4, 1]}, (1, 2, 13, 20)),
+    ("MaxPool", {"kernel_shape": [3, 3], "ceil_mode": 1}, (1, 2, 6, 30)),
+    ("MaxPool", {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "dilations": [1, 2]},
+     (1, 2, 5, 20)),
+]
+
+
+def test_padded_rows_stay_within_the_stack_bound():
+    from tensoralg.codegen.window import ChannelGroups, WindowGeometry, pads_rows
+
+    def geometry(kernel_rows):
+        # 5-wide depthwise windows over rows of 15 vectors: padded rows of 256 cells
+        return WindowGeometry(64, 244, 64 - kernel_rows + 1, 240, (kernel_rows, 5),
+                              (1, 1), (1, 1), (0, 0), (0, 0))
+    # a ring of 31 rows of 256 cells fits 64 KiB; one of 41 does not
+    assert pads_rows(geometry(30), "depthwise", ChannelGroups(), 16)
+    assert not pads_rows(geometry(40), "depthwise", ChannelGroups(), 16)
+
+
+@pytest.mark.parametrize("op, attributes, shape", UNIT_WINDOWS)
+def test_unit_stride_max_pools_match_onnxruntime(op, attributes, shape):
+    rng = np.random.default_rng(shape[-1] + len(attributes))
+    x = rng.standard_normal(shape).astype(np.float32)
+    node = h.make_node(op, ["x"], ["y"], **attributes)
+    out = onnxruntime_outputs(_model([node], shape, [None] * 4, {}), {"x": x})[0]
+    _check(_model([node], shape, out.shape, {}), x, MASKED)
+
+
+@pytest.mark.parametrize("width, kernel, strides, pads, reads", [
+    (28, 5, [1, 1], [2, 2, 2, 2], PADDED),       # MnasNet's 5x5 layers at 28 x 28
+    (21, 5, [2, 1], [1, 2, 3, 0], PADDED),
+    (33, 7, [1, 1], [3, 3, 3, 3], PADDED),
+    (40, 5, [5, 1], [2, 2, 2, 2], PADDED),       # row stride at the kernel's height
+    (40, 5, [6, 1], [2, 2, 2, 2], MASKED),       # past it
+    (14, 5, [1, 1], [2, 2, 2, 2], MASKED),       # one vector a row
+    (28, 3, [1, 1], [1, 1, 1, 1], MASKED),       # 3x3: a row's copy costs more than its taps
+])
+@pytest.mark.parametrize("activation", [None, "clip"])
+def test_unit_stride_depthwise_conv_matches_onnxruntime(width, kernel, strides, pads, reads,
+                                                        activation):
+    rng = np.random.default_rng(width + kernel)
+    channels = 6
+    x = rng.standard_normal((2, channels, 11, width)).astype(np.float32)
+    constants = {"w": rng.standard_normal((channels, 1, kernel, kernel)).astype(np.float32),
+                 "b": rng.standard_normal(channels).astype(np.float32)}
+    nodes = [h.make_node("Conv", ["x", "w", "b"], ["c" if activation else "y"], group=channels,
+                         kernel_shape=[kernel, kernel], strides=strides, pads=pads)]
+    if activation:
+        constants["lo"], constants["hi"] = np.array(-0.25, np.float32), np.array(1.0,
+                                                                                 np.float32)
+        nodes.append(h.make_node("Clip", ["c", "lo", "hi"], ["y"]))
+    out = onnxruntime_outputs(_model(nodes, x.shape, [None] * 4, constants), {"x": x})[0]
+    _check(_model(nodes, x.shape, out.shape, constants), x, reads)
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 9, 12), (1, 2, 5, 3), (1, 1, 4, 40)])
+def test_max_window_chains_keep_nan_and_infinities_in_float64(shape):
+    # onnxruntime's MaxPool may drop NaN: NumPy is the reference (NaN wins, as in NumPy's max),
+    # a NaN in every position of the window, and infinities beside it
+    rng = np.random.default_rng(9)
+    h_, w_ = shape[2:]
+    node = h.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    model = _model([node], shape, shape, {}, TensorProto.DOUBLE)
+    x = rng.standard_normal(shape)
+    compiled = planned_model(model, {"x": x})
+    for i in range(3):
+        for j in range(3):
+            x = rng.standard_normal(shape)
+            x[0, 0, i, j], x[0, -1, h_ - 1 - i, w_ - 1 - j] = np.nan, np.inf
+            x[0, 0, h_ - 1, (j + 1) % w_] = -np.inf
+            padded = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)), constant_values=-np.inf)
+            want = np.max([padded[:, :, a:a + h_, b:b + w_] for a in range(3) for b in range(3)],
+                          axis=0)
+            np.testing.assert_array_equal(compiled.run({"x": x})["y"], want)
+
+
+def test_padded_rows_in_float64():
+    # float64: 8 lanes, so 12-wide rows are two vectors; onnxruntime has no float64 Conv
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((2, 3, 9, 12))
+    w = rng.standard_normal((3, 1, 5, 5))
+    zero = np.pad(x, ((0, 0), (0, 0), (2, 2), (2, 2)))
+    want = sum(zero[:, :, i:i + 9, j:j + 12] * w[None, :, 0, i, j, None, None]
+               for i in range(5) for j in range(5))
+    node = h.make_node("Conv", ["x", "w"], ["y"], group=3, kernel_shape=[5, 5],
+                       pads=[2, 2, 2, 2])
+    model = _model([node], x.shape, want.shape, {"w": w}, TensorProto.DOUBLE)
+    compiled = planned_model(model, {"x": x})
+    np.testing.assert_allclose(compiled.run({"x": x})["y"], want, rtol=1e-12, atol=1e-12)
+    assert PADDED in compiled.profile({"x": x}).rows[0].plan
+
+
 def test_fused_activation_is_typed():
     clip = Activation.clip(0, 6)
     assert clip.bounds == (0.0, 6.0) and clip.kernel_argument == (0.0, 6.0)
