@@ -42,6 +42,15 @@ POINTER = ir.PointerType()
 ENTRY = "tensoralg_planar"
 MR = 6      # output channels per register tile
 UNIT_BLOCK_BYTES = 32768  # input values a unit keeps in L1 (of 48 KiB) across its tiles
+# A unit's input block when few tiles of output channels sweep it (under MANY_TILES): then
+# each value is read a few times only, and what costs is streaming the input planes in, one
+# stream a plane; runs of a panel or two a plane (72 planes of 3136 positions: one panel of
+# 64 values each) left the prefetchers behind. One thread, batch 8, float32, 32 against 128
+# KiB: 24 <- 72 channels at 56 x 56 10-17 -> 30-34 GFMA/s, 144 <- 24 19 -> 26-27, 48 <- 16
+# at 112 x 112 17 -> 20-22, 32 <- 192 at 28 x 28 32-41 -> 37-45; 240 <- 40 (40 tiles) 37-39
+# -> 34-35, so a block swept by many tiles stays in L1.
+STREAM_BLOCK_BYTES = 131072
+MANY_TILES = 32
 
 
 def planar_module(shape: GemmShape) -> ir.Module:
@@ -286,17 +295,21 @@ def pack_weight(weight: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(packed.reshape(tiles, MR, columns).transpose(0, 2, 1))
 
 
-def block_panels(shape: GemmShape, channels: int, positions: int) -> int:
-    """Panels per unit for ``channels`` input planes of ``positions``: as many as keep a
-    block of input planes' columns (``kc x panels * NR`` values) within ``UNIT_BLOCK_BYTES``.
+def block_panels(shape: GemmShape, channels: int, positions: int, out_channels: int) -> int:
+    """Panels per unit for ``channels`` input planes of ``positions`` and ``out_channels``
+    outputs: as many as keep a block of input planes' columns (``kc x panels * NR`` values)
+    within :data:`UNIT_BLOCK_BYTES` where :data:`MANY_TILES` tiles of output channels or more
+    sweep it, else within :data:`STREAM_BLOCK_BYTES`.
 
-    >>> block_panels(GemmShape(np.dtype(np.float32), 16, 4), 16, 12544)
-    8
+    >>> shape = GemmShape(np.dtype(np.float32), 16, 4)
+    >>> block_panels(shape, 16, 12544, 256), block_panels(shape, 16, 12544, 24)
+    (8, 32)
     """
     k_blocks = max(1, -(-channels // shape.kc))
     k_step = max(1, -(-channels // k_blocks))
     panels = max(1, -(-positions // shape.nr))
-    fit = UNIT_BLOCK_BYTES // (k_step * shape.nr * shape.dtype.itemsize)
+    budget = UNIT_BLOCK_BYTES if -(-out_channels // MR) >= MANY_TILES else STREAM_BLOCK_BYTES
+    fit = budget // (k_step * shape.nr * shape.dtype.itemsize)
     return max(1, min(panels, fit))
 
 

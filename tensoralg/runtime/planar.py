@@ -159,7 +159,7 @@ class BoundPlanar(RangeCall):
         images = x.shape[0]
         positions = int(np.prod(x.shape[2:], dtype=np.int64))
         panels = -(-positions // conv.shape.nr)
-        per_unit = block_panels(conv.shape, conv.channels, positions)
+        per_unit = block_panels(conv.shape, conv.channels, positions, conv.out_channels)
         units = images * -(-panels // per_unit)
         parts = 1
         if conv.threads is not None:
