@@ -274,3 +274,36 @@ def test_runs_of_constant_positions():
     assert runs(np.array([4, 5, 6, 6, 0])) == [(0, 4, 3), (3, 6, 1), (4, 0, 1)]
     scattered = np.arange(0, 2 * (MAX_RUNS + 1), 2)
     assert block_gather("ctx", ((4, 40), np.dtype(np.float32)), scattered, 1) is None
+
+
+@pytest.mark.parametrize("perm, back", [
+    ((0, 2, 3, 1), (0, 3, 1, 2)),      # NCHW -> NHWC and back: batches of 2-D transposes
+    ((2, 3, 0, 1), (2, 3, 0, 1)),      # two blocks swapped, no leading axis kept
+    ((0, 1, 3, 2), (0, 1, 3, 2)),      # the last two axes
+    ((0, 2, 1, 3), (0, 2, 1, 3)),      # not a swap of blocks: the transpose statement
+])
+@pytest.mark.parametrize("elem", [TensorProto.FLOAT, TensorProto.DOUBLE])
+def test_transposes_are_compiled_calls_in_the_sequence(perm, back, elem):
+    from tensoralg.onnx.plan.movement_steps import batched_swap
+
+    shape = (2, 5, 7, 19)
+    middle = tuple(shape[p] for p in perm)
+    model = _model([h.make_node("Transpose", ["x"], ["t"], perm=list(perm)),
+                    h.make_node("Relu", ["t"], ["r"]),
+                    h.make_node("Transpose", ["r"], ["y"], perm=list(back))],
+                   [h.make_tensor_value_info("x", elem, list(shape))],
+                   [h.make_tensor_value_info("y", elem, [middle[p] for p in back])])
+    dtype = h.tensor_dtype_to_np_dtype(elem)
+    rng = np.random.default_rng(3)
+    compiled = planned_model(model, {"x": rng.standard_normal(shape).astype(dtype)})
+    _one_sequence(compiled)
+    for seed in (4, 5):       # a new input each run: the calls read the slot they are given
+        feeds = {"x": np.random.default_rng(seed).standard_normal(shape).astype(dtype)}
+        want = np.maximum(feeds["x"].transpose(perm), 0).transpose(back)
+        np.testing.assert_array_equal(compiled.run(feeds)["y"], want)
+    swap = batched_swap(shape, perm) is not None
+    assert swap == (perm != (0, 2, 1, 3))
+    # blocks transposed in registers (the channels-last copy's kernel) or the statement
+    kinds = {type(parts_of(s.run)[0][0]).__name__ for s in compiled.specialiser.latest().steps
+             if s.step.node.op_type == "Transpose"}
+    assert kinds == ({"BoundChannelsLast"} if swap else {"BoundCall"})

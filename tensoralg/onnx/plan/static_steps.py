@@ -589,11 +589,10 @@ def _call_parts(copies: list[tuple[Getter, Callable[[np.ndarray], None]]],
                 dynamic: list[tuple[str, Getter, tuple[int, ...]]], bound: Any
                 ) -> list[Part] | None:
     """The parts of :func:`_refresh_and_call` (None when a copy runs in NumPy)."""
-    if any(getattr(copy, "bound", None) is None for _, copy in copies):
+    parts = [copy.part(get) for get, copy in copies]      # type: ignore[attr-defined]
+    if any(part is None for part in parts):
         return None
-    return [(copy.bound, [("X", get, None)])          # type: ignore[attr-defined]
-            for get, copy in copies] + [(bound, [(letter, get, shape)
-                                                 for letter, get, shape in dynamic])]
+    return parts + [(bound, [(letter, get, shape) for letter, get, shape in dynamic])]
 
 
 def _sparse_head(context: Any, kernel: ta.Kernel, weight_t: Any, product: np.ndarray,
@@ -607,9 +606,8 @@ def _sparse_head(context: Any, kernel: ta.Kernel, weight_t: Any, product: np.nda
         def run(env: Env) -> None:
             copy(x(env))
             bound()
-        copier = getattr(copy, "bound", None)
-        return made_of(run, None if copier is None else
-                       [(copier, [("X", x, None)]), (bound, [])])
+        part = copy.part(x)      # type: ignore[attr-defined]
+        return made_of(run, None if part is None else [part, (bound, [])])
     if x.fixed is not None:
         call = kernel.bind(out=product, W=weight_t, X=contiguous(x.fixed))
         return made_of(lambda env: call(), [(call, [])])
