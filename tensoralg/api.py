@@ -35,6 +35,7 @@ from tensoralg.codegen import (
     ir_digest,
 )
 from tensoralg.codegen.epilogue import (  # noqa: F401  (the program API's fused activations)
+    GELU,
     HARD_SWISH,
     RELU,
     SIGMOID,

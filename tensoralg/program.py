@@ -20,7 +20,7 @@ a sequence with the inputs named in ``slots`` read from the sequence's slots at 
   (few input channels, patch blocks that stay in L1; :func:`compiled_conv_gathers` says when a
   weights-compiled-in kernel would gather instead);
 - fused activations: every convolution and dense-layer call takes an :class:`Activation`
-  (ReLU, Clip, Sigmoid, SiLU, HardSigmoid, HardSwish; :data:`RELU`, :data:`SILU`, ... and
+  (ReLU, Clip, Sigmoid, SiLU, HardSigmoid, HardSwish, GELU; :data:`RELU`, :data:`SILU`, ... and
   ``Activation.clip(low, high)``) and applies it in registers before storing its results;
 - generated window and row kernels: :func:`window_kernel` (pooling, depthwise convolution),
   :func:`softmax_kernel`;
@@ -53,6 +53,7 @@ must outlive the sequence: the caller keeps the call objects.
 from __future__ import annotations
 
 from tensoralg.api import (
+    GELU,
     HARD_SWISH,
     RELU,
     SIGMOID,
@@ -89,7 +90,7 @@ from tensoralg.api import (
 )
 
 __all__ = [
-    "Activation", "HARD_SWISH", "RELU", "SIGMOID", "SILU", "as_activation",
+    "Activation", "GELU", "HARD_SWISH", "RELU", "SIGMOID", "SILU", "as_activation",
     "BoundCall", "CallSequence", "DenseLayer", "NativeGroup", "RowCompressor", "Slot",
     "block_copy_call", "broadcast_call", "canonical_csr", "compiled_conv_gathers", "conv_layer",
     "copy_call", "cumsum_call", "grouped_conv", "patch_conv_of", "pointwise_conv",

@@ -143,7 +143,7 @@ def test_activation_values_are_checked():
     with pytest.raises(ValueError, match="alpha 1/6"):
         Activation("HardSwish", alpha=0.2, beta=0.5)
     with pytest.raises(ValueError, match="unknown fused activation"):
-        Activation("Gelu")
+        Activation("Mish")
 
 
 def _reference(y: np.ndarray, activation: Activation) -> np.ndarray:

@@ -16,7 +16,8 @@ variant.
 Numerics follow the unfused graph: the float32 sigmoid is the rational function onnxruntime
 evaluates (:func:`_sigmoid`), float64 ``1 / (1 + exp(-x))``, SiLU is ``x * sigmoid(x)``,
 ``HardSigmoid`` is ``max(0, min(1, alpha * x + beta))`` and ``HardSwish`` ``x * HardSigmoid``
-with ONNX's ``alpha = 1/6, beta = 1/2``; NaN propagates through every one.
+with ONNX's ``alpha = 1/6, beta = 1/2``, GELU ``x/2 (1 + erf(x / sqrt 2))`` with the
+importer's erf (:data:`~tensoralg.codegen.epilogue.ERF_A`); NaN propagates through every one.
 """
 from __future__ import annotations
 
@@ -27,6 +28,8 @@ from llvmlite import ir
 
 from tensoralg.codegen.epilogue import (
     ANY_SMOOTH,
+    ERF_A,
+    ERF_P,
     HARD_SWISH,
     SMOOTH_FLAGS,
     Activation,
@@ -116,6 +119,23 @@ def _sigmoid(builder: ir.IRBuilder, value: ir.Value) -> ir.Value:
     return emit_clamp(builder, ratio, c(0.0), one)
 
 
+def _erf(builder: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """erf(x) as the importer's statements compute it (``codegen.epilogue.erf_text``): the
+    sign of x (0 for 0 and NaN, so NaN stays NaN) times ``1 - t p(t) exp(-x^2)``."""
+    kind = x.type
+    one, zero = _splat(1.0, kind, builder), _splat(0.0, kind, builder)
+    magnitude = builder.select(builder.fcmp_ordered("<", x, zero), builder.fneg(x), x)
+    t = builder.fdiv(one, builder.fadd(one, builder.fmul(_splat(ERF_P, kind, builder),
+                                                         magnitude)))
+    poly = _splat(ERF_A[-1], kind, builder)
+    for coefficient in reversed(ERF_A[:-1]):
+        poly = builder.fadd(_splat(coefficient, kind, builder), builder.fmul(t, poly))
+    tail = builder.fmul(builder.fmul(t, poly), _exp(builder, builder.fneg(builder.fmul(x, x))))
+    sign = builder.fsub(builder.select(builder.fcmp_ordered(">", x, zero), one, zero),
+                        builder.select(builder.fcmp_ordered("<", x, zero), one, zero))
+    return builder.fmul(sign, builder.fsub(one, tail))
+
+
 def emit_activation(builder: ir.IRBuilder, value: ir.Value, relu: Any,
                     alpha: ir.Value | None = None, beta: ir.Value | None = None) -> ir.Value:
     """``value`` (a float or vector of floats) under the activation ``relu`` (as
@@ -132,6 +152,11 @@ def emit_activation(builder: ir.IRBuilder, value: ir.Value, relu: Any,
     if activation.kind in ("Sigmoid", "Silu"):
         sigmoid = _sigmoid(builder, value)
         return sigmoid if activation.kind == "Sigmoid" else builder.fmul(value, sigmoid)
+    if activation.kind == "Gelu":
+        half = _splat(0.5, kind, builder)
+        erf = _erf(builder, builder.fmul(value, _splat(math.sqrt(0.5), kind, builder)))
+        return builder.fmul(builder.fmul(half, value),
+                            builder.fadd(_splat(1.0, kind, builder), erf))
     one = _splat(1.0, kind, builder)
     slope = _splat(activation.alpha if alpha is None else alpha, kind, builder)
     offset = _splat(activation.beta if beta is None else beta, kind, builder)

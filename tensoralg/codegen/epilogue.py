@@ -3,7 +3,8 @@
 :class:`Activation` is what every kernel's ``relu`` parameter takes (with False, True and a
 clamp's ``(low, high)`` as shorthands): the ONNX importer fuses a ``Relu``, ``Clip``,
 ``Sigmoid``, ``HardSigmoid``, ``HardSwish`` or a ``Sigmoid``/``Mul`` SiLU into the ``Conv``
-before it and hands the kernels this value. :func:`epilogue_flags` gives the run-time flag
+before it, and a ``Gelu`` (the erf form) into the dense layer before it, and hands the kernels
+this value. :func:`epilogue_flags` gives the run-time flag
 bits and parameters of the modules one dtype shares across layers. The code itself is emitted
 by ``codegen/activation.py``; this module is plain Python, so that describing an activation
 loads no LLVM.
@@ -14,13 +15,18 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-KINDS = ("Relu", "Clip", "Sigmoid", "Silu", "HardSigmoid", "HardSwish")
+KINDS = ("Relu", "Clip", "Sigmoid", "Silu", "HardSigmoid", "HardSwish", "Gelu")
 # Run-time flag bits of the shared modules (the generated GEMM, the planar and patch
 # convolutions): a bias, ReLU, a clamp, then one bit per smooth kind.
 FLAG_BIAS, FLAG_RELU, FLAG_CLIP = 1, 2, 4
-SMOOTH_FLAGS = {"Sigmoid": 8, "Silu": 16, "HardSigmoid": 32, "HardSwish": 64}
+SMOOTH_FLAGS = {"Sigmoid": 8, "Silu": 16, "HardSigmoid": 32, "HardSwish": 64, "Gelu": 128}
 ANY_SMOOTH = sum(SMOOTH_FLAGS.values())
 PARAMETERS = 4      # values past a kernel's bias: clamp low, clamp high, alpha, beta
+# erf(x) as 1 - t * p(t) * exp(-x^2), t = 1 / (1 + ERF_P |x|), with erf's sign (Abramowitz and
+# Stegun 7.1.26, absolute error < 1.5e-7): the form the importer's Erf and Gelu statements
+# use, so a GELU fused into a kernel agrees with the unfused graph.
+ERF_P = 0.3275911
+ERF_A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +97,8 @@ class Activation:
             return f"sigmoid({body})"
         if self.kind == "Silu":
             return f"(({body}) * sigmoid({body}))"
+        if self.kind == "Gelu":
+            return f"(0.5 * ({body}) * (1 + {erf_text(f'(({body}) * {math.sqrt(0.5)!r})')}))"
         hard = f"max(min((({body}) * {literal(self.alpha)} + {literal(self.beta)}), 1), 0)"
         return hard if self.kind == "HardSigmoid" else f"(({body}) * {hard})"
 
@@ -100,6 +108,19 @@ class Activation:
         if self.kind == "HardSigmoid":
             return f"HardSigmoid({self.alpha!r}, {self.beta!r})"
         return self.kind
+
+
+def erf_text(x: str) -> str:
+    """Statement text of erf of ``x`` (statement text) by :data:`ERF_A` and :data:`ERF_P`.
+
+    >>> erf_text("z").startswith("((gt(z, 0) + (-1) * lt(z, 0)) * ")
+    True
+    """
+    t = f"(1 / (1 + {ERF_P!r} * abs({x})))"
+    poly = literal(ERF_A[-1])
+    for coefficient in reversed(ERF_A[:-1]):
+        poly = f"({literal(coefficient)} + {t} * {poly})"
+    return f"((gt({x}, 0) + (-1) * lt({x}, 0)) * (1 + (-1) * {t} * {poly} * exp((-1) * {x} * {x})))"
 
 
 def literal(value: float) -> str:
@@ -112,6 +133,7 @@ RELU = Activation("Relu", 0.0, math.inf)
 SIGMOID = Activation("Sigmoid")
 SILU = Activation("Silu")
 HARD_SWISH = Activation("HardSwish", alpha=1 / 6, beta=0.5)
+GELU = Activation("Gelu")
 
 
 def as_activation(relu: Any) -> Activation | None:
@@ -162,5 +184,6 @@ def describe(relu: Any) -> str:
     return str(activation).lower()
 
 
-__all__ = ["ANY_SMOOTH", "Activation", "FLAG_BIAS", "FLAG_CLIP", "FLAG_RELU", "HARD_SWISH", "KINDS", "PARAMETERS", "RELU", "SIGMOID",
-           "SILU", "SMOOTH_FLAGS", "as_activation", "describe", "epilogue_flags", "literal"]
+__all__ = ["ANY_SMOOTH", "Activation", "ERF_A", "ERF_P", "FLAG_BIAS", "FLAG_CLIP", "FLAG_RELU", "GELU",
+           "HARD_SWISH", "KINDS", "PARAMETERS", "RELU", "SIGMOID", "SILU", "SMOOTH_FLAGS",
+           "as_activation", "describe", "epilogue_flags", "erf_text", "literal"]

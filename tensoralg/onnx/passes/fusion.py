@@ -74,7 +74,8 @@ FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 PRODUCT = "<product>"  # the value name of a head's BLAS product inside a fused program
 
 
-def _gelu(attributes: dict[str, Any], a: str) -> str:
+def gelu_text(attributes: dict[str, Any], a: str) -> str:
+    """Statement text of ``Gelu(a)`` with the node's ``attributes`` (the erf or tanh form)."""
     if attributes.get("approximate", "none") == "tanh":
         return (f"(0.5 * {a} * (1 + tanh(0.7978845608028654 * ({a} + 0.044715 * {a} * {a} "
                 f"* {a}))))")
@@ -141,7 +142,7 @@ TEMPLATES: dict[str, Callable[..., str]] = {
     "Softplus": lambda _, a: f"({SOFTPLUS.format(a)})",
     "Identity": lambda _, a: a,
     "Erf": lambda _, a: f"({erf_template(a)})",
-    "Gelu": _gelu,
+    "Gelu": gelu_text,
     "Clip": _clip,
     "LeakyRelu": lambda at, a: (f"(max({a}, 0) + {literal(at.get('alpha', 0.01))} * "
                                 f"min({a}, 0))"),

@@ -5,7 +5,7 @@ BatchNormalization folding and the other BatchNormalizations as a multiply-add
 (:mod:`folding`), Einsums that are matrix products as MatMuls
 (:mod:`einsum_products`), Pow by 2 or 3 as multiplications (:mod:`small_powers`), MatMul
 re-association (:mod:`fusion`), embedding
-bags (:mod:`bags`) and fusion of elementwise chains and contraction epilogues (:mod:`fusion`).
+bags (:mod:`bags`), GELU written with Erf as one Gelu node (:mod:`gelu`) and fusion of elementwise chains and contraction epilogues (:mod:`fusion`).
 Level 3 adds sparse weights (:mod:`sparse_weights`), compiled into the fused statements. Each
 pass is a function ``Graph -> Graph`` whose docstring states what it establishes;
 :func:`describe` prints a graph after each pass (``print_ir("passes")``).
@@ -27,6 +27,7 @@ from tensoralg.onnx.passes.folding import (
     fuse_conv_activations,
 )
 from tensoralg.onnx.passes.fusion import fuse, reassociate_matmuls
+from tensoralg.onnx.passes.gelu import erf_gelus_as_gelu
 from tensoralg.onnx.passes.small_powers import small_powers_as_products
 from tensoralg.onnx.passes.sparse_weights import find_sparse_weights
 from tensoralg.onnx.plan.executor import call_node
@@ -150,6 +151,7 @@ def pipeline(opt_level: int, model: onnx.ModelProto, kernels: KernelSet,
             ("small powers", small_powers_as_products),
             ("matmul re-association", reassociate_matmuls),
             ("embedding bags", recognise_bags),
+            ("erf gelu", erf_gelus_as_gelu),
         ]
     if opt_level == 2:
         steps += [("conv+relu", fuse_conv_activations), ("fusion", fuse)]

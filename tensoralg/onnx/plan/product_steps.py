@@ -20,7 +20,7 @@ import numpy as np
 from tensoralg import program
 from tensoralg.onnx.ops.matmul import use_blas
 from tensoralg.onnx.ops.windows import windows
-from tensoralg.onnx.passes.fusion import FLOATS, clamp_text, fused, fused_activation
+from tensoralg.onnx.passes.fusion import FLOATS, clamp_text, fused, fused_activation, gelu_text
 from tensoralg.onnx.plan.executor import Step
 from tensoralg.onnx.plan.step_base import (
     Env,
@@ -34,7 +34,7 @@ from tensoralg.onnx.plan.step_base import (
     placeholder,
 )
 from tensoralg.onnx.plan.window_steps import depthwise_spec, grouped_window_spec
-from tensoralg.program import DenseLayer, dense_layer
+from tensoralg.program import GELU, Activation, DenseLayer, dense_layer
 
 # Below this many outputs a layer's epilogue stays a kernel of its own (it may not be one the
 # GEMM applies) and, over a K this long, the product is a dot-product statement instead of
@@ -66,10 +66,11 @@ _ATOM = re.compile(r"\(([A-Za-z_]\w*\([a-z,]*\))\)")   # (A(i,j)) -> A(i,j)
 
 @dataclass(frozen=True)
 class Epilogue:
-    """What the GEMM can apply itself: a column bias (an operand name) and/or a ReLU."""
+    """What the GEMM can apply itself: a column bias (an operand name) and/or an activation
+    (``relu``: True for ReLU, or :data:`tensoralg.program.GELU`)."""
 
     bias: str | None
-    relu: bool
+    relu: bool | Activation
 
 
 def _strip(text: str) -> str:
@@ -104,14 +105,21 @@ def gemm_epilogue(statement: str, operands: Mapping[str, tuple[str, tuple[int, .
     Epilogue(bias='b', relu=True)
     >>> gemm_epilogue("Y(i,j) = sigmoid(A(i,j))", ops, "A", 3) is None
     True
+    >>> gemm_epilogue("Y(i,j) = " + gelu_text({}, "(B(j) + (A(i,j)))"), ops, "A", 3)
+    Epilogue(bias='b', relu=Activation(kind='Gelu', low=-inf, high=inf, alpha=0.0, beta=0.0))
     """
     lhs, _, rhs = statement.partition("=")
     if lhs.replace(" ", "") != "Y(i,j)":
         return None
     body = _strip(rhs)
-    relu = False
+    relu: bool | Activation = False
     if body.startswith("max(") and body.endswith(",0)") and _closing(body, 3) == len(body) - 1:
         body, relu = _strip(body[4:-3]), True
+    elif body.startswith("0.5*(") and _closing(body, 4) > 0:
+        # GELU (erf form) of the part in the first parentheses, if the rest is its formula
+        inner = body[4:_closing(body, 4) + 1]
+        if _strip(gelu_text({}, inner)) == body:
+            body, relu = _strip(inner), GELU
     p = f"{product}(i,j)"
     if body == p:
         return Epilogue(None, relu)
