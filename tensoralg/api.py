@@ -42,6 +42,7 @@ from tensoralg.codegen.epilogue import (  # noqa: F401  (the program API's fused
     SILU,
     Activation,
     as_activation,
+    erf_text,
 )
 from tensoralg.contract_path import contract_by_path, plan_contraction
 from tensoralg.errors import (

@@ -76,6 +76,7 @@ from tensoralg.api import (
     data_address,
     dense_layer,
     direct_conv,
+    erf_text,
     gather_call,
     gram_call,
     grouped_conv,
@@ -90,7 +91,7 @@ from tensoralg.api import (
 )
 
 __all__ = [
-    "Activation", "GELU", "HARD_SWISH", "RELU", "SIGMOID", "SILU", "as_activation",
+    "Activation", "GELU", "HARD_SWISH", "RELU", "SIGMOID", "SILU", "as_activation", "erf_text",
     "BoundCall", "CallSequence", "DenseLayer", "NativeGroup", "RowCompressor", "Slot",
     "block_copy_call", "broadcast_call", "canonical_csr", "compiled_conv_gathers", "conv_layer",
     "copy_call", "cumsum_call", "grouped_conv", "patch_conv_of", "pointwise_conv",

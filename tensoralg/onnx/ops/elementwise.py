@@ -28,6 +28,7 @@ from tensoralg.onnx.ops.kernels import (
     negate,
 )
 from tensoralg.onnx.ops.registry import op
+from tensoralg.program import erf_text
 
 
 def _unary(template: str, needs_float: bool = False) -> Any:
@@ -217,21 +218,11 @@ def where(node: NodeContext, condition: np.ndarray, a: np.ndarray, b: np.ndarray
     return elementwise(node, "where({0}, {1}, {2})", c, a, b, dtype=dtype, out_dtype=a.dtype)
 
 
-# Abramowitz & Stegun 7.1.26: erf(x) = 1 - t (a1 + t (a2 + t (a3 + t (a4 + t a5)))) exp(-x^2),
-# t = 1 / (1 + p |x|), for x >= 0; erf is odd, so the sign of x is multiplied back in.
-_ERF_P = 0.3275911
-_ERF_A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
-
-
 def erf_template(x: str) -> str:
-    """A statement expression for erf(x) in terms of ``x`` (absolute error < 1.5e-7)."""
-    t = f"(1 / (1 + {_ERF_P} * abs({x})))"
-    poly = literal(_ERF_A[-1])
-    for coefficient in reversed(_ERF_A[:-1]):
-        poly = f"({literal(coefficient)} + {t} * {poly})"
-    sign = f"({minus(f'gt({x}, 0)', f'lt({x}, 0)')})"
-    tail = f"{t} * {poly} * exp({negate(f'{x} * {x}')})"
-    return f"{sign} * ({minus('1', tail)})"
+    """A statement expression for erf(x) in terms of ``x`` (absolute error < 1.5e-7): Abramowitz
+    and Stegun 7.1.26, the formula a GELU fused into a kernel evaluates too
+    (``tensoralg.program.erf_text``)."""
+    return erf_text(x)
 
 
 @op("Erf", since=9)
