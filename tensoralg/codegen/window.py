@@ -318,14 +318,8 @@ def _deinterleaved_rows(body: "_Body", x: ir.Value, y: ir.Value, w: ir.Value,
                 taps = [[b.load(at(halves[ky], b.add(first, const((kx % 2) * half + kx // 2))),
                                 typ=vector, align=body.align.constant) for kx in range(kw)]
                         for ky in range(kh)]
-                acc = body.reduce_rows(taps, weights if depthwise else None, start)
-                # The fused activation in registers (a clamp keeps NaN, as the GEMM's does).
-                acc = emit_activation(b, acc, body.relu)
-                lane = b.add(body.splat(first, body.ivector),
-                             ir.Constant(body.ivector, list(range(lanes))))
-                valid = b.icmp_signed("<", lane, body.ints(g.out_width))
-                out = at(y_plane, b.add(b.mul(oh, const(g.out_width)), first))
-                b.call(body.store, [acc, out, body.align, valid])
+                body.store_row(body.reduce_rows(taps, weights if depthwise else None, start),
+                               y_plane, oh, first)
 
 
 def _padded_width(geometry: WindowGeometry, lanes: int) -> int:
@@ -433,14 +427,7 @@ def _padded_rows(body: "_Body", x: ir.Value, y: ir.Value, w: ir.Value, bias: ir.
                 taps = [[b.load(at(rows[ky], b.add(first, const(kx))), typ=vector,
                                 align=body.align.constant) for kx in range(kw)]
                         for ky in range(kh)]
-                acc = body.reduce_rows(taps, weights, start)
-                # The fused activation in registers (a clamp keeps NaN, as the GEMM's does).
-                acc = emit_activation(b, acc, body.relu)
-                lane = b.add(body.splat(first, body.ivector),
-                             ir.Constant(body.ivector, list(range(lanes))))
-                valid = b.icmp_signed("<", lane, body.ints(g.out_width))
-                out = at(y_plane, b.add(b.mul(oh, const(g.out_width)), first))
-                b.call(body.store, [acc, out, body.align, valid])
+                body.store_row(body.reduce_rows(taps, weights, start), y_plane, oh, first)
 
 
 class _Body:
@@ -474,6 +461,17 @@ class _Body:
 
     def constant(self, value: float) -> ir.Constant:
         return ir.Constant(self.vector, [value] * self.lanes)
+
+    def store_row(self, acc: ir.Value, y_plane: ir.Value, oh: ir.Value, first: ir.Value) -> None:
+        """``acc`` under the fused activation (in registers; a clamp keeps NaN, as the GEMM's
+        does) stored at output row ``oh``, columns ``first ..`` (those past the row masked)."""
+        b, g, lanes = self.b, self.g, self.lanes
+        acc = emit_activation(b, acc, self.relu)
+        lane = b.add(self.splat(first, self.ivector), ir.Constant(self.ivector, list(range(lanes))))
+        valid = b.icmp_signed("<", lane, self.ints(g.out_width))
+        out = b.gep(y_plane, [b.add(b.mul(oh, ir.Constant(I64, g.out_width)), first)],
+                    source_etype=self.scalar)
+        b.call(self.store, [acc, out, self.align, valid])
 
     def maximum(self, acc: ir.Value, value: ir.Value) -> ir.Value:
         """The larger of ``acc`` and ``value``, lane by lane, NaN in either winning (as NumPy's
