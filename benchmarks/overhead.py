@@ -23,7 +23,10 @@ Four parts, each checked against a reference before it is timed:
   per kernel. Then the disk-cache hit: one process compiles every kernel into a shared cache
   directory, a second reads them back (which links each cached LLVM kernel into a shared object
   in a background thread; the process waits for those threads), and each timed process after
-  them finds the kernel and its shared object on disk.
+  them finds the kernel and its shared object on disk. The children run with Python's bytecode
+  of tensoralg and llvmlite compiled first and ``PYTHONDONTWRITEBYTECODE`` unset, as an
+  installed package is imported: with that variable set (as on some CI images) every new
+  process compiles the modules a first call imports lazily from source, 30 ms or more here.
 - ``routes``: the same kernels called through ``ta.einsum`` and through a ``ta.compile``
   kernel, repeatedly: SpMV and SDDMM (rank-32 dense factors, CSR result) on a 2e4 x 2e4 CSR
   matrix with 4e5 nonzeros, MTTKRP (rank 32, dense result) on a CSF 3-tensor.
@@ -268,12 +271,26 @@ print(json.dumps({"import_s": import_s, "kernels": results,
 """
 
 
+def compile_bytecode():
+    """Compile tensoralg's and llvmlite's modules to bytecode, as installing them does (a first
+    call imports the code generator lazily; see the module docstring)."""
+    import compileall
+
+    import llvmlite
+
+    import tensoralg
+
+    for package in (tensoralg, llvmlite):
+        compileall.compile_dir(os.path.dirname(package.__file__), quiet=1)
+
+
 def child(kernels, directory, seed, threads, wait_link=False):
     """Run ``_CHILD`` in a new process on ``directory``; its JSON line, or ``{"error": ...}``."""
     spec = {"kernels": kernels, "seed": seed, "sizes": FIRST_CALL_SIZES,
             "statements": {k: FIRST_CALL[k] for k in kernels}, "wait_link": wait_link}
     env = dict(os.environ, TENSORALG_CACHE_DIR=str(directory),
                TENSORALG_NUM_THREADS=str(threads))
+    env.pop("PYTHONDONTWRITEBYTECODE", None)     # imports as an installed package's do
     try:
         proc = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(spec)], env=env,
                               capture_output=True, text=True, timeout=600)
@@ -298,6 +315,7 @@ def first_calls(cfg, seed, threads):
     out = {"processes": processes, "sizes": FIRST_CALL_SIZES,
            "kernels": {k: {"statement": FIRST_CALL[k][0], "formats": FIRST_CALL[k][1],
                            "cold": [], "hit": []} for k in kernels}}
+    compile_bytecode()
     temporary = Path(tempfile.mkdtemp(prefix="tensoralg-overhead-children-"))
     atexit.register(shutil.rmtree, temporary, True)
     # new process, new empty cache: one kernel per process, the kernels in turn

@@ -136,7 +136,7 @@ def git_state(root: Path = HERE.parent) -> dict[str, Any]:
 def environment_variables() -> dict[str, str | None]:
     """The variables that change what the libraries do (threads, BLAS kernel choice)."""
     names = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
-             "MKL_NUM_THREADS", "MKL_RT", "TENSORALG_NUM_THREADS")
+             "MKL_NUM_THREADS", "MKL_RT", "TENSORALG_NUM_THREADS", "PYTHONDONTWRITEBYTECODE")
     return {name: os.environ.get(name) for name in names}
 
 
