@@ -11,8 +11,13 @@ time over the default's (above 1: the default is faster).
 ``python benchmarks/conv_epilogue_ab.py windows`` times the window kernels alone, both ways,
 on the stride-2 layers of EfficientNet, MnasNet and ResNet (batch 8), interleaved.
 
-Prints only; the figures quoted in ``codegen/window.py`` and ``codegen/activation.py`` come
-from these two commands.
+``python benchmarks/conv_epilogue_ab.py kernels`` times the generated GEMM (float32, one
+thread) with and without its prefetch of A and with its packed weight on and off a 64-byte
+boundary, and the planar 1x1 kernel with its input block chosen by
+``codegen.planar.block_panels`` and with 32 KiB everywhere, interleaved, in GFMA/s.
+
+Prints only; the figures quoted in ``codegen/window.py``, ``codegen/activation.py``,
+``codegen/gemm.py`` and ``codegen/planar.py`` come from these commands.
 """
 from __future__ import annotations
 
@@ -172,6 +177,67 @@ def _window_pair(rng: Any, g: Any, n: int, c: int, mode: str, rule: str,
     return _interleaved(calls, rounds)
 
 
+GEMMS = [(600, 576, 64), (3000, 576, 64), (6272, 576, 64), (1024, 768, 3072), (256, 512, 256)]
+POINTWISE = [(24, 72, 3136), (24, 48, 3136), (144, 24, 3136), (48, 16, 12544), (240, 40, 784)]
+
+
+def compare_kernels(rounds: int) -> str:
+    """The GEMM's prefetch and weight alignment, and the planar kernel's input block, each
+    both ways on the shapes of :data:`GEMMS` and :data:`POINTWISE` (batch 8), in GFMA/s."""
+    import tensoralg
+    import tensoralg.codegen.gemm as gemm
+    import tensoralg.codegen.planar as planar
+    from tensoralg.codegen.build import build_llvm_module
+    from tensoralg.runtime.gemm import _PROTOTYPE, DenseLayer
+    from tensoralg.runtime.planar import PlanarConv
+
+    tensoralg.set_num_threads(1)
+    rng = np.random.default_rng(0)
+    shape = gemm.GemmShape.for_host(np.float32, True)
+    default = gemm.PREFETCH_BYTES
+    built = {}
+    for name, ahead in (("prefetch", default), ("no prefetch", 0)):
+        gemm.PREFETCH_BYTES = ahead
+        built[name] = build_llvm_module(lambda: gemm.gemm_module(shape), gemm.ENTRY, _PROTOTYPE,
+                                        cache=None, key=None, identity=None)
+    gemm.PREFETCH_BYTES = default
+
+    def layer(w: np.ndarray, variant: str) -> DenseLayer:
+        dense = DenseLayer(w, None)
+        dense.function = built["no prefetch" if variant == "no prefetch" else "prefetch"][0]
+        if variant == "unaligned":          # the packed weight 16 bytes past a boundary
+            raw = gemm.aligned_empty((dense.packed.size + 4,), np.float32)
+            moved = raw[4:].reshape(dense.packed.shape)
+            moved[...] = dense.packed
+            dense.packed = moved
+        return dense
+
+    lines = ["generated GEMM, float32, one thread (GFMA/s, median of interleaved rounds)"]
+    for m, k, n in GEMMS:
+        a = rng.standard_normal((m, k)).astype(np.float32)
+        w = rng.standard_normal((k, n)).astype(np.float32)
+        calls = {v: layer(w, v).bind(a, np.empty((m, n), np.float32))
+                 for v in ("default", "no prefetch", "unaligned")}
+        rates = {v: m * k * n / t / 1e9 for v, t in _interleaved(calls, rounds).items()}
+        lines.append(f"  {m}x{k}x{n}: " + "  ".join(f"{v} {r:5.1f}" for v, r in rates.items()))
+    lines.append("planar 1x1 kernel, batch 8, M <- C channels at P positions (GFMA/s)")
+    for m, c, positions in POINTWISE:
+        x = rng.standard_normal((8, c, positions, 1)).astype(np.float32)
+        calls = {}
+        for name, budget in (("rule", None), ("32 KiB", planar.UNIT_BLOCK_BYTES)):
+            if budget is not None:
+                planar.STREAM_BLOCK_BYTES, saved = budget, planar.STREAM_BLOCK_BYTES
+            conv = PlanarConv(rng.standard_normal((m, c)).astype(np.float32), None)
+            calls[name] = conv.bind(x, np.empty((8, m, positions, 1), np.float32))
+            if budget is not None:
+                planar.STREAM_BLOCK_BYTES = saved
+        rates = {v: 8 * m * c * positions / t / 1e9
+                 for v, t in _interleaved(calls, rounds).items()}
+        lines.append(f"  {m} <- {c} x {positions}: " +
+                     "  ".join(f"{v} {r:5.1f}" for v, r in rates.items()))
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -182,9 +248,13 @@ def main(argv: list[str] | None = None) -> int:
     windows = commands.add_parser("windows", help="window kernels alone, both ways of "
                                     "their row rules")
     windows.add_argument("--rounds", type=int, default=15)
+    kernels = commands.add_parser("kernels", help="GEMM prefetch and alignment, planar input "
+                                                  "block, both ways")
+    kernels.add_argument("--rounds", type=int, default=9)
     args = parser.parse_args(argv)
     print(compare_model(args.path, args.batch, args.rounds) if args.command == "model" else
-          compare_windows(args.rounds))
+          compare_windows(args.rounds) if args.command == "windows" else
+          compare_kernels(args.rounds))
     return 0
 
 

@@ -67,7 +67,8 @@ K_BLOCK = 384
 # rows lie K values apart, six streams the hardware prefetchers follow late; a software
 # prefetch 256 bytes ahead made the generated GEMM 3-15% faster on this Xeon (one thread,
 # float32, K-contiguous A, same-process A/B: 600x576x64 53 -> 57, 3000x576x64 48 -> 52,
-# 1024x768x3072 45 -> 47-52 GFMA/s). A convolution's rows are neighbouring positions of one
+# 1024x768x3072 45 -> 47-52 GFMA/s; ``python benchmarks/conv_epilogue_ab.py kernels``, whose
+# absolute rates follow the VM's drift). A convolution's rows are neighbouring positions of one
 # image row, whose lines the hardware already streams: there it gained nothing, and is off.
 PREFETCH_BYTES = 256
 
@@ -128,7 +129,7 @@ def pack_weight(weight: np.ndarray, shape: GemmShape) -> np.ndarray:
 
     The micro-kernel loads whole vectors of a panel row at every step: on a boundary each is
     one cache line; NumPy's 16-byte aligned arrays made most of them two (a split load), and
-    the GEMM 5-10% slower on AVX-512.
+    the GEMM 5-10% slower on AVX-512 (``python benchmarks/conv_epilogue_ab.py kernels``).
 
     >>> w = np.arange(6, dtype=np.float32).reshape(2, 3)
     >>> packed = pack_weight(w, GemmShape(np.dtype(np.float32), 2, 1))

@@ -48,7 +48,8 @@ UNIT_BLOCK_BYTES = 32768  # input values a unit keeps in L1 (of 48 KiB) across i
 # 64 values each) left the prefetchers behind. One thread, batch 8, float32, 32 against 128
 # KiB: 24 <- 72 channels at 56 x 56 10-17 -> 30-34 GFMA/s, 144 <- 24 19 -> 26-27, 48 <- 16
 # at 112 x 112 17 -> 20-22, 32 <- 192 at 28 x 28 32-41 -> 37-45; 240 <- 40 (40 tiles) 37-39
-# -> 34-35, so a block swept by many tiles stays in L1.
+# -> 34-35, so a block swept by many tiles stays in L1 (``python benchmarks/conv_epilogue_ab.py
+# kernels``; its absolute rates follow the VM's drift).
 STREAM_BLOCK_BYTES = 131072
 MANY_TILES = 32
 

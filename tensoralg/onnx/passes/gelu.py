@@ -37,15 +37,15 @@ def erf_gelus_as_gelu(graph: Graph) -> Graph:
     outputs = {v.name for v in graph.outputs}
     replaced: dict[str, Node] = {}      # name of the pattern's last node -> its Gelu
     dropped: set[str] = set()
-    for node in graph.nodes:
+    impl = lookup("Gelu", GELU_SINCE)
+    for node in graph.nodes if impl is not None else ():
         if node.op_type != "Erf" or node.name in dropped:
             continue
         found = _match(node, graph, consumers, producer, outputs)
         if found is None:
             continue
         x, top, members = found
-        impl = lookup("Gelu", GELU_SINCE)
-        if impl is None or members & dropped:
+        if members & dropped:
             continue
         replaced[top.name] = Node(top.name, "Gelu", (x,), top.outputs[:1],
                                   {"approximate": "none"}, GELU_SINCE, impl)
@@ -84,14 +84,14 @@ def _match(erf: Node, graph: Graph, consumers: dict[str, list[Node]],
         top, value = reader, reader.outputs[0]
     if top is plus:
         return None
-    members = {scaled.name, erf.name, plus.name}
+    members = {node.name: node for node in (scaled, erf, plus)}
     factors: list[str] = []
 
     def flatten(name: str) -> None:
         node = producer.get(name)
         if node is not None and node.op_type == "Mul" and name != x and \
                 (node is top or only_reader(name) is not None):
-            members.add(node.name)
+            members[node.name] = node
             for operand in node.inputs:
                 flatten(operand)
         else:
@@ -102,18 +102,19 @@ def _match(erf: Node, graph: Graph, consumers: dict[str, list[Node]],
     if len(halves) != 1 or rest != sorted([x, plus.outputs[0]]):
         return None
     # Every node taken must be read only inside the pattern (its last node aside).
-    for name in members - {top.name}:
-        node = next(n for n in graph.nodes if n.name == name)
-        if any(reader.name not in members for reader in consumers.get(node.outputs[0], [])):
+    for node in members.values():
+        if node is not top and any(reader.name not in members
+                                   for reader in consumers.get(node.outputs[0], [])):
             return None
-    return x, top, members
+    return x, top, set(members)
 
 
 def _scaled_input(node: Node, graph: Graph) -> str | None:
     """``x`` when ``node`` is ``x / sqrt 2`` or ``x * (1 / sqrt 2)`` (either side)."""
-    if node.op_type == "Div" and _scalar(node.inputs[1], graph) is not None and \
-            math.isclose(_scalar(node.inputs[1], graph), math.sqrt(2), rel_tol=_TOLERANCE):
-        return node.inputs[0]
+    if node.op_type == "Div":
+        scale = _scalar(node.inputs[1], graph)
+        return node.inputs[0] if scale is not None and \
+            math.isclose(scale, math.sqrt(2), rel_tol=_TOLERANCE) else None
     if node.op_type == "Mul":
         for this, other in ((0, 1), (1, 0)):
             scale = _scalar(node.inputs[other], graph)

@@ -65,7 +65,6 @@ def permuter(context: Any, target: np.ndarray, shape: tuple[int, ...],
             return
         bound.rebind(name, source.reshape(operand))
         bound()
-    run.bound = bound      # type: ignore[attr-defined]
     # A compiled sequence hands the kernel its input slot reshaped as the call reads it.
     slot_shape = operand if swap is not None else None
     run.part = lambda get: (bound, [(name, get, slot_shape)])     # type: ignore[attr-defined]
