@@ -14,7 +14,8 @@ on the stride-2 layers of EfficientNet, MnasNet and ResNet (batch 8), interleave
 ``python benchmarks/conv_epilogue_ab.py kernels`` times the generated GEMM (float32, one
 thread) with and without its prefetch of A and with its packed weight on and off a 64-byte
 boundary, and the planar 1x1 kernel with its input block chosen by
-``codegen.planar.block_panels`` and with 32 KiB everywhere, interleaved, in GFMA/s.
+``codegen.planar.block_panels``, with 32 KiB everywhere and without its prefetch of the input
+planes, interleaved, in GFMA/s.
 
 Prints only; the figures quoted in ``codegen/window.py``, ``codegen/activation.py``,
 ``codegen/gemm.py`` and ``codegen/planar.py`` come from these commands.
@@ -178,7 +179,8 @@ def _window_pair(rng: Any, g: Any, n: int, c: int, mode: str, rule: str,
 
 
 GEMMS = [(600, 576, 64), (3000, 576, 64), (6272, 576, 64), (1024, 768, 3072), (256, 512, 256)]
-POINTWISE = [(24, 72, 3136), (24, 48, 3136), (144, 24, 3136), (48, 16, 12544), (240, 40, 784)]
+POINTWISE = [(24, 72, 3136), (24, 48, 3136), (144, 24, 3136), (48, 16, 12544), (240, 40, 784),
+             (16, 128, 2916), (48, 384, 729)]
 
 
 def compare_kernels(rounds: int) -> str:
@@ -189,6 +191,7 @@ def compare_kernels(rounds: int) -> str:
     import tensoralg.codegen.planar as planar
     from tensoralg.codegen.build import build_llvm_module
     from tensoralg.runtime.gemm import _PROTOTYPE, DenseLayer
+    import tensoralg.runtime.planar as planar_runtime
     from tensoralg.runtime.planar import PlanarConv
 
     tensoralg.set_num_threads(1)
@@ -221,13 +224,23 @@ def compare_kernels(rounds: int) -> str:
         rates = {v: m * k * n / t / 1e9 for v, t in _interleaved(calls, rounds).items()}
         lines.append(f"  {m}x{k}x{n}: " + "  ".join(f"{v} {r:5.1f}" for v, r in rates.items()))
     lines.append("planar 1x1 kernel, batch 8, M <- C channels at P positions (GFMA/s)")
+    ahead = planar.PREFETCH_PANELS
+    planar.PREFETCH_PANELS = 0
+    unfetched = build_llvm_module(lambda: planar.planar_module(shape), planar.ENTRY,
+                                  planar_runtime._PROTOTYPE, cache=None, key=None,
+                                  identity=None)
+    planar.PREFETCH_PANELS = ahead
     for m, c, positions in POINTWISE:
         x = rng.standard_normal((8, c, positions, 1)).astype(np.float32)
+        weight = rng.standard_normal((m, c)).astype(np.float32)
         calls = {}
-        for name, budget in (("rule", None), ("32 KiB", planar.UNIT_BLOCK_BYTES)):
+        for name, budget in (("rule", None), ("32 KiB", planar.UNIT_BLOCK_BYTES),
+                             ("no prefetch", None)):
             if budget is not None:
                 planar.STREAM_BLOCK_BYTES, saved = budget, planar.STREAM_BLOCK_BYTES
-            conv = PlanarConv(rng.standard_normal((m, c)).astype(np.float32), None)
+            conv = PlanarConv(weight, None)
+            if name == "no prefetch":
+                conv.function = unfetched[0]
             calls[name] = conv.bind(x, np.empty((8, m, positions, 1), np.float32))
             if budget is not None:
                 planar.STREAM_BLOCK_BYTES = saved

@@ -35,7 +35,13 @@ from tensoralg.codegen.gemm import (
     emit_clamp,
     vector_intrinsics,
 )
-from tensoralg.codegen.llvm_helpers import counted_loop, entry_alloca, if_else, if_then
+from tensoralg.codegen.llvm_helpers import (
+    counted_loop,
+    declare,
+    entry_alloca,
+    if_else,
+    if_then,
+)
 
 I1, I32, I64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
 POINTER = ir.PointerType()
@@ -52,6 +58,15 @@ UNIT_BLOCK_BYTES = 32768  # input values a unit keeps in L1 (of 48 KiB) across i
 # kernels``; its absolute rates follow the VM's drift).
 STREAM_BLOCK_BYTES = 131072
 MANY_TILES = 32
+# How many panels ahead the first tile of output channels to sweep a block of input planes
+# prefetches each plane (0: no prefetch). That sweep streams the planes in from memory, one
+# stream a plane, 256 bytes a plane per panel: far more streams than the hardware prefetchers
+# follow (128 planes of 2916 positions left them at 4 GB/s). One thread, batch 8, float32,
+# same-process A/B (``python benchmarks/conv_epilogue_ab.py kernels``): 16 <- 128 channels at
+# 54 x 54 13 -> 16, 16 <- 96 18 -> 23, 48 <- 384 at 27 x 27 27 -> 30, 24 <- 72 at 56 x 56
+# 23 -> 25 GFMA/s; layers whose blocks stay in cache unchanged; one panel ahead gained less,
+# three or four no more, into L2 instead of L1 slightly less.
+PREFETCH_PANELS = 2
 
 
 def planar_module(shape: GemmShape) -> ir.Module:
@@ -77,20 +92,21 @@ def planar_module(shape: GemmShape) -> ir.Module:
 
 def _micro_kernel(module: ir.Module, shape: GemmShape, scalar: ir.Type, rows: int,
                   vectors: int, a_step: int = 1) -> ir.Function:
-    """``micro(A_rows, B, ldb, C_rows, col, kc, ncols, bias, mode, bounds)``: a ``rows x
+    """``micro(A_rows, B, ldb, C_rows, col, kc, ncols, bias, mode, bounds, prefetch)``: a ``rows x
     (vectors * lanes)`` tile of output over ``kc`` input planes. Row ``r`` reads its weights
     along ``A_rows[r]``, ``a_step`` values apart (1: a row-major weight; ``MR``: a packed
     one), and writes at ``C_rows[r] + col``; step ``k`` reads ``ncols`` columns
     at ``B + k * ldb``. ``mode``: 1 adds the tile already in C (a later block of planes), 2 applies
     the epilogue (the last block), the flags in bits 2 and up; ``bias`` is the tile's first
-    row's bias."""
+    row's bias. With ``prefetch`` (an ``i1``) a tile of whole vectors prefetches each step's
+    row :data:`PREFETCH_PANELS` panels on."""
     lanes = shape.lanes
     vector, mask_type, fma, load, store = vector_intrinsics(module, scalar, lanes)
     fn = ir.Function(module, ir.FunctionType(ir.VoidType(), (
-        POINTER, POINTER, I64, POINTER, I64, I64, I64, POINTER, I32, POINTER)),
+        POINTER, POINTER, I64, POINTER, I64, I64, I64, POINTER, I32, POINTER, I1)),
         name=f"micro{rows}x{vectors}")
     fn.linkage = "internal"
-    a_rows, b, ldb, c_rows, col, kc, ncols, bias, mode, bounds = fn.args
+    a_rows, b, ldb, c_rows, col, kc, ncols, bias, mode, bounds, prefetch = fn.args
     for pointer in (a_rows, b, c_rows, bias):
         pointer.add_attribute("noalias")
     builder = ir.IRBuilder(fn.append_basic_block("entry"))
@@ -119,10 +135,21 @@ def _micro_kernel(module: ir.Module, shape: GemmShape, scalar: ir.Type, rows: in
             builder.store(zero, slot)
     step = entry_alloca(builder, I64, "k")
 
-    def steps(masked: bool) -> None:
+    def steps(masked: bool, ahead: bool = False) -> None:
         with counted_loop(builder, step, const(0), lambda: kc, "k"):
             k = builder.load(step, typ=I64)
             b_row = at(b, builder.mul(k, ldb))
+            if ahead:
+                touch = declare(module, "llvm.prefetch.p0", ir.VoidType(),
+                                (POINTER, I32, I32, I32))
+                line = 64 // shape.dtype.itemsize
+                for offset in range(shape.nr * PREFETCH_PANELS,
+                                    shape.nr * (PREFETCH_PANELS + 1), line):
+                    # Not inbounds: past the plane's end a prefetch is harmless.
+                    where = builder.gep(b_row, [const(offset)], source_etype=scalar)
+                    builder.call(touch, [where, ir.Constant(I32, 0),
+                                         ir.Constant(I32, 3),
+                                         ir.Constant(I32, 1)])
             b_vectors = [builder.call(load, [at(b_row, const(lanes * v)), align, masks[v],
                                              zero]) if masked else
                          builder.load(at(b_row, const(lanes * v)), typ=vector,
@@ -140,7 +167,11 @@ def _micro_kernel(module: ir.Module, shape: GemmShape, scalar: ir.Type, rows: in
     full = builder.icmp_signed(">=", ncols, const(lanes * vectors))
     with if_else(builder, full, "full") as (then, otherwise):
         with then():
-            steps(False)
+            with if_else(builder, prefetch, "prefetch") as (first, later):
+                with first():
+                    steps(False, ahead=True)
+                with later():
+                    steps(False)
         with otherwise():
             # Masked loads: the columns past the plane are never touched.
             steps(True)
@@ -244,6 +275,8 @@ def _driver(module: ir.Module, shape: GemmShape, scalar: ir.Type,
             b_block = at(x_image_at, builder.mul(k0, p_size))
             with counted_loop(builder, tb, const(0), lambda: tiles, "tiles"):
                 m0 = builder.mul(builder.load(tb, typ=I64), const(MR))
+                # Only the first tile streams the block in; the others find it in cache.
+                first_tile = builder.icmp_signed("==", m0, const(0 if PREFETCH_PANELS else -1))
                 rows = smaller(builder.sub(m_size, m0), const(MR))
                 # The packed weight: tile t's W[t * MR + r, c] at (t * C + c) * MR + r, so
                 # this tile's block of planes starts at m0 * C + k0 * MR (its padded rows zero).
@@ -263,7 +296,7 @@ def _driver(module: ir.Module, shape: GemmShape, scalar: ir.Type,
                     vectors = ceil_div(ncols, const(shape.lanes))
                     args = [builder.bitcast(a_rows, POINTER), at(b_block, j0), p_size,
                             builder.bitcast(c_rows, POINTER), j0, kc, ncols, at(bias, m0),
-                            mode, at(bias, m_size)]
+                            mode, at(bias, m_size), first_tile]
                     done = builder.append_basic_block("tile.done")
                     variant = builder.add(builder.mul(builder.sub(vectors, const(1)),
                                                       const(MR)), builder.sub(rows, const(1)))
