@@ -13,7 +13,8 @@ on the stride-2 layers of EfficientNet, MnasNet and ResNet (batch 8), interleave
 
 ``python benchmarks/conv_epilogue_ab.py kernels`` times the generated GEMM (float32, one
 thread) with and without its prefetch of A and with its packed weight on and off a 64-byte
-boundary, and the planar 1x1 kernel with its input block chosen by
+boundary, 3x3 convolutions scattering NCHW tiles with and without their output prefetch,
+and the planar 1x1 kernel with its input block chosen by
 ``codegen.planar.block_panels``, with 32 KiB everywhere and without its prefetch of the input
 planes, interleaved, in GFMA/s.
 
@@ -179,19 +180,21 @@ def _window_pair(rng: Any, g: Any, n: int, c: int, mode: str, rule: str,
 
 
 GEMMS = [(600, 576, 64), (3000, 576, 64), (6272, 576, 64), (1024, 768, 3072), (256, 512, 256)]
+SCATTERED = [(64, 56, 64), (16, 54, 64), (32, 54, 128), (48, 27, 192)]
 POINTWISE = [(24, 72, 3136), (24, 48, 3136), (144, 24, 3136), (48, 16, 12544), (240, 40, 784),
              (16, 128, 2916), (48, 384, 729)]
 
 
 def compare_kernels(rounds: int) -> str:
     """The GEMM's prefetch and weight alignment, and the planar kernel's input block, each
-    both ways on the shapes of :data:`GEMMS` and :data:`POINTWISE` (batch 8), in GFMA/s."""
+    both ways on the shapes of :data:`GEMMS`, :data:`SCATTERED` and :data:`POINTWISE` (batch
+    8), in GFMA/s."""
     import tensoralg
     import tensoralg.codegen.gemm as gemm
     import tensoralg.codegen.planar as planar
-    from tensoralg.codegen.build import build_llvm_module
-    from tensoralg.runtime.gemm import _PROTOTYPE, DenseLayer
     import tensoralg.runtime.planar as planar_runtime
+    from tensoralg.codegen.build import build_llvm_module
+    from tensoralg.runtime.gemm import _PROTOTYPE, ConvLayer, DenseLayer
     from tensoralg.runtime.planar import PlanarConv
 
     tensoralg.set_num_threads(1)
@@ -223,6 +226,27 @@ def compare_kernels(rounds: int) -> str:
                  for v in ("default", "no prefetch", "unaligned")}
         rates = {v: m * k * n / t / 1e9 for v, t in _interleaved(calls, rounds).items()}
         lines.append(f"  {m}x{k}x{n}: " + "  ".join(f"{v} {r:5.1f}" for v, r in rates.items()))
+    lines.append("3x3 convolution scattering NCHW tiles, batch 8, C -> M channels at H x H "
+                 "(GFMA/s)")
+    gemm.SCATTER_PREFETCH = False
+    unprefetched = build_llvm_module(lambda: gemm.gemm_module(shape), gemm.ENTRY, _PROTOTYPE,
+                                     cache=None, key=None, identity=None)
+    gemm.SCATTER_PREFETCH = True
+    for c, h, m in SCATTERED:
+        x = rng.standard_normal((8, c, h, h)).astype(np.float32)
+        weight = (rng.standard_normal((m, c, 3, 3)) * 0.1).astype(np.float32)
+        calls = {}
+        for name in ("output prefetch", "none"):
+            conv = ConvLayer(weight, None, (1, 1), (1, 1), (1, 1), True)
+            if name == "none":
+                conv.layer.function = unprefetched[0]
+            bound = conv.bind(x, np.empty((8, m, h, h), np.float32))
+            bound.copy()
+            calls[name] = bound.gemm
+        rates = {v: 8 * m * c * 9 * h * h / t / 1e9
+                 for v, t in _interleaved(calls, rounds).items()}
+        lines.append(f"  {c} -> {m} at {h} x {h}: " +
+                     "  ".join(f"{v} {r:5.1f}" for v, r in rates.items()))
     lines.append("planar 1x1 kernel, batch 8, M <- C channels at P positions (GFMA/s)")
     ahead = planar.PREFETCH_PANELS
     planar.PREFETCH_PANELS = 0
