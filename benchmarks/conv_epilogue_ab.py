@@ -15,8 +15,8 @@ on the stride-2 layers of EfficientNet, MnasNet and ResNet (batch 8), interleave
 thread) with and without its prefetch of A and with its packed weight on and off a 64-byte
 boundary, 3x3 convolutions scattering NCHW tiles with and without their output prefetch,
 and the planar 1x1 kernel with its input block chosen by
-``codegen.planar.block_panels``, with 32 KiB everywhere and without its prefetch of the input
-planes, interleaved, in GFMA/s.
+``codegen.planar.block_panels``, with 32 KiB everywhere, without its prefetch of the input
+planes and without its prefetch of the output lines, interleaved, in GFMA/s.
 
 Prints only; the figures quoted in ``codegen/window.py``, ``codegen/activation.py``,
 ``codegen/gemm.py`` and ``codegen/planar.py`` come from these commands.
@@ -182,7 +182,7 @@ def _window_pair(rng: Any, g: Any, n: int, c: int, mode: str, rule: str,
 GEMMS = [(600, 576, 64), (3000, 576, 64), (6272, 576, 64), (1024, 768, 3072), (256, 512, 256)]
 SCATTERED = [(64, 56, 64), (16, 54, 64), (32, 54, 128), (48, 27, 192)]
 POINTWISE = [(24, 72, 3136), (24, 48, 3136), (144, 24, 3136), (48, 16, 12544), (240, 40, 784),
-             (16, 128, 2916), (48, 384, 729)]
+             (16, 128, 2916), (48, 384, 729), (256, 64, 3136), (1024, 256, 196)]
 
 
 def compare_kernels(rounds: int) -> str:
@@ -248,23 +248,26 @@ def compare_kernels(rounds: int) -> str:
         lines.append(f"  {c} -> {m} at {h} x {h}: " +
                      "  ".join(f"{v} {r:5.1f}" for v, r in rates.items()))
     lines.append("planar 1x1 kernel, batch 8, M <- C channels at P positions (GFMA/s)")
-    ahead = planar.PREFETCH_PANELS
-    planar.PREFETCH_PANELS = 0
-    unfetched = build_llvm_module(lambda: planar.planar_module(shape), planar.ENTRY,
-                                  planar_runtime._PROTOTYPE, cache=None, key=None,
-                                  identity=None)
-    planar.PREFETCH_PANELS = ahead
+    variants = {}
+    for name, setting in (("no prefetch", ("PREFETCH_PANELS", 0)),
+                          ("no output prefetch", ("OUTPUT_PREFETCH", False))):
+        saved = getattr(planar, setting[0])
+        setattr(planar, *setting)
+        variants[name] = build_llvm_module(lambda: planar.planar_module(shape), planar.ENTRY,
+                                           planar_runtime._PROTOTYPE, cache=None, key=None,
+                                           identity=None)
+        setattr(planar, setting[0], saved)
     for m, c, positions in POINTWISE:
         x = rng.standard_normal((8, c, positions, 1)).astype(np.float32)
         weight = rng.standard_normal((m, c)).astype(np.float32)
         calls = {}
         for name, budget in (("rule", None), ("32 KiB", planar.UNIT_BLOCK_BYTES),
-                             ("no prefetch", None)):
+                             ("no prefetch", None), ("no output prefetch", None)):
             if budget is not None:
                 planar.STREAM_BLOCK_BYTES, saved = budget, planar.STREAM_BLOCK_BYTES
             conv = PlanarConv(weight, None)
-            if name == "no prefetch":
-                conv.function = unfetched[0]
+            if name in variants:
+                conv.function = variants[name][0]
             calls[name] = conv.bind(x, np.empty((8, m, positions, 1), np.float32))
             if budget is not None:
                 planar.STREAM_BLOCK_BYTES = saved

@@ -67,6 +67,16 @@ MANY_TILES = 32
 # 23 -> 25 GFMA/s; layers whose blocks stay in cache unchanged; one panel ahead gained less,
 # three or four no more, into L2 instead of L1 slightly less.
 PREFETCH_PANELS = 2
+# Whether a tile prefetches its output lines for writing before its K loop. Its rows lie in
+# MR planes, 256 bytes each, and a block's tiles write as many planes as there are output
+# channels: without it each store waited, after the K loop, for its line to be read for
+# ownership from memory. One thread, float32, batch 8, same-process A/B (``python
+# benchmarks/conv_epilogue_ab.py kernels``, GFMA/s, two runs): 240 <- 40 channels at 28 x 28
+# 15-29 -> 29-42, 48 <- 16 at 112 x 112 16-19 -> 23-24, 24 <- 48 at 56 x 56 22-25 -> 26-32,
+# 144 <- 24 25-27 -> 28-36, 256 <- 64 28 -> 28-35, every row of that table at least even;
+# whole models at batch 8 (ad hoc script, not kept): MobileNetV2 1.20x, ResNet-50 1.04x,
+# MnasNet 1.05x (batch 1), SqueezeNet 1.03x.
+OUTPUT_PREFETCH = True
 # Fewer input planes than this are few enough streams for the hardware prefetchers, and the
 # prefetches only took load slots: 48 <- 16 at 112 x 112 16.0 -> 14.4 GFMA/s, 240 <- 40 at
 # 28 x 28 24.7 -> 22.7 with them.
@@ -166,6 +176,15 @@ def _micro_kernel(module: ir.Module, shape: GemmShape, scalar: ir.Type, rows: in
                     builder.store(builder.call(fma, [broadcast, b_vectors[v], acc]),
                                   tile[r][v])
 
+    if OUTPUT_PREFETCH:
+        touch = declare(module, "llvm.prefetch.p0", ir.VoidType(), (POINTER, I32, I32, I32))
+        for r in range(rows):
+            for offset in range(0, lanes * vectors, 64 // shape.dtype.itemsize):
+                # Not inbounds: a masked tile's lines may pass the plane (a prefetch never
+                # faults).
+                where = builder.gep(c_starts[r], [const(offset)], source_etype=scalar)
+                builder.call(touch, [where, ir.Constant(I32, 1), ir.Constant(I32, 3),
+                                     ir.Constant(I32, 1)])
     # Whole vectors take plain loads; only a tile over the plane's last columns masks them
     # (masks kept live across the loop were rebuilt in it, 8 compares a step: half speed).
     full = builder.icmp_signed(">=", ncols, const(lanes * vectors))
