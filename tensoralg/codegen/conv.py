@@ -333,6 +333,13 @@ class _Short(ir.Constant):
 
 
 CHANNELS_LAST_ENTRY = "tensoralg_channels_last"
+# Whether the channels-last copy prefetches, for writing, the lines the next input row's block
+# will store to. Each store fills a line of its own (C values apart), read for ownership from
+# memory when the store comes: 8 x 64 x 56 x 56 float32 2.2 -> 3.3 GB/s, 8 x 16 x 54 x 54
+# 3.2 -> 5.3, 8 x 256 x 14 x 14 2.4 -> 3.6 (one thread, same process, the VM's memory slow
+# that hour: memcpy 3.9 GB/s; an ad hoc script, not kept). Prefetching the next rows' input
+# lines too gained nothing more, and non-temporal stores (lines written whole) ran 2-6x slower.
+COPY_STORE_PREFETCH = True
 
 
 def channels_last_module(dtype: np.dtype, lanes: int) -> ir.Module:
@@ -413,7 +420,7 @@ def channels_last_module(dtype: np.dtype, lanes: int) -> ir.Module:
     def wide_row(source: ir.Value, target: ir.Value) -> None:
         # A lanes x lanes block at a time: `lanes` contiguous loads along w, one per channel
         # plane, transposed in registers, then `lanes` contiguous stores of `lanes` channels.
-        # Masks cover the last channels and the last columns; nothing branches.
+        # Masks cover the last channels and the last columns, and only those blocks.
         blocks = b.sdiv(b.add(channels, ir.Constant(I64, lanes - 1)), ir.Constant(I64, lanes))
         steps = b.sdiv(b.add(width, ir.Constant(I64, lanes - 1)), ir.Constant(I64, lanes))
         with counted_loop(b, block, ir.Constant(I64, 0), lambda: blocks, "block"):
@@ -425,18 +432,46 @@ def channels_last_module(dtype: np.dtype, lanes: int) -> ir.Module:
                 w0 = b.mul(b.load(col, typ=I64), ir.Constant(I64, lanes))
                 columns = b.sub(width, w0)
                 loaded = b.icmp_signed("<", iota, splat(columns, index_vector))
-                rows = []
-                for c in range(lanes):
-                    mask = b.and_(loaded, splat(b.icmp_signed("<", ir.Constant(I64, c), left),
-                                                mask_type))
-                    rows.append(b.call(load, [at(first, b.add(b.mul(ir.Constant(I64, c), plane),
-                                                              w0)), align, mask, zero]))
                 at_column = at(target, b.add(b.mul(w0, channels), c0))
-                for w, value in enumerate(transposed(rows)):
-                    mask = b.and_(stored, splat(b.icmp_signed("<", ir.Constant(I64, w), columns),
-                                                mask_type))
-                    b.call(store, [value, at(at_column, b.mul(ir.Constant(I64, w), channels)),
-                                   align, mask])
+                if COPY_STORE_PREFETCH:
+                    touch = declare(module, "llvm.prefetch.p0", ir.VoidType(),
+                                    (POINTER, I32, I32, I32))
+                    below = at(at_column, out_row)
+                    for w in range(lanes):
+                        # The next row's lines of this block, for writing: past the buffer's
+                        # end a prefetch never faults.
+                        b.call(touch, [at(below, b.mul(ir.Constant(I64, w), channels)),
+                                       ir.Constant(I32, 1), ir.Constant(I32, 3),
+                                       ir.Constant(I32, 1)])
+
+                def block_copy(masked: bool) -> None:
+                    rows = []
+                    for c in range(lanes):
+                        where = at(first, b.add(b.mul(ir.Constant(I64, c), plane), w0))
+                        if masked:
+                            mask = b.and_(loaded, splat(b.icmp_signed(
+                                "<", ir.Constant(I64, c), left), mask_type))
+                            rows.append(b.call(load, [where, align, mask, zero]))
+                        else:
+                            rows.append(b.load(where, typ=vector, align=dtype.itemsize))
+                    for w, value in enumerate(transposed(rows)):
+                        where = at(at_column, b.mul(ir.Constant(I64, w), channels))
+                        if masked:
+                            mask = b.and_(stored, splat(b.icmp_signed(
+                                "<", ir.Constant(I64, w), columns), mask_type))
+                            b.call(store, [value, where, align, mask])
+                        else:
+                            b.store(value, where, align=dtype.itemsize)
+
+                # Whole blocks (all but the last channels and columns) without masks: the
+                # masks of every row and column, rebuilt each block, spilled registers.
+                whole = b.and_(b.icmp_signed(">=", left, ir.Constant(I64, lanes)),
+                               b.icmp_signed(">=", columns, ir.Constant(I64, lanes)))
+                with if_else(b, whole, "whole") as (then, otherwise):
+                    with then():
+                        block_copy(False)
+                    with otherwise():
+                        block_copy(True)
 
     def narrow_row(source: ir.Value, target: ir.Value) -> None:
         # Fewer channels than lanes (an RGB image): a vector is `lanes // C` whole columns,
