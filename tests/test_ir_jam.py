@@ -21,7 +21,19 @@ def _ir(statement: str, formats=None, dtype="float64") -> str:
                                        "y(i) = A(i,j)"])
 def test_dense_reductions_per_row_are_jammed(statement):
     text = _ir(statement)
-    assert "jam0_g" in text and "jam0_3" in text
+    assert "jam0_g" in text and "jam0_r3" in text
+
+
+@pytest.mark.parametrize("statement, order", [
+    ("Y(t,g,b) = W(g,k) * X(t,b,k)", "tgbk"),        # an index named as the group counter
+    ("Y(t,r0,b) = W(r0,k) * X(t,b,k)", "trbk"),      # ... and as a jammed row's
+    ("Y(l0,c,b) = W(c,k) * X(l0,b,k)", "lcbk"),      # ... and a counter and a local's tags
+])
+def test_index_names_cannot_collide_with_the_jammed_names(statement, order):
+    rng = np.random.default_rng(0)
+    w, x = rng.standard_normal((5, 7)), rng.standard_normal((13, 3, 7))
+    kernel = ta.compile(statement, dtype="float64")
+    np.testing.assert_allclose(kernel(W=w, X=x), np.einsum("gk,tbk->tgb", w, x), rtol=1e-12)
 
 
 @pytest.mark.parametrize("statement, formats", [
@@ -78,7 +90,7 @@ def test_the_jammed_nest_verifies_and_keeps_every_row_in_order():
     text = format_function(jammed)
     assert text.count("for (") == 4          # group, its fused k loop; the rest: i, k
     for q in range(JAM):
-        assert f"jam0_acc_{q} = jam0_acc_{q} + A[jam0_{q} * n + jam0_k]" in text
+        assert f"jam0_l{q}_acc = jam0_l{q}_acc + A[jam0_r{q} * n + jam0_c_k]" in text
 
 
 def test_a_body_that_reads_its_output_or_branches_is_not_jammed():

@@ -102,12 +102,15 @@ def _jammed(loop: n.For, begin: n.Var, end: n.Var, prefix: str, jam: int) -> n.B
     index = n.I64
     locals_ = {x.var.name for x in walk(loop.body) if isinstance(x, n.Declare)}
     counters = {x.var.name for x in walk(loop.body) if isinstance(x, n.For)}
+    # Four kinds of new names, each with its own tag after the prefix, so that none can
+    # equal another: a loop index named g once became the group counter's own name
+    # (``Y(t,g,b) = W(g,k) * X(t,b,k)`` was wrong from the second group on).
     group = n.Var(f"{prefix}_g", index)
-    rows = [n.Var(f"{prefix}_{q}", index) for q in range(jam)]
+    rows = [n.Var(f"{prefix}_r{q}", index) for q in range(jam)]
 
     def copy(q: int) -> n.Block:
-        names = {name: f"{prefix}_{name}_{q}" for name in locals_}
-        names.update({name: f"{prefix}_{name}" for name in counters})   # shared once fused
+        names = {name: f"{prefix}_l{q}_{name}" for name in locals_}
+        names.update({name: f"{prefix}_c_{name}" for name in counters})   # shared once fused
 
         def rename(node: n.Node) -> n.Node | None:
             if isinstance(node, n.Var):
