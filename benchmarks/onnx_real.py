@@ -258,6 +258,41 @@ def _tokens(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
             "attention_mask": mask}
 
 
+# --- sequence models (recurrent layers) ------------------------------------------------------
+
+ITEMS, HISTORY = 1000, 20
+
+
+def _sequence(kind: str) -> Callable[[], Any]:
+    """A held-out sequence model over ``HISTORY`` item ids: ``gru4rec`` (an item embedding, a
+    GRU of 100 and scores over every item from its last state, GRU4Rec's shape) or
+    ``lstm_tagger`` (a two-layer bidirectional LSTM of 64, a score per position)."""
+    def build():
+        torch = _torch()
+
+        class Sequence(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.embed = torch.nn.Embedding(ITEMS, 64)
+                if kind == "gru4rec":
+                    self.rnn = torch.nn.GRU(64, 100, batch_first=True)
+                    self.out = torch.nn.Linear(100, ITEMS)
+                else:
+                    self.rnn = torch.nn.LSTM(64, 64, num_layers=2, batch_first=True,
+                                             bidirectional=True)
+                    self.out = torch.nn.Linear(128, 8)
+
+            def forward(self, items):
+                states, _ = self.rnn(self.embed(items))
+                return self.out(states[:, -1] if kind == "gru4rec" else states)
+        return Sequence().eval()
+    return build
+
+
+def _items(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    return {"items": rng.integers(0, ITEMS, (n, HISTORY)).astype(np.int64)}
+
+
 # --- deepctr-torch ---------------------------------------------------------------------------
 
 SPARSE, DENSE, CTR_VOCAB, CTR_DIM = 26, 13, 1000, 8
@@ -520,9 +555,10 @@ SPECS = {s.name: s for s in [
          _torchrec_python),
 ]}
 # Held out: models the importer was not tuned for (a new user's first try), run with
-# --held-out: no recommender beyond the issue's, other CNN families (SiLU and
-# squeeze-excitation, dense connectivity, inverted bottlenecks with hard-swish, grouped
-# bottlenecks, shifted-window attention) and other transformer families.
+# --held-out: other CNN families (SiLU and squeeze-excitation, dense connectivity, inverted
+# bottlenecks with hard-swish, grouped bottlenecks, shifted-window attention), other
+# transformer families, and sequence models on PyTorch's recurrent layers (GRU4Rec's shape, a
+# bidirectional LSTM tagger).
 HELD_OUT = [
     Spec("efficientnet_b0", "torchvision", 8, _vision("efficientnet_b0"), _images,
          held_out=True),
@@ -540,6 +576,8 @@ HELD_OUT = [
     Spec("t5_encoder", "transformers", 8, _transformer("t5_encoder"), _tokens, held_out=True),
     Spec("llama", "transformers", 8, _transformer("llama"), _tokens, held_out=True),
     Spec("deberta_v2", "transformers", 8, _transformer("deberta_v2"), _tokens, held_out=True),
+    Spec("gru4rec", "torch.nn", 256, _sequence("gru4rec"), _items, held_out=True),
+    Spec("lstm_tagger", "torch.nn", 256, _sequence("lstm_tagger"), _items, held_out=True),
 ]
 SPECS.update((spec.name, spec) for spec in HELD_OUT)
 HELD_OUT_REPORT = HERE / "ONNX_HELD_OUT_RESULTS.md"
