@@ -27,6 +27,10 @@ step); an entry past its length keeps its state (``where(M(j), new, old)``), so 
 ``Y_c`` hold the state at its last valid step, and the initial state when ``L`` is 0
 (onnxruntime 1.32 returns zeros there). Iterations where every entry is active run the
 unmasked statements.
+
+At opt level 3 (a static plan) the same statements run as one sequence of prebound calls,
+states kept ``(batch, hidden)`` and products on the generated GEMM
+(``onnx/plan/recurrent_steps.py``).
 """
 from __future__ import annotations
 
@@ -44,6 +48,8 @@ from tensoralg.onnx.ops.matmul import contract, use_blas
 from tensoralg.onnx.ops.registry import op
 
 GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
+# The gates' names in order (the rows of W, R and B): operands ``X`` and ``R`` + name.
+GATE_NAMES = {"LSTM": "IOFC", "GRU": "ZRH", "RNN": "I"}
 DEFAULT_ACTIVATIONS = {"LSTM": ("Sigmoid", "Tanh", "Tanh"), "GRU": ("Sigmoid", "Tanh"),
                        "RNN": ("Tanh",)}
 DIRECTIONS = {"forward": ("forward",), "reverse": ("reverse",),
@@ -377,22 +383,27 @@ def order(direction: str, steps: int, batch: int, lengths: np.ndarray | None) ->
 
 class StepText:
     """How a step's statements index ``(hidden, batch)`` states, ``(hidden,)`` vectors and
-    ``(batch,)`` masks: an axis of size 1 gets no index.
+    ``(batch,)`` masks: an axis of size 1 gets no index. ``batch_major`` states are
+    ``(batch, hidden)`` instead (the static plan's, whose products run on the generated GEMM
+    with the weight on the right); ``shape`` is a state's shape either way.
 
     >>> StepText(8, 1).state("H"), StepText(1, 4).hidden("P"), StepText(8, 4).batch("M")
     ('H(i)', 'P', 'M(j)')
+    >>> StepText(8, 4, batch_major=True).state("H"), StepText(8, 4, batch_major=True).shape
+    ('H(j,i)', (4, 8))
     """
 
-    def __init__(self, hidden: int, batch: int) -> None:
+    def __init__(self, hidden: int, batch: int, batch_major: bool = False) -> None:
         if batch == 1:
             self.state_indices, self.hidden_index, self.batch_index = "i", "i", ""
         elif hidden == 1:
             self.state_indices, self.hidden_index, self.batch_index = "j", "", "j"
         else:
-            self.state_indices, self.hidden_index, self.batch_index = "i,j", "i", "j"
-        self.shape = (hidden, batch)
-        self.view_shape = tuple(n for n, index in zip((hidden, batch), "ij")
-                                if index in self.state_indices)
+            self.state_indices, self.hidden_index, self.batch_index = \
+                "j,i" if batch_major else "i,j", "i", "j"
+        self.shape = (batch, hidden) if batch_major else (hidden, batch)
+        sizes = {"i": hidden, "j": batch}
+        self.view_shape = tuple(sizes[index] for index in self.state_indices.split(","))
 
     def state(self, name: str) -> str:
         return f"{name}({self.state_indices})"
@@ -529,8 +540,9 @@ def lstm_step(node: NodeContext, cell: Direction, xs: np.ndarray, h: np.ndarray,
     """One LSTM step from projected inputs ``xs`` (4H, batch): the new ``(h, c)``."""
     t = cell.text
     new_cell, new_hidden = cell.step_statements(mask is not None)
-    operands = {**_blocks("X", xs, "IOFC", t),
-                **_blocks("R", product(node, cell.recurrence, h, cell.dtype), "IOFC", t),
+    operands = {**_blocks("X", xs, GATE_NAMES["LSTM"], t),
+                **_blocks("R", product(node, cell.recurrence, h, cell.dtype),
+                          GATE_NAMES["LSTM"], t),
                 "C": t.view(c), "H": t.view(h), "M": mask}
     if cell.peepholes is not None:
         operands.update({f"P{g}": t.vector(cell.peepholes[k]) for k, g in enumerate("IOF")})
@@ -544,9 +556,10 @@ def gru_step(node: NodeContext, cell: Direction, xs: np.ndarray, h: np.ndarray,
     """One GRU step from projected inputs ``xs`` (3H, batch): the new ``h``."""
     t, hidden = cell.text, cell.text.shape[0]
     statements = cell.step_statements(mask is not None)
-    operands = {**_blocks("X", xs, "ZRH", t), "H": t.view(h), "M": mask}
+    operands = {**_blocks("X", xs, GATE_NAMES["GRU"], t), "H": t.view(h), "M": mask}
     if cell.cfg.linear_before_reset:
-        operands.update(_blocks("R", product(node, cell.recurrence, h, cell.dtype), "ZRH", t))
+        operands.update(_blocks("R", product(node, cell.recurrence, h, cell.dtype),
+                                GATE_NAMES["GRU"], t))
         if cell.recurrence_bias is not None:
             operands["BH"] = t.vector(cell.recurrence_bias)
     else:
@@ -606,11 +619,17 @@ def _initial(state: np.ndarray | None, d: int, layout: int, shape: tuple[int, in
     return np.ascontiguousarray((state[:, d] if layout else state[d]).T, dtype=dtype)
 
 
-def _biases(cfg: Config, b: np.ndarray | None, hidden: int
-            ) -> tuple[list[np.ndarray], np.ndarray | None]:
+def split_biases(cfg: Config, b: np.ndarray | None, hidden: int
+                 ) -> tuple[list[np.ndarray], np.ndarray | None]:
     """The bias vectors folded into the input projection (Wb and Rb), and GRU's Rb_h when
     ``linear_before_reset=1``: it belongs inside ``r * (R_h h + Rb_h)``, so it is taken out
-    of the projection's Rb (zeroed there: data movement) and added in the step."""
+    of the projection's Rb (zeroed there: data movement) and added in the step.
+
+    >>> cfg = config("GRU", {"hidden_size": 1, "linear_before_reset": 1})
+    >>> (wb, rb), inner = split_biases(cfg, np.arange(6.0), 1)
+    >>> rb.tolist(), inner.tolist()
+    ([3.0, 4.0, 0.0], [5.0])
+    """
     if b is None:
         return [], None
     size = GATES[cfg.op_type] * hidden
@@ -673,7 +692,7 @@ def recurrent(node: NodeContext, cfg: Config, x: np.ndarray, w: np.ndarray, r: n
         c = _initial(initial_c, d, cfg.layout, text.shape, dtype) if lstm else None
         steps = order(direction, sizes.steps, batch, sequence_lens)
         if steps.steps:
-            biases, inner = _biases(cfg, None if b is None else b[d], hidden)
+            biases, inner = split_biases(cfg, None if b is None else b[d], hidden)
             cell = Direction(cfg, cfg.activations[d], r[d].astype(dtype, copy=False), inner,
                              None if p is None else p[d].reshape(3, hidden), text, dtype)
             projected = project(node, x, w[d], biases, cfg.layout, dtype)

@@ -60,6 +60,7 @@ from tensoralg.onnx.plan.product_steps import (
     matmul_spec,
     narrow_dot,
 )
+from tensoralg.onnx.plan.recurrent_steps import recurrent_spec
 from tensoralg.onnx.plan.step_base import (
     CSR_ARRAYS,
     Env,
@@ -709,7 +710,8 @@ _BUILDERS: dict[str, Callable[[Step, Env, Mapping[str, np.ndarray]], Spec | None
     "MatMul": matmul_spec, "Transpose": transpose_spec, "Gemm": gemm_spec, "Conv": conv_spec,
     "MaxPool": pool_spec, "AveragePool": pool_spec, "Softmax": softmax_spec,
     "LogSoftmax": softmax_spec, "Slice": slice_spec, "Split": split_spec, "CumSum": cumsum_spec,
-    "GatherND": gather_nd_spec,
+    "GatherND": gather_nd_spec, "LSTM": recurrent_spec, "GRU": recurrent_spec,
+    "RNN": recurrent_spec,
     # mixed-dtype mask ops, and Reshape-like copies to graph outputs (onnx/plan/mask_steps.py)
     **{op: mask_spec for op in {**MASK_OPS, **COPY_OPS}},
 }
