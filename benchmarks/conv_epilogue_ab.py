@@ -16,7 +16,9 @@ thread) with and without its prefetch of A and with its packed weight on and off
 boundary, 3x3 convolutions scattering NCHW tiles with and without their output prefetch,
 and the planar 1x1 kernel with its input block chosen by
 ``codegen.planar.block_panels``, with 32 KiB everywhere, without its prefetch of the input
-planes and without its prefetch of the output lines, interleaved, in GFMA/s.
+planes (or prefetching them at any channel count) and without its prefetch of the output
+lines, interleaved, in GFMA/s; then the channels-last copy and the transpose into NCHW with and
+without their store prefetch, in GB/s.
 
 Prints only; the figures quoted in ``codegen/window.py``, ``codegen/activation.py``,
 ``codegen/gemm.py`` and ``codegen/planar.py`` come from these commands.
@@ -186,9 +188,11 @@ POINTWISE = [(24, 72, 3136), (24, 48, 3136), (144, 24, 3136), (48, 16, 12544), (
 
 
 def compare_kernels(rounds: int) -> str:
-    """The GEMM's prefetch and weight alignment, and the planar kernel's input block, each
-    both ways on the shapes of :data:`GEMMS`, :data:`SCATTERED` and :data:`POINTWISE` (batch
-    8), in GFMA/s."""
+    """Each prefetch and blocking choice of the convolution kernels both ways: the GEMM's
+    prefetch and weight alignment (:data:`GEMMS`), the scattering GEMM's output prefetch
+    (:data:`SCATTERED`), the planar kernel's input block and prefetches (:data:`POINTWISE`,
+    batch 8), in GFMA/s; and the channels-last copy's and transpose's store prefetch
+    (:data:`COPIES`, :data:`TRANSPOSES`), in GB/s of input."""
     import tensoralg
     import tensoralg.codegen.gemm as gemm
     import tensoralg.codegen.planar as planar
@@ -250,6 +254,7 @@ def compare_kernels(rounds: int) -> str:
     lines.append("planar 1x1 kernel, batch 8, M <- C channels at P positions (GFMA/s)")
     variants = {}
     for name, setting in (("no prefetch", ("PREFETCH_PANELS", 0)),
+                          ("prefetch at any C", ("PREFETCH_MIN_PLANES", 0)),
                           ("no output prefetch", ("OUTPUT_PREFETCH", False))):
         saved = getattr(planar, setting[0])
         setattr(planar, *setting)
@@ -262,7 +267,8 @@ def compare_kernels(rounds: int) -> str:
         weight = rng.standard_normal((m, c)).astype(np.float32)
         calls = {}
         for name, budget in (("rule", None), ("32 KiB", planar.UNIT_BLOCK_BYTES),
-                             ("no prefetch", None), ("no output prefetch", None)):
+                             ("no prefetch", None), ("prefetch at any C", None),
+                             ("no output prefetch", None)):
             if budget is not None:
                 planar.STREAM_BLOCK_BYTES, saved = budget, planar.STREAM_BLOCK_BYTES
             conv = PlanarConv(weight, None)
@@ -275,7 +281,51 @@ def compare_kernels(rounds: int) -> str:
                  for v, t in _interleaved(calls, rounds).items()}
         lines.append(f"  {m} <- {c} x {positions}: " +
                      "  ".join(f"{v} {r:5.1f}" for v, r in rates.items()))
+    lines += compare_copies(rounds)
     return "\n".join(lines)
+
+
+COPIES = [(64, 56), (16, 54), (256, 14)]            # N x C x H x H, N = 8, pads 1
+TRANSPOSES = [(784, 128), (3136, 64), (784, 512), (49, 512)]   # N x P x M -> N x M x P
+
+
+def compare_copies(rounds: int) -> list[str]:
+    """The channels-last copy (and, as a transpose, a product into NCHW) with and without
+    its store prefetch (``codegen.conv.COPY_STORE_PREFETCH``), float32, one thread, GB/s."""
+    import tensoralg.codegen.conv as conv
+    import tensoralg.runtime.gemm as runtime
+    from tensoralg.codegen.build import build_llvm_module
+
+    built = {}
+    for name, on in (("store prefetch", True), ("none", False)):
+        conv.COPY_STORE_PREFETCH = on
+        built[name] = build_llvm_module(
+            lambda: conv.channels_last_module(np.dtype(np.float32), 16),
+            conv.CHANNELS_LAST_ENTRY, runtime._COPY_PROTOTYPE, cache=None, key=None,
+            identity=None)
+    conv.COPY_STORE_PREFETCH = True
+    rng = np.random.default_rng(0)
+
+    def rates(x: np.ndarray, target: np.ndarray, pads: tuple[int, int]) -> str:
+        calls = {}
+        for name, (function, _, _) in built.items():
+            call = runtime.BoundChannelsLast(x, target.copy(), pads)
+            call.function = function
+            calls[name] = call
+        return "  ".join(f"{v} {x.nbytes / t / 1e9:5.1f}"
+                         for v, t in _interleaved(calls, rounds).items())
+
+    lines = ["channels-last copy, 8 x C x H x H, pads 1 (GB/s of input)"]
+    for c, h in COPIES:
+        x = rng.standard_normal((8, c, h, h)).astype(np.float32)
+        lines.append(f"  {c} x {h} x {h}: " + rates(
+            x, np.zeros((8, h + 2, h + 2, c), np.float32), (1, 1)))
+    lines.append("transpose 8 x P x M -> 8 x M x P (GB/s of input)")
+    for p, m in TRANSPOSES:
+        x = rng.standard_normal((8, p, 1, m)).astype(np.float32)
+        lines.append(f"  {p} x {m}: " + rates(
+            x, np.empty((8, 1, m, p), np.float32), (0, 0)))
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -288,8 +338,8 @@ def main(argv: list[str] | None = None) -> int:
     windows = commands.add_parser("windows", help="window kernels alone, both ways of "
                                     "their row rules")
     windows.add_argument("--rounds", type=int, default=15)
-    kernels = commands.add_parser("kernels", help="GEMM prefetch and alignment, planar input "
-                                                  "block, both ways")
+    kernels = commands.add_parser("kernels", help="each prefetch and blocking choice of the "
+                                                  "convolution kernels, both ways")
     kernels.add_argument("--rounds", type=int, default=9)
     args = parser.parse_args(argv)
     print(compare_model(args.path, args.batch, args.rounds) if args.command == "model" else

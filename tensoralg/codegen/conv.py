@@ -44,7 +44,7 @@ from llvmlite import ir
 
 from tensoralg.codegen.activation import emit_activation
 from tensoralg.codegen.gemm import vector_intrinsics
-from tensoralg.codegen.llvm_helpers import counted_loop, declare, entry_alloca, if_else
+from tensoralg.codegen.llvm_helpers import counted_loop, declare, entry_alloca, if_else, prefetch
 
 I1, I32, I64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
 POINTER = ir.PointerType()
@@ -337,7 +337,7 @@ CHANNELS_LAST_ENTRY = "tensoralg_channels_last"
 # will store to. Each store fills a line of its own (C values apart), read for ownership from
 # memory when the store comes: 8 x 64 x 56 x 56 float32 2.2 -> 3.3 GB/s, 8 x 16 x 54 x 54
 # 3.2 -> 5.3, 8 x 256 x 14 x 14 2.4 -> 3.6 (one thread, same process, the VM's memory slow
-# that hour: memcpy 3.9 GB/s; an ad hoc script, not kept). Prefetching the next rows' input
+# that hour: memcpy 3.9 GB/s; ``python benchmarks/conv_epilogue_ab.py kernels``). Prefetching the next rows' input
 # lines too gained nothing more, and non-temporal stores (lines written whole) ran 2-6x slower.
 # As a transpose (``api.transpose_call``, images of one row: a convolution's channels-last
 # product into NCHW) it prefetches the same planes' next lines instead, the next block of
@@ -442,15 +442,11 @@ def channels_last_module(dtype: np.dtype, lanes: int) -> ir.Module:
                 loaded = b.icmp_signed("<", iota, splat(columns, index_vector))
                 at_column = at(target, b.add(b.mul(w0, channels), c0))
                 if COPY_STORE_PREFETCH:
-                    touch = declare(module, "llvm.prefetch.p0", ir.VoidType(),
-                                    (POINTER, I32, I32, I32))
                     below = at(at_column, ahead)
                     for w in range(lanes):
-                        # The next row's lines of this block, for writing: past the buffer's
-                        # end a prefetch never faults.
-                        b.call(touch, [at(below, b.mul(ir.Constant(I64, w), channels)),
-                                       ir.Constant(I32, 1), ir.Constant(I32, 3),
-                                       ir.Constant(I32, 1)])
+                        # The next row's lines of this block (may pass the buffer's end).
+                        prefetch(b, below, b.mul(ir.Constant(I64, w), channels), scalar,
+                                 write=True)
 
                 def block_copy(masked: bool) -> None:
                     rows = []

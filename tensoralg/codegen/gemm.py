@@ -47,7 +47,14 @@ from llvmlite import ir
 
 from tensoralg.codegen.activation import apply_to_tile, emit_clamp
 from tensoralg.codegen.epilogue import FLAG_BIAS, FLAG_CLIP, FLAG_RELU
-from tensoralg.codegen.llvm_helpers import counted_loop, declare, entry_alloca, if_else, if_then
+from tensoralg.codegen.llvm_helpers import (
+    counted_loop,
+    declare,
+    entry_alloca,
+    if_else,
+    if_then,
+    prefetch,
+)
 from tensoralg.codegen.llvm_helpers import splat as _splat
 
 I1, I32, I64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
@@ -217,7 +224,7 @@ def vector_intrinsics(module: ir.Module, scalar: ir.Type, lanes: int
 def _micro_kernel(module: ir.Module, shape: GemmShape, scalar: ir.Type, rows: int,
                   vectors: int) -> ir.Function:
     """``micro(A_rows, Wk, C_rows, kc, nsub, a_sub, ncols, bias, mode, bounds, c_col,
-    prefetch)``: a
+    prefetch_a)``: a
     ``rows x (vectors * lanes)`` tile of ``C`` over ``nsub`` runs of ``kc`` steps. Row ``r``
     of the tile reads A from the pointer ``A_rows[r]`` (run ``s`` from ``s * a_sub`` elements
     on) and writes C at ``C_rows[r]``: the rows of a tile need not be evenly spaced (a
@@ -226,14 +233,14 @@ def _micro_kernel(module: ir.Module, shape: GemmShape, scalar: ir.Type, rows: in
     epilogue (the last K block), with the flags in bits 2 and up. Columns of C lie ``c_col``
     elements apart: 1 stores whole vectors; more scatters them (and gathers a later K block's
     partial sums), so that a convolution writes NCHW planes without a transpose. With
-    ``prefetch`` each row of A is prefetched ``PREFETCH_BYTES`` ahead (a plain GEMM)."""
+    ``prefetch_a`` each row of A is prefetched ``PREFETCH_BYTES`` ahead (a plain GEMM)."""
     lanes = shape.lanes
     vector, mask_type, fma, load, store = vector_intrinsics(module, scalar, lanes)
     fn = ir.Function(module, ir.FunctionType(ir.VoidType(), (
         POINTER, POINTER, POINTER, I64, I64, I64, I64, POINTER, I32, POINTER, I64, I1)),
         name=f"micro{rows}x{vectors}")
     fn.linkage = "internal"
-    a_rows, w, c_rows, kc, nsub, a_sub, ncols, bias, mode, bounds, c_col, prefetch = fn.args
+    a_rows, w, c_rows, kc, nsub, a_sub, ncols, bias, mode, bounds, c_col, prefetch_a = fn.args
     for pointer in (a_rows, w, c_rows, bias):
         pointer.add_attribute("noalias")
     builder = ir.IRBuilder(fn.append_basic_block("entry"))
@@ -270,7 +277,7 @@ def _micro_kernel(module: ir.Module, shape: GemmShape, scalar: ir.Type, rows: in
     if SCATTER_PREFETCH:
         _prefetch_scattered(builder, shape, scalar, c_starts, rows, ncols, c_col)
     # Two copies of the loop, so that neither tests the choice at every step.
-    with if_else(builder, prefetch, "prefetch") as (then, otherwise):
+    with if_else(builder, prefetch_a, "prefetch") as (then, otherwise):
         with then():
             runs(PREFETCH_BYTES // shape.dtype.itemsize)
         with otherwise():
@@ -365,17 +372,13 @@ def _prefetch_scattered(builder: ir.IRBuilder, shape: GemmShape, scalar: ir.Type
     """Before a scattering tile's K loop (``c_col`` > 1: NCHW planes), prefetch for writing
     the lines its first and last rows will store to, one per column: by the time the
     epilogue scatters, their reads for ownership are done."""
-    touch = declare(builder.module, "llvm.prefetch.p0", ir.VoidType(), (POINTER, I32, I32, I32))
     scattered = builder.icmp_signed(">", c_col, ir.Constant(I64, 1))
     column = entry_alloca(builder, I64, "pf")
     with if_then(builder, scattered, "prefetch.out"):
         with counted_loop(builder, column, ir.Constant(I64, 0), lambda: ncols, "pf"):
             offset = builder.mul(builder.load(column, typ=I64), c_col)
             for r in sorted({0, rows - 1}):
-                # Not inbounds: a prefetch never faults.
-                where = builder.gep(c_starts[r], [offset], source_etype=scalar)
-                builder.call(touch, [where, ir.Constant(I32, 1), ir.Constant(I32, 3),
-                                     ir.Constant(I32, 1)])
+                prefetch(builder, c_starts[r], offset, scalar, write=True)
 
 
 def _scatter_pairs(builder: ir.IRBuilder, module: ir.Module, shape: GemmShape, tile: list,
@@ -445,14 +448,9 @@ def _steps(builder: ir.IRBuilder, shape: GemmShape, scalar: ir.Type, vector: ir.
         w_vectors = [builder.load(at(w_row, ir.Constant(I64, lanes * v)), typ=vector,
                                   align=shape.dtype.itemsize) for v in range(vectors)]
         if ahead:
-            prefetch = declare(builder.module, "llvm.prefetch.p0", ir.VoidType(),
-                               (POINTER, I32, I32, I32))
             later = builder.add(k, ir.Constant(I64, ahead))
             for r in range(rows):
-                # Not inbounds: the address may lie past A's end (a prefetch never faults).
-                where = builder.gep(a[r], [later], source_etype=scalar)
-                builder.call(prefetch, [where, ir.Constant(I32, 0), ir.Constant(I32, 3),
-                                        ir.Constant(I32, 1)])
+                prefetch(builder, a[r], later, scalar)      # may lie past A's end
         for r in range(rows):
             a_value = builder.load(at(a[r], k), typ=scalar)
             broadcast = _splat(builder, a_value, vector)
@@ -516,7 +514,7 @@ def _driver(module: ir.Module, shape: GemmShape, micro: dict[tuple[int, int], ir
     epilogue = builder.shl(flags, ir.Constant(I32, 2))
     # A plain GEMM (K contiguous in each row of A: runs as long as their stride) prefetches
     # A; a convolution's rows share their lines (see PREFETCH_BYTES).
-    prefetch = builder.icmp_signed("==", run_size, a_run)
+    prefetch_a = builder.icmp_signed("==", run_size, a_run)
     p, kb, rb = (entry_alloca(builder, I64, name) for name in ("panel", "kblock", "rowblock"))
     a_rows = entry_alloca(builder, ir.ArrayType(POINTER, TALL_MR), "a_rows")
     c_rows = entry_alloca(builder, ir.ArrayType(POINTER, TALL_MR), "c_rows")
@@ -574,7 +572,7 @@ def _driver(module: ir.Module, shape: GemmShape, micro: dict[tuple[int, int], ir
                     (c_block, ldc, c_inner, c_outer, c_rows)))
                 args = [builder.bitcast(a_rows, POINTER), w_block,
                         builder.bitcast(c_rows, POINTER), kc, nsub, a_run, ncols,
-                        at(bias, j0), mode, at(bias, n_size), c_col, prefetch]
+                        at(bias, j0), mode, at(bias, n_size), c_col, prefetch_a]
                 done = builder.append_basic_block("tile.done")
                 variant = builder.add(wide, builder.sub(rows, const(1)))
                 switch = builder.switch(variant, done)

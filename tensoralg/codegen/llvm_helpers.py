@@ -54,6 +54,27 @@ def declare(
     return ir.Function(module, ir.FunctionType(return_type, argument_types), name=name)
 
 
+def prefetch(builder: ir.IRBuilder, base: ir.Value, offset: ir.Value, element: ir.Type,
+             write: bool = False) -> None:
+    """Prefetch into L1 the line of ``base[offset]`` (``element``s), for reading or, with
+    ``write``, for writing (read for ownership). The address is computed without
+    ``inbounds``: it may lie past the buffer, which a prefetch never faults on.
+
+    >>> m = ir.Module(); f = ir.Function(m, ir.FunctionType(ir.VoidType(), ()), name="f")
+    >>> b = ir.IRBuilder(f.append_basic_block())
+    >>> null = ir.Constant(ir.PointerType(), None)
+    >>> prefetch(b, null, ir.Constant(ir.IntType(64), 16), ir.FloatType(), write=True)
+    >>> "llvm.prefetch.p0" in str(m)
+    True
+    """
+    i32 = ir.IntType(32)
+    touch = declare(builder.module, "llvm.prefetch.p0", ir.VoidType(),
+                    (ir.PointerType(), i32, i32, i32))
+    where = builder.gep(base, [offset], source_etype=element)
+    builder.call(touch, [where, ir.Constant(i32, int(write)), ir.Constant(i32, 3),
+                         ir.Constant(i32, 1)])
+
+
 def _continue_to(builder: ir.IRBuilder, target: ir.Block) -> None:
     if not builder.block.is_terminated:
         builder.branch(target)

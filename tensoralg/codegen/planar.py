@@ -37,10 +37,10 @@ from tensoralg.codegen.gemm import (
 )
 from tensoralg.codegen.llvm_helpers import (
     counted_loop,
-    declare,
     entry_alloca,
     if_else,
     if_then,
+    prefetch,
 )
 
 I1, I32, I64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
@@ -79,7 +79,8 @@ PREFETCH_PANELS = 2
 OUTPUT_PREFETCH = True
 # Fewer input planes than this are few enough streams for the hardware prefetchers, and the
 # prefetches only took load slots: 48 <- 16 at 112 x 112 16.0 -> 14.4 GFMA/s, 240 <- 40 at
-# 28 x 28 24.7 -> 22.7 with them.
+# 28 x 28 24.7 -> 22.7 with them (the "prefetch at any C" column of ``python
+# benchmarks/conv_epilogue_ab.py kernels``).
 PREFETCH_MIN_PLANES = 64
 
 
@@ -106,13 +107,13 @@ def planar_module(shape: GemmShape) -> ir.Module:
 
 def _micro_kernel(module: ir.Module, shape: GemmShape, scalar: ir.Type, rows: int,
                   vectors: int, a_step: int = 1) -> ir.Function:
-    """``micro(A_rows, B, ldb, C_rows, col, kc, ncols, bias, mode, bounds, prefetch)``: a ``rows x
+    """``micro(A_rows, B, ldb, C_rows, col, kc, ncols, bias, mode, bounds, stream)``: a ``rows x
     (vectors * lanes)`` tile of output over ``kc`` input planes. Row ``r`` reads its weights
     along ``A_rows[r]``, ``a_step`` values apart (1: a row-major weight; ``MR``: a packed
     one), and writes at ``C_rows[r] + col``; step ``k`` reads ``ncols`` columns
     at ``B + k * ldb``. ``mode``: 1 adds the tile already in C (a later block of planes), 2 applies
     the epilogue (the last block), the flags in bits 2 and up; ``bias`` is the tile's first
-    row's bias. With ``prefetch`` (an ``i1``) a tile of whole vectors prefetches each step's
+    row's bias. With ``stream`` (an ``i1``) a tile of whole vectors prefetches each step's
     row :data:`PREFETCH_PANELS` panels on."""
     lanes = shape.lanes
     vector, mask_type, fma, load, store = vector_intrinsics(module, scalar, lanes)
@@ -120,7 +121,7 @@ def _micro_kernel(module: ir.Module, shape: GemmShape, scalar: ir.Type, rows: in
         POINTER, POINTER, I64, POINTER, I64, I64, I64, POINTER, I32, POINTER, I1)),
         name=f"micro{rows}x{vectors}")
     fn.linkage = "internal"
-    a_rows, b, ldb, c_rows, col, kc, ncols, bias, mode, bounds, prefetch = fn.args
+    a_rows, b, ldb, c_rows, col, kc, ncols, bias, mode, bounds, stream = fn.args
     for pointer in (a_rows, b, c_rows, bias):
         pointer.add_attribute("noalias")
     builder = ir.IRBuilder(fn.append_basic_block("entry"))
@@ -154,16 +155,10 @@ def _micro_kernel(module: ir.Module, shape: GemmShape, scalar: ir.Type, rows: in
             k = builder.load(step, typ=I64)
             b_row = at(b, builder.mul(k, ldb))
             if ahead:
-                touch = declare(module, "llvm.prefetch.p0", ir.VoidType(),
-                                (POINTER, I32, I32, I32))
                 line = 64 // shape.dtype.itemsize
                 for offset in range(shape.nr * PREFETCH_PANELS,
                                     shape.nr * (PREFETCH_PANELS + 1), line):
-                    # Not inbounds: past the plane's end a prefetch is harmless.
-                    where = builder.gep(b_row, [const(offset)], source_etype=scalar)
-                    builder.call(touch, [where, ir.Constant(I32, 0),
-                                         ir.Constant(I32, 3),
-                                         ir.Constant(I32, 1)])
+                    prefetch(builder, b_row, const(offset), scalar)   # may pass the plane
             b_vectors = [builder.call(load, [at(b_row, const(lanes * v)), align, masks[v],
                                              zero]) if masked else
                          builder.load(at(b_row, const(lanes * v)), typ=vector,
@@ -177,20 +172,16 @@ def _micro_kernel(module: ir.Module, shape: GemmShape, scalar: ir.Type, rows: in
                                   tile[r][v])
 
     if OUTPUT_PREFETCH:
-        touch = declare(module, "llvm.prefetch.p0", ir.VoidType(), (POINTER, I32, I32, I32))
         for r in range(rows):
             for offset in range(0, lanes * vectors, 64 // shape.dtype.itemsize):
-                # Not inbounds: a masked tile's lines may pass the plane (a prefetch never
-                # faults).
-                where = builder.gep(c_starts[r], [const(offset)], source_etype=scalar)
-                builder.call(touch, [where, ir.Constant(I32, 1), ir.Constant(I32, 3),
-                                     ir.Constant(I32, 1)])
+                # A masked tile's last line may pass the plane.
+                prefetch(builder, c_starts[r], const(offset), scalar, write=True)
     # Whole vectors take plain loads; only a tile over the plane's last columns masks them
     # (masks kept live across the loop were rebuilt in it, 8 compares a step: half speed).
     full = builder.icmp_signed(">=", ncols, const(lanes * vectors))
     with if_else(builder, full, "full") as (then, otherwise):
         with then():
-            with if_else(builder, prefetch, "prefetch") as (first, later):
+            with if_else(builder, stream, "prefetch") as (first, later):
                 with first():
                     steps(False, ahead=True)
                 with later():
@@ -300,8 +291,9 @@ def _driver(module: ir.Module, shape: GemmShape, scalar: ir.Type,
                 m0 = builder.mul(builder.load(tb, typ=I64), const(MR))
                 # Only the first tile streams the block in; the others find it in cache.
                 first_tile = builder.and_(
-                    builder.icmp_signed("==", m0, const(0 if PREFETCH_PANELS else -1)),
-                    builder.icmp_signed(">=", c_size, const(PREFETCH_MIN_PLANES)))
+                    builder.icmp_signed("==", m0, const(0)),
+                    builder.icmp_signed(">=", c_size, const(PREFETCH_MIN_PLANES))) \
+                    if PREFETCH_PANELS else ir.Constant(I1, 0)
                 rows = smaller(builder.sub(m_size, m0), const(MR))
                 # The packed weight: tile t's W[t * MR + r, c] at (t * C + c) * MR + r, so
                 # this tile's block of planes starts at m0 * C + k0 * MR (its padded rows zero).

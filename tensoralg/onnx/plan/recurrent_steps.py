@@ -6,7 +6,8 @@ of µs each. Here every call is bound once, to fixed buffers, in the order the n
 The states are kept ``(batch, hidden)`` (the node-by-node run keeps them ``(hidden, batch)``) so
 that each product is ``h R_g^T`` on the generated GEMM, the weight packed once and one layer per
 gate, each writing its gate block as a contiguous array (a 32 x 64 x 256 product ran in 13 µs
-as four such layers, 28 µs as the statement ``Y(i,j) = R(i,k) * H(k,j)``):
+as four such layers, 28 µs as the statement ``Y(i,j) = R(i,k) * H(k,j)``; one thread, measured
+ad hoc):
 
 1. (layout 1) X copied time-major, one statement;
 2. per direction, the input projection: one dense layer per gate over every step, Wb + Rb as
@@ -58,7 +59,8 @@ TIME_MAJOR = "Y(i,j,k) = X(j,i,k)"        # layout 1's X (batch, T, input) -> (T
 # Past this many calls the step runs them from Python instead of offering them to the plan's
 # compiled sequence: compiling one costs 1.5-2.5 ms a call, more the longer the sequence
 # (300 calls 0.45 s, 1200 2.3 s, 2400 5.9 s; a 1000-step LSTM 25 s), against 6 µs a call
-# saved per run (LSTM, hidden 64, batch 32, 50 steps: 1.5 ms compiled, 3.3 ms from Python).
+# saved per run (LSTM, hidden 64, batch 32, 50 steps: 1.5 ms compiled, 3.3 ms from Python;
+# measured ad hoc, one thread).
 MAX_NATIVE_CALLS = 1500
 
 
