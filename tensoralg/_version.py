@@ -25,7 +25,9 @@ def source_fingerprint() -> str:
     skip = len(root) + 1               # names relative to root (os.path.relpath cost ~1 ms)
     found = [os.path.join(root, "api.py")]
     for room in _COMPILER_ROOMS:      # os.walk: pathlib's rglob took most of the ~7 ms
-        for folder, _, names in os.walk(os.path.join(root, room)):
+        for folder, folders, names in os.walk(os.path.join(root, room)):
+            # Not into __pycache__: listing its compiled files was half of the walk.
+            folders[:] = [name for name in folders if name != "__pycache__"]
             found.extend(os.path.join(folder, name) for name in names if name.endswith(".py"))
     for path in sorted(found):
         info = os.stat(path)

@@ -141,6 +141,7 @@ from tensoralg.runtime.movement import (
 from tensoralg.runtime.native_split import NativeSplit
 from tensoralg.runtime.planar import compiled_conv_gathers, patch_conv_of, pointwise_conv
 from tensoralg.runtime.pool import native_pool_supported
+from tensoralg.runtime.reach import ReachCounter
 from tensoralg.runtime.replay import (
     ARG_BEGIN,
     ARG_CAPACITY,
@@ -273,6 +274,7 @@ class KernelCache:
         self.disk = _disk_cache(options.cache_dir)
         self.compiles = 0
         self.validator = StorageValidator(self.disk)
+        self.reach = ReachCounter(self.disk)     # a sparse product's work per row
         self.threads = KernelThreads(options.threads)
         self.tuned = TunedSchedules(options.cache_dir)   # autotune's winners (tune.py)
         self.splits: dict[tuple, NativeSplit] = {}       # kernels' ranges on the native pool
@@ -760,7 +762,8 @@ class _Dispatch:
                  in zip(self.names, self.kinds, operands) if kind == _COMPRESSED}
         if any(name not in views for pair in work.products for name in pair):
             return None
-        return entry_bounds(work, views, shape[self.compiled.program.output.format.order[-1]])
+        return entry_bounds(work, views, shape[self.compiled.program.output.format.order[-1]],
+                            counter=kernel_cache().reach)
 
     def _work(self, operands: tuple, shape: tuple[int, ...]) -> int:
         sparse = [op.indices.shape[0] for kind, op in zip(self.kinds, operands)
@@ -1401,7 +1404,8 @@ def execute(compiled: CompiledProgram, bound: Mapping[str, Tensor], value_dtype:
     else:
         buffers.sizes = np.zeros(output.rank, dtype=np.int64)
         buffers.capacity = max(16, sum(t.nnz for t in tensors.values()))
-        entries = entry_bounds(compiled.entries_by, tensors, shape[output.format.order[-1]]) \
+        entries = entry_bounds(compiled.entries_by, tensors, shape[output.format.order[-1]],
+                               counter=kernel_cache().reach) \
             if len(shape) == 2 else None
         buffers.capacity = first_capacity(entries, buffers.capacity)
     args = compiled.arguments.pack(tensors, sizes, buffers)
@@ -1497,7 +1501,7 @@ def _thread_ranges(compiled: CompiledProgram, tensors: Mapping[str, Tensor],
         if threads.threads > 1 and work_by_row is not None and work_by_row.products:
             # A sparse product's work is its multiply-adds, which the operands' stored
             # entries undercount many times over (bcsstk16 squared: 60x).
-            weights = row_weights(work_by_row, tensors)
+            weights = row_weights(work_by_row, tensors, kernel_cache().reach)
             work = max(work, int(weights[-1]) // MULTIPLY_ADDS_PER_UNIT)
         parts = min(threads.parts(work, native), size // MIN_ROWS_PER_THREAD)
         if native and parts > 1 and NativeSplit.supports(compiled.kernel.function):
@@ -1506,7 +1510,7 @@ def _thread_ranges(compiled: CompiledProgram, tensors: Mapping[str, Tensor],
     if parts <= 1:
         return None
     if weights is None:
-        weights = row_weights(work_by_row, tensors)
+        weights = row_weights(work_by_row, tensors, kernel_cache().reach)
     return range_bounds(size, parts, weights, compiled.plan.range_step(plan.range_index))
 
 

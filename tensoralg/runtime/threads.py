@@ -134,10 +134,12 @@ class KernelThreads:
         return [call(calls[0]), *[future.result() for future in futures]]
 
 
-def row_weights(work: Any, tensors: Mapping[str, Any]) -> np.ndarray | None:
+def row_weights(work: Any, tensors: Mapping[str, Any], counter: Any = None
+                ) -> np.ndarray | None:
     """Cumulative work at each row boundary of a split loop (``size + 1`` entries), from a
     ``RowWork`` (``lower/scheduling.py``): the stored entries of its ``rows`` operands, plus,
-    for each product ``(A, B)``, the entries of B's rows that A's entries reach. None: rows
+    for each product ``(A, B)``, the entries of B's rows that A's entries reach (counted by
+    ``counter``, a ``runtime.reach.ReachCounter``, natively; by NumPy without one). None: rows
     count alike.
 
     >>> from types import SimpleNamespace as NS
@@ -152,14 +154,26 @@ def row_weights(work: Any, tensors: Mapping[str, Any]) -> np.ndarray | None:
     for name in work.rows:
         pos = np.asarray(tensors[name].levels[1].pos, dtype=np.int64)
         total = pos.copy() if total is None else total + pos
-    for a, b in work.products:
-        level = tensors[a].levels[1]
-        lengths = np.diff(np.asarray(tensors[b].levels[1].pos, dtype=np.int64))
-        reach = np.zeros(len(level.crd) + 1, dtype=np.int64)
-        np.cumsum(lengths[level.crd], out=reach[1:])
-        at_rows = reach[level.pos]
-        total = at_rows if total is None else total + at_rows
+    for reach, _ in _reaches(work, tensors, None, counter):
+        total = reach if total is None else total + reach
     return total
+
+
+def _reaches(work: Any, tensors: Mapping[str, Any], columns: int | None, counter: Any
+             ) -> list[tuple[np.ndarray, np.ndarray]]:
+    """``(reach, capped)`` of each product of ``work`` (``runtime.reach``)."""
+    from tensoralg.runtime.reach import numpy_reach
+
+    found = []
+    for a, b in work.products:
+        level, b_pos = tensors[a].levels[1], tensors[b].levels[1].pos
+        if counter is not None:
+            found.append(counter.reach(level.pos, level.crd, b_pos, columns))
+        else:
+            cap = np.iinfo(np.int64).max if columns is None else max(0, int(columns))
+            found.append(numpy_reach(np.asarray(level.pos), np.asarray(level.crd),
+                                     np.asarray(b_pos), cap))
+    return found
 
 
 # A sparse product's multiply-adds per unit of work (``KernelThreads.parts``): its ranges'
@@ -182,24 +196,25 @@ MIN_BOUND_ENTRIES = 1 << 13
 
 
 def entry_bounds(work: Any, tensors: Mapping[str, Any], columns: int,
-                 smallest: int | None = None) -> np.ndarray | None:
+                 smallest: int | None = None, counter: Any = None) -> np.ndarray | None:
     """Cumulative bound on the entries of each row of a sparse product's output (``size + 1``
     entries), or None when ``work`` (a ``RowWork``) has no products or when their left factors
-    have fewer than ``smallest`` entries (``MIN_BOUND_ENTRIES`` by default).
+    have fewer than ``smallest`` entries (``MIN_BOUND_ENTRIES`` by default). ``counter`` (a
+    ``runtime.reach.ReachCounter``) counts natively; without one NumPy does.
 
     A row of ``C = A B`` holds at most the entries of B's rows that A's entries reach, and at
     most ``columns``: started with that much room, a Gustavson kernel never grows its buffers
     (adder_dcop_05 squared, 54% dense: its buffers doubled from 2e4 entries to 1.8e6, and
     copying and faulting them in took two thirds of the call). Where the statement has more
-    than ``work`` counts (a third factor, a dense term) the bound is short and the kernel grows
-    its buffers past it as before: it is a first capacity, never a limit.
+    than ``work``'s products (a third factor, a dense term) the bound is short and the kernel
+    grows its buffers past it as before: it is a first capacity, never a limit.
 
     >>> from types import SimpleNamespace as NS
     >>> A = NS(levels=(None, NS(pos=np.array([0, 1, 3]), crd=np.array([1, 0, 1]))))
     >>> B = NS(levels=(None, NS(pos=np.array([0, 4, 5]), crd=None)))
     >>> work, operands = NS(rows=("A",), products=(("A", "B"),)), {"A": A, "B": B}
     >>> entry_bounds(work, operands, 4, smallest=0).tolist()
-    [0, 2, 6]
+    [0, 1, 5]
     >>> entry_bounds(work, operands, 4) is None    # too few entries to be worth it
     True
     """
@@ -207,10 +222,12 @@ def entry_bounds(work: Any, tensors: Mapping[str, Any], columns: int,
     if work is None or not work.products or \
             max(len(tensors[a].levels[1].crd) for a, _ in work.products) < smallest:
         return None
-    weights = row_weights(work, tensors)
-    assert weights is not None
-    bounds = np.zeros_like(weights)
-    np.cumsum(np.minimum(np.diff(weights), max(0, int(columns))), out=bounds[1:])
+    found = _reaches(work, tensors, columns, counter)
+    if len(found) == 1:
+        return found[0][1]
+    reach = sum(r for r, _ in found[1:]) + found[0][0]
+    bounds = np.zeros_like(reach)
+    np.cumsum(np.minimum(np.diff(reach), max(0, int(columns))), out=bounds[1:])
     return bounds
 
 
