@@ -155,6 +155,28 @@ def test_level3_conv_on_the_generated_gemm_matches_onnxruntime(batch):
     assert "direct convolution on the generated GEMM" in str(compiled.profile({"x": x}))
 
 
+@pytest.mark.parametrize("channels, kernel, stride, pad, route", [
+    (3, 3, 2, 1, "patch blocks"),         # K = 27: a 3x3 stem
+    (3, 4, 4, 0, "patch blocks"),         # K = 48: a patchify stem
+    (12, 3, 1, 1, "patch blocks"),        # K = 108
+    (16, 3, 1, 1, "generated GEMM"),      # K = 144: past PATCH_FIRST_DEPTH
+])
+def test_few_patch_rows_go_to_patch_blocks_before_the_gemm(channels, kernel, stride, pad, route):
+    """A convolution with 48 or more output channels but a short K (C * KH * KW) runs on
+    patch blocks, where the GEMM's per-tile costs would outweigh its multiply-adds; past
+    ``PATCH_FIRST_DEPTH`` it keeps the GEMM. Both give onnxruntime's numbers, odd sizes
+    included."""
+    rng = np.random.default_rng(channels * kernel)
+    x = rng.standard_normal((2, channels, 67, 67)).astype(np.float32)
+    w = (rng.standard_normal((67, channels, kernel, kernel)) / 10).astype(np.float32)
+    b = rng.standard_normal(67).astype(np.float32)
+    model = _onnx_conv(x, w, b, (stride, stride), (pad,) * 4, relu=True)
+    compiled = ta.onnx.load(model, opt_level=3)
+    np.testing.assert_allclose(compiled.run({"x": x})["y"], _ort(model, x), rtol=1e-4,
+                               atol=1e-5)
+    assert route in str(compiled.profile({"x": x}))
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("rows, columns", [(784, 128), (49, 512), (17, 33), (1, 5), (16, 16)])
 def test_transpose_call_writes_each_matrix_transposed(rows, columns, dtype):

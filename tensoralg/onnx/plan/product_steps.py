@@ -427,6 +427,12 @@ def conv_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) ->
     direct = geometry.dilations == (1, 1)
     gemm_conv = None        # built once: packing a large weight twice cost load time
     if groups == 1 and not skip_zeros and direct and channels >= GEMM_MIN_CHANNELS and \
+            weight.shape[2] * weight.shape[3] > 1 and weight[0].size <= PATCH_FIRST_DEPTH:
+        # Few patch rows are too short a K for the GEMM's tiles (see PATCH_FIRST_DEPTH).
+        patches = _patch_conv_spec(weight, vector, relu, geometry, x)
+        if patches is not None:
+            return patches
+    if groups == 1 and not skip_zeros and direct and channels >= GEMM_MIN_CHANNELS and \
             weight.shape[2] * weight.shape[3] > 1:
         # The generated GEMM writing NCHW tiles beats patch blocks on a first layer once the
         # output channels fill its panels: ResNet-18's 3 -> 64 7x7 layer 29.0 -> 24.7 ms at
@@ -512,6 +518,16 @@ def conv_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) ->
 # Output channels from which a group-1 convolution goes to the generated GEMM with NCHW
 # tiles before patch blocks or compiled weights (see conv_spec).
 GEMM_MIN_CHANNELS = 48
+# Patch rows (C * KH * KW) up to which such a convolution tries patch blocks before the GEMM
+# all the same: with a K that short, the GEMM's per-tile costs (row tables, the NCHW scatter,
+# the channels-last copy) outweigh its multiply-adds. One thread, float32, same-process A/B
+# of the two kernels (ad hoc script over stem-like and few-channel layers, batch 1 unless
+# noted): K = 27 (3 -> 64, 3x3, stride 2, 224 wide) 1.88 -> 0.82 ms, batch 8 15.7 -> 7.9;
+# K = 48 (3 -> 96, 4x4, stride 4: ConvNeXt's and Swin's stem) 0.62 -> 0.38, batch 8 10.8 ->
+# 5.6; K = 75 (3 -> 64, 5x5) 11.5 -> 5.7; K = 108 (12 -> 256, 3x3 at 56) 4.0 -> 2.3; from
+# K = 144 the two are even (16 -> 64 3x3 at 56: 1.09x at batch 1, 0.90x at 8; 3 -> 64 7x7,
+# K = 147, 1.05x; 28 -> 96 3x3, K = 252, 0.96x), so those keep the GEMM.
+PATCH_FIRST_DEPTH = 128
 
 
 def _planar_gemm_conv_spec(conv: Any, x: np.ndarray, what: str) -> Spec:
