@@ -28,7 +28,7 @@ from tensoralg.formats.format import Format
 from tensoralg.formats.tensor import LevelArrays, Tensor
 from tensoralg.runtime.args import CAPACITY, OUT_HANDLE, OUT_SIZES, ArgumentPlan, OutputBuffers
 from tensoralg.runtime.native_split import NativeSplit
-from tensoralg.runtime.wrap import release
+from tensoralg.runtime.wrap import narrowed_indices, release
 
 RunCalls = Callable[[Callable[[list], int], list[list]], list[int]]
 
@@ -141,7 +141,8 @@ def join_rows(shape: tuple[int, ...], fmt: Format, index_dtype: np.dtype,
     finally:
         for part in parts:
             release(part)
-    return Tensor.trusted(tuple(shape), fmt, (top, LevelArrays(pos, crd)), vals)
+    return narrowed_indices(Tensor.trusted(tuple(shape), fmt, (top, LevelArrays(pos, crd)),
+                                           vals))
 
 
 def _view(address: int | None, count: int, dtype: np.dtype) -> np.ndarray:

@@ -109,4 +109,37 @@ def sparse_result(shape: tuple[int, ...], fmt: Format, index_dtype: np.dtype,
     for handle in output.handles.values():
         handle.value = None
     # Every array was just made here from the kernel's buffers: no conversion or check needed.
-    return Tensor.trusted(tuple(shape), fmt, tuple(levels), vals)
+    return narrowed_indices(Tensor.trusted(tuple(shape), fmt, tuple(levels), vals))
+
+
+_INT32_MOST = np.iinfo(np.int32).max
+
+
+def narrowed_indices(tensor: Tensor) -> Tensor:
+    """``tensor`` (a kernel's output) with int32 ``pos`` and ``crd`` arrays where the kernel
+    assembled int64 ones whose values int32 holds, as scipy chooses for its own results.
+
+    A kernel's output indices are int64 whenever the output's shape has 2**31 elements or more
+    (``api._out_index_dtype``: the entries are not known before the kernel runs), which every
+    matrix past 46341 rows and columns has. Every coordinate is below its dimension and every
+    position at most its level's entries, so when those fit, one copy per array narrows them:
+    scipy's constructor would otherwise check each array's bounds and then copy it (2 of the 13
+    ms of luxembourg_osm squared, whose indices it then kept as int32 all the same).
+
+    >>> from tensoralg.formats.level import LevelKind
+    >>> fmt = Format([LevelKind.DENSE, LevelKind.COMPRESSED])
+    >>> wide = Tensor.trusted((2, 3), fmt, (LevelArrays(), LevelArrays(
+    ...     np.array([0, 1, 2]), np.array([2, 0]))), np.array([1.0, 2.0]))
+    >>> narrowed_indices(wide).levels[1].crd.dtype
+    dtype('int32')
+    """
+    if tensor.index_dtype != np.int64 or max(tensor.shape, default=0) > _INT32_MOST:
+        return tensor
+    levels = tensor.levels
+    if any(level.crd is not None and level.crd.shape[0] > _INT32_MOST for level in levels) or \
+            tensor.nnz > _INT32_MOST:
+        return tensor
+    narrow = tuple(LevelArrays(None if level.pos is None else level.pos.astype(np.int32),
+                               None if level.crd is None else level.crd.astype(np.int32))
+                   for level in levels)
+    return Tensor.trusted(tensor.shape, tensor.format, narrow, tensor.vals)
