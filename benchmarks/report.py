@@ -92,10 +92,12 @@ TARGET_NOTES: dict[str, str] = {
     "sddmm vs scipy": "one fused kernel reading Y relaid along the rank (a transposed copy per "
                       "call, which costs more than it saves on small matrices whose Y fits in "
                       "L2); the rank-k dots of a row's entries are not tiled together",
-    "spgemm vs scipy": "tensoralg sorts every output row (scipy does not); its buffers now "
-                       "start with room for each row's multiply-adds (no growing), but a split "
-                       "product still copies its ranges' pieces into one output (no symbolic "
-                       "count first), so it splits only from ~6e6 multiply-adds",
+    "spgemm vs scipy": "tensoralg sorts every output row (scipy does not); rows of a few "
+                       "entries each (road networks, circuit matrices: luxembourg_osm, "
+                       "cryg2500, bcspwr10) run at 1.0-1.2x scipy's speed, denser ones at "
+                       "1.5-2.5x; a split product still copies its ranges' pieces into one "
+                       "output (no symbolic count first), so it splits only from ~6e6 "
+                       "multiply-adds",
     "add vs scipy": "one thread: a split add joins its ranges by copying what the second thread "
                     "saved (copy-free parallel assembly is not built), so a sum runs whole; on "
                     "small sums the call's Python dispatch is most of the difference",
@@ -121,7 +123,10 @@ TARGET_NOTES: dict[str, str] = {
     "first call, new process, cache hit": "the lowered program and its IR digest come from "
                                           "the cache; what is left is unpickling them, loading "
                                           "the shared object (a private copy) and the source "
-                                          "fingerprint (4-6 ms here)",
+                                          "fingerprint (~1 ms); process-level times on this VM "
+                                          "drift by 1.5x between days (spmv 5.6 ms on "
+                                          "2026-12-02, 7.2 ms on 2026-12-03, when commit "
+                                          "6303ba5 took 8.6 ms beside 8.2 for 0302d0d)",
     "dense GEMM 1024^3 float64": "the default route is a BLAS dispatch through NumPy's own "
                                  "gemm; a gap here is the call's fixed cost or noise",
     "dense GEMM 1024^3 float32": "as for float64",
