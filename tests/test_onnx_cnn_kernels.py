@@ -331,6 +331,7 @@ PATCHES = [
     ((2, 2, 26, 50), (173, 3, 2), (3, 3), (1, 0, 2, 1), (1, 1)),      # stride 3: gathers only
     ((1, 4, 19, 61), (59, 3, 3), (1, 2), (2, 1, 2, 0), (2, 2)),      # dilated, uneven pads
     ((1, 16, 9, 33), (20, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),     # K = 144, two blocks
+    ((2, 16, 9, 33), (53, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),     # default: the GEMM
 ]
 
 
@@ -342,13 +343,15 @@ def test_few_channel_conv_through_patch_blocks_matches_onnxruntime(shape, kernel
                                                                    activation, route,
                                                                    monkeypatch):
     # "patches": the plan's GEMM threshold raised so patch blocks take every layer here;
-    # "default": layers of 48 channels or more without dilation go to the generated GEMM,
-    # which scatters its tiles into the NCHW output.
+    # "default": layers of 48 channels or more without dilation and with more patch rows
+    # than PATCH_FIRST_DEPTH go to the generated GEMM, which scatters its tiles into the NCHW
+    # output.
     from tensoralg.codegen.llvm import host_has
     from tensoralg.onnx.plan import product_steps
 
     gemm = route == "default" and kernel[0] >= product_steps.GEMM_MIN_CHANNELS and \
-        dilations == (1, 1) and host_has("avx512f")
+        dilations == (1, 1) and host_has("avx512f") and \
+        shape[1] * kernel[1] * kernel[2] > product_steps.PATCH_FIRST_DEPTH
     if route == "patches":
         monkeypatch.setattr(product_steps, "GEMM_MIN_CHANNELS", 1 << 30)
     rng = np.random.default_rng(shape[-1] + kernel[0])
