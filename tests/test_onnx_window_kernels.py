@@ -91,6 +91,34 @@ def test_max_pool_interior_vectors_float64_and_nan(stride):
 
 
 @pytest.mark.parametrize("attributes, shape", [
+    ({"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}, (1, 3, 14, 14)),          # inception
+    ({"kernel_shape": [5, 5], "pads": [2, 2, 2, 2]}, (2, 2, 20, 20)),          # SPPF
+    ({"kernel_shape": [5, 5], "pads": [2, 2, 2, 2]}, (1, 2, 9, 70)),           # 5 vectors
+    ({"kernel_shape": [3, 4], "pads": [2, 0, 0, 3]}, (1, 2, 6, 17)),           # uneven pads
+    ({"kernel_shape": [7, 7], "pads": [3, 3, 3, 3]}, (1, 2, 5, 5)),            # past the image
+    ({"kernel_shape": [1, 3], "pads": [0, 1, 0, 1]}, (1, 3, 4, 33)),
+    ({"kernel_shape": [2, 2]}, (1, 2, 7, 7)),
+])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_unit_stride_max_pool_takes_row_maxima(attributes, shape, dtype):
+    """Unit-stride max pools run as row maxima kept in a ring, then maxima over rows: the
+    same numbers as onnxruntime's, and NaN and infinities as NumPy's max gives them."""
+    x = _x(shape, seed=len(attributes["kernel_shape"]), dtype=dtype)
+    model = _check(helper.make_node("MaxPool", ["x"], ["y"], **attributes), x)
+    assert "maxima row by row" in str(model.profile({"x": x}))
+    x[0, -1, shape[2] // 2, shape[3] // 3] = np.nan
+    x[0, 0, 0, -1] = np.inf
+    x[0, 0, -1, 0] = -np.inf
+    kh, kw = attributes["kernel_shape"]
+    pt, pl, pb, pr = attributes.get("pads", [0, 0, 0, 0])
+    padded = np.pad(x, ((0, 0), (0, 0), (pt, pb), (pl, pr)), constant_values=-np.inf)
+    out_h, out_w = padded.shape[2] - kh + 1, padded.shape[3] - kw + 1
+    want = np.max([padded[:, :, i:i + out_h, j:j + out_w] for i in range(kh)
+                   for j in range(kw)], axis=0)
+    np.testing.assert_array_equal(model.run({"x": x})["y"], want)
+
+
+@pytest.mark.parametrize("attributes, shape", [
     ({"kernel_shape": [3, 3], "strides": [1, 1], "pads": [1, 1, 1, 1]}, (2, 3, 7, 20)),
     ({"kernel_shape": [3, 3], "strides": [1, 1], "pads": [1, 1, 1, 1],
       "count_include_pad": 1}, (2, 3, 7, 20)),

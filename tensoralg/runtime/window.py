@@ -90,11 +90,13 @@ class WindowKernel:
     def describe(self) -> str:
         """One line for a printed plan."""
         from tensoralg.codegen.epilogue import describe
-        from tensoralg.codegen.window import deinterleaves, pads_rows
+        from tensoralg.codegen.window import deinterleaves, pads_rows, separates_rows
 
         g = self.geometry
         reads = "input rows copied once into padded rows" if pads_rows(
             g, self.mode, self.groups, self.lanes) else \
+            "maxima row by row, each input row's once" if separates_rows(
+                g, self.mode, self.groups, self.lanes) else \
             "masked loads" if g.strides[1] == 1 else \
             "input rows split once into even and odd cells" if deinterleaves(
                 g, self.mode, self.groups, self.lanes) else \
