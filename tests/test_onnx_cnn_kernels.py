@@ -185,19 +185,21 @@ def test_stride2_depthwise_conv_matches_onnxruntime(width, pads, dilation, activ
 
 
 PADDED, MASKED = "input rows copied once into padded rows", "masked loads"
+ROWS = "maxima row by row"
 UNIT_WINDOWS = [
-    # unit column stride: max pools read masked loads, their window a chain per kernel row;
-    # row strides below, at and past the kernel's, asymmetric pads, ceil_mode
-    ("MaxPool", {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}, (1, 3, 9, 28)),
-    ("MaxPool", {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}, (2, 2, 7, 7)),
+    # unit column stride: max pools with unit strides take row maxima (a ring of rows), other
+    # row strides read masked loads, their window a chain per kernel row; row strides below,
+    # at and past the kernel's, asymmetric pads, ceil_mode
+    ("MaxPool", {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}, (1, 3, 9, 28), ROWS),
+    ("MaxPool", {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}, (2, 2, 7, 7), ROWS),
     ("MaxPool", {"kernel_shape": [3, 2], "strides": [2, 1], "pads": [0, 1, 2, 0]},
-     (1, 2, 9, 20)),
+     (1, 2, 9, 20), MASKED),
     ("MaxPool", {"kernel_shape": [5, 5], "strides": [3, 1], "pads": [2, 2, 2, 2]},
-     (1, 2, 8, 17)),
-    ("MaxPool", {"kernel_shape": [2, 2], "strides": [4, 1]}, (1, 2, 13, 20)),
-    ("MaxPool", {"kernel_shape": [3, 3], "ceil_mode": 1}, (1, 2, 6, 30)),
+     (1, 2, 8, 17), MASKED),
+    ("MaxPool", {"kernel_shape": [2, 2], "strides": [4, 1]}, (1, 2, 13, 20), MASKED),
+    ("MaxPool", {"kernel_shape": [3, 3], "ceil_mode": 1}, (1, 2, 6, 30), ROWS),
     ("MaxPool", {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "dilations": [1, 2]},
-     (1, 2, 5, 20)),
+     (1, 2, 5, 20), MASKED),
 ]
 
 
@@ -213,13 +215,13 @@ def test_padded_rows_stay_within_the_stack_bound():
     assert not pads_rows(geometry(40), "depthwise", ChannelGroups(), 16)
 
 
-@pytest.mark.parametrize("op, attributes, shape", UNIT_WINDOWS)
-def test_unit_stride_max_pools_match_onnxruntime(op, attributes, shape):
+@pytest.mark.parametrize("op, attributes, shape, reads", UNIT_WINDOWS)
+def test_unit_stride_max_pools_match_onnxruntime(op, attributes, shape, reads):
     rng = np.random.default_rng(shape[-1] + len(attributes))
     x = rng.standard_normal(shape).astype(np.float32)
     node = h.make_node(op, ["x"], ["y"], **attributes)
     out = onnxruntime_outputs(_model([node], shape, [None] * 4, {}), {"x": x})[0]
-    _check(_model([node], shape, out.shape, {}), x, MASKED)
+    _check(_model([node], shape, out.shape, {}), x, reads)
 
 
 @pytest.mark.parametrize("width, kernel, strides, pads, reads", [
