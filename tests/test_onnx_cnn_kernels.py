@@ -185,7 +185,7 @@ def test_stride2_depthwise_conv_matches_onnxruntime(width, pads, dilation, activ
 
 
 PADDED, MASKED = "input rows copied once into padded rows", "masked loads"
-ROWS = "maxima row by row"
+ROWS = "row by row"
 UNIT_WINDOWS = [
     # unit column stride: max pools with unit strides take row maxima (a ring of rows), other
     # row strides read masked loads, their window a chain per kernel row; row strides below,

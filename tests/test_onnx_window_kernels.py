@@ -105,7 +105,7 @@ def test_unit_stride_max_pool_takes_row_maxima(attributes, shape, dtype):
     same numbers as onnxruntime's, and NaN and infinities as NumPy's max gives them."""
     x = _x(shape, seed=len(attributes["kernel_shape"]), dtype=dtype)
     model = _check(helper.make_node("MaxPool", ["x"], ["y"], **attributes), x)
-    assert "maxima row by row" in str(model.profile({"x": x}))
+    assert "row by row" in str(model.profile({"x": x}))
     x[0, -1, shape[2] // 2, shape[3] // 3] = np.nan
     x[0, 0, 0, -1] = np.inf
     x[0, 0, -1, 0] = -np.inf
@@ -116,6 +116,43 @@ def test_unit_stride_max_pool_takes_row_maxima(attributes, shape, dtype):
     want = np.max([padded[:, :, i:i + out_h, j:j + out_w] for i in range(kh)
                    for j in range(kw)], axis=0)
     np.testing.assert_array_equal(model.run({"x": x})["y"], want)
+
+
+@pytest.mark.parametrize("attributes, shape", [
+    ({"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}, (1, 3, 17, 17)),          # Inception
+    ({"kernel_shape": [5, 5], "pads": [2, 2, 2, 2]}, (1, 2, 9, 70)),
+    ({"kernel_shape": [3, 4], "pads": [2, 0, 0, 3]}, (1, 2, 6, 17)),           # uneven pads
+    ({"kernel_shape": [5, 5], "pads": [4, 4, 4, 4]}, (1, 2, 3, 3)),            # past the image
+    ({"kernel_shape": [2, 2]}, (2, 2, 7, 7)),
+])
+@pytest.mark.parametrize("count_include_pad", [0, 1])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_unit_stride_average_pool_sums_row_by_row(attributes, shape, count_include_pad, dtype):
+    """Unit-stride average pools sum row by row too, dividing by the cells the window
+    counts (inside the image, or the padded image with count_include_pad): against NumPy in
+    float64 (every cell's count written out) and onnxruntime in float32."""
+    x = _x(shape, seed=shape[-1], dtype=dtype)
+    node = helper.make_node("AveragePool", ["x"], ["y"], count_include_pad=count_include_pad,
+                            **attributes)
+    kh, kw = attributes["kernel_shape"]
+    pt, pl, pb, pr = attributes.get("pads", [0, 0, 0, 0])
+    padded = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pt, pb), (pl, pr)))
+    counted = np.pad(np.ones(shape[2:]), ((pt, pb), (pl, pr)), constant_values=count_include_pad)
+    out_h, out_w = padded.shape[2] - kh + 1, padded.shape[3] - kw + 1
+    windows = [(i, j) for i in range(kh) for j in range(kw)]
+    total = sum(padded[:, :, i:i + out_h, j:j + out_w] for i, j in windows)
+    cells = sum(counted[i:i + out_h, j:j + out_w] for i, j in windows)
+    want = total / np.maximum(cells, 1)
+    if dtype == np.float32:
+        model = _check(node, x)
+    else:
+        model = tonnx.load(_model(node, x.shape, want.shape, (), helper.np_dtype_to_tensor_dtype(
+            x.dtype)), opt_level=3)
+        for _ in range(2):
+            model.run({"x": x})
+    assert "row by row" in str(model.profile({"x": x}))
+    np.testing.assert_allclose(model.run({"x": x})["y"], want, rtol=1e-5 if dtype == np.float32
+                               else 1e-12, atol=1e-6 if dtype == np.float32 else 1e-12)
 
 
 @pytest.mark.parametrize("attributes, shape", [

@@ -167,7 +167,7 @@ def window_module(geometry: WindowGeometry, mode: str, dtype: str, lanes: int,
         builder.ret(ir.Constant(I32, 0))
         return module
     if separates_rows(geometry, mode, groups, lanes):
-        _separable_max(body, x, y, begin, end)
+        _separable(body, x, y, begin, end)
         builder.ret(ir.Constant(I32, 0))
         return module
     plane = entry_alloca(builder, I64, "plane")
@@ -436,52 +436,72 @@ def _padded_rows(body: "_Body", x: ir.Value, y: ir.Value, w: ir.Value, bias: ir.
 
 def separates_rows(geometry: WindowGeometry, mode: str, groups: ChannelGroups,
                    lanes: int) -> bool:
-    """Whether a max window kernel takes its maxima row by row (see :func:`_separable_max`):
+    """Whether a max or average window kernel reduces row by row (see :func:`_separable`):
     unit strides, no dilation, output rows of at most :data:`MAX_DEINTERLEAVED_VECTORS`
     vectors and a ring within :data:`MAX_RING_BYTES`.
 
     >>> g = WindowGeometry(28, 28, 28, 28, (3, 3), (1, 1), (1, 1), (1, 1), (1, 1))
-    >>> separates_rows(g, "max", ChannelGroups(), 16), separates_rows(g, "average", ChannelGroups(), 16)
+    >>> separates_rows(g, "max", ChannelGroups(), 16), separates_rows(g, "depthwise", ChannelGroups(), 16)
     (True, False)
     """
     blocks = -(-geometry.out_width // lanes)
-    return (mode == "max" and groups == ChannelGroups() and geometry.strides == (1, 1)
-            and geometry.dilations == (1, 1) and blocks <= MAX_DEINTERLEAVED_VECTORS
+    return (mode in ("max", "average") and groups == ChannelGroups()
+            and geometry.strides == (1, 1) and geometry.dilations == (1, 1)
+            and blocks <= MAX_DEINTERLEAVED_VECTORS
             and geometry.kernel[0] * blocks * lanes * 8 <= MAX_RING_BYTES)
 
 
-def _separable_max(body: "_Body", x: ir.Value, y: ir.Value, begin: ir.Value,
-                   end: ir.Value) -> None:
-    """A max pool with unit strides over planes ``[begin, end)``, as two passes of maxima:
-    each input row's maxima over ``KW`` neighbouring columns (one per output column; -inf
-    outside the image, so padding never wins) go once into a ring of ``KH`` rows on the
-    stack, and each output row is the maximum of the ``KH`` ring rows it covers. An output
-    vector then costs ``KW`` masked loads with constant masks, ``KH`` plain loads and ``KW +
-    KH - 2`` maxima, where reading its whole window cost ``KH x KW`` masked loads and ``KH x KW
-    - 1`` maxima (GoogLeNet's 3x3 pools over 28-, 14- and 7-wide planes, whose vectors all
-    straddle the padding, ran at 0.65x onnxruntime's speed). The maximum lets NaN win at every
-    step, so the two passes give what the window's single pass gives."""
+def _cells(begin: int, kernel: int, low: int, high: int) -> int:
+    """How many of the cells ``begin .. begin + kernel - 1`` lie in ``[low, high)``."""
+    return max(0, min(begin + kernel, high) - max(begin, low))
+
+
+def _separable(body: "_Body", x: ir.Value, y: ir.Value, begin: ir.Value, end: ir.Value) -> None:
+    """A max or average pool with unit strides over planes ``[begin, end)``, in two passes:
+    each input row's maxima (or sums) over ``KW`` neighbouring columns (one per output
+    column; -inf or 0 outside the image, so padding never counts) go once into a ring of
+    ``KH`` rows on the stack, and each output row reduces the ``KH`` ring rows it covers. An
+    output vector then costs ``KW`` masked loads with constant masks, ``KH`` plain loads and
+    ``KW + KH - 2`` maxima or additions, where reading its whole window cost ``KH x KW`` masked
+    loads and ``KH x KW - 1`` of them (GoogLeNet's 3x3 max pools over 28-, 14- and 7-wide
+    planes, whose vectors all straddle the padding, ran at 0.65x onnxruntime's speed). The
+    maximum lets NaN win at every step, so the two passes give the window's single-pass max;
+    an average divides by the cells counted, the window's rows inside the image (or the padded
+    image, ``count_include_pad``) times its columns, a product of the two passes' counts."""
     b, g, lanes, scalar, vector = body.b, body.g, body.lanes, body.scalar, body.vector
     kh, kw = g.kernel
-    pt, pl = g.pads_begin
+    (pt, pl), (pb, pr) = g.pads_begin, g.pads_end
     blocks = -(-g.out_width // lanes)
     width = blocks * lanes
     const = lambda value: ir.Constant(I64, value)     # noqa: E731
+    average = body.mode == "average"
+    fill = body.constant(0.0 if average else -float("inf"))
+    combine = (lambda u, v: b.fadd(u, v)) if average else body.maximum
     ring = entry_alloca(b, ir.ArrayType(scalar, kh * width), "rows")
     ring_base = b.gep(ring, [const(0), const(0)], inbounds=True)
-    lowest = body.constant(-float("inf"))
     everywhere = ir.Constant(body.mask, [True] * lanes)
     plane, row = (entry_alloca(b, I64, name) for name in ("plane", "row"))
+    # The cells an average counts: inside the image, or inside the padded image.
+    low_row, high_row, low_col, high_col = (-pt, g.height + pb, -pl, g.width + pr) \
+        if body.count_include_pad else (0, g.height, 0, g.width)
 
     def at(base: ir.Value, offset: ir.Value) -> ir.Value:
         return b.gep(base, [offset], source_etype=scalar)
+
+    def tree(values: list[ir.Value]) -> ir.Value:
+        while len(values) > 1:
+            pairs = len(values) // 2
+            values = [combine(values[2 * i], values[2 * i + 1]) for i in range(pairs)] + \
+                values[2 * pairs:]
+        return values[0]
 
     def slot_of(r: ir.Value) -> ir.Value:
         """The ring row of input row ``r`` (``-pt <= r``)."""
         return at(ring_base, b.mul(b.urem(b.add(r, const(pt)), const(kh)), const(width)))
 
-    def row_maxima(x_plane: ir.Value, r: ir.Value) -> None:
-        """Input row ``r``'s maxima over each output column's ``KW`` cells into its ring row."""
+    def row_pass(x_plane: ir.Value, r: ir.Value) -> None:
+        """Input row ``r``'s reductions over each output column's ``KW`` cells into its ring
+        row."""
         slot = slot_of(r)
         with if_else(b, b.icmp_unsigned("<", r, const(g.height)), "row_in") as (then, otherwise):
             with then():
@@ -492,14 +512,14 @@ def _separable_max(body: "_Body", x: ir.Value, y: ir.Value, begin: ir.Value,
                         first = part * lanes + kx - pl          # input column of lane 0
                         inside = [0 <= c < g.width for c in range(first, first + lanes)]
                         # Constant masks: only the cells inside the row are read.
-                        taps.append(lowest if not any(inside) else b.call(body.load, [
+                        taps.append(fill if not any(inside) else b.call(body.load, [
                             at(row_at, const(first)), body.align,
-                            ir.Constant(body.mask, inside), lowest]))
-                    b.call(body.store, [body.largest(taps), at(slot, const(part * lanes)),
-                                        body.align, everywhere])
+                            ir.Constant(body.mask, inside), fill]))
+                    b.call(body.store, [tree(taps), at(slot, const(part * lanes)), body.align,
+                                        everywhere])
             with otherwise():
                 for part in range(blocks):
-                    b.call(body.store, [lowest, at(slot, const(part * lanes)), body.align,
+                    b.call(body.store, [fill, at(slot, const(part * lanes)), body.align,
                                         everywhere])
 
     with counted_loop(b, plane, begin, lambda: end, "plane"):
@@ -507,16 +527,30 @@ def _separable_max(body: "_Body", x: ir.Value, y: ir.Value, begin: ir.Value,
         x_plane = at(x, b.mul(q, const(g.height * g.width)))
         y_plane = at(y, b.mul(q, const(g.positions)))
         for ky in range(kh - 1):                # the rows output row 0 shares with row 1
-            row_maxima(x_plane, const(ky - pt))
+            row_pass(x_plane, const(ky - pt))
         with counted_loop(b, row, const(0), lambda: const(g.out_height), "row"):
             oh = b.load(row, typ=I64)
             top = b.sub(oh, const(pt))
-            row_maxima(x_plane, b.add(top, const(kh - 1)))
+            row_pass(x_plane, b.add(top, const(kh - 1)))
             slots = [slot_of(b.add(top, const(ky))) for ky in range(kh)]
+            if average:
+                lowest = b.select(b.icmp_signed(">", top, const(low_row)), top, const(low_row))
+                bottom = b.add(top, const(kh))
+                highest = b.select(b.icmp_signed("<", bottom, const(high_row)), bottom,
+                                   const(high_row))
+                rows_in = b.sitofp(b.sub(highest, lowest), scalar)
             for part in range(blocks):
-                rows = [b.load(at(slot, const(part * lanes)), typ=vector,
-                               align=body.align.constant) for slot in slots]
-                body.store_row(body.largest(rows), y_plane, oh, const(part * lanes))
+                value = tree([b.load(at(slot, const(part * lanes)), typ=vector,
+                                     align=body.align.constant) for slot in slots])
+                if average:
+                    columns = [float(_cells(part * lanes + lane - pl, kw, low_col, high_col))
+                               for lane in range(lanes)]
+                    count = b.fmul(body.splat(rows_in, vector), ir.Constant(vector, columns))
+                    # A window with no cell counted (only where ceil_mode lets it start in
+                    # the end padding) divides 0 by 1, as onnxruntime gives 0 there.
+                    empty = b.fcmp_ordered("<=", count, body.constant(0.0))
+                    value = b.fdiv(value, b.select(empty, body.constant(1.0), count))
+                body.store_row(value, y_plane, oh, const(part * lanes))
 
 
 class _Body:
@@ -570,14 +604,6 @@ class _Body:
         b = self.b
         pick = b.or_(b.fcmp_ordered(">", value, acc), b.fcmp_unordered("uno", value, value))
         return b.select(pick, value, acc)
-
-    def largest(self, values: list[ir.Value]) -> ir.Value:
-        """The lane-wise maximum of ``values`` (NaN wins, see :meth:`maximum`), as a tree."""
-        while len(values) > 1:
-            pairs = len(values) // 2
-            values = [self.maximum(values[2 * i], values[2 * i + 1]) for i in range(pairs)] + \
-                values[2 * pairs:]
-        return values[0]
 
     def reduce_rows(self, taps: list[list[ir.Value]], weights: list[ir.Value] | None,
                     start: ir.Value) -> ir.Value:

@@ -95,7 +95,7 @@ class WindowKernel:
         g = self.geometry
         reads = "input rows copied once into padded rows" if pads_rows(
             g, self.mode, self.groups, self.lanes) else \
-            "maxima row by row, each input row's once" if separates_rows(
+            "row by row, each input row's reduction once" if separates_rows(
                 g, self.mode, self.groups, self.lanes) else \
             "masked loads" if g.strides[1] == 1 else \
             "input rows split once into even and odd cells" if deinterleaves(
