@@ -159,12 +159,13 @@ def test_level3_conv_on_the_generated_gemm_matches_onnxruntime(batch):
     (3, 3, 2, 1, "patch blocks"),         # K = 27: a 3x3 stem
     (3, 4, 4, 0, "patch blocks"),         # K = 48: a patchify stem
     (12, 3, 1, 1, "patch blocks"),        # K = 108
+    (3, 7, 2, 3, "patch blocks"),         # K = 147 but an RGB stem (PATCH_FIRST_CHANNELS)
     (16, 3, 1, 1, "generated GEMM"),      # K = 144: past PATCH_FIRST_DEPTH
 ])
 def test_few_patch_rows_go_to_patch_blocks_before_the_gemm(channels, kernel, stride, pad, route):
-    """A convolution with 48 or more output channels but a short K (C * KH * KW) runs on
-    patch blocks, where the GEMM's per-tile costs would outweigh its multiply-adds; past
-    ``PATCH_FIRST_DEPTH`` it keeps the GEMM. Both give onnxruntime's numbers, odd sizes
+    """A convolution with 48 or more output channels but a short K (C * KH * KW) or few input
+    channels runs on patch blocks, where the GEMM's per-tile costs would outweigh its
+    multiply-adds; past ``PATCH_FIRST_DEPTH`` and ``PATCH_FIRST_CHANNELS`` it keeps the GEMM. Both give onnxruntime's numbers, odd sizes
     included."""
     rng = np.random.default_rng(channels * kernel)
     x = rng.standard_normal((2, channels, 67, 67)).astype(np.float32)

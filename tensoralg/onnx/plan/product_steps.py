@@ -427,7 +427,8 @@ def conv_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) ->
     direct = geometry.dilations == (1, 1)
     gemm_conv = None        # built once: packing a large weight twice cost load time
     if groups == 1 and not skip_zeros and direct and channels >= GEMM_MIN_CHANNELS and \
-            weight.shape[2] * weight.shape[3] > 1 and weight[0].size <= PATCH_FIRST_DEPTH:
+            weight.shape[2] * weight.shape[3] > 1 and \
+            (weight[0].size <= PATCH_FIRST_DEPTH or weight.shape[1] <= PATCH_FIRST_CHANNELS):
         # Few patch rows are too short a K for the GEMM's tiles (see PATCH_FIRST_DEPTH).
         patches = _patch_conv_spec(weight, vector, relu, geometry, x)
         if patches is not None:
@@ -528,6 +529,10 @@ GEMM_MIN_CHANNELS = 48
 # K = 144 the two are even (16 -> 64 3x3 at 56: 1.09x at batch 1, 0.90x at 8; 3 -> 64 7x7,
 # K = 147, 1.05x; 28 -> 96 3x3, K = 252, 0.96x), so those keep the GEMM.
 PATCH_FIRST_DEPTH = 128
+# Input channels up to which patch blocks go first at any depth they take (a first layer's
+# RGB or RGBA image): 3 -> 64 and 3 -> 96 7x7 layers, K = 147, ran 1.04-1.06x faster on them
+# than on the GEMM at batch 1 and 8 (same A/B as above).
+PATCH_FIRST_CHANNELS = 4
 
 
 def _planar_gemm_conv_spec(conv: Any, x: np.ndarray, what: str) -> Spec:
