@@ -3,13 +3,22 @@ would swamp them: activations fused into the convolutions or not, and stride-2 w
 reading rows split into even and odd cells or pairs of loads.
 
 ``python benchmarks/conv_epilogue_ab.py model MODEL.onnx --batch 8`` loads the model at level 3
-three times: as it is, with only ReLU and Clip fused (no Sigmoid, HardSigmoid, HardSwish or
-SiLU in a convolution's epilogue), and with every stride-2 window kernel on paired loads. It
+five times: as it is, with only ReLU and Clip fused (no Sigmoid, HardSigmoid, HardSwish or
+SiLU in a convolution's epilogue), with every stride-2 window kernel on paired loads, with
+unit-stride pools on masked loads, and with short-K convolutions on the GEMM. It
 runs them one after another, round by round, one thread, and prints each variant's median
 time over the default's (above 1: the default is faster).
 
 ``python benchmarks/conv_epilogue_ab.py windows`` times the window kernels alone, both ways,
-on the stride-2 layers of EfficientNet, MnasNet and ResNet (batch 8), interleaved.
+on the stride-2 layers of EfficientNet, MnasNet and ResNet (batch 8), on unit-stride depthwise
+layers (padded rows or masked loads) and on unit-stride max and average pools (rows reduced once,
+or masked loads over the whole window), interleaved.
+
+``python benchmarks/conv_epilogue_ab.py stems`` times stem-like and few-channel convolutions
+of 48 or more output channels on patch blocks and on the generated GEMM, interleaved, outputs
+checked close; ``product_steps.PATCH_FIRST_DEPTH`` and ``PATCH_FIRST_CHANNELS`` cite it. The
+``model`` command also loads the model with those layers on the GEMM and with unit-stride
+pools on masked loads.
 
 ``python benchmarks/conv_epilogue_ab.py kernels`` times the generated GEMM (float32, one
 thread) with and without its prefetch of A and with its packed weight on and off a 64-byte
@@ -21,7 +30,8 @@ lines, interleaved, in GFMA/s; then the channels-last copy and the transpose int
 without their store prefetch, in GB/s.
 
 Prints only; the figures quoted in ``codegen/window.py``, ``codegen/activation.py``,
-``codegen/gemm.py`` and ``codegen/planar.py`` come from these commands.
+``codegen/gemm.py``, ``codegen/planar.py`` and ``onnx/plan/product_steps.py`` come from these
+commands.
 """
 from __future__ import annotations
 
@@ -79,6 +89,20 @@ def _window_rows(split: bool, rule: str = "deinterleaves") -> Iterator[None]:
         runtime._BUILT.update(built)
 
 
+@contextlib.contextmanager
+def _gemm_first() -> Iterator[None]:
+    """Load models with every wide convolution on the generated GEMM before patch blocks (no
+    ``PATCH_FIRST_DEPTH``/``PATCH_FIRST_CHANNELS`` rule)."""
+    from tensoralg.onnx.plan import product_steps
+
+    depth, channels = product_steps.PATCH_FIRST_DEPTH, product_steps.PATCH_FIRST_CHANNELS
+    product_steps.PATCH_FIRST_DEPTH = product_steps.PATCH_FIRST_CHANNELS = 0
+    try:
+        yield
+    finally:
+        product_steps.PATCH_FIRST_DEPTH, product_steps.PATCH_FIRST_CHANNELS = depth, channels
+
+
 def _interleaved(calls: dict[str, Callable[[], Any]], rounds: int) -> dict[str, float]:
     """Median seconds of each call, timed round by round."""
     times: dict[str, list[float]] = {name: [] for name in calls}
@@ -104,10 +128,13 @@ def compare_model(path: str, batch: int, rounds: int) -> str:
     for model in models.values():       # the second run builds the plan and its kernels
         for _ in range(3):
             model.run(feeds)
-    with _window_rows(split=False):
-        models["paired loads"] = tensoralg.onnx.load(path, opt_level=3)
-        for _ in range(3):
-            models["paired loads"].run(feeds)
+    for name, variant in (("paired loads", _window_rows(False)),
+                          ("pools on masked loads", _window_rows(False, "separates_rows")),
+                          ("GEMM before patches", _gemm_first())):
+        with variant:       # plans and kernels are built by the first runs
+            models[name] = tensoralg.onnx.load(path, opt_level=3)
+            for _ in range(3):
+                models[name].run(feeds)
     medians = _interleaved({name: (lambda m=m: m.run(feeds)) for name, m in models.items()},
                            rounds)
     base = medians["default"]
@@ -130,18 +157,33 @@ UNIT_LAYERS = [
     (8, 960, 7, 3, "depthwise"), (1, 192, 28, 3, "max"), (1, 480, 14, 3, "max"),
     (1, 832, 7, 3, "max"), (8, 64, 56, 3, "max"),
 ]
+POOLS = [
+    # (N, C, H, kernel, mode), stride 1, "same" padding: GoogLeNet's inception pools, YOLO's
+    # SPPF, Inception-v3's average pools
+    (1, 256, 28, 3, "max"), (1, 480, 14, 3, "max"), (1, 832, 7, 3, "max"), (8, 192, 28, 3, "max"),
+    (1, 64, 56, 3, "max"), (1, 256, 20, 5, "max"), (1, 192, 35, 3, "average"),
+    (1, 768, 17, 3, "average"), (1, 1280, 8, 3, "average"), (8, 288, 35, 3, "average"),
+]
 
 
 def compare_windows(rounds: int) -> str:
     """Each window kernel of :data:`LAYERS` (stride 2) and :data:`UNIT_LAYERS` (stride 1)
     built both ways of its row rule, the outputs checked equal, timed round by round."""
-    from tensoralg.codegen.window import ChannelGroups, WindowGeometry, deinterleaves, pads_rows
+    from tensoralg.codegen.window import (
+        ChannelGroups,
+        WindowGeometry,
+        deinterleaves,
+        pads_rows,
+        separates_rows,
+    )
 
     rng = np.random.default_rng(0)
     lines = []
     for stride, layers, rule, ways in (
             (2, LAYERS, deinterleaves, ("split", "paired")),
-            (1, UNIT_LAYERS, pads_rows, ("padded", "masked"))):
+            (1, [layer for layer in UNIT_LAYERS if layer[4] == "depthwise"], pads_rows,
+             ("padded", "masked")),
+            (1, POOLS, separates_rows, ("reduced", "masked"))):
         lines.append(f"window kernels alone, stride {stride} (median ms; {ways[1]} / {ways[0]}: "
                      f"above 1 the {ways[0]} rows are faster)")
         for n, c, h, k, mode in layers:
@@ -176,9 +218,50 @@ def _window_pair(rng: Any, g: Any, n: int, c: int, mode: str, rule: str,
             calls[name] = kernel.bind(x, outputs[name])
     for call in calls.values():
         call()
-    # The same taps in the same order: the two ways agree exactly.
-    np.testing.assert_array_equal(outputs[ways[0]], outputs[ways[1]])
+    if mode == "average":       # summed row by row, in another order
+        np.testing.assert_allclose(outputs[ways[0]], outputs[ways[1]], rtol=1e-5, atol=1e-6)
+    else:                       # the same taps in the same order, or maxima: exactly equal
+        np.testing.assert_array_equal(outputs[ways[0]], outputs[ways[1]])
     return _interleaved(calls, rounds)
+
+
+STEMS = [
+    # (N, C, H, M, kernel, stride, pad): 3x3, 4x4 and 7x7 stems, few-channel layers
+    (1, 3, 224, 64, 3, 2, 1), (8, 3, 224, 64, 3, 2, 1), (1, 3, 224, 96, 4, 4, 0),
+    (8, 3, 224, 96, 4, 4, 0), (1, 3, 224, 64, 5, 1, 2), (1, 12, 56, 256, 3, 1, 1),
+    (1, 16, 56, 64, 3, 1, 1), (8, 16, 56, 64, 3, 1, 1), (1, 3, 224, 64, 7, 2, 3),
+    (8, 3, 224, 64, 7, 2, 3), (1, 3, 224, 96, 7, 2, 0), (1, 28, 56, 96, 3, 2, 1),
+]
+
+
+def compare_stems(rounds: int) -> str:
+    """Each layer of :data:`STEMS` on patch blocks and on the generated GEMM (NCHW tiles),
+    outputs checked close, timed round by round."""
+    from tensoralg.runtime.gemm import ConvLayer
+    from tensoralg.runtime.planar import patch_conv_of
+
+    rng = np.random.default_rng(0)
+    lines = ["convolutions of 48+ output channels, one thread (median ms; gemm / patches: above "
+             "1 the patch blocks are faster)"]
+    for n, c, h, m, k, stride, pad in STEMS:
+        w = rng.standard_normal((m, c, k, k)).astype(np.float32)
+        x = rng.standard_normal((n, c, h, h)).astype(np.float32)
+        out = (h + 2 * pad - k) // stride + 1
+        bias = np.zeros(m, np.float32)
+        patches = patch_conv_of((c, h, h), w, bias, (0.0, float("inf")), (k, k),
+                                (stride, stride), (1, 1), (pad, pad), (out, out), None, None)
+        gemm = ConvLayer(w, bias, (stride, stride), (pad, pad), (pad, pad), relu=True)
+        outputs = {name: np.empty((n, m, out, out), np.float32) for name in ("patches", "gemm")}
+        calls = {"patches": patches.bind(x, outputs["patches"]),
+                 "gemm": gemm.bind(x, outputs["gemm"])}
+        for call in calls.values():
+            call()
+        np.testing.assert_allclose(outputs["patches"], outputs["gemm"], rtol=1e-4, atol=1e-3)
+        medians = _interleaved(calls, rounds)
+        lines.append(f"  {n}x{c:2}x{h}x{h} -> {m:3}, {k}x{k} stride {stride} (K = {c * k * k:3}):"
+                     f" patches {medians['patches'] * 1e3:7.3f}  gemm {medians['gemm'] * 1e3:7.3f}"
+                     f"  ratio {medians['gemm'] / medians['patches']:5.2f}")
+    return "\n".join(lines)
 
 
 GEMMS = [(600, 576, 64), (3000, 576, 64), (6272, 576, 64), (1024, 768, 3072), (256, 512, 256)]
@@ -331,7 +414,7 @@ def compare_copies(rounds: int) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
-    model = commands.add_parser("model", help="a model three ways, round by round")
+    model = commands.add_parser("model", help="a model five ways, round by round")
     model.add_argument("path", help="an .onnx file")
     model.add_argument("--batch", type=int, default=8)
     model.add_argument("--rounds", type=int, default=7)
@@ -341,9 +424,13 @@ def main(argv: list[str] | None = None) -> int:
     kernels = commands.add_parser("kernels", help="each prefetch and blocking choice of the "
                                                   "convolution kernels, both ways")
     kernels.add_argument("--rounds", type=int, default=9)
+    stems = commands.add_parser("stems", help="short-K convolutions on patch blocks and on "
+                                              "the generated GEMM")
+    stems.add_argument("--rounds", type=int, default=15)
     args = parser.parse_args(argv)
     print(compare_model(args.path, args.batch, args.rounds) if args.command == "model" else
           compare_windows(args.rounds) if args.command == "windows" else
+          compare_stems(args.rounds) if args.command == "stems" else
           compare_kernels(args.rounds))
     return 0
 

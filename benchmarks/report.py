@@ -125,8 +125,9 @@ TARGET_NOTES: dict[str, str] = {
                                           "the shared object (a private copy) and the source "
                                           "fingerprint (~1 ms); process-level times on this VM "
                                           "drift by 1.5x between days (spmv 5.6 ms on "
-                                          "2026-12-02, 7.2 ms on 2026-12-03, when commit "
-                                          "6303ba5 took 8.6 ms beside 8.2 for 0302d0d)",
+                                          "2026-12-02, 7.2 ms on 2026-12-03; an ad hoc "
+                                          "side-by-side of two checkouts that day, not kept: "
+                                          "6303ba5 8.6 ms, 0302d0d 8.2)",
     "dense GEMM 1024^3 float64": "the default route is a BLAS dispatch through NumPy's own "
                                  "gemm; a gap here is the call's fixed cost or noise",
     "dense GEMM 1024^3 float32": "as for float64",

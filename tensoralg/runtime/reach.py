@@ -71,18 +71,22 @@ def reach_counter(a_index: Scalar, b_index: Scalar) -> Function:
     return b.function(f"ta_product_reach_{a_index.value}_{b_index.value}", params, *body)
 
 
-def numpy_reach(a_pos: np.ndarray, a_crd: np.ndarray, b_pos: np.ndarray, columns: int
-                ) -> tuple[np.ndarray, np.ndarray]:
-    """What :func:`reach_counter`'s kernel writes, computed with NumPy.
+def numpy_reach(a_pos: np.ndarray, a_crd: np.ndarray, b_pos: np.ndarray,
+                columns: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """What :func:`reach_counter`'s kernel writes, computed with NumPy (``columns`` None:
+    uncapped).
 
     >>> r, c = numpy_reach(np.array([0, 1, 3]), np.array([1, 0, 1]), np.array([0, 4, 5]), 4)
     >>> r.tolist(), c.tolist()
     ([0, 1, 6], [0, 1, 5])
     """
+    a_pos, a_crd, b_pos = np.asarray(a_pos), np.asarray(a_crd), np.asarray(b_pos)
     lengths = np.diff(b_pos).astype(np.int64, copy=False)
     running = np.zeros(a_crd.shape[0] + 1, dtype=np.int64)
     np.cumsum(lengths.take(a_crd), out=running[1:])
     reach = running.take(a_pos)
+    if columns is None:
+        return reach, reach
     capped = np.zeros_like(reach)
     np.cumsum(np.minimum(np.diff(reach), max(0, int(columns))), out=capped[1:])
     return reach, capped
@@ -119,14 +123,14 @@ class ReachCounter:
         >>> r.tolist(), c.tolist()
         ([0, 1, 6], [0, 1, 6])
         """
-        cap = np.iinfo(np.int64).max if columns is None else max(0, int(columns))
         a_pos, a_crd, b_pos = np.asarray(a_pos), np.asarray(a_crd), np.asarray(b_pos)
         dtypes = (a_pos.dtype, b_pos.dtype)
         native = a_pos.dtype == a_crd.dtype and all(d in _INDEX for d in dtypes) and \
             a_pos.ndim == a_crd.ndim == b_pos.ndim == 1 and a_pos.shape[0] >= 1 and \
             all(x.flags.c_contiguous for x in (a_pos, a_crd, b_pos))
         if not native or (a_crd.shape[0] <= NUMPY_COUNT_MOST and dtypes not in self._kernels):
-            return numpy_reach(a_pos, a_crd, b_pos, cap)
+            return numpy_reach(a_pos, a_crd, b_pos, columns)
+        cap = np.iinfo(np.int64).max if columns is None else max(0, int(columns))
         rows = a_pos.shape[0] - 1
         reach = np.empty(rows + 1, dtype=np.int64)
         capped = np.empty(rows + 1, dtype=np.int64)

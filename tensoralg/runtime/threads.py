@@ -164,16 +164,9 @@ def _reaches(work: Any, tensors: Mapping[str, Any], columns: int | None, counter
     """``(reach, capped)`` of each product of ``work`` (``runtime.reach``)."""
     from tensoralg.runtime.reach import numpy_reach
 
-    found = []
-    for a, b in work.products:
-        level, b_pos = tensors[a].levels[1], tensors[b].levels[1].pos
-        if counter is not None:
-            found.append(counter.reach(level.pos, level.crd, b_pos, columns))
-        else:
-            cap = np.iinfo(np.int64).max if columns is None else max(0, int(columns))
-            found.append(numpy_reach(np.asarray(level.pos), np.asarray(level.crd),
-                                     np.asarray(b_pos), cap))
-    return found
+    count = numpy_reach if counter is None else counter.reach
+    return [count(tensors[a].levels[1].pos, tensors[a].levels[1].crd, tensors[b].levels[1].pos,
+                  columns) for a, b in work.products]
 
 
 # A sparse product's multiply-adds per unit of work (``KernelThreads.parts``): its ranges'
@@ -225,7 +218,7 @@ def entry_bounds(work: Any, tensors: Mapping[str, Any], columns: int,
     found = _reaches(work, tensors, columns, counter)
     if len(found) == 1:
         return found[0][1]
-    reach = sum(r for r, _ in found[1:]) + found[0][0]
+    reach = sum(r for r, _ in found)
     bounds = np.zeros_like(reach)
     np.cumsum(np.minimum(np.diff(reach), max(0, int(columns))), out=bounds[1:])
     return bounds

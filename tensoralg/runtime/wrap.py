@@ -136,8 +136,7 @@ def narrowed_indices(tensor: Tensor) -> Tensor:
     if tensor.index_dtype != np.int64 or max(tensor.shape, default=0) > _INT32_MOST:
         return tensor
     levels = tensor.levels
-    if any(level.crd is not None and level.crd.shape[0] > _INT32_MOST for level in levels) or \
-            tensor.nnz > _INT32_MOST:
+    if any(level.crd is not None and level.crd.shape[0] > _INT32_MOST for level in levels):
         return tensor
     narrow = tuple(LevelArrays(None if level.pos is None else level.pos.astype(np.int32),
                                None if level.crd is None else level.crd.astype(np.int32))

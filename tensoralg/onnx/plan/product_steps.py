@@ -426,15 +426,14 @@ def conv_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) ->
     skip_zeros = bool(attrs.get("skip_zeros", 0))
     direct = geometry.dilations == (1, 1)
     gemm_conv = None        # built once: packing a large weight twice cost load time
-    if groups == 1 and not skip_zeros and direct and channels >= GEMM_MIN_CHANNELS and \
-            weight.shape[2] * weight.shape[3] > 1 and \
-            (weight[0].size <= PATCH_FIRST_DEPTH or weight.shape[1] <= PATCH_FIRST_CHANNELS):
+    wide = groups == 1 and not skip_zeros and direct and channels >= GEMM_MIN_CHANNELS and \
+        weight.shape[2] * weight.shape[3] > 1
+    if wide and (weight[0].size <= PATCH_FIRST_DEPTH or weight.shape[1] <= PATCH_FIRST_CHANNELS):
         # Few patch rows are too short a K for the GEMM's tiles (see PATCH_FIRST_DEPTH).
         patches = _patch_conv_spec(weight, vector, relu, geometry, x)
         if patches is not None:
             return patches
-    if groups == 1 and not skip_zeros and direct and channels >= GEMM_MIN_CHANNELS and \
-            weight.shape[2] * weight.shape[3] > 1:
+    if wide:
         # The generated GEMM writing NCHW tiles beats patch blocks on a first layer once the
         # output channels fill its panels: ResNet-18's 3 -> 64 7x7 layer 29.0 -> 24.7 ms at
         # batch 8, SqueezeNet's 3 -> 96 37.4 -> 33.4 ms; at 32 channels the two are even. Not
@@ -521,17 +520,18 @@ def conv_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) ->
 GEMM_MIN_CHANNELS = 48
 # Patch rows (C * KH * KW) up to which such a convolution tries patch blocks before the GEMM
 # all the same: with a K that short, the GEMM's per-tile costs (row tables, the NCHW scatter,
-# the channels-last copy) outweigh its multiply-adds. One thread, float32, same-process A/B
-# of the two kernels (ad hoc script over stem-like and few-channel layers, batch 1 unless
-# noted): K = 27 (3 -> 64, 3x3, stride 2, 224 wide) 1.88 -> 0.82 ms, batch 8 15.7 -> 7.9;
-# K = 48 (3 -> 96, 4x4, stride 4: ConvNeXt's and Swin's stem) 0.62 -> 0.38, batch 8 10.8 ->
-# 5.6; K = 75 (3 -> 64, 5x5) 11.5 -> 5.7; K = 108 (12 -> 256, 3x3 at 56) 4.0 -> 2.3; from
-# K = 144 the two are even (16 -> 64 3x3 at 56: 1.09x at batch 1, 0.90x at 8; 3 -> 64 7x7,
-# K = 147, 1.05x; 28 -> 96 3x3, K = 252, 0.96x), so those keep the GEMM.
+# the channels-last copy) outweigh its multiply-adds. One thread, float32, the two kernels
+# interleaved (``python benchmarks/conv_epilogue_ab.py stems``, two runs, GEMM time / patch
+# time): K = 27 (3 -> 64, 3x3, stride 2, 224 wide) 1.4-2.3 at batch 1, 1.1-2.0 at batch 8;
+# K = 48 (3 -> 96, 4x4, stride 4: ConvNeXt's and Swin's stem) 1.3-1.6, batch 8 1.7-2.0;
+# K = 75 (3 -> 64, 5x5) 1.7-2.0; K = 108 (12 -> 256, 3x3 at 56) 1.9; from K = 144 the two are
+# even (16 -> 64 3x3 at 56: 1.05-1.09 at batch 1, 0.82-0.90 at 8; 28 -> 96 3x3, K = 252,
+# 0.96-0.99), so those keep the GEMM.
 PATCH_FIRST_DEPTH = 128
 # Input channels up to which patch blocks go first at any depth they take (a first layer's
-# RGB or RGBA image): 3 -> 64 and 3 -> 96 7x7 layers, K = 147, ran 1.04-1.06x faster on them
-# than on the GEMM at batch 1 and 8 (same A/B as above).
+# RGB or RGBA image): the 3 -> 64 7x7 layer, K = 147, 1.05-1.06 at batch 1 and 8, the 3 -> 96
+# one 0.98-1.05 (same command); ResNet-18 as a whole 1.016x at batch 1 and 1.024x at 8
+# (``conv_epilogue_ab.py model``'s "GEMM before patches" variant).
 PATCH_FIRST_CHANNELS = 4
 
 
