@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import time
 from typing import Any, Callable, Iterator
 
@@ -103,6 +104,27 @@ def _gemm_first() -> Iterator[None]:
         product_steps.PATCH_FIRST_DEPTH, product_steps.PATCH_FIRST_CHANNELS = depth, channels
 
 
+@contextlib.contextmanager
+def _k_block_unsized() -> Iterator[None]:
+    """Build the generated GEMM with the K block of a host whose L2 size is unknown
+    (``codegen.gemm.K_BLOCK`` rows), as every host had before the block followed L2."""
+    import importlib
+
+    import tensoralg.runtime.gemm as runtime
+
+    # (tensoralg.codegen's own ``build`` function hides the module of that name)
+    build = importlib.import_module("tensoralg.codegen.build")
+    size, built = build.host_l2_bytes, dict(runtime._KERNELS)
+    build.host_l2_bytes = lambda: None      # type: ignore[assignment]
+    runtime._KERNELS.clear()
+    try:
+        yield
+    finally:
+        build.host_l2_bytes = size
+        runtime._KERNELS.clear()
+        runtime._KERNELS.update(built)
+
+
 def _interleaved(calls: dict[str, Callable[[], Any]], rounds: int) -> dict[str, float]:
     """Median seconds of each call, timed round by round."""
     times: dict[str, list[float]] = {name: [] for name in calls}
@@ -130,7 +152,8 @@ def compare_model(path: str, batch: int, rounds: int) -> str:
             model.run(feeds)
     for name, variant in (("paired loads", _window_rows(False)),
                           ("pools on masked loads", _window_rows(False, "separates_rows")),
-                          ("GEMM before patches", _gemm_first())):
+                          ("GEMM before patches", _gemm_first()),
+                          ("K block 384", _k_block_unsized())):
         with variant:       # plans and kernels are built by the first runs
             models[name] = tensoralg.onnx.load(path, opt_level=3)
             for _ in range(3):
@@ -313,6 +336,7 @@ def compare_kernels(rounds: int) -> str:
                  for v in ("default", "no prefetch", "unaligned")}
         rates = {v: m * k * n / t / 1e9 for v, t in _interleaved(calls, rounds).items()}
         lines.append(f"  {m}x{k}x{n}: " + "  ".join(f"{v} {r:5.1f}" for v, r in rates.items()))
+    lines += _k_blocks(rng, rounds)
     lines.append("3x3 convolution scattering NCHW tiles, batch 8, C -> M channels at H x H "
                  "(GFMA/s)")
     gemm.SCATTER_PREFETCH = False
@@ -366,6 +390,52 @@ def compare_kernels(rounds: int) -> str:
                      "  ".join(f"{v} {r:5.1f}" for v, r in rates.items()))
     lines += compare_copies(rounds)
     return "\n".join(lines)
+
+
+K_GEMMS = [(6272, 1152, 32), (3000, 576, 64), (1024, 768, 3072), (512, 2304, 512)]
+K_CONVS = [(128, 56, 32), (128, 28, 128), (256, 14, 256), (512, 7, 512), (64, 56, 64)]
+
+
+def _k_blocks(rng: Any, rounds: int) -> list[str]:
+    """The generated GEMM with this host's K block (``codegen.gemm.k_block_for``, from its L2
+    size) and with 384 rows, on plain products (:data:`K_GEMMS`) and on channels-last 3x3
+    convolutions, batch 8 (:data:`K_CONVS`, C -> M at H x H), in GFMA/s."""
+    import tensoralg.codegen.gemm as gemm
+    from tensoralg.codegen.build import build_llvm_module
+    from tensoralg.runtime.gemm import _PROTOTYPE, ConvLayer, DenseLayer
+
+    host = gemm.GemmShape.for_host(np.float32, True)
+    blocks = {f"K block {host.k_block}": host.k_block, "K block 384": gemm.K_BLOCK}
+    built = {name: build_llvm_module(
+        lambda rows=rows: gemm.gemm_module(dataclasses.replace(host, k_block=rows)),
+        gemm.ENTRY, _PROTOTYPE, cache=None, key=None, identity=None)
+        for name, rows in blocks.items()}       # (function, source, what keeps the code alive)
+    lines = ["generated GEMM, float32, one thread, this host's K block and 384 (GFMA/s)"]
+    for m, k, n in K_GEMMS:
+        a = rng.standard_normal((m, k)).astype(np.float32)
+        w = rng.standard_normal((k, n)).astype(np.float32)
+        calls = {}
+        for name, (function, *_) in built.items():
+            dense = DenseLayer(w, None)
+            dense.function = function
+            calls[name] = dense.bind(a, np.empty((m, n), np.float32))
+        rates = {v: m * k * n / t / 1e9 for v, t in _interleaved(calls, rounds).items()}
+        lines.append(f"  {m}x{k}x{n}: " + "  ".join(f"{v} {r:5.1f}" for v, r in rates.items()))
+    for c, h, m in K_CONVS:
+        x = rng.standard_normal((8, c, h, h)).astype(np.float32)
+        weight = (rng.standard_normal((m, c, 3, 3)) * 0.1).astype(np.float32)
+        calls = {}
+        for name, (function, *_) in built.items():
+            conv = ConvLayer(weight, None, (1, 1), (1, 1), (1, 1), True)
+            conv.layer.function = function
+            bound = conv.bind(x, np.empty((8 * h * h, m), np.float32))
+            bound.copy()
+            calls[name] = bound.gemm
+        rates = {v: 8 * m * c * 9 * h * h / t / 1e9
+                 for v, t in _interleaved(calls, rounds).items()}
+        lines.append(f"  3x3 conv {c} -> {m} at {h} x {h}: " +
+                     "  ".join(f"{v} {r:5.1f}" for v, r in rates.items()))
+    return lines
 
 
 COPIES = [(64, 56), (16, 54), (256, 14)]            # N x C x H x H, N = 8, pads 1

@@ -10,18 +10,23 @@ from onnx import helper as h
 
 import tensoralg as ta
 from tensoralg.api import dense_layer
-from tensoralg.codegen.gemm import GemmShape, pack_weight
+from tensoralg.codegen.build import host_l2_bytes
+from tensoralg.codegen.gemm import GemmShape, k_block_for, pack_weight
 from tensoralg.onnx.plan.product_steps import Epilogue, gemm_epilogue
 from tensoralg.runtime.gemm import ConvLayer, DenseLayer
 from tensoralg.runtime.threads import KernelThreads
 
 TOL = {np.float32: 2e-5, np.float64: 1e-12}
 
+# The longest K in one block on this host: 1.5 x its K block (which follows its L2 size).
+ONE_BLOCK = k_block_for(host_l2_bytes()) * 3 // 2
+
 # M below, at and above a 6-row tile; N below one vector, across narrow panels and several
-# 64-wide panels; K within one block, just past the longest single block (1.5 x K_BLOCK = 576)
-# and across several; zero sizes.
+# 64-wide panels; K within one block, just past the longest single block and across several;
+# zero sizes.
 SHAPES = [(1, 1, 1), (5, 7, 3), (6, 16, 16), (7, 13, 17), (13, 300, 65), (37, 129, 130),
-          (64, 256, 64), (11, 577, 40), (13, 1300, 65), (0, 8, 20), (9, 0, 20), (9, 8, 0)]
+          (64, 256, 64), (11, ONE_BLOCK + 1, 40), (13, 2 * ONE_BLOCK + 148, 65), (0, 8, 20),
+          (9, 0, 20), (9, 8, 0)]
 
 
 def _reference(a, w, bias, relu):
@@ -225,7 +230,7 @@ def test_direct_convolution_matches_onnxruntime(shape):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("c,m", [(3, 70), (200, 20)])     # K in one block; in two
+@pytest.mark.parametrize("c,m", [(3, 70), (ONE_BLOCK // 9 + 20, 20)])   # K in one block; two
 def test_direct_convolution_into_nchw(c, m, dtype):
     # 7 x 8 outputs per image in tiles of 6 rows (float32: scattered in pairs of rows where a
     # tile's rows are neighbours, one by one where it crosses into the next image).
@@ -241,7 +246,7 @@ def test_direct_convolution_into_nchw(c, m, dtype):
     conv.bind(x, planar)()
     tol = 1e-5 if dtype == np.float32 else 1e-12
     np.testing.assert_allclose(planar, want, rtol=tol, atol=tol)
-    assert conv.one_k_block() == (c * 9 <= 576)
+    assert conv.one_k_block() == (c * 9 <= ONE_BLOCK)
 
 
 def test_convolutions_write_channel_blocks_and_refuse_other_views():

@@ -9,6 +9,7 @@ the cache, so a cache hit runs exactly what a miss would have run.
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import os
 import struct
@@ -297,6 +298,29 @@ def host_has_feature(feature: str, cache: DiskCache | None) -> bool:
     host fingerprint remembered in ``cache`` (no LLVM needed once it is there)."""
     fields = _fingerprint("llvm", cache).split("|")
     return len(fields) > 3 and f"+{feature}" in fields[3].split(",")
+
+
+@functools.cache
+def host_l2_bytes() -> int | None:
+    """The size of the first CPU's level-2 cache in bytes, read from Linux's sysfs; ``None``
+    where the system does not say (other systems, some containers).
+
+    >>> size = host_l2_bytes()
+    >>> size is None or size >= 65536
+    True
+    """
+    root = Path("/sys/devices/system/cpu/cpu0/cache")
+    try:
+        for index in sorted(root.glob("index*")):
+            if (index / "level").read_text().strip() != "2" or \
+                    (index / "type").read_text().strip() == "Instruction":
+                continue
+            size = (index / "size").read_text().strip().upper()
+            scale = {"K": 1 << 10, "M": 1 << 20}.get(size[-1:], 1)
+            return int(size.rstrip("KM")) * scale
+    except (OSError, ValueError):
+        pass
+    return None
 
 
 def function_address(keepalive: tuple[object, ...], name: str) -> int:

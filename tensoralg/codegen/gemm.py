@@ -63,12 +63,39 @@ MR = 6                   # rows of the register tile
 TALL_MR = 12             # rows of a one-vector tile (a narrow panel): 12 accumulators
 VECTORS = 4              # vectors across the register tile's columns (AVX-512; 2 on AVX2)
 L1_BLOCK_BYTES = 32768   # a KC x NR block of input kept in L1 (planar and patch kernels)
-# The GEMM's K block (BLIS's kc): the 6 x K_BLOCK values of A a tile broadcasts stay in L1 and
-# the K_BLOCK x NR block of the packed weight, streamed once per tile, in L2. A block sized to
-# L1 instead (128 rows of 64 float32) made three times the passes over C: on a Zen 4 core (32 KiB
-# L1, 1 MiB L2) ResNet-18's 3x3 layers ran at 85-100 GFLOP/s with it and 100-110 with 384, the
-# blocking BLIS uses on Skylake-X and Zen alike (benchmarks/kernel_micro.py).
+# The GEMM's K block (BLIS's kc): the rows of A a tile broadcasts stay in L1 and the
+# K_BLOCK x NR block of the packed weight, streamed once per tile, in L2. Each further K block
+# is one more pass over C (gathered and scattered again when C is NCHW planes), so the block is
+# as long as a share of L2 allows: an eighth of it for the weight block (the rest holds the
+# rows of A that later tiles read and the lines of C), from 384 rows (a block sized to L1, 128
+# rows of 64 float32, made three times the passes over C: on a Zen 4 core, 1 MiB of L2,
+# ResNet-18's 3x3 layers ran at 85-100 GFLOP/s with it and 100-110 with 384) up to 1536. On
+# this Xeon (2 MiB of L2: 1024 rows) against 384, same process, one thread, float32 (``python
+# benchmarks/conv_epilogue_ab.py kernels``, two runs): 6272x1152x32 1.4-1.5x, 3000x576x64
+# 1.4x, 1024x768x3072 1.2x, 512x2304x512 1.04-1.07x; channels-last 3x3 convolutions at batch 8
+# with 128 input channels (K = 1152 in one block instead of three) 1.15-1.37x, 256 -> 256 at
+# 14 x 14 1.1x, 512 -> 512 at 7 x 7 1.03x, 64 -> 64 (K = 576, one block either way) even; 768
+# to 2560 rows ran within noise of each other (an ad hoc sweep). Whole models (``... model``, batch 8, noise about 4%):
+# DenseNet-121 1.07x, ResNet-50 1.03x, GoogLeNet 0.96x.
 K_BLOCK = 384
+K_BLOCK_MAX = 1536
+L2_SHARE = 8
+ROW_BYTES = 256          # a packed weight row on AVX-512: 4 vectors of 64 bytes
+
+
+def k_block_for(l2_bytes: int | None) -> int:
+    """The K block for a host with ``l2_bytes`` of L2 (``None``: unknown): the rows of 256
+    bytes (AVX-512's panel row) that fill an ``L2_SHARE``-th of it, in multiples of 128, within
+    ``[K_BLOCK, K_BLOCK_MAX]``. An AVX2 host's panel rows are 64 bytes, but its K block is
+    not made four times longer: the rows of A a tile broadcasts (6 x K block) would leave L1.
+
+    >>> k_block_for(2 << 20), k_block_for(1 << 20), k_block_for(None)
+    (1024, 512, 384)
+    """
+    if not l2_bytes:
+        return K_BLOCK
+    rows = l2_bytes // (L2_SHARE * ROW_BYTES) // 128 * 128
+    return max(K_BLOCK, min(K_BLOCK_MAX, rows))
 
 # How far ahead along K a plain GEMM's micro-kernel prefetches each row of A into L1. Its six
 # rows lie K values apart, six streams the hardware prefetchers follow late; a software
@@ -102,6 +129,7 @@ class GemmShape:
     lanes: int           # elements per vector register
     vectors: int         # vectors across a tile row
     mr: int = MR
+    k_block: int = K_BLOCK   # the GEMM's K block: rows of the packed weight a tile runs over
 
     @property
     def nr(self) -> int:
@@ -111,11 +139,6 @@ class GemmShape:
     def kc(self) -> int:
         """Input rows of an L1 block (the planar and patch kernels)."""
         return max(16, L1_BLOCK_BYTES // (self.nr * self.dtype.itemsize))
-
-    @property
-    def k_block(self) -> int:
-        """The GEMM's K block: rows of the packed weight a tile runs over at a time."""
-        return K_BLOCK
 
     def rows_for(self, vectors: int) -> int:
         """Rows of the register tile of a panel ``vectors`` wide: as many accumulators as the
@@ -131,11 +154,16 @@ class GemmShape:
 
     @staticmethod
     def for_host(dtype: np.dtype, avx512: bool) -> "GemmShape":
+        """The blocking for this host: its vector width and its L2's K block."""
+        from tensoralg.codegen.build import host_l2_bytes
+
         dtype = np.dtype(dtype)
         if dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
             raise ValueError(f"the generated GEMM is for float32 and float64, not {dtype}")
         width = 64 if avx512 else 32
-        return GemmShape(dtype, width // dtype.itemsize, VECTORS if avx512 else 2)
+        vectors = VECTORS if avx512 else 2
+        return GemmShape(dtype, width // dtype.itemsize, vectors,
+                         k_block=k_block_for(host_l2_bytes()))
 
 
 def pack_weight(weight: np.ndarray, shape: GemmShape) -> np.ndarray:
