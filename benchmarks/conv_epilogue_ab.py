@@ -3,9 +3,10 @@ would swamp them: activations fused into the convolutions or not, and stride-2 w
 reading rows split into even and odd cells or pairs of loads.
 
 ``python benchmarks/conv_epilogue_ab.py model MODEL.onnx --batch 8`` loads the model at level 3
-five times: as it is, with only ReLU and Clip fused (no Sigmoid, HardSigmoid, HardSwish or
+six times: as it is, with only ReLU and Clip fused (no Sigmoid, HardSigmoid, HardSwish or
 SiLU in a convolution's epilogue), with every stride-2 window kernel on paired loads, with
-unit-stride pools on masked loads, and with short-K convolutions on the GEMM. It
+unit-stride pools on masked loads, with short-K convolutions on the GEMM, and with the
+GEMM's K block of 384 rows instead of the one this host's L2 gives. It
 runs them one after another, round by round, one thread, and prints each variant's median
 time over the default's (above 1: the default is faster).
 
@@ -22,7 +23,8 @@ pools on masked loads.
 
 ``python benchmarks/conv_epilogue_ab.py kernels`` times the generated GEMM (float32, one
 thread) with and without its prefetch of A and with its packed weight on and off a 64-byte
-boundary, 3x3 convolutions scattering NCHW tiles with and without their output prefetch,
+boundary, with this host's K block and with 384 rows (plain products and channels-last 3x3
+convolutions), 3x3 convolutions scattering NCHW tiles with and without their output prefetch,
 and the planar 1x1 kernel with its input block chosen by
 ``codegen.planar.block_panels``, with 32 KiB everywhere, without its prefetch of the input
 planes (or prefetching them at any channel count) and without its prefetch of the output

@@ -47,7 +47,8 @@ def test_other_kernels_are_left_alone(statement, formats):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64", "int64"])
-@pytest.mark.parametrize("batch", [0, 1, 63, 64, 65, 130, 256])
+# Past 64 lanes (float32) and 32 (float64) come the narrower tiles: 16, 32 and 8 lanes.
+@pytest.mark.parametrize("batch", [0, 1, 8, 16, 24, 63, 64, 65, 80, 112, 127, 130, 256])
 def test_rewritten_layers_match_the_kernel_without_the_pass(batch, dtype):
     rng = np.random.default_rng(batch)
     w = rng.integers(-4, 5, (20, 15)).astype(dtype)
@@ -64,6 +65,24 @@ def test_rewritten_layers_match_the_kernel_without_the_pass(batch, dtype):
     got, before = run(), _without_pass(run)
     np.testing.assert_array_equal(got, before)
     np.testing.assert_allclose(got, np.maximum(w @ a + c[:, None], 0), rtol=1e-5, atol=1e-4)
+
+
+def test_narrower_tiles_own_their_lanes_too():
+    # A precomputed SpMM row of 16 float64: the 16-lane tile (after the 32-lane ones) zeroes
+    # its lanes and stores them into Y itself; only the rest of under 8 goes through W after.
+    schedule = ta.Schedule().precompute("A(i,j) * B(j,k)", "k")
+    kernel = ta.compile("Y(i,k) = A(i,j) * B(j,k)", formats={"A": "csr"}, schedule=schedule)
+    text = kernel.source("ir")
+    narrow = text[text.index("for (i64 k_2_tile"):text.index("i64 k_2_1_tiles")]
+    assert "_lane_1 = 0; " in narrow and "Y_vals[" in narrow
+    rng = np.random.default_rng(5)
+    a = sp.random_array((40, 30), density=0.2, format="csr", random_state=rng)
+    for columns in (1, 7, 8, 16, 24, 40, 47, 56, 63):
+        b = rng.standard_normal((30, columns))
+        got = kernel(A=a, B=b)
+        np.testing.assert_array_equal(got, _without_pass(lambda: ta.compile(
+            "Y(i,k) = A(i,j) * B(j,k)", formats={"A": "csr"}, schedule=schedule)(A=a, B=b)))
+        np.testing.assert_allclose(got, a @ b, rtol=1e-12, atol=1e-12)
 
 
 def _nest(epilogue_index=None, reads_output_in_tiles: bool = False, running: bool = False):
