@@ -17,8 +17,10 @@
   BLAS plus the epilogue kernel;
 - the cost of calling a prebound kernel from Python against calling the same kernels from a
   compiled call sequence (what level 3's static plans do);
-- an SpMM with 8, 16 and 24 f64 columns (narrower than one register tile) with the tile pass's
-  narrower tiles and without them (``ir/passes/tile.py``, ``NARROWER_TILES``), against scipy;
+- an SpMM with 4, 8, 16 and 24 f64 columns (narrower than one register tile) with the tile
+  pass's narrower tiles and without them (``ir/passes/tile.py``, ``NARROWER_TILES``), and with a
+  row workspace (``precompute``) whose narrower tiles own their lanes or go through it
+  (``ir/passes/epilogue.py``), against scipy;
 - a 90%-pruned layer (CSR weight, activations features x batch) compiled for 512-bit vectors
   against LLVM's 256-bit default, on activations aligned to 64 bytes and 16 bytes past, and
   without the pass that applies its epilogue inside the register tiles;
@@ -150,20 +152,28 @@ def show_pruned_layers(rng: np.random.Generator) -> None:
 
 
 def show_narrow_spmm(rng) -> None:
-    """SpMM rows narrower than one register tile, with and without the narrower tiles."""
-    from tensoralg.ir.passes import tile
+    """SpMM rows narrower than one register tile, with and without the narrower tiles; and
+    with a row workspace (``precompute``), its narrower tiles owning their lanes
+    (``ir/passes/epilogue.py``) or going through the workspace."""
+    from tensoralg.ir.passes import epilogue, tile
 
     threads = ta.get_num_threads()
     ta.set_num_threads(1)
     a = sp.random_array((4000, 4000), density=0.005, format="csr", random_state=1,
                         dtype=np.float64)
-    for columns in (8, 16, 24):
+    workspace = ta.Schedule().precompute("A(i,j) * X(j,k)", "k")
+    for columns in (4, 8, 16, 24):
         x = rng.standard_normal((4000, columns))
         calls = {}
-        for name, tiles in (("narrower tiles", tile.NARROWER_TILES), ("full tiles only", 0)):
-            with _fresh_kernels(tile, "NARROWER_TILES", tiles):
+        for name, module, attribute, value, schedule in (
+                ("narrower tiles", tile, "NARROWER_TILES", tile.NARROWER_TILES, None),
+                ("full tiles only", tile, "NARROWER_TILES", 0, None),
+                ("workspace", tile, "NARROWER_TILES", tile.NARROWER_TILES, workspace),
+                ("workspace, narrower tiles through it", epilogue, "_narrower_tiles",
+                 lambda *args: None, workspace)):
+            with _fresh_kernels(module, attribute, value):
                 kernel = ta.compile("Y(i,k) = A(i,j) * X(j,k)", formats={"A": "csr"},
-                                    dtype="float64")
+                                    dtype="float64", schedule=schedule)
                 calls[name] = kernel.bind(A=a, X=x)
         calls["scipy A @ X"] = lambda x=x: a @ x
         show(f"SpMM 4000 x 4000 (80k stored) times {columns} f64 columns, one thread",

@@ -31,12 +31,15 @@ are still in registers (or in L1), instead of a memset and a second pass over th
 tile pass's narrower tiles after the full ones (32, 16 and 8 lanes of a row that is no whole
 number of full tiles) own their lanes the same way; only the rest goes through ``W``. With a
 workspace asked for (``precompute('A(i,j) * B(j,k)', k)``), an SpMM of 16 float64 columns is
-then one 16-lane tile per row stored straight into the output, which needs no zeroing first:
-1.04-1.34x the unscheduled kernel on one thread, 1.11-1.50x on two (bayer10, bcsstk16,
-wiki-Vote, kos_docword, luxembourg_osm; same process, interleaved, ad hoc script not kept),
-where the 16-lane tile going through ``W`` made it 0.85-0.94x. Below 8 columns the row goes
-through ``W`` whole and the workspace costs (4 columns: 0.48-0.88x), so the compiler does not
-choose it for SpMM by itself.
+then one 16-lane tile per row stored straight into the output, which needs no zeroing first.
+Through ``W`` instead, 4000 x 4000 (80k stored) times 8, 16 and 24 columns took 431, 506 and
+788 µs; owning their lanes, 292, 406 and 711 (``python benchmarks/kernel_micro.py``, one
+thread). That is about the unscheduled kernel's time (328, 410, 603) while the output fits in
+cache; on larger outputs, whose zeroing goes to memory, the workspace ran 1.04-1.34x the
+unscheduled kernel on one thread and 1.11-1.50x on two (bayer10, bcsstk16, wiki-Vote,
+kos_docword, luxembourg_osm, 16 columns; same process, interleaved; an ad hoc script). Below
+8 columns the row goes through ``W`` whole and the workspace costs (4 columns: 0.48-0.88x),
+so the compiler does not choose it for SpMM by itself.
 
 When this is exact: every element of ``W`` gets the same operations in the same order (zero,
 then the terms of its tile or of the rest), and the epilogue reads ``W[e]`` only after all of
