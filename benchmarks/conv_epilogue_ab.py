@@ -123,8 +123,14 @@ def _k_block_unsized() -> Iterator[None]:
         yield
     finally:
         build.host_l2_bytes = size
+        # The layers built inside hold the kernels' functions, not the code behind them:
+        # that stays alive here, for as long as the process runs.
+        _KEPT.extend(runtime._KERNELS.values())
         runtime._KERNELS.clear()
         runtime._KERNELS.update(built)
+
+
+_KEPT: list = []
 
 
 def _interleaved(calls: dict[str, Callable[[], Any]], rounds: int) -> dict[str, float]:

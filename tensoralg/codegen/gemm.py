@@ -75,8 +75,10 @@ L1_BLOCK_BYTES = 32768   # a KC x NR block of input kept in L1 (planar and patch
 # 1.4x, 1024x768x3072 1.2x, 512x2304x512 1.04-1.07x; channels-last 3x3 convolutions at batch 8
 # with 128 input channels (K = 1152 in one block instead of three) 1.15-1.37x, 256 -> 256 at
 # 14 x 14 1.1x, 512 -> 512 at 7 x 7 1.03x, 64 -> 64 (K = 576, one block either way) even; 768
-# to 2560 rows ran within noise of each other (an ad hoc sweep). Whole models (``... model``, batch 8, noise about 4%):
-# DenseNet-121 1.07x, ResNet-50 1.03x, GoogLeNet 0.96x.
+# to 2560 rows ran within noise of each other (an ad hoc sweep). Whole models at batch 8, one
+# thread, 384 rows' time over this host's (``python benchmarks/conv_epilogue_ab.py model``,
+# the "K block 384" row; a quiet hour): ResNet-50 1.19, ResNet-18 1.10, DenseNet-121 1.04,
+# GoogLeNet 0.99.
 K_BLOCK = 384
 K_BLOCK_MAX = 1536
 L2_SHARE = 8
