@@ -3,10 +3,11 @@ would swamp them: activations fused into the convolutions or not, and stride-2 w
 reading rows split into even and odd cells or pairs of loads.
 
 ``python benchmarks/conv_epilogue_ab.py model MODEL.onnx --batch 8`` loads the model at level 3
-six times: as it is, with only ReLU and Clip fused (no Sigmoid, HardSigmoid, HardSwish or
+seven times: as it is, with only ReLU and Clip fused (no Sigmoid, HardSigmoid, HardSwish or
 SiLU in a convolution's epilogue), with every stride-2 window kernel on paired loads, with
-unit-stride pools on masked loads, with short-K convolutions on the GEMM, and with the
-GEMM's K block of 384 rows instead of the one this host's L2 gives. It
+unit-stride pools on masked loads, with short-K convolutions on the GEMM, with the GEMM's K
+block of 384 rows instead of the one this host's L2 gives, and with convolutions of any width
+scattering NCHW tiles. It
 runs them one after another, round by round, one thread, and prints each variant's median
 time over the default's (above 1: the default is faster).
 
@@ -133,6 +134,20 @@ def _k_block_unsized() -> Iterator[None]:
 _KEPT: list = []
 
 
+@contextlib.contextmanager
+def _scatter_any_width() -> Iterator[None]:
+    """Load models with every convolution that may scatter NCHW tiles doing so, however many
+    output channels it has (no ``runtime.gemm.SCATTER_MOST_CHANNELS``)."""
+    import tensoralg.runtime.gemm as runtime
+
+    most = runtime.SCATTER_MOST_CHANNELS
+    runtime.SCATTER_MOST_CHANNELS = 1 << 30
+    try:
+        yield
+    finally:
+        runtime.SCATTER_MOST_CHANNELS = most
+
+
 def _interleaved(calls: dict[str, Callable[[], Any]], rounds: int) -> dict[str, float]:
     """Median seconds of each call, timed round by round."""
     times: dict[str, list[float]] = {name: [] for name in calls}
@@ -161,7 +176,8 @@ def compare_model(path: str, batch: int, rounds: int) -> str:
     for name, variant in (("paired loads", _window_rows(False)),
                           ("pools on masked loads", _window_rows(False, "separates_rows")),
                           ("GEMM before patches", _gemm_first()),
-                          ("K block 384", _k_block_unsized())):
+                          ("K block 384", _k_block_unsized()),
+                          ("NCHW scatter at any width", _scatter_any_width())):
         with variant:       # plans and kernels are built by the first runs
             models[name] = tensoralg.onnx.load(path, opt_level=3)
             for _ in range(3):

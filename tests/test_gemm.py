@@ -13,7 +13,7 @@ from tensoralg.api import dense_layer
 from tensoralg.codegen.build import host_l2_bytes
 from tensoralg.codegen.gemm import GemmShape, k_block_for, pack_weight
 from tensoralg.onnx.plan.product_steps import Epilogue, gemm_epilogue
-from tensoralg.runtime.gemm import ConvLayer, DenseLayer
+from tensoralg.runtime.gemm import SCATTER_MOST_CHANNELS, ConvLayer, DenseLayer
 from tensoralg.runtime.threads import KernelThreads
 
 TOL = {np.float32: 2e-5, np.float64: 1e-12}
@@ -247,6 +247,35 @@ def test_direct_convolution_into_nchw(c, m, dtype):
     tol = 1e-5 if dtype == np.float32 else 1e-12
     np.testing.assert_allclose(planar, want, rtol=tol, atol=tol)
     assert conv.one_k_block() == (c * 9 <= ONE_BLOCK)
+
+
+@pytest.mark.parametrize("m", [SCATTER_MOST_CHANNELS, SCATTER_MOST_CHANNELS + 1])
+def test_wide_convolutions_transpose_their_product_instead_of_scattering(m):
+    # Past SCATTER_MOST_CHANNELS output channels a convolution writes the channels-last
+    # product, which level 3 transposes; the plan says which, and both agree with NumPy.
+    from tensoralg.codegen.llvm import host_has
+
+    rng = np.random.default_rng(m)
+    w = (rng.standard_normal((m, 8, 3, 3)) * 0.1).astype(np.float32)
+    conv = ta.api.conv_layer(w, None, (1, 1), (1, 1), (1, 1))
+    assert conv.scatters_well() == (host_has("avx512f") and m <= SCATTER_MOST_CHANNELS)
+    assert conv.writes_nchw_well() == host_has("avx512f")      # grouped layers still may
+    node = h.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    graph = h.make_graph([node], "wide", [h.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                   [2, 8, 7, 7])],
+                         [h.make_tensor_value_info("y", TensorProto.FLOAT, [2, m, 7, 7])],
+                         [numpy_helper.from_array(w, "w")])
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    x = rng.standard_normal((2, 8, 7, 7)).astype(np.float32)
+    compiled = ta.onnx.load(model, opt_level=3)
+    for _ in range(2):
+        got = compiled.run({"x": x})["y"]
+    padded = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1))).astype(np.float64)
+    want = sum(np.einsum("mc,nchw->nmhw", w[:, :, i, j], padded[:, :, i:i + 7, j:j + 7])
+               for i in range(3) for j in range(3))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    text = " ".join(s.plan or "" for s in compiled.specialiser.latest().steps)
+    assert ("tiles scattered into the NCHW output" in text) == conv.scatters_well(), text
 
 
 def test_convolutions_write_channel_blocks_and_refuse_other_views():

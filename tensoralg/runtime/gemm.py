@@ -264,6 +264,21 @@ class BoundChannelsLast(RangeCall):
         self.threads = threads if len(self.calls) > 1 else None
 
 
+# Output channels up to which a convolution scatters its tiles into NCHW planes; wider ones
+# write the channels-last product and transpose it. A tile's scatter stores go to 64 planes at
+# once, and the wider the output the more planes pass through the store buffer and caches
+# before any is written again: at 512 output channels and more, scattering cost more than the
+# transpose (scatter time over product and transpose time, one thread, float32, ad hoc grids
+# of 1x1 and 3x3 layers at 7 x 7 to 56 x 56, batch 1 and 8: 1024 channels 1.02-3.0, 768
+# 1.02-1.7, 512 0.96-1.38, 384 0.94-1.29, 256 0.93-1.48, 64-192 0.87-1.12), and scattering
+# lets a convolution write its block of a Concat's output in place. Whole models, one thread,
+# time scattering at any width over the default's (``python benchmarks/conv_epilogue_ab.py
+# model``'s "NCHW scatter at any width" row, two runs): MnasNet 1.03-1.05 at batch 1 and 1.10
+# at 8, MobileNetV3-Large 1.03, EfficientNet-B0 1.00, ResNet-50 1.00-1.01 at batch 1 and
+# 0.97-1.03 at 8 (its 7 x 7 1x1 layers, 2048 channels).
+SCATTER_MOST_CHANNELS = 384
+
+
 class ConvLayer:
     """A 2-D convolution (group 1, dilation 1) with its bias and optional ReLU, computed
     channels-last without a patch matrix: the input is copied once into a zero-bordered NHWC
@@ -306,6 +321,12 @@ class ConvLayer:
         single stores, and the channels-last product and a transpose cost less)."""
         shape = self.layer.shape
         return self.one_k_block() and shape.lanes * shape.dtype.itemsize == 64
+
+    def scatters_well(self) -> bool:
+        """Whether scattering NCHW tiles beats the channels-last product and a transpose after
+        it: :meth:`writes_nchw_well`, for at most :data:`SCATTER_MOST_CHANNELS` output
+        channels."""
+        return self.writes_nchw_well() and self.out_channels <= SCATTER_MOST_CHANNELS
 
     def out_shape(self, height: int, width: int) -> tuple[int, int]:
         """Output rows and columns for an input of ``height x width``."""

@@ -441,7 +441,7 @@ def conv_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) ->
         # whole input to use a quarter of it (64 -> 128 channels at 56 x 56: 2.7 -> 10 ms).
         gemm_conv = program.conv_layer(weight, vector, geometry.strides, geometry.pads_begin,
                                        geometry.pads_end, relu)
-        if gemm_conv.writes_nchw_well():
+        if gemm_conv.scatters_well():
             rows = x.shape[0] * geometry.out[0] * geometry.out[1]
             return _planar_gemm_conv_spec(gemm_conv, x, "direct convolution on the generated "
                                           f"GEMM ({gemm_conv.layer.describe(rows)})")
@@ -471,7 +471,7 @@ def conv_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) ->
         conv = gemm_conv or program.conv_layer(weight, vector, geometry.strides,
                                                geometry.pads_begin, geometry.pads_end, relu)
         what = f"direct convolution on the generated GEMM ({conv.layer.describe(rows)})"
-        if conv.writes_nchw_well():
+        if conv.scatters_well():
             return _planar_gemm_conv_spec(conv, x, what)
         scratch = [((rows, channels), x.dtype)]
     else:
