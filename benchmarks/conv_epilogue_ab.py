@@ -32,6 +32,10 @@ planes (or prefetching them at any channel count) and without its prefetch of th
 lines, interleaved, in GFMA/s; then the channels-last copy and the transpose into NCHW with and
 without their store prefetch, in GB/s.
 
+``python benchmarks/conv_epilogue_ab.py scatter`` times the generated GEMM scattering NCHW
+tiles against its channels-last product plus the transpose after it, by output width
+(``runtime.gemm.SCATTER_MOST_CHANNELS`` cites it).
+
 Prints only; the figures quoted in ``codegen/window.py``, ``codegen/activation.py``,
 ``codegen/gemm.py``, ``codegen/planar.py`` and ``onnx/plan/product_steps.py`` come from these
 commands.
@@ -505,10 +509,50 @@ def compare_copies(rounds: int) -> list[str]:
     return lines
 
 
+SCATTER_WIDTHS = (64, 128, 256, 384, 512, 1024)
+SCATTER_LAYERS = [(1, 160, 7), (1, 512, 7), (3, 64, 7), (1, 160, 14), (3, 64, 14),
+                  (3, 128, 14), (1, 160, 28), (3, 64, 28)]   # (kernel, C, H)
+
+
+def compare_scatter(rounds: int) -> str:
+    """The generated GEMM scattering NCHW tiles against its channels-last product plus the
+    transpose, on 1x1 and 3x3 layers (:data:`SCATTER_LAYERS`) of each output width in
+    :data:`SCATTER_WIDTHS`, batch 1 and 8 (``runtime.gemm.SCATTER_MOST_CHANNELS``)."""
+    import tensoralg
+    from tensoralg.api import transpose_call
+    from tensoralg.runtime.gemm import ConvLayer
+
+    tensoralg.set_num_threads(1)
+    rng = np.random.default_rng(0)
+    lines = ["scatter time / (channels-last product + transpose), one thread, float32 (above "
+             "1: the transpose is faster); output channels " +
+             ", ".join(map(str, SCATTER_WIDTHS))]
+    for batch in (1, 8):
+        for kernel, c, h in SCATTER_LAYERS:
+            ratios = []
+            for m in SCATTER_WIDTHS:
+                w = (rng.standard_normal((m, c, kernel, kernel)) * 0.05).astype(np.float32)
+                x = rng.standard_normal((batch, c, h, h)).astype(np.float32)
+                pad = kernel // 2
+                conv = ConvLayer(w, None, (1, 1), (pad, pad), (pad, pad), True)
+                planes = conv.bind(x, np.empty((batch, m, h, h), np.float32))
+                product = np.empty((batch * h * h, m), np.float32)
+                rows = conv.bind(x, product)
+                transpose = transpose_call(product.reshape(batch, h * h, m),
+                                           np.empty((batch, m, h * h), np.float32))
+                planes.copy()
+                medians = _interleaved({"scatter": planes.gemm, "product": rows.gemm,
+                                        "transpose": transpose}, rounds)
+                ratios.append(medians["scatter"] / (medians["product"] + medians["transpose"]))
+            lines.append(f"  batch {batch}, {kernel}x{kernel}, {c:3} -> M at {h:2} x {h:<2}: " +
+                         "  ".join(f"{r:4.2f}" for r in ratios))
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
-    model = commands.add_parser("model", help="a model five ways, round by round")
+    model = commands.add_parser("model", help="a model seven ways, round by round")
     model.add_argument("path", help="an .onnx file")
     model.add_argument("--batch", type=int, default=8)
     model.add_argument("--rounds", type=int, default=7)
@@ -521,10 +565,14 @@ def main(argv: list[str] | None = None) -> int:
     stems = commands.add_parser("stems", help="short-K convolutions on patch blocks and on "
                                               "the generated GEMM")
     stems.add_argument("--rounds", type=int, default=15)
+    scatter = commands.add_parser("scatter", help="NCHW scatter against the channels-last "
+                                                  "product and a transpose, by output width")
+    scatter.add_argument("--rounds", type=int, default=9)
     args = parser.parse_args(argv)
     print(compare_model(args.path, args.batch, args.rounds) if args.command == "model" else
           compare_windows(args.rounds) if args.command == "windows" else
           compare_stems(args.rounds) if args.command == "stems" else
+          compare_scatter(args.rounds) if args.command == "scatter" else
           compare_kernels(args.rounds))
     return 0
 

@@ -267,15 +267,15 @@ class BoundChannelsLast(RangeCall):
 # Output channels up to which a convolution scatters its tiles into NCHW planes; wider ones
 # write the channels-last product and transpose it. A tile's scatter stores go to 64 planes at
 # once, and the wider the output the more planes pass through the store buffer and caches
-# before any is written again: at 512 output channels and more, scattering cost more than the
-# transpose (scatter time over product and transpose time, one thread, float32, ad hoc grids
-# of 1x1 and 3x3 layers at 7 x 7 to 56 x 56, batch 1 and 8: 1024 channels 1.02-3.0, 768
-# 1.02-1.7, 512 0.96-1.38, 384 0.94-1.29, 256 0.93-1.48, 64-192 0.87-1.12), and scattering
-# lets a convolution write its block of a Concat's output in place. Whole models, one thread,
-# time scattering at any width over the default's (``python benchmarks/conv_epilogue_ab.py
-# model``'s "NCHW scatter at any width" row, two runs): MnasNet 1.03-1.05 at batch 1 and 1.10
-# at 8, MobileNetV3-Large 1.03, EfficientNet-B0 1.00, ResNet-50 1.00-1.01 at batch 1 and
-# 0.97-1.03 at 8 (its 7 x 7 1x1 layers, 2048 channels).
+# before any is written again. Scatter time over product and transpose time, one thread,
+# float32, 1x1 and 3x3 layers at 7 x 7 to 28 x 28, batch 1 and 8 (``python
+# benchmarks/conv_epilogue_ab.py scatter``; ad hoc grids that hour agreed): 1024 channels
+# 1.04-2.07, 512 0.96-1.53, 384 0.92-1.31, 64-256 0.82-1.36. Up to 384 the scatter stays: it
+# also lets a convolution write its block of a Concat's output in place. Whole models, one
+# thread, time scattering at any width over the default's (``... model``'s "NCHW scatter at
+# any width" row, two runs): MnasNet 1.03-1.05 at batch 1 and 1.10 at 8, MobileNetV3-Large
+# 1.03, EfficientNet-B0 1.00, ResNet-50 1.00-1.01 at batch 1 and 0.97-1.03 at 8 (its 7 x 7
+# 1x1 layers, 2048 channels).
 SCATTER_MOST_CHANNELS = 384
 
 
