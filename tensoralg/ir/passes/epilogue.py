@@ -174,11 +174,13 @@ def _pattern(stmts: list[n.Stmt], at: int, work: n.Var, size: n.Expr,
     # the tiles before it, which nothing after it writes): a row of 16 float64 (SpMM's usual
     # width) is then one 16-lane tile zeroed in registers and stored straight into the output.
     # Where one does not have the tile pass's shape, they all stay with the rest.
-    owned = _narrower_tiles(narrower, size)
+    owned = _narrower_tiles(narrower, size, rest_start)
     after_tiles = _rest_start(remainder, size)
+    if owned:       # the rest must start where the last narrower tile ends
+        owned = owned if after_tiles == _end_of(owned[-1]) else None
     comments = [s for s in stmts[at + 1:end] if isinstance(s, n.Comment)]
     head = [*comments, *leading, *moved, count, owning(tiled, lo, width)]
-    if owned is None or after_tiles is None:
+    if not owned or after_tiles is None:
         return end + 1, [*head, n.For(zero.var, rest_start, zero.stop, zero.body), *narrower,
                          remainder, n.For(epilogue.var, rest_start, epilogue.stop,
                                           epilogue.body)]
@@ -188,12 +190,16 @@ def _pattern(stmts: list[n.Stmt], at: int, work: n.Var, size: n.Expr,
                      n.For(epilogue.var, after_tiles, epilogue.stop, epilogue.body)]
 
 
-def _narrower_tiles(narrower: list[n.Stmt], size: n.Expr
-                    ) -> list[tuple[n.Declare, n.For, n.Declare, int]] | None:
+Narrower = tuple[n.Declare, n.For, n.Declare, int]
+
+
+def _narrower_tiles(narrower: list[n.Stmt], size: n.Expr, full_end: n.Expr
+                    ) -> list[Narrower] | None:
     """``(count, loop, lo, width)`` of each narrower tile the tile pass made after the full
     ones (``count = max((size - start) / width, 0)``, a loop over it whose body starts with
-    ``lo = start + tile * width``); None when one has another shape."""
-    found = []
+    ``lo = start + tile * width``), each starting where the one before ends (the first where
+    the full tiles end, ``full_end``); None when one has another shape."""
+    found: list[Narrower] = []
     for count, loop in zip(narrower[::2], narrower[1::2]):
         init = count.init if isinstance(count, n.Declare) else None
         if not (isinstance(init, n.Binary) and init.op == "max" and
@@ -209,8 +215,17 @@ def _narrower_tiles(narrower: list[n.Stmt], size: n.Expr
                 "+", start, n.Binary("*", loop.var, n.Const(width, n.I64))):
             return None
         assert isinstance(count, n.Declare) and isinstance(loop, n.For)
+        if start != (_end_of(found[-1]) if found else full_end):
+            return None
         found.append((count, loop, lo, width))
     return found
+
+
+def _end_of(tile: Narrower) -> n.Expr:
+    """Where a narrower tile's lanes end: ``start + count * width``."""
+    count, _, lo, width = tile
+    start = lo.init.lhs     # type: ignore[union-attr]
+    return n.Binary("+", start, n.Binary("*", count.var, n.Const(width, n.I64)))
 
 
 def _declarations(rest: list[tuple[int, n.Stmt]], start: int, work: n.Var) -> list[n.Declare]:
