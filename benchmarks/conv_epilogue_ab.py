@@ -332,7 +332,7 @@ def compare_kernels(rounds: int) -> str:
     import tensoralg.codegen.planar as planar
     import tensoralg.runtime.planar as planar_runtime
     from tensoralg.codegen.build import build_llvm_module
-    from tensoralg.runtime.gemm import _PROTOTYPE, ConvLayer, DenseLayer
+    from tensoralg.runtime.gemm import _PROTOTYPE, DenseLayer
     from tensoralg.runtime.planar import PlanarConv
 
     tensoralg.set_num_threads(1)
@@ -372,18 +372,8 @@ def compare_kernels(rounds: int) -> str:
                                      cache=None, key=None, identity=None)
     gemm.SCATTER_PREFETCH = True
     for c, h, m in SCATTERED:
-        x = rng.standard_normal((8, c, h, h)).astype(np.float32)
-        weight = (rng.standard_normal((m, c, 3, 3)) * 0.1).astype(np.float32)
-        calls = {}
-        for name in ("output prefetch", "none"):
-            conv = ConvLayer(weight, None, (1, 1), (1, 1), (1, 1), True)
-            if name == "none":
-                conv.layer.function = unprefetched[0]
-            bound = conv.bind(x, np.empty((8, m, h, h), np.float32))
-            bound.copy()
-            calls[name] = bound.gemm
-        rates = {v: 8 * m * c * 9 * h * h / t / 1e9
-                 for v, t in _interleaved(calls, rounds).items()}
+        rates = _conv_gemm_rates(rng, (c, h, m), {"output prefetch": None,
+                                                  "none": unprefetched[0]}, True, rounds)
         lines.append(f"  {c} -> {m} at {h} x {h}: " +
                      "  ".join(f"{v} {r:5.1f}" for v, r in rates.items()))
     lines.append("planar 1x1 kernel, batch 8, M <- C channels at P positions (GFMA/s)")
@@ -430,7 +420,7 @@ def _k_blocks(rng: Any, rounds: int) -> list[str]:
     convolutions, batch 8 (:data:`K_CONVS`, C -> M at H x H), in GFMA/s."""
     import tensoralg.codegen.gemm as gemm
     from tensoralg.codegen.build import build_llvm_module
-    from tensoralg.runtime.gemm import _PROTOTYPE, ConvLayer, DenseLayer
+    from tensoralg.runtime.gemm import _PROTOTYPE, DenseLayer
 
     host = gemm.GemmShape.for_host(np.float32, True)
     blocks = {f"K block {host.k_block}": host.k_block, "K block 384": gemm.K_BLOCK}
@@ -450,20 +440,33 @@ def _k_blocks(rng: Any, rounds: int) -> list[str]:
         rates = {v: m * k * n / t / 1e9 for v, t in _interleaved(calls, rounds).items()}
         lines.append(f"  {m}x{k}x{n}: " + "  ".join(f"{v} {r:5.1f}" for v, r in rates.items()))
     for c, h, m in K_CONVS:
-        x = rng.standard_normal((8, c, h, h)).astype(np.float32)
-        weight = (rng.standard_normal((m, c, 3, 3)) * 0.1).astype(np.float32)
-        calls = {}
-        for name, (function, *_) in built.items():
-            conv = ConvLayer(weight, None, (1, 1), (1, 1), (1, 1), True)
-            conv.layer.function = function
-            bound = conv.bind(x, np.empty((8 * h * h, m), np.float32))
-            bound.copy()
-            calls[name] = bound.gemm
-        rates = {v: 8 * m * c * 9 * h * h / t / 1e9
-                 for v, t in _interleaved(calls, rounds).items()}
+        rates = _conv_gemm_rates(rng, (c, h, m), {name: function for name, (function, *_)
+                                                  in built.items()}, False, rounds)
         lines.append(f"  3x3 conv {c} -> {m} at {h} x {h}: " +
                      "  ".join(f"{v} {r:5.1f}" for v, r in rates.items()))
     return lines
+
+
+def _conv_gemm_rates(rng: Any, layer: tuple[int, int, int], functions: dict[str, Any],
+                     nchw: bool, rounds: int) -> dict[str, float]:
+    """GFMA/s of the GEMM of a 3x3 convolution (``layer`` = C, H, M; batch 8, unit strides,
+    pads 1, ReLU) run by each of ``functions`` (None: the layer's own), its input copied
+    channels-last once beforehand, writing NCHW planes when ``nchw`` else channels-last
+    rows."""
+    from tensoralg.runtime.gemm import ConvLayer
+
+    c, h, m = layer
+    x = rng.standard_normal((8, c, h, h)).astype(np.float32)
+    weight = (rng.standard_normal((m, c, 3, 3)) * 0.1).astype(np.float32)
+    calls = {}
+    for name, function in functions.items():
+        conv = ConvLayer(weight, None, (1, 1), (1, 1), (1, 1), True)
+        if function is not None:
+            conv.layer.function = function
+        bound = conv.bind(x, np.empty((8, m, h, h) if nchw else (8 * h * h, m), np.float32))
+        bound.copy()
+        calls[name] = bound.gemm
+    return {v: 8 * m * c * 9 * h * h / t / 1e9 for v, t in _interleaved(calls, rounds).items()}
 
 
 COPIES = [(64, 56), (16, 54), (256, 14)]            # N x C x H x H, N = 8, pads 1

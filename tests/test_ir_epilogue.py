@@ -47,7 +47,8 @@ def test_other_kernels_are_left_alone(statement, formats):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64", "int64"])
-# Past 64 lanes (float32) and 32 (float64) come the narrower tiles: 16, 32 and 8 lanes.
+# Past the full tiles (64 lanes in float32, 32 in float64) come the narrower ones (32 and 16
+# lanes; 16 and 8) and the rest.
 @pytest.mark.parametrize("batch", [0, 1, 8, 16, 24, 63, 64, 65, 80, 112, 127, 130, 256])
 def test_rewritten_layers_match_the_kernel_without_the_pass(batch, dtype):
     rng = np.random.default_rng(batch)
