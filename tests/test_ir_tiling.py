@@ -46,9 +46,9 @@ def test_tiling_fires_on_an_accumulation_under_a_reduction():
     after = tile_accumulators(before)
     ir.verify(after, after="tile")
     widths = [loop.stop.value for loop in loops(after) if isinstance(loop.stop, ir.Const)]
-    assert widths == [64, 32, 16]       # the register tile (64 f32 = 256 bytes), then one tile
-    #                                     each of half and a quarter of it for what is left
-    assert len(loops(after)) == 3 * 3 + 2          # (tiles, reduction, tile) x 3, rest, rest
+    assert widths == [64, 32, 16, 8]    # the register tile (64 f32 = 256 bytes), then one tile
+    #                                     each of a half, a quarter and an eighth of it
+    assert len(loops(after)) == 4 * 3 + 2          # (tiles, reduction, tile) x 4, rest, rest
 
 
 @pytest.mark.parametrize("n", [0, 1, 15, 16, 17, 31, 48, 63, 64, 65, 100, 128, 200])
@@ -83,6 +83,58 @@ def test_tiling_leaves_other_nests_alone(case):
         "index scaled": lambda: product_nest(store_index=ir.mul(i, 2)),
     }[case]()
     assert tile_accumulators(f) is f
+
+
+def filled_nest(fill_base=None, fill_value=0.0, fill_array=None, fill_stop=None):
+    """y's row zeroed, then summed into across p (what lowering makes of an SpMM row)."""
+    return fn(ir.for_(j, 0, fill_stop if fill_stop is not None else m,
+                      ir.store(fill_array if fill_array is not None else y,
+                               ir.add(fill_base, j) if fill_base is not None else j,
+                               ir.const(fill_value, F32))),
+              ir.for_(p, 0, k, ir.for_(i, 0, m, ir.store(
+                  y, i, ir.load(x, ir.add(ir.mul(p, m), i)), True))))
+
+
+def test_row_fills_are_absorbed_into_zero_started_tiles():
+    after = tile_accumulators(filled_nest())
+    ir.verify(after, after="tile")
+    zero_loops = [loop for loop in loops(after) if len(loop.body.body) == 1 and
+                  isinstance(loop.body.body[0], ir.Store) and not loop.body.body[0].accumulate]
+    # each tile zeroes its own lanes (constant widths); no zeroing over the whole row is left
+    assert [loop.stop for loop in zero_loops] == [ir.const(w, I64) for w in (64, 32, 16, 8)]
+    rest = loops(after)[-2]          # the last few elements one at a time: zero, then sum
+    assert isinstance(rest.body.body[0], ir.Store) and not rest.body.body[0].accumulate
+
+
+@pytest.mark.parametrize("case", ["not zero", "not the output", "another base", "other range"])
+def test_row_fills_that_do_not_match_stay(case):
+    f = {
+        "not zero": lambda: filled_nest(fill_value=1.0),
+        "not the output": lambda: filled_nest(fill_array=x),
+        "another base": lambda: filled_nest(fill_base=k),
+        "other range": lambda: filled_nest(fill_stop=k),
+    }[case]()
+    after = tile_accumulators(f)
+    assert loops(after)[0] == loops(f)[0]          # the fill is still there, whole
+
+
+@pytest.mark.parametrize("n", [0, 1, 3, 4, 7, 8, 15, 16, 17, 31, 48, 63, 64, 65, 100, 128, 200])
+def test_absorbed_fills_assign_every_element(n):
+    """The zero-started tiles and the rest store every element of the row: an output full of
+    NaN comes out as the untiled nest's, bit for bit."""
+    from tensoralg.codegen import build
+
+    rng = np.random.default_rng(n)
+    k = 7
+    x = rng.standard_normal(k * max(n, 1)).astype(np.float32)
+    outs = []
+    for f in (filled_nest(), tile_accumulators(filled_nest())):
+        out = np.full(max(n, 1), np.nan, np.float32)
+        kernel = build(f, "llvm")
+        assert kernel(n, k, x.ctypes.data, out.ctypes.data) == 0
+        outs.append(out[:n])
+    assert not np.isnan(outs[1]).any()
+    np.testing.assert_array_equal(outs[0], outs[1])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -139,6 +191,32 @@ def test_spmm_across_tile_boundaries(dtype, width):
     b = (np.random.default_rng(1).standard_normal((17, width)) * 4).astype(dtype)
     got = ta.einsum("ij,jk->ik", a, b)
     np.testing.assert_allclose(np.asarray(got), a.toarray() @ b, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64])
+@pytest.mark.parametrize("width", [0, 1, 2, 3, 4, 5, 8, 12, 16, 17, 24, 40])
+def test_spmm_zeroes_its_own_rows(dtype, width, monkeypatch):
+    """CSR times dense zeroes each output row inside the kernel (tile by tile), so the runtime
+    hands it an uninitialised buffer: here one full of NaN (or 7 for integers), which a missed
+    element would show, through the call, its replay and a bound call."""
+    kernel = ta.compile("C(i,j) = A(i,k) * B(k,j)", formats={"A": "csr"}, dtype=dtype)
+    assert kernel._default.overwrites
+    a = _csr(37, 19, 0.25, dtype, seed=width)
+    b = (np.random.default_rng(width).standard_normal((19, width)) * 4).astype(dtype)
+    real_empty = np.empty
+
+    def poisoned(shape, dtype=float, **kwargs):
+        array = real_empty(shape, dtype, **kwargs)
+        array.fill(np.nan if np.dtype(dtype).kind == "f" else 7)
+        return array
+
+    monkeypatch.setattr(np, "empty", poisoned)
+    want = a.toarray() @ b
+    for _ in range(2):                          # the general path, then the replay
+        np.testing.assert_allclose(kernel(A=a, B=b), want, rtol=1e-5, atol=1e-4)
+    call = kernel.bind(A=a, B=b)
+    call.out[...] = 7
+    np.testing.assert_allclose(call(), want, rtol=1e-5, atol=1e-4)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

@@ -7,6 +7,7 @@ optimized without them (unless the kernel's schedule asks for them by name).
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from tensoralg.ir.nodes import Function
@@ -35,7 +36,10 @@ def pass_options(schedule: Schedule | None) -> PassOptions:
 def gpu_function(compiled: Any) -> Function:
     """The IR of ``compiled`` (an ``api.CompiledProgram``) with the GPU's pass settings:
     lowered from its program and loop plan, under its function's name."""
-    lowered = lower(compiled.program, compiled.function.name, compiled.plan)
+    # Zeroing rows inside the kernel suits a CPU thread that owns them; the GPU's mappings
+    # share a row between lanes, and its runtime zeroes the output buffer first.
+    lowered = lower(compiled.program, compiled.function.name,
+                    replace(compiled.plan, zero_rows=False))
     return optimize(lowered, options=pass_options(compiled.schedule))
 
 

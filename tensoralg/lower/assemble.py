@@ -27,10 +27,11 @@ from typing import TYPE_CHECKING, Callable, Protocol
 
 from tensoralg.formats.level import LevelKind
 from tensoralg.ir import build as b
-from tensoralg.ir.nodes import F64, I32, I64, Ptr, Stmt, Var
+from tensoralg.ir.nodes import F64, I32, I64, Ptr, Stmt, Store, Var
 from tensoralg.ir.nodes import Expr as IRExpr
+from tensoralg.ir.rewrite import walk
 from tensoralg.lower.levels import dense
-from tensoralg.lower.program import LoopNest, OutputMode, TensorInfo
+from tensoralg.lower.program import LoopNest, OutputMode, TensorInfo, TensorRole
 
 WORD, WORD_SHIFT = 64, 6      # bits in a word of the workspace's bitmap, and log2 of it
 RESERVE_MARGIN = 1.125        # a reservation's room beyond the size its projection expects
@@ -87,6 +88,36 @@ class DenseWriter:
         return [b.declare(acc, 0), *inner(context.with_(accumulator=acc)),
                 b.store(self.vals, self.position(context), acc,
                         accumulate=not (once and only_writer) or self.lowerer.rows_cut)]
+
+    def row_fill(self, index: str, coordinate: Var, body: list[Stmt]) -> list[Stmt]:
+        """``body``, the outer loop's over ``index``, with the output's row ``coordinate``
+        (every element whose first stored coordinate it is) zeroed first when the body sums
+        into it, this nest alone writes the program's dense output and ``index`` is that
+        output's first stored index; the loop visits each row once.
+
+        A kernel that zeroes each row before it sums into it assigns every element, so the
+        runtime allocates the output without zeroing it first: one pass over the output
+        fewer, the rows zeroed while they are in cache and by the thread that owns them.
+        """
+        lowerer, info, nest = self.lowerer, self.info, self.nest
+        if info.role is TensorRole.TEMPORARY or lowerer.rows_cut or not lowerer.plan.zero_rows \
+                or sum(n.output.tensor == info.name for n in lowerer.program.nests) != 1 \
+                or not info.format.order \
+                or nest.output.indices[info.format.order[0]] != index \
+                or not any(isinstance(s, Store) and s.accumulate and s.array == self.vals
+                           for s in walk(b.block(body))):
+            return body
+        position: IRExpr = coordinate
+        loops: list[tuple[Var, IRExpr]] = []
+        for level, mode in enumerate(info.format.order[1:], start=1):
+            var = Var(lowerer.names(f"{nest.output.indices[mode]}_fill"), I64)
+            size = lowerer.level_size(info, level)
+            loops.append((var, size))
+            position = dense.locate(position, size, var)
+        fill: Stmt = b.store(self.vals, position, b.const(0, lowerer.value_dtype))
+        for var, size in reversed(loops):
+            fill = b.for_(var, b.i64(0), size, fill)
+        return [fill, *body]
 
     def leaf(self, value: IRExpr, context: "Context") -> list[Stmt]:
         # A nest with no reduction visits each output position at most once; if it is the only

@@ -325,7 +325,9 @@ class Lowerer:
             return self.case_body(nest, writer, depth, index, coordinate, point, its, context)
 
         if not iterators:
-            return [*reserve, *self.dense_loop(index, lattice, body, [], outer=depth == 0)]
+            fill = writer.row_fill if depth == 0 and isinstance(writer, DenseWriter) else None
+            return [*reserve, *self.dense_loop(index, lattice, body, [], outer=depth == 0,
+                                               fill=fill)]
         if lattice.dense:
             return [*reserve, *self.dense_loop(index, lattice, body, iterators)]
         if len(iterators) == 1:
@@ -372,7 +374,11 @@ class Lowerer:
         return wrap(writer.around_index(index, inner, rest))
 
     def dense_loop(self, index: str, lattice: Lattice, body, iterators: list[SparseIterator],
-                   outer: bool = False) -> list[Stmt]:
+                   outer: bool = False,
+                   fill: Callable[[str, Var, list[Stmt]], list[Stmt]] | None = None
+                   ) -> list[Stmt]:
+        """A counted loop over ``index``; ``fill(index, coordinate, body)`` is the body with
+        the output's row zeroed first where it sums into it (``DenseWriter.row_fill``)."""
         coordinate = Var(self.names(index), I64)
         setup = self.iterator_positions(iterators)
         checks: list[Stmt] = []
@@ -397,6 +403,8 @@ class Lowerer:
         advance = [b.if_(it.matched, b.assign(it.position, self.next_position(it)))
                    for it in iterators]
         body = [*checks, *cases, *advance]
+        if fill is not None:
+            body = fill(index, coordinate, body)
         split = self.plan.splits.get(index)
         if split is None:
             return [*setup, self.hinted(index, b.for_(coordinate, start, stop, body))]

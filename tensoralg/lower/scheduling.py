@@ -67,6 +67,9 @@ class LoopPlan:
     position_split: PositionSplit | None = None
     precomputes: tuple[Precompute, ...] = ()          # carried out by concretize, in order
     gpu: Parallelize | None = None                    # a GPU unit: picks the CUDA mapping
+    # The kernel zeroes the rows of its dense output itself (``DenseWriter.row_fill``): on the
+    # CPU backends; the CUDA mappings take the plain accumulation into a zeroed buffer.
+    zero_rows: bool = True
 
     @property
     def parallel_index(self) -> str | None:
@@ -104,7 +107,7 @@ def loop_plan(schedule: Schedule | None, backend: str = "llvm") -> LoopPlan:
     ('i', 8)
     """
     if schedule is None:
-        return LoopPlan()
+        return LoopPlan(zero_rows=backend != "cuda")
     splits: dict[str, Split] = {}
     unroll: dict[str, int] = {}
     vectorize: dict[str, int] = {}
@@ -151,7 +154,7 @@ def loop_plan(schedule: Schedule | None, backend: str = "llvm") -> LoopPlan:
         orders += ((position_split.outer, position_split.inner),)
         _check_position_commands(position_split, splits, parallel)
     return LoopPlan(orders, splits, parallel, serial, unroll, vectorize, position_split,
-                    tuple(precomputes), gpu)
+                    tuple(precomputes), gpu, zero_rows=backend != "cuda")
 
 
 WORKSPACE_FORMATS = ("dense",)     # the workspace formats lowering carries out

@@ -133,9 +133,12 @@ class BoundCall:
 
 def overwrites_output(function: Function, dims: Sequence[str]) -> bool:
     """Whether the kernel assigns every element of its dense output, so that the buffer need
-    not be zeroed first: exactly one store writes the output, with ``=`` (never ``+=``), inside
-    full-range loops (``0 .. n_x``, or the thread range) over every output dimension, and no
-    ``if`` or ``while`` around it (those visit only some coordinates).
+    not be zeroed first. Either exactly one store writes the output, with ``=`` (never
+    ``+=``), inside full-range loops (``0 .. n_x``, or the thread range) over every output
+    dimension, and no ``if`` or ``while`` around it (those visit only some coordinates); or
+    lowering zeroed each row (``DenseWriter.row_fill``): one ``= 0`` store so placed, first in
+    the body of a full-range loop over an output dimension, with every other store to the
+    output a ``+=`` after it in that body.
 
     >>> overwrites_output(Function("k", (), Block()), ("i",))
     False
@@ -147,7 +150,9 @@ def overwrites_output(function: Function, dims: Sequence[str]) -> bool:
     ranged = bounds[0].role.index if bounds is not None else None
     if len(outputs) != 1:
         return False
-    found: list[tuple[Store, frozenset[str], bool]] = []
+    # each store with the covered indices around it, whether only loops enclose it, and the
+    # (loop, position in its body) steps that lead to it
+    found: list[tuple[Store, frozenset[str], bool, tuple[tuple[int, int], ...]]] = []
 
     def covered(loop: For) -> str | None:
         if isinstance(loop.start, Const) and loop.start.value == 0 and \
@@ -157,26 +162,51 @@ def overwrites_output(function: Function, dims: Sequence[str]) -> bool:
             return ranged
         return None
 
-    def walk(stmts: Sequence[Stmt], loops: frozenset[str], plain: bool) -> None:
-        for stmt in stmts:
+    def walk(stmts: Sequence[Stmt], loops: frozenset[str], plain: bool,
+             path: tuple[tuple[int, int], ...], owner: int) -> None:
+        for position, stmt in enumerate(stmts):
+            here = (*path, (owner, position))
             if isinstance(stmt, Store) and stmt.array == outputs[0]:
-                found.append((stmt, loops, plain))
+                found.append((stmt, loops, plain, here))
             elif isinstance(stmt, For):
                 index = covered(stmt)
-                walk(stmt.body.body, loops | {index} if index else loops, plain)
+                walk(stmt.body.body, loops | {index} if index else loops, plain, here,
+                     id(stmt) if index else -1)
             elif isinstance(stmt, While):
-                walk(stmt.body.body, loops, False)
+                walk(stmt.body.body, loops, False, here, -1)
             elif isinstance(stmt, If):
-                walk(stmt.then.body, loops, False)
-                walk(stmt.otherwise.body, loops, False)
+                walk(stmt.then.body, loops, False, here, -1)
+                walk(stmt.otherwise.body, loops, False, here, -1)
             elif isinstance(stmt, Block):
-                walk(stmt.body, loops, plain)
+                walk(stmt.body, loops, plain, here, -1)
 
-    walk(function.body.body, frozenset(), True)
-    if len(found) != 1:
+    walk(function.body.body, frozenset(), True, (), -1)
+    assigned = [f for f in found if not f[0].accumulate]
+    if len(assigned) != 1:
         return False
-    store, loops, plain = found[0]
-    return plain and not store.accumulate and set(dims) <= loops
+    store, loops, plain, path = assigned[0]
+    if not plain or not set(dims) <= loops:
+        return False
+    if len(found) == 1:
+        return True
+    return _fills_rows(store, path, [f[3] for f in found if f[0].accumulate])
+
+
+def _fills_rows(fill: Store, path: tuple[tuple[int, int], ...],
+                sums: list[tuple[tuple[int, int], ...]]) -> bool:
+    """Whether the one ``=`` store ``fill`` (at ``path``) zeroes what the ``+=`` stores at
+    ``sums`` then add to: it stores zero, and within the innermost full-range loop that
+    holds them all, it comes first and every sum comes after it."""
+    if not isinstance(fill.value, Const) or fill.value.value != 0:
+        return False
+    depth = 0
+    while all(len(p) > depth + 1 and p[depth] == path[depth] for p in sums) and \
+            len(path) > depth + 1:
+        depth += 1
+    owner, at = path[depth]
+    if owner == -1:                  # no full-range loop holds the zeroes and the sums
+        return False
+    return all(p[depth][0] == owner and p[depth][1] > at for p in sums)
 
 
 def dense_output(out: Any, shape: tuple[int, ...], dtype: np.dtype, what: str) -> np.ndarray:

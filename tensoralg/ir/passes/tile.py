@@ -42,10 +42,11 @@ from .simplify import simplify, splice_blocks
 # Bytes of accumulators held per tile: eight 256-bit registers. Wider tiles spill on AVX2 and
 # gained nothing on AVX-512 in the sparse-weight benchmark; narrower ones reload the row.
 TILE_BYTES = 256
-# What is left after the full-width tiles gets a tile of half the width, then of a quarter: an
-# SpMM with 16 f64 columns (narrower than one 32-wide tile) keeps its row in two registers
-# instead of loading and storing it for every stored entry.
-NARROWER_TILES = 2
+# What is left after the full-width tiles gets a tile of half the width, then of a quarter and
+# an eighth (never under 4 lanes): an SpMM with 16 f64 columns (narrower than one 32-wide tile)
+# keeps its row in two registers instead of loading and storing it for every stored entry, and
+# one with 4 or 12 columns in one or two (4 columns: 1.1-1.4x over a rest loop, one thread).
+NARROWER_TILES = 3
 _BYTES = {n.I32: 4, n.I64: 8, n.F32: 4, n.F64: 8}
 
 
@@ -64,7 +65,124 @@ def tile_accumulators(fn: n.Function, tile_bytes: int = TILE_BYTES) -> n.Functio
     """
     if tile_bytes <= 0:
         return fn
+    fn = absorb_row_fills(fn, tile_bytes)
     return tile_loops(fn, lambda loop, fresh: _tile(loop, fresh, tile_bytes))
+
+
+def absorb_row_fills(fn: n.Function, tile_bytes: int = TILE_BYTES) -> n.Function:
+    """Tile each reduction that sums into an output row which lowering zeroed just before it
+    (``for (z = 0; z < n; z++) Y[base + z] = 0`` then ``for (p ...) { ...; for (i = 0; i < n;
+    i++) Y[base + i] += ... }``, ``DenseWriter.row_fill``) so that the zeroing goes away: each
+    tile zeroes its own lanes right before its reduction (LLVM then starts the accumulators at
+    zero instead of loading them), and the rest after the tiles runs one element at a time,
+    zeroed and summed in a register across the reduction. Without this the zeroing is a
+    ``memset`` per row whose narrow stores the tiles' wide loads then wait for.
+
+    Exact: every element still gets zero and then its terms in the same order of ``p``. Fires
+    only on an output (a parameter) stored at the same base by the zeroing and the reduction,
+    with only declarations that read no output between them.
+
+    >>> from tensoralg.ir.build import function, comment
+    >>> f = function("k", [], comment("nothing to fill"))
+    >>> absorb_row_fills(f) is f
+    True
+    """
+    if tile_bytes <= 0:
+        return fn
+    outputs = {p.var.name for p in fn.params if p.output}
+    assigned = {x.var.name for x in walk(fn) if isinstance(x, n.Assign)}
+    fresh = fresh_names(used_vars(fn))
+
+    def visit(node: n.Node) -> n.Node | None:
+        if not isinstance(node, n.Block):
+            return None
+        stmts = list(node.body)
+        changed = False
+        for at in range(len(stmts)):
+            fill = _row_fill(stmts[at], outputs)
+            if fill is None:
+                continue
+            array, base, size = fill
+            after = at + 1
+            while after < len(stmts) and isinstance(stmts[after], (n.Declare, n.Comment)) and \
+                    not _reads_any(stmts[after], {array.name}):
+                after += 1
+            found = _filled_reduction(stmts[after], array, base, size, stmts[:after],
+                                      assigned, tile_bytes, fresh) \
+                if after < len(stmts) and isinstance(stmts[after], n.For) else None
+            if found is not None:
+                stmts[at], stmts[after] = n.Block(()), found
+                changed = True
+        return splice_blocks(n.Block(tuple(stmts))) if changed else None
+
+    result = rewrite(fn, visit)
+    assert isinstance(result, n.Function)
+    return fn if result is fn else simplify(result)
+
+
+def _row_fill(s: n.Stmt, outputs: set[str]) -> tuple[n.Var, n.Expr, n.Expr] | None:
+    """``(Y, base, n)`` for ``for (z = 0; z < n; z++) Y[base + z] = 0`` into an output."""
+    if not (isinstance(s, n.For) and s.start == n.Const(0, n.I64) and len(s.body.body) == 1):
+        return None
+    store = s.body.body[0]
+    if not (isinstance(store, n.Store) and not store.accumulate and
+            store.array.name in outputs and isinstance(store.value, n.Const) and
+            store.value.value == 0):
+        return None
+    base = _base_of(store.index, s.var)
+    return (store.array, base, s.stop) if base is not None else None
+
+
+def _base_of(index: n.Expr, i: n.Var) -> n.Expr | None:
+    """``base`` for ``base + i`` (``0`` for ``i``) with ``base`` free of ``i``."""
+    if index == i:
+        return n.Const(0, n.I64)
+    if isinstance(index, n.Binary) and index.op == "+" and index.rhs == i and \
+            not uses(index.lhs, {i.name}):
+        return index.lhs
+    return None
+
+
+def _filled_reduction(reduction: n.For, array: n.Var, base: n.Expr, size: n.Expr,
+                      before: list[n.Stmt], assigned: set[str], tile_bytes: int,
+                      fresh: Callable[[str], str]) -> n.Block | None:
+    """``reduction`` tiled with zero-started tiles, when it sums into ``array[base + i]``
+    for ``i`` in ``[0, size)`` only; None otherwise."""
+    nest = perfect_nest(reduction)
+    if nest is None:
+        return None
+    locals_, inner = nest
+    varying = {reduction.var.name, *(d.var.name for d in locals_)}
+    stores = inner.body.body
+    if len(stores) != 1 or not _strip_store(stores[0], inner.var, varying) or \
+            inner.start != n.Const(0, n.I64) or inner.stop != size or \
+            _reads_any(reduction, {array.name}):
+        return None
+    store = stores[0]
+    assert isinstance(store, n.Store)
+    sum_base = _base_of(store.index, inner.var)
+    if store.array != array or sum_base is None:
+        return None
+    # Hoisting gives the zeroing and the sum their own copies of the row's base (inv0 = i * n,
+    # inv1 = i * n): compare what they stand for.
+    known = {s.var.name: s.init for s in before if isinstance(s, n.Declare)
+             and s.var.name not in assigned}
+    if _resolved(base, known) != _resolved(sum_base, known):
+        return None
+    width = tile_bytes // _BYTES[_elem(store)]
+    if width < 4:
+        return None
+    return _strip_mine(reduction, locals_, inner, width, fresh, halvings=NARROWER_TILES,
+                       zeroed=True)
+
+
+def _resolved(e: n.Expr, known: dict[str, n.Expr], depth: int = 4) -> n.Expr:
+    """``e`` with the locals in ``known`` replaced by their initial values (a few levels)."""
+    for _ in range(depth):
+        if not uses(e, set(known)):
+            break
+        e = substitute(e, known)  # type: ignore[assignment]
+    return e
 
 
 def tile_loops(fn: n.Function, tile: Callable[[n.For, Callable[[str], str]], n.Block | None]
@@ -118,6 +236,8 @@ def _tile(reduction: n.For, fresh: Callable[[str], str], tile_bytes: int) -> n.B
     if nest is None:
         return None
     locals_, inner = nest
+    if isinstance(inner.stop, n.Const):     # a tile's lanes already (absorb_row_fills)
+        return None
     varying = {reduction.var.name, *(s.var.name for s in locals_)}
     stores = inner.body.body
     if not stores or not all(_strip_store(s, inner.var, varying) for s in stores):
@@ -194,14 +314,22 @@ def strip(loop: n.For, width: int, fresh: Callable[[str], str]) -> Strip:
 
 
 def _strip_mine(reduction: n.For, locals_: list[n.Declare], inner: n.For, width: int,
-                fresh: Callable[[str], str], halvings: int = 0) -> n.Block:
+                fresh: Callable[[str], str], halvings: int = 0, zeroed: bool = False
+                ) -> n.Block:
     """The nest with ``inner`` cut into tiles of ``width``; the rest is cut again into (at most
-    one) tile of half the width, ``halvings`` times, before the plain rest loop."""
+    one) tile of half the width, ``halvings`` times, before the plain rest loop. ``zeroed``:
+    the elements ``inner`` sums into are zeroed here, each tile's before its reduction and
+    each of the rest's before its own (``absorb_row_fills``)."""
     cut = strip(inner, width, fresh)
     body = substitute(inner.body, {inner.var.name: cut.at})
     assert isinstance(body, n.Block)
-    tiled = cut.tile_loop(n.For(reduction.var, reduction.start, reduction.stop,
-                                n.Block((*locals_, cut.lane_loop(body)))))
+    zeroes: tuple[n.Stmt, ...] = ()
+    if zeroed:
+        lane = n.Var(fresh(f"{inner.var.name}_zero"), n.I64)
+        zeroes = (n.For(lane, n.Const(0, n.I64), cut.width, n.Block(tuple(
+            _zero(s, inner.var, n.Binary("+", cut.lo.var, lane)) for s in inner.body.body))),)
+    tiled = cut.tile_loop(*zeroes, n.For(reduction.var, reduction.start, reduction.stop,
+                                         n.Block((*locals_, cut.lane_loop(body)))))
     # The rest runs the original nest over the last stop - start - tiles * W counters, with
     # every local renamed: each variable is introduced once per function.
     renamed = {v.name: n.Var(fresh(v.name), v.dtype) for v in introduced(reduction)}
@@ -213,11 +341,30 @@ def _strip_mine(reduction: n.For, locals_: list[n.Declare], inner: n.For, width:
         nest = perfect_nest(rest)
         assert nest is not None      # the same shape as the nest just cut
         rest_locals, rest_inner = nest
-        rest = _strip_mine(rest, rest_locals, rest_inner, width // 2, fresh, halvings - 1)
+        rest = _strip_mine(rest, rest_locals, rest_inner, width // 2, fresh, halvings - 1,
+                           zeroed)
+    elif zeroed:
+        # The last few elements one at a time: each zeroed, then summed across the reduction
+        # (in a register: its address does not change in the loop).
+        nest = perfect_nest(rest)
+        assert nest is not None
+        rest_locals, rest_inner = nest
+        element = n.For(rest_inner.var, rest_inner.start, rest_inner.stop, n.Block((
+            *(_zero(st, rest_inner.var, rest_inner.var) for st in rest_inner.body.body),
+            n.For(rest.var, rest.start, rest.stop,
+                  n.Block((*rest_locals, *rest_inner.body.body))))))
+        rest = element  # type: ignore[assignment]
     return n.Block((
         n.Comment(f"register tiles of {width} along {inner.var.name} across the "
                   f"{reduction.var.name} loop"),
         cut.count, tiled, rest))
+
+
+def _zero(s: n.Stmt, i: n.Var, at: n.Expr) -> n.Store:
+    """``y[base + at] = 0`` for the strip store ``s`` (``y[base + i] += ...``)."""
+    assert isinstance(s, n.Store)
+    return n.Store(s.array, substitute(s.index, {i.name: at}),  # type: ignore[arg-type]
+                   n.Const(0, _elem(s)))  # type: ignore[arg-type]
 
 
 def introduced(loop: n.For) -> Iterator[n.Var]:
@@ -236,5 +383,5 @@ def substitute(node: n.Node, by: dict[str, n.Expr]) -> n.Node:
     return rewrite(node, visit)
 
 
-__all__ = ["NARROWER_TILES", "TILE_BYTES", "Strip", "fresh_names", "introduced", "perfect_nest", "strip",
+__all__ = ["NARROWER_TILES", "TILE_BYTES", "Strip", "absorb_row_fills", "fresh_names", "introduced", "perfect_nest", "strip",
            "substitute", "tile_accumulators", "tile_loops", "uses"]
