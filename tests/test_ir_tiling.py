@@ -100,10 +100,13 @@ def test_row_fills_are_absorbed_into_zero_started_tiles():
     ir.verify(after, after="tile")
     zero_loops = [loop for loop in loops(after) if len(loop.body.body) == 1 and
                   isinstance(loop.body.body[0], ir.Store) and not loop.body.body[0].accumulate]
-    # each tile zeroes its own lanes (constant widths); no zeroing over the whole row is left
-    assert [loop.stop for loop in zero_loops] == [ir.const(w, I64) for w in (64, 32, 16, 8)]
-    rest = loops(after)[-2]          # the last few elements one at a time: zero, then sum
-    assert isinstance(rest.body.body[0], ir.Store) and not rest.body.body[0].accumulate
+    # each wide tile zeroes its own lanes (constant widths); no zeroing of the whole row is left
+    assert [loop.stop for loop in zero_loops] == [ir.const(w, I64) for w in (64, 32, 16)]
+    # the narrow tiles (8 and 4 f32) and the last elements, one at a time, sum in locals
+    sums = [d for d in walk(after) if isinstance(d, ir.Declare) and d.init == ir.const(0, F32)]
+    assert len(sums) == 8 + 4 + 1
+    rest = loops(after)[-2]
+    assert isinstance(rest.body.body[0], ir.Declare) and rest.body.body[0].var == sums[-1].var
 
 
 @pytest.mark.parametrize("case", ["not zero", "not the output", "another base", "other range"])

@@ -240,6 +240,11 @@ class Block:
 
     body: tuple["Stmt", ...] = ()
 
+    def __post_init__(self) -> None:
+        # A list would print, but walks and rewrites see only tuples: they would skip it.
+        if not isinstance(self.body, tuple):
+            object.__setattr__(self, "body", tuple(self.body))
+
 
 @dataclass(frozen=True, slots=True)
 class Declare:

@@ -48,6 +48,10 @@ TILE_BYTES = 256
 # one with 4 or 12 columns in one or two (4 columns: 1.1-1.4x over a rest loop, one thread).
 NARROWER_TILES = 3
 _BYTES = {n.I32: 4, n.I64: 8, n.F32: 4, n.F64: 8}
+# A zero-started tile this narrow (4 f64) sums in locals instead: zeroing its lanes in memory
+# left loads (LLVM splits such a tile into a scalar, a pair and a scalar) waiting on the wider
+# zeroing store, 0.7-0.8x of the tile that loads a zeroed row.
+NARROW_BYTES = 32
 
 
 def tile_accumulators(fn: n.Function, tile_bytes: int = TILE_BYTES) -> n.Function:
@@ -172,7 +176,7 @@ def _filled_reduction(reduction: n.For, array: n.Var, base: n.Expr, size: n.Expr
     width = tile_bytes // _BYTES[_elem(store)]
     if width < 4:
         return None
-    return _strip_mine(reduction, locals_, inner, width, fresh, halvings=NARROWER_TILES,
+    return _strip_mine(reduction, locals_, inner, width, fresh, halvings=NARROWER_TILES + 1,
                        zeroed=True)
 
 
@@ -323,13 +327,18 @@ def _strip_mine(reduction: n.For, locals_: list[n.Declare], inner: n.For, width:
     cut = strip(inner, width, fresh)
     body = substitute(inner.body, {inner.var.name: cut.at})
     assert isinstance(body, n.Block)
-    zeroes: tuple[n.Stmt, ...] = ()
-    if zeroed:
-        lane = n.Var(fresh(f"{inner.var.name}_zero"), n.I64)
-        zeroes = (n.For(lane, n.Const(0, n.I64), cut.width, n.Block(tuple(
-            _zero(s, inner.var, n.Binary("+", cut.lo.var, lane)) for s in inner.body.body))),)
-    tiled = cut.tile_loop(*zeroes, n.For(reduction.var, reduction.start, reduction.stop,
-                                         n.Block((*locals_, cut.lane_loop(body)))))
+    if zeroed and width * _BYTES[_elem(inner.body.body[0])] <= NARROW_BYTES:  # type: ignore[arg-type]
+        tiled = cut.tile_loop(*_summed_in_locals(reduction, locals_, inner, [
+            n.Binary("+", cut.lo.var, n.Const(lane, n.I64)) for lane in range(width)], fresh))
+    else:
+        zeroes: tuple[n.Stmt, ...] = ()
+        if zeroed:
+            lane = n.Var(fresh(f"{inner.var.name}_zero"), n.I64)
+            zeroes = (n.For(lane, n.Const(0, n.I64), cut.width, n.Block(tuple(
+                _zero(s, inner.var, n.Binary("+", cut.lo.var, lane))
+                for s in inner.body.body))),)
+        tiled = cut.tile_loop(*zeroes, n.For(reduction.var, reduction.start, reduction.stop,
+                                             n.Block((*locals_, cut.lane_loop(body)))))
     # The rest runs the original nest over the last stop - start - tiles * W counters, with
     # every local renamed: each variable is introduced once per function.
     renamed = {v.name: n.Var(fresh(v.name), v.dtype) for v in introduced(reduction)}
@@ -337,27 +346,46 @@ def _strip_mine(reduction: n.For, locals_: list[n.Declare], inner: n.For, width:
                  n.Block((*locals_, n.For(inner.var, cut.rest_start, inner.stop, inner.body))))
     rest = substitute(rest, renamed)
     assert isinstance(rest, n.For)
-    if halvings and width // 2 >= 4:
+    # Zero-started tiles go down to 2 lanes (the narrow ones sum in locals); others to 4.
+    if halvings and width // 2 >= (2 if zeroed else 4):
         nest = perfect_nest(rest)
         assert nest is not None      # the same shape as the nest just cut
         rest_locals, rest_inner = nest
         rest = _strip_mine(rest, rest_locals, rest_inner, width // 2, fresh, halvings - 1,
                            zeroed)
     elif zeroed:
-        # The last few elements one at a time: each zeroed, then summed across the reduction
-        # (in a register: its address does not change in the loop).
+        # The last few elements one at a time, each summed in a local across the reduction.
         nest = perfect_nest(rest)
         assert nest is not None
         rest_locals, rest_inner = nest
-        element = n.For(rest_inner.var, rest_inner.start, rest_inner.stop, n.Block((
-            *(_zero(st, rest_inner.var, rest_inner.var) for st in rest_inner.body.body),
-            n.For(rest.var, rest.start, rest.stop,
-                  n.Block((*rest_locals, *rest_inner.body.body))))))
+        element = n.For(rest_inner.var, rest_inner.start, rest_inner.stop, n.Block(tuple(
+            _summed_in_locals(rest, rest_locals, rest_inner, [rest_inner.var], fresh))))
         rest = element  # type: ignore[assignment]
     return n.Block((
         n.Comment(f"register tiles of {width} along {inner.var.name} across the "
                   f"{reduction.var.name} loop"),
         cut.count, tiled, rest))
+
+
+def _summed_in_locals(reduction: n.For, locals_: list[n.Declare], inner: n.For,
+                      lanes: list[n.Expr], fresh: Callable[[str], str]) -> list[n.Stmt]:
+    """The sums of ``inner``'s one store at the counters ``lanes``, each in a local that
+    starts at zero, runs across ``reduction`` and is stored once after it: no zeroing store
+    for the loads of the sum to wait for."""
+    store = inner.body.body[0]
+    assert isinstance(store, n.Store) and len(inner.body.body) == 1
+    elem = _elem(store)
+    sums = [n.Var(fresh(f"{store.array.name}_sum"), elem) for _ in lanes]  # type: ignore[arg-type]
+    steps = [n.Assign(total, n.Binary("+", total, substitute(  # type: ignore[arg-type]
+        store.value, {inner.var.name: at}))) for total, at in zip(sums, lanes)]
+    # The reduction's locals get new names: every variable is introduced once per function.
+    renamed = {d.var.name: n.Var(fresh(d.var.name), d.var.dtype) for d in locals_}
+    loop = substitute(n.For(reduction.var, reduction.start, reduction.stop,
+                            n.Block((*locals_, *steps))), renamed)
+    assert isinstance(loop, n.For)
+    return [*(n.Declare(total, n.Const(0, elem)) for total in sums), loop,  # type: ignore[arg-type]
+            *(n.Store(store.array, substitute(store.index, {inner.var.name: at}),  # type: ignore[arg-type]
+                      total) for total, at in zip(sums, lanes))]
 
 
 def _zero(s: n.Stmt, i: n.Var, at: n.Expr) -> n.Store:
