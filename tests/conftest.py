@@ -195,6 +195,18 @@ def split_product() -> tuple:
     return call, a @ b
 
 
+def split_sum_product() -> tuple:
+    """A bound call whose kernel adds into its output rather than assigning it (two nests write
+    ``Y``: the product and ``C``), under two threads, and its expected output."""
+    a = sp.random(3000, 2000, density=0.2, format="csr", random_state=3)
+    b = np.random.default_rng(3).standard_normal((2000, 16))
+    c = np.random.default_rng(4).standard_normal((3000, 16))
+    call = ta.compile("Y(i,j) = A(i,k) * B(k,j) + C(i,j)", formats={"A": "ds"}).bind(
+        A=a, B=b, C=c)
+    assert len(call.calls) == 2 and not call.overwrites
+    return call, a @ b + c
+
+
 def passes_in_forked_child(check) -> None:
     """Fork, run ``check()`` in the child under a 30 s alarm (a hang becomes a failure) and
     assert that it returned True there."""

@@ -7,7 +7,7 @@ import threading
 
 import numpy as np
 import pytest
-from conftest import passes_in_forked_child, split_product
+from conftest import passes_in_forked_child, split_product, split_sum_product
 
 import tensoralg as ta
 from tensoralg.runtime.gemm import DenseLayer
@@ -195,7 +195,7 @@ def test_a_split_layer_called_from_python_runs_on_the_pool(monkeypatch):
 
 
 def test_each_range_zeroes_its_own_rows_of_an_accumulated_output(two_threads):
-    call, want = split_product()         # Y(i,j) += ..., ranges over i
+    call, want = split_sum_product()     # Y(i,j) += ..., ranges over i
     native = call.native({})
     assert native.zero is None and len(native.zeros) == 2
     assert sum(count for _, count in native.zeros) == call.out.nbytes

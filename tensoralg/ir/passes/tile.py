@@ -22,6 +22,13 @@ The rest is cut again into one tile of ``W/2`` and one of ``W/4`` (each runs at 
 before the plain rest loop, so rows narrower than ``W`` (an SpMM with 16 f64 columns, ``W`` =
 32) still keep their strip in registers: 1.7-3.5x on such SpMMs, measured in one process.
 
+When lowering zeroed the row just before the reduction (``DenseWriter.row_fill``: the kernel
+then assigns every element of its output, and the runtime skips zeroing it),
+``absorb_row_fills`` tiles the pair instead: each wide tile zeroes its own lanes right before
+its reduction, so that the accumulators start at zero in registers; tiles of 32 bytes or less
+and the last elements sum in locals (the tiles then go down to 2 lanes). No row-wide zeroing
+(a ``memset`` per row) is left.
+
 When this is exact: the rewritten nest runs the same (p, i) pairs, and every output element
 receives its terms in the same order of ``p``, so results are bit-for-bit those of the original
 nest. The pass only fires when that holds by construction: the reduction body is locals followed
