@@ -26,7 +26,7 @@ When lowering zeroed the row just before the reduction (``DenseWriter.row_fill``
 then assigns every element of its output, and the runtime skips zeroing it),
 ``absorb_row_fills`` tiles the pair instead: each wide tile zeroes its own lanes right before
 its reduction, so that the accumulators start at zero in registers; tiles of 32 bytes or less
-and the last elements sum in locals (the tiles then go down to 2 lanes). No row-wide zeroing
+and the last elements sum in locals (one more, narrower tile than otherwise). No row-wide zeroing
 (a ``memset`` per row) is left.
 
 When this is exact: the rewritten nest runs the same (p, i) pairs, and every output element
@@ -49,11 +49,13 @@ from .simplify import simplify, splice_blocks
 # Bytes of accumulators held per tile: eight 256-bit registers. Wider tiles spill on AVX2 and
 # gained nothing on AVX-512 in the sparse-weight benchmark; narrower ones reload the row.
 TILE_BYTES = 256
-# What is left after the full-width tiles gets a tile of half the width, then of a quarter and
-# an eighth (never under 4 lanes): an SpMM with 16 f64 columns (narrower than one 32-wide tile)
-# keeps its row in two registers instead of loading and storing it for every stored entry, and
-# one with 4 or 12 columns in one or two (4 columns: 1.1-1.4x over a rest loop, one thread).
-NARROWER_TILES = 3
+# What is left after the full-width tiles gets a tile of half the width, then of a quarter: an
+# SpMM with 16 f64 columns (narrower than one 32-wide tile) keeps its row in two registers
+# instead of loading and storing it for every stored entry. Zero-started tiles (a row the
+# kernel zeroes itself, ``absorb_row_fills``) get one more, of an eighth (4 f64, summed in
+# locals): 4 columns 1.0-1.4x over the rest loop. Each level costs LLVM 20-35 ms of a new
+# kernel's first call here (SpMM: 104 ms with three levels, 150 with four, 180 with five).
+NARROWER_TILES = 2
 _BYTES = {n.I32: 4, n.I64: 8, n.F32: 4, n.F64: 8}
 # A zero-started tile this narrow (4 f64) sums in locals instead: zeroing its lanes in memory
 # left loads (LLVM splits such a tile into a scalar, a pair and a scalar) waiting on the wider
@@ -353,8 +355,7 @@ def _strip_mine(reduction: n.For, locals_: list[n.Declare], inner: n.For, width:
                  n.Block((*locals_, n.For(inner.var, cut.rest_start, inner.stop, inner.body))))
     rest = substitute(rest, renamed)
     assert isinstance(rest, n.For)
-    # Zero-started tiles go down to 2 lanes (the narrow ones sum in locals); others to 4.
-    if halvings and width // 2 >= (2 if zeroed else 4):
+    if halvings and width // 2 >= 4:
         nest = perfect_nest(rest)
         assert nest is not None      # the same shape as the nest just cut
         rest_locals, rest_inner = nest
