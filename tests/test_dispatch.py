@@ -128,6 +128,51 @@ def test_replay_splits_work_worth_two_threads_itself(monkeypatch):
         ta.set_num_threads(saved)
 
 
+def test_replay_reuses_its_ranges_only_for_the_same_arrays(monkeypatch):
+    """A repeated split call on the same matrix reuses the ranges it made; another matrix (of
+    another size, or the same size with other row lengths) gets its own, and every call's
+    result is exact."""
+    import tensoralg.api as api
+
+    saved = ta.get_num_threads()
+    ta.set_num_threads(2)
+    try:
+        made = []
+        real = api.range_bounds
+        monkeypatch.setattr(api, "range_bounds", lambda *a: made.append(a[:2]) or real(*a))
+        x = np.random.default_rng(5).standard_normal(5000)
+        A = sp.random_array((4000, 5000), density=0.05, format="csr", random_state=5)
+        for _ in range(3):
+            np.testing.assert_allclose(ta.einsum("ij,j->i", A, x), A @ x, rtol=1e-10)
+        first = len(made)
+        B = sp.random_array((3000, 5000), density=0.08, format="csr", random_state=6)
+        np.testing.assert_allclose(ta.einsum("ij,j->i", B, x), B @ x, rtol=1e-10)
+        C = sp.vstack([sp.random_array((8, 5000), density=0.9, format="csr", random_state=7),
+                       A[8:]]).tocsr()
+        np.testing.assert_allclose(ta.einsum("ij,j->i", C, x), C @ x, rtol=1e-10)
+        np.testing.assert_allclose(ta.einsum("ij,j->i", A, x), A @ x, rtol=1e-10)
+        if api.native_pool_supported():
+            assert first <= 2 and len(made) == first + 3
+            assert made[-3][0] == 3000 and made[-2][0] == made[-1][0] == 4000
+    finally:
+        ta.set_num_threads(saved)
+
+
+@pytest.mark.parametrize("size, parts", [(0, 2), (1, 4), (7, 2), (4000, 8), (13437, 16)])
+def test_thread_ranges_cover_the_rows_in_order(size, parts):
+    from tensoralg.runtime.threads import split
+
+    rng = np.random.default_rng(size)
+    lengths = rng.integers(0, 50, size) * (rng.random(size) < 0.3)
+    for weights in (None, np.r_[0, np.cumsum(lengths)].astype(np.int32)):
+        bounds = split(size, parts, weights)
+        assert bounds.dtype == np.int64 and len(bounds) == parts + 1
+        assert bounds[0] == 0 and bounds[-1] == size and (np.diff(bounds) >= 0).all()
+        if weights is not None and weights[-1] > 0:
+            work = np.diff(weights[bounds])     # each range near an equal share
+            assert work.max() <= weights[-1] / parts + lengths.max()
+
+
 def test_a_declined_replay_is_not_written_out_again(monkeypatch):
     """A call the replay declines (work for two threads) keeps the entry it has: rebuilding it
     on every call cost ~0.5 ms of compile() each time, for einsum and compiled kernels."""
