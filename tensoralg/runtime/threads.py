@@ -26,7 +26,12 @@ MIN_WORK_PER_THREAD = 400_000
 # an entry, gains from ~6e4 (bcsstk13: 1.08x, wiki-Vote 104k: 1.17x, ego-Facebook: 1.37x) with
 # a few losses of 5-10% around 5e4-1e5 (bayer10, fidapex6). Under load from other processes
 # the second thread seldom pays at these sizes; the ranges claimed one at a time bound the loss.
-MIN_WORK_PER_THREAD_NATIVE = 150_000
+# That was at 150k, with ~100 µs of cold Python per split call (ranges made after the kernel had
+# swept the caches), which replays now skip by reusing their ranges. At 50k, on another 2-core
+# VM (2026-12-04): SpMV ran 0.56-0.72x one thread's time from 1e5 entries (bayer10, wiki-Vote,
+# bcsstk16, random 1e5-4e5), SpMM with 16 columns 0.62-0.78x from 2e4; 1e4 entries stay on one
+# thread (a split there cost 4-13%).
+MIN_WORK_PER_THREAD_NATIVE = 50_000
 # Ranges per thread on the native pool: its threads claim ranges one at a time, so a thread
 # that the OS deschedules (a busy machine) holds up only a small range while the others take
 # the rest, instead of half the call.
