@@ -83,12 +83,15 @@ GEMM_GOAL = 1.1                                          # tensoralg / NumPy
 # A one-line explanation for a target that does not hold, keyed by the target's name in the
 # table. Kept by hand; state only what the data shows.
 TARGET_NOTES: dict[str, str] = {
-    "spmv vs scipy": "bound by memory traffic: two threads share this VM's bandwidth (a split "
-                     "SpMV runs 1.2-1.3x faster than one thread, and only from ~3e5 stored "
-                     "values); on the many small matrices both libraries run the same row loop "
-                     "and tensoralg adds ~5 µs of dispatch",
-    "spmm vs scipy": "rows are register-tiled but not blocked for cache; two threads give 1.1-1.4x "
-                     "from ~6e4 stored values on this VM, not 2x",
+    "spmv vs scipy": "bound by memory traffic: a split SpMV runs 1.4-1.8x faster than one "
+                     "thread, from ~1e5 stored values; on the many small matrices (below that) "
+                     "both libraries run the same row loop on one thread and tensoralg adds "
+                     "~3-5 µs of dispatch",
+    "spmm vs scipy": "each row runs one pass per register tile, zeroed in registers and "
+                     "stored once, within ~1.15x of a hand-written AVX-512 row loop on one "
+                     "thread (bayer10, 16 columns: 206 vs 182 µs); two threads give 1.5-1.9x "
+                     "from 1e5 stored values; what is left is gathering B's rows, which the "
+                     "kernel does not block for cache",
     "sddmm vs scipy": "one fused kernel reading Y relaid along the rank (a transposed copy per "
                       "call, which costs more than it saves on small matrices whose Y fits in "
                       "L2); the rank-k dots of a row's entries are not tiled together",
@@ -119,15 +122,18 @@ TARGET_NOTES: dict[str, str] = {
                                             "dlopen of its LLVM library) and optimises and "
                                             "emits each kernel at O3; parsing and lowering are "
                                             "a small part; gemm builds the hand-written GEMM "
-                                            "module (once per machine)",
+                                            "module (once per machine); each register-tile "
+                                            "width of a sparse product costs LLVM 20-35 ms "
+                                            "(SpMM has four and the rest)",
     "first call, new process, cache hit": "the lowered program and its IR digest come from "
                                           "the cache; what is left is unpickling them, loading "
                                           "the shared object (a private copy) and the source "
-                                          "fingerprint (~1 ms); process-level times on this VM "
-                                          "drift by 1.5x between days (spmv 5.6 ms on "
-                                          "2026-12-02, 7.2 ms on 2026-12-03; an ad hoc "
-                                          "side-by-side of two checkouts that day, not kept: "
-                                          "6303ba5 8.6 ms, 0302d0d 8.2)",
+                                          "fingerprint (~1 ms); process-level times on these "
+                                          "VMs drift by 2x within a day (2026-12-04: every "
+                                          "kernel within 3-4 ms in the morning, 7.5-9.4 ms in "
+                                          "the evening; an ad hoc side-by-side of two "
+                                          "checkouts that evening, not kept: fd24593 6.0 ms, "
+                                          "this code 6.2)",
     "dense GEMM 1024^3 float64": "the default route is a BLAS dispatch through NumPy's own "
                                  "gemm; a gap here is the call's fixed cost or noise",
     "dense GEMM 1024^3 float32": "as for float64",
