@@ -27,10 +27,12 @@ SCRIPT = textwrap.dedent("""
     B = sp.random_array((I, J), density=0.15, format="csr", random_state=2)
     P, Q = rng.standard_normal((I, K)), rng.standard_normal((K, J))
     x, W = rng.standard_normal(J), rng.standard_normal((J, K))
+    V = rng.standard_normal((J, 61))  # zero-started tiles of 32, 16, 8 and 4 lanes, then a rest
     cases = [
         ("y(i) = A(i,j) * x(j)", {"A": "csr"}, dict(A=A, x=x), A @ x),
         ("y(i) = A(i,j) * x(j)", {"A": "csc"}, dict(A=A.tocsc(), x=x), A @ x),
         ("C(i,k) = A(i,j) * W(j,k)", {"A": "csr"}, dict(A=A, W=W), A @ W),
+        ("C(i,k) = A(i,j) * V(j,k)", {"A": "csr"}, dict(A=A, V=V), A @ V),
         ("C(i,j) = A(i,j) * P(i,k) * Q(k,j)", {"A": "csr"}, dict(A=A, P=P, Q=Q),
          A.multiply(P @ Q)),
         ("C(i,j) = A(i,j) + B(i,j)", {"A": "csr", "B": "csr"}, dict(A=A, B=B), A + B),
