@@ -910,7 +910,7 @@ def _replayed_split(entry: _Dispatch) -> Any:
     # reuses them. Made after a kernel has swept the caches, they cost ~100 µs of cold Python
     # a call (a 2-thread SpMM on a 1e5-entry matrix ran slower than on one thread). Ranges
     # made from arrays since changed in place still cover [0, size) in order: still exact.
-    last: list = [None, None]
+    last: list = [(None, None)]       # one (key, bounds) pair, read and replaced whole
 
     def split(operands: tuple, args: list) -> int | None:
         threads = kernel_cache().threads
@@ -919,11 +919,12 @@ def _replayed_split(entry: _Dispatch) -> Any:
         native = native_pool_supported()
         key = (size, shape, native, threads.threads, *(
             id(op.indptr) for kind, op in zip(entry.kinds, operands) if kind == _COMPRESSED))
-        if key == last[0]:
-            bounds = last[1]
+        made = last[0]               # one read: another thread may replace it meanwhile
+        if made[0] == key:
+            bounds = made[1]
         else:
             bounds = _split_bounds(operands, size, shape, native, threads)
-            last[:] = key, bounds
+            last[0] = (key, bounds)
         if bounds is None:
             return compiled.kernel.function(*args)
         runner = _native_split(compiled, len(bounds) - 1)

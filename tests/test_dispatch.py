@@ -158,6 +158,30 @@ def test_replay_reuses_its_ranges_only_for_the_same_arrays(monkeypatch):
         ta.set_num_threads(saved)
 
 
+def test_replayed_ranges_stay_right_under_concurrent_callers():
+    """Two Python threads replaying one entry on matrices of different sizes: each call's
+    ranges are its own matrix's (the remembered ranges are read and replaced whole)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    saved = ta.get_num_threads()
+    ta.set_num_threads(2)
+    try:
+        x = np.random.default_rng(8).standard_normal(5000)
+        mats = [sp.random_array((rows, 5000), density=0.04, format="csr", random_state=rows)
+                for rows in (4000, 2500)]
+        want = [m @ x for m in mats]
+        ta.einsum("ij,j->i", mats[0], x)
+
+        def worker(k: int) -> bool:
+            return all(np.allclose(ta.einsum("ij,j->i", mats[k], x), want[k])
+                       for _ in range(30))
+
+        with ThreadPoolExecutor(2) as pool:
+            assert all(pool.map(worker, [0, 1, 0, 1]))
+    finally:
+        ta.set_num_threads(saved)
+
+
 @pytest.mark.parametrize("size, parts", [(0, 2), (1, 4), (7, 2), (4000, 8), (13437, 16)])
 def test_thread_ranges_cover_the_rows_in_order(size, parts):
     from tensoralg.runtime.threads import split
