@@ -89,7 +89,8 @@ TARGET_NOTES: dict[str, str] = {
                      "~3-5 µs of dispatch",
     "spmm vs scipy": "each row runs one pass per register tile, zeroed in registers and "
                      "stored once, within ~1.15x of a hand-written AVX-512 row loop on one "
-                     "thread (bayer10, 16 columns: 206 vs 182 µs); two threads give 1.5-1.9x "
+                     "thread (bayer10, 16 columns: 206 vs 182 µs; an ad hoc C comparison, not "
+                     "kept); two threads give 1.5-1.9x "
                      "from 1e5 stored values; what is left is gathering B's rows, which the "
                      "kernel does not block for cache",
     "sddmm vs scipy": "one fused kernel reading Y relaid along the rank (a transposed copy per "

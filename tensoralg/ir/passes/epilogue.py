@@ -58,7 +58,7 @@ from typing import Callable
 
 from .. import nodes as n
 from ..rewrite import rewrite, used_vars, walk
-from .tile import fresh_names, substitute, uses
+from .tile import base_of, fresh_names, substitute, uses, zero_fill
 
 
 def tile_epilogues(fn: n.Function) -> n.Function:
@@ -93,13 +93,10 @@ def _fuse(block: n.Block, fresh: Callable[[str], str]) -> n.Block | None:
 
 def _zero_loop(s: n.Stmt) -> tuple[n.Var, n.Expr] | None:
     """``(W, n)`` for ``for (z = 0; z < n; z++) W[z] = 0``."""
-    if not (isinstance(s, n.For) and s.start == n.Const(0, n.I64) and len(s.body.body) == 1):
+    found = zero_fill(s)
+    if found is None or found[1] != n.Const(0, n.I64):
         return None
-    store = s.body.body[0]
-    if isinstance(store, n.Store) and not store.accumulate and store.index == s.var and \
-            isinstance(store.value, n.Const) and store.value.value == 0:
-        return store.array, s.stop
-    return None
+    return found[0], found[2]
 
 
 def _pattern(stmts: list[n.Stmt], at: int, work: n.Var, size: n.Expr,
@@ -265,7 +262,7 @@ def _epilogue(loop: n.Stmt, work: n.Var, size: n.Expr, touched: set[str]) -> boo
     local = {s.var.name for s in loop.body.body if isinstance(s, n.Declare)}
     for s in loop.body.body:
         if isinstance(s, n.Store):
-            base = _base(s.index, e)
+            base = base_of(s.index, e)
             if s.array.name in touched or s.array == work or base is None or \
                     uses(base, local | {e.name}):
                 return False
@@ -279,15 +276,6 @@ def _epilogue(loop: n.Stmt, work: n.Var, size: n.Expr, touched: set[str]) -> boo
     own[work.name] = e
     return all(x.index == own[x.array.name] for x in walk(loop.body)
                if isinstance(x, n.Load) and x.array.name in own)
-
-
-def _base(index: n.Expr, e: n.Var) -> n.Expr | None:
-    """``base`` for an index ``e`` (Const 0) or ``base + e``."""
-    if index == e:
-        return n.Const(0, n.I64)
-    if isinstance(index, n.Binary) and index.op == "+" and index.rhs == e:
-        return index.lhs
-    return None
 
 
 def _reads(expr: n.Expr, arrays: set[str]) -> bool:

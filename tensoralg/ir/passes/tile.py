@@ -112,8 +112,8 @@ def absorb_row_fills(fn: n.Function, tile_bytes: int = TILE_BYTES) -> n.Function
         stmts = list(node.body)
         changed = False
         for at in range(len(stmts)):
-            fill = _row_fill(stmts[at], outputs)
-            if fill is None:
+            fill = zero_fill(stmts[at])
+            if fill is None or fill[0].name not in outputs:
                 continue
             array, base, size = fill
             after = at + 1
@@ -133,20 +133,20 @@ def absorb_row_fills(fn: n.Function, tile_bytes: int = TILE_BYTES) -> n.Function
     return fn if result is fn else simplify(result)
 
 
-def _row_fill(s: n.Stmt, outputs: set[str]) -> tuple[n.Var, n.Expr, n.Expr] | None:
-    """``(Y, base, n)`` for ``for (z = 0; z < n; z++) Y[base + z] = 0`` into an output."""
+def zero_fill(s: n.Stmt) -> tuple[n.Var, n.Expr, n.Expr] | None:
+    """``(Y, base, n)`` for ``for (z = 0; z < n; z++) Y[base + z] = 0`` (base 0 for
+    ``Y[z]``)."""
     if not (isinstance(s, n.For) and s.start == n.Const(0, n.I64) and len(s.body.body) == 1):
         return None
     store = s.body.body[0]
     if not (isinstance(store, n.Store) and not store.accumulate and
-            store.array.name in outputs and isinstance(store.value, n.Const) and
-            store.value.value == 0):
+            isinstance(store.value, n.Const) and store.value.value == 0):
         return None
-    base = _base_of(store.index, s.var)
+    base = base_of(store.index, s.var)
     return (store.array, base, s.stop) if base is not None else None
 
 
-def _base_of(index: n.Expr, i: n.Var) -> n.Expr | None:
+def base_of(index: n.Expr, i: n.Var) -> n.Expr | None:
     """``base`` for ``base + i`` (``0`` for ``i``) with ``base`` free of ``i``."""
     if index == i:
         return n.Const(0, n.I64)
@@ -173,7 +173,7 @@ def _filled_reduction(reduction: n.For, array: n.Var, base: n.Expr, size: n.Expr
         return None
     store = stores[0]
     assert isinstance(store, n.Store)
-    sum_base = _base_of(store.index, inner.var)
+    sum_base = base_of(store.index, inner.var)
     if store.array != array or sum_base is None:
         return None
     # Hoisting gives the zeroing and the sum their own copies of the row's base (inv0 = i * n,
@@ -419,5 +419,5 @@ def substitute(node: n.Node, by: dict[str, n.Expr]) -> n.Node:
     return rewrite(node, visit)
 
 
-__all__ = ["NARROWER_TILES", "TILE_BYTES", "Strip", "absorb_row_fills", "fresh_names", "introduced", "perfect_nest", "strip",
-           "substitute", "tile_accumulators", "tile_loops", "uses"]
+__all__ = ["NARROWER_TILES", "TILE_BYTES", "Strip", "absorb_row_fills", "base_of", "fresh_names", "introduced", "perfect_nest", "strip",
+           "substitute", "tile_accumulators", "tile_loops", "uses", "zero_fill"]
