@@ -83,6 +83,7 @@ from tensoralg.lower.gemm_form import (
     route_note,
 )
 from tensoralg.lower.lowerer import lower
+from tensoralg.lower.pattern import assigns_every_position, share_pattern
 from tensoralg.lower.program import Program, TensorRole
 from tensoralg.lower.scheduling import LoopPlan, RowWork, loop_plan, pass_options_of, row_work
 from tensoralg.lower.scheduling import applied_schedule as schedule_applied
@@ -155,6 +156,7 @@ from tensoralg.runtime.replay import (
     ARG_SIZE,
     COMPRESSED,
     DENSE,
+    PatternOutput,
     SparseOutput,
     replay_function,
     replayable,
@@ -168,12 +170,13 @@ from tensoralg.runtime.threads import (
     KernelThreads,
     entry_bounds,
     first_capacity,
+    first_guess,
     row_weights,
     split,
 )
 from tensoralg.runtime.validate import VALID, StorageValidator
 from tensoralg.runtime.widen import narrowed, widened
-from tensoralg.runtime.wrap import release, sparse_result
+from tensoralg.runtime.wrap import pattern_result, release, sparse_result
 from tensoralg.schedule import GemmRoute, Schedule, as_schedule
 from tensoralg.schedule import check as check_schedule
 from tensoralg.schedule.store import TunedSchedules, shape_class, tuning_key
@@ -314,13 +317,17 @@ class KernelCache:
         else:
             program = concretize(stmt, formats, index_dtypes, key.value_dtype, out_format,
                                  key.out_index_dtype, plan.orders, plan.precomputes)
+            if key.backend != "cuda" and plan.position_split is None and not plan.partials:
+                # the GPU runtime assembles sparse outputs only by appending
+                program = share_pattern(program)
             log = IRLog(echo=self.options.debug)
             lowered = lower(program, f"ta_{key.digest()[:16]}", plan)
             function = optimize(lowered, log, check=self.options.check_ir,
                                 options=pass_options_of(schedule))
             # Judged before the passes that tile loops: the tiled nests store the same
             # elements the same way, but through loops the analysis does not follow.
-            overwrites = overwrites_output(lowered, program.output.dims)
+            overwrites = assigns_every_position(lowered) if program.pattern is not None \
+                else overwrites_output(lowered, program.output.dims)
             digest = ir_digest(function)
             self._store_lowered(key, (program, function, overwrites, log, digest))
         # A cuda kernel is built for the CPU too, for now: it can print CUDA but not run on a GPU.
@@ -680,6 +687,10 @@ class _Dispatch:
     # Dense operands the kernel reads in another mode order (lowering's conversions, such as
     # SDDMM's Y(k,j) read along k): (operand, order), copied so before each call.
     relayouts: tuple[tuple[int, tuple[int, ...]], ...] = ()
+    # A sparse output that shares a compressed operand's pattern (lower/pattern.py): that
+    # operand's position, and the (operand, mode) sizes of the indices summed per entry.
+    pattern: int = -1
+    reduced: tuple[tuple[int, int], ...] = ()
 
     def run(self, operands: tuple) -> Any:
         if self.fast is not None:
@@ -702,11 +713,14 @@ class _Dispatch:
                 cache.threads.parts(max(self._work(operands, shape), product)) > 1:
             return None
         buffers = OutputBuffers()
-        if self.handles:
+        if self.pattern >= 0:
+            alloc = np.empty if self.compiled.overwrites else np.zeros
+            out = alloc(operands[self.pattern].indices.shape[0], dtype=self.value_dtype)
+        elif self.handles:
             buffers.sizes = np.zeros(self.compiled.program.output.rank, dtype=np.int64)
-            buffers.capacity = first_capacity(
-                entries, max(16, sum(op.size if kind == _DENSE else op.indices.shape[0]
-                                     for kind, op in zip(self.kinds, operands))))
+            buffers.capacity = first_capacity(entries, first_guess(
+                [op.indices.shape[0] for kind, op in zip(self.kinds, operands) if kind != _DENSE],
+                [op.size for kind, op in zip(self.kinds, operands) if kind == _DENSE]))
             out = buffers.sizes
         else:
             size = math.prod(shape)
@@ -745,6 +759,12 @@ class _Dispatch:
             release(buffers)
             raise KernelRuntimeError(f"the kernel for {self.compiled.key.statement} could not "
                                      f"allocate memory for its output")
+        if self.pattern >= 0:
+            output, source = self.compiled.program.output, operands[self.pattern]
+            tensor = delivered(self.compiled.program, pattern_result(
+                shape, output.format, output.index_dtype,
+                (_DENSE_LEVELS[0], LevelArrays(source.indptr, source.indices)), out))
+            return _wrap(tensor, self.requested, list(self.families), None)
         if self.handles:
             output = self.compiled.program.output
             tensor = delivered(self.compiled.program, sparse_result(
@@ -769,6 +789,9 @@ class _Dispatch:
         sparse = [op.indices.shape[0] for kind, op in zip(self.kinds, operands)
                   if kind == _COMPRESSED]
         dense_sizes = [op.size for kind, op in zip(self.kinds, operands) if kind == _DENSE]
+        if self.pattern >= 0:
+            return pattern_work(work_of(sparse, dense_sizes, None), math.prod(
+                operands[k].shape[mode] for k, mode in self.reduced))
         # A sparse output's entries come from the stored ones: there is no dense row to fill
         # per stored entry (as ``execute`` estimates it); counting one made every CSR add of a
         # few thousand entries look worth two threads and leave this path for the general one.
@@ -823,6 +846,12 @@ def _remember(signature: tuple, compiled: CompiledProgram, stmt: Assignment,
     equal = tuple((*first, *other) for uses in where.values()
                   for first, other in zip(uses, uses[1:]))
     out_dims = tuple(where[index][0] for index in stmt.lhs.indices)
+    pattern, reduced = -1, ()
+    if compiled.program.pattern is not None:
+        if compiled.program.pattern not in position:
+            return None              # the pattern's operand converted: the general path
+        pattern = position[compiled.program.pattern]
+        reduced = tuple(where[index][0] for index in compiled.program.nests[-1].reduced)
     handles = tuple(name for role, name, _ in compiled.arguments.steps if role == OUT_HANDLE)
     recipe = _recipe(compiled, names, kinds, handles, aliases)
     if recipe is None:
@@ -831,11 +860,12 @@ def _remember(signature: tuple, compiled: CompiledProgram, stmt: Assignment,
     entry = _Dispatch(
         compiled, tuple(names), kinds, equal, out_dims, compiled.key.value_dtype, recipe,
         compiled.arguments.range_slots is not None, handles,
-        tuple(input_family(op) for op in operands), requested, relayouts=tuple(relayouts))
+        tuple(input_family(op) for op in operands), requested, relayouts=tuple(relayouts),
+        pattern=pattern, reduced=reduced)
     # A sparse product's first capacity and thread split come from its rows' bounds
     # (_Dispatch._entry_bounds), which the written-out call does not compute.
     products = handles and compiled.entries_by is not None and compiled.entries_by.products
-    if not relayouts and not products and replayable(recipe, sparse=bool(handles)):
+    if not products and replayable(recipe, sparse=bool(handles)):
         entry = dataclasses.replace(entry, fast=_replay_of(entry, signature[2:]))
         if store is None and signature[1] is None:
             _recent_replay(signature[0], entry.fast)
@@ -871,7 +901,23 @@ def _replay_of(entry: _Dispatch, guards: tuple) -> Any:
                            cache.threads if entry.splittable else None, fail,
                            _replayed_split(entry) if entry.splittable and not entry.handles
                            else None, guards,
-                           _sparse_output(entry) if entry.handles else None)
+                           _sparse_output(entry) if entry.handles else None,
+                           entry.relayouts, _pattern_output(entry) if entry.pattern >= 0 else None)
+
+
+def _pattern_output(entry: _Dispatch) -> PatternOutput:
+    """How a replayed call finishes ``entry``'s output of values at a compressed operand's
+    positions, as ``_Dispatch.run`` does."""
+    program = entry.compiled.program
+    output = program.output
+
+    def finish(values: np.ndarray, source: Any, shape: tuple[int, ...]) -> Any:
+        tensor = delivered(program, pattern_result(
+            shape, output.format, output.index_dtype,
+            (_DENSE_LEVELS[0], LevelArrays(source.indptr, source.indices)), values))
+        return _wrap(tensor, entry.requested, list(entry.families), None)
+
+    return PatternOutput(entry.pattern, entry.reduced, finish)
 
 
 def _sparse_output(entry: _Dispatch) -> SparseOutput:
@@ -1420,16 +1466,20 @@ def execute(compiled: CompiledProgram, bound: Mapping[str, Tensor], value_dtype:
     entries = None
     if output.format.is_dense:
         buffers.dense = _dense_output(out, shape, value_dtype, compiled.overwrites)
+    elif program.pattern is not None:
+        alloc = np.empty if compiled.overwrites else np.zeros
+        buffers.dense = alloc(tensors[program.pattern].nnz, dtype=value_dtype)
     else:
         buffers.sizes = np.zeros(output.rank, dtype=np.int64)
-        buffers.capacity = max(16, sum(t.nnz for t in tensors.values()))
+        buffers.capacity = first_guess([t.nnz for t in tensors.values() if not t.format.is_dense],
+                                       [t.nnz for t in tensors.values() if t.format.is_dense])
         entries = entry_bounds(compiled.entries_by, tensors, shape[output.format.order[-1]],
                                counter=kernel_cache().reach) \
             if len(shape) == 2 else None
         buffers.capacity = first_capacity(entries, buffers.capacity)
     args = compiled.arguments.pack(tensors, sizes, buffers)
     bounds = _thread_ranges(compiled, tensors, sizes, shape, buffers.dense is not None)
-    if bounds is not None and not output.format.is_dense:
+    if bounds is not None and buffers.dense is None:
         # Each range assembles into buffers of its own (with room for the entries its rows
         # can hold, when that is known); on the native pool a range is handed over in 1-2 µs
         # instead of 30-50.
@@ -1448,6 +1498,10 @@ def execute(compiled: CompiledProgram, bound: Mapping[str, Tensor], value_dtype:
     if output.format.is_dense:
         assert buffers.dense is not None
         return buffers.dense.reshape(shape)
+    if program.pattern is not None:
+        assert buffers.dense is not None
+        return delivered(program, pattern_result(shape, output.format, output.index_dtype,
+                                                 tensors[program.pattern].levels, buffers.dense))
     return delivered(program, sparse_result(shape, output.format, output.index_dtype,
                                             value_dtype, buffers))
 
@@ -1514,7 +1568,11 @@ def _thread_ranges(compiled: CompiledProgram, tensors: Mapping[str, Tensor],
             # nothing and the copy cost more (CSR bcsstk33 + its transpose, 2 threads: 2.7 ms
             # split, 1.4 ms whole; scipy 2.1). A schedule's parallelize(i) still splits it.
             return None
-        work = estimated_work(tensors, shape if dense else None)
+        pattern = program.pattern is not None
+        work = estimated_work(tensors, shape if dense and not pattern else None)
+        if pattern:
+            work = pattern_work(work, math.prod(sizes[index]
+                                                for index in program.nests[-1].reduced))
         native = dense and not compiled.plan.partials and native_pool_supported()
         threads = kernel_cache().threads
         if threads.threads > 1 and work_by_row is not None and work_by_row.products:
@@ -1637,6 +1695,13 @@ def work_of(sparse: Sequence[int], dense_sizes: Sequence[int],
 
 
 ROW_VALUES_PER_UNIT = 4   # values of a vectorised dense row that cost one stored value
+
+
+def pattern_work(work: int, reduced: int) -> int:
+    """:func:`estimated_work` of a kernel that writes values at a sparse operand's positions
+    (``lower/pattern.py``), each the sum of ``reduced`` products (SDDMM's rank): vectorised,
+    as a dense output row is."""
+    return work * (1 + reduced // ROW_VALUES_PER_UNIT)
 
 
 def _dense_output(out: np.ndarray | None, shape: tuple[int, ...], dtype: np.dtype,

@@ -13,6 +13,7 @@ from typing import Any
 from tensoralg.ir.nodes import Function
 from tensoralg.ir.passes.pipeline import PassOptions, optimize
 from tensoralg.lower.lowerer import lower
+from tensoralg.lower.pattern import without_pattern
 from tensoralg.lower.scheduling import pass_options_of
 from tensoralg.schedule import Jam, Schedule, Tile, TransposeTiles
 
@@ -38,7 +39,8 @@ def gpu_function(compiled: Any) -> Function:
     lowered from its program and loop plan, under its function's name."""
     # Zeroing rows inside the kernel suits a CPU thread that owns them; the GPU's mappings
     # share a row between lanes, and its runtime zeroes the output buffer first.
-    lowered = lower(compiled.program, compiled.function.name,
+    # Its runtime assembles sparse outputs by appending only (lower/pattern.py).
+    lowered = lower(without_pattern(compiled.program), compiled.function.name,
                     replace(compiled.plan, zero_rows=False))
     return optimize(lowered, options=pass_options(compiled.schedule))
 

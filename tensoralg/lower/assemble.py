@@ -32,6 +32,7 @@ from tensoralg.ir.nodes import Expr as IRExpr
 from tensoralg.ir.rewrite import walk
 from tensoralg.lower.levels import dense
 from tensoralg.lower.program import LoopNest, OutputMode, TensorInfo, TensorRole
+from tensoralg.notation.ast import Access
 
 WORD, WORD_SHIFT = 64, 6      # bits in a word of the workspace's bitmap, and log2 of it
 RESERVE_MARGIN = 1.125        # a reservation's room beyond the size its projection expects
@@ -130,6 +131,26 @@ class DenseWriter:
                         for t in program.tensors for kind in t.format.levels) \
             and not self.lowerer.rows_cut
         return [b.store(self.vals, self.position(context), value, accumulate=not once)]
+
+
+class PatternWriter(DenseWriter):
+    """A sparse output that shares ``pattern``'s stored entries (``lower/pattern.py``): each
+    value is stored at the position ``pattern`` stands on, which every loop over the output's
+    indices has resolved by then. The runtime zeroes the buffer and gives it ``pattern``'s
+    index arrays."""
+
+    def __init__(self, lowerer: "Lowerer", nest: LoopNest, info: TensorInfo, vals: Var,
+                 pattern: Access) -> None:
+        super().__init__(lowerer, nest, info, vals)
+        self.pattern = pattern
+
+    def position(self, context: "Context") -> IRExpr:
+        cursor = context.cursors[self.pattern]
+        assert cursor.position is not None and cursor.resolved == len(self.info.format.levels)
+        return cursor.position
+
+    def row_fill(self, index: str, coordinate: Var, body: list[Stmt]) -> list[Stmt]:
+        return body
 
 
 class SparseWriter:

@@ -46,10 +46,10 @@ from tensoralg.ir.nodes import (
 )
 from tensoralg.ir.rewrite import walk
 from tensoralg.lower import values
-from tensoralg.lower.assemble import DenseWriter, SparseWriter, Writer
+from tensoralg.lower.assemble import DenseWriter, PatternWriter, SparseWriter, Writer
 from tensoralg.lower.lattice import Lattice, LatticePoint, build_lattice, is_zero
 from tensoralg.lower.levels import LevelArrays, compressed, dense, singleton
-from tensoralg.lower.program import LoopNest, Program, TensorInfo, TensorRole
+from tensoralg.lower.program import LoopNest, OutputMode, Program, TensorInfo, TensorRole
 from tensoralg.lower.scheduling import LoopPlan, why_not_parallel
 from tensoralg.notation.ast import Access, Expr, accesses
 
@@ -267,10 +267,13 @@ class Lowerer:
         target = self.program.tensor(nest.output.tensor)
         if target.role is TensorRole.TEMPORARY:
             return DenseWriter(self, nest, target, self.vals[target.name])
-        if target.format.is_dense:
+        if target.format.is_dense or nest.mode is OutputMode.PATTERN:
             if target.name not in self.vals:
                 self.vals[target.name] = self._param(f"{target.name}_vals", Ptr(self.value_dtype),
                                                      f"{target.name}.vals", output=True)
+            if nest.mode is OutputMode.PATTERN:
+                pattern = next(a for a in accesses(nest.expr) if a.tensor == nest.pattern)
+                return PatternWriter(self, nest, target, self.vals[target.name], pattern)
             return DenseWriter(self, nest, target, self.vals[target.name])
         return SparseWriter(self, nest, target)
 

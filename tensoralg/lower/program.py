@@ -45,6 +45,8 @@ class OutputMode(enum.Enum):
     APPEND = "append"          # sparse output, loops in output storage order: append coordinates
     WORKSPACE = "workspace"    # sparse output whose last level follows a reduction: dense row
                                # workspace, sorted coordinate list, then append
+    PATTERN = "pattern"        # sparse output whose pattern is an operand's (LoopNest.pattern):
+                               # values stored at that operand's positions (lower/pattern.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +60,7 @@ class LoopNest:
     expr: Expr
     loop_order: tuple[str, ...]
     mode: OutputMode
+    pattern: str | None = None      # OutputMode.PATTERN: the operand whose positions it shares
 
     @property
     def reduced(self) -> tuple[str, ...]:
@@ -87,6 +90,12 @@ class Program:
     @property
     def output(self) -> TensorInfo:
         return next(t for t in self.tensors if t.role is TensorRole.OUTPUT)
+
+    @property
+    def pattern(self) -> str | None:
+        """The operand whose stored pattern the sparse output shares (``OutputMode.PATTERN``):
+        the kernel writes only the values, at that operand's positions."""
+        return self.nests[-1].pattern if self.nests else None
 
     def __str__(self) -> str:
         from tensoralg.notation.printer import format_expr

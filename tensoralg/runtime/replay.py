@@ -68,7 +68,8 @@ def replay_function(recipe: Sequence[tuple[int, int, int]], kinds: Sequence[str]
                     threads: Any, fail: Callable[[], None],
                     split: Callable[[tuple, list], int | None] | None = None,
                     guards: Sequence[tuple] | None = None,
-                    sparse: Any = None) -> Callable[[tuple], Any]:
+                    sparse: Any = None, relayouts: Sequence[tuple[int, tuple[int, ...]]] = (),
+                    pattern: "PatternOutput | None" = None) -> Callable[[tuple], Any]:
     """A function ``(operands) -> result or None`` that runs ``kernel`` with the arguments
     ``recipe`` reads from the operands, into a new dense output of ``value_dtype``.
 
@@ -83,6 +84,13 @@ def replay_function(recipe: Sequence[tuple[int, int, int]], kinds: Sequence[str]
     two threads goes to ``split(operands, args)`` (which runs the kernel over thread ranges and
     returns its status, or None to leave the call to the general path), or to the general path
     without one (``api.estimated_work``, written out); ``fail()`` raises for a non-zero status.
+
+    ``relayouts`` (``(operand, mode order)`` pairs) are dense operands the kernel reads in
+    another mode order: copied so before the call, and read by ``(ARG_DENSE, operand, 1)``.
+    ``pattern`` (a :class:`PatternOutput`) makes the output the values at a compressed
+    operand's positions (``lower/pattern.py``): a buffer of its stored count, finished into
+    the sparse result by ``pattern.finish``; a call with work for two threads goes to the
+    general path.
 
     ``guards`` (one per operand, as ``api._signature`` describes it: ``(numpy.ndarray, dtype,
     ndim)`` or ``(scipy class, data dtype, indices dtype, indptr dtype)``) makes the function
@@ -103,7 +111,8 @@ def replay_function(recipe: Sequence[tuple[int, int, int]], kinds: Sequence[str]
              f"    {', '.join(names)}{',' if count == 1 else ''} = operands"]
     # Each operand's shape is read once (a scipy matrix's ``shape`` is a property).
     shaped = sorted({a for a, _, b, _ in equal_sizes} | {b for _, _, b, _ in equal_sizes} |
-                    {k for k, _ in out_dims} | {k for what, k, _ in recipe if what == ARG_SIZE})
+                    {k for k, _ in out_dims} | {k for what, k, _ in recipe if what == ARG_SIZE} |
+                    {k for k, _ in (pattern.reduced if pattern is not None else ())})
     for k, guard in enumerate(guards or ()):
         if guard[0] is np.ndarray:
             lines.append(f"    if type(o{k}) is not ndarray or o{k}.dtype != dtype{k} or "
@@ -124,6 +133,11 @@ def replay_function(recipe: Sequence[tuple[int, int, int]], kinds: Sequence[str]
         lines.append(f"    if s{a}[{mode_a}] != s{b}[{mode_b}]:")
         lines.append("        return None")
     shape = "".join(f"s{k}[{mode}], " for k, mode in out_dims)
+    relaid = [f"    t{k} = contiguous(o{k}.transpose({order!r}))" for k, order in relayouts]
+    if pattern is not None:
+        return _pattern_replay(lines + relaid, recipe, kinds, shape, value_dtype, overwrites,
+                               kernel, sound, threads, fail, split, pattern, guards)
+    lines += relaid
     if sparse is not None:
         return _sparse_replay(lines, recipe, kinds, shape, kernel, sound, threads, fail, sparse,
                               guards)
@@ -161,6 +175,57 @@ def replay_function(recipe: Sequence[tuple[int, int, int]], kinds: Sequence[str]
                     threads, fail, guards)
 
 
+class PatternOutput:
+    """What a replayed call whose output shares a compressed operand's pattern needs: the
+    operand's position, the ``(operand, mode)`` sizes of the indices each value sums over, and
+    ``finish(values, operand, shape)``, which makes the result."""
+
+    __slots__ = ("operand", "reduced", "finish")
+
+    def __init__(self, operand: int, reduced: Sequence[tuple[int, int]],
+                 finish: Callable[[np.ndarray, Any, tuple], Any]) -> None:
+        self.operand, self.reduced, self.finish = operand, tuple(reduced), finish
+
+
+def _pattern_replay(lines: list[str], recipe: Sequence[tuple[int, int, int]],
+                    kinds: Sequence[str], shape: str, value_dtype: np.dtype, overwrites: bool,
+                    kernel: Callable[..., int], sound: Callable[[Any], bool], threads: Any,
+                    fail: Callable[[], None], split: Callable[[tuple, list], int | None] | None,
+                    pattern: PatternOutput, guards: Sequence[tuple] | None
+                    ) -> Callable[[tuple], Any]:
+    """``replay_function``'s end for a kernel that writes values at ``pattern``'s operand's
+    positions (``lines`` holds the checks written so far): each range of rows writes its own
+    entries' values, so a call with work for two threads runs ``split`` as a dense output's
+    does (or, without one, goes to the general path)."""
+    source = f"o{pattern.operand}"
+    threaded = threads is not None and split is not None
+    if threads is not None:
+        # api.pattern_work, written out
+        reduced = " * ".join(f"s{k}[{mode}]" for k, mode in pattern.reduced) or "1"
+        stored = " + ".join(f"o{k}.indices.shape[0]" for k, kind in enumerate(kinds)
+                            if kind == COMPRESSED)
+        lines.append(f"    parallel = threads.threads > 1 and ({stored} + 1) * "
+                     f"(1 + {reduced} // 4) >= threads.split_work()")
+        if not threaded:
+            lines.append("    if parallel:")
+            lines.append("        return None")
+    lines.append(f"    out = {'empty' if overwrites else 'zeros'}({source}.indices.shape[0], "
+                 f"dtype)")
+    args = ", ".join(_argument(what, k, mode) for what, k, mode in recipe)
+    if threaded:
+        lines.append(f"    status = split(operands, [{args}]) if parallel else kernel({args})")
+        lines.append("    if status is None:")
+        lines.append("        return None")
+        lines.append("    if status != 0:")
+    else:
+        lines.append(f"    if kernel({args}) != 0:")
+    lines.append("        fail()")
+    lines.append(f"    return finish(out, {source}, ({shape}))")
+    return _written({"empty": np.empty, "zeros": np.zeros, "dtype": value_dtype,
+                     "finish": pattern.finish, "split": split}, lines, kinds, kernel, sound,
+                    threads, fail, guards)
+
+
 def _argument(what: int, k: int, mode: int, handles: Sequence[str] = ()) -> str:
     """The expression a written-out call passes for one recipe entry ``(what, k, mode)``:
     operand ``o{k}``, its shape ``s{k}``, a vetted matrix's addresses ``a{k}``, the dense
@@ -170,7 +235,7 @@ def _argument(what: int, k: int, mode: int, handles: Sequence[str] = ()) -> str:
         return f"addressof(handles[{handles[mode]!r}])"
     return {
         ARG_SIZE: f"s{k}[{mode}]",
-        ARG_DENSE: f"address(o{k})",
+        ARG_DENSE: f"address(t{k})" if mode else f"address(o{k})",
         ARG_DATA: f"a{k}[2]",
         ARG_INDPTR: f"a{k}[0]",
         ARG_INDICES: f"a{k}[1]",
@@ -189,7 +254,7 @@ def _written(namespace: dict[str, Any], lines: list[str], kinds: Sequence[str],
     added to ``namespace``."""
     namespace.update({
         "address": data_address, "kernel": kernel, "threads": threads, "fail": fail,
-        "ndarray": np.ndarray,
+        "ndarray": np.ndarray, "contiguous": np.ascontiguousarray,
         **{f"sound{k}": _Sound(sound if guards is None else _typed(sound, guards[k]))
            for k, kind in enumerate(kinds) if kind == COMPRESSED}})
     for k, guard in enumerate(guards or ()):
@@ -229,7 +294,8 @@ def _sparse_replay(lines: list[str], recipe: Sequence[tuple[int, int, int]],
         lines.append(f"    if threads.threads > 1 and threads.parts({' + '.join(stored) or '0'}"
                      f" + 1) > 1:")
         lines.append("        return None")
-    lines.append(f"    buffers = new_buffers(max(16, {' + '.join(stored + sized) or '0'}))")
+    # as runtime.threads.first_guess: the sparse operands' entries, or the dense sizes
+    lines.append(f"    buffers = new_buffers(max(16, {' + '.join(stored or sized) or '0'}))")
     lines.append("    handles = buffers.handles")
     args = [_argument(what, k, mode, sparse.handles) for what, k, mode in recipe]
     lines.append(f"    if kernel({', '.join(args)}) != 0:")
@@ -276,4 +342,4 @@ def replayable(recipe: Sequence[tuple[int, int, int]], sparse: bool = False) -> 
 
 __all__ = ["ARG_BEGIN", "ARG_CAPACITY", "ARG_DATA", "ARG_DENSE", "ARG_INDICES", "ARG_INDPTR",
            "ARG_OUT", "ARG_OUT_HANDLE", "ARG_OUT_SIZES", "ARG_SIZE", "COMPRESSED", "DENSE",
-           "SparseOutput", "replay_function", "replayable"]
+           "PatternOutput", "SparseOutput", "replay_function", "replayable"]

@@ -7,6 +7,7 @@ array (and every view of it) is gone.
 from __future__ import annotations
 
 import ctypes
+from typing import Sequence
 
 import numpy as np
 
@@ -110,6 +111,31 @@ def sparse_result(shape: tuple[int, ...], fmt: Format, index_dtype: np.dtype,
         handle.value = None
     # Every array was just made here from the kernel's buffers: no conversion or check needed.
     return narrowed_indices(Tensor.trusted(tuple(shape), fmt, tuple(levels), vals))
+
+
+def pattern_result(shape: tuple[int, ...], fmt: Format, index_dtype: np.dtype,
+                   pattern: Sequence[LevelArrays], vals: np.ndarray) -> Tensor:
+    """The output of a kernel that wrote ``vals`` at the positions of the operand whose stored
+    entries the output shares (``lower/pattern.py``), given its levels: their index arrays,
+    copied (the result must not change when the operand does) in the output's index dtype, or
+    in int32 where those values fit it, as ``narrowed_indices`` chooses.
+
+    >>> fmt = Format([LevelKind.DENSE, LevelKind.COMPRESSED])
+    >>> a = Tensor.trusted((2, 3), fmt, (LevelArrays(), LevelArrays(
+    ...     np.array([0, 1, 2], np.int32), np.array([2, 0], np.int32))), np.array([1.0, 2.0]))
+    >>> z = pattern_result((2, 3), fmt, np.dtype(np.int64), a.levels, np.array([5.0, 6.0]))
+    >>> z.levels[1].crd.tolist(), z.vals.tolist(), z.levels[1].crd is a.levels[1].crd
+    ([2, 0], [5.0, 6.0], False)
+    >>> z.index_dtype
+    dtype('int32')
+    """
+    if index_dtype == np.int64 and max(shape, default=0) <= _INT32_MOST and \
+            vals.shape[0] <= _INT32_MOST:
+        index_dtype = np.dtype(np.int32)
+    levels = tuple(LevelArrays(None if level.pos is None else level.pos.astype(index_dtype),
+                               None if level.crd is None else level.crd.astype(index_dtype))
+                   for level in pattern)
+    return Tensor.trusted(tuple(shape), fmt, levels, vals)
 
 
 _INT32_MOST = np.iinfo(np.int32).max

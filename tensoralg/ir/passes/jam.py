@@ -65,18 +65,32 @@ def jam_rows(fn: n.Function, rows: int = JAM) -> n.Function:
     params = {p.var.name for p in fn.params}
     outputs = {p.var.name for p in fn.params if p.output}
     taken = used_vars(fn)
-    prefix = next(f"jam{k}" for k in count()
-                  if not any(name.startswith(f"jam{k}_") for name in taken))
+    prefixes = (f"jam{k}" for k in count()
+                if not any(name.startswith(f"jam{k}_") for name in taken))
 
     def replace(node: n.Node) -> n.Node | None:
         if isinstance(node, n.For) and node.start == begin and node.stop == end and \
                 _jammable(node.body, params, outputs):
-            return _jammed(node, begin, end, prefix, rows)
+            return _jammed(node, begin, end, next(prefixes), rows)
+        if isinstance(node, n.For) and _entry_loop(node, outputs) and \
+                _jammable(node.body, params, outputs):
+            return _jammed(node, node.start, node.stop, next(prefixes), rows)
         return None
 
     result = rewrite(fn, replace)
     assert isinstance(result, n.Function)
     return result
+
+
+def _entry_loop(loop: n.For, outputs: set[str]) -> bool:
+    """Whether ``loop`` runs over positions of a sparse output that shares an operand's
+    pattern (``lower/pattern.py``): it stores to outputs only at its own index, so its
+    iterations write disjoint elements, and every local it assigns is its own."""
+    stores = [x for x in walk(loop.body) if isinstance(x, n.Store)]
+    declared = {x.var.name for x in walk(loop.body) if isinstance(x, (n.Declare, n.For))}
+    return bool(stores) and all(s.array.name in outputs and s.index == loop.var and
+                                not s.accumulate for s in stores) and \
+        all(x.var.name in declared for x in walk(loop.body) if isinstance(x, n.Assign))
 
 
 def _jammable(body: n.Block, params: set[str], outputs: set[str]) -> bool:
@@ -96,7 +110,7 @@ def _jammable(body: n.Block, params: set[str], outputs: set[str]) -> bool:
                all(isinstance(s, n.Assign) for s in x.body.body) for x in nodes)
 
 
-def _jammed(loop: n.For, begin: n.Var, end: n.Var, prefix: str, jam: int) -> n.Block:
+def _jammed(loop: n.For, begin: n.Expr, end: n.Expr, prefix: str, jam: int) -> n.Block:
     """The group loop over ``jam`` renamed copies of ``loop``'s body, then ``loop`` itself
     over the rows left."""
     index = n.I64

@@ -19,6 +19,7 @@ from ..printer import format_function
 from ..verify import verify
 from .dead_code import remove_dead_code
 from .epilogue import tile_epilogues
+from .factor import factor_reductions
 from .hoist import hoist_invariants
 from .jam import JAM, jam_rows
 from .simplify import simplify
@@ -31,6 +32,7 @@ Step = Callable[[n.Function], n.Function]
 STEPS: tuple[tuple[str, Step], ...] = (
     ("simplify", simplify),
     ("hoist loop invariants", hoist_invariants),
+    ("factor invariant multiplicands out of sums", factor_reductions),
     ("fuse temporaries into row workspaces", row_workspaces),
     ("tile accumulators into registers", tile_accumulators),
     ("move row epilogues into the register tiles", tile_epilogues),
