@@ -93,9 +93,9 @@ TARGET_NOTES: dict[str, str] = {
                      "kept); two threads give 1.5-1.9x "
                      "from 1e5 stored values; what is left is gathering B's rows, which the "
                      "kernel does not block for cache",
-    "sddmm vs scipy": "one fused kernel reading Y relaid along the rank (a transposed copy per "
-                      "call, which costs more than it saves on small matrices whose Y fits in "
-                      "L2); the rank-k dots of a row's entries are not tiled together",
+    "sddmm vs scipy": "one fused kernel writing A's pattern in place (lower/pattern.py), four "
+                      "entries' dot products jammed; the per-call copy of Y relaid along the "
+                      "rank is the largest cost left (bayer10: 119 of ~480 µs on two threads)",
     "spgemm vs scipy": "tensoralg sorts every output row (scipy does not); rows of a few "
                        "entries each (road networks, circuit matrices: luxembourg_osm, "
                        "cryg2500, bcspwr10) run at 1.0-1.2x scipy's speed, denser ones at "
@@ -105,14 +105,17 @@ TARGET_NOTES: dict[str, str] = {
     "add vs scipy": "one thread: a split add joins its ranges by copying what the second thread "
                     "saved (copy-free parallel assembly is not built), so a sum runs whole; on "
                     "small sums the call's Python dispatch is most of the difference",
-    "mttkrp vs scipy": "near the goal and noisy: two real tensors only, 0.046-0.058 across runs on an Intel Xeon VM and 0.044-0.070 on an AMD EPYC (Zen 4) one",
+    "mttkrp vs scipy": "near the goal and noisy: two real tensors only, 0.045-0.059 across "
+                       "runs on an Intel Xeon VM and 0.044-0.070 on an AMD EPYC (Zen 4) one; "
+                       "the noise is the baseline's (2026-12-04, four runs of --only mttkrp "
+                       "alternating two commits: tensora/tensoralg 4.60-4.73 in all four, "
+                       "scipy/tensoralg 19.6-43.5)",
     "einsum vs compiled kernel, mttkrp": "at the band's edge: 1.04-1.11 across runs",
     "spmv vs fastest other system": "torch.sparse ran on both cores; tensoralg splits an SpMV "
                                     "only from ~3e5 stored values, where two threads pay here",
     "spmm vs fastest other system": "MKL's inspector-executor and torch.sparse ran on both "
                                     "cores; tensoralg's second thread gives 1.1-1.4x here",
-    "sddmm vs fastest other system": "torch.sparse's sampled product ran on both cores; "
-                                     "tensoralg's rank-k dots are not tiled across a row",
+    "sddmm vs fastest other system": "torch.sparse's sampled product ran on both cores",
     "kernel call vs scipy, small SpMV": "a compiled kernel's call checks and packs its operands "
                                         "in Python (~4 µs over scipy's); 1.47-1.99 across runs "
                                         "on this VM; the bound call is well under scipy's",
@@ -134,7 +137,7 @@ TARGET_NOTES: dict[str, str] = {
                                           "kernel within 3-4 ms in the morning, 7.5-9.4 ms in "
                                           "the evening; an ad hoc side-by-side of two "
                                           "checkouts that evening, not kept: fd24593 6.0 ms, "
-                                          "this code 6.2)",
+                                          "0ab8af7 6.2)",
     "dense GEMM 1024^3 float64": "the default route is a BLAS dispatch through NumPy's own "
                                  "gemm; a gap here is the call's fixed cost or noise",
     "dense GEMM 1024^3 float32": "as for float64",
