@@ -5,6 +5,7 @@ import pytest
 import scipy.sparse as sp
 
 import tensoralg as ta
+import tensoralg.api as api
 from tensoralg.api import _signature, kernel_cache
 
 
@@ -94,6 +95,28 @@ def test_replay_of_dense_operands_empty_rows_and_read_only_arrays(monkeypatch):
     rows = sp.csr_array(np.array([[0.0, 0.0], [1.0, 2.0], [0.0, 0.0]]))
     np.testing.assert_array_equal(
         _replays_without_general_path(monkeypatch, "ij,j->i", rows, np.ones(2)), [0, 3, 0])
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.int64])
+def test_replay_relays_dense_operands_out_itself(monkeypatch, dtype):
+    """Operands the kernel reads in another mode order (B(k,j) under loops i, j, k, and SDDMM's
+    Y(k,j)) are copied so by the written-out replay; the output is dense, or the values at A's
+    positions."""
+    rng = np.random.default_rng(9)
+    A = sp.random_array((40, 30), density=0.2, format="csr", random_state=9,
+                        data_sampler=lambda size: rng.integers(-5, 6, size)).astype(dtype)
+    B = rng.integers(-3, 4, (25, 30)).astype(dtype)
+    X, Y = rng.integers(-3, 4, (40, 7)).astype(dtype), rng.integers(-3, 4, (7, 30)).astype(dtype)
+    np.testing.assert_array_equal(
+        _replays_without_general_path(monkeypatch, "ij,kj->ik", A, B), A @ B.T)
+    first = ta.einsum("ij,ik,kj->ij", A, X, Y)
+    monkeypatch.setattr(api, "execute", lambda *args, **kwargs: pytest.fail("general path"))
+    second = ta.einsum("ij,ik,kj->ij", A, X, Y)
+    monkeypatch.undo()
+    np.testing.assert_array_equal(second.toarray(), A.toarray() * (X @ Y))
+    np.testing.assert_array_equal(first.toarray(), second.toarray())
+    sources = [e.fast.source for e in kernel_cache().dispatch.values() if e.fast is not None]
+    assert any(".transpose((1, 0))" in source and "finish(out" in source for source in sources)
 
 
 def test_replay_splits_work_worth_two_threads_itself(monkeypatch):

@@ -150,6 +150,11 @@ def test_einsum_matches_reference_and_replays(dtype):
         _check(ta.einsum("ij,ik,kj->ij", A, X, Y), A, X, Y, dtype)
     B, P, Q = _operands(20, 44, 8, dtype, seed=5)   # same kinds, another matrix
     _check(ta.einsum("ij,ik,kj->ij", B, P, Q), B, P, Q, dtype)
+    # the replay is written out: Y relaid along k, values at A's positions
+    entries = [e for e in api.kernel_cache().dispatch.values() if e.fast is not None]
+    assert entries and all(e.pattern == 0 for e in entries)
+    source = entries[0].fast.source
+    assert "o2.transpose((1, 0))" in source and "finish(out, o0" in source
 
 
 def test_result_owns_its_arrays():

@@ -1,4 +1,6 @@
-"""The output side of a loop nest: dense stores, sparse appends and row workspaces.
+"""The output side of a loop nest: dense stores, sparse appends, row workspaces, and values
+stored at the positions of an operand whose pattern a sparse output shares (``PatternWriter``,
+``lower/pattern.py``).
 
 A writer gets three hooks from the lowerer:
 

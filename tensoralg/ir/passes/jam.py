@@ -86,6 +86,10 @@ def _entry_loop(loop: n.For, outputs: set[str]) -> bool:
     """Whether ``loop`` runs over positions of a sparse output that shares an operand's
     pattern (``lower/pattern.py``): it stores to outputs only at its own index, so its
     iterations write disjoint elements, and every local it assigns is its own."""
+    # a loop over a compressed level's positions starts at a loaded ``pos`` entry: asked
+    # first, so that the walks below visit only such loops' bodies
+    if not any(isinstance(x, n.Load) for x in walk(loop.start)):
+        return False
     stores = [x for x in walk(loop.body) if isinstance(x, n.Store)]
     declared = {x.var.name for x in walk(loop.body) if isinstance(x, (n.Declare, n.For))}
     return bool(stores) and all(s.array.name in outputs and s.index == loop.var and
