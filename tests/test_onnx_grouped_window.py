@@ -18,6 +18,7 @@ from onnx import helper, numpy_helper  # noqa: E402
 import tensoralg as ta  # noqa: E402
 import tensoralg.onnx as tonnx  # noqa: E402
 from tensoralg.codegen.window import MAX_BLOCK, ChannelGroups, block_limit  # noqa: E402
+from tensoralg.onnx.plan.product_steps import FEW_GROUP_ROWS  # noqa: E402
 
 
 def _model(nodes, x, y_shape, constants):
@@ -138,11 +139,15 @@ def test_depthwise_with_a_channel_multiplier_takes_the_kernel():
 
 def test_sixteen_channels_a_group_chooses_by_row_width():
     # Rows that fill the kernel's vectors take it; 7-wide rows fill under half of 16 lanes and
-    # keep one GEMM per group.
+    # keep one GEMM per group, unless the output positions are so few (42 here, at most
+    # FEW_GROUP_ROWS) that the GEMMs' calls outweigh their work.
     x, w, b = _operands((1, 64, 6, 14), 64, 4, (3, 3), seed=5)
     assert "grouped (16 -> 16" in _run(x, w, b, 4)
-    x, w, b = _operands((1, 64, 6, 7), 64, 4, (3, 3), seed=6)
+    x, w, b = _operands((2, 64, 6, 7), 64, 4, (3, 3), seed=6)
+    assert 2 * 6 * 7 > FEW_GROUP_ROWS
     assert "window kernel" not in _run(x, w, b, 4)
+    x, w, b = _operands((1, 64, 6, 7), 64, 4, (3, 3), seed=6)
+    assert "grouped (16 -> 16" in _run(x, w, b, 4)
 
 
 def test_channel_groups_blocks_and_refusals():

@@ -458,8 +458,9 @@ def conv_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) ->
     if compiled is not None:
         return _compiled_conv_spec(compiled, x)
     if groups != 1:
+        rows = x.shape[0] * geometry.out[0] * geometry.out[1]
         if direct and not skip_zeros and not _window_fits_groups(channels // groups, geometry,
-                                                                 x.dtype):
+                                                                 x.dtype, rows):
             return _grouped_conv_spec(weight, vector, relu, groups, geometry, x)
         return None if skip_zeros else grouped_window_spec(step, recorded, constants)
     patches = _patch_conv_spec(weight, vector, relu, geometry, x)
@@ -568,7 +569,7 @@ def _conv_maker(conv: Any, x: np.ndarray, native_parts: bool) -> Callable[..., R
     return make
 
 
-def _window_fits_groups(outputs: int, geometry: Any, dtype: np.dtype) -> bool:
+def _window_fits_groups(outputs: int, geometry: Any, dtype: np.dtype, rows: int) -> bool:
     """Whether a grouped convolution with ``outputs`` channels a group runs faster as the
     window kernel (vector lanes over output columns, a block of a group's output planes
     sharing each load) than as one generated GEMM per group (lanes over the group's output
@@ -577,12 +578,22 @@ def _window_fits_groups(outputs: int, geometry: Any, dtype: np.dtype) -> bool:
     wins where output rows fill its vectors (one thread, batch 8, float32: 4 groups of 16 at
     56 x 56 10.8 against 15.1 ms; 32 of 16 at 14 x 14 5.3 against 9.7) and loses at 32 a
     group (8 groups of 32 at 28 x 28: 18.9 against 17.3 ms; 32 of 32 at 7 x 7: 10.4 against
-    5.9)."""
+    5.9). With 16 a group and few output positions (``rows``, images times output pixels),
+    the GEMMs' calls outweigh their work and the window kernel wins even on short rows:
+    RegNetX-400MF's 25 groups of 16 at 7 x 7, batch 1 (49 rows): 1.5 against 3.4 ms over its
+    twelve layers, 9.4-9.8 against 9.8-10.0 ms for the model; at batch 8 (392 rows) the GEMMs
+    stay (66.4-66.7 against 68.1-68.4 ms; one thread, one process, 2026-12-04)."""
     if outputs < 16:
         return True
     lanes = 64 // np.dtype(dtype).itemsize
     width = geometry.out[1]
-    return outputs == 16 and 4 * width >= 3 * lanes * -(-width // lanes)
+    return outputs == 16 and (rows <= FEW_GROUP_ROWS or
+                              4 * width >= 3 * lanes * -(-width // lanes))
+
+
+# Output positions (images x output pixels) up to which a grouped convolution of 16 channels a
+# group takes the window kernel whatever its row width (see _window_fits_groups).
+FEW_GROUP_ROWS = 64
 
 
 def _grouped_conv_spec(weight: np.ndarray, bias: np.ndarray | None,
