@@ -164,6 +164,7 @@ from tensoralg.runtime.replay import (
 from tensoralg.runtime.sequence import CallSequence, NativeGroup, Slot
 from tensoralg.runtime.stitch import join_rows, run_ranges, varying_slots
 from tensoralg.runtime.threads import (
+    GATHER_UNITS,
     MIN_ROWS_PER_THREAD,
     MULTIPLY_ADDS_PER_UNIT,
     NATIVE_RANGES_PER_THREAD,
@@ -1690,8 +1691,10 @@ def work_of(sparse: Sequence[int], dense_sizes: Sequence[int],
     out_rows = dense_shape[0] if dense_shape else 1
     if not sparse:
         return sum(dense_sizes) + out_rows
-    width = math.prod(dense_shape[1:]) if dense_shape else 1
-    return sum(sparse) * (1 + max(width, 1) // ROW_VALUES_PER_UNIT) + out_rows
+    if dense_shape is None:       # a sparse output: its entries come from the stored ones
+        return sum(sparse) + out_rows
+    width = math.prod(dense_shape[1:])
+    return sum(sparse) * max(GATHER_UNITS, 1 + width // ROW_VALUES_PER_UNIT) + out_rows
 
 
 ROW_VALUES_PER_UNIT = 4   # values of a vectorised dense row that cost one stored value

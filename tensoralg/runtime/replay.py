@@ -23,6 +23,7 @@ import numpy as np
 
 from tensoralg.runtime.args import data_address
 from tensoralg.runtime.memory import memory_limit
+from tensoralg.runtime.threads import GATHER_UNITS
 
 # What each argument of a replayed call is, with ``(kind, operand, mode)`` recipe entries.
 (ARG_SIZE, ARG_DENSE, ARG_DATA, ARG_INDPTR, ARG_INDICES, ARG_OUT, ARG_BEGIN,
@@ -326,10 +327,10 @@ def _work(kinds: Sequence[str], out_dims: Sequence[tuple[int, int]]) -> str:
     if not stored:
         sizes = [f"o{k}.size" for k, kind in enumerate(kinds) if kind == DENSE]
         return f"({' + '.join(sizes) or '0'} + {rows})"
-    if len(out_dims) <= 1:      # no output columns: each stored value is one unit of work
-        return f"({' + '.join(stored)} + {rows})"
+    if len(out_dims) <= 1:      # no output columns: each stored value gathers one value
+        return f"(({' + '.join(stored)}) * {GATHER_UNITS} + {rows})"
     width = " * ".join(f"s{k}[{mode}]" for k, mode in out_dims[1:])
-    return f"(({' + '.join(stored)}) * (1 + max({width}, 1) // 4) + {rows})"
+    return f"(({' + '.join(stored)}) * max({GATHER_UNITS}, 1 + {width} // 4) + {rows})"
 
 
 def replayable(recipe: Sequence[tuple[int, int, int]], sparse: bool = False) -> bool:

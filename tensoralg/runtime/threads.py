@@ -32,6 +32,15 @@ MIN_WORK_PER_THREAD = 400_000
 # bcsstk16, random 1e5-4e5), SpMM with 16 columns 0.62-0.78x from 2e4; 1e4 entries stay on one
 # thread (a split there cost 4-13%).
 MIN_WORK_PER_THREAD_NATIVE = 50_000
+
+# What a stored entry costs at least, in units of work, when it reads a dense operand at the
+# entry's coordinate (SpMV's x[j], a narrow row of B) into a dense output: a gather, whose
+# latency a second core's misses overlap (api.work_of; runtime/replay.py writes it out).
+# Counted as one, SpMV split only from ~1e5 entries; at four from ~2.5e4: ca-GrQc (2.9e4
+# entries) 39 -> 24.5 µs, bcsstk13 29.6 -> 25.7, rajat01 26.8 -> 26.1, while hangGlider_2
+# (1.5e4), which lost 10.8 -> 16.2 µs when split, stays whole (2 threads, one process,
+# 2026-12-04).
+GATHER_UNITS = 4
 # Ranges per thread on the native pool: its threads claim ranges one at a time, so a thread
 # that the OS deschedules (a busy machine) holds up only a small range while the others take
 # the rest, instead of half the call.
