@@ -83,10 +83,10 @@ GEMM_GOAL = 1.1                                          # tensoralg / NumPy
 # A one-line explanation for a target that does not hold, keyed by the target's name in the
 # table. Kept by hand; state only what the data shows.
 TARGET_NOTES: dict[str, str] = {
-    "spmv vs scipy": "bound by memory traffic: a split SpMV runs 1.4-1.8x faster than one "
-                     "thread, from ~1e5 stored values; on the many small matrices (below that) "
-                     "both libraries run the same row loop on one thread and tensoralg adds "
-                     "~3-5 µs of dispatch",
+    "spmv vs scipy": "bound by memory traffic: a split SpMV runs 1.1-1.7x faster than one "
+                     "thread from ~2.5e4 stored values (runtime/threads.GATHER_UNITS); on the "
+                     "smaller matrices both libraries run the same row loop on one thread and "
+                     "tensoralg adds ~1-2 µs of dispatch (0.9-1.2x scipy's time there)",
     "spmm vs scipy": "each row runs one pass per register tile, zeroed in registers and "
                      "stored once, within ~1.15x of a hand-written AVX-512 row loop on one "
                      "thread (bayer10, 16 columns: 206 vs 182 µs; an ad hoc C comparison, not "
@@ -112,7 +112,7 @@ TARGET_NOTES: dict[str, str] = {
                        "scipy/tensoralg 19.6-43.5)",
     "einsum vs compiled kernel, mttkrp": "at the band's edge: 1.04-1.11 across runs",
     "spmv vs fastest other system": "torch.sparse ran on both cores; tensoralg splits an SpMV "
-                                    "only from ~3e5 stored values, where two threads pay here",
+                                    "from ~2.5e4 stored values",
     "spmm vs fastest other system": "MKL's inspector-executor and torch.sparse ran on both "
                                     "cores; tensoralg's second thread gives 1.1-1.4x here",
     "sddmm vs fastest other system": "torch.sparse's sampled product ran on both cores",
