@@ -16,6 +16,7 @@ import dataclasses
 import functools
 import logging
 import math
+import operator
 import os
 import threading
 import warnings
@@ -1807,6 +1808,12 @@ class Kernel:
         self._programs: dict[tuple, CompiledProgram] = {}
         self._replays: dict[tuple, _Dispatch] = {}     # repeated plain calls, see _Dispatch
         self._recent: Any = None      # the latest replay, which checks its operands' kinds
+        # The operands by name, in the order of ``formats``, as one C-level lookup (a repeated
+        # small call's Python is most of its cost); a missing name raises KeyError.
+        names = tuple(self.formats)
+        self._values: Callable[[dict], tuple] = operator.itemgetter(*names) \
+            if len(names) > 1 else (lambda given: (given[names[0]],)) if names else \
+            (lambda given: ())
         self._uses = [(a.tensor, mode, index) for a in accesses(self.statement.rhs)
                       for mode, index in enumerate(a.indices)]
         self._ranks = {a.tensor: a.indices for a in accesses(self.statement.rhs)}
@@ -1937,7 +1944,10 @@ class Kernel:
         reads them (``k(A, x)`` for ``y(i) = A(i,j) * x(j)``)."""
         if positional:
             operands = self._by_name(positional, operands)
-        values = tuple([operands.get(name) for name in self.formats])
+        try:
+            values = self._values(operands)
+        except KeyError:            # a missing operand: the general path names it
+            values = tuple([operands.get(name) for name in self.formats])
         if self._recent is not None and len(operands) == len(values):
             result = self._recent(values)
             if result is not None:
