@@ -110,7 +110,7 @@ TARGET_NOTES: dict[str, str] = {
                        "the noise is the baseline's (2026-12-04, four runs of --only mttkrp "
                        "alternating two commits: tensora/tensoralg 4.60-4.73 in all four, "
                        "scipy/tensoralg 19.6-43.5)",
-    "einsum vs compiled kernel, mttkrp": "at the band's edge: 1.04-1.11 across runs",
+    "einsum vs compiled kernel, mttkrp": "at the band's edge and noisy: 1.01-1.12 across runs of the same code (both routes run the same kernel; a 3 ms call moves by tens of percent on this VM)",
     "spmv vs fastest other system": "torch.sparse ran on both cores; tensoralg splits an SpMV "
                                     "from ~2.5e4 stored values",
     "spmm vs fastest other system": "MKL's inspector-executor and torch.sparse ran on both "
