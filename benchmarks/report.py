@@ -95,7 +95,8 @@ TARGET_NOTES: dict[str, str] = {
                      "kernel does not block for cache",
     "sddmm vs scipy": "one fused kernel writing A's pattern in place (lower/pattern.py), four "
                       "entries' dot products jammed; the per-call copy of Y relaid along the "
-                      "rank is the largest cost left (bayer10: 119 of ~480 µs on two threads)",
+                      "rank is the largest cost left (bayer10: 119 of ~480 µs on two threads, "
+                      "timed apart on 2026-12-04, not kept)",
     "spgemm vs scipy": "tensoralg sorts every output row (scipy does not); rows of a few "
                        "entries each (road networks, circuit matrices: luxembourg_osm, "
                        "cryg2500, bcspwr10) run at 1.0-1.2x scipy's speed, denser ones at "

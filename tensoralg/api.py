@@ -549,6 +549,19 @@ def einsum(*operands: Any, out_format: Any = None, formats: Any = None,
     return result if out_format is not None else _in_pydata_format(result, operands)
 
 
+def _operand_getter(names: tuple[str, ...]) -> Callable[[Mapping[str, Any]], tuple]:
+    """``operands -> (operands[name] for name in names)`` as one C-level lookup where there are
+    several names (a repeated small call's Python is most of its cost); KeyError for a missing
+    name.
+
+    >>> _operand_getter(("A", "x"))({"x": 2, "A": 1}), _operand_getter(("A",))({"A": 1})
+    ((1, 2), (1,))
+    """
+    if len(names) > 1:
+        return operator.itemgetter(*names)
+    return lambda given: tuple(given[name] for name in names)
+
+
 def _in_pydata_format(result: Any, operands: Sequence[Any]) -> Any:
     """A pydata result in the format ``sparse.einsum`` returns for the same call: the pydata
     operands' format (DOK, GCXS) when they share one, else COO; COO for a 0-d result.
@@ -762,11 +775,7 @@ class _Dispatch:
             raise KernelRuntimeError(f"the kernel for {self.compiled.key.statement} could not "
                                      f"allocate memory for its output")
         if self.pattern >= 0:
-            output, source = self.compiled.program.output, operands[self.pattern]
-            tensor = delivered(self.compiled.program, pattern_result(
-                shape, output.format, output.index_dtype,
-                (_DENSE_LEVELS[0], LevelArrays(source.indptr, source.indices)), out))
-            return _wrap(tensor, self.requested, list(self.families), None)
+            return _finish_pattern(self, out, operands[self.pattern], shape)
         if self.handles:
             output = self.compiled.program.output
             tensor = delivered(self.compiled.program, sparse_result(
@@ -908,18 +917,21 @@ def _replay_of(entry: _Dispatch, guards: tuple) -> Any:
 
 
 def _pattern_output(entry: _Dispatch) -> PatternOutput:
-    """How a replayed call finishes ``entry``'s output of values at a compressed operand's
-    positions, as ``_Dispatch.run`` does."""
+    """How a replayed call makes ``entry``'s output of values at a compressed operand's
+    positions (``_finish_pattern``, as ``_Dispatch.run`` finishes it)."""
+    return PatternOutput(entry.pattern, entry.reduced, functools.partial(_finish_pattern, entry))
+
+
+def _finish_pattern(entry: _Dispatch, values: np.ndarray, source: Any,
+                    shape: tuple[int, ...]) -> Any:
+    """The result of a replayed call that wrote ``values`` at the positions of ``source``, the
+    scipy matrix whose pattern the output shares, in the family of ``entry``'s operands."""
     program = entry.compiled.program
     output = program.output
-
-    def finish(values: np.ndarray, source: Any, shape: tuple[int, ...]) -> Any:
-        tensor = delivered(program, pattern_result(
-            shape, output.format, output.index_dtype,
-            (_DENSE_LEVELS[0], LevelArrays(source.indptr, source.indices)), values))
-        return _wrap(tensor, entry.requested, list(entry.families), None)
-
-    return PatternOutput(entry.pattern, entry.reduced, finish)
+    tensor = delivered(program, pattern_result(
+        shape, output.format, output.index_dtype,
+        (_DENSE_LEVELS[0], LevelArrays(source.indptr, source.indices)), values))
+    return _wrap(tensor, entry.requested, list(entry.families), None)
 
 
 def _sparse_output(entry: _Dispatch) -> SparseOutput:
@@ -1551,7 +1563,9 @@ def _thread_ranges(compiled: CompiledProgram, tensors: Mapping[str, Tensor],
                    sizes: Mapping[str, int], shape: tuple[int, ...], dense: bool
                    ) -> np.ndarray | None:
     """The bounds of the ranges to run on threads, or None to run the kernel once: a
-    schedule's ``parallelize(..., threads=N)`` gives N ranges, otherwise the work decides."""
+    schedule's ``parallelize(..., threads=N)`` gives N ranges, otherwise the work decides.
+    ``dense``: the kernel writes a buffer in place (a dense output, or the values at a
+    pattern's positions), so its ranges need no joining."""
     plan = compiled.arguments
     if plan.range_slots is None or plan.range_index is None:
         return None
@@ -1808,12 +1822,7 @@ class Kernel:
         self._programs: dict[tuple, CompiledProgram] = {}
         self._replays: dict[tuple, _Dispatch] = {}     # repeated plain calls, see _Dispatch
         self._recent: Any = None      # the latest replay, which checks its operands' kinds
-        # The operands by name, in the order of ``formats``, as one C-level lookup (a repeated
-        # small call's Python is most of its cost); a missing name raises KeyError.
-        names = tuple(self.formats)
-        self._values: Callable[[dict], tuple] = operator.itemgetter(*names) \
-            if len(names) > 1 else (lambda given: (given[names[0]],)) if names else \
-            (lambda given: ())
+        self._values = _operand_getter(tuple(self.formats))
         self._uses = [(a.tensor, mode, index) for a in accesses(self.statement.rhs)
                       for mode, index in enumerate(a.indices)]
         self._ranks = {a.tensor: a.indices for a in accesses(self.statement.rhs)}

@@ -22,7 +22,7 @@ from tensoralg.ir import nodes as n
 from tensoralg.ir.passes.factor import factor_reductions
 from tensoralg.ir.printer import format_function
 from tensoralg.lower.concretize import concretize
-from tensoralg.lower.pattern import share_pattern
+from tensoralg.lower.pattern import share_pattern, without_pattern
 from tensoralg.notation import parse_statement
 
 SDDMM = "Z(i,j) = A(i,j) * X(i,k) * Y(k,j)"
@@ -119,13 +119,21 @@ def test_pattern_assembled_in_the_operands_order_then_converted():
 
 
 def test_gpu_and_partial_schedules_keep_appending():
-    for backend in ("cuda",):
-        kernel = ta.compile(SDDMM, formats={"A": "csr", "Z": "csr"}, backend=backend)
-        assert kernel.program.pattern is None
+    kernel = ta.compile(SDDMM, formats={"A": "csr", "Z": "csr"}, backend="cuda")
+    assert kernel.program.pattern is None
+    assert not any("has the pattern of" in note for note in kernel.program.notes)
     partials = ta.Schedule().reorder("i", "j", "k").parallelize("i", reduction="partials")
-    with pytest.raises(ta.TensorAlgebraError):
+    with pytest.raises(ta.CompileError, match="reduction=partials"):
         # a sparse output never takes per-thread partial outputs; the refusal still names it
         ta.compile(SDDMM, formats={"A": "csr", "Z": "csr"}, schedule=partials)
+
+
+def test_gpu_lowering_drops_the_pattern_and_its_note():
+    program = _program(SDDMM, {"A": CSR, "X": dense(2), "Y": dense(2)}, CSR)
+    appended = without_pattern(program)
+    assert appended.pattern is None and appended.nests[0].mode.value == "append"
+    assert not any("has the pattern of" in note for note in appended.notes)
+    assert len(appended.notes) == len(program.notes) - 1
 
 
 # -- results -----------------------------------------------------------------------------------

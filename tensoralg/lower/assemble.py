@@ -138,8 +138,9 @@ class DenseWriter:
 class PatternWriter(DenseWriter):
     """A sparse output that shares ``pattern``'s stored entries (``lower/pattern.py``): each
     value is stored at the position ``pattern`` stands on, which every loop over the output's
-    indices has resolved by then. The runtime zeroes the buffer and gives it ``pattern``'s
-    index arrays."""
+    indices has resolved by then. The runtime allocates the buffer (zeroed unless every
+    position is assigned: ``pattern.assigns_every_position``) and gives the result copies of
+    ``pattern``'s index arrays."""
 
     def __init__(self, lowerer: "Lowerer", nest: LoopNest, info: TensorInfo, vals: Var,
                  pattern: Access) -> None:

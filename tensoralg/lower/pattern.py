@@ -23,7 +23,7 @@ from dataclasses import replace
 
 from tensoralg.formats.level import LevelKind
 from tensoralg.ir.nodes import Block, For, Function, If, Stmt, Store, While
-from tensoralg.lower.program import OutputMode, Program, TensorRole
+from tensoralg.lower.program import LoopNest, OutputMode, Program, TensorRole
 from tensoralg.notation.ast import Access, Expr, Literal, Mul, Neg, accesses
 
 
@@ -49,11 +49,15 @@ def share_pattern(program: Program) -> Program:
     if source is None:
         return program
     nest = program.nests[0]
-    note = (f"{nest.output} has the pattern of {source} (its only sparse factor): the kernel "
-            f"stores values at {source}'s positions and the result gets copies of "
-            f"{source}'s index arrays")
     return replace(program, nests=(replace(nest, mode=OutputMode.PATTERN, pattern=source),),
-                   notes=(*program.notes, note))
+                   notes=(*program.notes, _note(nest, source)))
+
+
+def _note(nest: LoopNest, source: str) -> str:
+    """What ``share_pattern`` tells the reader of the kernel's notes."""
+    return (f"{nest.output} has the pattern of {source} (its only sparse factor): the kernel "
+            f"stores values at {source}'s positions and the result gets copies of {source}'s "
+            f"index arrays")
 
 
 def without_pattern(program: Program) -> Program:
@@ -69,11 +73,12 @@ def without_pattern(program: Program) -> Program:
     >>> without_pattern(share_pattern(p)) == p
     True
     """
-    if program.pattern is None:
+    source = program.pattern
+    if source is None:
         return program
     nest = program.nests[0]
     return replace(program, nests=(replace(nest, mode=OutputMode.APPEND, pattern=None),),
-                   notes=program.notes[:-1])
+                   notes=tuple(note for note in program.notes if note != _note(nest, source)))
 
 
 def pattern_source(program: Program) -> str | None:

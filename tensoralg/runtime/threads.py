@@ -38,8 +38,9 @@ MIN_WORK_PER_THREAD_NATIVE = 50_000
 # latency a second core's misses overlap (api.work_of; runtime/replay.py writes it out).
 # Counted as one, SpMV split only from ~1e5 entries; at four from ~2.5e4: ca-GrQc (2.9e4
 # entries) 39 -> 24.5 µs, bcsstk13 29.6 -> 25.7, rajat01 26.8 -> 26.1, while hangGlider_2
-# (1.5e4), which lost 10.8 -> 16.2 µs when split, stays whole (2 threads, one process,
-# 2026-12-04).
+# (1.5e4), which lost 10.8 -> 16.2 µs when split, stays whole (2 threads, thresholds swapped
+# in one process on 2026-12-04; an ad hoc A/B, not kept: `benchmarks/run.py --only spmv`
+# measures the result).
 GATHER_UNITS = 4
 # Ranges per thread on the native pool: its threads claim ranges one at a time, so a thread
 # that the OS deschedules (a busy machine) holds up only a small range while the others take
@@ -245,7 +246,8 @@ def first_guess(stored: Sequence[int], dense: Sequence[int]) -> int:
     stored entries (the dense ones' sizes only when every operand is dense). A dense operand
     beside a sparse one rarely widens the output (``A(i,j) * X(i,k) * Y(k,j)`` holds A's
     entries): counted, SDDMM on bayer10 asked for 5.5x A's entries, past the size at which
-    buffers are mapped on huge pages, and faulting them in cost a fifth of the call. Where the
+    buffers are mapped on huge pages, and faulting them in cost a fifth of the call (a perf
+    profile, 2026-12-04, not kept). Where the
     output does outgrow the guess, the kernel grows its buffers.
 
     >>> first_guess([100], [5000]), first_guess([], [5000, 7]), first_guess([], [])

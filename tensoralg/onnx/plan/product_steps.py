@@ -582,7 +582,9 @@ def _window_fits_groups(outputs: int, geometry: Any, dtype: np.dtype, rows: int)
     the GEMMs' calls outweigh their work and the window kernel wins even on short rows:
     RegNetX-400MF's 25 groups of 16 at 7 x 7, batch 1 (49 rows): 1.5 against 3.4 ms over its
     twelve layers, 9.4-9.8 against 9.8-10.0 ms for the model; at batch 8 (392 rows) the GEMMs
-    stay (66.4-66.7 against 68.1-68.4 ms; one thread, one process, 2026-12-04)."""
+    stay (66.4-66.7 against 68.1-68.4 ms; one thread, the rule swapped in one process on
+    2026-12-04: an ad hoc A/B, not kept; ``benchmarks/onnx_real.py --held-out`` times the
+    models as they are)."""
     if outputs < 16:
         return True
     lanes = 64 // np.dtype(dtype).itemsize
