@@ -74,6 +74,7 @@ from tensoralg.ir.nodes import Function
 from tensoralg.ir.passes.pipeline import IRLog, optimize
 from tensoralg.ir.printer import format_function
 from tensoralg.lower.concretize import concretize, layout_free
+from tensoralg.lower.counted import count_rows, counted_factors
 from tensoralg.lower.gemm_form import (
     GEMM_MIN_FMAS,
     GemmForm,
@@ -102,6 +103,7 @@ from tensoralg.notation import (
 from tensoralg.notation.ast import Expr, accesses
 from tensoralg.notation.ast import tensors as tensor_ranks
 from tensoralg.notation.broadcast import broadcast
+from tensoralg.notation.canonical import index_order
 from tensoralg.notation.interleaved import from_interleaved
 from tensoralg.notation.reductions import children
 from tensoralg.runtime.args import (
@@ -122,6 +124,8 @@ from tensoralg.runtime.blas import blas_product
 from tensoralg.runtime.bound import BoundCall, dense_output, overwrites_output
 from tensoralg.runtime.compress import RowCompressor
 from tensoralg.runtime.conv import DirectConv
+from tensoralg.runtime.count import RANGE_SLOTS as COUNTER_RANGE_SLOTS
+from tensoralg.runtime.count import RowCounter
 from tensoralg.runtime.gemm import (
     BoundChannelsLast,
     ConvLayer,
@@ -165,6 +169,8 @@ from tensoralg.runtime.replay import (
 from tensoralg.runtime.sequence import CallSequence, NativeGroup, Slot
 from tensoralg.runtime.stitch import join_rows, run_ranges, varying_slots
 from tensoralg.runtime.threads import (
+    COUNTED_MIN_PER_ROW,
+    COUNTED_MULTIPLY_ADDS_PER_UNIT,
     GATHER_UNITS,
     MIN_ROWS_PER_THREAD,
     MULTIPLY_ADDS_PER_UNIT,
@@ -178,7 +184,7 @@ from tensoralg.runtime.threads import (
 )
 from tensoralg.runtime.validate import VALID, StorageValidator
 from tensoralg.runtime.widen import narrowed, widened
-from tensoralg.runtime.wrap import pattern_result, release, sparse_result
+from tensoralg.runtime.wrap import narrowed_indices, pattern_result, release, sparse_result
 from tensoralg.schedule import GemmRoute, Schedule, as_schedule
 from tensoralg.schedule import check as check_schedule
 from tensoralg.schedule.store import TunedSchedules, shape_class, tuning_key
@@ -226,6 +232,9 @@ class KernelKey:
     # Operands whose storage order the compiler may choose (``lower.concretize.layout_free``):
     # Format equality ignores names, so a written "dd" and the default dense differ only here.
     free_layouts: tuple[str, ...] = ()
+    # The variant of a sparse product that fills rows the runtime counted first
+    # (lower/counted.py), built for calls split over threads.
+    counted: bool = False
 
     def __post_init__(self) -> None:
         if not self.free_layouts:
@@ -256,6 +265,12 @@ class CompiledProgram:
     plan: LoopPlan = LoopPlan()               # what the schedule asked of the loops
     schedule: Schedule | None = None          # the schedule given (None: the compiler's own)
     entries_by: RowWork | None = None         # bounds a sparse output's rows (entry_bounds)
+    # A sparse product whose rows can be counted first (lower/counted.py): its CSR factors,
+    # for the variant that split calls run (KernelCache.counted)
+    counted_by: tuple[str, str] | None = None
+    # The index names ``program`` was written with, in canonical order (index_order): a
+    # kernel of a statement that names them otherwise shares this program and renames them.
+    names: tuple[str, ...] = ()
 
 
 def _disk_cache(directory: Path | None) -> DiskCache | None:
@@ -280,6 +295,7 @@ class KernelCache:
         self.compiles = 0
         self.validator = StorageValidator(self.disk)
         self.reach = ReachCounter(self.disk)     # a sparse product's work per row
+        self.rows = RowCounter(self.disk)        # a counted product's entries per row
         self.threads = KernelThreads(options.threads)
         self.tuned = TunedSchedules(options.cache_dir)   # autotune's winners (tune.py)
         self.splits: dict[tuple, NativeSplit] = {}       # kernels' ranges on the native pool
@@ -290,23 +306,28 @@ class KernelCache:
     def get(self, key: KernelKey, stmt: Assignment, formats: dict[str, Format],
             index_dtypes: dict[str, np.dtype], out_format: Format | None,
             schedule: Schedule | None = None) -> CompiledProgram:
+        def compile_it() -> CompiledProgram:
+            try:
+                return self._compile(key, stmt, formats, index_dtypes, out_format, schedule)
+            except RecursionError:
+                text = str(stmt)
+                text = text if len(text) < 120 else text[:117] + "..."
+                raise NotationError(
+                    f"{text} is nested too deeply for the compiler's passes (a long chain "
+                    f"of + or *, or of parentheses); split it into several statements "
+                    f"whose results the next one reads") from None
+
+        return self._cached(key, compile_it)
+
+    def _cached(self, key: KernelKey, make: Callable[[], CompiledProgram]) -> CompiledProgram:
+        """The kernel under ``key``, made by ``make`` once (other threads wait for it)."""
         found = self.kernels.get(key)
         if found is not None:
             return found
         with self._lock:
             found = self.kernels.get(key)
             if found is None:
-                try:
-                    found = self._compile(key, stmt, formats, index_dtypes, out_format,
-                                          schedule)
-                except RecursionError:
-                    text = str(stmt)
-                    text = text if len(text) < 120 else text[:117] + "..."
-                    raise NotationError(
-                        f"{text} is nested too deeply for the compiler's passes (a long chain "
-                        f"of + or *, or of parentheses); split it into several statements "
-                        f"whose results the next one reads") from None
-                self.kernels[key] = found
+                found = self.kernels[key] = make()
         return found
 
     def _compile(self, key: KernelKey, stmt: Assignment, formats: dict[str, Format],
@@ -315,38 +336,64 @@ class KernelCache:
         plan = loop_plan(schedule, key.backend)
         stored = self._lowered(key)
         if stored is not None:
-            program, function, overwrites, log, digest = stored
-        else:
-            program = concretize(stmt, formats, index_dtypes, key.value_dtype, out_format,
-                                 key.out_index_dtype, plan.orders, plan.precomputes)
-            if key.backend != "cuda" and plan.position_split is None and not plan.partials:
-                # the GPU runtime assembles sparse outputs only by appending
-                program = share_pattern(program)
-            log = IRLog(echo=self.options.debug)
-            lowered = lower(program, f"ta_{key.digest()[:16]}", plan)
-            function = optimize(lowered, log, check=self.options.check_ir,
-                                options=pass_options_of(schedule))
-            # Judged before the passes that tile loops: the tiled nests store the same
-            # elements the same way, but through loops the analysis does not follow.
-            overwrites = assigns_every_position(lowered) if program.pattern is not None \
-                else overwrites_output(lowered, program.output.dims)
-            digest = ir_digest(function)
-            self._store_lowered(key, (program, function, overwrites, log, digest))
+            return self._built(key, *stored, plan, schedule)
+        names = index_order(stmt)
+        program = concretize(stmt, formats, index_dtypes, key.value_dtype, out_format,
+                             key.out_index_dtype, plan.orders, plan.precomputes)
+        if key.backend != "cuda" and plan.position_split is None and not plan.partials:
+            # the GPU runtime assembles sparse outputs only by appending
+            program = share_pattern(program)
+        return self._lower_and_build(key, program, plan, schedule, names)
+
+    def counted(self, compiled: CompiledProgram) -> CompiledProgram:
+        """The variant of ``compiled`` (a sparse product with ``counted_by``) that fills rows
+        the runtime counted first, in place (``lower/counted.py``); built on first use."""
+        key = dataclasses.replace(compiled.key, counted=True)
+
+        def build_it() -> CompiledProgram:
+            stored = self._lowered(key)
+            if stored is not None:
+                return self._built(key, *stored, compiled.plan, compiled.schedule)
+            return self._lower_and_build(key, count_rows(compiled.program), compiled.plan,
+                                         compiled.schedule, compiled.names)
+
+        return self._cached(key, build_it)
+
+    def _lower_and_build(self, key: KernelKey, program: Program, plan: LoopPlan,
+                         schedule: Schedule | None, names: tuple[str, ...]) -> CompiledProgram:
+        """Lower ``program``, run the IR passes, remember the result on disk and build it."""
+        log = IRLog(echo=self.options.debug)
+        lowered = lower(program, f"ta_{key.digest()[:16]}", plan)
+        function = optimize(lowered, log, check=self.options.check_ir,
+                            options=pass_options_of(schedule))
+        # Judged before the passes that tile loops: the tiled nests store the same
+        # elements the same way, but through loops the analysis does not follow.
+        overwrites = assigns_every_position(lowered) if program.pattern is not None \
+            else overwrites_output(lowered, program.output.dims)
+        digest = ir_digest(function)
+        self._store_lowered(key, (program, function, overwrites, log, digest, names))
+        return self._built(key, program, function, overwrites, log, digest, names, plan,
+                           schedule)
+
+    def _built(self, key: KernelKey, program: Program, function: Function, overwrites: bool,
+               log: IRLog | None, digest: str, names: tuple[str, ...], plan: LoopPlan,
+               schedule: Schedule | None) -> CompiledProgram:
+        """``function``, lowered from ``program``, built (or loaded from the disk cache)."""
         # A cuda kernel is built for the CPU too, for now: it can print CUDA but not run on a GPU.
         backend = "llvm" if key.backend == "cuda" else key.backend
         kernel = build(function, backend, cache=self.disk, key=key.digest(), digest=digest)
         if not kernel.from_cache:
             self.compiles += 1
-        sizes = tuple((info.name, mode, index) for info in program.tensors
-                      if info.role is TensorRole.INPUT for mode, index in enumerate(info.dims))
+        sizes = _size_sources(program)
         arguments = ArgumentPlan.from_params(function.params, program.output.name)
         return CompiledProgram(key, program, function, kernel, log, arguments, sizes,
                                _balancing_operand(program, arguments.range_index),
                                overwrites and not plan.partials, plan, schedule,
-                               _entry_work(program))
+                               _entry_work(program), _counted_by(key, program, plan), names)
 
 
-    def _lowered(self, key: KernelKey) -> tuple[Program, Function, bool, IRLog, str] | None:
+    def _lowered(self, key: KernelKey
+                 ) -> tuple[Program, Function, bool, IRLog, str, tuple[str, ...]] | None:
         """What lowering and the IR passes made of ``key`` in an earlier process, from the disk
         cache, with the IR's digest: a new process then builds nothing before it loads the
         machine code (about 40-100 ms of Python per kernel otherwise). Skipped in debug mode
@@ -355,7 +402,7 @@ class KernelCache:
             return None
         stored = self.disk.get_object(key.digest(), LOWERED)
         # Anything else under the name (another layout of the entry) is lowered again.
-        return stored if isinstance(stored, tuple) and len(stored) == 5 else None
+        return stored if isinstance(stored, tuple) and len(stored) == 6 else None
 
     def _store_lowered(self, key: KernelKey, lowered: tuple) -> None:
         if self.disk is not None and not self.options.debug and not self.options.check_ir:
@@ -363,6 +410,33 @@ class KernelCache:
 
 
 LOWERED = "lowered"   # the disk cache's kind for a kernel's lowered program and IR
+
+
+def _size_sources(program: Program) -> tuple[tuple[str, int, str], ...]:
+    """Where each index's size comes from: ``(input, mode, index)``, by the inputs' own
+    indices, then by the accesses that name an index no input is declared with (``A(j,k)``
+    beside ``A(i,j)`` sizes ``k`` by A's second mode)."""
+    sources = [(info.name, mode, index) for info in program.tensors
+               if info.role is TensorRole.INPUT for mode, index in enumerate(info.dims)]
+    known = {index for _, _, index in sources}
+    for nest in program.nests:
+        for access in accesses(nest.expr):
+            if program.tensor(access.tensor).role is not TensorRole.INPUT:
+                continue
+            for mode, index in enumerate(access.indices):
+                if index not in known:
+                    known.add(index)
+                    sources.append((access.tensor, mode, index))
+    return tuple(sources)
+
+
+def _counted_by(key: KernelKey, program: Program, plan: LoopPlan) -> tuple[str, str] | None:
+    """The CSR factors of a sparse product whose split calls may count rows first
+    (``lower/counted.py``): not on the GPU, nor under a position split or partial sums."""
+    if key.counted or key.backend == "cuda" or plan.position_split is not None or \
+            plan.partials:
+        return None
+    return counted_factors(program)
 
 
 def _balancing_operand(program: Program, index: str | None) -> RowWork | None:
@@ -722,10 +796,18 @@ class _Dispatch:
         shape = tuple(operands[k].shape[mode] for k, mode in self.out_dims)
         entries = self._entry_bounds(operands, shape)
         # A sparse product's work is its multiply-adds (bounded here by the entries it may
-        # make), which the operands' stored entries undercount many times over.
-        product = 0 if entries is None else int(entries[-1]) // MULTIPLY_ADDS_PER_UNIT
+        # make), which the operands' stored entries undercount many times over. One whose
+        # rows are counted first splits like a dense output, where its rows are long enough
+        # (_thread_ranges).
+        counted = self.compiled.counted_by is not None
+        product = 0 if entries is None else int(entries[-1])
+        if counted and entries is not None and product < COUNTED_MIN_PER_ROW * (len(entries) - 1):
+            product = 0
+        product //= COUNTED_MULTIPLY_ADDS_PER_UNIT if counted else MULTIPLY_ADDS_PER_UNIT
         if self.splittable and cache.threads.threads > 1 and \
-                cache.threads.parts(max(self._work(operands, shape), product)) > 1:
+                cache.threads.parts(product if counted and entries is not None else
+                                    max(self._work(operands, shape), product),
+                                    native=counted and native_pool_supported()) > 1:
             return None
         buffers = OutputBuffers()
         if self.pattern >= 0:
@@ -1478,12 +1560,19 @@ def execute(compiled: CompiledProgram, bound: Mapping[str, Tensor], value_dtype:
     _check_memory(compiled, sizes, shape, value_dtype, out)
     buffers = OutputBuffers()
     entries = None
+    bounds: np.ndarray | None = None
+    ranged = False   # bounds already decided (a product whose rows could be counted first)
     if output.format.is_dense:
         buffers.dense = _dense_output(out, shape, value_dtype, compiled.overwrites)
     elif program.pattern is not None:
         alloc = np.empty if compiled.overwrites else np.zeros
         buffers.dense = alloc(tensors[program.pattern].nnz, dtype=value_dtype)
     else:
+        if compiled.counted_by is not None:
+            bounds = _thread_ranges(compiled, tensors, sizes, shape, False)
+            if bounds is not None:
+                return _counted_product(compiled, tensors, sizes, shape, value_dtype, bounds)
+            ranged = True
         buffers.sizes = np.zeros(output.rank, dtype=np.int64)
         buffers.capacity = first_guess([t.nnz for t in tensors.values() if not t.format.is_dense],
                                        [t.nnz for t in tensors.values() if t.format.is_dense])
@@ -1492,7 +1581,8 @@ def execute(compiled: CompiledProgram, bound: Mapping[str, Tensor], value_dtype:
             if len(shape) == 2 else None
         buffers.capacity = first_capacity(entries, buffers.capacity)
     args = compiled.arguments.pack(tensors, sizes, buffers)
-    bounds = _thread_ranges(compiled, tensors, sizes, shape, buffers.dense is not None)
+    if not ranged:
+        bounds = _thread_ranges(compiled, tensors, sizes, shape, buffers.dense is not None)
     if bounds is not None and buffers.dense is None:
         # Each range assembles into buffers of its own (with room for the entries its rows
         # can hold, when that is known); on the native pool a range is handed over in 1-2 µs
@@ -1518,6 +1608,52 @@ def execute(compiled: CompiledProgram, bound: Mapping[str, Tensor], value_dtype:
                                                  tensors[program.pattern].levels, buffers.dense))
     return delivered(program, sparse_result(shape, output.format, output.index_dtype,
                                             value_dtype, buffers))
+
+
+def _counted_product(compiled: CompiledProgram, tensors: Mapping[str, Tensor],
+                     sizes: Mapping[str, int], shape: tuple[int, ...], value_dtype: np.dtype,
+                     bounds: np.ndarray) -> Tensor:
+    """A sparse product split over the thread ranges ``bounds``, its rows counted first
+    (``lower/counted.py``): the counts give the output's ``pos``, and each range of the
+    counted variant writes its rows into ``crd`` and ``vals`` in place."""
+    cache = kernel_cache()
+    variant = cache.counted(compiled)
+    output = variant.program.output
+    first, second = compiled.counted_by   # type: ignore[misc]
+    pos = cache.rows.pos(tensors[first], tensors[second], shape[1], bounds, output.index_dtype,
+                         _run_counter)
+    total = int(pos[-1])
+    buffers = OutputBuffers(dense=np.empty(total, dtype=value_dtype),
+                            arrays={"1.pos": pos, "1.crd": np.empty(total, output.index_dtype)},
+                            sizes=np.zeros(2, dtype=np.int64))
+    status = _launch(variant, variant.arguments.pack(tensors, sizes, buffers), buffers, bounds)
+    _check_status(variant, status)
+    if buffers.sizes[0]:   # type: ignore[index]
+        raise KernelRuntimeError(
+            f"internal: the kernel for {compiled.key.statement} found rows whose entries "
+            f"differ from their count (runtime/count.py) and left them unwritten; please "
+            f"report it with the operands' shapes and formats")
+    levels = (LevelArrays(), LevelArrays(pos, buffers.arrays["1.crd"]))
+    result = narrowed_indices(Tensor.trusted(tuple(shape), output.format, levels,
+                                             buffers.dense))
+    return delivered(variant.program, result)
+
+
+def _run_counter(function: Any, args: list, bounds: Sequence[int]) -> int:
+    """Run a row counter (``runtime/count.py``) over the thread ranges ``bounds``: on the
+    native pool where there is one, else on the pool's Python threads."""
+    cache = kernel_cache()
+    parts = len(bounds) - 1
+    pool = cache.threads.native_pool() if native_pool_supported() else None
+    if pool is not None and NativeSplit.supports(function):
+        key = ("row counter", id(function), parts)
+        split = cache.splits.get(key)
+        if split is None:
+            split = cache.splits[key] = NativeSplit(function, COUNTER_RANGE_SLOTS, parts, pool,
+                                                    "row counter")
+        return split(args, bounds)
+    return max(cache.threads.run(lambda part: function(*part), args, COUNTER_RANGE_SLOTS,
+                                 bounds))
 
 
 def delivered(program: Program, tensor: Tensor) -> Tensor:
@@ -1589,13 +1725,18 @@ def _thread_ranges(compiled: CompiledProgram, tensors: Mapping[str, Tensor],
         if pattern:
             work = pattern_work(work, math.prod(sizes[index]
                                                 for index in program.nests[-1].reduced))
-        native = dense and not compiled.plan.partials and native_pool_supported()
+        # A product whose rows are counted first fills them in place, like a dense output.
+        counted = not dense and compiled.counted_by is not None
+        native = (dense or counted) and not compiled.plan.partials and native_pool_supported()
         threads = kernel_cache().threads
         if threads.threads > 1 and work_by_row is not None and work_by_row.products:
             # A sparse product's work is its multiply-adds, which the operands' stored
             # entries undercount many times over (bcsstk16 squared: 60x).
             weights = row_weights(work_by_row, tensors, kernel_cache().reach)
-            work = max(work, int(weights[-1]) // MULTIPLY_ADDS_PER_UNIT)
+            work = max(work, int(weights[-1]) // (COUNTED_MULTIPLY_ADDS_PER_UNIT if counted
+                                                  else MULTIPLY_ADDS_PER_UNIT))
+            if counted and int(weights[-1]) < COUNTED_MIN_PER_ROW * size:
+                return None
         parts = min(threads.parts(work, native), size // MIN_ROWS_PER_THREAD)
         if native and parts > 1 and NativeSplit.supports(compiled.kernel.function):
             parts = max(parts, min(parts * NATIVE_RANGES_PER_THREAD,
@@ -1872,7 +2013,13 @@ class Kernel:
         reorder(i, j); parallelize(i)
         """
         assert self._default is not None
-        return applied_schedule(self._default)
+        applied = applied_schedule(self._default)
+        # The cache shares one program among statements equal up to index names: speak in
+        # this statement's own.
+        names, mine = self._default.names, index_order(self.statement)
+        if names and len(names) == len(mine) and names != mine:
+            applied = applied.renamed(dict(zip(names, mine)))
+        return applied
     def source(self, lang: str = "ir") -> str:
         """The kernel as ``"ir"`` (with the compiler's notes), ``"c"``, ``"llvm"`` or ``"cuda"``."""
         assert self._default is not None

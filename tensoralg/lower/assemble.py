@@ -166,6 +166,7 @@ class SparseWriter:
         self.first = next(k for k, kind in enumerate(fmt.levels) if kind is LevelKind.COMPRESSED)
         self.last = fmt.rank - 1
         self.skips_parents = False   # whether some parent's pos entry is never written
+        self.counted = nest.counted is not None   # rows counted first: filled in place
         if nest.mode is OutputMode.WORKSPACE:
             self.region_depth = (nest.loop_order.index(self.level_indices[-2]) + 1
                                  if fmt.rank > 1 else 0)
@@ -178,13 +179,16 @@ class SparseWriter:
     def _declare(self) -> None:
         low, name = self.lowerer, self.info.name
         index = {4: I32, 8: I64}[self.info.index_dtype.itemsize]
-        capacity = low._param("capacity", I64, "capacity")
-        self.sizes_out = low._param(f"{name}_sizes", Ptr(I64), f"{name}.sizes", output=True)
         self.pos: dict[int, Var] = {}
         self.crd: dict[int, Var] = {}
         self.size: dict[int, Var] = {}
         self.cap: dict[str, Var] = {}
         self.refs: list[tuple[Var, Var]] = []
+        if self.counted:
+            self._declare_counted(index)
+            return
+        capacity = low._param("capacity", I64, "capacity")
+        self.sizes_out = low._param(f"{name}_sizes", Ptr(I64), f"{name}.sizes", output=True)
         setup = low.setup
         parents = b.i64(1)
         for k in range(self.first):
@@ -203,6 +207,21 @@ class SparseWriter:
         self.vals = self._buffer(f"{name}_vals", low.value_dtype, f"{name}.vals", capacity)
         if self.nest.mode is OutputMode.WORKSPACE:
             self._declare_workspace()
+
+    def _declare_counted(self, index) -> None:
+        """A CSR output whose rows the runtime counted (``lower/counted.py``): its ``pos``
+        (read), ``crd`` and ``vals`` (written in place) are arrays the runtime allocated, and
+        ``sizes[0]`` receives the number of rows whose count disagreed with the workspace."""
+        low, name = self.lowerer, self.info.name
+        self.sizes_out = low._param(f"{name}_sizes", Ptr(I64), f"{name}.sizes", output=True)
+        self.pos[1] = low._param(f"{name}1_pos", Ptr(index), f"{name}.1.pos", output=True)
+        self.crd[1] = low._param(f"{name}1_crd", Ptr(index), f"{name}.1.crd", output=True)
+        self.vals = low._param(f"{name}_vals", Ptr(low.value_dtype), f"{name}.vals",
+                               output=True)
+        self.size[1] = Var(low.names(f"{name}1_size"), I64)
+        self.mismatched = Var(low.names("mismatched"), I64)
+        low.setup.extend([b.declare(self.size[1], 0), b.declare(self.mismatched, 0)])
+        self._declare_workspace()
 
     def _buffer(self, name: str, dtype, role: str, count: IRExpr, zero: bool = False) -> Var:
         low = self.lowerer
@@ -237,6 +256,12 @@ class SparseWriter:
         buffers and sizes handed back. Called once the nest is lowered, when the lowerer has
         said (``visit_parents``) whether the loops visit every parent."""
         low = self.lowerer
+        if self.counted:
+            # Ranges share sizes[0]: only a range that found a mismatch writes it, so a range
+            # without one cannot overwrite the report.
+            low.finish.append(b.if_(b.ne(self.mismatched, 0),
+                                    [b.store(self.sizes_out, 0, self.mismatched)]))
+            return
         q = Var(low.names("q"), I64)
         first_pos = self.pos[self.first]
         last = b.store(first_pos, self.parents, self._index_cast(self.size[self.first], first_pos))
@@ -358,6 +383,10 @@ class SparseWriter:
             inner = rest(context.with_(out_positions=(*context.out_positions, position)))
             if level + 1 != self.first:
                 return inner
+            if self.counted:
+                # the row's entries start where the counts put them
+                start = b.cast(b.load(self.pos[self.first], position), I64)
+                return [b.assign(self.size[self.first], start), *inner]
             # The last dense level above the compressed ones records where its children end.
             first_pos = self.pos[self.first]
             return [*inner, b.store(first_pos, b.add(position, 1),
@@ -378,9 +407,24 @@ class SparseWriter:
             return [b.declare(acc, 0), *inner(context.with_(accumulator=acc)),
                     *self.append_value(coordinate, acc, context)]
         width = self.lowerer.level_size(self.info, self.last)
-        return [b.assign(self.count, 0), b.assign(self.lowest, width), b.assign(self.highest, -1),
-                *inner(context), *self.reserve(self.count),
-                *self._flush(context.with_(reserved=True))]
+        start = [b.assign(self.count, 0), b.assign(self.lowest, width), b.assign(self.highest, -1),
+                 *inner(context)]
+        if self.counted:
+            # Written only when the row ends exactly where the counts say it does: a count that
+            # disagrees is reported (sizes[0]), never written past.
+            end = b.cast(b.load(self.pos[self.first], b.add(context.out_positions[-1], 1)), I64)
+            return [*start, b.if_(b.eq(b.add(self.size[self.last], self.count), end),
+                                  self._flush(context.with_(reserved=True)),
+                                  [*self._clear(), b.assign(self.mismatched,
+                                                            b.add(self.mismatched, 1))])]
+        return [*start, *self.reserve(self.count), *self._flush(context.with_(reserved=True))]
+
+    def _clear(self) -> list[Stmt]:
+        """Clear the workspace's touched coordinates without appending them."""
+        t, c = Var(self.lowerer.names("t"), I64), Var(self.lowerer.names("c"), I64)
+        return [b.for_(t, 0, self.count, b.declare(c, b.load(self.coords, t)),
+                       b.store(self.bits, b.shr(c, WORD_SHIFT), 0),
+                       b.store(self.workspace, c, 0))]
 
     def leaf(self, value: IRExpr, context: "Context") -> list[Stmt]:
         if self.nest.mode is not OutputMode.WORKSPACE:

@@ -92,7 +92,7 @@ def pattern_source(program: Program) -> str | None:
     if nest.mode is not OutputMode.APPEND or fmt.is_dense or out.name != nest.output.tensor or \
             any(kind not in (LevelKind.DENSE, LevelKind.COMPRESSED) for kind in fmt.levels):
         return None
-    factors = _factors(nest.expr)
+    factors = product_factors(nest.expr)
     if factors is None:
         return None
     sparse = [a for a in factors if not program.tensor(a.tensor).format.is_dense]
@@ -137,7 +137,7 @@ def assigns_every_position(function: Function) -> bool:
     return len(found) == 1 and found[0][1] and not found[0][0].accumulate
 
 
-def _factors(expr: Expr) -> list[Access] | None:
+def product_factors(expr: Expr) -> list[Access] | None:
     """The accesses of a product of accesses, negations and constants (None: anything else)."""
     match expr:
         case Access():
@@ -145,11 +145,12 @@ def _factors(expr: Expr) -> list[Access] | None:
         case Literal():
             return []
         case Neg(operand):
-            return _factors(operand)
+            return product_factors(operand)
         case Mul(lhs, rhs):
-            left, right = _factors(lhs), _factors(rhs)
+            left, right = product_factors(lhs), product_factors(rhs)
             return None if left is None or right is None else left + right
     return None
 
 
-__all__ = ["assigns_every_position", "pattern_source", "share_pattern", "without_pattern"]
+__all__ = ["assigns_every_position", "pattern_source", "product_factors", "share_pattern",
+           "without_pattern"]

@@ -61,6 +61,9 @@ class LoopNest:
     loop_order: tuple[str, ...]
     mode: OutputMode
     pattern: str | None = None      # OutputMode.PATTERN: the operand whose positions it shares
+    # OutputMode.WORKSPACE whose rows the runtime counts first (lower/counted.py): the product's
+    # two CSR factors, and the kernel fills each row in place at its offset
+    counted: tuple[str, str] | None = None
 
     @property
     def reduced(self) -> tuple[str, ...]:
@@ -96,6 +99,12 @@ class Program:
         """The operand whose stored pattern the sparse output shares (``OutputMode.PATTERN``):
         the kernel writes only the values, at that operand's positions."""
         return self.nests[-1].pattern if self.nests else None
+
+    @property
+    def counted(self) -> tuple[str, str] | None:
+        """The two CSR factors of a sparse product whose output rows the runtime counts before
+        the kernel fills them in place (``lower/counted.py``); None for other programs."""
+        return self.nests[-1].counted if self.nests else None
 
     def __str__(self) -> str:
         from tensoralg.notation.printer import format_expr

@@ -18,10 +18,21 @@ def canonical_text(stmt: Assignment) -> str:
     >>> canonical_text(parse_einsum("ab,b->a", [2, 1]))
     'out(i0) = sum(i1, A(i0,i1) * B(i1))'
     """
+    names = {index: f"i{n}" for n, index in enumerate(index_order(stmt))}
+    return format_statement(rename_indices(stmt, names))
+
+
+def index_order(stmt: Assignment) -> tuple[str, ...]:
+    """``stmt``'s index variables in the order ``canonical_text`` numbers them: two statements
+    with the same canonical text name the same index at the same place of this tuple.
+
+    >>> from tensoralg.notation.parse_statement import parse_statement
+    >>> index_order(parse_statement("C(i,j) = A(i,k) * B(k,j)"))
+    ('i', 'j', 'k')
+    """
     order: dict[str, None] = dict.fromkeys(stmt.lhs.indices)
     _appearance(stmt.rhs, order)
-    names = {index: f"i{n}" for n, index in enumerate(order)}
-    return format_statement(rename_indices(stmt, names))
+    return tuple(order)
 
 
 def rename_indices(stmt: Assignment, names: Mapping[str, str]) -> Assignment:

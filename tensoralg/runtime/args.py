@@ -4,7 +4,9 @@ Each parameter's ``role`` names what it is: ``index.i`` (the size of index ``i``
 ``A.1.pos`` / ``A.1.crd`` (a level's arrays), ``A.vals``, ``capacity`` (initial capacity of
 grown output buffers), and for the output either ``out.vals`` (a dense buffer the runtime
 allocates zeroed) or ``out.k.pos`` / ``out.k.crd`` / ``out.vals`` handles plus ``out.sizes``
-(buffers the kernel allocates and hands back). The runtime never guesses: it reads roles.
+(buffers the kernel allocates and hands back), or for a product whose rows were counted first
+``out.1.pos`` / ``out.1.crd`` / ``out.vals`` arrays the runtime allocated. The runtime never
+guesses: it reads roles.
 
 The roles are read once per kernel into an ``ArgumentPlan``; packing a call is then one short
 loop, which matters because small kernels are dominated by dispatch.
@@ -68,8 +70,10 @@ def data_address(array: np.ndarray) -> int:
     except (TypeError, ValueError):
         return array.ctypes.data
 
-# What one argument is: (kind, name, level), ``kind`` one of these.
-SIZE, CAPACITY, VALS, POS, CRD, OUT_SIZES, OUT_HANDLE, OUT_DENSE, RANGE = range(9)
+# What one argument is: (kind, name, level), ``kind`` one of these. ``OUT_ARRAY`` is a sparse
+# output's level array that the runtime allocated (a counted product's ``pos`` and ``crd``,
+# ``lower/counted.py``), named like a handle (``1.pos``).
+SIZE, CAPACITY, VALS, POS, CRD, OUT_SIZES, OUT_HANDLE, OUT_DENSE, RANGE, OUT_ARRAY = range(10)
 
 
 @dataclass
@@ -78,6 +82,7 @@ class OutputBuffers:
 
     dense: np.ndarray | None = None
     handles: dict[str, ctypes.c_void_p] = field(default_factory=dict)
+    arrays: dict[str, np.ndarray] = field(default_factory=dict)   # OUT_ARRAY's, by name
     sizes: np.ndarray | None = None
     capacity: int = 16
 
@@ -113,6 +118,8 @@ class ArgumentPlan:
                     steps.append((OUT_SIZES, "", 0))
                 elif isinstance(param.var.dtype, Ptr) and isinstance(param.var.dtype.elem, Ptr):
                     steps.append((OUT_HANDLE, ".".join(parts[1:]), 0))
+                elif len(parts) == 3 and parts[2] in ("pos", "crd"):
+                    steps.append((OUT_ARRAY, ".".join(parts[1:]), 0))
                 else:
                     steps.append((OUT_DENSE, "", 0))
             else:
@@ -154,6 +161,8 @@ class ArgumentPlan:
                 append(output.sizes.ctypes.data)  # type: ignore[union-attr]
             elif kind == RANGE:
                 append(0 if name == "begin" else sizes[self.range_index])  # whole range
+            elif kind == OUT_ARRAY:
+                append(output.arrays[name].ctypes.data)
             else:
                 handle = ctypes.c_void_p(0)
                 output.handles[name] = handle

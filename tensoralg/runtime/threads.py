@@ -194,6 +194,14 @@ def _reaches(work: Any, tensors: Mapping[str, Any], columns: int | None, counter
 # work (adder_dcop_05, rajat01, hangGlider_2: 0.44-0.9x) and gained 1.2-1.5x where it is not
 # (bcsstk13, wiki-Vote): the split starts at ~6e6.
 MULTIPLY_ADDS_PER_UNIT = 8
+# The same for a product whose rows are counted first (lower/counted.py): its ranges write in
+# place and nothing is joined, so a multiply-add counts whole, on the native pool's thresholds.
+COUNTED_MULTIPLY_ADDS_PER_UNIT = 1
+# ... but only where rows hold this many multiply-adds on average (A's entries counted too):
+# counting walks every row a second time, and on short rows that walk is a cache miss per
+# entry, as the product's is (luxembourg_osm squared, 4.5 a row: 3.4 ms on one thread, 4.5-6
+# split and counted; bcspwr10, 19: about even; bayer10, 49: 1.2x faster split).
+COUNTED_MIN_PER_ROW = 24
 # The most entries a sparse product's output buffers start with (``entry_bounds``): ~100 MB of
 # float64 values and int32 coordinates. Past it the kernel grows its buffers as it goes. A
 # bound can be loose many times over (bcsstk33 squared: 4.3e7 multiply-adds, 2.6e6 entries),

@@ -18,15 +18,21 @@ Commands fall into three groups:
 """
 from __future__ import annotations
 
+import dataclasses
 import enum
 from dataclasses import dataclass
+from typing import Any, Mapping
 
 from tensoralg.errors import NotationError
 from tensoralg.notation.ast import (
+    Access,
+    Assignment,
     Expr,
     Reduce,
 )
+from tensoralg.notation.canonical import rename_indices
 from tensoralg.notation.parse_statement import parse_statement
+from tensoralg.notation.printer import format_expr
 from tensoralg.notation.reductions import children, with_children
 
 
@@ -368,6 +374,31 @@ def _enum(kind: type[enum.Enum], value: object, what: str):
 Command = (Reorder | Split | Fuse | Pos | Parallelize | Serial | Precompute | Unroll | Vectorize
            | Tile | Jam | Workspaces | TransposeTiles | Gemm)
 
-__all__ = ["Command", "Fuse", "Gemm", "GemmRoute", "Jam", "Parallelize", "Pos", "Precompute", "Reduction", "Reorder",
+__all__ = ["Command", "renamed", "Fuse", "Gemm", "GemmRoute", "Jam", "Parallelize", "Pos", "Precompute", "Reduction", "Reorder",
            "Serial", "Split", "Tail", "Tile", "TransposeTiles", "Unit", "Unroll", "Vectorize",
            "Workspaces", "subexpression", "without_sums"]
+
+
+_INDEX_FIELDS = ("index", "outer", "inner", "fused", "position")
+
+
+def renamed(command: Command, names: Mapping[str, str]) -> Command:
+    """``command`` with each index name ``k`` of ``names`` written ``names[k]`` (in its index
+    fields and in a precompute's subexpression); tensor names and other fields are kept.
+
+    >>> print(renamed(Precompute("A(i,k) * B(k,j)", ("j",)), {"i": "a", "j": "b", "k": "c"}))
+    precompute('A(a,c) * B(c,b)', b, workspace=w, format=dense)
+    """
+    changes: dict[str, Any] = {}
+    for field in dataclasses.fields(command):   # type: ignore[arg-type]
+        value = getattr(command, field.name)
+        if field.name in _INDEX_FIELDS and isinstance(value, str):
+            changes[field.name] = names.get(value, value)
+        elif field.name == "indices":
+            changes[field.name] = tuple(names.get(v, v) for v in value)
+        elif field.name == "expr" and isinstance(command, Precompute):
+            # written without its sums, which the statement places (``subexpression``)
+            parsed = Assignment(Access("precomputed_", ()), subexpression(value))
+            changes[field.name] = format_expr(rename_indices(parsed, names).rhs)
+    return dataclasses.replace(command, **changes)   # type: ignore[type-var]
+

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Mapping
 
 from tensoralg.errors import NotationError
 from tensoralg.notation.ast import Assignment, accesses
@@ -32,6 +32,7 @@ from .commands import (
     Unroll,
     Vectorize,
     Workspaces,
+    renamed,
 )
 
 
@@ -49,6 +50,15 @@ class Schedule:
     """
 
     commands: tuple[Command, ...] = ()
+
+    def renamed(self, names: Mapping[str, str]) -> "Schedule":
+        """This schedule for the same statement written with other index names: each index
+        ``k`` of ``names`` becomes ``names[k]``.
+
+        >>> print(Schedule().reorder("i", "j").parallelize("i").renamed({"i": "a"}))
+        reorder(a, j); parallelize(a)
+        """
+        return Schedule(tuple(renamed(command, names) for command in self.commands))
 
     def then(self, command: Command) -> "Schedule":
         """This schedule followed by ``command``."""
