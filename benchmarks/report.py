@@ -97,12 +97,12 @@ TARGET_NOTES: dict[str, str] = {
                       "entries' dot products jammed; the per-call copy of Y relaid along the "
                       "rank is the largest cost left (bayer10: 119 of ~480 µs on two threads, "
                       "timed apart on 2026-12-04, not kept)",
-    "spgemm vs scipy": "tensoralg sorts every output row (scipy does not); rows of a few "
-                       "entries each (road networks, circuit matrices: luxembourg_osm, "
-                       "cryg2500, bcspwr10) run at 1.0-1.2x scipy's speed, denser ones at "
-                       "1.5-2.5x; a split product still copies its ranges' pieces into one "
-                       "output (no symbolic count first), so it splits only from ~6e6 "
-                       "multiply-adds",
+    "spgemm vs scipy": "at the goal's edge: tensoralg sorts every output row (scipy does "
+                       "not); rows of a few multiply-adds each (road networks, circuit "
+                       "matrices: luxembourg_osm, cryg2500, bcspwr10, lp_ship04l) run on one "
+                       "thread at 1.0-1.1x scipy's speed, since counting them first for a "
+                       "split costs as much as the second thread saves "
+                       "(threads.COUNTED_MIN_PER_ROW); longer rows split at 1.4-2.2x",
     "add vs scipy": "one thread: a split add joins its ranges by copying what the second thread "
                     "saved (copy-free parallel assembly is not built), so a sum runs whole; on "
                     "small sums the call's Python dispatch is most of the difference",
