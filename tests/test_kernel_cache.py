@@ -266,3 +266,27 @@ def test_a_damaged_lowered_entry_is_lowered_again(tmp_path):
     again = run_child(tmp_path / "k", LOWERED_CHILD)
     assert again["ok"] and again["compiles"] == 0     # machine code still good, IR rebuilt
     assert _run_without_lowering(tmp_path / "k")["ok"]   # and stored again, whole
+
+
+def test_the_garbage_collector_pauses_only_while_a_kernel_compiles(monkeypatch):
+    import gc
+
+    import tensoralg.api as api
+
+    seen = []
+    original = api.lower
+
+    def spy(*args, **kwargs):
+        seen.append(gc.isenabled())
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(api, "lower", spy)
+    assert gc.isenabled()
+    ta.compile("y(i) = A(i,j) * x(j) * 3.25", formats={"A": "csr"})
+    assert seen == [False] and gc.isenabled()
+    gc.disable()          # a caller that paused it keeps it paused
+    try:
+        ta.compile("y(i) = A(i,j) * x(j) * 5.75", formats={"A": "csr"})
+        assert seen == [False, False] and not gc.isenabled()
+    finally:
+        gc.enable()
