@@ -117,9 +117,10 @@ TARGET_NOTES: dict[str, str] = {
     "spmm vs fastest other system": "MKL's inspector-executor and torch.sparse ran on both "
                                     "cores; tensoralg's second thread gives 1.1-1.4x here",
     "sddmm vs fastest other system": "torch.sparse's sampled product ran on both cores",
-    "kernel call vs scipy, small SpMV": "a compiled kernel's call checks and packs its operands "
-                                        "in Python (~4 µs over scipy's); 1.47-1.99 across runs "
-                                        "on this VM; the bound call is well under scipy's",
+    "kernel call vs scipy, small SpMV": "at the goal's edge: a compiled kernel's call checks "
+                                        "and packs its operands in Python (~1.5 µs over "
+                                        "scipy's); 1.46-1.66 across runs of the same code on "
+                                        "this VM; the bound call is well under scipy's",
     "einsum call vs scipy, small SpMV": "~4 µs of Python dispatch over scipy's ~4 µs; "
                                         "1.68-2.04 across runs on this VM",
     "spgemm vs fastest other system": "MKL returns unsorted rows; tensoralg sorts every row",
@@ -129,7 +130,12 @@ TARGET_NOTES: dict[str, str] = {
                                             "a small part; gemm builds the hand-written GEMM "
                                             "module (once per machine); each register-tile "
                                             "width of a sparse product costs LLVM 20-35 ms "
-                                            "(SpMM has four and the rest)",
+                                            "(SpMM has four and the rest); LLVM's loop "
+                                            "vectorizer is 15-20 ms of each compile, and "
+                                            "without it SpMV ran 1.1-1.4x slower (ad hoc, "
+                                            "2026-12-04, not kept), so it stays; a CSR add "
+                                            "of ~700 lines of IR takes 28 ms to optimise and "
+                                            "24 ms to emit even at O1 on this VM",
     "first call, new process, cache hit": "the lowered program and its IR digest come from "
                                           "the cache; what is left is unpickling them, loading "
                                           "the shared object (a private copy) and the source "
@@ -138,7 +144,9 @@ TARGET_NOTES: dict[str, str] = {
                                           "kernel within 3-4 ms in the morning, 7.5-9.4 ms in "
                                           "the evening; an ad hoc side-by-side of two "
                                           "checkouts that evening, not kept: fd24593 6.0 ms, "
-                                          "0ab8af7 6.2)",
+                                          "0ab8af7 6.2; later, 2e2d080 at 3.4-4.4 ms and "
+                                          "c1358c9 at 4.0-5.3, while a side-by-side of the two "
+                                          "in one window gave 6.1-6.8 and 6.0-8.9 ms)",
     "dense GEMM 1024^3 float64": "the default route is a BLAS dispatch through NumPy's own "
                                  "gemm; a gap here is the call's fixed cost or noise",
     "dense GEMM 1024^3 float32": "as for float64",
