@@ -76,3 +76,19 @@ def test_row_weights_and_bounds_agree_with_and_without_the_kernel(counter):
     product = (a @ b).tocsr()
     assert np.all(np.diff(product.indptr) <= np.diff(np.asarray(
         entry_bounds(work, tensors, 300, smallest=0, counter=counter))))
+
+
+def test_small_counts_load_the_kernel_after_the_first_few(tmp_path, monkeypatch):
+    """NumPy counts a process's first few small products; later ones take the kernel."""
+    from tensoralg.codegen import DiskCache
+    built = []
+    counter = ReachCounter(DiskCache(str(tmp_path)))
+    original = counter._kernel
+    monkeypatch.setattr(counter, "_kernel", lambda *a: built.append(a) or original(*a))
+    a = sp.random(60, 50, density=0.1, format="csr", random_state=4)
+    b = sp.random(50, 40, density=0.2, format="csr", random_state=5)
+    want = _expected(a, b, 7)
+    for call in range(reach_module.NUMPY_COUNTS_FIRST + 2):
+        reach, capped = counter.reach(a.indptr, a.indices, b.indptr, 7)
+        assert reach.tolist() == want[0] and capped.tolist() == want[1]
+        assert bool(built) == (call >= reach_module.NUMPY_COUNTS_FIRST)

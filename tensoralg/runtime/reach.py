@@ -16,7 +16,8 @@ cumulative arrays (the plain counts and the capped ones) directly.
 Its reads are in bounds for storage the validator has passed: ``A``'s ``pos`` bounds the
 loop over ``crd`` and every coordinate is below ``B``'s row count, whose ``pos`` has one more
 entry. Below :data:`NUMPY_COUNT_MOST` coordinates, and until a process has the kernel loaded,
-NumPy counts instead (loading the kernel costs 1-2 ms of a new process's first product).
+NumPy counts instead (loading the kernel costs 1-2 ms of a new process's first product), for
+the first :data:`NUMPY_COUNTS_FIRST` counts only.
 """
 from __future__ import annotations
 
@@ -32,6 +33,10 @@ from tensoralg.runtime.args import data_address
 
 _INDEX = {np.dtype(np.int32): I32, np.dtype(np.int64): I64}
 NUMPY_COUNT_MOST = 20_000
+# ... but only for a process's first few counts: NumPy takes ~90 µs for 1.2e4 coordinates (two
+# gathers, two cumulative sums; cryg2500 squared, whose kernel runs in ~100 µs), the native
+# kernel a few, so a process that keeps multiplying small matrices loads it after these.
+NUMPY_COUNTS_FIRST = 4
 
 
 def reach_counter(a_index: Scalar, b_index: Scalar) -> Function:
@@ -100,6 +105,7 @@ class ReachCounter:
         self.disk = disk
         self._kernels: dict[tuple[np.dtype, np.dtype], CompiledKernel] = {}
         self._lock = threading.Lock()
+        self._numpy_counts = 0
 
     def _kernel(self, a_dtype: np.dtype, b_dtype: np.dtype) -> CompiledKernel:
         kernel = self._kernels.get((a_dtype, b_dtype))
@@ -128,7 +134,9 @@ class ReachCounter:
         native = a_pos.dtype == a_crd.dtype and all(d in _INDEX for d in dtypes) and \
             a_pos.ndim == a_crd.ndim == b_pos.ndim == 1 and a_pos.shape[0] >= 1 and \
             all(x.flags.c_contiguous for x in (a_pos, a_crd, b_pos))
-        if not native or (a_crd.shape[0] <= NUMPY_COUNT_MOST and dtypes not in self._kernels):
+        if not native or (a_crd.shape[0] <= NUMPY_COUNT_MOST and dtypes not in self._kernels
+                          and self._numpy_counts < NUMPY_COUNTS_FIRST):
+            self._numpy_counts += 1
             return numpy_reach(a_pos, a_crd, b_pos, columns)
         cap = np.iinfo(np.int64).max if columns is None else max(0, int(columns))
         rows = a_pos.shape[0] - 1
