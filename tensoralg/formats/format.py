@@ -33,6 +33,8 @@ class Format:
     levels: tuple[LevelKind, ...]
     order: tuple[int, ...]
     name: str | None = field(default=None, compare=False)
+    # ``is_dense``, found once: the runtime asks it of every operand of every call
+    _all_dense: bool = field(default=False, compare=False, repr=False)
 
     def __init__(self, levels: str | Sequence[LevelKind | str], order: Sequence[int] | None = None,
                  name: str | None = None) -> None:
@@ -49,6 +51,7 @@ class Format:
         object.__setattr__(self, "levels", kinds)
         object.__setattr__(self, "order", mode_order)
         object.__setattr__(self, "name", name)
+        object.__setattr__(self, "_all_dense", all(kind is LevelKind.DENSE for kind in kinds))
         self._validate()
 
     def _validate(self) -> None:
@@ -82,7 +85,7 @@ class Format:
     @property
     def is_dense(self) -> bool:
         """All levels dense (the order may still be permuted)."""
-        return all(kind is LevelKind.DENSE for kind in self.levels)
+        return self._all_dense
 
     @property
     def is_identity_order(self) -> bool:
