@@ -134,7 +134,17 @@ def dense(rank: int) -> Format:
     """
     if not isinstance(rank, (int, np.integer)) or isinstance(rank, bool) or rank < 0:
         raise FormatError(f"dense() takes a rank, an integer of at least 0, not {rank!r}")
-    return Format("d" * rank, name=f"dense({rank})" if rank else "dense(0)")
+    rank = int(rank)
+    # One object per rank (formats are immutable): the runtime asks for these on every call
+    # (each NumPy operand's format, the layout check of every kernel key), and building and
+    # validating a Format costs a few microseconds.
+    found = _DENSE.get(rank)
+    if found is None:
+        found = _DENSE[rank] = Format("d" * rank, name=f"dense({rank})")
+    return found
+
+
+_DENSE: dict[int, Format] = {}
 
 
 CSR = Format("ds", name="csr")
