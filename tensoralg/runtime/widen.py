@@ -63,6 +63,9 @@ def _dtype_of(operand: Any) -> np.dtype | None:
         return None
 
 
+_OBJECT = np.dtype(object)
+
+
 def widened(operands: Sequence[Any], dtype: Any) -> tuple[tuple, np.dtype, np.dtype] | None:
     """``(operands in the compute dtype, result dtype, compute dtype)`` when some operand or
     ``dtype=`` is one the kernels do not compute in; None when none is (nothing to do).
@@ -72,12 +75,14 @@ def widened(operands: Sequence[Any], dtype: Any) -> tuple[tuple, np.dtype, np.dt
     (['int64', 'int64'], 'int8', 'int64')
     """
     dtypes = [_dtype_of(op) for op in operands]
+    if dtype is None and all(d is None or d in _NATIVE for d in dtypes):
+        return None           # the common case, asked on every einsum call
     try:
         wanted = np.dtype(dtype) if dtype is not None else None
     except TypeError:
         return None           # not a dtype: the API's own check says so
     for k, d in enumerate(dtypes):
-        if d == np.dtype(object) and wanted is not None and \
+        if d == _OBJECT and wanted is not None and \
                 (wanted in _NATIVE or wanted in _COMPUTE):
             continue          # cast to dtype= on the way in, as NumPy does (casting="unsafe")
         if d is not None and d not in _NATIVE and d not in _COMPUTE:
