@@ -171,16 +171,14 @@ from tensoralg.runtime.replay import (
 from tensoralg.runtime.sequence import CallSequence, NativeGroup, Slot
 from tensoralg.runtime.stitch import join_rows, run_ranges, varying_slots
 from tensoralg.runtime.threads import (
-    COUNTED_MIN_PER_ROW,
-    COUNTED_MULTIPLY_ADDS_PER_UNIT,
     GATHER_UNITS,
     MIN_ROWS_PER_THREAD,
-    MULTIPLY_ADDS_PER_UNIT,
     NATIVE_RANGES_PER_THREAD,
     KernelThreads,
     entry_bounds,
     first_capacity,
     first_guess,
+    product_work,
     row_weights,
     split,
 )
@@ -419,9 +417,9 @@ LOWERED = "lowered"   # the disk cache's kind for a kernel's lowered program and
 def _collector_paused() -> Iterator[None]:
     """Python's cyclic garbage collector paused while a kernel compiles: lowering and the IR
     passes make tens of thousands of small objects, which set off full collections that walk
-    every object of the process (10-20 ms of a 100 ms first call, measured on the development
-    VM with NumPy and scipy loaded); the collector runs again, as before, once the kernel is
-    built. A caller that had paused it keeps it paused."""
+    every object of the process (10-20 ms of a 100 ms first call on the development VM with
+    NumPy and scipy loaded: an ad hoc A/B, not kept; `benchmarks/overhead.py` times first
+    calls); the collector runs again, as before, once the kernel is built. A caller that had paused it keeps it paused."""
     paused = gc.isenabled()
     if paused:
         gc.disable()
@@ -820,10 +818,8 @@ class _Dispatch:
         # rows are counted first splits like a dense output, where its rows are long enough
         # (_thread_ranges).
         counted = self.compiled.counted_by is not None
-        product = 0 if entries is None else int(entries[-1])
-        if counted and entries is not None and product < COUNTED_MIN_PER_ROW * (len(entries) - 1):
-            product = 0
-        product //= COUNTED_MULTIPLY_ADDS_PER_UNIT if counted else MULTIPLY_ADDS_PER_UNIT
+        product = 0 if entries is None else \
+            product_work(int(entries[-1]), len(entries) - 1, counted)
         if self.splittable and cache.threads.threads > 1 and \
                 cache.threads.parts(product if counted and entries is not None else
                                     max(self._work(operands, shape), product),
@@ -1662,18 +1658,13 @@ def _counted_product(compiled: CompiledProgram, tensors: Mapping[str, Tensor],
 def _run_counter(function: Any, args: list, bounds: Sequence[int]) -> int:
     """Run a row counter (``runtime/count.py``) over the thread ranges ``bounds``: on the
     native pool where there is one, else on the pool's Python threads."""
-    cache = kernel_cache()
     parts = len(bounds) - 1
-    pool = cache.threads.native_pool() if native_pool_supported() else None
-    if pool is not None and NativeSplit.supports(function):
-        key = ("row counter", id(function), parts)
-        split = cache.splits.get(key)
-        if split is None:
-            split = cache.splits[key] = NativeSplit(function, COUNTER_RANGE_SLOTS, parts, pool,
-                                                    "row counter")
-        return split(args, bounds)
-    return max(cache.threads.run(lambda part: function(*part), args, COUNTER_RANGE_SLOTS,
-                                 bounds))
+    native = _native_ranges(("row counter", id(function), parts), function,
+                            COUNTER_RANGE_SLOTS, parts, "row counter")
+    if native is not None:
+        return native(args, bounds)
+    return max(kernel_cache().threads.run(lambda part: function(*part), args,
+                                          COUNTER_RANGE_SLOTS, bounds))
 
 
 def delivered(program: Program, tensor: Tensor) -> Tensor:
@@ -1753,10 +1744,10 @@ def _thread_ranges(compiled: CompiledProgram, tensors: Mapping[str, Tensor],
             # A sparse product's work is its multiply-adds, which the operands' stored
             # entries undercount many times over (bcsstk16 squared: 60x).
             weights = row_weights(work_by_row, tensors, kernel_cache().reach)
-            work = max(work, int(weights[-1]) // (COUNTED_MULTIPLY_ADDS_PER_UNIT if counted
-                                                  else MULTIPLY_ADDS_PER_UNIT))
-            if counted and int(weights[-1]) < COUNTED_MIN_PER_ROW * size:
-                return None
+            product = product_work(int(weights[-1]), size, counted)
+            if counted and product == 0:
+                return None        # rows too short to count twice: one appending call
+            work = max(work, product)
         parts = min(threads.parts(work, native), size // MIN_ROWS_PER_THREAD)
         if native and parts > 1 and NativeSplit.supports(compiled.kernel.function):
             parts = max(parts, min(parts * NATIVE_RANGES_PER_THREAD,
@@ -1795,17 +1786,22 @@ def _native_split(compiled: CompiledProgram, parts: int, sparse: bool = False
     """The kernel's ranges as one call on the native pool (``runtime/native_split.py``),
     built on first use per kernel and number of ranges; None where there is no pool. A
     ``sparse`` output's ranges also get buffers of their own (``stitch.run_ranges``)."""
+    return _native_ranges((compiled.key, parts, sparse), compiled.kernel.function,
+                          compiled.arguments.range_slots, parts, compiled.function.name,
+                          varying_slots(compiled.arguments) if sparse else None)
+
+
+def _native_ranges(key: tuple, function: Any, slots: Any, parts: int, name: str,
+                   varying: Sequence[int] | None = None) -> NativeSplit | None:
+    """``function``'s ``parts`` ranges (its range arguments at ``slots``) as one call on the
+    native pool, kept in the kernel cache under ``key``; None where there is no pool."""
     cache = kernel_cache()
-    key = (compiled.key, parts, sparse)
     found = cache.splits.get(key)
     if found is None:
-        function = compiled.kernel.function
         pool = cache.threads.native_pool() if native_pool_supported() else None
         if pool is None or not NativeSplit.supports(function):
             return None
-        varying = varying_slots(compiled.arguments) if sparse else None
-        found = cache.splits[key] = NativeSplit(function, compiled.arguments.range_slots,
-                                                parts, pool, compiled.function.name, varying)
+        found = cache.splits[key] = NativeSplit(function, slots, parts, pool, name, varying)
     return found
 
 
@@ -2040,6 +2036,7 @@ class Kernel:
         if names and len(names) == len(mine) and names != mine:
             applied = applied.renamed(dict(zip(names, mine)))
         return applied
+
     def source(self, lang: str = "ir") -> str:
         """The kernel as ``"ir"`` (with the compiler's notes), ``"c"``, ``"llvm"`` or ``"cuda"``."""
         assert self._default is not None

@@ -108,7 +108,7 @@ def any_work_splits(monkeypatch):
     """Every call is worth splitting: small inputs take the threaded path."""
     monkeypatch.setattr(threads_module, "MIN_WORK_PER_THREAD", 1)
     monkeypatch.setattr(threads_module, "MIN_WORK_PER_THREAD_NATIVE", 1)
-    monkeypatch.setattr(api, "COUNTED_MIN_PER_ROW", 0)   # short rows are counted too
+    monkeypatch.setattr(threads_module, "COUNTED_MIN_PER_ROW", 0)   # short rows counted too
     before = ta.get_num_threads()
     yield
     ta.set_num_threads(before)
@@ -200,7 +200,7 @@ SANITIZED = textwrap.dedent("""
     import tensoralg.api as api
     import tensoralg.runtime.threads as threads
     threads.MIN_WORK_PER_THREAD = threads.MIN_WORK_PER_THREAD_NATIVE = 1
-    api.COUNTED_MIN_PER_ROW = 0      # CSR products count their rows and fill them in place
+    threads.COUNTED_MIN_PER_ROW = 0  # CSR products count their rows and fill them in place
     rng = np.random.default_rng(0)
     A = sp.random_array((37, 70), density=0.15, format="csr", random_state=1)
     A = sp.csr_array(A.toarray() * (rng.random((37, 1)) > 0.3))     # all-zero rows

@@ -83,8 +83,8 @@ def test_small_counts_load_the_kernel_after_the_first_few(tmp_path, monkeypatch)
     from tensoralg.codegen import DiskCache
     built = []
     counter = ReachCounter(DiskCache(str(tmp_path)))
-    original = counter._kernel
-    monkeypatch.setattr(counter, "_kernel", lambda *a: built.append(a) or original(*a))
+    original = counter.kernels.get
+    monkeypatch.setattr(counter.kernels, "get", lambda *a: built.append(a) or original(*a))
     a = sp.random(60, 50, density=0.1, format="csr", random_state=4)
     b = sp.random(50, 40, density=0.2, format="csr", random_state=5)
     want = _expected(a, b, 7)

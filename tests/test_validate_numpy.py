@@ -50,7 +50,7 @@ def test_numpy_status_matches_the_kernel(dtype, check_order, tmp_path):
     from tensoralg.codegen import DiskCache
 
     checker = StorageValidator(DiskCache(tmp_path))
-    kernel = checker._kernel(np.dtype(dtype)).function
+    kernel = checker.kernels.get(np.dtype(dtype)).function
     status = np.zeros(1, dtype=np.int64)
     seen = set()
     for seed in range(200):
@@ -70,7 +70,7 @@ def test_a_new_validator_checks_a_small_level_without_loading_its_kernel(tmp_pat
     pos, crd = np.array([0, 2, 3], dtype=np.int32), np.array([0, 4, 1], dtype=np.int32)
     assert checker.compressed(pos, crd, 5) == validate.VALID
     assert checker.compressed(pos, np.array([4, 0, 1], dtype=np.int32), 5) == validate.UNSORTED
-    assert not checker._kernels
+    assert (np.dtype(np.int32),) not in checker.kernels
     big = np.arange(validate.NUMPY_CHECK_MOST + 1, dtype=np.int32)
     assert checker.compressed(np.array([0, len(big)], dtype=np.int32), big, len(big)) == 0
-    assert np.dtype(np.int32) in checker._kernels
+    assert (np.dtype(np.int32),) in checker.kernels

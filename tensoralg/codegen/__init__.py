@@ -6,7 +6,7 @@ building and loading (`build.py`), and the on-disk kernel cache (`cache.py`). Im
 this package does not load LLVM).
 """
 
-from tensoralg.codegen.build import CompiledKernel, build, emit_source, ir_digest
+from tensoralg.codegen.build import CompiledKernel, HelperKernels, build, emit_source, ir_digest
 from tensoralg.codegen.cache import DiskCache, default_cache_dir
 
-__all__ = ["CompiledKernel", "DiskCache", "build", "default_cache_dir", "emit_source", "ir_digest"]
+__all__ = ["CompiledKernel", "DiskCache", "HelperKernels", "build", "default_cache_dir", "emit_source", "ir_digest"]

@@ -14,8 +14,10 @@ import hashlib
 import os
 import struct
 import tempfile
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from tensoralg.codegen.c import C_FLAGS, CEmitter, compile_c, compiler_command
 from tensoralg.codegen.cache import DiskCache
@@ -335,3 +337,36 @@ def function_address(keepalive: tuple[object, ...], name: str) -> int:
     if not address:
         raise CompileError(f"the loaded module does not export {name!r}")
     return address
+
+
+class HelperKernels:
+    """The runtime's own small kernels (storage checks, a product's counts per row), built
+    from ``make(*key)`` once per key (index dtypes), through the on-disk cache under the IR
+    function's name and the compiler's source fingerprint.
+
+    >>> # helpers = HelperKernels(compressed_validator, disk); helpers.get(I32).function(...)
+    """
+
+    def __init__(self, make: Callable[..., Function], disk: DiskCache | None = None) -> None:
+        self.make, self.disk = make, disk
+        self._built: dict[tuple, CompiledKernel] = {}
+        self._lock = threading.Lock()
+
+    def __contains__(self, key: tuple) -> bool:
+        """Whether the kernel for ``key`` is built already."""
+        return key in self._built
+
+    def get(self, *key: object) -> CompiledKernel:
+        """The kernel ``make(*key)``, built on first use."""
+        kernel = self._built.get(key)
+        if kernel is None:
+            with self._lock:
+                kernel = self._built.get(key)
+                if kernel is None:
+                    from tensoralg._version import source_fingerprint
+
+                    fn = self.make(*key)
+                    kernel = self._built[key] = build(
+                        fn, "llvm", cache=self.disk, key=f"{fn.name}-{source_fingerprint()}")
+        return kernel
+

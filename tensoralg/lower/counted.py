@@ -5,7 +5,7 @@ output row in a dense workspace and appends it. On several threads each range of
 append into buffers of its own, and the pieces were copied into one matrix afterwards
 (``runtime/stitch.py``); on a virtual machine that copy, into freshly faulted pages, cost about
 what the second thread saved (bayer10 squared, split by force: 2.9 ms on one thread, 2.9 on
-two, about 1.8 of them in the join by a cProfile; 2026-12-04). Counting first, as MKL's and scipy's products do, removes the join: the runtime counts
+two, about 1.8 of them in the join by a cProfile; 2026-12-04, not kept). Counting first, as MKL's and scipy's products do, removes the join: the runtime counts
 the distinct columns of every row (``runtime/count.py``, split over the same thread ranges),
 sums them into the output's ``pos``, allocates ``crd`` and ``vals`` exactly, and each range of
 the kernel lowered here writes its rows in place.

@@ -43,16 +43,17 @@ def rename_indices(stmt: Assignment, names: Mapping[str, str]) -> Assignment:
     'y(p) = x(p)'
     """
     lhs = Access(stmt.lhs.tensor, tuple(names.get(i, i) for i in stmt.lhs.indices))
-    return Assignment(lhs, _rename(stmt.rhs, names))
+    return Assignment(lhs, rename_expr(stmt.rhs, names))
 
 
-def _rename(expr: Expr, names: Mapping[str, str]) -> Expr:
+def rename_expr(expr: Expr, names: Mapping[str, str]) -> Expr:
+    """``expr`` with every index variable ``k`` replaced by ``names[k]`` (others kept)."""
     match expr:
         case Access(tensor, indices):
             return Access(tensor, tuple(names.get(i, i) for i in indices))
         case Reduce(index, body):
-            return Reduce(names.get(index, index), _rename(body, names))
-    return with_children(expr, [_rename(child, names) for child in children(expr)])
+            return Reduce(names.get(index, index), rename_expr(body, names))
+    return with_children(expr, [rename_expr(child, names) for child in children(expr)])
 
 
 def _appearance(expr: Expr, order: dict[str, None]) -> None:

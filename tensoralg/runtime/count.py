@@ -13,13 +13,11 @@ coordinates are below ``columns``.
 """
 from __future__ import annotations
 
-import threading
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from tensoralg._version import source_fingerprint
-from tensoralg.codegen import CompiledKernel, DiskCache, build
+from tensoralg.codegen import CompiledKernel, DiskCache, HelperKernels
 from tensoralg.errors import KernelRuntimeError
 from tensoralg.ir import build as b
 from tensoralg.ir.nodes import I32, I64, Function, Ptr, Scalar, Var
@@ -74,20 +72,11 @@ class RowCounter:
     kernel cache) and runs them over thread ranges."""
 
     def __init__(self, disk: DiskCache | None = None) -> None:
-        self.disk = disk
-        self._kernels: dict[tuple[np.dtype, np.dtype], CompiledKernel] = {}
-        self._lock = threading.Lock()
+        self.kernels = HelperKernels(lambda a, b: row_counter(_INDEX[a], _INDEX[b]), disk)
 
     def kernel(self, a_dtype: np.dtype, b_dtype: np.dtype) -> CompiledKernel:
         """The counter for A's and B's index dtypes, built on first use."""
-        kernel = self._kernels.get((a_dtype, b_dtype))
-        if kernel is None:
-            with self._lock:
-                fn = row_counter(_INDEX[a_dtype], _INDEX[b_dtype])
-                kernel = build(fn, "llvm", cache=self.disk,
-                               key=f"{fn.name}-{source_fingerprint()}")
-                self._kernels[(a_dtype, b_dtype)] = kernel
-        return kernel
+        return self.kernels.get(a_dtype, b_dtype)
 
     def pos(self, a: Any, b: Any, columns: int, bounds: Sequence[int], index_dtype: np.dtype,
             run: Callable[[Any, list, Sequence[int]], int]) -> np.ndarray:

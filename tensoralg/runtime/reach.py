@@ -21,12 +21,9 @@ the first :data:`NUMPY_COUNTS_FIRST` counts only.
 """
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 
-from tensoralg._version import source_fingerprint
-from tensoralg.codegen import CompiledKernel, DiskCache, build
+from tensoralg.codegen import DiskCache, HelperKernels
 from tensoralg.ir import build as b
 from tensoralg.ir.nodes import I32, I64, Function, Ptr, Scalar, Var
 from tensoralg.runtime.args import data_address
@@ -35,7 +32,8 @@ _INDEX = {np.dtype(np.int32): I32, np.dtype(np.int64): I64}
 NUMPY_COUNT_MOST = 20_000
 # ... but only for a process's first few counts: NumPy takes ~90 µs for 1.2e4 coordinates (two
 # gathers, two cumulative sums; cryg2500 squared, whose kernel runs in ~100 µs), the native
-# kernel a few, so a process that keeps multiplying small matrices loads it after these.
+# kernel a few, so a process that keeps multiplying small matrices loads it after these
+# (cProfile, 2026-12-04, not kept).
 NUMPY_COUNTS_FIRST = 4
 
 
@@ -102,20 +100,8 @@ class ReachCounter:
     cache) and runs them."""
 
     def __init__(self, disk: DiskCache | None = None) -> None:
-        self.disk = disk
-        self._kernels: dict[tuple[np.dtype, np.dtype], CompiledKernel] = {}
-        self._lock = threading.Lock()
+        self.kernels = HelperKernels(lambda a, b: reach_counter(_INDEX[a], _INDEX[b]), disk)
         self._numpy_counts = 0
-
-    def _kernel(self, a_dtype: np.dtype, b_dtype: np.dtype) -> CompiledKernel:
-        kernel = self._kernels.get((a_dtype, b_dtype))
-        if kernel is None:
-            with self._lock:
-                fn = reach_counter(_INDEX[a_dtype], _INDEX[b_dtype])
-                kernel = build(fn, "llvm", cache=self.disk,
-                               key=f"{fn.name}-{source_fingerprint()}")
-                self._kernels[(a_dtype, b_dtype)] = kernel
-        return kernel
 
     def reach(self, a_pos: np.ndarray, a_crd: np.ndarray, b_pos: np.ndarray,
               columns: int | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -134,7 +120,7 @@ class ReachCounter:
         native = a_pos.dtype == a_crd.dtype and all(d in _INDEX for d in dtypes) and \
             a_pos.ndim == a_crd.ndim == b_pos.ndim == 1 and a_pos.shape[0] >= 1 and \
             all(x.flags.c_contiguous for x in (a_pos, a_crd, b_pos))
-        if not native or (a_crd.shape[0] <= NUMPY_COUNT_MOST and dtypes not in self._kernels
+        if not native or (a_crd.shape[0] <= NUMPY_COUNT_MOST and dtypes not in self.kernels
                           and self._numpy_counts < NUMPY_COUNTS_FIRST):
             self._numpy_counts += 1
             return numpy_reach(a_pos, a_crd, b_pos, columns)
@@ -142,7 +128,7 @@ class ReachCounter:
         rows = a_pos.shape[0] - 1
         reach = np.empty(rows + 1, dtype=np.int64)
         capped = np.empty(rows + 1, dtype=np.int64)
-        self._kernel(*dtypes).function(data_address(a_pos), data_address(a_crd),
+        self.kernels.get(*dtypes).function(data_address(a_pos), data_address(a_crd),
                                        data_address(b_pos), rows, cap, data_address(reach),
                                        data_address(capped))
         return reach, capped

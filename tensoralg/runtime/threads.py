@@ -200,8 +200,26 @@ COUNTED_MULTIPLY_ADDS_PER_UNIT = 1
 # ... but only where rows hold this many multiply-adds on average (A's entries counted too):
 # counting walks every row a second time, and on short rows that walk is a cache miss per
 # entry, as the product's is (luxembourg_osm squared, 4.5 a row: 3.4 ms on one thread, 4.5-6
-# split and counted; bcspwr10, 19: about even; bayer10, 49: 1.2x faster split).
+# split and counted; bcspwr10, 19: about even; bayer10, 49: 1.2x faster split; one thread
+# against two in one process, 2026-12-04, an ad hoc A/B, not kept: `benchmarks/run.py --only
+# spgemm` measures the result).
 COUNTED_MIN_PER_ROW = 24
+
+
+def product_work(multiply_adds: int, rows: int, counted: bool) -> int:
+    """A sparse product's units of work (``KernelThreads.parts``) from its multiply-adds over
+    ``rows`` rows: ``MULTIPLY_ADDS_PER_UNIT`` to a unit when its ranges are joined; whole when
+    its rows are ``counted`` first, but none (it stays whole) where they average fewer than
+    ``COUNTED_MIN_PER_ROW``.
+
+    >>> product_work(800, 10, False), product_work(800, 10, True), product_work(100, 10, True)
+    (100, 800, 0)
+    """
+    if not counted:
+        return multiply_adds // MULTIPLY_ADDS_PER_UNIT
+    if multiply_adds < COUNTED_MIN_PER_ROW * rows:
+        return 0
+    return multiply_adds // COUNTED_MULTIPLY_ADDS_PER_UNIT
 # The most entries a sparse product's output buffers start with (``entry_bounds``): ~100 MB of
 # float64 values and int32 coordinates. Past it the kernel grows its buffers as it goes. A
 # bound can be loose many times over (bcsstk33 squared: 4.3e7 multiply-adds, 2.6e6 entries),

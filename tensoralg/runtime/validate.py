@@ -24,8 +24,7 @@ import weakref
 
 import numpy as np
 
-from tensoralg._version import source_fingerprint
-from tensoralg.codegen import CompiledKernel, DiskCache, build
+from tensoralg.codegen import DiskCache, HelperKernels
 from tensoralg.ir import build as b
 from tensoralg.ir.nodes import I32, I64, Function, Ptr, Scalar, Var
 from tensoralg.runtime.args import address_of
@@ -123,20 +122,10 @@ class StorageValidator:
 
     def __init__(self, disk: DiskCache | None = None) -> None:
         self.disk = disk
-        self._kernels: dict[np.dtype, CompiledKernel] = {}
-        self._lock = threading.Lock()
+        self.kernels = HelperKernels(lambda dtype: compressed_validator(_INDEX[dtype]), disk)
         self._status = threading.local()   # one status word per thread, reused across calls
         # (id(pos), id(crd)) -> addresses, lengths, dim of arrays already found valid
         self._seen: dict[tuple[int, int], tuple] = {}
-
-    def _kernel(self, dtype: np.dtype) -> CompiledKernel:
-        kernel = self._kernels.get(dtype)
-        if kernel is None:
-            with self._lock:
-                fn = compressed_validator(_INDEX[dtype])
-                kernel = build(fn, "llvm", cache=self.disk, key=f"{fn.name}-{source_fingerprint()}")
-                self._kernels[dtype] = kernel
-        return kernel
 
     def compressed(self, pos: np.ndarray, crd: np.ndarray, dim: int, check_order: bool = True,
                    remember: bool = True) -> int:
@@ -152,7 +141,7 @@ class StorageValidator:
         facts = (address_of(pos), address_of(crd), pos.shape[0], crd.shape[0], dim, check_order)
         if remember and self._seen.get((id(pos), id(crd))) == facts:
             return VALID
-        if remember and crd.shape[0] <= NUMPY_CHECK_MOST and pos.dtype not in self._kernels:
+        if remember and crd.shape[0] <= NUMPY_CHECK_MOST and (pos.dtype,) not in self.kernels:
             result = numpy_status(pos, crd, dim, check_order)
             if result == VALID:
                 self._remember(pos, crd, facts)
@@ -160,7 +149,7 @@ class StorageValidator:
         status = self._status.__dict__.get("buffer")
         if status is None:
             status = self._status.buffer = np.zeros(1, dtype=np.int64)
-        self._kernel(pos.dtype).function(facts[0], facts[1], pos.shape[0] - 1, dim,
+        self.kernels.get(pos.dtype).function(facts[0], facts[1], pos.shape[0] - 1, dim,
                                          crd.shape[0], int(check_order), address_of(status))
         result = int(status[0])
         if result == VALID and remember:

@@ -25,12 +25,10 @@ from typing import Any, Mapping
 
 from tensoralg.errors import NotationError
 from tensoralg.notation.ast import (
-    Access,
-    Assignment,
     Expr,
     Reduce,
 )
-from tensoralg.notation.canonical import rename_indices
+from tensoralg.notation.canonical import rename_expr
 from tensoralg.notation.parse_statement import parse_statement
 from tensoralg.notation.printer import format_expr
 from tensoralg.notation.reductions import children, with_children
@@ -374,9 +372,9 @@ def _enum(kind: type[enum.Enum], value: object, what: str):
 Command = (Reorder | Split | Fuse | Pos | Parallelize | Serial | Precompute | Unroll | Vectorize
            | Tile | Jam | Workspaces | TransposeTiles | Gemm)
 
-__all__ = ["Command", "renamed", "Fuse", "Gemm", "GemmRoute", "Jam", "Parallelize", "Pos", "Precompute", "Reduction", "Reorder",
+__all__ = ["Command", "Fuse", "Gemm", "GemmRoute", "Jam", "Parallelize", "Pos", "Precompute", "Reduction", "Reorder",
            "Serial", "Split", "Tail", "Tile", "TransposeTiles", "Unit", "Unroll", "Vectorize",
-           "Workspaces", "subexpression", "without_sums"]
+           "Workspaces", "renamed", "subexpression", "without_sums"]
 
 
 _INDEX_FIELDS = ("index", "outer", "inner", "fused", "position")
@@ -398,7 +396,6 @@ def renamed(command: Command, names: Mapping[str, str]) -> Command:
             changes[field.name] = tuple(names.get(v, v) for v in value)
         elif field.name == "expr" and isinstance(command, Precompute):
             # written without its sums, which the statement places (``subexpression``)
-            parsed = Assignment(Access("precomputed_", ()), subexpression(value))
-            changes[field.name] = format_expr(rename_indices(parsed, names).rhs)
+            changes[field.name] = format_expr(rename_expr(subexpression(value), names))
     return dataclasses.replace(command, **changes)   # type: ignore[type-var]
 
