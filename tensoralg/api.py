@@ -300,7 +300,8 @@ class KernelCache:
         self.tuned = TunedSchedules(options.cache_dir)   # autotune's winners (tune.py)
         self.splits: dict[tuple, NativeSplit] = {}       # kernels' ranges on the native pool
         self.dispatch: dict[tuple, Any] = {}          # einsum's fast path, see _Dispatch
-        self.recent: dict[str, Any] = {}   # subscripts -> the replay einsum tries first
+        # subscripts, or (subscripts, backend) -> the replay einsum tries first
+        self.recent: dict[str | tuple[str, str], Any] = {}
         self._lock = threading.Lock()
 
     def get(self, key: KernelKey, stmt: Assignment, formats: dict[str, Format],
@@ -518,19 +519,20 @@ def einsum(*operands: Any, out_format: Any = None, formats: Any = None,
         # A repeated plain call: its kernel and argument recipe were remembered (a repeated
         # SDDMM skips planning, ~0.4 ms; a small SpMV's whole cost is this dispatch). The
         # latest replay of these subscripts checks the operands' kinds itself: tried first.
-        if backend is None:
-            fast = _cache.recent.get(operands[0])
-            if fast is not None:
-                result = fast(operands[1:])
-                if result is not None:
-                    return result
+        recent = operands[0] if backend is None else (operands[0], backend) \
+            if type(backend) is str else None
+        fast = _cache.recent.get(recent) if recent is not None else None
+        if fast is not None:
+            result = fast(operands[1:])
+            if result is not None:
+                return result
         signature = _signature(operands[0], operands[1:], backend)
         entry = _cache.dispatch.get(signature) if signature is not None else None
         if entry is not None:
             result = (entry.fast or entry.run)(operands[1:])
             if result is not None:
-                if entry.fast is not None and backend is None:
-                    _cache.recent[operands[0]] = entry.fast
+                if entry.fast is not None and recent is not None:
+                    _cache.recent[recent] = entry.fast
                 return result
         tried = signature is not None   # none remembered, or it declined this call
     # -- dask hook (tensoralg/dask/): a dask.array operand makes the call a blockwise plan
@@ -976,15 +978,16 @@ def _remember(signature: tuple, compiled: CompiledProgram, stmt: Assignment,
     products = handles and compiled.entries_by is not None and compiled.entries_by.products
     if not products and replayable(recipe, sparse=bool(handles)):
         entry = dataclasses.replace(entry, fast=_replay_of(entry, signature[2:]))
-        if store is None and signature[1] is None:
-            _recent_replay(signature[0], entry.fast)
+        if store is None:
+            _recent_replay(signature[0] if signature[1] is None else signature[:2], entry.fast)
     table[signature] = entry
     return entry
 
 
-def _recent_replay(subscripts: str, fast: Any) -> None:
+def _recent_replay(subscripts: str | tuple[str, str], fast: Any) -> None:
     """Make ``fast`` (a replay that checks its operands' kinds itself) the first one a plain
-    ``einsum(subscripts, ...)`` tries, before computing the call's signature."""
+    ``einsum(subscripts, ...)`` tries, before computing the call's signature; ``subscripts``
+    is ``(subscripts, backend)`` for a call that names its backend."""
     recent = kernel_cache().recent
     if len(recent) >= _RECENT_LIMIT:
         recent.clear()
@@ -1005,7 +1008,8 @@ def _replay_of(entry: _Dispatch, guards: tuple) -> Any:
                                  f"memory for its output")
 
     return replay_function(entry.recipe, entry.kinds, entry.equal_sizes, entry.out_dims,
-                           entry.value_dtype, compiled.overwrites, compiled.kernel.function,
+                           entry.value_dtype, compiled.overwrites,
+                           compiled.kernel.call or compiled.kernel.function,
                            lambda matrix: _sound_compressed(matrix, cache.validator),
                            cache.threads if entry.splittable else None, fail,
                            _replayed_split(entry) if entry.splittable and not entry.handles
@@ -1084,7 +1088,7 @@ def _replayed_split(entry: _Dispatch) -> Any:
             bounds = _split_bounds(operands, size, shape, native, threads)
             last[0] = (key, bounds)
         if bounds is None:
-            return compiled.kernel.function(*args)
+            return compiled.kernel(*args)
         runner = _native_split(compiled, len(bounds) - 1)
         if runner is not None:
             return runner(args, bounds)

@@ -784,9 +784,14 @@ def optimize(module: ir.Module, machine: llvm.TargetMachine) -> llvm.ModuleRef:
 
 
 def compile_llvm(fn: Function) -> tuple[str, bytes]:
-    """The optimised LLVM IR text of ``fn`` and its host object code."""
+    """The optimised LLVM IR text of ``fn`` and its host object code, which also exports the
+    packed entry of ``codegen/packed.py``."""
+    from tensoralg.codegen.packed import add_llvm_entry
+
     machine = target_machine()
-    optimised = optimize(emit_module(fn), machine)
+    module = emit_module(fn)
+    add_llvm_entry(module, fn.name, fn.params)
+    optimised = optimize(module, machine)
     return str(optimised), machine.emit_object(optimised)
 
 

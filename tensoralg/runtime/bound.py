@@ -35,6 +35,8 @@ class BoundCall:
                  leading_ranges: bool = False) -> None:
         self.function = function
         self.owner = owner             # what keeps the machine code alive (its CompiledKernel)
+        # A one-range call goes through the kernel's packed entry when it has one.
+        self._call = getattr(owner, "call", None) or function
         self.out = out
         self.what = what
         self._flat = out.reshape(-1)
@@ -122,7 +124,7 @@ class BoundCall:
         if not self.overwrites:
             self._flat.fill(0)
         if len(self.calls) == 1:
-            status = self.function(*self.calls[0])
+            status = self._call(*self.calls[0])
         else:
             function = self.function
             status = max(self.threads.run_calls(lambda args: function(*args), self.calls))
