@@ -58,7 +58,7 @@ def add_llvm_entry(module: "ir.Module", name: str, params: Sequence[Param]) -> N
     The kernel is marked ``noinline``: the entry stays a load of each slot and one tail call,
     rather than a second copy of the kernel's body for LLVM to optimise and emit.
     """
-    from llvmlite import ir     # loaded with the LLVM backend only
+    from llvmlite import ir  # loaded with the LLVM backend only
 
     kernel = module.get_global(name)
     kernel.attributes.add("noinline")
