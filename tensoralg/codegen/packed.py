@@ -46,7 +46,7 @@ def slot_format(params: Sequence[Param]) -> str:
     """The ``struct`` format of the packed slots of ``params`` (standard sizes, no padding).
 
     >>> from tensoralg.ir.nodes import Var
-    >>> slot_format([Param(Var("n", Scalar.I32)), Param(Var("a", Scalar.F32))])
+    >>> slot_format([Param(Var("n", Scalar.I32), "n"), Param(Var("a", Scalar.F32), "a")])
     '=qd'
     """
     return "=" + "".join("d" if p.var.dtype in _FLOATS else "q" for p in params)
@@ -92,7 +92,8 @@ def c_entry(name: str, params: Sequence[Param]) -> str:
     """The C source of ``<name>__packed``, appended to the kernel's translation unit.
 
     >>> from tensoralg.ir.nodes import Var
-    >>> print(c_entry("k", [Param(Var("n", Scalar.I64)), Param(Var("x", Ptr(Scalar.F64)))]))
+    >>> print(c_entry("k", [Param(Var("n", Scalar.I64), "n"),
+    ...                     Param(Var("x", Ptr(Scalar.F64)), "x")]))
     <BLANKLINE>
     typedef union { int64_t i; double d; void *p; } ta_packed_slot;
     int32_t k__packed(const ta_packed_slot *slots) {
