@@ -75,6 +75,7 @@ from tensoralg.formats.tensor import VALUE_DTYPES
 from tensoralg.ir.nodes import Function
 from tensoralg.ir.passes.pipeline import IRLog, optimize
 from tensoralg.ir.printer import format_function
+from tensoralg.lower.assemble import stores_within_operands
 from tensoralg.lower.concretize import concretize, layout_free
 from tensoralg.lower.counted import count_rows, counted_factors
 from tensoralg.lower.gemm_form import (
@@ -1550,9 +1551,25 @@ _INT32, _INT64 = np.dtype(np.int32), np.dtype(np.int64)
 _INDEX_DTYPES = (_INT32, _INT64)
 
 
-def _out_index_dtype(shape: tuple[int, ...]) -> np.dtype:
-    """int32 coordinates and positions when every stored count fits, as scipy chooses."""
-    return _INT32 if math.prod(shape) < 2**31 - 1 else _INT64
+def _out_index_dtype(shape: tuple[int, ...], stored: int | None = None) -> np.dtype:
+    """int32 coordinates and positions when every stored count fits, as scipy chooses: when
+    the output's shape holds fewer than 2**31 - 1 elements, or when its entries are bounded
+    by ``stored`` (the operands' stored entries, for a statement whose output cannot hold
+    more: ``lower.assemble.stores_within_operands``) and every dimension fits too."""
+    if math.prod(shape) < 2**31 - 1:
+        return _INT32
+    if stored is not None and stored < 2**31 - 1 and max(shape, default=0) < 2**31 - 1:
+        return _INT32
+    return _INT64
+
+
+def _stored_bound(stmt: Assignment, bound: Mapping[str, Tensor]) -> int | None:
+    """The operands' stored entries together when they bound the output's entries (see
+    ``_out_index_dtype``), else None."""
+    sparse = {name for name, t in bound.items() if not t.format.is_dense}
+    if not stores_within_operands(stmt.rhs, stmt.lhs.indices, sparse.__contains__):
+        return None
+    return sum(bound[name].nnz for name in sparse)
 
 
 def _compiled(stmt: Assignment, canonical: str, bound: Mapping[str, Tensor],
@@ -1561,8 +1578,11 @@ def _compiled(stmt: Assignment, canonical: str, bound: Mapping[str, Tensor],
     formats = {name: t.format for name, t in bound.items()}
     index_dtypes = {name: _INT64 if t.format.is_dense else t.index_dtype
                     for name, t in bound.items()}
+    # Only a large output's index dtype depends on its operands' entries.
+    out_index = _out_index_dtype(shape, None if math.prod(shape) < 2**31 - 1 else
+                                 _stored_bound(stmt, bound))
     key = KernelKey(canonical, tuple(formats.items()), tuple(index_dtypes.values()),
-                    value_dtype, requested, _out_index_dtype(shape),
+                    value_dtype, requested, out_index,
                     str(schedule) if schedule else None, backend)
     return kernel_cache().get(key, stmt, formats, index_dtypes, requested, schedule)
 
@@ -1990,7 +2010,7 @@ class Kernel:
         # Dense operands have no index arrays: their index dtype is the one binding gives them,
         # so the first call finds this very kernel instead of compiling another.
         index = {name: _INT64 if fmt.is_dense else _INT32 for name, fmt in self.formats.items()}
-        self._default = self._specialise(index, None)
+        self._default = self._specialise(index, _INT32)
         dense_only = all(f.is_dense for f in self.formats.values()) and \
             (self.out_format is None or self.out_format.is_dense)
         self._gemm_route = gemm_route(self.schedule_given)
@@ -2007,13 +2027,13 @@ class Kernel:
                                        f"{reason}; use gemm(loops), or no gemm command, for "
                                        f"the loop nest")
 
-    def _specialise(self, index_dtypes: dict[str, np.dtype], shape: tuple[int, ...] | None,
+    def _specialise(self, index_dtypes: dict[str, np.dtype], out_index: np.dtype,
                     tuned: Schedule | None = None) -> CompiledProgram:
         schedule = self.schedule_given or tuned
         key = KernelKey(
             self._canonical, tuple(self.formats.items()),
             tuple(index_dtypes[name] for name in self.formats), self.dtype, self.out_format,
-            _INT32 if shape is None else _out_index_dtype(shape),
+            out_index,
             str(schedule) if schedule else None, self.backend)
         return kernel_cache().get(key, self.statement, self.formats, index_dtypes,
                                   self.out_format, schedule)
@@ -2109,10 +2129,12 @@ class Kernel:
         if self.schedule_given is None and len(kernel_cache().tuned):
             dims = {i: bound[name].shape[mode] for name, mode, i in self._uses}
             tuned = tuned_schedule(self._canonical, bound, self.dtype, dims)
-        signature = (index, _INT32 if math.prod(shape) < 2**31 - 1 else _INT64, str(tuned))
+        out_index = _INT32 if math.prod(shape) < 2**31 - 1 else \
+            _out_index_dtype(shape, _stored_bound(self.statement, bound))
+        signature = (index, out_index, str(tuned))
         compiled = self._programs.get(signature)
         if compiled is None:
-            compiled = self._specialise(dict(zip(bound, index)), shape, tuned)
+            compiled = self._specialise(dict(zip(bound, index)), out_index, tuned)
             self._programs[signature] = compiled
         return compiled
 

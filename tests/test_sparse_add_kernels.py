@@ -240,3 +240,67 @@ def test_an_adopted_buffer_is_freed_with_its_last_array():
         assert freed == [address]
     finally:
         wrap._Owner.__del__ = original
+
+
+def test_an_output_its_operands_bound_reserves_no_projection():
+    """A sum's entries are at most its operands' (the runtime's first capacity): no growth
+    projected from the rows done so far (rows in degree order fooled it into reserving 16x).
+    A product's output has no such bound and keeps its projection."""
+    assert "want" not in ta.compile(ADD, formats=CSR, dtype="float64").source("ir")
+    assert "want" in ta.compile("C(i,j) = A(i,k) * B(k,j)", formats=CSR,
+                                dtype="float64").source("ir")
+
+
+def test_skewed_rows_first_sum_matches_scipy():
+    """Rows in degree order (the first rows hold most entries) plus the transpose."""
+    rng = np.random.default_rng(11)
+    n, count = 3000, 60000
+    weights = 1.0 / np.arange(1, n + 1) ** 1.3
+    rows = rng.choice(n, count, p=weights / weights.sum())
+    A = sp.csr_array((rng.integers(1, 10, count).astype(np.float64),
+                      (rows, rng.integers(0, n, count))), shape=(n, n))
+    A.sum_duplicates()
+    B = sp.csr_array(A.T)
+    B.sort_indices()
+    kernel = ta.compile(ADD, formats=CSR, dtype="float64")
+    _check(kernel(A=A, B=B), A, B)
+
+
+def test_a_small_first_capacity_still_grows_to_the_sum(monkeypatch):
+    """The capacity is a bound for a sum, but the kernel still checks each row's room: a
+    first capacity far too small grows and gives the same sum."""
+    monkeypatch.setattr(api, "first_guess", lambda stored, dense: 16)
+    rng = np.random.default_rng(12)
+    A, B = _random(300, 200, 0.1, rng, "float64"), _random(300, 200, 0.2, rng, "float64")
+    _check(ta.compile(ADD, formats=CSR, dtype="float64")(A=A, B=B), A, B)
+
+
+@pytest.mark.parametrize("route", ["compiled", "einsum"])
+def test_a_large_sum_assembles_int32_indices_its_entries_bound(route):
+    """Matrices past 46341 rows and columns hold more than 2**31 elements, but a sum holds at
+    most its operands' entries: its kernel writes int32 indices directly (no int64 buffers
+    narrowed afterwards); a product, which has no such bound, keeps int64 ones."""
+    n = 60_000
+    rng = np.random.default_rng(13)
+    A = sp.csr_array((np.ones(500), (rng.integers(0, n, 500), rng.integers(0, n, 500))),
+                     shape=(n, n))
+    A.sum_duplicates()
+    B = sp.csr_array(A.T)
+    B.sort_indices()
+    if route == "compiled":
+        kernel = ta.compile(ADD, formats=CSR, dtype="float64")
+        got, want = sp.csr_array(kernel(A=A, B=B)), sp.csr_array(A + B)
+    else:
+        got, want = sp.csr_array(ta.einsum("ij,ij->ij", A, B)), sp.csr_array(A * B)
+    want.sort_indices()
+    assert got.indices.dtype == np.int32 and got.indptr.dtype == np.int32
+    np.testing.assert_array_equal(got.indptr, want.indptr)
+    np.testing.assert_array_equal(got.indices, want.indices)
+    np.testing.assert_array_equal(got.data, want.data)
+    if route == "compiled":
+        assert [p.key.out_index_dtype for p in kernel._programs.values()] == \
+            [np.dtype(np.int32)]
+        product = ta.compile("C(i,j) = A(i,k) * B(k,j)", formats=CSR, dtype="float64")
+        product(A=A, B=B)
+        assert [p.key.out_index_dtype for p in product._programs.values()] == \
+            [np.dtype(np.int64)]

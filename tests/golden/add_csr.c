@@ -6,8 +6,6 @@
 #include <stdlib.h>
 #include <math.h>
 
-static inline double ta_min_f64(double a, double b) { return a != a || a < b || (a == b && signbit(a)) ? a : b; }
-
 int32_t ta_KERNEL(
     int64_t n_i,                    // index.i
     int64_t n_j,                    // index.j
@@ -37,7 +35,6 @@ int32_t ta_KERNEL(
   double* C_vals = (double*)malloc(sizeof(double) * (size_t)C_vals_cap);
   if (C_vals == NULL) return 1;
   // C(i,j) += ... over i, j
-  double inv0 = (double)(range_end - range_begin);
   for (int64_t i = range_begin; i < range_end; ++i) {
     int64_t room = C1_size + ((int64_t)A1_pos[i + 1] - (int64_t)A1_pos[i] + ((int64_t)B1_pos[i + 1] - (int64_t)B1_pos[i]));
     if (room > C1_crd_cap) {
@@ -99,27 +96,6 @@ int32_t ta_KERNEL(
       pB1 = pB1 + 1;
     }
     C1_pos[i + 1] = (int32_t)C1_size;
-    if (C1_crd_cap < C1_size * 2) {
-      int64_t want1 = (int64_t)ta_min_f64((double)C1_size * inv0 / (double)(i + 1 - range_begin) * 1.125, (double)C1_crd_cap * 16.0);
-      if (C1_crd_cap * 2 < want1) {
-        if (want1 > C1_crd_cap) {
-          int64_t C1_crd_capacity_1 = 2 * C1_crd_cap;
-          if (C1_crd_capacity_1 < want1) C1_crd_capacity_1 = want1;
-          int32_t* C1_crd_grown_1 = (int32_t*)realloc(C1_crd, sizeof(int32_t) * (size_t)C1_crd_capacity_1);
-          if (C1_crd_grown_1 == NULL) return 1;
-          C1_crd = C1_crd_grown_1;
-          C1_crd_cap = C1_crd_capacity_1;
-        }
-        if (want1 > C_vals_cap) {
-          int64_t C_vals_capacity_1 = 2 * C_vals_cap;
-          if (C_vals_capacity_1 < want1) C_vals_capacity_1 = want1;
-          double* C_vals_grown_1 = (double*)realloc(C_vals, sizeof(double) * (size_t)C_vals_capacity_1);
-          if (C_vals_grown_1 == NULL) return 1;
-          C_vals = C_vals_grown_1;
-          C_vals_cap = C_vals_capacity_1;
-        }
-      }
-    }
   }
   C1_pos_ref[0] = C1_pos;
   C1_crd_ref[0] = C1_crd;
