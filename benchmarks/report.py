@@ -85,8 +85,10 @@ GEMM_GOAL = 1.1                                          # tensoralg / NumPy
 TARGET_NOTES: dict[str, str] = {
     "spmv vs scipy": "bound by memory traffic: a split SpMV runs 1.1-1.7x faster than one "
                      "thread from ~2.5e4 stored values (runtime/threads.GATHER_UNITS); on the "
-                     "smaller matrices both libraries run the same row loop on one thread and "
-                     "tensoralg adds ~1-2 µs of dispatch (0.9-1.2x scipy's time there)",
+                     "smaller matrices both libraries run the same row loop on one thread, "
+                     "scipy's a scalar loop as fast per entry as the generated one, and the "
+                     "call's fixed costs are about even since kernels take their arguments "
+                     "packed (codegen/packed.py): 0.9-1.1x scipy's time there",
     "spmm vs scipy": "each row runs one pass per register tile, zeroed in registers and "
                      "stored once, within ~1.15x of a hand-written AVX-512 row loop on one "
                      "thread (bayer10, 16 columns: 206 vs 182 µs; an ad hoc C comparison, not "
@@ -105,7 +107,7 @@ TARGET_NOTES: dict[str, str] = {
                        "(threads.COUNTED_MIN_PER_ROW); longer rows split at 1.4-2.2x",
     "add vs scipy": "one thread: a split add joins its ranges by copying what the second thread "
                     "saved (copy-free parallel assembly is not built), so a sum runs whole; on "
-                    "small sums the call's Python dispatch is most of the difference",
+                    "small sums the call's fixed costs are most of the difference",
     "mttkrp vs scipy": "near the goal and noisy: two real tensors only, 0.045-0.059 across "
                        "runs on an Intel Xeon VM and 0.044-0.070 on an AMD EPYC (Zen 4) one; "
                        "the noise is the baseline's (2026-12-04, four runs of --only mttkrp "
