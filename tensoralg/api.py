@@ -738,8 +738,11 @@ _DENSE, _COMPRESSED = DENSE, COMPRESSED
 def _signature(subscripts: Any, operands: tuple, backend: str | None) -> tuple | None:
     """What a repeated call must share with an earlier one to reuse its decisions, or None.
 
-    Only C-contiguous NumPy arrays and scipy CSR/CSC matrices take the fast path.
+    Only C-contiguous NumPy arrays and scipy CSR/CSC matrices take the fast path, and only a
+    backend named by a string (anything else is refused by the general path).
     """
+    if backend is not None and type(backend) is not str:
+        return None
     parts: list = [subscripts, backend]
     for operand in operands:
         kind = type(operand)

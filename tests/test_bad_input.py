@@ -274,6 +274,14 @@ def test_unknown_backend():
         ta.einsum("ij,j->i", A, x, backend="tpu")
 
 
+@pytest.mark.parametrize("backend", [["llvm"], 3, {"llvm": 1}])
+def test_a_backend_that_is_no_string_is_refused_before_and_after_a_remembered_call(backend):
+    ta.einsum("ij,j->i", A, x, backend="llvm")       # a remembered replay for this call exists
+    for _ in range(2):
+        with pytest.raises(ta.UnsupportedError, match=r"unknown backend"):
+            ta.einsum("ij,j->i", A, x, backend=backend)
+
+
 def test_unknown_backend_in_compile():
     with pytest.raises(ta.UnsupportedError, match=r"unknown backend 'tpu'"):
         ta.compile("y(i) = A(i,j) * x(j)", backend="tpu")
