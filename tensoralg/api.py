@@ -77,7 +77,7 @@ from tensoralg.ir.passes.pipeline import IRLog, optimize
 from tensoralg.ir.printer import format_function
 from tensoralg.lower.assemble import stores_within_operands
 from tensoralg.lower.concretize import concretize, layout_free
-from tensoralg.lower.counted import count_rows, counted_factors
+from tensoralg.lower.counted import count_rows, counted_factors, counted_summands
 from tensoralg.lower.gemm_form import (
     GEMM_MIN_FMAS,
     GemmForm,
@@ -89,7 +89,7 @@ from tensoralg.lower.gemm_form import (
 )
 from tensoralg.lower.lowerer import lower
 from tensoralg.lower.pattern import assigns_every_position, share_pattern
-from tensoralg.lower.program import Program, TensorRole
+from tensoralg.lower.program import OutputMode, Program, TensorRole
 from tensoralg.lower.scheduling import LoopPlan, RowWork, loop_plan, pass_options_of, row_work
 from tensoralg.lower.scheduling import applied_schedule as schedule_applied
 from tensoralg.notation import (
@@ -451,12 +451,13 @@ def _size_sources(program: Program) -> tuple[tuple[str, int, str], ...]:
 
 
 def _counted_by(key: KernelKey, program: Program, plan: LoopPlan) -> tuple[str, str] | None:
-    """The CSR factors of a sparse product whose split calls may count rows first
-    (``lower/counted.py``): not on the GPU, nor under a position split or partial sums."""
+    """The CSR factors of a sparse product, or the CSR terms of a sparse sum, whose split
+    calls may count rows first (``lower/counted.py``): not on the GPU, nor under a position
+    split or partial sums."""
     if key.counted or key.backend == "cuda" or plan.position_split is not None or \
             plan.partials:
         return None
-    return counted_factors(program)
+    return counted_factors(program) or counted_summands(program)
 
 
 def _balancing_operand(program: Program, index: str | None) -> RowWork | None:
@@ -823,7 +824,8 @@ class _Dispatch:
         # make), which the operands' stored entries undercount many times over. One whose
         # rows are counted first splits like a dense output, where its rows are long enough
         # (_thread_ranges).
-        counted = self.compiled.counted_by is not None
+        # (a sum's rows may be counted too, but only when a schedule splits it)
+        counted = self.compiled.counted_by is not None and entries is not None
         product = 0 if entries is None else \
             product_work(int(entries[-1]), len(entries) - 1, counted)
         if self.splittable and cache.threads.threads > 1 and \
@@ -1656,15 +1658,16 @@ def execute(compiled: CompiledProgram, bound: Mapping[str, Tensor], value_dtype:
 def _counted_product(compiled: CompiledProgram, tensors: Mapping[str, Tensor],
                      sizes: Mapping[str, int], shape: tuple[int, ...], value_dtype: np.dtype,
                      bounds: np.ndarray) -> Tensor:
-    """A sparse product split over the thread ranges ``bounds``, its rows counted first
-    (``lower/counted.py``): the counts give the output's ``pos``, and each range of the
+    """A sparse product (or sum) split over the thread ranges ``bounds``, its rows counted
+    first (``lower/counted.py``): the counts give the output's ``pos``, and each range of the
     counted variant writes its rows into ``crd`` and ``vals`` in place."""
     cache = kernel_cache()
     variant = cache.counted(compiled)
     output = variant.program.output
     first, second = compiled.counted_by   # type: ignore[misc]
+    union = compiled.program.nests[0].mode is not OutputMode.WORKSPACE   # a sum's rows
     pos = cache.rows.pos(tensors[first], tensors[second], shape[1], bounds, output.index_dtype,
-                         _run_counter)
+                         _run_counter, union=union)
     total = int(pos[-1])
     buffers = OutputBuffers(dense=np.empty(total, dtype=value_dtype),
                             arrays={"1.pos": pos, "1.crd": np.empty(total, output.index_dtype)},
@@ -1757,6 +1760,11 @@ def _thread_ranges(compiled: CompiledProgram, tensors: Mapping[str, Tensor],
             # costs (runtime/stitch.py copies all but the first): the second thread saved
             # nothing and the copy cost more (CSR bcsstk33 + its transpose, 2 threads: 2.7 ms
             # split, 1.4 ms whole; scipy 2.1). A schedule's parallelize(i) still splits it.
+            # A schedule's parallelize(i) of a sum of two CSR operands counts its rows first
+            # (lower/counted.py) and writes in place instead of joining; without one it stays
+            # whole: counting is a second merge of every row, and split and counted, large
+            # sums ran 0.8-1.3x of one thread's time (1e5-2e6 rows, 2e5-8e6 entries, uniform
+            # and power-law rows; an ad hoc A/B, 2026-12-05, not kept).
             return None
         pattern = program.pattern is not None
         work = estimated_work(tensors, shape if dense and not pattern else None)

@@ -67,6 +67,26 @@ SCRIPT = textwrap.dedent("""
                            schedule=text.format(o=outer, i=inner))
             assert np.allclose(k(**operands), expected), (statement, text)
             count += 1
+    # A counted sum (lower/counted.py) given wrong counts: reported, never written past.
+    import tensoralg.api as api
+    counter = api.kernel_cache().rows
+    original = counter.pos
+    summed = ta.compile("C(i,j) = A(i,j) + B(i,j)", formats={"A": "csr", "B": "csr"},
+                        backend="c", schedule="parallelize(i, threads=3)")
+    assert np.allclose(summed(A=A, B=B).toarray(), (A + B).toarray())
+    for shift in (-1, 1):
+        def wrong(*args, shift=shift, **kwargs):
+            pos = original(*args, **kwargs)
+            counts = np.maximum(np.diff(pos) + shift, 0)
+            return np.r_[0, np.cumsum(counts)].astype(pos.dtype)
+        counter.pos = wrong
+        try:
+            summed(A=A, B=B)
+            raise AssertionError("a wrong count went unnoticed")
+        except ta.KernelRuntimeError:
+            count += 1
+        finally:
+            counter.pos = original
     print("kernels", count)
 """)
 

@@ -102,6 +102,7 @@ def test_csr_add_matches_scipy_on_real_matrices(name):
 def any_work_splits(monkeypatch):
     """Every call is worth splitting: small inputs take the threaded path."""
     monkeypatch.setattr(threads_module, "MIN_WORK_PER_THREAD", 1)
+    monkeypatch.setattr(threads_module, "MIN_WORK_PER_THREAD_NATIVE", 1)
     before = ta.get_num_threads()
     yield
     ta.set_num_threads(before)
@@ -109,14 +110,15 @@ def any_work_splits(monkeypatch):
 
 @pytest.mark.parametrize("backend", ["llvm", "c"])
 def test_thread_ranges_of_every_width_give_the_same_sum(backend, any_work_splits, monkeypatch):
+    # A scheduled sum of two CSR operands counts its rows first (tests/test_counted_sums.py)
     ranges: list[int] = []
-    original = api.run_ranges
+    original = api._counted_product
 
-    def spy(function, args, plan, bounds, *rest, **options):
+    def spy(compiled, tensors, sizes, shape, value_dtype, bounds):
         ranges.append(len(bounds) - 1)
-        return original(function, args, plan, bounds, *rest, **options)
+        return original(compiled, tensors, sizes, shape, value_dtype, bounds)
 
-    monkeypatch.setattr(api, "run_ranges", spy)
+    monkeypatch.setattr(api, "_counted_product", spy)
     rng = np.random.default_rng(3)
     kernel = ta.compile(ADD, formats=CSR, dtype="float64", backend=backend,
                         schedule="parallelize(i)")
@@ -126,7 +128,7 @@ def test_thread_ranges_of_every_width_give_the_same_sum(backend, any_work_splits
         for rows in (1, 7, 8, 9, 16, 17, 24, 41, 130):
             A, B = _random(rows, 33, 0.2, rng, "float64"), _random(rows, 33, 0.2, rng, "float64")
             _check(kernel(A=A, B=B), A, B)
-    assert max(ranges) == 5
+    assert max(ranges) >= 5     # on the native pool, several ranges a thread
 
 
 def _compiled(kernel, A, B):

@@ -216,6 +216,7 @@ class SparseWriter:
         self.last = fmt.rank - 1
         self.skips_parents = False   # whether some parent's pos entry is never written
         self.counted = nest.counted is not None   # rows counted first: filled in place
+        self.row_end: Var | None = None   # where a counted appended row must end
         if nest.mode is OutputMode.WORKSPACE:
             self.region_depth = (nest.loop_order.index(self.level_indices[-2]) + 1
                                  if fmt.rank > 1 else 0)
@@ -270,7 +271,8 @@ class SparseWriter:
         self.size[1] = Var(low.names(f"{name}1_size"), I64)
         self.mismatched = Var(low.names("mismatched"), I64)
         low.setup.extend([b.declare(self.size[1], 0), b.declare(self.mismatched, 0)])
-        self._declare_workspace()
+        if self.nest.mode is OutputMode.WORKSPACE:
+            self._declare_workspace()
 
     def _buffer(self, name: str, dtype, role: str, count: IRExpr, zero: bool = False) -> Var:
         low = self.lowerer
@@ -399,7 +401,10 @@ class SparseWriter:
 
     def reserve(self, count: IRExpr) -> list[Stmt]:
         """Room for ``count`` more entries in the last level, so that the appends that follow
-        (in a context marked ``reserved``) need no capacity check of their own."""
+        (in a context marked ``reserved``) need no capacity check of their own. A counted
+        output's arrays are the runtime's, sized by the counts: nothing to reserve."""
+        if self.counted:
+            return []
         size = self.size[self.last]
         room = Var(self.lowerer.names("room"), I64)
         return [b.declare(room, b.add(size, count)),
@@ -408,6 +413,13 @@ class SparseWriter:
     def append_value(self, coordinate: IRExpr, value: IRExpr, context: "Context") -> list[Stmt]:
         k = self.last
         size, crd = self.size[k], self.crd[k]
+        if self.row_end is not None:
+            # A counted appended row: stored only below the row's counted end (a count too
+            # small drops entries and is reported when the row ends).
+            return [b.if_(b.lt(size, self.row_end),
+                          [b.store(crd, size, self._index_cast(coordinate, crd)),
+                           b.store(self.vals, size, value)]),
+                    b.assign(size, b.add(size, 1))]
         checks = [] if context.reserved else \
             [self._grow(crd, b.add(size, 1)), self._grow(self.vals, b.add(size, 1))]
         return [*checks,
@@ -436,13 +448,28 @@ class SparseWriter:
         if kind is LevelKind.DENSE:
             parent = context.out_positions[level - 1] if level else b.i64(0)
             position = dense.locate(parent, self.lowerer.level_size(self.info, level), coordinate)
-            inner = rest(context.with_(out_positions=(*context.out_positions, position)))
+            row_end: list[Stmt] = []
+            if self.counted and self.nest.mode is OutputMode.APPEND and \
+                    level + 1 == self.first:
+                self.row_end = Var(self.lowerer.names("row_end"), I64)
+                row_end = [b.declare(self.row_end, b.cast(
+                    b.load(self.pos[self.first], b.add(position, 1)), I64))]
+            inner = [*row_end,
+                     *rest(context.with_(out_positions=(*context.out_positions, position)))]
             if level + 1 != self.first:
                 return inner
             if self.counted:
                 # the row's entries start where the counts put them
                 start = b.cast(b.load(self.pos[self.first], position), I64)
-                return [b.assign(self.size[self.first], start), *inner]
+                if self.row_end is None:
+                    return [b.assign(self.size[self.first], start), *inner]
+                # Appended rows (a counted sum): each append is checked against the row's end
+                # (append_value), and a row that ends anywhere else is reported, never
+                # written past.
+                size = self.size[self.first]
+                return [b.assign(size, start), *inner,
+                        b.if_(b.ne(size, self.row_end),
+                              [b.assign(self.mismatched, b.add(self.mismatched, 1))])]
             # The last dense level above the compressed ones records where its children end.
             first_pos = self.pos[self.first]
             return [*inner, b.store(first_pos, b.add(position, 1),

@@ -1,4 +1,4 @@
-"""Sparse products whose output rows are counted before they are filled: ``C = A B`` on threads.
+"""Sparse products (and sums) whose output rows are counted before they are filled on threads.
 
 A Gustavson product (``C(i,k) = A(i,j) * B(j,k)``, CSR times CSR into CSR) assembles each
 output row in a dense workspace and appends it. On several threads each range of rows used to
@@ -21,6 +21,11 @@ count is an error, never a write out of bounds.
 The counted kernel is a variant of the appending one (``KernelKey.counted``), built the first
 time a call of the product is split over threads; a call that runs on one thread keeps the
 one-pass appending kernel, which does not count twice.
+
+A sum of two CSR operands (``counted_summands``) is counted the same way when a schedule splits
+it: its row ``i`` holds exactly the union of the operands' columns in row ``i``. Its kernel
+appends while it merges rather than through a workspace, so each append is checked against the
+row's counted end and a row that ends elsewhere is reported.
 """
 from __future__ import annotations
 
@@ -29,7 +34,7 @@ from dataclasses import replace
 from tensoralg.formats.level import LevelKind
 from tensoralg.lower.pattern import product_factors
 from tensoralg.lower.program import LoopNest, OutputMode, Program, TensorRole
-from tensoralg.notation.ast import Access
+from tensoralg.notation.ast import Access, Add, Neg, Sub
 
 _CSR = (LevelKind.DENSE, LevelKind.COMPRESSED)
 
@@ -52,14 +57,8 @@ def counted_factors(program: Program) -> tuple[str, str] | None:
     >>> counted_factors(program("C(i,k) = A(i,j) * B(j,k) + D(i,k)", A=CSR, B=CSR, D=CSR)) is None
     True
     """
-    if len(program.nests) != 1:
-        return None
-    nest = program.nests[0]
-    out = program.output
-    if nest.mode is not OutputMode.WORKSPACE or nest.pattern is not None or \
-            out.name != nest.output.tensor or out.format.levels != _CSR or \
-            tuple(out.format.order) != (0, 1) or \
-            any(t.role is TensorRole.TEMPORARY for t in program.tensors):
+    nest = _csr_nest(program, OutputMode.WORKSPACE)
+    if nest is None:
         return None
     factors = product_factors(nest.expr)
     if factors is None:
@@ -78,6 +77,59 @@ def counted_factors(program: Program) -> tuple[str, str] | None:
     if not all(_csr_input(program, a) for a in (first, second)):
         return None
     return first.tensor, second.tensor
+
+
+def counted_summands(program: Program) -> tuple[str, str] | None:
+    """``(A, B)``, the names of the two CSR operands of ``program``'s sparse sum
+    ``C(i,j) = A(i,j) + B(i,j)`` (or ``-``, either negated), when its rows can be counted
+    first: row ``i`` of the result holds exactly the union of A's and B's columns in row ``i``,
+    explicit zeros included, which is what ``runtime/count.py``'s union counter counts.
+    Otherwise None.
+
+    >>> import numpy as np
+    >>> from tensoralg.formats import CSR
+    >>> from tensoralg.lower.concretize import concretize
+    >>> from tensoralg.notation.parse_statement import parse_statement
+    >>> [counted_summands(concretize(parse_statement(f"C(i,j) = A(i,j) {op} B(i,j)"),
+    ...                              {"A": CSR, "B": CSR}, {}, np.dtype(float), CSR))
+    ...  for op in "-*"]
+    [('A', 'B'), None]
+    """
+    nest = _csr_nest(program, OutputMode.APPEND)
+    if nest is None or nest.loop_order != nest.output.indices:
+        return None
+    terms = _summands(nest.expr)
+    if terms is None or len(terms) != 2 or \
+            any(a.indices != nest.output.indices or not _csr_input(program, a) for a in terms):
+        return None
+    return terms[0].tensor, terms[1].tensor
+
+
+def _csr_nest(program: Program, mode: OutputMode) -> LoopNest | None:
+    """``program``'s only loop nest, when it assembles (in ``mode``) the program's CSR output
+    with no temporaries and no shared pattern; otherwise None."""
+    if len(program.nests) != 1:
+        return None
+    nest, out = program.nests[0], program.output
+    if nest.mode is not mode or nest.pattern is not None or \
+            out.name != nest.output.tensor or out.format.levels != _CSR or \
+            tuple(out.format.order) != (0, 1) or \
+            any(t.role is TensorRole.TEMPORARY for t in program.tensors):
+        return None
+    return nest
+
+
+def _summands(expr: object) -> list[Access] | None:
+    """The accesses of a sum or difference of (negated) accesses; None for anything else."""
+    match expr:
+        case Access():
+            return [expr]
+        case Neg(operand):
+            return _summands(operand)
+        case Add(lhs, rhs) | Sub(lhs, rhs):
+            left, right = _summands(lhs), _summands(rhs)
+            return None if left is None or right is None else left + right
+    return None
 
 
 def _csr_input(program: Program, access: Access) -> bool:
@@ -100,7 +152,7 @@ def count_rows(program: Program) -> Program:
     >>> count_rows(p).counted
     ('A', 'B')
     """
-    factors = counted_factors(program)
+    factors = counted_factors(program) or counted_summands(program)
     if factors is None:
         raise ValueError("internal: count_rows on a program whose rows cannot be counted")
     nest: LoopNest = program.nests[0]
@@ -110,4 +162,4 @@ def count_rows(program: Program) -> Program:
                    notes=(*program.notes, note))
 
 
-__all__ = ["count_rows", "counted_factors"]
+__all__ = ["count_rows", "counted_factors", "counted_summands"]

@@ -1,4 +1,5 @@
-"""How many entries each row of a sparse product ``C = A B`` holds, counted natively.
+"""How many entries each row of a sparse product ``C = A B`` (or sum ``A + B``) holds, counted
+natively.
 
 Row ``i`` of a Gustavson product (CSR times CSR) holds the distinct columns of B's rows that
 A's row ``i`` names. A split product whose rows are counted first (``lower/counted.py``) gets
@@ -67,23 +68,67 @@ def row_counter(a_index: Scalar, b_index: Scalar) -> Function:
     return b.function(f"ta_product_rows_{a_index.value}_{b_index.value}", params, *body)
 
 
+def union_counter(a_index: Scalar, b_index: Scalar) -> Function:
+    """The IR of ``count(a_pos, a_crd, b_pos, b_crd, columns, counts*, begin, end)`` for a
+    sum (``row_counter``'s arguments, ``columns`` unused): ``counts[i + 1]`` is the number of
+    distinct columns in row ``i`` of A and of B together, for each row ``i`` in ``[begin,
+    end)``; both rows sorted and without duplicates, as the storage validator passes them.
+
+    The merge advances without branching on the comparison (each side steps when its column
+    is the smaller or equal one), so random interleavings cost no mispredictions.
+    """
+    a_pos, a_crd = Var("a_pos", Ptr(a_index)), Var("a_crd", Ptr(a_index))
+    b_pos, b_crd = Var("b_pos", Ptr(b_index)), Var("b_crd", Ptr(b_index))
+    columns, counts = Var("columns", I64), Var("counts", Ptr(I64))
+    begin, end = Var("begin", I64), Var("end", I64)
+    i, p, q, p_end, q_end = (Var(name, I64) for name in ("i", "p", "q", "p_end", "q_end"))
+    row, ja, jb = Var("row", I64), Var("ja", I64), Var("jb", I64)
+
+    def at(array: Var, index: object) -> object:
+        return b.cast(b.load(array, index), I64)
+
+    body = [
+        b.for_(i, begin, end,
+               b.declare(p, at(a_pos, i)), b.declare(p_end, at(a_pos, b.add(i, 1))),
+               b.declare(q, at(b_pos, i)), b.declare(q_end, at(b_pos, b.add(i, 1))),
+               b.declare(row, 0),
+               b.while_(b.land(b.lt(p, p_end), b.lt(q, q_end)),
+                        b.declare(ja, at(a_crd, p)),
+                        b.declare(jb, at(b_crd, q)),
+                        b.assign(p, b.add(p, b.select(b.le(ja, jb), b.i64(1), b.i64(0)))),
+                        b.assign(q, b.add(q, b.select(b.le(jb, ja), b.i64(1), b.i64(0)))),
+                        b.assign(row, b.add(row, 1))),
+               b.store(counts, b.add(i, 1),
+                       b.add(row, b.add(b.sub(p_end, p), b.sub(q_end, q))))),
+    ]
+    params = [b.param(a_pos, "a_pos"), b.param(a_crd, "a_crd"), b.param(b_pos, "b_pos"),
+              b.param(b_crd, "b_crd"), b.param(columns, "columns"),
+              b.param(counts, "counts", True), b.param(begin, "begin"), b.param(end, "end")]
+    return b.function(f"ta_sum_rows_{a_index.value}_{b_index.value}", params, *body)
+
+
 class RowCounter:
     """Builds the row-counting kernels once per pair of index dtypes (through the on-disk
     kernel cache) and runs them over thread ranges."""
 
     def __init__(self, disk: DiskCache | None = None) -> None:
         self.kernels = HelperKernels(lambda a, b: row_counter(_INDEX[a], _INDEX[b]), disk)
+        self.unions = HelperKernels(lambda a, b: union_counter(_INDEX[a], _INDEX[b]), disk)
 
-    def kernel(self, a_dtype: np.dtype, b_dtype: np.dtype) -> CompiledKernel:
-        """The counter for A's and B's index dtypes, built on first use."""
-        return self.kernels.get(a_dtype, b_dtype)
+    def kernel(self, a_dtype: np.dtype, b_dtype: np.dtype, union: bool = False
+               ) -> CompiledKernel:
+        """The counter for A's and B's index dtypes (of a product, or of a sum with
+        ``union``), built on first use."""
+        return (self.unions if union else self.kernels).get(a_dtype, b_dtype)
 
     def pos(self, a: Any, b: Any, columns: int, bounds: Sequence[int], index_dtype: np.dtype,
-            run: Callable[[Any, list, Sequence[int]], int]) -> np.ndarray:
+            run: Callable[[Any, list, Sequence[int]], int], union: bool = False
+            ) -> np.ndarray:
         """The ``pos`` array (``index_dtype``) of the CSR product of ``a`` and ``b`` (CSR
-        ``Tensor``s whose storage the validator passed), counted over the row ranges
-        ``[bounds[k], bounds[k+1])`` by ``run(function, args, bounds)``, which runs the
-        counter's ranges (on the native pool) and returns its worst status.
+        ``Tensor``s whose storage the validator passed; with ``union``, of their sum),
+        counted over the row ranges ``[bounds[k], bounds[k+1])`` by ``run(function, args,
+        bounds)``, which runs the counter's ranges (on the native pool) and returns its worst
+        status.
 
         >>> from tensoralg.formats import CSR, Tensor
         >>> import scipy.sparse as sp
@@ -94,6 +139,8 @@ class RowCounter:
         ...     return 0
         >>> RowCounter().pos(m, m, 3, [0, 1, 3], np.dtype(np.int32), serial).tolist()
         [0, 3, 3, 3]
+        >>> RowCounter().pos(m, m, 3, [0, 1, 3], np.dtype(np.int32), serial, union=True).tolist()
+        [0, 2, 2, 3]
         """
         a_pos, a_crd = a.levels[1].pos, a.levels[1].crd
         b_pos, b_crd = b.levels[1].pos, b.levels[1].crd
@@ -102,7 +149,7 @@ class RowCounter:
         rows = a_pos.shape[0] - 1
         counts = np.empty(rows + 1, dtype=np.int64)
         counts[0] = 0
-        function = self.kernel(a_pos.dtype, b_pos.dtype).function
+        function = self.kernel(a_pos.dtype, b_pos.dtype, union).function
         args = [data_address(a_pos), data_address(a_crd), data_address(b_pos),
                 data_address(b_crd), int(columns), counts.ctypes.data, 0, rows]
         if run(function, args, bounds) != 0:
@@ -116,4 +163,4 @@ class RowCounter:
         return np.cumsum(counts, out=pos)
 
 
-__all__ = ["RANGE_SLOTS", "RowCounter", "row_counter"]
+__all__ = ["RANGE_SLOTS", "RowCounter", "row_counter", "union_counter"]
