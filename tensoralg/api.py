@@ -1556,21 +1556,23 @@ _INT32, _INT64 = np.dtype(np.int32), np.dtype(np.int64)
 _INDEX_DTYPES = (_INT32, _INT64)
 
 
-def _out_index_dtype(shape: tuple[int, ...], stored: int | None = None) -> np.dtype:
+def _out_index_dtype(shape: tuple[int, ...], stmt: Assignment | None = None,
+                     bound: Mapping[str, Tensor] | None = None) -> np.dtype:
     """int32 coordinates and positions when every stored count fits, as scipy chooses: when
-    the output's shape holds fewer than 2**31 - 1 elements, or when its entries are bounded
-    by ``stored`` (the operands' stored entries, for a statement whose output cannot hold
-    more: ``lower.assemble.stores_within_operands``) and every dimension fits too."""
+    the output's shape holds fewer than 2**31 - 1 elements, or when ``stmt``'s output cannot
+    hold more entries than its operands in ``bound`` store together (``_stored_bound``) and
+    those, and every dimension, fit too."""
     if math.prod(shape) < 2**31 - 1:
         return _INT32
-    if stored is not None and stored < 2**31 - 1 and max(shape, default=0) < 2**31 - 1:
-        return _INT32
-    return _INT64
+    if stmt is None or bound is None or max(shape, default=0) >= 2**31 - 1:
+        return _INT64
+    stored = _stored_bound(stmt, bound)
+    return _INT32 if stored is not None and stored < 2**31 - 1 else _INT64
 
 
 def _stored_bound(stmt: Assignment, bound: Mapping[str, Tensor]) -> int | None:
-    """The operands' stored entries together when they bound the output's entries (see
-    ``_out_index_dtype``), else None."""
+    """The operands' stored entries together when they bound the output's entries
+    (``lower.assemble.stores_within_operands``), else None."""
     sparse = {name for name, t in bound.items() if not t.format.is_dense}
     if not stores_within_operands(stmt.rhs, stmt.lhs.indices, sparse.__contains__):
         return None
@@ -1583,11 +1585,8 @@ def _compiled(stmt: Assignment, canonical: str, bound: Mapping[str, Tensor],
     formats = {name: t.format for name, t in bound.items()}
     index_dtypes = {name: _INT64 if t.format.is_dense else t.index_dtype
                     for name, t in bound.items()}
-    # Only a large output's index dtype depends on its operands' entries.
-    out_index = _out_index_dtype(shape, None if math.prod(shape) < 2**31 - 1 else
-                                 _stored_bound(stmt, bound))
     key = KernelKey(canonical, tuple(formats.items()), tuple(index_dtypes.values()),
-                    value_dtype, requested, out_index,
+                    value_dtype, requested, _out_index_dtype(shape, stmt, bound),
                     str(schedule) if schedule else None, backend)
     return kernel_cache().get(key, stmt, formats, index_dtypes, requested, schedule)
 
@@ -2140,8 +2139,7 @@ class Kernel:
         if self.schedule_given is None and len(kernel_cache().tuned):
             dims = {i: bound[name].shape[mode] for name, mode, i in self._uses}
             tuned = tuned_schedule(self._canonical, bound, self.dtype, dims)
-        out_index = _INT32 if math.prod(shape) < 2**31 - 1 else \
-            _out_index_dtype(shape, _stored_bound(self.statement, bound))
+        out_index = _out_index_dtype(shape, self.statement, bound)
         signature = (index, out_index, str(tuned))
         compiled = self._programs.get(signature)
         if compiled is None:

@@ -185,6 +185,23 @@ def two_threads():
     ta.set_num_threads(before)
 
 
+@pytest.fixture
+def counted_calls(monkeypatch):
+    """The number of row ranges of every call whose rows are counted first
+    (``api._counted_product``: sparse products and scheduled sums, ``lower/counted.py``)."""
+    import tensoralg.api as api
+
+    seen: list[int] = []
+    original = api._counted_product
+
+    def spy(compiled, tensors, sizes, shape, value_dtype, bounds):
+        seen.append(len(bounds) - 1)
+        return original(compiled, tensors, sizes, shape, value_dtype, bounds)
+
+    monkeypatch.setattr(api, "_counted_product", spy)
+    return seen
+
+
 def split_product() -> tuple:
     """A CSR x dense product bound under two threads (two ranges) and its expected output;
     the caller sets the thread count."""

@@ -78,20 +78,6 @@ def _serial_and_split(dtype: str, backend: str, threads: int = 3):
     return serial, split
 
 
-@pytest.fixture
-def counted_calls(monkeypatch):
-    """The row ranges of every counted call (``_counted_product``)."""
-    seen: list[int] = []
-    original = api._counted_product
-
-    def spy(compiled, tensors, sizes, shape, value_dtype, bounds):
-        seen.append(len(bounds) - 1)
-        return original(compiled, tensors, sizes, shape, value_dtype, bounds)
-
-    monkeypatch.setattr(api, "_counted_product", spy)
-    return seen
-
-
 @pytest.mark.parametrize("backend", ["llvm", "c"])
 @pytest.mark.parametrize("dtype", ["float64", "float32", "int64", "int32"])
 def test_counted_rows_give_the_serial_kernels_arrays(dtype, backend, counted_calls):
@@ -156,17 +142,12 @@ def test_the_same_matrix_twice_and_a_dense_factor(counted_calls):
     assert counted_calls == [2]
 
 
-def test_the_automatic_split_counts_rows_of_a_real_product(monkeypatch, counted_calls):
+def test_the_automatic_split_counts_rows_of_a_real_product(counted_calls, two_threads):
     # ~1e6 multiply-adds, 100 a row: worth two threads, counted first
     A = sp.random_array((4000, 4000), density=0.0025, format="csr", random_state=3)
     kernel = ta.compile(SPGEMM, CSR_FORMATS)
-    before = ta.get_num_threads()
-    ta.set_num_threads(2)
-    try:
-        got = kernel(A=A, B=A)
-        via_einsum = ta.einsum("ij,jk->ik", A, A)
-    finally:
-        ta.set_num_threads(before)
+    got = kernel(A=A, B=A)
+    via_einsum = ta.einsum("ij,jk->ik", A, A)
     want = (A @ A).tocsr()
     want.sort_indices()
     np.testing.assert_array_equal(got.indptr, want.indptr)
@@ -176,16 +157,11 @@ def test_the_automatic_split_counts_rows_of_a_real_product(monkeypatch, counted_
     assert len(counted_calls) == 2 and min(counted_calls) >= 2
 
 
-def test_short_rows_are_not_counted_twice(counted_calls):
+def test_short_rows_are_not_counted_twice(counted_calls, two_threads):
     # A road-network-like product (a few multiply-adds a row) stays one appending call
     n = 60_000
     A = sp.diags([np.ones(n - 1), np.ones(n), np.ones(n - 1)], [-1, 0, 1], format="csr")
-    before = ta.get_num_threads()
-    ta.set_num_threads(2)
-    try:
-        got = ta.compile(SPGEMM, CSR_FORMATS)(A=A, B=A)
-    finally:
-        ta.set_num_threads(before)
+    got = ta.compile(SPGEMM, CSR_FORMATS)(A=A, B=A)
     assert counted_calls == []
     np.testing.assert_allclose(got[:5, :5].toarray(), (A @ A)[:5, :5].toarray())
 

@@ -44,20 +44,6 @@ def test_other_sums_and_formats_keep_appending(text, formats, out):
     assert counted_summands(_program(text, out=out, **formats)) is None
 
 
-@pytest.fixture
-def counted_calls(monkeypatch):
-    """The row ranges of every counted call (``_counted_product`` runs sums too)."""
-    seen: list[int] = []
-    original = api._counted_product
-
-    def spy(compiled, tensors, sizes, shape, value_dtype, bounds):
-        seen.append(len(bounds) - 1)
-        return original(compiled, tensors, sizes, shape, value_dtype, bounds)
-
-    monkeypatch.setattr(api, "_counted_product", spy)
-    return seen
-
-
 def _random(rows: int, cols: int, density: float, rng: np.random.Generator, dtype: str,
             index=np.int32) -> sp.csr_array:
     """Values -3..3 (explicit zeros among them), a third of the rows empty, one row full."""
@@ -115,31 +101,21 @@ def test_the_same_matrix_twice_and_int64_indices(counted_calls):
     assert counted_calls == [2]
 
 
-def test_parallelize_without_a_thread_count_splits_a_large_sum(counted_calls):
+def test_parallelize_without_a_thread_count_splits_a_large_sum(counted_calls, two_threads):
     rng = np.random.default_rng(9)
     A, B = _random(2000, 1000, 0.05, rng, "float64"), _random(2000, 1000, 0.05, rng, "float64")
-    before = ta.get_num_threads()
-    ta.set_num_threads(2)
-    try:
-        got = ta.compile(ADD, FORMATS, schedule="parallelize(i)")(A=A, B=B)
-        whole = ta.compile(ADD, FORMATS)(A=A, B=B)
-    finally:
-        ta.set_num_threads(before)
+    got = ta.compile(ADD, FORMATS, schedule="parallelize(i)")(A=A, B=B)
+    whole = ta.compile(ADD, FORMATS)(A=A, B=B)
     assert len(counted_calls) == 1 and counted_calls[0] >= 2   # the default stays whole
     for a, b in zip(_arrays(got), _arrays(whole), strict=True):
         np.testing.assert_array_equal(a, b)
     np.testing.assert_array_equal(got.toarray(), A.toarray() + B.toarray())
 
 
-def test_without_a_schedule_a_sum_stays_one_appending_call(counted_calls):
+def test_without_a_schedule_a_sum_stays_one_appending_call(counted_calls, two_threads):
     rng = np.random.default_rng(10)
     A, B = _random(2000, 1000, 0.1, rng, "float64"), _random(2000, 1000, 0.1, rng, "float64")
-    before = ta.get_num_threads()
-    ta.set_num_threads(2)
-    try:
-        ta.compile(ADD, FORMATS)(A=A, B=B)
-    finally:
-        ta.set_num_threads(before)
+    ta.compile(ADD, FORMATS)(A=A, B=B)
     assert counted_calls == []
 
 

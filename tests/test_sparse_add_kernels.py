@@ -306,3 +306,10 @@ def test_a_large_sum_assembles_int32_indices_its_entries_bound(route):
         product(A=A, B=B)
         assert [p.key.out_index_dtype for p in product._programs.values()] == \
             [np.dtype(np.int64)]
+    else:
+        # the elementwise product's remembered kernel (its result narrowed or not, the
+        # indices above are int32 either way) assembles int32 indices itself
+        entries = [e for key, e in api.kernel_cache().dispatch.items()
+                   if key[0] == "ij,ij->ij" and hasattr(e, "compiled")]
+        assert entries and all(e.compiled.key.out_index_dtype == np.dtype(np.int32)
+                               for e in entries)

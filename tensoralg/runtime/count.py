@@ -28,6 +28,27 @@ _INDEX = {np.dtype(np.int32): I32, np.dtype(np.int64): I64}
 RANGE_SLOTS = (6, 7)   # the counter's begin and end arguments (``row_counter``'s order)
 
 
+class _Arguments:
+    """The counters' arguments, in ``RANGE_SLOTS``' order: ``(a_pos, a_crd, b_pos, b_crd,
+    columns, counts*, begin, end)``."""
+
+    def __init__(self, a_index: Scalar, b_index: Scalar) -> None:
+        self.a_pos, self.a_crd = Var("a_pos", Ptr(a_index)), Var("a_crd", Ptr(a_index))
+        self.b_pos, self.b_crd = Var("b_pos", Ptr(b_index)), Var("b_crd", Ptr(b_index))
+        self.columns, self.counts = Var("columns", I64), Var("counts", Ptr(I64))
+        self.begin, self.end = Var("begin", I64), Var("end", I64)
+
+    def params(self) -> list:
+        return [b.param(self.a_pos, "a_pos"), b.param(self.a_crd, "a_crd"),
+                b.param(self.b_pos, "b_pos"), b.param(self.b_crd, "b_crd"),
+                b.param(self.columns, "columns"), b.param(self.counts, "counts", True),
+                b.param(self.begin, "begin"), b.param(self.end, "end")]
+
+
+def _at(array: Var, index: object) -> object:
+    return b.cast(b.load(array, index), I64)
+
+
 def row_counter(a_index: Scalar, b_index: Scalar) -> Function:
     """The IR of ``count(a_pos, a_crd, b_pos, b_crd, columns, counts*, begin, end)``:
     ``counts[i + 1]`` is the number of distinct ``b_crd[q]`` over the entries ``q`` of B's rows
@@ -37,35 +58,28 @@ def row_counter(a_index: Scalar, b_index: Scalar) -> Function:
     never need clearing. (A bitmap cleared by a second walk over the row's entries, 64 times
     smaller, counted bayer10 squared at half this speed.)
     """
-    a_pos, a_crd = Var("a_pos", Ptr(a_index)), Var("a_crd", Ptr(a_index))
-    b_pos, b_crd = Var("b_pos", Ptr(b_index)), Var("b_crd", Ptr(b_index))
-    columns, counts = Var("columns", I64), Var("counts", Ptr(I64))
-    begin, end = Var("begin", I64), Var("end", I64)
+    args = _Arguments(a_index, b_index)
+    a_pos, a_crd, b_pos, b_crd = args.a_pos, args.a_crd, args.b_pos, args.b_crd
+    columns, counts, begin, end = args.columns, args.counts, args.begin, args.end
     marks = Var("marks", Ptr(I64))
     i, p, q, j, k = (Var(name, I64) for name in ("i", "p", "q", "j", "k"))
     row, mark = Var("row", I64), Var("mark", I64)
-
-    def at(array: Var, index: object) -> object:
-        return b.cast(b.load(array, index), I64)
-
     body = [
         b.allocate(marks, b.add(columns, 1), zero=True),
         b.for_(i, begin, end,
                b.declare(row, 0),
                b.declare(mark, b.add(i, 1)),
-               b.for_(p, at(a_pos, i), at(a_pos, b.add(i, 1)),
-                      b.declare(j, at(a_crd, p)),
-                      b.for_(q, at(b_pos, j), at(b_pos, b.add(j, 1)),
-                             b.declare(k, at(b_crd, q)),
+               b.for_(p, _at(a_pos, i), _at(a_pos, b.add(i, 1)),
+                      b.declare(j, _at(a_crd, p)),
+                      b.for_(q, _at(b_pos, j), _at(b_pos, b.add(j, 1)),
+                             b.declare(k, _at(b_crd, q)),
                              b.if_(b.ne(b.load(marks, k), mark),
                                    [b.store(marks, k, mark), b.assign(row, b.add(row, 1))]))),
                b.store(counts, b.add(i, 1), row)),
         b.free(marks),
     ]
-    params = [b.param(a_pos, "a_pos"), b.param(a_crd, "a_crd"), b.param(b_pos, "b_pos"),
-              b.param(b_crd, "b_crd"), b.param(columns, "columns"),
-              b.param(counts, "counts", True), b.param(begin, "begin"), b.param(end, "end")]
-    return b.function(f"ta_product_rows_{a_index.value}_{b_index.value}", params, *body)
+    return b.function(f"ta_product_rows_{a_index.value}_{b_index.value}", args.params(),
+                      *body)
 
 
 def union_counter(a_index: Scalar, b_index: Scalar) -> Function:
@@ -77,34 +91,26 @@ def union_counter(a_index: Scalar, b_index: Scalar) -> Function:
     The merge advances without branching on the comparison (each side steps when its column
     is the smaller or equal one), so random interleavings cost no mispredictions.
     """
-    a_pos, a_crd = Var("a_pos", Ptr(a_index)), Var("a_crd", Ptr(a_index))
-    b_pos, b_crd = Var("b_pos", Ptr(b_index)), Var("b_crd", Ptr(b_index))
-    columns, counts = Var("columns", I64), Var("counts", Ptr(I64))
-    begin, end = Var("begin", I64), Var("end", I64)
+    args = _Arguments(a_index, b_index)
+    a_pos, a_crd, b_pos, b_crd = args.a_pos, args.a_crd, args.b_pos, args.b_crd
+    counts, begin, end = args.counts, args.begin, args.end
     i, p, q, p_end, q_end = (Var(name, I64) for name in ("i", "p", "q", "p_end", "q_end"))
     row, ja, jb = Var("row", I64), Var("ja", I64), Var("jb", I64)
-
-    def at(array: Var, index: object) -> object:
-        return b.cast(b.load(array, index), I64)
-
     body = [
         b.for_(i, begin, end,
-               b.declare(p, at(a_pos, i)), b.declare(p_end, at(a_pos, b.add(i, 1))),
-               b.declare(q, at(b_pos, i)), b.declare(q_end, at(b_pos, b.add(i, 1))),
+               b.declare(p, _at(a_pos, i)), b.declare(p_end, _at(a_pos, b.add(i, 1))),
+               b.declare(q, _at(b_pos, i)), b.declare(q_end, _at(b_pos, b.add(i, 1))),
                b.declare(row, 0),
                b.while_(b.land(b.lt(p, p_end), b.lt(q, q_end)),
-                        b.declare(ja, at(a_crd, p)),
-                        b.declare(jb, at(b_crd, q)),
+                        b.declare(ja, _at(a_crd, p)),
+                        b.declare(jb, _at(b_crd, q)),
                         b.assign(p, b.add(p, b.select(b.le(ja, jb), b.i64(1), b.i64(0)))),
                         b.assign(q, b.add(q, b.select(b.le(jb, ja), b.i64(1), b.i64(0)))),
                         b.assign(row, b.add(row, 1))),
                b.store(counts, b.add(i, 1),
                        b.add(row, b.add(b.sub(p_end, p), b.sub(q_end, q))))),
     ]
-    params = [b.param(a_pos, "a_pos"), b.param(a_crd, "a_crd"), b.param(b_pos, "b_pos"),
-              b.param(b_crd, "b_crd"), b.param(columns, "columns"),
-              b.param(counts, "counts", True), b.param(begin, "begin"), b.param(end, "end")]
-    return b.function(f"ta_sum_rows_{a_index.value}_{b_index.value}", params, *body)
+    return b.function(f"ta_sum_rows_{a_index.value}_{b_index.value}", args.params(), *body)
 
 
 class RowCounter:
