@@ -938,8 +938,15 @@ def _remember(signature: tuple, compiled: CompiledProgram, stmt: Assignment,
     matrix as CSR), not converted. A sparse result is assembled from the kernel's buffers as
     the general path does, in the format ``requested`` (None: the one the kernel made).
     Returns the entry recorded, if any."""
-    if compiled.plan.parallel is not None or \
-            any(t.dtype != compiled.key.value_dtype for t in bound.values()):
+    asked = compiled.plan.parallel
+    # A replay splits as the work decides (``_replayed_split``), which is what a schedule's
+    # ``parallelize(i)`` asks of a dense output or a pattern's values; a stated thread count,
+    # or a sparse output that such a schedule counts and splits, keeps the general path.
+    if asked is not None and (asked.threads is not None or
+                              not (compiled.program.output.format.is_dense or
+                                   compiled.program.pattern is not None)):
+        return None
+    if any(t.dtype != compiled.key.value_dtype for t in bound.values()):
         return None
     kinds = tuple(_DENSE if type(op) is np.ndarray else _COMPRESSED for op in operands)
     relayouts, aliases = [], {}

@@ -449,3 +449,33 @@ def test_sparse_outputs_are_written_out_but_products_keep_their_bounds(monkeypat
         np.testing.assert_array_equal(add(A=A, B=B).toarray(), (A + B).toarray())
     finally:
         ta.set_num_threads(before)
+
+
+@pytest.mark.parametrize("schedule", ["parallelize(i)", "reorder(i,j,k); parallelize(i); tile(256)",
+                                      "split(i, 64); parallelize(i0)"])
+def test_a_schedule_that_parallelizes_a_dense_output_replays(monkeypatch, schedule, two_threads):
+    """``parallelize(i)`` without a thread count lets the work decide, which the replay's split
+    does too (a split loop's ranges start on its blocks): a scheduled SpMM replays, large
+    enough to run on two threads, and agrees bit for bit with the general path."""
+    A = sp.random_array((3000, 2000), density=0.02, format="csr", random_state=21)
+    B = np.random.default_rng(21).standard_normal((2000, 16))
+    spmm = ta.compile("C(i,k) = A(i,j) * B(j,k)", formats={"A": "csr"}, schedule=schedule)
+    np.testing.assert_allclose(_kernel_replays(monkeypatch, spmm, A=A, B=B), A @ B,
+                               rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("statement, schedule", [
+    ("C(i,k) = A(i,j) * B(j,k)", "parallelize(i, threads=2)"),
+    ("C(i,j) = A(i,j) + D(i,j)", "parallelize(i)"),
+])
+def test_a_stated_thread_count_or_a_counted_sum_keeps_the_general_path(statement, schedule):
+    """A stated thread count, or a sparse sum a schedule splits (counted rows), is what the
+    general path does and a replay does not: no replay is remembered for them."""
+    A = sp.random_array((50, 40), density=0.2, format="csr", random_state=22)
+    other = {"B": np.ones((40, 3))} if "B(" in statement else \
+        {"D": sp.random_array((50, 40), density=0.2, format="csr", random_state=23)}
+    formats = {"A": "csr", **({"D": "csr"} if "D" in other else {})}
+    kernel = ta.compile(statement, formats=formats, schedule=schedule)
+    kernel(A=A, **other)
+    kernel(A=A, **other)
+    assert not kernel._replays and kernel._recent is None
