@@ -47,7 +47,7 @@ from tensoralg.codegen.epilogue import (  # noqa: F401  (the program API's fused
     as_activation,
     erf_text,
 )
-from tensoralg.contract_path import contract_by_path, plan_contraction
+from tensoralg.contract_path import plan_contraction, run_steps, step_list
 from tensoralg.errors import (
     ArgumentTypeError,
     CastingError,
@@ -516,19 +516,19 @@ def einsum(*operands: Any, out_format: Any = None, formats: Any = None,
         raise NotationError("einsum needs subscripts and at least one operand")
     tried = False     # whether the remembered dispatch of this call was looked up already
     if type(operands[0]) is str and formats is None and out_format is None and \
-            schedule is None and dtype is None and out is None and order == "K" and \
+            dtype is None and out is None and order == "K" and \
             casting == "safe" and backend != "cuda" and _cache is not None:
         # A repeated plain call: its kernel and argument recipe were remembered (a repeated
         # SDDMM skips planning, ~0.4 ms; a small SpMV's whole cost is this dispatch). The
         # latest replay of these subscripts checks the operands' kinds itself: tried first.
-        recent = operands[0] if backend is None else (operands[0], backend) \
-            if type(backend) is str else None
+        recent = None if schedule is not None else operands[0] if backend is None else \
+            (operands[0], backend) if type(backend) is str else None
         fast = _cache.recent.get(recent) if recent is not None else None
         if fast is not None:
             result = fast(operands[1:])
             if result is not None:
                 return result
-        signature = _signature(operands[0], operands[1:], backend)
+        signature = _scheduled(_signature(operands[0], operands[1:], backend), schedule)
         entry = _cache.dispatch.get(signature) if signature is not None else None
         if entry is not None:
             result = (entry.fast or entry.run)(operands[1:])
@@ -554,10 +554,10 @@ def einsum(*operands: Any, out_format: Any = None, formats: Any = None,
     if casting not in _CASTINGS or order not in _ORDERS:
         raise InputError(f"casting must be one of {', '.join(_CASTINGS)} and order one of "
                          f"{', '.join(_ORDERS)}; got casting={casting!r}, order={order!r}")
-    plain = formats is None and out_format is None and schedule is None and dtype is None \
+    plain = formats is None and out_format is None and dtype is None \
         and out is None and order != "F"
-    signature = _signature(subscripts, operands, backend) if plain and backend != "cuda" \
-        else None
+    signature = _scheduled(_signature(subscripts, operands, backend), schedule) \
+        if plain and backend != "cuda" else None
     if signature is not None and not tried:
         # Remembered calls ran as one kernel (the plain calls looked this up above).
         entry = kernel_cache().dispatch.get(signature)
@@ -566,12 +566,13 @@ def einsum(*operands: Any, out_format: Any = None, formats: Any = None,
             if result is not None:
                 return result
     if len(operands) > 2 and optimize is not False and optimize is not None:
-        steps = _planned(subscripts, operands, optimize, formats, schedule)
-        if steps is not None:
+        planned = _planned(subscripts, operands, optimize, formats, schedule)
+        if planned is not None:
+            path, steps = planned
             _log.info("%s: contracted in %d steps along %s (ta.einsum_path reports why)",
-                      subscripts, len(steps) - 1, steps)
-            result = contract_by_path(
-                subscripts, operands, steps,
+                      subscripts, len(steps), path)
+            result = run_steps(
+                operands, steps,
                 lambda text, ops: einsum(text, *ops, backend=backend, dtype=dtype,
                                          casting=casting, optimize=False),
                 lambda text, ops: einsum(text, *ops, backend=backend, dtype=dtype,
@@ -636,7 +637,7 @@ def einsum(*operands: Any, out_format: Any = None, formats: Any = None,
     if signature is not None and signature not in kernel_cache().dispatch:
         if compiled is not None:
             _remember(signature, compiled, stmt, named, operands, bound)
-        elif not len(kernel_cache().tuned):
+        elif not len(kernel_cache().tuned) and schedule is None:
             form = gemm_form(stmt)    # the BLAS route took it: replay that decision too
             if form is not None:
                 kernel_cache().dispatch[signature] = _GemmReplay(
@@ -676,11 +677,11 @@ def _in_pydata_format(result: Any, operands: Sequence[Any]) -> Any:
 
 
 def _planned(subscripts: str, operands: tuple, optimize: Any, formats: Any, schedule: Any
-             ) -> list | None:
-    """The contraction path of three or more operands when it has several steps (None: one
-    kernel computes the whole product). ``formats`` and ``schedule`` name the operands and
-    loops of one statement, so a call that gives them runs as one kernel; an explicit path
-    with several steps is then refused."""
+             ) -> tuple[list, list] | None:
+    """The contraction path of three or more operands and its steps (``run_steps``'s), when
+    it has several (None: one kernel computes the whole product). ``formats`` and ``schedule``
+    name the operands and loops of one statement, so a call that gives them runs as one
+    kernel; an explicit path with several steps is then refused."""
     wanted = "greedy" if optimize == "auto" else optimize
     try:     # the same operands' shapes and stored counts give the same plan (~0.4 ms each)
         key = (subscripts, wanted, tuple((np.shape(op), getattr(op, "nnz", None))
@@ -688,25 +689,26 @@ def _planned(subscripts: str, operands: tuple, optimize: Any, formats: Any, sche
         hash(key)
     except TypeError:                       # an explicit path given as a list
         key = None
-    path = _plans.get(key) if key is not None else None
-    if path is None:
+    planned = _plans.get(key) if key is not None else None
+    if planned is None:
         plan = plan_contraction(subscripts, operands, wanted)
-        path = plan.path if len(plan.steps) > 1 else []
+        planned = (plan.path, step_list(plan)) if len(plan.steps) > 1 else ([], [])
         if key is not None:
             if len(_plans) > 512:
                 _plans.clear()
-            _plans[key] = path
-    if not path:
+            _plans[key] = planned
+    if not planned[0]:
         return None
     if formats is not None or schedule is not None:
         if optimize == "auto":
             return None
         raise UnsupportedError("formats= and schedule= apply to one kernel; with them, "
                                "pass optimize=False (or an explicit one-step path)")
-    return path
+    return planned
 
 
-_plans: dict[tuple, list] = {}      # _planned's paths, by operand shapes and stored counts
+# _planned's paths and steps, by operand shapes and stored counts
+_plans: dict[tuple, tuple[list, list]] = {}
 
 
 # -- the fast path of repeated einsum calls ---------------------------------------------------
@@ -760,6 +762,22 @@ def _signature(subscripts: Any, operands: tuple, backend: str | None) -> tuple |
             return None
         parts.append((kind, operand.data.dtype, operand.indices.dtype, operand.indptr.dtype))
     return tuple(parts)
+
+
+def _scheduled(signature: tuple | None, schedule: Any) -> tuple | None:
+    """``signature`` of a call given ``schedule=``: the schedule as given (its text, or the
+    ``Schedule``) is part of what a repeated call must share; None where it cannot be a key.
+
+    >>> _scheduled(("ij,j->i", None), "parallelize(i)")
+    ('ij,j->i', None, ('schedule', 'parallelize(i)'))
+    """
+    if signature is None or schedule is None:
+        return signature
+    try:
+        hash(schedule)
+    except TypeError:
+        return None
+    return (*signature, ("schedule", schedule))
 
 
 # class -> whether it is a scipy CSR/CSC class (its ``format`` is a class constant there)
@@ -990,8 +1008,10 @@ def _remember(signature: tuple, compiled: CompiledProgram, stmt: Assignment,
     # (_Dispatch._entry_bounds), which the written-out call does not compute.
     products = handles and compiled.entries_by is not None and compiled.entries_by.products
     if not products and replayable(recipe, sparse=bool(handles)):
-        entry = dataclasses.replace(entry, fast=_replay_of(entry, signature[2:]))
-        if store is None:
+        # signature: subscripts, backend, one part per operand, then any schedule's part
+        # (_scheduled); a scheduled call's replay is never the one a plain call tries first.
+        entry = dataclasses.replace(entry, fast=_replay_of(entry, signature[2:2 + len(names)]))
+        if store is None and len(signature) == 2 + len(names):
             _recent_replay(signature[0] if signature[1] is None else signature[:2], entry.fast)
     table[signature] = entry
     return entry

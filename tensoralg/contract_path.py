@@ -535,12 +535,32 @@ def contract_by_path(subscripts: str, operands: Sequence[Any], path: Sequence[An
     """
     explicit = list(path[1:]) if path and path[0] == "einsum_path" else list(path)
     plan = plan_contraction(subscripts, operands, ["einsum_path", *explicit])
+    return run_steps(operands, step_list(plan), step, final)
+
+
+def step_list(plan: ContractionPlan) -> list[tuple[tuple[int, ...], str]]:
+    """``plan``'s steps as ``(positions, subscripts)`` pairs, what :func:`run_steps` takes."""
+    return [(planned.positions, planned.subscripts) for planned in plan.steps]
+
+
+def run_steps(operands: Sequence[Any], steps: Sequence[tuple[tuple[int, ...], str]],
+              step: Callable[[str, tuple[Any, ...]], Any],
+              final: Callable[[str, tuple[Any, ...]], Any] | None = None) -> Any:
+    """Evaluate planned ``steps`` (``(positions, subscripts)``: the operands taken from the
+    list left, and the step's own subscripts) as :func:`contract_by_path` does; a repeated
+    call keeps its steps instead of planning them again.
+
+    >>> A, B, x = np.arange(4.0).reshape(2, 2), np.ones((2, 2)), np.ones(2)
+    >>> run_steps([A, B, x], [((1, 2), "jk,k->j"), ((0, 1), "ij,j->i")],
+    ...           lambda text, ops: np.einsum(text, *ops))
+    array([ 2., 10.])
+    """
     values = list(operands)
-    for number, planned in enumerate(plan.steps):
-        taken = tuple(values[p] for p in planned.positions)
-        values = [v for k, v in enumerate(values) if k not in planned.positions]
-        call = final if final is not None and number == len(plan.steps) - 1 else step
-        values.append(call(planned.subscripts, taken))
+    for number, (positions, subscripts) in enumerate(steps):
+        taken = tuple(values[p] for p in positions)
+        values = [v for k, v in enumerate(values) if k not in positions]
+        call = final if final is not None and number == len(steps) - 1 else step
+        values.append(call(subscripts, taken))
     return values[0]
 
 

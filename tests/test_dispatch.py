@@ -479,3 +479,22 @@ def test_a_stated_thread_count_or_a_counted_sum_keeps_the_general_path(statement
     kernel(A=A, **other)
     kernel(A=A, **other)
     assert not kernel._replays and kernel._recent is None
+
+
+def test_einsum_with_a_schedule_replays_its_own_kernel(monkeypatch):
+    """A repeated ``ta.einsum(..., schedule=...)`` replays the scheduled kernel; a plain call of
+    the same subscripts never picks that replay up (nor a scheduled call the plain one's)."""
+    A = sp.random_array((60, 50), density=0.2, format="csr", random_state=24)
+    x = np.random.default_rng(24).standard_normal(50)
+    schedule = "split(i, 8); parallelize(i0)"
+    first = ta.einsum("ij,j->i", A, x, schedule=schedule)
+    plain = ta.einsum("ij,j->i", A, x)
+    scheduled = kernel_cache().dispatch[api._scheduled(_signature("ij,j->i", (A, x), None),
+                                                       schedule)]
+    unscheduled = kernel_cache().dispatch[_signature("ij,j->i", (A, x), None)]
+    assert str(scheduled.compiled.key.schedule).startswith("split(i, 8")
+    assert unscheduled.compiled.key.schedule is None
+    monkeypatch.setattr(api, "execute", lambda *a, **k: pytest.fail("general path"))
+    np.testing.assert_array_equal(ta.einsum("ij,j->i", A, x, schedule=schedule), first)
+    np.testing.assert_array_equal(ta.einsum("ij,j->i", A, x), plain)
+    np.testing.assert_allclose(first, A @ x, rtol=1e-12)
