@@ -88,6 +88,39 @@ def test_duplicate_coo_input_untouched() -> None:
     assert m.nnz == 4 and m.row.tolist() == [2, 0, 2, 1]
 
 
+
+@pytest.mark.parametrize("seed", range(12))
+def test_scipy_coo_binds_as_pack_lays_out_coordinates(seed: int) -> None:
+    """A 2-D scipy COO goes through scipy's own sort and duplicate sum; the tensor is the one
+    ``pack`` makes from the same coordinates (unsorted, duplicated, explicit zeros, empty
+    rows, int32 or int64 coordinates), and the input is left as it was."""
+    from tensoralg.formats.format import resolve_format
+    from tensoralg.formats.pack import pack
+
+    rng = np.random.default_rng(seed)
+    rows, cols = int(rng.integers(1, 30)), int(rng.integers(1, 30))
+    count = int(rng.integers(1, 120))
+    coordinate = (np.int32, np.int64)[seed % 2]
+    row = rng.integers(0, rows, count).astype(coordinate)
+    col = rng.integers(0, cols, count).astype(coordinate)
+    dtype = (np.float64, np.float32, np.int64, np.complex128)[seed % 4]
+    data = (rng.integers(-3, 4, count)).astype(dtype)      # zeros and exact duplicate sums
+    m = (sp.coo_array, sp.coo_matrix)[seed % 3 == 0]((data, (row, col)), shape=(rows, cols))
+    before = (m.row.copy(), m.col.copy(), m.data.copy())
+    got = Tensor.from_scipy(m)
+    validate(got)
+    want = pack(np.stack([row, col], axis=1).astype(np.int64), data, (rows, cols),
+                resolve_format("coo", 2, "test"), index_dtype=np.result_type(m.row, m.col))
+    assert got.format == want.format and got.vals.dtype == want.vals.dtype
+    np.testing.assert_array_equal(got.vals, want.vals)
+    for mine, theirs in zip(got.levels, want.levels):
+        np.testing.assert_array_equal(mine.crd, theirs.crd)
+        assert mine.crd.dtype == theirs.crd.dtype
+    np.testing.assert_array_equal(got.levels[0].pos, want.levels[0].pos)
+    np.testing.assert_array_equal(got.to_numpy(), m.toarray())
+    for old, now in zip(before, (m.row, m.col, m.data)):
+        np.testing.assert_array_equal(old, now)
+
 def test_malformed_scipy_input_is_a_format_error() -> None:
     m = sp.csr_array((np.ones(2), np.array([0, 7]), np.array([0, 1, 2])), shape=(2, 3),
                      copy=False)

