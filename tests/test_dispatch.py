@@ -498,3 +498,54 @@ def test_einsum_with_a_schedule_replays_its_own_kernel(monkeypatch):
     np.testing.assert_array_equal(ta.einsum("ij,j->i", A, x, schedule=schedule), first)
     np.testing.assert_array_equal(ta.einsum("ij,j->i", A, x), plain)
     np.testing.assert_allclose(first, A @ x, rtol=1e-12)
+
+
+@pytest.mark.parametrize("dtypes", [(np.float32, np.float64), (np.int32, np.float32),
+                                    (np.float64, np.complex64), (np.int64, np.int32)])
+def test_mixed_dtypes_replay_in_the_result_type(monkeypatch, dtypes):
+    """A call mixing dtypes is made uniform (NumPy's result type) before its signature, so a
+    repeated one replays; every call agrees bit for bit with the operands cast first."""
+    A = sp.random_array((40, 30), density=0.2, format="csr", random_state=25).astype(dtypes[0])
+    x = np.arange(30).astype(dtypes[1])
+    common = np.result_type(*dtypes)
+    expected = ta.einsum("ij,j->i", A.astype(common), x.astype(common))
+    first = ta.einsum("ij,j->i", A, x)
+    assert first.dtype == common
+    monkeypatch.setattr(api, "execute", lambda *a, **k: pytest.fail("general path"))
+    again = ta.einsum("ij,j->i", A, x)
+    np.testing.assert_array_equal(first, expected)
+    np.testing.assert_array_equal(again, expected)
+    assert A.dtype == dtypes[0] and x.dtype == dtypes[1]          # the inputs are not cast
+
+
+def test_fortran_ordered_and_strided_operands_replay(monkeypatch):
+    """A Fortran-ordered or strided array beside a C-ordered one is copied to C order first and
+    the call replays; where every array is Fortran-ordered, NumPy's order="K" gives a Fortran
+    result, which the general path makes."""
+    rng = np.random.default_rng(26)
+    A = sp.random_array((40, 30), density=0.2, format="csr", random_state=26)
+    X, Y = np.asfortranarray(rng.standard_normal((40, 5))), rng.standard_normal((5, 30))
+    wide = rng.standard_normal((30, 10))[:, ::2]
+    first = ta.einsum("ij,ik,kj->ij", A, X, Y)
+    ta.einsum("ij,jk->ik", A, wide)
+    every = ta.einsum("ij,jk->ik", A, np.asfortranarray(wide))
+    assert every.flags.f_contiguous and not every.flags.c_contiguous
+    monkeypatch.setattr(api, "execute", lambda *a, **k: pytest.fail("general path"))
+    again = ta.einsum("ij,ik,kj->ij", A, X, Y)
+    np.testing.assert_array_equal(again.toarray(), first.toarray())
+    np.testing.assert_allclose(first.toarray(), A.toarray() * (X @ Y), rtol=1e-12)
+    np.testing.assert_allclose(ta.einsum("ij,jk->ik", A, wide), A @ wide, rtol=1e-12)
+
+
+def test_replaced_values_on_a_checked_pattern_replay_and_bad_ones_do_not():
+    """New values on the same index arrays (``A.data`` replaced) replay with those values; a
+    values array of another length goes to the general path and its error."""
+    A = sp.random_array((40, 30), density=0.2, format="csr", random_state=28)
+    x = np.random.default_rng(28).standard_normal(30)
+    ta.einsum("ij,j->i", A, x)
+    ta.einsum("ij,j->i", A, x)
+    A.data = A.data * 3.0
+    np.testing.assert_allclose(ta.einsum("ij,j->i", A, x), A @ x, rtol=1e-12)
+    A.data = A.data[:-1].copy()
+    with pytest.raises(ta.TensorAlgebraError):
+        ta.einsum("ij,j->i", A, x)

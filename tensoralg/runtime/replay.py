@@ -46,16 +46,23 @@ class _Sound:
     def __call__(self, matrix: Any) -> tuple[int, int, int] | None:
         seen = self.seen
         if seen and matrix.indptr is seen[0]() and matrix.indices is seen[1]() and \
-                matrix.data is seen[2]() and matrix.shape == seen[3] and \
-                matrix.has_canonical_format:
-            return self.addresses
+                matrix.shape == seen[3] and matrix.has_canonical_format:
+            data = matrix.data
+            if data is seen[2]():
+                return self.addresses
+            # New values on the same checked pattern (``A.data`` replaced, or a cast copy
+            # sharing the indices): only the values array itself needs a look.
+            if type(data) is np.ndarray and data.dtype == seen[4] and \
+                    data.shape == seen[5] and data.flags.c_contiguous:
+                return self.addresses[0], self.addresses[1], data_address(data)
         if not self.check(matrix):
             return None
         addresses = (data_address(matrix.indptr), data_address(matrix.indices),
                      data_address(matrix.data))
         try:
             self.seen = (weakref.ref(matrix.indptr), weakref.ref(matrix.indices),
-                         weakref.ref(matrix.data), matrix.shape)
+                         weakref.ref(matrix.data), matrix.shape, matrix.data.dtype,
+                         matrix.data.shape)
             self.addresses = addresses
         except TypeError:
             self.seen = ()
