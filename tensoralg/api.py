@@ -793,13 +793,13 @@ def _is_scipy_compressed(kind: type) -> bool:
     return found
 
 
-def _uniform(operands: tuple) -> tuple | None:
+def _uniform(operands: tuple, dtype: np.dtype | None = None) -> tuple | None:
     """A plain call's NumPy arrays and scipy CSR/CSC matrices in C order and one dtype (NumPy's
-    result type of theirs), or None where they are so already, or where any operand is
-    another kind or dtype. The general path computes mixed dtypes in that result type and reads
-    other layouts through a C-ordered copy (bit for bit the same result); made uniform first,
-    a repeated call replays (an SpMV of a float32 matrix and a float64 vector: ~100 -> ~10
-    µs a call).
+    result type of theirs, or ``dtype``, a compiled kernel's, where each casts to it safely),
+    or None where they are so already, or where any operand is another kind or dtype. The
+    general path computes mixed dtypes in that type and reads other layouts through a
+    C-ordered copy (bit for bit the same result); made uniform first, a repeated call
+    replays (an SpMV of a float32 matrix and a float64 vector: ~100 -> ~10 µs a call).
 
     >>> a = np.ones((2, 2), np.float32)
     >>> [(x.dtype.name, x.flags.c_contiguous) for x in _uniform((a, np.ones((2, 2)).T))]
@@ -816,10 +816,16 @@ def _uniform(operands: tuple) -> tuple | None:
         elif not _is_scipy_compressed(kind) or operand.ndim != 2:
             return None
         dtypes.add(operand.dtype)
-    if len(dtypes) == 1 and ordered or not dtypes <= _UNIFORM_DTYPES or \
-            (not ordered and _all_fortran(operands)):   # NumPy's order="K": Fortran out
-        return None
-    common = np.result_type(*dtypes)
+    if dtype is not None:
+        if dtypes == {dtype} and ordered or not dtypes <= _UNIFORM_DTYPES or \
+                not all(np.can_cast(d, dtype, "safe") for d in dtypes):
+            return None
+        common = dtype
+    else:
+        if len(dtypes) == 1 and ordered or not dtypes <= _UNIFORM_DTYPES or \
+                (not ordered and _all_fortran(operands)):   # NumPy's order="K": Fortran out
+            return None
+        common = np.result_type(*dtypes)
     if common not in _UNIFORM_DTYPES:
         return None
     return tuple(np.ascontiguousarray(op, dtype=common) if type(op) is np.ndarray else
@@ -2253,6 +2259,10 @@ class Kernel:
             result = self._recent(values)
             if result is not None:
                 return result
+        if len(operands) == len(values) and self.backend != "cuda":
+            cast = _uniform(values, self.dtype)
+            if cast is not None:
+                values, operands = cast, dict(zip(self.formats, cast))
         signature = _signature(self._canonical, values, self.backend) \
             if len(operands) == len(values) else None
         # -- dask hook (tensoralg/dask/): dask.array operands run the kernel block by block

@@ -549,3 +549,21 @@ def test_replaced_values_on_a_checked_pattern_replay_and_bad_ones_do_not():
     A.data = A.data[:-1].copy()
     with pytest.raises(ta.TensorAlgebraError):
         ta.einsum("ij,j->i", A, x)
+
+
+def test_compiled_kernel_replays_operands_cast_safely_to_its_dtype(monkeypatch):
+    """A float64 kernel given float32 or int32 operands, or a Fortran-ordered one, casts and
+    copies them as its general path does (same result, bit for bit) and replays."""
+    A = sp.random_array((40, 30), density=0.2, format="csr", random_state=29)
+    x = np.random.default_rng(29).standard_normal(30)
+    B = np.asfortranarray(np.random.default_rng(30).standard_normal((30, 4)))
+    spmv = ta.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"})
+    spmm = ta.compile("C(i,k) = A(i,j) * B(j,k)", formats={"A": "csr"})
+    cases = [(spmv, {"A": A.astype(np.float32), "x": x}, {"A": A.astype(np.float32)
+                                                          .astype(np.float64), "x": x}),
+             (spmv, {"A": A, "x": np.arange(30, dtype=np.int32)},
+              {"A": A, "x": np.arange(30.0)}),
+             (spmm, {"A": A, "B": B}, {"A": A, "B": np.ascontiguousarray(B)})]
+    for kernel, given, plain in cases:
+        expected = kernel(**plain)
+        np.testing.assert_array_equal(_kernel_replays(monkeypatch, kernel, **given), expected)
