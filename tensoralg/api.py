@@ -104,7 +104,7 @@ from tensoralg.notation import (
     parse_einsum,
     parse_statement,
 )
-from tensoralg.notation.ast import Expr, accesses
+from tensoralg.notation.ast import Access, Expr, Mul, Reduce, accesses
 from tensoralg.notation.ast import tensors as tensor_ranks
 from tensoralg.notation.broadcast import broadcast
 from tensoralg.notation.canonical import index_order
@@ -895,6 +895,20 @@ class _Dispatch:
     # operand's position, and the (operand, mode) sizes of the indices summed per entry.
     pattern: int = -1
     reduced: tuple[tuple[int, int], ...] = ()
+    # A two-factor sparse product's (P, Q) positions (_bounding_pair): its output holds at
+    # most nnz(Q) * (P's longest row) entries, which decides whether int32 positions hold it.
+    bounded_by: tuple[int, int] | None = None
+
+    def _narrow_fits(self, operands: tuple, shape: tuple[int, ...]) -> bool:
+        """Whether a kernel assembling int32 indices (``_out_index_dtype``) holds this call's
+        output: its shape has fewer than 2**31 - 1 elements, or its dimensions fit and the
+        product's bound on its entries does."""
+        if self.compiled.key.out_index_dtype != _INT32 or math.prod(shape) < 2**31 - 1:
+            return True
+        if self.bounded_by is None or max(shape, default=0) >= 2**31 - 1:
+            return False
+        rows, other = (operands[k] for k in self.bounded_by)
+        return other.indices.shape[0] * _longest(rows.indptr) < 2**31 - 1
 
     def run(self, operands: tuple) -> Any:
         if self.fast is not None:
@@ -909,6 +923,8 @@ class _Dispatch:
             if kind == _COMPRESSED and not _sound_compressed(operand, cache.validator):
                 return None
         shape = tuple(operands[k].shape[mode] for k, mode in self.out_dims)
+        if self.handles and not self._narrow_fits(operands, shape):
+            return None
         entries = self._entry_bounds(operands, shape)
         # A sparse product's work is its multiply-adds (bounded here by the entries it may
         # make), which the operands' stored entries undercount many times over. One whose
@@ -1071,11 +1087,14 @@ def _remember(signature: tuple, compiled: CompiledProgram, stmt: Assignment,
     if recipe is None:
         return None
     table = kernel_cache().dispatch if store is None else store
+    pair = _bounding_pair(stmt, {name: t.format for name, t in bound.items()}) \
+        if handles else None
     entry = _Dispatch(
         compiled, tuple(names), kinds, equal, out_dims, compiled.key.value_dtype, recipe,
         compiled.arguments.range_slots is not None, handles,
         tuple(input_family(op) for op in operands), requested, relayouts=tuple(relayouts),
-        pattern=pattern, reduced=reduced)
+        pattern=pattern, reduced=reduced,
+        bounded_by=None if pair is None else (position[pair[0]], position[pair[1]]))
     # A sparse product's first capacity and thread split come from its rows' bounds
     # (_Dispatch._entry_bounds), which the written-out call does not compute.
     products = handles and compiled.entries_by is not None and compiled.entries_by.products
@@ -1157,7 +1176,10 @@ def _sparse_output(entry: _Dispatch) -> SparseOutput:
                                                   entry.value_dtype, made))
         return _wrap(tensor, entry.requested, list(entry.families), None)
 
-    return SparseOutput(buffers, finish, release, handles)
+    # int32 positions on a shape past 2**31 elements (a bound said they hold this call's
+    # entries): a later call of that size goes to the general path, which decides again
+    return SparseOutput(buffers, finish, release, handles,
+                        narrow=entry.compiled.key.out_index_dtype == _INT32)
 
 
 def _replayed_split(entry: _Dispatch) -> Any:
@@ -1666,7 +1688,52 @@ def _out_index_dtype(shape: tuple[int, ...], stmt: Assignment | None = None,
     if stmt is None or bound is None or max(shape, default=0) >= 2**31 - 1:
         return _INT64
     stored = _stored_bound(stmt, bound)
+    if stored is None:
+        stored = _product_bound(stmt, bound)
     return _INT32 if stored is not None and stored < 2**31 - 1 else _INT64
+
+
+def _bounding_pair(stmt: Assignment, formats: Mapping[str, Format]) -> tuple[str, str] | None:
+    """``(P, Q)`` where ``stmt`` is a product of two sparse operands summed over an index
+    ``k`` (``C(i,j) = A(i,k) * B(k,j)``) and ``P``, stored row by row (``ds``), has ``k`` as its
+    outer index: every output entry comes from one of Q's entries times an entry of the row
+    of P it names, so the output holds at most ``nnz(Q) * (P's longest row)`` entries. None
+    for any other statement.
+
+    >>> _bounding_pair(parse_statement("C(i,j) = A(i,k) * B(k,j)"), {"A": CSR, "B": CSR})
+    ('B', 'A')
+    """
+    body = stmt.rhs
+    while isinstance(body, Reduce):
+        body = body.body
+    if not (isinstance(body, Mul) and isinstance(body.lhs, Access) and
+            isinstance(body.rhs, Access) and body.lhs.tensor != body.rhs.tensor):
+        return None
+    for p, q in ((body.rhs, body.lhs), (body.lhs, body.rhs)):
+        fmt = formats.get(p.tensor)
+        other = formats.get(q.tensor)
+        if fmt is None or other is None or other.is_dense or fmt.rank != 2 or \
+                fmt.spec != "ds":
+            continue
+        outer = p.indices[fmt.order[0]]
+        if outer not in stmt.lhs.indices and outer in q.indices:
+            return p.tensor, q.tensor
+    return None
+
+
+def _product_bound(stmt: Assignment, bound: Mapping[str, Tensor]) -> int | None:
+    """The most entries the output of a two-factor sparse product can hold
+    (``_bounding_pair``), else None."""
+    pair = _bounding_pair(stmt, {name: t.format for name, t in bound.items()})
+    if pair is None:
+        return None
+    rows, other = bound[pair[0]], bound[pair[1]]
+    return other.nnz * _longest(rows.levels[1].pos)
+
+
+def _longest(pos: np.ndarray) -> int:
+    """The most entries one row of a compressed level holds (``pos`` its row starts)."""
+    return int(np.diff(pos).max()) if len(pos) > 1 else 0
 
 
 def _stored_bound(stmt: Assignment, bound: Mapping[str, Tensor]) -> int | None:

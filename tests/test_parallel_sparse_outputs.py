@@ -348,3 +348,39 @@ def test_an_output_past_two_billion_elements_keeps_int32_indices(threads, any_wo
     T = ta.Tensor.from_scipy(A)
     tensor = ta.einsum("ij,jk->ik", T, T, out_format="csr")
     assert tensor.index_dtype == np.int32 and tensor.nnz == want.nnz
+
+
+def test_a_large_shape_product_bounded_below_two_billion_entries_assembles_int32():
+    """Past 2**31 elements, a two-factor product whose bound on entries (the right factor's
+    stored entries times the longest row of the left... as ``api._bounding_pair`` picks them)
+    fits is compiled with int32 positions directly; one whose bound does not fit keeps int64
+    (narrowed after), and a call of that kind after an int32 one is not replayed with the
+    int32 kernel. Every result is exact."""
+    from tensoralg.api import _signature, kernel_cache
+
+    rng = np.random.default_rng(31)
+    n = 60000
+    A = sp.random(n, n, density=3e-5, format="csr", random_state=rng)
+    A.sort_indices()
+    first = ta.einsum("ij,jk->ik", A, A)
+    entry = kernel_cache().dispatch[_signature("ij,jk->ik", (A, A), None)]
+    assert entry.compiled.key.out_index_dtype == np.int32 and entry.bounded_by is not None
+    want = (A @ A).tocsr()
+    want.sort_indices()
+    np.testing.assert_array_equal(first.indptr, want.indptr)
+    np.testing.assert_array_equal(first.indices, want.indices)
+    np.testing.assert_allclose(first.data, want.data)
+    # one full row on the right: 36000 * 60000 > 2**31 bounds the output, though it is small
+    full = sp.csr_matrix((np.ones(n), (np.zeros(n, np.int64), np.arange(n))), shape=(n, n))
+    B = (A + full).tocsr()
+    B.sort_indices()
+    C = sp.random(n, n, density=1e-5, format="csr", random_state=rng)
+    C.sort_indices()
+    got = ta.einsum("ij,jk->ik", C, B)
+    expected = (C @ B).tocsr()
+    expected.sort_indices()
+    assert got.indices.dtype == np.int32 and got.indptr.dtype == np.int32
+    np.testing.assert_array_equal(got.indptr, expected.indptr)
+    np.testing.assert_array_equal(got.indices, expected.indices)
+    np.testing.assert_allclose(got.data, expected.data)
+    assert not entry._narrow_fits((C, B), (n, n))

@@ -281,7 +281,8 @@ def test_a_small_first_capacity_still_grows_to_the_sum(monkeypatch):
 def test_a_large_sum_assembles_int32_indices_its_entries_bound(route):
     """Matrices past 46341 rows and columns hold more than 2**31 elements, but a sum holds at
     most its operands' entries: its kernel writes int32 indices directly (no int64 buffers
-    narrowed afterwards); a product, which has no such bound, keeps int64 ones."""
+    narrowed afterwards); so does a product, bounded by one factor's entries times the other's
+    longest row (``api._bounding_pair``)."""
     n = 60_000
     rng = np.random.default_rng(13)
     A = sp.csr_array((np.ones(500), (rng.integers(0, n, 500), rng.integers(0, n, 500))),
@@ -305,7 +306,7 @@ def test_a_large_sum_assembles_int32_indices_its_entries_bound(route):
         product = ta.compile("C(i,j) = A(i,k) * B(k,j)", formats=CSR, dtype="float64")
         product(A=A, B=B)
         assert [p.key.out_index_dtype for p in product._programs.values()] == \
-            [np.dtype(np.int64)]
+            [np.dtype(np.int32)]
     else:
         # the elementwise product's remembered kernel (its result narrowed or not, the
         # indices above are int32 either way) assembles int32 indices itself

@@ -279,14 +279,17 @@ class SparseOutput:
     """What a replayed call that assembles a sparse output needs: ``buffers(capacity)`` makes
     the kernel's output buffers (``runtime/args.OutputBuffers`` with its handles and sizes),
     ``finish(buffers, shape)`` turns them into the result, ``release(buffers)`` frees them
-    after a failed call, and ``handles`` names the handle of each ``ARG_OUT_HANDLE`` mode."""
+    after a failed call, and ``handles`` names the handle of each ``ARG_OUT_HANDLE`` mode.
+    ``narrow``: the kernel writes int32 positions, so a call whose output shape has 2**31 - 1
+    elements or more goes to the general path (which checks that its entries fit)."""
 
-    __slots__ = ("buffers", "finish", "release", "handles")
+    __slots__ = ("buffers", "finish", "release", "handles", "narrow")
 
     def __init__(self, buffers: Callable[[int], Any], finish: Callable[[Any, tuple], Any],
-                 release: Callable[[Any], None], handles: Sequence[str]) -> None:
+                 release: Callable[[Any], None], handles: Sequence[str],
+                 narrow: bool = False) -> None:
         self.buffers, self.finish, self.release = buffers, finish, release
-        self.handles = tuple(handles)
+        self.handles, self.narrow = tuple(handles), narrow
 
 
 def _sparse_replay(lines: list[str], recipe: Sequence[tuple[int, int, int]],
@@ -297,6 +300,10 @@ def _sparse_replay(lines: list[str], recipe: Sequence[tuple[int, int, int]],
     written so far)."""
     stored = [f"o{k}.indices.shape[0]" for k, kind in enumerate(kinds) if kind == COMPRESSED]
     sized = [f"o{k}.size" for k, kind in enumerate(kinds) if kind == DENSE]
+    if sparse.narrow:
+        elements = " * ".join(part.strip() for part in shape.split(",") if part.strip()) or "1"
+        lines.append(f"    if {elements} >= {2**31 - 1}:")
+        lines.append("        return None")
     if threads is not None:
         # As api._Dispatch.run decides: work enough for two threads goes to the general path.
         lines.append(f"    if threads.threads > 1 and threads.parts({' + '.join(stored) or '0'}"
