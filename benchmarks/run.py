@@ -325,17 +325,27 @@ def matrix_sources(quick):
 
 
 def tensor_sources(quick):
+    """(name, path) of the order-3 FROSTT tensors to run: every ``*.tns.gz`` of the shared
+    set (as --quick, the bundled one)."""
     shared = SHARED / "tensors"
     if not quick and shared.is_dir():
-        return [(name, shared / f"{name}.tns.gz") for name in ("collegemsg", "wn18rr")
-                if (shared / f"{name}.tns.gz").exists()]
+        found = sorted(shared.glob("*.tns.gz"))
+        if found:
+            return [(p.name.removesuffix(".tns.gz"), p) for p in found]
     return [("collegemsg", tensoralg.data.path("collegemsg"))]
 
 
-def load_tensor(path, shape):
-    t = np.loadtxt(gzip.open(path, "rt"), dtype=np.int64, ndmin=2)
-    coords = np.ascontiguousarray((t[:, :3] - 1).T)
+def load_tensor(path, shape=None):
+    """A FROSTT ``.tns`` file's 1-based ``i j k value`` lines as sorted coordinates, values
+    and shape (``shape``, or the largest index of each mode where the file's shape is not
+    known here); None for a tensor that is not of order 3."""
+    t = np.loadtxt(gzip.open(path, "rt"), dtype=np.float64, ndmin=2)
+    if t.shape[1] != 4 or not len(t):
+        return None
+    coords = np.ascontiguousarray((t[:, :3] - 1).astype(np.int64).T)
     vals = t[:, 3].astype(np.float64)
+    if shape is None:
+        shape = tuple(int(m) + 1 for m in coords.max(axis=1))
     order = np.lexsort(coords[::-1])
     return coords[:, order], vals[order], shape
 
@@ -886,7 +896,10 @@ def main(argv=None):
         for name, path in tensor_sources(args.quick):
             if wanted is not None and name not in wanted:
                 continue
-            T = load_tensor(path, TENSOR_SHAPES[name])
+            T = load_tensor(path, TENSOR_SHAPES.get(name))
+            if T is None:
+                print(f"\n{name}: not an order-3 tensor (i j k value lines); skipped")
+                continue
             print(f"\n{name}: {'x'.join(map(str, T[2]))}, nnz {len(T[1])}", flush=True)
             row = run_row("mttkrp", name, T, rng, Operands(None), compile_times, columns)
             rows.append(row)

@@ -567,3 +567,25 @@ def test_compiled_kernel_replays_operands_cast_safely_to_its_dtype(monkeypatch):
     for kernel, given, plain in cases:
         expected = kernel(**plain)
         np.testing.assert_array_equal(_kernel_replays(monkeypatch, kernel, **given), expected)
+
+
+def test_tensor_operands_replay_their_kernel(monkeypatch):
+    """A repeated einsum call on ``ta.Tensor`` operands (CSF beside NumPy factors) skips the
+    parsing and the kernel's key; operands of another format, or sizes that disagree, go to
+    the general path and its checks."""
+    rng = np.random.default_rng(32)
+    coords = np.unique(rng.integers(0, 12, (150, 3)), axis=0)
+    T = ta.Tensor.from_coords(coords, rng.random(len(coords)), (12, 12, 12), "sss")
+    C, D = rng.random((12, 4)), rng.random((12, 4))
+    expected = np.einsum("ijk,jr,kr->ir", T.to_numpy(), C, D)
+    first = ta.einsum("ijk,jr,kr->ir", T, C, D, out_format="dense")
+    np.testing.assert_allclose(first, expected, rtol=1e-12)
+    monkeypatch.setattr(api, "_run", lambda *a, **k: pytest.fail("general path"))
+    np.testing.assert_array_equal(ta.einsum("ijk,jr,kr->ir", T, C, D, out_format="dense"),
+                                  first)
+    monkeypatch.undo()
+    other = ta.Tensor.from_coords(coords, rng.random(len(coords)), (12, 12, 12), "dss")
+    np.testing.assert_allclose(ta.einsum("ijk,jr,kr->ir", other, C, D, out_format="dense"),
+                               np.einsum("ijk,jr,kr->ir", other.to_numpy(), C, D), rtol=1e-12)
+    with pytest.raises(ta.ShapeError):
+        ta.einsum("ijk,jr,kr->ir", T, rng.random((11, 4)), D, out_format="dense")

@@ -108,11 +108,11 @@ int32_t ta_KERNEL(
         int64_t set_bits = bits[w];
         bits[w] = 0;
         while (set_bits != 0) {
-          int64_t c = w * 64 + (set_bits ? __builtin_ctzll((unsigned long long)set_bits) : 64);
-          C1_crd[C1_size] = (int32_t)c;
-          C_vals[C1_size] = workspace[c];
+          int64_t c_1 = w * 64 + (set_bits ? __builtin_ctzll((unsigned long long)set_bits) : 64);
+          C1_crd[C1_size] = (int32_t)c_1;
+          C_vals[C1_size] = workspace[c_1];
           C1_size = C1_size + 1;
-          workspace[c] = 0.0;
+          workspace[c_1] = 0.0;
           set_bits = (set_bits & (set_bits - 1));
         }
       }
