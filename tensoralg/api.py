@@ -996,6 +996,9 @@ class _Dispatch:
     # A two-factor sparse product's (P, Q) positions (_bounding_pair): its output holds at
     # most nnz(Q) * (P's longest row) entries, which decides whether int32 positions hold it.
     bounded_by: tuple[int, int] | None = None
+    # The output holds at most the compressed operands' stored entries together (a sum, an
+    # elementwise product: _stored_bound).
+    within_stored: bool = False
 
     def _narrow_fits(self, operands: tuple, shape: tuple[int, ...]) -> bool:
         """Whether a kernel assembling int32 indices (``_out_index_dtype``) holds this call's
@@ -1003,7 +1006,12 @@ class _Dispatch:
         product's bound on its entries does."""
         if self.compiled.key.out_index_dtype != _INT32 or math.prod(shape) < 2**31 - 1:
             return True
-        if self.bounded_by is None or max(shape, default=0) >= 2**31 - 1:
+        if max(shape, default=0) >= 2**31 - 1:
+            return False
+        if self.within_stored:
+            return sum(op.indices.shape[0] for kind, op in zip(self.kinds, operands)
+                       if kind == _COMPRESSED) < 2**31 - 1
+        if self.bounded_by is None:
             return False
         rows, other = (operands[k] for k in self.bounded_by)
         return other.indices.shape[0] * _longest(rows.indptr) < 2**31 - 1
@@ -1192,7 +1200,8 @@ def _remember(signature: tuple, compiled: CompiledProgram, stmt: Assignment,
         compiled.arguments.range_slots is not None, handles,
         tuple(input_family(op) for op in operands), requested, relayouts=tuple(relayouts),
         pattern=pattern, reduced=reduced,
-        bounded_by=None if pair is None else (position[pair[0]], position[pair[1]]))
+        bounded_by=None if pair is None else (position[pair[0]], position[pair[1]]),
+        within_stored=bool(handles) and _stored_bound(stmt, bound) is not None)
     # A sparse product's first capacity and thread split come from its rows' bounds
     # (_Dispatch._entry_bounds), which the written-out call does not compute.
     products = handles and compiled.entries_by is not None and compiled.entries_by.products
@@ -1274,10 +1283,11 @@ def _sparse_output(entry: _Dispatch) -> SparseOutput:
                                                   entry.value_dtype, made))
         return _wrap(tensor, entry.requested, list(entry.families), None)
 
-    # int32 positions on a shape past 2**31 elements (a bound said they hold this call's
-    # entries): a later call of that size goes to the general path, which decides again
+    # int32 positions: a later call on a shape past 2**31 elements replays only while the
+    # operands' stored entries bound its output and fit; else the general path decides again
     return SparseOutput(buffers, finish, release, handles,
-                        narrow=entry.compiled.key.out_index_dtype == _INT32)
+                        narrow=entry.compiled.key.out_index_dtype == _INT32,
+                        within_stored=entry.within_stored)
 
 
 def _replayed_split(entry: _Dispatch) -> Any:

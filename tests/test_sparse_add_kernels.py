@@ -314,3 +314,22 @@ def test_a_large_sum_assembles_int32_indices_its_entries_bound(route):
                    if key[0] == "ij,ij->ij" and hasattr(e, "compiled")]
         assert entries and all(e.compiled.key.out_index_dtype == np.dtype(np.int32)
                                for e in entries)
+
+
+def test_a_large_sum_with_int32_indices_replays_while_its_entries_fit(monkeypatch):
+    """The repeated call of a sum past 2**31 elements replays its int32 kernel (its operands'
+    entries bound its output and fit), without the general path."""
+    n = 60_000
+    rng = np.random.default_rng(14)
+    A = sp.csr_array((np.ones(400), (rng.integers(0, n, 400), rng.integers(0, n, 400))),
+                     shape=(n, n))
+    A.sum_duplicates()
+    B = sp.csr_array(A.T)
+    B.sort_indices()
+    kernel = ta.compile(ADD, formats=CSR, dtype="float64")
+    first = sp.csr_array(kernel(A=A, B=B))
+    monkeypatch.setattr(api, "execute", lambda *a, **k: pytest.fail("general path"))
+    again = sp.csr_array(kernel(A=A, B=B))
+    assert again.indices.dtype == np.int32
+    np.testing.assert_array_equal(again.indices, first.indices)
+    np.testing.assert_array_equal(again.data, first.data)

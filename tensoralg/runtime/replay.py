@@ -281,15 +281,18 @@ class SparseOutput:
     ``finish(buffers, shape)`` turns them into the result, ``release(buffers)`` frees them
     after a failed call, and ``handles`` names the handle of each ``ARG_OUT_HANDLE`` mode.
     ``narrow``: the kernel writes int32 positions, so a call whose output shape has 2**31 - 1
-    elements or more goes to the general path (which checks that its entries fit)."""
+    elements or more goes to the general path (which checks that its entries fit), unless
+    ``within_stored`` (the output holds at most the compressed operands' entries together)
+    and those entries fit."""
 
-    __slots__ = ("buffers", "finish", "release", "handles", "narrow")
+    __slots__ = ("buffers", "finish", "release", "handles", "narrow", "within_stored")
 
     def __init__(self, buffers: Callable[[int], Any], finish: Callable[[Any, tuple], Any],
                  release: Callable[[Any], None], handles: Sequence[str],
-                 narrow: bool = False) -> None:
+                 narrow: bool = False, within_stored: bool = False) -> None:
         self.buffers, self.finish, self.release = buffers, finish, release
         self.handles, self.narrow = tuple(handles), narrow
+        self.within_stored = within_stored
 
 
 def _sparse_replay(lines: list[str], recipe: Sequence[tuple[int, int, int]],
@@ -301,8 +304,14 @@ def _sparse_replay(lines: list[str], recipe: Sequence[tuple[int, int, int]],
     stored = [f"o{k}.indices.shape[0]" for k, kind in enumerate(kinds) if kind == COMPRESSED]
     sized = [f"o{k}.size" for k, kind in enumerate(kinds) if kind == DENSE]
     if sparse.narrow:
-        elements = " * ".join(part.strip() for part in shape.split(",") if part.strip()) or "1"
-        lines.append(f"    if {elements} >= {2**31 - 1}:")
+        limit = 2**31 - 1
+        dims = [part.strip() for part in shape.split(",") if part.strip()]
+        wide = f"{' * '.join(dims) or '1'} >= {limit}"
+        if sparse.within_stored:
+            # the output's entries fit while the operands' do, and every dimension does
+            wide += f" and ({' + '.join(stored) or '0'} >= {limit} or " \
+                    f"max({', '.join(dims) or '0'}, 0) >= {limit})"
+        lines.append(f"    if {wide}:")
         lines.append("        return None")
     if threads is not None:
         # As api._Dispatch.run decides: work enough for two threads goes to the general path.
