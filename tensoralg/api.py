@@ -518,15 +518,6 @@ def einsum(*operands: Any, out_format: Any = None, formats: Any = None,
     if not operands:
         raise NotationError("einsum needs subscripts and at least one operand")
     tried = False     # whether the remembered dispatch of this call was looked up already
-    if _cache is not None and _cache.tensor_calls and type(operands[0]) is str and \
-            formats is None and schedule is None and dtype is None and out is None and \
-            order == "K" and casting == "safe":
-        key = _tensor_signature(operands[0], operands[1:], backend, out_format)
-        known = _cache.tensor_calls.get(key) if key is not None else None
-        if known is not None:
-            result = known(operands[1:])
-            if result is not None:
-                return result
     if type(operands[0]) is str and formats is None and out_format is None and \
             dtype is None and out is None and order == "K" and \
             casting == "safe" and backend != "cuda" and _cache is not None:
@@ -553,6 +544,16 @@ def einsum(*operands: Any, out_format: Any = None, formats: Any = None,
                     _cache.recent[recent] = entry.fast
                 return result
         tried = signature is not None   # none remembered, or it declined this call
+    # ta.Tensor operands (_TensorReplay), looked up after the scipy/NumPy replays above
+    if not tried and _cache is not None and _cache.tensor_calls and \
+            type(operands[0]) is str and formats is None and schedule is None and dtype is None and out is None and \
+            order == "K" and casting == "safe" and backend != "cuda":
+        key = _tensor_signature(operands[0], operands[1:], backend, out_format)
+        known = _cache.tensor_calls.get(key) if key is not None else None
+        if known is not None:
+            result = known(operands[1:])
+            if result is not None:
+                return result
     # -- dask hook (tensoralg/dask/): a dask.array operand makes the call a blockwise plan
     if _dask_handlers is not None and any(map(_is_dask, operands)):
         return _dask_handlers[0](operands, dict(
@@ -650,7 +651,7 @@ def einsum(*operands: Any, out_format: Any = None, formats: Any = None,
                             dtype, out, casting)
     if compiled is not None and signature is None and stretched is None and formats is None \
             and schedule is None and dtype is None and out is None and order == "K" and \
-            casting == "safe" and not len(kernel_cache().tuned):
+            casting == "safe" and backend != "cuda" and not len(kernel_cache().tuned):
         key = _tensor_signature(subscripts, operands, backend, out_format)
         if key is not None and any(not t.format.is_dense for t in bound.values()):
             tensor_calls = kernel_cache().tensor_calls

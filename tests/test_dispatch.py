@@ -589,3 +589,19 @@ def test_tensor_operands_replay_their_kernel(monkeypatch):
                                np.einsum("ijk,jr,kr->ir", other.to_numpy(), C, D), rtol=1e-12)
     with pytest.raises(ta.ShapeError):
         ta.einsum("ijk,jr,kr->ir", T, rng.random((11, 4)), D, out_format="dense")
+
+
+def test_a_cuda_call_on_tensor_operands_is_never_replayed_on_the_host(monkeypatch):
+    """A ``backend="cuda"`` call runs on the device each time: its kernel is not recorded for
+    the host replay of ``ta.Tensor`` operands (the device run is stood in for here)."""
+    rng = np.random.default_rng(33)
+    coords = np.unique(rng.integers(0, 8, (40, 3)), axis=0)
+    T = ta.Tensor.from_coords(coords, rng.random(len(coords)), (8, 8, 8), "sss")
+    C, D = rng.random((8, 2)), rng.random((8, 2))
+    host = api._run
+    monkeypatch.setattr(api, "_device_operand", lambda operand, backend: None)
+    monkeypatch.setattr(api, "_run", lambda stmt, canonical, bound, families, out_format,
+                        backend, *rest: host(stmt, canonical, bound, families, out_format,
+                                             None, *rest))
+    ta.einsum("ijk,jr,kr->ir", T, C, D, out_format="dense", backend="cuda")
+    assert not any(key[1] == "cuda" for key in api.kernel_cache().tensor_calls)
