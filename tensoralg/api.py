@@ -686,6 +686,22 @@ def _operand_getter(names: tuple[str, ...]) -> Callable[[Mapping[str, Any]], tup
     return lambda given: tuple(given[name] for name in names)
 
 
+def _index_uses(stmt: Assignment, locate: Callable[[str], Any]) -> tuple[dict, tuple, tuple]:
+    """Where ``stmt``'s operands use each index, as ``(locate(tensor), mode)`` pairs; the pairs
+    of modes whose sizes must agree; and the (tensor, mode) giving each output size.
+
+    >>> _index_uses(parse_statement("y(i) = A(i,j) * x(j)"), lambda name: name)[1:]
+    ((('A', 1, 'x', 0),), (('A', 0),))
+    """
+    where: dict[str, list[tuple[Any, int]]] = {}
+    for access in accesses(stmt.rhs):
+        for mode, index in enumerate(access.indices):
+            where.setdefault(index, []).append((locate(access.tensor), mode))
+    equal = tuple((*first, *other) for uses in where.values()
+                  for first, other in zip(uses, uses[1:]))
+    return where, equal, tuple(where[index][0] for index in stmt.lhs.indices)
+
+
 def _tensor_signature(subscripts: str, operands: tuple, backend: Any, out_format: Any
                       ) -> tuple | None:
     """What a repeated einsum call with ``ta.Tensor`` operands (and C-ordered NumPy arrays
@@ -720,7 +736,7 @@ class _TensorReplay:
     """An einsum call with ``ta.Tensor`` operands replayed: bound as the general path binds
     them, checked for sizes that agree and an output index dtype that still holds, then the
     recorded kernel runs (the parsing, the broadcasting and format checks and the kernel's
-    key are skipped: ~100 -> ~25 µs for a small CSF MTTKRP). None sends the call to the
+    key are skipped: ~100 -> ~40 µs for a small CSF MTTKRP). None sends the call to the
     general path, which raises the precise errors."""
 
     compiled: CompiledProgram
@@ -736,13 +752,7 @@ class _TensorReplay:
     def of(compiled: CompiledProgram, stmt: Assignment, names: Sequence[str],
            bound: Mapping[str, Tensor], families: Sequence[str], out_format: Any
            ) -> "_TensorReplay":
-        where: dict[str, list[tuple[str, int]]] = {}
-        for access in accesses(stmt.rhs):
-            for mode, index in enumerate(access.indices):
-                where.setdefault(index, []).append((access.tensor, mode))
-        equal = tuple((*first, *other) for uses in where.values()
-                      for first, other in zip(uses, uses[1:]))
-        out_dims = tuple(where[index][0] for index in stmt.lhs.indices)
+        _, equal, out_dims = _index_uses(stmt, lambda name: name)
         requested = _out_request(out_format, len(stmt.lhs.indices))
         return _TensorReplay(compiled, stmt, tuple(names), equal, out_dims, requested,
                              tuple(families), out_format is None)
@@ -1176,13 +1186,7 @@ def _remember(signature: tuple, compiled: CompiledProgram, stmt: Assignment,
         if bound[name].format != natural:
             return None
     position = {name: k for k, name in enumerate(names)}
-    where: dict[str, list[tuple[int, int]]] = {}
-    for access in accesses(stmt.rhs):
-        for mode, index in enumerate(access.indices):
-            where.setdefault(index, []).append((position[access.tensor], mode))
-    equal = tuple((*first, *other) for uses in where.values()
-                  for first, other in zip(uses, uses[1:]))
-    out_dims = tuple(where[index][0] for index in stmt.lhs.indices)
+    where, equal, out_dims = _index_uses(stmt, position.__getitem__)
     pattern, reduced = -1, ()
     if compiled.program.pattern is not None:
         if compiled.program.pattern not in position:

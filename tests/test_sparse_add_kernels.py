@@ -109,16 +109,9 @@ def any_work_splits(monkeypatch):
 
 
 @pytest.mark.parametrize("backend", ["llvm", "c"])
-def test_thread_ranges_of_every_width_give_the_same_sum(backend, any_work_splits, monkeypatch):
+def test_thread_ranges_of_every_width_give_the_same_sum(backend, any_work_splits,
+                                                       counted_calls):
     # A scheduled sum of two CSR operands counts its rows first (tests/test_counted_sums.py)
-    ranges: list[int] = []
-    original = api._counted_product
-
-    def spy(compiled, tensors, sizes, shape, value_dtype, bounds):
-        ranges.append(len(bounds) - 1)
-        return original(compiled, tensors, sizes, shape, value_dtype, bounds)
-
-    monkeypatch.setattr(api, "_counted_product", spy)
     rng = np.random.default_rng(3)
     kernel = ta.compile(ADD, formats=CSR, dtype="float64", backend=backend,
                         schedule="parallelize(i)")
@@ -128,7 +121,7 @@ def test_thread_ranges_of_every_width_give_the_same_sum(backend, any_work_splits
         for rows in (1, 7, 8, 9, 16, 17, 24, 41, 130):
             A, B = _random(rows, 33, 0.2, rng, "float64"), _random(rows, 33, 0.2, rng, "float64")
             _check(kernel(A=A, B=B), A, B)
-    assert max(ranges) >= 5     # on the native pool, several ranges a thread
+    assert max(counted_calls) >= 5     # on the native pool, several ranges a thread
 
 
 def _compiled(kernel, A, B):
@@ -277,19 +270,26 @@ def test_a_small_first_capacity_still_grows_to_the_sum(monkeypatch):
     _check(ta.compile(ADD, formats=CSR, dtype="float64")(A=A, B=B), A, B)
 
 
+def _large_pair(seed: int, entries: int) -> tuple:
+    """A 60000 x 60000 CSR matrix of about ``entries`` ones (past 2**31 elements) and its
+    transpose."""
+    n = 60_000
+    rng = np.random.default_rng(seed)
+    A = sp.csr_array((np.ones(entries), (rng.integers(0, n, entries),
+                                         rng.integers(0, n, entries))), shape=(n, n))
+    A.sum_duplicates()
+    B = sp.csr_array(A.T)
+    B.sort_indices()
+    return A, B
+
+
 @pytest.mark.parametrize("route", ["compiled", "einsum"])
 def test_a_large_sum_assembles_int32_indices_its_entries_bound(route):
     """Matrices past 46341 rows and columns hold more than 2**31 elements, but a sum holds at
     most its operands' entries: its kernel writes int32 indices directly (no int64 buffers
     narrowed afterwards); so does a product, bounded by one factor's entries times the other's
     longest row (``api._bounding_pair``)."""
-    n = 60_000
-    rng = np.random.default_rng(13)
-    A = sp.csr_array((np.ones(500), (rng.integers(0, n, 500), rng.integers(0, n, 500))),
-                     shape=(n, n))
-    A.sum_duplicates()
-    B = sp.csr_array(A.T)
-    B.sort_indices()
+    A, B = _large_pair(13, 500)
     if route == "compiled":
         kernel = ta.compile(ADD, formats=CSR, dtype="float64")
         got, want = sp.csr_array(kernel(A=A, B=B)), sp.csr_array(A + B)
@@ -319,13 +319,7 @@ def test_a_large_sum_assembles_int32_indices_its_entries_bound(route):
 def test_a_large_sum_with_int32_indices_replays_while_its_entries_fit(monkeypatch):
     """The repeated call of a sum past 2**31 elements replays its int32 kernel (its operands'
     entries bound its output and fit), without the general path."""
-    n = 60_000
-    rng = np.random.default_rng(14)
-    A = sp.csr_array((np.ones(400), (rng.integers(0, n, 400), rng.integers(0, n, 400))),
-                     shape=(n, n))
-    A.sum_duplicates()
-    B = sp.csr_array(A.T)
-    B.sort_indices()
+    A, B = _large_pair(14, 400)
     kernel = ta.compile(ADD, formats=CSR, dtype="float64")
     first = sp.csr_array(kernel(A=A, B=B))
     monkeypatch.setattr(api, "execute", lambda *a, **k: pytest.fail("general path"))
