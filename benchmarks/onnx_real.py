@@ -243,12 +243,38 @@ def _transformer(kind: str) -> Callable[[], Any]:
             inner = tf.LlamaModel(tf.LlamaConfig(
                 vocab_size=VOCAB, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
                 num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128))
-        else:
+        elif kind == "deberta_v2":
             inner = tf.DebertaV2Model(tf.DebertaV2Config(
                 vocab_size=VOCAB, hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
                 intermediate_size=256, max_position_embeddings=128))
-        return _encoder(inner, **({"use_cache": False} if kind == "llama" else {}))
+        else:
+            inner = _more_transformers(tf)[kind]()
+        decoder = kind in ("llama", "gpt_neox", "bloom", "opt", "qwen2")
+        return _encoder(inner, **({"use_cache": False} if decoder else {}))
     return build
+
+
+def _more_transformers(tf: Any) -> dict[str, Callable[[], Any]]:
+    """The second held-out group of transformer families, same small size: ALBERT (factorised
+    embeddings, one layer shared), BART (encoder and decoder, the decoder fed the shifted
+    ids), GPT-NeoX (rotary positions, parallel attention and MLP), BLOOM (ALiBi position
+    biases), OPT and Qwen2 (grouped-query attention with biased projections)."""
+    small = dict(vocab_size=VOCAB, hidden_size=128, num_hidden_layers=2,
+                 num_attention_heads=2, intermediate_size=256, max_position_embeddings=128)
+    return {
+        "albert": lambda: tf.AlbertModel(tf.AlbertConfig(embedding_size=64, **small)),
+        "bart": lambda: tf.BartModel(tf.BartConfig(
+            vocab_size=VOCAB, d_model=128, encoder_layers=2, decoder_layers=2,
+            encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=256,
+            decoder_ffn_dim=256, max_position_embeddings=128)),
+        "gpt_neox": lambda: tf.GPTNeoXModel(tf.GPTNeoXConfig(**small)),
+        "bloom": lambda: tf.BloomModel(tf.BloomConfig(vocab_size=VOCAB, hidden_size=128,
+                                                      n_layer=2, n_head=2)),
+        "opt": lambda: tf.OPTModel(tf.OPTConfig(
+            vocab_size=VOCAB, hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
+            ffn_dim=256, max_position_embeddings=128, word_embed_proj_dim=128)),
+        "qwen2": lambda: tf.Qwen2Model(tf.Qwen2Config(num_key_value_heads=1, **small)),
+    }
 
 
 def _tokens(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -308,8 +334,19 @@ def _deepctr(kind: str) -> Callable[[], Any]:
         # init_std 0.1 (the default 1e-4 leaves every logit near 0 and every output near 0.5,
         # which any implementation would match)
         common = dict(task="binary", device="cpu", init_std=0.1, seed=SEED)
+        sparse_only = [c for c in columns if isinstance(c, inputs.SparseFeat)]
         if kind == "WDL":
             model = models.WDL(columns, columns, **common)
+        elif kind in ("NFM", "FiBiNET", "AFN", "IFM", "DIFM", "DCNMix", "ONN"):
+            model = getattr(models, kind)(columns, columns, **common)
+        elif kind == "PNN":
+            model = models.PNN(columns, use_outter=True, **common)
+        elif kind == "AFM":     # its pairwise attention takes the sparse features only
+            model = models.AFM(columns, sparse_only, **common)
+        elif kind == "MMOE":    # two tasks: two outputs
+            common.pop("task")
+            model = models.MMOE(columns, num_experts=3, task_names=("click", "like"),
+                                **common)
         elif kind == "xDeepFM":
             model = models.xDeepFM(columns, columns, cin_layer_size=(32, 32), **common)
         elif kind == "AutoInt":
@@ -558,7 +595,8 @@ SPECS = {s.name: s for s in [
 # --held-out: other CNN families (SiLU and squeeze-excitation, dense connectivity, inverted
 # bottlenecks with hard-swish, grouped bottlenecks, shifted-window attention), other
 # transformer families, and sequence models on PyTorch's recurrent layers (GRU4Rec's shape, a
-# bidirectional LSTM tagger).
+# bidirectional LSTM tagger); then a second group, first run with no change to the importer:
+# five more torchvision families, six transformer families and ten more deepctr-torch models.
 HELD_OUT = [
     Spec("efficientnet_b0", "torchvision", 8, _vision("efficientnet_b0"), _images,
          held_out=True),
@@ -578,6 +616,20 @@ HELD_OUT = [
     Spec("deberta_v2", "transformers", 8, _transformer("deberta_v2"), _tokens, held_out=True),
     Spec("gru4rec", "torch.nn", 256, _sequence("gru4rec"), _items, held_out=True),
     Spec("lstm_tagger", "torch.nn", 256, _sequence("lstm_tagger"), _items, held_out=True),
+    # the second group, added 2026-12-05 and first run without any change to the importer
+    Spec("shufflenet_v2", "torchvision", 8, _vision("shufflenet_v2_x1_0"), _images,
+         held_out=True),
+    Spec("mobilenet_v3_small", "torchvision", 8, _vision("mobilenet_v3_small"), _images,
+         held_out=True),
+    Spec("inception_v3", "torchvision", 8, _vision("inception_v3"), _images, held_out=True),
+    Spec("efficientnet_v2_s", "torchvision", 8, _vision("efficientnet_v2_s"), _images,
+         held_out=True),
+    Spec("maxvit_t", "torchvision", 8, _vision("maxvit_t"), _images, held_out=True),
+    *[Spec(kind, "transformers", 8, _transformer(kind), _tokens, held_out=True)
+      for kind in ("albert", "bart", "gpt_neox", "bloom", "opt", "qwen2")],
+    *[Spec(kind.lower(), "deepctr-torch", 256, _deepctr(kind), _ctr_rows, held_out=True)
+      for kind in ("NFM", "FiBiNET", "PNN", "AFN", "IFM", "DIFM", "DCNMix", "ONN", "AFM",
+                   "MMOE")],
 ]
 SPECS.update((spec.name, spec) for spec in HELD_OUT)
 HELD_OUT_REPORT = HERE / "ONNX_HELD_OUT_RESULTS.md"

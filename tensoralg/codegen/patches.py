@@ -127,7 +127,8 @@ def patch_module(shape: GemmShape) -> ir.Module:
                             b.gep(c_rows, [const(0), const(slot)], inbounds=True))
                 args = [b.bitcast(a_rows, POINTER), patch, const(nr),
                         b.bitcast(c_rows, POINTER), j0, size, ncols, at(bias, m0), mode,
-                        at(bias, geo["out_channels"]), ir.Constant(I1, 0)]
+                        at(bias, geo["out_channels"]), ir.Constant(I1, 0),
+                        b.bitcast(c_rows, POINTER)]    # no residual: never read
                 done = b.append_basic_block("tile.done")
                 variant = b.add(b.mul(b.sub(vectors, const(1)), const(MR)),
                                 b.sub(rows, const(1)))

@@ -82,17 +82,26 @@ OUTPUT_PREFETCH = True
 # 28 x 28 24.7 -> 22.7 with them (the "prefetch at any C" column of ``python
 # benchmarks/conv_epilogue_ab.py kernels``).
 PREFETCH_MIN_PLANES = 64
+# The flag bit (of ``flags``, beside ``codegen.epilogue``'s) that adds a residual tile, read
+# from ``R`` at the output's offsets, after the bias and before the activation: a bottleneck's
+# ``relu(conv1x1(x) + b + r)`` in one pass, where an Add after the convolution read the
+# output back and wrote it again.
+FLAG_RESIDUAL = 1 << 10
+RESIDUAL_PREFETCH = True
 
 
 def planar_module(shape: GemmShape) -> ir.Module:
     """The module exporting ``int32 tensoralg_planar(X, Y, W, bias, flags, M, C, P, x_image,
-    y_image, block_panels, begin, end)``: units ``[begin, end)`` of the flattened ``(image,
-    block)`` range, a block being ``block_panels`` panels of ``shape.nr`` positions, from
-    ``X`` (images ``x_image`` elements apart, planes of ``P``) and the weight ``W`` packed by
-    :func:`pack_weight` into ``Y`` (images ``y_image`` apart).
+    y_image, block_panels, begin, end, R, r_image)``: units ``[begin, end)`` of the flattened
+    ``(image, block)`` range, a block being ``block_panels`` panels of ``shape.nr`` positions,
+    from ``X`` (images ``x_image`` elements apart, planes of ``P``) and the weight ``W`` packed
+    by :func:`pack_weight` into ``Y`` (images ``y_image`` apart).
     ``bias`` holds M values, added when ``flags & 1``, then the activation's parameters
     (``codegen.epilogue.PARAMETERS``): ``flags & 2`` is ReLU, ``flags & 4`` the clamp
-    between the first two, a bit of ``SMOOTH_FLAGS`` a smooth activation. Returns 0.
+    between the first two, a bit of ``SMOOTH_FLAGS`` a smooth activation. With
+    ``flags & FLAG_RESIDUAL`` the residual ``R`` (shaped as ``Y``, images ``r_image`` apart)
+    is added before the activation; without it ``R`` must still be a valid pointer (``Y``
+    itself). Returns 0.
 
     >>> "tensoralg_planar" in str(planar_module(GemmShape.for_host(np.float32, avx512=True)))
     True
@@ -107,21 +116,22 @@ def planar_module(shape: GemmShape) -> ir.Module:
 
 def _micro_kernel(module: ir.Module, shape: GemmShape, scalar: ir.Type, rows: int,
                   vectors: int, a_step: int = 1) -> ir.Function:
-    """``micro(A_rows, B, ldb, C_rows, col, kc, ncols, bias, mode, bounds, stream)``: a ``rows x
+    """``micro(A_rows, B, ldb, C_rows, col, kc, ncols, bias, mode, bounds, stream, R_rows)``: a ``rows x
     (vectors * lanes)`` tile of output over ``kc`` input planes. Row ``r`` reads its weights
     along ``A_rows[r]``, ``a_step`` values apart (1: a row-major weight; ``MR``: a packed
     one), and writes at ``C_rows[r] + col``; step ``k`` reads ``ncols`` columns
     at ``B + k * ldb``. ``mode``: 1 adds the tile already in C (a later block of planes), 2 applies
     the epilogue (the last block), the flags in bits 2 and up; ``bias`` is the tile's first
     row's bias. With ``stream`` (an ``i1``) a tile of whole vectors prefetches each step's
-    row :data:`PREFETCH_PANELS` panels on."""
+    row :data:`PREFETCH_PANELS` panels on. ``R_rows`` are the rows of the residual added in the
+    epilogue under :data:`FLAG_RESIDUAL` (read at the same columns as ``C_rows``)."""
     lanes = shape.lanes
     vector, mask_type, fma, load, store = vector_intrinsics(module, scalar, lanes)
     fn = ir.Function(module, ir.FunctionType(ir.VoidType(), (
-        POINTER, POINTER, I64, POINTER, I64, I64, I64, POINTER, I32, POINTER, I1)),
+        POINTER, POINTER, I64, POINTER, I64, I64, I64, POINTER, I32, POINTER, I1, POINTER)),
         name=f"micro{rows}x{vectors}")
     fn.linkage = "internal"
-    a_rows, b, ldb, c_rows, col, kc, ncols, bias, mode, bounds, stream = fn.args
+    a_rows, b, ldb, c_rows, col, kc, ncols, bias, mode, bounds, stream, r_rows = fn.args
     for pointer in (a_rows, b, c_rows, bias):
         pointer.add_attribute("noalias")
     builder = ir.IRBuilder(fn.append_basic_block("entry"))
@@ -176,6 +186,19 @@ def _micro_kernel(module: ir.Module, shape: GemmShape, scalar: ir.Type, rows: in
             for offset in range(0, lanes * vectors, 64 // shape.dtype.itemsize):
                 # A masked tile's last line may pass the plane.
                 prefetch(builder, c_starts[r], const(offset), scalar, write=True)
+
+    def flag(bit: int) -> ir.Value:
+        return builder.icmp_unsigned("!=", builder.and_(mode, ir.Constant(I32, bit)),
+                                     ir.Constant(I32, 0))
+
+    adds_residual = builder.and_(flag(2), flag(4 * FLAG_RESIDUAL))
+    residual = [at(row_pointer(r_rows, r), col) for r in range(rows)]
+    if RESIDUAL_PREFETCH:
+        with if_then(builder, adds_residual, "residual.prefetch"):
+            # Its lines arrive while the K loop runs, not when the epilogue reads them.
+            for r in range(rows):
+                for offset in range(0, lanes * vectors, 64 // shape.dtype.itemsize):
+                    prefetch(builder, residual[r], const(offset), scalar)
     # Whole vectors take plain loads; only a tile over the plane's last columns masks them
     # (masks kept live across the loop were rebuilt in it, 8 compares a step: half speed).
     full = builder.icmp_signed(">=", ncols, const(lanes * vectors))
@@ -192,10 +215,6 @@ def _micro_kernel(module: ir.Module, shape: GemmShape, scalar: ir.Type, rows: in
     rows_out = [[at(c_starts[r], const(lanes * v)) for v in range(vectors)]
                 for r in range(rows)]
 
-    def flag(bit: int) -> ir.Value:
-        return builder.icmp_unsigned("!=", builder.and_(mode, ir.Constant(I32, bit)),
-                                     ir.Constant(I32, 0))
-
     def update(value_of: object) -> None:
         for r in range(rows):
             for v in range(vectors):
@@ -210,6 +229,9 @@ def _micro_kernel(module: ir.Module, shape: GemmShape, scalar: ir.Type, rows: in
         added = [_splat(builder, builder.load(at(bias, const(r)), typ=scalar), vector)
                  for r in range(rows)]
         update(lambda r, v, value: builder.fadd(value, added[r]))
+    with if_then(builder, adds_residual, "residual"):
+        update(lambda r, v, value: builder.fadd(value, builder.call(
+            load, [at(residual[r], const(lanes * v)), align, masks[v], zero])))
     with if_then(builder, builder.and_(flag(2), flag(4 * FLAG_RELU)), "relu"):
         # max(x, 0) with NaN kept, as the GEMM's epilogue does
         update(lambda r, v, value: builder.select(builder.fcmp_unordered(">", value, zero),
@@ -233,9 +255,9 @@ def _micro_kernel(module: ir.Module, shape: GemmShape, scalar: ir.Type, rows: in
 def _driver(module: ir.Module, shape: GemmShape, scalar: ir.Type,
             micro: dict[tuple[int, int], ir.Function]) -> None:
     fn = ir.Function(module, ir.FunctionType(I32, (
-        POINTER, POINTER, POINTER, POINTER, I32, *[I64] * 8)), name=ENTRY)
+        POINTER, POINTER, POINTER, POINTER, I32, *[I64] * 8, POINTER, I64)), name=ENTRY)
     (x, y, w, bias, flags, m_size, c_size, p_size, x_image, y_image, block_panels, begin,
-     end) = fn.args
+     end, residual, r_image) = fn.args
     for pointer in (x, y, w, bias):
         pointer.add_attribute("noalias")
     builder = ir.IRBuilder(fn.append_basic_block("entry"))
@@ -265,6 +287,7 @@ def _driver(module: ir.Module, shape: GemmShape, scalar: ir.Type,
                         for name in ("unit", "kblock", "tile", "panel"))
     a_rows = entry_alloca(builder, ir.ArrayType(POINTER, MR), "a_rows")
     c_rows = entry_alloca(builder, ir.ArrayType(POINTER, MR), "c_rows")
+    r_rows = entry_alloca(builder, ir.ArrayType(POINTER, MR), "r_rows")
     # A unit is a block of `block_panels` panels of one image. Per block of input planes,
     # each tile of output channels sweeps the unit's panels: its rows are written along
     # their planes, a few write streams (a tile per panel, the other way round, wrote 96
@@ -278,6 +301,7 @@ def _driver(module: ir.Module, shape: GemmShape, scalar: ir.Type,
         stop = smaller(builder.add(first, block_panels), panels)
         x_image_at = at(x, builder.mul(image, x_image))
         y_image_at = at(y, builder.mul(image, y_image))
+        r_image_at = at(residual, builder.mul(image, r_image))
         with counted_loop(builder, kb, const(0), lambda: k_blocks, "kblock"):
             k0 = builder.mul(builder.load(kb, typ=I64), k_step)
             kc = smaller(k_step, builder.sub(c_size, k0))
@@ -307,13 +331,16 @@ def _driver(module: ir.Module, shape: GemmShape, scalar: ir.Type,
                                   builder.gep(a_rows, [zero, const(slot)], inbounds=True))
                     builder.store(at(y_image_at, builder.mul(m, p_size)),
                                   builder.gep(c_rows, [zero, const(slot)], inbounds=True))
+                    builder.store(at(r_image_at, builder.mul(m, p_size)),
+                                  builder.gep(r_rows, [zero, const(slot)], inbounds=True))
                 with counted_loop(builder, pb, first, lambda: stop, "panels"):
                     j0 = builder.mul(builder.load(pb, typ=I64), const(shape.nr))
                     ncols = smaller(builder.sub(p_size, j0), const(shape.nr))
                     vectors = ceil_div(ncols, const(shape.lanes))
                     args = [builder.bitcast(a_rows, POINTER), at(b_block, j0), p_size,
                             builder.bitcast(c_rows, POINTER), j0, kc, ncols, at(bias, m0),
-                            mode, at(bias, m_size), first_tile]
+                            mode, at(bias, m_size), first_tile,
+                            builder.bitcast(r_rows, POINTER)]
                     done = builder.append_basic_block("tile.done")
                     variant = builder.add(builder.mul(builder.sub(vectors, const(1)),
                                                       const(MR)), builder.sub(rows, const(1)))
@@ -364,4 +391,4 @@ def block_panels(shape: GemmShape, channels: int, positions: int, out_channels: 
     return max(1, min(panels, fit))
 
 
-__all__ = ["ENTRY", "MR", "block_panels", "pack_weight", "planar_module"]
+__all__ = ["ENTRY", "FLAG_RESIDUAL", "MR", "block_panels", "pack_weight", "planar_module"]

@@ -15,10 +15,16 @@ from tensoralg.codegen.build import build_llvm_module, host_has_feature
 from tensoralg.codegen.cache import DiskCache
 from tensoralg.errors import ShapeError
 from tensoralg.runtime.gemm import FLAG_BIAS
-from tensoralg.runtime.ranges import RangeCall, check_array, check_images
+from tensoralg.runtime.ranges import (
+    RangeCall,
+    check_array,
+    check_images,
+    image_stride,
+    split_call,
+)
 
 _PROTOTYPE = ctypes.CFUNCTYPE(ctypes.c_int32, *[ctypes.c_void_p] * 4, ctypes.c_int32,
-                              *[ctypes.c_int64] * 8)
+                              *[ctypes.c_int64] * 8, ctypes.c_void_p, ctypes.c_int64)
 _KERNELS: dict[tuple[np.dtype, bool], tuple[Any, Any, str, Any]] = {}
 
 
@@ -33,7 +39,7 @@ def planar_kernel(dtype: np.dtype, cache: DiskCache | None = None) -> tuple[Any,
     found = _KERNELS.get(key)
     if found is None:
         shape = GemmShape.for_host(dtype, avx512)
-        identity = f"planar|{shape}|packed"
+        identity = f"planar|{shape}|packed|residual"
         function, source, keepalive = build_llvm_module(
             lambda: planar_module(shape), ENTRY, _PROTOTYPE, cache=cache, key=identity,
             identity=identity)
@@ -62,28 +68,37 @@ def planar_pays(dtype: np.dtype, positions: int, cache: DiskCache | None = None)
 def _epilogue(conv: "PlanarConv") -> str:
     """`` + bias + silu in registers``-style text of a printed plan line (empty without)."""
     from tensoralg.codegen.epilogue import describe
+    from tensoralg.codegen.planar import FLAG_RESIDUAL
 
     act = describe(conv.activation)
-    parts = ["bias"] * bool(conv.flags & FLAG_BIAS) + [act] * bool(act)
+    parts = ["bias"] * bool(conv.flags & FLAG_BIAS) + \
+        ["residual"] * bool(conv.flags & FLAG_RESIDUAL) + [act] * bool(act)
     return f" + {' + '.join(parts)} in registers" if parts else ""
 
 
 class PlanarConv:
-    """``out = act(conv1x1(x, weight) + bias)`` on NCHW ``x``, ``weight`` (M, C) or
+    """``out = act(conv1x1(x, weight) + bias [+ r])`` on NCHW ``x``, ``weight`` (M, C) or
     (M, C, 1, 1); ``activation`` is a fused activation as the kernels' ``relu`` parameter
     takes it (``None``: none; a clamp's bounds, ReLU being ``(0, inf)``; or an
-    ``codegen.epilogue.Activation``).
+    ``codegen.epilogue.Activation``). With ``residual``, every call also reads ``r`` (shaped
+    as the output) and adds it before the activation: a bottleneck block's last convolution,
+    its skip connection and its ReLU in one pass.
 
     >>> conv = PlanarConv(np.ones((2, 3), np.float32), np.array([0.5, -9], np.float32),
     ...                   (0.0, float("inf")))
     >>> conv(np.ones((1, 3, 1, 2), np.float32)).tolist()
     [[[[3.5, 3.5]], [[0.0, 0.0]]]]
+    >>> skip = PlanarConv(np.ones((2, 3), np.float32), None, (0.0, float("inf")), residual=True)
+    >>> skip(np.ones((1, 3, 1, 2), np.float32), r=np.float32([[[[-4, 1]], [[2, -3]]]])).tolist()
+    [[[[0.0, 4.0]], [[5.0, 0.0]]]]
     """
 
     def __init__(self, weight: np.ndarray, bias: np.ndarray | None,
                  activation: Any = None,
-                 cache: DiskCache | None = None, threads: Any = None) -> None:
+                 cache: DiskCache | None = None, threads: Any = None,
+                 residual: bool = False) -> None:
         from tensoralg.codegen.epilogue import PARAMETERS, as_activation, epilogue_flags
+        from tensoralg.codegen.planar import FLAG_RESIDUAL
 
         weight = np.asarray(weight)
         if weight.ndim == 4 and weight.shape[2:] == (1, 1):
@@ -98,7 +113,9 @@ class PlanarConv:
         self.shape, self.function, self.source = planar_kernel(self.dtype, cache)
         self.activation = as_activation(activation)
         flags, parameters = epilogue_flags(activation)
-        self.flags = (FLAG_BIAS if bias is not None else 0) | flags
+        self.flags = (FLAG_BIAS if bias is not None else 0) | flags | \
+            (FLAG_RESIDUAL if residual else 0)
+        self.residual = residual
         # Always a valid pointer: the bias, then the activation's parameters.
         self.bias = np.zeros(self.out_channels + PARAMETERS, self.dtype)
         self.bias[self.out_channels:] = parameters
@@ -131,30 +148,57 @@ class PlanarConv:
                 f"{self.channels}x{positions} per image, {MR}x{self.shape.nr} register tile, "
                 f"no layout copy{epilogue})")
 
-    def __call__(self, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-        """The convolution of ``x`` (N, C, H, W), into ``out`` when given."""
+    def __call__(self, x: np.ndarray, out: np.ndarray | None = None,
+                 r: np.ndarray | None = None) -> np.ndarray:
+        """The convolution of ``x`` (N, C, H, W), into ``out`` when given (plus ``r``, for a
+        convolution built with ``residual``)."""
         if out is None:
             out = np.empty((x.shape[0], self.out_channels, *x.shape[2:]), self.dtype)
-        return self.bind(x, out)()
+        return self.bind(x, out, r)()
 
-    def bind(self, x: np.ndarray, out: np.ndarray) -> "BoundPlanar":
+    def bind(self, x: np.ndarray, out: np.ndarray, r: np.ndarray | None = None
+             ) -> "BoundPlanar":
         """A call reading ``x`` (N, C, H, W, C-contiguous) and writing ``out`` (N, M, H, W,
         each image C-contiguous, the images any distance apart: a channel block of a larger
-        array), both fixed (``x`` may be swapped with ``rebind("x", x)``)."""
+        array), both fixed (``x`` may be swapped with ``rebind("x", x)``). A convolution built
+        with ``residual`` also reads ``r`` (shaped as ``out``, C-contiguous images, apart from
+        ``out``: a later block of input channels reads it after an earlier one wrote ``out``;
+        swapped with ``rebind("r", r)``)."""
         check_array(self, x, "input", self.dtype, (None, self.channels, *x.shape[2:]), "N")
-        stride = check_images(self, out, "output", self.dtype,
-                              (x.shape[0], self.out_channels, *x.shape[2:]))
-        return BoundPlanar(self, x, out, stride)
+        shape = (x.shape[0], self.out_channels, *x.shape[2:])
+        stride = check_images(self, out, "output", self.dtype, shape)
+        if self.residual != (r is not None):
+            raise ShapeError(f"{self!r}: " + ("a residual convolution needs the residual r"
+                                              if self.residual else
+                                              "this convolution was built without a residual"))
+        r_stride = None if r is None else _residual_stride(self, r, out, shape)
+        return BoundPlanar(self, x, out, stride, r, r_stride)
+
+
+def _residual_stride(conv: PlanarConv, r: Any, out: np.ndarray,
+                     shape: tuple[int, ...]) -> int:
+    """The image stride of the residual ``r``, which must have the output's shape and dtype
+    and C-contiguous images (it is only read)."""
+    stride = image_stride(r)
+    if stride is None or r.dtype != conv.dtype or tuple(r.shape) != tuple(shape):
+        raise ShapeError(f"{conv!r}: the residual must be a {conv.dtype} array of shape "
+                         f"{' x '.join(map(str, shape))} with C-contiguous images; got "
+                         f"{getattr(r, 'dtype', type(r).__name__)} {getattr(r, 'shape', '')}")
+    if np.may_share_memory(r, out):
+        raise ShapeError(f"{conv!r}: the residual must not overlap the output (the kernel "
+                         f"writes partial sums before it reads the residual)")
+    return stride
 
 
 class BoundPlanar(RangeCall):
     """A :class:`PlanarConv` call with its buffers fixed; ``__call__`` runs it."""
 
     def __init__(self, conv: PlanarConv, x: np.ndarray, out: np.ndarray,
-                 out_image: int | None = None) -> None:
+                 out_image: int | None = None, r: np.ndarray | None = None,
+                 r_image: int | None = None) -> None:
         from tensoralg.codegen.planar import block_panels
 
-        self.conv, self.input, self.out = conv, x, out
+        self.conv, self.input, self.out, self.residual = conv, x, out, r
         self.function, self.what = conv.function, repr(conv)
         images = x.shape[0]
         positions = int(np.prod(x.shape[2:], dtype=np.int64))
@@ -169,10 +213,49 @@ class BoundPlanar(RangeCall):
         fixed = [out.ctypes.data, conv.packed.ctypes.data, conv.bias.ctypes.data, conv.flags,
                  conv.out_channels, conv.channels, positions, conv.channels * positions,
                  conv.out_channels * positions if out_image is None else out_image, per_unit]
-        self.calls = [[x.ctypes.data, *fixed, lo, hi]
+        # Without a residual the kernel still gets a valid pointer (the output), never read.
+        tail = [out.ctypes.data, fixed[-2]] if r is None else [r.ctypes.data, r_image]
+        self.calls = [[x.ctypes.data, *fixed, lo, hi, *tail]
                       for lo, hi in zip(bounds, bounds[1:]) if hi > lo] or \
-            [[x.ctypes.data, *fixed, 0, 0]]
+            [[x.ctypes.data, *fixed, 0, 0, *tail]]
         self.threads = conv.threads if len(self.calls) > 1 else None
+
+    def rebind(self, name: str, array: np.ndarray) -> None:
+        """Read ``array`` as the input ``x`` or, for a residual convolution, as the residual
+        ``r`` (same shape, dtype and image stride as the one bound) from now on."""
+        if name != "r" or self.residual is None:
+            return super().rebind(name, array)
+        if array is self.residual:
+            return
+        if type(array) is not np.ndarray or array.shape != self.residual.shape or \
+                array.dtype != self.residual.dtype or \
+                image_stride(array) != self.calls[0][_R_IMAGE] or \
+                np.may_share_memory(array, self.out):
+            raise ShapeError(f"{self.what}: cannot read {getattr(array, 'dtype', type(array))} "
+                             f"{getattr(array, 'shape', '')} in place of the residual "
+                             f"{self.residual.dtype} {self.residual.shape}")
+        self.residual = array
+        for call in self.calls:
+            call[_R] = array.ctypes.data
+
+    def native(self, slots: dict[str, Any]) -> Any:
+        """As :meth:`RangeCall.native`, the residual also read from ``slots["r"]`` when
+        given."""
+        if "r" not in slots or self.residual is None:
+            return super().native(slots)
+        if set(slots) - {"x", "r"}:
+            return None
+        calls = [list(call) for call in self.calls]
+        for call in calls:
+            call[_R] = slots["r"]
+            if "x" in slots:
+                call[0] = slots["x"]
+        return split_call(self.function, [tuple(call) for call in calls], self.threads,
+                          self.what)
+
+
+# Where the residual's address and image stride sit in a call's arguments.
+_R, _R_IMAGE = 13, 14
 
 
 
@@ -320,14 +403,16 @@ def patch_conv(geometry: Any, weight: np.ndarray, bias: np.ndarray | None,
 
 def pointwise_conv(weight: np.ndarray, bias: np.ndarray | None,
                    activation: Any, positions: int,
-                   cache: DiskCache | None = None, threads: Any = None) -> PlanarConv | None:
-    """A :class:`PlanarConv` for ``positions`` output positions per image, or None where the
-    positions leave too many vector lanes idle (:func:`planar_pays`)."""
+                   cache: DiskCache | None = None, threads: Any = None,
+                   residual: bool = False) -> PlanarConv | None:
+    """A :class:`PlanarConv` for ``positions`` output positions per image (adding a
+    residual with ``residual``), or None where the positions leave too many vector lanes idle
+    (:func:`planar_pays`)."""
     weight = np.asarray(weight)
     if weight.dtype not in (np.float32, np.float64) or \
             not planar_pays(weight.dtype, positions, cache):
         return None
-    return PlanarConv(weight, bias, activation, cache=cache, threads=threads)
+    return PlanarConv(weight, bias, activation, cache=cache, threads=threads, residual=residual)
 
 
 def patch_conv_of(image: tuple[int, int, int], weight: np.ndarray, bias: np.ndarray | None,

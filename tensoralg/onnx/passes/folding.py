@@ -201,6 +201,89 @@ def _folded(conv: Node, bn: Node, graph: Graph, taken: set[str]) -> Node:
                 conv.attributes, conv.version, conv.impl)
 
 
+def fuse_conv_residuals(graph: Graph, threshold: float | None = None) -> Graph:
+    """Join to a pointwise Conv the Add that sums its output with another value of the same
+    shape (a bottleneck block's skip connection), when the Conv's output is read by that Add
+    alone: ``c: Conv(x, W, B) -> h`` then ``a: Add(h, r) -> y`` becomes ``c: Conv(x, W, B, r)
+    -> y`` with ``residual=1``, placed where the Add was (``r`` may be computed after the
+    Conv). A Relu or Clip after the Add then joins the Conv as its activation
+    (:func:`fuse_conv_activations`), so ``relu(conv1x1(x) + b + r)`` is one pass of the
+    generated pointwise convolution, which adds ``r`` in registers before its only store.
+
+    Only Convs that kernel runs are joined: a constant float 1x1 weight, group 1, stride 1,
+    no padding, fully static shapes with enough output positions per image
+    (``runtime.planar.planar_pays``), and (with ``threshold``, level 3) a weight not pruned
+    enough to be marked ``skip_zeros``. The Add must not broadcast. Node by node, the Conv
+    adds ``r`` after the convolution, as the Add did.
+    """
+    from tensoralg.runtime.planar import planar_pays
+
+    consumers = consumers_of(graph)
+    outputs = {v.name for v in graph.outputs}
+    producer = {node.outputs[0]: node for node in graph.nodes
+                if node.op_type == "Conv" and node.outputs and node.outputs[0]}
+    shapes = graph.static_shapes
+
+    def pointwise(conv: Node) -> bool:
+        weight = graph.constants.get(conv.inputs[1]) if len(conv.inputs) > 1 else None
+        x = shapes.get(conv.inputs[0])
+        attrs = conv.attributes
+        if weight is None or weight.ndim != 4 or weight.shape[2:] != (1, 1) or \
+                weight.dtype not in (np.float32, np.float64) or x is None or len(x) != 4 or \
+                int(attrs.get("group", 1)) != 1 or len(conv.inputs) > 3 or \
+                any(int(v) != 1 for v in attrs.get("strides") or ()) or \
+                any(int(v) != 0 for v in attrs.get("pads") or ()) or \
+                attrs.get("auto_pad", "NOTSET") not in ("NOTSET", "VALID") or \
+                set(attrs) - {"group", "kernel_shape", "strides", "dilations", "pads",
+                              "auto_pad"}:
+            return False
+        bias = conv.inputs[2] if len(conv.inputs) > 2 and conv.inputs[2] else None
+        if bias is not None and getattr(graph.constants.get(bias), "dtype", None) != \
+                weight.dtype:
+            return False
+        if threshold is not None and weight.size and \
+                1.0 - np.count_nonzero(weight) / weight.size >= threshold:
+            return False
+        return planar_pays(weight.dtype, x[2] * x[3])
+
+    joined: dict[str, tuple[Node, str]] = {}     # Add name -> (its Conv, the residual)
+    for node in graph.nodes:
+        if node.op_type != "Add" or len(node.inputs) != 2 or node.inputs[0] == node.inputs[1]:
+            continue
+        for side in (0, 1):
+            h, r = node.inputs[side], node.inputs[1 - side]
+            conv = producer.get(h)
+            if conv is None or h in outputs or r in graph.constants or not r or \
+                    [c.name for c in consumers.get(h, [])] != [node.name] or \
+                    any(c is conv for c, _ in joined.values()) or \
+                    shapes.get(h) is None or shapes.get(h) != shapes.get(r) or \
+                    shapes.get(node.outputs[0]) != shapes.get(h) or not pointwise(conv):
+                continue
+            joined[node.name] = (conv, r)
+            break
+    if not joined:
+        graph.notes.append("conv+residual: 0 fused")
+        return graph
+    moved = {conv.name for conv, _ in joined.values()}
+    nodes = []
+    for node in graph.nodes:
+        if node.name in moved:
+            continue
+        if node.name not in joined:
+            nodes.append(node)
+            continue
+        conv, r = joined[node.name]
+        bias = conv.inputs[2] if len(conv.inputs) > 2 else ""
+        nodes.append(Node(conv.name, "Conv", (conv.inputs[0], conv.inputs[1], bias, r),
+                          node.outputs, {**conv.attributes, "residual": 1}, conv.version,
+                          _with_own_attributes(conv.impl)))
+    graph.nodes = nodes
+    graph.notes.append(f"conv+residual: {len(joined)} fused (" +
+                       ", ".join(f"{add} into {conv.name}" for add, (conv, _) in joined.items())
+                       + ")")
+    return graph
+
+
 def fuse_conv_activations(graph: Graph, threshold: float | None = None) -> Graph:
     """Join each activation to the Conv it reads, when nothing else reads that Conv's output:
     a Relu, a Clip with constant bounds, a Sigmoid, a HardSigmoid, a HardSwish, or a SiLU
@@ -306,13 +389,18 @@ def _constant_clip_bounds(clip: Node, graph: Graph) -> tuple[float, float] | Non
 
 
 def _with_own_attributes(impl: OpImpl) -> OpImpl:
-    """``impl`` accepting :data:`OWN_ATTRIBUTES` as well: it applies the activation after
-    the convolution; ``skip_zeros`` only matters to the compiled kernel of a static plan."""
+    """``impl`` accepting :data:`OWN_ATTRIBUTES` as well: it adds the residual (a fourth
+    input) and then applies the activation after the convolution; ``skip_zeros`` only matters
+    to the compiled kernel of a static plan."""
     function = impl.function
 
     def conv(node: NodeContext, *args: np.ndarray, activation: Activation | None = None,
-             skip_zeros: int = 0, **attributes: object) -> np.ndarray:
-        result = function(node, *args, **attributes)
+             skip_zeros: int = 0, residual: int = 0, **attributes: object) -> np.ndarray:
+        if residual:
+            result = function(node, *args[:3], **attributes)
+            result = elementwise(node, "{0} + {1}", result, args[3], dtype=result.dtype)
+        else:
+            result = function(node, *args, **attributes)
         if activation is not None:
             result = elementwise(node, activation.text("{0}"), result, dtype=result.dtype)
         return result
@@ -343,4 +431,5 @@ def _fresh(base: str, taken: set[str]) -> str:
     return name
 
 
-__all__ = ["fold_conv_batchnorm", "fuse_conv_activations", "OWN_ATTRIBUTES"]
+__all__ = ["fold_conv_batchnorm", "fuse_conv_activations", "fuse_conv_residuals",
+           "OWN_ATTRIBUTES"]

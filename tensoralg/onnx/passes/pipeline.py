@@ -1,7 +1,7 @@
 """Graph passes by opt level, as one visible list per level (:func:`pipeline`).
 
 Level 1: shape inference, constant folding, dead node removal. Level 2 adds Conv +
-BatchNormalization folding and the other BatchNormalizations as a multiply-add
+BatchNormalization folding, skip-connection Adds joined to the pointwise Conv before them and the other BatchNormalizations as a multiply-add
 (:mod:`folding`), Einsums that are matrix products as MatMuls
 (:mod:`einsum_products`), Pow by 2 or 3 as multiplications (:mod:`small_powers`), MatMul
 re-association (:mod:`fusion`), embedding
@@ -25,6 +25,7 @@ from tensoralg.onnx.passes.folding import (
     batchnorm_as_affine,
     fold_conv_batchnorm,
     fuse_conv_activations,
+    fuse_conv_residuals,
 )
 from tensoralg.onnx.passes.fusion import fuse, reassociate_matmuls
 from tensoralg.onnx.passes.gelu import erf_gelus_as_gelu
@@ -154,9 +155,11 @@ def pipeline(opt_level: int, model: onnx.ModelProto, kernels: KernelSet,
             ("erf gelu", erf_gelus_as_gelu),
         ]
     if opt_level == 2:
-        steps += [("conv+relu", fuse_conv_activations), ("fusion", fuse)]
+        steps += [("conv+residual", fuse_conv_residuals), ("conv+relu", fuse_conv_activations),
+                  ("fusion", fuse)]
     if opt_level >= 3:
-        steps += [("conv+relu, sparse conv weights",
+        steps += [("conv+residual", lambda g: fuse_conv_residuals(g, sparse_threshold)),
+                  ("conv+relu, sparse conv weights",
                    lambda g: fuse_conv_activations(g, sparse_threshold)),
                   ("sparse weights + fusion",
                    lambda g: fuse(g, find_sparse_weights(g, sparse_threshold)))]

@@ -349,11 +349,17 @@ def planar_conv_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarr
                      ) -> Spec | None:
     """A 2-D ``Conv`` with a constant 1x1 kernel (stride 1, no padding, group 1) as one call of
     the generated pointwise convolution (``runtime/planar.py``): NCHW in and out, the product
-    ``W @ X[n]`` per image with no layout copy. None for anything else, and for a pruned weight
-    (``skip_zeros``), whose zeros the compiled-in convolution leaves out."""
+    ``W @ X[n]`` per image with no layout copy, plus the residual (a fourth input, attribute
+    ``residual``: ``passes.folding.fuse_conv_residuals``) when there is one. None for anything
+    else, and for a pruned weight (``skip_zeros``), whose zeros the compiled-in convolution
+    leaves out."""
     node = step.node
     attrs = node.attributes
     x, out = recorded[node.inputs[0]], recorded[node.outputs[0]]
+    residual = node.inputs[3] if attrs.get("residual") else None
+    if residual is not None and (recorded[residual].shape != out.shape or
+                                 recorded[residual].dtype != out.dtype):
+        return None
     weight = constants.get(node.inputs[1])
     bias_name = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else None
     bias = constants.get(bias_name) if bias_name else None
@@ -373,13 +379,26 @@ def planar_conv_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarr
     conv = program.pointwise_conv(weight, None if bias is None else bias.reshape(-1),
                                          fused_activation(attrs), x.shape[2] * x.shape[3],
                                          program.kernel_cache().disk,
-                                         program.kernel_cache().threads)
+                                         program.kernel_cache().threads,
+                                         residual=residual is not None)
     if conv is None:
         return None
 
     def make(outs: list[np.ndarray], buffers: list[np.ndarray], ins: list[Getter]) -> Run:
-        return one_input_run(conv.bind(placeholder(ins[0], x.shape, x.dtype), outs[0]), ins[0],
-                             "x")
+        if residual is None:
+            return one_input_run(conv.bind(placeholder(ins[0], x.shape, x.dtype), outs[0]),
+                                 ins[0], "x")
+        get_r = ins[-1]        # the residual is the last input (empty names have none)
+        bound = conv.bind(placeholder(ins[0], x.shape, x.dtype), outs[0],
+                          placeholder(get_r, out.shape, out.dtype))
+
+        def run(env: Env) -> None:
+            if ins[0].fixed is None:
+                bound.rebind("x", contiguous(ins[0](env)))
+            if get_r.fixed is None:
+                bound.rebind("r", contiguous(get_r(env)))
+            bound()
+        return made_of(run, [(bound, [("x", ins[0], None), ("r", get_r, None)])])
 
     spec = Spec(make, [], "conv kernel", image_blocks_output=True)
     spec.plan = conv.describe(x.shape[2] * x.shape[3])
@@ -403,8 +422,8 @@ def conv_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) ->
     out = recorded[node.outputs[0]]
     groups = int(attrs.get("group", 1))
     planar = planar_conv_spec(step, recorded, constants)
-    if planar is not None:
-        return planar
+    if planar is not None or attrs.get("residual"):
+        return planar      # a residual Conv no other kernel takes runs node by node
     pointwise = pointwise_conv_spec(step, recorded, constants)
     if pointwise is not None:
         return pointwise
