@@ -149,7 +149,12 @@ from tensoralg.runtime.movement import (
     im2row_call,
 )
 from tensoralg.runtime.native_split import NativeSplit
-from tensoralg.runtime.planar import compiled_conv_gathers, patch_conv_of, pointwise_conv
+from tensoralg.runtime.planar import (
+    compiled_conv_gathers,
+    patch_conv_of,
+    planar_pays,
+    pointwise_conv,
+)
 from tensoralg.runtime.pool import native_pool_supported
 from tensoralg.runtime.reach import ReachCounter
 from tensoralg.runtime.replay import (
@@ -2879,7 +2884,7 @@ __all__ = ["einsum", "compile", "Kernel", "KernelKey", "CompileOptions", "kernel
            "RowCompressor", "DenseLayer", "dense_layer", "ConvLayer", "conv_layer", "GroupedConv", "grouped_conv",
            "DirectConv", "direct_conv",
            "CallSequence", "NativeGroup", "Slot", "canonical_csr", "data_address", "block_copy_call", "broadcast_call", "copy_call", "gather_call",
-           "gram_call", "ids_call", "im2row_call", "cumsum_call", "pointwise_conv", "patch_conv_of",
+           "gram_call", "ids_call", "im2row_call", "cumsum_call", "pointwise_conv", "planar_pays", "patch_conv_of",
            "compiled_conv_gathers",
            "set_num_threads", "get_num_threads", "set_memory_limit", "get_memory_limit",
            "execute"]

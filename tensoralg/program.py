@@ -16,7 +16,8 @@ a sequence with the inputs named in ``slots`` read from the sequence's slots at 
   :func:`conv_layer`, :func:`grouped_conv` (one GEMM per group, channel blocks read and
   written in place), :func:`direct_conv` (weights compiled into the code), :func:`gram_call`
   (``X @ X^T``), :func:`im2row_call` (patch rows for a convolution), and NCHW convolutions
-  without layout copies: :func:`pointwise_conv` (1x1 on whole planes), :func:`patch_conv_of`
+  without layout copies: :func:`pointwise_conv` (1x1 on whole planes; :func:`planar_pays`
+  says where it runs), :func:`patch_conv_of`
   (few input channels, patch blocks that stay in L1; :func:`compiled_conv_gathers` says when a
   weights-compiled-in kernel would gather instead);
 - fused activations: every convolution and dense-layer call takes an :class:`Activation`
@@ -84,6 +85,7 @@ from tensoralg.api import (
     im2row_call,
     kernel_cache,
     patch_conv_of,
+    planar_pays,
     pointwise_conv,
     softmax_kernel,
     transpose_call,
@@ -94,7 +96,8 @@ __all__ = [
     "Activation", "GELU", "HARD_SWISH", "RELU", "SIGMOID", "SILU", "as_activation", "erf_text",
     "BoundCall", "CallSequence", "DenseLayer", "NativeGroup", "RowCompressor", "Slot",
     "block_copy_call", "broadcast_call", "canonical_csr", "compiled_conv_gathers", "conv_layer",
-    "copy_call", "cumsum_call", "grouped_conv", "patch_conv_of", "pointwise_conv",
+    "copy_call", "cumsum_call", "grouped_conv", "patch_conv_of", "planar_pays",
+    "pointwise_conv",
     "data_address", "dense_layer", "direct_conv", "gather_call", "gram_call", "ids_call",
     "im2row_call", "kernel_cache", "softmax_kernel", "transpose_call", "window_kernel",
 ]

@@ -100,8 +100,10 @@ def test_workers_load_kernels_from_the_disk_cache(client, operands):
     if len({s["fingerprint"] for s in (*before.values(), *after.values())}) > 1:
         pytest.skip("the compiler's sources changed during the test (a shared checkout being "
                     "edited): the on-disk cache keys changed with them")
-    # fresh processes, every kernel (block product and addition) found on disk
-    assert all(s["compiles"] == 0 and s["in_memory"] >= 1 for s in after.values()), after
+    # fresh processes, every kernel (block product and addition) found on disk; the scheduler
+    # may give every task to one worker on a loaded machine, so not every worker need load one
+    assert all(s["compiles"] == 0 for s in after.values()), after
+    assert any(s["in_memory"] >= 1 for s in after.values()), after
 
 
 @pytest.mark.slow

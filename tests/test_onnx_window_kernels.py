@@ -268,6 +268,9 @@ def _check_model(model, feeds, kind):
     ((3, 5, 7), 1, 11, True),              # before opset 13: rows flattened from the axis on
     ((3, 1), -1, 17, True),                # rows of one value
     ((3, 5, 7), 1, 17, False),             # not the last axis: node by node
+    ((4, 325, 1), 1, 17, True),            # only axes of size 1 after it (AFM's attention)
+    ((2, 4, 1, 1), 1, 17, True),
+    ((3, 1, 5), 0, 17, False),             # a later axis of size 5: node by node
 ])
 def test_softmax_row_kernel_matches_onnxruntime(op_type, shape, axis, opset, kernel):
     x = _x(shape, seed=5) * 4

@@ -18,6 +18,8 @@ as MatMul's broadcasting allows no less). Anything else stays an Einsum.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from tensoralg.onnx.frontend.graph import Graph, Node
 from tensoralg.onnx.ops.registry import lookup
 
@@ -74,4 +76,60 @@ def einsums_as_matmuls(graph: Graph) -> Graph:
     return graph
 
 
-__all__ = ["einsums_as_matmuls", "product_form"]
+def column_products_as_row_products(graph: Graph) -> Graph:
+    """Replace ``MatMul(W, X)`` with ``W`` a float constant (M, K) and ``X`` of static shape
+    (..., K, 1), a batch of columns, by the row product ``X' @ W^T`` between two reshapes:
+    ``Reshape(X, (..., K)) -> MatMul(., W^T) -> Reshape(., (..., M, 1))``, ``W^T`` a new
+    constant. DCN-Mix's experts write ``einsum('ij,bjk->bik', V.t(), x)`` on (B, 221, 1)
+    columns: as exported, each ran as B products of one column (BLAS, batched); as one
+    (B x K) by (K x M) product with a constant right operand it takes the generated GEMM with
+    its weight packed at load. The reshapes are views."""
+    matmul = lookup("MatMul", 13)
+    reshape = lookup("Reshape", 14)
+    if matmul is None or reshape is None:
+        return graph
+    taken = set(graph.constants) | {v.name for v in [*graph.inputs, *graph.outputs]} | \
+        {name for node in graph.nodes for name in (*node.inputs, *node.outputs) if name}
+
+    def fresh(base: str) -> str:
+        name, k = base, 1
+        while name in taken:
+            name, k = f"{base}#{k}", k + 1
+        taken.add(name)
+        return name
+
+    nodes: list[Node] = []
+    replaced = 0
+    for node in graph.nodes:
+        weight = graph.constants.get(node.inputs[0]) if node.op_type == "MatMul" and \
+            len(node.inputs) == 2 else None
+        x = graph.static_shapes.get(node.inputs[1]) if weight is not None else None
+        if weight is None or x is None or weight.ndim != 2 or weight.dtype.kind != "f" or \
+                len(x) < 3 or x[-1] != 1 or x[-2] != weight.shape[1] or \
+                node.inputs[1] in graph.constants:
+            nodes.append(node)
+            continue
+        rows = fresh(f"{node.name}/rows")
+        rows_shape = fresh(f"{node.name}/rows_shape")
+        transposed = fresh(f"{node.name}/weight_t")
+        product = fresh(f"{node.name}/row_product")
+        out_shape = fresh(f"{node.name}/columns_shape")
+        graph.constants[rows_shape] = np.array(x[:-1], np.int64)
+        graph.constants[transposed] = np.ascontiguousarray(weight.T)
+        graph.constants[out_shape] = np.array([*x[:-2], weight.shape[0], 1], np.int64)
+        nodes += [Node(f"{node.name}/Reshape", "Reshape", (node.inputs[1], rows_shape), (rows,),
+                       {}, 14, reshape),
+                  Node(node.name, "MatMul", (rows, transposed), (product,), {}, 13, matmul),
+                  Node(f"{node.name}/Reshape_back", "Reshape", (product, out_shape),
+                       node.outputs, {}, 14, reshape)]
+        for name, shape in ((rows, x[:-1]), (product, (*x[:-2], weight.shape[0])),
+                            (node.outputs[0], (*x[:-2], weight.shape[0], 1))):
+            graph.static_shapes[name] = tuple(shape)
+        replaced += 1
+    graph.nodes = nodes
+    graph.notes.append(f"column products: {replaced} MatMul(s) of a constant by columns as "
+                       f"row products")
+    return graph
+
+
+__all__ = ["column_products_as_row_products", "einsums_as_matmuls", "product_form"]

@@ -33,7 +33,7 @@ from tensoralg.onnx.frontend.graph import OWN_ATTRIBUTES, Graph, Node
 from tensoralg.onnx.ops.kernels import NodeContext, elementwise
 from tensoralg.onnx.ops.registry import OpImpl, lookup
 from tensoralg.onnx.passes.fusion import consumers_of
-from tensoralg.program import HARD_SWISH, RELU, SIGMOID, SILU, Activation
+from tensoralg.program import HARD_SWISH, RELU, SIGMOID, SILU, Activation, planar_pays
 
 
 def fold_conv_batchnorm(graph: Graph) -> Graph:
@@ -216,8 +216,6 @@ def fuse_conv_residuals(graph: Graph, threshold: float | None = None) -> Graph:
     enough to be marked ``skip_zeros``. The Add must not broadcast. Node by node, the Conv
     adds ``r`` after the convolution, as the Add did.
     """
-    from tensoralg.runtime.planar import planar_pays
-
     consumers = consumers_of(graph)
     outputs = {v.name for v in graph.outputs}
     producer = {node.outputs[0]: node for node in graph.nodes

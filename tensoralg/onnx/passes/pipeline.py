@@ -2,8 +2,8 @@
 
 Level 1: shape inference, constant folding, dead node removal. Level 2 adds Conv +
 BatchNormalization folding, skip-connection Adds joined to the pointwise Conv before them and the other BatchNormalizations as a multiply-add
-(:mod:`folding`), Einsums that are matrix products as MatMuls
-(:mod:`einsum_products`), Pow by 2 or 3 as multiplications (:mod:`small_powers`), MatMul
+(:mod:`folding`), Einsums that are matrix products as MatMuls and a constant's products with
+batches of columns as row products (:mod:`einsum_products`), Pow by 2 or 3 as multiplications (:mod:`small_powers`), MatMul
 re-association (:mod:`fusion`), embedding
 bags (:mod:`bags`), GELU written with Erf as one Gelu node (:mod:`gelu`) and fusion of elementwise chains and contraction epilogues (:mod:`fusion`).
 Level 3 adds sparse weights (:mod:`sparse_weights`), compiled into the fused statements. Each
@@ -20,7 +20,10 @@ import onnx
 from tensoralg.onnx.frontend.graph import Graph, Node
 from tensoralg.onnx.ops.kernels import KernelSet, NodeContext
 from tensoralg.onnx.passes.bags.recognise import recognise_bags
-from tensoralg.onnx.passes.einsum_products import einsums_as_matmuls
+from tensoralg.onnx.passes.einsum_products import (
+    column_products_as_row_products,
+    einsums_as_matmuls,
+)
 from tensoralg.onnx.passes.folding import (
     batchnorm_as_affine,
     fold_conv_batchnorm,
@@ -149,6 +152,7 @@ def pipeline(opt_level: int, model: onnx.ModelProto, kernels: KernelSet,
             ("conv+batchnorm folding", fold_conv_batchnorm),
             ("batchnorm as affine", batchnorm_as_affine),
             ("einsum products", einsums_as_matmuls),
+            ("column products", column_products_as_row_products),
             ("small powers", small_powers_as_products),
             ("matmul re-association", reassociate_matmuls),
             ("embedding bags", recognise_bags),

@@ -113,9 +113,9 @@ def grouped_window_spec(step: Step, recorded: Env, constants: Mapping[str, np.nd
 
 def softmax_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]
                  ) -> Spec | None:
-    """A float ``Softmax``/``LogSoftmax`` whose rows are contiguous (the last axis from opset
-    13; before it, every axis from ``axis`` on, as the op flattens them) as one row kernel
-    call; None otherwise."""
+    """A float ``Softmax``/``LogSoftmax`` whose rows are contiguous (from opset 13 the last
+    axis, or an axis followed only by axes of size 1; before it, every axis from ``axis`` on,
+    as the op flattens them) as one row kernel call; None otherwise."""
     node = step.node
     x = recorded[node.inputs[0]]
     out = recorded[node.outputs[0]]
@@ -124,7 +124,12 @@ def softmax_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]
         return None
     axis = int(node.attributes.get("axis", -1 if node.version >= 13 else 1))
     axis = axis + x.ndim if axis < 0 else axis
-    if node.version >= 13 and axis != x.ndim - 1 or not 0 <= axis < x.ndim:
+    if not 0 <= axis < x.ndim:
+        return None
+    # From opset 13 the op normalises along ``axis`` alone: its rows are contiguous when every
+    # later axis has size 1 (an attention over (batch, pairs, 1), AFM's and DCN-Mix's gates),
+    # and a row is then that axis.
+    if node.version >= 13 and int(np.prod(x.shape[axis + 1:], dtype=np.int64)) != 1:
         return None
     length = int(np.prod(x.shape[axis:], dtype=np.int64))
     kernel = program.softmax_kernel(length, x.dtype, node.op_type == "LogSoftmax")
