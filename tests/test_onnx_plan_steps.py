@@ -332,3 +332,32 @@ def test_batched_rows_times_a_small_constant_run_as_a_kernel_step(batch):
                                    rtol=1e-5, atol=1e-5)
     kinds = {s.step.node.op_type: s.kind for s in compiled.specialiser.latest().steps}
     assert kinds.get("MatMul") == "kernel", kinds
+
+
+@pytest.mark.parametrize("shape", [(64, 8, 26), (3, 5, 40)])
+def test_rows_times_a_constant_with_a_per_row_epilogue_run_on_the_generated_gemm(shape):
+    """``exp(X @ W) * c + d`` with ``X`` (B, T, K) computed, ``W`` a constant (K, N) and ``c``,
+    ``d`` varying along T (AFN's logarithmic layer): the product as one (B * T) x K generated
+    GEMM into a scratch buffer, then the epilogue kernel, in a compiled sequence."""
+    b, t, k = shape
+    rng = np.random.default_rng(k)
+    n = 96
+    inits = {"W": rng.standard_normal((k, n)) / np.sqrt(k), "c": rng.standard_normal((t, 1)),
+             "d": rng.standard_normal((t, 1))}
+    graph = h.make_graph(
+        [h.make_node("Sigmoid", ["x"], ["s"], name="computed"),
+         h.make_node("MatMul", ["s", "W"], ["p"], name="product"),
+         h.make_node("Exp", ["p"], ["e"], name="exp"),
+         h.make_node("Mul", ["e", "c"], ["m"], name="scale"),
+         h.make_node("Add", ["m", "d"], ["y"], name="shift")], "g",
+        [h.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+        [h.make_tensor_value_info("y", TensorProto.FLOAT, [b, t, n])],
+        [numpy_helper.from_array(v.astype(np.float32), name) for name, v in inits.items()])
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    compiled = planned_model(model, {"x": rng.standard_normal(shape).astype(np.float32)})
+    for seed in (1, 2):
+        feeds = {"x": np.random.default_rng(seed).standard_normal(shape).astype(np.float32)}
+        np.testing.assert_allclose(compiled.run(feeds)["y"], onnxruntime_outputs(model, feeds)[0],
+                                   rtol=1e-5, atol=1e-5)
+    kinds = [s.kind for s in compiled.specialiser.latest().steps]
+    assert "generated GEMM + kernel" in kinds, kinds

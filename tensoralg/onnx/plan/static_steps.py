@@ -313,7 +313,7 @@ def _fused(step: Step, recorded: Env, constants: Mapping[str, np.ndarray],
     if head is not None:
         inline = inline_head(program, head, values, dtype)
         if inline is None:
-            return _batched_head(step, values, dtype)
+            return _batched_head(step, values, dtype, constants)
         multi = multi_hot_input(program, inline, recorded, shared)
         if multi is not None:
             inline = dict(inline, csr_a=True, blas=False, transposed=False)
@@ -480,11 +480,18 @@ def _fused(step: Step, recorded: Env, constants: Mapping[str, np.ndarray],
     return spec
 
 
-def _batched_head(step: Step, values: dict[str, np.ndarray], dtype: np.dtype) -> Spec | None:
+def _batched_head(step: Step, values: dict[str, np.ndarray], dtype: np.dtype,
+                  constants: Mapping[str, np.ndarray]) -> Spec | None:
     """A fused program headed by a batched MatMul that runs in BLAS (attention's ``Q K^T``
     before its mask is added): the product into a scratch buffer with ``out=``, then the
     epilogue as one prebound kernel, the statement the node-by-node run compiles. None when
-    the head is not such a MatMul (a small one runs as a kernel and is captured)."""
+    the head is not such a MatMul (a small one runs as a kernel and is captured).
+
+    A batch of rows times a constant matrix (``(B, T, K) @ (K, N)``, whose epilogue varies
+    along ``T`` and so does not flatten into a dense layer's) runs its product as one
+    ``(B * T) x K`` generated GEMM with the weight packed at load, and the step joins a
+    compiled sequence: AFN's logarithmic transformation layer, 256 x 8 x 26 x 256, ran as
+    256 BLAS products of 8 rows."""
     program = step.node.attributes["program"]
     head = program.head
     if head.op_type != "MatMul" or not [n for n in program.nodes if n is not head]:
@@ -511,6 +518,11 @@ def _batched_head(step: Step, values: dict[str, np.ndarray], dtype: np.dtype) ->
         return None
     kernel = step.context.kernels.get(statement, dtype, formats)
     a_name, b_name = head.inputs[0], head.inputs[1]
+    weight = constants.get(b_name)
+    rows = (math.prod(a.shape[:-1]), k)
+    layer = layer_of(weight, False, None, constants, dtype) \
+        if weight is not None and weight.ndim == 2 and a.ndim > 2 and \
+        tuple(batch) == tuple(a.shape[:-2]) and not narrow_dot(k, n) else None
 
     def make(outs: list[np.ndarray], buffers: list[np.ndarray], ins: list[Getter]) -> Run:
         by_name = {g.name: g for g in ins}
@@ -524,12 +536,26 @@ def _batched_head(step: Step, values: dict[str, np.ndarray], dtype: np.dtype) ->
                 arrays[letter] = _operand_array(letter, by_name[name], shape, dtype, dynamic)
         bound = kernel.bind(out=outs[0].reshape(out_shape), **arrays)
         a_get, b_get = by_name[a_name], by_name[b_name]
+        if layer is not None:
+            gemm = layer_run(layer, a_get, product.reshape(rows[0], n), rows)
+
+            def run_layer(env: Env) -> None:
+                gemm(env)
+                _refresh_and_call(env, [], dynamic, bound)
+            own = _call_parts([], dynamic, bound)
+            head_parts = parts_of(gemm)
+            native = own is not None and head_parts is not None
+            return made_of(run_layer, head_parts + own if native else None)
 
         def run(env: Env) -> None:
             np.matmul(a_get(env), b_get(env), out=product)
             _refresh_and_call(env, [], dynamic, bound)
         return made_of(run, None)
 
+    if layer is not None:
+        spec = Spec(make, [(product_shape, dtype)], "generated GEMM + kernel")
+        spec.plan = f"{layer.describe(rows[0])} into a scratch product; then {statement}"
+        return spec
     spec = Spec(make, [(product_shape, dtype)], "BLAS + kernel")
     spec.plan = (f"BLAS (dense {'x'.join(str(d) for d in product_shape[:-1])}x{k}x{n}) "
                  f"into a scratch product, then {statement}")
