@@ -361,3 +361,32 @@ def test_rows_times_a_constant_with_a_per_row_epilogue_run_on_the_generated_gemm
                                    rtol=1e-5, atol=1e-5)
     kinds = [s.kind for s in compiled.specialiser.latest().steps]
     assert "generated GEMM + kernel" in kinds, kinds
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.int32])
+@pytest.mark.parametrize("last", ["Add", "Div"])
+def test_integer_position_chain_runs_as_one_statement(dtype, last):
+    """OPT's position ids, ``cumsum(mask) * mask - 1 + 2`` over int64: one integer statement in
+    the plan (exact, as onnxruntime); a chain with an integer Div keeps its nodes."""
+    kind = TensorProto.INT64 if dtype == np.int64 else TensorProto.INT32
+    graph = h.make_graph(
+        [h.make_node("CumSum", ["mask", "axis"], ["c"], name="cumsum"),
+         h.make_node("Mul", ["c", "mask"], ["m"], name="mul"),
+         h.make_node("Sub", ["m", "one"], ["s"], name="sub"),
+         h.make_node(last, ["s", "two"], ["y"], name="last")], "g",
+        [h.make_tensor_value_info("mask", kind, [3, 40])],
+        [h.make_tensor_value_info("y", kind, [3, 40])],
+        [numpy_helper.from_array(np.array(1, np.int64), "axis"),
+         numpy_helper.from_array(np.array(1, dtype), "one"),
+         numpy_helper.from_array(np.array(2, dtype), "two")])
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    rng = np.random.default_rng(3)
+    feeds = {"mask": (rng.random((3, 40)) < 0.8).astype(dtype)}
+    compiled = planned_model(model, feeds)
+    for seed in (4, 5):
+        feeds = {"mask": (np.random.default_rng(seed).random((3, 40)) < 0.7).astype(dtype)}
+        got, want = compiled.run(feeds)["y"], onnxruntime_outputs(model, feeds)[0]
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
+    kinds = {s.step.node.op_type: s.kind for s in compiled.specialiser.latest().steps}
+    assert (kinds.get("Fused") not in (None, "generic")) == (last == "Add"), kinds

@@ -71,6 +71,27 @@ MULTI_HOT_MIN_COLUMNS = 64
 SPARSE_WEIGHT_MAX_DENSITY_WITH_BLAS = 0.3
 NARROW_PRODUCT_COLUMNS = 4  # a dense product this narrow reads its weight transposed
 FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+# Ops a chain over one signed integer dtype may hold and still run as one statement: their
+# integer results are exact and wrap as NumPy's do (no division, no float function).
+# Exported position ids are such a chain: OPT's ``cumsum(mask) * mask - 1 + 2``, three Python
+# steps a call otherwise.
+INTEGER_OPS = frozenset({"Add", "Sub", "Mul", "Neg", "Abs"})
+INTEGERS = (np.dtype(np.int32), np.dtype(np.int64))
+
+
+def statement_dtype(program: "Program", dtypes: set[np.dtype]) -> np.dtype | None:
+    """The one dtype ``program`` runs as a statement in, given its inputs' ``dtypes``: a
+    float dtype, or a signed integer one for a chain of :data:`INTEGER_OPS` with no
+    contraction; None when its nodes run one by one."""
+    if len(dtypes) != 1:
+        return None
+    dtype = next(iter(dtypes))
+    if dtype in FLOATS:
+        return dtype
+    if dtype in INTEGERS and program.head is None and \
+            all(node.op_type in INTEGER_OPS for node in program.nodes):
+        return dtype
+    return None
 PRODUCT = "<product>"  # the value name of a head's BLAS product inside a fused program
 
 
@@ -201,11 +222,11 @@ def run_program(context: NodeContext, *arrays: np.ndarray, program: Program) -> 
     """Run ``program`` on its external inputs (see the module docstring for the run-time
     choices)."""
     values = {name: np.asarray(a) for name, a in zip(program.externals, arrays)}
-    dtypes = {a.dtype for a in values.values()}
-    if len(dtypes) != 1 or next(iter(dtypes)) not in FLOATS:
-        context.note("not fused at run time (non-float or mixed dtypes): nodes run one by one")
+    dtype = statement_dtype(program, {a.dtype for a in values.values()})
+    if dtype is None:
+        context.note("not fused at run time (mixed dtypes, or integers through ops other than "
+                     "Add, Sub, Mul, Neg, Abs): nodes run one by one")
         return _run_nodes(context, program, values, program.nodes)
-    dtype = next(iter(dtypes))
     chain = [n for n in program.nodes if n is not program.head]
     head = program.head
     inline = None

@@ -34,6 +34,7 @@ from tensoralg.onnx.passes.fusion import (
     flattened_head,
     fused_node,
     inline_head,
+    statement_dtype,
 )
 from tensoralg.onnx.plan.constant_gathers import gather_nd_spec
 from tensoralg.onnx.plan.executor import Step
@@ -298,10 +299,9 @@ def _fused(step: Step, recorded: Env, constants: Mapping[str, np.ndarray],
     node, context = step.node, step.context
     program = node.attributes["program"]
     values = {name: recorded[name] for name in program.externals}
-    dtypes = {a.dtype for a in values.values()}
-    if len(dtypes) != 1 or next(iter(dtypes)) not in FLOATS:
+    dtype = statement_dtype(program, {a.dtype for a in values.values()})
+    if dtype is None:
         return None       # the nodes run one by one
-    dtype = next(iter(dtypes))
     head = program.head
     chain = [n for n in program.nodes if n is not head]
     flat = flattened_head(program, values)
