@@ -249,7 +249,8 @@ def _transformer(kind: str) -> Callable[[], Any]:
                 intermediate_size=256, max_position_embeddings=128))
         else:
             inner = _more_transformers(tf)[kind]()
-        decoder = kind in ("llama", "gpt_neox", "bloom", "opt", "qwen2")
+        decoder = kind in ("llama", "gpt_neox", "bloom", "opt", "qwen2", "mistral", "phi",
+                           "gpt_neo", "falcon")
         return _encoder(inner, **({"use_cache": False} if decoder else {}))
     return build
 
@@ -274,6 +275,21 @@ def _more_transformers(tf: Any) -> dict[str, Callable[[], Any]]:
             vocab_size=VOCAB, hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
             ffn_dim=256, max_position_embeddings=128, word_embed_proj_dim=128)),
         "qwen2": lambda: tf.Qwen2Model(tf.Qwen2Config(num_key_value_heads=1, **small)),
+        # the third group
+        "roberta": lambda: tf.RobertaModel(tf.RobertaConfig(**small)),
+        "electra": lambda: tf.ElectraModel(tf.ElectraConfig(embedding_size=64, **small)),
+        "mpnet": lambda: tf.MPNetModel(tf.MPNetConfig(**small)),
+        "mistral": lambda: tf.MistralModel(tf.MistralConfig(num_key_value_heads=1, **small)),
+        "phi": lambda: tf.PhiModel(tf.PhiConfig(**small)),
+        "gpt_neo": lambda: tf.GPTNeoModel(tf.GPTNeoConfig(
+            vocab_size=VOCAB, hidden_size=128, num_layers=2, num_heads=2,
+            attention_types=[[["global", "local"], 1]], max_position_embeddings=128)),
+        "falcon": lambda: tf.FalconModel(tf.FalconConfig(
+            vocab_size=VOCAB, hidden_size=128, num_hidden_layers=2, num_attention_heads=2)),
+        "mobilebert": lambda: tf.MobileBertModel(tf.MobileBertConfig(
+            vocab_size=VOCAB, hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
+            intermediate_size=256, embedding_size=64, intra_bottleneck_size=64,
+            max_position_embeddings=128)),
     }
 
 
@@ -347,6 +363,9 @@ def _deepctr(kind: str) -> Callable[[], Any]:
             common.pop("task")
             model = models.MMOE(columns, num_experts=3, task_names=("click", "like"),
                                 **common)
+        elif kind in ("PLE", "ESMM", "SharedBottom"):     # multi-task: one output per task
+            common.pop("task")
+            model = getattr(models, kind)(columns, **common)
         elif kind == "xDeepFM":
             model = models.xDeepFM(columns, columns, cin_layer_size=(32, 32), **common)
         elif kind == "AutoInt":
@@ -596,7 +615,8 @@ SPECS = {s.name: s for s in [
 # bottlenecks with hard-swish, grouped bottlenecks, shifted-window attention), other
 # transformer families, and sequence models on PyTorch's recurrent layers (GRU4Rec's shape, a
 # bidirectional LSTM tagger); then a second group, first run with no change to the importer:
-# five more torchvision families, six transformer families and ten more deepctr-torch models.
+# five more torchvision families, six transformer families and ten more deepctr-torch models;
+# and a third group, so far run once at batch 1.
 HELD_OUT = [
     Spec("efficientnet_b0", "torchvision", 8, _vision("efficientnet_b0"), _images,
          held_out=True),
@@ -630,6 +650,14 @@ HELD_OUT = [
     *[Spec(kind.lower(), "deepctr-torch", 256, _deepctr(kind), _ctr_rows, held_out=True)
       for kind in ("NFM", "FiBiNET", "PNN", "AFN", "IFM", "DIFM", "DCNMix", "ONN", "AFM",
                    "MMOE")],
+    # a third group, probed once at batch 1 (2026-12-05, all exact): see the closing note
+    *[Spec(kind, "torchvision", 8, _vision(kind), _images, held_out=True)
+      for kind in ("squeezenet1_1", "mnasnet0_5", "regnet_y_800mf", "alexnet", "resnet34")],
+    *[Spec(kind, "transformers", 8, _transformer(kind), _tokens, held_out=True)
+      for kind in ("roberta", "electra", "mpnet", "mistral", "phi", "gpt_neo", "falcon",
+                   "mobilebert")],
+    *[Spec(kind.lower(), "deepctr-torch", 256, _deepctr(kind), _ctr_rows, held_out=True)
+      for kind in ("PLE", "ESMM", "SharedBottom")],
 ]
 SPECS.update((spec.name, spec) for spec in HELD_OUT)
 HELD_OUT_REPORT = HERE / "ONNX_HELD_OUT_RESULTS.md"
