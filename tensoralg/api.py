@@ -2297,6 +2297,7 @@ class Kernel:
         self._programs: dict[tuple, CompiledProgram] = {}
         self._replays: dict[tuple, _Dispatch] = {}     # repeated plain calls, see _Dispatch
         self._recent: Any = None      # the latest replay, which checks its operands' kinds
+        self._own: Function | None = None     # the IR in this statement's names (source)
         self._values = _operand_getter(tuple(self.formats))
         self._uses = [(a.tensor, mode, index) for a in accesses(self.statement.rhs)
                       for mode, index in enumerate(a.indices)]
@@ -2356,9 +2357,16 @@ class Kernel:
         return applied
 
     def source(self, lang: str = "ir") -> str:
-        """The kernel as ``"ir"`` (with the compiler's notes), ``"c"``, ``"llvm"`` or ``"cuda"``."""
+        """The kernel as ``"ir"`` (with the compiler's notes), ``"c"``, ``"llvm"`` or ``"cuda"``,
+        in this statement's index names (``"llvm"`` and ``"cuda"``: as compiled).
+
+        >>> print(compile("y(r) = A(r,c) * x(c)", formats={"A": "ds"}).source().splitlines()[1])
+          // note: loop order r, c for y(r) (dense)
+        """
         assert self._default is not None
         function = self._default.function
+        if lang in ("ir", "c"):
+            function = self._own_function()
         if lang == "ir":
             text = format_function(function)
             if self._gemm is None:
@@ -2372,6 +2380,28 @@ class Kernel:
 
             return gpu.cuda_source(self._default)      # what runs: the GPU's IR settings
         return emit_source(function, lang)
+
+    def _own_function(self) -> Function:
+        """The kernel's IR in this statement's index names. The cache shares one program
+        among statements equal up to index names (their keys are equal), built with the names
+        of whichever compiled first; for another, the program is lowered again from this
+        statement (no LLVM: tens of milliseconds, for printing only) and kept."""
+        compiled = self._default
+        assert compiled is not None
+        if not compiled.names or compiled.names == index_order(self.statement):
+            return compiled.function
+        if self._own is None:
+            key, plan = compiled.key, compiled.plan
+            index = dict(zip(self.formats, key.index_dtypes))
+            program = concretize(self.statement, self.formats, index, key.value_dtype,
+                                 key.out_format, key.out_index_dtype, plan.orders,
+                                 plan.precomputes)
+            if key.backend != "cuda" and plan.position_split is None and not plan.partials:
+                program = share_pattern(program)
+            lowered = lower(program, compiled.function.name, plan)
+            self._own = optimize(lowered, IRLog(echo=False),
+                                 options=pass_options_of(compiled.schedule))
+        return self._own
 
     def _bound(self, operands: Mapping[str, Any], warn: bool = True) -> dict[str, Tensor]:
         """The operands bound to tensors of the compiled formats (converted, with a warning,

@@ -125,17 +125,22 @@ def test_doubly_compressed_operands_are_not_parallelized_by_a_schedule():
 # what a kernel says it runs
 
 
-@pytest.fixture
-def own_cache(monkeypatch):
-    """A kernel cache of this test's own: the cache shares one program among statements equal
-    up to index names, and the IR text keeps the names of the statement compiled first (an
-    SpMM compiled earlier as ``C(i,k) = A(i,j) * B(j,k)`` prints ``loop order i, j, k``)."""
-    import tensoralg.api as api
+def test_ir_text_speaks_in_the_statements_own_index_names():
+    """The cache shares one program among statements equal up to index names; the IR text
+    (and the C source) of each is in its own names, and both kernels compute the same."""
+    first = ta.compile("C(i,k) = A(i,j) * B(j,k)", formats={"A": "ds"})
+    second = ta.compile("C(r,c) = A(r,m) * B(m,c)", formats={"A": "ds"})
+    assert second._default is first._default          # one compiled program
+    text = second.source("ir")
+    assert "loop order r, m, c" in text and "for (i64 r = range_begin" in text
+    assert "loop order i, j, k" in first.source("ir")
+    assert "r < range_end" in second.source("c")
+    A = sp.random(30, 20, density=0.2, format="csr", random_state=0)
+    B = np.random.default_rng(0).random((20, 7))
+    np.testing.assert_allclose(second(A=A, B=B), A @ B)
 
-    monkeypatch.setattr(api, "_cache", api.KernelCache(api.CompileOptions(cache_dir=None)))
 
-
-def test_kernel_schedule_states_the_compilers_choices_and_reproduces_the_kernel(own_cache):
+def test_kernel_schedule_states_the_compilers_choices_and_reproduces_the_kernel():
     k = ta.compile("C(i,j) = A(i,k) * B(k,j)", formats={"A": "ds"})
     assert str(k.schedule) == "reorder(i, k, j); parallelize(i); tile(256)"
     again = ta.compile("C(i,j) = A(i,k) * B(k,j)", formats={"A": "ds"}, schedule=k.schedule)
@@ -144,7 +149,7 @@ def test_kernel_schedule_states_the_compilers_choices_and_reproduces_the_kernel(
     assert str(again.schedule) == str(k.schedule)
 
 
-def test_turning_a_pass_off_changes_the_code_and_the_schedule(own_cache):
+def test_turning_a_pass_off_changes_the_code_and_the_schedule():
     plain = ta.compile("C(i,j) = A(i,k) * B(k,j)", formats={"A": "ds"})
     untiled = ta.compile("C(i,j) = A(i,k) * B(k,j)", formats={"A": "ds"}, schedule="tile(0)")
     assert "i_tiles" in plain.source("ir") and "i_tiles" not in untiled.source("ir") \
