@@ -85,7 +85,11 @@ REPORT = HERE / "ONNX_REAL_RESULTS.md"
 SEED = 0
 RTOL, ATOL = 1e-4, 1e-5
 ROUNDS = 3
-EXPORTERS = {"ts": ("TorchScript", 17), "dynamo": ("dynamo", 18)}
+# "ts-dyn" (opt-in, ``--exporters ts-dyn``): TorchScript with every input's first axis
+# exported as a dynamic batch, as most users export: the graph then computes its shapes at run
+# time (Shape -> Gather -> ... chains that constant folding cannot take).
+EXPORTERS = {"ts": ("TorchScript", 17), "dynamo": ("dynamo", 18),
+             "ts-dyn": ("TorchScript, dynamic batch", 17)}
 
 
 @dataclass(frozen=True)
@@ -682,9 +686,11 @@ def export(spec: Spec, exporter: str, batch: int) -> Path:
     args = tuple(torch.from_numpy(v) for v in feeds.values())
     folder.mkdir(parents=True, exist_ok=True)
     with torch.no_grad():
-        if exporter == "ts":
+        if exporter in ("ts", "ts-dyn"):
+            dynamic = {name: {0: "batch"} for name in feeds} if exporter == "ts-dyn" else None
             torch.onnx.export(model, args, str(path), dynamo=False, opset_version=17,
-                              input_names=list(feeds), do_constant_folding=True)
+                              input_names=list(feeds), do_constant_folding=True,
+                              dynamic_axes=dynamic)
         else:
             program = torch.onnx.export(model, args, dynamo=True, opset_version=18,
                                         input_names=list(feeds), optimize=True)

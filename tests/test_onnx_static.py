@@ -547,3 +547,69 @@ def test_a_no_op_cast_of_a_shape_value_read_only_by_fixed_shapes():
     model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
     x = np.random.default_rng(0).standard_normal((3, 8)).astype(np.float32)
     _planned_against_onnxruntime(model, {"x": x}, runs=4, seed=0)
+
+
+def _dynamic_batch_model():
+    """A dynamic-batch export's shape arithmetic: ``Shape -> Gather -> Equal -> Where ->
+    Expand`` builds a (batch, 4) mask from the batch size alone, and a Range of the row length
+    is added to every row, as exporters write position ids."""
+    nodes = [
+        h.make_node("Shape", ["x"], ["shape"], name="shape"),
+        h.make_node("Gather", ["shape", "zero"], ["batch"], name="batch", axis=0),
+        h.make_node("Unsqueeze", ["batch", "axes"], ["batch1"], name="batch1"),
+        h.make_node("Concat", ["batch1", "four"], ["target"], name="target", axis=0),
+        h.make_node("Equal", ["target", "minus_one"], ["is_free"], name="is_free"),
+        h.make_node("Where", ["is_free", "ones", "target"], ["expand_to"], name="expand_to"),
+        h.make_node("Expand", ["row", "expand_to"], ["mask"], name="mask"),
+        h.make_node("Gather", ["shape", "one"], ["length"], name="length", axis=0),
+        h.make_node("Range", ["start", "length", "step"], ["positions"], name="positions"),
+        h.make_node("Cast", ["positions"], ["positions_f"], name="positions_f", to=1),
+        h.make_node("Add", ["x", "positions_f"], ["shifted"], name="shifted"),
+        h.make_node("ReduceSum", ["shifted", "last_axis"], ["sums"], name="sums", keepdims=1),
+        h.make_node("Mul", ["sums", "mask"], ["y"], name="y"),
+    ]
+    inits = [numpy_helper.from_array(np.array(v, np.int64), name) for name, v in (
+        ("zero", 0), ("one", 1), ("axes", [0]), ("last_axis", [1]), ("four", [4]),
+        ("minus_one", [-1, -1]),
+        ("ones", [1, 1]), ("start", 0), ("step", 1))]
+    inits.append(numpy_helper.from_array(np.arange(4, dtype=np.float32)[None], "row"))
+    graph = h.make_graph(nodes, "dynamic", [h.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                     ["batch", "n"])],
+                         [h.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])], inits)
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+
+
+def test_shape_arithmetic_of_a_dynamic_batch_export_is_taken_once_per_plan():
+    model = _dynamic_batch_model()
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    compiled = tonnx.load(model, opt_level=3)
+    rng = np.random.default_rng(0)
+    for batch, n in [(2, 5), (2, 5), (2, 5), (7, 3), (7, 3), (7, 3), (2, 5), (1, 9), (1, 9),
+                     (1, 9)]:
+        x = rng.standard_normal((batch, n)).astype(np.float32)
+        np.testing.assert_allclose(compiled.run({"x": x})["y"],
+                                   session.run(None, {"x": x})[0], rtol=1e-5, atol=1e-5)
+    plan = compiled.specialiser.latest()
+    kinds = {s.step.node.name: s.kind for s in plan.steps}
+    for name in ("shape", "batch", "is_free", "expand_to", "length", "positions"):
+        assert name not in kinds, kinds        # constants of the plan, not steps
+    assert "generic" not in kinds.values(), kinds
+
+
+def test_a_shape_read_from_a_value_dependent_size_still_drops_the_plan():
+    """``Shape(NonZero(x))`` depends on x's values: the NonZero step stays in the plan, and
+    when its size changes under the same input shape the call runs node by node, right."""
+    nodes = [h.make_node("NonZero", ["x"], ["nz"], name="nonzero"),
+             h.make_node("Shape", ["nz"], ["nz_shape"], name="shape"),
+             h.make_node("Gather", ["nz_shape", "one"], ["count"], name="count", axis=0),
+             h.make_node("Cast", ["count"], ["count_f"], name="count_f", to=1),
+             h.make_node("Mul", ["x", "count_f"], ["y"], name="y")]
+    graph = h.make_graph(nodes, "nz", [h.make_tensor_value_info("x", TensorProto.FLOAT, [6])],
+                         [h.make_tensor_value_info("y", TensorProto.FLOAT, [6])],
+                         [numpy_helper.from_array(np.array(1, np.int64), "one")])
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    compiled = tonnx.load(model, opt_level=3)
+    few = np.array([1, 0, 0, 2, 0, 0], np.float32)
+    many = np.array([1, 3, 5, 2, 4, 6], np.float32)
+    for x in (few, few, few, many, few, many, many):
+        np.testing.assert_allclose(compiled.run({"x": x})["y"], x * np.count_nonzero(x))

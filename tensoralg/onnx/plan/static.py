@@ -185,8 +185,25 @@ def build_plan(executor: Executor, feeds: Mapping[str, Any], recorded: Env,
         "sparse feeds": {n: v for n, v in feeds.items() if isinstance(v, SparseFeed)},
     }
     fixed_shapes = _shape_values(executor.steps, constants)
+    # Steps that compute only from shapes (a dynamic-batch export's Shape -> Gather -> Equal
+    # -> Where -> Expand, a Range of the sequence length) give this plan's recorded values on
+    # every run: they are taken as constants of the plan, and their readers see constants.
+    # What a Shape reads is still computed (``shape_reads``): a value whose shape depends on
+    # values (NonZero) is a generic step that drops the plan when its shape changes.
+    precomputed: dict[str, np.ndarray] = {}
+    shape_reads: set[str] = set()
+    for step in executor.steps:
+        made = [n for n in step.node.outputs if n]
+        if made and all(n in fixed_shapes and n not in outputs and
+                        type(recorded.get(n)) is np.ndarray for n in made):
+            precomputed.update((n, recorded[n]) for n in made)
+            if step.node.op_type in SHAPE_OPS:
+                shape_reads.update(n for n in step.node.inputs if n)
+    constants = {**constants, **precomputed} if precomputed else constants
     for step in executor.steps:
         node = step.node
+        if any(n in precomputed for n in node.outputs if n):
+            continue
         if (_is_alias(node, constants, fixed_shapes) or _is_no_op_cast(node, recorded)) and \
                 node.outputs[0] not in outputs and \
                 node.inputs[0] in recorded and node.outputs[0] in recorded:
@@ -194,7 +211,7 @@ def build_plan(executor: Executor, feeds: Mapping[str, Any], recorded: Env,
             base[node.outputs[0]] = base.get(source, source)
             continue
         specs.append((step, spec_of(step, recorded, constants, shared)))
-    specs = _read_steps(specs, outputs, base)
+    specs = _read_steps(specs, outputs | shape_reads, base)
     transposed = _transposed_values(specs, outputs, set(base.values()))
     in_place = _concat_in_place(specs, recorded, outputs, base, transposed, readers)
     # Lifetimes of the buffers: birth at the producing step, death at the last use (through
