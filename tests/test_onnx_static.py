@@ -613,3 +613,27 @@ def test_a_shape_read_from_a_value_dependent_size_still_drops_the_plan():
     many = np.array([1, 3, 5, 2, 4, 6], np.float32)
     for x in (few, few, few, many, few, many, many):
         np.testing.assert_allclose(compiled.run({"x": x})["y"], x * np.count_nonzero(x))
+
+
+@pytest.mark.parametrize("shape, perm, view", [
+    ((16, 21, 1), [0, 2, 1], True),        # DCN's cross layer: a size-1 axis moved
+    ((1, 5, 3), [1, 0, 2], True),
+    ((4, 1, 3, 1), [2, 1, 3, 0], False),   # 4 and 3 swap: a real transpose
+    ((4, 3, 2), [0, 2, 1], False),
+])
+def test_transpose_that_keeps_the_value_order_is_a_view(shape, perm, view):
+    out_shape = [shape[a] for a in perm]
+    nodes = [h.make_node("Relu", ["x"], ["r"], name="relu"),
+             h.make_node("Transpose", ["r"], ["t"], name="transpose", perm=perm),
+             h.make_node("Sigmoid", ["t"], ["y"], name="sigmoid")]
+    graph = h.make_graph(nodes, "t", [h.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                         [h.make_tensor_value_info("y", TensorProto.FLOAT, out_shape)])
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    compiled = tonnx.load(model, opt_level=3)
+    rng = np.random.default_rng(0)
+    for _ in range(4):
+        x = rng.standard_normal(shape).astype(np.float32)
+        want = 1 / (1 + np.exp(-np.transpose(np.maximum(x, 0), perm)))
+        np.testing.assert_allclose(compiled.run({"x": x})["y"], want, rtol=1e-6, atol=1e-6)
+    names = {s.step.node.name for s in compiled.specialiser.latest().steps}
+    assert ("transpose" not in names) == view, names

@@ -204,7 +204,8 @@ def build_plan(executor: Executor, feeds: Mapping[str, Any], recorded: Env,
         node = step.node
         if any(n in precomputed for n in node.outputs if n):
             continue
-        if (_is_alias(node, constants, fixed_shapes) or _is_no_op_cast(node, recorded)) and \
+        if (_is_alias(node, constants, fixed_shapes) or _is_no_op_cast(node, recorded) or
+                _is_order_keeping_transpose(node, recorded)) and \
                 node.outputs[0] not in outputs and \
                 node.inputs[0] in recorded and node.outputs[0] in recorded:
             source = node.inputs[0]
@@ -558,6 +559,33 @@ def _is_alias(node: Any, constants: Mapping[str, np.ndarray],
     if node.op_type == "Dropout" and len([o for o in node.outputs if o]) > 1:
         return False
     return all(name in constants or name in fixed for name in node.inputs[1:] if name)
+
+
+def _is_order_keeping_transpose(node: Any, recorded: Env) -> bool:
+    """A ``Transpose`` that moves only axes of size 1 among the others (DCN's cross layer
+    turns (256, 221, 1) into (256, 1, 221)): its output holds the input's values in the same
+    order, a view of its input, like a Reshape.
+
+    >>> from types import SimpleNamespace
+    >>> t = SimpleNamespace(op_type="Transpose", inputs=("x",), outputs=("y",),
+    ...                     attributes={"perm": [0, 2, 1]})
+    >>> _is_order_keeping_transpose(t, {"x": np.zeros((4, 3, 1)), "y": np.zeros((4, 1, 3))})
+    True
+    >>> _is_order_keeping_transpose(t, {"x": np.zeros((4, 3, 2)), "y": np.zeros((4, 2, 3))})
+    False
+    """
+    if node.op_type != "Transpose" or not node.inputs or not node.outputs:
+        return False
+    source, target = recorded.get(node.inputs[0]), recorded.get(node.outputs[0])
+    if type(source) is not np.ndarray or type(target) is not np.ndarray or \
+            source.dtype != target.dtype or source.size != target.size:
+        return False
+    perm = node.attributes.get("perm")
+    perm = list(range(source.ndim))[::-1] if perm is None else [int(a) for a in perm]
+    if sorted(perm) != list(range(source.ndim)):
+        return False
+    moved = [axis for axis in perm if source.shape[axis] != 1]
+    return moved == sorted(moved)
 
 
 def _is_no_op_cast(node: Any, recorded: Env) -> bool:
