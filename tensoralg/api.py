@@ -280,6 +280,25 @@ class CompiledProgram:
     names: tuple[str, ...] = ()
 
 
+def _concretized(stmt: Assignment, formats: dict[str, Format],
+                 index_dtypes: dict[str, np.dtype], out_format: Format | None,
+                 key: KernelKey, plan: LoopPlan) -> Program:
+    """The concrete program of ``stmt`` for the kernel ``key`` under ``plan``."""
+    program = concretize(stmt, formats, index_dtypes, key.value_dtype, out_format,
+                         key.out_index_dtype, plan.orders, plan.precomputes)
+    if key.backend != "cuda" and plan.position_split is None and not plan.partials:
+        # the GPU runtime assembles sparse outputs only by appending
+        program = share_pattern(program)
+    return program
+
+
+def _lowered_ir(program: Program, name: str, plan: LoopPlan, schedule: Schedule | None,
+                log: IRLog, check: bool = False) -> tuple[Function, Function]:
+    """``program`` lowered to the function ``name``, and that function after the IR passes."""
+    lowered = lower(program, name, plan)
+    return lowered, optimize(lowered, log, check=check, options=pass_options_of(schedule))
+
+
 def _disk_cache(directory: Path | None) -> DiskCache | None:
     """The on-disk kernel cache, or None (with a warning) when the directory is unusable:
     kernels then compile in every new process, which is slower but right."""
@@ -348,13 +367,8 @@ class KernelCache:
         stored = self._lowered(key)
         if stored is not None:
             return self._built(key, *stored, plan, schedule)
-        names = index_order(stmt)
-        program = concretize(stmt, formats, index_dtypes, key.value_dtype, out_format,
-                             key.out_index_dtype, plan.orders, plan.precomputes)
-        if key.backend != "cuda" and plan.position_split is None and not plan.partials:
-            # the GPU runtime assembles sparse outputs only by appending
-            program = share_pattern(program)
-        return self._lower_and_build(key, program, plan, schedule, names)
+        program = _concretized(stmt, formats, index_dtypes, out_format, key, plan)
+        return self._lower_and_build(key, program, plan, schedule, index_order(stmt))
 
     def counted(self, compiled: CompiledProgram) -> CompiledProgram:
         """The variant of ``compiled`` (a sparse product with ``counted_by``) that fills rows
@@ -374,9 +388,8 @@ class KernelCache:
                          schedule: Schedule | None, names: tuple[str, ...]) -> CompiledProgram:
         """Lower ``program``, run the IR passes, remember the result on disk and build it."""
         log = IRLog(echo=self.options.debug)
-        lowered = lower(program, f"ta_{key.digest()[:16]}", plan)
-        function = optimize(lowered, log, check=self.options.check_ir,
-                            options=pass_options_of(schedule))
+        lowered, function = _lowered_ir(program, f"ta_{key.digest()[:16]}", plan, schedule, log,
+                                        self.options.check_ir)
         # Judged before the passes that tile loops: the tiled nests store the same
         # elements the same way, but through loops the analysis does not follow.
         overwrites = assigns_every_position(lowered) if program.pattern is not None \
@@ -2391,16 +2404,12 @@ class Kernel:
         if not compiled.names or compiled.names == index_order(self.statement):
             return compiled.function
         if self._own is None:
-            key, plan = compiled.key, compiled.plan
-            index = dict(zip(self.formats, key.index_dtypes))
-            program = concretize(self.statement, self.formats, index, key.value_dtype,
-                                 key.out_format, key.out_index_dtype, plan.orders,
-                                 plan.precomputes)
-            if key.backend != "cuda" and plan.position_split is None and not plan.partials:
-                program = share_pattern(program)
-            lowered = lower(program, compiled.function.name, plan)
-            self._own = optimize(lowered, IRLog(echo=False),
-                                 options=pass_options_of(compiled.schedule))
+            key = compiled.key
+            program = _concretized(self.statement, self.formats,
+                                   dict(zip(self.formats, key.index_dtypes)), key.out_format,
+                                   key, compiled.plan)
+            self._own = _lowered_ir(program, compiled.function.name, compiled.plan,
+                                    compiled.schedule, IRLog(echo=False))[1]
         return self._own
 
     def _bound(self, operands: Mapping[str, Any], warn: bool = True) -> dict[str, Tensor]:

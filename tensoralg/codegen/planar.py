@@ -87,7 +87,6 @@ PREFETCH_MIN_PLANES = 64
 # ``relu(conv1x1(x) + b + r)`` in one pass, where an Add after the convolution read the
 # output back and wrote it again.
 FLAG_RESIDUAL = 1 << 10
-RESIDUAL_PREFETCH = True
 
 
 def planar_module(shape: GemmShape) -> ir.Module:
@@ -193,12 +192,11 @@ def _micro_kernel(module: ir.Module, shape: GemmShape, scalar: ir.Type, rows: in
 
     adds_residual = builder.and_(flag(2), flag(4 * FLAG_RESIDUAL))
     residual = [at(row_pointer(r_rows, r), col) for r in range(rows)]
-    if RESIDUAL_PREFETCH:
-        with if_then(builder, adds_residual, "residual.prefetch"):
-            # Its lines arrive while the K loop runs, not when the epilogue reads them.
-            for r in range(rows):
-                for offset in range(0, lanes * vectors, 64 // shape.dtype.itemsize):
-                    prefetch(builder, residual[r], const(offset), scalar)
+    with if_then(builder, adds_residual, "residual.prefetch"):
+        # Its lines arrive while the K loop runs, not when the epilogue reads them.
+        for r in range(rows):
+            for offset in range(0, lanes * vectors, 64 // shape.dtype.itemsize):
+                prefetch(builder, residual[r], const(offset), scalar)
     # Whole vectors take plain loads; only a tile over the plane's last columns masks them
     # (masks kept live across the loop were rebuilt in it, 8 compares a step: half speed).
     full = builder.icmp_signed(">=", ncols, const(lanes * vectors))

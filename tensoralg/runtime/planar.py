@@ -213,7 +213,8 @@ class BoundPlanar(RangeCall):
         fixed = [out.ctypes.data, conv.packed.ctypes.data, conv.bias.ctypes.data, conv.flags,
                  conv.out_channels, conv.channels, positions, conv.channels * positions,
                  conv.out_channels * positions if out_image is None else out_image, per_unit]
-        # Without a residual the kernel still gets a valid pointer (the output), never read.
+        # The residual's address and image stride close every call; without a residual the
+        # kernel still gets a valid pointer (the output), never read.
         tail = [out.ctypes.data, fixed[-2]] if r is None else [r.ctypes.data, r_image]
         self.calls = [[x.ctypes.data, *fixed, lo, hi, *tail]
                       for lo, hi in zip(bounds, bounds[1:]) if hi > lo] or \
@@ -229,14 +230,14 @@ class BoundPlanar(RangeCall):
             return
         if type(array) is not np.ndarray or array.shape != self.residual.shape or \
                 array.dtype != self.residual.dtype or \
-                image_stride(array) != self.calls[0][_R_IMAGE] or \
+                image_stride(array) != self.calls[0][-1] or \
                 np.may_share_memory(array, self.out):
             raise ShapeError(f"{self.what}: cannot read {getattr(array, 'dtype', type(array))} "
                              f"{getattr(array, 'shape', '')} in place of the residual "
                              f"{self.residual.dtype} {self.residual.shape}")
         self.residual = array
         for call in self.calls:
-            call[_R] = array.ctypes.data
+            call[-2] = array.ctypes.data
 
     def native(self, slots: dict[str, Any]) -> Any:
         """As :meth:`RangeCall.native`, the residual also read from ``slots["r"]`` when
@@ -247,17 +248,11 @@ class BoundPlanar(RangeCall):
             return None
         calls = [list(call) for call in self.calls]
         for call in calls:
-            call[_R] = slots["r"]
+            call[-2] = slots["r"]
             if "x" in slots:
                 call[0] = slots["x"]
         return split_call(self.function, [tuple(call) for call in calls], self.threads,
                           self.what)
-
-
-# Where the residual's address and image stride sit in a call's arguments.
-_R, _R_IMAGE = 13, 14
-
-
 
 
 _PATCH_PROTOTYPE = ctypes.CFUNCTYPE(ctypes.c_int32, *[ctypes.c_void_p] * 4, ctypes.c_int32,

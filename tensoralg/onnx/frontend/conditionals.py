@@ -31,7 +31,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from tensoralg.onnx.frontend.graph import Graph
+from tensoralg.onnx.frontend.graph import Graph, fresh_name
 from tensoralg.onnx.frontend.reference import reference_fold
 from tensoralg.onnx.ops.kernels import KernelSet
 from tensoralg.onnx.plan.executor import Executor
@@ -228,7 +228,7 @@ def inlined_branch(node: onnx.NodeProto, branch: onnx.GraphProto, prefix: str,
     rename: dict[str, str] = {}
     for name in defined_names(branch):
         if name in outside:
-            rename[name] = _fresh(f"{prefix}/{name}", outside)
+            rename[name] = fresh_name(f"{prefix}/{name}", outside)
     produced = {name for n in branch.node for name in n.output if name}
     copies: list[tuple[str, str]] = []       # (branch value, If output) joined by an Identity
     for value, target in zip(branch.output, node.output):
@@ -340,14 +340,6 @@ def _all_names(graph: onnx.GraphProto) -> set[str]:
             for sub in _graphs_of(attribute):
                 names.update(_all_names(sub))
     return names
-
-
-def _fresh(base: str, taken: set[str]) -> str:
-    name, k = base, 1
-    while name in taken:
-        name, k = f"{base}#{k}", k + 1
-    taken.add(name)
-    return name
 
 
 # ---- run-time Ifs ---------------------------------------------------------------------------

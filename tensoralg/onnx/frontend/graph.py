@@ -59,3 +59,28 @@ class Graph:
     notes: list[str] = field(default_factory=list)
     # Initializers the model also lists among its inputs: ONNX lets a run feed them instead.
     overridable: dict[str, ValueInfo] = field(default_factory=dict)
+
+
+def value_names(graph: Graph) -> set[str]:
+    """Every value name ``graph`` uses: constants, inputs, outputs and what its nodes read and
+    write (a pass adding values takes fresh names outside it, :func:`fresh_name`)."""
+    names: set[str] = set(graph.constants)
+    names.update(v.name for v in [*graph.inputs, *graph.outputs])
+    for node in graph.nodes:
+        names.update(name for name in (*node.inputs, *node.outputs) if name)
+    return names
+
+
+def fresh_name(base: str, taken: set[str]) -> str:
+    """``base``, or ``base#k`` for the first k that names no value yet; reserved in ``taken``.
+
+    >>> taken = {"w", "w#1"}
+    >>> fresh_name("w", taken), fresh_name("v", taken), sorted(taken)
+    ('w#2', 'v', ['v', 'w', 'w#1', 'w#2'])
+    """
+    name, k = base, 1
+    while name in taken:
+        name, k = f"{base}#{k}", k + 1
+    taken.add(name)
+    return name
+

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tensoralg.onnx.frontend.graph import Graph, Node
+from tensoralg.onnx.frontend.graph import Graph, Node, fresh_name, value_names
 from tensoralg.onnx.ops.registry import lookup
 
 
@@ -88,15 +88,7 @@ def column_products_as_row_products(graph: Graph) -> Graph:
     reshape = lookup("Reshape", 14)
     if matmul is None or reshape is None:
         return graph
-    taken = set(graph.constants) | {v.name for v in [*graph.inputs, *graph.outputs]} | \
-        {name for node in graph.nodes for name in (*node.inputs, *node.outputs) if name}
-
-    def fresh(base: str) -> str:
-        name, k = base, 1
-        while name in taken:
-            name, k = f"{base}#{k}", k + 1
-        taken.add(name)
-        return name
+    taken = value_names(graph)
 
     nodes: list[Node] = []
     replaced = 0
@@ -109,11 +101,11 @@ def column_products_as_row_products(graph: Graph) -> Graph:
                 node.inputs[1] in graph.constants:
             nodes.append(node)
             continue
-        rows = fresh(f"{node.name}/rows")
-        rows_shape = fresh(f"{node.name}/rows_shape")
-        transposed = fresh(f"{node.name}/weight_t")
-        product = fresh(f"{node.name}/row_product")
-        out_shape = fresh(f"{node.name}/columns_shape")
+        rows = fresh_name(f"{node.name}/rows", taken)
+        rows_shape = fresh_name(f"{node.name}/rows_shape", taken)
+        transposed = fresh_name(f"{node.name}/weight_t", taken)
+        product = fresh_name(f"{node.name}/row_product", taken)
+        out_shape = fresh_name(f"{node.name}/columns_shape", taken)
         graph.constants[rows_shape] = np.array(x[:-1], np.int64)
         graph.constants[transposed] = np.ascontiguousarray(weight.T)
         graph.constants[out_shape] = np.array([*x[:-2], weight.shape[0], 1], np.int64)

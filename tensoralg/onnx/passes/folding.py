@@ -24,12 +24,10 @@ zero weights, gives NaN where the static plan's kernel, which has no such multip
 """
 from __future__ import annotations
 
-from typing import Iterable
-
 import numpy as np
 import onnx
 
-from tensoralg.onnx.frontend.graph import OWN_ATTRIBUTES, Graph, Node
+from tensoralg.onnx.frontend.graph import OWN_ATTRIBUTES, Graph, Node, fresh_name, value_names
 from tensoralg.onnx.ops.kernels import NodeContext, elementwise
 from tensoralg.onnx.ops.registry import OpImpl, lookup
 from tensoralg.onnx.passes.fusion import consumers_of
@@ -49,7 +47,7 @@ def fold_conv_batchnorm(graph: Graph) -> Graph:
     """
     consumers = consumers_of(graph)
     outputs = {v.name for v in graph.outputs}
-    taken = _value_names(graph)
+    taken = value_names(graph)
     nodes = list(graph.nodes)
     producer = {name: k for k, node in enumerate(nodes) for name in node.outputs if name}
     removed: set[int] = set()
@@ -94,7 +92,7 @@ def batchnorm_as_affine(graph: Graph) -> Graph:
     """
     consumers = consumers_of(graph)
     outputs = {v.name for v in graph.outputs}
-    taken = _value_names(graph)
+    taken = value_names(graph)
     nodes: list[Node] = []
     rewritten = []
     statistics: set[str] = set()
@@ -139,9 +137,9 @@ def _affine(bn: Node, graph: Graph, consumers: dict[str, list[Node]], outputs: s
     shift = beta - mean * factor
     shape = (-1,) + (1,) * (rank - 2)
     dtype = stats[0].dtype
-    s_name = _fresh(f"{bn.name}.scale", taken)
-    t_name = _fresh(f"{bn.name}.shift", taken)
-    hidden = _fresh(f"{bn.outputs[0]}.scaled", taken)
+    s_name = fresh_name(f"{bn.name}.scale", taken)
+    t_name = fresh_name(f"{bn.name}.shift", taken)
+    hidden = fresh_name(f"{bn.outputs[0]}.scaled", taken)
     graph.constants[s_name] = factor.astype(dtype).reshape(shape)
     graph.constants[t_name] = shift.astype(dtype).reshape(shape)
     made = []
@@ -193,8 +191,8 @@ def _folded(conv: Node, bn: Node, graph: Graph, taken: set[str]) -> Node:
     bias = graph.constants[bias_name].astype(np.float64) if bias_name else 0.0
     new_weight = weight.astype(np.float64) * factor.reshape((-1,) + (1,) * (weight.ndim - 1))
     new_bias = (bias - mean) * factor + beta
-    w_name = _fresh(f"{conv.inputs[1]}*{bn.name}", taken)
-    b_name = _fresh(f"{bias_name or conv.name + '.bias'}*{bn.name}", taken)
+    w_name = fresh_name(f"{conv.inputs[1]}*{bn.name}", taken)
+    b_name = fresh_name(f"{bias_name or conv.name + '.bias'}*{bn.name}", taken)
     graph.constants[w_name] = new_weight.astype(weight.dtype)
     graph.constants[b_name] = new_bias.astype(weight.dtype)
     return Node(conv.name, conv.op_type, (conv.inputs[0], w_name, b_name), bn.outputs[:1],
@@ -245,6 +243,7 @@ def fuse_conv_residuals(graph: Graph, threshold: float | None = None) -> Graph:
         return planar_pays(weight.dtype, x[2] * x[3])
 
     joined: dict[str, tuple[Node, str]] = {}     # Add name -> (its Conv, the residual)
+    taken: set[str] = set()                      # the Convs joined so far
     for node in graph.nodes:
         if node.op_type != "Add" or len(node.inputs) != 2 or node.inputs[0] == node.inputs[1]:
             continue
@@ -253,19 +252,19 @@ def fuse_conv_residuals(graph: Graph, threshold: float | None = None) -> Graph:
             conv = producer.get(h)
             if conv is None or h in outputs or r in graph.constants or not r or \
                     [c.name for c in consumers.get(h, [])] != [node.name] or \
-                    any(c is conv for c, _ in joined.values()) or \
+                    conv.name in taken or \
                     shapes.get(h) is None or shapes.get(h) != shapes.get(r) or \
                     shapes.get(node.outputs[0]) != shapes.get(h) or not pointwise(conv):
                 continue
             joined[node.name] = (conv, r)
+            taken.add(conv.name)
             break
     if not joined:
         graph.notes.append("conv+residual: 0 fused")
         return graph
-    moved = {conv.name for conv, _ in joined.values()}
     nodes = []
     for node in graph.nodes:
-        if node.name in moved:
+        if node.name in taken:
             continue
         if node.name not in joined:
             nodes.append(node)
@@ -405,28 +404,6 @@ def _with_own_attributes(impl: OpImpl) -> OpImpl:
 
     known = None if impl.attributes is None else impl.attributes | OWN_ATTRIBUTES
     return OpImpl(impl.name, impl.since, conv, impl.check, known)
-
-
-def _value_names(graph: Graph) -> set[str]:
-    names: set[str] = set(graph.constants)
-    names.update(v.name for v in list(graph.inputs) + list(graph.outputs))
-    for node in graph.nodes:
-        names.update(_nonempty(node.inputs))
-        names.update(_nonempty(node.outputs))
-    return names
-
-
-def _nonempty(names: Iterable[str]) -> Iterable[str]:
-    return (name for name in names if name)
-
-
-def _fresh(base: str, taken: set[str]) -> str:
-    """``base``, or ``base#k`` for the first k that names no value yet; reserved in ``taken``."""
-    name, k = base, 1
-    while name in taken:
-        name, k = f"{base}#{k}", k + 1
-    taken.add(name)
-    return name
 
 
 __all__ = ["fold_conv_batchnorm", "fuse_conv_activations", "fuse_conv_residuals",

@@ -71,6 +71,7 @@ MULTI_HOT_MIN_COLUMNS = 64
 SPARSE_WEIGHT_MAX_DENSITY_WITH_BLAS = 0.3
 NARROW_PRODUCT_COLUMNS = 4  # a dense product this narrow reads its weight transposed
 FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+PRODUCT = "<product>"  # the value name of a head's BLAS product inside a fused program
 # Ops a chain over one signed integer dtype may hold and still run as one statement: their
 # integer results are exact and wrap as NumPy's do (no division, no float function).
 # Exported position ids are such a chain: OPT's ``cumsum(mask) * mask - 1 + 2``, three Python
@@ -92,7 +93,6 @@ def statement_dtype(program: "Program", dtypes: set[np.dtype]) -> np.dtype | Non
             all(node.op_type in INTEGER_OPS for node in program.nodes):
         return dtype
     return None
-PRODUCT = "<product>"  # the value name of a head's BLAS product inside a fused program
 
 
 def gelu_text(attributes: dict[str, Any], a: str) -> str:
