@@ -128,7 +128,8 @@ def patch_module(shape: GemmShape) -> ir.Module:
                 args = [b.bitcast(a_rows, POINTER), patch, const(nr),
                         b.bitcast(c_rows, POINTER), j0, size, ncols, at(bias, m0), mode,
                         at(bias, geo["out_channels"]), ir.Constant(I1, 0),
-                        b.bitcast(c_rows, POINTER)]    # no residual: never read
+                        b.bitcast(c_rows, POINTER),    # no residual: never read
+                        const(0)]    # A_next: a row-major weight prefetches nothing
                 done = b.append_basic_block("tile.done")
                 variant = b.add(b.mul(b.sub(vectors, const(1)), const(MR)),
                                 b.sub(rows, const(1)))

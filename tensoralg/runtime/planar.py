@@ -39,7 +39,7 @@ def planar_kernel(dtype: np.dtype, cache: DiskCache | None = None) -> tuple[Any,
     found = _KERNELS.get(key)
     if found is None:
         shape = GemmShape.for_host(dtype, avx512)
-        identity = f"planar|{shape}|packed|residual"
+        identity = f"planar|{shape}|packed|residual|prefetch"
         function, source, keepalive = build_llvm_module(
             lambda: planar_module(shape), ENTRY, _PROTOTYPE, cache=cache, key=identity,
             identity=identity)
