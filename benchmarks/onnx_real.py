@@ -153,12 +153,21 @@ def _torchvision_without_ops() -> None:
 
 # --- torchvision -----------------------------------------------------------------------------
 
-def _vision(name: str) -> Callable[[], Any]:
+def _vision(name: str, images: Callable[[int, np.random.Generator], dict[str, np.ndarray]]
+            | None = None, family: str = "") -> Callable[[], Any]:
+    """A torchvision model by ``name`` (from ``torchvision.models``, or its ``family``
+    submodule: ``"segmentation"``, ``"video"``), random weights, fed ``images`` (default
+    224 x 224 RGB); a segmentation model's ``out`` map is its output."""
     def build():
         torch = _torch()
         models = _require("torchvision.models", "pip install torchvision (matching torch)")
-        model = getattr(models, name)(weights=None).eval()
-        probe = torch.from_numpy(_images(2, np.random.default_rng(SEED))["x"])
+        source = getattr(models, family) if family else models
+        model = getattr(source, name)(weights=None, **(
+            {"weights_backbone": None, "aux_loss": None} if family == "segmentation" else {}))
+        if family == "segmentation":
+            model = _first_output(model)
+        model = model.eval()
+        probe = torch.from_numpy((images or _images)(2, np.random.default_rng(SEED))["x"])
         with torch.no_grad():
             if float(model(probe).std()) < 1e-3:
                 # torchvision's initialisation leaves mobilenet_v2's outputs near 1e-9 (every
@@ -171,21 +180,45 @@ def _vision(name: str) -> Callable[[], Any]:
                         module.running_var.uniform_(0.5, 2.0)
                         module.weight.uniform_(0.5, 1.5)
                         module.bias.normal_(0.0, 0.1)
-                last = [m for m in model.modules() if isinstance(m, torch.nn.Linear)][-1]
+                last = [m for m in model.modules()
+                        if isinstance(m, (torch.nn.Linear, torch.nn.Conv2d))][-1]
                 scale = 1.0 / max(float(model(probe).std()), 1e-6)
                 last.weight.mul_(scale)
-                last.bias.mul_(scale)
+                if last.bias is not None:
+                    last.bias.mul_(scale)
             elif float(model(probe).std()) > 10.0:
                 # ResNet-50's untrained outputs reach ~110, where float32's own rounding of
                 # 2048-term sums (a unit in the last place is 7.6e-6 at 100) exceeds atol
                 # 1e-5: the classifier is scaled to outputs near 1, so the check stays one of
                 # relative error.
-                last = [m for m in model.modules() if isinstance(m, torch.nn.Linear)][-1]
+                last = [m for m in model.modules()
+                        if isinstance(m, (torch.nn.Linear, torch.nn.Conv2d))][-1]
                 scale = 1.0 / float(model(probe).std())
                 last.weight.mul_(scale)
-                last.bias.mul_(scale)
+                if last.bias is not None:
+                    last.bias.mul_(scale)
         return model
     return build
+
+
+def _first_output(model: Any) -> Any:
+    """``model`` (returning a dict, as torchvision's segmentation models do) returning its
+    ``out`` entry."""
+    torch = _torch()
+
+    class Out(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = model
+
+        def forward(self, x):
+            return self.inner(x)["out"]
+    return Out()
+
+
+def _clips(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Video clips as torchvision's video models take them: 8 frames of 112 x 112 RGB."""
+    return {"x": rng.standard_normal((n, 3, 8, 112, 112)).astype(np.float32)}
 
 
 def _images(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -295,6 +328,52 @@ def _more_transformers(tf: Any) -> dict[str, Callable[[], Any]]:
             intermediate_size=256, embedding_size=64, intra_bottleneck_size=64,
             max_position_embeddings=128)),
     }
+
+
+def _signal_model(kind: str) -> Callable[[], Any]:
+    """A small held-out transformer over a signal rather than tokens (2 layers, hidden 64,
+    random weights): ``vit`` (transformers' ViT on 64 x 64 images, 8 x 8 patches),
+    ``wav2vec2`` (a convolutional feature encoder over raw audio, group norm, a grouped
+    positional convolution, then attention) or ``whisper_encoder`` (two 1-D convolutions over
+    log-mel frames, then attention)."""
+    def build():
+        torch = _torch()
+        tf = _require("transformers", "pip install transformers")
+        small = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
+                     intermediate_size=128)
+        if kind == "vit":
+            inner = tf.ViTModel(tf.ViTConfig(image_size=64, patch_size=8, **small),
+                                add_pooling_layer=False)
+        elif kind == "wav2vec2":
+            inner = tf.Wav2Vec2Model(tf.Wav2Vec2Config(
+                conv_dim=(32, 32, 32), conv_kernel=(10, 3, 3), conv_stride=(5, 2, 2),
+                num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4,
+                feat_extract_norm="group", do_stable_layer_norm=False, **small))
+        else:
+            inner = tf.WhisperModel(tf.WhisperConfig(
+                d_model=64, encoder_layers=2, encoder_attention_heads=2, decoder_layers=1,
+                decoder_attention_heads=2, encoder_ffn_dim=128, decoder_ffn_dim=128,
+                num_mel_bins=16, max_source_positions=50, vocab_size=VOCAB,
+                pad_token_id=0, bos_token_id=1, eos_token_id=2,
+                decoder_start_token_id=1)).encoder
+
+        class Signal(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.inner = inner.eval()
+
+            def forward(self, x):
+                return self.inner(x, return_dict=False)[0]
+        return Signal().eval()
+    return build
+
+
+def _signals(kind: str) -> Callable[[int, np.random.Generator], dict[str, np.ndarray]]:
+    shapes = {"vit": (3, 64, 64), "wav2vec2": (4000,), "whisper_encoder": (16, 100)}
+
+    def feeds(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+        return {"x": rng.standard_normal((n, *shapes[kind])).astype(np.float32)}
+    return feeds
 
 
 def _tokens(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -662,6 +741,17 @@ HELD_OUT = [
                    "mobilebert")],
     *[Spec(kind.lower(), "deepctr-torch", 256, _deepctr(kind), _ctr_rows, held_out=True)
       for kind in ("PLE", "ESMM", "SharedBottom")],
+    # a fourth group (2026-12-05): other layer kinds than the first three had (a vision
+    # transformer, dilated convolutions and bilinear upsampling, 3-D convolutions, 1-D
+    # convolutions over audio), first run without any change to the importer
+    *[Spec(kind, "torchvision", 8, _vision(kind), _images, held_out=True)
+      for kind in ("vit_b_16", "wide_resnet50_2")],
+    *[Spec(kind, "torchvision", 8, _vision(kind, family="segmentation"), _images,
+           held_out=True) for kind in ("lraspp_mobilenet_v3_large", "fcn_resnet50")],
+    Spec("r3d_18", "torchvision", 8, _vision("r3d_18", _clips, "video"), _clips,
+         held_out=True),
+    *[Spec(kind, "transformers", 8, _signal_model(kind), _signals(kind), held_out=True)
+      for kind in ("vit", "wav2vec2", "whisper_encoder")],
 ]
 SPECS.update((spec.name, spec) for spec in HELD_OUT)
 HELD_OUT_REPORT = HERE / "ONNX_HELD_OUT_RESULTS.md"

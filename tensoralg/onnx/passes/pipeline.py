@@ -2,7 +2,7 @@
 
 Level 1: shape inference, constant folding, dead node removal. Level 2 adds Conv +
 BatchNormalization folding, skip-connection Adds joined to the pointwise Conv before them and the other BatchNormalizations as a multiply-add
-(:mod:`folding`), Einsums that are matrix products as MatMuls and a constant's products with
+(:mod:`folding`), 1-D and 3-D convolutions as 2-D ones (:mod:`conv_ranks`), Einsums that are matrix products as MatMuls and a constant's products with
 batches of columns as row products (:mod:`einsum_products`), Pow by 2 or 3 as multiplications (:mod:`small_powers`), MatMul
 re-association (:mod:`fusion`), embedding
 bags (:mod:`bags`), GELU written with Erf as one Gelu node (:mod:`gelu`) and fusion of elementwise chains and contraction epilogues (:mod:`fusion`).
@@ -20,6 +20,7 @@ import onnx
 from tensoralg.onnx.frontend.graph import Graph, Node
 from tensoralg.onnx.ops.kernels import KernelSet, NodeContext
 from tensoralg.onnx.passes.bags.recognise import recognise_bags
+from tensoralg.onnx.passes.conv_ranks import conv1d_as_conv2d, conv3d_as_conv2d
 from tensoralg.onnx.passes.einsum_products import (
     column_products_as_row_products,
     einsums_as_matmuls,
@@ -158,13 +159,19 @@ def pipeline(opt_level: int, model: onnx.ModelProto, kernels: KernelSet,
             ("embedding bags", recognise_bags),
             ("erf gelu", erf_gelus_as_gelu),
         ]
+    # The convolutions of other ranks are rewritten after the activations joined them: their
+    # 2-D Convs carry the activation into the kernel, where a Squeeze or Transpose after the
+    # Conv would have kept it apart.
+    ranks = [("1-D convolutions as 2-D", conv1d_as_conv2d),
+             ("3-D convolutions as 2-D", conv3d_as_conv2d)]
     if opt_level == 2:
         steps += [("conv+residual", fuse_conv_residuals), ("conv+relu", fuse_conv_activations),
-                  ("fusion", fuse)]
+                  *ranks, ("fusion", fuse)]
     if opt_level >= 3:
         steps += [("conv+residual", lambda g: fuse_conv_residuals(g, sparse_threshold)),
                   ("conv+relu, sparse conv weights",
                    lambda g: fuse_conv_activations(g, sparse_threshold)),
+                  *ranks,
                   ("sparse weights + fusion",
                    lambda g: fuse(g, find_sparse_weights(g, sparse_threshold)))]
     return steps

@@ -1,0 +1,197 @@
+"""1-D and 3-D convolutions as 2-D ones (``passes.conv_ranks``): every attribute a 1-D Conv
+takes (strides, dilations, pads, auto_pad, group, bias or none) and the 3-D kernels of video
+networks (spatial, temporal, strided, dilated, padded), against onnxruntime at every level; a
+dynamic batch; the static plan running them as generated kernels, not the NumPy im2col; and
+what the passes leave alone.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import onnxruntime_outputs, planned_model
+from onnx import TensorProto, numpy_helper
+from onnx import helper as h
+
+import tensoralg.onnx as tonnx
+
+
+def _model(x_shape, out_channels, kernel, *, batch_dim=None, bias=True, dtype=np.float32,
+           activation="Relu", constant=True, **attributes):
+    """``y = act(Conv1d(x))`` over ``x`` (N, C, L)."""
+    rng = np.random.default_rng(sum(x_shape) + out_channels + kernel)
+    kind = TensorProto.FLOAT if dtype == np.float32 else TensorProto.DOUBLE
+    group = attributes.get("group", 1)
+    weight = (rng.standard_normal((out_channels, x_shape[1] // group, kernel)) /
+              np.sqrt(kernel * x_shape[1] // group)).astype(dtype)
+    declared = [batch_dim or x_shape[0], *x_shape[1:]]
+    inputs = [h.make_tensor_value_info("x", kind, declared)]
+    inits = []
+    names = ["x", "W"]
+    if constant:
+        inits.append(numpy_helper.from_array(weight, "W"))
+    else:
+        inputs.append(h.make_tensor_value_info("W", kind, list(weight.shape)))
+    if bias:
+        inits.append(numpy_helper.from_array(rng.standard_normal(out_channels).astype(dtype),
+                                             "B"))
+        names.append("B")
+    nodes = [h.make_node("Conv", names, ["c"], name="conv", **attributes)]
+    last = "c"
+    if activation:
+        nodes.append(h.make_node(activation, ["c"], ["y"], name="act"))
+        last = "y"
+    graph = h.make_graph(nodes, "g", inputs, [h.make_tensor_value_info(last, kind, [None] * 3)],
+                         inits)
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", 17)]), last, weight
+
+
+CASES = [
+    # (x shape, out channels, kernel, attributes)
+    ((1, 16, 100), 64, 3, {"pads": [1, 1]}),                       # Whisper's first
+    ((1, 64, 100), 64, 3, {"pads": [1, 1], "strides": [2]}),       # and second
+    ((2, 1, 400), 32, 10, {"strides": [5]}),                       # wav2vec2's first
+    ((3, 8, 37), 12, 5, {"dilations": [2], "pads": [4, 0]}),
+    ((2, 12, 29), 12, 4, {"group": 12, "pads": [2, 1]}),           # depthwise
+    ((2, 12, 29), 6, 3, {"group": 3, "auto_pad": "SAME_UPPER"}),
+    ((1, 4, 9), 5, 9, {"auto_pad": "VALID"}),                      # one output position
+    ((1, 3, 1), 2, 1, {"pads": [1, 0]}),
+]
+
+
+@pytest.mark.parametrize("level", [0, 1, 2, 3])
+@pytest.mark.parametrize("x_shape, out_channels, kernel, attributes", CASES)
+def test_conv1d_matches_onnxruntime(level, x_shape, out_channels, kernel, attributes):
+    model, out, _ = _model(x_shape, out_channels, kernel, **attributes)
+    feeds = {"x": np.random.default_rng(level).standard_normal(x_shape).astype(np.float32)}
+    compiled = planned_model(model, feeds) if level == 3 else tonnx.load(model, opt_level=level)
+    got = compiled.run(feeds)[out]
+    np.testing.assert_allclose(got, onnxruntime_outputs(model, feeds)[0], rtol=1e-4, atol=1e-5)
+    note = "1-D convolutions: 1 Conv(s) run as 2-D over planes one row high"
+    assert (note in compiled.stage_text("plan")) == (level >= 2)
+
+
+def test_the_plan_runs_a_generated_kernel_not_numpy():
+    model, out, _ = _model((1, 16, 100), 64, 3, pads=[1, 1])
+    feeds = {"x": np.random.default_rng(0).standard_normal((1, 16, 100)).astype(np.float32)}
+    compiled = planned_model(model, feeds)
+    rows = {r.node: r.plan for r in compiled.profile(feeds, repeat=1).rows}
+    assert "im2col" not in rows["conv"] and "numpy" not in rows["conv"], rows["conv"]
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_dynamic_batch_and_no_bias(batch):
+    model, out, _ = _model((batch, 6, 20), 8, 3, batch_dim="N", bias=False, activation=None,
+                           strides=[2], pads=[1, 1])
+    feeds = {"x": np.random.default_rng(batch).standard_normal((batch, 6, 20))
+             .astype(np.float32)}
+    compiled = planned_model(model, feeds)
+    np.testing.assert_allclose(compiled.run(feeds)[out], onnxruntime_outputs(model, feeds)[0],
+                               rtol=1e-4, atol=1e-5)
+
+
+def test_float64_matches_numpy():
+    model, out, weight = _model((2, 3, 11), 4, 3, bias=False, activation=None,
+                                dtype=np.float64)
+    x = np.random.default_rng(0).standard_normal((2, 3, 11))
+    got = planned_model(model, {"x": x}).run({"x": x})[out]
+    windows = np.lib.stride_tricks.sliding_window_view(x, 3, axis=2)   # (2, 3, 9, 3)
+    np.testing.assert_allclose(got, np.einsum("nclk,mck->nml", windows, weight),
+                               rtol=1e-12, atol=1e-12)
+
+
+def test_a_pointwise_conv1d_keeps_its_own_kernel():
+    """Kernel 1, stride 1, unpadded (xDeepFM's CIN): a prebound kernel with its ReLU already,
+    not rewritten."""
+    model, out, _ = _model((2, 6, 4), 5, 1)
+    feeds = {"x": np.random.default_rng(0).standard_normal((2, 6, 4)).astype(np.float32)}
+    compiled = planned_model(model, feeds)
+    np.testing.assert_allclose(compiled.run(feeds)[out], onnxruntime_outputs(model, feeds)[0],
+                               rtol=1e-4, atol=1e-5)
+    assert "1-D convolutions" not in compiled.stage_text("plan")
+
+
+def test_the_activation_joins_the_2d_conv():
+    model, out, _ = _model((1, 16, 100), 64, 3, pads=[1, 1])
+    feeds = {"x": np.random.default_rng(0).standard_normal((1, 16, 100)).astype(np.float32)}
+    compiled = planned_model(model, feeds)
+    ran = {r.node for r in compiled.profile(feeds, repeat=1).rows if "not run" not in r.plan}
+    assert "act" not in ran, ran
+
+
+def test_a_weight_given_as_input_is_left_alone():
+    model, out, weight = _model((1, 4, 10), 3, 3, constant=False)
+    x = np.random.default_rng(0).standard_normal((1, 4, 10)).astype(np.float32)
+    compiled = tonnx.load(model, opt_level=3)
+    got = compiled.run({"x": x, "W": weight})[out]
+    np.testing.assert_allclose(got, onnxruntime_outputs(model, {"x": x, "W": weight})[0],
+                               rtol=1e-4, atol=1e-5)
+    assert "1-D convolutions" not in compiled.stage_text("plan")
+
+
+def test_a_wrong_rank_input_is_the_convs_own_error():
+    model, out, _ = _model((1, 4, 10), 3, 3)
+    compiled = tonnx.load(model, opt_level=3)
+    with pytest.raises(Exception) as error:
+        compiled.run({"x": np.zeros((1, 4, 10, 1), np.float32)})
+    assert "x" in str(error.value)
+
+
+# --- 3-D convolutions as 2-D ones over stacked frames ----------------------------------------
+
+def _model3d(x_shape, out_channels, kernel, *, bias=True, batch_dim=None, group=1,
+             **attributes):
+    """``y = relu(Conv3d(x))`` over ``x`` (N, C, T, H, W), ``kernel`` (KT, KH, KW)."""
+    rng = np.random.default_rng(sum(x_shape) + out_channels + sum(kernel))
+    weight = (rng.standard_normal((out_channels, x_shape[1] // group, *kernel)) /
+              np.sqrt(np.prod(kernel) * x_shape[1] // group)).astype(np.float32)
+    inits = [numpy_helper.from_array(weight, "W")]
+    names = ["x", "W"]
+    if bias:
+        inits.append(numpy_helper.from_array(rng.standard_normal(out_channels)
+                                             .astype(np.float32), "B"))
+        names.append("B")
+    nodes = [h.make_node("Conv", names, ["c"], name="conv", kernel_shape=list(kernel),
+                         group=group, **attributes),
+             h.make_node("Relu", ["c"], ["y"], name="act")]
+    graph = h.make_graph(nodes, "g", [h.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [batch_dim or x_shape[0], *x_shape[1:]])],
+        [h.make_tensor_value_info("y", TensorProto.FLOAT, [None] * 5)], inits)
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+
+
+CASES_3D = [
+    # (x shape, out channels, kernel, attributes)
+    ((1, 3, 8, 16, 16), 8, (3, 7, 7), {"strides": [1, 2, 2], "pads": [1, 3, 3, 1, 3, 3]}),
+    ((2, 4, 6, 9, 9), 6, (3, 3, 3), {"pads": [1, 1, 1, 1, 1, 1]}),      # r3d's blocks
+    ((1, 4, 7, 8, 8), 5, (3, 3, 3), {"strides": [2, 2, 2], "pads": [1, 1, 1, 1, 1, 1]}),
+    ((1, 4, 8, 6, 6), 8, (1, 1, 1), {"strides": [2, 2, 2]}),            # r3d's downsampling
+    ((1, 3, 9, 5, 5), 4, (3, 1, 1), {"dilations": [2, 1, 1], "pads": [2, 0, 0, 1, 0, 0]}),
+    ((1, 3, 4, 7, 7), 4, (1, 3, 3), {"pads": [0, 1, 1, 0, 1, 1]}),      # (2+1)-D spatial
+    ((1, 2, 3, 4, 4), 3, (3, 2, 2), {}),                                # one output frame
+]
+
+
+@pytest.mark.parametrize("level", [0, 1, 2, 3])
+@pytest.mark.parametrize("x_shape, out_channels, kernel, attributes", CASES_3D)
+def test_conv3d_matches_onnxruntime(level, x_shape, out_channels, kernel, attributes):
+    model = _model3d(x_shape, out_channels, kernel, **attributes)
+    feeds = {"x": np.random.default_rng(level).standard_normal(x_shape).astype(np.float32)}
+    compiled = planned_model(model, feeds) if level == 3 else tonnx.load(model, opt_level=level)
+    np.testing.assert_allclose(compiled.run(feeds)["y"], onnxruntime_outputs(model, feeds)[0],
+                               rtol=1e-4, atol=1e-5)
+    note = "3-D convolutions: 1 Conv(s) run as 2-D over stacked frames"
+    assert (note in compiled.stage_text("plan")) == (level >= 2)
+
+
+@pytest.mark.parametrize("case", ["grouped", "dynamic batch", "no bias"])
+def test_conv3d_cases_left_alone_or_without_bias(case):
+    x_shape = (2, 4, 5, 6, 6)
+    options = {"grouped": {"group": 2}, "dynamic batch": {"batch_dim": "N"},
+               "no bias": {"bias": False}}[case]
+    model = _model3d(x_shape, 4, (3, 3, 3), pads=[1, 1, 1, 1, 1, 1], **options)
+    feeds = {"x": np.random.default_rng(1).standard_normal(x_shape).astype(np.float32)}
+    compiled = planned_model(model, feeds)
+    np.testing.assert_allclose(compiled.run(feeds)["y"], onnxruntime_outputs(model, feeds)[0],
+                               rtol=1e-4, atol=1e-5)
+    rewritten = "3-D convolutions" in compiled.stage_text("plan")
+    assert rewritten == (case == "no bias")
