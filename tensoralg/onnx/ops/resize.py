@@ -27,6 +27,7 @@ load.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
@@ -159,17 +160,79 @@ def _interpolate(node: NodeContext, x: np.ndarray, axis: int, matrix: sp.csr_arr
     dtype = compute_dtype(x.dtype)
     before, after = math.prod(x.shape[:axis]), math.prod(x.shape[axis + 1:])
     size = x.shape[axis]
-    if after == 1:
-        statement = "Y(i,a) = sum(j, M(a,j) * X(i,j))"
-        view = x.reshape(before, size)
-    else:
-        statement = "Y(i,a,k) = sum(j, M(a,j) * X(i,j,k))"
-        view = x.reshape(before, size, after)
+    view = x.reshape(before, size) if after == 1 else x.reshape(before, size, after)
+    statement = interpolation_statement(after)
     result = node.run(statement, dtype, formats={"M": ta.CSR}, M=matrix.astype(dtype),
                       X=view)
     shape = list(x.shape)
     shape[axis] = matrix.shape[0]
     return result.reshape(shape)
+
+
+@dataclass(frozen=True)
+class ResizePass:
+    """One resized axis: the source index of every output position (``nearest``) or the
+    interpolation matrix (``linear``, out x in, CSR), and for ``tf_crop_and_resize`` which
+    output positions fall outside the input (else None)."""
+
+    axis: int
+    indices: np.ndarray | None
+    matrix: sp.csr_array | None
+    outside: np.ndarray | None
+
+
+def resize_passes(node: NodeContext, shape: Sequence[int], dtype: np.dtype,
+                  roi: np.ndarray | None, scales: np.ndarray | None,
+                  sizes: np.ndarray | None, *, axes: Sequence[int] | None,
+                  coordinate_transformation_mode: str, keep_aspect_ratio_policy: str,
+                  mode: str, nearest_mode: str) -> tuple[list[int], list[ResizePass]]:
+    """The output shape of a Resize of an input of ``shape`` and its passes, one per axis
+    that changes, in the order they run: the most shrinking axis first and, among equal
+    ratios, the last axis first, so that the intermediate tensors stay small and the pass
+    along the contiguous last axis (a gather per output value, where a pass along an outer
+    axis runs vectors over the axes after it) meets the smallest tensor (LR-ASPP's output,
+    (21, 28, 28) to (21, 224, 224): 3.4 ms height first, 2.1 width first, one thread)."""
+    rank = len(shape)
+    chosen = list(range(rank)) if not axes else [int(a) for a in axes]
+    if any(not -rank <= a < rank for a in chosen):
+        raise ta.ShapeError(f"{node}: axes {chosen} out of range for rank {rank}")
+    chosen = [a % rank for a in chosen]
+    if len(set(chosen)) != len(chosen):
+        raise ta.ShapeError(f"{node}: repeated axes {chosen}")
+    sizes_out, factors = output_geometry(node, shape, chosen, _values(scales), _values(sizes),
+                                         keep_aspect_ratio_policy)
+    crop = coordinate_transformation_mode == "tf_crop_and_resize"
+    bounds = _values(roi) if crop else None
+    if crop and (bounds is None or len(bounds) != 2 * len(chosen)):
+        raise ta.ShapeError(f"{node}: tf_crop_and_resize needs a roi of {2 * len(chosen)} "
+                            f"values (starts, then ends)")
+    if mode == "linear" and np.dtype(dtype).kind != "f":
+        raise ta.UnsupportedError(f"{node}: linear Resize of {np.dtype(dtype)} values is not "
+                                  f"supported (float inputs are)")
+    out_shape = list(shape)
+    for a, n in zip(chosen, sizes_out):
+        out_shape[a] = n
+    passes = []
+    for k in sorted(range(len(chosen)),
+                    key=lambda k: (sizes_out[k] / max(shape[chosen[k]], 1), -chosen[k])):
+        axis, out, factor = chosen[k], sizes_out[k], factors[k]
+        if out == shape[axis] and factor == 1.0 and not crop:
+            continue              # every mode maps each position to itself
+        roi_pair = (bounds[k], bounds[k + len(chosen)]) if crop else (0.0, 1.0)
+        coords, outside = source_coordinates(coordinate_transformation_mode, out, shape[axis],
+                                             factor, roi_pair)
+        if mode == "nearest":
+            passes.append(ResizePass(axis, nearest_indices(coords, nearest_mode, shape[axis]),
+                                     None, outside))
+        else:
+            passes.append(ResizePass(axis, None, linear_matrix(coords, shape[axis]), outside))
+    return out_shape, passes
+
+
+def interpolation_statement(after: int) -> str:
+    """The statement of a linear pass over ``X`` viewed as (before, in, after)."""
+    return "Y(i,a) = sum(j, M(a,j) * X(i,j))" if after == 1 else \
+        "Y(i,a,k) = sum(j, M(a,j) * X(i,j,k))"
 
 
 @op("Resize", since=11, check=_check)
@@ -181,42 +244,22 @@ def resize(node: NodeContext, x: np.ndarray, roi: np.ndarray | None = None,
            keep_aspect_ratio_policy: str = "stretch", mode: str = "nearest",
            nearest_mode: str = "round_prefer_floor") -> np.ndarray:
     """``x`` resized on ``axes`` (default: all); see the module docstring."""
-    chosen = list(range(x.ndim)) if not axes else [int(a) for a in axes]
-    if any(not -x.ndim <= a < x.ndim for a in chosen):
-        raise ta.ShapeError(f"{node}: axes {chosen} out of range for rank {x.ndim}")
-    chosen = [a % x.ndim for a in chosen]
-    if len(set(chosen)) != len(chosen):
-        raise ta.ShapeError(f"{node}: repeated axes {chosen}")
-    sizes_out, factors = output_geometry(node, x.shape, chosen, _values(scales),
-                                         _values(sizes), keep_aspect_ratio_policy)
-    crop = coordinate_transformation_mode == "tf_crop_and_resize"
-    bounds = _values(roi) if crop else None
-    if crop and (bounds is None or len(bounds) != 2 * len(chosen)):
-        raise ta.ShapeError(f"{node}: tf_crop_and_resize needs a roi of {2 * len(chosen)} "
-                            f"values (starts, then ends)")
-    if mode == "linear" and x.dtype.kind != "f":
-        raise ta.UnsupportedError(f"{node}: linear Resize of {x.dtype} values is not "
-                                  f"supported (float inputs are)")
-    out_shape = list(x.shape)
-    for a, n in zip(chosen, sizes_out):
-        out_shape[a] = n
+    out_shape, passes = resize_passes(
+        node, x.shape, x.dtype, roi, scales, sizes, axes=axes,
+        coordinate_transformation_mode=coordinate_transformation_mode,
+        keep_aspect_ratio_policy=keep_aspect_ratio_policy, mode=mode,
+        nearest_mode=nearest_mode)
     if x.size == 0 or math.prod(out_shape) == 0:
         node.note("empty tensor: nothing to interpolate")
         return np.zeros(out_shape, dtype=x.dtype)
     result = x
-    for k, (axis, out, factor) in enumerate(zip(chosen, sizes_out, factors)):
-        roi_pair = (bounds[k], bounds[k + len(chosen)]) if crop else (0.0, 1.0)
-        if out == x.shape[axis] and factor == 1.0 and not crop:
-            continue              # every mode maps each position to itself
-        coords, outside = source_coordinates(coordinate_transformation_mode, out,
-                                             x.shape[axis], factor, roi_pair)
-        if mode == "nearest":
-            node.note(f"axis {axis}: numpy take of the nearest source positions")
-            result = np.take(result, nearest_indices(coords, nearest_mode, x.shape[axis]),
-                             axis=axis)
+    for step in passes:
+        if step.indices is not None:
+            node.note(f"axis {step.axis}: numpy take of the nearest source positions")
+            result = np.take(result, step.indices, axis=step.axis)
         else:
-            result = _interpolate(node, result, axis, linear_matrix(coords, x.shape[axis]))
-        if outside is not None and outside.any():
-            mask = outside.reshape([-1 if d == axis else 1 for d in range(x.ndim)])
+            result = _interpolate(node, result, step.axis, step.matrix)
+        if step.outside is not None and step.outside.any():
+            mask = step.outside.reshape([-1 if d == step.axis else 1 for d in range(x.ndim)])
             result = np.where(mask, np.asarray(extrapolation_value, result.dtype), result)
     return np.ascontiguousarray(result).astype(x.dtype, copy=False)

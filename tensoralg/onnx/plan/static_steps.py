@@ -62,6 +62,7 @@ from tensoralg.onnx.plan.product_steps import (
     narrow_dot,
 )
 from tensoralg.onnx.plan.recurrent_steps import recurrent_spec
+from tensoralg.onnx.plan.resize_steps import resize_spec
 from tensoralg.onnx.plan.step_base import (
     CSR_ARRAYS,
     Env,
@@ -737,7 +738,7 @@ _BUILDERS: dict[str, Callable[[Step, Env, Mapping[str, np.ndarray]], Spec | None
     "MaxPool": pool_spec, "AveragePool": pool_spec, "Softmax": softmax_spec,
     "LogSoftmax": softmax_spec, "Slice": slice_spec, "Split": split_spec, "CumSum": cumsum_spec,
     "GatherND": gather_nd_spec, "LSTM": recurrent_spec, "GRU": recurrent_spec,
-    "RNN": recurrent_spec,
+    "RNN": recurrent_spec, "Resize": resize_spec,
     # mixed-dtype mask ops, and Reshape-like copies to graph outputs (onnx/plan/mask_steps.py)
     **{op: mask_spec for op in {**MASK_OPS, **COPY_OPS}},
 }
