@@ -195,3 +195,50 @@ def test_conv3d_cases_left_alone_or_without_bias(case):
                                rtol=1e-4, atol=1e-5)
     rewritten = "3-D convolutions" in compiled.stage_text("plan")
     assert rewritten == (case == "no bias")
+
+
+# --- dilated convolutions over phase images --------------------------------------------------
+
+def _model_dilated(x_shape, out_channels, kernel, group=1, **attributes):
+    rng = np.random.default_rng(sum(x_shape) + out_channels)
+    weight = (rng.standard_normal((out_channels, x_shape[1] // group, *kernel)) /
+              np.sqrt(np.prod(kernel) * x_shape[1] // group)).astype(np.float32)
+    nodes = [h.make_node("Conv", ["x", "W", "B"], ["c"], name="conv", kernel_shape=list(kernel),
+                         group=group, **attributes),
+             h.make_node("Relu", ["c"], ["y"], name="act")]
+    graph = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                               list(x_shape))],
+                         [h.make_tensor_value_info("y", TensorProto.FLOAT, [None] * 4)],
+                         [numpy_helper.from_array(weight, "W"), numpy_helper.from_array(
+                             rng.standard_normal(out_channels).astype(np.float32), "B")])
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+
+
+DILATED = [
+    # (x shape, out channels, kernel, attributes, rewritten)
+    ((1, 64, 28, 28), 64, (3, 3), {"dilations": [2, 2], "pads": [2, 2, 2, 2]}, True),  # FCN
+    ((2, 16, 16, 16), 24, (3, 3), {"dilations": [4, 4], "pads": [4, 4, 4, 4]}, True),
+    ((1, 8, 12, 10), 8, (3, 3), {"dilations": [2, 1], "pads": [2, 1, 2, 1]}, True),
+    ((1, 8, 12, 12), 8, (3, 3), {"dilations": [2, 2], "pads": [2, 2, 2, 2], "group": 8},
+     True),                                                     # depthwise, dilated
+    ((1, 6, 10, 10), 4, (2, 2), {"dilations": [2, 2]}, True),   # unpadded: the output shrinks
+    ((1, 8, 14, 14), 8, (3, 3), {"dilations": [3, 3], "pads": [3, 3, 3, 3]}, False),  # 14 % 3
+    ((1, 8, 12, 12), 8, (3, 3), {"dilations": [2, 2], "pads": [1, 1, 1, 1]}, False),  # pads
+    ((1, 8, 12, 12), 8, (3, 3), {"dilations": [2, 2], "pads": [2, 2, 2, 2],
+                                 "strides": [2, 2]}, False),
+]
+
+
+@pytest.mark.parametrize("level", [0, 3])
+@pytest.mark.parametrize("x_shape, out_channels, kernel, attributes, rewritten", DILATED)
+def test_dilated_conv_matches_onnxruntime(level, x_shape, out_channels, kernel, attributes,
+                                          rewritten):
+    attributes = dict(attributes)
+    group = attributes.pop("group", 1)
+    model = _model_dilated(x_shape, out_channels, kernel, group, **attributes)
+    feeds = {"x": np.random.default_rng(level).standard_normal(x_shape).astype(np.float32)}
+    compiled = planned_model(model, feeds) if level == 3 else tonnx.load(model, opt_level=level)
+    np.testing.assert_allclose(compiled.run(feeds)["y"], onnxruntime_outputs(model, feeds)[0],
+                               rtol=1e-4, atol=1e-5)
+    note = "dilated convolutions: 1 Conv(s) run undilated over phase images"
+    assert (note in compiled.stage_text("plan")) == (rewritten and level >= 2)

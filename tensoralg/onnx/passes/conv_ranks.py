@@ -25,8 +25,23 @@ C planes at ``kt * C``) with the weight ``(M, KT * C, KH, KW)``. As nodes::
 Copies: the input once, KT times its frames into the Concat, the output once; the 2-D Conv
 runs as a generated kernel where the 3-D one was a NumPy im2col of KT * KH * KW times the
 input and one BLAS call (torchvision's r3d_18 at batch 1: 0.6x onnxruntime's time).
+
+**Dilated.** A 2-D Conv with dilations ``(dh, dw)`` and stride 1 reads, for output pixel
+``(oh, ow)``, only input pixels in the same phase ``(oh mod dh, ow mod dw)``. Where the
+dilations divide the input's height and width and the pads, it is the undilated Conv over the
+``dh * dw`` phase images (each ``H / dh x W / dw``, pads divided by the dilations), run as
+``dh * dw * N`` images, and the phases of its output interleaved back::
+
+    Reshape(N, C, H/dh, dh, W/dw, dw) -> Transpose(dh, dw, N, C, H/dh, W/dw) -> Reshape ->
+    Conv (undilated) -> Reshape -> Transpose(N, M, H'/dh, dh, W'/dw, dw) -> Reshape(N, M, H', W')
+
+(TensorFlow's space-to-batch for atrous convolutions.) The undilated Conv takes the generated
+GEMM's direct convolution; the dilated one built a patch matrix (``im2row``) and multiplied it
+(FCN-ResNet50's dilated 3x3 layers: 2.2x onnxruntime's time).
 """
 from __future__ import annotations
+
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -110,8 +125,40 @@ def conv3d_as_conv2d(graph: Graph) -> Graph:
 
     >>> # graph = conv3d_as_conv2d(graph)   # Conv(x: (1, 3, 8, 112, 112), W: (64, 3, 3, 7, 7))
     """
+    def fits(node: Node, weight: np.ndarray, shape: tuple) -> bool:
+        return weight.ndim == 5 and len(shape) == 5 and \
+            int(node.attributes.get("group", 1)) == 1 and weight.shape[1] == shape[1]
+
+    return _rewrite(graph, fits, _frames_conv,
+                    "3-D convolutions: {} Conv(s) run as 2-D over stacked frames")
+
+
+def dilated_as_phases(graph: Graph) -> Graph:
+    """Replace every 2-D ``Conv`` with a dilation above 1, stride 1, a constant float weight
+    and a static input whose height and width (and pads) the dilations divide by the same
+    Conv undilated over the input's phase images (see the module docstring).
+
+    >>> # graph = dilated_as_phases(graph)   # FCN's 3x3 convolutions at dilation 2 and 4
+    """
+    def fits(node: Node, weight: np.ndarray, shape: tuple) -> bool:
+        attributes = node.attributes
+        dilations = [int(v) for v in attributes.get("dilations", [1, 1])]
+        pads = [int(v) for v in attributes.get("pads", [0, 0, 0, 0])]
+        return weight.ndim == 4 and len(shape) == 4 and max(dilations) > 1 and \
+            [int(v) for v in attributes.get("strides", [1, 1])] == [1, 1] and \
+            shape[2] % dilations[0] == 0 and shape[3] % dilations[1] == 0 and \
+            all(p % d == 0 for p, d in zip(pads, dilations * 2))
+
+    return _rewrite(graph, fits, _phase_conv,
+                    "dilated convolutions: {} Conv(s) run undilated over phase images")
+
+
+def _rewrite(graph: Graph, fits: Callable[[Node, np.ndarray, tuple], bool],
+             write: Callable[["_Writer", np.ndarray, tuple, tuple], None], note: str) -> Graph:
+    """``graph`` with every Conv that ``fits`` (constant float weight, static input and output
+    shapes, explicit pads) replaced by the nodes ``write`` makes."""
     ops = {op: (version, lookup(op, version)) for op, version in (
-        ("Transpose", 13), ("Pad", 13), ("Slice", 13), ("Concat", 13), ("Reshape", 14))}
+        ("Transpose", 13), ("Slice", 13), ("Concat", 13), ("Reshape", 14))}
     if any(impl is None for _, impl in ops.values()):
         return graph
     taken = value_names(graph)
@@ -122,92 +169,139 @@ def conv3d_as_conv2d(graph: Graph) -> Graph:
             if node.op_type == "Conv" and len(node.inputs) >= 2 else None
         shape = graph.static_shapes.get(node.inputs[0])
         out = graph.static_shapes.get(node.outputs[0])
-        attributes = node.attributes
-        if weight is None or weight.ndim != 5 or weight.dtype.kind != "f" or shape is None or \
-                len(shape) != 5 or out is None or int(attributes.get("group", 1)) != 1 or \
-                attributes.get("auto_pad", "NOTSET") not in ("NOTSET", "VALID") or \
-                weight.shape[1] != shape[1]:
+        if weight is None or weight.dtype.kind != "f" or shape is None or out is None or \
+                node.attributes.get("auto_pad", "NOTSET") not in ("NOTSET", "VALID") or \
+                not fits(node, weight, shape):
             nodes.append(node)
             continue
-        nodes += _frames_conv(node, graph, weight, shape, out, ops, taken)
+        writer = _Writer(node, graph, ops, taken)
+        write(writer, weight, shape, out)
+        nodes += writer.nodes
         replaced += 1
     graph.nodes = nodes
     if replaced:
-        graph.notes.append(f"3-D convolutions: {replaced} Conv(s) run as 2-D over stacked "
-                           f"frames")
+        graph.notes.append(note.format(replaced))
     return graph
 
 
-def _frames_conv(node: Node, graph: Graph, weight: np.ndarray, shape: tuple, out: tuple,
-                 ops: dict, taken: set[str]) -> list[Node]:
-    """The nodes computing 3-D ``node`` as a 2-D Conv over stacked frames."""
-    attributes = node.attributes
+class _Writer:
+    """Writes the nodes that replace one Conv: fresh value names under the Conv's, constants,
+    and shapes recorded as they are made."""
+
+    def __init__(self, node: Node, graph: Graph, ops: dict, taken: set[str]) -> None:
+        self.node, self.graph, self.ops, self.taken = node, graph, ops, taken
+        self.nodes: list[Node] = []
+
+    def name(self, part: str) -> str:
+        return fresh_name(f"{self.node.name}/{part}", self.taken)
+
+    def constant(self, part: str, value: np.ndarray) -> str:
+        key = self.name(part)
+        self.graph.constants[key] = value
+        return key
+
+    def shape_constant(self, part: str, shape: Sequence[int]) -> str:
+        return self.constant(part, np.array(shape, np.int64))
+
+    def add(self, op: str, inputs: tuple, part: str, shape: tuple | None, **attrs: Any) -> str:
+        output = self.name(part)
+        self.nodes.append(Node(f"{self.node.name}/{op}_{part}", op, inputs, (output,), attrs,
+                               *self.ops[op]))
+        if shape is not None:
+            self.graph.static_shapes[output] = tuple(shape)
+        return output
+
+    def conv(self, x: str, weight: np.ndarray | None, shape: tuple, **changed: Any) -> str:
+        """The Conv itself (its name, bias and other attributes kept) on ``x``, with a new
+        ``weight`` or (None) its own."""
+        attributes = {key: value for key, value in self.node.attributes.items()
+                      if key not in changed}
+        attributes.update(changed)
+        planes = self.name("planes")
+        self.nodes.append(Node(self.node.name, "Conv",
+                               (x, self.node.inputs[1] if weight is None else
+                                self.constant("weight", weight), *self.node.inputs[2:]),
+                               (planes,), attributes, self.node.version, self.node.impl))
+        self.graph.static_shapes[planes] = tuple(shape)
+        return planes
+
+    def last(self, op: str, inputs: tuple, **attrs: Any) -> None:
+        """The final node, writing the replaced Conv's output."""
+        self.nodes.append(Node(f"{self.node.name}/{op}_back", op, inputs, self.node.outputs,
+                               attrs, *self.ops[op]))
+
+
+def _frames_conv(w: _Writer, weight: np.ndarray, shape: tuple, out: tuple) -> None:
+    """A 3-D Conv as a 2-D Conv over stacked frames."""
+    attributes = w.node.attributes
     batch, channels, frames, height, width = shape
     out_channels, frames_out, out_h, out_w = out[1], out[2], out[3], out[4]
     kt = weight.shape[2]
     st, sh, sw = (int(v) for v in attributes.get("strides", [1, 1, 1]))
     dt, dh, dw = (int(v) for v in attributes.get("dilations", [1, 1, 1]))
     pads = [int(v) for v in attributes.get("pads", [0] * 6)]
-
-    def name(part: str) -> str:
-        return fresh_name(f"{node.name}/{part}", taken)
-
-    def constant(part: str, value: np.ndarray) -> str:
-        key = name(part)
-        graph.constants[key] = value
-        return key
-
-    def add(op: str, inputs: tuple, part: str, shape_of: tuple | None, **attrs) -> str:
-        output = name(part)
-        nodes.append(Node(f"{node.name}/{op}_{part}", op, inputs, (output,), attrs, *ops[op]))
-        if shape_of is not None:
-            graph.static_shapes[output] = tuple(shape_of)
-        return output
-
-    nodes: list[Node] = []
     padded = frames + pads[0] + pads[3]
-    x = add("Transpose", (node.inputs[0],), "frames_first",
-            (batch, frames, channels, height, width), perm=[0, 2, 1, 3, 4])
+    x = w.add("Transpose", (w.node.inputs[0],), "frames_first",
+              (batch, frames, channels, height, width), perm=[0, 2, 1, 3, 4])
     if pads[0] or pads[3]:
         # zero frames joined on (a Concat of block copies; a Pad ran as np.pad, 5x slower)
         def zeros(side: str, count: int) -> list[str]:
-            return [constant(f"zero_frames_{side}", np.zeros(
+            return [w.constant(f"zero_frames_{side}", np.zeros(
                 (batch, count, channels, height, width), weight.dtype))] if count else []
 
-        x = add("Concat", (*zeros("before", pads[0]), x, *zeros("after", pads[3])), "padded",
-                (batch, padded, channels, height, width), axis=1)
-    axis = constant("time_axis", np.array([1], np.int64))
-    step = constant("time_step", np.array([st], np.int64))
+        x = w.add("Concat", (*zeros("before", pads[0]), x, *zeros("after", pads[3])),
+                  "padded", (batch, padded, channels, height, width), axis=1)
+    axis = w.shape_constant("time_axis", [1])
+    step = w.shape_constant("time_step", [st])
     slices = []
     for k in range(kt):
         begin = k * dt
         end = begin + st * (frames_out - 1) + 1
-        slices.append(add("Slice", (x, constant(f"begin_{k}", np.array([begin], np.int64)),
-                                    constant(f"end_{k}", np.array([end], np.int64)), axis,
-                                    step), f"frame_{k}",
-                          (batch, frames_out, channels, height, width)))
-    stacked = slices[0] if kt == 1 else add(
+        slices.append(w.add("Slice", (x, w.shape_constant(f"begin_{k}", [begin]),
+                                      w.shape_constant(f"end_{k}", [end]), axis, step),
+                            f"frame_{k}", (batch, frames_out, channels, height, width)))
+    stacked = slices[0] if kt == 1 else w.add(
         "Concat", tuple(slices), "stacked", (batch, frames_out, kt * channels, height, width),
         axis=2)
-    images = add("Reshape", (stacked, constant("images_shape", np.array(
-        [-1, kt * channels, height, width], np.int64))), "images",
+    images = w.add("Reshape", (stacked, w.shape_constant(
+        "images_shape", [-1, kt * channels, height, width])), "images",
         (batch * frames_out, kt * channels, height, width))
-    kernel = constant("weight_2d", np.ascontiguousarray(weight.transpose(0, 2, 1, 3, 4).reshape(
-        out_channels, kt * channels, *weight.shape[3:])))
-    conv_attributes = {key: value for key, value in attributes.items()
-                       if key not in ("kernel_shape", "strides", "dilations", "pads")}
-    conv_attributes.update(kernel_shape=list(weight.shape[3:]), strides=[sh, sw],
-                           dilations=[dh, dw], pads=[pads[1], pads[2], pads[4], pads[5]])
-    planes = name("planes")
-    nodes.append(Node(node.name, "Conv", (images, kernel, *node.inputs[2:]), (planes,),
-                      conv_attributes, node.version, node.impl))
-    graph.static_shapes[planes] = (batch * frames_out, out_channels, out_h, out_w)
-    frames_major = add("Reshape", (planes, constant("frames_shape", np.array(
-        [-1, frames_out, out_channels, out_h, out_w], np.int64))), "per_frame",
+    planes = w.conv(images, np.ascontiguousarray(weight.transpose(0, 2, 1, 3, 4).reshape(
+        out_channels, kt * channels, *weight.shape[3:])),
+        (batch * frames_out, out_channels, out_h, out_w),
+        kernel_shape=list(weight.shape[3:]), strides=[sh, sw], dilations=[dh, dw],
+        pads=[pads[1], pads[2], pads[4], pads[5]])
+    frames_major = w.add("Reshape", (planes, w.shape_constant(
+        "frames_shape", [-1, frames_out, out_channels, out_h, out_w])), "per_frame",
         (batch, frames_out, out_channels, out_h, out_w))
-    nodes.append(Node(f"{node.name}/Transpose_back", "Transpose", (frames_major,),
-                      node.outputs, {"perm": [0, 2, 1, 3, 4]}, *ops["Transpose"]))
-    return nodes
+    w.last("Transpose", (frames_major,), perm=[0, 2, 1, 3, 4])
 
 
-__all__ = ["conv1d_as_conv2d", "conv3d_as_conv2d"]
+def _phase_conv(w: _Writer, weight: np.ndarray, shape: tuple, out: tuple) -> None:
+    """A dilated 2-D Conv as the undilated Conv over the input's ``dh * dw`` phase images."""
+    attributes = w.node.attributes
+    batch, channels, height, width = shape
+    out_channels, out_h, out_w = out[1], out[2], out[3]
+    dh, dw = (int(v) for v in attributes.get("dilations", [1, 1]))
+    pads = [int(v) for v in attributes.get("pads", [0, 0, 0, 0])]
+    split = w.add("Reshape", (w.node.inputs[0], w.shape_constant(
+        "phase_rows", [batch, channels, height // dh, dh, width // dw, dw])), "phase_rows",
+        (batch, channels, height // dh, dh, width // dw, dw))
+    phases = w.add("Transpose", (split,), "phases",
+                   (dh, dw, batch, channels, height // dh, width // dw), perm=[3, 5, 0, 1, 2, 4])
+    images = w.add("Reshape", (phases, w.shape_constant(
+        "images_shape", [dh * dw * batch, channels, height // dh, width // dw])), "images",
+        (dh * dw * batch, channels, height // dh, width // dw))
+    planes = w.conv(images, None, (dh * dw * batch, out_channels, out_h // dh, out_w // dw),
+                    dilations=[1, 1], pads=[pads[0] // dh, pads[1] // dw, pads[2] // dh,
+                                            pads[3] // dw])
+    grouped = w.add("Reshape", (planes, w.shape_constant(
+        "phase_planes", [dh, dw, batch, out_channels, out_h // dh, out_w // dw])),
+        "phase_planes", (dh, dw, batch, out_channels, out_h // dh, out_w // dw))
+    joined = w.add("Transpose", (grouped,), "joined",
+                   (batch, out_channels, out_h // dh, dh, out_w // dw, dw),
+                   perm=[2, 3, 4, 0, 5, 1])
+    w.last("Reshape", (joined, w.shape_constant("out_shape", list(out))))
+
+
+__all__ = ["conv1d_as_conv2d", "conv3d_as_conv2d", "dilated_as_phases"]

@@ -20,7 +20,11 @@ import onnx
 from tensoralg.onnx.frontend.graph import Graph, Node
 from tensoralg.onnx.ops.kernels import KernelSet, NodeContext
 from tensoralg.onnx.passes.bags.recognise import recognise_bags
-from tensoralg.onnx.passes.conv_ranks import conv1d_as_conv2d, conv3d_as_conv2d
+from tensoralg.onnx.passes.conv_ranks import (
+    conv1d_as_conv2d,
+    conv3d_as_conv2d,
+    dilated_as_phases,
+)
 from tensoralg.onnx.passes.einsum_products import (
     column_products_as_row_products,
     einsums_as_matmuls,
@@ -163,7 +167,8 @@ def pipeline(opt_level: int, model: onnx.ModelProto, kernels: KernelSet,
     # 2-D Convs carry the activation into the kernel, where a Squeeze or Transpose after the
     # Conv would have kept it apart.
     ranks = [("1-D convolutions as 2-D", conv1d_as_conv2d),
-             ("3-D convolutions as 2-D", conv3d_as_conv2d)]
+             ("3-D convolutions as 2-D", conv3d_as_conv2d),
+             ("dilated convolutions over phase images", dilated_as_phases)]
     if opt_level == 2:
         steps += [("conv+residual", fuse_conv_residuals), ("conv+relu", fuse_conv_activations),
                   *ranks, ("fusion", fuse)]
