@@ -27,7 +27,9 @@ CONVS = {
     "depthwise": ((2, 32, 11, 13), (32, 3, 3), 32, (2, 2), (1, 1, 1, 1), (1, 1)),
     "grouped": ((1, 32, 9, 9), (32, 3, 3), 4, (1, 1), (1, 1, 1, 1), (1, 1)),
     "squeeze 1x1 on 1x1": ((2, 40, 1, 1), (10, 1, 1), 1, (1, 1), (0, 0, 0, 0), (1, 1)),
-    "dilated": ((1, 8, 12, 12), (9, 3, 3), 1, (1, 1), (2, 2, 2, 2), (2, 2)),
+    # 13 rows and columns: no phase images (passes/conv_ranks.py), the patch-matrix path
+    "dilated": ((1, 8, 13, 13), (9, 3, 3), 1, (1, 1), (2, 2, 2, 2), (2, 2)),
+    "dilated over phases": ((1, 8, 12, 12), (9, 3, 3), 1, (1, 1), (2, 2, 2, 2), (2, 2)),
     "stem 3 channels": ((2, 3, 30, 31), (32, 3, 3), 1, (2, 2), (1, 1, 1, 1), (1, 1)),
 }
 
@@ -80,9 +82,11 @@ def test_conv_with_fused_smooth_activation_matches_onnxruntime(kind, activation)
     model = _model(conv[0], conv, activation)
     x = (np.random.default_rng(3).standard_normal(conv[0]) * 2).astype(np.float32)
     compiled = _check(model, x, 3)
-    # the activation is fused: one Conv node, and the plan names the activation
-    assert [n.op_type for n in compiled.graph.nodes] == ["Conv"]
-    plan = compiled.profile({"x": x}).rows[0].plan.lower()
+    # the activation is fused: one Conv node (between the phase images' reshapes and
+    # transposes for a dilated one), and the plan names the activation
+    assert [n.op_type for n in compiled.graph.nodes
+            if n.op_type not in ("Reshape", "Transpose")] == ["Conv"]
+    plan = [r.plan for r in compiled.profile({"x": x}).rows if r.op_type == "Conv"][0].lower()
     words = {"silu": ("silu", "* sigmoid("), "sigmoid": ("sigmoid",),
              "hardswish": ("hardswish", "max(min("), "hardsigmoid": ("hardsigmoid", "max(min(")}
     assert any(word in plan for word in words[activation.replace("_swapped", "")]), plan
