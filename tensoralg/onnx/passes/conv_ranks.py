@@ -1,4 +1,5 @@
-"""Opt level 2: 1-D and 3-D convolutions run as 2-D ones, which the static plan compiles.
+"""Opt level 2: 1-D, 3-D and dilated convolutions run as undilated 2-D ones, which the
+static plan compiles.
 
 **1-D.**
 ``Conv`` over ``(N, C, L)`` with a constant weight ``(M, C/g, K)`` is the same sum as a Conv
@@ -55,46 +56,27 @@ def conv1d_as_conv2d(graph: Graph) -> Graph:
 
     >>> # graph = conv1d_as_conv2d(graph)   # Conv(x: (1, 16, 100), W: (64, 16, 3)) -> 2-D
     """
-    unsqueeze, squeeze = lookup("Unsqueeze", 13), lookup("Squeeze", 13)
-    if unsqueeze is None or squeeze is None:
-        return graph
-    taken = value_names(graph)
-    nodes: list[Node] = []
-    replaced = 0
-    for node in graph.nodes:
-        weight = graph.constants.get(node.inputs[1]) \
-            if node.op_type == "Conv" and len(node.inputs) >= 2 else None
-        shape = graph.static_shapes.get(node.inputs[0])
+    def fits(node: Node, weight: np.ndarray, shape: tuple | None) -> bool:
         # (an input of another rank is the Conv's own error, left to it; a pointwise one
         # already runs as a prebound kernel, product_steps.pointwise_conv_spec)
-        if weight is None or weight.ndim != 3 or weight.dtype.kind != "f" or \
-                (shape is not None and len(shape) != 3) or _pointwise(node, weight):
-            nodes.append(node)
-            continue
-        axes = fresh_name(f"{node.name}/row_axis", taken)
-        rows = fresh_name(f"{node.name}/rows", taken)
-        kernel = fresh_name(f"{node.name}/weight_2d", taken)
-        planes = fresh_name(f"{node.name}/planes", taken)
-        graph.constants[axes] = np.array([2], np.int64)
-        graph.constants[kernel] = np.ascontiguousarray(weight[:, :, None, :])
-        nodes += [Node(f"{node.name}/Unsqueeze", "Unsqueeze", (node.inputs[0], axes), (rows,),
-                       {}, 13, unsqueeze),
-                  Node(node.name, "Conv", (rows, kernel, *node.inputs[2:]), (planes,),
-                       _attributes_2d(node.attributes, weight.shape[2]), node.version,
-                       node.impl),
-                  Node(f"{node.name}/Squeeze", "Squeeze", (planes, axes), node.outputs, {}, 13,
-                       squeeze)]
-        if shape is not None:
-            graph.static_shapes[rows] = (*shape[:2], 1, shape[2])
-        out = graph.static_shapes.get(node.outputs[0])
-        if out is not None:
-            graph.static_shapes[planes] = (*out[:2], 1, out[2])
-        replaced += 1
-    graph.nodes = nodes
-    if replaced:
-        graph.notes.append(f"1-D convolutions: {replaced} Conv(s) run as 2-D over planes one "
-                           f"row high")
-    return graph
+        return weight.ndim == 3 and (shape is None or len(shape) == 3) and \
+            not _pointwise(node, weight)
+
+    return _rewrite(graph, fits, _row_conv,
+                    "1-D convolutions: {} Conv(s) run as 2-D over planes one row high",
+                    static=False)
+
+
+def _row_conv(w: "_Writer", weight: np.ndarray, shape: tuple | None, out: tuple | None
+              ) -> None:
+    """A 1-D Conv as a 2-D Conv over planes one row high."""
+    axes = w.shape_constant("row_axis", [2])
+    rows = w.add("Unsqueeze", (w.node.inputs[0], axes), "rows",
+                 None if shape is None else (*shape[:2], 1, shape[2]))
+    planes = w.conv(rows, np.ascontiguousarray(weight[:, :, None, :]),
+                    None if out is None else (*out[:2], 1, out[2]),
+                    **_attributes_2d(w.node.attributes, weight.shape[2]))
+    w.last("Squeeze", (planes, axes))
 
 
 def _pointwise(node: Node, weight: np.ndarray) -> bool:
@@ -106,16 +88,16 @@ def _pointwise(node: Node, weight: np.ndarray) -> bool:
 
 
 def _attributes_2d(attributes: dict, width: int) -> dict:
-    """A 1-D Conv's attributes for the same Conv over planes one row high."""
-    out = dict(attributes)
-    out["kernel_shape"] = [1, int(attributes.get("kernel_shape", [width])[0])]
+    """What changes in a 1-D Conv's attributes for the same Conv over planes one row high."""
+    changed: dict[str, Any] = {
+        "kernel_shape": [1, int(attributes.get("kernel_shape", [width])[0])]}
     for key in ("strides", "dilations"):
         if key in attributes:
-            out[key] = [1, int(attributes[key][0])]
+            changed[key] = [1, int(attributes[key][0])]
     if "pads" in attributes:
         begin, end = attributes["pads"]
-        out["pads"] = [0, int(begin), 0, int(end)]
-    return out
+        changed["pads"] = [0, int(begin), 0, int(end)]
+    return changed
 
 
 def conv3d_as_conv2d(graph: Graph) -> Graph:
@@ -153,12 +135,15 @@ def dilated_as_phases(graph: Graph) -> Graph:
                     "dilated convolutions: {} Conv(s) run undilated over phase images")
 
 
-def _rewrite(graph: Graph, fits: Callable[[Node, np.ndarray, tuple], bool],
-             write: Callable[["_Writer", np.ndarray, tuple, tuple], None], note: str) -> Graph:
-    """``graph`` with every Conv that ``fits`` (constant float weight, static input and output
-    shapes, explicit pads) replaced by the nodes ``write`` makes."""
+def _rewrite(graph: Graph, fits: Callable[[Node, np.ndarray, Any], bool],
+             write: Callable[["_Writer", np.ndarray, Any, Any], None], note: str,
+             static: bool = True) -> Graph:
+    """``graph`` with every Conv that ``fits`` (a constant float weight; with ``static``,
+    static input and output shapes and explicit pads) replaced by the nodes ``write``
+    makes."""
     ops = {op: (version, lookup(op, version)) for op, version in (
-        ("Transpose", 13), ("Slice", 13), ("Concat", 13), ("Reshape", 14))}
+        ("Transpose", 13), ("Slice", 13), ("Concat", 13), ("Reshape", 14), ("Unsqueeze", 13),
+        ("Squeeze", 13))}
     if any(impl is None for _, impl in ops.values()):
         return graph
     taken = value_names(graph)
@@ -169,8 +154,9 @@ def _rewrite(graph: Graph, fits: Callable[[Node, np.ndarray, tuple], bool],
             if node.op_type == "Conv" and len(node.inputs) >= 2 else None
         shape = graph.static_shapes.get(node.inputs[0])
         out = graph.static_shapes.get(node.outputs[0])
-        if weight is None or weight.dtype.kind != "f" or shape is None or out is None or \
-                node.attributes.get("auto_pad", "NOTSET") not in ("NOTSET", "VALID") or \
+        if weight is None or weight.dtype.kind != "f" or \
+                static and (shape is None or out is None or node.attributes.get(
+                    "auto_pad", "NOTSET") not in ("NOTSET", "VALID")) or \
                 not fits(node, weight, shape):
             nodes.append(node)
             continue
@@ -203,7 +189,8 @@ class _Writer:
     def shape_constant(self, part: str, shape: Sequence[int]) -> str:
         return self.constant(part, np.array(shape, np.int64))
 
-    def add(self, op: str, inputs: tuple, part: str, shape: tuple | None, **attrs: Any) -> str:
+    def add(self, op: str, inputs: tuple, part: str, shape: tuple | None,
+            **attrs: Any) -> str:
         output = self.name(part)
         self.nodes.append(Node(f"{self.node.name}/{op}_{part}", op, inputs, (output,), attrs,
                                *self.ops[op]))
@@ -211,7 +198,8 @@ class _Writer:
             self.graph.static_shapes[output] = tuple(shape)
         return output
 
-    def conv(self, x: str, weight: np.ndarray | None, shape: tuple, **changed: Any) -> str:
+    def conv(self, x: str, weight: np.ndarray | None, shape: tuple | None,
+             **changed: Any) -> str:
         """The Conv itself (its name, bias and other attributes kept) on ``x``, with a new
         ``weight`` or (None) its own."""
         attributes = {key: value for key, value in self.node.attributes.items()
@@ -222,7 +210,8 @@ class _Writer:
                                (x, self.node.inputs[1] if weight is None else
                                 self.constant("weight", weight), *self.node.inputs[2:]),
                                (planes,), attributes, self.node.version, self.node.impl))
-        self.graph.static_shapes[planes] = tuple(shape)
+        if shape is not None:
+            self.graph.static_shapes[planes] = tuple(shape)
         return planes
 
     def last(self, op: str, inputs: tuple, **attrs: Any) -> None:
