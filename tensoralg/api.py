@@ -2654,9 +2654,11 @@ def applied_schedule(compiled: CompiledProgram) -> Schedule:
 
 def _shares_values(vals: np.ndarray, source: Any) -> bool:
     """Whether a bound tensor's values are ``source``'s own (a scipy matrix's ``data``, a
-    Tensor's ``vals``), not a copy."""
+    Tensor's ``vals``), not a copy. With no stored values there is nothing a later change
+    could miss (an all-zero weight: empty arrays share no memory)."""
     theirs = getattr(source, "data", None) if not isinstance(source, Tensor) else source.vals
-    return isinstance(theirs, np.ndarray) and np.shares_memory(vals, theirs)
+    return isinstance(theirs, np.ndarray) and (
+        theirs.size == 0 and vals.size == 0 or np.shares_memory(vals, theirs))
 
 
 def compile(statement: str, formats: Mapping[str, Any] | None = None, dtype: Any = "float64",

@@ -510,6 +510,10 @@ def test_binding_a_sparse_operand_that_must_be_copied_warns():
     for other in (a.tocsc(), a.astype(np.float32)):
         with pytest.warns(UserWarning, match="was copied into csr.*will not see later changes"):
             k.bind(A=other, x=x3)
+    # No stored values (an all-zero weight): nothing a later change could miss, no warning.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        np.testing.assert_array_equal(k.bind(A=sp.csr_array((2, 3)), x=x3)(), [0.0, 0.0])
 
 
 def test_arguments_of_the_wrong_type_are_type_errors_as_in_numpy():
