@@ -242,3 +242,17 @@ def test_dilated_conv_matches_onnxruntime(level, x_shape, out_channels, kernel, 
                                rtol=1e-4, atol=1e-5)
     note = "dilated convolutions: 1 Conv(s) run undilated over phase images"
     assert (note in compiled.stage_text("plan")) == (rewritten and level >= 2)
+
+
+def test_a_3d_conv_whose_weight_does_not_fit_its_input_is_the_convs_own_error():
+    """Channels that do not match are left to the Conv, which names the node; the rewrite
+    never turns a bad model into a different error or a wrong answer."""
+    model = _model3d((1, 4, 5, 6, 6), 4, (3, 3, 3), pads=[1, 1, 1, 1, 1, 1])
+    weight = next(t for t in model.graph.initializer if t.name == "W")
+    bad = numpy_helper.from_array(np.zeros((4, 3, 3, 3, 3), np.float32), "W")   # 3 channels
+    weight.CopyFrom(bad)
+    compiled = tonnx.load(model, opt_level=3)
+    with pytest.raises(Exception) as error:
+        compiled.run({"x": np.zeros((1, 4, 5, 6, 6), np.float32)})
+    assert "conv" in str(error.value)
+    assert "3-D convolutions" not in compiled.stage_text("plan")
