@@ -8,9 +8,9 @@ strides, dilations and pads are the 1-D ones along the width and trivial along t
 The static plan runs 2-D convolutions as generated kernels (patch blocks, the generated GEMM
 writing NCHW tiles, depthwise windows); a 1-D one ran node by node as a NumPy im2col and a
 BLAS call (Whisper's encoder: two convolutions over 100 frames took 0.4 ms, more than its
-two attention layers). The rewrite is ``Unsqueeze(x, 2) -> Conv -> Squeeze(., 2)``, both
-views in the static plan, and it holds whatever the batch (the axes are constants, the shapes
-are not read). ``auto_pad`` carries over: along a height of one with a kernel height of one
+two attention layers; one thread, an ad hoc profile, 2026-12-05). The rewrite is
+``Unsqueeze(x, 2) -> Conv -> Squeeze(., 2)``, both views in the static plan, and it holds
+whatever the batch (the axes are constants, the shapes are not read). ``auto_pad`` carries over: along a height of one with a kernel height of one
 every mode pads nothing.
 
 **3-D.** A Conv over ``(N, C, T, H, W)`` (group 1, constant weight ``(M, C, KT, KH, KW)``,
@@ -25,7 +25,8 @@ C planes at ``kt * C``) with the weight ``(M, KT * C, KH, KW)``. As nodes::
 
 Copies: the input once, KT times its frames into the Concat, the output once; the 2-D Conv
 runs as a generated kernel where the 3-D one was a NumPy im2col of KT * KH * KW times the
-input and one BLAS call (torchvision's r3d_18 at batch 1: 0.6x onnxruntime's time).
+input and one BLAS call (torchvision's r3d_18 at batch 1: 0.6x onnxruntime's speed,
+``benchmarks/results/onnx_real-held-out-fourth-first-20261205-951cec7.json``).
 
 **Dilated.** A 2-D Conv with dilations ``(dh, dw)`` and stride 1 reads, for output pixel
 ``(oh, ow)``, only input pixels in the same phase ``(oh mod dh, ow mod dw)``. Where the
@@ -38,7 +39,8 @@ dilations divide the input's height and width and the pads, it is the undilated 
 
 (TensorFlow's space-to-batch for atrous convolutions.) The undilated Conv takes the generated
 GEMM's direct convolution; the dilated one built a patch matrix (``im2row``) and multiplied it
-(FCN-ResNet50's dilated 3x3 layers: 2.2x onnxruntime's time).
+(FCN-ResNet50's dilated 3x3 layers took 2.2x onnxruntime's time for them; one thread, an
+ad hoc profile, 2026-12-05).
 """
 from __future__ import annotations
 
@@ -198,6 +200,11 @@ class _Writer:
             self.graph.static_shapes[output] = tuple(shape)
         return output
 
+    def reshape(self, x: str, part: str, shape: Sequence[int]) -> str:
+        """``x`` reshaped (a view in the static plan) to the static ``shape``."""
+        return self.add("Reshape", (x, self.shape_constant(f"{part}_shape", shape)), part,
+                        tuple(shape))
+
     def conv(self, x: str, weight: np.ndarray | None, shape: tuple | None,
              **changed: Any) -> str:
         """The Conv itself (its name, bias and other attributes kept) on ``x``, with a new
@@ -252,17 +259,13 @@ def _frames_conv(w: _Writer, weight: np.ndarray, shape: tuple, out: tuple) -> No
     stacked = slices[0] if kt == 1 else w.add(
         "Concat", tuple(slices), "stacked", (batch, frames_out, kt * channels, height, width),
         axis=2)
-    images = w.add("Reshape", (stacked, w.shape_constant(
-        "images_shape", [-1, kt * channels, height, width])), "images",
-        (batch * frames_out, kt * channels, height, width))
+    images = w.reshape(stacked, "images", (batch * frames_out, kt * channels, height, width))
     planes = w.conv(images, np.ascontiguousarray(weight.transpose(0, 2, 1, 3, 4).reshape(
         out_channels, kt * channels, *weight.shape[3:])),
         (batch * frames_out, out_channels, out_h, out_w),
         kernel_shape=list(weight.shape[3:]), strides=[sh, sw], dilations=[dh, dw],
         pads=[pads[1], pads[2], pads[4], pads[5]])
-    frames_major = w.add("Reshape", (planes, w.shape_constant(
-        "frames_shape", [-1, frames_out, out_channels, out_h, out_w])), "per_frame",
-        (batch, frames_out, out_channels, out_h, out_w))
+    frames_major = w.reshape(planes, "per_frame", (batch, frames_out, out_channels, out_h, out_w))
     w.last("Transpose", (frames_major,), perm=[0, 2, 1, 3, 4])
 
 
@@ -273,20 +276,16 @@ def _phase_conv(w: _Writer, weight: np.ndarray, shape: tuple, out: tuple) -> Non
     out_channels, out_h, out_w = out[1], out[2], out[3]
     dh, dw = (int(v) for v in attributes.get("dilations", [1, 1]))
     pads = [int(v) for v in attributes.get("pads", [0, 0, 0, 0])]
-    split = w.add("Reshape", (w.node.inputs[0], w.shape_constant(
-        "phase_rows", [batch, channels, height // dh, dh, width // dw, dw])), "phase_rows",
-        (batch, channels, height // dh, dh, width // dw, dw))
+    split = w.reshape(w.node.inputs[0], "phase_rows",
+                      (batch, channels, height // dh, dh, width // dw, dw))
     phases = w.add("Transpose", (split,), "phases",
                    (dh, dw, batch, channels, height // dh, width // dw), perm=[3, 5, 0, 1, 2, 4])
-    images = w.add("Reshape", (phases, w.shape_constant(
-        "images_shape", [dh * dw * batch, channels, height // dh, width // dw])), "images",
-        (dh * dw * batch, channels, height // dh, width // dw))
+    images = w.reshape(phases, "images", (dh * dw * batch, channels, height // dh, width // dw))
     planes = w.conv(images, None, (dh * dw * batch, out_channels, out_h // dh, out_w // dw),
                     dilations=[1, 1], pads=[pads[0] // dh, pads[1] // dw, pads[2] // dh,
                                             pads[3] // dw])
-    grouped = w.add("Reshape", (planes, w.shape_constant(
-        "phase_planes", [dh, dw, batch, out_channels, out_h // dh, out_w // dw])),
-        "phase_planes", (dh, dw, batch, out_channels, out_h // dh, out_w // dw))
+    grouped = w.reshape(planes, "phase_planes",
+                        (dh, dw, batch, out_channels, out_h // dh, out_w // dw))
     joined = w.add("Transpose", (grouped,), "joined",
                    (batch, out_channels, out_h // dh, dh, out_w // dw, dw),
                    perm=[2, 3, 4, 0, 5, 1])

@@ -3,7 +3,8 @@
 Node by node, a linear Resize builds its interpolation matrices (scipy CSR) at every run and
 calls ``ta`` once per resized axis through the kernel dispatch, then copies its result into
 place: for LR-ASPP's final upsampling, (21, 28, 28) to (21, 224, 224), 1.7 ms of which the
-two contractions were 0.45. In a plan the shapes are fixed, so the matrices are built once,
+two contractions were 0.45 (one thread, ad hoc, 2026-12-05; the planned step's time is in
+the slowest-node lines of ``ONNX_HELD_OUT_FOURTH_RESULTS.md``). In a plan the shapes are fixed, so the matrices are built once,
 each pass is a kernel bound to them and to the plan's buffers (the last pass writes the step's
 output), and the step joins the compiled sequence. Nearest mode, ``tf_crop_and_resize`` (whose
 positions outside the input take another value) and non-float inputs keep the node's own run.
@@ -18,7 +19,16 @@ import numpy as np
 import tensoralg as ta
 from tensoralg.onnx.ops.resize import interpolation_statement, resize_passes
 from tensoralg.onnx.plan.executor import Step
-from tensoralg.onnx.plan.step_base import Env, Getter, Part, Run, Spec, made_of, placeholder
+from tensoralg.onnx.plan.step_base import (
+    Env,
+    Getter,
+    Part,
+    Run,
+    Spec,
+    contiguous,
+    made_of,
+    placeholder,
+)
 
 
 def resize_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) -> Spec | None:
@@ -52,47 +62,45 @@ def resize_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) 
         return None         # the node's own run raises it, naming the node
     if tuple(shape) != out.shape or not passes:
         return None
-    # The shapes after each pass; all but the last are scratch buffers.
+    # Per pass: its kernel, the matrix in the input's dtype, and the pass's input and output
+    # viewed as (before, in, after) and (before, out, after) (after == 1: two axes); the
+    # outputs of all passes but the last are scratch buffers.
     shapes: list[tuple[int, ...]] = []
+    bindings = []
     current = list(x.shape)
     for one in passes:
-        current[one.axis] = one.matrix.shape[0]
+        before, size = math.prod(current[:one.axis]), current[one.axis]
+        after, out_size = math.prod(current[one.axis + 1:]), one.matrix.shape[0]
+        inner = () if after == 1 else (after,)
+        kernel = step.context.kernels.get(interpolation_statement(after), x.dtype,
+                                          {"M": ta.CSR})
+        bindings.append((kernel, one.matrix.astype(x.dtype), (before, size, *inner),
+                         (before, out_size, *inner)))
+        current[one.axis] = out_size
         shapes.append(tuple(current))
-    kernels = []
-    for one, before_shape in zip(passes, [x.shape, *shapes[:-1]]):
-        after = math.prod(before_shape[one.axis + 1:])
-        kernels.append(step.context.kernels.get(interpolation_statement(after), x.dtype,
-                                                {"M": ta.CSR}))
 
     def make(outs: list[np.ndarray], buffers: list[np.ndarray], ins: list[Getter]) -> Run:
         sources = [placeholder(ins[0], x.shape, x.dtype), *buffers]
         targets = [*buffers, outs[0]]
-        calls: list[Part] = []
-        for k, (one, kernel) in enumerate(zip(passes, kernels)):
-            source, target = sources[k], targets[k]
-            before = math.prod(source.shape[:one.axis])
-            after = math.prod(source.shape[one.axis + 1:])
-            size = source.shape[one.axis]
-            view = (before, size) if after == 1 else (before, size, after)
-            out_view = (before, one.matrix.shape[0]) if after == 1 else \
-                (before, one.matrix.shape[0], after)
-            bound = kernel.bind(out=target.reshape(out_view), M=one.matrix.astype(x.dtype),
-                                X=source.reshape(view))
-            calls.append((bound, [("X", ins[0], view)] if k == 0 and ins[0].fixed is None
-                          else []))
+        calls: list[Part] = [
+            (kernel.bind(out=target.reshape(out_view), M=matrix, X=source.reshape(view)), [])
+            for (kernel, matrix, view, out_view), source, target
+            in zip(bindings, sources, targets)]
+        if ins[0].fixed is None:       # the first pass reads the step's input each run
+            calls[0] = (calls[0][0], [("X", ins[0], bindings[0][2])])
 
         def run(env: Env) -> None:
             first, reads = calls[0]
             if reads:
-                first.rebind("X", np.ascontiguousarray(ins[0](env)).reshape(reads[0][2]))
+                first.rebind("X", contiguous(ins[0](env)).reshape(reads[0][2]))
             for bound, _ in calls:
                 bound()
         return made_of(run, calls)
 
     spec = Spec(make, [(shape_, x.dtype) for shape_ in shapes[:-1]], "kernel")
     spec.plan = "linear interpolation, one prebound CSR kernel per axis: " + "; ".join(
-        f"axis {one.axis} {before[one.axis]} -> {one.matrix.shape[0]}"
-        for one, before in zip(passes, [x.shape, *shapes[:-1]]))
+        f"axis {one.axis} {view[1]} -> {out_view[1]}"
+        for one, (_, _, view, out_view) in zip(passes, bindings))
     return spec
 
 
