@@ -475,8 +475,8 @@ def _ctr_rows(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
 
 def _widedeep():
     torch = _torch()
-    wd = _require("pytorch_widedeep.models", "pip install pytorch-widedeep (it pins numpy<2: "
-                  "install it with --no-deps and its model dependencies)")
+    wd = _require("pytorch_widedeep.models", "bash benchmarks/install_widedeep.sh (pytorch-widedeep "
+                  "declares numpy<2; the script installs it beside NumPy 2 with --no-deps)")
     columns = [f"c{i}" for i in range(SPARSE)]
     wide = wd.Wide(input_dim=SPARSE * CTR_VOCAB + 1, pred_dim=1)
     column_idx = {c: i for i, c in enumerate(columns + [f"d{i}" for i in range(DENSE)])}
