@@ -42,9 +42,7 @@ SKIPS = {
     # Added with Conv/pooling/normalisation/Einsum/Expand/GatherND (tests/test_onnx_ops_extra.py).
     "test_*bfloat16*": "bfloat16 is not supported",
     "test_*_bf16*": "bfloat16 is not supported",
-    # Resize: nearest and linear are supported (tests/test_onnx_ops_coverage.py).
-    "test_resize_*cubic*": "Resize mode cubic is not supported",
-    "test_resize_*_antialias": "Resize with antialias=1 is not supported",
+    # Resize: every mode, antialiased too, is supported (tests/test_onnx_ops_coverage.py).
     # If: branches whose outputs are sequences or optionals.
     "test_if_seq": "sequence values are not supported",
     "test_if_opt": "optional values are not supported",
@@ -54,6 +52,9 @@ SKIPS = {
 # compared with onnxruntime instead, each with the reason.
 ONNXRUNTIME_ORACLE = {
     "test_resize_downsample_scales_linear_align_corners":
+        "align_corners divides by the fractional output size scale * in - 1 in the reference, "
+        "by the integer output size - 1 in onnxruntime (and tensoralg)",
+    "test_resize_downsample_scales_cubic_align_corners":
         "align_corners divides by the fractional output size scale * in - 1 in the reference, "
         "by the integer output size - 1 in onnxruntime (and tensoralg)",
 }

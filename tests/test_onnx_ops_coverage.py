@@ -455,6 +455,10 @@ RESIZE_CASES = [
     ("linear_align_corners_down", "linear", "align_corners", None, [1, 1, 0.5, 0.75], None),
     ("linear_pytorch_half_pixel", "linear", "pytorch_half_pixel", None, None, [2, 3, 3, 1]),
     ("linear_asymmetric", "linear", "asymmetric", None, [1, 1, 1.5, 2], None),
+    ("cubic_half_pixel_up", "cubic", "half_pixel", None, [1, 1, 2, 2], None),
+    ("cubic_pytorch_half_pixel", "cubic", "pytorch_half_pixel", None, None, [2, 3, 11, 3]),
+    ("cubic_align_corners_down", "cubic", "align_corners", None, None, [2, 3, 4, 2]),
+    ("cubic_asymmetric", "cubic", "asymmetric", None, [1, 1, 1.5, 0.6], None),
 ]
 
 
@@ -512,12 +516,20 @@ def test_resize_scales_input_computed_in_the_graph():
     _compare(_model(nodes, feeds, constants=constants), feeds)
 
 
-def test_resize_cubic_is_refused_at_load_naming_the_node():
+def test_an_unknown_resize_mode_is_refused_at_load_naming_the_node():
     feeds = {"x": _normal(_rng(), 1, 1, 2, 2)}
+    model = _model([_node("Resize", ["x", "", "scales"], mode="bicubic")], feeds,
+                   constants={"scales": np.array([1, 1, 2, 2], np.float32)})
+    with pytest.raises(ta.UnsupportedError, match=r"node resize \(Resize.*'bicubic'"):
+        tonnx.load(model)
+
+
+def test_cubic_resize_of_integers_names_the_node():
+    feeds = {"x": _rng().integers(0, 9, (1, 1, 3, 3)).astype(np.int32)}
     model = _model([_node("Resize", ["x", "", "scales"], mode="cubic")], feeds,
                    constants={"scales": np.array([1, 1, 2, 2], np.float32)})
-    with pytest.raises(ta.UnsupportedError, match=r"node resize \(Resize.*cubic"):
-        tonnx.load(model)
+    with pytest.raises(ta.UnsupportedError, match=r"resize.*cubic Resize of int32"):
+        tonnx.load(model, opt_level=0).run(feeds)
 
 
 def test_resize_with_both_scales_and_sizes_names_the_node():

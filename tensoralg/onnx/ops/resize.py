@@ -1,4 +1,5 @@
-"""Resize, modes nearest and linear, one resized axis at a time (interpolation is separable).
+"""Resize, modes nearest, linear and cubic, one resized axis at a time (interpolation is
+separable).
 
 For each resized axis, every output position ``o`` maps to a source coordinate ``x(o)`` by the
 ``coordinate_transformation_mode`` (computed in float32, as onnxruntime computes it, so that
@@ -15,14 +16,23 @@ ties between two source pixels break the same way):
 - **nearest** rounds ``x`` by ``nearest_mode`` into ``[0, in)`` and gathers (NumPy ``take``:
   data movement, exact for every dtype);
 - **linear** clamps ``x`` into ``[0, in - 1]`` and mixes the two pixels around it with the
-  weights onnxruntime uses. Those weights form a sparse matrix ``M`` (out x in, two entries a
-  row), and the axis is resized by one tensoralg contraction with ``M`` in CSR::
+  weights onnxruntime uses;
+- **cubic** mixes the four pixels ``floor(x) - 1 .. floor(x) + 2`` with Keys' cubic
+  convolution weights (``cubic_coeff_a``, default -0.75; pixels past an end repeat the end
+  pixel, or with ``exclude_outside`` drop out and the other weights are renormalised).
+
+The weights of either mode form a sparse matrix ``M`` (out x in, two or four entries a row),
+and the axis is resized by one tensoralg contraction with ``M`` in CSR::
 
       Y(i,a,k) = sum(j, M(a,j) * X(i,j,k))      X viewed as (before, in, after)
 
 Output sizes come from ``sizes`` (with ``keep_aspect_ratio_policy``) or ``scales``
-(``floor(scale * in)``), on all axes or on ``axes``. Cubic mode and antialiasing are refused at
-load.
+(``floor(scale * in)``), on all axes or on ``axes``.
+
+With ``antialias`` a linear or cubic pass that shrinks its axis by ``scale < 1`` widens its
+filter to ``1 / scale`` times the pixel spacing (the triangle or cubic kernel evaluated at
+``scale * (tap - x)``, over ``2 / scale`` or ``4 / scale`` taps, weights summing to one), as
+onnxruntime and the ONNX reference do; growing passes are the plain ones.
 """
 from __future__ import annotations
 
@@ -45,10 +55,8 @@ ASPECT_POLICIES = ("stretch", "not_larger", "not_smaller")
 
 def _check(attributes: dict) -> str | None:
     mode = attributes.get("mode", "nearest")
-    if mode not in ("nearest", "linear"):
-        return f"Resize mode {mode!r} is not supported (nearest and linear are)"
-    if attributes.get("antialias", 0):
-        return "Resize with antialias=1 is not supported"
+    if mode not in ("nearest", "linear", "cubic"):
+        return f"Resize mode {mode!r} is not supported (nearest, linear and cubic are)"
     choices = [("coordinate_transformation_mode", "half_pixel", COORDINATE_MODES),
                ("nearest_mode", "round_prefer_floor", NEAREST_MODES),
                ("keep_aspect_ratio_policy", "stretch", ASPECT_POLICIES)]
@@ -154,6 +162,58 @@ def linear_matrix(x: np.ndarray, size: int) -> sp.csr_array:
     return sp.csr_array((weights, (rows, columns)), shape=(len(x), size))
 
 
+def cubic_matrix(x: np.ndarray, size: int, a: float, exclude_outside: bool) -> sp.csr_array:
+    """The (out x in) CSR matrix of cubic interpolation at coordinates ``x``: onnxruntime's
+    four pixels around each coordinate and Keys' weights for coefficient ``a`` (float32);
+    a pixel index past either end reads the end pixel, or with ``exclude_outside`` takes
+    weight 0, the row's other weights divided by their sum. Indices that meet at an end
+    add their weights (the CSR sums duplicates)."""
+    f32 = np.float32
+    a = f32(a)
+    low = np.floor(x).astype(np.int64)
+    s = (x - low.astype(np.float32)).astype(np.float32)
+    t = f32(1) - s
+    weights = np.stack([
+        ((a * (s + 1) - 5 * a) * (s + 1) + 8 * a) * (s + 1) - 4 * a,
+        ((a + 2) * s - (a + 3)) * s * s + 1,
+        ((a + 2) * t - (a + 3)) * t * t + 1,
+        ((a * (t + 1) - 5 * a) * (t + 1) + 8 * a) * (t + 1) - 4 * a,
+    ], axis=1).astype(np.float32)
+    taps = low[:, None] + np.arange(-1, 3)[None, :]
+    if exclude_outside:
+        weights[(taps < 0) | (taps >= size)] = f32(0)
+        weights /= weights.sum(axis=1, keepdims=True)
+    rows = np.repeat(np.arange(len(x)), 4)
+    columns = np.clip(taps, 0, size - 1).reshape(-1)
+    return sp.csr_array((weights.reshape(-1), (rows, columns)), shape=(len(x), size))
+
+
+def antialias_matrix(x: np.ndarray, size: int, scale: float, mode: str, a: float,
+                     exclude_outside: bool) -> sp.csr_array:
+    """The (out x in) CSR matrix of antialiased ``mode`` (linear or cubic) interpolation at
+    coordinates ``x`` for an axis scaled by ``scale``: below 1, the filter is stretched by
+    ``1 / scale``; its taps past an end read the end pixel, or with ``exclude_outside`` drop
+    out; each row's weights are divided by their sum."""
+    stretch = min(float(scale), 1.0)
+    support = 1 if mode == "linear" else 2
+    start = int(np.floor(-support / stretch)) + 1
+    offsets = np.arange(start, 2 - start)
+    low = np.floor(x.astype(np.float64)).astype(np.int64)
+    u = np.abs((offsets[None, :] - (x - low)[:, None]) * stretch)
+    if mode == "linear":
+        weights = np.clip(1 - u, 0, 1)
+    else:
+        weights = np.where(u <= 1, ((a + 2) * u - (a + 3)) * u * u + 1,
+                           np.where(u < 2, ((a * u - 5 * a) * u + 8 * a) * u - 4 * a, 0.0))
+    taps = low[:, None] + offsets[None, :]
+    if exclude_outside:
+        weights[(taps < 0) | (taps >= size)] = 0.0
+    weights /= weights.sum(axis=1, keepdims=True)
+    rows = np.repeat(np.arange(len(x)), len(offsets))
+    columns = np.clip(taps, 0, size - 1).reshape(-1)
+    return sp.csr_array((weights.reshape(-1), (rows, columns)), shape=(len(x), size))
+
+
 def _interpolate(node: NodeContext, x: np.ndarray, axis: int, matrix: sp.csr_array
                  ) -> np.ndarray:
     """``x`` with ``axis`` replaced by ``matrix @`` it: one sparse·dense contraction."""
@@ -172,7 +232,7 @@ def _interpolate(node: NodeContext, x: np.ndarray, axis: int, matrix: sp.csr_arr
 @dataclass(frozen=True)
 class ResizePass:
     """One resized axis: the source index of every output position (``nearest``) or the
-    interpolation matrix (``linear``, out x in, CSR), and for ``tf_crop_and_resize`` which
+    interpolation matrix (``linear`` and ``cubic``, out x in, CSR), and for ``tf_crop_and_resize`` which
     output positions fall outside the input (else None)."""
 
     axis: int
@@ -185,7 +245,9 @@ def resize_passes(node: NodeContext, shape: Sequence[int], dtype: np.dtype,
                   roi: np.ndarray | None, scales: np.ndarray | None,
                   sizes: np.ndarray | None, *, axes: Sequence[int] | None,
                   coordinate_transformation_mode: str, keep_aspect_ratio_policy: str,
-                  mode: str, nearest_mode: str) -> tuple[list[int], list[ResizePass]]:
+                  mode: str, nearest_mode: str, cubic_coeff_a: float = -0.75,
+                  exclude_outside: int = 0, antialias: int = 0
+                  ) -> tuple[list[int], list[ResizePass]]:
     """The output shape of a Resize of an input of ``shape`` and its passes, one per axis
     that changes, in the order they run: the most shrinking axis first and, among equal
     ratios, the last axis first, so that the intermediate tensors stay small and the pass
@@ -207,8 +269,8 @@ def resize_passes(node: NodeContext, shape: Sequence[int], dtype: np.dtype,
     if crop and (bounds is None or len(bounds) != 2 * len(chosen)):
         raise ta.ShapeError(f"{node}: tf_crop_and_resize needs a roi of {2 * len(chosen)} "
                             f"values (starts, then ends)")
-    if mode == "linear" and np.dtype(dtype).kind != "f":
-        raise ta.UnsupportedError(f"{node}: linear Resize of {np.dtype(dtype)} values is not "
+    if mode != "nearest" and np.dtype(dtype).kind != "f":
+        raise ta.UnsupportedError(f"{node}: {mode} Resize of {np.dtype(dtype)} values is not "
                                   f"supported (float inputs are)")
     out_shape = list(shape)
     for a, n in zip(chosen, sizes_out):
@@ -225,13 +287,20 @@ def resize_passes(node: NodeContext, shape: Sequence[int], dtype: np.dtype,
         if mode == "nearest":
             passes.append(ResizePass(axis, nearest_indices(coords, nearest_mode, shape[axis]),
                                      None, outside))
+        elif antialias:
+            passes.append(ResizePass(axis, None, antialias_matrix(
+                coords, shape[axis], factor, mode, cubic_coeff_a, bool(exclude_outside)),
+                outside))
+        elif mode == "cubic":
+            passes.append(ResizePass(axis, None, cubic_matrix(
+                coords, shape[axis], cubic_coeff_a, bool(exclude_outside)), outside))
         else:
             passes.append(ResizePass(axis, None, linear_matrix(coords, shape[axis]), outside))
     return out_shape, passes
 
 
 def interpolation_statement(after: int) -> str:
-    """The statement of a linear pass over ``X`` viewed as (before, in, after)."""
+    """The statement of an interpolating pass over ``X`` viewed as (before, in, after)."""
     return "Y(i,a) = sum(j, M(a,j) * X(i,j))" if after == 1 else \
         "Y(i,a,k) = sum(j, M(a,j) * X(i,j,k))"
 
@@ -249,7 +318,8 @@ def resize(node: NodeContext, x: np.ndarray, roi: np.ndarray | None = None,
         node, x.shape, x.dtype, roi, scales, sizes, axes=axes,
         coordinate_transformation_mode=coordinate_transformation_mode,
         keep_aspect_ratio_policy=keep_aspect_ratio_policy, mode=mode,
-        nearest_mode=nearest_mode)
+        nearest_mode=nearest_mode, cubic_coeff_a=cubic_coeff_a, exclude_outside=exclude_outside,
+        antialias=antialias)
     if x.size == 0 or math.prod(out_shape) == 0:
         node.note("empty tensor: nothing to interpolate")
         return np.zeros(out_shape, dtype=x.dtype)

@@ -1,6 +1,6 @@
-"""The static step of a linear ``Resize``: its passes as prebound kernels.
+"""The static step of a linear or cubic ``Resize``: its passes as prebound kernels.
 
-Node by node, a linear Resize builds its interpolation matrices (scipy CSR) at every run and
+Node by node, a linear (or cubic) Resize builds its interpolation matrices (scipy CSR) at every run and
 calls ``ta`` once per resized axis through the kernel dispatch, then copies its result into
 place: for LR-ASPP's final upsampling, (21, 28, 28) to (21, 224, 224), 1.7 ms of which the
 two contractions were 0.45 (one thread, ad hoc, 2026-12-05; the planned step's time is in
@@ -32,7 +32,7 @@ from tensoralg.onnx.plan.step_base import (
 
 
 def resize_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) -> Spec | None:
-    """A linear Resize of a float32 or float64 input whose roi, scales and sizes are
+    """A linear or cubic Resize of a float32 or float64 input whose roi, scales and sizes are
     constants: one prebound CSR kernel per resized axis."""
     node = step.node
     attributes = node.attributes
@@ -40,8 +40,8 @@ def resize_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) 
     out = recorded.get(node.outputs[0])
     extra = [name for name in node.inputs[1:4] if name]
     if x is None or out is None or x.dtype not in (np.float32, np.float64) or \
-            out.dtype != x.dtype or attributes.get("mode", "nearest") != "linear" or \
-            int(attributes.get("antialias", 0)) or not x.size or not out.size or \
+            out.dtype != x.dtype or attributes.get("mode", "nearest") not in ("linear", "cubic") or \
+            not x.size or not out.size or \
             attributes.get("coordinate_transformation_mode", "half_pixel") == \
             "tf_crop_and_resize" or any(name not in constants for name in extra):
         return None
@@ -57,7 +57,11 @@ def resize_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) 
             coordinate_transformation_mode=attributes.get("coordinate_transformation_mode",
                                                           "half_pixel"),
             keep_aspect_ratio_policy=attributes.get("keep_aspect_ratio_policy", "stretch"),
-            mode="linear", nearest_mode=attributes.get("nearest_mode", "round_prefer_floor"))
+            mode=attributes["mode"], nearest_mode=attributes.get("nearest_mode",
+                                                                 "round_prefer_floor"),
+            cubic_coeff_a=attributes.get("cubic_coeff_a", -0.75),
+            exclude_outside=attributes.get("exclude_outside", 0),
+            antialias=attributes.get("antialias", 0))
     except ta.TensorAlgebraError:
         return None         # the node's own run raises it, naming the node
     if tuple(shape) != out.shape or not passes:
@@ -98,7 +102,8 @@ def resize_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) 
         return made_of(run, calls)
 
     spec = Spec(make, [(shape_, x.dtype) for shape_ in shapes[:-1]], "kernel")
-    spec.plan = "linear interpolation, one prebound CSR kernel per axis: " + "; ".join(
+    kind = ("antialiased " if attributes.get("antialias") else "") + attributes["mode"]
+    spec.plan = f"{kind} interpolation, one prebound CSR kernel per axis: " + "; ".join(
         f"axis {one.axis} {view[1]} -> {out_view[1]}"
         for one, (_, _, view, out_view) in zip(passes, bindings))
     return spec
