@@ -506,12 +506,62 @@ def _ctr_rows(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
     return {"x": np.concatenate([ids, dense], axis=1)}
 
 
+HISTORY_LEN, DIN_ITEMS, DIN_CATEGORIES = 20, 500, 50
+
+
+def _din():
+    """deepctr-torch's DIN (Deep Interest Network): a target item and category attend over the
+    user's history of HISTORY_LEN items and categories (embeddings shared with the target's,
+    padded histories of random length), then an MLP; one concatenated float input as every
+    deepctr-torch model takes."""
+    torch = _torch()
+    inputs = _require("deepctr_torch.inputs", "pip install deepctr-torch")
+    models = _require("deepctr_torch.models", "pip install deepctr-torch")
+    sparse = inputs.SparseFeat
+    columns = [sparse("user", 100, embedding_dim=CTR_DIM), sparse("gender", 2,
+                                                                  embedding_dim=CTR_DIM),
+               sparse("item_id", DIN_ITEMS, embedding_dim=CTR_DIM),
+               sparse("cate_id", DIN_CATEGORIES, embedding_dim=CTR_DIM),
+               inputs.DenseFeat("pay_score", 1),
+               inputs.VarLenSparseFeat(sparse("hist_item_id", DIN_ITEMS, embedding_dim=CTR_DIM,
+                                              embedding_name="item_id"),
+                                       maxlen=HISTORY_LEN, length_name="seq_length"),
+               inputs.VarLenSparseFeat(sparse("hist_cate_id", DIN_CATEGORIES,
+                                              embedding_dim=CTR_DIM, embedding_name="cate_id"),
+                                       maxlen=HISTORY_LEN, length_name="seq_length")]
+    model = models.DIN(columns, ["item_id", "cate_id"], device="cpu", init_std=0.1, seed=SEED)
+    order = list(model.feature_index)
+    expected = ["user", "gender", "item_id", "cate_id", "pay_score", "hist_item_id",
+                "seq_length", "hist_cate_id"]
+    if order != expected:       # _din_rows lays the columns out in this order
+        raise Unavailable(f"this deepctr-torch orders DIN's inputs {order}, not {expected}")
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "embedding" in name:
+                p.mul_(3.0)
+    return model.eval()
+
+
+def _din_rows(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """DIN's input: user, gender, item, category, a dense score, the item history (ids after
+    each row's length are 0, the padding), the length, the category history."""
+    lengths = rng.integers(1, HISTORY_LEN + 1, n)
+    padded = np.arange(HISTORY_LEN)[None, :] >= lengths[:, None]
+    items = np.where(padded, 0, rng.integers(1, DIN_ITEMS, (n, HISTORY_LEN)))
+    categories = np.where(padded, 0, rng.integers(1, DIN_CATEGORIES, (n, HISTORY_LEN)))
+    columns = [rng.integers(0, 100, (n, 1)), rng.integers(0, 2, (n, 1)),
+               rng.integers(1, DIN_ITEMS, (n, 1)), rng.integers(1, DIN_CATEGORIES, (n, 1)),
+               rng.random((n, 1)), items, lengths[:, None], categories]
+    return {"x": np.concatenate(columns, axis=1).astype(np.float32)}
+
+
 # --- pytorch-widedeep ------------------------------------------------------------------------
 
 def _widedeep():
     torch = _torch()
-    wd = _require("pytorch_widedeep.models", "bash benchmarks/install_widedeep.sh (pytorch-widedeep "
-                  "declares numpy<2; the script installs it beside NumPy 2 with --no-deps)")
+    wd = _require("pytorch_widedeep.models",
+                  "bash benchmarks/install_widedeep.sh (pytorch-widedeep declares numpy<2; the "
+                  "script installs it beside NumPy 2 with --no-deps)")
     columns = [f"c{i}" for i in range(SPARSE)]
     wide = wd.Wide(input_dim=SPARSE * CTR_VOCAB + 1, pred_dim=1)
     column_idx = {c: i for i, c in enumerate(columns + [f"d{i}" for i in range(DENSE)])}
@@ -790,7 +840,8 @@ HELD_OUT = [
       for kind in ("vit", "wav2vec2", "whisper_encoder")],
     # a fifth group (2026-12-05): mixture-of-experts routing, a selective state-space scan,
     # grouped 1-D and span-dynamic convolutions, (2+1)-D and mixed 3-D video convolutions,
-    # atrous pyramids whose rates do not divide the feature map, continuous position biases
+    # atrous pyramids whose rates do not divide the feature map, continuous position biases,
+    # attention over a padded behaviour history (DIN)
     *[Spec(kind, "transformers", 8, _transformer(kind), _tokens, held_out=True)
       for kind in ("gemma", "mixtral", "mamba", "squeezebert", "convbert", "clip_text")],
     *[Spec(kind, "transformers", 8, _signal_model(kind), _signals(kind), held_out=True)
@@ -801,6 +852,7 @@ HELD_OUT = [
          _vision("deeplabv3_mobilenet_v3_large", family="segmentation"), _images,
          held_out=True),
     Spec("swin_v2_t", "torchvision", 8, _vision("swin_v2_t"), _images, held_out=True),
+    Spec("din", "deepctr-torch", 256, _din, _din_rows, held_out=True),
 ]
 SPECS.update((spec.name, spec) for spec in HELD_OUT)
 HELD_OUT_REPORT = HERE / "ONNX_HELD_OUT_RESULTS.md"

@@ -3,14 +3,14 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Collection
 
 import numpy as np
 
 import tensoralg as ta
 from tensoralg.onnx.frontend.graph import Graph, Node
 from tensoralg.onnx.ops.kernels import KernelSet, NodeContext
-from tensoralg.onnx.plan.memory import MemoryTrace, last_uses
+from tensoralg.onnx.plan.memory import MemoryTrace, PageDropper, last_uses
 
 
 def call_node(node: Node, context: NodeContext, values: dict[str, Any],
@@ -74,12 +74,17 @@ class Executor:
 
     def run(self, feeds: dict[str, np.ndarray],
             timer: Callable[[Step, float], Any] | None = None,
-            memory: MemoryTrace | None = None, keep_all: bool = False
-            ) -> dict[str, np.ndarray]:
+            memory: MemoryTrace | None = None, keep_all: bool = False,
+            values_read: Collection[str] | None = None) -> dict[str, np.ndarray]:
         """All values after running every step (``memory`` records buffers and lifetimes;
-        ``keep_all`` keeps every value instead of releasing it after its last use)."""
+        ``keep_all`` keeps every value instead of releasing it after its last use). With
+        ``keep_all`` and ``values_read`` (the names whose values the caller will read), the
+        others keep their shapes, dtypes and addresses but their memory pages go back to the
+        system after their last use (:class:`PageDropper`)."""
         values = dict(self.graph.constants)
         values.update(feeds)
+        dropper = PageDropper(values, values_read) if keep_all and values_read is not None \
+            else None
         if memory is not None:
             memory.foreign.update(MemoryTrace.start(values).foreign)
         for k, step in enumerate(self.steps):
@@ -96,6 +101,9 @@ class Executor:
                 if keep_all:
                     step.captured, step.context.capture = step.context.capture, None
             values.update(produced)
+            if dropper is not None:
+                dropper.produced(produced)
+                dropper.released(step.release, values)
             if timer is not None:
                 timer(step, time.perf_counter() - start)
             if memory is not None:

@@ -10,8 +10,12 @@ buffers would follow; its total is what such a runtime would hold.
 """
 from __future__ import annotations
 
+import ctypes
+import mmap
+import sys
+from collections import Counter
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Collection, Iterable
 
 import numpy as np
 
@@ -159,3 +163,92 @@ def _kib(n: int) -> str:
 
 
 __all__ = ["last_uses", "MemoryTrace", "MemoryStats", "reuse_plan", "assign_arenas"]
+
+
+# Buffers from this size up give their pages back after their last use in a recording run.
+DROP_PAGES_BYTES = 1 << 20
+_MADV_DONTNEED = 4
+
+
+def _madvise() -> object | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        function = libc.madvise
+    except (OSError, AttributeError):
+        return None
+    function.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    function.restype = ctypes.c_int
+    return function
+
+
+_MADVISE = _madvise()
+
+
+def drop_pages(array: np.ndarray) -> int:
+    """Give the whole memory pages inside ``array``'s buffer back to the operating system
+    (Linux ``madvise(MADV_DONTNEED)``); the bytes given back, 0 where that is not available.
+
+    The array keeps its address, shape, dtype and strides, so views of it and anything that
+    compares addresses still see the same buffer, but its values read as zeros afterwards: only
+    for a buffer nothing will read again. The partial pages at either end stay (the memory
+    allocator keeps its own records there).
+    """
+    if _MADVISE is None or not array.nbytes:
+        return 0
+    start = array.ctypes.data
+    first = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE
+    end = (start + array.nbytes) // mmap.PAGESIZE * mmap.PAGESIZE
+    if end <= first or _MADVISE(first, end - first, _MADV_DONTNEED) != 0:
+        return 0
+    return end - first
+
+
+class PageDropper:
+    """Where a recording run keeps every value (the static plan reads their shapes, dtypes and
+    addresses, and only the values of a few), the pages of a buffer go back to the system
+    once no value still to be read lives in it: that run then peaks near a normal run's
+    memory instead of holding every intermediate of the graph at once (an r(2+1)D video
+    network at batch 8: every intermediate together is ~8 GB, the largest live set ~0.7 GB).
+
+    Only float buffers of ``DROP_PAGES_BYTES`` or more (activations; ids, masks and shapes
+    keep their values), never those of feeds and constants (``foreign``) or of the values
+    named in ``keep`` (whose values the plan reads: the ones it takes as constants)."""
+
+    def __init__(self, values: dict[str, np.ndarray], keep: Collection[str]) -> None:
+        self.foreign = {id(_root(v)) for v in values.values() if isinstance(v, np.ndarray)}
+        self.keep = set(keep)
+        self.kept: set[int] = set()
+        self.live: Counter[int] = Counter()
+        self.roots: dict[int, np.ndarray] = {}
+        self.dropped = 0
+
+    def produced(self, outputs: dict[str, np.ndarray]) -> None:
+        for name, value in outputs.items():
+            if not isinstance(value, np.ndarray):
+                continue
+            root = _root(value)
+            key = id(root)
+            if key in self.foreign:
+                continue
+            self.roots[key] = root
+            self.live[key] += 1
+            if name in self.keep:
+                self.kept.add(key)
+
+    def released(self, names: Iterable[str], values: dict[str, np.ndarray]) -> None:
+        for name in names:
+            value = values.get(name)
+            if not isinstance(value, np.ndarray):
+                continue
+            key = id(_root(value))
+            if key not in self.live:
+                continue
+            self.live[key] -= 1
+            if self.live[key] == 0:
+                del self.live[key]
+                root = self.roots.pop(key)
+                if key not in self.kept and root.nbytes >= DROP_PAGES_BYTES and \
+                        root.dtype.kind in "fc":
+                    self.dropped += drop_pages(root)

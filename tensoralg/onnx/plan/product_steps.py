@@ -270,12 +270,14 @@ POINTWISE_CONV = "Y(n,o,p) = sum(c, W(o,c) * X(n,c,p))"
 
 def pointwise_conv_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]
                         ) -> Spec | None:
-    """A ``Conv`` whose kernel is one cell (any rank; stride 1, no padding, group 1: xDeepFM's
-    CIN layers, 1-D) with constant weights: the input viewed as (N, C, positions) is the patch
-    matrix, so nothing is copied. Too small for BLAS, one prebound kernel
-    ``Y(n,o,p) = sum(c, W(o,c) * X(n,c,p))`` with the bias and the fused ReLU in the same
-    statement; else, for a 2-D convolution, None (``conv_spec`` runs it as a direct
-    convolution on the generated GEMM), and otherwise BLAS into a scratch product and one
+    """A ``Conv`` whose kernel is one cell (any rank; stride 1, no padding: xDeepFM's CIN
+    layers, 1-D; group 1, or any group over a 1-D input: SqueezeBERT's grouped projections)
+    with constant weights: the input viewed as (N, C, positions), or (N, G, C / G, positions),
+    is the patch matrix, so nothing is copied. Too small for BLAS, one prebound kernel
+    ``Y(n,o,p) = sum(c, W(o,c) * X(n,c,p))`` (grouped: ``Y(n,g,o,p) = sum(c, W(g,o,c) *
+    X(n,g,c,p))``) with the bias and the fused ReLU in the same statement; else, for a 2-D
+    convolution, None (``conv_spec`` runs it as a direct convolution on the generated GEMM),
+    and otherwise BLAS (one batched product over the groups) into a scratch product and one
     kernel for the bias and ReLU."""
     node = step.node
     attrs = node.attributes
@@ -286,16 +288,27 @@ def pointwise_conv_spec(step: Step, recorded: Env, constants: Mapping[str, np.nd
     if weight is None or x.ndim < 3 or weight.ndim != x.ndim or x.dtype not in FLOATS or \
             weight.dtype != x.dtype or out.dtype != x.dtype or \
             (bias_name and (bias is None or bias.dtype != x.dtype)) or \
-            int(attrs.get("group", 1)) != 1 or any(k != 1 for k in weight.shape[2:]) or \
+            any(k != 1 for k in weight.shape[2:]) or \
             out.shape != (x.shape[0], weight.shape[0], *x.shape[2:]) or not out.size:
         return None
     n, channels, positions = x.shape[0], x.shape[1], int(np.prod(x.shape[2:]))
-    if weight.shape[1] != channels:
+    groups = int(attrs.get("group", 1))
+    if groups < 1 or (groups > 1 and x.ndim != 3) or channels % groups or \
+            weight.shape[0] % groups or weight.shape[1] * groups != channels:
         return None
     relu = fused_activation(attrs)
-    w = np.ascontiguousarray(weight.reshape(weight.shape[0], channels))
-    shape, out_shape = (n, channels, positions), (n, weight.shape[0], positions)
-    large = use_blas(x.dtype, n * weight.shape[0] * channels * positions)
+    per_in, per_out = channels // groups, weight.shape[0] // groups
+    if groups == 1:
+        w = np.ascontiguousarray(weight.reshape(weight.shape[0], channels))
+        shape, out_shape = (n, channels, positions), (n, weight.shape[0], positions)
+        y, wi, xi, bi = "n,o,p", "o,c", "n,c,p", "o"
+    else:
+        w = np.ascontiguousarray(weight.reshape(groups, per_out, per_in))
+        shape, out_shape = (n, groups, per_in, positions), (n, groups, per_out, positions)
+        y, wi, xi, bi = "n,g,o,p", "g,o,c", "n,g,c,p", "g,o"
+        if bias is not None:
+            bias = bias.reshape(groups, per_out)
+    large = use_blas(x.dtype, n * per_out * channels * positions)
     if large and x.ndim == 4:
         # A 2-D 1x1 convolution is a direct convolution on the generated GEMM (conv_spec):
         # one thread, as ta.set_num_threads says, where NumPy's OpenBLAS runs its own threads;
@@ -305,9 +318,9 @@ def pointwise_conv_spec(step: Step, recorded: Env, constants: Mapping[str, np.nd
     if large:
         # The generated statement's loops cannot match BLAS here (8x slower on xDeepFM's
         # 32 x 676 x 8): BLAS into a scratch product, then bias and ReLU as one kernel.
-        epilogue = "Y(n,o,p) = A(n,o,p)" + (" + B(o)" if bias is not None else "")
+        epilogue = f"Y({y}) = A({y})" + (f" + B({bi})" if bias is not None else "")
         if relu:
-            epilogue = f"Y(n,o,p) = {clamp_text(epilogue.split(' = ', 1)[1], relu)}"
+            epilogue = f"Y({y}) = {clamp_text(epilogue.split(' = ', 1)[1], relu)}"
         post = step.context.kernels.get(epilogue, x.dtype, {})
 
         def make_blas(outs: list[np.ndarray], buffers: list[np.ndarray], ins: list[Getter]
@@ -322,15 +335,18 @@ def pointwise_conv_spec(step: Step, recorded: Env, constants: Mapping[str, np.nd
             return run
 
         spec = Spec(make_blas, [(out_shape, x.dtype)], "BLAS + kernel")
-        spec.plan = f"BLAS (dense {n}x{weight.shape[0]}x{channels}x{positions}) then {epilogue}"
+        spec.plan = (f"BLAS (dense {n}x{weight.shape[0]}x{channels}x{positions}"
+                     + (f", {groups} groups" if groups > 1 else "") + f") then {epilogue}")
         return spec
-    statement = POINTWISE_CONV + (" + B(o)" if bias is not None else "")
+    statement = (POINTWISE_CONV if groups == 1 else
+                 f"Y({y}) = sum(c, W({wi}) * X({xi}))") + (f" + B({bi})" if bias is not None
+                                                           else "")
     activation = fused(attrs)
     # A smooth activation written around the sum would compute the sum twice (SiLU reads
     # its argument twice): it runs as a second kernel on the result, in place.
     after = activation is not None and activation.smooth
     if relu and not after:
-        statement = f"Y(n,o,p) = {clamp_text(statement.split(' = ', 1)[1], relu)}"
+        statement = f"Y({y}) = {clamp_text(statement.split(' = ', 1)[1], relu)}"
     kernel = step.context.kernels.get(statement, x.dtype, {})
     operands = {"W": w} if bias is None else {"W": w, "B": np.ascontiguousarray(bias)}
     text = f"Y(i) = {activation.text('A(i)')}" if after else None

@@ -673,7 +673,12 @@ class Specialiser:
                     self.seen.clear()
                 self.seen.add(signature)
                 return self.executor.run(densified(feeds), timer)
-            recorded = self.executor.run(densified(feeds), timer, keep_all=True)
+            # The plan reads the recorded values' shapes, dtypes and addresses, and the
+            # values themselves only of what it may take as constants (and the outputs).
+            read = _shape_values(self.executor.steps, constants).union(
+                v.name for v in self.executor.graph.outputs)
+            recorded = self.executor.run(densified(feeds), timer, keep_all=True,
+                                         values_read=read)
             self._build(signature, feeds, recorded)
             return recorded
         plan = self.plans[signature]
