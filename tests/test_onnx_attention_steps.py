@@ -1,5 +1,5 @@
 """Static-plan steps of a transformer's attention-mask path (tensoralg/onnx/plan/mask_steps.py):
-mixed-dtype Cast, And/Or/Xor/Not, Expand and Where as compiled broadcast kernels
+mixed-dtype Cast, And/Or/Xor/Not, comparisons, Expand and Where as compiled broadcast kernels
 (``tensoralg.program.broadcast_call``), bool block copies, and a Reshape to a graph output as a
 compiled copy, so that the plan stays one compiled sequence. Each model is compared with
 onnxruntime on fresh values after the plan is built (level 3 plans on the second run).
@@ -118,6 +118,42 @@ def test_logical_ops_broadcast(op: str) -> None:
     assert _python_steps(compiled) == []
     for _ in range(2):
         _check(compiled, model, feeds())
+
+
+@pytest.mark.parametrize("op", ["Less", "LessOrEqual", "Greater", "GreaterOrEqual", "Equal"])
+@pytest.mark.parametrize("dtype,kind", [(np.int64, I64), (np.float32, F32), (np.int32, I32)])
+def test_comparisons_broadcast(op: str, dtype: type, kind: int) -> None:
+    """DIN's history mask: positions ``arange(L)`` (1, L) compared with each row's length
+    (B, 1), then a Where; every step a compiled broadcast kernel. Float inputs with NaN
+    compare false, as onnxruntime's do."""
+    positions = numpy_helper.from_array(np.arange(6, dtype=dtype).reshape(1, 6), "positions")
+    model = _model([h.make_node(op, ["positions", "length"], ["mask"]),
+                    h.make_node("Where", ["mask", "x", "zero"], ["out"])],
+                   [h.make_tensor_value_info("length", kind, [4, 1]),
+                    h.make_tensor_value_info("x", F32, [4, 6])],
+                   [h.make_tensor_value_info("out", F32, [4, 6]),
+                    h.make_tensor_value_info("mask", BOOL, [4, 6])],
+                   [positions, numpy_helper.from_array(np.array(0.0, np.float32), "zero")])
+    rng = np.random.default_rng(4)
+
+    def feeds() -> dict[str, np.ndarray]:
+        length = rng.integers(0, 7, (4, 1)).astype(dtype)
+        if dtype == np.float32:
+            length[0, 0] = np.nan
+        return {"length": length, "x": rng.standard_normal((4, 6)).astype(np.float32)}
+    compiled = planned_model(model, feeds())
+    assert _python_steps(compiled) == []
+    for _ in range(2):
+        _check(compiled, model, feeds())
+
+
+def test_a_comparison_of_two_dtypes_has_no_broadcast_kernel() -> None:
+    out = np.zeros((2, 3), np.bool_)
+    assert ta.api.broadcast_call("lt", [np.zeros((2, 3), np.int64), np.zeros(3, np.int64)],
+                                 out, "t") is not None
+    assert ta.api.broadcast_call("lt", [np.zeros((2, 3), np.int64), np.zeros(3, np.int32)],
+                                 out, "t") is None
+    assert ta.api.broadcast_call("eq", [np.zeros(3), np.zeros(3)], np.zeros(3), "t") is None
 
 
 @pytest.mark.parametrize("source,target", [(np.int64, I32), (np.int32, I64), (np.int64, F32),

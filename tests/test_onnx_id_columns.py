@@ -160,6 +160,78 @@ def test_a_batch_of_zero_rows(model, session, level):
         assert got.shape == want.shape == (0, 2)
 
 
+def _history_model(width: int) -> onnx.ModelProto:
+    """DIN's form: ``x`` (N x (2 + width) floats) holds a target id, then ``width`` history
+    ids, then a score; the history is sliced as one block, cast to int64 and gathered
+    (N x width x DIM), flattened into a MatMul and joined with the target's embedding (not
+    summed: a Gather and ReduceSum would become an embedding bag, read another way)."""
+    rng = np.random.default_rng(41)
+    inits = [numpy_helper.from_array(rng.standard_normal((ROWS, DIM)).astype(np.float32), "T"),
+             numpy_helper.from_array(rng.standard_normal((width * DIM, DIM)).astype(np.float32),
+                                     "W"),
+             *[numpy_helper.from_array(np.array(v, np.int64), name) for name, v in
+               {"k0": [0], "k1": [1], "kw": [1 + width], "one": [1],
+                }.items()]]
+    nodes = [h.make_node("Slice", ["x", "k1", "kw", "one"], ["hs"]),
+             h.make_node("Cast", ["hs"], ["hc"], to=I64),
+             h.make_node("Gather", ["T", "hc"], ["he"]),
+             h.make_node("Flatten", ["he"], ["hf"], axis=1),
+             h.make_node("MatMul", ["hf", "W"], ["hm"]),
+             h.make_node("Slice", ["x", "k0", "k1", "one"], ["ts"]),
+             h.make_node("Cast", ["ts"], ["tc"], to=I64),
+             h.make_node("Gather", ["T", "tc"], ["te"]),
+             h.make_node("Flatten", ["te"], ["tf"], axis=1),
+             h.make_node("Mul", ["hm", "tf"], ["y"])]
+    graph = h.make_graph(nodes, "history", [h.make_tensor_value_info("x", F32,
+                                                                     ["N", 2 + width])],
+                         [h.make_tensor_value_info("y", F32, ["N", DIM])], inits)
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 18)])
+    model.ir_version = 8
+    return model
+
+
+@pytest.mark.parametrize("width", [1, 3, 20])
+@pytest.mark.parametrize("n", [1, 5])
+def test_a_block_of_id_columns_is_read_in_place(width, n):
+    """A behaviour history of ``width`` id columns: its gather reads the block from ``x`` in
+    place, converting as the Cast does; the Slice and Cast leave the plan. Out-of-range ids
+    are refused, and the model runs right afterwards."""
+    model = _history_model(width)
+    session = ort.InferenceSession(model.SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    compiled = tonnx.load(model, opt_level=3)
+    rng = np.random.default_rng(42 + width + n)
+
+    def feeds() -> dict[str, np.ndarray]:
+        x = rng.integers(-ROWS + 1, ROWS, (n, 2 + width)).astype(np.float32)
+        x[:, :-1] += rng.uniform(-0.9, 0.9, (n, 1 + width)).astype(np.float32)
+        x[:, -1] = rng.standard_normal(n)
+        return {"x": x}
+    for _ in range(4):
+        given = feeds()
+        np.testing.assert_allclose(compiled.run(given)["y"], session.run(None, given)[0],
+                                   rtol=1e-5, atol=1e-6)
+    plan = compiled.specialiser.latest()
+    ops = [s.step.node.op_type for s in plan.steps]
+    assert "Cast" not in ops and "Slice" not in ops, plan.describe()
+    bad = feeds()
+    bad["x"][n - 1, width] = ROWS + 0.5
+    with pytest.raises(ta.ShapeError, match="outside"):
+        compiled.run(bad)
+    given = feeds()
+    np.testing.assert_allclose(compiled.run(given)["y"], session.run(None, given)[0],
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_gather_call_refuses_a_block_past_the_ids():
+    table = np.zeros((4, 2), np.float32)
+    ids = np.zeros((3, 5), np.float32)
+    assert gather_call(table, ids, np.zeros((3, 2, 2), np.float32), "t", 3, 2) is not None
+    assert gather_call(table, ids, np.zeros((3, 3, 2), np.float32), "t", 3, 3) is None
+    assert gather_call(table, ids.reshape(-1), np.zeros((15, 2), np.float32), "t",
+                       None, 2) is None
+
+
 def test_float_id_gather_kernel_checks_before_converting():
     table = np.arange(12, dtype=np.float32).reshape(4, 3)
     ids = np.array([[0.5, 9], [-1.2, 9], [np.nan, 9], [-4.9, 9], [-5.0, 9], [3.99, 9],

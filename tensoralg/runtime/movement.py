@@ -59,38 +59,42 @@ def _float_row(v: b.Var, k: b.Var, rows: b.Var, bad: b.Var) -> list:
 
 
 def gather_function(value: Scalar, index: Scalar) -> Function:
-    """``out[r*ld + j] = table[ids[r*ld_ids]*dim + j]`` for ``r < count``, ``j < dim``; float
-    ids are truncated toward zero first (ONNX Cast).
+    """``out[r*ld + j] = table[id(r)*dim + j]`` for ``r < count * width``, ``j < dim``, where
+    the ids come in ``count`` runs of ``width`` consecutive ones, ``ld_ids`` apart
+    (``id(g*width + w) = ids[g*ld_ids + w]``: one id a row of a matrix, or a block of columns
+    of it); float ids are truncated toward zero first (ONNX Cast).
 
-    >>> "gather_rows" in gather_function(I32, I64).name
+    >>> "gather_blocks" in gather_function(I32, I64).name
     True
     >>> gather_function(I32, F32).name
-    'gather_rows_i32_f32'
+    'gather_blocks_i32_f32'
     """
     table, ids, out = (b.var("table", Ptr(value)), b.var("ids", Ptr(index)),
                        b.var("out", Ptr(value)))
-    rows, dim, count, ld, ld_ids = (b.var(n, I64) for n in ("rows", "dim", "count", "ld",
-                                                             "ld_ids"))
+    rows, dim, count, width, ld, ld_ids = (b.var(n, I64) for n in (
+        "rows", "dim", "count", "width", "ld", "ld_ids"))
     flag = b.var("bad_out", Ptr(I64))
-    r, j, k = b.var("r", I64), b.var("j", I64), b.var("k", I64)
+    g, w, j, k = b.var("g", I64), b.var("w", I64), b.var("j", I64), b.var("k", I64)
     bad = b.var("bad", I32)
+    at = b.add(b.mul(g, ld_ids), w)
     if index.is_float:
         v = b.var("v", index)
-        row = [b.declare(v, b.load(ids, b.mul(r, ld_ids))), b.declare(k, b.i64(0)),
+        row = [b.declare(v, b.load(ids, at)), b.declare(k, b.i64(0)),
                *_float_row(v, k, rows, bad)]
     else:
-        row = [b.declare(k, b.cast(b.load(ids, b.mul(r, ld_ids)), I64)),
-               *_safe_row(k, rows, bad)]
+        row = [b.declare(k, b.cast(b.load(ids, at), I64)), *_safe_row(k, rows, bad)]
+    r = b.add(b.mul(g, width), w)
     body = [b.declare(bad, b.const(0, I32)),
-            b.for_(r, 0, count, *row,
-                   b.for_(j, 0, dim, b.store(out, b.add(b.mul(r, ld), j),
-                                             b.load(table, b.add(b.mul(k, dim), j))))),
+            b.for_(g, 0, count, b.for_(
+                w, 0, width, *row,
+                b.for_(j, 0, dim, b.store(out, b.add(b.mul(r, ld), j),
+                                          b.load(table, b.add(b.mul(k, dim), j)))))),
             b.store(flag, 0, b.cast(bad, I64))]
     params = [b.param(table, "table"), b.param(rows, "rows"), b.param(dim, "dim"),
               b.param(ids, "ids"), b.param(ld_ids, "ld_ids"), b.param(count, "count"),
-              b.param(out, "out", output=True), b.param(ld, "ld"),
+              b.param(width, "width"), b.param(out, "out", output=True), b.param(ld, "ld"),
               b.param(flag, "bad", output=True)]
-    return b.function(f"gather_rows_{value}_{index}", params, *body)
+    return b.function(f"gather_blocks_{value}_{index}", params, *body)
 
 
 def copy_function(value: Scalar) -> Function:
@@ -291,28 +295,32 @@ def _value_type(dtype: np.dtype) -> Scalar | None:
 
 
 def gather_call(table: np.ndarray, ids: np.ndarray, out: np.ndarray, what: str,
-                column: int | None = None) -> MovementCall | None:
+                column: int | None = None, width: int = 1) -> MovementCall | None:
     """``out[r] = table[ids[r]]`` (rows of a C-contiguous table; ``out`` rows may be a column
-    block of a wider C-contiguous array); with ``column``, the ids are that column of the
-    2-D ``ids``, read in place. Float ids are truncated toward zero (ONNX Cast to int64) and
-    checked before. None when the dtypes or layouts do not allow it."""
+    block of a wider C-contiguous array); with ``column``, the ids are the ``width`` columns
+    from ``column`` of the 2-D ``ids``, read in place (row by row). Float ids are truncated
+    toward zero (ONNX Cast to int64) and checked before. None when the dtypes or layouts do
+    not allow it."""
     value, index = _value_type(table.dtype), _IDS.get(ids.dtype)
     if value is None or index is None or table.ndim < 1 or not table.shape[0] or \
             out.dtype != table.dtype or not table.flags.c_contiguous or \
-            not ids.flags.c_contiguous or (column is not None and ids.ndim != 2):
+            not ids.flags.c_contiguous or (column is not None and ids.ndim != 2) or \
+            width < 1 or (column is None and width != 1) or \
+            (column is not None and not 0 <= column <= ids.shape[1] - width):
         return None
     count, step = (ids.size, 1) if column is None else ids.shape
     dim = int(np.prod(table.shape[1:], dtype=np.int64))
     if not count or not dim:
         return None          # nothing to move: the caller's own path handles empty arrays
-    flat = out.reshape(count, -1) if out.flags.c_contiguous else out
-    if flat.ndim != 2 or flat.shape != (count, dim) or flat.strides[1] != out.itemsize:
+    flat = out.reshape(count * width, -1) if out.flags.c_contiguous else out
+    if flat.ndim != 2 or flat.shape != (count * width, dim) or \
+            flat.strides[1] != out.itemsize:
         return None
     flag = np.zeros(1, np.int64)
     kernel = _kernel(("gather", value, index), lambda: gather_function(value, index))
     offset = 0 if column is None else column * ids.itemsize
     args = [table.ctypes.data, table.shape[0], dim, ids.ctypes.data + offset, step, count,
-            flat.ctypes.data, flat.strides[0] // out.itemsize, flag.ctypes.data]
+            width, flat.ctypes.data, flat.strides[0] // out.itemsize, flag.ctypes.data]
     return MovementCall(kernel, args, {"ids": 3}, [table, ids, out, flag], what, flag,
                         {"ids": offset})
 
@@ -357,7 +365,10 @@ def block_copy_call(src: np.ndarray, offset: int, rows: int, cols: int, ld_src: 
 _ELEMENTS = {np.dtype(np.bool_): BOOL, np.dtype(np.int32): I32, np.dtype(np.int64): I64,
              np.dtype(np.float32): F32, np.dtype(np.float64): F64}
 # op -> number of inputs; each reads its inputs as the IR's C conversions do (nonzero is true)
-BROADCAST_OPS = {"cast": 1, "not": 1, "and": 2, "or": 2, "xor": 2, "where": 3}
+BROADCAST_OPS = {"cast": 1, "not": 1, "and": 2, "or": 2, "xor": 2, "where": 3,
+                 "lt": 2, "le": 2, "gt": 2, "ge": 2, "eq": 2}
+# comparisons of two inputs of one dtype, to bool (NaN compares false, as in NumPy)
+_COMPARISONS = {"lt": b.lt, "le": b.le, "gt": b.gt, "ge": b.ge, "eq": b.eq}
 BROADCAST_RANK = 4
 
 
@@ -365,7 +376,8 @@ def broadcast_function(op: str, out: Scalar, ins: tuple[Scalar, ...]) -> Functio
     """``out[i] = op(x0[i], ...)`` over a rank-4 index space, each input read through its own
     element strides (0 along a broadcast axis), converting with the C rules of ``ir.build.cast``
     (nonzero is true; a float is never converted to an integer here). ``cast`` is also a
-    broadcast copy (Expand); ``where`` selects ``x1`` or ``x2`` by ``x0``.
+    broadcast copy (Expand); ``where`` selects ``x1`` or ``x2`` by ``x0``; a comparison
+    (``lt``, ``le``, ``gt``, ``ge``, ``eq``) compares ``x0`` with ``x1``.
 
     >>> broadcast_function("where", F32, (BOOL, F32, F32)).name
     'broadcast_where_f32_bool_f32_f32'
@@ -397,6 +409,8 @@ def broadcast_function(op: str, out: Scalar, ins: tuple[Scalar, ...]) -> Functio
         value = b.lor(truth[0], truth[1])
     elif op == "xor":
         value = b.ne(truth[0], truth[1])
+    elif op in _COMPARISONS:
+        value = _COMPARISONS[op](values[0], values[1])
     else:
         value = b.select(truth[0], b.cast(values[1], out), b.cast(values[2], out))
     body: Any = b.store(target, offset(idx, _row_major(dims)), value)
@@ -439,6 +453,8 @@ def broadcast_call(op: str, inputs: list[np.ndarray], out: np.ndarray, what: str
             out.dtype != np.bool_:
         return None
     if op in ("not", "and", "or", "xor") and out.dtype != np.bool_:
+        return None
+    if op in _COMPARISONS and (out.dtype != np.bool_ or inputs[0].dtype != inputs[1].dtype):
         return None
     pad = BROADCAST_RANK - out.ndim
     shape = (1,) * pad + out.shape

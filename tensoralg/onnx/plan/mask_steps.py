@@ -1,5 +1,6 @@
 """Static steps for the mixed-dtype elementwise ops of attention masks: Cast, And, Or, Xor,
-Not, Where and Expand, as one compiled broadcast kernel each (``tensoralg.program.broadcast_call``),
+Not, Where, Expand and the comparisons (Less, LessOrEqual, Greater, GreaterOrEqual, Equal:
+DIN's ``arange(L) < length`` history mask), as one compiled broadcast kernel each (``tensoralg.program.broadcast_call``),
 and for a Reshape-like node that writes a graph output (a compiled copy).
 
 The core's kernels compute in one dtype, so these ops run node by node as NumPy casts around
@@ -34,7 +35,9 @@ INTEGER_OPS = frozenset({"Add", "Sub", "Mul", "ReduceSum"})
 _INTEGERS = (np.dtype(np.int32), np.dtype(np.int64))
 # ONNX op -> the broadcast kernel's op ("integer": see integer_spec)
 MASK_OPS = {"Cast": "cast", "And": "and", "Or": "or", "Xor": "xor", "Not": "not",
-            "Where": "where", "Expand": "cast", **{op: "integer" for op in INTEGER_OPS}}
+            "Where": "where", "Expand": "cast", "Less": "lt", "LessOrEqual": "le",
+            "Greater": "gt", "GreaterOrEqual": "ge", "Equal": "eq",
+            **{op: "integer" for op in INTEGER_OPS}}
 # Reshape-like ops are views in a plan, except when their output is a graph output (which
 # has a buffer of its own): then a compiled copy, so that it need not end the sequence.
 COPY_OPS = {"Identity": "cast", "Reshape": "cast", "Flatten": "cast", "Squeeze": "cast",

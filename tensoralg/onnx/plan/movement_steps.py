@@ -135,13 +135,14 @@ ID_CASTS = (np.dtype(np.int32), np.dtype(np.int64))
 
 
 def cast_column(name: str, recorded: Env, constants: Mapping[str, np.ndarray],
-                shared: dict[str, Any]) -> tuple[str, int] | None:
+                shared: dict[str, Any]) -> tuple[str, int, int] | None:
     """When the ids ``name`` are ``Cast(Slice(x))`` (or ``Slice(x)``) of a 2-D graph input
-    ``x`` (count x fields), the slice one column ``c`` of it, with constant bounds, or
-    ``Cast(Gather(x, c, axis=1))`` with a constant scalar ``c``: ``(x, c)``,
-    so that a gather reads its ids from ``x`` in place, converting as the Cast does (deepctr
-    slices each sparse feature's column out of one float matrix and casts it to int64). The
-    Slice and Cast leave the plan once every reader reads in place.
+    ``x`` (count x fields), the slice ``width`` consecutive columns from ``c`` of it, with
+    constant bounds, or ``Cast(Gather(x, c, axis=1))`` with a constant scalar ``c`` (width
+    1): ``(x, c, width)``, so that a gather reads its ids from ``x`` in place, converting as
+    the Cast does (deepctr slices each sparse feature's column out of one float matrix and
+    casts it to int64; DIN a behaviour history of 20 columns). The Slice and Cast leave the
+    plan once every reader reads in place.
 
     >>> cast_column("ids", {}, {}, {}) is None
     True
@@ -163,7 +164,7 @@ def cast_column(name: str, recorded: Env, constants: Mapping[str, np.ndarray],
         if column is None or x is None or x.ndim != 2 or x.dtype not in ID_CASTS + FLOATS or \
                 len(column[1]) != 2:
             return None
-        return column[0], column[1][1]
+        return column[0], column[1][1], 1
     if producer is None or producer.node.op_type != "Slice":
         return None
     node = producer.node
@@ -173,9 +174,9 @@ def cast_column(name: str, recorded: Env, constants: Mapping[str, np.ndarray],
             x.dtype not in ID_CASTS + FLOATS:
         return None
     block = slice_block(node, x.shape, constants)
-    if block is None or block[0] != x.shape[0] or block[1] != 1 or block[3] != x.shape[1]:
-        return None          # not one whole column, read in its row order
-    return data, block[2]
+    if block is None or block[0] != x.shape[0] or not block[1] or block[3] != x.shape[1]:
+        return None          # not whole columns, read in their row order
+    return data, block[2], block[1]
 
 
 def slice_block(node: Any, shape: tuple[int, ...], constants: Mapping[str, np.ndarray]
@@ -446,17 +447,22 @@ def gather_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray],
         call = None
         if axis == 0 and data_of.fixed is not None:
             ids = recorded[node.inputs[1] if column is None else column[0]]
-            call = program.gather_call(contiguous(data_of.fixed), np.zeros(ids.shape, ids.dtype),
-                                      out, str(context), None if where is None else where[1])
+            call = program.gather_call(
+                contiguous(data_of.fixed), np.zeros(ids.shape, ids.dtype), out, str(context),
+                None if where is None else where[1].start if isinstance(where[1], slice)
+                else where[1], width)
         return made_of(run, None if call is None else [(call, [("ids", index_of, None)])])
 
+    width = 1           # ids read in place: this many consecutive columns a row
     column = id_column(node.inputs[1], recorded, constants, shared) if axis == 0 else None
     if column is not None and (len(column[1]) != 2 or recorded[column[0]].ndim != 2):
         column = None       # only a column of a 2-D input (ids x fields) is read in place
     if column is None and axis == 0:
         picked = cast_column(node.inputs[1], recorded, constants, shared)
         if picked is not None:
-            column = (picked[0], (slice(None), picked[1]))
+            x_name, first, width = picked
+            column = (x_name, (slice(None), first if width == 1 and
+                               ids_value.ndim == 1 else slice(first, first + width)))
     spec = Spec(make, [], "copy", strided_output=True)
     if column is not None:
         spec.unread = frozenset({node.inputs[1]})
