@@ -285,3 +285,58 @@ def test_a_3d_conv_whose_weight_does_not_fit_its_input_is_the_convs_own_error():
         compiled.run({"x": np.zeros((1, 4, 5, 6, 6), np.float32)})
     assert "conv" in str(error.value)
     assert "3-D convolutions" not in compiled.stage_text("plan")
+
+
+def _conv2d_model(x_shape, out_channels, kernel, **attributes):
+    """``y = Relu(Conv2d(x))`` with a constant weight and bias, static shapes."""
+    rng = np.random.default_rng(sum(x_shape) + out_channels)
+    group = attributes.get("group", 1)
+    weight = (rng.standard_normal((out_channels, x_shape[1] // group, *kernel)) /
+              np.sqrt(np.prod(kernel) * x_shape[1] // group)).astype(np.float32)
+    inits = [numpy_helper.from_array(weight, "W"),
+             numpy_helper.from_array(rng.standard_normal(out_channels).astype(np.float32), "B")]
+    nodes = [h.make_node("Conv", ["x", "W", "B"], ["c"], name="conv", **attributes),
+             h.make_node("Relu", ["c"], ["y"], name="act")]
+    graph = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                               list(x_shape))],
+                         [h.make_tensor_value_info("y", TensorProto.FLOAT, [None] * 4)], inits)
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+
+
+DEAD_TAPS = [
+    # (x shape, out channels, kernel, attributes, kernel left)
+    ((1, 32, 14, 14), 16, (3, 3), {"dilations": [24, 24], "pads": [24, 24, 24, 24]}, [1, 1]),
+    ((2, 8, 14, 14), 8, (3, 3), {"dilations": [36, 36], "pads": [36, 36, 36, 36]}, [1, 1]),
+    ((1, 4, 3, 9), 6, (5, 3), {"dilations": [2, 2], "pads": [4, 2, 4, 2]}, [3, 3]),
+    ((1, 6, 4, 20), 6, (3, 3), {"dilations": [8, 2], "pads": [8, 2, 8, 2], "group": 3},
+     [1, 3]),
+    ((1, 4, 6, 6), 4, (3, 3), {"dilations": [9, 9], "pads": [9, 9, 9, 9],
+                               "strides": [2, 2]}, [1, 1]),
+]
+
+
+@pytest.mark.parametrize("x_shape, out_channels, kernel, attributes, left", DEAD_TAPS)
+def test_kernel_taps_that_read_only_padding_are_cut(x_shape, out_channels, kernel, attributes,
+                                                      left):
+    """An atrous rate past the feature map (DeepLabV3's ASPP at rates 24 and 36 on 14 x 14)
+    leaves taps that read only padding: they are cut, the pads shrunk, and the result is
+    onnxruntime's at every level."""
+    model = _conv2d_model(x_shape, out_channels, kernel, **attributes)
+    feeds = {"x": np.random.default_rng(5).standard_normal(x_shape).astype(np.float32)}
+    want = onnxruntime_outputs(model, feeds)[0]
+    for level in (0, 2, 3):
+        compiled = tonnx.load(model, opt_level=level)
+        for _ in range(3):
+            np.testing.assert_allclose(compiled.run(feeds)["y"], want, rtol=1e-4, atol=1e-5)
+        if level >= 2:
+            conv = next(n for n in compiled.graph.nodes if n.name == "conv")
+            assert conv.attributes["kernel_shape"] == left, conv.attributes
+            assert "dead kernel taps: 1 Conv(s)" in compiled.stage_text("plan")
+
+
+def test_a_dilated_conv_whose_taps_all_read_input_keeps_its_kernel():
+    model = _conv2d_model((1, 4, 14, 14), 4, (3, 3), dilations=[12, 12], pads=[12] * 4)
+    compiled = tonnx.load(model, opt_level=2)
+    conv = next(n for n in compiled.graph.nodes if n.name == "conv")
+    assert conv.inputs[1] == "W" and "kernel_shape" not in conv.attributes
+    assert "dead kernel taps" not in compiled.stage_text("plan")

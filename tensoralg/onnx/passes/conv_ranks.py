@@ -37,7 +37,13 @@ dilations divide the input's height and width and the pads, it is the undilated 
     Reshape(N, C, H/dh, dh, W/dw, dw) -> Transpose(dh, dw, N, C, H/dh, W/dw) -> Reshape ->
     Conv (undilated) -> Reshape -> Transpose(N, M, H'/dh, dh, W'/dw, dw) -> Reshape(N, M, H', W')
 
-(TensorFlow's space-to-batch for atrous convolutions.) The undilated Conv takes the generated
+(TensorFlow's space-to-batch for atrous convolutions.)
+
+**Dead taps.** Before that, a kernel row or column that meets only padding at every output
+position (an atrous rate past the feature map: DeepLabV3's rates 24 and 36 on a 14 x 14 map
+leave only the centre tap) is cut from the weight, the pads shrunk by what it spanned: the sum
+loses terms that were all zero, so the result is the same. A 3x3 atrous Conv left with its
+centre is a 1x1 Conv, which the plan runs on NCHW planes. The undilated Conv takes the generated
 GEMM's direct convolution; the dilated one built a patch matrix (``im2row``) and multiplied it
 (FCN-ResNet50's dilated 3x3 layers took 2.2x onnxruntime's time for them; one thread, an
 ad hoc profile, 2026-12-05).
@@ -135,6 +141,75 @@ def dilated_as_phases(graph: Graph) -> Graph:
 
     return _rewrite(graph, fits, _phase_conv,
                     "dilated convolutions: {} Conv(s) run undilated over phase images")
+
+
+def _live_taps(size: int, kernel: int, dilation: int, stride: int, pad_begin: int,
+               outputs: int) -> range | None:
+    """The kernel taps along one axis that read the input at some output position, as a
+    range (None when none does or they are not contiguous).
+
+    >>> _live_taps(14, 3, 24, 1, 24, 14)      # an atrous rate past the map: the centre only
+    range(1, 2)
+    >>> _live_taps(14, 3, 12, 1, 12, 14)
+    range(0, 3)
+    """
+    live = [k for k in range(kernel)
+            if any(0 <= o * stride - pad_begin + k * dilation < size for o in range(outputs))]
+    if not live or live != list(range(live[0], live[-1] + 1)):
+        return None
+    return range(live[0], live[-1] + 1)
+
+
+def dead_taps_cut(graph: Graph) -> Graph:
+    """Cut from every 2-D ``Conv`` with a constant float weight, static shapes and explicit
+    pads the kernel rows and columns that read only padding (see the module docstring); the
+    Conv keeps its name, inputs other than the weight, and output.
+
+    >>> # graph = dead_taps_cut(graph)   # DeepLabV3's ASPP at rates 24 and 36 on 14 x 14
+    """
+    nodes: list[Node] = []
+    taken = value_names(graph)
+    cut = 0
+    for node in graph.nodes:
+        attributes = node.attributes
+        weight = graph.constants.get(node.inputs[1]) \
+            if node.op_type == "Conv" and len(node.inputs) >= 2 else None
+        shape = graph.static_shapes.get(node.inputs[0])
+        out = graph.static_shapes.get(node.outputs[0])
+        if weight is None or weight.dtype.kind != "f" or weight.ndim != 4 or shape is None or \
+                out is None or len(shape) != 4 or len(out) != 4 or \
+                attributes.get("auto_pad", "NOTSET") != "NOTSET":
+            nodes.append(node)
+            continue
+        dilations = [int(v) for v in attributes.get("dilations", [1, 1])]
+        strides = [int(v) for v in attributes.get("strides", [1, 1])]
+        pads = [int(v) for v in attributes.get("pads", [0, 0, 0, 0])]
+        taps = [_live_taps(shape[2 + a], weight.shape[2 + a], dilations[a], strides[a],
+                           pads[a], out[2 + a]) for a in range(2)]
+        if any(t is None for t in taps) or \
+                all(len(t) == weight.shape[2 + a] for a, t in enumerate(taps)):
+            nodes.append(node)
+            continue
+        begins = [pads[a] - taps[a].start * dilations[a] for a in range(2)]
+        ends = [pads[2 + a] - (weight.shape[2 + a] - taps[a].stop) * dilations[a]
+                for a in range(2)]
+        kept = [(shape[2 + a] + begins[a] + ends[a] - dilations[a] * (len(taps[a]) - 1) - 1)
+                // strides[a] + 1 for a in range(2)]
+        if min(begins + ends) < 0 or kept != list(out[2:]):
+            nodes.append(node)       # a cut that would need a crop: left as it is
+            continue
+        name = fresh_name(f"{node.name}/live_taps", taken)
+        graph.constants[name] = np.ascontiguousarray(weight[:, :, taps[0].start:taps[0].stop,
+                                                            taps[1].start:taps[1].stop])
+        changed = dict(attributes, kernel_shape=[len(t) for t in taps], pads=begins + ends,
+                       dilations=[d if len(t) > 1 else 1 for d, t in zip(dilations, taps)])
+        nodes.append(Node(node.name, node.op_type, (node.inputs[0], name, *node.inputs[2:]),
+                          node.outputs, changed, node.version, node.impl))
+        cut += 1
+    graph.nodes = nodes
+    if cut:
+        graph.notes.append(f"dead kernel taps: {cut} Conv(s) cut to the taps that read input")
+    return graph
 
 
 def _rewrite(graph: Graph, fits: Callable[[Node, np.ndarray, Any], bool],
@@ -292,4 +367,4 @@ def _phase_conv(w: _Writer, weight: np.ndarray, shape: tuple, out: tuple) -> Non
     w.last("Reshape", (joined, w.shape_constant("out_shape", list(out))))
 
 
-__all__ = ["conv1d_as_conv2d", "conv3d_as_conv2d", "dilated_as_phases"]
+__all__ = ["conv1d_as_conv2d", "conv3d_as_conv2d", "dead_taps_cut", "dilated_as_phases"]

@@ -23,6 +23,7 @@ from tensoralg.onnx.passes.bags.recognise import recognise_bags
 from tensoralg.onnx.passes.conv_ranks import (
     conv1d_as_conv2d,
     conv3d_as_conv2d,
+    dead_taps_cut,
     dilated_as_phases,
 )
 from tensoralg.onnx.passes.einsum_products import (
@@ -168,6 +169,7 @@ def pipeline(opt_level: int, model: onnx.ModelProto, kernels: KernelSet,
     # Conv would have kept it apart.
     ranks = [("1-D convolutions as 2-D", conv1d_as_conv2d),
              ("3-D convolutions as 2-D", conv3d_as_conv2d),
+             ("dead kernel taps", dead_taps_cut),
              ("dilated convolutions over phase images", dilated_as_phases)]
     if opt_level == 2:
         steps += [("conv+residual", fuse_conv_residuals), ("conv+relu", fuse_conv_activations),
