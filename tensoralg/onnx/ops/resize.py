@@ -166,8 +166,7 @@ def cubic_matrix(x: np.ndarray, size: int, a: float, exclude_outside: bool) -> s
     """The (out x in) CSR matrix of cubic interpolation at coordinates ``x``: onnxruntime's
     four pixels around each coordinate and Keys' weights for coefficient ``a`` (float32);
     a pixel index past either end reads the end pixel, or with ``exclude_outside`` takes
-    weight 0, the row's other weights divided by their sum. Indices that meet at an end
-    add their weights (the CSR sums duplicates)."""
+    weight 0, the row's other weights divided by their sum."""
     f32 = np.float32
     a = f32(a)
     low = np.floor(x).astype(np.int64)
@@ -179,13 +178,8 @@ def cubic_matrix(x: np.ndarray, size: int, a: float, exclude_outside: bool) -> s
         ((a + 2) * t - (a + 3)) * t * t + 1,
         ((a * (t + 1) - 5 * a) * (t + 1) + 8 * a) * (t + 1) - 4 * a,
     ], axis=1).astype(np.float32)
-    taps = low[:, None] + np.arange(-1, 3)[None, :]
-    if exclude_outside:
-        weights[(taps < 0) | (taps >= size)] = f32(0)
-        weights /= weights.sum(axis=1, keepdims=True)
-    rows = np.repeat(np.arange(len(x)), 4)
-    columns = np.clip(taps, 0, size - 1).reshape(-1)
-    return sp.csr_array((weights.reshape(-1), (rows, columns)), shape=(len(x), size))
+    return _taps_matrix(low[:, None] + np.arange(-1, 3)[None, :], weights, size,
+                        exclude_outside, normalise=False)
 
 
 def antialias_matrix(x: np.ndarray, size: int, scale: float, mode: str, a: float,
@@ -205,13 +199,23 @@ def antialias_matrix(x: np.ndarray, size: int, scale: float, mode: str, a: float
     else:
         weights = np.where(u <= 1, ((a + 2) * u - (a + 3)) * u * u + 1,
                            np.where(u < 2, ((a * u - 5 * a) * u + 8 * a) * u - 4 * a, 0.0))
-    taps = low[:, None] + offsets[None, :]
+    return _taps_matrix(low[:, None] + offsets[None, :], weights, size, exclude_outside,
+                        normalise=True)
+
+
+def _taps_matrix(taps: np.ndarray, weights: np.ndarray, size: int, exclude_outside: bool,
+                 normalise: bool) -> sp.csr_array:
+    """The (out x size) CSR matrix of ``weights[o, t]`` at input index ``taps[o, t]``: an
+    index past either end reads the end pixel (its weight added to the end's: the CSR sums
+    duplicates), or with ``exclude_outside`` takes weight 0; the rows are then divided by
+    their sums when ``normalise`` or ``exclude_outside``."""
     if exclude_outside:
-        weights[(taps < 0) | (taps >= size)] = 0.0
-    weights /= weights.sum(axis=1, keepdims=True)
-    rows = np.repeat(np.arange(len(x)), len(offsets))
+        weights[(taps < 0) | (taps >= size)] = 0
+    if exclude_outside or normalise:
+        weights /= weights.sum(axis=1, keepdims=True)
+    rows = np.repeat(np.arange(len(taps)), taps.shape[1])
     columns = np.clip(taps, 0, size - 1).reshape(-1)
-    return sp.csr_array((weights.reshape(-1), (rows, columns)), shape=(len(x), size))
+    return sp.csr_array((weights.reshape(-1), (rows, columns)), shape=(len(taps), size))
 
 
 def _interpolate(node: NodeContext, x: np.ndarray, axis: int, matrix: sp.csr_array
@@ -232,8 +236,8 @@ def _interpolate(node: NodeContext, x: np.ndarray, axis: int, matrix: sp.csr_arr
 @dataclass(frozen=True)
 class ResizePass:
     """One resized axis: the source index of every output position (``nearest``) or the
-    interpolation matrix (``linear`` and ``cubic``, out x in, CSR), and for ``tf_crop_and_resize`` which
-    output positions fall outside the input (else None)."""
+    interpolation matrix (``linear`` and ``cubic``, out x in, CSR), and for
+    ``tf_crop_and_resize`` which output positions fall outside the input (else None)."""
 
     axis: int
     indices: np.ndarray | None

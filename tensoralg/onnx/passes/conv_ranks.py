@@ -172,11 +172,8 @@ def dead_taps_cut(graph: Graph) -> Graph:
     cut = 0
     for node in graph.nodes:
         attributes = node.attributes
-        weight = graph.constants.get(node.inputs[1]) \
-            if node.op_type == "Conv" and len(node.inputs) >= 2 else None
-        shape = graph.static_shapes.get(node.inputs[0])
-        out = graph.static_shapes.get(node.outputs[0])
-        if weight is None or weight.dtype.kind != "f" or weight.ndim != 4 or shape is None or \
+        weight, shape, out = _conv_operands(graph, node)
+        if weight is None or weight.ndim != 4 or shape is None or \
                 out is None or len(shape) != 4 or len(out) != 4 or \
                 attributes.get("auto_pad", "NOTSET") != "NOTSET":
             nodes.append(node)
@@ -212,6 +209,18 @@ def dead_taps_cut(graph: Graph) -> Graph:
     return graph
 
 
+def _conv_operands(graph: Graph, node: Node) -> tuple[np.ndarray | None, tuple | None,
+                                                      tuple | None]:
+    """A Conv's constant float weight (None for another node or weight) and its input's and
+    output's static shapes (None where not static)."""
+    weight = graph.constants.get(node.inputs[1]) \
+        if node.op_type == "Conv" and len(node.inputs) >= 2 else None
+    if weight is not None and weight.dtype.kind != "f":
+        weight = None
+    return weight, graph.static_shapes.get(node.inputs[0]), \
+        graph.static_shapes.get(node.outputs[0])
+
+
 def _rewrite(graph: Graph, fits: Callable[[Node, np.ndarray, Any], bool],
              write: Callable[["_Writer", np.ndarray, Any, Any], None], note: str,
              static: bool = True) -> Graph:
@@ -227,11 +236,8 @@ def _rewrite(graph: Graph, fits: Callable[[Node, np.ndarray, Any], bool],
     nodes: list[Node] = []
     replaced = 0
     for node in graph.nodes:
-        weight = graph.constants.get(node.inputs[1]) \
-            if node.op_type == "Conv" and len(node.inputs) >= 2 else None
-        shape = graph.static_shapes.get(node.inputs[0])
-        out = graph.static_shapes.get(node.outputs[0])
-        if weight is None or weight.dtype.kind != "f" or \
+        weight, shape, out = _conv_operands(graph, node)
+        if weight is None or \
                 static and (shape is None or out is None or node.attributes.get(
                     "auto_pad", "NOTSET") not in ("NOTSET", "VALID")) or \
                 not fits(node, weight, shape):

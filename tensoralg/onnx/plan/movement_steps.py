@@ -447,22 +447,23 @@ def gather_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray],
         call = None
         if axis == 0 and data_of.fixed is not None:
             ids = recorded[node.inputs[1] if column is None else column[0]]
-            call = program.gather_call(
-                contiguous(data_of.fixed), np.zeros(ids.shape, ids.dtype), out, str(context),
-                None if where is None else where[1].start if isinstance(where[1], slice)
-                else where[1], width)
+            call = program.gather_call(contiguous(data_of.fixed),
+                                       np.zeros(ids.shape, ids.dtype), out, str(context),
+                                       first, width)
         return made_of(run, None if call is None else [(call, [("ids", index_of, None)])])
 
-    width = 1           # ids read in place: this many consecutive columns a row
+    # ids read in place: ``width`` consecutive columns from ``first`` of a 2-D input
+    first, width = None, 1
     column = id_column(node.inputs[1], recorded, constants, shared) if axis == 0 else None
     if column is not None and (len(column[1]) != 2 or recorded[column[0]].ndim != 2):
         column = None       # only a column of a 2-D input (ids x fields) is read in place
-    if column is None and axis == 0:
+    if column is not None:
+        first = column[1][1]
+    elif axis == 0:
         picked = cast_column(node.inputs[1], recorded, constants, shared)
         if picked is not None:
             x_name, first, width = picked
-            column = (x_name, (slice(None), first if width == 1 and
-                               ids_value.ndim == 1 else slice(first, first + width)))
+            column = (x_name, (slice(None), slice(first, first + width)))
     spec = Spec(make, [], "copy", strided_output=True)
     if column is not None:
         spec.unread = frozenset({node.inputs[1]})

@@ -265,9 +265,6 @@ def gemm_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) ->
     return spec
 
 
-POINTWISE_CONV = "Y(n,o,p) = sum(c, W(o,c) * X(n,c,p))"
-
-
 def pointwise_conv_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]
                         ) -> Spec | None:
     """A ``Conv`` whose kernel is one cell (any rank; stride 1, no padding: xDeepFM's CIN
@@ -338,9 +335,8 @@ def pointwise_conv_spec(step: Step, recorded: Env, constants: Mapping[str, np.nd
         spec.plan = (f"BLAS (dense {n}x{weight.shape[0]}x{channels}x{positions}"
                      + (f", {groups} groups" if groups > 1 else "") + f") then {epilogue}")
         return spec
-    statement = (POINTWISE_CONV if groups == 1 else
-                 f"Y({y}) = sum(c, W({wi}) * X({xi}))") + (f" + B({bi})" if bias is not None
-                                                           else "")
+    statement = f"Y({y}) = sum(c, W({wi}) * X({xi}))" + (f" + B({bi})" if bias is not None
+                                                         else "")
     activation = fused(attrs)
     # A smooth activation written around the sum would compute the sum twice (SiLU reads
     # its argument twice): it runs as a second kernel on the result, in place.

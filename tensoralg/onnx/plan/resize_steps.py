@@ -1,11 +1,11 @@
 """The static step of a linear or cubic ``Resize``: its passes as prebound kernels.
 
-Node by node, a linear (or cubic) Resize builds its interpolation matrices (scipy CSR) at every run and
-calls ``ta`` once per resized axis through the kernel dispatch, then copies its result into
-place: for LR-ASPP's final upsampling, (21, 28, 28) to (21, 224, 224), 1.7 ms of which the
-two contractions were 0.45 (one thread, ad hoc, 2026-12-05; the planned step's time is in
-the slowest-node lines of ``ONNX_HELD_OUT_FOURTH_RESULTS.md``). In a plan the shapes are fixed, so the matrices are built once,
-each pass is a kernel bound to them and to the plan's buffers (the last pass writes the step's
+Node by node, a linear (or cubic) Resize builds its interpolation matrices (scipy CSR) at
+every run and calls ``ta`` once per resized axis through the kernel dispatch, then copies its
+result into place: for LR-ASPP's final upsampling, (21, 28, 28) to (21, 224, 224), 1.7 ms of
+which the two contractions were 0.45 (one thread, ad hoc, 2026-12-05; the planned step's time
+is in the slowest-node lines of ``ONNX_HELD_OUT_FOURTH_RESULTS.md``). In a plan the shapes
+are fixed, so the matrices are built once, each pass is a kernel bound to them and to the plan's buffers (the last pass writes the step's
 output), and the step joins the compiled sequence. Nearest mode, ``tf_crop_and_resize`` (whose
 positions outside the input take another value) and non-float inputs keep the node's own run.
 """
@@ -40,7 +40,8 @@ def resize_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) 
     out = recorded.get(node.outputs[0])
     extra = [name for name in node.inputs[1:4] if name]
     if x is None or out is None or x.dtype not in (np.float32, np.float64) or \
-            out.dtype != x.dtype or attributes.get("mode", "nearest") not in ("linear", "cubic") or \
+            out.dtype != x.dtype or \
+            attributes.get("mode", "nearest") not in ("linear", "cubic") or \
             not x.size or not out.size or \
             attributes.get("coordinate_transformation_mode", "half_pixel") == \
             "tf_crop_and_resize" or any(name not in constants for name in extra):
