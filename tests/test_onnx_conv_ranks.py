@@ -287,19 +287,19 @@ def test_a_3d_conv_whose_weight_does_not_fit_its_input_is_the_convs_own_error():
     assert "3-D convolutions" not in compiled.stage_text("plan")
 
 
-def _conv2d_model(x_shape, out_channels, kernel, **attributes):
+def _conv2d_model(x_shape, out_channels, kernel, dtype=np.float32, **attributes):
     """``y = Relu(Conv2d(x))`` with a constant weight and bias, static shapes."""
     rng = np.random.default_rng(sum(x_shape) + out_channels)
     group = attributes.get("group", 1)
     weight = (rng.standard_normal((out_channels, x_shape[1] // group, *kernel)) /
-              np.sqrt(np.prod(kernel) * x_shape[1] // group)).astype(np.float32)
+              np.sqrt(np.prod(kernel) * x_shape[1] // group)).astype(dtype)
+    kind = TensorProto.FLOAT if dtype == np.float32 else TensorProto.DOUBLE
     inits = [numpy_helper.from_array(weight, "W"),
-             numpy_helper.from_array(rng.standard_normal(out_channels).astype(np.float32), "B")]
+             numpy_helper.from_array(rng.standard_normal(out_channels).astype(dtype), "B")]
     nodes = [h.make_node("Conv", ["x", "W", "B"], ["c"], name="conv", **attributes),
              h.make_node("Relu", ["c"], ["y"], name="act")]
-    graph = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", TensorProto.FLOAT,
-                                                               list(x_shape))],
-                         [h.make_tensor_value_info("y", TensorProto.FLOAT, [None] * 4)], inits)
+    graph = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", kind, list(x_shape))],
+                         [h.make_tensor_value_info("y", kind, [None] * 4)], inits)
     return h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
 
 
@@ -329,14 +329,93 @@ def test_kernel_taps_that_read_only_padding_are_cut(x_shape, out_channels, kerne
         for _ in range(3):
             np.testing.assert_allclose(compiled.run(feeds)["y"], want, rtol=1e-4, atol=1e-5)
         if level >= 2:
-            conv = next(n for n in compiled.graph.nodes if n.name == "conv")
-            assert conv.attributes["kernel_shape"] == left, conv.attributes
+            # the cut Conv, or the regions it was split into after the cut (no wider)
+            convs = [n for n in compiled.graph.nodes if n.name.startswith("conv")
+                     and n.op_type == "Conv"]
+            if len(convs) == 1:
+                assert convs[0].attributes["kernel_shape"] == left, convs[0].attributes
+            else:
+                assert "padded borders: 1 Conv(s)" in compiled.stage_text("plan")
+                assert max(n.attributes["kernel_shape"] for n in convs) <= left
             assert "dead kernel taps: 1 Conv(s)" in compiled.stage_text("plan")
 
 
 def test_a_dilated_conv_whose_taps_all_read_input_keeps_its_kernel():
+    """Rate 12 on 14 x 14: every tap reads the input somewhere, so none is cut (the padded
+    borders are split into regions instead, below)."""
     model = _conv2d_model((1, 4, 14, 14), 4, (3, 3), dilations=[12, 12], pads=[12] * 4)
     compiled = tonnx.load(model, opt_level=2)
-    conv = next(n for n in compiled.graph.nodes if n.name == "conv")
-    assert conv.inputs[1] == "W" and "kernel_shape" not in conv.attributes
     assert "dead kernel taps" not in compiled.stage_text("plan")
+    regions = [n for n in compiled.graph.nodes if n.name.startswith("conv/region_")]
+    assert all(n.inputs[1] != "W" for n in regions) and len(regions) == 9
+
+
+def _relu_conv_reference(model, x, strides=(1, 1), dilations=(1, 1), pads=(0, 0, 0, 0),
+                         group=1):
+    """``Relu(Conv(x))`` of a :func:`_conv2d_model` in NumPy, one tap at a time (onnxruntime
+    has no float64 Conv)."""
+    constants = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    weight, bias = constants["W"], constants["B"]
+    padded = np.pad(x, [(0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])])
+    out_h = (padded.shape[2] - dilations[0] * (weight.shape[2] - 1) - 1) // strides[0] + 1
+    out_w = (padded.shape[3] - dilations[1] * (weight.shape[3] - 1) - 1) // strides[1] + 1
+    per = weight.shape[0] // group
+    out = np.zeros((x.shape[0], weight.shape[0], out_h, out_w), x.dtype)
+    for g in range(group):
+        part = padded[:, g * weight.shape[1]:(g + 1) * weight.shape[1]]
+        for ky in range(weight.shape[2]):
+            for kx in range(weight.shape[3]):
+                window = part[:, :, ky * dilations[0]::strides[0], kx * dilations[1]::strides[1]]
+                out[:, g * per:(g + 1) * per] += np.einsum(
+                    "mc,nchw->nmhw", weight[g * per:(g + 1) * per, :, ky, kx],
+                    window[:, :, :out_h, :out_w])
+    return np.maximum(out + bias[:, None, None], 0)
+
+
+REGIONS = [
+    # (x shape, out channels, kernel, attributes, regions)
+    ((2, 32, 14, 14), 16, (3, 3), {"dilations": [12, 12], "pads": [12] * 4}, 9),  # DeepLabV3
+    ((1, 8, 9, 11), 6, (3, 3), {"dilations": [6, 4], "pads": [6, 4, 6, 4], "group": 2}, 9),
+    ((1, 8, 9, 11), 6, (3, 3), {"dilations": [5, 5], "pads": [5] * 4, "strides": [2, 2]}, 6),
+    ((1, 3, 10, 13), 5, (3, 5), {"dilations": [6, 4], "pads": [6, 8, 3, 5],
+                                 "strides": [1, 2]}, 12),
+    ((3, 4, 1, 9), 4, (3, 3), {"dilations": [1, 7], "pads": [1, 7, 1, 7]}, 3),   # one row
+    ((1, 4, 5, 5), 6, (5, 5), {"pads": [4] * 4}, 0),              # 81 regions: too many
+    ((1, 4, 8, 8), 6, (3, 3), {"pads": [1] * 4}, 0),              # the border is thin
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("x_shape, out_channels, kernel, attributes, regions", REGIONS)
+def test_padded_borders_run_as_regions(x_shape, out_channels, kernel, attributes, regions,
+                                       dtype):
+    """A Conv whose patch matrix is mostly padding runs as one unpadded Conv per region of
+    outputs with the same live taps (bias and activation in each), joined by Concats: the
+    result is onnxruntime's at every level, and each region reads only the input."""
+    model = _conv2d_model(x_shape, out_channels, kernel, dtype=dtype, **attributes)
+    feeds = {"x": np.random.default_rng(7).standard_normal(x_shape).astype(dtype)}
+    want = onnxruntime_outputs(model, feeds)[0] if dtype == np.float32 else \
+        _relu_conv_reference(model, feeds["x"], **attributes)
+    tolerance = {"rtol": 1e-4, "atol": 1e-5} if dtype == np.float32 else {"rtol": 1e-10}
+    for level in (0, 2, 3):
+        compiled = tonnx.load(model, opt_level=level)
+        for _ in range(3):
+            np.testing.assert_allclose(compiled.run(feeds)["y"], want, **tolerance)
+        split = [n for n in compiled.graph.nodes if n.name.startswith("conv/region_")
+                 and n.op_type == "Conv"]
+        assert len(split) == (regions if level >= 2 else 0)
+        assert all(not any(n.attributes["pads"]) for n in split)
+        note = "padded borders: 1 Conv(s) split into regions"
+        assert (note in compiled.stage_text("plan")) == (level >= 2 and regions > 0)
+
+
+def test_padded_regions_leave_a_conv_of_dynamic_shape_alone():
+    """The regions need the map's size: a Conv whose input shape is not static keeps its one
+    node, and its result."""
+    model = _conv2d_model((1, 4, 14, 14), 4, (3, 3), dilations=[12, 12], pads=[12] * 4)
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "batch"
+    feeds = {"x": np.random.default_rng(8).standard_normal((2, 4, 14, 14)).astype(np.float32)}
+    compiled = planned_model(model, feeds)
+    np.testing.assert_allclose(compiled.run(feeds)["y"], onnxruntime_outputs(model, feeds)[0],
+                               rtol=1e-4, atol=1e-5)
+    assert "padded borders" not in compiled.stage_text("plan")

@@ -47,6 +47,19 @@ centre is a 1x1 Conv, which the plan runs on NCHW planes. The undilated Conv tak
 GEMM's direct convolution; the dilated one built a patch matrix (``im2row``) and multiplied it
 (FCN-ResNet50's dilated 3x3 layers took 2.2x onnxruntime's time for them; one thread, an
 ad hoc profile, 2026-12-05).
+
+**Padded borders.** A kernel tap whose reach is past the map for a band of output positions
+still reads padding there: at DeepLabV3's rate 12 on a 14 x 14 map the two outer taps of each
+axis read the input at only two of the 14 output rows, so that 82% of the patch matrix is
+padding and the Conv took 40% of the model's time (batch 8, one thread, an ad hoc profile,
+2026-12-05). Along each axis the output positions fall into runs over which the taps that read
+the input are the same (a contiguous range: a tap reads the input where
+``0 <= o * stride - pad + k * dilation < size``); each pair of a row run and a column run is a
+region, whose outputs are the unpadded Conv of the taps live there over the input rows and
+columns those taps reach. Where the regions' work is at most half the padded Conv's, the Conv
+becomes one Conv per region (sliced input, sliced weight, no pads) and the regions are joined
+by two levels of Concat. A region with one live tap along an axis reads that axis with a
+strided Slice, so that a region with one tap is a 1 x 1 Conv on NCHW planes.
 """
 from __future__ import annotations
 
@@ -287,14 +300,14 @@ class _Writer:
                         tuple(shape))
 
     def conv(self, x: str, weight: np.ndarray | None, shape: tuple | None,
-             **changed: Any) -> str:
-        """The Conv itself (its name, bias and other attributes kept) on ``x``, with a new
-        ``weight`` or (None) its own."""
+             name: str | None = None, **changed: Any) -> str:
+        """The Conv itself (its name unless ``name`` is given, bias and other attributes kept)
+        on ``x``, with a new ``weight`` or (None) its own."""
         attributes = {key: value for key, value in self.node.attributes.items()
                       if key not in changed}
         attributes.update(changed)
         planes = self.name("planes")
-        self.nodes.append(Node(self.node.name, "Conv",
+        self.nodes.append(Node(name or self.node.name, "Conv",
                                (x, self.node.inputs[1] if weight is None else
                                 self.constant("weight", weight), *self.node.inputs[2:]),
                                (planes,), attributes, self.node.version, self.node.impl))
@@ -373,4 +386,127 @@ def _phase_conv(w: _Writer, weight: np.ndarray, shape: tuple, out: tuple) -> Non
     w.last("Reshape", (joined, w.shape_constant("out_shape", list(out))))
 
 
-__all__ = ["conv1d_as_conv2d", "conv3d_as_conv2d", "dead_taps_cut", "dilated_as_phases"]
+# A Conv is split into regions when their work is at most this share of the padded Conv's,
+# and into at most this many regions: each region is a kernel of its own (compiled once per
+# shape) and a Slice of the input, which pay off only when most of the patch matrix is padding.
+REGION_WORK_SHARE = 0.5
+MOST_REGIONS = 16
+
+
+def _tap_runs(size: int, kernel: int, dilation: int, stride: int, pad_begin: int,
+              outputs: int) -> list[tuple[int, int, range]] | None:
+    """Along one axis, the runs ``(first, stop, taps)`` of output positions over which the
+    kernel taps that read the input are the same range (None where some position reads only
+    padding: its output is the bias alone, which no region Conv writes).
+
+    >>> _tap_runs(14, 3, 12, 1, 12, 14)       # DeepLabV3's rate 12 on a 14 x 14 map
+    [(0, 2, range(1, 3)), (2, 12, range(1, 2)), (12, 14, range(0, 2))]
+    >>> _tap_runs(8, 3, 1, 1, 1, 8)
+    [(0, 1, range(1, 3)), (1, 7, range(0, 3)), (7, 8, range(0, 2))]
+    """
+    runs: list[tuple[int, int, range]] = []
+    for o in range(outputs):
+        base = o * stride - pad_begin
+        # 0 <= base + k * dilation < size holds for a contiguous range of k
+        first = max(0, -(base // dilation))
+        stop = min(kernel, (size - 1 - base) // dilation + 1) if size - 1 - base >= 0 else 0
+        if first >= stop:
+            return None
+        taps = range(first, stop)
+        if runs and runs[-1][2] == taps:
+            runs[-1] = (runs[-1][0], o + 1, taps)
+        else:
+            runs.append((o, o + 1, taps))
+    return runs
+
+
+def _region_runs(node: Node, weight: np.ndarray, shape: tuple, out: tuple
+                 ) -> list[list[tuple[int, int, range]]] | None:
+    """The row and column runs of a 2-D Conv worth splitting into regions, or None."""
+    attributes = node.attributes
+    if weight.ndim != 4 or len(shape) != 4 or len(out) != 4 or attributes.get("residual") or \
+            attributes.get("auto_pad", "NOTSET") != "NOTSET" or min(out[2:]) < 1:
+        return None
+    dilations = [int(v) for v in attributes.get("dilations", [1, 1])]
+    strides = [int(v) for v in attributes.get("strides", [1, 1])]
+    pads = [int(v) for v in attributes.get("pads", [0, 0, 0, 0])]
+    runs = [_tap_runs(shape[2 + a], weight.shape[2 + a], dilations[a], strides[a], pads[a],
+                      out[2 + a]) for a in range(2)]
+    if runs[0] is None or runs[1] is None or len(runs[0]) * len(runs[1]) < 2 or \
+            len(runs[0]) * len(runs[1]) > MOST_REGIONS:
+        return None
+    work = 1.0
+    for a, axis in enumerate(runs):
+        work *= sum((stop - first) * len(taps) for first, stop, taps in axis) / \
+            (out[2 + a] * weight.shape[2 + a])
+    return runs if work <= REGION_WORK_SHARE else None
+
+
+def padded_regions_split(graph: Graph) -> Graph:
+    """Replace every 2-D ``Conv`` (constant float weight, static shapes, explicit pads, no
+    fused residual) whose patch matrix is mostly padding by one unpadded Conv per region of
+    output positions with the same live taps, joined by Concats (see the module docstring);
+    the region Convs keep the bias, the activation and the group.
+
+    >>> # graph = padded_regions_split(graph)   # DeepLabV3's ASPP at rate 12 on 14 x 14
+    """
+    def fits(node: Node, weight: np.ndarray, shape: tuple) -> bool:
+        out = graph.static_shapes.get(node.outputs[0])
+        return out is not None and _region_runs(node, weight, shape, out) is not None
+
+    return _rewrite(graph, fits, _region_convs,
+                    "padded borders: {} Conv(s) split into regions of the taps that read input")
+
+
+def _region_convs(w: _Writer, weight: np.ndarray, shape: tuple, out: tuple) -> None:
+    """A 2-D Conv as one unpadded Conv per region, the regions joined by Concats."""
+    attributes = w.node.attributes
+    runs = _region_runs(w.node, weight, shape, out)
+    assert runs is not None   # fits() checked it
+    dilations = [int(v) for v in attributes.get("dilations", [1, 1])]
+    strides = [int(v) for v in attributes.get("strides", [1, 1])]
+    pads = [int(v) for v in attributes.get("pads", [0, 0, 0, 0])]
+    batch, out_channels = shape[0], out[1]
+    axes = w.shape_constant("axes", [2, 3])
+    bands = []
+    for i, row in enumerate(runs[0]):
+        pieces = []
+        for j, column in enumerate(runs[1]):
+            begins, ends, steps, kernel, stride, dilation, size = [], [], [], [], [], [], []
+            for a, (first, stop, taps) in enumerate((row, column)):
+                begin = first * strides[a] - pads[a] + taps.start * dilations[a]
+                one = len(taps) == 1
+                # one tap: a strided Slice takes the stride, and the Conv is 1 x 1 along a
+                end = (stop - 1) * strides[a] - pads[a] + (taps.stop - 1) * dilations[a] + 1
+                begins.append(begin)
+                ends.append(end)
+                steps.append(strides[a] if one else 1)
+                kernel.append(len(taps))
+                stride.append(1 if one else strides[a])
+                dilation.append(1 if one else dilations[a])
+                size.append(stop - first if one else end - begin)
+            x = w.node.inputs[0]
+            if begins != [0, 0] or ends != list(shape[2:]) or steps != [1, 1]:
+                x = w.add("Slice", (x, w.shape_constant(f"begin_{i}_{j}", begins),
+                                    w.shape_constant(f"end_{i}_{j}", ends), axes,
+                                    w.shape_constant(f"step_{i}_{j}", steps)),
+                          f"input_{i}_{j}", (batch, shape[1], *size))
+            pieces.append(w.conv(
+                x, np.ascontiguousarray(weight[:, :, row[2].start:row[2].stop,
+                                               column[2].start:column[2].stop]),
+                (batch, out_channels, row[1] - row[0], column[1] - column[0]),
+                name=f"{w.node.name}/region_{i}_{j}", kernel_shape=kernel, strides=stride,
+                dilations=dilation, pads=[0, 0, 0, 0]))
+        bands.append(pieces[0] if len(pieces) == 1 else w.add(
+            "Concat", tuple(pieces), f"band_{i}",
+            (batch, out_channels, row[1] - row[0], out[3]), axis=3))
+    if len(bands) == 1:
+        w.nodes[-1] = Node(w.nodes[-1].name, w.nodes[-1].op_type, w.nodes[-1].inputs,
+                           w.node.outputs, w.nodes[-1].attributes, w.nodes[-1].version,
+                           w.nodes[-1].impl)
+        return
+    w.last("Concat", tuple(bands), axis=2)
+
+
+__all__ = ["conv1d_as_conv2d", "conv3d_as_conv2d", "dead_taps_cut", "dilated_as_phases",
+           "padded_regions_split"]

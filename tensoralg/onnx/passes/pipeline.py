@@ -25,6 +25,7 @@ from tensoralg.onnx.passes.conv_ranks import (
     conv3d_as_conv2d,
     dead_taps_cut,
     dilated_as_phases,
+    padded_regions_split,
 )
 from tensoralg.onnx.passes.einsum_products import (
     column_products_as_row_products,
@@ -170,6 +171,7 @@ def pipeline(opt_level: int, model: onnx.ModelProto, kernels: KernelSet,
     ranks = [("1-D convolutions as 2-D", conv1d_as_conv2d),
              ("3-D convolutions as 2-D", conv3d_as_conv2d),
              ("dead kernel taps", dead_taps_cut),
+             ("padded borders as regions", padded_regions_split),
              ("dilated convolutions over phase images", dilated_as_phases)]
     if opt_level == 2:
         steps += [("conv+residual", fuse_conv_residuals), ("conv+relu", fuse_conv_activations),
