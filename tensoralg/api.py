@@ -191,6 +191,7 @@ from tensoralg.runtime.threads import (
 )
 from tensoralg.runtime.validate import VALID, StorageValidator
 from tensoralg.runtime.widen import narrowed, widened
+from tensoralg.runtime.winograd import WinogradConv, winograd_pays
 from tensoralg.runtime.wrap import narrowed_indices, pattern_result, release, sparse_result
 from tensoralg.schedule import GemmRoute, Schedule, as_schedule
 from tensoralg.schedule import check as check_schedule
@@ -2748,6 +2749,21 @@ def conv_layer(weight: np.ndarray, bias: np.ndarray | None, strides: tuple[int, 
                      threads=cache.threads)
 
 
+def winograd_conv(weight: np.ndarray, bias: np.ndarray | None, pads_begin: tuple[int, int],
+                  pads_end: tuple[int, int], relu: Any = False) -> WinogradConv:
+    """A 3x3 convolution (stride 1, dilation 1, group 1) by Winograd's F(2x2, 3x3) on the
+    generated GEMM, NCHW in and out (see ``runtime/winograd.py``); :func:`winograd_pays` says
+    where it beats :func:`conv_layer`.
+
+    >>> conv = winograd_conv(np.ones((16, 16, 3, 3), np.float32), None, (1, 1), (1, 1))
+    >>> conv.out_shape(7, 7)
+    (7, 7)
+    """
+    cache = kernel_cache()
+    return WinogradConv(weight, bias, pads_begin, pads_end, relu, cache=cache.disk,
+                        threads=cache.threads)
+
+
 def transpose_call(source: np.ndarray, target: np.ndarray) -> BoundChannelsLast:
     """A bound call writing ``source`` (N, R, S) into ``target`` (N, S, R), each matrix
     transposed: a convolution's channels-last product into its NCHW output. Blocks of a
@@ -2922,7 +2938,7 @@ def get_num_threads() -> int:
 
 
 __all__ = ["einsum", "compile", "Kernel", "KernelKey", "CompileOptions", "kernel_cache",
-           "RowCompressor", "DenseLayer", "dense_layer", "ConvLayer", "conv_layer", "GroupedConv", "grouped_conv",
+           "RowCompressor", "DenseLayer", "dense_layer", "ConvLayer", "conv_layer", "WinogradConv", "winograd_conv", "winograd_pays", "GroupedConv", "grouped_conv",
            "DirectConv", "direct_conv",
            "CallSequence", "NativeGroup", "Slot", "canonical_csr", "data_address", "block_copy_call", "broadcast_call", "copy_call", "gather_call",
            "gram_call", "ids_call", "im2row_call", "cumsum_call", "pointwise_conv", "planar_pays", "patch_conv_of",

@@ -13,7 +13,8 @@ a sequence with the inputs named in ``slots`` read from the sequence's slots at 
 - a statement with its schedule: ``ta.compile(statement, formats, schedule=...).bind(...)``
   gives a :class:`BoundCall` (threads split it as the schedule says);
 - dense layers and convolutions on the generated GEMM: :func:`dense_layer`,
-  :func:`conv_layer`, :func:`grouped_conv` (one GEMM per group, channel blocks read and
+  :func:`conv_layer`, :func:`winograd_conv` (3x3 layers by F(2x2, 3x3), where
+  :func:`winograd_pays`), :func:`grouped_conv` (one GEMM per group, channel blocks read and
   written in place), :func:`direct_conv` (weights compiled into the code), :func:`gram_call`
   (``X @ X^T``), :func:`im2row_call` (patch rows for a convolution), and NCHW convolutions
   without layout copies: :func:`pointwise_conv` (1x1 on whole planes; :func:`planar_pays`
@@ -90,6 +91,8 @@ from tensoralg.api import (
     softmax_kernel,
     transpose_call,
     window_kernel,
+    winograd_conv,
+    winograd_pays,
 )
 
 __all__ = [
@@ -100,4 +103,5 @@ __all__ = [
     "pointwise_conv",
     "data_address", "dense_layer", "direct_conv", "gather_call", "gram_call", "ids_call",
     "im2row_call", "kernel_cache", "softmax_kernel", "transpose_call", "window_kernel",
+    "winograd_conv", "winograd_pays",
 ]

@@ -11,6 +11,7 @@ did after BLAS. The plan and the profile say which (``generated GEMM ... + bias 
 from __future__ import annotations
 
 import math
+import os
 import re
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
@@ -474,6 +475,16 @@ def conv_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) ->
         patches = _patch_conv_spec(weight, vector, relu, geometry, x)
         if patches is not None:
             return patches
+    if wide and winograd_allowed() and weight.shape[2:] == (3, 3) and \
+            geometry.strides == (1, 1) and \
+            program.winograd_pays(weight.shape[1], channels, *geometry.out):
+        # F(2x2, 3x3): 16 multiply-adds per channel pair for 4 outputs where the direct
+        # convolution takes 36. One thread, batch 8, float32, against the direct convolution
+        # on the generated GEMM (same process, an ad hoc sweep, 2026-12-05): ResNet-18's 3x3
+        # layers 0.52-0.68 of its time (64 channels at 56 x 56 to 512 at 7 x 7).
+        conv = program.winograd_conv(weight, vector, geometry.pads_begin, geometry.pads_end,
+                                     relu)
+        return _planar_gemm_conv_spec(conv, x, conv.describe(x.shape[0], *x.shape[2:]))
     if wide:
         # The generated GEMM writing NCHW tiles beats patch blocks on a first layer once the
         # output channels fill its panels: ResNet-18's 3 -> 64 7x7 layer 29.0 -> 24.7 ms at
@@ -575,6 +586,14 @@ PATCH_FIRST_DEPTH = 128
 # one 0.98-1.05 (same command); ResNet-18 as a whole 1.016x at batch 1 and 1.024x at 8
 # (``conv_epilogue_ab.py model``'s "GEMM before patches" variant).
 PATCH_FIRST_CHANNELS = 4
+
+
+def winograd_allowed() -> bool:
+    """Whether 3x3 convolutions may run by Winograd's F(2x2, 3x3): yes unless the environment
+    sets ``TENSORALG_WINOGRAD=0`` (read when a plan is built), which runs them as direct
+    convolutions: Winograd's sums are rounded differently, by a few units in the last place,
+    and a direct convolution matches other runtimes' results more closely."""
+    return os.environ.get("TENSORALG_WINOGRAD", "1") != "0"
 
 
 def _planar_gemm_conv_spec(conv: Any, x: np.ndarray, what: str) -> Spec:

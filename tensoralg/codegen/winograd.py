@@ -1,0 +1,276 @@
+"""A 3x3 convolution (stride 1, group 1) by Winograd's minimal filtering F(2x2, 3x3): LLVM IR.
+
+Each 2 x 2 block of outputs (a *tile*) of an output plane is, with the 4 x 4 input patch ``d``
+under it and a 3 x 3 kernel ``g`` (Lavin and Gray, "Fast Algorithms for Convolutional Neural
+Networks", 2016)::
+
+    Y = A^T [(G g G^T) * (B^T d B)] A      (* elementwise, 16 products where direct takes 36)
+
+Summed over input channels, the 16 elementwise products become 16 matrix products, one per
+position ``xi`` of the 4 x 4 transformed tile: ``M[xi] = V[xi] @ U[xi]``, with ``V[xi]``
+(tiles x C) the transformed input and ``U[xi]`` (C x M) the transformed weight, made once at
+load (``runtime/winograd.py``). A 3x3 layer thus does 16 multiply-adds per channel pair for 4
+outputs instead of 36: 2.25x fewer, all of them in the generated GEMM (``codegen/gemm.py``,
+called through a function pointer with each product's addresses).
+
+This module holds the driver around those products. Tiles are taken in blocks whose
+transformed input and products stay in L2 (the block is chosen by ``runtime/winograd.py``);
+for each block it
+
+1. transforms the input: the input was copied once into a zero-bordered channels-last buffer
+   (``codegen/conv.channels_last_module``), so a tile's 16 input vectors of ``lanes`` channels
+   are contiguous loads, and ``B^T d B`` is 32 vector additions; the 16 results go to
+   ``V[xi][tile]``, channels contiguous (the GEMM's rows);
+2. runs the 16 products into ``M[xi][tile]`` (output channels contiguous);
+3. transforms the products back (``A^T m A``: 24 vector additions for 4 outputs), adds the
+   bias, applies the activation in registers and scatters each output vector of ``lanes``
+   output channels into its NCHW planes; the outputs of a tile past an odd output edge are
+   not stored.
+
+The transforms take only additions and subtractions of the input and products (``G``'s halves
+apply to the weight, in float64, at load), so the rounding differs from a direct convolution's
+by a few units in the last place of the sums: within the float32 tolerances the ONNX tests and
+benchmarks hold every kernel to.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from llvmlite import ir
+
+from tensoralg.codegen.activation import emit_activation
+from tensoralg.codegen.gemm import vector_intrinsics
+from tensoralg.codegen.llvm_helpers import (
+    counted_loop,
+    declare,
+    entry_alloca,
+    if_else,
+    if_then,
+)
+
+I1, I32, I64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
+POINTER = ir.PointerType()
+ENTRY = "tensoralg_winograd"
+TILE = 2          # outputs a tile, per axis (F(2x2, 3x3))
+PATCH = 4         # inputs a tile, per axis
+POSITIONS = PATCH * PATCH
+
+# The transforms of F(2x2, 3x3) (Lavin and Gray): input B^T, weight G, output A^T.
+B_T = np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], np.float64)
+G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]], np.float64)
+A_T = np.array([[1, 1, 1, 0], [0, 1, -1, -1]], np.float64)
+
+
+def transformed_weight(weight: np.ndarray) -> np.ndarray:
+    """``G g G^T`` of every kernel of ``weight`` (M, C, 3, 3), in float64, as ``U[xi]``
+    (16, C, M): the right-hand side of position ``xi``'s product.
+
+    >>> w = np.zeros((1, 1, 3, 3)); w[0, 0, 1, 1] = 1.0     # the identity kernel
+    >>> transformed_weight(w)[:, 0, 0].reshape(4, 4)[1:3, 1:3].tolist()
+    [[0.25, -0.25], [-0.25, 0.25]]
+    """
+    u = np.einsum("ai,mcij,bj->abcm", G, np.asarray(weight, np.float64), G)
+    return u.reshape(POSITIONS, weight.shape[1], weight.shape[0])
+
+
+def _combine(builder: ir.IRBuilder, rows: list[Any], matrix: np.ndarray) -> list[Any]:
+    """``matrix @ rows`` for a matrix of 0 and +-1 entries, as vector additions."""
+    out = []
+    for coefficients in matrix:
+        value = None
+        for coefficient, row in zip(coefficients, rows):
+            if coefficient == 0:
+                continue
+            if value is None:
+                value = row if coefficient > 0 else builder.fneg(row)
+            else:
+                value = builder.fadd(value, row) if coefficient > 0 else \
+                    builder.fsub(value, row)
+        out.append(value)
+    return out
+
+
+def _scatter_pairs(b: ir.IRBuilder, module: ir.Module, values: list[Any], start: ir.Value,
+                   offsets: ir.Value, mask: ir.Value, scalar: ir.Type, lanes: int) -> None:
+    """Store two float32 vectors of one output row's adjacent columns (lane ``l`` of each to
+    ``start + offsets[l]`` and the element after it) as scatters of element pairs: half the
+    scattered elements of two plain scatters, a scatter costing about a cycle an element."""
+    half = lanes // 2
+    pair = ir.VectorType(I64, half)
+    pointers = ir.VectorType(POINTER, half)
+    scatter = declare(module, f"llvm.masked.scatter.v{half}i64.v{half}p0", ir.VoidType(),
+                      (pair, pointers, I32, ir.VectorType(I1, half)))
+    for part in range(2):
+        picks = [index for lane in range(part * half, (part + 1) * half)
+                 for index in (lane, lane + lanes)]
+        both = b.shuffle_vector(values[0], values[1], ir.Constant(ir.VectorType(I32, lanes),
+                                                                  picks))
+        half_lanes = ir.Constant(ir.VectorType(I32, half), list(range(part * half,
+                                                                       (part + 1) * half)))
+        where = b.gep(start, [b.shuffle_vector(offsets, offsets, half_lanes)], inbounds=True,
+                      source_etype=scalar)
+        where.type = pointers       # a vector GEP
+        b.call(scatter, [b.bitcast(both, pair), where, ir.Constant(I32, 4),
+                         b.shuffle_vector(mask, mask, half_lanes)])
+
+
+def winograd_module(dtype: np.dtype, lanes: int, activation: Any) -> ir.Module:
+    """The module exporting ``int32 tensoralg_winograd(P, OUT, V, MP, U, GEMM, BIAS, ZERO,
+    begin, end, block, tiles_h, tiles_w, C, M, p_row, p_image, OH, OW, out_image, u_stride,
+    k_block, v_stride, m_stride)``: tiles ``[begin, end)`` (numbered image by image, row by row) of the 3x3
+    convolution of the zero-bordered channels-last input ``P`` (its rows ``p_row`` and images
+    ``p_image`` elements apart, the top-left border already in it) into the NCHW ``OUT``
+    (images ``out_image`` apart), with the scratch ``V`` (16 x block x C) and ``MP``
+    (16 x block x M), the 16 packed transformed weights at ``U``, ``u_stride`` elements apart,
+    and the generated GEMM at ``GEMM`` (``codegen/gemm.py``'s entry, K blocks of ``k_block``).
+    The 16 slabs of ``V`` lie ``v_stride`` elements apart and those of ``MP`` ``m_stride``
+    (a line past a multiple of 4 KiB, so that the 16 streams do not share an L1 set).
+    ``BIAS`` holds the M values added to every output (zeros for a Conv without one);
+    ``ZERO`` is a valid pointer the products are called with (they add no bias). ``activation`` is baked in. Returns the
+    first non-zero status of a product, else 0.
+
+    >>> "tensoralg_winograd" in str(winograd_module(np.dtype(np.float32), 16, None))
+    True
+    """
+    dtype = np.dtype(dtype)
+    scalar = ir.FloatType() if dtype == np.float32 else ir.DoubleType()
+    module = ir.Module(name=f"winograd_{dtype.name}")
+    vector, mask_type, _, load, store = vector_intrinsics(module, scalar, lanes)
+    pointers = ir.VectorType(POINTER, lanes)
+    name = "v{}f{}".format(lanes, scalar.intrinsic_name[1:])
+    scatter = declare(module, f"llvm.masked.scatter.{name}.v{lanes}p0", ir.VoidType(),
+                      (vector, pointers, I32, mask_type))
+    gemm_type = ir.FunctionType(I32, (POINTER, I64, POINTER, I64, I64, POINTER, I64, POINTER,
+                                      I32, I64, I64, *[I64] * 9))
+    fn = ir.Function(module, ir.FunctionType(I32, (*[POINTER] * 5, gemm_type.as_pointer(),
+                                                   POINTER, POINTER, *[I64] * 16)), name=ENTRY)
+    (padded, out, v_scratch, m_scratch, u, gemm, bias, zero, begin, end, block, tiles_h,
+     tiles_w, channels, out_channels, p_row, p_image, out_h, out_w, out_image, u_stride,
+     k_block, v_stride, m_stride) = fn.args
+    for pointer in (padded, out, v_scratch, m_scratch):
+        pointer.add_attribute("noalias")
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    align = ir.Constant(I32, dtype.itemsize)
+    index_vector = ir.VectorType(I64, lanes)
+    iota = ir.Constant(index_vector, list(range(lanes)))
+
+    def const(value: int) -> ir.Constant:
+        return ir.Constant(I64, value)
+
+    def at(pointer: ir.Value, offset: ir.Value) -> ir.Value:
+        return b.gep(pointer, [offset], inbounds=True, source_etype=scalar)
+
+    def splat_index(value: ir.Value) -> ir.Value:
+        first = b.insert_element(ir.Constant(index_vector, ir.Undefined), value,
+                                 ir.Constant(I32, 0))
+        return b.shuffle_vector(first, ir.Constant(index_vector, ir.Undefined),
+                                ir.Constant(ir.VectorType(I32, lanes), [0] * lanes))
+
+    def lanes_mask(count: ir.Value) -> ir.Value:
+        return b.icmp_signed("<", iota, splat_index(count))
+
+    def smaller(x: ir.Value, y: ir.Value) -> ir.Value:
+        return b.select(b.icmp_signed("<", x, y), x, y)
+
+    zeros = ir.Constant(vector, None)
+    in_vectors = b.sdiv(b.add(channels, const(lanes - 1)), const(lanes))
+    out_vectors = b.sdiv(b.add(out_channels, const(lanes - 1)), const(lanes))
+    per_image = b.mul(tiles_h, tiles_w)
+    plane = b.mul(out_h, out_w)
+    # lane l of an output vector is output channel m0 + l, a plane apart
+    lane_offsets = b.mul(iota, splat_index(plane))
+    status = entry_alloca(b, I32, "status")
+    b.store(ir.Constant(I32, 0), status)
+    first, r, c0, xi = (entry_alloca(b, I64, n) for n in ("first", "r", "c0", "xi"))
+
+    def tile_at(index: ir.Value) -> tuple[ir.Value, ir.Value, ir.Value]:
+        image = b.sdiv(index, per_image)
+        rest = b.sub(index, b.mul(image, per_image))
+        row = b.sdiv(rest, tiles_w)
+        return image, row, b.sub(rest, b.mul(row, tiles_w))
+
+    blocks = b.sdiv(b.add(b.sub(end, begin), b.sub(block, const(1))), block)
+    with counted_loop(b, first, const(0), lambda: blocks, "block"):
+        t0 = b.add(begin, b.mul(b.load(first, typ=I64), block))
+        rows = smaller(block, b.sub(end, t0))
+        # 1. the input transform of the block's tiles
+        with counted_loop(b, r, const(0), lambda: rows, "in"):
+            row = b.load(r, typ=I64)
+            image, th, tw = tile_at(b.add(t0, row))
+            corner = b.add(b.mul(image, p_image),
+                           b.add(b.mul(b.mul(th, const(TILE)), p_row),
+                                 b.mul(b.mul(tw, const(TILE)), channels)))
+            with counted_loop(b, c0, const(0), lambda: in_vectors, "in.c"):
+                c = b.mul(b.load(c0, typ=I64), const(lanes))
+                mask = lanes_mask(b.sub(channels, c))
+                patch = [[b.call(load, [at(padded, b.add(corner, b.add(b.add(
+                    b.mul(const(i), p_row), b.mul(const(j), channels)), c))), align, mask,
+                    zeros]) for j in range(PATCH)] for i in range(PATCH)]
+                # B^T d, then (.) B: columns of each row
+                rows_t = [_combine(b, [patch[i][j] for i in range(PATCH)], B_T)
+                          for j in range(PATCH)]          # rows_t[j][a] = (B^T d)[a][j]
+                for a in range(PATCH):
+                    values = _combine(b, [rows_t[j][a] for j in range(PATCH)], B_T)
+                    for bb, value in enumerate(values):
+                        position = a * PATCH + bb
+                        where = b.add(b.add(b.mul(const(position), v_stride),
+                                            b.mul(row, channels)), c)
+                        b.call(store, [value, at(v_scratch, where), align, mask])
+        # 2. the 16 products
+        with counted_loop(b, xi, const(0), lambda: const(POSITIONS), "xi"):
+            position = b.load(xi, typ=I64)
+            done = b.call(gemm, [
+                at(v_scratch, b.mul(position, v_stride)), channels,
+                at(u, b.mul(position, u_stride)), channels, out_channels,
+                at(m_scratch, b.mul(position, m_stride)), out_channels,
+                zero, ir.Constant(I32, 0), const(0), rows, k_block, k_block,
+                b.select(b.icmp_signed(">", rows, const(0)), rows, const(1)), const(1),
+                const(0), const(0), const(0), const(0), const(1)])
+            with if_then(b, b.icmp_signed("!=", done, ir.Constant(I32, 0)), "failed"):
+                b.store(done, status)
+        # 3. the output transform, bias, activation, scatter
+        with counted_loop(b, r, const(0), lambda: rows, "out"):
+            row = b.load(r, typ=I64)
+            image, th, tw = tile_at(b.add(t0, row))
+            oy, ox = b.mul(th, const(TILE)), b.mul(tw, const(TILE))
+            origin = b.add(b.mul(image, out_image), b.add(b.mul(oy, out_w), ox))
+            with counted_loop(b, c0, const(0), lambda: out_vectors, "out.m"):
+                m = b.mul(b.load(c0, typ=I64), const(lanes))
+                mask = lanes_mask(b.sub(out_channels, m))
+                products = [b.call(load, [at(m_scratch, b.add(b.add(b.mul(
+                    const(position), m_stride), b.mul(row, out_channels)), m)), align, mask,
+                    zeros]) for position in range(POSITIONS)]
+                # A^T m (rows), then (.) A (columns)
+                columns = [_combine(b, [products[a * PATCH + j] for a in range(PATCH)], A_T)
+                           for j in range(PATCH)]       # columns[j][i] = (A^T m)[i][j]
+                shift = b.call(load, [at(bias, m), align, mask, zeros])
+                base = at(out, b.add(origin, b.mul(m, plane)))
+                both_columns = b.icmp_signed("<", b.add(ox, const(1)), out_w)
+                for i in range(TILE):
+                    values = [emit_activation(b, b.fadd(value, shift), activation) for value in
+                              _combine(b, [columns[j][i] for j in range(PATCH)], A_T)]
+                    with if_then(b, b.icmp_signed("<", b.add(oy, const(i)), out_h), f"row{i}"):
+                        row_start = at(base, b.mul(const(i), out_w))
+                        with if_else(b, both_columns, f"pair{i}") as (pair, single):
+                            with pair():
+                                if dtype == np.float32:
+                                    _scatter_pairs(b, module, values, row_start, lane_offsets,
+                                                   mask, scalar, lanes)
+                                else:       # (no scatter of 128-bit pairs)
+                                    for j, value in enumerate(values):
+                                        where = b.gep(row_start, [b.add(lane_offsets, ir.Constant(
+                                            index_vector, [j] * lanes))], inbounds=True,
+                                            source_etype=scalar)
+                                        where.type = pointers
+                                        b.call(scatter, [value, where, align, mask])
+                            with single():
+                                where = b.gep(row_start, [lane_offsets], inbounds=True,
+                                              source_etype=scalar)
+                                where.type = pointers       # a vector GEP
+                                b.call(scatter, [values[0], where, align, mask])
+    b.ret(b.load(status, typ=I32))
+    return module
+
+
+__all__ = ["A_T", "B_T", "ENTRY", "G", "transformed_weight", "winograd_module"]

@@ -1,0 +1,197 @@
+"""3x3 convolutions by Winograd's F(2x2, 3x3) (``runtime/winograd.py``, ``codegen/winograd.py``):
+the kernel against a float64 NumPy convolution across odd and even maps, uneven pads, channel
+counts off the vector width, blocks cut mid-row, two thread ranges, every fused activation and
+both float types; the ONNX plan choosing it (and not where it does not pay, or when switched
+off), a second input through the plan, its output written into a Concat's block; bad shapes.
+"""
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, numpy_helper
+from onnx import helper as h
+
+import tensoralg as ta
+import tensoralg.onnx as tonnx
+from tensoralg.program import HARD_SWISH, RELU, SILU, Activation, winograd_conv, winograd_pays
+
+
+def _reference(x, w, b, pads, activation=None):
+    """The convolution in float64, one tap at a time, then the activation."""
+    padded = np.pad(x.astype(np.float64), [(0, 0), (0, 0), (pads[0], pads[2]),
+                                           (pads[1], pads[3])])
+    oh, ow = padded.shape[2] - 2, padded.shape[3] - 2
+    out = np.zeros((x.shape[0], w.shape[0], oh, ow))
+    for i in range(3):
+        for j in range(3):
+            out += np.einsum("mc,nchw->nmhw", w[:, :, i, j].astype(np.float64),
+                             padded[:, :, i:i + oh, j:j + ow])
+    out += b.astype(np.float64)[:, None, None]
+    if activation is RELU:
+        return np.maximum(out, 0)
+    if activation is SILU:
+        return out / (1 + np.exp(-out))
+    if activation is HARD_SWISH:
+        return out * np.clip(out / 6 + 0.5, 0, 1)
+    if isinstance(activation, Activation) and activation.kind == "Clip":
+        return np.clip(out, *activation.bounds)
+    return out
+
+
+def _operands(n, c, hw, m, dtype, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, c, *hw)).astype(dtype)
+    w = (rng.standard_normal((m, c, 3, 3)) / np.sqrt(9 * c)).astype(dtype)
+    return x, w, rng.standard_normal(m).astype(dtype)
+
+
+SHAPES = [
+    # (N, C, (H, W), M, pads (top, left, bottom, right))
+    (1, 16, (4, 4), 16, (1, 1, 1, 1)),
+    (2, 19, (7, 9), 33, (1, 1, 1, 1)),        # odd maps: the last tiles half outside
+    (1, 64, (5, 6), 70, (0, 0, 0, 0)),        # unpadded; 70 channels: a masked last vector
+    (3, 17, (8, 8), 16, (2, 1, 0, 2)),        # uneven pads
+    (1, 32, (1, 1), 32, (1, 1, 1, 1)),        # one output: a tile of one
+    (2, 24, (13, 11), 40, (1, 1, 1, 1)),      # blocks of tiles cut mid-row
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("n, c, hw, m, pads", SHAPES)
+def test_winograd_matches_a_float64_convolution(n, c, hw, m, pads, dtype):
+    x, w, b = _operands(n, c, hw, m, dtype)
+    conv = winograd_conv(w, b, pads[:2], pads[2:])
+    oh, ow = conv.out_shape(*hw)
+    out = np.full((n, m, oh, ow), np.nan, dtype)
+    conv.bind(x, out)()
+    tolerance = {"rtol": 1e-4, "atol": 1e-5} if dtype == np.float32 else {"rtol": 1e-12,
+                                                                         "atol": 1e-12}
+    np.testing.assert_allclose(out, _reference(x, w, b, pads), **tolerance)
+
+
+@pytest.mark.parametrize("activation", [RELU, SILU, HARD_SWISH, Activation.clip(0.0, 6.0)],
+                         ids=["relu", "silu", "hardswish", "relu6"])
+def test_every_fused_activation_is_applied_after_the_bias(activation):
+    x, w, b = _operands(2, 24, (9, 10), 20, np.float32, seed=1)
+    x *= 3
+    conv = winograd_conv(w, b, (1, 1), (1, 1), activation)
+    out = np.zeros((2, 20, 9, 10), np.float32)
+    conv.bind(x, out)()
+    np.testing.assert_allclose(out, _reference(x, w, b, (1, 1, 1, 1), activation), rtol=1e-4,
+                               atol=1e-5)
+
+
+def test_tile_blocks_and_thread_ranges_cover_every_tile_once(two_threads, monkeypatch):
+    """Small blocks (the last one short) over two thread ranges, each with its own scratch:
+    every output written once, nothing outside the output touched, and a second input
+    through the same call."""
+    x, w, b = _operands(4, 32, (14, 15), 48, np.float32, seed=2)
+    conv = winograd_conv(w, b, (1, 1), (1, 1))
+    monkeypatch.setattr(conv, "block_tiles", lambda tiles: min(tiles, 7))
+    monkeypatch.setattr(conv.threads, "dense_parts", lambda work, most: min(2, most))
+    planes = np.full((4, 50, 14, 15), -7.0, np.float32)     # a block of a wider output
+    bound = conv.bind(x, planes[:, 1:49])
+    assert len(bound.kernel.calls) == 2
+    bound()
+    np.testing.assert_allclose(planes[:, 1:49], _reference(x, w, b, (1, 1, 1, 1)), rtol=1e-4,
+                               atol=1e-5)
+    assert np.all(planes[:, [0, 49]] == -7.0)
+    other = np.ascontiguousarray(x[::-1])
+    bound.rebind("x", other)
+    bound()
+    np.testing.assert_allclose(planes[:, 1:49], _reference(other, w, b, (1, 1, 1, 1)),
+                               rtol=1e-4, atol=1e-5)
+
+
+def test_an_empty_batch_runs_nothing():
+    x, w, b = _operands(0, 16, (6, 6), 16, np.float32)
+    out = np.zeros((0, 16, 6, 6), np.float32)
+    winograd_conv(w, b, (1, 1), (1, 1)).bind(x, out)()
+    assert out.shape == (0, 16, 6, 6)
+
+
+def test_shapes_that_do_not_match_are_refused():
+    x, w, b = _operands(1, 16, (6, 6), 16, np.float32)
+    conv = winograd_conv(w, b, (1, 1), (1, 1))
+    with pytest.raises(ta.ShapeError, match="do not match"):
+        conv.bind(x[:, :8], np.zeros((1, 16, 6, 6), np.float32))
+    with pytest.raises(ta.ShapeError, match="do not match"):
+        conv.bind(x, np.zeros((1, 16, 5, 6), np.float32))
+    with pytest.raises(ta.ShapeError, match="do not match"):
+        conv.bind(x.astype(np.float64), np.zeros((1, 16, 6, 6), np.float32))
+    with pytest.raises(ta.ShapeError, match=r"\(M, C, 3, 3\)"):
+        winograd_conv(np.zeros((4, 4, 5, 5), np.float32), None, (1, 1), (1, 1))
+    with pytest.raises(ta.ShapeError, match="bias"):
+        winograd_conv(w, np.zeros(3, np.float32), (1, 1), (1, 1))
+
+
+def test_where_winograd_pays():
+    assert winograd_pays(64, 64, 56, 56) and winograd_pays(512, 512, 7, 7)
+    assert not winograd_pays(3, 64, 224, 224)        # an RGB stem: K too short
+    assert not winograd_pays(64, 8, 56, 56)          # too few outputs for the GEMM's panels
+    assert not winograd_pays(256, 256, 1, 1)         # a tile for one output
+
+
+def _model(x_shape, m, concat=False):
+    """``Relu(Conv3x3(x))``, or with ``concat`` that joined to a 1x1 Conv's output along the
+    channels (SqueezeNet's expand): the 3x3 output is a block of the Concat's."""
+    rng = np.random.default_rng(sum(x_shape) + m)
+    c = x_shape[1]
+    w = (rng.standard_normal((m, c, 3, 3)) / np.sqrt(9 * c)).astype(np.float32)
+    inits = [numpy_helper.from_array(w, "w"),
+             numpy_helper.from_array(rng.standard_normal(m).astype(np.float32), "b")]
+    nodes = [h.make_node("Conv", ["x", "w", "b"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             h.make_node("Relu", ["c"], ["r"], name="relu")]
+    last = "r"
+    if concat:
+        inits.append(numpy_helper.from_array(
+            (rng.standard_normal((m, c, 1, 1)) / np.sqrt(c)).astype(np.float32), "w1"))
+        nodes += [h.make_node("Conv", ["x", "w1"], ["p"], name="pointwise"),
+                  h.make_node("Concat", ["p", "r"], ["y"], name="concat", axis=1)]
+        last = "y"
+    graph = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                               list(x_shape))],
+                         [h.make_tensor_value_info(last, TensorProto.FLOAT, [None] * 4)], inits)
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", 17)]), last
+
+
+def _ort(model, feeds):
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    return ort.InferenceSession(model.SerializeToString(), options,
+                                providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+
+
+@pytest.mark.parametrize("concat", [False, True])
+def test_the_plan_runs_3x3_layers_by_winograd(concat):
+    model, out = _model((2, 32, 12, 13), 48, concat)
+    x = np.random.default_rng(3).standard_normal((2, 32, 12, 13)).astype(np.float32)
+    compiled = tonnx.load(model, opt_level=3)
+    for _ in range(3):
+        np.testing.assert_allclose(compiled.run({"x": x})[out], _ort(model, {"x": x}),
+                                   rtol=1e-4, atol=1e-5)
+    other = np.random.default_rng(4).standard_normal(x.shape).astype(np.float32)
+    np.testing.assert_allclose(compiled.run({"x": other})[out], _ort(model, {"x": other}),
+                               rtol=1e-4, atol=1e-5)
+    plans = {r.node: r.plan for r in compiled.profile({"x": x}).rows}
+    assert plans["conv"].startswith("Winograd F(2x2, 3x3): 84 tiles"), plans["conv"]
+
+
+def test_winograd_can_be_switched_off_and_is_not_used_where_it_does_not_pay(monkeypatch):
+    model, out = _model((1, 32, 1, 1), 48)        # one output per image
+    x = np.random.default_rng(5).standard_normal((1, 32, 1, 1)).astype(np.float32)
+    compiled = tonnx.load(model, opt_level=3)
+    for _ in range(3):
+        compiled.run({"x": x})
+    assert "Winograd" not in str(compiled.profile({"x": x}))
+
+    monkeypatch.setenv("TENSORALG_WINOGRAD", "0")
+    model, out = _model((1, 32, 12, 13), 48)
+    x = np.random.default_rng(6).standard_normal((1, 32, 12, 13)).astype(np.float32)
+    compiled = tonnx.load(model, opt_level=3)
+    for _ in range(3):
+        np.testing.assert_allclose(compiled.run({"x": x})[out], _ort(model, {"x": x}),
+                                   rtol=1e-4, atol=1e-5)
+    profile = str(compiled.profile({"x": x}))
+    assert "Winograd" not in profile and "direct convolution" in profile
