@@ -345,8 +345,10 @@ def load(source: Any, opt_level: int = 3, backend: str = "llvm",
     False to disable) runs as a sparse kernel. ``TENSORALG_PRINT_IR=1``, read here once, prints
     the graph after each pass and the source of each kernel as it compiles, and at level 3 each
     static plan as it is built with the LLVM IR of its hand-built modules (on stderr).
-    Every op is resolved here: an op the
-    importer does not support raises ``ta.UnsupportedError`` naming the op, node and inputs.
+    ``TENSORALG_WINOGRAD=0`` runs 3x3 convolutions as direct ones instead of by Winograd's
+    F(2x2, 3x3), whose sums round differently (see the ONNX guide). Every op is resolved here:
+    an op the importer does not support raises ``ta.UnsupportedError`` naming the op, node and
+    inputs.
 
     ``backend="cuda"`` runs the nodes' kernels on the GPU and keeps their results there
     (:mod:`tensoralg.onnx.plan.device_executor`): nodes that need host memory run on the CPU as

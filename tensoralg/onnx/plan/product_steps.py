@@ -470,13 +470,8 @@ def conv_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) ->
     gemm_conv = None        # built once: packing a large weight twice cost load time
     wide = groups == 1 and not skip_zeros and direct and channels >= GEMM_MIN_CHANNELS and \
         weight.shape[2] * weight.shape[3] > 1
-    if wide and (weight[0].size <= PATCH_FIRST_DEPTH or weight.shape[1] <= PATCH_FIRST_CHANNELS):
-        # Few patch rows are too short a K for the GEMM's tiles (see PATCH_FIRST_DEPTH).
-        patches = _patch_conv_spec(weight, vector, relu, geometry, x)
-        if patches is not None:
-            return patches
-    if wide and winograd_allowed() and weight.shape[2:] == (3, 3) and \
-            geometry.strides == (1, 1) and \
+    if groups == 1 and not skip_zeros and direct and winograd_allowed() and \
+            weight.shape[2:] == (3, 3) and geometry.strides == (1, 1) and \
             program.winograd_pays(weight.shape[1], channels, *geometry.out):
         # F(2x2, 3x3): 16 multiply-adds per channel pair for 4 outputs where the direct
         # convolution takes 36. One thread, batch 8, float32, against the direct convolution
@@ -485,6 +480,11 @@ def conv_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) ->
         conv = program.winograd_conv(weight, vector, geometry.pads_begin, geometry.pads_end,
                                      relu)
         return _planar_gemm_conv_spec(conv, x, conv.describe(x.shape[0], *x.shape[2:]))
+    if wide and (weight[0].size <= PATCH_FIRST_DEPTH or weight.shape[1] <= PATCH_FIRST_CHANNELS):
+        # Few patch rows are too short a K for the GEMM's tiles (see PATCH_FIRST_DEPTH).
+        patches = _patch_conv_spec(weight, vector, relu, geometry, x)
+        if patches is not None:
+            return patches
     if wide:
         # The generated GEMM writing NCHW tiles beats patch blocks on a first layer once the
         # output channels fill its panels: ResNet-18's 3 -> 64 7x7 layer 29.0 -> 24.7 ms at
