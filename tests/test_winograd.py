@@ -1,6 +1,6 @@
 """3x3 convolutions by Winograd's F(2x2, 3x3) (``runtime/winograd.py``, ``codegen/winograd.py``):
 the kernel against a float64 NumPy convolution across odd and even maps, uneven pads, channel
-counts off the vector width, blocks cut mid-row, two thread ranges, every fused activation and
+counts off the vector width, blocks cut mid-row, tile rows longer than one transposed run, two thread ranges, every fused activation and
 both float types; the ONNX plan choosing it (and not where it does not pay, or when switched
 off), a second input through the plan, its output written into a Concat's block; bad shapes.
 """
@@ -54,6 +54,7 @@ SHAPES = [
     (3, 17, (8, 8), 16, (2, 1, 0, 2)),        # uneven pads
     (1, 32, (1, 1), 32, (1, 1, 1, 1)),        # one output: a tile of one
     (2, 24, (13, 11), 40, (1, 1, 1, 1)),      # blocks of tiles cut mid-row
+    (1, 20, (6, 37), 17, (1, 1, 1, 1)),       # 19 tiles a row: runs of 8, 8 and 3 tiles
 ]
 
 
