@@ -2764,6 +2764,18 @@ def winograd_conv(weight: np.ndarray, bias: np.ndarray | None, pads_begin: tuple
                         threads=cache.threads)
 
 
+def winograd_host() -> bool:
+    """Whether this host runs :func:`winograd_conv` well (AVX-512; the ONNX plan uses it only
+    there).
+
+    >>> isinstance(winograd_host(), bool)
+    True
+    """
+    from tensoralg.runtime.winograd import winograd_host as host
+
+    return host(kernel_cache().disk)
+
+
 def transpose_call(source: np.ndarray, target: np.ndarray) -> BoundChannelsLast:
     """A bound call writing ``source`` (N, R, S) into ``target`` (N, S, R), each matrix
     transposed: a convolution's channels-last product into its NCHW output. Blocks of a
@@ -2938,7 +2950,7 @@ def get_num_threads() -> int:
 
 
 __all__ = ["einsum", "compile", "Kernel", "KernelKey", "CompileOptions", "kernel_cache",
-           "RowCompressor", "DenseLayer", "dense_layer", "ConvLayer", "conv_layer", "WinogradConv", "winograd_conv", "winograd_pays", "GroupedConv", "grouped_conv",
+           "RowCompressor", "DenseLayer", "dense_layer", "ConvLayer", "conv_layer", "WinogradConv", "winograd_conv", "winograd_host", "winograd_pays", "GroupedConv", "grouped_conv",
            "DirectConv", "direct_conv",
            "CallSequence", "NativeGroup", "Slot", "canonical_csr", "data_address", "block_copy_call", "broadcast_call", "copy_call", "gather_call",
            "gram_call", "ids_call", "im2row_call", "cumsum_call", "pointwise_conv", "planar_pays", "patch_conv_of",

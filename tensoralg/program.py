@@ -92,6 +92,7 @@ from tensoralg.api import (
     transpose_call,
     window_kernel,
     winograd_conv,
+    winograd_host,
     winograd_pays,
 )
 
@@ -103,5 +104,5 @@ __all__ = [
     "pointwise_conv",
     "data_address", "dense_layer", "direct_conv", "gather_call", "gram_call", "ids_call",
     "im2row_call", "kernel_cache", "softmax_kernel", "transpose_call", "window_kernel",
-    "winograd_conv", "winograd_pays",
+    "winograd_conv", "winograd_host", "winograd_pays",
 ]

@@ -14,7 +14,15 @@ from onnx import helper as h
 
 import tensoralg as ta
 import tensoralg.onnx as tonnx
-from tensoralg.program import HARD_SWISH, RELU, SILU, Activation, winograd_conv, winograd_pays
+from tensoralg.program import (
+    HARD_SWISH,
+    RELU,
+    SILU,
+    Activation,
+    winograd_conv,
+    winograd_host,
+    winograd_pays,
+)
 
 
 def _reference(x, w, b, pads, activation=None):
@@ -164,6 +172,7 @@ def _ort(model, feeds):
                                 providers=["CPUExecutionProvider"]).run(None, feeds)[0]
 
 
+@pytest.mark.skipif(not winograd_host(), reason="the plan takes Winograd on AVX-512 hosts only")
 @pytest.mark.parametrize("concat", [False, True])
 def test_the_plan_runs_3x3_layers_by_winograd(concat):
     model, out = _model((2, 32, 12, 13), 48, concat)

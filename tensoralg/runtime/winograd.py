@@ -49,6 +49,13 @@ def winograd_pays(channels: int, out_channels: int, out_h: int, out_w: int) -> b
         16 * tiles <= MOST_WORK_SHARE * 9 * out_h * out_w
 
 
+def winograd_host(cache: DiskCache | None = None) -> bool:
+    """Whether this host runs the driver well: AVX-512, whose masked scatters and 16-lane
+    shuffles it is written around (elsewhere LLVM splits each scatter into single stores, and
+    the plan keeps the direct convolution, which writes channels-last there)."""
+    return host_has_feature("avx512f", cache)
+
+
 def winograd_kernel(dtype: np.dtype, activation: Any, cache: DiskCache | None = None
                     ) -> tuple[Any, int]:
     """The native driver for ``dtype`` and ``activation`` on this host and its vector lanes,
@@ -243,4 +250,4 @@ class _BoundTiles(RangeCall):
         self.threads = conv.threads if len(self.calls) > 1 else None
 
 
-__all__ = ["BoundWinograd", "WinogradConv", "winograd_pays"]
+__all__ = ["BoundWinograd", "WinogradConv", "winograd_host", "winograd_pays"]

@@ -592,8 +592,9 @@ def winograd_allowed() -> bool:
     """Whether 3x3 convolutions may run by Winograd's F(2x2, 3x3): yes unless the environment
     sets ``TENSORALG_WINOGRAD=0`` (read when a plan is built), which runs them as direct
     convolutions: Winograd's sums are rounded differently, by a few units in the last place,
-    and a direct convolution matches other runtimes' results more closely."""
-    return os.environ.get("TENSORALG_WINOGRAD", "1") != "0"
+    and a direct convolution matches other runtimes' results more closely; and only on an
+    AVX-512 host (``program.winograd_host``)."""
+    return os.environ.get("TENSORALG_WINOGRAD", "1") != "0" and program.winograd_host()
 
 
 def _planar_gemm_conv_spec(conv: Any, x: np.ndarray, what: str) -> Spec:
