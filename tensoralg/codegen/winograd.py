@@ -23,15 +23,14 @@ for each block it
    ``V[xi][tile]``, channels contiguous (the GEMM's rows);
 2. runs the 16 products into ``M[xi][tile]`` (output channels contiguous);
 3. transforms the products back (``A^T m A``: 24 vector additions for 4 outputs), adds the
-   bias and applies the activation in registers. With float32 on AVX-512, runs of up to 8
-   tiles along a tile row make each output row 16 contiguous columns per channel: the 16
-   vectors (a vector of 16 output channels per column) are transposed in registers (64
-   two-source shuffles) and stored as one masked row segment per channel. Elsewhere each
-   output vector is scattered into its NCHW planes (adjacent columns as 64-bit pairs in
-   float32). The outputs of a tile past an odd output edge are not stored. Against the
-   scatters, the transposed stores took the transforms of a 32 -> 128 layer at 54 x 54,
-   batch 8, from 3.5 to 2.2 ms, and of a 64 -> 256 one at 27 x 27 from 2.0 to 1.2 ms (one
-   thread, ad hoc, 2026-12-05).
+   bias and applies the activation in registers. Runs of up to ``lanes / 2`` tiles along a
+   tile row make each output row ``lanes`` contiguous columns per channel: the column vectors
+   (a vector of ``lanes`` output channels each) are transposed in registers (64 two-source
+   shuffles for 16 lanes) and stored as one masked row segment per channel; columns past an
+   odd output edge are masked off. Against scattering each output vector into its NCHW
+   planes, the transposed stores took the transforms of a 32 -> 128 layer at 54 x 54, batch
+   8, from 3.5 to 2.2 ms, and of a 64 -> 256 one at 27 x 27 from 2.0 to 1.2 ms (float32 on
+   AVX-512, one thread, ad hoc, 2026-12-05).
 
 The transforms take only additions and subtractions of the input and products (``G``'s halves
 apply to the weight, in float64, at load), so the rounding differs from a direct convolution's
@@ -49,9 +48,7 @@ from tensoralg.codegen.activation import emit_activation
 from tensoralg.codegen.gemm import vector_intrinsics
 from tensoralg.codegen.llvm_helpers import (
     counted_loop,
-    declare,
     entry_alloca,
-    if_else,
     if_then,
     while_loop,
 )
@@ -62,7 +59,6 @@ ENTRY = "tensoralg_winograd"
 TILE = 2          # outputs a tile, per axis (F(2x2, 3x3))
 PATCH = 4         # inputs a tile, per axis
 POSITIONS = PATCH * PATCH
-RUN = 16          # float32 lanes on AVX-512: output columns a run of 8 tiles stores at once
 
 # The transforms of F(2x2, 3x3) (Lavin and Gray): input B^T, weight G, output A^T.
 B_T = np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], np.float64)
@@ -99,30 +95,6 @@ def _combine(builder: ir.IRBuilder, rows: list[Any], matrix: np.ndarray) -> list
     return out
 
 
-def _scatter_pairs(b: ir.IRBuilder, module: ir.Module, values: list[Any], start: ir.Value,
-                   offsets: ir.Value, mask: ir.Value, scalar: ir.Type, lanes: int) -> None:
-    """Store two float32 vectors of one output row's adjacent columns (lane ``l`` of each to
-    ``start + offsets[l]`` and the element after it) as scatters of element pairs: half the
-    scattered elements of two plain scatters, a scatter costing about a cycle an element."""
-    half = lanes // 2
-    pair = ir.VectorType(I64, half)
-    pointers = ir.VectorType(POINTER, half)
-    scatter = declare(module, f"llvm.masked.scatter.v{half}i64.v{half}p0", ir.VoidType(),
-                      (pair, pointers, I32, ir.VectorType(I1, half)))
-    for part in range(2):
-        picks = [index for lane in range(part * half, (part + 1) * half)
-                 for index in (lane, lane + lanes)]
-        both = b.shuffle_vector(values[0], values[1], ir.Constant(ir.VectorType(I32, lanes),
-                                                                  picks))
-        half_lanes = ir.Constant(ir.VectorType(I32, half), list(range(part * half,
-                                                                       (part + 1) * half)))
-        where = b.gep(start, [b.shuffle_vector(offsets, offsets, half_lanes)], inbounds=True,
-                      source_etype=scalar)
-        where.type = pointers       # a vector GEP
-        b.call(scatter, [b.bitcast(both, pair), where, ir.Constant(I32, 4),
-                         b.shuffle_vector(mask, mask, half_lanes)])
-
-
 def _transpose(b: ir.IRBuilder, vectors: list[Any], lanes: int) -> list[Any]:
     """The ``lanes`` x ``lanes`` matrix whose rows are ``vectors``, transposed: vector ``l``
     holds lane ``l`` of every input. Four stages of two-source shuffles, each swapping the
@@ -150,19 +122,19 @@ def _transpose(b: ir.IRBuilder, vectors: list[Any], lanes: int) -> list[Any]:
 
 
 def winograd_module(dtype: np.dtype, lanes: int, activation: Any) -> ir.Module:
-    """The module exporting ``int32 tensoralg_winograd(P, OUT, V, MP, U, GEMM, BIAS, ZERO,
-    begin, end, block, tiles_h, tiles_w, C, M, p_row, p_image, OH, OW, out_image, u_stride,
-    k_block, v_stride, m_stride)``: tiles ``[begin, end)`` (numbered image by image, row by row) of the 3x3
-    convolution of the zero-bordered channels-last input ``P`` (its rows ``p_row`` and images
-    ``p_image`` elements apart, the top-left border already in it) into the NCHW ``OUT``
-    (images ``out_image`` apart), with the scratch ``V`` (16 x block x C) and ``MP``
+    """The module exporting ``int32 tensoralg_winograd(P, OUT, V, MP, U, GEMM, BIAS, begin,
+    end, block, tiles_h, tiles_w, C, M, p_row, p_image, OH, OW, out_image, u_stride, k_block,
+    v_stride, m_stride)``: tiles ``[begin, end)`` (numbered image by image, row by row) of the
+    3x3 convolution of the zero-bordered channels-last input ``P`` (its rows ``p_row`` and
+    images ``p_image`` elements apart, the top-left border already in it) into the NCHW
+    ``OUT`` (images ``out_image`` apart), with the scratch ``V`` (16 x block x C) and ``MP``
     (16 x block x M), the 16 packed transformed weights at ``U``, ``u_stride`` elements apart,
     and the generated GEMM at ``GEMM`` (``codegen/gemm.py``'s entry, K blocks of ``k_block``).
     The 16 slabs of ``V`` lie ``v_stride`` elements apart and those of ``MP`` ``m_stride``
     (a line past a multiple of 4 KiB, so that the 16 streams do not share an L1 set).
-    ``BIAS`` holds the M values added to every output (zeros for a Conv without one);
-    ``ZERO`` is a valid pointer the products are called with (they add no bias). ``activation`` is baked in. Returns the
-    first non-zero status of a product, else 0.
+    ``BIAS`` holds the M values added to every output (zeros for a Conv without one; the
+    products get it without their bias flag, so they do not read it). ``activation`` is
+    baked in. Returns the first non-zero status of a product, else 0.
 
     >>> "tensoralg_winograd" in str(winograd_module(np.dtype(np.float32), 16, None))
     True
@@ -171,15 +143,11 @@ def winograd_module(dtype: np.dtype, lanes: int, activation: Any) -> ir.Module:
     scalar = ir.FloatType() if dtype == np.float32 else ir.DoubleType()
     module = ir.Module(name=f"winograd_{dtype.name}")
     vector, mask_type, _, load, store = vector_intrinsics(module, scalar, lanes)
-    pointers = ir.VectorType(POINTER, lanes)
-    name = "v{}f{}".format(lanes, scalar.intrinsic_name[1:])
-    scatter = declare(module, f"llvm.masked.scatter.{name}.v{lanes}p0", ir.VoidType(),
-                      (vector, pointers, I32, mask_type))
     gemm_type = ir.FunctionType(I32, (POINTER, I64, POINTER, I64, I64, POINTER, I64, POINTER,
                                       I32, I64, I64, *[I64] * 9))
     fn = ir.Function(module, ir.FunctionType(I32, (*[POINTER] * 5, gemm_type.as_pointer(),
-                                                   POINTER, POINTER, *[I64] * 16)), name=ENTRY)
-    (padded, out, v_scratch, m_scratch, u, gemm, bias, zero, begin, end, block, tiles_h,
+                                                   POINTER, *[I64] * 16)), name=ENTRY)
+    (padded, out, v_scratch, m_scratch, u, gemm, bias, begin, end, block, tiles_h,
      tiles_w, channels, out_channels, p_row, p_image, out_h, out_w, out_image, u_stride,
      k_block, v_stride, m_stride) = fn.args
     for pointer in (padded, out, v_scratch, m_scratch):
@@ -212,8 +180,6 @@ def winograd_module(dtype: np.dtype, lanes: int, activation: Any) -> ir.Module:
     out_vectors = b.sdiv(b.add(out_channels, const(lanes - 1)), const(lanes))
     per_image = b.mul(tiles_h, tiles_w)
     plane = b.mul(out_h, out_w)
-    # lane l of an output vector is output channel m0 + l, a plane apart
-    lane_offsets = b.mul(iota, splat_index(plane))
     status = entry_alloca(b, I32, "status")
     b.store(ir.Constant(I32, 0), status)
     first, r, c0, xi = (entry_alloca(b, I64, n) for n in ("first", "r", "c0", "xi"))
@@ -258,101 +224,60 @@ def winograd_module(dtype: np.dtype, lanes: int, activation: Any) -> ir.Module:
                 at(v_scratch, b.mul(position, v_stride)), channels,
                 at(u, b.mul(position, u_stride)), channels, out_channels,
                 at(m_scratch, b.mul(position, m_stride)), out_channels,
-                zero, ir.Constant(I32, 0), const(0), rows, k_block, k_block,
+                bias, ir.Constant(I32, 0), const(0), rows, k_block, k_block,
                 b.select(b.icmp_signed(">", rows, const(0)), rows, const(1)), const(1),
                 const(0), const(0), const(0), const(0), const(1)])
             with if_then(b, b.icmp_signed("!=", done, ir.Constant(I32, 0)), "failed"):
                 b.store(done, status)
-        # 3. the output transform, bias, activation, stores
-        if dtype == np.float32 and lanes == RUN:
-            # Runs of up to RUN / 2 tiles along one tile row: each output row of a run is
-            # RUN contiguous columns per output channel, so a vector of channels for each of
-            # its columns is transposed in registers into one row segment per channel, a
-            # plain masked store each (a scatter costs about a cycle an element).
-            first_tile = entry_alloca(b, I64, "run.first")
-            b.store(const(0), first_tile)
-            with while_loop(b, lambda: b.icmp_signed("<", b.load(first_tile, typ=I64), rows),
-                            "out.runs"):
-                row0 = b.load(first_tile, typ=I64)
-                image, th, tw = tile_at(b.add(t0, row0))
-                count = smaller(smaller(const(RUN // 2), b.sub(tiles_w, tw)),
-                                b.sub(rows, row0))
-                oy, ox = b.mul(th, const(TILE)), b.mul(tw, const(TILE))
-                columns_left = smaller(b.mul(count, const(TILE)), b.sub(out_w, ox))
-                column_mask = lanes_mask(columns_left)
-                none = ir.Constant(mask_type, [0] * lanes)
-                origin = b.add(b.mul(image, out_image), b.add(b.mul(oy, out_w), ox))
-                with counted_loop(b, c0, const(0), lambda: out_vectors, "runs.m"):
-                    m = b.mul(b.load(c0, typ=I64), const(lanes))
-                    mask = lanes_mask(b.sub(out_channels, m))
-                    shift = b.call(load, [at(bias, m), align, mask, zeros])
-                    for i in range(TILE):
-                        grid_rows = [a for a in range(PATCH) if A_T[i][a] != 0]
-                        with if_then(b, b.icmp_signed("<", b.add(oy, const(i)), out_h),
-                                     f"runrow{i}"):
-                            segment = []
-                            for k in range(RUN // 2):
-                                # a tile past the run repeats its last: its columns are
-                                # masked off
-                                tile = b.add(row0, smaller(const(k), b.sub(count, const(1))))
-                                at_tile = b.add(b.mul(tile, out_channels), m)
-                                grid = {(a, j): b.call(load, [at(m_scratch, b.add(b.mul(
-                                    const(a * PATCH + j), m_stride), at_tile)), align, mask,
-                                    zeros]) for a in grid_rows for j in range(PATCH)}
-                                across = [_combine(b, [grid.get((a, j), zeros)
-                                                       for a in range(PATCH)], A_T[i:i + 1])[0]
-                                          for j in range(PATCH)]
-                                segment += [emit_activation(b, b.fadd(value, shift), activation)
-                                            for value in _combine(b, across, A_T)]
-                            rows_of = _transpose(b, segment, lanes)
-                            start = at(out, b.add(origin, b.add(b.mul(m, plane),
-                                                                b.mul(const(i), out_w))))
-                            for lane, values in enumerate(rows_of):
-                                kept = b.select(b.icmp_signed("<", b.add(m, const(lane)),
-                                                              out_channels), column_mask, none)
-                                b.call(store, [values, at(start, b.mul(const(lane), plane)),
-                                               align, kept])
-                b.store(b.add(row0, count), first_tile)
-        else:
-            with counted_loop(b, r, const(0), lambda: rows, "out"):
-                row = b.load(r, typ=I64)
-                image, th, tw = tile_at(b.add(t0, row))
-                oy, ox = b.mul(th, const(TILE)), b.mul(tw, const(TILE))
-                origin = b.add(b.mul(image, out_image), b.add(b.mul(oy, out_w), ox))
-                with counted_loop(b, c0, const(0), lambda: out_vectors, "out.m"):
-                    m = b.mul(b.load(c0, typ=I64), const(lanes))
-                    mask = lanes_mask(b.sub(out_channels, m))
-                    products = [b.call(load, [at(m_scratch, b.add(b.add(b.mul(
-                        const(position), m_stride), b.mul(row, out_channels)), m)), align, mask,
-                        zeros]) for position in range(POSITIONS)]
-                    # A^T m (rows), then (.) A (columns)
-                    columns = [_combine(b, [products[a * PATCH + j] for a in range(PATCH)], A_T)
-                               for j in range(PATCH)]       # columns[j][i] = (A^T m)[i][j]
-                    shift = b.call(load, [at(bias, m), align, mask, zeros])
-                    base = at(out, b.add(origin, b.mul(m, plane)))
-                    both_columns = b.icmp_signed("<", b.add(ox, const(1)), out_w)
-                    for i in range(TILE):
-                        values = [emit_activation(b, b.fadd(value, shift), activation) for value in
-                                  _combine(b, [columns[j][i] for j in range(PATCH)], A_T)]
-                        with if_then(b, b.icmp_signed("<", b.add(oy, const(i)), out_h), f"row{i}"):
-                            row_start = at(base, b.mul(const(i), out_w))
-                            with if_else(b, both_columns, f"pair{i}") as (pair, single):
-                                with pair():
-                                    if dtype == np.float32:
-                                        _scatter_pairs(b, module, values, row_start, lane_offsets,
-                                                       mask, scalar, lanes)
-                                    else:       # (no scatter of 128-bit pairs)
-                                        for j, value in enumerate(values):
-                                            where = b.gep(row_start, [b.add(lane_offsets, ir.Constant(
-                                                index_vector, [j] * lanes))], inbounds=True,
-                                                source_etype=scalar)
-                                            where.type = pointers
-                                            b.call(scatter, [value, where, align, mask])
-                                with single():
-                                    where = b.gep(row_start, [lane_offsets], inbounds=True,
-                                                  source_etype=scalar)
-                                    where.type = pointers       # a vector GEP
-                                    b.call(scatter, [values[0], where, align, mask])
+        # 3. the output transform, bias, activation, stores. Runs of up to lanes / 2 tiles
+        # along one tile row: each output row of a run is `lanes` contiguous columns per
+        # output channel, so the vectors of channels for its columns are transposed in
+        # registers into one row segment per channel, a plain masked store each (a scatter
+        # costs about a cycle an element).
+        first_tile = entry_alloca(b, I64, "run.first")
+        b.store(const(0), first_tile)
+        with while_loop(b, lambda: b.icmp_signed("<", b.load(first_tile, typ=I64), rows),
+                        "out.runs"):
+            row0 = b.load(first_tile, typ=I64)
+            image, th, tw = tile_at(b.add(t0, row0))
+            count = smaller(smaller(const(lanes // 2), b.sub(tiles_w, tw)),
+                            b.sub(rows, row0))
+            oy, ox = b.mul(th, const(TILE)), b.mul(tw, const(TILE))
+            columns_left = smaller(b.mul(count, const(TILE)), b.sub(out_w, ox))
+            column_mask = lanes_mask(columns_left)
+            none = ir.Constant(mask_type, [0] * lanes)
+            origin = b.add(b.mul(image, out_image), b.add(b.mul(oy, out_w), ox))
+            with counted_loop(b, c0, const(0), lambda: out_vectors, "runs.m"):
+                m = b.mul(b.load(c0, typ=I64), const(lanes))
+                mask = lanes_mask(b.sub(out_channels, m))
+                shift = b.call(load, [at(bias, m), align, mask, zeros])
+                for i in range(TILE):
+                    grid_rows = [a for a in range(PATCH) if A_T[i][a] != 0]
+                    with if_then(b, b.icmp_signed("<", b.add(oy, const(i)), out_h),
+                                 f"runrow{i}"):
+                        segment = []
+                        for k in range(lanes // 2):
+                            # a tile past the run repeats its last: its columns are
+                            # masked off
+                            tile = b.add(row0, smaller(const(k), b.sub(count, const(1))))
+                            at_tile = b.add(b.mul(tile, out_channels), m)
+                            grid = {(a, j): b.call(load, [at(m_scratch, b.add(b.mul(
+                                const(a * PATCH + j), m_stride), at_tile)), align, mask,
+                                zeros]) for a in grid_rows for j in range(PATCH)}
+                            across = [_combine(b, [grid.get((a, j), zeros)
+                                                   for a in range(PATCH)], A_T[i:i + 1])[0]
+                                      for j in range(PATCH)]
+                            segment += [emit_activation(b, b.fadd(value, shift), activation)
+                                        for value in _combine(b, across, A_T)]
+                        rows_of = _transpose(b, segment, lanes)
+                        start = at(out, b.add(origin, b.add(b.mul(m, plane),
+                                                            b.mul(const(i), out_w))))
+                        for lane, values in enumerate(rows_of):
+                            kept = b.select(b.icmp_signed("<", b.add(m, const(lane)),
+                                                          out_channels), column_mask, none)
+                            b.call(store, [values, at(start, b.mul(const(lane), plane)),
+                                           align, kept])
+            b.store(b.add(row0, count), first_tile)
     b.ret(b.load(status, typ=I32))
     return module
 

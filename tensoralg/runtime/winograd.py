@@ -21,7 +21,7 @@ from tensoralg.errors import ShapeError
 from tensoralg.runtime.gemm import BoundChannelsLast, gemm_kernel
 from tensoralg.runtime.ranges import RangeCall, image_stride
 
-_PROTOTYPE = ctypes.CFUNCTYPE(ctypes.c_int32, *[ctypes.c_void_p] * 8, *[ctypes.c_int64] * 16)
+_PROTOTYPE = ctypes.CFUNCTYPE(ctypes.c_int32, *[ctypes.c_void_p] * 7, *[ctypes.c_int64] * 16)
 _KERNELS: dict[str, tuple[Any, str, Any]] = {}
 
 # Channels below which the products are too short a K (input) or too narrow an N (output) for
@@ -50,9 +50,9 @@ def winograd_pays(channels: int, out_channels: int, out_h: int, out_w: int) -> b
 
 
 def winograd_host(cache: DiskCache | None = None) -> bool:
-    """Whether this host runs the driver well: AVX-512, whose masked scatters and 16-lane
-    shuffles it is written around (elsewhere LLVM splits each scatter into single stores, and
-    the plan keeps the direct convolution, which writes channels-last there)."""
+    """Whether the plan should take the driver on this host: AVX-512, where it was written and
+    timed (elsewhere its masked loads and stores and the GEMM's narrower tiles are untimed
+    against the direct convolution, which the plan keeps there)."""
     return host_has_feature("avx512f", cache)
 
 
@@ -117,7 +117,6 @@ class WinogradConv:
                 raise ShapeError(f"WinogradConv: the bias must be a {self.dtype} vector of "
                                  f"{self.out_channels} values, got {bias.dtype} {bias.shape}")
             self.bias[:] = bias
-        self.zero = np.zeros(self.out_channels + 8, self.dtype)
 
     def out_shape(self, height: int, width: int) -> tuple[int, int]:
         """Output rows and columns for an input of ``height x width``."""
@@ -243,8 +242,8 @@ class _BoundTiles(RangeCall):
             self.scratch += [v, products]
             self.calls.append([
                 padded.ctypes.data, out.ctypes.data, v.ctypes.data, products.ctypes.data,
-                conv.packed.ctypes.data, conv.gemm_address, conv.bias.ctypes.data,
-                conv.zero.ctypes.data, lo, hi, block, th, tw, c, m, padded.shape[2] * c,
+                conv.packed.ctypes.data, conv.gemm_address, conv.bias.ctypes.data, lo, hi,
+                block, th, tw, c, m, padded.shape[2] * c,
                 padded.shape[1] * padded.shape[2] * c, oh, ow, out_image, conv.u_stride,
                 conv.shape.k_block, v_stride, m_stride])
         self.threads = conv.threads if len(self.calls) > 1 else None

@@ -468,7 +468,7 @@ def _region_convs(w: _Writer, weight: np.ndarray, shape: tuple, out: tuple) -> N
     pads = [int(v) for v in attributes.get("pads", [0, 0, 0, 0])]
     batch, out_channels = shape[0], out[1]
     axes = w.shape_constant("axes", [2, 3])
-    bands = []
+    bands: list[list[str]] = []
     for i, row in enumerate(runs[0]):
         pieces = []
         for j, column in enumerate(runs[1]):
@@ -497,15 +497,14 @@ def _region_convs(w: _Writer, weight: np.ndarray, shape: tuple, out: tuple) -> N
                 (batch, out_channels, row[1] - row[0], column[1] - column[0]),
                 name=f"{w.node.name}/region_{i}_{j}", kernel_shape=kernel, strides=stride,
                 dilations=dilation, pads=[0, 0, 0, 0]))
-        bands.append(pieces[0] if len(pieces) == 1 else w.add(
-            "Concat", tuple(pieces), f"band_{i}",
-            (batch, out_channels, row[1] - row[0], out[3]), axis=3))
-    if len(bands) == 1:
-        w.nodes[-1] = Node(w.nodes[-1].name, w.nodes[-1].op_type, w.nodes[-1].inputs,
-                           w.node.outputs, w.nodes[-1].attributes, w.nodes[-1].version,
-                           w.nodes[-1].impl)
+        bands.append(pieces)
+    if len(bands) == 1:       # one row run: its regions side by side are the output
+        w.last("Concat", tuple(bands[0]), axis=3)
         return
-    w.last("Concat", tuple(bands), axis=2)
+    rows = [pieces[0] if len(pieces) == 1 else w.add(
+        "Concat", tuple(pieces), f"band_{i}", (batch, out_channels, row[1] - row[0], out[3]),
+        axis=3) for i, (pieces, row) in enumerate(zip(bands, runs[0]))]
+    w.last("Concat", tuple(rows), axis=2)
 
 
 __all__ = ["conv1d_as_conv2d", "conv3d_as_conv2d", "dead_taps_cut", "dilated_as_phases",

@@ -479,7 +479,8 @@ def conv_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) ->
         # layers 0.52-0.68 of its time (64 channels at 56 x 56 to 512 at 7 x 7).
         conv = program.winograd_conv(weight, vector, geometry.pads_begin, geometry.pads_end,
                                      relu)
-        return _planar_gemm_conv_spec(conv, x, conv.describe(x.shape[0], *x.shape[2:]))
+        return _planar_gemm_conv_spec(conv, x, conv.describe(x.shape[0], *x.shape[2:]),
+                                      "row segments transposed into the NCHW output")
     if wide and (weight[0].size <= PATCH_FIRST_DEPTH or weight.shape[1] <= PATCH_FIRST_CHANNELS):
         # Few patch rows are too short a K for the GEMM's tiles (see PATCH_FIRST_DEPTH).
         patches = _patch_conv_spec(weight, vector, relu, geometry, x)
@@ -597,14 +598,15 @@ def winograd_allowed() -> bool:
     return os.environ.get("TENSORALG_WINOGRAD", "1") != "0" and program.winograd_host()
 
 
-def _planar_gemm_conv_spec(conv: Any, x: np.ndarray, what: str) -> Spec:
+def _planar_gemm_conv_spec(conv: Any, x: np.ndarray, what: str,
+                           stores: str = "tiles scattered into the NCHW output") -> Spec:
     """The channels-last copy of ``x`` and the generated GEMM scattering its tiles into the
     NCHW output (K in one block, so each output is written once): no product buffer and no
     transpose after it. SqueezeNet's 3x3 expand layer (32 -> 128 channels, 54 x 54, batch 8)
     24.4 -> 18.9 ms against the channels-last product and its transpose."""
 
     spec = Spec(_conv_maker(conv, x, True), [], "conv kernels", image_blocks_output=True)
-    spec.plan = f"{what}, tiles scattered into the NCHW output"
+    spec.plan = f"{what}, {stores}"
     return spec
 
 
