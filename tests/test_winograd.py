@@ -186,6 +186,8 @@ def test_the_plan_runs_3x3_layers_by_winograd(concat):
                                rtol=1e-4, atol=1e-5)
     plans = {r.node: r.plan for r in compiled.profile({"x": x}).rows}
     assert plans["conv"].startswith("Winograd F(2x2, 3x3): 84 tiles"), plans["conv"]
+    if concat:      # both convolutions write their channel blocks of the Concat's output
+        assert plans["concat"].startswith("no copy: 2 of 2 inputs"), plans["concat"]
 
 
 def test_winograd_can_be_switched_off_and_is_not_used_where_it_does_not_pay(monkeypatch):
