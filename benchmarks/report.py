@@ -130,18 +130,16 @@ TARGET_NOTES: dict[str, str] = {
     "einsum call vs scipy, small SpMV": "~4 µs of Python dispatch over scipy's ~4 µs; "
                                         "1.68-2.04 across runs on this VM",
     "spgemm vs fastest other system": "MKL returns unsorted rows; tensoralg sorts every row",
-    "first call, new process, empty cache": "a new process loads llvmlite (most of it the "
-                                            "dlopen of its LLVM library) and optimises and "
-                                            "emits each kernel at O3; parsing and lowering are "
-                                            "a small part; gemm builds the hand-written GEMM "
-                                            "module (once per machine); each register-tile "
-                                            "width of a sparse product costs LLVM 20-35 ms "
-                                            "(SpMM has four and the rest); LLVM's loop "
-                                            "vectorizer is 15-20 ms of each compile, and "
-                                            "without it SpMV ran 1.1-1.4x slower (ad hoc, "
-                                            "2026-12-04, not kept), so it stays; a CSR add "
-                                            "of ~700 lines of IR takes 28 ms to optimise and "
-                                            "24 ms to emit even at O1 on this VM",
+    "first call, new process, empty cache": "a new kernel runs a quick, unoptimised build "
+                                            "first (codegen/tiered.py); what is left is "
+                                            "loading llvmlite in a new process (~18 ms, most "
+                                            "of it its LLVM library), lowering and the IR "
+                                            "passes (2-10 ms of Python), writing the module's "
+                                            "LLVM IR (4-11 ms of Python) and the unoptimised "
+                                            "build (3-9 ms, LLVM's setup on first use "
+                                            "included); process-level times on this VM drift "
+                                            "by up to 1.6x within one run (spgemm 57-96 ms "
+                                            "over five processes, 2026-12-06)",
     "first call, new process, cache hit": "the lowered program and its IR digest come from "
                                           "the cache; what is left is unpickling them, loading "
                                           "the shared object (a private copy) and the source "
@@ -582,7 +580,11 @@ def first_call_lines(first: dict[str, Any]) -> list[str]:
            f"{sizes.get('n', '?')}x{sizes.get('n', '?')} CSR at density "
            f"{sizes.get('density', '?')}, {sizes.get('columns', '?')} dense columns or rank, a "
            f"{sizes.get('tensor', '?')}^3 CSF tensor with about {sizes.get('tensor_nnz', '?')} "
-           f"nonzeros, a {sizes.get('gemm', '?')}^3 dense GEMM.", ""]
+           f"nonzeros, a {sizes.get('gemm', '?')}^3 dense GEMM. A new kernel first runs "
+           "code LLVM emitted without optimising it while its optimised build is made on a "
+           "background thread (`tensoralg/codegen/tiered.py`); *optimised in place*: the "
+           "median time, from the same start, until that build has replaced it "
+           "(`ta.wait_for_optimised()` after the first call).", ""]
     body, imports = [], []
     for kernel, entry in first.get("kernels", {}).items():
         cold, cold_runs, _ = process_times(entry, "cold")
@@ -591,13 +593,16 @@ def first_call_lines(first: dict[str, Any]) -> list[str]:
                     if "import_s" in r]
         formats = ", ".join(f"{n}: {f}" for n, f in entry.get("formats", {}).items()) or \
             "all dense"
+        optimised = [r["optimised_s"] for r in entry.get("cold", [])
+                     if "optimised_s" in r and r.get("ok", True)]
         body.append([f"`{kernel}`", f"`{entry.get('statement', '')}`", formats,
                      f"{fmt_time(median(cold))} {fmt_spread(cold)}" if cold else "-",
+                     fmt_time(median(optimised)) if optimised else "-",
                      f"{len(cold)} of {cold_runs}",
                      f"{fmt_time(median(hit))} {fmt_spread(hit)}" if hit else "-",
                      f"{len(hit)} of {hit_runs}", f"{no_llvm} of {len(hit)}"])
-    out += table(["kernel", "statement", "formats", "empty cache", "ran", "cache hit", "hits",
-                  "hits without LLVM"], body, "lll")
+    out += table(["kernel", "statement", "formats", "empty cache", "optimised in place", "ran",
+                  "cache hit", "hits", "hits without LLVM"], body, "lll")
     warm = first.get("warm", [])
     if len(warm) == 2 and not any("error" in w for w in warm):
         out += ["", f"The shared cache was filled by two processes: the first compiled "

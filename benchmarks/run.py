@@ -148,6 +148,7 @@ def measure(fn, budget=BUDGET):
     ``n`` is chosen so that ``SAMPLES`` samples fill about ``budget`` seconds; a call slower than
     ``budget / SAMPLES`` is timed alone, ``MIN_SAMPLES`` to ``SAMPLES`` times.
     """
+    ta.wait_for_optimised()   # time the optimised kernels, not their quick first builds
     gc.collect()
     enabled = gc.isenabled()
     gc.disable()

@@ -12,8 +12,10 @@ from tensoralg.api import (
     einsum,
     get_memory_limit,
     get_num_threads,
+    optimised_builds,
     set_memory_limit,
     set_num_threads,
+    wait_for_optimised,
 )
 from tensoralg.contract_path import einsum_path
 from tensoralg.errors import (
@@ -55,7 +57,7 @@ __all__ = [
     "DCSR", "DCSC", "COO", "CSF", "dense", "read", "write", "TensorAlgebraError",
     "NotationError", "ShapeError", "FormatError", "CompileError", "UnsupportedError",
     "KernelRuntimeError", "ModelError", "InputError", "Schedule",
-    "autotune",
+    "autotune", "wait_for_optimised", "optimised_builds",
 ]
 
 # ta.Tensor's operators are compiled through the API above (arrays.py); installed here so that

@@ -48,6 +48,7 @@ from tensoralg.codegen.epilogue import (  # noqa: F401  (the program API's fused
     as_activation,
     erf_text,
 )
+from tensoralg.codegen.tiered import QUICK_WORK, optimised_only, quick_builds_allowed
 from tensoralg.contract_path import plan_contraction, run_steps, step_list
 from tensoralg.errors import (
     ArgumentTypeError,
@@ -213,15 +214,19 @@ class CompileOptions:
     debug: bool = False
     check_ir: bool = False
     threads: int | None = None
+    # A new kernel first runs unoptimised while LLVM optimises it (codegen/tiered.py).
+    quick_builds: bool = True
 
     @staticmethod
     def from_environment(environ: Mapping[str, str] = os.environ) -> "CompileOptions":
         disk = environ.get("TENSORALG_DISK_CACHE", "1") not in ("0", "false", "no")
         debug = environ.get("TA_DEBUG", "") not in ("", "0")
         threads = environ.get("TENSORALG_NUM_THREADS", "")
+        quick = environ.get("TENSORALG_QUICK_BUILDS", "1") not in ("0", "false", "no")
         return CompileOptions(default_cache_dir(environ) if disk else None, debug,
                               check_ir=debug or environ.get("TA_CHECK_IR", "") not in ("", "0"),
-                              threads=int(threads) if threads.strip().isdigit() else None)
+                              threads=int(threads) if threads.strip().isdigit() else None,
+                              quick_builds=quick)
 
 
 @dataclass(frozen=True, slots=True)
@@ -406,7 +411,9 @@ class KernelCache:
         """``function``, lowered from ``program``, built (or loaded from the disk cache)."""
         # A cuda kernel is built for the CPU too, for now: it can print CUDA but not run on a GPU.
         backend = "llvm" if key.backend == "cuda" else key.backend
-        kernel = build(function, backend, cache=self.disk, key=key.digest(), digest=digest)
+        kernel = build(function, backend, cache=self.disk, key=key.digest(), digest=digest,
+                       quick=key.backend == "llvm" and self.options.quick_builds and
+                       quick_builds_allowed())
         if not kernel.from_cache:
             self.compiles += 1
         sizes = _size_sources(program)
@@ -1180,6 +1187,10 @@ def _remember(signature: tuple, compiled: CompiledProgram, stmt: Assignment,
     matrix as CSR), not converted. A sparse result is assembled from the kernel's buffers as
     the general path does, in the format ``requested`` (None: the one the kernel made).
     Returns the entry recorded, if any."""
+    if compiled.kernel.pending:
+        # A replay skips execute's check of the call's size: recorded once the optimised
+        # code is in place (codegen/tiered.py), the next call records it.
+        return None
     asked = compiled.plan.parallel
     # A replay splits as the work decides (``_replayed_split``), which is what a schedule's
     # ``parallelize(i)`` asks of a dense output or a pattern's values; a stated thread count,
@@ -1898,6 +1909,8 @@ def execute(compiled: CompiledProgram, bound: Mapping[str, Tensor], value_dtype:
     for alias, source in program.conversions:
         tensors[alias] = tensors[source].convert(program.tensor(alias).format)
     sizes = index_sizes(compiled, tensors)
+    if compiled.kernel.pending and iteration_bound(compiled, tensors, sizes) > QUICK_WORK:
+        compiled.kernel.settled()     # too large for unoptimised code (codegen/tiered.py)
     output = program.output
     _check_memory(compiled, sizes, shape, value_dtype, out)
     buffers = OutputBuffers()
@@ -2000,6 +2013,24 @@ def delivered(program: Program, tensor: Tensor) -> Tensor:
     if program.result_format is None or tensor.format == program.result_format:
         return tensor
     return tensor.convert(program.result_format)
+
+
+def iteration_bound(compiled: CompiledProgram, tensors: Mapping[str, Tensor],
+                    sizes: Mapping[str, int]) -> int:
+    """At most how many times a call's innermost loop body runs, within a small factor: the
+    index space, or less where a sparse input drives the loops (its stored entries times the
+    sizes of the indices it does not have), plus each index's size. A sum of sparse inputs runs over all of theirs,
+    hence the largest such bound rather than the smallest: too large errs on the safe side
+    (``execute`` waits for the optimised build, ``codegen/tiered.py``)."""
+    indices = {index for _, _, index in compiled.sizes}
+    space = math.prod(sizes[index] for index in indices)
+    bounds = [tensors[info.name].nnz * math.prod(sizes[index]
+                                                 for index in indices.difference(info.dims))
+              for info in compiled.program.tensors
+              if info.role is TensorRole.INPUT and not info.format.is_dense
+              and info.name in tensors]
+    # the loops over the indices themselves (a CSR's rows, however few their entries)
+    return (min(space, max(bounds)) if bounds else space) + sum(sizes[i] for i in indices)
 
 
 def index_sizes(compiled: CompiledProgram, tensors: Mapping[str, Tensor]) -> dict[str, int]:
@@ -2388,7 +2419,7 @@ class Kernel:
             head, _, rest = text.partition("\n")
             return f"{head}\n  // note: {route_note(self._gemm_route)}\n{rest}"
         if lang == "llvm" and self._default.kernel.backend == "llvm":
-            return self._default.kernel.source
+            return self._default.kernel.settled().source
         if lang == "cuda" and self.backend == "cuda":
             from tensoralg import gpu
 
@@ -2619,13 +2650,14 @@ class Kernel:
             if parts > 1:
                 weights = row_weights(compiled.balance_by, tensors)
                 bounds = split(sizes[plan.range_index], parts, weights)
-        function = compiled.kernel.function
+        kernel = compiled.kernel.settled()    # bound calls are for repeated, timed work
+        function = kernel.function
         # Ranges over the output's leading index own whole blocks of its rows: each range can
         # zero its own block in parallel instead of the caller zeroing all of it first.
         leading = plan.range_index is not None and \
             compiled.program.output.dims[:1] == (plan.range_index,)
         return BoundCall(function, plan, tensors, sizes, buffer, bounds, threads, what,
-                         compiled.overwrites, owner=compiled.kernel, leading_ranges=leading)
+                         compiled.overwrites, owner=kernel, leading_ranges=leading)
 
     def _output_shape(self, bound: Mapping[str, Tensor]) -> tuple[int, ...]:
         """The output shape, after checking that every index has one size (fast when it has)."""
@@ -2909,6 +2941,41 @@ def softmax_kernel(length: int, dtype: Any, log: bool = False) -> Any:
     cache = kernel_cache()
     return SoftmaxKernel(int(length), np.dtype(dtype), log, cache=cache.disk,
                          threads=cache.threads)
+
+
+@contextlib.contextmanager
+def optimised_builds() -> Iterator[None]:
+    """Within the block, every kernel compiled runs optimised code from its first call (no
+    quick first build, ``codegen/tiered.py``): for code that times kernels as soon as it
+    compiles them, or compiles many to run them at once (the ONNX importer, autotuning).
+
+    >>> import numpy as np, tensoralg as ta
+    >>> with ta.optimised_builds():
+    ...     k = ta.compile("y(i) = A(i,j) * x(j) + x(i)")
+    >>> k(A=np.eye(2), x=np.ones(2))
+    array([2., 2.])
+    """
+    with optimised_only():
+        yield
+
+
+def wait_for_optimised(timeout: float | None = None) -> bool:
+    """Wait until every kernel this process compiled runs its optimised code; whether they all
+    do within ``timeout`` seconds (None: no limit).
+
+    A new kernel first runs code LLVM emitted without optimising it, while its optimised build
+    is made on a background thread and then takes its place (``codegen/tiered.py``; calls too
+    large for the quick code wait for it on their own). Call this before timing kernels you
+    just compiled, or set ``TENSORALG_QUICK_BUILDS=0`` to optimise every kernel before it runs.
+
+    >>> import numpy as np, tensoralg as ta
+    >>> _ = ta.einsum("ij,j->i", np.ones((3, 3)), np.ones(3))
+    >>> ta.wait_for_optimised(timeout=60)
+    True
+    """
+    from tensoralg.codegen.tiered import finish
+
+    return finish(timeout)
 
 
 def set_num_threads(threads: int) -> None:

@@ -98,7 +98,9 @@ def autotune(statement: str, operands: Mapping[str, Any] | Sequence[Any], *,
     if budget_s <= 0 or repeats < 1:
         raise InputError(f"autotune needs budget_s > 0 and repeats >= 1 (got budget_s="
                          f"{budget_s}, repeats={repeats})")
-    run, kernel, key = _target(statement, operands, formats, dtype)
+    # Trials time optimised code: no kernel starts from a quick build (codegen/tiered.py).
+    with api.optimised_builds():
+        run, kernel, key = _target(statement, operands, formats, dtype)
     default = kernel.schedule
     rng = random.Random(seed)
     candidates = search_space(default, kernel.statement.lhs.indices,
@@ -115,7 +117,8 @@ def autotune(statement: str, operands: Mapping[str, Any] | Sequence[Any], *,
         for schedule in candidates:
             if trials and TIMER() > deadline:
                 break
-            trial, result = _measure(run, schedule, repeats)
+            with api.optimised_builds():
+                trial, result = _measure(run, schedule, repeats)
             if result is not None:
                 if reference is None:
                     reference = result

@@ -9,6 +9,15 @@ import tensoralg.api as api
 from tensoralg.api import _signature, kernel_cache
 
 
+@pytest.fixture(autouse=True)
+def _optimised_builds():
+    """Replays are recorded once a kernel runs its optimised code: these tests compile
+    optimised kernels, so the second call replays (tests/test_tiered_builds.py checks the quick
+    first builds)."""
+    with ta.optimised_builds():
+        yield
+
+
 def test_second_call_replays_and_agrees():
     A = sp.random_array((30, 20), density=0.2, format="csr", random_state=4)
     x = np.random.default_rng(1).standard_normal(20)

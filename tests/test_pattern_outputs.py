@@ -25,6 +25,15 @@ from tensoralg.lower.concretize import concretize
 from tensoralg.lower.pattern import share_pattern, without_pattern
 from tensoralg.notation import parse_statement
 
+
+@pytest.fixture(autouse=True)
+def _optimised_builds():
+    """Optimised kernels from the first call: the replays and bit-for-bit comparisons
+    here assume them (tests/test_tiered_builds.py checks the quick first builds)."""
+    with ta.optimised_builds():
+        yield
+
+
 SDDMM = "Z(i,j) = A(i,j) * X(i,k) * Y(k,j)"
 DTYPES = ("float32", "float64", "int32", "int64")
 

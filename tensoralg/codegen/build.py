@@ -15,9 +15,10 @@ import os
 import struct
 import tempfile
 import threading
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from tensoralg.codegen.c import C_FLAGS, CEmitter, compile_c, compiler_command
 from tensoralg.codegen.cache import DiskCache
@@ -27,6 +28,9 @@ from tensoralg.codegen.packed import c_entry, entry_name, packed_caller
 from tensoralg.codegen.target import target_for
 from tensoralg.errors import CompileError, UnsupportedError
 from tensoralg.ir.nodes import Function, Param, Ptr, Scalar
+
+if TYPE_CHECKING:
+    from tensoralg.codegen.tiered import OptimisedBuild
 
 CTYPES = {
     Scalar.BOOL: ctypes.c_bool,
@@ -80,6 +84,23 @@ class CompiledKernel:
     # The engine and target machine (llvm) or the loaded library (c) behind `function`.
     keepalive: tuple[object, ...] = field(default=(), repr=False)
     call: Callable[..., int] | None = field(default=None, repr=False)
+    # A quick build's optimised build (codegen/tiered.py): `function` and `call` enter the
+    # quick object, which calls the optimised code once it is loaded.
+    optimised: OptimisedBuild | None = field(default=None, repr=False)
+
+    @property
+    def pending(self) -> bool:
+        """Whether this is a quick build still running unoptimised code."""
+        return self.optimised is not None and self.optimised.pending
+
+    def settled(self) -> "CompiledKernel":
+        """This kernel once it runs optimised code: a quick build waits for its optimised
+        build and returns it (its ``source`` is the optimised IR); any other is itself."""
+        if self.optimised is None:
+            return self
+        self.optimised.wait()
+        kernel = self.optimised.kernel
+        return kernel if isinstance(kernel, CompiledKernel) else self
 
     def __call__(self, *args: int | float | bool) -> int:
         return (self.call or self.function)(*args)
@@ -100,13 +121,15 @@ def function_type(params: tuple[Param, ...]) -> type[ctypes._CFuncPtr]:
 
 def build(
     fn: Function, backend: str, *, cache: DiskCache | None = None, key: str | None = None,
-    digest: str | None = None,
+    digest: str | None = None, quick: bool = False,
 ) -> CompiledKernel:
     """Compile ``fn`` with ``backend`` (``"llvm"`` or ``"c"``) and load it.
 
     With a ``cache`` and a ``key`` naming the kernel, a stored build for this host is loaded
     instead of compiling, and a fresh build is stored. ``digest`` is :func:`ir_digest` of
     ``fn`` when the caller kept it (it costs ~1 ms of a cached kernel's first call to redo).
+    ``quick`` (llvm): on a cache miss, return a quick build that runs at once and is
+    optimised in the background (``codegen/tiered.py``).
 
     >>> # kernel = build(fn, "c", cache=DiskCache(default_cache_dir()), key=str(kernel_key))
     """
@@ -119,9 +142,14 @@ def build(
     entry = (f"{key}\0{_fingerprint(backend, cache)}\0{digest or ir_digest(fn)}"
              if cache is not None and key is not None else None)
     if cache is not None and entry is not None:
+        building = _building.get(entry)
+        if building is not None:     # this process is optimising it: wait, then read it back
+            building.wait()
         kernel = _cached(fn, backend, cache, entry)
         if kernel is not None:
             return kernel
+    if quick and backend == "llvm":
+        return _quick(fn, cache, entry)
     source, binary = _compile(fn, backend)
     kernel = _load(fn, backend, source, binary, from_cache=False)
     if kernel is None:
@@ -129,6 +157,55 @@ def build(
     if cache is not None and entry is not None:
         cache.put(entry, backend, _pack(source, binary))
     return kernel
+
+
+def _quick(fn: Function, cache: DiskCache | None, entry: str | None) -> CompiledKernel:
+    """A quick build of ``fn`` (``codegen/tiered.py``), its optimised build queued (under
+    ``entry`` in ``_building``: this process's later builds of the entry wait for that one
+    and read it from the cache rather than miss it and compile again)."""
+    from tensoralg.codegen import tiered
+    from tensoralg.codegen.llvm import compile_text, kernel_text, target_machine
+
+    text = kernel_text(fn, target_machine())
+    quick = tiered.quick_name(fn.name)
+    address, keepalive = _load_object_code(tiered.quick_object(text, fn.name, fn.params), quick)
+    if not address:
+        raise CompileError(f"kernel {fn.name!r} was compiled but its symbol is missing")
+    target = keepalive[0].get_global_value_address(fn.name + tiered.TARGET)  # type: ignore
+
+    def optimise() -> CompiledKernel:
+        try:
+            source, binary = compile_text(text, fn.name)
+            kernel = _load(fn, "llvm", source, binary, from_cache=False)
+            if kernel is None:
+                raise CompileError(f"kernel {fn.name!r} was compiled but its symbol is missing")
+            if cache is not None and entry is not None:
+                try:
+                    cache.put(entry, "llvm", _pack(source, binary))
+                except OSError as error:    # the kernel runs; only a later process loses
+                    warnings.warn(f"kernel {fn.name!r}: its optimised build could not be "
+                                  f"stored in the kernel cache ({error}); a new process "
+                                  f"compiles it again", RuntimeWarning, stacklevel=1)
+            return kernel
+        finally:
+            if entry is not None:
+                _building.pop(entry, None)
+
+    optimised = tiered.OptimisedBuild(fn.name, optimise, target, keepalive)
+    if entry is not None:
+        _building[entry] = optimised
+    function = function_type(fn.params)(address)
+    call = packed_caller(function, _address_in(keepalive, entry_name(quick)), fn.params)
+    # The optimised kernel is kept alive by the quick one: the pointer in the quick object
+    # leads into its code.
+    kernel = CompiledKernel("llvm", fn.name, fn.params, text, function, False,
+                            (*keepalive, optimised), call, optimised)
+    tiered.submit(optimised)
+    return kernel
+
+
+# Cache entries whose optimised build is queued or running in this process.
+_building: dict[str, object] = {}
 
 
 def _cached(fn: Function, backend: str, cache: DiskCache, entry: str) -> CompiledKernel | None:

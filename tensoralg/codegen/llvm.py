@@ -754,15 +754,17 @@ def host_fingerprint() -> str:
     return f"llvm{'.'.join(map(str, llvm.llvm_version_info))}|{triple}|{cpu}|{features}{policy}"
 
 
-def target_machine() -> llvm.TargetMachine:
-    """A fresh target machine for the host at opt level 3 (an execution engine owns one).
+def target_machine(opt: int = 3) -> llvm.TargetMachine:
+    """A fresh target machine for the host at opt level ``opt`` (an execution engine owns one;
+    at 0, LLVM selects instructions with FastISel: what a quick build, ``codegen/tiered.py``,
+    wants).
 
     Its object code is position independent, so that a cached kernel can also be linked into a
     shared object and loaded without LLVM (``codegen/link.py``).
     """
     triple, cpu, features = _host()
     target = llvm.Target.from_triple(triple)
-    return target.create_target_machine(cpu=cpu, features=features, opt=3, jit=True,
+    return target.create_target_machine(cpu=cpu, features=features, opt=opt, jit=True,
                                         reloc="pic")
 
 
@@ -770,11 +772,17 @@ def optimize(module: ir.Module, machine: llvm.TargetMachine) -> llvm.ModuleRef:
     """Parse, verify and optimise ``module`` at O3 with loop and SLP vectorisation."""
     module.triple = machine.triple
     module.data_layout = str(machine.target_data)
+    return optimize_text(str(module), machine, getattr(module, "name", "?"))
+
+
+def optimize_text(text: str, machine: llvm.TargetMachine, name: str) -> llvm.ModuleRef:
+    """:func:`optimize` of a module's IR text (``name`` is for the error message); the text
+    must name ``machine``'s triple and data layout."""
     try:
-        parsed = llvm.parse_assembly(str(module))
+        parsed = llvm.parse_assembly(text)
         parsed.verify()
     except RuntimeError as error:
-        raise CompileError(f"invalid LLVM IR for {module.name!r}: {error}\n{module}") from None
+        raise CompileError(f"invalid LLVM IR for {name!r}: {error}\n{text}") from None
     tuning = llvm.PipelineTuningOptions(speed_level=3)
     tuning.loop_vectorization = True
     tuning.slp_vectorization = True
@@ -783,16 +791,31 @@ def optimize(module: ir.Module, machine: llvm.TargetMachine) -> llvm.ModuleRef:
     return parsed
 
 
+def kernel_text(fn: Function, machine: llvm.TargetMachine) -> str:
+    """The unoptimised IR text of ``fn``'s module for ``machine``, with the packed entry of
+    ``codegen/packed.py``: what :func:`compile_llvm` optimises, and what a quick build
+    (``codegen/tiered.py``) emits as it is."""
+    from tensoralg.codegen.packed import add_llvm_entry
+
+    module = emit_module(fn, machine.triple, str(machine.target_data))
+    add_llvm_entry(module, fn.name, fn.params)
+    return str(module)
+
+
+def compile_text(text: str, name: str, machine: llvm.TargetMachine | None = None
+                 ) -> tuple[str, bytes]:
+    """The optimised IR text and host object code of the module ``text`` (a
+    :func:`kernel_text`)."""
+    machine = machine or target_machine()
+    optimised = optimize_text(text, machine, name)
+    return str(optimised), machine.emit_object(optimised)
+
+
 def compile_llvm(fn: Function) -> tuple[str, bytes]:
     """The optimised LLVM IR text of ``fn`` and its host object code, which also exports the
     packed entry of ``codegen/packed.py``."""
-    from tensoralg.codegen.packed import add_llvm_entry
-
     machine = target_machine()
-    module = emit_module(fn)
-    add_llvm_entry(module, fn.name, fn.params)
-    optimised = optimize(module, machine)
-    return str(optimised), machine.emit_object(optimised)
+    return compile_text(kernel_text(fn, machine), fn.name, machine)
 
 
 def llvm_source(fn: Function) -> str:

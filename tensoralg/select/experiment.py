@@ -252,6 +252,7 @@ def _timed_call(kernel: ta.Kernel, tensors: Mapping[str, Any]) -> tuple[Callable
 def _time(call: Callable[[], Any], repeats: int) -> tuple[np.ndarray, Any]:
     """Seconds of each of ``repeats`` calls, with the garbage collector paused, and the last
     call's result."""
+    ta.wait_for_optimised()   # time the optimised kernel, not its quick first build
     times = np.empty(repeats)
     collecting = gc.isenabled()
     gc.disable()

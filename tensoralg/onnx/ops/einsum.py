@@ -33,7 +33,8 @@ def einsum(node: NodeContext, *inputs: np.ndarray, equation: str) -> np.ndarray:
         return result.astype(inputs[0].dtype, copy=False)
     node.note(f"ta.einsum {subscripts!r}")
     operands = [np.asarray(a, dtype=dtype) for a in inputs]
-    result = ta.einsum(subscripts, *operands, dtype=dtype, backend=node.kernels.backend)
+    with ta.optimised_builds():       # as the model's other kernels (ops/kernels.py)
+        result = ta.einsum(subscripts, *operands, dtype=dtype, backend=node.kernels.backend)
     return np.asarray(result).astype(inputs[0].dtype, copy=False)
 
 

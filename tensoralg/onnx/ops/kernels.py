@@ -106,8 +106,11 @@ class KernelSet:
         key = (statement, np.dtype(dtype).str, repr(sorted((formats or {}).items())), backend)
         kernel = self.kernels.get(key)
         if kernel is None:
-            kernel = ta.compile(statement, formats=formats or None, dtype=dtype,
-                                backend=backend)
+            # A model's kernels run optimised from the first call: a plan times and fuses
+            # them, and a model is compiled once and run many times (codegen/tiered.py).
+            with ta.optimised_builds():
+                kernel = ta.compile(statement, formats=formats or None, dtype=dtype,
+                                    backend=backend)
             self.kernels[key] = kernel
             if self.on_compile is not None:
                 self.on_compile(kernel)
