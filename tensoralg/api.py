@@ -2335,7 +2335,6 @@ class Kernel:
     out_format: Format | None
     schedule_given: Schedule | None = None
     _warned: set[str] = field(default_factory=set)
-    _default: CompiledProgram | None = None
 
     def __post_init__(self) -> None:
         self._canonical = canonical_text(self.statement)
@@ -2349,14 +2348,20 @@ class Kernel:
         self._ranks = {a.tensor: a.indices for a in accesses(self.statement.rhs)}
         # Dense operands have no index arrays: their index dtype is the one binding gives them,
         # so the first call finds this very kernel instead of compiling another.
-        index = {name: _INT64 if fmt.is_dense else _INT32 for name, fmt in self.formats.items()}
-        self._default = self._specialise(index, _INT32)
+        self._default_index = {name: _INT64 if fmt.is_dense else _INT32
+                               for name, fmt in self.formats.items()}
+        self._default_program: CompiledProgram | None = None
+        # Whenever its programs are compiled (now, on first use, for other index dtypes), they
+        # are built as a compile() here would build them: optimised inside optimised_builds().
+        self._quick = quick_builds_allowed()
         dense_only = all(f.is_dense for f in self.formats.values()) and \
             (self.out_format is None or self.out_format.is_dense)
         self._gemm_route = gemm_route(self.schedule_given)
         form = gemm_form(self.statement)
         self._gemm = form if dense_only and self.backend != "cuda" and \
             self._gemm_route is not GemmRoute.LOOPS else None
+        if self._gemm is None:   # compiled now, so that compile errors come from compile()
+            self._default_program = self._specialise(self._default_index, _INT32)
         if self._gemm_route in (GemmRoute.BLAS, GemmRoute.GENERATED):
             out_format = self.out_format or dense(len(self.statement.lhs.indices))
             reason = "the output is sparse" if not out_format.is_dense else \
@@ -2367,6 +2372,15 @@ class Kernel:
                                        f"{reason}; use gemm(loops), or no gemm command, for "
                                        f"the loop nest")
 
+    @property
+    def _default(self) -> CompiledProgram:
+        """The loop-nest kernel for the formats as given (int32 indices). A dense product
+        that BLAS or the generated GEMM may take (``_gemm``) compiles it on first use: a
+        large product never runs it, and LLVM's share of a first call is most of it."""
+        if self._default_program is None:
+            self._default_program = self._specialise(self._default_index, _INT32)
+        return self._default_program
+
     def _specialise(self, index_dtypes: dict[str, np.dtype], out_index: np.dtype,
                     tuned: Schedule | None = None) -> CompiledProgram:
         schedule = self.schedule_given or tuned
@@ -2375,8 +2389,9 @@ class Kernel:
             tuple(index_dtypes[name] for name in self.formats), self.dtype, self.out_format,
             out_index,
             str(schedule) if schedule else None, self.backend)
-        return kernel_cache().get(key, self.statement, self.formats, index_dtypes,
-                                  self.out_format, schedule)
+        with contextlib.nullcontext() if self._quick else optimised_only():
+            return kernel_cache().get(key, self.statement, self.formats, index_dtypes,
+                                      self.out_format, schedule)
 
     @property
     def program(self) -> Program:

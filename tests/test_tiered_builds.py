@@ -199,3 +199,31 @@ def test_a_forked_child_makes_the_builds_still_queued(fresh, held):
     _, status = os.waitpid(pid, 0)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
     assert k._default.kernel.pending          # the parent's build is still its own to make
+
+
+def test_a_dense_product_compiles_its_loop_nest_only_when_a_call_needs_it(fresh):
+    k = ta.compile("C(i,j) = A(i,k) * B(k,j)")
+    assert fresh.compiles == 0                       # BLAS may take every call
+    large = np.arange(64 * 64, dtype=np.float64).reshape(64, 64) % 7
+    np.testing.assert_allclose(k(A=large, B=large), large @ large)
+    assert fresh.compiles == 0                       # 64^3: BLAS took it
+    small = large[:5, :6]
+    np.testing.assert_allclose(k(A=small, B=small.T), small @ small.T)
+    assert fresh.compiles == 1                       # the loop nest, for a small product
+    assert "for" in k.source("ir")
+
+
+def test_a_kernel_compiled_inside_optimised_builds_stays_optimised_later(fresh):
+    with ta.optimised_builds():
+        k = ta.compile("C(i,j) = A(i,k) * B(k,j)")
+        s = ta.compile(SPMV, formats={"A": "csr"})
+    small = np.ones((4, 3))
+    np.testing.assert_allclose(k(A=small, B=small.T), small @ small.T)   # compiled now
+    assert k._default.kernel.optimised is None
+    # int64 indices: a second program of the same kernel, compiled at this call
+    A = _matrix(20, 0.3, seed=11)
+    A64 = A.copy()
+    A64.indices, A64.indptr = A.indices.astype(np.int64), A.indptr.astype(np.int64)
+    np.testing.assert_allclose(s(A=A64, x=np.ones(20)), A64 @ np.ones(20))
+    later = [p for p in s._programs.values() if p is not s._default]
+    assert later and all(p.kernel.optimised is None for p in later)
