@@ -343,6 +343,21 @@ def _more_transformers(tf: Any) -> dict[str, Callable[[], Any]]:
         "clip_text": lambda: tf.CLIPTextModel(tf.CLIPTextConfig(
             vocab_size=VOCAB, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
             num_attention_heads=2, max_position_embeddings=128)),
+        # the sixth group
+        "xlnet": lambda: tf.XLNetModel(tf.XLNetConfig(
+            vocab_size=VOCAB, d_model=128, n_layer=2, n_head=2, d_inner=256)),
+        "funnel": lambda: tf.FunnelModel(tf.FunnelConfig(
+            vocab_size=VOCAB, block_sizes=[1, 1], d_model=128, n_head=2, d_head=64,
+            d_inner=256)),
+        "roformer": lambda: tf.RoFormerModel(tf.RoFormerConfig(**small)),
+        "big_bird": lambda: tf.BigBirdModel(tf.BigBirdConfig(**small)),
+        "canine": lambda: tf.CanineModel(tf.CanineConfig(
+            hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
+            intermediate_size=256)),
+        "esm": lambda: tf.EsmModel(tf.EsmConfig(
+            vocab_size=VOCAB, hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
+            intermediate_size=256, max_position_embeddings=130,
+            position_embedding_type="rotary", pad_token_id=1)),
     }
 
 
@@ -473,6 +488,8 @@ def _deepctr(kind: str) -> Callable[[], Any]:
             model = models.WDL(columns, columns, **common)
         elif kind in ("NFM", "FiBiNET", "AFN", "IFM", "DIFM", "DCNMix", "ONN"):
             model = getattr(models, kind)(columns, columns, **common)
+        elif kind == "CCPM":    # its convolutions run over the sparse fields
+            model = models.CCPM(columns, sparse_only, **common)
         elif kind == "PNN":
             model = models.PNN(columns, use_outter=True, **common)
         elif kind == "AFM":     # its pairwise attention takes the sparse features only
@@ -853,6 +870,14 @@ HELD_OUT = [
          held_out=True),
     Spec("swin_v2_t", "torchvision", 8, _vision("swin_v2_t"), _images, held_out=True),
     Spec("din", "deepctr-torch", 256, _din, _din_rows, held_out=True),
+    # a sixth group (2026-12-06): relative and rotary attention (XLNet, RoFormer, ESM),
+    # sequence pooling (Funnel), block-sparse attention (BigBird), character hashing and
+    # strided downsampling (CANINE), convolutions over feature fields (CCPM), VGG
+    *[Spec(kind, "transformers", 8, _transformer(kind), _tokens, held_out=True)
+      for kind in ("xlnet", "funnel", "roformer", "big_bird", "canine", "esm")],
+    *[Spec(kind.lower(), "deepctr-torch", 256, _deepctr(kind), _ctr_rows, held_out=True)
+      for kind in ("CCPM",)],
+    Spec("vgg11_bn", "torchvision", 8, _vision("vgg11_bn"), _images, held_out=True),
 ]
 SPECS.update((spec.name, spec) for spec in HELD_OUT)
 HELD_OUT_REPORT = HERE / "ONNX_HELD_OUT_RESULTS.md"

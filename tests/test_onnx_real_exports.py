@@ -195,6 +195,47 @@ def test_einsum_matrix_products_become_matmuls(equation, a_shape, b_shape, form)
     assert ("Einsum" in ops) == (form is None), ops
 
 
+@pytest.mark.parametrize("equation, a_shape, w_shape, replaced", [
+    ("ibh,hnd->ibnd", (5, 2, 8), (8, 2, 4), True),             # XLNet's projections
+    ("ibnd,hnd->ibh", (5, 2, 2, 4), (8, 2, 4), True),           # ... and its output
+    ("ibnd,ndh->ibh", (5, 2, 2, 4), (2, 4, 8), True),
+    ("bh,hk->bk", (3, 8), (8, 6), True),                        # plain: product_form's
+    ("ibh,hnd->bind", (5, 2, 8), (8, 2, 4), False),             # kept axes not last
+    ("ibh,bnd->ihnd", (5, 2, 8), (2, 3, 4), False),             # nothing contracted
+    ("bih,hd->bid", (0, 3, 8), (8, 4), True),                   # an empty batch
+])
+def test_products_by_a_constant_weight_become_matmuls(equation, a_shape, w_shape, replaced):
+    rng = np.random.default_rng(9)
+    a = rng.standard_normal(a_shape).astype(np.float32)
+    w = rng.standard_normal(w_shape).astype(np.float32)
+    node = helper.make_node("Einsum", ["a", "w"], ["y"], equation=equation)
+    out_shape = np.einsum(equation, a, w).shape
+    model = _model([node], {"a": a}, [("y", TensorProto.FLOAT, list(out_shape))], {"w": w})
+    _compare(model, {"a": a})
+    ops = [s.node.op_type for s in tonnx.load(model, opt_level=2).executor.steps]
+    assert ("Einsum" not in ops) == replaced, ops
+
+
+@pytest.mark.parametrize("equation, a_shape, b_shape, replaced", [
+    ("ibnd,jbnd->bnij", (5, 2, 3, 4), (6, 2, 3, 4), True),     # XLNet's attention scores
+    ("bqhd,bkhd->bhqk", (2, 5, 3, 4), (2, 6, 3, 4), True),
+    ("ibnd,jbnd->bnji", (5, 2, 3, 4), (6, 2, 3, 4), True),     # j before i: B's role taken
+    ("ibnd,jbnd->bnij", (5, 2, 3, 0), (6, 2, 3, 0), True),     # nothing to contract
+    ("ibne,jbnd->bnij", (5, 2, 3, 4), (6, 2, 3, 4), False),    # two contracted letters
+])
+def test_batched_products_of_two_operands_become_matmuls(equation, a_shape, b_shape,
+                                                         replaced):
+    rng = np.random.default_rng(10)
+    a = rng.standard_normal(a_shape).astype(np.float32)
+    b = rng.standard_normal(b_shape).astype(np.float32)
+    node = helper.make_node("Einsum", ["a", "b"], ["y"], equation=equation)
+    out_shape = np.einsum(equation, a, b).shape
+    model = _model([node], {"a": a, "b": b}, [("y", TensorProto.FLOAT, list(out_shape))])
+    _compare(model, {"a": a, "b": b})
+    ops = [s.node.op_type for s in tonnx.load(model, opt_level=2).executor.steps]
+    assert ("Einsum" not in ops) == replaced, ops
+
+
 @pytest.mark.parametrize("exponent, replaced", [(2.0, True), (3.0, True), (0.5, False),
                                                 (4.0, False)])
 def test_pow_by_two_or_three_becomes_multiplications(exponent, replaced):

@@ -11,7 +11,16 @@ ellipsis, no repeated letter in one operand) and read
 - ``B..ij,B..kj->B..ik``: ``MatMul(A, Transpose(B))``, the last two axes of ``B`` swapped,
 
 with the same batch letters ``B..`` in the same order everywhere (their sizes must then agree,
-as MatMul's broadcasting allows no less). Anything else stays an Einsum.
+as MatMul's broadcasting allows no less); or
+
+- ``F..C..,W->F..G..`` with ``W`` a constant float weight over the contracted letters ``C..``
+  and the kept ``G..`` in any order (XLNet's ``ibh,hnd->ibnd``): ``Reshape -> MatMul ->
+  Reshape`` with the weight laid out as a (C.., G..) matrix at load; or
+- ``..,..->P..ij`` whose operands hold the batch letters ``P..``, ``i`` (or ``j``) and one
+  contracted letter in any order (XLNet's ``ibnd,jbnd->bnij``): each operand transposed
+  into ``P..ic`` and ``P..cj``, then ``MatMul``.
+
+Anything else stays an Einsum.
 
 >>> product_form("ij,jk->ik"), product_form("bnik,bnjk->bnij"), product_form("bhd,bmd->bhmd")
 ((0, False), (2, True), None)
@@ -48,16 +57,117 @@ def product_form(equation: str) -> tuple[int, bool] | None:
     return len(batch), b[-1] == j
 
 
+def weight_form(equation: str, weight_rank: int) -> tuple[int, tuple[int, ...]] | None:
+    """``(contracted axes, weight permutation)`` when ``equation`` multiplies an operand by a
+    constant weight over the operand's trailing axes: ``F..C..,W->F..G..`` where the weight's
+    letters (``weight_rank`` of them) are the contracted ``C..`` and the kept ``G..`` in any
+    order (XLNet's projections ``ibh,hnd->ibnd`` and ``ibnd,hnd->ibh``). The permutation puts
+    the weight's axes in the order ``C.., G..``; None for any other equation.
+
+    >>> weight_form("ibh,hnd->ibnd", 3), weight_form("ibnd,hnd->ibh", 3)
+    ((1, (0, 1, 2)), (2, (1, 2, 0)))
+    >>> weight_form("ibh,hnd->bind", 3) is None, weight_form("ij,jk->ik", 2)
+    (True, (1, (0, 1)))
+    """
+    text = "".join(equation.split())
+    if "->" not in text or "." in text:
+        return None
+    inputs, output = text.split("->")
+    operands = inputs.split(",")
+    if len(operands) != 2:
+        return None
+    a, w = operands
+    if len(w) != weight_rank or any(len(set(t)) != len(t) for t in (a, w, output)):
+        return None
+    contracted = [c for c in a if c in w and c not in output]
+    kept = [c for c in w if c not in a]
+    count = len(contracted)
+    if not contracted or not kept or a[len(a) - count:] != "".join(contracted) or \
+            output != a[:len(a) - count] + "".join(sorted(kept, key=output.index)) or \
+            set(w) != set(contracted) | set(kept) or len(a) == count:
+        return None
+    order = contracted + sorted(kept, key=output.index)
+    return count, tuple(w.index(c) for c in order)
+
+
+def batched_form(equation: str) -> tuple[tuple[int, ...], tuple[int, ...], bool] | None:
+    """How ``equation``'s two operands become a batched matrix product ``P..ic, P..cj ->
+    P..ij`` when its output is ``P..ij`` (the batch letters ``P..`` in every operand in any
+    order, ``i`` in one operand only, ``j`` in the other only, one contracted letter ``c``),
+    e.g. XLNet's attention scores ``ibnd,jbnd->bnij``: the permutation of each operand, and
+    whether the second operand is the product's left factor. None for any other equation.
+
+    >>> batched_form("ibnd,jbnd->bnij")
+    ((1, 2, 0, 3), (1, 2, 3, 0), False)
+    >>> batched_form("ibnd,jbnd->bnji")
+    ((1, 2, 3, 0), (1, 2, 0, 3), True)
+    >>> batched_form("bnik,bnjk->bnij")[:2], batched_form("ibne,jbnd->bnij")
+    (((0, 1, 2, 3), (0, 1, 3, 2)), None)
+    """
+    text = "".join(equation.split())
+    if "->" not in text or "." in text:
+        return None
+    inputs, output = text.split("->")
+    operands = inputs.split(",")
+    if len(operands) != 2 or len(output) < 2:
+        return None
+    a, b = operands
+    if any(len(set(t)) != len(t) for t in (a, b, output)):
+        return None
+    swapped = output[-2] in b
+    left, right = (b, a) if swapped else (a, b)
+    batch, i, j = output[:-2], output[-2], output[-1]
+    contracted = [c for c in left if c in right and c not in output]
+    if len(contracted) != 1 or i not in left or i in right or j not in right or j in left or \
+            set(left) != {*batch, i, *contracted} or set(right) != {*batch, j, *contracted}:
+        return None
+    c = contracted[0]
+    first = tuple(left.index(x) for x in (*batch, i, c))
+    second = tuple(right.index(x) for x in (*batch, c, j))
+    return (second, first, True) if swapped else (first, second, False)
+
+
 def einsums_as_matmuls(graph: Graph) -> Graph:
     """Replace every Einsum that is a matrix product by a MatMul (after a Transpose of its
-    second operand for the ``..kj`` form); other nodes are untouched."""
+    second operand for the ``..kj`` form), and every product of an operand's trailing axes by
+    a constant weight (:func:`weight_form`) by ``Reshape -> MatMul -> Reshape`` with the
+    weight laid out (contracted, kept) at load; other nodes are untouched."""
     matmul = lookup("MatMul", 13)
     transpose = lookup("Transpose", 13)
+    reshape = lookup("Reshape", 14)
+    taken = value_names(graph)
     nodes: list[Node] = []
     replaced = 0
     for node in graph.nodes:
-        form = product_form(str(node.attributes.get("equation", ""))) \
+        equation = str(node.attributes.get("equation", ""))
+        form = product_form(equation) \
             if node.op_type == "Einsum" and len(node.inputs) == 2 else None
+        weight = graph.constants.get(node.inputs[1]) \
+            if node.op_type == "Einsum" and len(node.inputs) == 2 and form is None else None
+        weighted = weight_form(equation, weight.ndim) \
+            if weight is not None and weight.dtype.kind == "f" and \
+            node.inputs[0] not in graph.constants else None
+        if weighted is not None and matmul is not None and reshape is not None:
+            nodes += _weight_product(node, weight, *weighted, graph, taken, matmul, reshape)
+            replaced += 1
+            continue
+        batched = batched_form(equation) if node.op_type == "Einsum" and \
+            len(node.inputs) == 2 and form is None and weighted is None else None
+        if batched is not None and matmul is not None and transpose is not None:
+            operands = []
+            for name, perm, which in zip(node.inputs, batched[:2], "ab"):
+                if perm != tuple(range(len(perm))):
+                    moved = fresh_name(f"{node.name}/{which}_laid_out", taken)
+                    nodes.append(Node(f"{node.name}/Transpose_{which}", "Transpose", (name,),
+                                      (moved,), {"perm": list(perm)}, 13, transpose))
+                    name = moved
+                operands.append(name)
+            if batched[2]:
+                operands.reverse()
+            nodes.append(Node(node.name, "MatMul", tuple(operands), node.outputs, {}, 13,
+                              matmul))
+            replaced += 1
+            continue
         if form is None or matmul is None or transpose is None:
             nodes.append(node)
             continue
@@ -74,6 +184,39 @@ def einsums_as_matmuls(graph: Graph) -> Graph:
     graph.nodes = nodes
     graph.notes.append(f"einsum products: {replaced} Einsum(s) as MatMul")
     return graph
+
+
+def _weight_product(node: Node, weight: np.ndarray, contracted: int, order: tuple[int, ...],
+                    graph: Graph, taken: set[str], matmul, reshape) -> list[Node]:
+    """The nodes of :func:`weight_form`'s product: ``x`` with its ``contracted`` trailing axes
+    joined (a Reshape whose zeros keep the leading sizes), times the weight as a (K, N)
+    constant, then the N columns split into the kept axes' sizes (a Reshape, when there are
+    several)."""
+    laid = np.ascontiguousarray(weight.transpose(order))
+    k = int(np.prod(laid.shape[:contracted]))
+    kept = laid.shape[contracted:]
+    leading = len("".join(str(node.attributes["equation"]).split()).split("->")[1]) - len(kept)
+    a = node.inputs[0]
+    steps: list[Node] = []
+    matrix = fresh_name(f"{node.name}/weight_matrix", taken)
+    graph.constants[matrix] = laid.reshape(k, int(np.prod(kept)))
+    if contracted > 1:
+        shape = fresh_name(f"{node.name}/rows_shape", taken)
+        rows = fresh_name(f"{node.name}/rows", taken)
+        graph.constants[shape] = np.array([0] * leading + [-1], np.int64)
+        steps.append(Node(f"{node.name}/Reshape", "Reshape", (a, shape), (rows,), {}, 14,
+                          reshape))
+        a = rows
+    if len(kept) == 1:
+        steps.append(Node(node.name, "MatMul", (a, matrix), node.outputs, {}, 13, matmul))
+        return steps
+    product = fresh_name(f"{node.name}/product", taken)
+    shape = fresh_name(f"{node.name}/out_shape", taken)
+    graph.constants[shape] = np.array([0] * leading + list(kept), np.int64)
+    steps += [Node(node.name, "MatMul", (a, matrix), (product,), {}, 13, matmul),
+              Node(f"{node.name}/Reshape_back", "Reshape", (product, shape), node.outputs, {},
+                   14, reshape)]
+    return steps
 
 
 def column_products_as_row_products(graph: Graph) -> Graph:
@@ -124,4 +267,5 @@ def column_products_as_row_products(graph: Graph) -> Graph:
     return graph
 
 
-__all__ = ["column_products_as_row_products", "einsums_as_matmuls", "product_form"]
+__all__ = ["batched_form", "column_products_as_row_products", "einsums_as_matmuls",
+           "product_form", "weight_form"]

@@ -79,6 +79,82 @@ def fold_conv_batchnorm(graph: Graph) -> Graph:
     return graph
 
 
+def fold_pads_into_convs(graph: Graph) -> Graph:
+    """Fold a Pad of zeros on the spatial axes into the Conv that alone reads it: ``p:
+    Pad(x, pads) -> xp`` then ``c: Conv(xp, W, ...) -> y`` becomes ``c: Conv(x, W, ...) -> y``
+    with the pads added to the Conv's own. TorchScript exports ``nn.ZeroPad2d`` before a
+    convolution that way (deepctr's CCPM pads its fields so), and the padded copy costs a
+    pass of its own where the convolution's kernels treat borders as zeros anyway.
+
+    A pair is left as it is unless the Pad is in ``constant`` mode with a constant value of
+    zero (or none), constant pads that are non-negative and zero on the batch and channel
+    axes, its output is read by that Conv alone (as its input, not a graph output), and the
+    Conv has a constant weight and no ``auto_pad``.
+    """
+    consumers = consumers_of(graph)
+    outputs = {v.name for v in graph.outputs}
+    nodes = list(graph.nodes)
+    producer = {name: k for k, node in enumerate(nodes) for name in node.outputs if name}
+    removed: set[int] = set()
+    folded = []
+    for k, conv in enumerate(nodes):
+        if conv.op_type != "Conv" or len(conv.inputs) < 2:
+            continue
+        j = producer.get(conv.inputs[0])
+        if j is None or nodes[j].op_type != "Pad" or j in removed:
+            continue
+        pad = nodes[j]
+        if pad.outputs[0] in outputs or len(consumers.get(pad.outputs[0], [])) != 1:
+            continue
+        weight = graph.constants.get(conv.inputs[1])
+        if weight is None or weight.ndim < 3 or \
+                conv.attributes.get("auto_pad", "NOTSET") not in ("NOTSET", b"NOTSET"):
+            continue
+        widths = _zero_pads(pad, graph, weight.ndim)
+        if widths is None:
+            continue
+        spatial = weight.ndim - 2
+        own = [int(v) for v in conv.attributes.get("pads") or [0] * (2 * spatial)]
+        if len(own) != 2 * spatial:
+            continue
+        merged = [own[a] + widths[a + 2][0] for a in range(spatial)] + \
+                 [own[spatial + a] + widths[a + 2][1] for a in range(spatial)]
+        nodes[k] = Node(conv.name, conv.op_type, (pad.inputs[0], *conv.inputs[1:]),
+                        conv.outputs, {**conv.attributes, "pads": merged}, conv.version,
+                        conv.impl)
+        removed.add(j)
+        folded.append(f"{pad.name} into {conv.name}")
+    graph.nodes = [node for k, node in enumerate(nodes) if k not in removed]
+    graph.notes.append(f"pad+conv: {len(folded)} folded" +
+                       (f" ({', '.join(folded)})" if folded else ""))
+    return graph
+
+
+def _zero_pads(pad: Node, graph: Graph, rank: int) -> list[tuple[int, int]] | None:
+    """``(begin, end)`` per axis of a rank-``rank`` input that ``pad`` adds, when it adds
+    zeros on the spatial axes only (non-negative, constant); None otherwise."""
+    if pad.attributes.get("mode", "constant") not in ("constant", b"constant"):
+        return None
+    names = list(pad.inputs) + [""] * (4 - len(pad.inputs))
+    pads, value, axes = (graph.constants.get(name) if name else None for name in names[1:4])
+    if pads is None or (names[2] and value is None) or (names[3] and axes is None):
+        return None
+    if value is not None and (value.size > 1 or (value.size == 1 and value.reshape(-1)[0] != 0)):
+        return None
+    chosen = list(range(rank)) if axes is None else \
+        [int(a) % rank for a in axes.reshape(-1) if -rank <= int(a) < rank]
+    values = [int(v) for v in pads.reshape(-1)]
+    if len(values) != 2 * len(chosen) or len(set(chosen)) != len(chosen) or \
+            (axes is not None and len(chosen) != axes.size):
+        return None
+    widths = [(0, 0)] * rank
+    for k, axis in enumerate(chosen):
+        widths[axis] = (values[k], values[k + len(chosen)])
+    if any(b < 0 or e < 0 for b, e in widths) or widths[0] != (0, 0) or widths[1] != (0, 0):
+        return None
+    return widths
+
+
 def batchnorm_as_affine(graph: Graph) -> Graph:
     """Replace each inference BatchNormalization no Conv took (DenseNet's, after a Concat)
     whose statistics are float constants by ``Mul(x, s) -> Add(., t)``, with

@@ -34,6 +34,7 @@ from tensoralg.onnx.passes.einsum_products import (
 from tensoralg.onnx.passes.folding import (
     batchnorm_as_affine,
     fold_conv_batchnorm,
+    fold_pads_into_convs,
     fuse_conv_activations,
     fuse_conv_residuals,
 )
@@ -156,6 +157,7 @@ def pipeline(opt_level: int, model: onnx.ModelProto, kernels: KernelSet,
         # Conv+BN folding first: it needs the constants level 1 computed, and must see the
         # original nodes, before any later pass replaces them.
         steps += [
+            ("pad+conv folding", fold_pads_into_convs),
             ("conv+batchnorm folding", fold_conv_batchnorm),
             ("batchnorm as affine", batchnorm_as_affine),
             ("einsum products", einsums_as_matmuls),
