@@ -222,6 +222,12 @@ def test_products_by_a_constant_weight_become_matmuls(equation, a_shape, w_shape
     ("ibnd,jbnd->bnji", (5, 2, 3, 4), (6, 2, 3, 4), True),     # j before i: B's role taken
     ("ibnd,jbnd->bnij", (5, 2, 3, 0), (6, 2, 3, 0), True),     # nothing to contract
     ("ibne,jbnd->bnij", (5, 2, 3, 4), (6, 2, 3, 4), False),    # two contracted letters
+    ("bind,snd->bnis", (2, 5, 3, 4), (6, 3, 4), True),          # Funnel: b broadcast
+    ("binh,tnh->bnit", (2, 5, 3, 4), (6, 3, 4), True),
+    ("bnij,jbnd->ibnd", (2, 3, 5, 6), (6, 2, 3, 4), True),      # XLNet: output transposed
+    ("bnij,bjnd->bind", (2, 3, 5, 6), (2, 6, 3, 4), True),      # Funnel
+    ("bind,snd->bnsd", (2, 5, 3, 4), (6, 3, 4), False),         # d kept: not contracted
+    ("bind,bd->bnid", (2, 5, 3, 4), (2, 4), False),             # nothing only in the second
 ])
 def test_batched_products_of_two_operands_become_matmuls(equation, a_shape, b_shape,
                                                          replaced):
@@ -232,6 +238,19 @@ def test_batched_products_of_two_operands_become_matmuls(equation, a_shape, b_sh
     out_shape = np.einsum(equation, a, b).shape
     model = _model([node], {"a": a, "b": b}, [("y", TensorProto.FLOAT, list(out_shape))])
     _compare(model, {"a": a, "b": b})
+    ops = [s.node.op_type for s in tonnx.load(model, opt_level=2).executor.steps]
+    assert ("Einsum" not in ops) == replaced, ops
+
+
+@pytest.mark.parametrize("equation, shape, replaced", [
+    ("ijbn->bnij", (2, 3, 4, 5), True), ("ij->ji", (3, 0), True), ("ii->i", (3, 3), False),
+    ("ij->i", (3, 4), False)])
+def test_one_operand_reorderings_become_transposes(equation, shape, replaced):
+    a = np.random.default_rng(11).standard_normal(shape).astype(np.float32)
+    node = helper.make_node("Einsum", ["a"], ["y"], equation=equation)
+    out_shape = np.einsum(equation, a).shape
+    model = _model([node], {"a": a}, [("y", TensorProto.FLOAT, list(out_shape))])
+    _compare(model, {"a": a})
     ops = [s.node.op_type for s in tonnx.load(model, opt_level=2).executor.steps]
     assert ("Einsum" not in ops) == replaced, ops
 

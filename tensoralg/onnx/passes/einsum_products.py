@@ -16,9 +16,11 @@ as MatMul's broadcasting allows no less); or
 - ``F..C..,W->F..G..`` with ``W`` a constant float weight over the contracted letters ``C..``
   and the kept ``G..`` in any order (XLNet's ``ibh,hnd->ibnd``): ``Reshape -> MatMul ->
   Reshape`` with the weight laid out as a (C.., G..) matrix at load; or
-- ``..,..->P..ij`` whose operands hold the batch letters ``P..``, ``i`` (or ``j``) and one
-  contracted letter in any order (XLNet's ``ibnd,jbnd->bnij``): each operand transposed
-  into ``P..ic`` and ``P..cj``, then ``MatMul``.
+- ``..,..->..`` a batched product over one contracted letter in any axis order
+  (:func:`batched_form`; XLNet's ``ibnd,jbnd->bnij``, Funnel's ``bind,snd->bnis``): each
+  operand transposed into ``P..ic`` and ``P..cj``, ``MatMul``, and a Transpose into the
+  output's order where it differs; or
+- ``..->..`` with one operand, a reordering of its axes: ``Transpose``.
 
 Anything else stays an Einsum.
 
@@ -90,19 +92,41 @@ def weight_form(equation: str, weight_rank: int) -> tuple[int, tuple[int, ...]] 
     return count, tuple(w.index(c) for c in order)
 
 
-def batched_form(equation: str) -> tuple[tuple[int, ...], tuple[int, ...], bool] | None:
+def permutation(equation: str) -> tuple[int, ...] | None:
+    """The Transpose ``perm`` of a one-operand Einsum that only reorders its axes (XLNet's
+    ``ijbn->bnij``); None for any other.
+
+    >>> permutation("ijbn->bnij"), permutation("ij->ji"), permutation("ii->i")
+    ((2, 3, 0, 1), (1, 0), None)
+    """
+    text = "".join(equation.split())
+    if "->" not in text or "." in text or "," in text:
+        return None
+    source, output = text.split("->")
+    if len(set(source)) != len(source) or sorted(source) != sorted(output):
+        return None
+    return tuple(source.index(x) for x in output)
+
+
+def batched_form(equation: str
+                 ) -> tuple[tuple[int, ...], tuple[int, ...], bool, tuple[int, ...] | None] | None:
     """How ``equation``'s two operands become a batched matrix product ``P..ic, P..cj ->
-    P..ij`` when its output is ``P..ij`` (the batch letters ``P..`` in every operand in any
-    order, ``i`` in one operand only, ``j`` in the other only, one contracted letter ``c``),
-    e.g. XLNet's attention scores ``ibnd,jbnd->bnij``: the permutation of each operand, and
-    whether the second operand is the product's left factor. None for any other equation.
+    P..ij`` over one contracted letter ``c``, ``i`` in one operand only and ``j`` in the other
+    only: the permutation of each operand, whether the second operand is the left factor, and
+    the permutation of the product into the output (None: it is the output). Either the
+    output ends with ``ij`` (or ``ji``), and each operand holds a trailing run of the batch
+    letters (MatMul broadcasts the others: Funnel's ``bind,snd->bnis``); or the output is any
+    order of ``P..``, ``i`` and ``j``, with every batch letter in both operands (XLNet's
+    ``bnij,jbnd->ibnd``). None for any other equation.
 
     >>> batched_form("ibnd,jbnd->bnij")
-    ((1, 2, 0, 3), (1, 2, 3, 0), False)
+    ((1, 2, 0, 3), (1, 2, 3, 0), False, None)
     >>> batched_form("ibnd,jbnd->bnji")
-    ((1, 2, 3, 0), (1, 2, 0, 3), True)
-    >>> batched_form("bnik,bnjk->bnij")[:2], batched_form("ibne,jbnd->bnij")
-    (((0, 1, 2, 3), (0, 1, 3, 2)), None)
+    ((1, 2, 3, 0), (1, 2, 0, 3), True, None)
+    >>> batched_form("bind,snd->bnis"), batched_form("bnij,jbnd->ibnd")
+    (((0, 2, 1, 3), (1, 2, 0), False, None), ((0, 1, 2, 3), (1, 2, 0, 3), False, (2, 0, 1, 3)))
+    >>> batched_form("ibne,jbnd->bnij"), batched_form("bind,bnd->bnib")
+    (None, None)
     """
     text = "".join(equation.split())
     if "->" not in text or "." in text:
@@ -114,17 +138,33 @@ def batched_form(equation: str) -> tuple[tuple[int, ...], tuple[int, ...], bool]
     a, b = operands
     if any(len(set(t)) != len(t) for t in (a, b, output)):
         return None
-    swapped = output[-2] in b
-    left, right = (b, a) if swapped else (a, b)
-    batch, i, j = output[:-2], output[-2], output[-1]
-    contracted = [c for c in left if c in right and c not in output]
-    if len(contracted) != 1 or i not in left or i in right or j not in right or j in left or \
-            set(left) != {*batch, i, *contracted} or set(right) != {*batch, j, *contracted}:
+    contracted = [x for x in a if x in b and x not in output]
+    only_a = [x for x in output if x in a and x not in b]
+    only_b = [x for x in output if x in b and x not in a]
+    shared = [x for x in output if x in a and x in b]
+    if len(contracted) != 1 or not only_a or not only_b or \
+            set(a) | set(b) != set(output) | set(contracted):
         return None
     c = contracted[0]
-    first = tuple(left.index(x) for x in (*batch, i, c))
-    second = tuple(right.index(x) for x in (*batch, c, j))
-    return (second, first, True) if swapped else (first, second, False)
+    i, j = output[-2], output[-1]
+    if (i in only_a and j in only_b) or (i in only_b and j in only_a):
+        swapped = i in only_b
+        left, right = (b, a) if swapped else (a, b)
+        batch = output[:-2]
+        perms = []
+        for operand, ends in ((left, (i, c)), (right, (c, j))):
+            own = [x for x in batch if x in operand]
+            if own != list(batch[len(batch) - len(own):]):
+                return None            # not a trailing run: MatMul cannot broadcast it
+            perms.append(tuple(operand.index(x) for x in (*own, *ends)))
+        first, second = perms
+        return (second, first, True, None) if swapped else (first, second, False, None)
+    if len(only_a) != 1 or len(only_b) != 1:
+        return None
+    i, j = only_a[0], only_b[0]
+    canonical = (*shared, i, j)
+    return (tuple(a.index(x) for x in (*shared, i, c)), tuple(b.index(x) for x in (*shared, c, j)),
+            False, tuple(canonical.index(x) for x in output))
 
 
 def einsums_as_matmuls(graph: Graph) -> Graph:
@@ -151,6 +191,13 @@ def einsums_as_matmuls(graph: Graph) -> Graph:
             nodes += _weight_product(node, weight, *weighted, graph, taken, matmul, reshape)
             replaced += 1
             continue
+        moved = permutation(equation) if node.op_type == "Einsum" and \
+            len(node.inputs) == 1 else None
+        if moved is not None and transpose is not None:
+            nodes.append(Node(node.name, "Transpose", node.inputs, node.outputs,
+                              {"perm": list(moved)}, 13, transpose))
+            replaced += 1
+            continue
         batched = batched_form(equation) if node.op_type == "Einsum" and \
             len(node.inputs) == 2 and form is None and weighted is None else None
         if batched is not None and matmul is not None and transpose is not None:
@@ -164,8 +211,14 @@ def einsums_as_matmuls(graph: Graph) -> Graph:
                 operands.append(name)
             if batched[2]:
                 operands.reverse()
-            nodes.append(Node(node.name, "MatMul", tuple(operands), node.outputs, {}, 13,
-                              matmul))
+            if batched[3] is None:
+                nodes.append(Node(node.name, "MatMul", tuple(operands), node.outputs, {}, 13,
+                                  matmul))
+            else:
+                product = fresh_name(f"{node.name}/product", taken)
+                nodes += [Node(node.name, "MatMul", tuple(operands), (product,), {}, 13, matmul),
+                          Node(f"{node.name}/Transpose_out", "Transpose", (product,),
+                               node.outputs, {"perm": list(batched[3])}, 13, transpose)]
             replaced += 1
             continue
         if form is None or matmul is None or transpose is None:
@@ -268,4 +321,4 @@ def column_products_as_row_products(graph: Graph) -> Graph:
 
 
 __all__ = ["batched_form", "column_products_as_row_products", "einsums_as_matmuls",
-           "product_form", "weight_form"]
+           "permutation", "product_form", "weight_form"]
