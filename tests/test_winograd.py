@@ -113,6 +113,28 @@ def test_tile_blocks_and_thread_ranges_cover_every_tile_once(two_threads, monkey
                                rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_wide_layer_on_few_tiles_splits_its_output_channels(two_threads, monkeypatch, dtype):
+    """Few tiles, a large transformed weight: the threads take ranges of weight panels (the
+    last one short, past the last whole panel), each transforming the input itself."""
+    x, w, b = _operands(1, 48, (5, 6), 150, dtype, seed=3)
+    conv = winograd_conv(w, b, (1, 1), (1, 1))
+    monkeypatch.setattr(conv.threads, "dense_parts", lambda work, most: min(2, most))
+    planes = np.full((1, 152, 5, 6), -7.0, dtype)          # channels 1..150 of a wider output
+    bound = conv.bind(x, planes[:, 1:151])
+    calls = bound.kernel.calls
+    assert len(calls) == 2
+    item, plane = np.dtype(dtype).itemsize, 5 * 6
+    first = (calls[1][1] - calls[0][1]) // (plane * item)   # the second range's first channel
+    assert first % conv.shape.nr == 0 and calls[0][13] == first and calls[1][13] == 150 - first
+    assert calls[0][7:9] == calls[1][7:9] == [0, 9]        # every tile in both ranges
+    bound()
+    tolerance = 1e-4 if dtype == np.float32 else 1e-10
+    np.testing.assert_allclose(planes[:, 1:151], _reference(x, w, b, (1, 1, 1, 1)),
+                               rtol=tolerance, atol=tolerance)
+    assert np.all(planes[:, [0, 151]] == -7.0)
+
+
 def test_an_empty_batch_runs_nothing():
     x, w, b = _operands(0, 16, (6, 6), 16, np.float32)
     out = np.zeros((0, 16, 6, 6), np.float32)
