@@ -35,16 +35,24 @@ from tensoralg.onnx.frontend.graph import Graph, Node, fresh_name, value_names
 from tensoralg.onnx.ops.registry import lookup
 
 
-def product_form(equation: str) -> tuple[int, bool] | None:
-    """``(batch axes, B transposed)`` when ``equation`` is a matrix product as the module
-    docstring says, else None."""
+def _parsed(equation: str, count: int) -> tuple[list[str], str] | None:
+    """The operands' letters and the output's of an explicit ``equation`` of ``count``
+    operands (spaces dropped); None with an ellipsis, an implicit output or another count."""
     text = "".join(equation.split())
     if "->" not in text or "." in text:
         return None
     inputs, output = text.split("->")
     operands = inputs.split(",")
-    if len(operands) != 2:
+    return (operands, output) if len(operands) == count else None
+
+
+def product_form(equation: str) -> tuple[int, bool] | None:
+    """``(batch axes, B transposed)`` when ``equation`` is a matrix product as the module
+    docstring says, else None."""
+    parsed = _parsed(equation, 2)
+    if parsed is None:
         return None
+    operands, output = parsed
     a, b = operands
     if len(a) < 2 or len(set(a)) != len(a) or len(set(b)) != len(b) or \
             len(set(output)) != len(output) or len(a) != len(b) or len(output) != len(a):
@@ -71,13 +79,10 @@ def weight_form(equation: str, weight_rank: int) -> tuple[int, tuple[int, ...]] 
     >>> weight_form("ibh,hnd->bind", 3) is None, weight_form("ij,jk->ik", 2)
     (True, (1, (0, 1)))
     """
-    text = "".join(equation.split())
-    if "->" not in text or "." in text:
+    parsed = _parsed(equation, 2)
+    if parsed is None:
         return None
-    inputs, output = text.split("->")
-    operands = inputs.split(",")
-    if len(operands) != 2:
-        return None
+    operands, output = parsed
     a, w = operands
     if len(w) != weight_rank or any(len(set(t)) != len(t) for t in (a, w, output)):
         return None
@@ -99,10 +104,10 @@ def permutation(equation: str) -> tuple[int, ...] | None:
     >>> permutation("ijbn->bnij"), permutation("ij->ji"), permutation("ii->i")
     ((2, 3, 0, 1), (1, 0), None)
     """
-    text = "".join(equation.split())
-    if "->" not in text or "." in text or "," in text:
+    parsed = _parsed(equation, 1)
+    if parsed is None:
         return None
-    source, output = text.split("->")
+    (source,), output = parsed
     if len(set(source)) != len(source) or sorted(source) != sorted(output):
         return None
     return tuple(source.index(x) for x in output)
@@ -128,13 +133,10 @@ def batched_form(equation: str
     >>> batched_form("ibne,jbnd->bnij"), batched_form("bind,bnd->bnib")
     (None, None)
     """
-    text = "".join(equation.split())
-    if "->" not in text or "." in text:
+    parsed = _parsed(equation, 2)
+    if parsed is None or len(parsed[1]) < 2:
         return None
-    inputs, output = text.split("->")
-    operands = inputs.split(",")
-    if len(operands) != 2 or len(output) < 2:
-        return None
+    operands, output = parsed
     a, b = operands
     if any(len(set(t)) != len(t) for t in (a, b, output)):
         return None
