@@ -2990,6 +2990,10 @@ def wait_for_optimised(timeout: float | None = None) -> bool:
     """
     from tensoralg.codegen.tiered import finish
 
+    if timeout is not None and (isinstance(timeout, bool) or
+                                not isinstance(timeout, (int, float)) or not timeout >= 0):
+        raise InputError(f"wait_for_optimised: timeout must be None or a number of seconds "
+                         f">= 0, not {timeout!r}")
     return finish(timeout)
 
 

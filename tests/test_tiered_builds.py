@@ -227,3 +227,9 @@ def test_a_kernel_compiled_inside_optimised_builds_stays_optimised_later(fresh):
     np.testing.assert_allclose(s(A=A64, x=np.ones(20)), A64 @ np.ones(20))
     later = [p for p in s._programs.values() if p is not s._default]
     assert later and all(p.kernel.optimised is None for p in later)
+
+
+@pytest.mark.parametrize("timeout", [-1, "1", True, float("nan")])
+def test_wait_for_optimised_refuses_a_timeout_that_is_not_seconds(timeout):
+    with pytest.raises(ta.InputError, match="timeout"):
+        ta.wait_for_optimised(timeout)
