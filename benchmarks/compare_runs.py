@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--title", default="ONNX models: before and after")
     parser.add_argument("--intro", default=None, help="a file whose text goes under the title")
     args = parser.parse_args(argv)
-    new = json.loads(Path(args.new).read_text())
+    new = json.loads(Path(args.new).read_text(encoding="utf-8"))
     olds = [json.loads(Path(p).read_text()) for p in args.old]
     intro = Path(args.intro).read_text().strip() if args.intro else ""
     table = onnx_real.render(new).split("\n")

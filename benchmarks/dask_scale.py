@@ -370,7 +370,7 @@ def measure(args: argparse.Namespace, partial: Path | None = None) -> dict[str, 
             runs.append(row)
             del case                          # its operands go before the next case is built
             if partial is not None:           # a later case killed for memory loses nothing
-                partial.write_text(json.dumps({"runs": runs}, indent=1))
+                partial.write_text(json.dumps({"runs": runs}, indent=1), encoding="utf-8")
     capped = [capped_spmm(int(n), args.seed) for n in args.nnz] \
         if args.capped or args.capped_only else []
     for found in capped:
@@ -462,7 +462,7 @@ def latest(key: str) -> dict[str, Any] | None:
     """The newest result file in ``benchmarks/results`` whose ``key`` list is not empty."""
     found = None
     for file in sorted(record.RESULTS.glob("dask_scale-*.json")):
-        result = json.loads(file.read_text())
+        result = json.loads(file.read_text(encoding="utf-8"))
         if result.get(key):
             found = result
     return found
@@ -478,7 +478,7 @@ def write_markdown(path: Path = MARKDOWN) -> Path:
         text += "\n" + render({"interleaved": alternating["interleaved"], **{
             k: alternating[k] for k in ("date", "git", "machine", "command")}}, {}).split(
                 "\n", 4)[4]
-    path.write_text(text + "\n")
+    path.write_text(text + "\n", encoding="utf-8")
     return path
 
 

@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"commit `{commit}` with `python benchmarks/einsum_chain.py`, result file "
                   f"`results/{path.name}`; generated: rerun the script rather than editing "
                   f"this file. The machine may be shared and noisy.\n\n")
-        (Path(__file__).resolve().parent / "EINSUM_CHAIN.md").write_text(header + text + "\n")
+        (Path(__file__).resolve().parent / "EINSUM_CHAIN.md").write_text(header + text + "\n", encoding="utf-8")
     print(f"wrote {path}")
     return 0
 

@@ -918,7 +918,7 @@ def export(spec: Spec, exporter: str, batch: int) -> Path:
             got = model(*(torch.from_numpy(v) for v in check.values()))
             got = got if isinstance(got, (tuple, list)) else (got,)
             np.savez(folder / TORCH_OUTPUTS, *(t.numpy() for t in got))
-    done.write_text("")
+    done.write_text("", encoding="utf-8")
     return path
 
 
@@ -1351,16 +1351,16 @@ def main(argv: list[str] | None = None) -> int:
         compile_probe(*args.compile_probe)
         return 0
     if args.kernels:
-        data = json.loads(Path(args.kernels).read_text())
+        data = json.loads(Path(args.kernels).read_text(encoding="utf-8"))
         data["kernel_rows"] = measure_kernels(0.15 if args.quick else 0.6)
-        Path(args.kernels).write_text(record.dumps(data))
-        REPORT.write_text(render(data))
+        Path(args.kernels).write_text(record.dumps(data), encoding="utf-8")
+        REPORT.write_text(render(data), encoding="utf-8")
         print(f"wrote {args.kernels} and {REPORT}")
         return 0 if all(r["correct"] for r in data["kernel_rows"]) else 1
     if args.render:
-        data = json.loads(Path(args.render).read_text())
+        data = json.loads(Path(args.render).read_text(encoding="utf-8"))
         report = HELD_OUT_REPORT if data["options"].get("held_out") else REPORT
-        report.write_text(render(data))
+        report.write_text(render(data), encoding="utf-8")
         print(f"wrote {report}")
         return 0
     report = HELD_OUT_REPORT if args.held_out else REPORT
@@ -1399,7 +1399,7 @@ def main(argv: list[str] | None = None) -> int:
         # A quick run's table, or a run written elsewhere (--out: a scratch measurement),
         # would replace the full one.
         if not args.quick and args.out is None:
-            report.write_text(render(json.loads(path.read_text())))
+            report.write_text(render(json.loads(path.read_text())), encoding="utf-8")
         return path
 
     for name in names:

@@ -175,7 +175,7 @@ def write(script: str, payload: dict[str, Any], begun: dict[str, Any] | None = N
     else:
         path = Path(out)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(dumps(record))
+    path.write_text(dumps(record), encoding="utf-8")
     return path
 
 

@@ -1046,7 +1046,7 @@ def newest_with(results: Path, script: str, key: str) -> tuple[Path, dict[str, A
                     if (parsed := parse_file_name(path.name)) is not None
                     and parsed[0] == script), reverse=True)
     for _, path in found:
-        data = json.loads(path.read_text())
+        data = json.loads(path.read_text(encoding="utf-8"))
         if data.get(key):
             return path, data
     return None
@@ -1127,7 +1127,7 @@ def render_all(results: Path, out_dir: Path, plots: bool = True) -> list[Path]:
         dask = dask_section(results, out_dir)
         if dask:
             text += "\n" + "\n".join(dask) + "\n"
-        (out_dir / "RESULTS.md").write_text(text)
+        (out_dir / "RESULTS.md").write_text(text, encoding="utf-8")
         written.append(out_dir / "RESULTS.md")
         sources = " and ".join(p.name for p in (run_source, overhead_source, suites_source,
                                                 selection_source) if p)
@@ -1140,10 +1140,10 @@ def render_all(results: Path, out_dir: Path, plots: bool = True) -> list[Path]:
         if source is None:
             print(f"note: no {script}-*.json in {results}; {name} left as it is")
             continue
-        data = json.loads(source.read_text())
+        data = json.loads(source.read_text(encoding="utf-8"))
         images = plot(data, out_dir) if plots and plot is not None else {}
         relative = _relative(source, out_dir)
-        (out_dir / name).write_text(render(data, relative, images))
+        (out_dir / name).write_text(render(data, relative, images), encoding="utf-8")
         written.append(out_dir / name)
         print(f"wrote {out_dir / name} from {source.name}"
               + (f" (+ {', '.join(images.values())})" if images else ""))

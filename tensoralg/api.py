@@ -2434,7 +2434,8 @@ class Kernel:
             head, _, rest = text.partition("\n")
             return f"{head}\n  // note: {route_note(self._gemm_route)}\n{rest}"
         if lang == "llvm" and self._default.kernel.backend == "llvm":
-            return self._default.kernel.settled().source
+            # (a background build keeps no IR text, codegen/llvm.compile_object: made here)
+            return self._default.kernel.settled().source or emit_source(function, "llvm")
         if lang == "cuda" and self.backend == "cuda":
             from tensoralg import gpu
 

@@ -164,7 +164,7 @@ def _quick(fn: Function, cache: DiskCache | None, entry: str | None) -> Compiled
     ``entry`` in ``_building``: this process's later builds of the entry wait for that one
     and read it from the cache rather than miss it and compile again)."""
     from tensoralg.codegen import tiered
-    from tensoralg.codegen.llvm import compile_text, kernel_text, target_machine
+    from tensoralg.codegen.llvm import compile_object, kernel_text, target_machine
 
     text = kernel_text(fn, target_machine())
     quick = tiered.quick_name(fn.name)
@@ -175,7 +175,9 @@ def _quick(fn: Function, cache: DiskCache | None, entry: str | None) -> Compiled
 
     def optimise() -> CompiledKernel:
         try:
-            source, binary = compile_text(text, fn.name)
+            # No IR text (see compile_object): its source is empty, and Kernel.source("llvm")
+            # optimises the function again on the asking thread to print it.
+            source, binary = "", compile_object(text, fn.name)
             kernel = _load(fn, "llvm", source, binary, from_cache=False)
             if kernel is None:
                 raise CompileError(f"kernel {fn.name!r} was compiled but its symbol is missing")

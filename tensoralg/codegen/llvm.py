@@ -811,6 +811,17 @@ def compile_text(text: str, name: str, machine: llvm.TargetMachine | None = None
     return str(optimised), machine.emit_object(optimised)
 
 
+def compile_object(text: str, name: str) -> bytes:
+    """The host object code of the module ``text`` optimised, without its IR text: for the
+    background builds of ``codegen/tiered.py``. Printing a module switches the process's C
+    locale to "C" while LLVM's printer runs, which Python code on another thread then sees (a
+    file opened meanwhile took "ascii" as the locale's encoding and failed to write a "±": a
+    CI run, 2026-12-06; a thread printing modules in a loop showed the main thread the "C"
+    locale ~1% of the time). Parsing, optimising and emitting do not."""
+    machine = target_machine()
+    return machine.emit_object(optimize_text(text, machine, name))
+
+
 def compile_llvm(fn: Function) -> tuple[str, bytes]:
     """The optimised LLVM IR text of ``fn`` and its host object code, which also exports the
     packed entry of ``codegen/packed.py``."""
