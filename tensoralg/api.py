@@ -2019,9 +2019,9 @@ def iteration_bound(compiled: CompiledProgram, tensors: Mapping[str, Tensor],
                     sizes: Mapping[str, int]) -> int:
     """At most how many times a call's innermost loop body runs, within a small factor: the
     index space, or less where a sparse input drives the loops (its stored entries times the
-    sizes of the indices it does not have), plus each index's size. A sum of sparse inputs runs over all of theirs,
-    hence the largest such bound rather than the smallest: too large errs on the safe side
-    (``execute`` waits for the optimised build, ``codegen/tiered.py``)."""
+    sizes of the indices it does not have), plus each index's size. A sum of sparse inputs
+    runs over all of theirs, hence the largest such bound rather than the smallest: too large
+    errs on the safe side (``execute`` waits for the optimised build, ``codegen/tiered.py``)."""
     indices = {index for _, _, index in compiled.sizes}
     space = math.prod(sizes[index] for index in indices)
     bounds = [tensors[info.name].nnz * math.prod(sizes[index]

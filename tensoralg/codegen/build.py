@@ -95,7 +95,8 @@ class CompiledKernel:
 
     def settled(self) -> "CompiledKernel":
         """This kernel once it runs optimised code: a quick build waits for its optimised
-        build and returns it (its ``source`` is the optimised IR); any other is itself."""
+        build and returns it (its ``source`` is empty: a background build prints no IR,
+        ``codegen.llvm.compile_object``); any other is itself."""
         if self.optimised is None:
             return self
         self.optimised.wait()
@@ -166,9 +167,11 @@ def _quick(fn: Function, cache: DiskCache | None, entry: str | None) -> Compiled
     from tensoralg.codegen import tiered
     from tensoralg.codegen.llvm import compile_object, kernel_text, target_machine
 
-    text = kernel_text(fn, target_machine())
+    machine = target_machine(opt=0)
+    text = kernel_text(fn, machine)
     quick = tiered.quick_name(fn.name)
-    address, keepalive = _load_object_code(tiered.quick_object(text, fn.name, fn.params), quick)
+    address, keepalive = _load_object_code(
+        tiered.quick_object(text, fn.name, fn.params, machine), quick)
     if not address:
         raise CompileError(f"kernel {fn.name!r} was compiled but its symbol is missing")
     target = keepalive[0].get_global_value_address(fn.name + tiered.TARGET)  # type: ignore

@@ -802,15 +802,6 @@ def kernel_text(fn: Function, machine: llvm.TargetMachine) -> str:
     return str(module)
 
 
-def compile_text(text: str, name: str, machine: llvm.TargetMachine | None = None
-                 ) -> tuple[str, bytes]:
-    """The optimised IR text and host object code of the module ``text`` (a
-    :func:`kernel_text`)."""
-    machine = machine or target_machine()
-    optimised = optimize_text(text, machine, name)
-    return str(optimised), machine.emit_object(optimised)
-
-
 def compile_object(text: str, name: str) -> bytes:
     """The host object code of the module ``text`` optimised, without its IR text: for the
     background builds of ``codegen/tiered.py``. Printing a module switches the process's C
@@ -826,7 +817,8 @@ def compile_llvm(fn: Function) -> tuple[str, bytes]:
     """The optimised LLVM IR text of ``fn`` and its host object code, which also exports the
     packed entry of ``codegen/packed.py``."""
     machine = target_machine()
-    return compile_text(kernel_text(fn, machine), fn.name, machine)
+    optimised = optimize_text(kernel_text(fn, machine), machine, fn.name)
+    return str(optimised), machine.emit_object(optimised)
 
 
 def llvm_source(fn: Function) -> str:

@@ -84,17 +84,15 @@ def quick_name(name: str) -> str:
     return name + QUICK
 
 
-def quick_object(text: str, name: str, params: Sequence[Param]) -> bytes:
+def quick_object(text: str, name: str, params: Sequence[Param], machine: object) -> bytes:
     """Object code of the kernel module ``text`` (``codegen.llvm.kernel_text``) as it is, with
-    the entry ``<name>.quick`` that calls through ``<name>.target`` and its packed entry."""
+    the entry ``<name>.quick`` that calls through ``<name>.target`` and its packed entry,
+    emitted by ``machine`` (``codegen.llvm.target_machine(opt=0)``)."""
     import llvmlite.binding as llvm
 
-    from tensoralg.codegen.llvm import target_machine
-
-    machine = target_machine(opt=0)
     module = llvm.parse_assembly(text)
     module.link_in(llvm.parse_assembly(_trampoline(name, params, machine)))
-    return machine.emit_object(module)
+    return machine.emit_object(module)  # type: ignore[attr-defined]
 
 
 def _trampoline(name: str, params: Sequence[Param], machine: object) -> str:
@@ -122,8 +120,8 @@ class OptimisedBuild:
     """The optimised build of one quick kernel, made on the background thread by ``job``;
     when it is loaded, its entry's address goes into the quick object's pointer at
     ``target`` (in the quick object that ``quick`` keeps alive). ``kernel`` is the optimised
-    kernel once :attr:`pending` is False (None if the
-    build failed: the quick code then stays, with a warning)."""
+    kernel once :attr:`pending` is False (None if the build failed: the quick code then
+    stays, with a warning)."""
 
     def __init__(self, name: str, job: Callable[[], object], target: int,
                  quick: tuple[object, ...]) -> None:
@@ -199,12 +197,6 @@ def _drain() -> None:
                 _queue.popleft()
 
 
-def pending_builds() -> int:
-    """How many optimised builds are still to be made in this process."""
-    with _lock:
-        return len(_queue)
-
-
 def finish(timeout: float | None = None) -> bool:
     """Wait until every quick kernel of this process runs its optimised code (``timeout``
     seconds at most); whether they all do.
@@ -245,5 +237,5 @@ if hasattr(os, "register_at_fork"):
 atexit.register(finish)
 
 
-__all__ = ["QUICK_WORK", "OptimisedBuild", "finish", "optimised_only", "pending_builds",
+__all__ = ["QUICK_WORK", "OptimisedBuild", "finish", "optimised_only",
            "quick_builds_allowed", "quick_name", "quick_object", "submit"]

@@ -87,14 +87,13 @@ def weight_form(equation: str, weight_rank: int) -> tuple[int, tuple[int, ...]] 
     if len(w) != weight_rank or any(len(set(t)) != len(t) for t in (a, w, output)):
         return None
     contracted = [c for c in a if c in w and c not in output]
-    kept = [c for c in w if c not in a]
+    kept = sorted((c for c in w if c not in a), key=lambda c: output.find(c))
     count = len(contracted)
     if not contracted or not kept or a[len(a) - count:] != "".join(contracted) or \
-            output != a[:len(a) - count] + "".join(sorted(kept, key=output.index)) or \
+            output != a[:len(a) - count] + "".join(kept) or \
             set(w) != set(contracted) | set(kept) or len(a) == count:
         return None
-    order = contracted + sorted(kept, key=output.index)
-    return count, tuple(w.index(c) for c in order)
+    return count, tuple(w.index(c) for c in contracted + kept)
 
 
 def permutation(equation: str) -> tuple[int, ...] | None:
@@ -250,7 +249,9 @@ def _weight_product(node: Node, weight: np.ndarray, contracted: int, order: tupl
     laid = np.ascontiguousarray(weight.transpose(order))
     k = int(np.prod(laid.shape[:contracted]))
     kept = laid.shape[contracted:]
-    leading = len("".join(str(node.attributes["equation"]).split()).split("->")[1]) - len(kept)
+    parsed = _parsed(str(node.attributes["equation"]), 2)
+    assert parsed is not None           # weight_form parsed the same equation
+    leading = len(parsed[1]) - len(kept)
     a = node.inputs[0]
     steps: list[Node] = []
     matrix = fresh_name(f"{node.name}/weight_matrix", taken)
