@@ -203,6 +203,7 @@ def test_einsum_matrix_products_become_matmuls(equation, a_shape, b_shape, form)
     ("ibh,hnd->bind", (5, 2, 8), (8, 2, 4), False),             # kept axes not last
     ("ibh,bnd->ihnd", (5, 2, 8), (2, 3, 4), False),             # nothing contracted
     ("bih,hd->bid", (0, 3, 8), (8, 4), True),                   # an empty batch
+    ("ibh,hnd->ibn", (5, 2, 8), (8, 2, 4), False),              # d summed in the weight alone
 ])
 def test_products_by_a_constant_weight_become_matmuls(equation, a_shape, w_shape, replaced):
     rng = np.random.default_rng(9)
