@@ -161,7 +161,7 @@ def write(script: str, payload: dict[str, Any], begun: dict[str, Any] | None = N
     record = {
         "schema": SCHEMA,
         "script": script,
-        "command": " ".join(["python", f"benchmarks/{script}.py", *sys.argv[1:]]),
+        "command": " ".join(["python", f"benchmarks/{Path(sys.argv[0]).name}", *sys.argv[1:]]),
         "date": begun["date"].isoformat(timespec="seconds"),
         "git": git,
         "machine": machine(),

@@ -47,6 +47,7 @@ from suites_report import RESULTS_TOP, RESULTS_WRONG, suites_lines
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 KERNEL_SCRIPT, OVERHEAD_SCRIPT, ONNX_SCRIPT = "run", "overhead", "onnx_models"
+GENERATED_SCRIPT = "generated"     # run.py --generated: fixed sizes, float64 and float32
 SUITES_SCRIPT = "einsum_suites"
 SELECTION_SCRIPT = "selection"     # selection.py: automatic format selection, held out
 DASK_SCRIPT = "dask_scale"         # dask_scale.py: SpMM and MTTKRP blockwise on a LocalCluster
@@ -59,6 +60,7 @@ KERNEL_TITLES = {
     "spgemm": "SpGEMM: `A @ A` (square) or `A @ A.T`, CSR result (`ij,jk->ik`)",
     "add": "Sparse add: `A + A.T` (square) or `A + A[perm]`, CSR result",
     "mttkrp": "MTTKRP: `M(i,r) = T(i,j,k) C(j,r) D(k,r)`, `T` in CSF, rank 16",
+    "ttv": "TTV: `Y(i,j) = T(i,j,k) v(k)`, `T` in CSF, sparse result (`ijk,k->ij`)",
 }
 BASELINE_TITLES = {
     "scipy": "scipy.sparse", "numpy": "NumPy (dense)", "pydata": "pydata sparse",
@@ -74,7 +76,11 @@ ONNX_PAIRS = {"ort1/L3": ("ort1", "L3"), "ortN/LN": ("ort0", "LN"), "ort1/CSR": 
 # geometric mean over the rows of run.py's kernel tables: the inverse of the ratios printed
 # there, so below 1 means tensoralg is faster.
 KERNEL_GOALS = {"spmv": 0.50, "spmm": 0.25, "sddmm": 0.12, "spgemm": 0.6, "add": 0.7,
-                "mttkrp": 0.05}
+                "mttkrp": 0.05, "ttv": 0.12}
+# run.py --generated: the goal of each (kernel, input) against scipy, where it differs from
+# KERNEL_GOALS, and the share of the machine's read bandwidth the large SpMV must reach
+GENERATED_GOALS = {("spmv", "power-law-2e4"): 0.40}
+BANDWIDTH_GOAL = 0.40
 OTHER_SYSTEMS = ("mkl", "torch", "tensora", "pydata")   # "the fastest other system"
 DISPATCH_GOALS = {"einsum": 2.0, "kernel": 1.5}          # x scipy's time per call
 FIRST_CALL_GOAL_S, CACHE_HIT_GOAL_S = 0.060, 0.005      # median over processes, each kernel
@@ -312,7 +318,8 @@ def time_cell(entry: dict[str, Any] | None) -> str:
 
 def render_results(data: dict[str, Any] | None, source: str, plots: dict[str, str],
                    overhead: dict[str, Any] | None = None, overhead_source: str = "",
-                   suites: dict[str, Any] | None = None, suites_source: str = "") -> str:
+                   suites: dict[str, Any] | None = None, suites_source: str = "",
+                   generated: dict[str, Any] | None = None, generated_source: str = "") -> str:
     """The text of RESULTS.md: the kernel tables of one ``run.py`` result file, the fixed
     costs of one ``overhead.py`` result file, the targets computed from both, and the einsum
     test suites of one ``einsum_suites.py`` result file (any file may be missing)."""
@@ -322,9 +329,11 @@ def render_results(data: dict[str, Any] | None, source: str, plots: dict[str, st
         head = ["# Kernel benchmarks", "", "No `run.py` result file: the kernel tables and "
                 "their targets are missing (`python benchmarks/run.py`, then this report)."]
         tail = []
+    if generated is not None:
+        head += ["", *generated_section(generated, generated_source)]
     if overhead is not None:
         head += ["", *overhead_section(overhead, overhead_source)]
-    head += ["", *targets_section(data, overhead)]
+    head += ["", *targets_section(data, overhead, generated)]
     if suites is not None:
         head += ["", *suites_section(suites, suites_source)]
     if tail:
@@ -668,6 +677,110 @@ def gemm_lines(data: dict[str, Any]) -> list[str]:
     return out
 
 
+GENERATED_TITLE = "Generated inputs at fixed sizes, float64 and float32"
+
+
+def generated_cases(data: dict[str, Any]) -> list[tuple[str, str]]:
+    """The (kernel, input) pairs of a ``run.py --generated`` file, in the order they ran."""
+    return list(dict.fromkeys((r["kernel"], r["data"]) for r in data["measurements"]))
+
+
+def generated_section(data: dict[str, Any], source: str) -> list[str]:
+    """RESULTS.md's tables of ``run.py --generated``: one per value type, ratios as in the
+    kernel tables (baseline / tensoralg), and the large SpMV's share of the read bandwidth."""
+    columns = kernel_columns(data)
+    titles = [BASELINE_TITLES.get(c, c) for c in columns]
+    ranks = data.get("method", {}).get("rank", {})
+    out = [f"## {GENERATED_TITLE}", "", provenance(data, source), "",
+           "The kernels above on generated inputs of fixed sizes (`python benchmarks/run.py "
+           "--generated`): a uniform and a power-law 20000 x 20000 matrix with 4e5 stored "
+           "values (the power-law one's r-th longest row holds ~r^-0.9 of them), a uniform "
+           "1e6 x 1e6 matrix with 8e6 (SpMV only) and a uniform 2000^3 tensor with 1e6 (CSF); "
+           f"SpMM with {ranks.get('spmm', '?')} dense columns, SDDMM at rank "
+           f"{ranks.get('sddmm', '?')}, MTTKRP at rank {ranks.get('mttkrp', '?')}. Same "
+           "method and threads as the kernel tables; results checked against scipy with "
+           "rtol 1e-4, atol 1e-5 in float32. **Ratio = baseline / tensoralg: above 1, "
+           "tensoralg is faster.**"]
+    for dtype in data.get("options", {}).get("dtypes", ["float64"]):
+        rows = [r for r in data["measurements"] if r.get("dtype") == dtype]
+        if not rows:
+            continue
+        out += ["", f"### {dtype}", ""]
+        out += table(["kernel", "input", "shape", "nnz", "tensoralg", *titles, "status"],
+                     [[r["kernel"], r["data"], "x".join(map(str, r.get("shape") or [])),
+                       str(r.get("nnz", "")), time_cell(r.get("tensoralg")),
+                       *(ratio_cell(r, c) for c in columns), r["status"]] for r in rows],
+                     "llrrr" + "r" * len(columns) + "l")
+    shares = bandwidth_shares(data)
+    if shares:
+        bandwidth = data["probes"]["read_bandwidth_bytes_s"]
+        out += ["", f"Read bandwidth of this machine: {bandwidth / 1e9:.1f} GB/s (the best of "
+                "five NumPy sums over 512 MiB split across the benchmark's threads). The large "
+                "SpMV reads its matrix (values, coordinates, row starts) at "
+                + ", ".join(f"{rate / 1e9:.1f} GB/s in {dtype} ({share:.0%})"
+                            for dtype, (rate, share) in shares.items()) + "."]
+    return out
+
+
+def bandwidth_shares(data: dict[str, Any]) -> dict[str, tuple[float, float]]:
+    """``{dtype: (bytes/s, share of the read bandwidth)}`` of the SpMV rows that record their
+    matrix's size."""
+    bandwidth = data.get("probes", {}).get("read_bandwidth_bytes_s")
+    shares = {}
+    for r in data["measurements"]:
+        if bandwidth and r.get("matrix_bytes") and r.get("tensoralg") and r["status"] == "ok":
+            rate = r["matrix_bytes"] / median(r["tensoralg"]["times"])
+            shares[r["dtype"]] = (rate, rate / bandwidth)
+    return shares
+
+
+def generated_targets(data: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]:
+    """The targets of ``run.py --generated``: per (kernel, input) tensoralg / scipy and
+    tensoralg / the fastest other system, every value type in one cell; the large SpMV's
+    share of the read bandwidth."""
+    rows: list[tuple[str, str, str, bool | None]] = []
+    for kernel, name in generated_cases(data):
+        group = [r for r in data["measurements"] if r["kernel"] == kernel and r["data"] == name]
+        goal = GENERATED_GOALS.get((kernel, name), KERNEL_GOALS.get(kernel))
+        if goal is None:
+            continue
+        against = "scipy's unsorted product" if kernel == "spgemm" else "scipy.sparse"
+        cells, verdicts = [], []
+        for r in group:
+            theirs = counted(r, "scipy")
+            value = 1 / theirs if theirs else None
+            cells.append(f"{r['dtype']} " + (fmt_value(value, goal) if value else r["status"]))
+            verdicts.append(None if value is None and r["status"] == "ok" else
+                            value is not None and value <= goal)
+        rows.append((f"{kernel} {name} vs scipy", f"tensoralg / {against} <= {goal:.2f}",
+                     ", ".join(cells), _all_hold(verdicts)))
+        cells, verdicts = [], []
+        for r in group:
+            found = [(1 / v, system) for system in OTHER_SYSTEMS
+                     if (v := counted(r, system))]
+            if found:
+                value, system = max(found)
+                cells.append(f"{r['dtype']} {fmt_value(value, 1.0)} ({system})")
+                verdicts.append(value <= 1)
+        if cells:
+            rows.append((f"{kernel} {name} vs fastest other system",
+                         "tensoralg / the fastest of " + ", ".join(OTHER_SYSTEMS) + " <= 1",
+                         ", ".join(cells), _all_hold(verdicts)))
+    shares = bandwidth_shares(data)
+    if shares:
+        rows.append(("spmv uniform-1e6, share of the read bandwidth",
+                     f"matrix bytes / time >= {BANDWIDTH_GOAL:.0%} of the machine's",
+                     ", ".join(f"{dtype} {share:.0%}" for dtype, (_, share) in shares.items()),
+                     all(share >= BANDWIDTH_GOAL for _, share in shares.values())))
+    return rows
+
+
+def _all_hold(verdicts: list[bool | None]) -> bool | None:
+    """False when any value type misses its goal, None when none was measured."""
+    measured = [v for v in verdicts if v is not None]
+    return None if not measured else all(measured)
+
+
 def targets(run: dict[str, Any] | None, overhead: dict[str, Any] | None
             ) -> list[tuple[str, str, str, bool | None]]:
     """``(name, goal, measured, holds)`` per target; ``holds`` None when not measured."""
@@ -727,14 +840,16 @@ def targets(run: dict[str, Any] | None, overhead: dict[str, Any] | None
     return rows
 
 
-def targets_section(run: dict[str, Any] | None, overhead: dict[str, Any] | None) -> list[str]:
-    rows = targets(run, overhead)
+def targets_section(run: dict[str, Any] | None, overhead: dict[str, Any] | None,
+                    generated: dict[str, Any] | None = None) -> list[str]:
+    rows = targets(run, overhead) + (generated_targets(generated) if generated else [])
     verdict = {True: "holds", False: "does not hold", None: "not measured"}
     held = sum(1 for *_, h in rows if h)
     measured = sum(1 for *_, h in rows if h is not None)
     out = ["## Targets", "",
-           "Computed from the two result files above (the kernel rows from `run.py`'s, the "
-           "others from `overhead.py`'s). **Every ratio here is tensoralg time / other time: "
+           "Computed from the result files above (the kernel rows from `run.py`'s, the rows "
+           "naming an input from `run.py --generated`'s, the others from `overhead.py`'s). "
+           "**Every ratio here is tensoralg time / other time: "
            "below 1, tensoralg is faster.** For the kernels that is the inverse of the ratios "
            "in the kernel tables, as a geometric mean over the rows counted there; the fastest "
            "other system of a kernel is the one (of MKL, torch.sparse, tensora and pydata "
@@ -1108,6 +1223,7 @@ def render_all(results: Path, out_dir: Path, plots: bool = True) -> list[Path]:
     run_source, overhead_source = latest(results, KERNEL_SCRIPT), latest(results, OVERHEAD_SCRIPT)
     suites_source = latest(results, SUITES_SCRIPT)
     selection_source = latest(results, SELECTION_SCRIPT)
+    generated_source = latest(results, GENERATED_SCRIPT)
     if run_source is None and overhead_source is None and suites_source is None and \
             selection_source is None:
         print(f"note: no {KERNEL_SCRIPT}-*.json, {OVERHEAD_SCRIPT}-*.json or "
@@ -1116,11 +1232,14 @@ def render_all(results: Path, out_dir: Path, plots: bool = True) -> list[Path]:
         run = json.loads(run_source.read_text()) if run_source else None
         overhead = json.loads(overhead_source.read_text()) if overhead_source else None
         suites = json.loads(suites_source.read_text()) if suites_source else None
+        generated = json.loads(generated_source.read_text()) if generated_source else None
         images = plot_kernels(run, out_dir) if plots and run is not None else {}
         text = render_results(run, _relative(run_source, out_dir) if run_source else "",
                               images, overhead,
                               _relative(overhead_source, out_dir) if overhead_source else "",
-                              suites, _relative(suites_source, out_dir) if suites_source else "")
+                              suites, _relative(suites_source, out_dir) if suites_source else "",
+                              generated,
+                              _relative(generated_source, out_dir) if generated_source else "")
         if selection_source is not None:
             text += "\n" + "\n".join(selection_section(json.loads(selection_source.read_text()),
                                                        _relative(selection_source, out_dir))) + "\n"

@@ -3,12 +3,13 @@
 
     python benchmarks/run.py [--quick] [--only spmv,spmm,...] [--matrices a,b] [--threads N]
                              [--seed 0] [--out FILE.json] [--no-probes]
+    python benchmarks/run.py --generated [--dtypes float64,float32] [--only ...]
 
 The raw results (every sample of every measurement, the machine, the versions, the commit) go
 to ``benchmarks/results/run-<YYYYMMDD-HHMMSS>-<commit>.json`` (or ``--out``);
 ``python benchmarks/report.py`` renders ``RESULTS.md`` and its plots from the latest file.
 
-Kernels (all float64, int32 indices):
+Kernels (float64 on the real data, int32 indices):
 
 - ``spmv``   y = A @ x                                   ``ta.einsum("ij,j->i", A, x)``
 - ``spmm``   Y = A @ B, B dense with 16 columns          ``ta.einsum("ij,jk->ik", A, B)``
@@ -17,6 +18,16 @@ Kernels (all float64, int32 indices):
 - ``add``    C = A + A.T (square) or A + A[perm] (others) ``ta.compile("C(i,j) = A(i,j) + B(i,j)")``
              (einsum cannot express a sum of operands, so this one is a precompiled kernel)
 - ``mttkrp`` M = T_(1) (D kr C), rank 16, T in CSF ("sss") ``ta.einsum("ijk,jr,kr->ir", T, C, D)``
+- ``ttv``    Y = T x_3 v, T in CSF, a sparse result       ``ta.einsum("ijk,k->ij", T, v)``
+             (scipy: the unfolding ``T_(1,2)`` as a CSR matrix times ``v``)
+
+``--generated`` runs the same kernels on generated inputs of fixed sizes instead, in float64
+and float32 (``--dtypes``), and writes ``results/generated-<date>-<commit>.json``: a uniform and
+a power-law 2e4 x 2e4 matrix with 4e5 stored values (every matrix kernel; SpMM and SDDMM with
+32 dense columns), a uniform 1e6 x 1e6 matrix with 8e6 (SpMV only, with the bytes per second
+it reads beside the machine's read bandwidth, measured as a multi-threaded NumPy sum over
+512 MiB), and a uniform 2000^3 tensor with 1e6 (MTTKRP at rank 16 and TTV). tensora computes
+in float64 only, so its column is empty for float32.
 
 Every operand is prepared once, outside the timed region, in each library's own format: scipy
 CSR (canonical, float64), pydata ``sparse.COO``, a dense ``numpy.ndarray`` (only when the dense
@@ -67,6 +78,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 # A fresh, private kernel cache, set before tensoralg is imported (it reads the environment once).
@@ -125,9 +137,16 @@ import record  # noqa: E402  (benchmarks/record.py: machine, versions, commit, f
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 SHARED = Path(os.environ.get("TENSORALG_BENCH_DATA", ROOT.parent / "shared" / "data"))
-KERNELS = ("spmv", "spmm", "sddmm", "spgemm", "add", "mttkrp")
+KERNELS = ("spmv", "spmm", "sddmm", "spgemm", "add", "mttkrp", "ttv")
+TENSOR_KERNELS = ("mttkrp", "ttv")
 BASELINES = ("scipy", "numpy", "pydata", "tensora", "mkl", "torch")
-RANK = 16
+RANK = 16                  # dense columns of SpMM, rank of SDDMM and MTTKRP on the real data
+# --generated: the sizes of the kernels' reference table (2e4^2 with 4e5 stored values, ...)
+GENERATED_RANKS = {"spmm": 32, "sddmm": 32, "mttkrp": 16}
+GENERATED_KERNELS = {"uniform-2e4": ("spmv", "spmm", "sddmm", "spgemm", "add"),
+                     "power-law-2e4": ("spmv", "spmm", "sddmm", "spgemm", "add"),
+                     "uniform-1e6": ("spmv",), "uniform-2000^3": ("mttkrp", "ttv")}
+TOLERANCE = {"float64": (1e-5, 1e-8), "float32": (1e-4, 1e-5)}   # (rtol, atol) of the checks
 DENSE_LIMIT = 2e8          # NumPy / pydata dense intermediates: skip above this many elements
 DENSE_GEMM_FLOPS = 2e10    # NumPy dense A @ A: skip above this many flops (minutes per call)
 BUDGET = 0.2               # seconds per measurement
@@ -304,8 +323,8 @@ def mkl_dot(A, B):
 # data
 
 
-def canonical(A):
-    A = sp.csr_matrix(A, dtype=np.float64)
+def canonical(A, dtype=np.float64):
+    A = sp.csr_matrix(A, dtype=dtype)
     A.sum_duplicates()
     A.sort_indices()
     if A.indices.dtype != np.int32 and max(A.shape) < 2**31 - 1:
@@ -366,13 +385,13 @@ def dense_or_skip(A, limit=DENSE_LIMIT):
 
 
 def case_spmv(A, rng, ctx):
-    x = rng.random(A.shape[1])
+    x = ctx.random(rng, A.shape[1])
     base = {"scipy": lambda: A @ x}
     Ad = ctx.dense(A)
     base["numpy"] = (lambda: Ad @ x) if Ad is not None else skip("dense>2e8")
     P = ctx.pydata(A)
     base["pydata"] = (lambda: P @ x) if P is not None else None
-    if tensora is not None:
+    if ctx.tensora_runs():
         f = tensora_kernel("spmv", "y(i) = A(i,j) * x(j)", {"y": "d", "A": "ds", "x": "d"})
         TA, tx = ctx.tensora(A), tensora_dense(x)
         base["tensora"] = (lambda: f(A=TA, x=tx), (A.shape[0],), False)
@@ -384,16 +403,16 @@ def case_spmv(A, rng, ctx):
 
 
 def case_spmm(A, rng, ctx):
-    B = rng.random((A.shape[1], RANK))
+    B = ctx.random(rng, (A.shape[1], ctx.ranks["spmm"]))
     base = {"scipy": lambda: A @ B}
     Ad = ctx.dense(A)
     base["numpy"] = (lambda: Ad @ B) if Ad is not None else skip("dense>2e8")
     P = ctx.pydata(A)
     base["pydata"] = (lambda: P @ B) if P is not None else None
-    if tensora is not None:
+    if ctx.tensora_runs():
         f = tensora_kernel("spmm", "Y(i,k) = A(i,j) * B(j,k)", {"Y": "dd", "A": "ds", "B": "dd"})
         TA, TB = ctx.tensora(A), tensora_dense(B)
-        base["tensora"] = (lambda: f(A=TA, B=TB), (A.shape[0], RANK), False)
+        base["tensora"] = (lambda: f(A=TA, B=TB), B.shape, False)
     base["mkl"] = lambda: mkl_dot(A, B)
     if torch is not None:
         qA, qB = ctx.torch(A), torch.from_numpy(B)
@@ -403,8 +422,8 @@ def case_spmm(A, rng, ctx):
 
 def case_sddmm(A, rng, ctx):
     m, n = A.shape
-    X = rng.random((m, RANK))
-    Y = rng.random((RANK, n))
+    X = ctx.random(rng, (m, ctx.ranks["sddmm"]))
+    Y = ctx.random(rng, (ctx.ranks["sddmm"], n))
     Yt = np.ascontiguousarray(Y.T)
 
     def scipy_sddmm():
@@ -419,7 +438,7 @@ def case_sddmm(A, rng, ctx):
     P = ctx.pydata(A)
     if P is not None:
         base["pydata"] = (lambda: P * (X @ Y)) if m * n <= DENSE_LIMIT else skip("dense>2e8")
-    if tensora is not None:
+    if ctx.tensora_runs():
         f = tensora_kernel("sddmm", "Z(i,j) = A(i,j) * X(i,k) * Y(k,j)",
                            {"Z": "ds", "A": "ds", "X": "dd", "Y": "dd"})
         TA, TX, TY = ctx.tensora(A), tensora_dense(X), tensora_dense(Y)
@@ -439,7 +458,7 @@ def case_sddmm(A, rng, ctx):
 
 
 def case_spgemm(A, rng, ctx):
-    B = A if A.shape[0] == A.shape[1] else canonical(A.T)
+    B = A if A.shape[0] == A.shape[1] else canonical(A.T, A.dtype)
     base = {"scipy": lambda: A @ B, "error_scale": lambda: abs(A) @ abs(B)}
     m, k = A.shape
     n = B.shape[1]
@@ -456,7 +475,7 @@ def case_spgemm(A, rng, ctx):
     if P is not None:
         PB = P if B is A else pydata_sparse.COO.from_scipy_sparse(B)
         base["pydata"] = lambda: P @ PB
-    if tensora is not None:
+    if ctx.tensora_runs():
         try:
             tensora_kernel("spgemm", "C(i,j) = A(i,k) * B(k,j)",
                            {"C": "ds", "A": "ds", "B": "ds"})
@@ -472,15 +491,14 @@ def case_spgemm(A, rng, ctx):
     return (lambda: ta.einsum("ij,jk->ik", A, B, backend="llvm")), base
 
 
-_add_kernel = None
+_add_kernels = {}   # dtype name -> the precompiled add kernel
 
 
 def case_add(A, rng, ctx):
-    global _add_kernel
     if A.shape[0] == A.shape[1]:
-        B = canonical(A.T)
+        B = canonical(A.T, A.dtype)
     else:
-        B = canonical(A[np.random.default_rng(0).permutation(A.shape[0])])
+        B = canonical(A[np.random.default_rng(0).permutation(A.shape[0])], A.dtype)
     base = {"scipy": lambda: A + B}
     Ad = ctx.dense(A)
     if Ad is not None:
@@ -492,7 +510,7 @@ def case_add(A, rng, ctx):
     if P is not None:
         PB = pydata_sparse.COO.from_scipy_sparse(B)
         base["pydata"] = lambda: P + PB
-    if tensora is not None:
+    if ctx.tensora_runs():
         f = tensora_kernel("add", "C(i,j) = A(i,j) + B(i,j)", {"C": "ds", "A": "ds", "B": "ds"})
         TA, TB = ctx.tensora(A), tensora_csr(B)
         base["tensora"] = (lambda: f(A=TA, B=TB), A.shape, True)
@@ -502,11 +520,12 @@ def case_add(A, rng, ctx):
         base["torch"] = lambda: qA + qB
 
     def run():
-        global _add_kernel
-        if _add_kernel is None:
-            _add_kernel = ta.compile("C(i,j) = A(i,j) + B(i,j)", formats={"A": "ds", "B": "ds"},
-                                     dtype="float64", backend="llvm")
-        return _add_kernel(A=A, B=B)
+        kernel = _add_kernels.get(A.dtype.name)
+        if kernel is None:
+            kernel = _add_kernels[A.dtype.name] = ta.compile(
+                "C(i,j) = A(i,j) + B(i,j)", formats={"A": "ds", "B": "ds"},
+                dtype=A.dtype.name, backend="llvm")
+        return kernel(A=A, B=B)
 
     return run, base
 
@@ -514,14 +533,15 @@ def case_add(A, rng, ctx):
 def case_mttkrp(T, rng, ctx):
     coords, vals, shape = T
     I, J, K = shape  # noqa: E741 - the modes, as in the papers
-    C = rng.random((J, RANK))
-    D = rng.random((K, RANK))
-    tensor = ta.Tensor.from_coords(coords, vals, shape, format="sss")
+    rank = ctx.ranks["mttkrp"]
+    C = ctx.random(rng, (J, rank))
+    D = ctx.random(rng, (K, rank))
+    tensor = ctx.csf(T)
     unfolded = canonical(sp.csr_matrix((vals, (coords[0], coords[1] * K + coords[2])),
-                                       shape=(I, J * K)))
+                                       shape=(I, J * K)), vals.dtype)
 
     def scipy_mttkrp():
-        kr = (C[:, None, :] * D[None, :, :]).reshape(J * K, RANK)
+        kr = (C[:, None, :] * D[None, :, :]).reshape(J * K, rank)
         return unfolded @ kr
 
     base = {"scipy": scipy_mttkrp}
@@ -530,30 +550,128 @@ def case_mttkrp(T, rng, ctx):
     if pydata_sparse is not None:
         P = pydata_sparse.COO(coords, vals, shape=shape)
         base["pydata"] = lambda: pydata_sparse.einsum("ijk,jr,kr->ir", P, C, D)
-    if tensora is not None:
+    if ctx.tensora_runs():
         f = tensora_kernel("mttkrp", "M(i,r) = T(i,j,k) * C(j,r) * D(k,r)",
                            {"M": "dd", "T": "sss", "C": "dd", "D": "dd"})
-        TT, TC, TD = tensora_csf(coords, vals, shape), tensora_dense(C), tensora_dense(D)
-        base["tensora"] = (lambda: f(T=TT, C=TC, D=TD), (I, RANK), False)
+        TT, TC, TD = ctx.tensora_csf(T), tensora_dense(C), tensora_dense(D)
+        base["tensora"] = (lambda: f(T=TT, C=TC, D=TD), (I, rank), False)
     base["mkl"] = skip("no API")
     base["torch"] = skip("no API")
     return (lambda: ta.einsum("ijk,jr,kr->ir", tensor, C, D, out_format="dense",
                               backend="llvm")), base
 
 
+def case_ttv(T, rng, ctx):
+    coords, vals, shape = T
+    I, J, K = shape  # noqa: E741 - the modes, as in the papers
+    v = ctx.random(rng, K)
+    tensor = ctx.csf(T)
+    # scipy's formulation: the (i, j) fibres as the rows of one CSR matrix, times v
+    fibres = canonical(sp.csr_matrix((vals, (coords[0] * J + coords[1], coords[2])),
+                                     shape=(I * J, K)), vals.dtype)
+    base = {"scipy": lambda: (fibres @ v).reshape(I, J)}
+    base["numpy"] = skip("dense>2e8") if I * J * K > DENSE_LIMIT else \
+        (lambda Td=ctx.dense_tensor(T): Td @ v)
+    if pydata_sparse is not None:
+        P = pydata_sparse.COO(coords, vals, shape=shape)
+        base["pydata"] = lambda: pydata_sparse.einsum("ijk,k->ij", P, v)
+    if ctx.tensora_runs():
+        f = tensora_kernel("ttv", "Y(i,j) = T(i,j,k) * v(k)", {"Y": "ds", "T": "sss", "v": "d"})
+        TT, tv = ctx.tensora_csf(T), tensora_dense(v)
+        base["tensora"] = (lambda: f(T=TT, v=tv), (I, J), True)
+    base["mkl"] = lambda: mkl_dot(fibres, v).reshape(I, J)   # MKL on scipy's formulation
+    base["torch"] = skip("no API")
+    return (lambda: ta.einsum("ijk,k->ij", tensor, v, backend="llvm")), base
+
+
 CASES = {"spmv": case_spmv, "spmm": case_spmm, "sddmm": case_sddmm, "spgemm": case_spgemm,
-         "add": case_add, "mttkrp": case_mttkrp}
+         "add": case_add, "mttkrp": case_mttkrp, "ttv": case_ttv}
+
+
+def generated_matrix(m, nnz, rows, seed, dtype):
+    """An ``m x m`` canonical CSR matrix with about ``nnz`` stored values, columns uniform and
+    row ``r`` holding about ``rows[r] * nnz`` of them (duplicates summed)."""
+    rng = np.random.default_rng(seed)
+    counts = np.minimum(np.round(rows / rows.sum() * nnz).astype(np.int64), m)
+    row_of = np.repeat(np.arange(m), counts)
+    cols = rng.integers(0, m, row_of.size)
+    vals = rng.random(row_of.size)
+    return canonical(sp.csr_matrix((vals, (row_of, cols)), shape=(m, m)), dtype)
+
+
+def generated_sources():
+    """(name, make(dtype)) of ``--generated``'s inputs, in GENERATED_KERNELS' order: the
+    matrices as canonical CSR, the tensor as sorted unique ``(coords, vals, shape)``."""
+    def uniform(m, nnz, seed):
+        return lambda dtype: generated_matrix(m, nnz, np.ones(m), seed, dtype)
+
+    def power_law(dtype, m=20_000, nnz=400_000):
+        # the r-th longest row holds ~ r^-0.9 of the values, rows in random order: a few rows
+        # of thousands of values, half of them under ten
+        lengths = np.random.default_rng(3).permutation(1.0 / np.arange(1, m + 1) ** 0.9)
+        return generated_matrix(m, nnz, lengths, 2, dtype)
+
+    def tensor(dtype, n=2000, nnz=1_000_000):
+        rng = np.random.default_rng(4)
+        flat = np.unique(rng.integers(0, n ** 3, nnz))
+        coords = np.array(np.unravel_index(flat, (n, n, n)), dtype=np.int64)
+        return coords, rng.random(flat.size).astype(dtype), (n, n, n)
+
+    return [("uniform-2e4", uniform(20_000, 400_000, 1)), ("power-law-2e4", power_law),
+            ("uniform-1e6", uniform(1_000_000, 8_000_000, 5)), ("uniform-2000^3", tensor)]
+
+
+def read_bandwidth(threads, mib=512):
+    """The machine's read bandwidth in bytes/s: the best of five sums of a ``mib`` MiB float64
+    array, split across ``threads`` threads (NumPy releases the GIL in a sum)."""
+    a = np.ones(mib * 2**20 // 8)
+    chunks = np.array_split(a, threads)
+    best = math.inf
+    with ThreadPoolExecutor(threads) as pool:
+        for _ in range(5):
+            t0 = time.perf_counter()
+            list(pool.map(np.sum, chunks))
+            best = min(best, time.perf_counter() - t0)
+    return a.nbytes / best
+
+
+def matrix_bytes(A):
+    return A.data.nbytes + A.indices.nbytes + A.indptr.nbytes
 
 
 class Operands:
-    """Per-matrix conversions, made once and shared by the kernels."""
+    """Per-matrix (or per-tensor) conversions, made once and shared by the kernels, and the
+    dtype and ranks of the dense operands the kernels make."""
 
-    def __init__(self, A):
+    def __init__(self, A, dtype=np.float64, ranks=None):
         self.A = A
+        self.dtype = np.dtype(dtype)
+        self.ranks = ranks or {"spmm": RANK, "sddmm": RANK, "mttkrp": RANK}
         self._dense = None
         self._pydata = None
         self._tensora = None
         self._torch = None
+        self._csf = {}
+
+    def random(self, rng, shape):
+        """Uniform [0, 1) values of this run's dtype (drawn in float64, so that both dtypes
+        see the same numbers)."""
+        return rng.random(shape).astype(self.dtype, copy=False)
+
+    def tensora_runs(self):
+        """Whether the tensora column runs here: it is installed, and computes in float64."""
+        return tensora is not None and self.dtype == np.float64
+
+    def csf(self, T):
+        if "tensoralg" not in self._csf:
+            coords, vals, shape = T
+            self._csf["tensoralg"] = ta.Tensor.from_coords(coords, vals, shape, format="sss")
+        return self._csf["tensoralg"]
+
+    def tensora_csf(self, T):
+        if "tensora" not in self._csf:
+            self._csf["tensora"] = tensora_csf(*T)
+        return self._csf["tensora"]
 
     def dense(self, A):
         if A is not self.A:
@@ -566,7 +684,7 @@ class Operands:
 
     def dense_tensor(self, T):
         coords, vals, shape = T
-        d = np.zeros(shape)
+        d = np.zeros(shape, dtype=vals.dtype)
         d[tuple(coords)] = vals
         return d
 
@@ -608,9 +726,9 @@ def available_baselines():
 
 
 def run_row(kernel, dataname, data, rng, ctx, compile_times, columns):
-    row = {"kernel": kernel, "data": dataname, "shape": None, "nnz": None, "status": "ok",
-           "tensoralg": None, "baselines": {}}
-    if kernel == "mttkrp":
+    row = {"kernel": kernel, "data": dataname, "dtype": ctx.dtype.name, "shape": None,
+           "nnz": None, "status": "ok", "tensoralg": None, "baselines": {}}
+    if kernel in TENSOR_KERNELS:
         row["shape"], row["nnz"] = list(data[2]), int(len(data[1]))
     else:
         row["shape"], row["nnz"] = list(data.shape), int(data.nnz)
@@ -619,7 +737,10 @@ def run_row(kernel, dataname, data, rng, ctx, compile_times, columns):
     except Exception as err:  # noqa: BLE001 - report and go on
         row["status"] = f"setup error: {type(err).__name__}: {err}"
         return row
+    if tensora is not None and not ctx.tensora_runs():
+        base.setdefault("tensora", skip("float64 only"))
     ref = base["scipy"]()
+    rtol, atol = TOLERANCE[ctx.dtype.name]
     scale_fn = base.pop("error_scale", None)
     scale = scale_fn() if scale_fn is not None else None
 
@@ -634,7 +755,7 @@ def run_row(kernel, dataname, data, rng, ctx, compile_times, columns):
         result = None
     if result is not None:
         compiled = kernel_cache().compiles - compiles_before
-        if not allclose(result, ref, scale=scale):
+        if not allclose(result, ref, rtol, atol, scale):
             row["status"] = "WRONG"
         row["tensoralg"] = measure(ta_fn)
         row["first_call_s"] = first
@@ -645,11 +766,11 @@ def run_row(kernel, dataname, data, rng, ctx, compile_times, columns):
                                      "on": dataname}
 
     for name in columns:
-        row["baselines"][name] = run_baseline(name, base.get(name), ref, scale)
+        row["baselines"][name] = run_baseline(name, base.get(name), ref, scale, rtol, atol)
     return row
 
 
-def run_baseline(name, spec, ref, scale):
+def run_baseline(name, spec, ref, scale, rtol=1e-5, atol=1e-8):
     """One baseline's samples (``bad`` when it disagrees with scipy), or why it did not run."""
     if spec is None:
         return {"skip": "n/a"}
@@ -662,7 +783,7 @@ def run_baseline(name, spec, ref, scale):
         fn, check = spec, (lambda r: r)
     try:
         out = fn()
-        bad = name != "scipy" and not allclose(check(out), ref, scale=scale)
+        bad = name != "scipy" and not allclose(check(out), ref, rtol, atol, scale)
         del out
         entry = measure(fn)
     except Exception as err:  # noqa: BLE001
@@ -778,7 +899,9 @@ def geomean(values):
 
 def print_table(rows, columns):
     head = ["kernel", "data", "tensoralg", *columns, "status"]
-    body = [[r["kernel"], r["data"], fmt_time(median_of(r["tensoralg"])),
+    mixed = len({r.get("dtype") for r in rows}) > 1
+    body = [[r["kernel"], f"{r['data']} {r['dtype']}" if mixed else r["data"],
+             fmt_time(median_of(r["tensoralg"])),
              *(cell(r, b) for b in columns), r["status"]] for r in rows]
     widths = [max(len(str(x)) for x in col) for col in zip(head, *body)]
     line = lambda cells: "  ".join(  # noqa: E731
@@ -853,6 +976,12 @@ def main(argv=None):
                              "run-<date>-<commit>.json)")
     parser.add_argument("--no-probes", action="store_true",
                         help="skip the dispatch-overhead and disk-cache measurements")
+    parser.add_argument("--generated", action="store_true",
+                        help="generated inputs of fixed sizes instead of the real matrices "
+                             "(writes results/generated-<date>-<commit>.json)")
+    parser.add_argument("--dtypes", default="float64,float32",
+                        help="with --generated: the value types to run (default "
+                             "float64,float32)")
     args = parser.parse_args(argv)
     kernels = [k.strip() for k in args.only.split(",") if k.strip()]
     unknown = [k for k in kernels if k not in KERNELS]
@@ -861,6 +990,9 @@ def main(argv=None):
     if args.threads < 1:
         parser.error("--threads must be at least 1")
     wanted = None if args.matrices is None else {m.strip() for m in args.matrices.split(",")}
+    dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
+    if any(d not in TOLERANCE for d in dtypes):
+        parser.error(f"--dtypes takes {' and '.join(TOLERANCE)}, not {args.dtypes!r}")
 
     begun = record.start()
     started = time.perf_counter()
@@ -880,8 +1012,33 @@ def main(argv=None):
     ta.einsum("ij,j->i", np.ones((2, 2)), np.ones(2), backend="llvm")
     init_s = time.perf_counter() - t0
 
-    matrix_kernels = [k for k in kernels if k != "mttkrp"]
-    if matrix_kernels:
+    bandwidth = None
+    if args.generated:
+        bandwidth = read_bandwidth(threads["tensoralg"])
+        print(f"read bandwidth (NumPy sum over 512 MiB, {threads['tensoralg']} threads): "
+              f"{bandwidth / 1e9:.1f} GB/s")
+        for name, make in generated_sources():
+            if wanted is not None and name not in wanted:
+                continue
+            chosen = [k for k in GENERATED_KERNELS[name] if k in kernels]
+            for dtype in dtypes if chosen else ():
+                data = make(dtype)
+                if isinstance(data, tuple):
+                    size, nnz = "x".join(map(str, data[2])), len(data[1])
+                else:
+                    size, nnz = f"{data.shape[0]}x{data.shape[1]}", data.nnz
+                print(f"\n{name} {dtype}: {size}, nnz {nnz}", flush=True)
+                ctx = Operands(None if isinstance(data, tuple) else data, dtype,
+                               GENERATED_RANKS)
+                for kernel in chosen:
+                    row = run_row(kernel, name, data, rng, ctx, compile_times, columns)
+                    if kernel == "spmv" and row.get("tensoralg"):
+                        row["matrix_bytes"] = matrix_bytes(data)
+                    rows.append(row)
+                    print_row(row, columns)
+                del ctx, data
+    matrix_kernels = [k for k in kernels if k not in TENSOR_KERNELS]
+    if matrix_kernels and not args.generated:
         for name, path in matrix_sources(args.quick):
             if wanted is not None and name not in wanted:
                 continue
@@ -893,7 +1050,8 @@ def main(argv=None):
                 rows.append(row)
                 print_row(row, columns)
             del ctx
-    if "mttkrp" in kernels:
+    tensor_kernels = [k for k in kernels if k in TENSOR_KERNELS]
+    if tensor_kernels and not args.generated:
         for name, path in tensor_sources(args.quick):
             if wanted is not None and name not in wanted:
                 continue
@@ -902,11 +1060,14 @@ def main(argv=None):
                 print(f"\n{name}: not an order-3 tensor (i j k value lines); skipped")
                 continue
             print(f"\n{name}: {'x'.join(map(str, T[2]))}, nnz {len(T[1])}", flush=True)
-            row = run_row("mttkrp", name, T, rng, Operands(None), compile_times, columns)
-            rows.append(row)
-            print_row(row, columns)
+            ctx = Operands(None)
+            for kernel in tensor_kernels:
+                row = run_row(kernel, name, T, rng, ctx, compile_times, columns)
+                rows.append(row)
+                print_row(row, columns)
 
-    rows.sort(key=lambda r: (KERNELS.index(r["kernel"]), r["data"].lower()))
+    if not args.generated:
+        rows.sort(key=lambda r: (KERNELS.index(r["kernel"]), r["data"].lower()))
     print("\nratios = baseline median / tensoralg median (> 1: tensoralg is faster); "
           "tensoralg column = its median time")
     print_table(rows, columns)
@@ -925,7 +1086,14 @@ def main(argv=None):
             print(f"  {kernel:7s} {fmt_time(t):>9s}")
 
     probes = {}
-    if not args.no_probes:
+    if bandwidth is not None:
+        probes["read_bandwidth_bytes_s"] = bandwidth
+        for r in rows:
+            if "matrix_bytes" in r:
+                rate = r["matrix_bytes"] / median_of(r["tensoralg"])
+                print(f"{r['data']} {r['dtype']} spmv reads the matrix at {rate / 1e9:.1f} GB/s, "
+                      f"{rate / bandwidth:.0%} of the read bandwidth")
+    if not args.no_probes and not args.generated:
         probes["dispatch"] = dispatch_overhead()
         print("\ncached dispatch overhead (median per call):")
         for label, sample in probes["dispatch"].items():
@@ -948,15 +1116,17 @@ def main(argv=None):
             print(f"  {r['kernel']} on {r['data']}: {r['status']}")
     elapsed = time.perf_counter() - started
     print(f"\ntotal time {elapsed:.0f} s")
-    path = record.write("run", {
+    path = record.write("generated" if args.generated else "run", {
         "options": {"quick": args.quick, "only": kernels,
                     "matrices": None if wanted is None else sorted(wanted),
-                    "probes": not args.no_probes},
+                    "probes": not args.no_probes, "generated": args.generated,
+                    "dtypes": dtypes if args.generated else ["float64"]},
         "seed": args.seed, "threads": threads, "columns": ["tensoralg", *columns],
         "missing": notes, "blas_threadpools": record.blas_threadpools(),
         "method": {"budget_s": BUDGET, "samples": SAMPLES, "min_samples": MIN_SAMPLES,
                    "sample": "mean seconds per call over `number` back-to-back calls",
-                   "rank": RANK, "dense_limit": DENSE_LIMIT,
+                   "rank": GENERATED_RANKS if args.generated else RANK,
+                   "tolerance": TOLERANCE, "dense_limit": DENSE_LIMIT,
                    "dense_gemm_flops": DENSE_GEMM_FLOPS},
         "elapsed_s": elapsed, "llvm_init_s": init_s, "measurements": rows,
         "compile": compile_times, "tensora_compile": _tensora_compile_times, "probes": probes,

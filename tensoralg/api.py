@@ -1073,14 +1073,15 @@ class _Dispatch:
         # make), which the operands' stored entries undercount many times over. One whose
         # rows are counted first splits like a dense output, where its rows are long enough
         # (_thread_ranges).
-        # (a sum's rows may be counted too, but only when a schedule splits it)
         counted = self.compiled.counted_by is not None and entries is not None
         product = 0 if entries is None else \
             product_work(int(entries[-1]), len(entries) - 1, counted)
-        if self.splittable and cache.threads.threads > 1 and \
+        if self.splittable and cache.threads.threads > 1 and (
                 cache.threads.parts(product if counted and entries is not None else
                                     max(self._work(operands, shape), product),
-                                    native=counted and native_pool_supported()) > 1:
+                                    native=counted and native_pool_supported()) > 1 or
+                _counted_sum(self.compiled) and
+                cache.threads.splits_sum(self._work(operands, shape))):
             return None
         buffers = OutputBuffers()
         if self.pattern >= 0:
@@ -1322,7 +1323,8 @@ def _sparse_output(entry: _Dispatch) -> SparseOutput:
     # operands' stored entries bound its output and fit; else the general path decides again
     return SparseOutput(buffers, finish, release, handles,
                         narrow=entry.compiled.key.out_index_dtype == _INT32,
-                        within_stored=entry.within_stored)
+                        within_stored=entry.within_stored,
+                        counted_sum=_counted_sum(entry.compiled))
 
 
 def _replayed_split(entry: _Dispatch) -> Any:
@@ -1975,7 +1977,7 @@ def _counted_product(compiled: CompiledProgram, tensors: Mapping[str, Tensor],
     variant = cache.counted(compiled)
     output = variant.program.output
     first, second = compiled.counted_by   # type: ignore[misc]
-    union = compiled.program.nests[0].mode is not OutputMode.WORKSPACE   # a sum's rows
+    union = _counted_sum(compiled)
     pos = cache.rows.pos(tensors[first], tensors[second], shape[1], bounds, output.index_dtype,
                          _run_counter, union=union)
     total = int(pos[-1])
@@ -1993,6 +1995,13 @@ def _counted_product(compiled: CompiledProgram, tensors: Mapping[str, Tensor],
     result = narrowed_indices(Tensor.trusted(tuple(shape), output.format, levels,
                                              buffers.dense))
     return delivered(variant.program, result)
+
+
+def _counted_sum(compiled: CompiledProgram) -> bool:
+    """Whether ``compiled`` is a sum of two CSR operands whose rows a split call counts first
+    (``lower/counted.py``; a product's counted rows fill a workspace, a sum's append)."""
+    return compiled.counted_by is not None and \
+        compiled.program.nests[0].mode is not OutputMode.WORKSPACE
 
 
 def _run_counter(function: Any, args: list, bounds: Sequence[int]) -> int:
@@ -2082,17 +2091,17 @@ def _thread_ranges(compiled: CompiledProgram, tensors: Mapping[str, Tensor],
     if asked is not None and asked.threads is not None:
         parts = min(asked.threads, max(1, size))
     else:
-        if not dense and asked is None and _elementwise(program):
+        summed = not dense and _counted_sum(compiled)
+        if not dense and asked is None and _elementwise(program) and (
+                not summed or not kernel_cache().threads.splits_sum(
+                    estimated_work(tensors, None))):
             # A sparse output made entry by entry from its operands' entries, with no
-            # reduction (CSR + CSR, CSR * CSR), costs about what joining its ranges' pieces
-            # costs (runtime/stitch.py copies all but the first): the second thread saved
-            # nothing and the copy cost more (CSR bcsstk33 + its transpose, 2 threads: 2.7 ms
-            # split, 1.4 ms whole; scipy 2.1). A schedule's parallelize(i) still splits it.
-            # A schedule's parallelize(i) of a sum of two CSR operands counts its rows first
-            # (lower/counted.py) and writes in place instead of joining; without one it stays
-            # whole: counting is a second merge of every row, and split and counted, large
-            # sums ran 0.8-1.3x of one thread's time (1e5-2e6 rows, 2e5-8e6 entries, uniform
-            # and power-law rows; an ad hoc A/B, 2026-12-05, not kept).
+            # reduction (CSR * CSR), costs about what joining its ranges' pieces costs
+            # (runtime/stitch.py copies all but the first): the second thread saved nothing
+            # and the copy cost more (CSR bcsstk33 + its transpose, 2 threads: 2.7 ms split,
+            # 1.4 ms whole; scipy 2.1). A schedule's parallelize(i) still splits it. A sum of
+            # two CSR operands counts its rows first instead (lower/counted.py, by marks:
+            # runtime/count.py) and writes in place, from COUNTED_SUM_MIN_WORK entries.
             return None
         pattern = program.pattern is not None
         work = estimated_work(tensors, shape if dense and not pattern else None)

@@ -451,6 +451,7 @@ def test_sparse_outputs_are_written_out_but_products_keep_their_bounds(monkeypat
     assert all(e.fast is None for e in product._replays.values())
     # Work for two threads: the written-out call declines and the general path runs it.
     monkeypatch.setattr(threads_module, "MIN_WORK_PER_THREAD", 1)
+    monkeypatch.setattr(threads_module, "COUNTED_SUM_MIN_WORK", 1)
     before = ta.get_num_threads()
     ta.set_num_threads(2)
     try:

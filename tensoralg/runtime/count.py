@@ -84,31 +84,34 @@ def row_counter(a_index: Scalar, b_index: Scalar) -> Function:
 
 def union_counter(a_index: Scalar, b_index: Scalar) -> Function:
     """The IR of ``count(a_pos, a_crd, b_pos, b_crd, columns, counts*, begin, end)`` for a
-    sum (``row_counter``'s arguments, ``columns`` unused): ``counts[i + 1]`` is the number of
-    distinct columns in row ``i`` of A and of B together, for each row ``i`` in ``[begin,
-    end)``; both rows sorted and without duplicates, as the storage validator passes them.
+    sum (``row_counter``'s arguments): ``counts[i + 1]`` is the number of distinct columns in
+    row ``i`` of A and of B together, for each row ``i`` in ``[begin, end)``; both rows sorted
+    and without duplicates, as the storage validator passes them, and their columns below
+    ``columns``.
 
-    The merge advances without branching on the comparison (each side steps when its column
-    is the smaller or equal one), so random interleavings cost no mispredictions.
+    A's columns are marked with the row (as ``row_counter`` marks), and B's entries count where
+    they find no mark, through a select rather than a branch: every load is independent of the
+    last, where a merge of the two rows waits on each comparison before its next load (a merge
+    stepping without branches counted the uniform 2e4 x 2e4 matrix plus its transpose, 4e5
+    entries each, in 3.5 ms; the marks take ~0.7 ms, 2026-12-06).
     """
     args = _Arguments(a_index, b_index)
     a_pos, a_crd, b_pos, b_crd = args.a_pos, args.a_crd, args.b_pos, args.b_crd
-    counts, begin, end = args.counts, args.begin, args.end
-    i, p, q, p_end, q_end = (Var(name, I64) for name in ("i", "p", "q", "p_end", "q_end"))
-    row, ja, jb = Var("row", I64), Var("ja", I64), Var("jb", I64)
+    columns, counts, begin, end = args.columns, args.counts, args.begin, args.end
+    marks = Var("marks", Ptr(I64))
+    i, p, q, mark, row = (Var(name, I64) for name in ("i", "p", "q", "mark", "row"))
     body = [
+        b.allocate(marks, b.add(columns, 1), zero=True),
         b.for_(i, begin, end,
-               b.declare(p, _at(a_pos, i)), b.declare(p_end, _at(a_pos, b.add(i, 1))),
-               b.declare(q, _at(b_pos, i)), b.declare(q_end, _at(b_pos, b.add(i, 1))),
-               b.declare(row, 0),
-               b.while_(b.land(b.lt(p, p_end), b.lt(q, q_end)),
-                        b.declare(ja, _at(a_crd, p)),
-                        b.declare(jb, _at(b_crd, q)),
-                        b.assign(p, b.add(p, b.select(b.le(ja, jb), b.i64(1), b.i64(0)))),
-                        b.assign(q, b.add(q, b.select(b.le(jb, ja), b.i64(1), b.i64(0)))),
-                        b.assign(row, b.add(row, 1))),
-               b.store(counts, b.add(i, 1),
-                       b.add(row, b.add(b.sub(p_end, p), b.sub(q_end, q))))),
+               b.declare(mark, b.add(i, 1)),
+               b.for_(p, _at(a_pos, i), _at(a_pos, b.add(i, 1)),
+                      b.store(marks, _at(a_crd, p), mark)),
+               b.declare(row, b.sub(_at(a_pos, b.add(i, 1)), _at(a_pos, i))),
+               b.for_(q, _at(b_pos, i), _at(b_pos, b.add(i, 1)),
+                      b.assign(row, b.add(row, b.select(
+                          b.eq(b.load(marks, _at(b_crd, q)), mark), b.i64(0), b.i64(1))))),
+               b.store(counts, b.add(i, 1), row)),
+        b.free(marks),
     ]
     return b.function(f"ta_sum_rows_{a_index.value}_{b_index.value}", args.params(), *body)
 

@@ -283,16 +283,19 @@ class SparseOutput:
     ``narrow``: the kernel writes int32 positions, so a call whose output shape has 2**31 - 1
     elements or more goes to the general path (which checks that its entries fit), unless
     ``within_stored`` (the output holds at most the compressed operands' entries together)
-    and those entries fit."""
+    and those entries fit. ``counted_sum``: the kernel is a sum whose rows a split call
+    counts first, which splits from ``threads.COUNTED_SUM_MIN_WORK`` stored entries."""
 
-    __slots__ = ("buffers", "finish", "release", "handles", "narrow", "within_stored")
+    __slots__ = ("buffers", "finish", "release", "handles", "narrow", "within_stored",
+                 "counted_sum")
 
     def __init__(self, buffers: Callable[[int], Any], finish: Callable[[Any, tuple], Any],
                  release: Callable[[Any], None], handles: Sequence[str],
-                 narrow: bool = False, within_stored: bool = False) -> None:
+                 narrow: bool = False, within_stored: bool = False, counted_sum: bool = False
+                 ) -> None:
         self.buffers, self.finish, self.release = buffers, finish, release
         self.handles, self.narrow = tuple(handles), narrow
-        self.within_stored = within_stored
+        self.within_stored, self.counted_sum = within_stored, counted_sum
 
 
 def _sparse_replay(lines: list[str], recipe: Sequence[tuple[int, int, int]],
@@ -315,8 +318,9 @@ def _sparse_replay(lines: list[str], recipe: Sequence[tuple[int, int, int]],
         lines.append("        return None")
     if threads is not None:
         # As api._Dispatch.run decides: work enough for two threads goes to the general path.
-        lines.append(f"    if threads.threads > 1 and threads.parts({' + '.join(stored) or '0'}"
-                     f" + 1) > 1:")
+        work = f"{' + '.join(stored) or '0'} + 1"
+        lines.append(f"    if threads.splits_sum({work}):" if sparse.counted_sum else
+                     f"    if threads.threads > 1 and threads.parts({work}) > 1:")
         lines.append("        return None")
     # as runtime.threads.first_guess: the sparse operands' entries, or the dense sizes
     lines.append(f"    buffers = new_buffers(max(16, {' + '.join(stored or sized) or '0'}))")

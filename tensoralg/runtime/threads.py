@@ -46,6 +46,13 @@ GATHER_UNITS = 4
 # that the OS deschedules (a busy machine) holds up only a small range while the others take
 # the rest, instead of half the call.
 NATIVE_RANGES_PER_THREAD = 4
+# A sum of two CSR operands splits only from this many stored entries together: its rows are
+# counted first (runtime/count.py), which pays where the merge mispredicts, on rows whose
+# columns interleave at random (a uniform 2e4 x 2e4 matrix plus its transpose, 8e5 entries:
+# 3.3 ms split, 4.2 whole; a power-law one 2.5 and 2.9), and not where the two rows mostly
+# hold the same columns (A + A.T of a structurally symmetric matrix: bcsstk16, 5.8e5 entries,
+# ran 1.3x slower split; bcsstk33, 1.2e6, even; 2026-12-06).
+COUNTED_SUM_MIN_WORK = 600_000
 # A range of a few outer iterations is not worth a thread either, whatever the work estimate
 # says (the estimate counts a dense operand whole, e.g. a table that a 1-row bag touches once).
 MIN_ROWS_PER_THREAD = 8
@@ -114,6 +121,11 @@ class KernelThreads:
         on the native pool, whose hand-over is cheap)."""
         least = MIN_WORK_PER_THREAD_NATIVE if native else MIN_WORK_PER_THREAD
         return max(1, min(self.threads, work // least))
+
+    def splits_sum(self, work: int) -> bool:
+        """Whether a sum of two CSR operands whose rows are counted first, touching ``work``
+        stored values, runs on several threads (``COUNTED_SUM_MIN_WORK``)."""
+        return self.threads > 1 and work >= COUNTED_SUM_MIN_WORK
 
     def split_work(self) -> int:
         """The least work a plain call with a dense output is split for: two threads' worth,
