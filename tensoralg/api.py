@@ -90,7 +90,7 @@ from tensoralg.lower.gemm_form import (
     route_note,
 )
 from tensoralg.lower.lowerer import lower
-from tensoralg.lower.pattern import assigns_every_position, share_pattern
+from tensoralg.lower.pattern import assigns_every_position, pattern_levels, share_pattern
 from tensoralg.lower.program import OutputMode, Program, TensorRole
 from tensoralg.lower.scheduling import LoopPlan, RowWork, loop_plan, pass_options_of, row_work
 from tensoralg.lower.scheduling import applied_schedule as schedule_applied
@@ -193,7 +193,13 @@ from tensoralg.runtime.threads import (
 from tensoralg.runtime.validate import VALID, StorageValidator
 from tensoralg.runtime.widen import narrowed, widened
 from tensoralg.runtime.winograd import WinogradConv, winograd_pays
-from tensoralg.runtime.wrap import narrowed_indices, pattern_result, release, sparse_result
+from tensoralg.runtime.wrap import (
+    narrowed_indices,
+    pattern_positions,
+    pattern_result,
+    release,
+    sparse_result,
+)
 from tensoralg.schedule import GemmRoute, Schedule, as_schedule
 from tensoralg.schedule import check as check_schedule
 from tensoralg.schedule.store import TunedSchedules, shape_class, tuning_key
@@ -1431,7 +1437,8 @@ def _recipe(compiled: CompiledProgram, names: Sequence[str], kinds: tuple[str, .
             recipe.append((_ARG_CAPACITY, -1, 0))
         elif role == RANGE and name == "begin":
             recipe.append((_ARG_BEGIN, -1, 0))
-        elif role == RANGE and compiled.arguments.range_index in size_from:
+        elif role == RANGE and compiled.arguments.range_over is None and \
+                compiled.arguments.range_index in size_from:
             recipe.append((_ARG_SIZE, *size_from[compiled.arguments.range_index]))
         else:
             return None
@@ -1923,7 +1930,8 @@ def execute(compiled: CompiledProgram, bound: Mapping[str, Tensor], value_dtype:
         buffers.dense = _dense_output(out, shape, value_dtype, compiled.overwrites)
     elif program.pattern is not None:
         alloc = np.empty if compiled.overwrites else np.zeros
-        buffers.dense = alloc(tensors[program.pattern].nnz, dtype=value_dtype)
+        buffers.dense = alloc(pattern_positions(tensors[program.pattern],
+                                                pattern_levels(program)), dtype=value_dtype)
     else:
         if compiled.counted_by is not None:
             bounds = _thread_ranges(compiled, tensors, sizes, shape, False)
@@ -1961,8 +1969,9 @@ def execute(compiled: CompiledProgram, bound: Mapping[str, Tensor], value_dtype:
         return buffers.dense.reshape(shape)
     if program.pattern is not None:
         assert buffers.dense is not None
+        levels = tensors[program.pattern].levels[:pattern_levels(program)]
         return delivered(program, pattern_result(shape, output.format, output.index_dtype,
-                                                 tensors[program.pattern].levels, buffers.dense))
+                                                 levels, buffers.dense))
     return delivered(program, sparse_result(shape, output.format, output.index_dtype,
                                             value_dtype, buffers))
 
@@ -2083,10 +2092,11 @@ def _thread_ranges(compiled: CompiledProgram, tensors: Mapping[str, Tensor],
     plan = compiled.arguments
     if plan.range_slots is None or plan.range_index is None:
         return None
-    size = sizes[plan.range_index]
+    size = plan.range_size(sizes, tensors)
     asked = compiled.plan.parallel
     program = compiled.program
-    work_by_row = compiled.balance_by
+    # A range over a first level's positions balances by the entries below each position.
+    work_by_row = compiled.balance_by if plan.range_over is None else None
     weights = None
     if asked is not None and asked.threads is not None:
         parts = min(asked.threads, max(1, size))
@@ -2106,8 +2116,11 @@ def _thread_ranges(compiled: CompiledProgram, tensors: Mapping[str, Tensor],
         pattern = program.pattern is not None
         work = estimated_work(tensors, shape if dense and not pattern else None)
         if pattern:
+            # the sums over the pattern operand's own levels are counted in its entries
+            own = program.tensor(program.pattern).dims
             work = pattern_work(work, math.prod(sizes[index]
-                                                for index in program.nests[-1].reduced))
+                                                for index in program.nests[-1].reduced
+                                                if index not in own))
         # A product whose rows are counted first fills them in place, like a dense output.
         counted = not dense and compiled.counted_by is not None
         native = (dense or counted) and not compiled.plan.partials and native_pool_supported()
@@ -2127,7 +2140,8 @@ def _thread_ranges(compiled: CompiledProgram, tensors: Mapping[str, Tensor],
     if parts <= 1:
         return None
     if weights is None:
-        weights = row_weights(work_by_row, tensors, kernel_cache().reach)
+        weights = row_weights(work_by_row, tensors, kernel_cache().reach) \
+            if plan.range_over is None else plan.range_weights(tensors)
     return range_bounds(size, parts, weights, compiled.plan.range_step(plan.range_index))
 
 
@@ -2671,15 +2685,17 @@ class Kernel:
         if plan.range_slots is not None and plan.range_index is not None and \
                 not compiled.plan.partials and compiled.plan.range_step(plan.range_index) == 1:
             work = estimated_work(tensors, shape)
-            parts = min(threads.parts(work), sizes[plan.range_index] // MIN_ROWS_PER_THREAD)
+            extent = plan.range_size(sizes, tensors)
+            parts = min(threads.parts(work), extent // MIN_ROWS_PER_THREAD)
             if parts > 1:
-                weights = row_weights(compiled.balance_by, tensors)
-                bounds = split(sizes[plan.range_index], parts, weights)
+                weights = row_weights(compiled.balance_by, tensors) \
+                    if plan.range_over is None else plan.range_weights(tensors)
+                bounds = split(extent, parts, weights)
         kernel = compiled.kernel.settled()    # bound calls are for repeated, timed work
         function = kernel.function
         # Ranges over the output's leading index own whole blocks of its rows: each range can
         # zero its own block in parallel instead of the caller zeroing all of it first.
-        leading = plan.range_index is not None and \
+        leading = plan.range_index is not None and plan.range_over is None and \
             compiled.program.output.dims[:1] == (plan.range_index,)
         return BoundCall(function, plan, tensors, sizes, buffer, bounds, threads, what,
                          compiled.overwrites, owner=kernel, leading_ranges=leading)

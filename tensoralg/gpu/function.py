@@ -39,9 +39,10 @@ def gpu_function(compiled: Any) -> Function:
     lowered from its program and loop plan, under its function's name."""
     # Zeroing rows inside the kernel suits a CPU thread that owns them; the GPU's mappings
     # share a row between lanes, and its runtime zeroes the output buffer first.
-    # Its runtime assembles sparse outputs by appending only (lower/pattern.py).
+    # Its runtime assembles sparse outputs by appending only (lower/pattern.py), and its
+    # mappings read a thread range as rows, not as a first level's positions.
     lowered = lower(without_pattern(compiled.program), compiled.function.name,
-                    replace(compiled.plan, zero_rows=False))
+                    replace(compiled.plan, zero_rows=False, position_ranges=False))
     return optimize(lowered, options=pass_options(compiled.schedule))
 
 

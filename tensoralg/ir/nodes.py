@@ -358,23 +358,31 @@ class RangeBound(str):
     dict) as its text, ``range.begin.i``; every room reads ``which`` and ``index`` instead of
     parsing that text.
 
+    ``over`` names a tensor when the loop runs over the stored positions of that tensor's
+    first level (a compressed one) rather than over the coordinates of ``index``: the range
+    then spans ``[0, pos[-1])`` of that level, and each position is one coordinate of
+    ``index`` (``range.begin.i@T``).
+
     >>> role = RangeBound("end", "i")
-    >>> role, role.which, role.index, role == "range.end.i"
-    ('range.end.i', 'end', 'i', True)
+    >>> role, role.which, role.index, role.over, role == "range.end.i"
+    ('range.end.i', 'end', 'i', None, True)
+    >>> RangeBound("begin", "i", "T")
+    'range.begin.i@T'
     """
 
     which: str
     index: str
+    over: str | None
 
-    def __new__(cls, which: str, index: str) -> "RangeBound":
+    def __new__(cls, which: str, index: str, over: str | None = None) -> "RangeBound":
         if which not in ("begin", "end"):
             raise ValueError(f"a thread range is bounded by begin and end, not {which!r}")
-        role = super().__new__(cls, f"range.{which}.{index}")
-        role.which, role.index = which, index
+        role = super().__new__(cls, f"range.{which}.{index}" + (f"@{over}" if over else ""))
+        role.which, role.index, role.over = which, index, over
         return role
 
     def __reduce__(self) -> tuple:
-        return (RangeBound, (self.which, self.index))
+        return (RangeBound, (self.which, self.index, self.over))
 
 
 @dataclass(frozen=True, slots=True)

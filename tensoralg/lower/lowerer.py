@@ -334,7 +334,8 @@ class Lowerer:
         if lattice.dense:
             return [*reserve, *self.dense_loop(index, lattice, body, iterators)]
         if len(iterators) == 1:
-            return [*reserve, *self.single_loop(index, lattice.points[0], body, iterators[0])]
+            return [*reserve, *self.single_loop(index, lattice.points[0], body, iterators[0],
+                                                outer=depth == 0)]
         return [*reserve, *self.merge_loops(index, lattice, body, iterators)]
 
     def reservation(self, writer: Writer, index: str, lattice: Lattice,
@@ -414,6 +415,22 @@ class Lowerer:
         self.done_splits.add(index)
         return [*setup, *self.split_loop(coordinate, start, stop, body, split.factor,
                                          (split.outer, split.inner))]
+
+    def _position_range(self, index: str, it: SparseIterator) -> bool:
+        """Whether the outer loop over ``index``, which runs over the stored positions of the
+        first level of ``it``'s tensor alone, may take a thread range of those positions (an
+        order-3 CSF tensor's fibres for TTV or MTTKRP): each position is one coordinate of
+        ``index``, so ranges of positions own disjoint coordinates, as ranges of a dense loop
+        do. Only where the output is dense or assembled from its first level down (DCSR,
+        whose pieces join without row bounds, ``runtime/stitch.py``), from one loop nest."""
+        output = self.program.output.format
+        return (it.level == 0 and self.plan.position_ranges and self.allow_split
+                and self.plan.may_split(index) and not self.plan.partials
+                and len(self.program.nests) == 1
+                and self.program.pattern in (None, it.access.tensor)
+                and (output.is_dense or output.levels[0].is_sparse)
+                and self.parallel_index is None
+                and why_not_parallel(self.program, index, self.plan.partials) is None)
 
     def position_loop(self, nest: LoopNest, writer: Writer, expr: Expr, context: Context
                       ) -> list[Stmt]:
@@ -532,12 +549,22 @@ class Lowerer:
                                                   b.if_(b.lt(coordinate, stop), body)))
         return [self.hinted(names[0], b.for_(outer, blocks_from, blocks_to, inner_loop))]
 
-    def single_loop(self, index: str, point: LatticePoint, body, it: SparseIterator) -> list[Stmt]:
+    def single_loop(self, index: str, point: LatticePoint, body, it: SparseIterator,
+                    outer: bool = False) -> list[Stmt]:
         if it.unique:
             position = Var(self.names(f"p{it.access.tensor}{it.level}"), I64)
             it.position = position
             coordinate = Var(self.names(index), I64)
-            return [self.hinted(index, b.for_(position, it.begin, it.end,
+            start, stop = it.begin, it.end
+            if outer and self._position_range(index, it):
+                self.parallel_index = index
+                over = it.access.tensor
+                begin = self._param("range_begin", I64, RangeBound("begin", index, over))
+                end = self._param("range_end", I64, RangeBound("end", index, over))
+                self.range = (begin, end)
+                start, stop = b.maximum(start, begin), b.minimum(stop, end)
+                self.split_loops += 1
+            return [self.hinted(index, b.for_(position, start, stop,
                                               b.declare(coordinate, self.coordinate_of(it)),
                                               body(point, coordinate, [it])))]
         setup = self.iterator_positions([it])

@@ -14,8 +14,14 @@ Invariant: the result is the one the appending kernel makes, entry for entry: th
 space over the output's indices is exactly the operand's stored entries when every other
 operand with an output index is all dense and the expression multiplies (``*``, negation,
 constants) so that no case of the merge lattice runs without the operand. Reductions run over
-dense operands only, so every entry is written once (the appending kernel appends every
-visited entry too, explicit zeros included).
+dense operands, or over the operand's own levels below the output's, so every entry is written
+once (the appending kernel appends every visited entry too, explicit zeros included).
+
+The output may also share the operand's first levels only, when the operand's remaining levels
+run over indices the statement sums: TTV, ``Y(i,j) = T(i,j,k) * v(k)`` with T stored CSF and Y
+DCSR, stores one sum per fibre of T's second level, and the result's levels are copies of T's
+first two (``pattern_levels``). On several threads the ranges of T's fibres then write their
+values in place instead of assembling pieces to be joined.
 """
 from __future__ import annotations
 
@@ -100,12 +106,41 @@ def pattern_source(program: Program) -> str | None:
         return None
     access = sparse[0]
     info = program.tensor(access.tensor)
-    if info.role is not TensorRole.INPUT or access.indices != nest.output.indices or \
-            info.format.levels != fmt.levels or tuple(info.format.order) != tuple(fmt.order) or \
-            sum(a == access for a in accesses(nest.expr)) != 1 or \
-            nest.loop_order[:len(fmt.order)] != tuple(access.indices[m] for m in fmt.order):
+    if info.role is not TensorRole.INPUT or sum(a == access for a in accesses(nest.expr)) != 1 \
+            or nest.loop_order[:len(fmt.order)] != tuple(nest.output.indices[m]
+                                                         for m in fmt.order):
+        return None
+    if info.format.rank == fmt.rank:
+        same = access.indices == nest.output.indices and info.format.levels == fmt.levels and \
+            tuple(info.format.order) == tuple(fmt.order)
+        return access.tensor if same else None
+    # a prefix: the output's levels are the operand's first ones, in storage order, and the
+    # operand's levels below them run over summed indices only
+    rank, identity = fmt.rank, tuple(range(info.format.rank))
+    if tuple(info.format.order) != identity or tuple(fmt.order) != identity[:rank] or \
+            access.indices[:rank] != nest.output.indices or \
+            tuple(info.format.levels[:rank]) != tuple(fmt.levels) or \
+            any(index in nest.output.indices for index in access.indices[rank:]):
         return None
     return access.tensor
+
+
+def pattern_levels(program: Program) -> int:
+    """How many of the pattern operand's first levels the output shares (all of them, or a
+    prefix: see the module docstring).
+
+    >>> import numpy as np
+    >>> from tensoralg.formats import Format, LevelKind, dense
+    >>> from tensoralg.lower.concretize import concretize
+    >>> from tensoralg.notation.parse_statement import parse_statement
+    >>> s, c = LevelKind.COMPRESSED, Format([LevelKind.COMPRESSED] * 3)
+    >>> p = share_pattern(concretize(parse_statement("Y(i,j) = T(i,j,k) * v(k)"),
+    ...                              {"T": c, "v": dense(1)}, {"T": np.dtype(np.int32)},
+    ...                              np.dtype(np.float64), Format([s, s])))
+    >>> p.pattern, pattern_levels(p)
+    ('T', 2)
+    """
+    return program.output.format.rank
 
 
 def assigns_every_position(function: Function) -> bool:
@@ -152,5 +187,5 @@ def product_factors(expr: Expr) -> list[Access] | None:
     return None
 
 
-__all__ = ["assigns_every_position", "pattern_source", "product_factors", "share_pattern",
-           "without_pattern"]
+__all__ = ["assigns_every_position", "pattern_levels", "pattern_source", "product_factors",
+           "share_pattern", "without_pattern"]

@@ -70,6 +70,9 @@ class LoopPlan:
     # The kernel zeroes the rows of its dense output itself (``DenseWriter.row_fill``): on the
     # CPU backends; the CUDA mappings take the plain accumulation into a zeroed buffer.
     zero_rows: bool = True
+    # An outer loop over a compressed top level may take a thread range of its positions: on
+    # the CPU backends (the CUDA mappings read a kernel's range as rows).
+    position_ranges: bool = True
 
     @property
     def parallel_index(self) -> str | None:
@@ -107,7 +110,7 @@ def loop_plan(schedule: Schedule | None, backend: str = "llvm") -> LoopPlan:
     ('i', 8)
     """
     if schedule is None:
-        return LoopPlan(zero_rows=backend != "cuda")
+        return LoopPlan(zero_rows=backend != "cuda", position_ranges=backend != "cuda")
     splits: dict[str, Split] = {}
     unroll: dict[str, int] = {}
     vectorize: dict[str, int] = {}
@@ -154,7 +157,8 @@ def loop_plan(schedule: Schedule | None, backend: str = "llvm") -> LoopPlan:
         orders += ((position_split.outer, position_split.inner),)
         _check_position_commands(position_split, splits, parallel)
     return LoopPlan(orders, splits, parallel, serial, unroll, vectorize, position_split,
-                    tuple(precomputes), gpu, zero_rows=backend != "cuda")
+                    tuple(precomputes), gpu, zero_rows=backend != "cuda",
+                    position_ranges=backend != "cuda")
 
 
 WORKSPACE_FORMATS = ("dense",)     # the workspace formats lowering carries out

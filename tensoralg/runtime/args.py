@@ -16,7 +16,7 @@ from __future__ import annotations
 import ctypes
 import weakref
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -92,21 +92,24 @@ class ArgumentPlan:
     """How to produce each argument of a kernel, read once from the parameters' roles.
 
     A kernel whose outer loop may be split has ``range.begin``/``range.end`` parameters;
-    ``range_slots`` says where they are so the runtime can set them per thread.
+    ``range_slots`` says where they are so the runtime can set them per thread, and
+    ``range_over`` names the tensor whose first level's positions the range counts, when it
+    counts positions rather than coordinates of ``range_index`` (``RangeBound.over``).
     """
 
     steps: tuple[tuple[int, str, int], ...]
     range_slots: tuple[int, int] | None = None
     range_index: str | None = None
+    range_over: str | None = None
 
     @staticmethod
     def from_params(params: tuple[Param, ...], output_name: str) -> "ArgumentPlan":
         steps = []
-        range_index = None
+        range_index = range_over = None
         for param in params:
             if isinstance(param.role, RangeBound):
                 steps.append((RANGE, param.role.which, 0))
-                range_index = param.role.index
+                range_index, range_over = param.role.index, param.role.over
                 continue
             parts = param.role.split(".")
             if parts[0] == "index":
@@ -133,7 +136,26 @@ class ArgumentPlan:
                     case _:
                         raise CompileError(f"internal: unknown parameter role {param.role!r}")
         slots = [k for k, step in enumerate(steps) if step[0] == RANGE]
-        return ArgumentPlan(tuple(steps), (slots[0], slots[1]) if slots else None, range_index)
+        return ArgumentPlan(tuple(steps), (slots[0], slots[1]) if slots else None, range_index,
+                            range_over)
+
+    def range_size(self, sizes: Mapping[str, int], tensors: Mapping[str, Any]) -> int:
+        """The extent of the kernel's thread range: the size of its index, or the stored
+        positions of ``range_over``'s first level."""
+        if self.range_over is None:
+            return sizes[self.range_index]   # type: ignore[index]
+        pos = tensors[self.range_over].levels[0].pos
+        return int(pos[-1]) if pos is not None and len(pos) else 0
+
+    def range_weights(self, tensors: Mapping[str, Any]) -> np.ndarray | None:
+        """For a range over positions (``range_over``), the cumulative entries below each
+        position (the second level's ``pos``), which balance its ranges by stored entries;
+        None otherwise, or where the second level has no ``pos``."""
+        if self.range_over is None:
+            return None
+        levels = tensors[self.range_over].levels
+        pos = levels[1].pos if len(levels) > 1 else None
+        return None if pos is None else np.asarray(pos, dtype=np.int64)
 
     def value_slots(self, name: str) -> list[int]:
         """Positions of the arguments that carry ``name``'s values array."""
@@ -160,7 +182,7 @@ class ArgumentPlan:
             elif kind == OUT_SIZES:
                 append(output.sizes.ctypes.data)  # type: ignore[union-attr]
             elif kind == RANGE:
-                append(0 if name == "begin" else sizes[self.range_index])  # whole range
+                append(0 if name == "begin" else self.range_size(sizes, tensors))  # whole
             elif kind == OUT_ARRAY:
                 append(output.arrays[name].ctypes.data)
             else:

@@ -141,6 +141,24 @@ def pattern_result(shape: tuple[int, ...], fmt: Format, index_dtype: np.dtype,
 _INT32_MOST = np.iinfo(np.int32).max
 
 
+def pattern_positions(tensor: Tensor, levels: int) -> int:
+    """The positions of ``tensor``'s first ``levels`` levels: where a kernel whose output
+    shares that prefix of its pattern (``lower/pattern.py``) stores its values.
+
+    >>> from tensoralg.formats import CSR
+    >>> t = Tensor.from_numpy(np.array([[0.0, 1.0, 2.0], [0.0, 0.0, 0.0]]), CSR)
+    >>> pattern_positions(t, 2), pattern_positions(t, 1)
+    (2, 2)
+    """
+    count = 1
+    for k, (kind, level) in enumerate(zip(tensor.format.levels[:levels], tensor.levels)):
+        if kind is LevelKind.DENSE:
+            count *= tensor.shape[tensor.format.order[k]]
+        elif level.pos is not None:
+            count = int(level.pos[-1]) if len(level.pos) else 0
+    return count
+
+
 def narrowed_indices(tensor: Tensor) -> Tensor:
     """``tensor`` (a kernel's output) with int32 ``pos`` and ``crd`` arrays where the kernel
     assembled int64 ones whose values int32 holds, as scipy chooses for its own results.
