@@ -182,7 +182,8 @@ def _final_round(run, measured: list[Trial], repeats: int) -> tuple[Trial, float
 def search_space(default: Schedule, outputs: tuple[str, ...], threads: int,
                  rng: random.Random) -> list[Schedule]:
     """Candidate schedules around the compiler's own: loop orders x outer-loop strategies x
-    pass settings, shuffled by ``rng`` after the compiler's own, which comes first.
+    pass settings x the innermost loop's vector tail (the default remainder loop, or masked:
+    ``Vectorize``), shuffled by ``rng`` after the compiler's own, which comes first.
 
     >>> space = search_space(Schedule().reorder("i", "j"), ("i",), 2, random.Random(0))
     >>> str(space[0]), len(space) == len(set(map(str, space)))
@@ -193,13 +194,16 @@ def search_space(default: Schedule, outputs: tuple[str, ...], threads: int,
     found: dict[str, Schedule] = {}
     for loop_order in orders:
         for outer in _outer_strategies(loop_order, outputs, threads):
-            for tile, jam in itertools.product((None, 0, 128, 512), (None, 1, 2, 8)):
+            for tile, jam, masked in itertools.product((None, 0, 128, 512), (None, 1, 2, 8),
+                                                       (False, True)):
                 schedule = Schedule().reorder(*loop_order) if loop_order else Schedule()
                 schedule = schedule + outer
                 if tile is not None:
                     schedule = schedule.tile(tile)
                 if jam is not None:
                     schedule = schedule.jam(jam)
+                if masked and loop_order:
+                    schedule = schedule.vectorize(loop_order[-1], 8, tail="mask")
                 found.setdefault(str(schedule), schedule)
     first = Schedule().reorder(*order) if order else Schedule()
     rest = [s for text, s in found.items() if text != str(first)]

@@ -22,6 +22,7 @@ from tensoralg.schedule import Jam, Parallelize, Reorder, Schedule, Split, parse
     "parallelize(j, reduction=partials, threads=2)",
     "serial(); tile(0); jam(1); workspaces(off); transpose_tiles(32)",
     "unroll(j, 4); vectorize(j, 8)",
+    "vectorize(j, 8, tail=mask)",
     "fuse(i, j, ij); pos(ij, p, A)",
 ])
 def test_text_form_round_trips(text):
@@ -254,6 +255,7 @@ def _schedules(kernel, rng):
                                                             threads=2))
         found.append(Schedule().parallelize(outer, reduction=reduction, threads=3))
         found.append(Schedule().unroll(order[-1], 4).vectorize(order[-1], 4))
+        found.append(Schedule().vectorize(order[-1], 8, tail="mask"))
     found.append(Schedule().tile(0).jam(1).workspaces(False).transpose_tiles(0))
     found.append(Schedule().tile(64).jam(2).serial())
     return found
@@ -348,6 +350,32 @@ def test_hints_reach_the_loop_in_every_backend():
     A = sp.random_array((20, 30), density=0.3, format="csr", random_state=4)
     np.testing.assert_allclose(c(A=A, x=np.ones(30)), A @ np.ones(30))
     np.testing.assert_allclose(llvm(A=A, x=np.ones(30)), A @ np.ones(30))
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_a_masked_tail_reaches_llvm_and_changes_no_result(dtype):
+    """``vectorize(j, 8, tail=mask)`` asks LLVM to fold the loop's tail into masked vectors;
+    rows shorter than a vector, empty rows and one long row give scipy's sums."""
+    schedule = "vectorize(j, 8, tail=mask)"
+    k = ta.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"}, schedule=schedule, dtype=dtype)
+    assert "// hints: unroll auto, vectorize 8, masked tail" in k.source("ir")
+    assert str(k.schedule).endswith("vectorize(j, 8, tail=mask); parallelize(i)")
+    assert '!"llvm.loop.vectorize.predicate.enable", i1 1' in _unoptimised_llvm(k)
+    plain = ta.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"}, schedule="vectorize(j, 8)")
+    assert "predicate" not in _unoptimised_llvm(plain)
+    rng = np.random.default_rng(5)
+    lengths = rng.integers(0, 13, 300)
+    lengths[7] = 900
+    dense = np.zeros((300, 1000), dtype)
+    for row, n in enumerate(lengths):
+        dense[row, rng.choice(1000, n, replace=False)] = rng.standard_normal(n)
+    A, x = sp.csr_array(dense), rng.standard_normal(1000).astype(dtype)
+    tolerance = 1e-4 if dtype == "float32" else 1e-12
+    np.testing.assert_allclose(k(A=A, x=x), dense @ x, rtol=tolerance, atol=tolerance)
+    c = ta.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"}, schedule=schedule, backend="c",
+                   dtype=dtype)
+    assert "vectorize 8 with a masked tail: left to the C compiler" in c.source("c")
+    np.testing.assert_allclose(c(A=A, x=x), dense @ x, rtol=tolerance, atol=tolerance)
 
 
 def test_a_hint_on_a_loop_a_pass_rebuilt_is_not_claimed():

@@ -384,7 +384,9 @@ class CFamilyEmitter:
                 if stmt.unroll:
                     out.line(self.unroll_pragma.format(stmt.unroll))
                 if stmt.vectorize:
-                    out.comment(f"vectorize {stmt.vectorize}: left to the C compiler")
+                    out.comment(f"vectorize {stmt.vectorize}"
+                                + (" with a masked tail" if stmt.masked else "")
+                                + ": left to the C compiler")
                 name = names.of[var.name]
                 head = (
                     f"for ({self.type_name(var.dtype)} {name} = {self.expr(start, names)}; "

@@ -291,7 +291,7 @@ class _FunctionLowering:
                     b.store(new, address)
             case For(var, start, stop, body):
                 slot = self.slots[var.name]
-                hints = loop_hints(self.module, stmt.unroll, stmt.vectorize)
+                hints = loop_hints(self.module, stmt.unroll, stmt.vectorize, stmt.masked)
                 with counted_loop(
                     b, slot, self.value(start), lambda: self.value(stop), f"for.{var.name}", hints
                 ):

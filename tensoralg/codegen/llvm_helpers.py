@@ -114,8 +114,11 @@ def counted_loop(
     builder.position_at_end(end)
 
 
-def loop_hints(module: ir.Module, unroll: int, vectorize: int) -> ir.MDValue | None:
-    """The ``llvm.loop`` metadata asking for an unroll count and a vector width (0: none).
+def loop_hints(module: ir.Module, unroll: int, vectorize: int, masked: bool = False
+               ) -> ir.MDValue | None:
+    """The ``llvm.loop`` metadata asking for an unroll count and a vector width (0: none),
+    with ``masked`` for a last partial vector run under a mask (tail folding) rather than a
+    scalar loop.
 
     A loop's metadata node must be distinct from every other loop's, which LLVM arranges by
     making it refer to itself; the vectoriser still checks that vectorising is legal.
@@ -132,6 +135,10 @@ def loop_hints(module: ir.Module, unroll: int, vectorize: int) -> ir.MDValue | N
             ir.MetaDataString(module, "llvm.loop.vectorize.width"), ir.Constant(i32, vectorize)]))
         options.append(module.add_metadata([
             ir.MetaDataString(module, "llvm.loop.vectorize.enable"), ir.Constant(ir.IntType(1), 1)]))
+        if masked:
+            options.append(module.add_metadata([
+                ir.MetaDataString(module, "llvm.loop.vectorize.predicate.enable"),
+                ir.Constant(ir.IntType(1), 1)]))
     node = module.add_metadata(options)
     node.operands = (node, *options)
     return node

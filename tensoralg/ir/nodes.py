@@ -277,7 +277,9 @@ class For:
     """``for (var = start; var < stop; ++var) body``: a counted loop.
 
     ``unroll`` and ``vectorize`` (0: the backend decides) are a schedule's hints: an unroll
-    factor and a vector width the backend asks its optimiser for. They never change results.
+    factor and a vector width the backend asks its optimiser for, ``masked`` that the last
+    partial vector run with masked lanes rather than a scalar loop. They never change results
+    beyond the order of a reduction's additions.
     """
 
     var: Var
@@ -286,6 +288,7 @@ class For:
     body: Block
     unroll: int = 0
     vectorize: int = 0
+    masked: bool = False
 
 
 @dataclass(frozen=True, slots=True)

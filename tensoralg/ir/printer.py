@@ -128,7 +128,8 @@ def _lines(s: n.Stmt, depth: int, out: list[str]) -> None:
             head = f"for ({v.dtype} {v.name} = {format_expr(start)}; {v.name} < {format_expr(stop)}; {v.name}++)"
             if s.unroll or s.vectorize:
                 out.append(f"{pad}// hints: unroll {s.unroll or 'auto'}, "
-                           f"vectorize {s.vectorize or 'auto'}")
+                           f"vectorize {s.vectorize or 'auto'}"
+                           + (", masked tail" if s.masked else ""))
             _braced(pad + head, body, depth, out)
         case n.While(cond, body):
             _braced(f"{pad}while ({format_expr(cond)})", body, depth, out)

@@ -533,7 +533,8 @@ class Lowerer:
         if not unroll and not vectorize:
             return loop
         self.done_hints.add(index)
-        return replace(loop, unroll=unroll, vectorize=vectorize)
+        return replace(loop, unroll=unroll, vectorize=vectorize,
+                       masked=bool(vectorize) and index in self.plan.masked)
 
     def split_loop(self, coordinate: Var, start: IRExpr, stop: IRExpr, body: list[Stmt],
                    factor: int, names: tuple[str, str]) -> list[Stmt]:

@@ -36,6 +36,7 @@ from tensoralg.schedule import (
     Unit,
     Unroll,
     Vectorize,
+    VectorTail,
     Workspaces,
 )
 
@@ -73,6 +74,7 @@ class LoopPlan:
     # An outer loop over a compressed top level may take a thread range of its positions: on
     # the CPU backends (the CUDA mappings read a kernel's range as rows).
     position_ranges: bool = True
+    masked: frozenset[str] = frozenset()              # vectorized with a masked tail
 
     @property
     def parallel_index(self) -> str | None:
@@ -114,6 +116,7 @@ def loop_plan(schedule: Schedule | None, backend: str = "llvm") -> LoopPlan:
     splits: dict[str, Split] = {}
     unroll: dict[str, int] = {}
     vectorize: dict[str, int] = {}
+    masked: set[str] = set()
     fuses: dict[str, Fuse] = {}
     position_split: PositionSplit | None = None
     precomputes: list[Precompute] = []
@@ -142,8 +145,12 @@ def loop_plan(schedule: Schedule | None, backend: str = "llvm") -> LoopPlan:
                 parallel, serial = None, True
             case Unroll(index, factor):
                 unroll[index] = factor
-            case Vectorize(index, width):
+            case Vectorize(index, width, tail):
                 vectorize[index] = width
+                if tail is VectorTail.MASK:
+                    masked.add(index)
+                else:
+                    masked.discard(index)
             case Precompute():
                 precomputes.append(_check_precompute(command, precomputes))
     unused = [f for name, f in fuses.items()
@@ -158,7 +165,7 @@ def loop_plan(schedule: Schedule | None, backend: str = "llvm") -> LoopPlan:
         _check_position_commands(position_split, splits, parallel)
     return LoopPlan(orders, splits, parallel, serial, unroll, vectorize, position_split,
                     tuple(precomputes), gpu, zero_rows=backend != "cuda",
-                    position_ranges=backend != "cuda")
+                    position_ranges=backend != "cuda", masked=frozenset(masked))
 
 
 WORKSPACE_FORMATS = ("dense",)     # the workspace formats lowering carries out

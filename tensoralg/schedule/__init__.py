@@ -26,11 +26,12 @@ from .commands import (
     Unit,
     Unroll,
     Vectorize,
+    VectorTail,
     Workspaces,
 )
 from .schedule import Schedule, as_schedule, check, parse_schedule, statement_indices
 
 __all__ = ["Command", "Fuse", "Gemm", "GemmRoute", "Jam", "Parallelize", "Pos", "Precompute", "Reduction", "Reorder",
            "Schedule", "Serial", "Split", "Tail", "Tile", "TransposeTiles", "Unit", "Unroll",
-           "Vectorize", "Workspaces", "as_schedule", "check", "parse_schedule",
+           "VectorTail", "Vectorize", "Workspaces", "as_schedule", "check", "parse_schedule",
            "statement_indices"]

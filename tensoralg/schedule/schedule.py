@@ -105,9 +105,10 @@ class Schedule:
         """Unroll the loop over ``index`` by ``factor``."""
         return self.then(Unroll(index, factor))
 
-    def vectorize(self, index: str, width: int) -> "Schedule":
-        """Vectorize the loop over ``index`` with ``width`` lanes."""
-        return self.then(Vectorize(index, width))
+    def vectorize(self, index: str, width: int, tail: str = "remainder") -> "Schedule":
+        """Vectorize the loop over ``index`` with ``width`` lanes; ``tail="mask"`` runs the
+        last partial vector masked instead of a scalar loop (see `Vectorize`)."""
+        return self.then(Vectorize(index, width, tail))  # type: ignore[arg-type]
 
     def tile(self, bytes: int) -> "Schedule":
         """Register tiles of ``bytes`` accumulators (0 turns them off)."""
@@ -266,14 +267,16 @@ _BUILDERS: dict[str, tuple[int, int, Builder]] = {   # name: (least, most positi
     "serial": (0, 0, lambda a, o, t: Serial()),
     "precompute": (1, 64, _build_precompute),
     "unroll": (2, 2, lambda a, o, t: Unroll(a[0][0], _int(*a[1], t))),
-    "vectorize": (2, 2, lambda a, o, t: Vectorize(a[0][0], _int(*a[1], t))),
+    "vectorize": (2, 2, lambda a, o, t: Vectorize(a[0][0], _int(*a[1], t),
+                                                  o.get("tail", ("remainder", 0))[0])),
     "tile": (1, 1, lambda a, o, t: Tile(_int(*a[0], t))),
     "jam": (1, 1, lambda a, o, t: Jam(_int(*a[0], t))),
     "workspaces": (1, 1, lambda a, o, t: Workspaces(_flag(*a[0], t))),
     "transpose_tiles": (1, 1, lambda a, o, t: TransposeTiles(_int(*a[0], t))),
     "gemm": (1, 1, lambda a, o, t: Gemm(a[0][0])),
 }
-_OPTIONS = {"split": {"tail"}, "parallelize": {"unit", "reduction", "threads"},
+_OPTIONS = {"split": {"tail"}, "vectorize": {"tail"},
+            "parallelize": {"unit", "reduction", "threads"},
             "precompute": {"workspace", "format"}}
 
 

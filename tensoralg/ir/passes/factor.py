@@ -70,7 +70,7 @@ def _factor(loop: n.For, fresh: Callable[[str], str]) -> n.Block | None:
     outer = n.Assign(acc, n.Binary("+", acc, n.Binary("*", _product(fixed), total)))
     return n.Block((n.Declare(total, n.Const(0.0 if dtype.is_float else 0, dtype)),
                     n.For(loop.var, loop.start, loop.stop, n.Block((inner,)),
-                          loop.unroll, loop.vectorize), outer))
+                          loop.unroll, loop.vectorize, loop.masked), outer))
 
 
 def _factors(e: n.Expr) -> list[n.Expr]:
