@@ -378,6 +378,17 @@ def test_a_masked_tail_reaches_llvm_and_changes_no_result(dtype):
     np.testing.assert_allclose(c(A=A, x=x), dense @ x, rtol=tolerance, atol=tolerance)
 
 
+def test_one_lane_turns_vectorizing_off_without_llvm_remarks(capfd):
+    """``vectorize(j, 1)`` asks for no vectors; LLVM, asked to vectorize at width 1, tried
+    interleaving alone and printed "loop not interleaved" on stderr."""
+    k = ta.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"}, schedule="vectorize(j, 1)")
+    A = sp.random_array((50, 40), density=0.3, format="csr", random_state=1)
+    np.testing.assert_allclose(k(A=A, x=np.ones(40)), A @ np.ones(40))
+    ta.wait_for_optimised()
+    assert "<8 x double>" not in k.source("llvm")
+    assert "not interleaved" not in capfd.readouterr().err
+
+
 def test_a_hint_on_a_loop_a_pass_rebuilt_is_not_claimed():
     k = ta.compile("C(i,j) = A(i,k) * B(k,j)", formats={"A": "ds"}, schedule="unroll(j, 4)")
     assert "hints:" not in k.source("ir")            # the register tiles made new loops

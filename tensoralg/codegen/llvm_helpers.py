@@ -133,8 +133,11 @@ def loop_hints(module: ir.Module, unroll: int, vectorize: int, masked: bool = Fa
     if vectorize:
         options.append(module.add_metadata([
             ir.MetaDataString(module, "llvm.loop.vectorize.width"), ir.Constant(i32, vectorize)]))
+        # One lane is a request not to vectorize: "enable" with it made LLVM try interleaving
+        # alone and print "loop not interleaved" on the user's stderr where it could not.
         options.append(module.add_metadata([
-            ir.MetaDataString(module, "llvm.loop.vectorize.enable"), ir.Constant(ir.IntType(1), 1)]))
+            ir.MetaDataString(module, "llvm.loop.vectorize.enable"),
+            ir.Constant(ir.IntType(1), int(vectorize > 1))]))
         if masked:
             options.append(module.add_metadata([
                 ir.MetaDataString(module, "llvm.loop.vectorize.predicate.enable"),
