@@ -95,7 +95,10 @@ TARGET_NOTES: dict[str, str] = {
                      "smaller matrices both libraries run the same row loop on one thread, "
                      "scipy's a scalar loop as fast per entry as the generated one, and the "
                      "call's fixed costs are about even since kernels take their arguments "
-                     "packed (codegen/packed.py): 0.9-1.1x scipy's time there",
+                     "packed (codegen/packed.py): 0.9-1.1x scipy's time there; the schedule "
+                     "vectorize(j, 8, tail=mask) (tried by ta.autotune) runs graphs with short, "
+                     "irregular rows (ca-GrQc, wiki-Vote) in 0.6-0.7x the default's time but "
+                     "banded and road matrices in 1.2-1.3x, so it is not the default",
     "spmm vs scipy": "each row runs one pass per register tile, zeroed in registers and "
                      "stored once, within ~1.15x of a hand-written AVX-512 row loop on one "
                      "thread (bayer10, 16 columns: 206 vs 182 µs; an ad hoc C comparison, not "
@@ -124,6 +127,48 @@ TARGET_NOTES: dict[str, str] = {
                        "the noise is the baseline's (2026-12-04, four runs of --only mttkrp "
                        "alternating two commits: tensora/tensoralg 4.60-4.73 in all four, "
                        "scipy/tensoralg 19.6-43.5)",
+    "ttv vs scipy": "two tensors: collegemsg at 0.045 of scipy's time, wn18rr (40943 x 11 x "
+                    "40943, 9.3e4 entries) at 0.61: its fibres hold 1.4 entries on average, so "
+                    "the per-fibre loop's exit mispredicts on nearly every fibre and the gather "
+                    "of v (320 KB) waits behind it; scipy's formulation is a dense 4.5e5-row "
+                    "SpMV and MKL's of the same runs 0.81x tensoralg's time. A fibre-flattened "
+                    "loop (products gathered in one pass, summed per fibre after) is not built; "
+                    "vectorize(k, 8, tail=mask) gives 0.82x the default's time there",
+    "spmv power-law-2e4 vs scipy": "the default row loop vectorises rows of 32 values and "
+                                   "more and ends each row in a scalar loop, whose exit "
+                                   "mispredicts on rows of irregular length (71% of these "
+                                   "rows hold under 10 values, one 12607); the schedule "
+                                   "vectorize(j, 8, tail=mask), which ta.autotune tries, ran "
+                                   "it in 0.37 of scipy's time on two threads, but 1.2-1.3x "
+                                   "the default's time on banded and road matrices "
+                                   "(2026-12-06), so it is not the default",
+    "spmv power-law-2e4 vs fastest other system": "as for spmv power-law-2e4 vs scipy; "
+                                                  "MKL's inspector-executor on two threads",
+    "spmv uniform-1e6 vs fastest other system": "both read the 96 MB matrix at the memory's "
+                                                "pace (see the bandwidth row): within noise "
+                                                "of MKL, on either side across runs",
+    "spmm uniform-2e4 vs scipy": "float64 at 32 columns: B (5 MB) no longer fits the L2 "
+                                 "cache, and each stored value gathers a 256-byte row of it "
+                                 "from memory; MKL's inspector-executor runs 1.0-1.03x "
+                                 "tensoralg's time; float32 (half the bytes) holds at 0.15-0.16",
+    "spmm power-law-2e4 vs scipy": "at the goal's edge (0.24-0.26 across runs), as for the "
+                                   "uniform matrix in float64",
+    "spmm power-law-2e4 vs fastest other system": "within noise of MKL (0.99-1.05 across "
+                                                  "runs), which also reads B's rows from "
+                                                  "memory",
+    "spgemm uniform-2e4 vs scipy": "20 values a row give 400 products a row and an output of "
+                                   "8e6 entries (96 MB in float64) that both libraries write "
+                                   "through fresh pages; tensoralg also sorts every row "
+                                   "(scipy does not); 0.60-0.75 across runs and dtypes",
+    "spgemm uniform-2e4 vs fastest other system": "MKL returns unsorted rows; tensoralg "
+                                                  "sorts every row",
+    "spgemm power-law-2e4 vs fastest other system": "MKL returns unsorted rows; tensoralg "
+                                                    "sorts every row",
+    "add uniform-2e4 vs scipy": "split on two threads, rows counted first by marks "
+                                "(runtime/count.py): 0.60-0.74 across runs and dtypes; the "
+                                "merge of rows whose columns interleave at random mispredicts "
+                                "its branches (one thread: 0.8 of scipy's time)",
+    "add power-law-2e4 vs scipy": "as for add uniform-2e4 vs scipy (0.64-0.78 across runs)",
     "einsum vs compiled kernel, mttkrp": "at the band's edge and noisy: 1.01-1.12 across runs of the same code (both routes run the same kernel; a 3 ms call moves by tens of percent on this VM)",
     "spmv vs fastest other system": "torch.sparse ran on both cores; tensoralg splits an SpMV "
                                     "from ~2.5e4 stored values",
