@@ -127,13 +127,14 @@ TARGET_NOTES: dict[str, str] = {
                        "the noise is the baseline's (2026-12-04, four runs of --only mttkrp "
                        "alternating two commits: tensora/tensoralg 4.60-4.73 in all four, "
                        "scipy/tensoralg 19.6-43.5)",
-    "ttv vs scipy": "two tensors: collegemsg at 0.045 of scipy's time, wn18rr (40943 x 11 x "
-                    "40943, 9.3e4 entries) at 0.61: its fibres hold 1.4 entries on average, so "
-                    "the per-fibre loop's exit mispredicts on nearly every fibre and the gather "
-                    "of v (320 KB) waits behind it; scipy's formulation is a dense 4.5e5-row "
-                    "SpMV and MKL's of the same runs 0.81x tensoralg's time. A fibre-flattened "
-                    "loop (products gathered in one pass, summed per fibre after) is not built; "
-                    "vectorize(k, 8, tail=mask) gives 0.82x the default's time there",
+    "ttv vs scipy": "two tensors: collegemsg at 0.03-0.05 of scipy's time, wn18rr (40943 x "
+                    "11 x 40943, 9.3e4 entries) at 0.5-0.6: its fibres hold 1.4 entries on "
+                    "average, so the loop over fibres branches on every one of them, and the "
+                    "gather of v (320 KB) waits behind the branches; the fibre's loop runs as "
+                    "one masked 4-lane vector (scheduling.fibre_vector_hint: 0.83x the time "
+                    "without); scipy's formulation is a 4.5e5-row SpMV into a dense result. A "
+                    "fibre-flattened loop (the products gathered in one pass, summed per fibre "
+                    "after) is not built",
     "spmv power-law-2e4 vs scipy": "the default row loop vectorises rows of 32 values and "
                                    "more and ends each row in a scalar loop, whose exit "
                                    "mispredicts on rows of irregular length (71% of these "

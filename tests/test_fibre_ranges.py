@@ -154,3 +154,23 @@ def test_einsum_splits_a_large_ttv_on_two_threads(monkeypatch):
         ta.set_num_threads(before)
     assert seen and seen[-1] is not None and seen[-1] > 1
     np.testing.assert_allclose(got.to_numpy(), dense @ v, rtol=1e-12, atol=1e-12)
+
+
+def test_a_fibre_loop_takes_a_masked_four_lane_vector_unless_the_schedule_says_otherwise():
+    """The compiler's own hint for TTV's loop over a fibre (scheduling.fibre_vector_hint) is
+    shown in the kernel's schedule, which reproduces the kernel; a schedule's own hint wins, and
+    kernels whose output is not a prefix of a tensor's levels get none."""
+    kernel = ta.compile(TTV, formats={"T": "csf", "Y": "dcsr"})
+    assert "vectorize(k, 4, tail=mask)" in str(kernel.schedule)
+    assert "vectorize 4, masked tail" in kernel.source("ir")
+    again = ta.compile(TTV, formats={"T": "csf", "Y": "dcsr"}, schedule=kernel.schedule)
+    assert str(again.schedule) == str(kernel.schedule)
+    own = ta.compile(TTV, formats={"T": "csf", "Y": "dcsr"}, schedule="vectorize(k, 8)")
+    assert "vectorize(k, 8)" in str(own.schedule) and "tail=mask" not in str(own.schedule)
+    for other in (ta.compile(TTV, formats={"T": "csf", "Y": "csr"}),
+                  ta.compile(MTTKRP, formats={"T": "csf"}),
+                  ta.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"})):
+        assert "tail=mask" not in str(other.schedule)
+    dense, T = _tensor((20, 7, 9), 0.3, 11)
+    v = np.arange(1.0, 10.0)
+    np.testing.assert_allclose(kernel(T=T, v=v).to_numpy(), dense @ v, rtol=1e-12)

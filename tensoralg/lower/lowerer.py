@@ -50,7 +50,7 @@ from tensoralg.lower.assemble import DenseWriter, PatternWriter, SparseWriter, W
 from tensoralg.lower.lattice import Lattice, LatticePoint, build_lattice, is_zero
 from tensoralg.lower.levels import LevelArrays, compressed, dense, singleton
 from tensoralg.lower.program import LoopNest, OutputMode, Program, TensorInfo, TensorRole
-from tensoralg.lower.scheduling import LoopPlan, why_not_parallel
+from tensoralg.lower.scheduling import LoopPlan, fibre_vector_hint, why_not_parallel
 from tensoralg.notation.ast import Access, Expr, accesses
 
 SCALARS = {np.dtype(np.float32): F32, np.dtype(np.float64): F64,
@@ -528,10 +528,14 @@ class Lowerer:
         return access
 
     def hinted(self, index: str, loop: For) -> For:
-        """``loop`` with the unroll and vectorize hints a schedule gives ``index``."""
+        """``loop`` with the unroll and vectorize hints a schedule gives ``index``, or the
+        compiler's own for a fibre's loop (``scheduling.fibre_vector_hint``)."""
         unroll, vectorize = self.plan.unroll.get(index, 0), self.plan.vectorize.get(index, 0)
         if not unroll and not vectorize:
-            return loop
+            chosen = fibre_vector_hint(self.program, index, self.plan)
+            if chosen is None:
+                return loop
+            return replace(loop, vectorize=chosen.width, masked=True)
         self.done_hints.add(index)
         return replace(loop, unroll=unroll, vectorize=vectorize,
                        masked=bool(vectorize) and index in self.plan.masked)
