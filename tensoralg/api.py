@@ -176,6 +176,7 @@ from tensoralg.runtime.replay import (
     replay_function,
     replayable,
 )
+from tensoralg.runtime.select import RowSelector
 from tensoralg.runtime.sequence import CallSequence, NativeGroup, Slot
 from tensoralg.runtime.stitch import join_rows, run_ranges, varying_slots
 from tensoralg.runtime.threads import (
@@ -334,6 +335,7 @@ class KernelCache:
         self.validator = StorageValidator(self.disk)
         self.reach = ReachCounter(self.disk)     # a sparse product's work per row
         self.rows = RowCounter(self.disk)        # a counted product's entries per row
+        self.selections = RowSelector(self.disk)  # the best k values of rows (top_k)
         self.threads = KernelThreads(options.threads)
         self.tuned = TunedSchedules(options.cache_dir)   # autotune's winners (tune.py)
         self.splits: dict[tuple, NativeSplit] = {}       # kernels' ranges on the native pool
@@ -2964,6 +2966,24 @@ def window_kernel(mode: str, image: tuple[int, int, int], kernel: tuple[int, int
     cache = kernel_cache()
     return WindowKernel(geometry, mode, np.dtype(dtype), channels, count_include_pad, weight,
                         bias, relu, cache=cache.disk, threads=cache.threads)
+
+
+def top_k(x: np.ndarray, k: int, axis: int = -1, largest: bool = True
+          ) -> tuple[np.ndarray, np.ndarray] | None:
+    """The ``k`` largest (``largest=False``: smallest) values of ``x`` along ``axis``, best
+    first, equal values in position order and NaNs last, and their positions (int64), by a
+    generated row kernel (``runtime/select.py``); None where it does not run (values other
+    than float32/64 or int32/64, or ``k`` over ``runtime.select.MAX_K``), for the caller to
+    sort instead.
+
+    >>> values, where = top_k(np.array([[2.0, 9.0, 4.0], [5.0, 1.0, 5.0]]), 2)
+    >>> values.tolist(), where.tolist()
+    ([[9.0, 4.0], [5.0, 5.0]], [[1, 2], [0, 2]])
+    """
+    selector = kernel_cache().selections
+    if not selector.compiles(np.asarray(x).dtype, int(k)):
+        return None
+    return selector.top_k(np.asarray(x), int(k), int(axis), bool(largest))
 
 
 def softmax_kernel(length: int, dtype: Any, log: bool = False) -> Any:

@@ -1,15 +1,18 @@
 """ArgMax, ArgMin, TopK, Hardmax, NonZero and Compress: elements chosen by comparing them.
 
-NumPy steps: their results are positions, and the statement language reduces values, not the
-indices of extremes (``max`` keeps the value, not where it was). Ties go to the first position,
-as in onnxruntime, unless ``select_last_index`` asks for the last; TopK's order among equal
-values is by position, as ONNX specifies.
+NumPy steps, but for TopK: their results are positions, and the statement language reduces
+values, not the indices of extremes (``max`` keeps the value, not where it was). Ties go to the
+first position, as in onnxruntime, unless ``select_last_index`` asks for the last; TopK's order
+among equal values is by position, as ONNX specifies. TopK with ``k`` up to
+``runtime.select.MAX_K`` runs a generated row kernel (``program.top_k``): one insertion pass
+per row instead of a sort of every row.
 """
 from __future__ import annotations
 
 import numpy as np
 
 import tensoralg as ta
+from tensoralg import program
 from tensoralg.onnx.ops.kernels import NodeContext
 from tensoralg.onnx.ops.movement import _axis
 from tensoralg.onnx.ops.registry import op
@@ -60,6 +63,10 @@ def top_k(node: NodeContext, x: np.ndarray, k: np.ndarray, *, axis: int = -1, la
     if not 0 <= count <= x.shape[axis]:
         raise ta.ShapeError(f"{node}: k = {np.asarray(k).tolist()} must be one value in "
                             f"[0, {x.shape[axis]}] for axis {axis} of {x.shape}")
+    compiled = program.top_k(x, count, axis, bool(largest))
+    if compiled is not None:
+        node.note("generated top-k row kernel (one insertion pass per row)")
+        return compiled
     # A stable sort keeps equal values in position order; the largest come first by sorting
     # keys in the reverse order: -x for floats, the complement ~x for integers and bools (-x
     # overflows for the most negative integer; ~x reverses unsigned values too).

@@ -1,0 +1,77 @@
+"""The generated TopK row kernel (``runtime/select.py``, ``program.top_k``): the best ``k``
+values of every row along any axis, equal values in position order, NaNs last, for float32,
+float64, int32 and int64, exactly as a stable sort would choose them; other dtypes and large
+``k`` are left to the caller (None)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tensoralg import program
+from tensoralg.runtime.select import MAX_K
+
+
+def _sorted(x: np.ndarray, k: int, axis: int, largest: bool):
+    """What ONNX asks for, by NumPy's stable sort (NaNs last either way)."""
+    if x.dtype.kind == "f":
+        keys = np.where(np.isnan(x), np.inf, -x if largest else x)
+    else:
+        keys = -x.astype(object) if largest else x.astype(object)
+    order = np.argsort(keys, axis=axis, kind="stable")
+    chosen = np.take(order, np.arange(k), axis=axis).astype(np.int64)
+    return np.take_along_axis(x, chosen, axis=axis), chosen
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int32", "int64"])
+@pytest.mark.parametrize("shape, axis", [((6, 26, 3), 1), ((7, 9), -1), ((4, 1), 1),
+                                         ((3, 10, 2, 2), 0), ((33,), 0)])
+def test_every_k_matches_a_stable_sort(dtype, shape, axis):
+    rng = np.random.default_rng(len(shape) + axis)
+    x = rng.integers(-3, 4, shape).astype(dtype)             # many ties
+    if dtype.startswith("float"):
+        x[rng.random(shape) < 0.1] = np.nan
+    else:
+        info = np.iinfo(dtype)
+        x.flat[:2] = info.min, info.max
+    for k in range(x.shape[axis] + 1):
+        for largest in (True, False):
+            values, where = program.top_k(x, k, axis, largest)
+            want_values, want_where = _sorted(x, k, axis, largest)
+            np.testing.assert_array_equal(where, want_where)
+            np.testing.assert_array_equal(values, want_values)
+            assert values.dtype == x.dtype and where.dtype == np.int64
+
+
+def test_strided_input_and_empty_rows():
+    x = np.random.default_rng(1).standard_normal((8, 40))[:, ::3]      # not contiguous
+    values, where = program.top_k(x, 3, 1)
+    np.testing.assert_array_equal(where, _sorted(x, 3, 1, True)[1])
+    empty, none = program.top_k(np.zeros((0, 5)), 2, 1)
+    assert empty.shape == none.shape == (0, 2)
+
+
+def test_left_to_the_caller_other_dtypes_and_large_k():
+    assert program.top_k(np.ones((2, 3), np.float16), 1) is None
+    assert program.top_k(np.ones((2, 3), bool), 1) is None
+    assert program.top_k(np.ones((2, MAX_K + 1)), MAX_K + 1) is None
+    assert program.top_k(np.ones((2, MAX_K)), MAX_K) is not None
+
+
+def test_k_beyond_the_row_is_refused():
+    import tensoralg as ta
+
+    with pytest.raises(ta.ShapeError, match="k = 4"):
+        program.top_k(np.ones((2, 3)), 4, 1)
+
+
+def test_a_ccpm_k_max_pooling_matches_onnxruntime():
+    """deepctr's CCPM pools the k largest of each convolution output column: TopK over axis
+    2 of (batch, filters, fields, 1), k = 3, float32."""
+    pytest.importorskip("onnxruntime")
+    from test_onnx_ops_coverage import _compare, _model, _node
+
+    x = np.random.default_rng(7).standard_normal((16, 4, 26, 1)).astype(np.float32)
+    x[0, 0, :5, 0] = x[0, 0, 5, 0]                              # ties
+    _compare(_model([_node("TopK", ["x", "k"], ["values", "indices"], axis=2)], {"x": x},
+                    outputs=("values", "indices"), constants={"k": np.array([3], np.int64)}),
+             {"x": x})
