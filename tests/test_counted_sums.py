@@ -137,8 +137,13 @@ def test_a_wrong_count_is_an_error_not_a_write_past_the_arrays(monkeypatch, shif
         split(A=A, B=B)
 
 
+@pytest.mark.parametrize("marks", [True, False])
 @pytest.mark.parametrize("index", [np.int32, np.int64])
-def test_the_union_counter_counts_each_rows_columns(index):
+def test_the_union_counter_counts_each_rows_columns(index, marks, monkeypatch):
+    """By marks (up to count.MARKS_MAX_COLUMNS columns) and by merging the rows (wider)."""
+    import tensoralg.runtime.count as count_module
+
+    monkeypatch.setattr(count_module, "MARKS_MAX_COLUMNS", 1 << 18 if marks else 10)
     rng = np.random.default_rng(4)
     A, B = _random(70, 50, 0.1, rng, "float64", index), _random(70, 50, 0.3, rng, "float64",
                                                                    index)

@@ -116,6 +116,39 @@ def union_counter(a_index: Scalar, b_index: Scalar) -> Function:
     return b.function(f"ta_sum_rows_{a_index.value}_{b_index.value}", args.params(), *body)
 
 
+def union_merge_counter(a_index: Scalar, b_index: Scalar) -> Function:
+    """``union_counter``'s counts, by merging the two sorted rows (``columns`` unused): for
+    sums whose rows are too wide for marks (``MARKS_MAX_COLUMNS``). The merge advances without
+    branching on the comparison (each side steps when its column is the smaller or equal one)."""
+    args = _Arguments(a_index, b_index)
+    a_pos, a_crd, b_pos, b_crd = args.a_pos, args.a_crd, args.b_pos, args.b_crd
+    counts, begin, end = args.counts, args.begin, args.end
+    i, p, q, p_end, q_end = (Var(name, I64) for name in ("i", "p", "q", "p_end", "q_end"))
+    row, ja, jb = Var("row", I64), Var("ja", I64), Var("jb", I64)
+    body = [
+        b.for_(i, begin, end,
+               b.declare(p, _at(a_pos, i)), b.declare(p_end, _at(a_pos, b.add(i, 1))),
+               b.declare(q, _at(b_pos, i)), b.declare(q_end, _at(b_pos, b.add(i, 1))),
+               b.declare(row, 0),
+               b.while_(b.land(b.lt(p, p_end), b.lt(q, q_end)),
+                        b.declare(ja, _at(a_crd, p)),
+                        b.declare(jb, _at(b_crd, q)),
+                        b.assign(p, b.add(p, b.select(b.le(ja, jb), b.i64(1), b.i64(0)))),
+                        b.assign(q, b.add(q, b.select(b.le(jb, ja), b.i64(1), b.i64(0)))),
+                        b.assign(row, b.add(row, 1))),
+               b.store(counts, b.add(i, 1),
+                       b.add(row, b.add(b.sub(p_end, p), b.sub(q_end, q))))),
+    ]
+    return b.function(f"ta_sum_rows_merged_{a_index.value}_{b_index.value}", args.params(),
+                      *body)
+
+
+# Each range of a union count by marks allocates and zeroes 8 bytes a column; past this many
+# columns (2 MiB a range) the merge counts instead, which needs no memory (a hypersparse sum of
+# 1e7 columns would have zeroed 80 MB per range and faulted a page for most entries).
+MARKS_MAX_COLUMNS = 1 << 18
+
+
 class RowCounter:
     """Builds the row-counting kernels once per pair of index dtypes (through the on-disk
     kernel cache) and runs them over thread ranges."""
@@ -123,12 +156,18 @@ class RowCounter:
     def __init__(self, disk: DiskCache | None = None) -> None:
         self.kernels = HelperKernels(lambda a, b: row_counter(_INDEX[a], _INDEX[b]), disk)
         self.unions = HelperKernels(lambda a, b: union_counter(_INDEX[a], _INDEX[b]), disk)
+        self.merges = HelperKernels(lambda a, b: union_merge_counter(_INDEX[a], _INDEX[b]),
+                                    disk)
 
-    def kernel(self, a_dtype: np.dtype, b_dtype: np.dtype, union: bool = False
-               ) -> CompiledKernel:
+    def kernel(self, a_dtype: np.dtype, b_dtype: np.dtype, union: bool = False,
+               columns: int = 0) -> CompiledKernel:
         """The counter for A's and B's index dtypes (of a product, or of a sum with
-        ``union``), built on first use."""
-        return (self.unions if union else self.kernels).get(a_dtype, b_dtype)
+        ``union``: by marks up to ``MARKS_MAX_COLUMNS`` columns, else by merging), built on
+        first use."""
+        if not union:
+            return self.kernels.get(a_dtype, b_dtype)
+        helpers = self.unions if columns <= MARKS_MAX_COLUMNS else self.merges
+        return helpers.get(a_dtype, b_dtype)
 
     def pos(self, a: Any, b: Any, columns: int, bounds: Sequence[int], index_dtype: np.dtype,
             run: Callable[[Any, list, Sequence[int]], int], union: bool = False
@@ -158,7 +197,7 @@ class RowCounter:
         rows = a_pos.shape[0] - 1
         counts = np.empty(rows + 1, dtype=np.int64)
         counts[0] = 0
-        function = self.kernel(a_pos.dtype, b_pos.dtype, union).function
+        function = self.kernel(a_pos.dtype, b_pos.dtype, union, columns).function
         args = [data_address(a_pos), data_address(a_crd), data_address(b_pos),
                 data_address(b_crd), int(columns), counts.ctypes.data, 0, rows]
         if run(function, args, bounds) != 0:
@@ -172,4 +211,5 @@ class RowCounter:
         return np.cumsum(counts, out=pos)
 
 
-__all__ = ["RANGE_SLOTS", "RowCounter", "row_counter", "union_counter"]
+__all__ = ["MARKS_MAX_COLUMNS", "RANGE_SLOTS", "RowCounter", "row_counter", "union_counter",
+           "union_merge_counter"]
