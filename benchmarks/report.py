@@ -9,7 +9,8 @@ results to ``results/<script>-<YYYYMMDD-HHMMSS>-<commit>.json``; this script tak
 file of each (by the date in its name) and writes the report of that one run: the method,
 medians and spread, ratios against each baseline measured in the same run, geometric means,
 and PNG plots beside the Markdown. ``RESULTS.md`` holds ``run.py``'s kernel tables, then
-``overhead.py``'s fixed costs, then a table of targets computed from both files, then
+``run.py --generated``'s tables (its file is ``generated-*.json``), then ``overhead.py``'s
+fixed costs, then a table of targets computed from those files, then
 ``einsum_suites.py``'s counts of the libraries' einsum tests that pass (all their failure
 categories go to ``EINSUM_SUITES.md``), and last ``selection.py``'s figures of automatic format
 selection (``selection_report.py``). Nothing is carried over from earlier runs (git keeps
