@@ -57,11 +57,18 @@ def test_left_to_the_caller_other_dtypes_and_large_k():
     assert program.top_k(np.ones((2, MAX_K)), MAX_K) is not None
 
 
-def test_k_beyond_the_row_is_refused():
+def test_k_beyond_the_row_and_axes_beyond_the_array_are_refused():
     import tensoralg as ta
 
     with pytest.raises(ta.ShapeError, match="k = 4"):
         program.top_k(np.ones((2, 3)), 4, 1)
+    with pytest.raises(ta.ShapeError, match="k = -1"):
+        program.top_k(np.ones((2, 3)), -1, 1)
+    for axis in (2, -3):
+        with pytest.raises(ta.ShapeError, match=f"axis {axis}"):
+            program.top_k(np.ones((2, 3)), 1, axis)
+    with pytest.raises(ta.ShapeError, match="axis 0"):
+        program.top_k(np.float64(1.0), 1, 0)
 
 
 def test_a_ccpm_k_max_pooling_matches_onnxruntime():

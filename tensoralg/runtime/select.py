@@ -120,12 +120,17 @@ class RowSelector:
         >>> values.tolist(), where.tolist()
         ([[7.0, 3.0, 3.0]], [[3, 0, 2]])
         """
-        x = np.ascontiguousarray(x)
+        x = np.asarray(x)
+        if x.ndim:                   # (NumPy makes a 0-d array 1-d here)
+            x = np.ascontiguousarray(x)
         if not self.compiles(x.dtype, count):
             raise ShapeError(f"top_k: {x.dtype} values and k = {count} run in NumPy "
                              f"(compiled: {', '.join(map(str, _VALUES))}, k <= {MAX_K})")
-        axis = axis % x.ndim if x.ndim else 0
-        length = x.shape[axis] if x.ndim else 1
+        if x.ndim == 0 or not -x.ndim <= axis < x.ndim:
+            raise ShapeError(f"top_k: axis {axis} is not an axis of an array of shape "
+                             f"{x.shape}")
+        axis %= x.ndim
+        length = x.shape[axis]
         if not 0 <= count <= length:
             raise ShapeError(f"top_k: k = {count} must be within [0, {length}]")
         shape = x.shape[:axis] + (count,) + x.shape[axis + 1:]
