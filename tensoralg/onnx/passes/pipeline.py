@@ -1,6 +1,7 @@
 """Graph passes by opt level, as one visible list per level (:func:`pipeline`).
 
-Level 1: shape inference, constant folding, dead node removal. Level 2 adds Conv +
+Level 1: shape inference, constant folding (and shape inference again on the folded graph,
+then folding again, where a Shape node is left: :func:`refold_shapes`), dead node removal. Level 2 adds Conv +
 BatchNormalization folding, skip-connection Adds joined to the pointwise Conv before them and the other BatchNormalizations as a multiply-add
 (:mod:`folding`), 1-D and 3-D convolutions as 2-D ones (:mod:`conv_ranks`), Einsums that are matrix products as MatMuls and a constant's products with
 batches of columns as row products (:mod:`einsum_products`), Pow by 2 or 3 as multiplications (:mod:`small_powers`), MatMul
@@ -55,8 +56,15 @@ def infer_static_shapes(graph: Graph, model: onnx.ModelProto) -> Graph:
     except Exception as err:  # noqa: BLE001 - inference is an optimisation, never fatal
         graph.notes.append(f"shape inference skipped: {type(err).__name__}")
         return graph
-    shapes = {}
-    ranks = {}
+    graph.static_shapes, graph.ranks = _inferred_shapes(inferred)
+    graph.notes.append(f"shape inference: {len(graph.static_shapes)} static shapes")
+    return graph
+
+
+def _inferred_shapes(inferred: onnx.ModelProto
+                     ) -> tuple[dict[str, tuple[int, ...]], dict[str, int]]:
+    """The static shapes and the ranks an inferred model's values carry."""
+    shapes, ranks = {}, {}
     values = list(inferred.graph.value_info) + list(inferred.graph.input) + \
         list(inferred.graph.output)
     for value in values:
@@ -67,10 +75,67 @@ def infer_static_shapes(graph: Graph, model: onnx.ModelProto) -> Graph:
         ranks[value.name] = len(dims)
         if all(d.HasField("dim_value") for d in dims):
             shapes[value.name] = tuple(d.dim_value for d in dims)
-    graph.static_shapes = shapes
-    graph.ranks = ranks
-    graph.notes.append(f"shape inference: {len(shapes)} static shapes")
+    return shapes, ranks
+
+
+# Folded constants up to this many elements go to the re-inferred model with their values (a
+# Reshape's target, a TopK's k); larger ones (weights) go as typed inputs, shape and dtype only.
+REFOLD_VALUE_ELEMENTS = 1 << 12
+REFOLD_ROUNDS = 3
+
+
+def refold_shapes(graph: Graph, model: onnx.ModelProto, kernels: KernelSet) -> Graph:
+    """Shape inference again on the folded graph, and folding again, while Shape (or Size)
+    nodes are left and each round proves new shapes static (at most ``REFOLD_ROUNDS``).
+
+    The first inference sees the model as exported: a value whose shape depends on another
+    value (TopK by a ``k`` computed from a Shape, a Reshape to a computed target) has no
+    static shape then, so a Shape of it stays a node, and so does all it computes (deepctr's
+    CCPM pads a TopK's result by an amount computed so, which left a Pad with pads known only
+    at run time). After folding, those values are constants, and inference sees through."""
+    rounds = 0
+    while rounds < REFOLD_ROUNDS and any(n.op_type in ("Shape", "Size") for n in graph.nodes):
+        shapes = _shapes_after_folding(graph, model)
+        new = {name: shape for name, shape in shapes.items()
+               if name not in graph.static_shapes}
+        if not new:
+            break
+        rounds += 1
+        graph.static_shapes.update(new)
+        before = len(graph.nodes)
+        graph = fold_constants(graph, kernels)
+        if len(graph.nodes) == before:
+            break
+    if rounds:
+        graph.notes.append(f"shape inference after folding: {rounds} round(s)")
     return graph
+
+
+def _shapes_after_folding(graph: Graph, model: onnx.ModelProto) -> dict[str, tuple[int, ...]]:
+    """The static shapes ONNX infers for the model's nodes that ``graph`` still runs, with the
+    constants it folded given as initializers (small) or typed inputs (large)."""
+    produced = {name for node in graph.nodes for name in node.outputs}
+    nodes = [n for n in model.graph.node if any(name in produced for name in n.output)]
+    read = {name for n in nodes for name in n.input if name}
+    small, typed = [], []
+    for name in sorted(read & graph.constants.keys()):
+        value = np.asarray(graph.constants[name])
+        if value.size <= REFOLD_VALUE_ELEMENTS:
+            small.append(onnx.numpy_helper.from_array(value, name))
+        elif value.dtype != object:
+            typed.append(onnx.helper.make_tensor_value_info(
+                name, onnx.helper.np_dtype_to_tensor_dtype(value.dtype), value.shape))
+    inputs = [v for v in model.graph.input if v.name not in graph.constants] + typed
+    folded = onnx.helper.make_model(
+        onnx.helper.make_graph(nodes, model.graph.name or "folded", inputs,
+                               list(model.graph.output), small),
+        opset_imports=list(model.opset_import), ir_version=model.ir_version)
+    folded.functions.extend(model.functions)
+    try:
+        inferred = onnx.shape_inference.infer_shapes(folded, strict_mode=False)
+    except Exception:  # noqa: BLE001 - inference is an optimisation, never fatal
+        return {}
+    return _inferred_shapes(inferred)[0]
 
 
 def fold_constants(graph: Graph, kernels: KernelSet) -> Graph:
@@ -151,6 +216,7 @@ def pipeline(opt_level: int, model: onnx.ModelProto, kernels: KernelSet,
         steps += [
             ("shape inference", lambda g: infer_static_shapes(g, model)),
             ("constant folding", lambda g: fold_constants(g, kernels)),
+            ("shape inference after folding", lambda g: refold_shapes(g, model, kernels)),
             ("dead node removal", remove_dead_nodes),
         ]
     if opt_level >= 2:
