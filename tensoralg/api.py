@@ -384,6 +384,14 @@ class KernelCache:
         program = _concretized(stmt, formats, index_dtypes, out_format, key, plan)
         return self._lower_and_build(key, program, plan, schedule, index_order(stmt))
 
+    def forget_replays(self) -> None:
+        """Drop einsum's recorded calls (its dispatch tables), so that the next call of each
+        looks for a tuned schedule again: ``ta.autotune`` calls this before storing a
+        winner. (A ``ta.compile`` kernel compares the tuned store's generation itself.)"""
+        self.dispatch.clear()
+        self.recent.clear()
+        self.tensor_calls.clear()
+
     def counted(self, compiled: CompiledProgram) -> CompiledProgram:
         """The variant of ``compiled`` (a sparse product with ``counted_by``) that fills rows
         the runtime counted first, in place (``lower/counted.py``); built on first use."""
@@ -2366,6 +2374,10 @@ class Kernel:
         self._programs: dict[tuple, CompiledProgram] = {}
         self._replays: dict[tuple, _Dispatch] = {}     # repeated plain calls, see _Dispatch
         self._recent: Any = None      # the latest replay, which checks its operands' kinds
+        # The tuned schedules' generation the replays were recorded under: a schedule tuned
+        # since (ta.autotune) makes a plain kernel look again, instead of replaying the old.
+        self._tuned_store = kernel_cache().tuned
+        self._tuned_seen = self._tuned_store.generation
         self._own: Function | None = None     # the IR in this statement's names (source)
         self._values = _operand_getter(tuple(self.formats))
         self._uses = [(a.tensor, mode, index) for a in accesses(self.statement.rhs)
@@ -2552,6 +2564,9 @@ class Kernel:
             values = self._values(operands)
         except KeyError:            # a missing operand: the general path names it
             values = tuple([operands.get(name) for name in self.formats])
+        if self._tuned_seen != self._tuned_store.generation and self.schedule_given is None:
+            self._recent, self._tuned_seen = None, self._tuned_store.generation
+            self._replays.clear()
         if self._recent is not None and len(operands) == len(values):
             result = self._recent(values)
             if result is not None:

@@ -85,7 +85,9 @@ def autotune(statement: str, operands: Mapping[str, Any] | Sequence[Any], *,
 
     ``statement`` is a TACO-style statement with ``operands`` a dict by tensor name (as a
     compiled kernel takes them), or einsum subscripts with ``operands`` a sequence (as
-    ``ta.einsum``); ``formats`` and ``dtype`` are those calls' arguments. ``log`` is a
+    ``ta.einsum``); ``formats`` and ``dtype`` are those calls' arguments, except that a
+    statement's operands without ``formats`` are tuned in their own formats (a scipy CSR
+    matrix as CSR), not converted to the dense ones ``ta.compile`` would default to. ``log`` is a
     JSON-lines file (default: ``autotune.jsonl`` in the kernel cache directory, or none).
 
     >>> import numpy as np, scipy.sparse as sp, tensoralg as ta
@@ -142,6 +144,7 @@ def autotune(statement: str, operands: Mapping[str, Any] | Sequence[Any], *,
         notes.append(f"the budget of {budget_s} s ran out after {len(trials)} of "
                      f"{len(candidates)} candidates")
     if store:
+        api.kernel_cache().forget_replays()   # einsum's recorded calls predate the winner
         api.kernel_cache().tuned.put(key, Schedule.parse(best.schedule), {
             "median_s": best.median_s, "default_s": default_s,
             "trials": len(trials), "date": time.strftime("%Y-%m-%d"),
@@ -236,6 +239,12 @@ def _target(statement: str, operands: Any, formats: Any, dtype: Any):
         raise InputError(f"autotune takes a statement or einsum subscripts as a string, not "
                          f"{type(statement).__name__}")
     if isinstance(operands, Mapping):
+        if formats is None:
+            # tune for the operands given: a scipy matrix or a sparse Tensor in its own format
+            # (ta.compile's default would make every operand dense and convert it per call)
+            found = {name: api._bind(op, None, f"operand {name}") for name, op in
+                     operands.items()}
+            formats = {name: t.format for name, t in found.items() if not t.format.is_dense}
         kernel = api.compile(statement, formats=formats, dtype=dtype or "float64")
         bound = kernel._bound(operands, warn=False)
         dims = infer_dims(kernel.statement, {n: t.shape for n, t in bound.items()})

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import random
+import warnings
 
 import numpy as np
 import pytest
@@ -64,6 +65,39 @@ def test_autotune_on_a_statement_serves_compiled_kernels(tuned):
     kernel = ta.compile("y(i) = A(i,j) * x(j)", formats={"A": ta.CSC})
     np.testing.assert_allclose(kernel(A=A, x=x), A @ x, rtol=1e-12)
     assert any(p.key.schedule == str(result.best) for p in kernel._programs.values())
+
+
+def test_calls_replayed_before_the_tuning_use_the_winner_after_it(tuned):
+    """A kernel and an einsum call that ran (and recorded their replays) before autotune look
+    again afterwards, in the same process: they run the tuned schedule, not the old replay."""
+    A = sp.random_array((300, 200), density=0.05, format="csr", random_state=3)
+    x = np.random.default_rng(3).random(200)
+    kernel = ta.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"})
+    for _ in range(3):                                  # replays recorded (optimised code)
+        kernel(A=A, x=x)
+        ta.einsum("ij,j->i", A, x)
+        ta.wait_for_optimised()
+    assert kernel._recent is not None and ta.api.kernel_cache().dispatch
+    statement = ta.autotune("y(i) = A(i,j) * x(j)", {"A": A, "x": x}, budget_s=5,
+                            max_trials=3, repeats=1, progress=False)
+    subscripts = ta.autotune("ij,j->i", [A, x], budget_s=5, max_trials=3, repeats=1,
+                             progress=False)
+    cache = ta.api.kernel_cache()
+    assert not cache.recent and not cache.dispatch     # einsum's replays were dropped
+    np.testing.assert_allclose(kernel(A=A, x=x), A @ x, rtol=1e-12)
+    assert any(p.key.schedule == str(statement.best) for p in kernel._programs.values())
+    np.testing.assert_allclose(ta.einsum("ij,j->i", A, x), A @ x, rtol=1e-12)
+    assert any(k.schedule == str(subscripts.best) for k in ta.api.kernel_cache().kernels)
+
+
+def test_statement_operands_without_formats_are_tuned_in_their_own_formats(tuned):
+    A = sp.random_array((200, 100), density=0.05, format="csr", random_state=4)
+    x = np.ones(100)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")        # no "converting it on every call"
+        result = ta.autotune("y(i) = A(i,j) * x(j)", {"A": A, "x": x}, budget_s=5,
+                             max_trials=2, repeats=1, progress=False)
+    assert "csr" in result.key or "ds" in result.key
 
 
 def test_a_schedule_that_changes_the_result_stops_the_search(tuned, monkeypatch):

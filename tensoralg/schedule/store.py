@@ -63,6 +63,8 @@ class TunedSchedules:
         self.path = directory / FILE_NAME if directory is not None else None
         self._entries: dict[str, dict] | None = None
         self._lock = threading.Lock()
+        # Counts the changes (put, clear): a call replayed from before one must look again.
+        self.generation = 0
 
     def _load(self) -> dict[str, dict]:
         if self._entries is None:
@@ -93,6 +95,7 @@ class TunedSchedules:
         with self._lock:
             entries = self._load()
             entries[key] = {"schedule": str(schedule), **facts}
+            self.generation += 1
             if self.path is None:
                 return
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -105,6 +108,7 @@ class TunedSchedules:
         """Forget every tuned schedule (and delete the file)."""
         with self._lock:
             self._entries = {}
+            self.generation += 1
             if self.path is not None and self.path.exists():
                 self.path.unlink()
 
