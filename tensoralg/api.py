@@ -2131,6 +2131,11 @@ def _thread_ranges(compiled: CompiledProgram, tensors: Mapping[str, Tensor],
             work = pattern_work(work, math.prod(sizes[index]
                                                 for index in program.nests[-1].reduced
                                                 if index not in own))
+            levels = pattern_levels(program)
+            if levels < len(own):
+                # a prefix (TTV): each fibre is a loop of its own, whose exit mispredicts on
+                # fibres of one or two entries; count the fibres beside the entries
+                work += pattern_positions(tensors[program.pattern], levels)
         # A product whose rows are counted first fills them in place, like a dense output.
         counted = not dense and compiled.counted_by is not None
         native = (dense or counted) and not compiled.plan.partials and native_pool_supported()

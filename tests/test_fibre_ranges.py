@@ -174,3 +174,33 @@ def test_a_fibre_loop_takes_a_masked_four_lane_vector_unless_the_schedule_says_o
     dense, T = _tensor((20, 7, 9), 0.3, 11)
     v = np.arange(1.0, 10.0)
     np.testing.assert_allclose(kernel(T=T, v=v).to_numpy(), dense @ v, rtol=1e-12)
+
+
+def test_a_ttvs_work_counts_its_fibres_beside_its_entries(monkeypatch):
+    """Each fibre is a loop of its own: a tensor of short fibres splits where its entries alone
+    would not have been work enough for two threads."""
+    import tensoralg.api as api
+
+    dense, T = _tensor((400, 30, 20), 0.02, 12)
+    entries, fibres = T.nnz, len(T.levels[1].crd)
+    v = np.random.default_rng(13).standard_normal(20)
+    threshold = (entries + fibres) // 2          # two parts only when fibres count
+    monkeypatch.setattr(ta.runtime.threads, "MIN_WORK_PER_THREAD_NATIVE", threshold)
+    monkeypatch.setattr(ta.runtime.threads, "MIN_WORK_PER_THREAD", threshold)
+    seen = []
+    original = api._thread_ranges
+
+    def spy(*args, **kwargs):
+        bounds = original(*args, **kwargs)
+        seen.append(None if bounds is None else len(bounds) - 1)
+        return bounds
+
+    monkeypatch.setattr(api, "_thread_ranges", spy)
+    before = ta.get_num_threads()
+    ta.set_num_threads(2)
+    try:
+        got = ta.einsum("ijk,k->ij", T, v)
+    finally:
+        ta.set_num_threads(before)
+    assert entries < 2 * threshold and seen and seen[-1] is not None and seen[-1] >= 2
+    np.testing.assert_allclose(got.to_numpy(), dense @ v, rtol=1e-12, atol=1e-12)
