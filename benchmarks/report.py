@@ -129,7 +129,7 @@ TARGET_NOTES: dict[str, str] = {
                        "alternating two commits: tensora/tensoralg 4.60-4.73 in all four, "
                        "scipy/tensoralg 19.6-43.5)",
     "ttv vs scipy": "two tensors: collegemsg at 0.03-0.05 of scipy's time, wn18rr (40943 x "
-                    "11 x 40943, 9.3e4 entries) at 0.5-0.6: its fibres hold 1.4 entries on "
+                    "11 x 40943, 9.3e4 entries) at 0.35-0.6: its fibres hold 1.4 entries on "
                     "average, so the loop over fibres branches on every one of them, and the "
                     "gather of v (320 KB) waits behind the branches; the fibre's loop runs as "
                     "one masked 4-lane vector (scheduling.fibre_vector_hint: 0.83x the time "
