@@ -152,7 +152,12 @@ TARGET_NOTES: dict[str, str] = {
     "spmm uniform-2e4 vs scipy": "float64 at 32 columns: B (5 MB) no longer fits the L2 "
                                  "cache, and each stored value gathers a 256-byte row of it "
                                  "from memory; MKL's inspector-executor runs 1.0-1.03x "
-                                 "tensoralg's time; float32 (half the bytes) holds at 0.15-0.16",
+                                 "tensoralg's time; float32 (half the bytes) 0.15-0.26 across "
+                                 "runs",
+    "ttv uniform-2000^3 vs scipy": "at the goal's edge, 0.11-0.14 across runs and dtypes (one "
+                                   "thread 0.19): 1.1 entries a fibre, each fibre's loop exit a "
+                                   "likely misprediction; scipy's formulation writes a dense "
+                                   "4e6-element result",
     "spmm power-law-2e4 vs scipy": "at the goal's edge (0.24-0.26 across runs), as for the "
                                    "uniform matrix in float64",
     "spmm power-law-2e4 vs fastest other system": "within noise of MKL (0.99-1.05 across "
