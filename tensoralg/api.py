@@ -1092,13 +1092,11 @@ class _Dispatch:
         counted = self.compiled.counted_by is not None and entries is not None
         product = 0 if entries is None else \
             product_work(int(entries[-1]), len(entries) - 1, counted)
-        if self.splittable and cache.threads.threads > 1 and (
-                cache.threads.parts(product if counted and entries is not None else
-                                    max(self._work(operands, shape), product),
-                                    native=counted and native_pool_supported()) > 1 or
-                _counted_sum(self.compiled) and
-                cache.threads.splits_sum(self._work(operands, shape))):
-            return None
+        if self.splittable and cache.threads.threads > 1:
+            work = product if counted else max(self._work(operands, shape), product)
+            if cache.threads.parts(work, native=counted and native_pool_supported()) > 1 or \
+                    _counted_sum(self.compiled) and cache.threads.splits_sum(work):
+                return None
         buffers = OutputBuffers()
         if self.pattern >= 0:
             alloc = np.empty if self.compiled.overwrites else np.zeros
@@ -2111,10 +2109,10 @@ def _thread_ranges(compiled: CompiledProgram, tensors: Mapping[str, Tensor],
     if asked is not None and asked.threads is not None:
         parts = min(asked.threads, max(1, size))
     else:
-        summed = not dense and _counted_sum(compiled)
-        if not dense and asked is None and _elementwise(program) and (
-                not summed or not kernel_cache().threads.splits_sum(
-                    estimated_work(tensors, None))):
+        pattern = program.pattern is not None
+        work = estimated_work(tensors, shape if dense and not pattern else None)
+        if not dense and asked is None and _elementwise(program) and not (
+                _counted_sum(compiled) and kernel_cache().threads.splits_sum(work)):
             # A sparse output made entry by entry from its operands' entries, with no
             # reduction (CSR * CSR), costs about what joining its ranges' pieces costs
             # (runtime/stitch.py copies all but the first): the second thread saved nothing
@@ -2123,8 +2121,6 @@ def _thread_ranges(compiled: CompiledProgram, tensors: Mapping[str, Tensor],
             # two CSR operands counts its rows first instead (lower/counted.py, by marks:
             # runtime/count.py) and writes in place, from COUNTED_SUM_MIN_WORK entries.
             return None
-        pattern = program.pattern is not None
-        work = estimated_work(tensors, shape if dense and not pattern else None)
         if pattern:
             # the sums over the pattern operand's own levels are counted in its entries
             own = program.tensor(program.pattern).dims
@@ -2155,9 +2151,18 @@ def _thread_ranges(compiled: CompiledProgram, tensors: Mapping[str, Tensor],
     if parts <= 1:
         return None
     if weights is None:
-        weights = row_weights(work_by_row, tensors, kernel_cache().reach) \
-            if plan.range_over is None else plan.range_weights(tensors)
+        weights = _range_weights(compiled, tensors, kernel_cache().reach)
     return range_bounds(size, parts, weights, compiled.plan.range_step(plan.range_index))
+
+
+def _range_weights(compiled: CompiledProgram, tensors: Mapping[str, Tensor],
+                   counter: Any = None) -> np.ndarray | None:
+    """The cumulative work along a kernel's thread range: the entries below each position of
+    a range over a first level's positions, else ``row_weights`` of its balancing operand."""
+    plan = compiled.arguments
+    if plan.range_over is not None:
+        return plan.range_weights(tensors)
+    return row_weights(compiled.balance_by, tensors, counter)
 
 
 def _launch(compiled: CompiledProgram, args: list, buffers: OutputBuffers,
@@ -2710,9 +2715,7 @@ class Kernel:
             extent = plan.range_size(sizes, tensors)
             parts = min(threads.parts(work), extent // MIN_ROWS_PER_THREAD)
             if parts > 1:
-                weights = row_weights(compiled.balance_by, tensors) \
-                    if plan.range_over is None else plan.range_weights(tensors)
-                bounds = split(extent, parts, weights)
+                bounds = split(extent, parts, _range_weights(compiled, tensors))
         kernel = compiled.kernel.settled()    # bound calls are for repeated, timed work
         function = kernel.function
         # Ranges over the output's leading index own whole blocks of its rows: each range can

@@ -405,13 +405,20 @@ def suites_fixture() -> dict:
     }
 
 
-def test_einsum_suites_section_counts_and_lists_wrong_numbers(tmp_path):
+def render_with(tmp_path: Path, **files: dict) -> str:
+    """RESULTS.md as the report renders it from ``run_fixture()`` and ``files`` (script name:
+    its result file's data)."""
     results = tmp_path / "results"
     results.mkdir()
     write(results, "run", "20260102-030405", run_fixture())
-    write(results, "einsum_suites", "20260102-050607", suites_fixture())
+    for k, (script, data) in enumerate(files.items()):
+        write(results, script, f"20260102-0{5 + k}0607", data)
     assert report.main(["--results", str(results), "--out", str(tmp_path), "--no-plots"]) == 0
-    text = (tmp_path / "RESULTS.md").read_text()
+    return (tmp_path / "RESULTS.md").read_text()
+
+
+def test_einsum_suites_section_counts_and_lists_wrong_numbers(tmp_path):
+    text = render_with(tmp_path, einsum_suites=suites_fixture())
     assert text.index("## Targets") < text.index("## Einsum drop-in") < text.index("## Problems")
     suites = section(text, "## Einsum drop-in")
     assert "einsum_suites-20260102-050607-abc1234.json" in suites
@@ -474,12 +481,7 @@ def generated_fixture() -> dict:
 
 
 def test_generated_inputs_get_a_section_and_their_targets(tmp_path):
-    results = tmp_path / "results"
-    results.mkdir()
-    write(results, "run", "20260102-030405", run_fixture())
-    write(results, "generated", "20260102-040506", generated_fixture())
-    assert report.main(["--results", str(results), "--out", str(tmp_path), "--no-plots"]) == 0
-    text = (tmp_path / "RESULTS.md").read_text()
+    text = render_with(tmp_path, generated=generated_fixture())
     generated = section(text, "## Generated inputs")
     assert "SpMM with 32 dense columns" in generated and "### float32" in generated
     assert "5.0 GB/s in float64 (50%), 3.0 GB/s in float32 (30%)" in generated

@@ -129,15 +129,13 @@ def test_csr_outputs_and_gpu_plans_keep_row_ranges():
     assert not loop_plan(None, "cuda").position_ranges and loop_plan(None).position_ranges
 
 
-def test_einsum_splits_a_large_ttv_on_two_threads(monkeypatch):
-    """The automatic split: work enough for two threads cuts T's fibres by their entries."""
+@pytest.fixture
+def split_parts(monkeypatch):
+    """The number of thread ranges of each general-path call (None: one call), on two
+    threads, with the least work a thread takes set by ``least(work)``."""
     import tensoralg.api as api
 
-    dense, T = _tensor((300, 40, 30), 0.05, 8)
-    v = np.random.default_rng(9).standard_normal(30)
-    before = ta.get_num_threads()
-    ta.set_num_threads(2)
-    seen = []
+    seen: list[int | None] = []
     original = api._thread_ranges
 
     def spy(*args, **kwargs):
@@ -145,13 +143,24 @@ def test_einsum_splits_a_large_ttv_on_two_threads(monkeypatch):
         seen.append(None if bounds is None else len(bounds) - 1)
         return bounds
 
+    def least(work: int) -> None:
+        monkeypatch.setattr(ta.runtime.threads, "MIN_WORK_PER_THREAD_NATIVE", work)
+        monkeypatch.setattr(ta.runtime.threads, "MIN_WORK_PER_THREAD", work)
+
     monkeypatch.setattr(api, "_thread_ranges", spy)
-    monkeypatch.setattr(ta.runtime.threads, "MIN_WORK_PER_THREAD_NATIVE", 100)
-    monkeypatch.setattr(ta.runtime.threads, "MIN_WORK_PER_THREAD", 100)
-    try:
-        got = ta.einsum("ijk,k->ij", T, v)
-    finally:
-        ta.set_num_threads(before)
+    before = ta.get_num_threads()
+    ta.set_num_threads(2)
+    yield seen, least
+    ta.set_num_threads(before)
+
+
+def test_einsum_splits_a_large_ttv_on_two_threads(split_parts):
+    """The automatic split: work enough for two threads cuts T's fibres by their entries."""
+    seen, least = split_parts
+    dense, T = _tensor((300, 40, 30), 0.05, 8)
+    v = np.random.default_rng(9).standard_normal(30)
+    least(100)
+    got = ta.einsum("ijk,k->ij", T, v)
     assert seen and seen[-1] is not None and seen[-1] > 1
     np.testing.assert_allclose(got.to_numpy(), dense @ v, rtol=1e-12, atol=1e-12)
 
@@ -176,31 +185,15 @@ def test_a_fibre_loop_takes_a_masked_four_lane_vector_unless_the_schedule_says_o
     np.testing.assert_allclose(kernel(T=T, v=v).to_numpy(), dense @ v, rtol=1e-12)
 
 
-def test_a_ttvs_work_counts_its_fibres_beside_its_entries(monkeypatch):
+def test_a_ttvs_work_counts_its_fibres_beside_its_entries(split_parts):
     """Each fibre is a loop of its own: a tensor of short fibres splits where its entries alone
     would not have been work enough for two threads."""
-    import tensoralg.api as api
-
+    seen, least = split_parts
     dense, T = _tensor((400, 30, 20), 0.02, 12)
     entries, fibres = T.nnz, len(T.levels[1].crd)
     v = np.random.default_rng(13).standard_normal(20)
     threshold = (entries + fibres) // 2          # two parts only when fibres count
-    monkeypatch.setattr(ta.runtime.threads, "MIN_WORK_PER_THREAD_NATIVE", threshold)
-    monkeypatch.setattr(ta.runtime.threads, "MIN_WORK_PER_THREAD", threshold)
-    seen = []
-    original = api._thread_ranges
-
-    def spy(*args, **kwargs):
-        bounds = original(*args, **kwargs)
-        seen.append(None if bounds is None else len(bounds) - 1)
-        return bounds
-
-    monkeypatch.setattr(api, "_thread_ranges", spy)
-    before = ta.get_num_threads()
-    ta.set_num_threads(2)
-    try:
-        got = ta.einsum("ijk,k->ij", T, v)
-    finally:
-        ta.set_num_threads(before)
+    least(threshold)
+    got = ta.einsum("ijk,k->ij", T, v)
     assert entries < 2 * threshold and seen and seen[-1] is not None and seen[-1] >= 2
     np.testing.assert_allclose(got.to_numpy(), dense @ v, rtol=1e-12, atol=1e-12)
