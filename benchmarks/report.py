@@ -99,7 +99,8 @@ TARGET_NOTES: dict[str, str] = {
                      "packed (codegen/packed.py): 0.9-1.1x scipy's time there; the schedule "
                      "vectorize(j, 8, tail=mask) (tried by ta.autotune) runs graphs with short, "
                      "irregular rows (ca-GrQc, wiki-Vote) in 0.6-0.7x the default's time but "
-                     "banded and road matrices in 1.2-1.3x, so it is not the default",
+                     "banded and road matrices in 1.2-1.3x (benchmarks/row_loops.py), so it "
+                     "is not the default",
     "spmm vs scipy": "each row runs one pass per register tile, zeroed in registers and "
                      "stored once, within ~1.15x of a hand-written AVX-512 row loop on one "
                      "thread (bayer10, 16 columns: 206 vs 182 µs; an ad hoc C comparison, not "
@@ -132,8 +133,8 @@ TARGET_NOTES: dict[str, str] = {
                     "11 x 40943, 9.3e4 entries) at 0.35-0.6: its fibres hold 1.4 entries on "
                     "average, so the loop over fibres branches on every one of them, and the "
                     "gather of v (320 KB) waits behind the branches; the fibre's loop runs as "
-                    "one masked 4-lane vector (scheduling.fibre_vector_hint: 0.83x the time "
-                    "without); scipy's formulation is a 4.5e5-row SpMV into a dense result. A "
+                    "one masked 4-lane vector (scheduling.fibre_vector_hint: 0.85x the time "
+                    "LLVM's own vectorizing takes, benchmarks/row_loops.py); scipy's formulation is a 4.5e5-row SpMV into a dense result. A "
                     "fibre-flattened loop (the products gathered in one pass, summed per fibre "
                     "after) is not built",
     "spmv power-law-2e4 vs scipy": "the default row loop vectorises rows of 32 values and "
@@ -141,9 +142,9 @@ TARGET_NOTES: dict[str, str] = {
                                    "mispredicts on rows of irregular length (71% of these "
                                    "rows hold under 10 values, one 12607); the schedule "
                                    "vectorize(j, 8, tail=mask), which ta.autotune tries, ran "
-                                   "it in 0.37 of scipy's time on two threads, but 1.2-1.3x "
-                                   "the default's time on banded and road matrices "
-                                   "(2026-12-06), so it is not the default",
+                                   "it in 0.68-0.78x the default's time on one thread, but "
+                                   "1.2-1.3x on banded and road matrices (benchmarks/"
+                                   "row_loops.py, 2026-12-06), so it is not the default",
     "spmv power-law-2e4 vs fastest other system": "as for spmv power-law-2e4 vs scipy; "
                                                   "MKL's inspector-executor on two threads",
     "spmv uniform-1e6 vs fastest other system": "both read the 96 MB matrix at the memory's "

@@ -278,9 +278,9 @@ def why_not_parallel(program: Program, index: str, partials: bool) -> str | None
 # The fibres of a CSF tensor's last level hold one or two entries on average (wn18rr 1.4,
 # collegemsg 1.7, a uniform 2000^3 tensor with 1e6 entries 1.1); a loop over one, vectorized
 # four lanes wide with its tail masked, runs a fibre as one masked vector instead of entering
-# the scalar remainder whose exit mispredicts: TTV into DCSR ran in 0.83x (wn18rr), 0.69x
-# (collegemsg) and 1.0x (the uniform tensor) the default's time, where eight lanes lost 1.28x
-# on the uniform tensor (one thread, development VM, 2026-12-06).
+# the scalar remainder whose exit mispredicts: TTV into DCSR ran in 0.65x (collegemsg), 0.85x
+# (wn18rr) and 0.94x (the uniform tensor) the time LLVM's own vectorizing took (one thread,
+# development VM, 2026-12-06; `python benchmarks/row_loops.py`).
 FIBRE_LANES = 4
 
 

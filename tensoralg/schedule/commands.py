@@ -290,10 +290,11 @@ class Vectorize:
     ``tail=mask`` runs the last partial vector with masked lanes instead of a scalar loop, so a
     loop of fewer than ``width`` iterations runs one masked vector: it pays off on the short,
     irregular rows of a graph's adjacency matrix (SpMV on ca-GrQc, wiki-Vote, a power-law 2e4
-    x 2e4 matrix: 0.56-0.68x the default's time on one thread) and costs where a row's few
-    entries sit close together and a scalar loop finishes them faster (a road network of two
-    entries a row, a banded FEM matrix: 1.1-1.3x; development VM, 2026-12-06). LLVM backend
-    only; the C backend leaves vectorizing to the C compiler.
+    x 2e4 matrix: 0.63-0.72x the default's time on one thread at 8 lanes) and costs where a
+    row's few entries sit close together and a scalar loop finishes them faster (a road network
+    of two entries a row, banded matrices: 1.1-1.3x; development VM, 2026-12-06, ``python
+    benchmarks/row_loops.py``). LLVM backend only; the C backend leaves vectorizing to the C
+    compiler.
 
     >>> str(Vectorize("j", 8)), str(Vectorize("j", 8, "mask"))
     ('vectorize(j, 8)', 'vectorize(j, 8, tail=mask)')
