@@ -178,3 +178,93 @@ def test_a_written_dense_format_and_the_default_are_different_cached_kernels():
             np.testing.assert_allclose(kernel(A=A, X=X, Y=Y).toarray(),
                                        A.toarray() * (X @ Y))
     assert "Y__10" in default.source("ir") and "Y__10" not in written.source("ir")
+
+
+# -- the variant that keeps Y's layout, for calls that read Y fewer times than it holds values
+
+
+def _hypersparse(columns: int, entries: int, dtype: str, rank: int = 16, seed: int = 5):
+    """A CSR ``A`` (64 x columns) with ``entries`` stored values (a row left empty), and dense
+    ``X`` (64 x rank) and ``Y`` (rank x columns): ``Y`` holds far more values than the loops
+    read when entries * rank < rank * columns."""
+    rng = np.random.default_rng(seed)
+    rows = rng.integers(1, 64, entries)
+    cols = rng.integers(0, columns, entries)
+    values = rng.integers(-4, 5, entries).astype(dtype)
+    A = sp.csr_array((values, (rows, cols)), shape=(64, columns))
+    A.sum_duplicates()
+    X = rng.integers(-3, 4, size=(64, rank)).astype(dtype)
+    Y = rng.integers(-3, 4, size=(rank, columns)).astype(dtype)
+    return A, X, Y
+
+
+def _kept_keys() -> list:
+    from tensoralg import api
+
+    return [key for key in api.kernel_cache().kernels if key.kept_layouts]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_few_reads_run_the_kept_layout_variant(dtype, backend):
+    from tensoralg import api
+    from tensoralg.api import COPY_MIN_VALUES, copies_pay
+
+    A, X, Y = _hypersparse(8192, 40, dtype)
+    assert Y.size >= COPY_MIN_VALUES and A.nnz * Y.shape[0] < Y.size
+    kernel = ta.compile(SDDMM, formats={"A": "csr", "Z": "csr"}, dtype=dtype, backend=backend)
+    for _ in range(3):          # the general path, then the recorded replay, which declines
+        _check_close(_dense(kernel(A=A, X=X, Y=Y)), _expected(A, X, Y), dtype)
+    relaid = [c for key, c in api.kernel_cache().kernels.items()
+              if not key.kept_layouts and c.program.conversions]
+    assert relaid and not any(copies_pay(c, {"A": A, "X": X, "Y": Y}) for c in relaid)
+    kept = _kept_keys()
+    assert len(kept) == 1 and kept[0].backend == backend
+    # many entries: the relaid kernel itself (the recorded replay accepts the call)
+    B, X2, Y2 = _hypersparse(8192, 20000, dtype, seed=6)
+    _check_close(_dense(kernel(A=B, X=X2, Y=Y2)), _expected(B, X2, Y2), dtype)
+    _check_close(_dense(kernel(A=A, X=X, Y=Y)), _expected(A, X, Y), dtype)
+    assert len(_kept_keys()) == 1
+
+
+def test_einsum_keeps_layout_for_few_reads_and_copies_for_many():
+    A, X, Y = _hypersparse(8192, 40, "float64")
+    for _ in range(3):
+        got = ta.einsum("ij,ik,kj->ij", A, X, Y, optimize=False)
+        _check_close(_dense(got), _expected(A, X, Y), "float64")
+    assert len(_kept_keys()) == 1
+    B, X2, Y2 = _hypersparse(8192, 20000, "float64", seed=6)
+    for _ in range(2):
+        got = ta.einsum("ij,ik,kj->ij", B, X2, Y2, optimize=False)
+        _check_close(_dense(got), _expected(B, X2, Y2), "float64")
+
+
+def test_small_operands_are_copied_whatever_the_reads():
+    """Under ``COPY_MIN_VALUES`` the copy is cheap: one kernel, no variant."""
+    A, X, Y = _hypersparse(1000, 3, "float64")
+    kernel = ta.compile(SDDMM, formats={"A": "csr", "Z": "csr"})
+    _check_close(_dense(kernel(A=A, X=X, Y=Y)), _expected(A, X, Y), "float64")
+    assert _kept_keys() == []
+
+
+def test_kept_layouts_at_the_program_level():
+    from tensoralg.lower.concretize import kept_layouts
+
+    csr = Format("ds", name="csr")
+    formats = {"A": csr, "X": dense(2), "Y": dense(2)}
+    program = concretize(parse_statement(SDDMM), formats, {}, np.dtype(np.float64), None)
+    kept = kept_layouts(program, formats)
+    assert kept.conversions == () and kept.tensor("Y").format == dense(2)
+    assert "Y__10" not in str(kept) and "Y(k,j)" in str(kept)
+    assert any("own layout" in note for note in kept.notes)
+    assert not any("converted to" in note for note in kept.notes)
+    # nothing to keep: the same program
+    plain = concretize(parse_statement("y(i) = A(i,j) * x(j)"), {"A": csr, "x": dense(1)}, {},
+                       np.dtype(np.float64), None)
+    assert kept_layouts(plain, {"A": csr, "x": dense(1)}) is plain
+    # a sparse operand converted for the loops stays converted
+    csc = Format("ds", order=(1, 0), name="csc")
+    both = {"A": csr, "B": csc}
+    mixed = concretize(parse_statement("C(i,j) = A(i,j) * B(i,j)"), both, {},
+                       np.dtype(np.float64), None)
+    assert kept_layouts(mixed, both).conversions == mixed.conversions

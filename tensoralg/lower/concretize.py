@@ -628,6 +628,35 @@ def _nest(out: Access, body: Expr, reduced: tuple[str, ...], out_format: Format,
     return LoopNest(out, body, order, mode)  # type: ignore[arg-type]  # None: see _reorder_output
 
 
+def kept_layouts(program: Program, formats: dict[str, Format]) -> Program:
+    """``program`` with every dense operand that ``strided_dense`` converted read in the layout
+    it came in (``formats``, by operand), with a stride, and no copy made before the kernel.
+
+    The variant for calls that read such an operand fewer times than it holds values (an
+    SDDMM whose matrix has fewer entries than columns: ``api.copies_pay``), where the copy
+    would cost more than the strided reads it saves. Sparse conversions stay: no loop order
+    reads those operands as stored.
+    """
+    dense = {alias: source for alias, source in program.conversions
+             if program.tensor(alias).format.is_dense and formats[source].is_dense}
+    if not dense:
+        return program
+    nests = tuple(replace(nest, expr=_rename_accesses(nest.expr, {
+        access: dense[access.tensor] for access in accesses(nest.expr)
+        if access.tensor in dense})) for nest in program.nests)
+    tensors = tuple(replace(info, name=dense[info.name], format=formats[dense[info.name]])
+                    if info.name in dense else info for info in program.tensors)
+    sources = set(dense.values())
+    notes = tuple(note for note in program.notes
+                  if not any(note.startswith(f"operand {s} is stored as ") for s in sources))
+    kept = ", ".join(sorted(sources))
+    notes += (f"operand(s) {kept} read in their own layout, with a stride: this call reads "
+              f"them fewer times than they hold values, so a copy in the loops' mode order "
+              f"would cost more than it saves",)
+    return replace(program, nests=nests, tensors=tensors, notes=notes,
+                   conversions=tuple(c for c in program.conversions if c[0] not in dense))
+
+
 def _rename_accesses(expr: Expr, aliases: dict[Access, str]) -> Expr:
     match expr:
         case Access(_, indices) if expr in aliases:

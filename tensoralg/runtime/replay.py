@@ -77,7 +77,8 @@ def replay_function(recipe: Sequence[tuple[int, int, int]], kinds: Sequence[str]
                     split: Callable[[tuple, list], int | None] | None = None,
                     guards: Sequence[tuple] | None = None,
                     sparse: Any = None, relayouts: Sequence[tuple[int, tuple[int, ...]]] = (),
-                    pattern: "PatternOutput | None" = None) -> Callable[[tuple], Any]:
+                    pattern: "PatternOutput | None" = None,
+                    copies_pay: Callable[[tuple], bool] | None = None) -> Callable[[tuple], Any]:
     """A function ``(operands) -> result or None`` that runs ``kernel`` with the arguments
     ``recipe`` reads from the operands, into a new dense output of ``value_dtype``.
 
@@ -94,7 +95,9 @@ def replay_function(recipe: Sequence[tuple[int, int, int]], kinds: Sequence[str]
     without one (``api.estimated_work``, written out); ``fail()`` raises for a non-zero status.
 
     ``relayouts`` (``(operand, mode order)`` pairs) are dense operands the kernel reads in
-    another mode order: copied so before the call, and read by ``(ARG_DENSE, operand, 1)``.
+    another mode order: copied so before the call, and read by ``(ARG_DENSE, operand, 1)``;
+    a call for which ``copies_pay(operands)`` is false goes to the general path, which runs
+    the kernel's variant that reads them as they are (``api.copies_pay``).
     ``pattern`` (a :class:`PatternOutput`) makes the output the values at a compressed
     operand's positions (``lower/pattern.py``): a buffer of its stored count, finished into
     the sparse result by ``pattern.finish``; a call with work for two threads goes to the
@@ -142,13 +145,16 @@ def replay_function(recipe: Sequence[tuple[int, int, int]], kinds: Sequence[str]
         lines.append("        return None")
     shape = "".join(f"s{k}[{mode}], " for k, mode in out_dims)
     relaid = [f"    t{k} = contiguous(o{k}.transpose({order!r}))" for k, order in relayouts]
+    if relayouts and copies_pay is not None:
+        relaid = ["    if not copies_pay(operands):", "        return None"] + relaid
     if pattern is not None:
-        return _pattern_replay(lines + relaid, recipe, kinds, shape, value_dtype, overwrites,
-                               kernel, sound, threads, fail, split, pattern, guards)
+        return _reading(copies_pay, _pattern_replay(
+            lines + relaid, recipe, kinds, shape, value_dtype, overwrites, kernel, sound,
+            threads, fail, split, pattern, guards))
     lines += relaid
     if sparse is not None:
-        return _sparse_replay(lines, recipe, kinds, shape, kernel, sound, threads, fail, sparse,
-                              guards)
+        return _reading(copies_pay, _sparse_replay(lines, recipe, kinds, shape, kernel, sound,
+                                                   threads, fail, sparse, guards))
     threaded = threads is not None and split is not None
     if threads is not None:
         lines.append(f"    parallel = threads.threads > 1 and {_work(kinds, out_dims)} >= "
@@ -178,9 +184,17 @@ def replay_function(recipe: Sequence[tuple[int, int, int]], kinds: Sequence[str]
         lines.append(f"    return out.reshape(({shape}))")
     else:
         lines.append("    return out.reshape(())[()]")
-    return _written({"empty": np.empty, "zeros": np.zeros, "dtype": value_dtype,
-                     "limit": memory_limit, "split": split}, lines, kinds, kernel, sound,
-                    threads, fail, guards)
+    return _reading(copies_pay, _written({"empty": np.empty, "zeros": np.zeros,
+                                          "dtype": value_dtype, "limit": memory_limit,
+                                          "split": split}, lines, kinds, kernel, sound,
+                                         threads, fail, guards))
+
+
+def _reading(copies_pay: Callable[[tuple], bool] | None, replay: Callable[[tuple], Any]
+             ) -> Callable[[tuple], Any]:
+    """``replay`` with ``copies_pay`` among the names its written lines read."""
+    replay.__globals__["copies_pay"] = copies_pay   # type: ignore[attr-defined]
+    return replay
 
 
 class PatternOutput:
