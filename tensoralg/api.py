@@ -3069,6 +3069,23 @@ def top_k(x: np.ndarray, k: int, axis: int = -1, largest: bool = True
     return selector.top_k(np.asarray(x), int(k), int(axis), bool(largest))
 
 
+def row_extreme(x: np.ndarray, first: int, last: int, largest: bool = True
+                ) -> np.ndarray | None:
+    """The largest (``largest=False``: smallest) value of ``x`` over its consecutive axes
+    ``first..last``, kept with size 1, by a generated one-pass kernel (``runtime/select.py``);
+    NaN wherever one is among the values. None for values other than float32/64 and
+    int32/64, for the caller to reduce otherwise.
+
+    >>> row_extreme(np.array([[2.0, 9.0, 4.0], [5.0, 1.0, 5.0]]), 1, 1).tolist()
+    [[9.0], [5.0]]
+    """
+    selector = kernel_cache().selections
+    x = np.asarray(x)
+    if not selector.compiles(x.dtype, 1):
+        return None
+    return selector.extreme(x, int(first), int(last), bool(largest))
+
+
 def softmax_kernel(length: int, dtype: Any, log: bool = False) -> Any:
     """A generated Softmax (``log``: LogSoftmax) over contiguous rows of ``length`` values,
     one pass set per row in cache (see ``runtime/softmax.py``); None for a dtype other than

@@ -25,7 +25,8 @@ a sequence with the inputs named in ``slots`` read from the sequence's slots at 
   (ReLU, Clip, Sigmoid, SiLU, HardSigmoid, HardSwish, GELU; :data:`RELU`, :data:`SILU`, ... and
   ``Activation.clip(low, high)``) and applies it in registers before storing its results;
 - generated window and row kernels: :func:`window_kernel` (pooling, depthwise convolution),
-  :func:`softmax_kernel`, :func:`top_k` (the best ``k`` values of rows);
+  :func:`softmax_kernel`, :func:`top_k` (the best ``k`` values of rows),
+  :func:`row_extreme` (a row's largest or smallest value);
 - data movement: :func:`gather_call` (rows of a table by id), :func:`copy_call`,
   :func:`transpose_call` (batched matrices transposed, a channels-last product into NCHW),
   :func:`block_copy_call`, :func:`broadcast_call` (elementwise ops with NumPy broadcasting,
@@ -88,6 +89,7 @@ from tensoralg.api import (
     patch_conv_of,
     planar_pays,
     pointwise_conv,
+    row_extreme,
     softmax_kernel,
     top_k,
     transpose_call,
@@ -104,6 +106,6 @@ __all__ = [
     "copy_call", "cumsum_call", "grouped_conv", "patch_conv_of", "planar_pays",
     "pointwise_conv",
     "data_address", "dense_layer", "direct_conv", "gather_call", "gram_call", "ids_call",
-    "im2row_call", "kernel_cache", "softmax_kernel", "top_k", "transpose_call", "window_kernel",
+    "im2row_call", "kernel_cache", "row_extreme", "softmax_kernel", "top_k", "transpose_call", "window_kernel",
     "winograd_conv", "winograd_host", "winograd_pays",
 ]

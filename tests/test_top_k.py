@@ -82,3 +82,75 @@ def test_a_ccpm_k_max_pooling_matches_onnxruntime():
     _compare(_model([_node("TopK", ["x", "k"], ["values", "indices"], axis=2)], {"x": x},
                     outputs=("values", "indices"), constants={"k": np.array([3], np.int64)}),
              {"x": x})
+
+
+# -- a row's largest or smallest value alone (program.row_extreme: ReduceMax, ReduceMin)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int32", "int64"])
+@pytest.mark.parametrize("shape, first, last", [((6, 26, 3), 1, 1), ((7, 9), 1, 1),
+                                                ((4, 1), 1, 1), ((3, 10, 2, 2), 0, 0),
+                                                ((3, 4, 5, 2), 1, 2), ((33,), 0, 0),
+                                                ((2, 3, 4), 0, 2)])
+def test_row_extremes_match_numpy(dtype, shape, first, last):
+    rng = np.random.default_rng(len(shape) + first)
+    x = rng.integers(-50, 50, shape).astype(dtype)
+    if dtype.startswith("int"):
+        info = np.iinfo(dtype)
+        x.flat[:2] = info.min, info.max
+    axes = tuple(range(first, last + 1))
+    for largest, reduce in ((True, np.max), (False, np.min)):
+        got = program.row_extreme(x, first, last, largest)
+        np.testing.assert_array_equal(got, reduce(x, axis=axes, keepdims=True))
+        assert got.dtype == x.dtype
+
+
+def test_row_extremes_propagate_nan_and_read_strided_input():
+    x = np.arange(24.0).reshape(4, 6)
+    x[1, 3] = np.nan
+    x[2, 0] = np.nan
+    strided = x[:, ::2]
+    for largest, reduce in ((True, np.max), (False, np.min)):
+        np.testing.assert_array_equal(program.row_extreme(x, 1, 1, largest),
+                                      reduce(x, axis=1, keepdims=True))
+        np.testing.assert_array_equal(program.row_extreme(strided, 1, 1, largest),
+                                      reduce(strided, axis=1, keepdims=True))
+    assert program.row_extreme(np.ones((2, 0, 3)), 0, 0).shape == (1, 0, 3)
+
+
+def test_row_extremes_left_to_the_caller_and_refused():
+    from tensoralg.errors import ShapeError
+
+    assert program.row_extreme(np.ones(3, np.float16), 0, 0) is None
+    assert program.row_extreme(np.ones(3, bool), 0, 0) is None
+    with pytest.raises(ShapeError, match="no values"):
+        program.row_extreme(np.ones((2, 0)), 1, 1)
+    with pytest.raises(ShapeError, match="axes"):
+        program.row_extreme(np.ones((2, 3)), 1, 2)
+
+
+@pytest.mark.parametrize("op", ["ReduceMax", "ReduceMin"])
+@pytest.mark.parametrize("axes, keepdims", [([-1], 1), ([1], 0), ([0, 2], 1), ([1, 2], 0)])
+def test_onnx_reduce_extremes_match_onnxruntime(op, axes, keepdims):
+    from conftest import onnxruntime_outputs
+    from onnx import TensorProto
+    from onnx import helper as h
+
+    import tensoralg.onnx as tonnx
+
+    node = h.make_node(op, ["x"], ["y"], axes=axes, keepdims=keepdims)
+    kept = [1 if a in [d % 3 for d in axes] else n for a, n in enumerate((3, 4, 5))]
+    shape = kept if keepdims else [n for a, n in enumerate(kept)
+                                   if a not in [d % 3 for d in axes]]
+    graph = h.make_graph([node], "reduce", [h.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                     [3, 4, 5])],
+                         [h.make_tensor_value_info("y", TensorProto.FLOAT, shape)])
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    x = np.random.default_rng(1).standard_normal((3, 4, 5)).astype(np.float32)
+    want = onnxruntime_outputs(model, {"x": x})[0]
+    for level in (0, 3):
+        compiled = tonnx.load(model, opt_level=level)
+        for _ in range(3):
+            got = compiled.run({"x": x})["y"]
+        np.testing.assert_array_equal(got, want)
+    assert "generated row" in str(compiled.profile({"x": x}))

@@ -1,5 +1,6 @@
 """The ``k`` largest (or smallest) values of every row along one axis, and their positions,
-compiled: ONNX's TopK, k-max pooling (deepctr's CCPM).
+compiled: ONNX's TopK, k-max pooling (deepctr's CCPM); and a row's largest or smallest value
+alone (ReduceMax, ReduceMin: ``extreme_kernel``).
 
 Each row keeps its best ``k`` in the output itself, in order, and each value of the row is
 inserted where it belongs, moving the worse ones down: ``O(n k)`` for a row of ``n`` values,
@@ -96,6 +97,41 @@ def top_k_kernel(value: Scalar, largest: bool) -> Function:
     return b.function(f"ta_top_k_{kind}_{value.value}", params, *body)
 
 
+def extreme_kernel(value: Scalar, largest: bool) -> Function:
+    """The IR of ``extreme(x, out*, outer, n, inner)`` for rows of ``value``s: for every
+    ``o < outer`` and ``i < inner``, the largest (``largest``) or smallest of the ``n >= 1``
+    values ``x[(o * n + j) * inner + i]`` into ``out[o * inner + i]``; a NaN wins over every
+    number (as NumPy's ``max`` and ``min`` answer), equal values keep the first.
+
+    One pass over each row, for ReduceMax and ReduceMin (a tree of elementwise ``max`` kernels
+    over halves of the row cost ``log2 n`` calls: 60 µs for a 1 x 221 row, 2026-12-06)."""
+    x, out = Var("x", Ptr(value)), Var("out", Ptr(value))
+    outer, n, inner = (Var(name, I64) for name in ("outer", "n", "inner"))
+    o, i, j, source = (Var(name, I64) for name in ("o", "i", "j", "source"))
+    best, v = Var("best", value), Var("v", value)
+    floating = value in (F32, F64)
+    wins = b.gt(v, best) if largest else b.lt(v, best)
+    if floating:       # a NaN, once met, stays: no comparison with it is true
+        wins = b.lor(wins, b.ne(v, v))
+    keep = b.select(wins, v, best)
+    if floating:
+        keep = b.select(b.ne(best, best), best, keep)
+    body = [
+        b.for_(o, 0, outer,
+               b.for_(i, 0, inner,
+                      b.declare(source, b.add(b.mul(b.mul(o, n), inner), i)),
+                      b.declare(best, b.load(x, source)),
+                      b.for_(j, 1, n,
+                             b.declare(v, b.load(x, b.add(source, b.mul(j, inner)))),
+                             b.assign(best, keep)),
+                      b.store(out, b.add(b.mul(o, inner), i), best))),
+    ]
+    params = [b.param(x, "x"), b.param(out, "out", True), b.param(outer, "outer"),
+              b.param(n, "n"), b.param(inner, "inner")]
+    kind = "max" if largest else "min"
+    return b.function(f"ta_row_{kind}_{value.value}", params, *body)
+
+
 class RowSelector:
     """Builds the TopK kernels once per value dtype and end (through the on-disk kernel cache)
     and runs them."""
@@ -103,6 +139,32 @@ class RowSelector:
     def __init__(self, disk: DiskCache | None = None) -> None:
         self.kernels = HelperKernels(
             lambda dtype, largest: top_k_kernel(_VALUES[dtype], largest), disk)
+        self.extremes = HelperKernels(
+            lambda dtype, largest: extreme_kernel(_VALUES[dtype], largest), disk)
+
+    def extreme(self, x: np.ndarray, first: int, last: int, largest: bool) -> np.ndarray:
+        """The largest (or smallest) value of ``x`` over its axes ``first..last`` (a run of
+        consecutive axes, each kept with size 1 in the result); NaN where one is among them.
+
+        >>> RowSelector().extreme(np.array([[3.0, 1.0], [np.nan, 2.0]]), 1, 1, True).tolist()
+        [[3.0], [nan]]
+        """
+        x = np.ascontiguousarray(x)
+        if x.dtype not in _VALUES:
+            raise ShapeError(f"extreme: {x.dtype} values (compiled: "
+                             f"{', '.join(map(str, _VALUES))})")
+        if not 0 <= first <= last < x.ndim:
+            raise ShapeError(f"extreme: axes {first}..{last} of an array of shape {x.shape}")
+        n = math.prod(x.shape[first:last + 1])
+        if n == 0:
+            raise ShapeError(f"extreme: no values along axes {first}..{last} of {x.shape}")
+        shape = x.shape[:first] + (1,) * (last + 1 - first) + x.shape[last + 1:]
+        out = np.empty(shape, x.dtype)
+        if out.size:
+            self.extremes.get(x.dtype, bool(largest)).function(
+                data_address(x), data_address(out), math.prod(x.shape[:first]), n,
+                math.prod(x.shape[last + 1:]))
+        return out
 
     def kernel(self, dtype: np.dtype, largest: bool) -> CompiledKernel:
         return self.kernels.get(np.dtype(dtype), bool(largest))
@@ -144,4 +206,4 @@ class RowSelector:
         return values, indices
 
 
-__all__ = ["MAX_K", "RowSelector", "top_k_kernel"]
+__all__ = ["MAX_K", "RowSelector", "extreme_kernel", "top_k_kernel"]

@@ -5,9 +5,10 @@ Sums are one statement: ``Y(i) = X(i,j)`` sums over ``j`` (ReduceMean multiplies
 ReduceL2 is ``Y(i) = sqrt(sum(j, X(i,j) * X(i,j)))``. ReduceLogSumExp subtracts the maxima
 ``M`` first, as onnxruntime does, so that ``exp`` cannot overflow:
 ``Y(i) = M(i) + log(sum(j, exp(X(i,j) - M(i))))``.
-The core has no max/min reduction, so ReduceMax/ReduceMin (and the row maxima of Softmax)
-run as a tree of elementwise ``max``/``min`` kernels over the two overlapping halves of the
-reduced axis: ceil(log2 n) calls of one compiled kernel.
+ReduceMax/ReduceMin run as one generated pass per row (``program.row_extreme``) for float32/64
+and int32/64 values; the core's statements have no max/min reduction, so other dtypes run as a
+tree of elementwise ``max``/``min`` kernels over the two overlapping halves of the reduced axis:
+ceil(log2 n) calls of one compiled kernel.
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 import tensoralg as ta
+from tensoralg import program
 from tensoralg.onnx.ops.kernels import (
     INDICES,
     NodeContext,
@@ -81,7 +83,18 @@ def reduce_extreme(node: NodeContext, x: np.ndarray, axes: list[int], keepdims: 
     n = math.prod(x.shape[d] for d in axes)
     if n == 0:
         return np.full(out_shape, _identity(x.dtype, function), dtype=x.dtype)
+    span = sorted(axes)
+    if span == list(range(span[0], span[-1] + 1)):
+        # consecutive axes: one generated pass per row, in place in x's layout
+        found = program.row_extreme(x, span[0], span[-1], function == "max")
+        if found is not None:
+            node.note(f"generated row {function} (one pass per row)")
+            return found.reshape(out_shape)
     flat = np.transpose(x, kept + axes).reshape(rows, n)
+    found = program.row_extreme(flat, 1, 1, function == "max")
+    if found is not None:
+        node.note(f"generated row {function} (one pass per row, over a transposed copy)")
+        return found.reshape(out_shape)
     dtype = compute_dtype(x.dtype)
     statement = f"Y(i,j) = {function}(A(i,j), B(i,j))"
     while n > 1:

@@ -172,7 +172,8 @@ def einsums_as_matmuls(graph: Graph) -> Graph:
     """Replace every Einsum that is a matrix product by a MatMul (after a Transpose of its
     second operand for the ``..kj`` form), and every product of an operand's trailing axes by
     a constant weight (:func:`weight_form`) by ``Reshape -> MatMul -> Reshape`` with the
-    weight laid out (contracted, kept) at load; other nodes are untouched."""
+    weight laid out (contracted, kept) at load; a constant operand that another form
+    transposes is transposed here, once, instead of by a node; other nodes are untouched."""
     matmul = lookup("MatMul", 13)
     transpose = lookup("Transpose", 13)
     reshape = lookup("Reshape", 14)
@@ -206,8 +207,13 @@ def einsums_as_matmuls(graph: Graph) -> Graph:
             for name, perm, which in zip(node.inputs, batched[:2], "ab"):
                 if perm != tuple(range(len(perm))):
                     moved = fresh_name(f"{node.name}/{which}_laid_out", taken)
-                    nodes.append(Node(f"{node.name}/Transpose_{which}", "Transpose", (name,),
-                                      (moved,), {"perm": list(perm)}, 13, transpose))
+                    if name in graph.constants:     # laid out once, here (a constant weight)
+                        graph.constants[moved] = np.ascontiguousarray(
+                            graph.constants[name].transpose(perm))
+                    else:
+                        nodes.append(Node(f"{node.name}/Transpose_{which}", "Transpose",
+                                          (name,), (moved,), {"perm": list(perm)}, 13,
+                                          transpose))
                     name = moved
                 operands.append(name)
             if batched[2]:
@@ -230,8 +236,11 @@ def einsums_as_matmuls(graph: Graph) -> Graph:
         if transposed:
             swapped = f"{node.name}/transposed_{b}"
             perm = [*range(batch), batch + 1, batch]
-            nodes.append(Node(f"{node.name}/Transpose", "Transpose", (b,), (swapped,),
-                              {"perm": perm}, 13, transpose))
+            if b in graph.constants:
+                graph.constants[swapped] = np.ascontiguousarray(graph.constants[b].transpose(perm))
+            else:
+                nodes.append(Node(f"{node.name}/Transpose", "Transpose", (b,), (swapped,),
+                                  {"perm": perm}, 13, transpose))
             b = swapped
         nodes.append(Node(node.name, "MatMul", (a, b), node.outputs, {}, 13, matmul))
         replaced += 1
