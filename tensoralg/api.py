@@ -145,6 +145,7 @@ from tensoralg.runtime.movement import (
     broadcast_call,
     copy_call,
     cumsum_call,
+    extreme_call,
     gather_call,
     ids_call,
     im2row_call,
@@ -3185,7 +3186,7 @@ __all__ = ["einsum", "compile", "Kernel", "KernelKey", "CompileOptions", "kernel
            "RowCompressor", "DenseLayer", "dense_layer", "ConvLayer", "conv_layer", "WinogradConv", "winograd_conv", "winograd_host", "winograd_pays", "GroupedConv", "grouped_conv",
            "DirectConv", "direct_conv",
            "CallSequence", "NativeGroup", "Slot", "canonical_csr", "data_address", "block_copy_call", "broadcast_call", "copy_call", "gather_call",
-           "gram_call", "ids_call", "im2row_call", "cumsum_call", "pointwise_conv", "planar_pays", "patch_conv_of",
+           "gram_call", "ids_call", "im2row_call", "cumsum_call", "extreme_call", "pointwise_conv", "planar_pays", "patch_conv_of",
            "compiled_conv_gathers",
            "set_num_threads", "get_num_threads", "set_memory_limit", "get_memory_limit",
            "execute"]

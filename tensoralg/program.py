@@ -30,7 +30,8 @@ a sequence with the inputs named in ``slots`` read from the sequence's slots at 
 - data movement: :func:`gather_call` (rows of a table by id), :func:`copy_call`,
   :func:`transpose_call` (batched matrices transposed, a channels-last product into NCHW),
   :func:`block_copy_call`, :func:`broadcast_call` (elementwise ops with NumPy broadcasting,
-  mixed dtypes), :func:`cumsum_call` (integer running sums, ONNX ``CumSum``), :func:`ids_call` (ids checked and turned into a CSR level), and
+  mixed dtypes), :func:`cumsum_call` (running sums, ONNX ``CumSum``), :func:`extreme_call`
+  (a prebound row max or min, ONNX ``ReduceMax``/``ReduceMin``), :func:`ids_call` (ids checked and turned into a CSR level), and
   :class:`RowCompressor` (dense rows into CSR for a sparse kernel).
 
 **Sequences.** :class:`CallSequence` compiles a list of native calls into one function; a
@@ -80,6 +81,7 @@ from tensoralg.api import (
     dense_layer,
     direct_conv,
     erf_text,
+    extreme_call,
     gather_call,
     gram_call,
     grouped_conv,
@@ -103,7 +105,7 @@ __all__ = [
     "Activation", "GELU", "HARD_SWISH", "RELU", "SIGMOID", "SILU", "as_activation", "erf_text",
     "BoundCall", "CallSequence", "DenseLayer", "NativeGroup", "RowCompressor", "Slot",
     "block_copy_call", "broadcast_call", "canonical_csr", "compiled_conv_gathers", "conv_layer",
-    "copy_call", "cumsum_call", "grouped_conv", "patch_conv_of", "planar_pays",
+    "copy_call", "cumsum_call", "extreme_call", "grouped_conv", "patch_conv_of", "planar_pays",
     "pointwise_conv",
     "data_address", "dense_layer", "direct_conv", "gather_call", "gram_call", "ids_call",
     "im2row_call", "kernel_cache", "row_extreme", "softmax_kernel", "top_k", "transpose_call", "window_kernel",

@@ -15,6 +15,7 @@ point, so that NaN, infinities and huge values count as bad instead of convertin
 from __future__ import annotations
 
 import ctypes
+import math
 from typing import Any
 
 import numpy as np
@@ -162,8 +163,7 @@ def cumsum_function(value: Scalar, exclusive: bool, reverse: bool) -> Function:
     position = b.sub(b.sub(length, 1), t) if reverse else t
     step = [b.declare(at, b.add(b.mul(b.add(b.mul(o, length), position), inner), i)),
             b.declare(v, b.load(x, at))]
-    # Integers only (cumsum_call): every prefix is exact, and wraps on overflow as
-    # onnxruntime's does.
+    # Integers wrap on overflow as onnxruntime's do; floats are added in NumPy's order.
     if exclusive:
         step += [b.store(out, at, acc), b.assign(acc, b.add(acc, v))]
     else:
@@ -511,23 +511,20 @@ def im2row_call(x: np.ndarray, kernel: tuple[int, int], strides: tuple[int, int]
     return MovementCall(kernel_fn, args, {"x": 0}, [x, out], what)
 
 
-__all__ = ["BROADCAST_OPS", "MovementCall", "block_copy_call", "block_copy_function",
-           "broadcast_call", "broadcast_function", "copy_call", "copy_function", "gather_call", "gather_function",
-           "ids_call", "ids_function", "im2row_call", "im2row_function", "pad_nhwc_call",
-           "pad_nhwc_function"]
 
 
 def cumsum_call(x: np.ndarray, axis: int, exclusive: bool, reverse: bool, out: np.ndarray,
                 what: str) -> MovementCall | None:
-    """ONNX ``CumSum`` of the C-contiguous integer array ``x`` along ``axis`` into ``out`` (same
-    shape and dtype), as one compiled call; None for other dtypes or layouts (floating-point
-    sums stay with the caller's path, whose order of additions NumPy fixes).
+    """ONNX ``CumSum`` of the C-contiguous array ``x`` (int32/64 or float32/64) along
+    ``axis`` into ``out`` (same shape and dtype), as one compiled call; None for other dtypes
+    or layouts. Floats are added in order, one by one, as NumPy's ``cumsum`` adds them (a
+    scan has nothing to vectorise or reassociate), so the sums are NumPy's to the bit.
 
     >>> x = np.array([[1, 2, 3], [4, 5, 6]], np.int64); out = np.empty_like(x)
     >>> cumsum_call(x, 1, False, False, out, "CumSum")(); out.tolist()
     [[1, 3, 6], [4, 9, 15]]
     """
-    value = _INDEX.get(x.dtype)
+    value = _IDS.get(x.dtype)
     if value is None or out.dtype != x.dtype or out.shape != x.shape or x.ndim == 0 or \
             not x.flags.c_contiguous or not out.flags.c_contiguous or not x.size:
         return None
@@ -540,3 +537,35 @@ def cumsum_call(x: np.ndarray, axis: int, exclusive: bool, reverse: bool, out: n
                      lambda: cumsum_function(value, exclusive, reverse))
     args = [x.ctypes.data, outer, x.shape[axis], inner, out.ctypes.data]
     return MovementCall(kernel, args, {"x": 0}, [x, out], what)
+
+
+def extreme_call(x: np.ndarray, first: int, last: int, largest: bool, out: np.ndarray,
+                 what: str) -> MovementCall | None:
+    """ReduceMax (``largest``) or ReduceMin of the C-contiguous array ``x`` over its
+    consecutive axes ``first..last`` into ``out`` (``x``'s dtype, the reduced axes' values
+    together), as one compiled call (``runtime/select.extreme_kernel``: NaN wins); None for
+    dtypes other than float32/64 and int32/64, an empty reduction or other layouts.
+
+    >>> x = np.array([[1.0, 7.0, 3.0], [4.0, 2.0, 6.0]]); out = np.empty((2, 1))
+    >>> extreme_call(x, 1, 1, True, out, "ReduceMax")(); out.tolist()
+    [[7.0], [6.0]]
+    """
+    from tensoralg.runtime.select import VALUE_TYPES, extreme_kernel
+
+    value = VALUE_TYPES.get(x.dtype)
+    if value is None or out.dtype != x.dtype or not 0 <= first <= last < x.ndim or \
+            not x.flags.c_contiguous or not out.flags.c_contiguous:
+        return None
+    n = math.prod(x.shape[first:last + 1])
+    outer, inner = math.prod(x.shape[:first]), math.prod(x.shape[last + 1:])
+    if n == 0 or out.size != outer * inner or not out.size:
+        return None
+    kernel = _kernel(("extreme", value, largest), lambda: extreme_kernel(value, largest))
+    return MovementCall(kernel, [x.ctypes.data, out.ctypes.data, outer, n, inner], {"x": 0},
+                        [x, out], what)
+
+
+__all__ = ["BROADCAST_OPS", "MovementCall", "block_copy_call", "block_copy_function",
+           "broadcast_call", "broadcast_function", "copy_call", "copy_function", "gather_call", "gather_function",
+           "ids_call", "ids_function", "im2row_call", "im2row_function", "pad_nhwc_call",
+           "pad_nhwc_function", "extreme_call"]

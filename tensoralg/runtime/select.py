@@ -32,6 +32,7 @@ from tensoralg.runtime.args import data_address
 MAX_K = 64
 _VALUES = {np.dtype(np.float32): F32, np.dtype(np.float64): F64,
            np.dtype(np.int32): I32, np.dtype(np.int64): I64}
+VALUE_TYPES = _VALUES      # the value dtypes these kernels compile for, and their IR types
 
 
 def _better(a: Expr, b_: Expr, largest: bool, floating: bool) -> Expr:
@@ -206,4 +207,4 @@ class RowSelector:
         return values, indices
 
 
-__all__ = ["MAX_K", "RowSelector", "extreme_kernel", "top_k_kernel"]
+__all__ = ["MAX_K", "VALUE_TYPES", "RowSelector", "extreme_kernel", "top_k_kernel"]

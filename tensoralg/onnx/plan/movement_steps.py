@@ -352,16 +352,19 @@ def split_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) -
     return spec
 
 
+_SCANNED = tuple(np.dtype(t) for t in (np.int32, np.int64, np.float32, np.float64))
+
+
 def cumsum_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]
                 ) -> Spec | None:
-    """An integer ``CumSum`` along a constant axis as one compiled scan
+    """A ``CumSum`` along a constant axis as one compiled scan
     (``tensoralg.program.cumsum_call``): the offsets a KeyedJaggedTensor export computes from
-    lengths, which would otherwise split the plan's compiled sequence with a NumPy step."""
+    lengths, and TabNet's sparsemax sums of sorted values, which would otherwise split the
+    plan's compiled sequence with a NumPy step."""
     node, context = step.node, step.context
     x = recorded[node.inputs[0]]
     axis_name = node.inputs[1] if len(node.inputs) > 1 else ""
-    if axis_name not in constants or x.dtype not in (np.dtype(np.int32), np.dtype(np.int64)) \
-            or x.ndim == 0 or not x.size:
+    if axis_name not in constants or x.dtype not in _SCANNED or x.ndim == 0 or not x.size:
         return None
     axis_value = np.asarray(constants[axis_name]).reshape(-1)
     if axis_value.size != 1 or axis_value.dtype.kind not in "iu":
@@ -389,6 +392,53 @@ def cumsum_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]
     spec = Spec(make, [], "copy")
     spec.plan = "compiled scan" + (" (exclusive)" if exclusive else "") + \
         (" (reversed)" if reverse else "")
+    return spec
+
+
+def reduce_extreme_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]
+                        ) -> Spec | None:
+    """A ``ReduceMax``/``ReduceMin`` over consecutive axes (attribute or constant input) as
+    one prebound row pass (``tensoralg.program.extreme_call``), so that it joins the plan's
+    compiled sequence instead of running as a Python step (TabNet's sparsemax takes one per
+    attention step). Other forms (no axes, an empty reduction, other dtypes) stay generic."""
+    node, context = step.node, step.context
+    x, out = recorded[node.inputs[0]], recorded[node.outputs[0]]
+    if x.ndim == 0 or x.dtype != out.dtype:
+        return None
+    if len(node.inputs) > 1 and node.inputs[1]:
+        if node.inputs[1] not in constants:
+            return None
+        axes = np.asarray(constants[node.inputs[1]]).reshape(-1).tolist()
+    else:
+        axes = list(node.attributes.get("axes", []))
+    if not axes:
+        return None          # all axes, or none (noop_with_empty_axes): the generic step
+    chosen = sorted({int(a) % x.ndim for a in axes if -x.ndim <= int(a) < x.ndim})
+    if len(chosen) != len(axes) or chosen != list(range(chosen[0], chosen[-1] + 1)):
+        return None
+    largest = node.op_type == "ReduceMax"
+    probe = np.empty(out.size, out.dtype)
+    if program.extreme_call(contiguous(x), chosen[0], chosen[-1], largest, probe,
+                            str(context)) is None:
+        return None
+
+    def make(outs: list[np.ndarray], buffers: list[np.ndarray], ins: list[Getter]) -> Run:
+        get = ins[0]
+        source = contiguous(get.fixed) if get.fixed is not None else np.zeros(x.shape, x.dtype)
+        target = outs[0].reshape(-1)
+        call = program.extreme_call(source, chosen[0], chosen[-1], largest, target,
+                                    str(context))
+        assert call is not None          # the probe above took the same shapes
+        if get.fixed is not None:
+            return made_of(lambda env: call(), [(call, [])])
+
+        def run(env: Env) -> None:
+            call.rebind("x", contiguous(get(env)))
+            call()
+        return made_of(run, [(call, [("x", get, None)])])
+
+    spec = Spec(make, [], "copy")
+    spec.plan = f"generated row {'max' if largest else 'min'} (one pass per row, prebound)"
     return spec
 
 

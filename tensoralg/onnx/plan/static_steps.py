@@ -48,6 +48,7 @@ from tensoralg.onnx.plan.movement_steps import (
     gather_spec,
     id_column,
     permuter,
+    reduce_extreme_spec,
     slice_spec,
     split_spec,
     transpose_spec,
@@ -739,6 +740,7 @@ _BUILDERS: dict[str, Callable[[Step, Env, Mapping[str, np.ndarray]], Spec | None
     "LogSoftmax": softmax_spec, "Slice": slice_spec, "Split": split_spec, "CumSum": cumsum_spec,
     "GatherND": gather_nd_spec, "LSTM": recurrent_spec, "GRU": recurrent_spec,
     "RNN": recurrent_spec, "Resize": resize_spec,
+    "ReduceMax": reduce_extreme_spec, "ReduceMin": reduce_extreme_spec,
     # mixed-dtype mask ops, and Reshape-like copies to graph outputs (onnx/plan/mask_steps.py)
     **{op: mask_spec for op in {**MASK_OPS, **COPY_OPS}},
 }
