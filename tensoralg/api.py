@@ -978,6 +978,8 @@ def _uniform(operands: tuple, dtype: np.dtype | None = None) -> tuple | None:
     [('float64', True), ('float64', True)]
     >>> _uniform((a, a)) is None
     True
+    >>> [x.shape for x in _uniform((np.ones((2, 4))[:, ::2], np.full((), 2.0)))]  # 0-d stays
+    [(2, 2), ()]
     """
     dtypes = set()
     ordered = True
@@ -1000,7 +1002,8 @@ def _uniform(operands: tuple, dtype: np.dtype | None = None) -> tuple | None:
         common = np.result_type(*dtypes)
     if common not in _UNIFORM_DTYPES:
         return None
-    return tuple(np.ascontiguousarray(op, dtype=common) if type(op) is np.ndarray else
+    # (np.asarray with order="C", not np.ascontiguousarray, which makes a 0-d array 1-d)
+    return tuple(np.asarray(op, dtype=common, order="C") if type(op) is np.ndarray else
                  op if op.dtype == common else _with_values(op, op.data.astype(common))
                  for op in operands)
 

@@ -615,3 +615,17 @@ def test_a_cuda_call_on_tensor_operands_is_never_replayed_on_the_host(monkeypatc
                                              None, *rest))
     ta.einsum("ijk,jr,kr->ir", T, C, D, out_format="dense", backend="cuda")
     assert not any(key[1] == "cuda" for key in api.kernel_cache().tensor_calls)
+
+
+def test_a_scalar_operand_beside_a_strided_one_stays_a_scalar():
+    """A call with a non-contiguous operand is made C-ordered first (``api._uniform``); a 0-d
+    operand beside it must stay 0-d (``np.ascontiguousarray`` would make it 1-d and the kernel
+    refuse it: MPNet's attention scale at batch 8, a held-out export, 2026-12-06)."""
+    kernel = ta.compile("Y(i,j,k) = A(i,j,k) / B + D(i,k)", dtype="float32")
+    A = np.arange(64, dtype=np.float32).reshape(2, 2, 16)[:, :, ::2]
+    D = np.ones((2, 8), np.float32)
+    B = np.array(4.0, np.float32)
+    for _ in range(2):
+        np.testing.assert_array_equal(kernel(A=A, B=B, D=D), A / B + D[:, None, :])
+    np.testing.assert_array_equal(ta.einsum(",i->i", np.array(2.0), np.arange(8.0)[::2]),
+                                  2.0 * np.arange(8.0)[::2])
