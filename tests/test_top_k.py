@@ -127,6 +127,8 @@ def test_row_extremes_left_to_the_caller_and_refused():
         program.row_extreme(np.ones((2, 0)), 1, 1)
     with pytest.raises(ShapeError, match="axes"):
         program.row_extreme(np.ones((2, 3)), 1, 2)
+    with pytest.raises(ShapeError, match="axes"):
+        program.row_extreme(np.array(3.0), 0, 0)
 
 
 @pytest.mark.parametrize("op", ["ReduceMax", "ReduceMin"])

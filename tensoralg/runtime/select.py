@@ -150,12 +150,13 @@ class RowSelector:
         >>> RowSelector().extreme(np.array([[3.0, 1.0], [np.nan, 2.0]]), 1, 1, True).tolist()
         [[3.0], [nan]]
         """
-        x = np.ascontiguousarray(x)
+        x = np.asarray(x)
         if x.dtype not in _VALUES:
             raise ShapeError(f"extreme: {x.dtype} values (compiled: "
                              f"{', '.join(map(str, _VALUES))})")
         if not 0 <= first <= last < x.ndim:
             raise ShapeError(f"extreme: axes {first}..{last} of an array of shape {x.shape}")
+        x = np.ascontiguousarray(x)
         n = math.prod(x.shape[first:last + 1])
         if n == 0:
             raise ShapeError(f"extreme: no values along axes {first}..{last} of {x.shape}")
