@@ -20,6 +20,7 @@ SpGEMM is left out where the product is dense-sized (the arrow, whose product is
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import time
 import warnings
@@ -31,7 +32,9 @@ import scipy.sparse as sp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import record  # noqa: E402
-import run  # noqa: E402
+
+# run.py (its cases and timing) is imported by main() only: importing it points tensoralg's
+# kernel cache at a fresh directory of its own, which a test importing this module must not do.
 
 KERNELS = ("spmv", "spmm", "sddmm", "spgemm", "add")
 REPORT = Path(__file__).resolve().parent / "ZOO_RESULTS.md"
@@ -40,7 +43,18 @@ BASELINES = ("scipy", "mkl", "torch")
 
 
 def _canonical(matrix: sp.spmatrix) -> sp.csr_matrix:
-    return run.canonical(sp.csr_matrix(matrix))
+    """Float64 CSR, duplicates summed, sorted, int32 indices (as ``run.canonical``)."""
+    matrix = sp.csr_matrix(matrix, dtype=np.float64)
+    matrix.sum_duplicates()
+    matrix.sort_indices()
+    if max(matrix.shape) < 2**31 - 1:
+        matrix.indices = matrix.indices.astype(np.int32)
+        matrix.indptr = matrix.indptr.astype(np.int32)
+    return matrix
+
+
+def _median(sample: dict | None) -> float | None:
+    return None if not sample or "times" not in sample else statistics.median(sample["times"])
 
 
 def _random(m: int, n: int, nnz: int, seed: int) -> sp.csr_matrix:
@@ -118,9 +132,7 @@ def matrices() -> dict[str, Callable[[], sp.csr_matrix]]:
 
 def ratio(row: dict, baseline: str) -> float | None:
     """tensoralg's median time over ``baseline``'s (None when either did not run)."""
-    mine = run.median_of(row.get("tensoralg"))
-    theirs = row["baselines"].get(baseline, {})
-    other = run.median_of(theirs) if "times" in theirs else None
+    mine, other = _median(row.get("tensoralg")), _median(row["baselines"].get(baseline))
     return mine / other if mine and other else None
 
 
@@ -144,7 +156,7 @@ def render(data: dict) -> str:
             value = ratio(row, baseline)
             skipped = row["baselines"].get(baseline, {}).get("skip")
             cells.append(f"{value:.2f}" if value is not None else (skipped or "-"))
-        time_cell = record.format_time(run.median_of(row.get("tensoralg")))
+        time_cell = record.format_time(_median(row.get("tensoralg")))
         lines.append(f"| {row['data']} | {'x'.join(map(str, row['shape']))} | {row['nnz']} | "
                      f"{row['kernel']} | {time_cell} | {' | '.join(cells)} | {row['status']} |")
     slower = [r for r in rows if (ratio(r, "scipy") or 0) > 1.1]
@@ -165,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--render", default=None, metavar="FILE.json",
                         help="only redraw ZOO_RESULTS.md from a results file")
     args = parser.parse_args(argv)
+    import run
     if args.render:
         import json
         REPORT.write_text(render(json.loads(Path(args.render).read_text())), encoding="utf-8")
@@ -191,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(row)
             shown = "  ".join(f"{b} {ratio(row, b):.2f}" if ratio(row, b) else f"{b} -"
                               for b in columns)
-            print(f"{name:16s} {kernel:7s} {record.format_time(run.median_of(row['tensoralg'])):>10s}"
+            print(f"{name:16s} {kernel:7s} {record.format_time(_median(row['tensoralg'])):>10s}"
                   f"  {shown}  [{row['status']}]", flush=True)
     payload = {"threads": threads, "rows": rows,
                "elapsed_s": round(time.perf_counter() - started, 1)}

@@ -88,6 +88,41 @@ def test_threads_split_rows_with_the_same_result():
     np.testing.assert_array_equal(one(), two())
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("relu", [False, True, (-0.5, 0.5)])
+@pytest.mark.parametrize("rows, n", [(1, 2496), (3, 1000), (1, 70), (0, 2496)])
+def test_threads_split_a_short_product_by_columns(dtype, relu, rows, n):
+    """A product too short in rows splits over whole panels of columns, each range with its
+    own bias and activation parameters: the same numbers as one call, bit for bit."""
+    rng = np.random.default_rng(rows + n)
+    k = 624
+    a = rng.standard_normal((rows, k)).astype(dtype)
+    w = rng.standard_normal((k, n)).astype(dtype)
+    bias = rng.standard_normal(n).astype(dtype)
+    one = DenseLayer(w, bias, relu=relu).bind(a, np.empty((rows, n), dtype))
+    split = DenseLayer(w, bias, relu=relu, threads=KernelThreads(2))
+    two = split.bind(a, np.empty((rows, n), dtype))
+    panels = -(-n // split.shape.nr)
+    assert len(one.calls) == 1
+    assert len(two.calls) == KernelThreads(2).dense_parts(max(rows, 1) * k * n, panels)
+    if (rows, n) == (1, 2496):
+        assert len(two.calls) == 2          # SAINT's batch-1 layer: two column ranges
+    want = one().copy()
+    np.testing.assert_array_equal(two(), want)
+    if rows:
+        ref = a.astype(np.float64) @ w + bias
+        if relu is True:
+            ref = np.maximum(ref, 0)
+        elif relu:
+            ref = np.clip(ref, *relu)
+        np.testing.assert_allclose(want, ref, rtol=1e-3 if dtype == np.float32 else 1e-9,
+                                   atol=1e-2 if dtype == np.float32 else 1e-9)
+        other = rng.standard_normal((rows, k)).astype(dtype)    # a new input, same calls
+        two.rebind("A", other)
+        np.testing.assert_array_equal(two(), one.__class__(split, other,
+                                                           np.empty((rows, n), dtype), None)())
+
+
 def test_rebind_and_bad_operands():
     w = np.ones((4, 32), np.float32)
     layer = dense_layer(w)

@@ -4,7 +4,11 @@ A :class:`DenseLayer` packs its constant weight once; :meth:`DenseLayer.bind` fi
 and an output buffer and returns a call that costs one ctypes call (or one per thread range).
 Rows are split over the kernel threads only when each range has enough multiply-adds to pay
 for the hand-over (``KernelThreads.dense_parts``): ranges run on the native pool in compiled
-sequences and on a first call from Python, which costs 1-2 µs a range, not 30-50.
+sequences and on a first call from Python, which costs 1-2 µs a range, not 30-50. A product
+with too few rows to split (a batch-1 layer) splits its whole panels of columns instead
+(``_column_ranges``): SAINT at batch 1 on all cores, onnxruntime's time over tensoralg's,
+went from 0.63 to 0.87 (ad hoc, 2026-12-06), its 624 x 2496 layers streaming their weights
+on both cores.
 """
 from __future__ import annotations
 
@@ -172,6 +176,9 @@ class BoundLayer(RangeCall):
                       for lo, hi in zip(bounds, bounds[1:]) if hi > lo] or \
             [[a.ctypes.data, layer.k, layer.packed.ctypes.data, layer.k, layer.n,
               out.ctypes.data, layer.n, layer.bias.ctypes.data, layer.flags, 0, 0, *planes]]
+        self._biases: list[np.ndarray] = []     # the column ranges' biases, while the calls live
+        if len(self.calls) == 1 and threads is not None:
+            self.calls, self._biases = _column_ranges(layer, self.calls[0], max(m, 1), threads)
         self.threads = threads if len(self.calls) > 1 else None
 
     @classmethod
@@ -192,6 +199,33 @@ class BoundLayer(RangeCall):
 
     def refuse(self, array: Any) -> None:
         self.layer._check(array, "input", self.input.shape)
+
+
+def _column_ranges(layer: DenseLayer, call: list, rows: int, threads: Any
+                   ) -> tuple[list[list], list[np.ndarray]]:
+    """``call`` (a product too short in rows to split them) split over whole panels of
+    columns instead, one range per thread where the product is large enough: each range reads
+    its own panels of the packed weight and writes its own columns of C, with its own copy of
+    the bias and the activation's parameters (which the kernel reads just past its N values).
+    A batch-1 layer streams its whole weight from memory (SAINT's 624 x 2496 in float32: 6 MB a
+    call), which one core does at half the machine's bandwidth. Returns the calls and the
+    biases they point into (the caller keeps them alive)."""
+    nr = layer.shape.nr
+    panels = -(-layer.n // nr)
+    parts = threads.dense_parts(rows * layer.k * layer.n, panels)
+    if parts <= 1:
+        return [call], []
+    item = layer.dtype.itemsize
+    calls, keep = [], []
+    for part in range(parts):
+        first, last = panels * part // parts * nr, min(panels * (part + 1) // parts * nr, layer.n)
+        if last <= first:
+            continue
+        bias = np.concatenate([layer.bias[first:last], layer.bias[layer.n:]])
+        keep.append(bias)
+        calls.append([call[0], call[1], call[2] + first * layer.k * item, call[3], last - first,
+                      call[5] + first * item, call[6], bias.ctypes.data, *call[8:]])
+    return calls, keep
 
 
 def _tile_ranges(layer: DenseLayer, begin: int, end: int, threads: Any) -> list[int]:
