@@ -32,6 +32,7 @@ import scipy.sparse as sp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import record  # noqa: E402
+from selection_data import canonical as _canonical  # noqa: E402
 
 # run.py (its cases and timing) is imported by main() only: importing it points tensoralg's
 # kernel cache at a fresh directory of its own, which a test importing this module must not do.
@@ -40,17 +41,6 @@ KERNELS = ("spmv", "spmm", "sddmm", "spgemm", "add")
 REPORT = Path(__file__).resolve().parent / "ZOO_RESULTS.md"
 NO_SPGEMM = {"arrow-2e4", "tall-1e6x64", "wide-64x1e6"}     # dense-sized products
 BASELINES = ("scipy", "mkl", "torch")
-
-
-def _canonical(matrix: sp.spmatrix) -> sp.csr_matrix:
-    """Float64 CSR, duplicates summed, sorted, int32 indices (as ``run.canonical``)."""
-    matrix = sp.csr_matrix(matrix, dtype=np.float64)
-    matrix.sum_duplicates()
-    matrix.sort_indices()
-    if max(matrix.shape) < 2**31 - 1:
-        matrix.indices = matrix.indices.astype(np.int32)
-        matrix.indptr = matrix.indptr.astype(np.int32)
-    return matrix
 
 
 def _median(sample: dict | None) -> float | None:
@@ -194,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     columns = [b for b in BASELINES if b in run.available_baselines()[0]]
     rows, started = [], time.perf_counter()
     for name in names:
-        matrix = makers[name]()
+        matrix = run.canonical(makers[name]())      # a csr_matrix, as run.py's matrices
         context = run.Operands(matrix)
         for kernel in kernels:
             if kernel == "spgemm" and name in NO_SPGEMM:
