@@ -297,8 +297,10 @@ class Lowerer:
         if is_zero(expr):
             return []
         if depth == writer.region_depth and not context.region_open:
-            return writer.region(context.with_(region_open=True),
-                                 lambda c: self.index_loop(nest, writer, depth, expr, c))
+            region = writer.region(context.with_(region_open=True),
+                                   lambda c: self.index_loop(nest, writer, depth, expr, c))
+            nonempty = self.row_may_hold(nest, writer, depth, expr, context)
+            return region if nonempty is None else [b.if_(nonempty, region)]
         if depth == len(nest.loop_order):
             result = self.compute(expr, context)
             if context.accumulator is not None:
@@ -659,6 +661,32 @@ class Lowerer:
         return chain
 
     # -- iterators ------------------------------------------------------------------------
+
+    def row_may_hold(self, nest: LoopNest, writer: Writer, depth: int, expr: Expr,
+                     context: Context) -> IRExpr | None:
+        """For a workspace row (a sparse product's, SpGEMM's row ``i``): the condition that
+        some sparse iterator of the loop at ``depth`` has entries, when every case of that
+        loop needs one (no dense case); None otherwise. A row that fails it has no entries,
+        so its whole region (the workspace's resets, the loops, the flush) is skipped: the
+        row loop of a 10^6-row SpGEMM over empty rows ran 1.85 -> 1.18 ms (a hand-edited C
+        kernel, 2026-12-06), where the region's many live values kept the row index spilled."""
+        if not isinstance(writer, SparseWriter) or nest.mode is not OutputMode.WORKSPACE or \
+                depth >= len(nest.loop_order) or is_zero(expr):
+            return None
+        index = nest.loop_order[depth]
+        iterators = [self.make_iterator(a, context) for a in dict.fromkeys(accesses(expr))
+                     if self.is_iterator(a, index, context)]
+        if not iterators:
+            return None
+        lattice = build_lattice(index, expr, [it.access for it in iterators])
+        if lattice.dense or not lattice.points or \
+                not all(point.iterators for point in lattice.points):
+            return None
+        tests = [b.lt(it.begin, it.end) for it in iterators]
+        condition = tests[0]
+        for test in tests[1:]:
+            condition = b.lor(condition, test)
+        return condition
 
     def is_iterator(self, access: Access, index: str, context: Context) -> bool:
         info = self.program.tensor(access.tensor)

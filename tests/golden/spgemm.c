@@ -49,71 +49,73 @@ int32_t ta_KERNEL(
   // C(i,j) += ... over i, k, j
   double inv0 = (double)(range_end - range_begin);
   for (int64_t i = range_begin; i < range_end; ++i) {
-    count = 0;
-    lowest = n_j;
-    highest = -1;
-    for (int64_t pA1 = (int64_t)A1_pos[i]; pA1 < (int64_t)A1_pos[i + 1]; ++pA1) {
-      int64_t k = (int64_t)A1_crd[pA1];
-      for (int64_t pB1 = (int64_t)B1_pos[k]; pB1 < (int64_t)B1_pos[k + 1]; ++pB1) {
-        int64_t j = (int64_t)B1_crd[pB1];
-        int64_t word = (j >> 6);
-        int64_t bit = ((int64_t)((uint64_t)1 << (j & 63)));
-        if ((bits[word] & bit) == 0) {
-          bits[word] = (bits[word] | bit);
-          coords[count] = j;
-          count = count + 1;
-          lowest = (lowest < j ? lowest : j);
-          highest = (highest > j ? highest : j);
+    if ((int64_t)A1_pos[i] < (int64_t)A1_pos[i + 1]) {
+      count = 0;
+      lowest = n_j;
+      highest = -1;
+      for (int64_t pA1 = (int64_t)A1_pos[i]; pA1 < (int64_t)A1_pos[i + 1]; ++pA1) {
+        int64_t k = (int64_t)A1_crd[pA1];
+        for (int64_t pB1 = (int64_t)B1_pos[k]; pB1 < (int64_t)B1_pos[k + 1]; ++pB1) {
+          int64_t j = (int64_t)B1_crd[pB1];
+          int64_t word = (j >> 6);
+          int64_t bit = ((int64_t)((uint64_t)1 << (j & 63)));
+          if ((bits[word] & bit) == 0) {
+            bits[word] = (bits[word] | bit);
+            coords[count] = j;
+            count = count + 1;
+            lowest = (lowest < j ? lowest : j);
+            highest = (highest > j ? highest : j);
+          }
+          workspace[j] += A_vals[pA1] * B_vals[pB1];
         }
-        workspace[j] += A_vals[pA1] * B_vals[pB1];
       }
-    }
-    int64_t room = C1_size + count;
-    if (room > C1_crd_cap) {
-      int64_t C1_crd_capacity = 2 * C1_crd_cap;
-      if (C1_crd_capacity < room) C1_crd_capacity = room;
-      int32_t* C1_crd_grown = (int32_t*)realloc(C1_crd, sizeof(int32_t) * (size_t)C1_crd_capacity);
-      if (C1_crd_grown == NULL) return 1;
-      C1_crd = C1_crd_grown;
-      C1_crd_cap = C1_crd_capacity;
-    }
-    if (room > C_vals_cap) {
-      int64_t C_vals_capacity = 2 * C_vals_cap;
-      if (C_vals_capacity < room) C_vals_capacity = room;
-      double* C_vals_grown = (double*)realloc(C_vals, sizeof(double) * (size_t)C_vals_capacity);
-      if (C_vals_grown == NULL) return 1;
-      C_vals = C_vals_grown;
-      C_vals_cap = C_vals_capacity;
-    }
-    if (count <= 64 && count * count < ((highest >> 6) - (lowest >> 6) + 1) * 4) {
-      for (int64_t is_t = 1; is_t < count; ++is_t) {
-        int64_t is_key = coords[is_t];
-        int64_t is_s = is_t;
-        while (0 < is_s && is_key < coords[is_s - 1]) {
-          coords[is_s] = coords[is_s - 1];
-          is_s = is_s - 1;
+      int64_t room = C1_size + count;
+      if (room > C1_crd_cap) {
+        int64_t C1_crd_capacity = 2 * C1_crd_cap;
+        if (C1_crd_capacity < room) C1_crd_capacity = room;
+        int32_t* C1_crd_grown = (int32_t*)realloc(C1_crd, sizeof(int32_t) * (size_t)C1_crd_capacity);
+        if (C1_crd_grown == NULL) return 1;
+        C1_crd = C1_crd_grown;
+        C1_crd_cap = C1_crd_capacity;
+      }
+      if (room > C_vals_cap) {
+        int64_t C_vals_capacity = 2 * C_vals_cap;
+        if (C_vals_capacity < room) C_vals_capacity = room;
+        double* C_vals_grown = (double*)realloc(C_vals, sizeof(double) * (size_t)C_vals_capacity);
+        if (C_vals_grown == NULL) return 1;
+        C_vals = C_vals_grown;
+        C_vals_cap = C_vals_capacity;
+      }
+      if (count <= 64 && count * count < ((highest >> 6) - (lowest >> 6) + 1) * 4) {
+        for (int64_t is_t = 1; is_t < count; ++is_t) {
+          int64_t is_key = coords[is_t];
+          int64_t is_s = is_t;
+          while (0 < is_s && is_key < coords[is_s - 1]) {
+            coords[is_s] = coords[is_s - 1];
+            is_s = is_s - 1;
+          }
+          coords[is_s] = is_key;
         }
-        coords[is_s] = is_key;
-      }
-      for (int64_t t = 0; t < count; ++t) {
-        int64_t c = coords[t];
-        bits[(c >> 6)] = 0;
-        C1_crd[C1_size] = (int32_t)c;
-        C_vals[C1_size] = workspace[c];
-        C1_size = C1_size + 1;
-        workspace[c] = 0.0;
-      }
-    } else {
-      for (int64_t w = (lowest >> 6); w < (highest >> 6) + 1; ++w) {
-        int64_t set_bits = bits[w];
-        bits[w] = 0;
-        while (set_bits != 0) {
-          int64_t c_1 = w * 64 + (set_bits ? __builtin_ctzll((unsigned long long)set_bits) : 64);
-          C1_crd[C1_size] = (int32_t)c_1;
-          C_vals[C1_size] = workspace[c_1];
+        for (int64_t t = 0; t < count; ++t) {
+          int64_t c = coords[t];
+          bits[(c >> 6)] = 0;
+          C1_crd[C1_size] = (int32_t)c;
+          C_vals[C1_size] = workspace[c];
           C1_size = C1_size + 1;
-          workspace[c_1] = 0.0;
-          set_bits = (set_bits & (set_bits - 1));
+          workspace[c] = 0.0;
+        }
+      } else {
+        for (int64_t w = (lowest >> 6); w < (highest >> 6) + 1; ++w) {
+          int64_t set_bits = bits[w];
+          bits[w] = 0;
+          while (set_bits != 0) {
+            int64_t c_1 = w * 64 + (set_bits ? __builtin_ctzll((unsigned long long)set_bits) : 64);
+            C1_crd[C1_size] = (int32_t)c_1;
+            C_vals[C1_size] = workspace[c_1];
+            C1_size = C1_size + 1;
+            workspace[c_1] = 0.0;
+            set_bits = (set_bits & (set_bits - 1));
+          }
         }
       }
     }
