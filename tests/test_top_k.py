@@ -165,3 +165,46 @@ def test_onnx_reduce_extremes_match_onnxruntime(op, axes, keepdims):
         other[0, 0, 0] = np.nan
         np.testing.assert_array_equal(compiled.run({"x": other})["y"],
                                       onnxruntime_outputs(model, {"x": other})[0])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int32"])
+@pytest.mark.parametrize("largest", [1, 0])
+@pytest.mark.parametrize("shape, axis", [((40, 221), -1), ((70, 120), 0), ((40, 100, 3), 1),
+                                         ((2, 100), 1)])
+def test_onnx_top_k_of_long_rows_matches_a_stable_sort(dtype, largest, shape, axis):
+    """k past MAX_K: the packed-key sort (on 8192 values or more; the last case, fewer, the
+    stable argsort), ties by position, NaNs last, -0.0 tied with 0.0."""
+    from conftest import onnxruntime_outputs
+    from onnx import TensorProto, numpy_helper
+    from onnx import helper as h
+
+    import tensoralg.onnx as tonnx
+
+    rng = np.random.default_rng(len(shape) + largest)
+    x = rng.integers(-6, 7, shape).astype(dtype)              # many ties
+    if dtype == "float32":
+        x[rng.random(shape) < 0.05] = np.nan
+        x[rng.random(shape) < 0.05] = -0.0
+    else:
+        x.flat[:2] = np.iinfo(np.int32).min, np.iinfo(np.int32).max
+    k = x.shape[axis] - 1
+    assert k > MAX_K
+    elem = TensorProto.FLOAT if dtype == "float32" else TensorProto.INT32
+    out = list(shape)
+    out[axis] = k
+    node = h.make_node("TopK", ["x", "k"], ["v", "i"], axis=axis, largest=largest)
+    graph = h.make_graph([node], "topk", [h.make_tensor_value_info("x", elem, list(shape))],
+                         [h.make_tensor_value_info("v", elem, out),
+                          h.make_tensor_value_info("i", TensorProto.INT64, out)],
+                         [numpy_helper.from_array(np.array([k], np.int64), "k")])
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    want_values, want_where = _sorted(np.where(x == 0, 0, x) if dtype == "float32" else x,
+                                      k, axis, bool(largest))
+    compiled = tonnx.load(model, opt_level=0)
+    got = compiled.run({"x": x})
+    packed = "packed" in str(compiled.profile({"x": x}))
+    assert packed == (x.size >= 8192)
+    np.testing.assert_array_equal(got["i"], want_where)
+    np.testing.assert_array_equal(got["v"], np.take_along_axis(x, want_where, axis=axis))
+    if dtype == "float32" and not np.isnan(x).any(axis=axis).any():
+        np.testing.assert_array_equal(got["i"], onnxruntime_outputs(model, {"x": x})[1])
