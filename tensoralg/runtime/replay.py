@@ -148,13 +148,12 @@ def replay_function(recipe: Sequence[tuple[int, int, int]], kinds: Sequence[str]
     if relayouts and copies_pay is not None:
         relaid = ["    if not copies_pay(operands):", "        return None"] + relaid
     if pattern is not None:
-        return _reading(copies_pay, _pattern_replay(
-            lines + relaid, recipe, kinds, shape, value_dtype, overwrites, kernel, sound,
-            threads, fail, split, pattern, guards))
+        return _pattern_replay(lines + relaid, recipe, kinds, shape, value_dtype, overwrites,
+                               kernel, sound, threads, fail, split, pattern, guards, copies_pay)
     lines += relaid
     if sparse is not None:
-        return _reading(copies_pay, _sparse_replay(lines, recipe, kinds, shape, kernel, sound,
-                                                   threads, fail, sparse, guards))
+        return _sparse_replay(lines, recipe, kinds, shape, kernel, sound, threads, fail, sparse,
+                              guards, copies_pay)
     threaded = threads is not None and split is not None
     if threads is not None:
         lines.append(f"    parallel = threads.threads > 1 and {_work(kinds, out_dims)} >= "
@@ -184,17 +183,9 @@ def replay_function(recipe: Sequence[tuple[int, int, int]], kinds: Sequence[str]
         lines.append(f"    return out.reshape(({shape}))")
     else:
         lines.append("    return out.reshape(())[()]")
-    return _reading(copies_pay, _written({"empty": np.empty, "zeros": np.zeros,
-                                          "dtype": value_dtype, "limit": memory_limit,
-                                          "split": split}, lines, kinds, kernel, sound,
-                                         threads, fail, guards))
-
-
-def _reading(copies_pay: Callable[[tuple], bool] | None, replay: Callable[[tuple], Any]
-             ) -> Callable[[tuple], Any]:
-    """``replay`` with ``copies_pay`` among the names its written lines read."""
-    replay.__globals__["copies_pay"] = copies_pay   # type: ignore[attr-defined]
-    return replay
+    return _written({"empty": np.empty, "zeros": np.zeros, "dtype": value_dtype,
+                     "limit": memory_limit, "split": split}, lines, kinds, kernel, sound,
+                    threads, fail, guards, copies_pay)
 
 
 class PatternOutput:
@@ -213,7 +204,8 @@ def _pattern_replay(lines: list[str], recipe: Sequence[tuple[int, int, int]],
                     kinds: Sequence[str], shape: str, value_dtype: np.dtype, overwrites: bool,
                     kernel: Callable[..., int], sound: Callable[[Any], bool], threads: Any,
                     fail: Callable[[], None], split: Callable[[tuple, list], int | None] | None,
-                    pattern: PatternOutput, guards: Sequence[tuple] | None
+                    pattern: PatternOutput, guards: Sequence[tuple] | None,
+                    copies_pay: Callable[[tuple], bool] | None = None
                     ) -> Callable[[tuple], Any]:
     """``replay_function``'s end for a kernel that writes values at ``pattern``'s operand's
     positions (``lines`` holds the checks written so far): each range of rows writes its own
@@ -245,7 +237,7 @@ def _pattern_replay(lines: list[str], recipe: Sequence[tuple[int, int, int]],
     lines.append(f"    return finish(out, {source}, ({shape}))")
     return _written({"empty": np.empty, "zeros": np.zeros, "dtype": value_dtype,
                      "finish": pattern.finish, "split": split}, lines, kinds, kernel, sound,
-                    threads, fail, guards)
+                    threads, fail, guards, copies_pay)
 
 
 def _argument(what: int, k: int, mode: int, handles: Sequence[str] = ()) -> str:
@@ -270,12 +262,14 @@ def _argument(what: int, k: int, mode: int, handles: Sequence[str] = ()) -> str:
 
 def _written(namespace: dict[str, Any], lines: list[str], kinds: Sequence[str],
              kernel: Callable[..., int], sound: Callable[[Any], bool], threads: Any,
-             fail: Callable[[], None], guards: Sequence[tuple] | None) -> Callable[[tuple], Any]:
+             fail: Callable[[], None], guards: Sequence[tuple] | None,
+             copies_pay: Callable[[tuple], bool] | None = None) -> Callable[[tuple], Any]:
     """``lines`` compiled into the ``replay`` function, with the names every written-out call
-    reads (the kernel, the vetting of compressed operands, the guards' classes and dtypes)
-    added to ``namespace``."""
+    reads (the kernel, the vetting of compressed operands, the guards' classes and dtypes,
+    the relayouts' ``copies_pay``) added to ``namespace``."""
     namespace.update({
         "address": data_address, "kernel": kernel, "threads": threads, "fail": fail,
+        "copies_pay": copies_pay,
         "ndarray": np.ndarray, "contiguous": np.ascontiguousarray,
         **{f"sound{k}": _Sound(sound if guards is None else _typed(sound, guards[k]))
            for k, kind in enumerate(kinds) if kind == COMPRESSED}})
@@ -315,7 +309,8 @@ class SparseOutput:
 def _sparse_replay(lines: list[str], recipe: Sequence[tuple[int, int, int]],
                    kinds: Sequence[str], shape: str, kernel: Callable[..., int],
                    sound: Callable[[Any], bool], threads: Any, fail: Callable[[], None],
-                   sparse: SparseOutput, guards: Sequence[tuple] | None) -> Callable[[tuple], Any]:
+                   sparse: SparseOutput, guards: Sequence[tuple] | None,
+                   copies_pay: Callable[[tuple], bool] | None = None) -> Callable[[tuple], Any]:
     """``replay_function``'s end for a kernel with a sparse output (``lines`` holds the checks
     written so far)."""
     stored = [f"o{k}.indices.shape[0]" for k, kind in enumerate(kinds) if kind == COMPRESSED]
@@ -346,7 +341,7 @@ def _sparse_replay(lines: list[str], recipe: Sequence[tuple[int, int, int]],
     lines.append(f"    return finish(buffers, ({shape}))")
     return _written({"addressof": ctypes.addressof, "new_buffers": sparse.buffers,
                      "finish": sparse.finish, "release": sparse.release}, lines, kinds, kernel,
-                    sound, threads, fail, guards)
+                    sound, threads, fail, guards, copies_pay)
 
 
 def _typed(sound: Callable[[Any], bool], guard: tuple) -> Callable[[Any], bool]:
