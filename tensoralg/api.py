@@ -177,7 +177,7 @@ from tensoralg.runtime.replay import (
     replay_function,
     replayable,
 )
-from tensoralg.runtime.select import RowSelector
+from tensoralg.runtime.select import VALUE_TYPES, RowSelector
 from tensoralg.runtime.sequence import CallSequence, NativeGroup, Slot
 from tensoralg.runtime.stitch import join_rows, run_ranges, varying_slots
 from tensoralg.runtime.threads import (
@@ -2106,11 +2106,11 @@ def copies_pay(compiled: CompiledProgram, operands: Mapping[str, Any]) -> bool:
     as they hold values (``iteration_bound``). Otherwise ``execute`` runs the variant that
     reads them in their own layout, with a stride (``KernelCache.kept``): an SDDMM on a
     10^6-column matrix with 2e4 entries copied its 16 x 10^6 factor in 18 ms per call for
-    2 ms of work (0.2-0.6x the copying variant's time on fewer entries than columns, 1.3-2.6x
-    on more: ad hoc, 2026-12-06). ``operands`` are the statement's operands by name (Tensors,
+    2 ms of work (the strided variant took 0.1-0.8x the copying one's time where the matrix
+    held fewer entries than columns, 1.3-2.7x where it held more: SDDMM at rank 16, two
+    threads, ad hoc, 2026-12-06). ``operands`` are the statement's operands by name (Tensors,
     or NumPy arrays and scipy matrices: anything with ``shape``, and ``nnz`` if sparse).
-    ``tests/test_kept_layouts.py`` shows both variants.
-
+    ``tests/test_dense_layout_sddmm.py`` runs both variants.
     """
     sources = dict(compiled.program.conversions)
     copied = [sources[alias] for alias in sources
@@ -3076,18 +3076,25 @@ def top_k(x: np.ndarray, k: int, axis: int = -1, largest: bool = True
 def row_extreme(x: np.ndarray, first: int, last: int, largest: bool = True
                 ) -> np.ndarray | None:
     """The largest (``largest=False``: smallest) value of ``x`` over its consecutive axes
-    ``first..last``, kept with size 1, by a generated one-pass kernel (``runtime/select.py``);
+    ``first..last``, kept with size 1, by a generated one-pass kernel (``extreme_call``);
     NaN wherever one is among the values. None for values other than float32/64 and
-    int32/64, for the caller to reduce otherwise.
+    int32/64, for the caller to reduce otherwise; a ShapeError for axes ``x`` lacks or no
+    values to reduce.
 
     >>> row_extreme(np.array([[2.0, 9.0, 4.0], [5.0, 1.0, 5.0]]), 1, 1).tolist()
     [[9.0], [5.0]]
     """
-    selector = kernel_cache().selections
     x = np.asarray(x)
-    if not selector.compiles(x.dtype, 1):
+    if x.dtype not in VALUE_TYPES:
         return None
-    return selector.extreme(x, int(first), int(last), bool(largest))
+    if not 0 <= first <= last < x.ndim:
+        raise ShapeError(f"row_extreme: axes {first}..{last} of an array of shape {x.shape}")
+    if not math.prod(x.shape[first:last + 1]):
+        raise ShapeError(f"row_extreme: no values along axes {first}..{last} of {x.shape}")
+    out = np.empty(x.shape[:first] + (1,) * (last + 1 - first) + x.shape[last + 1:], x.dtype)
+    if out.size:
+        extreme_call(np.ascontiguousarray(x), first, last, largest, out, "row_extreme")()
+    return out
 
 
 def softmax_kernel(length: int, dtype: Any, log: bool = False) -> Any:

@@ -221,16 +221,11 @@ class RowCounter:
             raise KernelRuntimeError(
                 f"internal: the sparse product has {offsets[-1]} entries, more than its "
                 f"{index_dtype} positions hold (the output's index dtype follows its shape)")
-        if index_dtype == counts.dtype:
-            pos = counts
-            for (lo, hi), offset in zip(ranges, offsets):
-                if offset:
-                    pos[lo + 1:hi + 1] += offset
-            return pos
-        pos = np.empty(rows + 1, dtype=index_dtype)
+        pos = counts if index_dtype == counts.dtype else np.empty(rows + 1, dtype=index_dtype)
         pos[0] = 0
         for (lo, hi), offset in zip(ranges, offsets):
-            np.add(counts[lo + 1:hi + 1], offset, out=pos[lo + 1:hi + 1], casting="unsafe")
+            if offset or pos is not counts:     # (in place, the first range is done)
+                np.add(counts[lo + 1:hi + 1], offset, out=pos[lo + 1:hi + 1], casting="unsafe")
         return pos
 
 

@@ -511,8 +511,6 @@ def im2row_call(x: np.ndarray, kernel: tuple[int, int], strides: tuple[int, int]
     return MovementCall(kernel_fn, args, {"x": 0}, [x, out], what)
 
 
-
-
 def cumsum_call(x: np.ndarray, axis: int, exclusive: bool, reverse: bool, out: np.ndarray,
                 what: str) -> MovementCall | None:
     """ONNX ``CumSum`` of the C-contiguous array ``x`` (int32/64 or float32/64) along

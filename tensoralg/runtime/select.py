@@ -30,9 +30,9 @@ from tensoralg.ir.nodes import BOOL, F32, F64, I32, I64, Expr, Function, Ptr, Sc
 from tensoralg.runtime.args import data_address
 
 MAX_K = 64
-_VALUES = {np.dtype(np.float32): F32, np.dtype(np.float64): F64,
-           np.dtype(np.int32): I32, np.dtype(np.int64): I64}
-VALUE_TYPES = _VALUES      # the value dtypes these kernels compile for, and their IR types
+# the value dtypes these kernels compile for, and their IR types
+VALUE_TYPES = {np.dtype(np.float32): F32, np.dtype(np.float64): F64,
+               np.dtype(np.int32): I32, np.dtype(np.int64): I64}
 
 
 def _better(a: Expr, b_: Expr, largest: bool, floating: bool) -> Expr:
@@ -104,8 +104,9 @@ def extreme_kernel(value: Scalar, largest: bool) -> Function:
     values ``x[(o * n + j) * inner + i]`` into ``out[o * inner + i]``; a NaN wins over every
     number (as NumPy's ``max`` and ``min`` answer), equal values keep the first.
 
-    One pass over each row, for ReduceMax and ReduceMin (a tree of elementwise ``max`` kernels
-    over halves of the row cost ``log2 n`` calls: 60 µs for a 1 x 221 row, 2026-12-06)."""
+    One pass over each row, for ReduceMax and ReduceMin (run by ``movement.extreme_call``; a
+    tree of elementwise ``max`` kernels over halves of the row cost ``log2 n`` calls: 60 µs
+    for a 1 x 221 row, 2026-12-06)."""
     x, out = Var("x", Ptr(value)), Var("out", Ptr(value))
     outer, n, inner = (Var(name, I64) for name in ("outer", "n", "inner"))
     o, i, j, source = (Var(name, I64) for name in ("o", "i", "j", "source"))
@@ -139,34 +140,7 @@ class RowSelector:
 
     def __init__(self, disk: DiskCache | None = None) -> None:
         self.kernels = HelperKernels(
-            lambda dtype, largest: top_k_kernel(_VALUES[dtype], largest), disk)
-        self.extremes = HelperKernels(
-            lambda dtype, largest: extreme_kernel(_VALUES[dtype], largest), disk)
-
-    def extreme(self, x: np.ndarray, first: int, last: int, largest: bool) -> np.ndarray:
-        """The largest (or smallest) value of ``x`` over its axes ``first..last`` (a run of
-        consecutive axes, each kept with size 1 in the result); NaN where one is among them.
-
-        >>> RowSelector().extreme(np.array([[3.0, 1.0], [np.nan, 2.0]]), 1, 1, True).tolist()
-        [[3.0], [nan]]
-        """
-        x = np.asarray(x)
-        if x.dtype not in _VALUES:
-            raise ShapeError(f"extreme: {x.dtype} values (compiled: "
-                             f"{', '.join(map(str, _VALUES))})")
-        if not 0 <= first <= last < x.ndim:
-            raise ShapeError(f"extreme: axes {first}..{last} of an array of shape {x.shape}")
-        x = np.ascontiguousarray(x)
-        n = math.prod(x.shape[first:last + 1])
-        if n == 0:
-            raise ShapeError(f"extreme: no values along axes {first}..{last} of {x.shape}")
-        shape = x.shape[:first] + (1,) * (last + 1 - first) + x.shape[last + 1:]
-        out = np.empty(shape, x.dtype)
-        if out.size:
-            self.extremes.get(x.dtype, bool(largest)).function(
-                data_address(x), data_address(out), math.prod(x.shape[:first]), n,
-                math.prod(x.shape[last + 1:]))
-        return out
+            lambda dtype, largest: top_k_kernel(VALUE_TYPES[dtype], largest), disk)
 
     def kernel(self, dtype: np.dtype, largest: bool) -> CompiledKernel:
         return self.kernels.get(np.dtype(dtype), bool(largest))
@@ -174,7 +148,7 @@ class RowSelector:
     @staticmethod
     def compiles(dtype: Any, count: int) -> bool:
         """Whether ``top_k`` runs compiled for these values and ``k`` (else NumPy should)."""
-        return np.dtype(dtype) in _VALUES and count <= MAX_K
+        return np.dtype(dtype) in VALUE_TYPES and count <= MAX_K
 
     def top_k(self, x: np.ndarray, count: int, axis: int, largest: bool
               ) -> tuple[np.ndarray, np.ndarray]:
@@ -189,7 +163,7 @@ class RowSelector:
             x = np.ascontiguousarray(x)
         if not self.compiles(x.dtype, count):
             raise ShapeError(f"top_k: {x.dtype} values and k = {count} run in NumPy "
-                             f"(compiled: {', '.join(map(str, _VALUES))}, k <= {MAX_K})")
+                             f"(compiled: {', '.join(map(str, VALUE_TYPES))}, k <= {MAX_K})")
         if x.ndim == 0 or not -x.ndim <= axis < x.ndim:
             raise ShapeError(f"top_k: axis {axis} is not an axis of an array of shape "
                              f"{x.shape}")
