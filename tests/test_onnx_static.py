@@ -81,6 +81,34 @@ def test_memory_plan_reuses_buffers():
     assert memory.peak <= memory.planned
 
 
+def test_profile_times_the_compiled_sequence_steps_run_in_a_plain_run():
+    # A step inside a compiled sequence is timed as its own native calls, not by its Python
+    # run (torchrec's bags took ~0.1 ms each that way, in a model whose plain run took 11 µs).
+    model, feeds = MODELS["dlrm"](np.random.default_rng(3))
+    compiled = tonnx.load(model, opt_level=3)
+    for _ in range(3):
+        expected = compiled.run(feeds)
+    plan = compiled.specialiser.plans[compiled.specialiser.signature(feeds)]
+    assert plan.step_calls
+    sequenced = [plan.steps[k] for k in plan.step_calls]
+
+    def python_run(env):
+        raise AssertionError("a sequenced step ran its Python path")
+    saved = [step.run for step in sequenced]
+    for step in sequenced:
+        step.run = python_run
+    try:
+        profile = compiled.profile(feeds, repeat=2)
+    finally:
+        for step, run in zip(sequenced, saved):
+            step.run = run
+    timed = {row.node for row in profile.rows if row.seconds > 0}
+    assert {step.step.node.name for step in sequenced} <= timed
+    got = compiled.run(feeds)
+    for name in expected:
+        np.testing.assert_array_equal(got[name], expected[name])
+
+
 def _reshape_to_input_shape_model() -> onnx.ModelProto:
     """y = Reshape(x, s) where s is a graph input: the output shape follows s's values."""
     nodes = [h.make_node("Reshape", ["x", "s"], ["r"]), h.make_node("Relu", ["r"], ["y"])]

@@ -97,6 +97,11 @@ class StaticPlan:
         self.slots: np.ndarray | None = None
         # (slot, feed, CSR array or None): the address each run writes into each slot
         self.slot_feeds: list[tuple[int, str, str | None]] = []
+        # The native calls of each step that runs inside a compiled sequence (by step index):
+        # a timed run (a profile) runs them as that step's own sequence, built at its first
+        # timed run, so that it times what a plain run does rather than the step's Python run.
+        self.step_calls: dict[int, list[Any]] = {}
+        self._timed: dict[int, Any] = {}
         self.outputs = outputs
         # Outputs :meth:`run` returns as fresh copies of plan buffers (no one else holds them).
         self.fresh_outputs = frozenset(g.name for g in outputs if g.fixed is not None)
@@ -116,22 +121,37 @@ class StaticPlan:
                     for name in self.feeds}
         for name, base, shape in self.aliases:
             env[name] = env[base].reshape(shape)
+        if self.slots is not None:
+            address = program.data_address
+            for index, name, array in self.slot_feeds:
+                value = env[name]
+                self.slots[index] = address(value if array is None else
+                                            getattr(value.csr, array))
         if timer is None:
-            if self.slots is not None:
-                address = program.data_address
-                for index, name, array in self.slot_feeds:
-                    value = env[name]
-                    self.slots[index] = address(value if array is None else
-                                                getattr(value.csr, array))
             for run in self.runners:
                 run(env)
         else:
-            for step in self.steps:
+            for k, step in enumerate(self.steps):
+                sequence = self._timed_sequence(k)
                 start = time.perf_counter()
-                step.run(env)
+                if sequence is None:
+                    step.run(env)
+                elif sequence.run():
+                    step.run(env)     # raises the error that names the node and the value
+                    raise ta.KernelRuntimeError(f"{step.step.node.name}: the kernel failed")
                 timer(step.step, time.perf_counter() - start)
         return {g.name: (g(env).copy() if g.fixed is not None else g(env))
                 for g in self.outputs}
+
+    def _timed_sequence(self, k: int) -> Any:
+        """Step ``k``'s own compiled sequence (None: it runs as a Python step)."""
+        if k not in self.step_calls or self.slots is None:
+            return None
+        if k not in self._timed:
+            sequence = program.CallSequence(self.step_calls[k], slots=0)
+            sequence.use_slots(self.slots)
+            self._timed[k] = sequence
+        return self._timed[k]
 
     def groups(self) -> list[str]:
         """The names of the groups of branches its sequences run at once (``concurrent
@@ -363,6 +383,7 @@ def _compile_sequences(plan: StaticPlan, parts: list[list[Part] | None],
             sequence = program.CallSequence(tried[0] if tried else calls, slots=0)
             plan.sequences.append(sequence)
             runners.append(_sequence_run(sequence, [plan.steps[j] for j in range(k, end)]))
+            plan.step_calls.update((j, forms[j]) for j in range(k, end))
             k = end
         else:
             runners.append(plan.steps[k].run)
