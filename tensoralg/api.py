@@ -92,7 +92,15 @@ from tensoralg.lower.gemm_form import (
 from tensoralg.lower.lowerer import lower
 from tensoralg.lower.pattern import assigns_every_position, pattern_levels, share_pattern
 from tensoralg.lower.program import OutputMode, Program, TensorRole
-from tensoralg.lower.scheduling import LoopPlan, RowWork, loop_plan, pass_options_of, row_work
+from tensoralg.lower.scheduling import (
+    ROW_LANES,
+    LoopPlan,
+    RowWork,
+    loop_plan,
+    pass_options_of,
+    row_choice,
+    row_work,
+)
 from tensoralg.lower.scheduling import applied_schedule as schedule_applied
 from tensoralg.notation import (
     Assignment,
@@ -177,6 +185,7 @@ from tensoralg.runtime.replay import (
     replay_function,
     replayable,
 )
+from tensoralg.runtime.rows import irregular_rows
 from tensoralg.runtime.select import VALUE_TYPES, RowSelector
 from tensoralg.runtime.sequence import CallSequence, NativeGroup, Slot
 from tensoralg.runtime.stitch import join_rows, run_ranges, varying_slots
@@ -260,6 +269,9 @@ class KernelKey:
     # their own layout instead (lower/concretize.kept_layouts), for calls where the copy
     # costs more than it saves (copies_pay).
     kept_layouts: bool = False
+    # The variant whose CSR row loop runs with its tail masked (scheduling.row_choice), for
+    # matrices whose rows take it (runtime/rows.py).
+    masked_rows: bool = False
 
     def __post_init__(self) -> None:
         if not self.free_layouts:
@@ -296,6 +308,11 @@ class CompiledProgram:
     # The index names ``program`` was written with, in canonical order (index_order): a
     # kernel of a statement that names them otherwise shares this program and renames them.
     names: tuple[str, ...] = ()
+    # (matrix, index): the loop over ``index`` runs the rows of the CSR ``matrix`` with the
+    # adaptive tail; calls whose matrix's rows take it run ``KernelCache.masked_rows``'s variant
+    rows: tuple[str, str] | None = None
+    # Variants built for it, by name (``KernelCache.masked_rows``'s): found without a key
+    variants: dict[str, "CompiledProgram"] = field(default_factory=dict, repr=False)
 
 
 def _concretized(stmt: Assignment, formats: dict[str, Format],
@@ -427,6 +444,31 @@ class KernelCache:
 
         return self._cached(key, build_it)
 
+    def masked_rows(self, compiled: CompiledProgram) -> CompiledProgram:
+        """The variant of ``compiled`` (with ``rows``) whose row loop runs with its tail
+        masked (``runtime/rows.py``); built on first use, for calls whose matrix's rows take
+        it."""
+        found = compiled.variants.get("masked rows")
+        if found is not None:
+            return found
+        assert compiled.rows is not None
+        index = compiled.rows[1]
+        plan = compiled.plan
+        plan = dataclasses.replace(
+            plan, vectorize={**plan.vectorize, index: plan.vectorize.get(index, ROW_LANES)},
+            masked=plan.masked | {index}, adaptive=plan.adaptive - {index})
+        key = dataclasses.replace(compiled.key, masked_rows=True)
+
+        def build_it() -> CompiledProgram:
+            stored = self._lowered(key)
+            if stored is not None:
+                return self._built(key, *stored, plan, compiled.schedule)
+            return self._lower_and_build(key, compiled.program, plan, compiled.schedule,
+                                         compiled.names)
+
+        found = compiled.variants["masked rows"] = self._cached(key, build_it)
+        return found
+
     def _lower_and_build(self, key: KernelKey, program: Program, plan: LoopPlan,
                          schedule: Schedule | None, names: tuple[str, ...]) -> CompiledProgram:
         """Lower ``program``, run the IR passes, remember the result on disk and build it."""
@@ -458,7 +500,8 @@ class KernelCache:
         return CompiledProgram(key, program, function, kernel, log, arguments, sizes,
                                _balancing_operand(program, arguments.range_index),
                                overwrites and not plan.partials, plan, schedule,
-                               _entry_work(program), _counted_by(key, program, plan), names)
+                               _entry_work(program), _counted_by(key, program, plan), names,
+                               row_choice(program, plan))
 
 
     def _lowered(self, key: KernelKey
@@ -1166,7 +1209,9 @@ class _Dispatch:
                 args.append(data_address(out))
             else:
                 args.append(0)
-        if self.compiled.kernel(*args) != 0:
+        compiled = self.compiled if self.compiled.rows is None else \
+            _row_kernel(self.compiled, operands[self.names.index(self.compiled.rows[0])].indptr)
+        if compiled.kernel(*args) != 0:
             release(buffers)
             raise KernelRuntimeError(f"the kernel for {self.compiled.key.statement} could not "
                                      f"allocate memory for its output")
@@ -1323,7 +1368,23 @@ def _replay_of(entry: _Dispatch, guards: tuple) -> Any:
                            else None, guards,
                            _sparse_output(entry) if entry.handles else None,
                            entry.relayouts, _pattern_output(entry) if entry.pattern >= 0 else None,
-                           _copies_guard(entry) if entry.relayouts else None)
+                           _copies_guard(entry) if entry.relayouts else None,
+                           _row_chooser(entry) if compiled.rows is not None else None)
+
+
+def _row_chooser(entry: _Dispatch) -> tuple[int, Callable[[Any], Any]]:
+    """``(operand, choose)`` for a replay of a kernel with ``rows``: ``choose(matrix)`` gives
+    the kernel callable (the kernel's, or its masked variant's) for that scipy matrix."""
+    compiled = entry.compiled
+    plain = compiled.kernel.call or compiled.kernel.function
+
+    def choose(matrix: Any) -> Any:
+        if not irregular_rows(matrix.indptr):
+            return plain
+        chosen = kernel_cache().masked_rows(compiled)
+        return chosen.kernel.call or chosen.kernel.function
+
+    return entry.names.index(compiled.rows[0]), choose
 
 
 def _copies_guard(entry: _Dispatch) -> Callable[[tuple], bool]:
@@ -1384,6 +1445,7 @@ def _replayed_split(entry: _Dispatch) -> Any:
     if compiled.plan.partials or plan.range_slots is None:
         return None
     names = entry.names
+    rows = -1 if compiled.rows is None else names.index(compiled.rows[0])
     end_slot = plan.range_slots[1]
     step = compiled.plan.range_step(plan.range_index)
 
@@ -1406,12 +1468,13 @@ def _replayed_split(entry: _Dispatch) -> Any:
         else:
             bounds = _split_bounds(operands, size, shape, native, threads)
             last[0] = (key, bounds)
+        chosen = compiled if rows < 0 else _row_kernel(compiled, operands[rows].indptr)
         if bounds is None:
-            return compiled.kernel(*args)
-        runner = _native_split(compiled, len(bounds) - 1)
+            return chosen.kernel(*args)
+        runner = _native_split(chosen, len(bounds) - 1)
         if runner is not None:
             return runner(args, bounds)
-        function = compiled.kernel.function
+        function = chosen.kernel.function
         return max(threads.run(lambda part: function(*part), args, plan.range_slots, bounds))
 
     def _split_bounds(operands: tuple, size: int, shape: tuple, native: bool,
@@ -1955,6 +2018,8 @@ def execute(compiled: CompiledProgram, bound: Mapping[str, Tensor], value_dtype:
     """Run a compiled kernel on bound operands; returns a dense array or a sparse Tensor."""
     if compiled.program.conversions and not copies_pay(compiled, bound):
         compiled = kernel_cache().kept(compiled)
+    if compiled.rows is not None:
+        compiled = _row_kernel(compiled, bound[compiled.rows[0]].levels[1].pos)
     program = compiled.program
     tensors = {name: (t if t.dtype == value_dtype else t.astype(value_dtype))
                for name, t in bound.items()}
@@ -2097,6 +2162,12 @@ def iteration_bound(compiled: CompiledProgram, tensors: Mapping[str, Tensor],
 # Below this many values a dense operand is copied in the loops' mode order whatever the call
 # reads of it: the copy costs a few µs, the other variant's first build far more.
 COPY_MIN_VALUES = 1 << 16
+
+
+def _row_kernel(compiled: CompiledProgram, pos: np.ndarray) -> CompiledProgram:
+    """``compiled`` (with ``rows``), or its variant with the row loop's tail masked where the
+    rows of the matrix whose ``pos`` this is take it (``runtime/rows.py``)."""
+    return kernel_cache().masked_rows(compiled) if irregular_rows(pos) else compiled
 
 
 def copies_pay(compiled: CompiledProgram, operands: Mapping[str, Any]) -> bool:
@@ -2516,7 +2587,7 @@ class Kernel:
 
         >>> k = compile("y(i) = A(i,j) * x(j)", formats={"A": "ds"})
         >>> print(k.schedule)
-        reorder(i, j); parallelize(i)
+        reorder(i, j); vectorize(j, 8, tail=adaptive); parallelize(i)
         """
         assert self._default is not None
         applied = applied_schedule(self._default)
@@ -2758,6 +2829,9 @@ class Kernel:
                     f"stored that way to have it used in place", stacklevel=2)
         shape = self._output_shape(bound)
         compiled = self._program_for(bound, shape)
+        if compiled.rows is not None:     # the bound matrix's rows pick the kernel once
+            with optimised_only():
+                compiled = _row_kernel(compiled, bound[compiled.rows[0]].levels[1].pos)
         tensors = dict(bound)
         for alias, source in compiled.program.conversions:
             if bound[source].format.is_dense:

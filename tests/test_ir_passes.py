@@ -517,3 +517,26 @@ def test_optimize_wraps_a_crashing_step(monkeypatch):
 def test_optimize_checks_its_input():
     with pytest.raises(ir.IRVerifyError, match="input of optimize"):
         ir.optimize(ir.function("k", [], ir.assign(var("t", I64), 1)), check=True)
+
+
+def test_hoisting_keeps_a_loops_hints():
+    # A hint lost here reached LLVM as no hint at all: a schedule's vectorize(j, 8, tail=mask)
+    # on a loop with something to hoist ran as LLVM's default.
+    from dataclasses import replace
+
+    from tensoralg.ir import build as b
+    from tensoralg.ir.passes.hoist import hoist_invariants
+    from tensoralg.ir.rewrite import walk
+
+    i, m, k = var("i", I64), var("m", I64), var("k", I64)
+    y = var("y", Ptr(I64))
+    loop = replace(b.for_(i, 0, m, b.store(y, i, b.add(i, b.mul(m, k)))), unroll=2, vectorize=8,
+                   masked=True)
+    outer_i = var("o", I64)
+    nested = b.for_(outer_i, 0, b.add(m, k), loop)
+    f = b.function("f", [param(m, "m"), param(k, "k"), param(y, "y")], nested)
+    loops = [s for s in walk(hoist_invariants(f).body) if isinstance(s, ir.For)]
+    inner = next(s for s in loops if s.var.name == "i")
+    assert (inner.unroll, inner.vectorize, inner.masked) == (2, 8, True)
+    assert any(isinstance(s, ir.Declare) and s.var.name.startswith("inv")
+               for s in walk(hoist_invariants(f).body))

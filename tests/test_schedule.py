@@ -407,7 +407,8 @@ def test_the_cli_takes_a_schedule_and_prints_it(capsys):
     assert main(["compile", SPMV, "-f", "A:csr", "--schedule", "split(i, 8)",
                  "--emit", "schedule"]) == 0
     assert capsys.readouterr().out.strip() == \
-        "reorder(i, j); split(i, 8, i0, i1, guard); parallelize(i)"
+        "reorder(i, j); split(i, 8, i0, i1, guard); vectorize(j, 8, tail=adaptive); " \
+        "parallelize(i)"
     assert main(["compile", SPMV, "-f", "A:csr", "--schedule", "reorder(j, i)"]) == 2
     assert "operand A is stored as csr" in capsys.readouterr().err
     assert main(["compile", SPMV, "--schedule", "split(i"]) == 2

@@ -50,7 +50,12 @@ from tensoralg.lower.assemble import DenseWriter, PatternWriter, SparseWriter, W
 from tensoralg.lower.lattice import Lattice, LatticePoint, build_lattice, is_zero
 from tensoralg.lower.levels import LevelArrays, compressed, dense, singleton
 from tensoralg.lower.program import LoopNest, OutputMode, Program, TensorInfo, TensorRole
-from tensoralg.lower.scheduling import LoopPlan, fibre_vector_hint, why_not_parallel
+from tensoralg.lower.scheduling import (
+    LoopPlan,
+    fibre_vector_hint,
+    row_choice,
+    why_not_parallel,
+)
 from tensoralg.notation.ast import Access, Expr, accesses
 
 SCALARS = {np.dtype(np.float32): F32, np.dtype(np.float64): F64,
@@ -245,6 +250,13 @@ class Lowerer:
             # A nest whose outer loop co-iterates a sparse operand cannot take the range: it
             # would run whole in every thread. Lower again without splitting.
             return Lowerer(self.program, self.name, self.plan, allow_split=False).lower()
+        if self.plan.adaptive and row_choice(self.program, self.plan) is None:
+            index = sorted(self.plan.adaptive)[0]
+            raise CompileError(f"vectorize({index}, {self.plan.vectorize[index]}, "
+                               f"tail=adaptive): no loop over {index} runs the rows of the one "
+                               f"sparse operand, a CSR matrix (its second level compressed "
+                               f"over {index} below a dense first level); use tail=mask or "
+                               f"tail=remainder")
         unused = [f"split({index})" for index in self.plan.splits if index not in self.done_splits]
         if unused:
             raise CompileError(f"{', '.join(unused)}: no counted loop runs that index in "
@@ -532,6 +544,12 @@ class Lowerer:
     def hinted(self, index: str, loop: For) -> For:
         """``loop`` with the unroll and vectorize hints a schedule gives ``index``, or the
         compiler's own for a fibre's loop (``scheduling.fibre_vector_hint``)."""
+        if index in self.plan.adaptive:
+            raise CompileError(f"vectorize({index}, {self.plan.vectorize[index]}, "
+                               f"tail=adaptive): the loop over {index} does not run over a "
+                               f"CSR row (the compressed second level of a matrix whose first "
+                               f"level is dense over the enclosing loop); use tail=mask or "
+                               f"tail=remainder")
         unroll, vectorize = self.plan.unroll.get(index, 0), self.plan.vectorize.get(index, 0)
         if not unroll and not vectorize:
             chosen = fibre_vector_hint(self.program, index, self.plan)
@@ -541,6 +559,11 @@ class Lowerer:
         self.done_hints.add(index)
         return replace(loop, unroll=unroll, vectorize=vectorize,
                        masked=bool(vectorize) and index in self.plan.masked)
+
+    def adaptive_row(self, index: str, it: SparseIterator) -> bool:
+        """Whether the loop over ``index`` through ``it`` runs a CSR row with the adaptive tail
+        (the schedule's ``tail=adaptive``, or the compiler's own ``row_vector_hint``)."""
+        return it.level == 1 and row_choice(self.program, self.plan) == (it.access.tensor, index)
 
     def split_loop(self, coordinate: Var, start: IRExpr, stop: IRExpr, body: list[Stmt],
                    factor: int, names: tuple[str, str]) -> list[Stmt]:
@@ -571,9 +594,15 @@ class Lowerer:
                 self.range = (begin, end)
                 start, stop = b.maximum(start, begin), b.minimum(stop, end)
                 self.split_loops += 1
-            return [self.hinted(index, b.for_(position, start, stop,
-                                              b.declare(coordinate, self.coordinate_of(it)),
-                                              body(point, coordinate, [it])))]
+            loop = b.for_(position, start, stop, b.declare(coordinate, self.coordinate_of(it)),
+                          body(point, coordinate, [it]))
+            if not outer and self.adaptive_row(index, it):
+                # This kernel runs the loop as the backend vectorizes it, with a scalar
+                # remainder; its variant with the tail masked is another kernel, which the
+                # runtime picks per call by the matrix's rows (KernelCache.masked_rows).
+                self.done_hints.add(index)
+                return [replace(loop, unroll=self.plan.unroll.get(index, 0))]
+            return [self.hinted(index, loop)]
         setup = self.iterator_positions([it])
         coordinate = Var(self.names(index), I64)
         it.coordinate = coordinate

@@ -75,6 +75,10 @@ class LoopPlan:
     # the CPU backends (the CUDA mappings read a kernel's range as rows).
     position_ranges: bool = True
     masked: frozenset[str] = frozenset()              # vectorized with a masked tail
+    # vectorized with a masked tail or a scalar remainder, as each call's rows decide
+    adaptive: frozenset[str] = frozenset()
+    # The backend takes vector hints (LLVM): the compiler adds its own (a CSR row's loop).
+    vector_hints: bool = True
 
     @property
     def parallel_index(self) -> str | None:
@@ -112,11 +116,13 @@ def loop_plan(schedule: Schedule | None, backend: str = "llvm") -> LoopPlan:
     ('i', 8)
     """
     if schedule is None:
-        return LoopPlan(zero_rows=backend != "cuda", position_ranges=backend != "cuda")
+        return LoopPlan(zero_rows=backend != "cuda", position_ranges=backend != "cuda",
+                        vector_hints=backend == "llvm")
     splits: dict[str, Split] = {}
     unroll: dict[str, int] = {}
     vectorize: dict[str, int] = {}
     masked: set[str] = set()
+    adaptive: set[str] = set()
     fuses: dict[str, Fuse] = {}
     position_split: PositionSplit | None = None
     precomputes: list[Precompute] = []
@@ -147,10 +153,12 @@ def loop_plan(schedule: Schedule | None, backend: str = "llvm") -> LoopPlan:
                 unroll[index] = factor
             case Vectorize(index, width, tail):
                 vectorize[index] = width
+                masked.discard(index)
+                adaptive.discard(index)
                 if tail is VectorTail.MASK:
                     masked.add(index)
-                else:
-                    masked.discard(index)
+                elif tail is VectorTail.ADAPTIVE:
+                    adaptive.add(index)
             case Precompute():
                 precomputes.append(_check_precompute(command, precomputes))
     unused = [f for name, f in fuses.items()
@@ -165,7 +173,8 @@ def loop_plan(schedule: Schedule | None, backend: str = "llvm") -> LoopPlan:
         _check_position_commands(position_split, splits, parallel)
     return LoopPlan(orders, splits, parallel, serial, unroll, vectorize, position_split,
                     tuple(precomputes), gpu, zero_rows=backend != "cuda",
-                    position_ranges=backend != "cuda", masked=frozenset(masked))
+                    position_ranges=backend != "cuda", masked=frozenset(masked),
+                    adaptive=frozenset(adaptive), vector_hints=backend == "llvm")
 
 
 WORKSPACE_FORMATS = ("dense",)     # the workspace formats lowering carries out
@@ -316,6 +325,72 @@ def fibre_vector_hint(program: Program, index: str, plan: LoopPlan) -> Vectorize
     return Vectorize(index, FIBRE_LANES, VectorTail.MASK)
 
 
+# A CSR row's loop with the adaptive tail is vectorized ROW_LANES wide in its masked kernel; which
+# kernel a call runs, and the measurements behind the rule, are in runtime/rows.py.
+ROW_LANES = 8
+
+
+def row_vector_hint(program: Program, index: str, plan: LoopPlan) -> Vectorize | None:
+    """The compiler's own hint for the loop over ``index``: ``vectorize(index, 8,
+    tail=adaptive)`` where it is the innermost loop of a nest that sums over the positions of
+    a CSR row (the second level, compressed, of a matrix whose first level is dense over the
+    enclosing loop) into a dense output that does not hold ``index``, with every other operand
+    of that nest dense, float values, a backend that takes vector hints, and no hint of the
+    schedule's own on the loop: SpMV and its like (``y = A x + b`` too).
+
+    >>> import numpy as np
+    >>> from tensoralg.formats import Format, LevelKind, dense
+    >>> from tensoralg.lower.concretize import concretize
+    >>> from tensoralg.notation.parse_statement import parse_statement
+    >>> csr = Format([LevelKind.DENSE, LevelKind.COMPRESSED])
+    >>> p = concretize(parse_statement("y(i) = A(i,j) * x(j)"), {"A": csr, "x": dense(1)},
+    ...                {"A": np.dtype(np.int32)}, np.dtype(np.float64), None)
+    >>> str(row_vector_hint(p, "j", LoopPlan())), row_vector_hint(p, "i", LoopPlan())
+    ('vectorize(j, 8, tail=adaptive)', None)
+    """
+    if not plan.vector_hints or not plan.position_ranges or index in plan.vectorize or \
+            index in plan.unroll or program.pattern is not None or \
+            program.value_dtype.kind != "f" or not program.output.format.is_dense:
+        return None
+    for nest in program.nests:
+        if len(nest.loop_order) < 2 or nest.loop_order[-1] != index or \
+                index in nest.output.indices:
+            continue
+        rows = [a for a in dict.fromkeys(accesses(nest.expr))
+                if not program.tensor(a.tensor).format.is_dense]
+        if len(rows) == 1 and row_level(program, rows[0], nest.loop_order[-2], index):
+            return Vectorize(index, ROW_LANES, VectorTail.ADAPTIVE)
+    return None
+
+
+def row_level(program: Program, access: Access, outer: str, index: str) -> bool:
+    """Whether ``access`` is a CSR-like matrix read row ``outer`` by row: its first level dense
+    over ``outer``, its second compressed over ``index``."""
+    fmt = program.tensor(access.tensor).format
+    if fmt.rank != 2 or fmt.levels[0] is not LevelKind.DENSE or \
+            fmt.levels[1] is not LevelKind.COMPRESSED:
+        return False
+    return (access.indices[fmt.order[0]], access.indices[fmt.order[1]]) == (outer, index)
+
+
+def row_choice(program: Program, plan: LoopPlan) -> tuple[str, str] | None:
+    """``(matrix, index)`` where a kernel's loop over ``index`` runs the rows of the CSR
+    ``matrix`` with the adaptive tail (the schedule's ``tail=adaptive`` or the compiler's
+    ``row_vector_hint``): the runtime then runs this kernel (the loop vectorized as the
+    backend chooses, with a scalar remainder) or its variant with the tail masked, as the
+    matrix's rows decide (``runtime/rows.py``). None when no loop does."""
+    for nest in program.nests:
+        sparse = [a for a in dict.fromkeys(accesses(nest.expr))
+                  if not program.tensor(a.tensor).format.is_dense]
+        if len(sparse) != 1 or program.tensor(sparse[0].tensor).role is not TensorRole.INPUT:
+            continue
+        for depth, index in enumerate(nest.loop_order[1:], start=1):
+            if (index in plan.adaptive or row_vector_hint(program, index, plan) is not None) \
+                    and row_level(program, sparse[0], nest.loop_order[depth - 1], index):
+                return sparse[0].tensor, index
+    return None
+
+
 def applied_schedule(program: Program, function: Function, plan: LoopPlan,
                      given: Schedule | None, range_index: str | None,
                      changed_steps: set[str]) -> Schedule:
@@ -340,6 +415,14 @@ def applied_schedule(program: Program, function: Function, plan: LoopPlan,
             chosen = fibre_vector_hint(program, index, plan)
             if chosen is not None:
                 schedule = schedule.then(chosen)
+    rows = row_choice(program, plan)
+    if rows is not None:     # its loop carries no hint: the masked variant is another kernel
+        if not hinted:
+            for command in given.find(Vectorize):
+                if command.tail is VectorTail.ADAPTIVE:
+                    schedule = schedule.then(command)
+        if rows[1] not in plan.adaptive:
+            schedule = schedule.then(Vectorize(rows[1], ROW_LANES, VectorTail.ADAPTIVE))
     if plan.gpu is not None:              # what the GPU's grid takes (CUDA backend)
         schedule = schedule.then(plan.gpu)
     elif plan.parallel is not None:
@@ -467,5 +550,5 @@ def pass_options_of(schedule: Schedule | None) -> PassOptions:
         line_bytes=transposes.line_bytes if transposes else DEFAULT_OPTIONS.line_bytes)
 
 
-__all__ = ["LoopPlan", "PositionSplit", "RowWork", "row_work", "applied_schedule", "loop_plan", "pass_options_of", "stitchable",
+__all__ = ["LoopPlan", "PositionSplit", "ROW_LANES", "RowWork", "row_choice", "row_level", "row_vector_hint", "row_work", "applied_schedule", "loop_plan", "pass_options_of", "stitchable",
            "why_not_parallel"]

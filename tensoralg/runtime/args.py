@@ -25,32 +25,39 @@ from tensoralg.formats.tensor import Tensor
 from tensoralg.ir.nodes import Param, Ptr, RangeBound
 
 
-class _Addresses:
-    """Data addresses of arrays seen before: ``array.ctypes.data`` costs ~1.5 µs a call.
+class ArrayMemo:
+    """``compute(array)``, remembered per array while it lives (``limit`` arrays at most).
 
     Keyed by ``id`` and confirmed by a weak reference, so a recycled id is never mistaken for
-    the array it once named; a NumPy array's data pointer does not change while it lives.
+    the array it once named; for what does not change while an array lives (its data pointer;
+    what its index arrays say, which the runtime takes as fixed once checked).
+
+    >>> lengths = ArrayMemo(len)
+    >>> a = np.zeros(3)
+    >>> lengths(a), lengths(a)
+    (3, 3)
     """
 
-    def __init__(self, limit: int = 4096) -> None:
-        self.limit = limit
-        self.known: dict[int, tuple[weakref.ref, int]] = {}
+    def __init__(self, compute: Any, limit: int = 4096) -> None:
+        self.compute, self.limit = compute, limit
+        self.known: dict[int, tuple[weakref.ref, Any]] = {}
 
-    def __call__(self, array: np.ndarray) -> int:
+    def __call__(self, array: np.ndarray) -> Any:
         entry = self.known.get(id(array))
         if entry is not None and entry[0]() is array:
             return entry[1]
-        address = array.ctypes.data
+        value = self.compute(array)
         if len(self.known) >= self.limit:
             self.known.clear()
         try:
-            self.known[id(array)] = (weakref.ref(array), address)
+            self.known[id(array)] = (weakref.ref(array), value)
         except TypeError:
             pass
-        return address
+        return value
 
 
-address_of = _Addresses()
+# Data addresses of arrays seen before: ``array.ctypes.data`` costs ~1.5 µs a call.
+address_of = ArrayMemo(lambda array: array.ctypes.data)
 
 _char_view, _address = ctypes.c_char.from_buffer, ctypes.addressof
 

@@ -78,7 +78,9 @@ def replay_function(recipe: Sequence[tuple[int, int, int]], kinds: Sequence[str]
                     guards: Sequence[tuple] | None = None,
                     sparse: Any = None, relayouts: Sequence[tuple[int, tuple[int, ...]]] = (),
                     pattern: "PatternOutput | None" = None,
-                    copies_pay: Callable[[tuple], bool] | None = None) -> Callable[[tuple], Any]:
+                    copies_pay: Callable[[tuple], bool] | None = None,
+                    rows: tuple[int, Callable[[Any], Callable[..., int]]] | None = None
+                    ) -> Callable[[tuple], Any]:
     """A function ``(operands) -> result or None`` that runs ``kernel`` with the arguments
     ``recipe`` reads from the operands, into a new dense output of ``value_dtype``.
 
@@ -98,6 +100,9 @@ def replay_function(recipe: Sequence[tuple[int, int, int]], kinds: Sequence[str]
     another mode order: copied so before the call, and read by ``(ARG_DENSE, operand, 1)``;
     a call for which ``copies_pay(operands)`` is false goes to the general path, which runs
     the kernel's variant that reads them as they are (``api.copies_pay``).
+    ``rows`` (``(operand, choose)``, a dense output's kernel only) makes the call run
+    ``choose(operand)`` instead of ``kernel``: the kernel, or its variant with a CSR row
+    loop's tail masked, as the matrix's rows decide (``runtime/rows.py``).
     ``pattern`` (a :class:`PatternOutput`) makes the output the values at a compressed
     operand's positions (``lower/pattern.py``): a buffer of its stored count, finished into
     the sparse result by ``pattern.finish``; a call with work for two threads goes to the
@@ -167,6 +172,8 @@ def replay_function(recipe: Sequence[tuple[int, int, int]], kinds: Sequence[str]
     lines.append("        return None")
     # A rank-1 output is made in its shape; others flat, then viewed in theirs.
     lines.append(f"    out = {'empty' if overwrites else 'zeros'}({size}, dtype)")
+    if rows is not None:
+        lines.append(f"    kernel = choose(o{rows[0]})")
     args = [_argument(what, k, mode) for what, k, mode in recipe]
     if threaded:
         lines.append(f"    status = split(operands, [{', '.join(args)}]) if parallel else "
@@ -184,8 +191,9 @@ def replay_function(recipe: Sequence[tuple[int, int, int]], kinds: Sequence[str]
     else:
         lines.append("    return out.reshape(())[()]")
     return _written({"empty": np.empty, "zeros": np.zeros, "dtype": value_dtype,
-                     "limit": memory_limit, "split": split}, lines, kinds, kernel, sound,
-                    threads, fail, guards, copies_pay)
+                     "limit": memory_limit, "split": split,
+                     "choose": rows[1] if rows is not None else None}, lines, kinds, kernel,
+                    sound, threads, fail, guards, copies_pay)
 
 
 class PatternOutput:

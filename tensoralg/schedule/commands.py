@@ -45,6 +45,8 @@ class VectorTail(enum.Enum):
 
     REMAINDER = "remainder"   # a scalar loop finishes them (the vectoriser's default)
     MASK = "mask"             # the last vector runs with its lanes past the end masked off
+    # mask or remainder, chosen once per call from the rows' lengths (a loop over a CSR row)
+    ADAPTIVE = "adaptive"
 
 
 class Unit(enum.Enum):
@@ -296,6 +298,12 @@ class Vectorize:
     benchmarks/row_loops.py``). LLVM backend only; the C backend leaves vectorizing to the C
     compiler.
 
+    ``tail=adaptive``, for a loop over the rows of a kernel's one sparse operand, a CSR
+    matrix, makes two kernels: the loop vectorized as the backend chooses with a scalar
+    remainder, and with the tail masked; a call runs the masked one when at least 60% of the
+    matrix's consecutive rows differ in length (how often the scalar loop's exit would
+    mispredict; ``runtime/rows.py``). The compiler gives SpMV-like kernels this hint itself.
+
     >>> str(Vectorize("j", 8)), str(Vectorize("j", 8, "mask"))
     ('vectorize(j, 8)', 'vectorize(j, 8, tail=mask)')
     """
@@ -310,8 +318,8 @@ class Vectorize:
         try:
             object.__setattr__(self, "tail", VectorTail(self.tail))
         except ValueError:
-            raise NotationError(f"vectorize({self.index}): tail is remainder or mask, not "
-                                f"{self.tail!r}") from None
+            raise NotationError(f"vectorize({self.index}): tail is remainder, mask or "
+                                f"adaptive, not {self.tail!r}") from None
 
     def __str__(self) -> str:
         tail = "" if self.tail is VectorTail.REMAINDER else f", tail={self.tail.value}"

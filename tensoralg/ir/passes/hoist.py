@@ -11,6 +11,7 @@ value is invariant by the same rules, and whose local the loop never assigns, mo
 """
 from __future__ import annotations
 
+import dataclasses
 from itertools import count
 from typing import Callable
 
@@ -80,7 +81,7 @@ def _hoist_loop(loop: n.For, fresh: Callable[[], str]) -> n.Block | None:
     if not moved and not hoisted:
         return None
     assert isinstance(body, n.Block)
-    new_loop = n.For(loop.var, loop.start, loop.stop, body)
+    new_loop = dataclasses.replace(loop, body=body)    # keeps the loop's hints
     return n.Block((*moved, *hoisted.values(), new_loop))
 
 
@@ -154,7 +155,7 @@ def _map_stmt_exprs(s: n.Node, f: Callable[[n.Expr], n.Expr]) -> n.Node | None:
         case n.Store(array, index, value, accumulate):
             return n.Store(array, f(index), f(value), accumulate)
         case n.For(v, start, stop, body):
-            return n.For(v, f(start), f(stop), body)
+            return dataclasses.replace(s, start=f(start), stop=f(stop))
         case n.While(cond, body):
             return n.While(f(cond), body)
         case n.If(cond, then, otherwise):

@@ -1,0 +1,61 @@
+"""Which of two kernels a CSR row loop with the adaptive tail runs (``vectorize(j, 8,
+tail=adaptive)``; lowering's ``scheduling.row_choice``, which the compiler gives SpMV-like
+kernels itself).
+
+A loop over a row's few stored entries ends in a scalar loop whose exit branch mispredicts
+whenever a row's length differs from the row before; vectorized with its tail masked, a row
+of up to 8 entries runs as one masked vector instead, which costs more than a scalar loop the
+branch predictor has learnt. So the kernel that keeps the scalar remainder runs a matrix whose
+consecutive rows mostly repeat their lengths, and its variant with the tail masked one where at
+least ``ADAPTIVE_CHANGES`` of them differ. Measured on one thread, SpMV, development VM
+(2026-12-06, ``python benchmarks/row_loops.py``; masked / remainder time): on graphs and
+power-law rows (share 0.61-0.98: ca-GrQc, wiki-Vote, ego-Facebook, R-MAT, rows of 5 below a
+dense row, a 1e6 x 64 matrix of ~3 a row) 0.39-0.84; on regular ones (share 0.00-0.36:
+luxembourg_osm, bcspwr10, cryg2500, bayer10, an arrow, a diagonal, a band) 1.0-2.4; between,
+within ~12% either way (adder_dcop_05, 0.77, and rajat01, 0.67, lose 4-11%).
+
+The share is computed once per ``pos`` array, by NumPy, over at most ``ROW_BLOCKS`` blocks of
+``ROW_BLOCK_PAIRS`` consecutive rows spread over the matrix (every row of a matrix of up to
+16385 rows; ~30 µs for larger ones), and remembered while that array lives, so a choice is a
+function of the matrix alone: every call, thread count and range run the same kernel on it.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from tensoralg.runtime.args import ArrayMemo
+
+ADAPTIVE_CHANGES = 0.6
+ROW_BLOCKS, ROW_BLOCK_PAIRS = 32, 512
+
+
+def changing_share(pos: np.ndarray) -> float:
+    """The share of (sampled) consecutive rows whose lengths differ, for a compressed level's
+    ``pos`` array (one entry more than rows); 0 for fewer than two rows.
+
+    >>> changing_share(np.array([0, 2, 4, 5, 6, 8]))      # lengths 2, 2, 1, 1, 2
+    0.5
+    """
+    rows = pos.shape[0] - 1
+    pairs = rows - 1
+    if pairs <= 0:
+        return 0.0
+    if pairs <= ROW_BLOCKS * ROW_BLOCK_PAIRS:
+        lengths = np.diff(pos)
+        return float(np.count_nonzero(lengths[1:] != lengths[:-1])) / pairs
+    starts = np.linspace(0, rows - ROW_BLOCK_PAIRS - 1, ROW_BLOCKS).astype(np.int64)
+    window = pos[starts[:, None] + np.arange(ROW_BLOCK_PAIRS + 2)]
+    lengths = np.diff(window, axis=1)
+    changed = np.count_nonzero(lengths[:, 1:] != lengths[:, :-1])
+    return float(changed) / (ROW_BLOCKS * ROW_BLOCK_PAIRS)
+
+
+def _takes_masked(pos: np.ndarray) -> bool:
+    return changing_share(pos) >= ADAPTIVE_CHANGES
+
+
+# Whether the rows of the compressed level with this ``pos`` array take the masked kernel (a
+# share of at least ADAPTIVE_CHANGES of consecutive rows differ in length), while it lives.
+irregular_rows = ArrayMemo(_takes_masked)
+
+__all__ = ["ADAPTIVE_CHANGES", "ROW_BLOCKS", "ROW_BLOCK_PAIRS", "changing_share", "irregular_rows"]
