@@ -12,7 +12,12 @@ least ``ADAPTIVE_CHANGES`` of them differ. Measured on one thread, SpMV, develop
 power-law rows (share 0.61-0.98: ca-GrQc, wiki-Vote, ego-Facebook, R-MAT, rows of 5 below a
 dense row, a 1e6 x 64 matrix of ~3 a row) 0.39-0.84; on regular ones (share 0.00-0.36:
 luxembourg_osm, bcspwr10, cryg2500, bayer10, an arrow, a diagonal, a band) 1.0-2.4; between,
-within ~12% either way (adder_dcop_05, 0.77, and rajat01, 0.67, lose 4-11%).
+within ~12% either way (adder_dcop_05, 0.77, and rajat01, 0.67, lose 4-11%). Against the plain
+kernel everywhere (an A/B in one process, SpMV, geometric means of tensoralg / scipy): the 16
+real matrices 0.861 -> 0.829 on one thread and 0.650 -> 0.652 on two (where a split call of a
+few tens of µs gains little from faster rows); the 13 structures of ``benchmarks/zoo.py``
+0.521 -> 0.456 on two threads; a 30 x 30 matrix pays ~0.5 µs a call for the choice and its
+masked kernel.
 
 The share is computed once per ``pos`` array, by NumPy, over at most ``ROW_BLOCKS`` blocks of
 ``ROW_BLOCK_PAIRS`` consecutive rows spread over the matrix (every row of a matrix of up to
