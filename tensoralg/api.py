@@ -185,7 +185,7 @@ from tensoralg.runtime.replay import (
     replay_function,
     replayable,
 )
-from tensoralg.runtime.rows import irregular_rows
+from tensoralg.runtime.rows import MASKED, UNROLL, row_kernel_kind
 from tensoralg.runtime.select import VALUE_TYPES, RowSelector
 from tensoralg.runtime.sequence import CallSequence, NativeGroup, Slot
 from tensoralg.runtime.stitch import join_rows, run_ranges, varying_slots
@@ -269,9 +269,9 @@ class KernelKey:
     # their own layout instead (lower/concretize.kept_layouts), for calls where the copy
     # costs more than it saves (copies_pay).
     kept_layouts: bool = False
-    # The variant whose CSR row loop runs with its tail masked (scheduling.row_choice), for
-    # matrices whose rows take it (runtime/rows.py).
-    masked_rows: bool = False
+    # The variant of a CSR row loop (scheduling.row_choice) with its tail masked ("masked") or
+    # unrolled ("unrolled"), for matrices whose rows take it (runtime/rows.py); "": neither.
+    row_loop: str = ""
 
     def __post_init__(self) -> None:
         if not self.free_layouts:
@@ -309,9 +309,9 @@ class CompiledProgram:
     # kernel of a statement that names them otherwise shares this program and renames them.
     names: tuple[str, ...] = ()
     # (matrix, index): the loop over ``index`` runs the rows of the CSR ``matrix`` with the
-    # adaptive tail; calls whose matrix's rows take it run ``KernelCache.masked_rows``'s variant
+    # adaptive tail; calls whose matrix's rows take one run ``KernelCache.row_variant``'s
     rows: tuple[str, str] | None = None
-    # Variants built for it, by name (``KernelCache.masked_rows``'s): found without a key
+    # Variants built for it, by kind (``KernelCache.row_variant``'s): found without a key
     variants: dict[str, "CompiledProgram"] = field(default_factory=dict, repr=False)
 
 
@@ -444,20 +444,25 @@ class KernelCache:
 
         return self._cached(key, build_it)
 
-    def masked_rows(self, compiled: CompiledProgram) -> CompiledProgram:
-        """The variant of ``compiled`` (with ``rows``) whose row loop runs with its tail
-        masked (``runtime/rows.py``); built on first use, for calls whose matrix's rows take
-        it."""
-        found = compiled.variants.get("masked rows")
+    def row_variant(self, compiled: CompiledProgram, kind: str) -> CompiledProgram:
+        """The variant of ``compiled`` (with ``rows``) whose row loop runs with its tail masked
+        (``kind`` "masked") or unrolled four times ("unrolled"; ``runtime/rows.py``); built on
+        first use, for calls whose matrix's rows take it."""
+        found = compiled.variants.get(kind)
         if found is not None:
             return found
         assert compiled.rows is not None
         index = compiled.rows[1]
-        plan = compiled.plan
-        plan = dataclasses.replace(
-            plan, vectorize={**plan.vectorize, index: plan.vectorize.get(index, ROW_LANES)},
-            masked=plan.masked | {index}, adaptive=plan.adaptive - {index})
-        key = dataclasses.replace(compiled.key, masked_rows=True)
+        plan = dataclasses.replace(compiled.plan, adaptive=compiled.plan.adaptive - {index})
+        if kind == MASKED:
+            plan = dataclasses.replace(
+                plan, vectorize={**plan.vectorize, index: plan.vectorize.get(index, ROW_LANES)},
+                masked=plan.masked | {index})
+        else:
+            plan = dataclasses.replace(
+                plan, unroll={**plan.unroll, index: plan.unroll.get(index) or UNROLL},
+                vectorize={k: v for k, v in plan.vectorize.items() if k != index})
+        key = dataclasses.replace(compiled.key, row_loop=kind)
 
         def build_it() -> CompiledProgram:
             stored = self._lowered(key)
@@ -466,7 +471,7 @@ class KernelCache:
             return self._lower_and_build(key, compiled.program, plan, compiled.schedule,
                                          compiled.names)
 
-        found = compiled.variants["masked rows"] = self._cached(key, build_it)
+        found = compiled.variants[kind] = self._cached(key, build_it)
         return found
 
     def _lower_and_build(self, key: KernelKey, program: Program, plan: LoopPlan,
@@ -1379,9 +1384,10 @@ def _row_chooser(entry: _Dispatch) -> tuple[int, Callable[[Any], Any]]:
     plain = compiled.kernel.call or compiled.kernel.function
 
     def choose(matrix: Any) -> Any:
-        if not irregular_rows(matrix.indptr):
+        kind = row_kernel_kind(matrix.indptr)
+        if not kind:
             return plain
-        chosen = kernel_cache().masked_rows(compiled)
+        chosen = kernel_cache().row_variant(compiled, kind)
         return chosen.kernel.call or chosen.kernel.function
 
     return entry.names.index(compiled.rows[0]), choose
@@ -2165,9 +2171,10 @@ COPY_MIN_VALUES = 1 << 16
 
 
 def _row_kernel(compiled: CompiledProgram, pos: np.ndarray) -> CompiledProgram:
-    """``compiled`` (with ``rows``), or its variant with the row loop's tail masked where the
-    rows of the matrix whose ``pos`` this is take it (``runtime/rows.py``)."""
-    return kernel_cache().masked_rows(compiled) if irregular_rows(pos) else compiled
+    """``compiled`` (with ``rows``), or its variant with the row loop's tail masked or the loop
+    unrolled where the rows of the matrix whose ``pos`` this is take one (``runtime/rows.py``)."""
+    kind = row_kernel_kind(pos)
+    return kernel_cache().row_variant(compiled, kind) if kind else compiled
 
 
 def copies_pay(compiled: CompiledProgram, operands: Mapping[str, Any]) -> bool:

@@ -1,6 +1,7 @@
 """The adaptive tail of a CSR row loop (``vectorize(j, 8, tail=adaptive)``, which the compiler
-gives SpMV-like kernels itself): two kernels, picked per matrix by how often consecutive rows
-differ in length (runtime/rows.py), equal to scipy on every path a call can take."""
+gives SpMV-like kernels itself): three kernels (plain, tail masked, unrolled), picked per matrix
+by how often consecutive rows differ in length and how long they are (runtime/rows.py), equal
+to scipy on every path a call can take."""
 from __future__ import annotations
 
 import numpy as np
@@ -9,12 +10,16 @@ import scipy.sparse as sp
 
 import tensoralg as ta
 from tensoralg.api import kernel_cache
+from tensoralg.ir.printer import format_function
 from tensoralg.runtime.rows import (
     ADAPTIVE_CHANGES,
+    MASKED,
+    PLAIN,
     ROW_BLOCK_PAIRS,
     ROW_BLOCKS,
+    UNROLLED,
     changing_share,
-    irregular_rows,
+    row_kernel_kind,
 )
 from tensoralg.schedule import Vectorize, VectorTail, parse_schedule
 
@@ -38,12 +43,12 @@ def _irregular(rows: int, dtype: str = "float64", seed: int = 0) -> sp.csr_matri
     return _rows(lengths, 400, dtype, seed)
 
 
-def _regular(rows: int, dtype: str = "float64") -> sp.csr_matrix:
-    return _rows(np.full(rows, 5), 400, dtype)
+def _regular(rows: int, dtype: str = "float64", length: int = 5) -> sp.csr_matrix:
+    return _rows(np.full(rows, length), 400, dtype)
 
 
-def _masked_built(compiled_key_statement: str) -> bool:
-    return any(key.masked_rows and key.statement == compiled_key_statement
+def _built(statement: str, kind: str) -> bool:
+    return any(key.row_loop == kind and key.statement == statement
                for key in kernel_cache().kernels)
 
 
@@ -102,9 +107,12 @@ def test_the_share_counts_changing_lengths_over_sampled_blocks():
 
 def test_the_choice_is_remembered_per_array():
     pos = _irregular(500).indptr
-    assert irregular_rows(pos) is True
-    assert irregular_rows(pos.copy()) is True
-    assert irregular_rows(_regular(500).indptr) is False
+    assert row_kernel_kind(pos) == MASKED
+    assert row_kernel_kind(pos.copy()) == MASKED
+    assert row_kernel_kind(_regular(500).indptr) == UNROLLED
+    assert row_kernel_kind(_regular(500, length=2).indptr) == PLAIN
+    assert row_kernel_kind(_regular(500, length=20).indptr) == PLAIN
+    assert row_kernel_kind(np.zeros(1, np.int32)) == PLAIN
     assert ADAPTIVE_CHANGES == 0.6
 
 
@@ -121,25 +129,33 @@ def test_both_kernels_give_scipys_sums_on_every_path(dtype, threads, monkeypatch
     empty = sp.csr_matrix((6, 400), dtype=dtype)
     # 6e4 rows: enough stored values for a split over two threads
     for A in (_irregular(60_000, dtype), _regular(60_000, dtype), _irregular(300, dtype),
-              _regular(300, dtype), single, empty):
+              _regular(300, dtype), _regular(300, dtype, 2), _regular(60_000, dtype, 20),
+              single, empty):
         x = np.random.default_rng(2).standard_normal(400).astype(dtype)
         expected = A.astype(np.float64) @ x.astype(np.float64)
         for _ in range(3):                   # the general path, then the replays
             for got in (k(A=A, x=x), ta.einsum("ij,j->i", A, x)):
                 assert got.dtype == np.dtype(dtype)
                 np.testing.assert_allclose(got, expected, rtol=tolerance, atol=tolerance)
-    assert _masked_built(k._default.key.statement)
+    statement = k._default.key.statement
+    assert _built(statement, MASKED) and _built(statement, UNROLLED)
 
 
-def test_a_regular_matrix_never_builds_the_masked_kernel():
+def test_each_variant_is_built_only_for_a_matrix_that_takes_it():
     k = ta.compile("z(r) = M(r,c) * v(c)", formats={"M": "csr"})
-    M, v = _regular(2000), np.ones(400)
-    for _ in range(3):
-        np.testing.assert_allclose(k(M=M, v=v), M @ v)
-    assert not _masked_built(k._default.key.statement)
-    M = _irregular(2000)
-    np.testing.assert_allclose(k(M=M, v=v), M @ v)
-    assert _masked_built(k._default.key.statement)
+    statement, v = k._default.key.statement, np.ones(400)
+    for M, kind in ((_regular(2000, length=2), None), (_regular(2000), UNROLLED),
+                    (_irregular(2000), MASKED)):
+        for _ in range(3):
+            np.testing.assert_allclose(k(M=M, v=v), M @ v)
+        assert kind is None or _built(statement, kind)
+        if kind is None:
+            assert not _built(statement, MASKED) and not _built(statement, UNROLLED)
+    variants = {key.row_loop: format_function(c.function)
+                for key, c in kernel_cache().kernels.items() if key.statement == statement}
+    assert "// hints: unroll 4" in variants[UNROLLED]
+    assert "vectorize 8, masked tail" in variants[MASKED]
+    assert "hints" not in variants[PLAIN]
 
 
 def test_spmv_plus_a_vector_takes_the_choice_too():
@@ -149,7 +165,7 @@ def test_spmv_plus_a_vector_takes_the_choice_too():
     for A in (_irregular(700), _regular(700)):
         for _ in range(2):
             np.testing.assert_allclose(k(A=A, x=x, b=b), A @ x + b)
-    assert _masked_built(k._default.key.statement)
+    assert _built(k._default.key.statement, MASKED)
 
 
 def test_a_stated_adaptive_tail_on_a_scaled_spmv_and_a_row_scaling():

@@ -598,8 +598,9 @@ class Lowerer:
                           body(point, coordinate, [it]))
             if not outer and self.adaptive_row(index, it):
                 # This kernel runs the loop as the backend vectorizes it, with a scalar
-                # remainder; its variant with the tail masked is another kernel, which the
-                # runtime picks per call by the matrix's rows (KernelCache.masked_rows).
+                # remainder; its variants with the tail masked or the loop unrolled are other
+                # kernels, which the runtime picks per call by the matrix's rows
+                # (KernelCache.row_variant, runtime/rows.py).
                 self.done_hints.add(index)
                 return [replace(loop, unroll=self.plan.unroll.get(index, 0))]
             return [self.hinted(index, loop)]

@@ -1,4 +1,4 @@
-"""Which of two kernels a CSR row loop with the adaptive tail runs (``vectorize(j, 8,
+"""Which of three kernels a CSR row loop with the adaptive tail runs (``vectorize(j, 8,
 tail=adaptive)``; lowering's ``scheduling.row_choice``, which the compiler gives SpMV-like
 kernels itself).
 
@@ -14,10 +14,11 @@ dense row, a 1e6 x 64 matrix of ~3 a row) 0.39-0.84; on regular ones (share 0.00
 luxembourg_osm, bcspwr10, cryg2500, bayer10, an arrow, a diagonal, a band) 1.0-2.4; between,
 within ~12% either way (adder_dcop_05, 0.77, and rajat01, 0.67, lose 4-11%). Against the plain
 kernel everywhere (an A/B in one process, SpMV, geometric means of tensoralg / scipy): the 16
-real matrices 0.861 -> 0.829 on one thread and 0.650 -> 0.652 on two (where a split call of a
-few tens of µs gains little from faster rows); the 13 structures of ``benchmarks/zoo.py``
-0.521 -> 0.456 on two threads; a 30 x 30 matrix pays ~0.5 µs a call for the choice and its
-masked kernel.
+real matrices 0.861 -> 0.829 on one thread with the masked kernel alone and 0.650 -> 0.652 on
+two (a split call of a few tens of µs gains little from faster rows); with the unrolled kernel
+too (below), the 16 real matrices and the 13 structures of ``benchmarks/zoo.py`` together
+0.595 -> 0.542 on two threads (cryg2500 1.40 -> 0.97, a 2-D Laplacian 0.74 -> 0.48, wiki-Vote
+0.60 -> 0.42); a 30 x 30 matrix pays ~0.5 µs a call for the choice and its masked kernel.
 
 The share is computed once per ``pos`` array, by NumPy, over at most ``ROW_BLOCKS`` blocks of
 ``ROW_BLOCK_PAIRS`` consecutive rows spread over the matrix (every row of a matrix of up to
@@ -32,6 +33,13 @@ from tensoralg.runtime.args import ArrayMemo
 
 ADAPTIVE_CHANGES = 0.6
 ROW_BLOCKS, ROW_BLOCK_PAIRS = 32, 512
+# Mean entries a row where rows that mostly repeat their lengths take the loop unrolled four
+# times: below 8 LLVM's vectorized loop never runs and its scalar remainder takes one entry an
+# iteration. One thread, SpMV, unrolled / plain time: 0.63-0.84 at 4-5 entries a row
+# (cryg2500, a 2-D Laplacian, bcspwr10), 0.95-1.03 at 7 (a band, bayer10), 1.04-1.05 at 1-3
+# (luxembourg_osm, an arrow, a diagonal), 0.98-1.07 from 9 up (development VM, 2026-12-06).
+UNROLLED_ROWS = (4.0, 8.0)
+UNROLL = 4
 
 
 def changing_share(pos: np.ndarray) -> float:
@@ -55,12 +63,27 @@ def changing_share(pos: np.ndarray) -> float:
     return float(changed) / (ROW_BLOCKS * ROW_BLOCK_PAIRS)
 
 
-def _takes_masked(pos: np.ndarray) -> bool:
-    return changing_share(pos) >= ADAPTIVE_CHANGES
+MASKED, UNROLLED, PLAIN = "masked", "unrolled", ""
 
 
-# Whether the rows of the compressed level with this ``pos`` array take the masked kernel (a
-# share of at least ADAPTIVE_CHANGES of consecutive rows differ in length), while it lives.
-irregular_rows = ArrayMemo(_takes_masked)
+def row_loop_kind(pos: np.ndarray) -> str:
+    """Which kernel the rows of the compressed level with this ``pos`` array take: ``MASKED``
+    where at least ``ADAPTIVE_CHANGES`` of consecutive rows differ in length; else
+    ``UNROLLED`` where rows hold ``UNROLLED_ROWS`` entries on average (a scalar loop LLVM
+    leaves one entry an iteration, unrolled four times); else ``PLAIN``.
 
-__all__ = ["ADAPTIVE_CHANGES", "ROW_BLOCKS", "ROW_BLOCK_PAIRS", "changing_share", "irregular_rows"]
+    >>> row_loop_kind(np.arange(0, 50, 5)), row_loop_kind(np.array([0, 1, 3, 4, 6, 7, 9]))
+    ('unrolled', 'masked')
+    """
+    if changing_share(pos) >= ADAPTIVE_CHANGES:
+        return MASKED
+    rows = pos.shape[0] - 1
+    mean = (int(pos[-1]) - int(pos[0])) / rows if rows > 0 else 0.0
+    return UNROLLED if UNROLLED_ROWS[0] <= mean < UNROLLED_ROWS[1] else PLAIN
+
+
+# The kind of this ``pos`` array's rows, while it lives.
+row_kernel_kind = ArrayMemo(row_loop_kind)
+
+__all__ = ["ADAPTIVE_CHANGES", "MASKED", "PLAIN", "ROW_BLOCKS", "ROW_BLOCK_PAIRS", "UNROLL",
+           "UNROLLED", "UNROLLED_ROWS", "changing_share", "row_kernel_kind", "row_loop_kind"]

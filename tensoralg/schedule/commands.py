@@ -299,10 +299,11 @@ class Vectorize:
     compiler.
 
     ``tail=adaptive``, for a loop over the rows of a kernel's one sparse operand, a CSR
-    matrix, makes two kernels: the loop vectorized as the backend chooses with a scalar
-    remainder, and with the tail masked; a call runs the masked one when at least 60% of the
-    matrix's consecutive rows differ in length (how often the scalar loop's exit would
-    mispredict; ``runtime/rows.py``). The compiler gives SpMV-like kernels this hint itself.
+    matrix, makes three kernels: the loop vectorized as the backend chooses with a scalar
+    remainder, with the tail masked, and unrolled; a call runs the masked one when at least
+    60% of the matrix's consecutive rows differ in length (how often the scalar loop's exit
+    would mispredict), the unrolled one where they repeat at 4-7 entries a row
+    (``runtime/rows.py``). The compiler gives SpMV-like kernels this hint itself.
 
     >>> str(Vectorize("j", 8)), str(Vectorize("j", 8, "mask"))
     ('vectorize(j, 8)', 'vectorize(j, 8, tail=mask)')
