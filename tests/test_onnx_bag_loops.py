@@ -51,7 +51,7 @@ class _Net:
         return self.add("Unsqueeze", [x], axes=[axis])
 
     def reduce(self, mode: str, x: str) -> str:
-        op = "ReduceSum" if mode == "sum" else "ReduceMean"
+        op = {"sum": "ReduceSum", "mean": "ReduceMean", "max": "ReduceMax"}[mode]
         if self.opset >= (13 if mode == "sum" else 18):
             axes = self.const(np.array([0], np.int64))
             extra = {"noop_with_empty_axes": 0} if mode == "sum" else {}
@@ -158,7 +158,24 @@ def dynamo_bag(mode: str = "sum", weighted: bool = False, sequence_first: bool =
     zeros = h.make_graph([], "thenGraph_41", [], [h.make_tensor_value_info("row_result", F32,
                                                                            [1, DIM])],
                          [numpy_helper.from_array(np.zeros((1, DIM), np.float32), "row_result")])
-    if mode == "sum":
+    if mode == "max":       # the last bag's rows sliced to the end, as the exporter writes it
+        to_end = h.make_graph([h.make_node("Slice", ["new_weight_0", "start", "indices_size"],
+                                           ["weight_rows_46"], name="n0_14")],
+                              "thenGraph_46", [], [h.make_value_info("weight_rows_46",
+                                                                     h.TypeProto())])
+        to_next = h.make_graph([h.make_node("Slice", ["new_weight_0", "start", "end"],
+                                            ["weight_rows_47"], name="n0_15")],
+                               "elseGraph_46", [], [h.make_value_info("weight_rows_47",
+                                                                      h.TypeProto())])
+        row = h.make_graph([
+            h.make_node("Sub", ["num_bag", "int64_1_13"], ["tmp_44"], name="n3_9_n0_8"),
+            h.make_node("Equal", [counter, "tmp_44"], ["cond_45"], name="n3_9_n1_8"),
+            h.make_node("If", ["cond_45"], ["weight_rows_48"], then_branch=to_end,
+                        else_branch=to_next, name="n3_9_n2_8"),
+            h.make_node("ReduceMax", ["weight_rows_48", axis0], ["row_result_52"],
+                        name="n3_9_n3_8")],
+            "elseGraph_41", [], [h.make_value_info("row_result_52", h.TypeProto())])
+    elif mode == "sum":
         row = h.make_graph([h.make_node("Slice", ["new_weight_0", "start", "end"],
                                         ["weight_rows"], name="n3_9_n0_9"),
                             h.make_node("ReduceSum", ["weight_rows", axis0], ["row_result_52"],
@@ -247,14 +264,17 @@ def _model(nodes, inputs, out_shape, opset, inits):
     return model
 
 
-def reference(ids, offsets, weights=None, mode="sum", table=None):
-    """PyTorch's EmbeddingBag in NumPy: bag b is ids[offsets[b]:offsets[b+1]]; empty -> 0."""
+def reference(ids, offsets, weights=None, mode="sum", table=None, empty=0.0):
+    """PyTorch's EmbeddingBag in NumPy: bag b is ids[offsets[b]:offsets[b+1]]; empty ->
+    ``empty`` (0; a max bag of the TorchScript form gives ReduceMax's -inf)."""
     table = _table() if table is None else table
     ends = list(offsets[1:]) + [len(ids)]
-    out = np.zeros((len(offsets), table.shape[1]), np.float64)
+    out = np.full((len(offsets), table.shape[1]), empty, np.float64)
     for b, (s, e) in enumerate(zip(offsets, ends)):
         w = np.ones(e - s) if weights is None else weights[s:e]
-        if e > s:
+        if e > s and mode == "max":
+            out[b] = table[ids[s:e]].max(0)
+        elif e > s:
             out[b] = (w[:, None] * table[ids[s:e]]).sum(0) / (e - s if mode == "mean" else 1)
     return out.astype(np.float32)
 
@@ -409,19 +429,36 @@ def _relu_in_body(nodes):
     return nodes
 
 
-def _max_body(nodes):
+def _min_body(nodes):
     reduce = nodes[-2]
-    nodes[-2] = helper.make_node("ReduceMax", [reduce.input[0]], list(reduce.output),
+    nodes[-2] = helper.make_node("ReduceMin", [reduce.input[0]], list(reduce.output),
                                  axes=[0], keepdims=0)
     return nodes
 
 
+def _max_not_last():
+    """A dynamo max bag whose If slices to the end for the bag before the last one."""
+    model = dynamo_bag("max")
+
+    def retarget(graph):
+        for node in graph.node:
+            if node.name == "n3_9_n0_8":
+                node.input[1] = "int64_2"
+            for attribute in node.attribute:
+                if attribute.type == onnx.AttributeProto.GRAPH:
+                    retarget(attribute.g)
+    retarget(model.graph)
+    return model
+
+
 @pytest.mark.parametrize("model, reason", [
     (_counter_loop, r"node running_sum .*it carries 1 value\(s\)"),
+    (_max_not_last, "its max bag's If does not single out the last bag"),
     (lambda: torchscript_bag("sum", body=_relu_in_body), "not computed by Gather but by Relu"),
-    (lambda: torchscript_bag("mean", opset=17, body=_max_body),
-     "not computed by ReduceSum or ReduceMean but by ReduceMax")],
-    ids=["running-sum", "relu-in-body", "max-mode"])
+    (lambda: torchscript_bag("mean", opset=17, body=_min_body),
+     "not computed by ReduceSum or ReduceMean or ReduceMax but by ReduceMin"),
+    (lambda: torchscript_bag("max", weighted=True), "its max bag scales its rows")],
+    ids=["running-sum", "max-not-last", "relu-in-body", "min-mode", "weighted-max"])
 def test_other_loops_are_refused_at_load(model, reason):
     model = model()
     for level in LEVELS:
@@ -429,6 +466,26 @@ def test_other_loops_are_refused_at_load(model, reason):
                            r"loop form is supported") as err:
             tonnx.load(model, opt_level=level)
         assert err.match(reason)
+
+
+@pytest.mark.parametrize("build, empty", [(torchscript_bag, -np.inf), (dynamo_bag, 0.0)],
+                         ids=["torchscript", "dynamo"])
+def test_max_bags_match_onnxruntime(build, empty):
+    """``mode="max"``: the elementwise max of a bag's rows; an empty bag is what each form's
+    graph gives (ReduceMax of nothing, -inf, in the TorchScript form; the dynamo form's zeros),
+    with repeated ids, negative rows, a bag at the end and new offsets at every run."""
+    model = build("max")
+    offsets = [0, 3, 3, 7, 10]
+    expected = reference(np.array(IDS), np.array(offsets), mode="max", empty=empty)
+    loaded = check_levels(model, _feeds(IDS, offsets), expected)
+    assert "max bags" in " ".join(loaded[0].executor.notes(
+        next(s for s in loaded[0].executor.steps if s.node.op_type == "EmbeddingBag")))
+    for offsets in ([0, 0, 11], [0, 1, 2, 5], [0, 11, 11]):
+        feeds = _feeds(IDS, offsets)
+        for compiled in loaded.values():
+            for _ in range(3):
+                got = compiled.run(feeds)["y"]
+            np.testing.assert_allclose(got, _ort(model, feeds), rtol=RTOL, atol=ATOL)
 
 
 def test_an_if_outside_a_loop_runs_the_branch_its_condition_picks():

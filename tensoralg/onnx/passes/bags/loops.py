@@ -52,8 +52,8 @@ from tensoralg.onnx.passes.bags.recognise import EMBEDDING_BAG_LOOP, LoopBag
 TORCHSCRIPT = "TorchScript Loop"
 SEQUENCE = "sequence-op Loop"
 _SUPPORTED = ("only the EmbeddingBag loop form is supported (the Gather/Slice/ReduceSum body of "
-              "the TorchScript exporter or the sequence-op loop of the dynamo exporter, sum or "
-              "mean)")
+              "the TorchScript exporter or the sequence-op loop of the dynamo exporter, sum, "
+              "mean or max)")
 # Ops of the dynamo mean's last-bag branch: sum / (len(input) - start), when positive.
 _LAST_MEAN_OPS = frozenset({"ReduceSum", "Shape", "Sub", "CastLike", "Greater", "If", "Cast",
                             "Div", "Identity", "Constant"})
@@ -213,6 +213,7 @@ class _Match:
     mode: str
     end_shift: int
     dropped: tuple[int, ...] = ()
+    empty: float = 0.0             # an empty bag's value (a max bag's: its ReduceMax of nothing)
 
 
 def _torchscript(loop: onnx.NodeProto, main: _Main) -> _Match:
@@ -230,10 +231,11 @@ def _torchscript(loop: onnx.NodeProto, main: _Main) -> _Match:
         cast = scope.take(cond_out, "Cast", "Identity")
         _need(cast.input[0] == cond_in or _is_true(scope, cast.input[0]),
               "its body's condition is not constant true")
-    reduce = scope.take(body.output[1].name, "ReduceSum", "ReduceMean")
+    reduce = scope.take(body.output[1].name, "ReduceSum", "ReduceMean", "ReduceMax")
     _reduction(scope, reduce, keepdims=0)
     source, weights, weight_bounds = reduce.input[0], None, None
     if scope.producers.get(source) is not None and scope.producers[source].op_type == "Mul":
+        _need(reduce.op_type != "ReduceMax", "its max bag scales its rows")
         mul = scope.take(source, "Mul")
         gathered = [n for n in mul.input if getattr(scope.producers.get(n), "op_type", "") ==
                     "Gather"]
@@ -262,15 +264,18 @@ def _torchscript(loop: onnx.NodeProto, main: _Main) -> _Match:
         bounds.append(pick.input[0])
     scope.check_all_used()
     main.outer(table, indices, *bounds, *([weights] if weights else []))
-    mode = "sum" if reduce.op_type == "ReduceSum" else "mean"
+    mode = {"ReduceSum": "sum", "ReduceMean": "mean", "ReduceMax": "max"}[reduce.op_type]
+    # ReduceMax of no rows is -inf in onnxruntime (the ONNX reduction's identity), where
+    # PyTorch's own max bag gives 0
+    empty = -np.inf if mode == "max" else 0.0
     weighted = (weights,) if weights else ()
     if _shifted(main.scope, bounds[1], bounds[0]):
         # ends = bounds[1:]: bag b ends where bag b + 1 starts, read as the dynamo form reads
         # it (the next entry of one array), which the static plan runs as one CSR matrix
         return _Match((table, indices, bounds[0], bounds[0], loop.input[0]) + weighted,
-                      loop.output[0], mode, 1)
+                      loop.output[0], mode, 1, empty=empty)
     return _Match((table, indices, bounds[0], bounds[1], loop.input[0]) + weighted,
-                  loop.output[0], mode, 0)
+                  loop.output[0], mode, 0, empty=empty)
 
 
 # A Slice end at least this large runs to the end of any array of bag offsets.
@@ -400,8 +405,17 @@ def _sequence(loop: onnx.NodeProto, main: _Main, protos: list[onnx.NodeProto]) -
     otherwise = _subgraph(branch, "else_branch")
     inner = _Scope.of(otherwise, scope)
     out = inner.producers.get(otherwise.output[0].name)
-    _need(out is not None and out.op_type in ("ReduceSum", "If"),
-          "a bag is not a ReduceSum or the mean's If (max bags are not a contraction)")
+    _need(out is not None and out.op_type in ("ReduceSum", "If", "ReduceMax"),
+          "a bag is not a ReduceSum, the mean's If or a ReduceMax")
+    if out.op_type == "ReduceMax":
+        rows = _max_rows(inner, out, start, end, bounds, counter, count)
+        inner.check_all_used()
+        scope.check_all_used()
+        main.outer(bounds, rows, count)
+        table, indices, weights = _gathered_rows(main, rows)
+        _need(weights is None, "its max bag scales its rows")
+        return _Match((table, indices, bounds, bounds, count), concat.output[0], "max", 1,
+                      (main.position(empty), main.position(concat)))
     rows_slice = next((n for n in inner.nodes if n.op_type == "Slice"), None)
     _need(rows_slice is not None and tuple(rows_slice.input[1:3]) == (start, end) and
           len(rows_slice.input) == 3, "a bag's rows are not sliced at its bounds")
@@ -433,6 +447,51 @@ def _sequence(loop: onnx.NodeProto, main: _Main, protos: list[onnx.NodeProto]) -
     table, indices, weights = _gathered_rows(main, rows)
     inputs = (table, indices, bounds, bounds, count) + ((weights,) if weights else ())
     return _Match(inputs, concat.output[0], mode, 1, (main.position(empty), main.position(concat)))
+
+
+def _max_rows(inner: _Scope, reduce: onnx.NodeProto, start: str, end: str, bounds: str,
+              counter: str, count: str) -> str:
+    """The gathered rows a dynamo max bag reduces: ``ReduceMax(If(k == count - 1,
+    rows[start:size], rows[start:end]))`` over axis 0, keepdims 1, where ``size`` is the last
+    entry of ``bounds`` (``Concat(offsets, size)``): the last bag ends there, so both branches
+    take the bag's members."""
+    inner.used.append(reduce)
+    _reduction(inner, reduce, keepdims=1)
+    picked = inner.take(reduce.input[0], "If", "Slice")
+    branches = [picked] if picked.op_type == "Slice" else \
+        [_only_node(_subgraph(picked, name)) for name in ("then_branch", "else_branch")]
+    if picked.op_type == "If":
+        test = inner.take(picked.input[0], "Equal")
+        _need(counter in test.input, "its max bag's If does not single out the last bag")
+        last = next((x for x in test.input if x != counter), counter)
+        value, total = inner.ints(last), inner.ints(count)
+        if value is None:           # count - 1, computed (a dynamic number of bags)
+            minus = inner.take(last, "Sub")
+            _need(minus.input[0] == count and inner.ints(minus.input[1]) == [1],
+                  "its max bag's If does not single out the last bag")
+        else:
+            _need(total is not None and value == [total[0] - 1],
+                  "its max bag's If does not single out the last bag")
+        level, concat = inner, None
+        while level is not None and concat is None:    # bounds come from the main graph
+            concat, level = level.producers.get(bounds), level.parent
+        to_end = concat.input[-1] if concat is not None and concat.op_type == "Concat" else None
+    rows = {b.input[0] for b in branches}
+    _need(len(rows) == 1 and all(len(b.input) == 3 for b in branches),
+          "its max bag's slices read different rows or have axes")
+    for branch in branches:
+        _need(branch.input[1] == start and (branch.input[2] == end or (
+            picked.op_type == "If" and branch.input[2] == to_end)),
+              "a max bag's rows are not sliced at its bounds")
+    return rows.pop()
+
+
+def _only_node(graph: onnx.GraphProto) -> onnx.NodeProto:
+    _need(len(graph.node) == 1 and len(graph.output) == 1 and
+          graph.node[0].output[0] == graph.output[0].name,
+          "a branch of its max bag is more than one Slice")
+    _need(graph.node[0].op_type == "Slice", "a branch of its max bag is not a Slice")
+    return graph.node[0]
 
 
 def _gathered_rows(main: _Main, rows: str) -> tuple[str, str, str | None]:
@@ -508,7 +567,7 @@ def recognise_bag_loops(graph: onnx.GraphProto, names: list[str]
         except _NoMatch as why:
             raise ta.UnsupportedError(f"node {names[k]} (Loop, inputs {list(loop.input)}): "
                                       f"{_SUPPORTED}; this one does not match ({why})") from None
-        bag = LoopBag(names[k], form, match.mode, match.end_shift)
+        bag = LoopBag(names[k], form, match.mode, match.end_shift, match.empty)
         replaced[k] = Node(names[k], "EmbeddingBag", match.inputs, (match.output,),
                            {"bag": bag}, 1, EMBEDDING_BAG_LOOP)
         replaced.update({d: None for d in match.dropped})

@@ -110,8 +110,9 @@ class LoopBag:
 
     loop: str                      # the Loop node's name
     form: str                      # which exporter's loop, for the plan
-    mode: str                      # "sum" or "mean"
+    mode: str                      # "sum", "mean" or "max"
     end_shift: int = 0
+    empty: float = 0.0             # a max bag of no members (-inf: the TorchScript form's)
 
     def __str__(self) -> str:
         return f"embedding bag ({self.mode}) from the {self.form} {self.loop}"
@@ -154,6 +155,8 @@ def run_loop_bag(context: NodeContext, table: np.ndarray, indices: np.ndarray | 
             raise ta.ShapeError(f"{context}: index {bad} of {context.inputs[1]} is outside the "
                                 f"table's rows [-{n}, {n})")
         columns = np.where(columns < 0, columns + n, columns)
+    if bag.mode == "max":
+        return _max_bags(context, table, columns, indptr, dtype, bag.empty)
     if weights is None:
         data = np.ones(len(positions), dtype=dtype)
     else:
@@ -174,6 +177,24 @@ def run_loop_bag(context: NodeContext, table: np.ndarray, indices: np.ndarray | 
     else:
         result = context.run(BAG_STATEMENT, dtype, {"S": ta.CSR}, S=matrix, T=flat)
     return result.reshape((rows,) + table.shape[1:]).astype(table.dtype, copy=False)
+
+
+def _max_bags(context: NodeContext, table: np.ndarray, rows_of: np.ndarray,
+              indptr: np.ndarray, dtype: np.dtype, empty: float) -> np.ndarray:
+    """``Y[b] = max over members of table[rows_of[p]]`` (elementwise; NaN wins, as in
+    onnxruntime's ReduceMax) and ``empty`` for a bag of no members: the members' rows
+    gathered, then one ``maximum.reduceat`` over the bags that have members."""
+    bags, n = len(indptr) - 1, table.shape[0]
+    flat = table.reshape(n, -1)
+    result = np.full((bags, flat.shape[1]), empty, dtype=dtype)
+    lengths = np.diff(indptr)
+    held = np.flatnonzero(lengths)
+    if held.size and flat.shape[1]:
+        gathered = flat[rows_of].astype(dtype, copy=False)
+        result[held] = np.maximum.reduceat(gathered, indptr[held], axis=0)
+    context.note(f"max bags by NumPy (gathered rows, maximum.reduceat): {bags} bags, "
+                 f"{int(indptr[-1])} members over {n} rows; an empty bag is {empty}")
+    return result.reshape((bags,) + table.shape[1:]).astype(table.dtype, copy=False)
 
 
 def _bag_ranges(context: NodeContext, first: np.ndarray, last: np.ndarray, count: np.ndarray,
