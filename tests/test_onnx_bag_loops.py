@@ -255,6 +255,108 @@ def dynamo_bag(mode: str = "sum", weighted: bool = False, sequence_first: bool =
     return _model(main, inputs, ["B", DIM], 18, inits)
 
 
+def dynamo_padded_bag(mode: str = "sum", weighted: bool = False, padding: int = 4,
+                      kept_first: bool = True):
+    """``nn.EmbeddingBag(padding_idx=padding)`` as the dynamo exporter writes it (the
+    TorchScript exporter refuses padding_idx): the sequence-op Loop, whose body runs an inner
+    Loop that keeps the member positions whose id (moved by the table's rows when negative) is
+    not the padding id, then reduces the gathered rows at those positions. The order of the
+    inner loop's carried values (kept positions, j) varies between exports."""
+    h = helper
+    reduce_op = {"sum": "ReduceSum", "mean": "ReduceMean", "max": "ReduceMax"}[mode]
+    inits = [numpy_helper.from_array(_table(), "e.weight")]
+    inits += [numpy_helper.from_array(np.array(v, np.int64), n) for n, v in [
+        ("int64_0", 0), ("int64_1", 1), ("neg_1", [-1]), ("axes_0", [0]), ("one_1d", [1]),
+        ("rows_of_table", ROWS), ("padding", padding), ("no_positions", np.zeros(0, np.int64))]]
+    main = []
+    if weighted:
+        main.append(h.make_node("Unsqueeze", ["weights", "one_1d"], ["tmp"], name="m0"))
+    else:
+        main += [h.make_node("Shape", ["input"], ["n_ids"], name="m0"),
+                 h.make_node("Concat", ["n_ids", "one_1d"], ["ones_shape"], axis=0, name="m0b"),
+                 h.make_node("ConstantOfShape", ["ones_shape"], ["tmp"],
+                             value=numpy_helper.from_array(np.ones(1, np.float32)), name="m0c")]
+    main += [h.make_node("Gather", ["e.weight", "input"], ["indices_weight"], name="m1"),
+             h.make_node("Mul", ["indices_weight", "tmp"], ["indices_weight_5"], name="m2"),
+             h.make_node("SequenceEmpty", [], ["result"], name="m3"),
+             h.make_node("Shape", ["input"], ["idx_size"], name="m4"),
+             h.make_node("Concat", ["offsets", "idx_size"], ["offsets_14"], axis=0, name="m5"),
+             h.make_node("Size", ["offsets"], ["num_bag"], name="m6"),
+             h.make_node("Less", ["int64_0", "num_bag"], ["cond_1"], name="m7")]
+    then_keep = h.make_graph([h.make_node("Reshape", ["j", "neg_1"], ["tmp_29"], name="k0"),
+                              h.make_node("Concat", ["curr_offsets_22", "tmp_29"],
+                                          ["curr_offsets_30"], axis=0, name="k1")],
+                             "keep", [], [h.make_value_info("curr_offsets_30", h.TypeProto())])
+    else_keep = h.make_graph([h.make_node("Identity", ["curr_offsets_22"], ["curr_offsets_31"],
+                                          name="k2")],
+                             "skip", [], [h.make_value_info("curr_offsets_31", h.TypeProto())])
+    moved = h.make_graph([h.make_node("Add", ["index", "rows_of_table"], ["normalized_index"],
+                                      name="n0")],
+                         "moved", [], [h.make_value_info("normalized_index", h.TypeProto())])
+    as_is = h.make_graph([h.make_node("Identity", ["index"], ["normalized_index_25"],
+                                      name="n1")],
+                         "as_is", [], [h.make_value_info("normalized_index_25", h.TypeProto())])
+    carried = ["curr_offsets_22", "j"] if kept_first else ["j", "curr_offsets_22"]
+    carried_out = ["curr_offsets_32", "j_34"] if kept_first else ["j_34", "curr_offsets_32"]
+    members = h.make_graph([
+        h.make_node("Gather", ["input", "j"], ["index"], axis=0, name="b0"),
+        h.make_node("CastLike", ["int64_0", "index"], ["int64_0_23_cast"], name="b1"),
+        h.make_node("Less", ["index", "int64_0_23_cast"], ["cond_24"], name="b2"),
+        h.make_node("If", ["cond_24"], ["normalized_index_26"], then_branch=moved,
+                    else_branch=as_is, name="b3"),
+        h.make_node("Equal", ["normalized_index_26", "padding"], ["tmp_27"], name="b4"),
+        h.make_node("Not", ["tmp_27"], ["cond_28"], name="b5"),
+        h.make_node("If", ["cond_28"], ["curr_offsets_32"], then_branch=then_keep,
+                    else_branch=else_keep, name="b6"),
+        h.make_node("CastLike", ["int64_1", "j"], ["int64_1_33_cast"], name="b7"),
+        h.make_node("Add", ["j", "int64_1_33_cast"], ["j_34"], name="b8"),
+        h.make_node("Less", ["j_34", "end_pos"], ["cond_out"], name="b9")],
+        "members",
+        [h.make_tensor_value_info("infinite_loop_21", I64, []),
+         h.make_tensor_value_info("cond_2_20", BOOL, []),
+         *[h.make_value_info(n, h.TypeProto()) for n in carried]],
+        [h.make_value_info(n, h.TypeProto()) for n in ["cond_out"] + carried_out])
+    zeros = h.make_graph([], "zeros", [], [h.make_tensor_value_info("row_result", F32,
+                                                                     [1, DIM])],
+                         [numpy_helper.from_array(np.zeros((1, DIM), np.float32), "row_result")])
+    reduced = h.make_graph([
+        h.make_node("Gather", ["indices_weight_5", "kept"], ["row_weight"], axis=0, name="r0"),
+        h.make_node(reduce_op, ["row_weight", "axes_0"], ["row_result_53"], name="r1")],
+        "reduced", [], [h.make_value_info("row_result_53", h.TypeProto())])
+    inner_init = ["no_positions", "start_pos"] if kept_first else ["start_pos", "no_positions"]
+    inner_out = ["kept", "j_37"] if kept_first else ["j_37", "kept"]
+    body = h.make_graph([
+        h.make_node("Gather", ["offsets_14", "i_16"], ["start_pos"], axis=0, name="o0"),
+        h.make_node("CastLike", ["int64_1", "i_16"], ["int64_1_18_cast"], name="o1"),
+        h.make_node("Add", ["i_16", "int64_1_18_cast"], ["tmp_19"], name="o2"),
+        h.make_node("Gather", ["offsets_14", "tmp_19"], ["end_pos"], axis=0, name="o3"),
+        h.make_node("Less", ["start_pos", "end_pos"], ["cond_2"], name="o4"),
+        h.make_node("Loop", ["", "cond_2"] + inner_init, inner_out, body=members, name="o5"),
+        h.make_node("Size", ["kept"], ["tmp_38"], name="o6"),
+        h.make_node("CastLike", ["int64_0", "tmp_38"], ["int64_0_39_cast"], name="o7"),
+        h.make_node("Equal", ["tmp_38", "int64_0_39_cast"], ["cond_40"], name="o8"),
+        h.make_node("If", ["cond_40"], ["row_result_54"], then_branch=zeros,
+                    else_branch=reduced, name="o9"),
+        h.make_node("SequenceInsert", ["result_17", "row_result_54"], ["result_55"], name="o10"),
+        h.make_node("CastLike", ["int64_1", "i_16"], ["int64_1_56_cast"], name="o11"),
+        h.make_node("Add", ["i_16", "int64_1_56_cast"], ["i_57"], name="o12"),
+        h.make_node("Less", ["i_57", "num_bag"], ["cond_out_59"], name="o13")],
+        "loop_body",
+        [h.make_tensor_value_info("infinite_loop", I64, []),
+         h.make_tensor_value_info("cond_1_15", BOOL, []),
+         h.make_value_info("i_16", h.TypeProto()), h.make_value_info("result_17", h.TypeProto())],
+        [h.make_value_info(n, h.TypeProto()) for n in ["cond_out_59", "i_57", "result_55"]])
+    main += [h.make_node("Loop", ["", "cond_1", "int64_0", "result"], ["i_60", "result_61"],
+                         body=body, name="n23"),
+             h.make_node("ConcatFromSequence", ["result_61"], ["result_62"], axis=0, name="m8"),
+             h.make_node("Cast", ["result_62"], ["y"], to=F32, name="m9")]
+    inputs = [h.make_tensor_value_info("input", I64, ["N"]),
+              h.make_tensor_value_info("offsets", I64, ["B"])]
+    if weighted:
+        inputs.append(h.make_tensor_value_info("weights", F32, ["N"]))
+    return _model(main, inputs, ["B", DIM], 18, inits)
+
+
 def _model(nodes, inputs, out_shape, opset, inits):
     graph = helper.make_graph(nodes, "main_graph", inputs,
                               [helper.make_tensor_value_info("y", F32, out_shape)], inits)
@@ -486,6 +588,39 @@ def test_max_bags_match_onnxruntime(build, empty):
             for _ in range(3):
                 got = compiled.run(feeds)["y"]
             np.testing.assert_allclose(got, _ort(model, feeds), rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("mode, weighted, kept_first", [
+    ("sum", False, True), ("mean", False, False), ("max", False, True), ("sum", True, False),
+    ("mean", True, True)])
+def test_padded_bags_leave_out_the_padding_id(mode, weighted, kept_first):
+    """``padding_idx``: members with the padding id (also as a negative id) are left out of
+    their bag, a mean divides by the members kept, a bag of only padding is zeros; new ids and
+    offsets at every run, every level."""
+    padding = ROWS - 1
+    model = dynamo_padded_bag(mode, weighted, padding, kept_first)
+    ids = [1, 9, 4, -1, 4, 3, 9, 9, 2, 0, 7]
+    offsets = [0, 3, 3, 6, 8]
+    weights = np.linspace(0.5, 2.0, len(ids)) if weighted else None
+    feeds = _feeds(ids, offsets, weights)
+    kept = [i % ROWS != padding for i in ids]
+    expected = np.zeros((len(offsets), DIM), np.float32)
+    table = _table()
+    for b, (lo, hi) in enumerate(zip(offsets, offsets[1:] + [len(ids)])):
+        members = [p for p in range(lo, hi) if kept[p]]
+        if members:
+            rows = table[[ids[p] for p in members]] * \
+                (weights[members, None] if weighted else 1.0)
+            expected[b] = {"sum": rows.sum(0), "mean": rows.mean(0), "max": rows.max(0)}[mode]
+    np.testing.assert_allclose(_ort(model, feeds), expected, rtol=RTOL, atol=ATOL)
+    loaded = check_levels(model, feeds, expected)
+    rng = np.random.default_rng(3)
+    for _ in range(3):
+        feeds = _feeds(rng.integers(-1, ROWS, 12), [0, 4, 4, 9], rng.random(12) if weighted
+                       else None)
+        for compiled in loaded.values():
+            np.testing.assert_allclose(compiled.run(feeds)["y"], _ort(model, feeds), rtol=RTOL,
+                                       atol=ATOL)
 
 
 def test_an_if_outside_a_loop_runs_the_branch_its_condition_picks():

@@ -53,8 +53,8 @@ def loop_bag_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]
     inputs = list(node.inputs) + [""] * (6 - len(node.inputs))
     table_name, ids_name, first_name, last_name, count_name, weights_name = inputs[:6]
     if not isinstance(bag, LoopBag) or first_name != last_name or bag.end_shift != 1 or \
-            bag.mode == "max":
-        return None
+            bag.mode == "max" or bag.padding is not None:
+        return None     # max bags and bags with a padding id run as their node does
     table, first, count = (recorded.get(n) for n in (table_name, first_name, count_name))
     ids = recorded.get(ids_name) if ids_name else None
     weights = recorded.get(weights_name) if weights_name else None

@@ -214,6 +214,8 @@ class _Match:
     end_shift: int
     dropped: tuple[int, ...] = ()
     empty: float = 0.0             # an empty bag's value (a max bag's: its ReduceMax of nothing)
+    # (id, rows): members with this id (a negative one moved by rows first) are left out
+    padding: tuple[int, int | None] | None = None
 
 
 def _torchscript(loop: onnx.NodeProto, main: _Main) -> _Match:
@@ -392,6 +394,16 @@ def _sequence(loop: onnx.NodeProto, main: _Main, protos: list[onnx.NodeProto]) -
     # One bag: rows start:end of the gathered rows, reduced; zeros for an empty bag.
     branch = scope.take(insert.input[1], "If")
     equal = scope.take(branch.input[0], "Equal")
+    if any(getattr(scope.producers.get(n), "op_type", "") == "Size" for n in equal.input):
+        # padding_idx: an inner Loop keeps the members whose id is not the padding id
+        bounds, rows, ids, padding, mode = _padded(scope, branch, equal, counter)
+        scope.check_all_used()
+        main.outer(bounds, rows, ids, count)
+        table, indices, weights = _gathered_rows(main, rows)
+        _need(mode != "max" or weights is None, "its max bag scales its rows")
+        inputs = (table, indices, bounds, bounds, count, weights or "", ids)
+        return _Match(inputs, concat.output[0], mode, 1,
+                      (main.position(empty), main.position(concat)), padding=padding)
     slices = [scope.take(name, "Slice") for name in equal.input]
     for s in slices:
         _need(len(s.input) == 3 or _axes(scope, s, 3) == [0], "a bag bound slice has axes")
@@ -447,6 +459,117 @@ def _sequence(loop: onnx.NodeProto, main: _Main, protos: list[onnx.NodeProto]) -
     table, indices, weights = _gathered_rows(main, rows)
     inputs = (table, indices, bounds, bounds, count) + ((weights,) if weights else ())
     return _Match(inputs, concat.output[0], mode, 1, (main.position(empty), main.position(concat)))
+
+
+_REDUCTIONS = {"ReduceSum": "sum", "ReduceMean": "mean", "ReduceMax": "max"}
+
+
+def _padded(scope: _Scope, branch: onnx.NodeProto, equal: onnx.NodeProto, counter: str
+            ) -> tuple[str, str, str, tuple[int, int | None], str]:
+    """The dynamo form of a bag with ``padding_idx`` (``bounds``, ``rows``, ``ids``, (the
+    padding id, the rows a negative id is moved by, if any), the mode): an inner Loop over the
+    members ``bounds[k] <= j < bounds[k + 1]`` keeps the
+    positions whose id (plus the table's rows when negative) is not the padding id; the bag is
+    zeros when none is kept, else the reduction of ``rows`` gathered at the kept positions::
+
+        kept, _ = Loop("", start < end, [], start) body(_, cond, kept, j):
+            id = Gather(ids, j); id = If(id < 0, id + rows_of_table, id)
+            kept = If(Not(id == padding), Concat(kept, Reshape(j, [-1])), kept)
+            return j + 1 < end, kept, j + 1
+        row = If(Size(kept) == 0, zeros, Reduce(Gather(rows, kept), [0]))
+    """
+    size = next(scope.producers[n] for n in equal.input
+                if getattr(scope.producers.get(n), "op_type", "") == "Size")
+    scope.used.append(size)
+    zero = next(n for n in equal.input if n != size.output[0])
+    if scope.ints(zero) is None:
+        zero = scope.take(zero, "CastLike").input[0]
+    _need(scope.ints(zero) == [0], "its empty-bag test is not Size(kept) == 0")
+    _need(_zeros(scope, _subgraph(branch, "then_branch")), "an empty bag is not zeros")
+    inner_loop = scope.take(size.input[0], "Loop")
+    _need(len(inner_loop.input) == 4 and not inner_loop.input[0] and
+          len(inner_loop.output) == 2 and size.input[0] in inner_loop.output,
+          "its member loop does not carry (kept, j)")
+    slot = list(inner_loop.output).index(size.input[0])      # either order, as exported
+    kept_init = scope.const(inner_loop.input[2 + slot])
+    _need(kept_init is not None and kept_init.size == 0, "its kept positions do not start empty")
+    go = scope.take(inner_loop.input[1], "Less")
+    start, end = go.input
+    _need(start == inner_loop.input[3 - slot], "its member loop does not start at the bag's "
+                                              "start")
+    bounds = []
+    for name, shift in ((start, 0), (end, 1)):
+        pick = scope.take(name, "Gather")
+        _need(int(_attribute(pick, "axis", 0)) == 0, "a bag bound is not read along axis 0")
+        if shift:
+            step = scope.take(pick.input[1], "Add")
+            one = next(x for x in step.input if x != counter)
+            if scope.ints(one) is None:
+                one = scope.take(one, "CastLike").input[0]
+            _need(counter in step.input and scope.ints(one) == [1],
+                  "its bag ends are not offsets[k + 1]")
+        else:
+            _need(pick.input[1] == counter, "its bag starts are not offsets[k]")
+        bounds.append(pick.input[0])
+    _need(bounds[0] == bounds[1], "its bag bounds come from two arrays")
+    body = _subgraph(inner_loop, "body")
+    _need(len(body.input) == 4 and len(body.output) == 3, "its member loop's body is not "
+                                                         "(_, cond, kept, j)")
+    inner = _Scope.of(body, scope)
+    j, kept_in = body.input[3 - slot].name, body.input[2 + slot].name
+    cond_out, kept_out, j_out = body.output[0].name, body.output[1 + slot].name, \
+        body.output[2 - slot].name
+    advance = inner.take(j_out, "Add")
+    _need(j in advance.input, "its member loop does not step j")
+    less = inner.take(cond_out, "Less")
+    _need(list(less.input) == [j_out, end], "its member loop does not run to the bag's end")
+    keep = inner.take(kept_out, "If")
+    negate = inner.take(keep.input[0], "Not")
+    test = inner.take(negate.input[0], "Equal")
+    padding_name = next((x for x in test.input if inner.ints(x) is not None), None)
+    _need(padding_name is not None, "its padding id is not a constant")
+    padding = inner.ints(padding_name)[0]
+    normal = inner.take(next(x for x in test.input if x != padding_name), "If", "Gather")
+    if normal.op_type == "If":                 # a negative id counts from the table's end
+        negative = inner.take(normal.input[0], "Less")
+        gather = inner.take(negative.input[0], "Gather")
+        inner.used.extend(n for n in inner.nodes if n.op_type == "CastLike")
+        moved_graph = _subgraph(normal, "then_branch")
+        then_ops = [n.op_type for n in moved_graph.node]
+        else_ops = [n.op_type for n in _subgraph(normal, "else_branch").node]
+        _need(then_ops == ["Add"] and else_ops == ["Identity"] and
+              negative.input[0] in moved_graph.node[0].input,
+              "its negative ids are not moved by the table's rows")
+        add = moved_graph.node[0]
+        shift = _Scope.of(moved_graph, inner).ints(
+            next(x for x in add.input if x != negative.input[0]))
+        _need(shift is not None and len(shift) == 1, "its negative ids are not moved by a "
+                                                     "constant")
+        table_rows = shift[0]
+    else:
+        gather, table_rows = normal, None
+    _need(gather.input[1] == j and int(_attribute(gather, "axis", 0)) == 0,
+          "its member's id is not ids[j]")
+    ids = gather.input[0]
+    appended = {n.op_type: n for n in _subgraph(keep, "then_branch").node}
+    skipped = list(_subgraph(keep, "else_branch").node)
+    _need(sorted(appended) == ["Concat", "Reshape"] and
+          list(appended["Concat"].input) == [kept_in, appended["Reshape"].output[0]] and
+          appended["Reshape"].input[0] == j and len(skipped) == 1 and
+          skipped[0].op_type == "Identity" and skipped[0].input[0] == kept_in,
+          "it keeps a member otherwise than by appending j")
+    inner.used.extend(n for n in inner.nodes if n.op_type == "CastLike")
+    inner.check_all_used()
+    otherwise = _subgraph(branch, "else_branch")
+    reduce_scope = _Scope.of(otherwise, scope)
+    reduce = reduce_scope.take(otherwise.output[0].name, *_REDUCTIONS)
+    _reduction(reduce_scope, reduce, keepdims=1)
+    picked = reduce_scope.take(reduce.input[0], "Gather")
+    _need(picked.input[1] == size.input[0] and int(_attribute(picked, "axis", 0)) == 0,
+          "a bag does not reduce the rows at its kept positions")
+    reduce_scope.check_all_used()
+    scope.used.append(scope.producers[inner_loop.input[1]])
+    return bounds[0], picked.input[0], ids, (padding, table_rows), _REDUCTIONS[reduce.op_type]
 
 
 def _max_rows(inner: _Scope, reduce: onnx.NodeProto, start: str, end: str, bounds: str,
@@ -567,7 +690,7 @@ def recognise_bag_loops(graph: onnx.GraphProto, names: list[str]
         except _NoMatch as why:
             raise ta.UnsupportedError(f"node {names[k]} (Loop, inputs {list(loop.input)}): "
                                       f"{_SUPPORTED}; this one does not match ({why})") from None
-        bag = LoopBag(names[k], form, match.mode, match.end_shift, match.empty)
+        bag = LoopBag(names[k], form, match.mode, match.end_shift, match.empty, match.padding)
         replaced[k] = Node(names[k], "EmbeddingBag", match.inputs, (match.output,),
                            {"bag": bag}, 1, EMBEDDING_BAG_LOOP)
         replaced.update({d: None for d in match.dropped})

@@ -113,6 +113,9 @@ class LoopBag:
     mode: str                      # "sum", "mean" or "max"
     end_shift: int = 0
     empty: float = 0.0             # a max bag of no members (-inf: the TorchScript form's)
+    # padding_idx: (id, rows) members of this id are left out, a negative id moved by rows
+    # first (the rows the exported graph adds; None: not moved)
+    padding: tuple[int, int | None] | None = None
 
     def __str__(self) -> str:
         return f"embedding bag ({self.mode}) from the {self.form} {self.loop}"
@@ -120,10 +123,13 @@ class LoopBag:
 
 def run_loop_bag(context: NodeContext, table: np.ndarray, indices: np.ndarray | None,
                  first: np.ndarray, last: np.ndarray, count: np.ndarray,
-                 weights: np.ndarray | None = None, *, bag: LoopBag) -> np.ndarray:
+                 weights: np.ndarray | None = None, padded: np.ndarray | None = None, *,
+                 bag: LoopBag) -> np.ndarray:
     """Rows ``Y[b] = sum/mean over members p of bag b of weights[p] * table[indices[p]]`` as
     one ``Y(i,j) = S(i,k) * T(k,j)`` with S in CSR (no indices: ``table`` already holds the
-    gathered member rows, ``T[p]``). A mean of an empty bag is 0, as in PyTorch.
+    gathered member rows, ``T[p]``). A mean of an empty bag is 0, as in PyTorch. With
+    ``bag.padding``, members whose id in ``padded`` (plus the table's rows when negative) is
+    that id are left out, and a mean divides by the members kept.
 
     >>> from tensoralg.onnx.ops.kernels import KernelSet
     >>> ctx = NodeContext("bag", "EmbeddingBag", (), ("y",), 1, KernelSet("llvm"))
@@ -147,6 +153,9 @@ def run_loop_bag(context: NodeContext, table: np.ndarray, indices: np.ndarray | 
     np.cumsum(lengths, out=indptr[1:])
     # member positions of every bag, in bag order: starts[b], starts[b] + 1, ..., ends[b] - 1
     positions = np.arange(indptr[-1], dtype=np.int64) - np.repeat(indptr[:-1] - starts, lengths)
+    if bag.padding is not None:
+        positions, lengths = _unpadded(context, positions, lengths, padded, *bag.padding)
+        indptr[1:] = np.cumsum(lengths)
     columns = positions
     if indices is not None:
         columns = indices[positions].astype(np.int64, copy=False)
@@ -177,6 +186,24 @@ def run_loop_bag(context: NodeContext, table: np.ndarray, indices: np.ndarray | 
     else:
         result = context.run(BAG_STATEMENT, dtype, {"S": ta.CSR}, S=matrix, T=flat)
     return result.reshape((rows,) + table.shape[1:]).astype(table.dtype, copy=False)
+
+
+def _unpadded(context: NodeContext, positions: np.ndarray, lengths: np.ndarray,
+              padded: np.ndarray | None, padding: int, table_rows: int | None
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """The member positions (and bag lengths) whose id in ``padded`` is not ``padding``, a
+    negative id moved by ``table_rows`` first (as the exported graph does; None: not moved)."""
+    if padded is None or padded.ndim != 1 or padded.dtype.kind not in "iu":
+        raise ta.ShapeError(f"{context}: a bag with a padding id needs its 1-D integer ids")
+    if positions.size and positions.max() >= len(padded):
+        raise ta.ShapeError(f"{context}: the bags cover {int(positions.max()) + 1} members but "
+                            f"there are {len(padded)} ids")
+    ids = padded[positions].astype(np.int64, copy=False)
+    if table_rows is not None:
+        ids = np.where(ids < 0, ids + table_rows, ids)
+    keep = ids != padding
+    bag_of = np.repeat(np.arange(len(lengths)), lengths)
+    return positions[keep], np.bincount(bag_of[keep], minlength=len(lengths))
 
 
 def _max_bags(context: NodeContext, table: np.ndarray, rows_of: np.ndarray,
