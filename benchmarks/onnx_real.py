@@ -680,6 +680,45 @@ def _bag_feeds(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
             "offsets_b": offsets.copy()}
 
 
+def _bag_variant(mode: str, padding: int | None) -> Callable[[], Any]:
+    """Two ``nn.EmbeddingBag``s of ``mode`` (with ``padding_idx=padding``) under a small MLP:
+    the bag forms the issue's model (sum and mean, no padding) leaves out."""
+    def build():
+        torch = _torch()
+
+        class Bags(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.a = torch.nn.EmbeddingBag(BAG_ROWS, BAG_DIM, mode=mode, padding_idx=padding)
+                self.b = torch.nn.EmbeddingBag(BAG_ROWS, BAG_DIM, mode=mode, padding_idx=padding)
+                self.top = torch.nn.Sequential(torch.nn.Linear(2 * BAG_DIM, 64),
+                                               torch.nn.ReLU(), torch.nn.Linear(64, 1))
+
+            def forward(self, ids_a, offsets_a, ids_b, offsets_b):
+                both = torch.cat([self.a(ids_a, offsets_a), self.b(ids_b, offsets_b)], dim=1)
+                return self.top(both)
+        return Bags().eval()
+    return build
+
+
+def _ragged_bag_feeds(padding: int | None) -> Callable[[int, np.random.Generator],
+                                                       dict[str, np.ndarray]]:
+    """``batch * BAG_LEN`` ids in bags of random lengths (empty ones too), a tenth of them the
+    padding id when there is one; the offsets differ from feed to feed."""
+    def feeds(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+        out = {}
+        for side in "ab":
+            ids = rng.integers(0, BAG_ROWS, n * BAG_LEN).astype(np.int64)
+            if padding is not None:
+                ids[rng.random(ids.size) < 0.1] = padding
+            lengths = np.bincount(rng.integers(0, n, n * BAG_LEN), minlength=n)
+            out[f"ids_{side}"] = ids
+            out[f"offsets_{side}"] = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(
+                np.int64)
+        return out
+    return feeds
+
+
 # --- torchrec --------------------------------------------------------------------------------
 
 TREC_FEATURES, TREC_ROWS, TREC_DIM, TREC_BAG, TREC_DENSE = 4, 1000, 16, 3, 13
@@ -994,6 +1033,13 @@ HELD_OUT = [
           ("dlrm_criteo", "dlrm", False, TrecLayout(features=26)),
           ("deepfm_mean_shared", "deepfm", True, TrecLayout(tables=3, pooling="MEAN")),
           ("dlrm_weighted", "dlrm", False, TrecLayout(weighted=True)))],
+    # and nn.EmbeddingBag's other modes: max bags, and padding ids (dynamo only: the
+    # TorchScript exporter refuses padding_idx), on ragged bags with empty ones
+    *[Spec(name, "torch", 256, _bag_variant(mode, padding), _ragged_bag_feeds(padding),
+           held_out=True)
+      for name, mode, padding in (("embedding_bag_max", "max", None),
+                                  ("embedding_bag_padded", "mean", 0),
+                                  ("embedding_bag_max_padded", "max", 3))],
 ]
 SPECS.update((spec.name, spec) for spec in HELD_OUT)
 HELD_OUT_REPORT = HERE / "ONNX_HELD_OUT_RESULTS.md"

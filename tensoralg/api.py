@@ -149,6 +149,8 @@ from tensoralg.runtime.gemm import (
 from tensoralg.runtime.gram import gram_call
 from tensoralg.runtime.memory import check_dense, memory_limit, set_limit
 from tensoralg.runtime.movement import (
+    bag_keep_call,  # noqa: F401  (the program API's, through tensoralg.program)
+    bag_max_call,  # noqa: F401
     block_copy_call,
     broadcast_call,
     copy_call,

@@ -31,7 +31,9 @@ a sequence with the inputs named in ``slots`` read from the sequence's slots at 
   :func:`transpose_call` (batched matrices transposed, a channels-last product into NCHW),
   :func:`block_copy_call`, :func:`broadcast_call` (elementwise ops with NumPy broadcasting,
   mixed dtypes), :func:`cumsum_call` (running sums, ONNX ``CumSum``), :func:`extreme_call`
-  (a prebound row max or min, ONNX ``ReduceMax``/``ReduceMin``), :func:`ids_call` (ids checked and turned into a CSR level), and
+  (a prebound row max or min, ONNX ``ReduceMax``/``ReduceMin``), :func:`ids_call` (ids checked and turned into a CSR level), :func:`bag_max_call`
+  (max bags of table rows over a CSR level), :func:`bag_keep_call` (a bag matrix's values
+  without padding ids), and
   :class:`RowCompressor` (dense rows into CSR for a sparse kernel).
 
 **Sequences.** :class:`CallSequence` compiles a list of native calls into one function; a
@@ -70,6 +72,8 @@ from tensoralg.api import (
     RowCompressor,
     Slot,
     as_activation,
+    bag_keep_call,
+    bag_max_call,
     block_copy_call,
     broadcast_call,
     canonical_csr,
@@ -104,7 +108,7 @@ from tensoralg.api import (
 __all__ = [
     "Activation", "GELU", "HARD_SWISH", "RELU", "SIGMOID", "SILU", "as_activation", "erf_text",
     "BoundCall", "CallSequence", "DenseLayer", "NativeGroup", "RowCompressor", "Slot",
-    "block_copy_call", "broadcast_call", "canonical_csr", "compiled_conv_gathers", "conv_layer",
+    "bag_keep_call", "bag_max_call", "block_copy_call", "broadcast_call", "canonical_csr", "compiled_conv_gathers", "conv_layer",
     "copy_call", "cumsum_call", "extreme_call", "grouped_conv", "patch_conv_of", "planar_pays",
     "pointwise_conv",
     "data_address", "dense_layer", "direct_conv", "gather_call", "gram_call", "ids_call",

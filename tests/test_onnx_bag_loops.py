@@ -588,6 +588,13 @@ def test_max_bags_match_onnxruntime(build, empty):
             for _ in range(3):
                 got = compiled.run(feeds)["y"]
             np.testing.assert_allclose(got, _ort(model, feeds), rtol=RTOL, atol=ATOL)
+    _runs_natively(loaded[3], feeds, "the generated max of each bag's rows")
+
+
+def _runs_natively(compiled, feeds, what):
+    """Level 3's static plan runs the bag as native calls (not the node's Python run)."""
+    plans = [row.plan for row in compiled.profile(feeds).rows if row.op_type == "EmbeddingBag"]
+    assert plans and all("by native calls" in plan and what in plan for plan in plans), plans
 
 
 @pytest.mark.parametrize("mode, weighted, kept_first", [
@@ -621,6 +628,9 @@ def test_padded_bags_leave_out_the_padding_id(mode, weighted, kept_first):
         for compiled in loaded.values():
             np.testing.assert_allclose(compiled.run(feeds)["y"], _ort(model, feeds), rtol=RTOL,
                                        atol=ATOL)
+    _runs_natively(loaded[3], feeds, "" if mode != "max" else "the generated max")
+    with pytest.raises(ta.ShapeError, match="outside"):      # a bad id after the plan is made
+        loaded[3].run(_feeds([1, 2, ROWS + 5], [0, 1], [1.0, 1.0, 1.0] if weighted else None))
 
 
 def test_an_if_outside_a_loop_runs_the_branch_its_condition_picks():

@@ -563,7 +563,64 @@ def extreme_call(x: np.ndarray, first: int, last: int, largest: bool, out: np.nd
                         [x, out], what)
 
 
-__all__ = ["BROADCAST_OPS", "MovementCall", "block_copy_call", "block_copy_function",
+def bag_max_call(table: np.ndarray, crd: np.ndarray, pos: np.ndarray, vals: np.ndarray,
+                 empty: np.ndarray, out: np.ndarray, what: str) -> MovementCall | None:
+    """``out[b] =`` the elementwise max of the rows ``table[crd[p]]``, ``pos[b] <= p <
+    pos[b + 1]`` with ``vals[p] != 0``, or ``empty[0]`` for a bag of none, as one compiled call
+    (``runtime/select.bag_max_kernel``; ``crd`` and ``pos`` int64, checked by the caller);
+    None for other dtypes or layouts. Inputs: ``table``, ``crd``, ``pos``, ``vals``.
+
+    >>> out, ones = np.empty((2, 2)), np.ones(2)
+    >>> bag_max_call(np.array([[1.0, 5.0], [3.0, 2.0]]), np.array([0, 1]), np.array([0, 2, 2]),
+    ...              ones, np.array([-1.0]), out, "bags")(); out.tolist()
+    [[3.0, 5.0], [-1.0, -1.0]]
+    """
+    from tensoralg.runtime.select import VALUE_TYPES, bag_max_kernel
+
+    value = VALUE_TYPES.get(table.dtype)
+    if value is None or out.dtype != table.dtype or empty.dtype != table.dtype or \
+            vals.dtype != table.dtype or vals.shape != crd.shape or \
+            crd.dtype != np.int64 or pos.dtype != np.int64 or table.ndim != 2 or \
+            out.ndim != 2 or out.shape[1] != table.shape[1] or pos.shape != (out.shape[0] + 1,) \
+            or not all(a.flags.c_contiguous for a in (table, crd, pos, vals, empty, out)):
+        return None
+    kernel = _kernel(("bag max", value), lambda: bag_max_kernel(value))
+    return MovementCall(kernel, [table.ctypes.data, crd.ctypes.data, pos.ctypes.data,
+                                 vals.ctypes.data, empty.ctypes.data, out.ctypes.data,
+                                 out.shape[0], out.shape[1]],
+                        {"table": 0, "crd": 1, "pos": 2, "vals": 3},
+                        [table, crd, pos, vals, empty, out], what)
+
+
+def bag_keep_call(ids: np.ndarray, weights: np.ndarray | None, vals: np.ndarray, padding: int,
+                  shift: int, what: str) -> MovementCall | None:
+    """``vals[p] = 0`` where ``ids[p]`` (plus ``shift`` when negative) is ``padding``, else
+    ``weights[p]`` or 1, as one compiled call (``runtime/select.bag_keep_kernel``); None for
+    other dtypes or layouts. Inputs: ``ids``, ``weights``.
+
+    >>> vals = np.empty(3)
+    >>> bag_keep_call(np.array([4, -1, 2]), None, vals, 4, 5, "bags")(); vals.tolist()
+    [0.0, 0.0, 1.0]
+    """
+    from tensoralg.runtime.select import VALUE_TYPES, bag_keep_kernel
+
+    value = VALUE_TYPES.get(vals.dtype)
+    if value is None or vals.dtype.kind != "f" or ids.dtype != np.int64 or \
+            ids.shape != vals.shape or ids.ndim != 1 or \
+            (weights is not None and (weights.dtype != vals.dtype or
+                                      weights.size != vals.size)) or \
+            not all(a.flags.c_contiguous for a in (ids, vals) + (() if weights is None
+                                                                  else (weights,))):
+        return None
+    weighted = weights is not None
+    kernel = _kernel(("bag keep", value, weighted), lambda: bag_keep_kernel(value, weighted))
+    source = weights if weighted else vals          # unread without weights
+    return MovementCall(kernel, [ids.ctypes.data, source.ctypes.data, vals.ctypes.data,
+                                 vals.size, int(padding), int(shift)],
+                        {"ids": 0, "weights": 1}, [ids, source, vals], what)
+
+
+__all__ = ["BROADCAST_OPS", "MovementCall", "bag_keep_call", "bag_max_call", "block_copy_call", "block_copy_function",
            "broadcast_call", "broadcast_function", "copy_call", "copy_function", "gather_call", "gather_function",
            "ids_call", "ids_function", "im2row_call", "im2row_function", "pad_nhwc_call",
            "pad_nhwc_function", "extreme_call"]

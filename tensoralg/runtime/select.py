@@ -134,6 +134,69 @@ def extreme_kernel(value: Scalar, largest: bool) -> Function:
     return b.function(f"ta_row_{kind}_{value.value}", params, *body)
 
 
+def bag_max_kernel(value: Scalar) -> Function:
+    """The IR of ``bag_max(table, crd, pos, vals, empty, out*, bags, dim)``: for every bag
+    ``b < bags``, ``out[b, :]`` = the elementwise largest of the table rows ``crd[p]`` for
+    ``pos[b] <= p < pos[b + 1]`` and ``vals[p] != 0`` (rows of ``dim`` values; a NaN wins, as
+    in ``extreme_kernel``), or ``empty[0]`` everywhere for a bag of none. ``crd`` and ``pos``
+    are int64 and checked already (``movement.ids_call``, the bag step's check kernel): the max
+    of ``nn.EmbeddingBag`` bags (``onnx/plan/loop_bag_steps.py``; ``vals`` leaves out padding
+    ids), one pass over each member row."""
+    table, out, empty = Var("table", Ptr(value)), Var("out", Ptr(value)), Var("empty", Ptr(value))
+    vals = Var("vals", Ptr(value))
+    crd, pos = Var("crd", Ptr(I64)), Var("pos", Ptr(I64))
+    bags, dim = Var("bags", I64), Var("dim", I64)
+    bag, i, p, base, row, found = (Var(name, I64) for name in
+                                   ("bag", "i", "p", "base", "row", "found"))
+    best, v = Var("best", value), Var("v", value)
+    wins = b.gt(v, best)
+    if value in (F32, F64):       # a NaN, once met, stays
+        wins = b.lor(wins, b.ne(v, v))
+        keep = b.select(b.ne(best, best), best, b.select(wins, v, best))
+    else:
+        keep = b.select(wins, v, best)
+    zero = b.const(0, value)
+    body = [
+        b.for_(bag, 0, bags,
+               b.declare(base, b.mul(bag, dim)),
+               b.declare(found, 0),
+               b.for_(p, b.load(pos, bag), b.load(pos, b.add(bag, 1)),
+                      b.if_(b.ne(b.load(vals, p), zero), [
+                          b.declare(row, b.mul(b.load(crd, p), dim)),
+                          b.if_(b.eq(found, 0),
+                                b.for_(i, 0, dim, b.store(out, b.add(base, i),
+                                                          b.load(table, b.add(row, i)))),
+                                b.for_(i, 0, dim,
+                                       b.declare(v, b.load(table, b.add(row, i))),
+                                       b.declare(best, b.load(out, b.add(base, i))),
+                                       b.store(out, b.add(base, i), keep))),
+                          b.assign(found, 1)])),
+               b.if_(b.eq(found, 0),
+                     b.for_(i, 0, dim, b.store(out, b.add(base, i), b.load(empty, 0))))),
+    ]
+    params = [b.param(table, "table"), b.param(crd, "crd"), b.param(pos, "pos"),
+              b.param(vals, "vals"), b.param(empty, "empty"), b.param(out, "out", True),
+              b.param(bags, "bags"), b.param(dim, "dim")]
+    return b.function(f"ta_bag_max_{value.value}", params, *body)
+
+
+def bag_keep_kernel(value: Scalar, weighted: bool) -> Function:
+    """The IR of ``bag_keep(ids, weights, vals*, members, padding, shift)``: ``vals[p]`` = 0
+    where the member's id (moved by ``shift`` when negative) is the padding id, else
+    ``weights[p]`` (``weighted``) or 1: the values of a bag matrix with ``padding_idx``."""
+    ids, weights, vals = Var("ids", Ptr(I64)), Var("weights", Ptr(value)), Var("vals", Ptr(value))
+    members, padding, shift = Var("members", I64), Var("padding", I64), Var("shift", I64)
+    p, raw = Var("p", I64), Var("raw", I64)
+    kept = b.load(weights, p) if weighted else b.const(1, value)
+    moved = b.select(b.lt(raw, 0), b.add(raw, shift), raw)
+    body = [b.for_(p, 0, members,
+                   b.declare(raw, b.load(ids, p)),
+                   b.store(vals, p, b.select(b.ne(moved, padding), kept, b.const(0, value))))]
+    params = [b.param(ids, "ids"), b.param(weights, "weights"), b.param(vals, "vals", True),
+              b.param(members, "members"), b.param(padding, "padding"), b.param(shift, "shift")]
+    return b.function(f"ta_bag_keep_{value.value}_{'w' if weighted else 'ones'}", params, *body)
+
+
 class RowSelector:
     """Builds the TopK kernels once per value dtype and end (through the on-disk kernel cache)
     and runs them."""
