@@ -92,15 +92,16 @@ GEMM_GOAL = 1.1                                          # tensoralg / NumPy
 # table. Kept by hand; state only what the data shows.
 TARGET_NOTES: dict[str, str] = {
     "spmv vs scipy": "bound by memory traffic: a split SpMV runs 1.1-1.7x faster than one "
-                     "thread from ~2.5e4 stored values (runtime/threads.GATHER_UNITS); on the "
-                     "smaller matrices both libraries run the same row loop on one thread, "
-                     "scipy's a scalar loop as fast per entry as the generated one, and the "
-                     "call's fixed costs are about even since kernels take their arguments "
-                     "packed (codegen/packed.py): 0.9-1.1x scipy's time there; the schedule "
-                     "vectorize(j, 8, tail=mask) (tried by ta.autotune) runs graphs with short, "
-                     "irregular rows (ca-GrQc, wiki-Vote) in 0.6-0.7x the default's time but "
-                     "banded and road matrices in 1.2-1.3x (benchmarks/row_loops.py), so it "
-                     "is not the default",
+                     "thread from ~2.5e4 stored values (runtime/threads.GATHER_UNITS), and "
+                     "the two vCPUs gain least on the gather-bound vector loops; the row loop "
+                     "is chosen per matrix (runtime/rows.py: masked tail where consecutive "
+                     "rows mostly differ in length, unrolled where they repeat at 4-7 "
+                     "entries), which took cryg2500 1.40 -> 0.97 and wiki-Vote 0.60 -> 0.42 "
+                     "of scipy's time but left the 16 matrices' two-thread mean about where it "
+                     "was (0.650 -> 0.652 with the masked kernel alone, same-process A/B): "
+                     "on the small ones a call's fixed costs and the split's overhead are "
+                     "most of the time, and two circuit matrices (adder_dcop_05, rajat01) "
+                     "take the masked loop and lose 4-11%",
     "spmm vs scipy": "each row runs one pass per register tile, zeroed in registers and "
                      "stored once, within ~1.15x of a hand-written AVX-512 row loop on one "
                      "thread (bayer10, 16 columns: 206 vs 182 µs; an ad hoc C comparison, not "
@@ -137,16 +138,12 @@ TARGET_NOTES: dict[str, str] = {
                     "LLVM's own vectorizing takes, benchmarks/row_loops.py); scipy's formulation is a 4.5e5-row SpMV into a dense result. A "
                     "fibre-flattened loop (the products gathered in one pass, summed per fibre "
                     "after) is not built",
-    "spmv power-law-2e4 vs scipy": "the default row loop vectorises rows of 32 values and "
-                                   "more and ends each row in a scalar loop, whose exit "
-                                   "mispredicts on rows of irregular length (71% of these "
-                                   "rows hold under 10 values, one 12607); the schedule "
-                                   "vectorize(j, 8, tail=mask), which ta.autotune tries, ran "
-                                   "it in 0.68-0.78x the default's time on one thread, but "
-                                   "1.2-1.3x on banded and road matrices (benchmarks/"
-                                   "row_loops.py, 2026-12-06), so it is not the default",
-    "spmv power-law-2e4 vs fastest other system": "as for spmv power-law-2e4 vs scipy; "
-                                                  "MKL's inspector-executor on two threads",
+    "spmv power-law-2e4 vs scipy": "its rows run the masked-tail loop (runtime/rows.py: 71% "
+                                   "of them hold under 10 values, of irregular lengths): "
+                                   "0.38-0.29 of scipy's time at 6e8a38b, 0.51-0.52 before",
+    "spmv power-law-2e4 vs fastest other system": "MKL's inspector-executor on two "
+                                                  "threads, within noise of tensoralg's "
+                                                  "masked-tail loop",
     "spmv uniform-1e6 vs fastest other system": "both read the 96 MB matrix at the memory's "
                                                 "pace (see the bandwidth row): within noise "
                                                 "of MKL, on either side across runs",

@@ -106,13 +106,16 @@ def test_the_share_counts_changing_lengths_over_sampled_blocks():
 
 
 def test_the_choice_is_remembered_per_array():
-    pos = _irregular(500).indptr
+    pos = _irregular(2000).indptr
     assert row_kernel_kind(pos) == MASKED
     assert row_kernel_kind(pos.copy()) == MASKED
-    assert row_kernel_kind(_regular(500).indptr) == UNROLLED
-    assert row_kernel_kind(_regular(500, length=2).indptr) == PLAIN
-    assert row_kernel_kind(_regular(500, length=20).indptr) == PLAIN
+    assert row_kernel_kind(_regular(2000).indptr) == UNROLLED
+    assert row_kernel_kind(_regular(5000, length=2).indptr) == PLAIN
+    assert row_kernel_kind(_regular(2000, length=20).indptr) == PLAIN
     assert row_kernel_kind(np.zeros(1, np.int32)) == PLAIN
+    # too few stored values for the choice to pay: the plain kernel
+    assert row_kernel_kind(_irregular(300).indptr) == PLAIN
+    assert row_kernel_kind(_regular(1000).indptr) == PLAIN
     assert ADAPTIVE_CHANGES == 0.6
 
 
@@ -161,8 +164,8 @@ def test_each_variant_is_built_only_for_a_matrix_that_takes_it():
 def test_spmv_plus_a_vector_takes_the_choice_too():
     k = ta.compile("y(i) = A(i,j) * x(j) + b(i)", formats={"A": "csr"})
     assert "vectorize(j, 8, tail=adaptive)" in str(k.schedule)
-    x, b = np.arange(400.0), np.arange(700.0)
-    for A in (_irregular(700), _regular(700)):
+    x, b = np.arange(400.0), np.arange(2000.0)
+    for A in (_irregular(2000), _regular(2000)):
         for _ in range(2):
             np.testing.assert_allclose(k(A=A, x=x, b=b), A @ x + b)
     assert _built(k._default.key.statement, MASKED)

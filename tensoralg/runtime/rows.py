@@ -18,7 +18,7 @@ real matrices 0.861 -> 0.829 on one thread with the masked kernel alone and 0.65
 two (a split call of a few tens of µs gains little from faster rows); with the unrolled kernel
 too (below), the 16 real matrices and the 13 structures of ``benchmarks/zoo.py`` together
 0.595 -> 0.542 on two threads (cryg2500 1.40 -> 0.97, a 2-D Laplacian 0.74 -> 0.48, wiki-Vote
-0.60 -> 0.42); a 30 x 30 matrix pays ~0.5 µs a call for the choice and its masked kernel.
+0.60 -> 0.42); a matrix of under CHOICE_MIN_VALUES stored values keeps the plain kernel (below).
 
 The share is computed once per ``pos`` array, by NumPy, over at most ``ROW_BLOCKS`` blocks of
 ``ROW_BLOCK_PAIRS`` consecutive rows spread over the matrix (every row of a matrix of up to
@@ -40,6 +40,11 @@ ROW_BLOCKS, ROW_BLOCK_PAIRS = 32, 512
 # (luxembourg_osm, an arrow, a diagonal), 0.98-1.07 from 9 up (development VM, 2026-12-06).
 UNROLLED_ROWS = (4.0, 8.0)
 UNROLL = 4
+# Below this many stored values the plain kernel runs whatever the rows: the loop can gain at
+# most a few hundred ns there, under a call's fixed costs, while a variant costs its first call
+# a compile (a 30 x 30 SpMV of 86 values ran in 1.13x scipy's time plain, 1.30-1.42x masked,
+# two threads, 2026-12-06).
+CHOICE_MIN_VALUES = 8192
 
 
 def changing_share(pos: np.ndarray) -> float:
@@ -70,14 +75,19 @@ def row_loop_kind(pos: np.ndarray) -> str:
     """Which kernel the rows of the compressed level with this ``pos`` array take: ``MASKED``
     where at least ``ADAPTIVE_CHANGES`` of consecutive rows differ in length; else
     ``UNROLLED`` where rows hold ``UNROLLED_ROWS`` entries on average (a scalar loop LLVM
-    leaves one entry an iteration, unrolled four times); else ``PLAIN``.
+    leaves one entry an iteration, unrolled four times); else, or below ``CHOICE_MIN_VALUES``
+    stored values, ``PLAIN``.
 
-    >>> row_loop_kind(np.arange(0, 50, 5)), row_loop_kind(np.array([0, 1, 3, 4, 6, 7, 9]))
-    ('unrolled', 'masked')
+    >>> regular = np.arange(0, 50_000, 5)
+    >>> irregular = np.cumsum(np.tile([0, 1, 2], 4000))
+    >>> row_loop_kind(regular), row_loop_kind(irregular), row_loop_kind(regular[:100])
+    ('unrolled', 'masked', '')
     """
+    rows = pos.shape[0] - 1
+    if rows < 1 or int(pos[-1]) - int(pos[0]) < CHOICE_MIN_VALUES:
+        return PLAIN
     if changing_share(pos) >= ADAPTIVE_CHANGES:
         return MASKED
-    rows = pos.shape[0] - 1
     mean = (int(pos[-1]) - int(pos[0])) / rows if rows > 0 else 0.0
     return UNROLLED if UNROLLED_ROWS[0] <= mean < UNROLLED_ROWS[1] else PLAIN
 
@@ -85,5 +95,5 @@ def row_loop_kind(pos: np.ndarray) -> str:
 # The kind of this ``pos`` array's rows, while it lives.
 row_kernel_kind = ArrayMemo(row_loop_kind)
 
-__all__ = ["ADAPTIVE_CHANGES", "MASKED", "PLAIN", "ROW_BLOCKS", "ROW_BLOCK_PAIRS", "UNROLL",
+__all__ = ["ADAPTIVE_CHANGES", "CHOICE_MIN_VALUES", "MASKED", "PLAIN", "ROW_BLOCKS", "ROW_BLOCK_PAIRS", "UNROLL",
            "UNROLLED", "UNROLLED_ROWS", "changing_share", "row_kernel_kind", "row_loop_kind"]
