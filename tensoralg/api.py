@@ -315,6 +315,8 @@ class CompiledProgram:
     rows: tuple[str, str] | None = None
     # Variants built for it, by kind (``KernelCache.row_variant``'s): found without a key
     variants: dict[str, "CompiledProgram"] = field(default_factory=dict, repr=False)
+    # Variant kinds a call asked for once: the next call that asks builds it (_row_kernel)
+    asked: set[str] = field(default_factory=set, repr=False)
 
 
 def _concretized(stmt: Assignment, formats: dict[str, Format],
@@ -1386,11 +1388,8 @@ def _row_chooser(entry: _Dispatch) -> tuple[int, Callable[[Any], Any]]:
     plain = compiled.kernel.call or compiled.kernel.function
 
     def choose(matrix: Any) -> Any:
-        kind = row_kernel_kind(matrix.indptr)
-        if not kind:
-            return plain
-        chosen = kernel_cache().row_variant(compiled, kind)
-        return chosen.kernel.call or chosen.kernel.function
+        chosen = _row_kernel(compiled, matrix.indptr)
+        return plain if chosen is compiled else chosen.kernel.call or chosen.kernel.function
 
     return entry.names.index(compiled.rows[0]), choose
 
@@ -2172,11 +2171,23 @@ def iteration_bound(compiled: CompiledProgram, tensors: Mapping[str, Tensor],
 COPY_MIN_VALUES = 1 << 16
 
 
-def _row_kernel(compiled: CompiledProgram, pos: np.ndarray) -> CompiledProgram:
+def _row_kernel(compiled: CompiledProgram, pos: np.ndarray, eager: bool = False
+                ) -> CompiledProgram:
     """``compiled`` (with ``rows``), or its variant with the row loop's tail masked or the loop
-    unrolled where the rows of the matrix whose ``pos`` this is take one (``runtime/rows.py``)."""
+    unrolled where the rows of the matrix whose ``pos`` this is take one (``runtime/rows.py``).
+    A variant not built yet is built at the second call that asks for it (at the first with
+    ``eager``): a one-off call keeps the first call's cost, which is mostly compiling (an SpMV's
+    first call in a new process took ~58 ms with its variant built at once, ~30 without)."""
     kind = row_kernel_kind(pos)
-    return kernel_cache().row_variant(compiled, kind) if kind else compiled
+    if not kind:
+        return compiled
+    found = compiled.variants.get(kind)
+    if found is not None:
+        return found
+    if not eager and kind not in compiled.asked:
+        compiled.asked.add(kind)
+        return compiled
+    return kernel_cache().row_variant(compiled, kind)
 
 
 def copies_pay(compiled: CompiledProgram, operands: Mapping[str, Any]) -> bool:
@@ -2840,7 +2851,8 @@ class Kernel:
         compiled = self._program_for(bound, shape)
         if compiled.rows is not None:     # the bound matrix's rows pick the kernel once
             with optimised_only():
-                compiled = _row_kernel(compiled, bound[compiled.rows[0]].levels[1].pos)
+                compiled = _row_kernel(compiled, bound[compiled.rows[0]].levels[1].pos,
+                                       eager=True)
         tensors = dict(bound)
         for alias, source in compiled.program.conversions:
             if bound[source].format.is_dense:

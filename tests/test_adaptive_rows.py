@@ -183,3 +183,17 @@ def test_a_stated_adaptive_tail_on_a_scaled_spmv_and_a_row_scaling():
                    schedule="vectorize(j, 4, tail=adaptive)")
     w = np.linspace(0, 1, 400)
     np.testing.assert_allclose(k(A=A, x=x, w=w), 2 * (A @ (x * w)))
+
+
+def test_a_variant_is_built_at_the_second_call_that_asks_for_it():
+    k = ta.compile("w(r) = N(r,c) * u(c)", formats={"N": "csr"})
+    statement, u = k._default.key.statement, np.ones(400)
+    N = _irregular(3000)
+    np.testing.assert_allclose(k(N=N, u=u), N @ u)          # a one-off call: no compile
+    assert not _built(statement, MASKED)
+    np.testing.assert_allclose(ta.einsum("ij,j->i", N, u), N @ u)
+    np.testing.assert_allclose(k(N=N, u=u), N @ u)
+    assert _built(statement, MASKED)
+    bound = ta.compile("v(r) = M(r,c) * u(c)", formats={"M": "csr"})
+    bound.bind(M=_regular(3000), u=u)                        # bound: at once
+    assert _built(bound._default.key.statement, UNROLLED)

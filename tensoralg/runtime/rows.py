@@ -23,7 +23,9 @@ too (below), the 16 real matrices and the 13 structures of ``benchmarks/zoo.py``
 The share is computed once per ``pos`` array, by NumPy, over at most ``ROW_BLOCKS`` blocks of
 ``ROW_BLOCK_PAIRS`` consecutive rows spread over the matrix (every row of a matrix of up to
 16385 rows; ~30 µs for larger ones), and remembered while that array lives, so a choice is a
-function of the matrix alone: every call, thread count and range run the same kernel on it.
+function of the matrix alone: every call, thread count and range run the same kernel on it
+(once built: a variant is compiled at the second call that asks for it, so that a one-off call
+costs no second compile; ``api._row_kernel``).
 """
 from __future__ import annotations
 
