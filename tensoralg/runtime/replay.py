@@ -23,6 +23,7 @@ import numpy as np
 
 from tensoralg.runtime.args import data_address
 from tensoralg.runtime.memory import memory_limit
+from tensoralg.runtime.rows import CHOICE_MIN_VALUES
 from tensoralg.runtime.threads import GATHER_UNITS
 
 # What each argument of a replayed call is, with ``(kind, operand, mode)`` recipe entries.
@@ -172,8 +173,9 @@ def replay_function(recipe: Sequence[tuple[int, int, int]], kinds: Sequence[str]
     lines.append("        return None")
     # A rank-1 output is made in its shape; others flat, then viewed in theirs.
     lines.append(f"    out = {'empty' if overwrites else 'zeros'}({size}, dtype)")
-    if rows is not None:
-        lines.append(f"    kernel = choose(o{rows[0]})")
+    if rows is not None:     # below CHOICE_MIN_VALUES stored values the plain one, unasked
+        lines.append(f"    kernel = choose(o{rows[0]}) if o{rows[0]}.indices.shape[0] >= "
+                     f"{CHOICE_MIN_VALUES} else plain")
     args = [_argument(what, k, mode) for what, k, mode in recipe]
     if threaded:
         lines.append(f"    status = split(operands, [{', '.join(args)}]) if parallel else "
@@ -191,7 +193,7 @@ def replay_function(recipe: Sequence[tuple[int, int, int]], kinds: Sequence[str]
     else:
         lines.append("    return out.reshape(())[()]")
     return _written({"empty": np.empty, "zeros": np.zeros, "dtype": value_dtype,
-                     "limit": memory_limit, "split": split,
+                     "limit": memory_limit, "split": split, "plain": kernel,
                      "choose": rows[1] if rows is not None else None}, lines, kinds, kernel,
                     sound, threads, fail, guards, copies_pay)
 
