@@ -96,12 +96,12 @@ TARGET_NOTES: dict[str, str] = {
                      "the two vCPUs gain least on the gather-bound vector loops; the row loop "
                      "is chosen per matrix (runtime/rows.py: masked tail where consecutive "
                      "rows mostly differ in length, unrolled where they repeat at 4-7 "
-                     "entries), which took cryg2500 1.40 -> 0.97 and wiki-Vote 0.60 -> 0.42 "
+                     "entries), which took cryg2500 1.40 -> 0.97 and wiki-Vote 0.57 -> 0.44 "
                      "of scipy's time but left the 16 matrices' two-thread mean about where it "
-                     "was (0.650 -> 0.652 with the masked kernel alone, same-process A/B): "
+                     "was (0.649 -> 0.639, python benchmarks/row_loops.py --choice --threads 2): "
                      "on the small ones a call's fixed costs and the split's overhead are "
                      "most of the time, and two circuit matrices (adder_dcop_05, rajat01) "
-                     "take the masked loop and lose 4-11%",
+                     "take the masked loop and lose 7-19%",
     "spmm vs scipy": "each row runs one pass per register tile, zeroed in registers and "
                      "stored once, within ~1.15x of a hand-written AVX-512 row loop on one "
                      "thread (bayer10, 16 columns: 206 vs 182 µs; an ad hoc C comparison, not "

@@ -17,6 +17,14 @@ own ``vectorize(k, 4, tail=mask)`` on TTV's fibre loop (``lower/scheduling.fibre
 Each cell is a median time in µs over 5 rounds, then the ratio to the first column (below 1:
 faster than it); a geometric mean closes each table. One thread by default, since the hints
 change the loop a thread runs. The VM these ran on moves by ±20-40% between runs.
+
+    python benchmarks/row_loops.py --choice [--threads 2]
+
+instead times the SpMV row loop the runtime picks per matrix (``runtime/rows.py``: plain,
+masked tail or unrolled) against the plain kernel everywhere, in one process and interleaved,
+on the matrices above and the structures of ``benchmarks/zoo.py``: each row names the kind the
+matrix takes and both times over scipy's; geometric means close the table. The figures in
+``runtime/rows.py`` come from it.
 """
 from __future__ import annotations
 
@@ -55,9 +63,44 @@ def table(title: str, schedules, cases) -> None:
     print(f"{'geomean':16s}" + "".join(f"{math.exp(sum(g) / len(g)):>30.3f}" for g in logs))
 
 
+def choice_table(threads: int, matrices, rng) -> None:
+    """SpMV: the row loop each matrix takes (``runtime/rows.py``) against the plain kernel,
+    both over scipy's time, interleaved in one process (the plain one by making every matrix
+    take it, ``api.row_kernel_kind``)."""
+    import tensoralg.api as api
+
+    chosen_kind = api.row_kernel_kind
+    kernel = ta.compile(SPMV, formats={"A": "csr"})
+    print(f"\nSpMV, row loop chosen per matrix against the plain kernel, {threads} thread(s)\n"
+          f"{'':22s}{'kind':>10s}{'plain / scipy':>16s}{'chosen / scipy':>16s}")
+    logs: list[tuple[float, float]] = []
+    for name, A in matrices:
+        x = rng.random(A.shape[1])
+        best = {}
+        for _ in range(2):
+            for which, kind_of in (("plain", lambda pos: ""), ("chosen", chosen_kind)):
+                api.row_kernel_kind = kind_of
+                try:
+                    for _ in range(2):          # the second call builds the variant
+                        kernel(A=A, x=x)
+                    t = run.median_of(run.measure(lambda: kernel(A=A, x=x)))
+                finally:
+                    api.row_kernel_kind = chosen_kind
+                best[which] = min(best.get(which, math.inf), t)
+        scipy_s = run.median_of(run.measure(lambda: A @ x))
+        plain, chosen = best["plain"] / scipy_s, best["chosen"] / scipy_s
+        logs.append((math.log(plain), math.log(chosen)))
+        print(f"{name[:22]:22s}{chosen_kind(A.indptr) or 'plain':>10s}{plain:16.2f}"
+              f"{chosen:16.2f}", flush=True)
+    means = [math.exp(sum(log[k] for log in logs) / len(logs)) for k in (0, 1)]
+    print(f"{'geomean':22s}{'':10s}{means[0]:16.3f}{means[1]:16.3f}")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--choice", action="store_true",
+                        help="the per-matrix row loop against the plain kernel everywhere")
     args = parser.parse_args(argv)
     ta.set_num_threads(args.threads)
     warnings.filterwarnings("ignore", message=".*spmatrix.*")
@@ -67,6 +110,12 @@ def main(argv=None) -> int:
     matrices = [(name, run.canonical(scipy.io.mmread(path)))
                 for name, path in run.matrix_sources(quick=False)]
     matrices += [(name, generated[name]("float64")) for name in ("uniform-2e4", "power-law-2e4")]
+    if args.choice:
+        import zoo  # noqa: PLC0415  (benchmarks/zoo.py: its structures)
+
+        choice_table(args.threads, matrices + [(name, make())
+                                               for name, make in zoo.matrices().items()], rng)
+        return 0
     spmv = [(name, lambda s: ta.compile(SPMV, formats={"A": "csr"}, schedule=s),
              {"A": A, "x": rng.random(A.shape[1])}) for name, A in matrices]
     table(f"SpMV, {args.threads} thread(s)", SPMV_SCHEDULES, spmv)

@@ -12,13 +12,14 @@ least ``ADAPTIVE_CHANGES`` of them differ. Measured on one thread, SpMV, develop
 power-law rows (share 0.61-0.98: ca-GrQc, wiki-Vote, ego-Facebook, R-MAT, rows of 5 below a
 dense row, a 1e6 x 64 matrix of ~3 a row) 0.39-0.84; on regular ones (share 0.00-0.36:
 luxembourg_osm, bcspwr10, cryg2500, bayer10, an arrow, a diagonal, a band) 1.0-2.4; between,
-within ~12% either way (adder_dcop_05, 0.77, and rajat01, 0.67, lose 4-11%). Against the plain
-kernel everywhere (an A/B in one process, SpMV, geometric means of tensoralg / scipy): the 16
-real matrices 0.861 -> 0.829 on one thread with the masked kernel alone and 0.650 -> 0.652 on
-two (a split call of a few tens of µs gains little from faster rows); with the unrolled kernel
-too (below), the 16 real matrices and the 13 structures of ``benchmarks/zoo.py`` together
-0.595 -> 0.542 on two threads (cryg2500 1.40 -> 0.97, a 2-D Laplacian 0.74 -> 0.48, wiki-Vote
-0.60 -> 0.42); a matrix of under CHOICE_MIN_VALUES stored values keeps the plain kernel (below).
+within ~20% either way (adder_dcop_05, 0.77, and rajat01, 0.67, lose 7-19%). Against the plain
+kernel everywhere (``python benchmarks/row_loops.py --choice``: an A/B in one process, SpMV,
+geometric means of tensoralg / scipy, 2026-12-06): the 16 real
+matrices 0.871 -> 0.815 on one thread and 0.649 -> 0.639 on two (a split call of a few tens of
+µs gains little from faster rows); with the two generated 2e4 matrices and the 13 structures of
+``benchmarks/zoo.py``, 0.890 -> 0.780 on one thread and 0.580 -> 0.528 on two (cryg2500 1.40 ->
+0.97, a 2-D Laplacian 0.72 -> 0.48, wiki-Vote 0.57 -> 0.44, two threads); a matrix of under
+CHOICE_MIN_VALUES stored values keeps the plain kernel (below).
 
 The share is computed once per ``pos`` array, by NumPy, over at most ``ROW_BLOCKS`` blocks of
 ``ROW_BLOCK_PAIRS`` consecutive rows spread over the matrix (every row of a matrix of up to
@@ -37,9 +38,10 @@ ADAPTIVE_CHANGES = 0.6
 ROW_BLOCKS, ROW_BLOCK_PAIRS = 32, 512
 # Mean entries a row where rows that mostly repeat their lengths take the loop unrolled four
 # times: below 8 LLVM's vectorized loop never runs and its scalar remainder takes one entry an
-# iteration. One thread, SpMV, unrolled / plain time: 0.63-0.84 at 4-5 entries a row
-# (cryg2500, a 2-D Laplacian, bcspwr10), 0.95-1.03 at 7 (a band, bayer10), 1.04-1.05 at 1-3
-# (luxembourg_osm, an arrow, a diagonal), 0.98-1.07 from 9 up (development VM, 2026-12-06).
+# iteration. One thread, SpMV, unrolled / plain time: 0.64-0.88 at 4-5 entries a row
+# (cryg2500, a 2-D Laplacian, bcspwr10), 0.97-1.06 at 7 (a band, bayer10) (`python
+# benchmarks/row_loops.py --choice`, 2026-12-06); 1.04-1.05 at 1-3 (luxembourg_osm, an arrow, a
+# diagonal) and 0.98-1.07 from 9 up with unroll(j, 4) given as a schedule (ad hoc, same day).
 UNROLLED_ROWS = (4.0, 8.0)
 UNROLL = 4
 # Below this many stored values the plain kernel runs whatever the rows: the loop can gain at
@@ -85,13 +87,12 @@ def row_loop_kind(pos: np.ndarray) -> str:
     >>> row_loop_kind(regular), row_loop_kind(irregular), row_loop_kind(regular[:100])
     ('unrolled', 'masked', '')
     """
-    rows = pos.shape[0] - 1
-    if rows < 1 or int(pos[-1]) - int(pos[0]) < CHOICE_MIN_VALUES:
+    rows, stored = pos.shape[0] - 1, int(pos[-1]) - int(pos[0])
+    if rows < 1 or stored < CHOICE_MIN_VALUES:
         return PLAIN
     if changing_share(pos) >= ADAPTIVE_CHANGES:
         return MASKED
-    mean = (int(pos[-1]) - int(pos[0])) / rows if rows > 0 else 0.0
-    return UNROLLED if UNROLLED_ROWS[0] <= mean < UNROLLED_ROWS[1] else PLAIN
+    return UNROLLED if UNROLLED_ROWS[0] <= stored / rows < UNROLLED_ROWS[1] else PLAIN
 
 
 # The kind of this ``pos`` array's rows, while it lives.
