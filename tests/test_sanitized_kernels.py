@@ -40,7 +40,10 @@ SCRIPT = textwrap.dedent("""
          np.maximum(P @ Q + x, 0)),
     ]
     schedules = [None, "split({outer}, 5); parallelize({outer}0, {reduction}threads=3)",
-                 "tile(64); jam(2); unroll({inner}, 3)", "serial(); tile(0); jam(1)"]
+                 "tile(64); jam(2); unroll({inner}, 3)", "serial(); tile(0); jam(1)",
+                 # a cache block of the innermost loop, moved outermost (a block cut short)
+                 "split({inner}, 7, b0, b1); reorder(b0, {outer}, b1); "
+                 "parallelize({outer}, {reduction}threads=3)"]
     count = 0
     for statement, formats, operands, expected in cases:
         plain = ta.compile(statement, formats=formats)

@@ -113,6 +113,71 @@ def test_illegal_schedules_are_refused(formats, schedule, error, message):
                x=np.ones(4))
 
 
+@pytest.mark.parametrize("statement, formats, schedule, error, message", [
+    (SPMV, {"A": "dd"}, "split(j, 4, j0, j1); reorder(j0, i, j1)", ta.CompileError,
+     r"cannot move the block loop j0 outward: j is summed over"),
+    ("C(i,j) = A(i,j) + B(i,j)", {"A": "ds", "B": "ds", "C": "ds"},
+     "split(j, 4, j0, j1); reorder(j0, i, j1)", ta.CompileError,
+     r"cannot move the block loop j0 outward: the output is stored as"),
+    ("Y(i,k) = A(i,j) * B(j,k)", {"A": "dd", "B": "ds", "Y": "dd"},
+     "split(k, 4, k0, k1); reorder(k0, i, j, k1)", ta.CompileError,
+     r"block loop k0 was moved outward, but the loop over k runs through the stored entries "
+     r"of B"),
+    ("Y(i,k) = A(i,j) * B(j,k)", {"A": "ds"}, "split(k, 4, k0, k1); reorder(k1, k0, i)",
+     ta.CompileError, r"k1 runs inside the block loop k0"),
+    ("Y(i,k) = A(i,j) * B(j,k)", {"A": "ds"},
+     "split(k, 4, k0, k1); reorder(k0, i, j, k1); parallelize(k0)", ta.UnsupportedError,
+     r"the block loop k0 was moved outward; threads take the outermost loop"),
+    ("Y(i,k) = A(i,j) * B(j,k)", {"A": "ds"},
+     "fuse(i, j, f); pos(f, p, A); split(k, 4, k0, k1); reorder(k0, i, j, k1)",
+     ta.UnsupportedError, r"together with a position split"),
+])
+def test_block_loops_moved_outward_are_refused_where_they_would_change_results(
+        statement, formats, schedule, error, message):
+    with pytest.raises(error, match=message):
+        ta.compile(statement, formats=formats, schedule=schedule)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("statement, formats, schedule", [
+    ("Y(i,k) = A(i,j) * B(j,k)", {"A": "ds"},
+     "split(k, 16, k0, k1); reorder(k0, i, j, k1); parallelize(i, threads=2)"),
+    ("Y(i,k) = A(i,j) * B(j,k)", {"A": "ds"},
+     "split(k, 5, k0, k1); reorder(i, k0, j, k1); parallelize(i, threads=2)"),
+    ("Y(i,k) = A(i,j) * B(j,k)", {"A": "dd"}, "split(k, 7, k0, k1); reorder(k0, i, j, k1)"),
+    ("C(i,j) = A(i,k) * B(k,j)", {"A": "dd"},
+     "split(j, 32, j0, j1); reorder(j0, i, k, j1); parallelize(i, threads=2); jam(4)"),
+    ("C(i,j) = A(i,k) * B(k,j)", {"A": "dd"},
+     "split(i, 3, i0, i1); reorder(i0, j, k, i1); parallelize(j, threads=2)"),
+    ("C(i,j) = A(i,j) * B(i,j)", {"A": "dd", "B": "dd"},
+     "split(j, 9, j0, j1); reorder(j0, i, j1)"),
+])
+@pytest.mark.parametrize("backend", ["llvm", "c"])
+def test_block_loops_moved_outward_match_the_unscheduled_kernel(statement, formats, schedule,
+                                                                dtype, backend):
+    # Sizes cross every block (37 rows, 70 columns: a last block cut short), a register tile
+    # and a two-way thread split; the sparse operand has all-zero rows.
+    rng = np.random.default_rng(11)
+    plain = ta.compile(statement, formats=formats, dtype=dtype)
+    operands = {a.tensor: _operand(a.tensor, a.indices, formats, dtype, rng)
+                for a in _accesses(plain)}
+    kernel = ta.compile(statement, formats=formats, dtype=dtype, backend=backend,
+                        schedule=schedule)
+    assert "reorder(" in str(kernel.schedule).split("split(", 1)[1], kernel.schedule
+    again = ta.compile(statement, formats=formats, dtype=dtype, backend=backend,
+                       schedule=str(kernel.schedule))
+    assert again.source("ir").split("\n", 1)[1] == kernel.source("ir").split("\n", 1)[1]
+    expected = _dense(plain(**operands))
+    got = _dense(kernel(**operands))
+    # The same sums in the same order; LLVM may contract a different multiply-add into an
+    # FMA in the differently shaped loops, hence a tolerance of a few ulps.
+    tolerance = 1e-5 if dtype == "float32" else 1e-13
+    np.testing.assert_allclose(got, expected, rtol=tolerance, atol=tolerance,
+                               err_msg=f"{statement} {schedule}")
+    np.testing.assert_allclose(_dense(kernel.bind(**operands)()), expected, rtol=tolerance,
+                               atol=tolerance)
+
+
 def test_doubly_compressed_operands_are_not_parallelized_by_a_schedule():
     # A DCSR output is assembled on threads (tests/test_parallel_sparse_outputs.py), but over
     # DCSR operands the outer loop co-iterates their compressed rows: no counted loop to split.
@@ -256,6 +321,10 @@ def _schedules(kernel, rng):
         found.append(Schedule().parallelize(outer, reduction=reduction, threads=3))
         found.append(Schedule().unroll(order[-1], 4).vectorize(order[-1], 4))
         found.append(Schedule().vectorize(order[-1], 8, tail="mask"))
+    for index in order[1:]:        # a cache block of a later loop, moved outermost
+        rest = [f"{index}1" if other == index else other for other in order]
+        found.append(Schedule().split(index, int(rng.choice([2, 5, 16]))).reorder(
+            f"{index}0", *rest))
     found.append(Schedule().tile(0).jam(1).workspaces(False).transpose_tiles(0))
     found.append(Schedule().tile(64).jam(2).serial())
     return found
@@ -285,7 +354,9 @@ def test_scheduled_kernels_match_the_unscheduled_kernel(statement, formats, dtyp
             # co-iterates one (or on a sparse output).
             explained = (schedule.last(Reorder) and "stored as" in str(err)) or \
                 (schedule.last(Split) and "no counted loop runs" in str(err)) or \
-                (schedule.last(Parallelize) and "cannot run on several threads" in str(err))
+                (schedule.last(Parallelize) and "cannot run on several threads" in str(err)) or \
+                ("cannot move the block loop" in str(err)) or \
+                ("moved outward, but the loop over" in str(err))
             assert explained, f"{schedule}: {err}"
             continue
         tried += 1

@@ -121,6 +121,8 @@ class Context:
     # The sparse output's last level has room reserved for every append this loop can make,
     # so its appends skip the capacity check (see ``SparseWriter.reserve``).
     reserved: bool = False
+    # The block each enclosing block loop runs (``LoopPlan.lifts``), by the split index.
+    blocks: Mapping[str, Var] = field(default_factory=dict)
 
     def with_(self, **changes) -> "Context":
         return replace(self, **changes)
@@ -236,6 +238,7 @@ class Lowerer:
     def lower(self) -> Function:
         self.declare_tensors()
         output = self.program.output
+        self._check_lifts()
         writers = [self._writer(nest, output) for nest in self.program.nests]
         body = [self.lower_nest(nest, writer) for nest, writer in zip(self.program.nests, writers)]
         for writer in writers:
@@ -275,6 +278,54 @@ class Lowerer:
                       f"ranges run by several threads ({how})",)
         return Function(self.name, params, b.block(self.setup, body, self.finish), notes)
 
+    def _check_lifts(self) -> None:
+        """Refuse the block loops moved outward (``LoopPlan.lifts``) this kernel cannot run
+        exactly: each block must own its output elements (a dense output, indexed by the split
+        index, written by one nest), so that moving the blocks outward changes no sum's order."""
+        program = self.program
+        for index, enclosed in self.plan.lifts.items():
+            split = self.plan.splits[index]
+            asked = self.plan.lifted_by.get(index, str(split))
+            nests = [n for n in program.nests if index in n.loop_order]
+            why = None
+            if len(program.nests) != 1:
+                why = (f"the statement lowers to {len(program.nests)} loop nests (temporaries "
+                       f"or sums of products of different indices); blocks run over one nest")
+            elif not program.output.format.is_dense or \
+                    program.nests[0].mode is OutputMode.PATTERN:
+                why = (f"the output is stored as {program.output.format}; its entries are "
+                       f"appended in order, which blocks of {index} would break")
+            elif any(index not in n.output.indices for n in nests):
+                why = (f"{index} is summed over; a block loop moved outward runs over an "
+                       f"output index (blocks of a sum would add into the same elements)")
+            if why is not None:
+                raise CompileError(f"{asked}: cannot move the block loop {split.outer} "
+                                   f"outward: {why}")
+
+    def _lift_at(self, nest: LoopNest, depth: int, context: Context) -> str | None:
+        """The split index whose block loop opens at ``depth`` of ``nest``: the depth of the
+        outermost loop it encloses, when that is above the loop over the index itself."""
+        order = nest.loop_order
+        for index, enclosed in self.plan.lifts.items():
+            if index in context.blocks or index not in order:
+                continue
+            inside = [order.index(x) for x in enclosed if x in order]
+            if inside and min(inside) == depth < order.index(index):
+                return index
+        return None
+
+    def block_loop(self, nest: LoopNest, writer: Writer, depth: int, expr: Expr,
+                   context: Context, index: str) -> list[Stmt]:
+        """``for (k0 = 0; k0 < ceil(n_k / f); k0++)`` around the loops from ``depth`` on; the
+        loop over ``index`` inside runs the block ``[k0 * f, min(n_k, k0 * f + f))``."""
+        split = self.plan.splits[index]
+        block = Var(self.names(split.outer), I64)
+        blocks = b.div(b.add(self.sizes[index], b.i64(split.factor - 1)), b.i64(split.factor))
+        self.done_splits.add(index)
+        inner = context.with_(blocks={**context.blocks, index: block})
+        body = self.index_loop(nest, writer, depth, expr, inner)
+        return [self.hinted(split.outer, b.for_(block, b.i64(0), blocks, body))]
+
     def _writer(self, nest: LoopNest, output: TensorInfo) -> Writer:
         target = self.program.tensor(nest.output.tensor)
         if target.role is TensorRole.TEMPORARY:
@@ -308,6 +359,9 @@ class Lowerer:
                    context: Context) -> list[Stmt]:
         if is_zero(expr):
             return []
+        lifted = self._lift_at(nest, depth, context) if self.plan.lifts else None
+        if lifted is not None:
+            return self.block_loop(nest, writer, depth, expr, context, lifted)
         if depth == writer.region_depth and not context.region_open:
             region = writer.region(context.with_(region_open=True),
                                    lambda c: self.index_loop(nest, writer, depth, expr, c))
@@ -341,10 +395,21 @@ class Lowerer:
         def body(point: LatticePoint, coordinate: Var, its: list[SparseIterator]) -> list[Stmt]:
             return self.case_body(nest, writer, depth, index, coordinate, point, its, context)
 
+        block = context.blocks.get(index)
+        if block is not None and iterators:
+            split = self.plan.splits[index]
+            raise CompileError(
+                f"{split}: the block loop {split.outer} was moved outward, but the loop over "
+                f"{index} runs through the stored entries of "
+                f"{', '.join(sorted({it.access.tensor for it in iterators}))}; blocks of a "
+                f"compressed level are not supported (block a dense index)")
         if not iterators:
-            fill = writer.row_fill if depth == 0 and isinstance(writer, DenseWriter) else None
+            # A row zeroed inside a block loop would lose the blocks before it: the runtime
+            # zeroes the output instead (the kernel then no longer assigns every element).
+            fill = writer.row_fill if depth == 0 and isinstance(writer, DenseWriter) \
+                and not context.blocks else None
             return [*reserve, *self.dense_loop(index, lattice, body, [], outer=depth == 0,
-                                               fill=fill)]
+                                               fill=fill, block=block)]
         if lattice.dense:
             return [*reserve, *self.dense_loop(index, lattice, body, iterators)]
         if len(iterators) == 1:
@@ -393,10 +458,12 @@ class Lowerer:
 
     def dense_loop(self, index: str, lattice: Lattice, body, iterators: list[SparseIterator],
                    outer: bool = False,
-                   fill: Callable[[str, Var, list[Stmt]], list[Stmt]] | None = None
-                   ) -> list[Stmt]:
+                   fill: Callable[[str, Var, list[Stmt]], list[Stmt]] | None = None,
+                   block: Var | None = None) -> list[Stmt]:
         """A counted loop over ``index``; ``fill(index, coordinate, body)`` is the body with
-        the output's row zeroed first where it sums into it (``DenseWriter.row_fill``)."""
+        the output's row zeroed first where it sums into it (``DenseWriter.row_fill``);
+        ``block`` the enclosing block loop's counter when a block loop was moved outward
+        (the loop then runs that block of ``index``)."""
         coordinate = Var(self.names(index), I64)
         setup = self.iterator_positions(iterators)
         checks: list[Stmt] = []
@@ -424,6 +491,10 @@ class Lowerer:
         if fill is not None:
             body = fill(index, coordinate, body)
         split = self.plan.splits.get(index)
+        if block is not None and split is not None:
+            first = b.mul(block, b.i64(split.factor))
+            last = b.minimum(stop, b.add(first, b.i64(split.factor)))
+            return [*setup, self.hinted(split.inner, b.for_(coordinate, first, last, body))]
         if split is None:
             return [*setup, self.hinted(index, b.for_(coordinate, start, stop, body))]
         self.done_splits.add(index)

@@ -79,6 +79,12 @@ class LoopPlan:
     adaptive: frozenset[str] = frozenset()
     # The backend takes vector hints (LLVM): the compiler adds its own (a CSR row's loop).
     vector_hints: bool = True
+    # Splits whose outer loop a reorder moves outward (cache blocks): the split index, and
+    # the indices whose loops its block loop encloses (``split(k, 8, k0, k1); reorder(k0, i,
+    # j, k1)``: ``{"k": ("i", "j")}``). The loop over k then runs one block of k per
+    # iteration of the block loop.
+    lifts: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    lifted_by: dict[str, str] = field(default_factory=dict)   # the commands, for errors
 
     @property
     def parallel_index(self) -> str | None:
@@ -167,14 +173,73 @@ def loop_plan(schedule: Schedule | None, backend: str = "llvm") -> LoopPlan:
         raise UnsupportedError(f"{unused[0]}: lowering carries out fuse only as the first step "
                                f"of a position split (fuse(i, j, f); pos(f, fp, A)); a fuse of "
                                f"two counted loops is not supported yet")
-    orders = tuple(c.indices for c in schedule if isinstance(c, Reorder))
+    orders, lifts = _split_orders(tuple(c for c in schedule if isinstance(c, Reorder)), splits)
     if position_split is not None:
         orders += ((position_split.outer, position_split.inner),)
         _check_position_commands(position_split, splits, parallel)
+        if lifts:
+            raise UnsupportedError(f"{_lifting(schedule, lifts)}: a block loop moved outward "
+                                   f"together with a position split is not supported yet")
+    if lifts and backend == "cuda":
+        raise UnsupportedError(f"{_lifting(schedule, lifts)}: block loops moved outward run "
+                               f"on the CPU backends only (llvm, c)")
+    if lifts and parallel is not None and parallel.index in \
+            {splits[index].outer for index in lifts}:
+        raise UnsupportedError(f"{parallel}: the block loop {parallel.index} was moved "
+                               f"outward; threads take the outermost loop of the nest "
+                               f"(parallelize one of the loops the blocks enclose)")
     return LoopPlan(orders, splits, parallel, serial, unroll, vectorize, position_split,
                     tuple(precomputes), gpu, zero_rows=backend != "cuda",
                     position_ranges=backend != "cuda", masked=frozenset(masked),
-                    adaptive=frozenset(adaptive), vector_hints=backend == "llvm")
+                    adaptive=frozenset(adaptive), vector_hints=backend == "llvm", lifts=lifts,
+                    lifted_by={index: _lifting(schedule, {index: ()}) for index in lifts})
+
+
+def _split_orders(reorders: tuple[Reorder, ...], splits: dict[str, Split]
+                  ) -> tuple[tuple[tuple[str, ...], ...], dict[str, tuple[str, ...]]]:
+    """The relative orders of the statement's own loops that ``reorders`` ask for, and the
+    splits whose block loop they move outward.
+
+    A reorder may name a split's two loops (``split(k, 8, k0, k1)``): its inner loop ``k1``
+    stands for the loop over ``k`` (which runs one block), and its outer loop ``k0``, listed
+    before loops of other indices, asks for the blocks to enclose them: a cache block (strip-mine
+    and interchange, as TACO's and Halide's split and reorder do).
+
+    >>> orders, lifts = _split_orders((Reorder(("k0", "i", "j", "k1")),),
+    ...                               {"k": Split("k", 8, "k0", "k1")})
+    >>> orders, lifts
+    ((('i', 'j', 'k'),), {'k': ('i', 'j')})
+    """
+    outer = {split.outer: split for split in splits.values()}
+    inner = {split.inner: split.index for split in splits.values()}
+    orders: list[tuple[str, ...]] = []
+    lifts: dict[str, tuple[str, ...]] = {}
+    for command in reorders:
+        names = command.indices
+        for name in names:
+            split = outer.get(name)
+            if split is None:
+                continue
+            after = names[names.index(name) + 1:]
+            if split.inner in names[:names.index(name)] or \
+                    split.index in names[:names.index(name)]:
+                raise CompileError(f"{command}: {split.inner} runs inside the block loop "
+                                   f"{name} ({split}); list {name} before it")
+            enclosed = tuple(dict.fromkeys(inner.get(a, a) for a in after
+                                           if a not in outer and inner.get(a, a) != split.index))
+            if enclosed:
+                lifts[split.index] = enclosed
+        mapped = tuple(dict.fromkeys(inner.get(a, a) for a in names if a not in outer))
+        orders.append(mapped)
+    return tuple(orders), lifts
+
+
+def _lifting(schedule: Schedule, lifts: dict[str, tuple[str, ...]]) -> str:
+    """The commands that moved a block loop outward, as text for an error."""
+    cuts = [c for c in schedule if isinstance(c, Split) and c.index in lifts]
+    outer = {c.outer for c in cuts}
+    moves = [c for c in schedule if isinstance(c, Reorder) and outer & set(c.indices)]
+    return "; ".join(str(c) for c in (*cuts, *moves))
 
 
 WORKSPACE_FORMATS = ("dense",)     # the workspace formats lowering carries out
@@ -410,6 +475,11 @@ def applied_schedule(program: Program, function: Function, plan: LoopPlan,
     for command in given:
         if isinstance(command, kept):
             schedule = schedule.then(command)
+    for index, enclosed in plan.lifts.items():     # block loops moved outward
+        split, order = plan.splits[index], main.loop_order
+        depth = min(order.index(x) for x in enclosed if x in order)
+        schedule = schedule.reorder(split.outer, *[split.inner if x == index else x
+                                                   for x in order[depth:]])
     if hinted:
         for index in main.loop_order:
             chosen = fibre_vector_hint(program, index, plan)
