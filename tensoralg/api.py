@@ -81,8 +81,13 @@ from tensoralg.lower.assemble import stores_within_operands
 from tensoralg.lower.concretize import concretize, kept_layouts, layout_free
 from tensoralg.lower.counted import count_rows, counted_factors, counted_summands
 from tensoralg.lower.gemm_form import (
+    CONTRACTION_MIN_SIDE,
     GEMM_MIN_FMAS,
+    STACK_ALONG_ROWS_MIN_FMAS,
+    STACK_MIN_FMAS,
+    ContractionForm,
     GemmForm,
+    contraction_form,
     gemm_form,
     gemm_refusal,
     gemm_route,
@@ -133,7 +138,7 @@ from tensoralg.runtime.args import (
     OutputBuffers,
     data_address,
 )
-from tensoralg.runtime.blas import blas_product
+from tensoralg.runtime.blas import blas_contraction, blas_product, blas_supports
 from tensoralg.runtime.bound import BoundCall, dense_output, overwrites_output
 from tensoralg.runtime.compress import RowCompressor
 from tensoralg.runtime.conv import DirectConv
@@ -781,10 +786,13 @@ def einsum(*operands: Any, out_format: Any = None, formats: Any = None,
             _remember(signature, compiled, stmt, named, operands, bound)
         elif not len(kernel_cache().tuned) and schedule is None:
             form = gemm_form(stmt)    # the BLAS route took it: replay that decision too
+            dtype = np.result_type(*[t.dtype for t in bound.values()])
             if form is not None:
                 kernel_cache().dispatch[signature] = _GemmReplay(
-                    form, named.index(form.a), named.index(form.b),
-                    np.result_type(*[t.dtype for t in bound.values()]))
+                    form, named.index(form.a), named.index(form.b), dtype)
+            elif (stack := contraction_form(stmt)) is not None:
+                kernel_cache().dispatch[signature] = _StackReplay(
+                    stack, named.index(stack.a), named.index(stack.b), dtype)
     return result if out_format is not None else _in_pydata_format(result, operands)
 
 
@@ -963,6 +971,36 @@ class _GemmReplay:
                 memory_limit():
             return None
         return blas_product(a, self.form.a_transposed, b, self.form.b_transposed, self.dtype)
+
+
+@dataclass(frozen=True, slots=True)
+class _StackReplay:
+    """A stack of dense products (``ContractionForm``) the compiler sent to BLAS, replayed for
+    operands of the same kinds (None, for the general path, when the sizes disagree or no
+    longer call for BLAS)."""
+
+    form: ContractionForm
+    a: int                 # the operands' positions in the call
+    b: int
+    dtype: np.dtype
+    fast: Any = None
+
+    def run(self, operands: tuple) -> Any:
+        if len(operands) != 2:
+            return None
+        a, b = operands[self.a], operands[self.b]
+        form = self.form
+        dims = dict(zip(form.a_indices, a.shape))
+        if any(dims.setdefault(i, n) != n for i, n in zip(form.b_indices, b.shape)):
+            return None          # a size that disagrees (or broadcasts): the general path
+        stack, m, k, n = form.extents(dims)
+        least = GEMM_MIN_FMAS if stack == 1 else \
+            STACK_ALONG_ROWS_MIN_FMAS if form.along_rows else STACK_MIN_FMAS
+        if min(m, k, n) < CONTRACTION_MIN_SIDE or m * k * n < least or \
+                stack * m * n * self.dtype.itemsize > memory_limit():
+            return None
+        return blas_contraction(form, a, b, self.dtype)
+
 
 _DENSE, _COMPRESSED = DENSE, COMPRESSED
 
@@ -1818,8 +1856,12 @@ def _run(stmt: Assignment, canonical: str, bound: dict[str, Tensor], families: l
     # overwritten while the kernel still reads it: compute apart, then copy, as NumPy does.
     direct = None if out is None or _overlaps(out, bound.values()) else out
     if (requested is None or requested.is_dense) and backend != "cuda":
-        product = dense_gemm(gemm_form(stmt), bound, value_dtype, gemm_route(schedule), stmt,
-                             direct)
+        route = gemm_route(schedule)
+        form = gemm_form(stmt)
+        product = dense_contraction(contraction_form(stmt), bound, value_dtype, route, dims,
+                                    stmt, direct) if form is None else None
+        if product is None:
+            product = dense_gemm(form, bound, value_dtype, route, stmt, direct)
         if product is not None:
             return _wrap(product, requested, families, out), None
     compiled = _compiled(stmt, canonical, bound, value_dtype, requested, shape, backend,
@@ -1901,6 +1943,43 @@ def dense_gemm(form: GemmForm | None, bound: Mapping[str, Tensor], value_dtype: 
         cache = kernel_cache()
         return dense_product(a, b, value_dtype, cache.disk, cache.threads)
     return blas_product(a, form.a_transposed, b, form.b_transposed, value_dtype, out)
+
+
+def dense_contraction(form: ContractionForm | None, bound: Mapping[str, Tensor],
+                      value_dtype: np.dtype, route: GemmRoute | None, dims: Mapping[str, int],
+                      statement: Any, out: np.ndarray | None = None) -> np.ndarray | None:
+    """A dense contraction that is a stack of matrix products (``ContractionForm``: a
+    dense layer over a batch of sequences, attention's ``bhqd,bhkd->bhqk``, a ``tensordot``)
+    on BLAS, or None when the loop nest runs it. The compiler sends it there when every
+    product has sides of at least ``CONTRACTION_MIN_SIDE`` and enough multiply-adds for a gemm
+    call to pay (``GEMM_MIN_FMAS`` for one product; for a stack, ``STACK_MIN_FMAS`` or, where
+    the loop nest runs along rows, ``STACK_ALONG_ROWS_MIN_FMAS`` each, as measured in
+    ``lower/gemm_form.py``); ``gemm(blas)`` sends any such contraction, and any other
+    schedule keeps the loop nest. The grouping is NumPy's ``einsum(optimize=True)``'s, as a
+    visible dispatch (logged at INFO)."""
+    if form is None or route not in (None, GemmRoute.BLAS):
+        return None
+    sparse = [name for name in (form.a, form.b) if not bound[name].format.is_dense]
+    reason = f"operand {sparse[0]} is stored {bound[sparse[0]].format}, not dense" if sparse \
+        else None if blas_supports(value_dtype) else \
+        f"the values are {value_dtype}; BLAS takes float32, float64, complex64 and complex128"
+    if reason is not None:
+        if route is GemmRoute.BLAS:
+            raise UnsupportedError(f"gemm(blas) for {statement}: {reason}; use gemm(loops), "
+                                   f"or no gemm command, for the loop nest")
+        return None
+    stack, m, k, n = form.extents(dims)
+    if route is None:
+        least = GEMM_MIN_FMAS if stack == 1 else \
+            STACK_ALONG_ROWS_MIN_FMAS if form.along_rows else STACK_MIN_FMAS
+        if min(m, k, n) < CONTRACTION_MIN_SIDE or m * k * n < least:
+            return None
+    if out is None:
+        check_dense(stack * m * n, value_dtype.itemsize, "the dense output", statement)
+    _log.info("%s: runs as %d matrix product(s) of %d x %d x %d on BLAS (numpy.matmul); "
+              "schedule gemm(loops) for the loop nest", statement, stack, m, k, n)
+    return blas_contraction(form, bound[form.a].to_numpy(), bound[form.b].to_numpy(),
+                            value_dtype, out)
 
 
 def _dense_into(out: Any, requested: Format | None, shape: tuple[int, ...],

@@ -12,6 +12,7 @@ not a fallback.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -24,6 +25,21 @@ from tensoralg.schedule import Gemm, GemmRoute, Schedule
 # Below this many multiply-adds the loop nest is as fast and its call is cheaper (measured
 # on this kind of machine: packing and blocking pay from about 64^3).
 GEMM_MIN_FMAS = 64 ** 3
+# A stack of products (``ContractionForm``) goes to BLAS when each product's three sides are at
+# least this long: below, a gemm call per product costs more than the loop nest's whole work.
+CONTRACTION_MIN_SIDE = 8
+# ... and when each product has at least this many multiply-adds (one product: GEMM_MIN_FMAS).
+# numpy.matmul calls gemm once per product of a stack, ~5 µs each here; the loop nest runs the
+# whole stack on tensoralg's threads. Measured float32, two threads (gemm(loops) / gemm(blas)):
+# where the output's last index runs along the last axis of its operand (``bij,bjk->bik``: the
+# nest's inner loop is contiguous and the tile pass keeps a row of the output in registers)
+# 0.33 at 16^3 per product, 0.69 at 64^3, 0.45-2.1 at 1M (``bhqk,bhkd->bhqd`` with 128 x 128
+# x 64 products: 2.1), 0.77-1.41 at 2M, 4.2-5.7 from 256^3; otherwise (``bij,bkj->bik``,
+# ``bji,bjk->bik``) 0.46-1.01 at 32^3, 1.09-1.27 at 64^3 and 1.6-2.1 from 1M. The thresholds
+# sit where BLAS stops losing by much: from 1M a product, BLAS is within 0.9x of
+# ``numpy.einsum`` where the nest is faster, and up to 2x faster where it is not.
+STACK_MIN_FMAS = 2 ** 17
+STACK_ALONG_ROWS_MIN_FMAS = 2 ** 20
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 _COMPLEX = (np.dtype(np.complex64), np.dtype(np.complex128))
 
@@ -74,6 +90,79 @@ def gemm_form(stmt: Assignment) -> GemmForm | None:
         if a is not None and b is not None:
             return GemmForm(first.tensor, a, second.tensor, b)
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class ContractionForm:
+    """``out = sum(summed, a * b)`` over dense operands, read as a stack of matrix products:
+    the indices of both operands and of the output are the stack (``batch``), those of ``a``
+    alone and of the output its rows, those of ``b`` alone and of the output its columns, and
+    those of both operands but not the output are summed. ``tensordot`` and batched
+    ``matmul`` are this form; NumPy's ``einsum(optimize=True)`` sends it to BLAS the same way.
+    """
+
+    a: str
+    a_indices: tuple[str, ...]
+    b: str
+    b_indices: tuple[str, ...]
+    out: tuple[str, ...]
+    batch: tuple[str, ...]
+    rows: tuple[str, ...]
+    cols: tuple[str, ...]
+    summed: tuple[str, ...]
+
+    @property
+    def along_rows(self) -> bool:
+        """Whether the output's last index is the last index of the one operand that holds
+        it: the loop nest's innermost loop then runs contiguously through that operand and
+        the output (a row of the output held in registers across the sum)."""
+        last = self.out[-1] if self.out else None
+        return (last in self.cols and self.b_indices[-1] == last) or \
+            (last in self.rows and self.a_indices[-1] == last)
+
+    def extents(self, dims: Mapping[str, int]) -> tuple[int, int, int, int]:
+        """``(stack, m, k, n)``: the number of products and each product's sizes."""
+        size = lambda group: math.prod(dims[i] for i in group)  # noqa: E731
+        return size(self.batch), size(self.rows), size(self.summed), size(self.cols)
+
+
+def contraction_form(stmt: Assignment) -> ContractionForm | None:
+    """The stack of matrix products ``stmt`` computes, or None when it is not one (an index
+    repeated within an operand, an index summed in one operand only, no summed index, or a
+    plain matrix product, which ``gemm_form`` reads).
+
+    >>> from tensoralg.notation import parse_statement
+    >>> f = contraction_form(parse_statement("C(b,n,h) = X(b,n,d) * W(d,h)"))
+    >>> f.batch, f.rows, f.cols, f.summed
+    ((), ('b', 'n'), ('h',), ('d',))
+    >>> contraction_form(parse_statement("C(b,i,k) = A(b,i,j) * B(b,j,k)")).batch
+    ('b',)
+    >>> contraction_form(parse_statement("y(i) = A(i,j) * x(j)")).cols      # a matrix-vector
+    ()
+    >>> contraction_form(parse_statement("C(i,j) = A(i,k) * B(k,j)")) is None
+    True
+    """
+    summed: list[str] = []
+    body = stmt.rhs
+    while isinstance(body, Reduce):
+        summed.append(body.index)
+        body = body.body
+    if not summed or not isinstance(body, Mul) or not isinstance(body.lhs, Access) or \
+            not isinstance(body.rhs, Access) or gemm_form(stmt) is not None:
+        return None
+    a, b, out = body.lhs, body.rhs, stmt.lhs.indices
+    if len(set(a.indices)) != len(a.indices) or len(set(b.indices)) != len(b.indices) or \
+            len(set(out)) != len(out) or set(summed) & set(out) or \
+            len(set(summed)) != len(summed):
+        return None
+    both = set(a.indices) & set(b.indices)
+    if set(summed) != both - set(out) or not set(out) <= set(a.indices) | set(b.indices):
+        return None
+    batch = tuple(i for i in out if i in both)
+    rows = tuple(i for i in out if i in a.indices and i not in both)
+    cols = tuple(i for i in out if i in b.indices and i not in both)
+    return ContractionForm(a.tensor, a.indices, b.tensor, b.indices, out, batch, rows, cols,
+                           tuple(i for i in a.indices if i in summed))
 
 
 def _oriented(access: Access, row: str, column: str) -> bool | None:
@@ -145,5 +234,5 @@ def large_product(form: GemmForm, operands: Mapping[str, Any]) -> bool:
     return m * k * n >= GEMM_MIN_FMAS
 
 
-__all__ = ["GEMM_MIN_FMAS", "GemmForm", "gemm_form", "gemm_refusal", "gemm_route",
+__all__ = ["CONTRACTION_MIN_SIDE", "GEMM_MIN_FMAS", "STACK_ALONG_ROWS_MIN_FMAS", "STACK_MIN_FMAS", "ContractionForm", "GemmForm", "contraction_form", "gemm_form", "gemm_refusal", "gemm_route",
            "large_product", "route_note"]
