@@ -81,10 +81,7 @@ from tensoralg.lower.assemble import stores_within_operands
 from tensoralg.lower.concretize import concretize, kept_layouts, layout_free
 from tensoralg.lower.counted import count_rows, counted_factors, counted_summands
 from tensoralg.lower.gemm_form import (
-    CONTRACTION_MIN_SIDE,
     GEMM_MIN_FMAS,
-    STACK_ALONG_ROWS_MIN_FMAS,
-    STACK_MIN_FMAS,
     ContractionForm,
     GemmForm,
     contraction_form,
@@ -93,6 +90,8 @@ from tensoralg.lower.gemm_form import (
     gemm_route,
     large_product,
     route_note,
+    stack_note,
+    stack_pays,
 )
 from tensoralg.lower.lowerer import lower
 from tensoralg.lower.pattern import assigns_every_position, pattern_levels, share_pattern
@@ -993,11 +992,8 @@ class _StackReplay:
         dims = dict(zip(form.a_indices, a.shape))
         if any(dims.setdefault(i, n) != n for i, n in zip(form.b_indices, b.shape)):
             return None          # a size that disagrees (or broadcasts): the general path
-        stack, m, k, n = form.extents(dims)
-        least = GEMM_MIN_FMAS if stack == 1 else \
-            STACK_ALONG_ROWS_MIN_FMAS if form.along_rows else STACK_MIN_FMAS
-        if min(m, k, n) < CONTRACTION_MIN_SIDE or m * k * n < least or \
-                stack * m * n * self.dtype.itemsize > memory_limit():
+        stack, m, _, n = form.extents(dims)
+        if not stack_pays(form, dims) or stack * m * n * self.dtype.itemsize > memory_limit():
             return None
         return blas_contraction(form, a, b, self.dtype)
 
@@ -1969,11 +1965,8 @@ def dense_contraction(form: ContractionForm | None, bound: Mapping[str, Tensor],
                                    f"or no gemm command, for the loop nest")
         return None
     stack, m, k, n = form.extents(dims)
-    if route is None:
-        least = GEMM_MIN_FMAS if stack == 1 else \
-            STACK_ALONG_ROWS_MIN_FMAS if form.along_rows else STACK_MIN_FMAS
-        if min(m, k, n) < CONTRACTION_MIN_SIDE or m * k * n < least:
-            return None
+    if route is None and not stack_pays(form, dims):
+        return None
     if out is None:
         check_dense(stack * m * n, value_dtype.itemsize, "the dense output", statement)
     _log.info("%s: runs as %d matrix product(s) of %d x %d x %d on BLAS (numpy.matmul); "
@@ -2641,12 +2634,18 @@ class Kernel:
         form = gemm_form(self.statement)
         self._gemm = form if dense_only and self.backend != "cuda" and \
             self._gemm_route is not GemmRoute.LOOPS else None
+        # a stack of products (ContractionForm) that BLAS may take, as ta.einsum sends it
+        stack = contraction_form(self.statement) if form is None else None
+        self._stack = stack if dense_only and self.backend != "cuda" and \
+            self._gemm_route in (None, GemmRoute.BLAS) else None
         if self._gemm is None:   # compiled now, so that compile errors come from compile()
             self._default_program = self._specialise(self._default_index, _INT32)
         if self._gemm_route in (GemmRoute.BLAS, GemmRoute.GENERATED):
             out_format = self.out_format or dense(len(self.statement.lhs.indices))
             reason = "the output is sparse" if not out_format.is_dense else \
                 "the cuda backend runs its own loops" if self.backend == "cuda" else \
+                None if self._stack is not None and self._gemm_route is GemmRoute.BLAS and \
+                blas_supports(self.dtype) else \
                 gemm_refusal(form, self.formats, self.dtype, self._gemm_route)
             if reason is not None:
                 raise UnsupportedError(f"gemm({self._gemm_route.value}) for {self.statement}: "
@@ -2710,10 +2709,12 @@ class Kernel:
             function = self._own_function()
         if lang == "ir":
             text = format_function(function)
-            if self._gemm is None:
+            if self._gemm is None and self._stack is None:
                 return text
             head, _, rest = text.partition("\n")
-            return f"{head}\n  // note: {route_note(self._gemm_route)}\n{rest}"
+            note = route_note(self._gemm_route) if self._gemm is not None else \
+                stack_note(self._gemm_route)
+            return f"{head}\n  // note: {note}\n{rest}"
         if lang == "llvm" and self._default.kernel.backend == "llvm":
             # (a background build keeps no IR text, codegen/llvm.compile_object: made here)
             return self._default.kernel.settled().source or emit_source(function, "llvm")
@@ -2837,6 +2838,10 @@ class Kernel:
                                  self.statement)
             if product is not None:
                 return product
+        if self._stack is not None:
+            product = self._stacked(operands)
+            if product is not None:
+                return product
         if signature is not None:
             entry = self._replays.get(signature)
             if entry is not None:
@@ -2860,6 +2865,27 @@ class Kernel:
                       self._replays, self.out_format)
         families = [input_family(operands[name]) for name in self.formats]
         return _wrap(result, self.out_format, families, None)
+
+    def _stacked(self, operands: Mapping[str, Any]) -> np.ndarray | None:
+        """The call on BLAS when it is a stack of products large enough for it (or
+        ``gemm(blas)`` asked), from a look at the operands' shapes before binding; None for
+        the loop nest."""
+        form = self._stack
+        assert form is not None
+        if self._gemm_route is None:
+            shapes = [getattr(operands.get(name), "shape", None) for name in (form.a, form.b)]
+            if any(shape is None or len(shape) != len(indices) for shape, indices in
+                   zip(shapes, (form.a_indices, form.b_indices))):
+                return None
+            dims = {**dict(zip(form.a_indices, shapes[0])),
+                    **dict(zip(form.b_indices, shapes[1]))}
+            if not stack_pays(form, dims):
+                return None
+        bound = self._bound(operands)
+        self._output_shape(bound)    # the shape errors of the general path
+        dims = infer_dims(self.statement, {name: t.shape for name, t in bound.items()})
+        return dense_contraction(form, bound, self.dtype, self._gemm_route, dims,
+                                 self.statement)
 
     def _run_on_gpu(self, operands: Mapping[str, Any]) -> Any:
         from tensoralg import gpu

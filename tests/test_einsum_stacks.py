@@ -158,3 +158,23 @@ def test_unbatched_layouts_with_leading_rows_match_numpy(a_sub, b_sub, out_sub):
     out = np.empty(expected.shape)
     assert ta.einsum(subscripts, a, b, out=out, schedule="gemm(blas)") is out
     np.testing.assert_allclose(out, expected, rtol=1e-10, atol=1e-10)
+
+
+def test_compiled_kernels_take_the_same_route_and_say_so():
+    rng = np.random.default_rng(5)
+    x, w = rng.standard_normal((6, 40, 64)), rng.standard_normal((64, 96))
+    kernel = ta.compile("C(b,n,h) = X(b,n,d) * W(d,h)")
+    assert "stack of matrix products on BLAS" in kernel.source("ir")
+    np.testing.assert_allclose(kernel(X=x, W=w), x @ w, rtol=1e-10, atol=1e-10)
+    small, tiny = rng.standard_normal((2, 3, 4)), rng.standard_normal((4, 5))
+    np.testing.assert_allclose(kernel(X=small, W=tiny), small @ tiny, rtol=1e-12)  # the nest
+    with pytest.raises(ta.ShapeError):
+        kernel(X=x, W=np.ones((63, 96)))
+    forced = ta.compile("C(b,i,k) = A(b,i,j) * B(b,j,k)", schedule="gemm(blas)")
+    a, b = rng.standard_normal((50, 6, 7)), rng.standard_normal((50, 7, 5))
+    np.testing.assert_allclose(forced(A=a, B=b), a @ b, rtol=1e-10, atol=1e-10)
+    looped = ta.compile("C(b,n,h) = X(b,n,d) * W(d,h)", schedule="gemm(loops)")
+    assert "BLAS" not in looped.source("ir")
+    np.testing.assert_allclose(looped(X=x, W=w), x @ w, rtol=1e-10, atol=1e-10)
+    with pytest.raises(ta.UnsupportedError, match="gemm\\(blas\\)"):
+        ta.compile("C(b,i,k) = A(b,i,j) * B(b,j,k)", dtype="int64", schedule="gemm(blas)")

@@ -165,6 +165,24 @@ def contraction_form(stmt: Assignment) -> ContractionForm | None:
                            tuple(i for i in a.indices if i in summed))
 
 
+def stack_pays(form: ContractionForm, dims: Mapping[str, int]) -> bool:
+    """Whether the compiler sends a call of ``form`` with these index sizes to BLAS: each
+    product's sides at least ``CONTRACTION_MIN_SIDE``, and at least ``GEMM_MIN_FMAS``
+    multiply-adds for a single product, ``STACK_MIN_FMAS`` (or ``STACK_ALONG_ROWS_MIN_FMAS``,
+    where the loop nest runs along rows) for each product of a stack.
+
+    >>> from tensoralg.notation import parse_statement
+    >>> form = contraction_form(parse_statement("C(b,i,k) = A(b,i,j) * B(b,j,k)"))
+    >>> stack_pays(form, {"b": 50, "i": 6, "j": 7, "k": 5}), \
+    ...     stack_pays(form, {"b": 8, "i": 256, "j": 256, "k": 256})
+    (False, True)
+    """
+    stack, m, k, n = form.extents(dims)
+    least = GEMM_MIN_FMAS if stack == 1 else \
+        STACK_ALONG_ROWS_MIN_FMAS if form.along_rows else STACK_MIN_FMAS
+    return min(m, k, n) >= CONTRACTION_MIN_SIDE and m * k * n >= least
+
+
 def _oriented(access: Access, row: str, column: str) -> bool | None:
     """False when ``access`` reads ``(row, column)``, True for ``(column, row)``, else None."""
     if access.indices == (row, column):
@@ -201,6 +219,14 @@ def route_note(route: GemmRoute | None) -> str:
             f"GEMM, gemm(loops) or any other schedule for this loop nest")
 
 
+def stack_note(route: GemmRoute | None) -> str:
+    """What a kernel's notes say about a stack of dense products (``ContractionForm``)."""
+    where = "calls" if route is GemmRoute.BLAS else "float calls whose products are large enough"
+    return (f"{where} run as a stack of matrix products on BLAS (numpy.matmul, on its own "
+            f"threads) instead of this loop nest; schedule gemm(loops) or any other schedule "
+            f"for this loop nest")
+
+
 def gemm_refusal(form: GemmForm | None, formats: Mapping[str, Format], value_dtype: np.dtype,
                  route: GemmRoute | None = None) -> str | None:
     """Why the GEMM routes (or ``route``, when given) cannot run a call (None: they can).
@@ -234,5 +260,5 @@ def large_product(form: GemmForm, operands: Mapping[str, Any]) -> bool:
     return m * k * n >= GEMM_MIN_FMAS
 
 
-__all__ = ["CONTRACTION_MIN_SIDE", "GEMM_MIN_FMAS", "STACK_ALONG_ROWS_MIN_FMAS", "STACK_MIN_FMAS", "ContractionForm", "GemmForm", "contraction_form", "gemm_form", "gemm_refusal", "gemm_route",
+__all__ = ["CONTRACTION_MIN_SIDE", "GEMM_MIN_FMAS", "STACK_ALONG_ROWS_MIN_FMAS", "STACK_MIN_FMAS", "ContractionForm", "GemmForm", "contraction_form", "gemm_form", "stack_note", "stack_pays", "gemm_refusal", "gemm_route",
            "large_product", "route_note"]
