@@ -173,9 +173,10 @@ def stack_pays(form: ContractionForm, dims: Mapping[str, int]) -> bool:
 
     >>> from tensoralg.notation import parse_statement
     >>> form = contraction_form(parse_statement("C(b,i,k) = A(b,i,j) * B(b,j,k)"))
-    >>> stack_pays(form, {"b": 50, "i": 6, "j": 7, "k": 5}), \
-    ...     stack_pays(form, {"b": 8, "i": 256, "j": 256, "k": 256})
-    (False, True)
+    >>> stack_pays(form, {"b": 50, "i": 6, "j": 7, "k": 5})
+    False
+    >>> stack_pays(form, {"b": 8, "i": 256, "j": 256, "k": 256})
+    True
     """
     stack, m, k, n = form.extents(dims)
     least = GEMM_MIN_FMAS if stack == 1 else \
