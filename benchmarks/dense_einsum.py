@@ -10,7 +10,8 @@ dots. Each is timed through ``ta.einsum`` as a user calls it (a repeated call: t
 the first call is replayed), against ``numpy.einsum(..., optimize=True)``, ``opt_einsum.contract``
 and ``torch.einsum`` (on tensors made once from the arrays), every library on all cores
 (OpenBLAS's threads for NumPy and for tensoralg's BLAS route, ``ta.set_num_threads``,
-``torch.set_num_threads``). Every result is checked against NumPy first. Cells are medians of 5
+``torch.set_num_threads``; torch is timed apart from the others, whose BLAS threads would share
+the cores with its own). Every result is checked against NumPy first. Cells are medians of 5
 interleaved rounds (``kernel_micro.median_us``); the VM these run on moves by +-20-40% between
 runs, so ratios within one run are what to read.
 """
@@ -21,6 +22,7 @@ import datetime
 import math
 import os
 import sys
+import time
 from pathlib import Path
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", str(os.cpu_count() or 1))
@@ -94,7 +96,14 @@ def measure(rng: np.random.Generator) -> list[dict]:
             got = np.asarray(call())
             np.testing.assert_allclose(got, expected, rtol=tolerance, atol=tolerance * scale,
                                        err_msg=f"{name} {subscripts}")
+        # torch runs on its own OpenMP threads: timed apart, once OpenBLAS's threads (which
+        # spin for a while after each NumPy call) have gone idle, or the two pools would share
+        # the cores (torch.einsum took 2-20x its own time interleaved with NumPy here).
+        apart = {name: calls.pop(name) for name in ("torch",) if name in calls}
         times = median_us(calls)
+        if apart:
+            time.sleep(0.2)
+            times.update(median_us(apart))
         rows.append({"what": what, "subscripts": subscripts,
                      "shapes": " , ".join("x".join(map(str, s)) for s in shapes),
                      "dtype": dtype, **{f"{k}_us": v for k, v in times.items()}})
