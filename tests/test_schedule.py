@@ -131,6 +131,11 @@ def test_illegal_schedules_are_refused(formats, schedule, error, message):
     ("Y(i,k) = A(i,j) * B(j,k)", {"A": "ds"},
      "fuse(i, j, f); pos(f, p, A); split(k, 4, k0, k1); reorder(k0, i, j, k1)",
      ta.UnsupportedError, r"together with a position split"),
+    # an inner loop cannot move: refused, not run in another order
+    ("C(i,j) = A(i,k) * B(k,j)", {"A": "dd"},
+     "gemm(loops); split(i, 8, i0, i1); split(j, 16, j0, j1); reorder(i0, j0, i1, j1)",
+     ta.CompileError, r"reorder\(i0, j0, i1, j1\): the loops would run j0, i0, i1, .*a split's "
+                      r"inner loop stays where the loop over its index runs"),
 ])
 def test_block_loops_moved_outward_are_refused_where_they_would_change_results(
         statement, formats, schedule, error, message):
@@ -176,6 +181,16 @@ def test_block_loops_moved_outward_match_the_unscheduled_kernel(statement, forma
                                err_msg=f"{statement} {schedule}")
     np.testing.assert_allclose(_dense(kernel.bind(**operands)()), expected, rtol=tolerance,
                                atol=tolerance)
+
+
+def test_a_reorder_that_moves_no_block_is_a_plain_split():
+    # i0 is listed before i1 only: nothing moves, so a statement of two nests may take it
+    kernel = ta.compile("y(i) = A(i,j) * x(j) + b(i)", formats={"A": "ds"},
+                        schedule="split(i, 16, i0, i1); reorder(i0, i1, j)")
+    assert "reorder(i0" not in str(kernel.schedule) and "split(i, 16" in str(kernel.schedule)
+    A = sp.random_array((40, 30), density=0.2, format="csr", random_state=4)
+    x, bias = np.arange(30.0), np.ones(40)
+    np.testing.assert_allclose(kernel(A=A, x=x, b=bias), A @ x + bias, rtol=1e-12)
 
 
 def test_doubly_compressed_operands_are_not_parallelized_by_a_schedule():

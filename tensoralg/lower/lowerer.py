@@ -53,6 +53,7 @@ from tensoralg.lower.program import LoopNest, OutputMode, Program, TensorInfo, T
 from tensoralg.lower.scheduling import (
     LoopPlan,
     fibre_vector_hint,
+    moved_blocks,
     row_choice,
     why_not_parallel,
 )
@@ -283,7 +284,10 @@ class Lowerer:
         exactly: each block must own its output elements (a dense output, indexed by the split
         index, written by one nest), so that moving the blocks outward changes no sum's order."""
         program = self.program
-        for index, enclosed in self.plan.lifts.items():
+        moved: dict[str, int] = {}
+        for nest in program.nests:
+            moved.update(moved_blocks(nest.loop_order, self.plan))
+        for index in moved:
             split = self.plan.splits[index]
             asked = self.plan.lifted_by.get(index, str(split))
             nests = [n for n in program.nests if index in n.loop_order]
@@ -301,16 +305,42 @@ class Lowerer:
             if why is not None:
                 raise CompileError(f"{asked}: cannot move the block loop {split.outer} "
                                    f"outward: {why}")
+        self._check_split_reorders()
+
+    def _check_split_reorders(self) -> None:
+        """Refuse a reorder naming split loops that the loops lowering makes would not follow
+        (``reorder(i0, j0, i1, j1)``: a split's inner loop stays where the loop over its index
+        runs, and only its outer loop moves outward), rather than run another order silently."""
+        plan = self.plan
+        if not plan.reorders:
+            return
+        nest = max(self.program.nests, key=lambda n: len(n.loop_order))
+        moved = moved_blocks(nest.loop_order, plan)
+        loops: list[str] = []
+        for depth, index in enumerate(nest.loop_order):
+            loops += [plan.splits[i].outer for i, opens in moved.items() if opens == depth]
+            split = plan.splits.get(index)
+            if split is None:
+                loops.append(index)
+            elif split.outer in loops:
+                loops.append(split.inner)
+            else:
+                loops += [split.outer, split.inner]
+        inner = {split.index: split.inner for split in plan.splits.values()}
+        for command in plan.reorders:
+            wanted = [inner.get(name, name) for name in command.indices]
+            held = [name for name in wanted if name in loops]
+            if [name for name in loops if name in held] != held:
+                raise CompileError(
+                    f"{command}: the loops would run {', '.join(loops)}; a split's inner loop "
+                    f"stays where the loop over its index runs, and only its outer loop moves "
+                    f"outward (a cache block: split(k, f, k0, k1); reorder(k0, i, j, k1))")
 
     def _lift_at(self, nest: LoopNest, depth: int, context: Context) -> str | None:
         """The split index whose block loop opens at ``depth`` of ``nest``: the depth of the
         outermost loop it encloses, when that is above the loop over the index itself."""
-        order = nest.loop_order
-        for index, enclosed in self.plan.lifts.items():
-            if index in context.blocks or index not in order:
-                continue
-            inside = [order.index(x) for x in enclosed if x in order]
-            if inside and min(inside) == depth < order.index(index):
+        for index, opens in moved_blocks(nest.loop_order, self.plan).items():
+            if opens == depth and index not in context.blocks:
                 return index
         return None
 

@@ -85,6 +85,9 @@ class LoopPlan:
     # iteration of the block loop.
     lifts: dict[str, tuple[str, ...]] = field(default_factory=dict)
     lifted_by: dict[str, str] = field(default_factory=dict)   # the commands, for errors
+    # The reorder commands as given (split loops named), checked against the loops lowering
+    # makes: only a split's outer loop moves; its inner loop stays where the index's loop runs.
+    reorders: tuple[Reorder, ...] = ()
 
     @property
     def parallel_index(self) -> str | None:
@@ -192,7 +195,10 @@ def loop_plan(schedule: Schedule | None, backend: str = "llvm") -> LoopPlan:
                     tuple(precomputes), gpu, zero_rows=backend != "cuda",
                     position_ranges=backend != "cuda", masked=frozenset(masked),
                     adaptive=frozenset(adaptive), vector_hints=backend == "llvm", lifts=lifts,
-                    lifted_by={index: _lifting(schedule, {index: ()}) for index in lifts})
+                    lifted_by={index: _lifting(schedule, {index: ()}) for index in lifts},
+                    reorders=tuple(c for c in schedule if isinstance(c, Reorder) and
+                                   any(s.outer in c.indices or s.inner in c.indices
+                                       for s in splits.values())))
 
 
 def _split_orders(reorders: tuple[Reorder, ...], splits: dict[str, Split]
@@ -232,6 +238,24 @@ def _split_orders(reorders: tuple[Reorder, ...], splits: dict[str, Split]
         mapped = tuple(dict.fromkeys(inner.get(a, a) for a in names if a not in outer))
         orders.append(mapped)
     return tuple(orders), lifts
+
+
+def moved_blocks(order: tuple[str, ...], plan: LoopPlan) -> dict[str, int]:
+    """The splits whose block loop a reorder moves outward in a nest that runs ``order``, by
+    index, with the depth at which each block loop opens: above the outermost loop it must
+    enclose, when that is above the loop over the index itself (otherwise the reorder leaves
+    the blocks where a plain split puts them).
+
+    >>> plan = loop_plan(Schedule().split("k", 8).reorder("k0", "i", "j", "k1"))
+    >>> moved_blocks(("i", "j", "k"), plan), moved_blocks(("k", "i", "j"), plan)
+    ({'k': 0}, {})
+    """
+    moved = {}
+    for index, enclosed in plan.lifts.items():
+        inside = [order.index(x) for x in enclosed if x in order]
+        if index in order and inside and min(inside) < order.index(index):
+            moved[index] = min(inside)
+    return moved
 
 
 def _lifting(schedule: Schedule, lifts: dict[str, tuple[str, ...]]) -> str:
@@ -475,9 +499,8 @@ def applied_schedule(program: Program, function: Function, plan: LoopPlan,
     for command in given:
         if isinstance(command, kept):
             schedule = schedule.then(command)
-    for index, enclosed in plan.lifts.items():     # block loops moved outward
+    for index, depth in moved_blocks(main.loop_order, plan).items():   # cache blocks
         split, order = plan.splits[index], main.loop_order
-        depth = min(order.index(x) for x in enclosed if x in order)
         schedule = schedule.reorder(split.outer, *[split.inner if x == index else x
                                                    for x in order[depth:]])
     if hinted:
@@ -620,5 +643,5 @@ def pass_options_of(schedule: Schedule | None) -> PassOptions:
         line_bytes=transposes.line_bytes if transposes else DEFAULT_OPTIONS.line_bytes)
 
 
-__all__ = ["LoopPlan", "PositionSplit", "ROW_LANES", "RowWork", "row_choice", "row_level", "row_vector_hint", "row_work", "applied_schedule", "loop_plan", "pass_options_of", "stitchable",
+__all__ = ["LoopPlan", "PositionSplit", "moved_blocks", "ROW_LANES", "RowWork", "row_choice", "row_level", "row_vector_hint", "row_work", "applied_schedule", "loop_plan", "pass_options_of", "stitchable",
            "why_not_parallel"]
