@@ -114,8 +114,6 @@ def test_illegal_schedules_are_refused(formats, schedule, error, message):
 
 
 @pytest.mark.parametrize("statement, formats, schedule, error, message", [
-    (SPMV, {"A": "dd"}, "split(j, 4, j0, j1); reorder(j0, i, j1)", ta.CompileError,
-     r"cannot move the block loop j0 outward: j is summed over"),
     ("C(i,j) = A(i,j) + B(i,j)", {"A": "ds", "B": "ds", "C": "ds"},
      "split(j, 4, j0, j1); reorder(j0, i, j1)", ta.CompileError,
      r"cannot move the block loop j0 outward: the output is stored as"),
@@ -156,6 +154,12 @@ def test_block_loops_moved_outward_are_refused_where_they_would_change_results(
      "split(i, 3, i0, i1); reorder(i0, j, k, i1); parallelize(j, threads=2)"),
     ("C(i,j) = A(i,j) * B(i,j)", {"A": "dd", "B": "dd"},
      "split(j, 9, j0, j1); reorder(j0, i, j1)"),
+    # blocks of a summed index: each adds its part into the output
+    (SPMV, {"A": "dd"}, "split(j, 16, j0, j1); reorder(j0, i, j1); parallelize(i, threads=2)"),
+    ("C(i,j) = A(i,k) * B(k,j)", {"A": "dd"},
+     "split(j, 32, j0, j1); split(k, 4, k0, k1); reorder(j0, k0, i, k1, j1); "
+     "parallelize(i, threads=2)"),
+    ("Y(i,k) = A(i,j) * B(j,k)", {"A": "dd"}, "split(j, 8, j0, j1); reorder(j0, i, j1, k)"),
 ])
 @pytest.mark.parametrize("backend", ["llvm", "c"])
 def test_block_loops_moved_outward_match_the_unscheduled_kernel(statement, formats, schedule,

@@ -281,8 +281,9 @@ class Lowerer:
 
     def _check_lifts(self) -> None:
         """Refuse the block loops moved outward (``LoopPlan.lifts``) this kernel cannot run
-        exactly: each block must own its output elements (a dense output, indexed by the split
-        index, written by one nest), so that moving the blocks outward changes no sum's order."""
+        exactly: the output must be dense and written by one nest. Blocks of an output index
+        own their output elements; blocks of a summed index each add their part into the
+        output (every store then adds, ``rows_cut``), so no sum changes its order."""
         program = self.program
         moved: dict[str, int] = {}
         for nest in program.nests:
@@ -300,8 +301,9 @@ class Lowerer:
                 why = (f"the output is stored as {program.output.format}; its entries are "
                        f"appended in order, which blocks of {index} would break")
             elif any(index not in n.output.indices for n in nests):
-                why = (f"{index} is summed over; a block loop moved outward runs over an "
-                       f"output index (blocks of a sum would add into the same elements)")
+                # Blocks of a sum: each block adds its part into the output, which the runtime
+                # zeroes; every element still gets its terms in the order of the index.
+                self.rows_cut = True
             if why is not None:
                 raise CompileError(f"{asked}: cannot move the block loop {split.outer} "
                                    f"outward: {why}")
