@@ -186,7 +186,8 @@ def search_space(default: Schedule, outputs: tuple[str, ...], threads: int,
                  rng: random.Random) -> list[Schedule]:
     """Candidate schedules around the compiler's own: loop orders x outer-loop strategies x
     pass settings x the innermost loop's vector tail (the default remainder loop, or masked:
-    ``Vectorize``), shuffled by ``rng`` after the compiler's own, which comes first.
+    ``Vectorize``), and each order's innermost loop in cache blocks of 16 or 64 moved
+    outermost; shuffled by ``rng`` after the compiler's own, which comes first.
 
     >>> space = search_space(Schedule().reorder("i", "j"), ("i",), 2, random.Random(0))
     >>> str(space[0]), len(space) == len(set(map(str, space)))
@@ -207,6 +208,14 @@ def search_space(default: Schedule, outputs: tuple[str, ...], threads: int,
                     schedule = schedule.jam(jam)
                 if masked and loop_order:
                     schedule = schedule.vectorize(loop_order[-1], 8, tail="mask")
+                found.setdefault(str(schedule), schedule)
+        if len(loop_order) >= 2:
+            # cache blocks of the innermost loop, moved outermost (refused by lowering where
+            # they would change results: a sparse output, a loop through a compressed level)
+            last = loop_order[-1]
+            for factor in (16, 64):
+                schedule = Schedule().reorder(*loop_order).split(last, factor).reorder(
+                    f"{last}0", *loop_order[:-1], f"{last}1")
                 found.setdefault(str(schedule), schedule)
     first = Schedule().reorder(*order) if order else Schedule()
     rest = [s for text, s in found.items() if text != str(first)]

@@ -33,6 +33,19 @@ def test_search_space_is_fixed_by_the_seed_and_starts_with_the_compilers_choice(
     assert len({str(s) for s in one}) == len(one)
     assert any("reduction=partials" in str(s) for s in one)       # k outer sums
     assert any("split(i, 16" in str(s) for s in one)
+    assert any("split(j, 64, j0, j1, guard); reorder(j0, i, k, j1)" in str(s) for s in one)
+
+
+def test_cache_block_candidates_are_tried():
+    # SpMM: blocks of the dense output's columns are among the trials, and run.
+    A = sp.random_array((200, 150), density=0.05, format="csr", random_state=1)
+    B = np.random.default_rng(1).random((150, 40))
+    result = ta.autotune("ij,jk->ik", [A, B], budget_s=30, max_trials=400, repeats=1,
+                         progress=False, store=False)
+    blocked = [t for t in result.trials if "reorder(k0" in t.schedule]
+    assert blocked and any(t.times_s for t in blocked)
+    np.testing.assert_allclose(ta.einsum("ij,jk->ik", A, B, schedule=result.best), A @ B,
+                               rtol=1e-12)
 
 
 def test_autotune_logs_every_trial_and_stores_a_winner_einsum_uses(tuned, tmp_path):
