@@ -780,19 +780,43 @@ def einsum(*operands: Any, out_format: Any = None, formats: Any = None,
                                                  out_format)
     # An entry already there declined this call (a call large enough for threads, an operand
     # to canonicalize): writing it out again cost ~0.5 ms of compile() per call.
-    if signature is not None and signature not in kernel_cache().dispatch:
-        if compiled is not None:
+    if signature is not None:
+        dispatch = kernel_cache().dispatch
+        recorded = dispatch.get(signature)
+        # A dense product or stack of products is replayed by the route that decides by each
+        # call's sizes (BLAS, or the loop nest's replay for small calls), whichever call came
+        # first: a loop-nest replay alone ran every later large call in the loop nest (a
+        # 512^3 product 7x slower than BLAS after one small call of the same subscripts).
+        blas = recorded if isinstance(recorded, (_GemmReplay, _StackReplay)) else \
+            _blas_replay(stmt, named, bound, schedule) if recorded is None else None
+        if blas is not None and compiled is not None and blas.nest is None:
+            nest = _remember(signature, compiled, stmt, named, operands, bound, store={})
+            if nest is not None or recorded is None:
+                dispatch[signature] = dataclasses.replace(blas, nest=nest)
+        elif blas is not None and recorded is None:
+            dispatch[signature] = blas
+        elif recorded is None and compiled is not None:
             _remember(signature, compiled, stmt, named, operands, bound)
-        elif not len(kernel_cache().tuned) and schedule is None:
-            form = gemm_form(stmt)    # the BLAS route took it: replay that decision too
-            dtype = np.result_type(*[t.dtype for t in bound.values()])
-            if form is not None:
-                kernel_cache().dispatch[signature] = _GemmReplay(
-                    form, named.index(form.a), named.index(form.b), dtype)
-            elif (stack := contraction_form(stmt)) is not None:
-                kernel_cache().dispatch[signature] = _StackReplay(
-                    stack, named.index(stack.a), named.index(stack.b), dtype)
     return result if out_format is not None else _in_pydata_format(result, operands)
+
+
+def _blas_replay(stmt: Assignment, named: Sequence[str], bound: Mapping[str, Tensor],
+                 schedule: Any) -> "_GemmReplay | _StackReplay | None":
+    """The replay of the compiler's route choice for a dense product or stack of products
+    (None for other calls, scheduled or tuned ones, and values BLAS does not take)."""
+    if schedule is not None or len(kernel_cache().tuned) or \
+            not all(t.format.is_dense for t in bound.values()):
+        return None
+    dtype = np.result_type(*[t.dtype for t in bound.values()])
+    if not blas_supports(dtype):
+        return None
+    form = gemm_form(stmt)
+    if form is not None:
+        return _GemmReplay(form, named.index(form.a), named.index(form.b), dtype)
+    stack = contraction_form(stmt)
+    if stack is not None:
+        return _StackReplay(stack, named.index(stack.a), named.index(stack.b), dtype)
+    return None
 
 
 def _operand_getter(names: tuple[str, ...]) -> Callable[[Mapping[str, Any]], tuple]:
@@ -960,16 +984,25 @@ class _GemmReplay:
     b: int
     dtype: np.dtype
     fast: Any = None
+    # The loop nest's replay of the same call, for the calls too small for BLAS (recorded
+    # when the first of them runs; without it each took the general path, ~50-90 µs).
+    nest: Any = None
 
     def run(self, operands: tuple) -> Any:
         if len(operands) != 2:
             return None
         a, b = operands[self.a], operands[self.b]
         m, k, n, k_b = self.form.dims(a.shape, b.shape)
-        if k != k_b or m * k * n < GEMM_MIN_FMAS or m * n * self.dtype.itemsize > \
-                memory_limit():
+        if k != k_b or m * n * self.dtype.itemsize > memory_limit():
             return None
+        if m * k * n < GEMM_MIN_FMAS:
+            return _small_call(self.nest, operands)
         return blas_product(a, self.form.a_transposed, b, self.form.b_transposed, self.dtype)
+
+
+def _small_call(nest: Any, operands: tuple) -> Any:
+    """A call a BLAS replay leaves to the loop nest: its replay, when one was recorded."""
+    return None if nest is None else (nest.fast or nest.run)(operands)
 
 
 @dataclass(frozen=True, slots=True)
@@ -983,18 +1016,23 @@ class _StackReplay:
     b: int
     dtype: np.dtype
     fast: Any = None
+    nest: Any = None       # the loop nest's replay, for calls too small for BLAS
 
     def run(self, operands: tuple) -> Any:
         if len(operands) != 2:
             return None
         a, b = operands[self.a], operands[self.b]
         form = self.form
+        if a.ndim != len(form.a_indices) or b.ndim != len(form.b_indices):
+            return None
         dims = dict(zip(form.a_indices, a.shape))
         if any(dims.setdefault(i, n) != n for i, n in zip(form.b_indices, b.shape)):
             return None          # a size that disagrees (or broadcasts): the general path
         stack, m, _, n = form.extents(dims)
-        if not stack_pays(form, dims) or stack * m * n * self.dtype.itemsize > memory_limit():
+        if stack * m * n * self.dtype.itemsize > memory_limit():
             return None
+        if not stack_pays(form, dims):
+            return _small_call(self.nest, operands)
         return blas_contraction(form, a, b, self.dtype)
 
 

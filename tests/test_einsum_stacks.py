@@ -178,3 +178,31 @@ def test_compiled_kernels_take_the_same_route_and_say_so():
     np.testing.assert_allclose(looped(X=x, W=w), x @ w, rtol=1e-10, atol=1e-10)
     with pytest.raises(ta.UnsupportedError, match="gemm\\(blas\\)"):
         ta.compile("C(b,i,k) = A(b,i,j) * B(b,j,k)", dtype="int64", schedule="gemm(blas)")
+
+
+@pytest.mark.parametrize("subscripts, small, large", [
+    ("ik,kj->ij", [(6, 5), (5, 7)], [(90, 80), (80, 70)]),
+    ("bnd,dh->bnh", [(2, 3, 4), (4, 5)], [(6, 40, 64), (64, 96)]),
+])
+def test_the_route_follows_each_calls_sizes_whatever_came_first(subscripts, small, large,
+                                                                 monkeypatch):
+    # A small call's loop-nest replay must not take later large calls of the same
+    # subscripts from BLAS, nor a large call's BLAS replay send small calls the long way.
+    import tensoralg.api as api
+
+    routed = []
+    for name in ("blas_product", "blas_contraction"):
+        original = getattr(api, name)
+        monkeypatch.setattr(api, name, lambda *a, _f=original, **k: routed.append(1) or _f(*a, **k))
+    rng = np.random.default_rng(6)
+    calls = [[rng.standard_normal(s) for s in shapes]
+             for shapes in (small, small, large, small, small, large)]
+    for order in (calls, calls[2:]):
+        api.kernel_cache().forget_replays()
+        for operands in order:
+            before = len(routed)
+            got = ta.einsum(subscripts, *operands)
+            ta.wait_for_optimised()      # a call replays only once its optimised code is in
+            np.testing.assert_allclose(got, np.einsum(subscripts, *operands), rtol=1e-10,
+                                       atol=1e-10)
+            assert (len(routed) > before) == (operands[0].size > 100), (order is calls, operands[0].shape)
