@@ -17,6 +17,7 @@ on its own threads (``OPENBLAS_NUM_THREADS``, or threadpoolctl), not on
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -76,7 +77,8 @@ def _in_place(array: np.ndarray, indices: tuple[str, ...],
 
 
 def _size(array: np.ndarray, indices: tuple[str, ...], group: tuple[str, ...]) -> int:
-    return int(np.prod([array.shape[indices.index(i)] for i in group], dtype=np.int64))
+    shape = array.shape
+    return math.prod(shape[indices.index(i)] for i in group)
 
 
 def _spread_rows(form: Any, a: np.ndarray, b: np.ndarray, dtype: np.dtype,
