@@ -793,11 +793,35 @@ def einsum(*operands: Any, out_format: Any = None, formats: Any = None,
             nest = _remember(signature, compiled, stmt, named, operands, bound, store={})
             if nest is not None or recorded is None:
                 dispatch[signature] = dataclasses.replace(blas, nest=nest)
+                _recent_blas(signature, dispatch[signature])
         elif blas is not None and recorded is None:
             dispatch[signature] = blas
+            _recent_blas(signature, blas)
         elif recorded is None and compiled is not None:
             _remember(signature, compiled, stmt, named, operands, bound)
     return result if out_format is not None else _in_pydata_format(result, operands)
+
+
+def _recent_blas(signature: tuple, entry: "_GemmReplay | _StackReplay") -> None:
+    """Make ``entry`` the replay a plain call of its subscripts tries first (as
+    ``_recent_replay`` does for a loop nest's), behind a check that the operands are the
+    C-contiguous arrays of the dtype and ranks it was recorded for."""
+    if len(signature) != 4:            # (subscripts, backend, operand, operand): no schedule
+        return
+    kinds = signature[2:]
+    if any(kind[0] is not np.ndarray for kind in kinds):
+        return
+
+    def guarded(operands: tuple) -> Any:
+        if len(operands) != 2:
+            return None
+        for operand, (_, dtype, ndim) in zip(operands, kinds):
+            if type(operand) is not np.ndarray or operand.dtype != dtype or \
+                    operand.ndim != ndim or not operand.flags.c_contiguous:
+                return None
+        return entry.run(operands)
+
+    _recent_replay(signature[0] if signature[1] is None else signature[:2], guarded)
 
 
 def _blas_replay(stmt: Assignment, named: Sequence[str], bound: Mapping[str, Tensor],
