@@ -121,6 +121,7 @@ from tensoralg.notation.ast import Access, Expr, Mul, Reduce, accesses
 from tensoralg.notation.ast import tensors as tensor_ranks
 from tensoralg.notation.broadcast import broadcast
 from tensoralg.notation.canonical import index_order
+from tensoralg.notation.grouping import group_indices
 from tensoralg.notation.interleaved import from_interleaved
 from tensoralg.notation.reductions import children
 from tensoralg.runtime.args import (
@@ -701,6 +702,20 @@ def einsum(*operands: Any, out_format: Any = None, formats: Any = None,
             result = (entry.fast or entry.run)(operands)
             if result is not None:
                 return result
+    if plain and schedule is None and backend != "cuda" and isinstance(subscripts, str) and \
+            all(type(op) is np.ndarray and op.flags.c_contiguous for op in operands):
+        # Indices that always stand together merge into one (notation/grouping.py): the same
+        # contraction over views with fewer axes.
+        grouping = group_indices(subscripts.replace(" ", ""), tuple(op.shape for op in operands))
+        if grouping is not None:
+            if backend is None and casting == "safe" and order == "K" and optimize == "auto":
+                _recent_replay(subscripts, functools.partial(_grouped_call, subscripts))
+            viewed = [op.reshape(shape) for op, shape in
+                      zip(operands, grouping.operand_shapes)]
+            result = einsum(grouping.subscripts, *viewed, backend=backend, casting=casting,
+                            order=order, optimize=optimize)
+            return np.reshape(result, grouping.output_shape) \
+                if isinstance(result, np.ndarray) else result
     if len(operands) > 2 and optimize is not False and optimize is not None:
         planned = _planned(subscripts, operands, optimize, formats, schedule)
         if planned is not None:
@@ -800,6 +815,21 @@ def einsum(*operands: Any, out_format: Any = None, formats: Any = None,
         elif recorded is None and compiled is not None:
             _remember(signature, compiled, stmt, named, operands, bound)
     return result if out_format is not None else _in_pydata_format(result, operands)
+
+
+def _grouped_call(subscripts: str, operands: tuple) -> Any:
+    """A plain call of ``subscripts`` whose indices merge (``notation/grouping.py``), made
+    again without the general path's checks up to the grouping; None (the general path) for
+    operands that are not C-contiguous arrays or that merge differently."""
+    if not all(type(op) is np.ndarray and op.flags.c_contiguous for op in operands):
+        return None
+    grouping = group_indices(subscripts.replace(" ", ""), tuple(op.shape for op in operands))
+    if grouping is None:
+        return None
+    result = einsum(grouping.subscripts, *[op.reshape(shape) for op, shape in
+                                           zip(operands, grouping.operand_shapes)])
+    return np.reshape(result, grouping.output_shape) if isinstance(result, np.ndarray) \
+        else result
 
 
 def _recent_blas(signature: tuple, entry: "_GemmReplay | _StackReplay") -> None:
@@ -2010,8 +2040,7 @@ def dense_contraction(form: ContractionForm | None, bound: Mapping[str, Tensor],
     dense layer over a batch of sequences, attention's ``bhqd,bhkd->bhqk``, a ``tensordot``)
     on BLAS, or None when the loop nest runs it. The compiler sends it there when every
     product has sides of at least ``CONTRACTION_MIN_SIDE`` and enough multiply-adds for a gemm
-    call to pay (``GEMM_MIN_FMAS`` for one product; for a stack, ``STACK_MIN_FMAS`` or, where
-    the loop nest runs along rows, ``STACK_ALONG_ROWS_MIN_FMAS`` each, as measured in
+    call to pay (``gemm_form.stack_pays``: more where the loop nest runs well, as measured in
     ``lower/gemm_form.py``); ``gemm(blas)`` sends any such contraction, and any other
     schedule keeps the loop nest. The grouping is NumPy's ``einsum(optimize=True)``'s, as a
     visible dispatch (logged at INFO)."""

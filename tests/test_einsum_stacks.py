@@ -209,3 +209,28 @@ def test_the_route_follows_each_calls_sizes_whatever_came_first(subscripts, smal
             np.testing.assert_allclose(got, np.einsum(subscripts, *operands), rtol=1e-10,
                                        atol=1e-10)
             assert (len(routed) > before) == (operands[0].size > 100), (order is calls, operands[0].shape)
+
+
+@pytest.mark.parametrize("subscripts, shapes, grouped", [
+    ("bhqk,bhkd->bhqd", [(2, 3, 4, 5), (2, 3, 5, 6)], "bqk,bkd->bqd"),
+    ("abcd,cdef->abef", [(2, 3, 4, 5), (4, 5, 6, 7)], "ac,ce->ae"),
+    ("abc,abc->", [(2, 3, 4), (2, 3, 4)], "a,a->"),
+    ("abc,abc->ab", [(2, 3, 4), (2, 3, 4)], "ac,ac->a"),
+    ("ij,jk->ik", [(2, 3), (3, 4)], None),
+    ("bij,bjk->bik", [(1, 3, 4), (5, 4, 6)], None),        # a size that broadcasts
+    ("ab,ab->ba", [(2, 3), (2, 3)], None),                 # the output reorders them
+])
+def test_indices_that_always_stand_together_merge(subscripts, shapes, grouped):
+    from tensoralg.notation.grouping import group_indices
+
+    found = group_indices(subscripts, tuple(shapes))
+    assert (found.subscripts if found else None) == grouped
+    rng = np.random.default_rng(7)
+    operands = [rng.standard_normal(s) for s in shapes]
+    got = ta.einsum(subscripts, *operands)
+    expected = np.einsum(subscripts, *operands)
+    assert np.shape(got) == expected.shape
+    np.testing.assert_allclose(got, expected, rtol=1e-10, atol=1e-10)
+    strided = [op[..., ::1].swapaxes(0, -1).swapaxes(0, -1) for op in operands]
+    np.testing.assert_allclose(ta.einsum(subscripts, *[np.asfortranarray(op) for op in strided]),
+                               expected, rtol=1e-10, atol=1e-10)

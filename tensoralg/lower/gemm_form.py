@@ -27,19 +27,25 @@ from tensoralg.schedule import Gemm, GemmRoute, Schedule
 GEMM_MIN_FMAS = 64 ** 3
 # A stack of products (``ContractionForm``) goes to BLAS when each product's three sides are at
 # least this long: below, a gemm call per product costs more than the loop nest's whole work.
-CONTRACTION_MIN_SIDE = 8
-# ... and when each product has at least this many multiply-adds (one product: GEMM_MIN_FMAS).
-# numpy.matmul calls gemm once per product of a stack, ~5 µs each here; the loop nest runs the
-# whole stack on tensoralg's threads. Measured float32, two threads (gemm(loops) / gemm(blas)):
-# where the output's last index runs along the last axis of its operand (``bij,bjk->bik``: the
-# nest's inner loop is contiguous and the tile pass keeps a row of the output in registers)
-# 0.33 at 16^3 per product, 0.69 at 64^3, 0.45-2.1 at 1M (``bhqk,bhkd->bhqd`` with 128 x 128
-# x 64 products: 2.1), 0.77-1.41 at 2M, 4.2-5.7 from 256^3; otherwise (``bij,bkj->bik``,
-# ``bji,bjk->bik``) 0.46-1.01 at 32^3, 1.09-1.27 at 64^3 and 1.6-2.1 from 1M. The thresholds
-# sit where BLAS stops losing by much: from 1M a product, BLAS is within 0.9x of
-# ``numpy.einsum`` where the nest is faster, and up to 2x faster where it is not.
-STACK_MIN_FMAS = 2 ** 17
-STACK_ALONG_ROWS_MIN_FMAS = 2 ** 20
+CONTRACTION_MIN_SIDE = 4
+# ... and when each product has at least so many multiply-adds (one product: GEMM_MIN_FMAS),
+# as the loop nest's layout decides: numpy.matmul calls gemm once per product of a stack
+# (~5 µs each here), the loop nest runs the whole stack on tensoralg's threads, fast or slow
+# as its innermost loop runs. gemm(loops) / gemm(blas), two threads, 48 random stacks of 2^22
+# multiply-adds in all, float32 and float64 (2026-12-06, development VM):
+# - the output's last index is the last axis of its operand, 8 or a multiple of 16 long
+#   (``bij,bjk->bik``: contiguous, a row of the output in registers across the sum): 0.29-0.9
+#   up to 2^18 a product, 0.8-1.4 at 2^19 (float32 0.84, float64 up to 1.4), 0.6-1.0 at 2^20
+#   in float32 (1.1-2.1 in float64), 0.8-1.4 at 2^21, 4.2-5.7 at 256^3;
+# - a sum along the last axis of both operands (``bij,bkj->bik``: dot products): 0.38-0.65
+#   up to 2^17, 1.27 at 2^18, 1.7-2.4 from 2^19;
+# - anything else (the output's last index strided in its operand, ``bij,bjk->bki``; or a
+#   last axis of 12 or 24, which the register tiles cut into scalar rests): 0.85-1.2 at 2^9,
+#   1.8-2.5 at 2^12-2^15, 3.7-17 from 2^17 (a last axis of 24: 1.05-1.45 at 2^13-2^16, 1.9
+#   at 2^18).
+STACK_ALONG_ROWS_MIN_FMAS = 2 ** 21
+STACK_DOT_MIN_FMAS = 2 ** 18
+STACK_MIN_FMAS = 2 ** 12
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 _COMPLEX = (np.dtype(np.complex64), np.dtype(np.complex128))
 
@@ -120,6 +126,13 @@ class ContractionForm:
         return (last in self.cols and self.b_indices[-1] == last) or \
             (last in self.rows and self.a_indices[-1] == last)
 
+    @property
+    def dots(self) -> bool:
+        """Whether a summed index is the last index of both operands (``bij,bkj->bik``): the
+        loop nest's innermost loop is a dot product of two contiguous runs."""
+        return bool(self.a_indices) and bool(self.b_indices) and \
+            self.a_indices[-1] == self.b_indices[-1] and self.a_indices[-1] in self.summed
+
     def extents(self, dims: Mapping[str, int]) -> tuple[int, int, int, int]:
         """``(stack, m, k, n)``: the number of products and each product's sizes."""
         size = lambda group: math.prod(dims[i] for i in group)  # noqa: E731
@@ -168,8 +181,10 @@ def contraction_form(stmt: Assignment) -> ContractionForm | None:
 def stack_pays(form: ContractionForm, dims: Mapping[str, int]) -> bool:
     """Whether the compiler sends a call of ``form`` with these index sizes to BLAS: each
     product's sides at least ``CONTRACTION_MIN_SIDE``, and at least ``GEMM_MIN_FMAS``
-    multiply-adds for a single product, ``STACK_MIN_FMAS`` (or ``STACK_ALONG_ROWS_MIN_FMAS``,
-    where the loop nest runs along rows) for each product of a stack.
+    multiply-adds for a single product; for each product of a stack,
+    ``STACK_ALONG_ROWS_MIN_FMAS`` where the loop nest runs along rows 8 or a multiple of 16
+    long,
+    ``STACK_DOT_MIN_FMAS`` where it runs dot products, ``STACK_MIN_FMAS`` otherwise.
 
     >>> from tensoralg.notation import parse_statement
     >>> form = contraction_form(parse_statement("C(b,i,k) = A(b,i,j) * B(b,j,k)"))
@@ -179,8 +194,14 @@ def stack_pays(form: ContractionForm, dims: Mapping[str, int]) -> bool:
     True
     """
     stack, m, k, n = form.extents(dims)
-    least = GEMM_MIN_FMAS if stack == 1 else \
-        STACK_ALONG_ROWS_MIN_FMAS if form.along_rows else STACK_MIN_FMAS
+    if stack == 1:
+        least = GEMM_MIN_FMAS
+    elif form.along_rows and (dims[form.out[-1]] % 16 == 0 or dims[form.out[-1]] == 8):
+        least = STACK_ALONG_ROWS_MIN_FMAS
+    elif form.dots:
+        least = STACK_DOT_MIN_FMAS
+    else:
+        least = STACK_MIN_FMAS
     return min(m, k, n) >= CONTRACTION_MIN_SIDE and m * k * n >= least
 
 
@@ -261,5 +282,5 @@ def large_product(form: GemmForm, operands: Mapping[str, Any]) -> bool:
     return m * k * n >= GEMM_MIN_FMAS
 
 
-__all__ = ["CONTRACTION_MIN_SIDE", "GEMM_MIN_FMAS", "STACK_ALONG_ROWS_MIN_FMAS", "STACK_MIN_FMAS", "ContractionForm", "GemmForm", "contraction_form", "gemm_form", "stack_note", "stack_pays", "gemm_refusal", "gemm_route",
+__all__ = ["CONTRACTION_MIN_SIDE", "GEMM_MIN_FMAS", "STACK_ALONG_ROWS_MIN_FMAS", "STACK_DOT_MIN_FMAS", "STACK_MIN_FMAS", "ContractionForm", "GemmForm", "contraction_form", "gemm_form", "stack_note", "stack_pays", "gemm_refusal", "gemm_route",
            "large_product", "route_note"]
