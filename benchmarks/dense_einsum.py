@@ -18,7 +18,6 @@ runs, so ratios within one run are what to read.
 from __future__ import annotations
 
 import argparse
-import datetime
 import math
 import os
 import sys
@@ -157,10 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         pass
     rows = measure(np.random.default_rng(0))
-    state, host = record.git_state(), record.machine()
-    machine = (f"{datetime.date.today().isoformat()}, commit {state['short']}"
-               f"{' with local changes' if state['dirty'] else ''}; {host['cpu_model']}, "
-               f"{host['cores']} cores")
+    machine = record.provenance()
     args.out.write_text(render(rows, machine), encoding="utf-8")
     print(f"wrote {args.out}")
     return 0

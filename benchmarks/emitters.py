@@ -206,11 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     ta.set_num_threads(1)
     rng = np.random.default_rng(0)
     rows = products(rng) + convolutions(rng)
-    import datetime
-    state, host = record.git_state(), record.machine()
-    machine = (f"{datetime.date.today().isoformat()}, commit {state['short']}"
-               f"{' with local changes' if state['dirty'] else ''}; {host['cpu_model']}, "
-               f"{host['cores']} cores")
+    machine = record.provenance()
     args.out.write_text(render(rows, machine), encoding="utf-8")
     print(f"wrote {args.out}")
     return 0

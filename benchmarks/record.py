@@ -114,6 +114,17 @@ def format_time(t: float | None, micro_digits: int = 1) -> str:
     return f"{t:.2f}s"
 
 
+def provenance() -> str:
+    """Today's date, the commit (and whether the tree differs from it), the CPU and its cores:
+    the line a generated page opens with."""
+    import datetime
+
+    state, host = git_state(), machine()
+    return (f"{datetime.date.today().isoformat()}, commit {state['short']}"
+            f"{' with local changes' if state['dirty'] else ''}; {host['cpu_model']}, "
+            f"{host['cores']} cores")
+
+
 def git_state(root: Path = HERE.parent) -> dict[str, Any]:
     """The commit checked out in ``root`` and the files that differ from it (read-only git)."""
     def git(*args: str) -> str | None:
