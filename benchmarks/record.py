@@ -117,8 +117,6 @@ def format_time(t: float | None, micro_digits: int = 1) -> str:
 def provenance() -> str:
     """Today's date, the commit (and whether the tree differs from it), the CPU and its cores:
     the line a generated page opens with."""
-    import datetime
-
     state, host = git_state(), machine()
     return (f"{datetime.date.today().isoformat()}, commit {state['short']}"
             f"{' with local changes' if state['dirty'] else ''}; {host['cpu_model']}, "

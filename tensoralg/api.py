@@ -710,12 +710,8 @@ def einsum(*operands: Any, out_format: Any = None, formats: Any = None,
         if grouping is not None:
             if backend is None and casting == "safe" and order == "K" and optimize == "auto":
                 _recent_replay(subscripts, functools.partial(_grouped_call, subscripts))
-            viewed = [op.reshape(shape) for op, shape in
-                      zip(operands, grouping.operand_shapes)]
-            result = einsum(grouping.subscripts, *viewed, backend=backend, casting=casting,
-                            order=order, optimize=optimize)
-            return np.reshape(result, grouping.output_shape) \
-                if isinstance(result, np.ndarray) else result
+            return _in_groups(grouping, operands, backend=backend, casting=casting,
+                              order=order, optimize=optimize)
     if len(operands) > 2 and optimize is not False and optimize is not None:
         planned = _planned(subscripts, operands, optimize, formats, schedule)
         if planned is not None:
@@ -824,10 +820,14 @@ def _grouped_call(subscripts: str, operands: tuple) -> Any:
     if not all(type(op) is np.ndarray and op.flags.c_contiguous for op in operands):
         return None
     grouping = group_indices(subscripts.replace(" ", ""), tuple(op.shape for op in operands))
-    if grouping is None:
-        return None
+    return None if grouping is None else _in_groups(grouping, operands)
+
+
+def _in_groups(grouping: Any, operands: Sequence[np.ndarray], **options: Any) -> Any:
+    """``einsum`` of ``grouping``'s merged subscripts on views of ``operands``, the result
+    viewed back in the call's own output shape."""
     result = einsum(grouping.subscripts, *[op.reshape(shape) for op, shape in
-                                           zip(operands, grouping.operand_shapes)])
+                                           zip(operands, grouping.operand_shapes)], **options)
     return np.reshape(result, grouping.output_shape) if isinstance(result, np.ndarray) \
         else result
 
@@ -1077,10 +1077,8 @@ class _StackReplay:
             return None
         a, b = operands[self.a], operands[self.b]
         form = self.form
-        if a.ndim != len(form.a_indices) or b.ndim != len(form.b_indices):
-            return None
-        dims = dict(zip(form.a_indices, a.shape))
-        if any(dims.setdefault(i, n) != n for i, n in zip(form.b_indices, b.shape)):
+        dims = form.sizes(a.shape, b.shape)
+        if dims is None:
             return None          # a size that disagrees (or broadcasts): the general path
         stack, m, _, n = form.extents(dims)
         if stack * m * n * self.dtype.itemsize > memory_limit():
@@ -2964,13 +2962,9 @@ class Kernel:
         form = self._stack
         assert form is not None
         if self._gemm_route is None:
-            shapes = [getattr(operands.get(name), "shape", None) for name in (form.a, form.b)]
-            if any(shape is None or len(shape) != len(indices) for shape, indices in
-                   zip(shapes, (form.a_indices, form.b_indices))):
-                return None
-            dims = {**dict(zip(form.a_indices, shapes[0])),
-                    **dict(zip(form.b_indices, shapes[1]))}
-            if not stack_pays(form, dims):
+            dims = form.sizes(*[getattr(operands.get(name), "shape", None)
+                                for name in (form.a, form.b)])
+            if dims is None or not stack_pays(form, dims):
                 return None
         bound = self._bound(operands)
         self._output_shape(bound)    # the shape errors of the general path

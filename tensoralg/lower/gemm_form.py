@@ -133,6 +133,23 @@ class ContractionForm:
         return bool(self.a_indices) and bool(self.b_indices) and \
             self.a_indices[-1] == self.b_indices[-1] and self.a_indices[-1] in self.summed
 
+    def sizes(self, shape_a: Any, shape_b: Any) -> dict[str, int] | None:
+        """Each index's size from the operands' shapes; None where a rank or a shared size
+        disagrees (or broadcasts): the general path then reports it.
+
+        >>> from tensoralg.notation import parse_statement
+        >>> form = contraction_form(parse_statement("C(b,i,k) = A(b,i,j) * B(b,j,k)"))
+        >>> form.sizes((2, 3, 4), (2, 4, 5)), form.sizes((2, 3, 4), (2, 5, 5))
+        ({'b': 2, 'i': 3, 'j': 4, 'k': 5}, None)
+        """
+        if shape_a is None or shape_b is None or len(shape_a) != len(self.a_indices) or \
+                len(shape_b) != len(self.b_indices):
+            return None
+        dims = dict(zip(self.a_indices, shape_a))
+        if any(dims.setdefault(i, n) != n for i, n in zip(self.b_indices, shape_b)):
+            return None
+        return dims
+
     def extents(self, dims: Mapping[str, int]) -> tuple[int, int, int, int]:
         """``(stack, m, k, n)``: the number of products and each product's sizes."""
         size = lambda group: math.prod(dims[i] for i in group)  # noqa: E731

@@ -10,6 +10,7 @@ output elements) is decided where the facts are: ``concretize`` (loop orders) an
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Iterable
 
 from tensoralg.errors import CompileError, UnsupportedError
 from tensoralg.formats.level import LevelKind
@@ -195,7 +196,7 @@ def loop_plan(schedule: Schedule | None, backend: str = "llvm") -> LoopPlan:
                     tuple(precomputes), gpu, zero_rows=backend != "cuda",
                     position_ranges=backend != "cuda", masked=frozenset(masked),
                     adaptive=frozenset(adaptive), vector_hints=backend == "llvm", lifts=lifts,
-                    lifted_by={index: _lifting(schedule, {index: ()}) for index in lifts},
+                    lifted_by={index: _lifting(schedule, [index]) for index in lifts},
                     reorders=tuple(c for c in schedule if isinstance(c, Reorder) and
                                    any(s.outer in c.indices or s.inner in c.indices
                                        for s in splits.values())))
@@ -258,8 +259,10 @@ def moved_blocks(order: tuple[str, ...], plan: LoopPlan) -> dict[str, int]:
     return moved
 
 
-def _lifting(schedule: Schedule, lifts: dict[str, tuple[str, ...]]) -> str:
-    """The commands that moved a block loop outward, as text for an error."""
+def _lifting(schedule: Schedule, indices: Iterable[str]) -> str:
+    """The commands that moved the block loops of ``indices`` outward, as text for an
+    error."""
+    lifts = set(indices)
     cuts = [c for c in schedule if isinstance(c, Split) and c.index in lifts]
     outer = {c.outer for c in cuts}
     moves = [c for c in schedule if isinstance(c, Reorder) and outer & set(c.indices)]
