@@ -2,13 +2,15 @@
 """``ta.einsum`` on dense contractions against ``numpy.einsum``, opt_einsum and torch.
 
     python benchmarks/dense_einsum.py [--out benchmarks/DENSE_EINSUM.md]
+    python benchmarks/dense_einsum.py --stacks 48     # loop nest against BLAS, prints only
 
 The data scientist's dense einsums, from the workloads they come from: dense layers over a
 batch of sequences, attention's scores and values, ``tensordot``s, batched products of small,
 medium and large matrices, chains of three operands, a bilinear form, outer products and row
 dots. Each is timed through ``ta.einsum`` as a user calls it (a repeated call: the dispatch of
 the first call is replayed), against ``numpy.einsum(..., optimize=True)``, ``opt_einsum.contract``
-and ``torch.einsum`` (on tensors made once from the arrays), every library on all cores
+and ``torch.einsum`` (on tensors made once from the arrays), and against tensoralg's own loop
+nest of the same call (``gemm(loops)``, two operands), every library on all cores
 (OpenBLAS's threads for NumPy and for tensoralg's BLAS route, ``ta.set_num_threads``,
 ``torch.set_num_threads``; torch is timed apart from the others, whose BLAS threads would share
 the cores with its own). Every result is checked against NumPy first. Cells are medians of 5
@@ -60,7 +62,9 @@ CASES = [
     ("a summed pair of axes against a matrix", "ijkl,jl->ik", [(32, 64, 32, 64), (64, 64)],
      "float32"),
 ]
-BASELINES = ("numpy", "opt_einsum", "torch")
+# "loops": tensoralg's own loop nest of the same call (schedule gemm(loops); two operands),
+# the route every contraction but a plain matrix product took before the BLAS dispatch
+BASELINES = ("loops", "numpy", "opt_einsum", "torch")
 
 
 def _calls(subscripts: str, operands: list[np.ndarray]) -> dict[str, object]:
@@ -68,6 +72,8 @@ def _calls(subscripts: str, operands: list[np.ndarray]) -> dict[str, object]:
         "tensoralg": lambda: ta.einsum(subscripts, *operands),
         "numpy": lambda: np.einsum(subscripts, *operands, optimize=True),
     }
+    if len(operands) == 2:
+        calls["loops"] = lambda: ta.einsum(subscripts, *operands, schedule="gemm(loops)")
     try:
         import opt_einsum
         calls["opt_einsum"] = lambda: opt_einsum.contract(subscripts, *operands)
@@ -144,9 +150,50 @@ def render(rows: list[dict], machine: str) -> str:
     return "\n".join(lines)
 
 
+STACK_FORMS = ("bij,bjk->bik", "bij,bkj->bik", "bij,bjk->bki", "bji,bjk->bik")
+
+
+def stacks(count: int, seed: int) -> None:
+    """Random stacks of products (2^22 multiply-adds each call) on the loop nest and on BLAS,
+    both through ``ta.einsum``: the measurements behind ``lower/gemm_form.stack_pays``. Prints
+    only."""
+    import random
+
+    from tensoralg.lower.gemm_form import contraction_form
+    from tensoralg.notation import parse_statement
+
+    pick, rng = random.Random(seed), np.random.default_rng(seed)
+    print(f"{'subscripts':14s} {'layout':8s} {'per product':>11s} {'stack':>6s} "
+          f"{'i':>4s} {'j':>4s} {'k':>4s} {'dtype':8s} loops / blas")
+    for _ in range(count):
+        subscripts = pick.choice(STACK_FORMS + ("bij,bjk->bik",) * 2)
+        sizes = {"i": pick.choice([4, 8, 16, 32, 64, 128]), "j": pick.choice([8, 16, 32, 64, 128]),
+                 "k": pick.choice([8, 12, 16, 24, 32, 64, 128, 256])}
+        each = sizes["i"] * sizes["j"] * sizes["k"]
+        sizes["b"] = max(2, min(4096, 2**22 // each))
+        dtype = pick.choice([np.float32, np.float64])
+        terms, out = subscripts.split("->")
+        a_sub, b_sub = terms.split(",")
+        a = rng.standard_normal([sizes[c] for c in a_sub]).astype(dtype)
+        b = rng.standard_normal([sizes[c] for c in b_sub]).astype(dtype)
+        times = median_us({route: (lambda r=route: ta.einsum(subscripts, a, b,
+                                                               schedule=f"gemm({r})"))
+                           for route in ("loops", "blas")}, rounds=3)
+        form = contraction_form(parse_statement(
+            f"C({','.join(out)}) = A({','.join(a_sub)}) * B({','.join(b_sub)})"))
+        layout = "rows" if form.along_rows else "dots" if form.dots else "strided"
+        print(f"{subscripts:14s} {layout:8s} {each:11d} {sizes['b']:6d} {sizes['i']:4d} "
+              f"{sizes['j']:4d} {sizes['k']:4d} {np.dtype(dtype).name:8s} "
+              f"{times['loops'] / times['blas']:8.2f}", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=HERE / "DENSE_EINSUM.md")
+    parser.add_argument("--stacks", type=int, metavar="N",
+                        help="instead, time N random stacks of products on the loop nest and on "
+                             "BLAS (the figures behind gemm_form.stack_pays); prints only")
+    parser.add_argument("--seed", type=int, default=3, help="of --stacks (default 3)")
     args = parser.parse_args(argv)
     cores = os.cpu_count() or 1
     ta.set_num_threads(cores)
@@ -155,6 +202,9 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(cores)
     except ImportError:
         pass
+    if args.stacks:
+        stacks(args.stacks, args.seed)
+        return 0
     rows = measure(np.random.default_rng(0))
     machine = record.provenance()
     args.out.write_text(render(rows, machine), encoding="utf-8")

@@ -32,7 +32,8 @@ CONTRACTION_MIN_SIDE = 4
 # as the loop nest's layout decides: numpy.matmul calls gemm once per product of a stack
 # (~5 µs each here), the loop nest runs the whole stack on tensoralg's threads, fast or slow
 # as its innermost loop runs. gemm(loops) / gemm(blas), two threads, 48 random stacks of 2^22
-# multiply-adds in all, float32 and float64 (2026-12-06, development VM):
+# multiply-adds in all, float32 and float64 (2026-12-06, development VM; `python
+# benchmarks/dense_einsum.py --stacks 48`):
 # - the output's last index is the last axis of its operand, 8 or a multiple of 16 long
 #   (``bij,bjk->bik``: contiguous, a row of the output in registers across the sum): 0.29-0.9
 #   up to 2^18 a product, 0.8-1.4 at 2^19 (float32 0.84, float64 up to 1.4), 0.6-1.0 at 2^20
