@@ -337,10 +337,25 @@ def _concretized(stmt: Assignment, formats: dict[str, Format],
 
 
 def _lowered_ir(program: Program, name: str, plan: LoopPlan, schedule: Schedule | None,
-                log: IRLog, check: bool = False) -> tuple[Function, Function]:
+                log: IRLog, backend: str, check: bool = False) -> tuple[Function, Function]:
     """``program`` lowered to the function ``name``, and that function after the IR passes."""
     lowered = lower(program, name, plan)
-    return lowered, optimize(lowered, log, check=check, options=pass_options_of(schedule))
+    options = pass_options_of(schedule, _tile_rows(backend))
+    return lowered, optimize(lowered, log, check=check, options=options)
+
+
+def _tile_rows(backend: str) -> int:
+    """The rows of register tiles the compiler jams by default for ``backend``: what the host's
+    vector registers hold on LLVM (which learns from the jam that the rows' tiles never
+    overlap); 1 on C, whose compiler is not told so and would reload the tiles from memory."""
+    return _host_tile_rows() if backend == "llvm" else 1
+
+
+@functools.cache
+def _host_tile_rows() -> int:
+    from tensoralg.codegen.llvm import register_tile_rows
+
+    return register_tile_rows()
 
 
 def _disk_cache(directory: Path | None) -> DiskCache | None:
@@ -488,7 +503,7 @@ class KernelCache:
         """Lower ``program``, run the IR passes, remember the result on disk and build it."""
         log = IRLog(echo=self.options.debug)
         lowered, function = _lowered_ir(program, f"ta_{key.digest()[:16]}", plan, schedule, log,
-                                        self.options.check_ir)
+                                        key.backend, self.options.check_ir)
         # Judged before the passes that tile loops: the tiled nests store the same
         # elements the same way, but through loops the analysis does not follow.
         overwrites = assigns_every_position(lowered) if program.pattern is not None \
@@ -2828,7 +2843,7 @@ class Kernel:
                                    dict(zip(self.formats, key.index_dtypes)), key.out_format,
                                    key, compiled.plan)
             self._own = _lowered_ir(program, compiled.function.name, compiled.plan,
-                                    compiled.schedule, IRLog(echo=False))[1]
+                                    compiled.schedule, IRLog(echo=False), key.backend)[1]
         return self._own
 
     def _bound(self, operands: Mapping[str, Any], warn: bool = True) -> dict[str, Tensor]:
@@ -3097,7 +3112,8 @@ def applied_schedule(compiled: CompiledProgram) -> Schedule:
     changed = {name for name, _, text in (compiled.log.entries if compiled.log else ())
                if text is not None}
     return schedule_applied(compiled.program, compiled.function, compiled.plan,
-                            compiled.schedule, compiled.arguments.range_index, changed)
+                            compiled.schedule, compiled.arguments.range_index, changed,
+                            _tile_rows(compiled.key.backend))
 
 
 def _shares_values(vals: np.ndarray, source: Any) -> bool:

@@ -186,8 +186,9 @@ def search_space(default: Schedule, outputs: tuple[str, ...], threads: int,
                  rng: random.Random) -> list[Schedule]:
     """Candidate schedules around the compiler's own: loop orders x outer-loop strategies x
     pass settings x the innermost loop's vector tail (the default remainder loop, or masked:
-    ``Vectorize``), and each order's innermost loop in cache blocks of 16 or 64 moved
-    outermost; shuffled by ``rng`` after the compiler's own, which comes first.
+    ``Vectorize``), each order's innermost loop in cache blocks of 16 or 64 and its middle
+    loops in blocks of 128, moved outermost; shuffled by ``rng`` after the compiler's own,
+    which comes first.
 
     >>> space = search_space(Schedule().reorder("i", "j"), ("i",), 2, random.Random(0))
     >>> str(space[0]), len(space) == len(set(map(str, space)))
@@ -216,6 +217,13 @@ def search_space(default: Schedule, outputs: tuple[str, ...], threads: int,
             for factor in (16, 64):
                 schedule = Schedule().reorder(*loop_order).split(last, factor).reorder(
                     f"{last}0", *loop_order[:-1], f"{last}1")
+                found.setdefault(str(schedule), schedule)
+            # cache blocks of a middle loop (a product's summed k: each block's panel of the
+            # operand it walks stays in the cache for every row), moved outermost
+            for middle in loop_order[1:-1]:
+                inner = tuple(f"{x}1" if x == middle else x for x in loop_order)
+                schedule = Schedule().reorder(*loop_order).split(middle, 128).reorder(
+                    f"{middle}0", *inner)
                 found.setdefault(str(schedule), schedule)
     first = Schedule().reorder(*order) if order else Schedule()
     rest = [s for text, s in found.items() if text != str(first)]

@@ -107,3 +107,96 @@ def test_einsum_and_sparse_results_are_unchanged():
     np.testing.assert_allclose(ta.einsum("ij,j->i", a, x), a @ x)
     dense = a.toarray()
     np.testing.assert_allclose(ta.einsum("ij,j->i", dense, x), dense @ x)
+
+
+# --- two-dimensional register tiles: rows jammed over a dense product's register tiles ---
+
+GEMM = "C(i,j) = A(i,k) * B(k,j)"
+TILED = "gemm(loops); jam(4, tiles=6)"
+BLOCKED = "gemm(loops); split(k, 16, k0, k1); reorder(k0, i, k1, j); jam(4, tiles=6)"
+
+
+def test_rows_of_register_tiles_are_jammed_by_their_own_count():
+    text = ta.compile(GEMM, dtype="float32", schedule=TILED).source("ir")
+    assert "jam0_r5" in text and "jam0_r6" not in text       # six rows, not four
+    assert "register tiles of 64" in text
+    # one fused k loop per tile width adds into all six rows' tiles
+    assert "C_vals[jam0_l5_inv1 + (jam0_l5_j_lo + jam0_c_j_in)] +=" in text
+    fewer = ta.compile(GEMM, dtype="float32", schedule="gemm(loops); jam(4, tiles=1)")
+    assert "jam0" not in fewer.source("ir")
+
+
+def test_the_llvm_kernel_tells_which_rows_never_overlap():
+    llvm = ta.compile(GEMM, dtype="float32", schedule=TILED).source("llvm")
+    assert "!alias.scope" in llvm and "!noalias" in llvm
+    plain = ta.compile(GEMM, dtype="float32", schedule="gemm(loops); jam(1)").source("llvm")
+    assert "!alias.scope" not in plain
+
+
+def test_the_compilers_tile_rows_follow_the_hosts_registers():
+    from tensoralg.codegen.llvm import register_tile_rows
+
+    kernel = ta.compile(GEMM, dtype="float64", schedule="gemm(loops)")
+    rows = register_tile_rows()
+    jam = kernel.schedule.last(ta.schedule.Jam) if rows > 1 else None
+    if rows > 1:
+        assert jam is not None and jam.tile_rows == rows
+        assert f"jam0_r{rows - 1}" in kernel.source("ir")
+    # the printed schedule builds the same kernel
+    again = ta.compile(GEMM, dtype="float64", schedule=str(kernel.schedule))
+    # the kernel's name (its first line) follows the key
+    assert again.source("ir").split("\n", 1)[1] == kernel.source("ir").split("\n", 1)[1]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int64"])
+@pytest.mark.parametrize("schedule", [TILED, BLOCKED, "gemm(loops); jam(2, tiles=7)"])
+def test_jammed_tiles_match_numpy_across_every_width(schedule, dtype):
+    # rows around six, columns across tiles of 64, 32, 16 and 8 lanes and their rest, k
+    # around the cache block of 16 (and empty)
+    kernel = ta.compile(GEMM, dtype=dtype, schedule=schedule)
+    rng = np.random.default_rng(0)
+    for m, n, k in [(0, 5, 3), (1, 1, 1), (5, 64, 16), (6, 65, 17), (7, 127, 33),
+                    (13, 200, 5), (37, 8, 0), (12, 0, 4), (25, 31, 40)]:
+        a = rng.integers(-9, 9, (m, k)).astype(dtype)
+        b = rng.integers(-9, 9, (k, n)).astype(dtype)
+        np.testing.assert_array_equal(kernel(A=a, B=b), a @ b, err_msg=f"{m}x{n}x{k}")
+
+
+def test_jammed_tiles_under_thread_ranges_that_cut_groups(two_threads):
+    rng = np.random.default_rng(3)
+    a, b = rng.integers(-5, 5, (100_003, 9)).astype(np.float64), \
+        rng.integers(-5, 5, (9, 70)).astype(np.float64)
+    bound = ta.compile(GEMM, schedule=TILED).bind(A=a, B=b)
+    assert len(bound.calls) == 2
+    np.testing.assert_array_equal(bound(), a @ b)
+
+
+def _tile_nest(row_indexed: bool):
+    """``for (k ...) for (j = 0; j < 8; j++) Y[(i * 8 if row_indexed) + j] += A[i * n + k]``
+    over the thread range: a register tile of the row's output, or (not row-indexed) a sum
+    across rows into one output, which reduction=partials makes."""
+    i, k, j, n = var("i", I64), var("k", I64), var("j", I64), var("n", I64)
+    lo, hi = var("range_begin", I64), var("range_end", I64)
+    a, y = var("A", Ptr(F64)), var("Y", Ptr(F64))
+    params = [param(n, "index.k"), param(a, "A.vals"), param(y, "Y.vals", output=True),
+              param(lo, "range.begin.i"), param(hi, "range.end.i")]
+    at = add(mul(i, 8), j) if row_indexed else j
+    return function("k", params, for_(i, lo, hi, for_(k, 0, n, for_(
+        j, 0, 8, store(y, at, load(a, add(mul(i, n), k)), accumulate=True)))))
+
+
+def test_a_tile_is_jammed_only_where_each_row_adds_into_its_own_elements():
+    own = jam_rows(_tile_nest(True), tile_rows=3)
+    verify(own, after="jam")
+    text = format_function(own)
+    assert "jam0_r2" in text
+    from tensoralg.ir.nodes import RowOwner, Store
+    from tensoralg.ir.rewrite import walk
+
+    owners = {s.owner for s in walk(own.body) if isinstance(s, Store)}
+    assert owners == {RowOwner("jam0", 0), RowOwner("jam0", 1), RowOwner("jam0", 2), None}
+    shared = _tile_nest(False)
+    assert jam_rows(shared, tile_rows=3) is shared      # the sum's order across rows stays
+    # the rows count for reductions does not jam tiles, and the reverse
+    assert jam_rows(_tile_nest(True), rows=4, tile_rows=1) is not None
+    assert "jam0" not in format_function(jam_rows(_tile_nest(True), rows=4, tile_rows=1))

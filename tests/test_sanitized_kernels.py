@@ -1,5 +1,6 @@
-"""Generated C kernels under AddressSanitizer and UBSan: splits, tails, register tiles, jams and
-thread ranges never read or write out of bounds, on sizes that cross each of their widths.
+"""Generated C kernels under AddressSanitizer and UBSan: splits, tails, register tiles (also
+jammed into two-dimensional ones), jams and thread ranges never read or write out of bounds,
+on sizes that cross each of their widths.
 
 The kernels are built with ``CC="gcc -fsanitize=address,undefined"`` (``CC`` may carry flags:
 a test-only setting, never the default) in a separate Python process that preloads the ASan
@@ -59,6 +60,16 @@ SCRIPT = textwrap.dedent("""
             got = got.toarray() if hasattr(got, "toarray") else np.asarray(got)
             want = expected.toarray() if hasattr(expected, "toarray") else expected
             assert np.allclose(got, want), (statement, schedule)
+            count += 1
+    # Two-dimensional register tiles (rows jammed over a row's tiles of 64, 32, 16 and 8
+    # lanes and its rest), whole and in cache blocks of k, over row counts around the jam
+    # and thread ranges that cut groups short.
+    for rows in (1, 5, 13, 37):
+        for text in ("gemm(loops); tile(256); jam(4, tiles=6)",
+                     "gemm(loops); split(k, 4, k0, k1); reorder(k0, i, k1, j); jam(2, tiles=5)",
+                     "gemm(loops); jam(4, tiles=3); parallelize(i, threads=3)"):
+            k = ta.compile("C(i,j) = P(i,k) * Q(k,j)", backend="c", schedule=text)
+            assert np.allclose(k(P=P[:rows], Q=Q), P[:rows] @ Q), (rows, text)
             count += 1
     # Position splits: chunks and thread ranges of nonzeros, rows found by binary search.
     for text in ["fuse({o}, {i}, f); pos(f, p, A); split(p, 5)",

@@ -53,6 +53,7 @@ from tensoralg.ir.nodes import (
     If,
     Load,
     Ptr,
+    RowOwner,
     Scalar,
     Select,
     Stmt,
@@ -61,6 +62,7 @@ from tensoralg.ir.nodes import (
     Var,
     While,
 )
+from tensoralg.ir.passes.tile import TILE_BYTES
 from tensoralg.ir.rewrite import walk
 
 BIT, BYTE, INT32, INT64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
@@ -162,6 +164,44 @@ class _Attributes(ir.FunctionAttributes):
     _known = ir.FunctionAttributes._known | frozenset({PREFER_512})
 
 
+def _alias_scopes(module: ir.Module, fn: Function
+                  ) -> dict[RowOwner, tuple[ir.MDValue, ir.MDValue]]:
+    """For each jammed row that owns stores in ``fn``: its alias scope list and the list of the
+    other rows' scopes of the same jam (one scope domain per jam), as LLVM's ``alias.scope``
+    and ``noalias`` metadata take them."""
+    owners = sorted({s.owner for s in walk(fn.body) if isinstance(s, Store) and s.owner},
+                    key=lambda o: (o.jam, o.row))
+    scopes: dict[RowOwner, ir.MDValue] = {}
+    domains: dict[str, ir.MDValue] = {}
+    for owner in owners:
+        if owner.jam not in domains:
+            domains[owner.jam] = module.add_metadata(
+                [ir.MetaDataString(module, f"{fn.name}.{owner.jam}")])
+        scopes[owner] = module.add_metadata(
+            [ir.MetaDataString(module, f"{fn.name}.{owner.jam}.row{owner.row}"),
+             domains[owner.jam]])
+    return {owner: (module.add_metadata([scope]),
+                    module.add_metadata([other for o, other in scopes.items()
+                                         if o.jam == owner.jam and o != owner]))
+            for owner, scope in scopes.items()}
+
+
+def register_tile_rows(tile_bytes: int = TILE_BYTES, avx512: bool | None = None) -> int:
+    """How many rows of register tiles of ``tile_bytes`` the host's vector registers hold at
+    once (the jam pass's ``tile_rows``), with a quarter of the register file left for the
+    operand vectors a tile's loop loads: 6 rows of 256 bytes in AVX-512's 32 x 64 bytes; 1 (no
+    jamming) in AVX2's 16 x 32, which one 256-byte tile already half fills.
+
+    >>> register_tile_rows(256, avx512=True), register_tile_rows(256, avx512=False)
+    (6, 1)
+    """
+    if tile_bytes <= 0:
+        return 1
+    avx512 = host_has("avx512f") if avx512 is None else avx512
+    registers = 32 * 64 if avx512 else 16 * 32
+    return max(1, (registers * 3 // 4) // tile_bytes)
+
+
 def _wide_reductions() -> bool:
     return WIDE_VECTORS and host_has("avx512f")
 
@@ -245,6 +285,7 @@ class _FunctionLowering:
         self.fail_block: ir.Block | None = None
         for var in introduced_vars(fn):
             self.slots[var.name] = entry_alloca(self.builder, value_type(var.dtype), var.name)
+        self.scopes = _alias_scopes(module, fn)
         for param, argument in zip(fn.params, self.function.args):
             argument.name = param.var.name + ".arg"
             if isinstance(param.var.dtype, Ptr):
@@ -278,17 +319,19 @@ class _FunctionLowering:
                 b.store(total, self.slots[var.name])
             case Declare(var, value) | Assign(var, value):
                 b.store(self.value(value), self.slots[var.name])
-            case Store(array, index, value, accumulate):
+            case Store(array, index, value, accumulate, owner):
                 address = self.address(array, index)
                 new = self.value(value)
                 if accumulate:
-                    new = self.arithmetic("+", self.load(array, address), new, value.dtype)
+                    old = self.load(array, address)
+                    self.scoped(old, owner)
+                    new = self.arithmetic("+", old, new, value.dtype)
                 if value.dtype == Scalar.BOOL:
                     new = b.zext(new, BYTE)
                 if isinstance(value.dtype, Scalar) and value.dtype.is_complex:
                     self.store_complex(new, address)
                 else:
-                    b.store(new, address)
+                    self.scoped(b.store(new, address), owner)
             case For(var, start, stop, body):
                 slot = self.slots[var.name]
                 hints = loop_hints(self.module, stmt.unroll, stmt.vectorize, stmt.masked)
@@ -319,6 +362,15 @@ class _FunctionLowering:
                 b.call(free, [self.variable(var)])
             case _:
                 raise CompileError(f"cannot emit statement {stmt!r} to LLVM")
+
+    def scoped(self, access: ir.Value, owner: RowOwner | None) -> None:
+        """Tell LLVM that ``access`` (a load or store for ``owner``'s row) touches no element
+        that the other rows of its jam touch (``ir.nodes.RowOwner``)."""
+        if owner is None or not isinstance(access, (ir.LoadInstr, ir.StoreInstr)):
+            return
+        scope, others = self.scopes[owner]
+        access.set_metadata("alias.scope", scope)
+        access.set_metadata("noalias", others)
 
     def fail_if_null(self, pointer: ir.Value, name: str) -> None:
         """Return status 1 from the kernel when ``pointer`` is null."""

@@ -263,13 +263,34 @@ class Assign:
 
 
 @dataclass(frozen=True, slots=True)
+class RowOwner:
+    """Which of the rows run at once by one jam (``ir/passes/jam.py``) a store writes for.
+
+    Jamming runs several iterations of a loop whose iterations own disjoint output elements
+    side by side, so stores of one array under two different rows of the same jam never touch
+    the same element. The pass records that fact here because nothing in the index
+    expressions proves it to a backend (the rows lie a run-time row length apart); the LLVM
+    backend passes it on as alias scopes, which lets it keep each row's register tile in
+    registers across a reduction.
+
+    >>> RowOwner("jam0", 1)
+    RowOwner(jam='jam0', row=1)
+    """
+
+    jam: str
+    row: int
+
+
+@dataclass(frozen=True, slots=True)
 class Store:
-    """``array[index] = value``, or ``array[index] += value`` when ``accumulate``."""
+    """``array[index] = value``, or ``array[index] += value`` when ``accumulate``; ``owner``:
+    the jammed row it writes for, where a jam made it (see `RowOwner`)."""
 
     array: Var
     index: Expr
     value: Expr
     accumulate: bool = False
+    owner: RowOwner | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,7 @@ output elements) is decided where the facts are: ``concretize`` (loop orders) an
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Iterable
 
@@ -485,11 +486,12 @@ def row_choice(program: Program, plan: LoopPlan) -> tuple[str, str] | None:
 
 def applied_schedule(program: Program, function: Function, plan: LoopPlan,
                      given: Schedule | None, range_index: str | None,
-                     changed_steps: set[str]) -> Schedule:
+                     changed_steps: set[str], tile_rows: int = 1) -> Schedule:
     """The schedule a kernel runs, as commands a user could pass to get the same kernel: the
     loop order of its main nest, how its outer loop runs (threads or not), the splits and hints
     the schedule gave, and the settings of the pattern passes that changed the code
-    (``changed_steps``, by their names in the pipeline)."""
+    (``changed_steps``, by their names in the pipeline; ``tile_rows`` as `pass_options_of`
+    took it)."""
     given = given or Schedule()
     # A hint survives only on loops no pattern pass rebuilt (a register tile makes new loops).
     hinted = any(isinstance(s, For) and (s.unroll or s.vectorize) for s in walk(function.body))
@@ -527,11 +529,13 @@ def applied_schedule(program: Program, function: Function, plan: LoopPlan,
         schedule = schedule.then(Parallelize(range_index))
     elif plan.serial:
         schedule = schedule.then(Serial())
-    options = pass_options_of(given)
+    options = pass_options_of(given, tile_rows)
+    jam = Jam(options.jam_rows,
+              None if options.tile_rows == options.jam_rows else options.tile_rows)
     passes = ((Workspaces(options.workspaces), "fuse temporaries into row workspaces"),
               (Tile(options.tile_bytes), "tile accumulators into registers"),
               (TransposeTiles(options.line_bytes), "tile transposed accesses by cache line"),
-              (Jam(options.jam_rows), "jam rows of a reduction"))
+              (jam, "jam rows of a reduction"))
     for command, step in passes:
         if step in changed_steps or given.find(type(command)):
             schedule = schedule.then(command)
@@ -629,19 +633,23 @@ def row_work(program: Program, index: str | None) -> RowWork | None:
     return RowWork(rows, products)
 
 
-def pass_options_of(schedule: Schedule | None) -> PassOptions:
-    """The IR passes' options that ``schedule`` sets (the compiler's own where it is silent).
+def pass_options_of(schedule: Schedule | None, tile_rows: int = 1) -> PassOptions:
+    """The IR passes' options that ``schedule`` sets (the compiler's own where it is silent;
+    ``tile_rows``: its rows of register tiles jammed, which depend on the host's registers).
 
     >>> pass_options_of(Schedule().jam(1)).jam_rows
     1
+    >>> pass_options_of(None, tile_rows=6).tile_rows, pass_options_of(Schedule().jam(2), 6).tile_rows
+    (6, 2)
     """
     if schedule is None:
-        return DEFAULT_OPTIONS
+        return dataclasses.replace(DEFAULT_OPTIONS, tile_rows=tile_rows)
     tile, jam = schedule.last(Tile), schedule.last(Jam)
     workspaces, transposes = schedule.last(Workspaces), schedule.last(TransposeTiles)
     return PassOptions(
         tile_bytes=tile.bytes if tile else DEFAULT_OPTIONS.tile_bytes,
         jam_rows=jam.rows if jam else DEFAULT_OPTIONS.jam_rows,
+        tile_rows=jam.tile_rows if jam else tile_rows,
         workspaces=workspaces.enabled if workspaces else DEFAULT_OPTIONS.workspaces,
         line_bytes=transposes.line_bytes if transposes else DEFAULT_OPTIONS.line_bytes)
 

@@ -345,15 +345,26 @@ class Tile:
 
 @dataclass(frozen=True, slots=True)
 class Jam:
-    """Run ``rows`` iterations of the thread-range loop at once, their inner loops fused."""
+    """Run ``rows`` iterations of the thread-range loop at once, their inner loops fused;
+    ``tiles`` of them where each row holds register tiles (a two-dimensional tile: rows x
+    tile width; the same as ``rows`` when not given)."""
 
     rows: int
+    tiles: int | None = None
 
     def __post_init__(self) -> None:
         _positive(self.rows, "jam: rows")
+        if self.tiles is not None:
+            _positive(self.tiles, "jam: tiles")
+
+    @property
+    def tile_rows(self) -> int:
+        """The rows jammed where they hold register tiles."""
+        return self.rows if self.tiles is None else self.tiles
 
     def __str__(self) -> str:
-        return f"jam({self.rows})"
+        return f"jam({self.rows})" if self.tiles is None else \
+            f"jam({self.rows}, tiles={self.tiles})"
 
 
 @dataclass(frozen=True, slots=True)

@@ -114,9 +114,14 @@ class Schedule:
         """Register tiles of ``bytes`` accumulators (0 turns them off)."""
         return self.then(Tile(bytes))
 
-    def jam(self, rows: int) -> "Schedule":
-        """Jam ``rows`` rows of the thread-range loop (1 turns jamming off)."""
-        return self.then(Jam(rows))
+    def jam(self, rows: int, tiles: int | None = None) -> "Schedule":
+        """Jam ``rows`` rows of the thread-range loop (1 turns jamming off); ``tiles`` of them
+        where the rows hold register tiles (``rows`` when not given).
+
+        >>> print(Schedule().jam(4, tiles=6))
+        jam(4, tiles=6)
+        """
+        return self.then(Jam(rows, tiles))
 
     def workspaces(self, enabled: bool = True) -> "Schedule":
         """Allow (or forbid) fusing temporaries into row workspaces."""
@@ -270,12 +275,13 @@ _BUILDERS: dict[str, tuple[int, int, Builder]] = {   # name: (least, most positi
     "vectorize": (2, 2, lambda a, o, t: Vectorize(a[0][0], _int(*a[1], t),
                                                   o.get("tail", ("remainder", 0))[0])),
     "tile": (1, 1, lambda a, o, t: Tile(_int(*a[0], t))),
-    "jam": (1, 1, lambda a, o, t: Jam(_int(*a[0], t))),
+    "jam": (1, 1, lambda a, o, t: Jam(_int(*a[0], t), _int(*o["tiles"], t) if "tiles" in o
+                                      else None)),
     "workspaces": (1, 1, lambda a, o, t: Workspaces(_flag(*a[0], t))),
     "transpose_tiles": (1, 1, lambda a, o, t: TransposeTiles(_int(*a[0], t))),
     "gemm": (1, 1, lambda a, o, t: Gemm(a[0][0])),
 }
-_OPTIONS = {"split": {"tail"}, "vectorize": {"tail"},
+_OPTIONS = {"split": {"tail"}, "vectorize": {"tail"}, "jam": {"tiles"},
             "parallelize": {"unit", "reduction", "threads"},
             "precompute": {"workspace", "format"}}
 

@@ -152,8 +152,8 @@ def _map_stmt_exprs(s: n.Node, f: Callable[[n.Expr], n.Expr]) -> n.Node | None:
             return n.Declare(v, f(init))
         case n.Assign(v, value):
             return n.Assign(v, f(value))
-        case n.Store(array, index, value, accumulate):
-            return n.Store(array, f(index), f(value), accumulate)
+        case n.Store(index=index, value=value):
+            return dataclasses.replace(s, index=f(index), value=f(value))
         case n.For(v, start, stop, body):
             return dataclasses.replace(s, start=f(start), stop=f(stop))
         case n.While(cond, body):

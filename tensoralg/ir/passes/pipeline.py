@@ -50,6 +50,10 @@ class PassOptions:
 
     tile_bytes: int = TILE_BYTES
     jam_rows: int = JAM
+    # rows jammed where they hold register tiles: 1 (none) unless the caller knows the host's
+    # register file (``codegen/llvm.py``'s ``register_tile_rows``; a schedule's ``jam(r,
+    # tiles=t)``)
+    tile_rows: int = 1
     workspaces: bool = True
     line_bytes: int = LINE_BYTES
 
@@ -70,7 +74,7 @@ def steps_for(options: PassOptions) -> tuple[tuple[str, Step], ...]:
         row_workspaces: row_workspaces if options.workspaces else _unchanged,
         tile_accumulators: partial(tile_accumulators, tile_bytes=options.tile_bytes),
         tile_transposes: partial(tile_transposes, line_bytes=options.line_bytes),
-        jam_rows: partial(jam_rows, rows=options.jam_rows),
+        jam_rows: partial(jam_rows, rows=options.jam_rows, tile_rows=options.tile_rows),
     }
     return tuple((name, configured.get(step, step)) for name, step in STEPS)
 
