@@ -9,6 +9,8 @@ It is the form of the CLI's ``--schedule`` and part of the kernel cache's key.
 """
 from __future__ import annotations
 
+import functools
+
 import re
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping
@@ -287,9 +289,20 @@ _OPTIONS = {"split": {"tail"}, "vectorize": {"tail"}, "jam": {"tiles"},
 
 
 def parse_schedule(text: str) -> Schedule:
-    """Parse the text form of a schedule; a NotationError points at the fault."""
+    """Parse the text form of a schedule; a NotationError points at the fault.
+
+    >>> parse_schedule("jam(2)") is parse_schedule("jam(2)")    # one parse per text
+    True
+    """
     if not isinstance(text, str):
         raise NotationError(f"a schedule's text must be a string, not {type(text).__name__}")
+    return _parsed(text)
+
+
+# A call with ``schedule="..."`` parses its text every time; schedules are immutable, so each
+# text is parsed once (~25 us of a repeated small ``ta.einsum`` call otherwise).
+@functools.lru_cache(maxsize=512)
+def _parsed(text: str) -> Schedule:
     tokens = _tokens(text)
     commands: list[Command] = []
     k = 0
