@@ -303,7 +303,8 @@ CORPUS = [
     ("a = A(i,j) * B(i,j)", [{"A": "ds"}, {"A": "dd"}]),
 ]
 # Sizes that cross a split factor, a register tile (32 f64 / 64 f32), its half and quarter
-# tiles, a jam of 4 rows and a two-way thread split, with all-zero rows in the sparse operands.
+# tiles, a jam of 4 (and of 5 and 6 rows over tiles) and a two-way thread split, with all-zero
+# rows in the sparse operands.
 SIZES = {"i": 37, "j": 70, "k": 9}
 
 
@@ -346,6 +347,7 @@ def _schedules(kernel, rng):
             f"{index}0", *rest))
     found.append(Schedule().tile(0).jam(1).workspaces(False).transpose_tiles(0))
     found.append(Schedule().tile(64).jam(2).serial())
+    found.append(Schedule().jam(3, tiles=5))     # two-dimensional register tiles of 5 rows
     return found
 
 
