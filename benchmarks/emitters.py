@@ -173,7 +173,7 @@ def render(rows: list[dict], machine: str) -> str:
     gemm = [r for r in rows if r["kind"] == "product"]
     conv = [ratio[id(r)] for r in rows if r["kind"] == "convolution"]
     close = [r for r in gemm if ratio[id(r)] <= WITHIN]
-    gained = [r["one_row_us"] / _ir(r) for r in gemm]
+    gained = [r["one_row_us"] / _ir(r) for r in gemm if "one_row_us" in r]
     lines += [
         "",
         f"**Verdict.** Products: {len(close)} of {len(gemm)} within {WITHIN:.2f} of the "

@@ -200,3 +200,66 @@ def test_a_tile_is_jammed_only_where_each_row_adds_into_its_own_elements():
     # the rows count for reductions does not jam tiles, and the reverse
     assert jam_rows(_tile_nest(True), rows=4, tile_rows=1) is not None
     assert "jam0" not in format_function(jam_rows(_tile_nest(True), rows=4, tile_rows=1))
+
+
+STACK = "C(b,i,k) = A(b,i,j) * B(b,j,k)"
+
+
+def test_the_rows_of_a_stack_of_products_are_jammed_below_its_thread_range():
+    kernel = ta.compile(STACK, dtype="float32", schedule="gemm(loops); jam(4, tiles=6)")
+    text = kernel.source("ir")
+    assert "range.begin.b" in text and "jam0_r5" in text
+    assert "jam0_g < n_i / 6" in text            # over i, inside the thread range over b
+    assert "jam1" not in text                    # never a jam within a jam
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int64"])
+def test_jammed_stacks_match_numpy(dtype, two_threads):
+    kernel = ta.compile(STACK, dtype=dtype, schedule="gemm(loops); jam(4, tiles=6)")
+    rng = np.random.default_rng(5)
+    for b, i, j, k in [(0, 3, 4, 5), (1, 1, 1, 1), (3, 5, 7, 64), (2, 13, 9, 70), (7, 6, 0, 33),
+                       (40, 37, 16, 130)]:
+        a = rng.integers(-9, 9, (b, i, j)).astype(dtype)
+        c = rng.integers(-9, 9, (b, j, k)).astype(dtype)
+        np.testing.assert_array_equal(kernel(A=a, B=c), np.einsum("bij,bjk->bik", a, c),
+                                      err_msg=f"{b}x{i}x{j}x{k}")
+
+
+def _stack_nest(disjoint: bool):
+    """``for (b in range) for (i ...) for (k ...) for (j = 0; j < 8; j++) Y[(b * n + i) * 8 +
+    j] += A[...]``: register tiles under a loop ``i`` that is not the thread range."""
+    b_, i, k, j, n = (var(name, I64) for name in ("b", "i", "k", "j", "n"))
+    lo, hi = var("range_begin", I64), var("range_end", I64)
+    a, y = var("A", Ptr(F64)), var("Y", Ptr(F64))
+    params = [param(n, "index.i"), param(a, "A.vals"), param(y, "Y.vals", output=True),
+              param(lo, "range.begin.b"), param(hi, "range.end.b")]
+    row = add(mul(add(mul(b_, n), i), 8), j)
+    inner = for_(i, 0, n, for_(k, 0, n, for_(j, 0, 8, store(y, row, load(a, add(mul(i, n), k)),
+                                                             accumulate=True))))
+    import dataclasses
+    inner = dataclasses.replace(inner, disjoint=disjoint)
+    return function("k", params, for_(b_, lo, hi, inner))
+
+
+def test_only_a_loop_lowering_marked_disjoint_is_jammed_inside_the_thread_range():
+    marked = jam_rows(_stack_nest(True), tile_rows=3)
+    verify(marked, after="jam")
+    text = format_function(marked)
+    assert "jam0_g < n / 3" in text and "range_end - range_begin" not in text   # over i
+    # unmarked, only the thread range over b is jammed (its rows own theirs by construction)
+    text = format_function(jam_rows(_stack_nest(False), tile_rows=3))
+    assert "jam0_g < (range_end - range_begin) / 3" in text and "jam1" not in text
+
+
+def test_lowering_marks_the_loops_over_a_dense_outputs_indices():
+    from tensoralg.ir.nodes import For
+    from tensoralg.ir.rewrite import walk
+
+    kernel = ta.compile(STACK, schedule="gemm(loops); tile(0); jam(1)")
+    loops = {s.var.name: s.disjoint for s in walk(kernel._default.function.body)
+             if isinstance(s, For)}
+    assert loops["i"] and not loops["j"]              # an output index; the summed one
+    sparse = ta.compile("C(i,j) = A(i,j) + B(i,j)", formats={"A": "csr", "B": "csr",
+                                                             "C": "csr"})
+    assert not any(s.disjoint for s in walk(sparse._default.function.body)
+                   if isinstance(s, For))            # appends in order: never

@@ -301,6 +301,11 @@ class For:
     factor and a vector width the backend asks its optimiser for, ``masked`` that the last
     partial vector run with masked lanes rather than a scalar loop. They never change results
     beyond the order of a reduction's additions.
+
+    ``disjoint`` is a fact lowering records: the loop runs an index of a dense output, so for
+    fixed values of the enclosing loops its iterations write distinct output elements (the jam
+    pass may then run several of them side by side). A pass that rebuilds the loop may drop
+    it; nothing may set it without that proof.
     """
 
     var: Var
@@ -310,6 +315,7 @@ class For:
     unroll: int = 0
     vectorize: int = 0
     masked: bool = False
+    disjoint: bool = False
 
 
 @dataclass(frozen=True, slots=True)

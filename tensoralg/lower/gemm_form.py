@@ -35,9 +35,13 @@ CONTRACTION_MIN_SIDE = 4
 # multiply-adds in all, float32 and float64 (2026-12-06, development VM; `python
 # benchmarks/dense_einsum.py --stacks 48`):
 # - the output's last index is the last axis of its operand, 8 or a multiple of 16 long
-#   (``bij,bjk->bik``: contiguous, a row of the output in registers across the sum): 0.29-0.9
-#   up to 2^18 a product, 0.8-1.4 at 2^19 (float32 0.84, float64 up to 1.4), 0.6-1.0 at 2^20
-#   in float32 (1.1-2.1 in float64), 0.8-1.4 at 2^21, 4.2-5.7 at 256^3;
+#   (``bij,bjk->bik``: contiguous, a row of the output in registers across the sum): with one
+#   row per register tile (AVX2 hosts, and AVX-512 before rows were jammed over tiles)
+#   0.29-0.9 up to 2^18 a product, 0.8-1.4 at 2^19, 0.6-1.0 at 2^20 in float32 (1.1-2.1 in
+#   float64), 0.8-1.4 at 2^21, 4.2-5.7 at 256^3; with six rows jammed over the tiles inside
+#   each product (AVX-512, ``jam(4, tiles=6)``) 0.28-0.72 up to 2^20 (1.2 where the first
+#   operand is read transposed and the last axis is 8), then, ad hoc on eight shapes,
+#   0.72-1.09 at 2^21, 1.17-1.36 at 2^23, 1.5-1.7 at 256^3: the same threshold serves both;
 # - a sum along the last axis of both operands (``bij,bkj->bik``: dot products): 0.38-0.65
 #   up to 2^17, 1.27 at 2^18, 1.7-2.4 from 2^19;
 # - anything else (the output's last index strided in its operand, ``bij,bjk->bki``; or a

@@ -440,8 +440,11 @@ class Lowerer:
             # zeroes the output instead (the kernel then no longer assigns every element).
             fill = writer.row_fill if depth == 0 and isinstance(writer, DenseWriter) \
                 and not context.blocks else None
+            # each coordinate of an index of a dense output writes its own elements
+            disjoint = type(writer) is DenseWriter and index in nest.output.indices and \
+                self.program.tensor(nest.output.tensor).role is not TensorRole.TEMPORARY
             return [*reserve, *self.dense_loop(index, lattice, body, [], outer=depth == 0,
-                                               fill=fill, block=block)]
+                                               fill=fill, block=block, disjoint=disjoint)]
         if lattice.dense:
             return [*reserve, *self.dense_loop(index, lattice, body, iterators)]
         if len(iterators) == 1:
@@ -491,11 +494,12 @@ class Lowerer:
     def dense_loop(self, index: str, lattice: Lattice, body, iterators: list[SparseIterator],
                    outer: bool = False,
                    fill: Callable[[str, Var, list[Stmt]], list[Stmt]] | None = None,
-                   block: Var | None = None) -> list[Stmt]:
+                   block: Var | None = None, disjoint: bool = False) -> list[Stmt]:
         """A counted loop over ``index``; ``fill(index, coordinate, body)`` is the body with
         the output's row zeroed first where it sums into it (``DenseWriter.row_fill``);
         ``block`` the enclosing block loop's counter when a block loop was moved outward
-        (the loop then runs that block of ``index``)."""
+        (the loop then runs that block of ``index``); ``disjoint``: its iterations write
+        distinct output elements (``ir.nodes.For``)."""
         coordinate = Var(self.names(index), I64)
         setup = self.iterator_positions(iterators)
         checks: list[Stmt] = []
@@ -526,9 +530,11 @@ class Lowerer:
         if block is not None and split is not None:
             first = b.mul(block, b.i64(split.factor))
             last = b.minimum(stop, b.add(first, b.i64(split.factor)))
-            return [*setup, self.hinted(split.inner, b.for_(coordinate, first, last, body))]
+            loop = replace(b.for_(coordinate, first, last, body), disjoint=disjoint)
+            return [*setup, self.hinted(split.inner, loop)]
         if split is None:
-            return [*setup, self.hinted(index, b.for_(coordinate, start, stop, body))]
+            loop = replace(b.for_(coordinate, start, stop, body), disjoint=disjoint)
+            return [*setup, self.hinted(index, loop)]
         self.done_splits.add(index)
         return [*setup, *self.split_loop(coordinate, start, stop, body, split.factor,
                                          (split.outer, split.inner))]

@@ -10,7 +10,6 @@ It is the form of the CLI's ``--schedule`` and part of the kernel cache's key.
 from __future__ import annotations
 
 import functools
-
 import re
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping
