@@ -38,6 +38,7 @@ from tensoralg.codegen import (
     emit_source,
     ir_digest,
 )
+from tensoralg.codegen.build import host_has_feature
 from tensoralg.codegen.epilogue import (  # noqa: F401  (the program API's fused activations)
     GELU,
     HARD_SWISH,
@@ -48,6 +49,7 @@ from tensoralg.codegen.epilogue import (  # noqa: F401  (the program API's fused
     as_activation,
     erf_text,
 )
+from tensoralg.codegen.target import register_tile_rows
 from tensoralg.codegen.tiered import QUICK_WORK, optimised_only, quick_builds_allowed
 from tensoralg.contract_path import plan_contraction, run_steps, step_list
 from tensoralg.errors import (
@@ -76,6 +78,7 @@ from tensoralg.formats.pack import summed_duplicates
 from tensoralg.formats.tensor import VALUE_DTYPES
 from tensoralg.ir.nodes import Function
 from tensoralg.ir.passes.pipeline import IRLog, optimize
+from tensoralg.ir.passes.tile import TILE_BYTES
 from tensoralg.ir.printer import format_function
 from tensoralg.lower.assemble import stores_within_operands
 from tensoralg.lower.concretize import concretize, kept_layouts, layout_free
@@ -353,9 +356,9 @@ def _tile_rows(backend: str) -> int:
 
 @functools.cache
 def _host_tile_rows() -> int:
-    from tensoralg.codegen.llvm import register_tile_rows
-
-    return register_tile_rows()
+    # the host's features as the kernel cache remembers them: no LLVM on a cache hit
+    avx512 = host_has_feature("avx512f", kernel_cache().disk)
+    return register_tile_rows(TILE_BYTES, avx512)
 
 
 def _disk_cache(directory: Path | None) -> DiskCache | None:
@@ -541,16 +544,24 @@ class KernelCache:
         and under ``TA_CHECK_IR``, which ask to see or verify the passes run."""
         if self.disk is None or self.options.debug or self.options.check_ir:
             return None
-        stored = self.disk.get_object(key.digest(), LOWERED)
+        stored = self.disk.get_object(key.digest(), _lowered_kind(key))
         # Anything else under the name (another layout of the entry) is lowered again.
         return stored if isinstance(stored, tuple) and len(stored) == 6 else None
 
     def _store_lowered(self, key: KernelKey, lowered: tuple) -> None:
         if self.disk is not None and not self.options.debug and not self.options.check_ir:
-            self.disk.put_object(key.digest(), LOWERED, lowered)
+            self.disk.put_object(key.digest(), _lowered_kind(key), lowered)
 
 
 LOWERED = "lowered"   # the disk cache's kind for a kernel's lowered program and IR
+
+
+def _lowered_kind(key: KernelKey) -> str:
+    """The disk cache's kind for ``key``'s lowered IR, which depends on the host through the
+    rows of register tiles jammed (a cache directory shared by an AVX2 and an AVX-512 host
+    keeps one of each)."""
+    rows = _tile_rows(key.backend)
+    return LOWERED if rows == 1 else f"{LOWERED}-tiles{rows}"
 
 
 @contextlib.contextmanager

@@ -62,7 +62,6 @@ from tensoralg.ir.nodes import (
     Var,
     While,
 )
-from tensoralg.ir.passes.tile import TILE_BYTES
 from tensoralg.ir.rewrite import walk
 
 BIT, BYTE, INT32, INT64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
@@ -184,22 +183,6 @@ def _alias_scopes(module: ir.Module, fn: Function
                     module.add_metadata([other for o, other in scopes.items()
                                          if o.jam == owner.jam and o != owner]))
             for owner, scope in scopes.items()}
-
-
-def register_tile_rows(tile_bytes: int = TILE_BYTES, avx512: bool | None = None) -> int:
-    """How many rows of register tiles of ``tile_bytes`` the host's vector registers hold at
-    once (the jam pass's ``tile_rows``), with a quarter of the register file left for the
-    operand vectors a tile's loop loads: 6 rows of 256 bytes in AVX-512's 32 x 64 bytes; 1 (no
-    jamming) in AVX2's 16 x 32, which one 256-byte tile already half fills.
-
-    >>> register_tile_rows(256, avx512=True), register_tile_rows(256, avx512=False)
-    (6, 1)
-    """
-    if tile_bytes <= 0:
-        return 1
-    avx512 = host_has("avx512f") if avx512 is None else avx512
-    registers = 32 * 64 if avx512 else 16 * 32
-    return max(1, (registers * 3 // 4) // tile_bytes)
 
 
 def _wide_reductions() -> bool:

@@ -45,6 +45,21 @@ TARGETS: dict[str, Target] = {
 }
 
 
+def register_tile_rows(tile_bytes: int, avx512: bool) -> int:
+    """How many rows of register tiles of ``tile_bytes`` the host's vector registers hold at
+    once (the jam pass's ``tile_rows``), with a quarter of the register file left for the
+    operand vectors a tile's loop loads: 6 rows of 256 bytes in AVX-512's 32 x 64 bytes; 1 (no
+    jamming) in AVX2's 16 x 32, which one 256-byte tile already half fills.
+
+    >>> register_tile_rows(256, avx512=True), register_tile_rows(256, avx512=False)
+    (6, 1)
+    """
+    if tile_bytes <= 0:
+        return 1
+    registers = 32 * 64 if avx512 else 16 * 32
+    return max(1, (registers * 3 // 4) // tile_bytes)
+
+
 def target_for(name: str) -> Target:
     """The `Target` called ``name``; `UnsupportedError` for an unknown one.
 

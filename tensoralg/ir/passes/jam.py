@@ -31,13 +31,13 @@ takes 420 µs against 509 µs one row at a time (``benchmarks/kernel_micro.py``;
 
 A row that holds register tiles (``tile.py``: a dense product's row of C kept in vector
 registers across the k loop) is jammed by its own count, ``tile_rows``: the fused k loop then
-holds a two-dimensional tile, rows x tile width, and each vector of B it loads feeds one FMA
-per row instead of one. With four vector registers per row (a 256-byte tile on AVX-512), six
-rows use 24 of the 32 registers; the compiler's default comes from the host's register file
-(``codegen/llvm.py``'s ``register_tile_rows``: 1, no jam, where a row's tile already fills half
-of it, as on AVX2). The rows' tiles lie a run-time row length apart, which LLVM cannot tell
-apart; each copy's stores carry its `RowOwner`, which the LLVM backend turns into alias scopes,
-so that the tiles are promoted to registers. Measured (one thread, ``gemm(loops)``, ad hoc):
+holds a two-dimensional tile, rows x tile width, and each vector of B it loads feeds an FMA
+for every row, not for one. With four vector registers per row (a 256-byte tile on AVX-512),
+six rows use 24 of the 32 registers; the compiler's default comes from the host's register
+file (``codegen/target.py``'s ``register_tile_rows``: 1, no jam, where a row's tile already
+fills half of it, as on AVX2). The rows' tiles lie a run-time row length apart, which LLVM
+cannot tell apart; each copy's stores carry its `RowOwner`, which the LLVM backend turns into
+alias scopes, so that the tiles are promoted to registers. Measured (one thread, ``gemm(loops)``, ad hoc):
 a 512^3 float32 product 7.1 ms -> 1.5 ms with six rows (the hand-written GEMM: 1.5 ms).
 
 In a stack of products (``C(b,i,k) = A(b,i,j) * B(b,j,k)``) the thread range runs over ``b``

@@ -51,7 +51,7 @@ class PassOptions:
     tile_bytes: int = TILE_BYTES
     jam_rows: int = JAM
     # rows jammed where they hold register tiles: 1 (none) unless the caller knows the host's
-    # register file (``codegen/llvm.py``'s ``register_tile_rows``; a schedule's ``jam(r,
+    # register file (``codegen/target.py``'s ``register_tile_rows``; a schedule's ``jam(r,
     # tiles=t)``)
     tile_rows: int = 1
     workspaces: bool = True
