@@ -264,3 +264,13 @@ def test_lowering_marks_the_loops_over_a_dense_outputs_indices():
                                                              "C": "csr"})
     assert not any(s.disjoint for s in walk(sparse._default.function.body)
                    if isinstance(s, For))            # appends in order: never
+
+
+@pytest.mark.parametrize("dtype", ["complex64", "complex128"])
+def test_jammed_tiles_of_complex_values(dtype):
+    kernel = ta.compile(GEMM, dtype=dtype, schedule=TILED)
+    rng = np.random.default_rng(9)
+    for m, n, k in [(7, 65, 5), (13, 19, 9)]:
+        a = (rng.integers(-4, 4, (m, k)) + 1j * rng.integers(-4, 4, (m, k))).astype(dtype)
+        b = (rng.integers(-4, 4, (k, n)) + 1j * rng.integers(-4, 4, (k, n))).astype(dtype)
+        np.testing.assert_array_equal(kernel(A=a, B=b), a @ b)
