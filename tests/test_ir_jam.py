@@ -274,3 +274,25 @@ def test_jammed_tiles_of_complex_values(dtype):
         a = (rng.integers(-4, 4, (m, k)) + 1j * rng.integers(-4, 4, (m, k))).astype(dtype)
         b = (rng.integers(-4, 4, (k, n)) + 1j * rng.integers(-4, 4, (k, n))).astype(dtype)
         np.testing.assert_array_equal(kernel(A=a, B=b), a @ b)
+
+
+STACK_FORMS = ["bij,bjk->bik", "bij,jk->bik", "ibj,bjk->bik", "bji,bjk->bki", "bij,bjk->ikb",
+               "abij,abjk->abik", "bij,bkj->bik", "ij,bjk->bik"]
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_stacks_on_the_loop_nest_match_numpy(seed):
+    # the loop nest (rows of each product jammed over its register tiles where the output's
+    # last axis is contiguous) on random stack forms and sizes across the widths of the jam
+    # (6 rows) and the tiles (64, 32, 16, 8 lanes and a rest), exact in integers
+    rng = np.random.default_rng(seed)
+    form = STACK_FORMS[seed % len(STACK_FORMS)]
+    sizes = {c: int(rng.choice([1, 2, 5, 6, 7, 13, 33, 70])) for c in "abijk"}
+    terms, _ = form.split("->")
+    ops = [rng.integers(-5, 5, [sizes[c] for c in t]).astype(np.int64) for t in terms.split(",")]
+    expected = np.einsum(form, *ops)
+    np.testing.assert_array_equal(ta.einsum(form, *ops, schedule="gemm(loops)"), expected,
+                                  err_msg=f"{form} {sizes}")
+    floats = [op.astype(np.float32) for op in ops]
+    np.testing.assert_array_equal(ta.einsum(form, *floats), expected.astype(np.float32),
+                                  err_msg=f"{form} {sizes} float32")
