@@ -71,6 +71,12 @@ SCRIPT = textwrap.dedent("""
             k = ta.compile("C(i,j) = P(i,k) * Q(k,j)", backend="c", schedule=text)
             assert np.allclose(k(P=P[:rows], Q=Q), P[:rows] @ Q), (rows, text)
             count += 1
+        # a stack of products: each product's rows jammed inside the thread range
+        S, T = rng.standard_normal((3, rows, K)), rng.standard_normal((3, K, J))
+        k = ta.compile("C(b,i,j) = S(b,i,k) * T(b,k,j)", backend="c",
+                       schedule="gemm(loops); jam(4, tiles=6); parallelize(b, threads=2)")
+        assert np.allclose(k(S=S, T=T), S @ T), rows
+        count += 1
     # Position splits: chunks and thread ranges of nonzeros, rows found by binary search.
     for text in ["fuse({o}, {i}, f); pos(f, p, A); split(p, 5)",
                  "fuse({o}, {i}, f); pos(f, p, A); split(p, 3); "
