@@ -296,3 +296,59 @@ def test_random_stacks_on_the_loop_nest_match_numpy(seed):
     floats = [op.astype(np.float32) for op in ops]
     np.testing.assert_array_equal(ta.einsum(form, *floats), expected.astype(np.float32),
                                   err_msg=f"{form} {sizes} float32")
+
+
+MLP = "C(i,j) = max(sum(k, A(i,k) * B(k,j)) + b(j), 0)"
+
+
+def test_a_row_workspace_gets_a_copy_for_every_jammed_row():
+    # the fused epilogue sums a row into a workspace, then writes max(row + b, 0): each of
+    # the six jammed rows sums into its own copy, allocated and freed beside the original
+    kernel = ta.compile(MLP, dtype="float32", schedule="jam(4, tiles=6)")
+    text = kernel.source("ir")
+    assert "f32* jam0_w5__t0_vals = alloc(n_j);" in text and "free(jam0_w5__t0_vals);" in text
+    assert "jam0_w6" not in text
+    verify(kernel._default.function, after="jam")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int64"])
+@pytest.mark.parametrize("schedule", ["jam(4, tiles=6)", "jam(2, tiles=5)"])
+def test_jammed_rows_with_workspaces_match_numpy(schedule, dtype, two_threads):
+    kernel = ta.compile(MLP, dtype=dtype, schedule=schedule)
+    rng = np.random.default_rng(4)
+    for m, k, n in [(0, 3, 5), (1, 1, 1), (7, 9, 70), (13, 5, 129), (37, 16, 8),
+                    (20_011, 3, 17)]:
+        a = rng.integers(-9, 9, (m, k)).astype(dtype)
+        b = rng.integers(-9, 9, (k, n)).astype(dtype)
+        bias = rng.integers(-9, 9, n).astype(dtype)
+        np.testing.assert_array_equal(kernel(A=a, B=b, b=bias), np.maximum(a @ b + bias, 0),
+                                      err_msg=f"{m}x{k}x{n}")
+
+
+def test_a_buffer_used_outside_the_loop_is_not_a_row_workspace():
+    from tensoralg.ir.build import allocate, free
+
+    i, k, j, n = (var(name, I64) for name in ("i", "k", "j", "n"))
+    lo, hi = var("range_begin", I64), var("range_end", I64)
+    a, y, w = var("A", Ptr(F64)), var("Y", Ptr(F64)), var("W", Ptr(F64))
+    params = [param(n, "index.k"), param(a, "A.vals"), param(y, "Y.vals", output=True),
+              param(lo, "range.begin.i"), param(hi, "range.end.i")]
+    row = for_(i, lo, hi, for_(k, 0, n, for_(j, 0, 8, store(w, j, load(a, add(mul(i, n), k)),
+                                                             accumulate=True))),
+               for_(j, 0, 8, store(y, add(mul(i, 8), j), load(w, j))))
+    import dataclasses
+
+    # one row of a temporary for the loop over i (the workspace pass's fact): a copy a row
+    clear = for_(j, 0, 8, store(w, j, 0.0))
+    row_local = dataclasses.replace(row, body=dataclasses.replace(
+        row.body, body=(clear, *row.body.body)))
+    marked = dataclasses.replace(allocate(w, 8), row_of="i")
+    inside = function("k", params, marked, row_local, free(w))
+    text = format_function(jam_rows(inside, tile_rows=3))
+    assert "jam0_w2_W" in text and "jam0_w3" not in text and "free(jam0_w2_W);" in text
+    # not marked: W sums across rows (never cleared), so it is no row workspace: no jam
+    unmarked = function("k", params, allocate(w, 8, True), row, free(w))
+    assert "jam0" not in format_function(jam_rows(unmarked, tile_rows=3))
+    # read once more after the loop: the buffer carries a value out, so no copies, no jam
+    outside = function("k", params, marked, row_local, store(y, 0, load(w, 0)), free(w))
+    assert "jam0" not in format_function(jam_rows(outside, tile_rows=3))

@@ -344,11 +344,18 @@ class Comment:
 
 @dataclass(frozen=True, slots=True)
 class Allocate:
-    """Introduce pointer ``var`` to a fresh heap buffer of ``count`` elements (zeroed if asked)."""
+    """Introduce pointer ``var`` to a fresh heap buffer of ``count`` elements (zeroed if asked).
+
+    ``row_of`` names a loop counter when the buffer is one row of a temporary for that loop
+    (``ir/passes/workspace.py``): each iteration writes every element it reads before reading
+    it, so no value crosses iterations, and a pass that runs several iterations at once may
+    give each its own copy. Empty: the buffer may carry values from one iteration to the next.
+    """
 
     var: Var
     count: Expr
     zero: bool = False
+    row_of: str = ""
 
     def __post_init__(self) -> None:
         if not isinstance(self.var.dtype, Ptr):

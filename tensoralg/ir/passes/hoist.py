@@ -160,8 +160,8 @@ def _map_stmt_exprs(s: n.Node, f: Callable[[n.Expr], n.Expr]) -> n.Node | None:
             return n.While(f(cond), body)
         case n.If(cond, then, otherwise):
             return n.If(f(cond), then, otherwise)
-        case n.Allocate(v, count_, zero):
-            return n.Allocate(v, f(count_), zero)
+        case n.Allocate(count=count_):
+            return dataclasses.replace(s, count=f(count_))
         case n.Grow(v, capacity, needed):
             return n.Grow(v, capacity, f(needed))
     return None

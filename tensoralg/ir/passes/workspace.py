@@ -90,7 +90,8 @@ def _fuse(body: list[n.Stmt], position: int, taken: set[str]) -> list[n.Stmt] | 
     if _stored(producer) - {temp}:
         return None
     fused = _fused_loop(producer, consumer, alloc, row, taken)
-    new_alloc = n.Allocate(alloc.var, row, zero=False)
+    # each iteration of the fused loop clears (or wholly produces) its row before reading it
+    new_alloc = n.Allocate(alloc.var, row, zero=False, row_of=producer.var.name)
     return [*body[:position], new_alloc, *body[position + 1:first], fused, *body[second + 1:]]
 
 
