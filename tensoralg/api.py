@@ -201,12 +201,12 @@ from tensoralg.runtime.sequence import CallSequence, NativeGroup, Slot
 from tensoralg.runtime.stitch import join_rows, run_ranges, varying_slots
 from tensoralg.runtime.threads import (
     GATHER_UNITS,
-    MIN_ROWS_PER_THREAD,
     NATIVE_RANGES_PER_THREAD,
     KernelThreads,
     entry_bounds,
     first_capacity,
     first_guess,
+    min_rows_per_thread,
     product_work,
     row_weights,
     split,
@@ -1638,10 +1638,10 @@ def _replayed_split(entry: _Dispatch) -> Any:
                       threads: KernelThreads) -> np.ndarray | None:
         """The ranges a call runs over; None: one call, unsplit."""
         work = entry._work(operands, shape)
-        parts = min(threads.parts(work, native), size // MIN_ROWS_PER_THREAD)
+        least = min_rows_per_thread(all(kind == _DENSE for kind in entry.kinds), work, size)
+        parts = min(threads.parts(work, native), size // least)
         if native and parts > 1 and NativeSplit.supports(compiled.kernel.function):
-            parts = max(parts, min(parts * NATIVE_RANGES_PER_THREAD,
-                                   size // MIN_ROWS_PER_THREAD))
+            parts = max(parts, min(parts * NATIVE_RANGES_PER_THREAD, size // least))
         if parts <= 1:
             return None
         views = {name: _LevelView(op) for name, kind, op in zip(names, entry.kinds, operands)
@@ -2486,10 +2486,11 @@ def _thread_ranges(compiled: CompiledProgram, tensors: Mapping[str, Tensor],
             if counted and product == 0:
                 return None        # rows too short to count twice: one appending call
             work = max(work, product)
-        parts = min(threads.parts(work, native), size // MIN_ROWS_PER_THREAD)
+        least = min_rows_per_thread(all(t.format.is_dense for t in tensors.values()), work,
+                                    size)
+        parts = min(threads.parts(work, native), size // least)
         if native and parts > 1 and NativeSplit.supports(compiled.kernel.function):
-            parts = max(parts, min(parts * NATIVE_RANGES_PER_THREAD,
-                                   size // MIN_ROWS_PER_THREAD))
+            parts = max(parts, min(parts * NATIVE_RANGES_PER_THREAD, size // least))
     if parts <= 1:
         return None
     if weights is None:
@@ -3088,7 +3089,9 @@ class Kernel:
                 not compiled.plan.partials and compiled.plan.range_step(plan.range_index) == 1:
             work = estimated_work(tensors, shape)
             extent = plan.range_size(sizes, tensors)
-            parts = min(threads.parts(work), extent // MIN_ROWS_PER_THREAD)
+            least = min_rows_per_thread(all(t.format.is_dense for t in tensors.values()),
+                                        work, extent)
+            parts = min(threads.parts(work), extent // least)
             if parts > 1:
                 bounds = split(extent, parts, _range_weights(compiled, tensors))
         kernel = compiled.kernel.settled()    # bound calls are for repeated, timed work

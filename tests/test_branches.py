@@ -319,7 +319,7 @@ def test_cut_branches_run_their_split_rest_after_the_group(two_threads, monkeypa
     # Split every layer of the small test model over the two threads.
     monkeypatch.setattr("tensoralg.runtime.threads.MIN_FMAS_PER_RANGE_NATIVE", 100)
     monkeypatch.setattr("tensoralg.runtime.threads.MIN_WORK_PER_THREAD", 1)
-    monkeypatch.setattr(ta.api, "MIN_ROWS_PER_THREAD", 1)
+    monkeypatch.setattr("tensoralg.runtime.threads.MIN_ROWS_PER_THREAD", 1)
     real = static.grouped_calls
     monkeypatch.setattr(static, "grouped_calls", lambda *args: real(*args[:5], True))
     model, feeds = MODELS["dlrm"](np.random.default_rng(11))
