@@ -59,14 +59,17 @@ row's statements still run in their order, so each output element gets the same 
 the same order. The pass fires only when the body has no ``While``, ``If``, ``Allocate``,
 ``Grow`` or ``Free``; every loop inside runs over bounds made of parameters and constants (the
 same trip counts for every row, so the loops can be fused; locals of the row computed from
-those alone count as such); it stores only to output
-parameters and loads none of them (a tile's ``+=`` reads only the element it writes, and must
-be at an index computed from the row); and it holds a loop that only updates locals (a
-reduction, where jamming pays: an elementwise loop gains nothing from it) or a register tile.
+those alone count as such); it stores only to output parameters and loads none of them (a
+tile's ``+=`` reads only the element it writes, and must be at an index computed from the
+row), or to a row workspace of that very loop (``Allocate.row_of``, touched nowhere else,
+at indices that ignore the row: each copy gets its own); and it holds a loop that only
+updates locals (a reduction, where jamming pays: an elementwise loop gains nothing from it)
+or a register tile.
 """
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from itertools import count
 
 from .. import nodes as n
@@ -145,13 +148,9 @@ def jam_rows(fn: n.Function, rows: int = JAM, tile_rows: int = 1) -> n.Function:
     return _with_copies(result, copies) if copies else result
 
 
-def _buffer_accesses(node: n.Node) -> dict[str, int]:
+def _buffer_accesses(node: n.Node) -> Counter[str]:
     """How many loads and stores in ``node`` touch each array."""
-    found: dict[str, int] = {}
-    for x in walk(node):
-        if isinstance(x, (n.Load, n.Store)):
-            found[x.array.name] = found.get(x.array.name, 0) + 1
-    return found
+    return Counter(x.array.name for x in walk(node) if isinstance(x, (n.Load, n.Store)))
 
 
 def _with_copies(fn: n.Function, copies: dict[str, list[n.Var]]) -> n.Function:
