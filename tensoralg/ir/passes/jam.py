@@ -37,8 +37,9 @@ six rows use 24 of the 32 registers; the compiler's default comes from the host'
 file (``codegen/target.py``'s ``register_tile_rows``: 1, no jam, where a row's tile already
 fills half of it, as on AVX2). The rows' tiles lie a run-time row length apart, which LLVM
 cannot tell apart; each copy's stores carry its `RowOwner`, which the LLVM backend turns into
-alias scopes, so that the tiles are promoted to registers. Measured (one thread, ``gemm(loops)``, ad hoc):
-a 512^3 float32 product 7.1 ms -> 1.5 ms with six rows (the hand-written GEMM: 1.5 ms).
+alias scopes, so that the tiles are promoted to registers. Measured (one thread,
+``gemm(loops)``, ad hoc): a 512^3 float32 product 7.1 ms -> 1.5 ms with six rows (the
+hand-written GEMM: 1.5 ms).
 
 A row that sums into a row workspace before its epilogue (``max(sum(k, A(i,k) * B(k,j)) +
 b(j), 0)``: ``workspace.py`` keeps one row of the temporary, ``Allocate.row_of``) is jammed
