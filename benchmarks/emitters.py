@@ -57,6 +57,22 @@ BLOCKED = f"gemm(loops); split(k, {BLOCK}, k0, k1); reorder(k0, i, k1, j)"
 IR_ROUTES = ("one_row_us", "loops_us", "blocked_us")
 
 
+def _measured(kind: str, shape: tuple[int, int, int], dtype: str, calls: dict,
+              expected: np.ndarray) -> dict:
+    """One row: every call checked against ``expected`` (a tolerance growing with the sum's
+    length k), then timed; ``shape`` is m x k x n."""
+    m, k, n = shape
+    tolerance = 1e-3 * np.sqrt(k) if dtype == "float32" else 1e-9 * np.sqrt(k)
+    for route, call in calls.items():
+        np.testing.assert_allclose(call(), expected, rtol=tolerance, atol=tolerance,
+                                   err_msg=f"{route}: {kind} {m}x{k}x{n} {dtype}")
+    times = median_us(calls)
+    print(f"{kind} {m}x{k}x{n} {dtype}: " +
+          ", ".join(f"{r} {t:.0f} us" for r, t in times.items()), flush=True)
+    return {"kind": kind, "shape": f"{m}x{k}x{n}", "dtype": dtype, "fmas": m * k * n,
+            **{f"{r}_us": t for r, t in times.items()}}
+
+
 def products(rng: np.random.Generator) -> list[dict]:
     rows = []
     for (m, k, n), dtype in PRODUCTS:
@@ -67,15 +83,7 @@ def products(rng: np.random.Generator) -> list[dict]:
                  for route in ("loops", "generated", "blas")}
         calls["one_row"] = lambda: ta.einsum("ik,kj->ij", a, b, schedule=ONE_ROW)
         calls["blocked"] = lambda: ta.einsum("ik,kj->ij", a, b, schedule=BLOCKED)
-        tolerance = 1e-3 * np.sqrt(k) if dtype == "float32" else 1e-9 * np.sqrt(k)
-        for route, call in calls.items():
-            np.testing.assert_allclose(call(), expected, rtol=tolerance, atol=tolerance,
-                                       err_msg=f"gemm({route}) {m}x{k}x{n} {dtype}")
-        times = median_us(calls)
-        rows.append({"kind": "product", "shape": f"{m}x{k}x{n}", "dtype": dtype,
-                     "fmas": m * k * n, **{f"{r}_us": t for r, t in times.items()}})
-        print(f"{m}x{k}x{n} {dtype}: " + ", ".join(f"{r} {t:.0f} us" for r, t in times.items()),
-              flush=True)
+        rows.append(_measured("product", (m, k, n), dtype, calls, expected))
     return rows
 
 
@@ -102,15 +110,7 @@ def layers(rng: np.random.Generator) -> list[dict]:
                  "one_row": lambda: one_row(A=a, B=w, b=bias),
                  "generated": lambda: hand(a),
                  "blas": lambda: np.maximum(a @ w + bias, 0)}
-        tolerance = 1e-3 * np.sqrt(k) if dtype == "float32" else 1e-9 * np.sqrt(k)
-        for route, call in calls.items():
-            np.testing.assert_allclose(call(), expected, rtol=tolerance, atol=tolerance,
-                                       err_msg=f"{route} layer {m}x{k}x{n} {dtype}")
-        times = median_us(calls)
-        rows.append({"kind": "dense layer", "shape": f"{m}x{k}x{n}", "dtype": dtype,
-                     "fmas": m * k * n, **{f"{r}_us": t for r, t in times.items()}})
-        print(f"layer {m}x{k}x{n} {dtype}: " +
-              ", ".join(f"{r} {t:.0f} us" for r, t in times.items()), flush=True)
+        rows.append(_measured("dense layer", (m, k, n), dtype, calls, expected))
     return rows
 
 

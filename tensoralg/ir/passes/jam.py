@@ -116,10 +116,6 @@ def jam_rows(fn: n.Function, rows: int = JAM, tile_rows: int = 1) -> n.Function:
         return {name for name, uses in inside.items()
                 if accesses.get(name) == uses and row_of.get(name) == node.var.name}
 
-    def jammed(node: n.For, start: n.Expr, stop: n.Expr, rows_: int, tiles: bool) -> n.Block:
-        return _jammed(node, start, stop, next(prefixes), rows_, tiles, workspaces(node),
-                       copies)
-
     def replace(node: n.Node) -> n.Node | None:
         if not isinstance(node, n.For):
             return None
@@ -129,20 +125,24 @@ def jam_rows(fn: n.Function, rows: int = JAM, tile_rows: int = 1) -> n.Function:
             start, stop = node.start, node.stop
         else:
             return None
-        kind = _jammable(node.body, node.var.name, params, outputs, workspaces(node))
+        own = workspaces(node)
+        kind = _jammable(node.body, node.var.name, params, outputs, own)
         count_ = {"rows": rows, "tiles": tile_rows}.get(kind or "", 1)
-        return jammed(node, start, stop, count_, kind == "tiles") if count_ > 1 else None
+        return _jammed(node, start, stop, next(prefixes), count_, kind == "tiles", own,
+                       copies) if count_ > 1 else None
 
     def replace_inner(node: n.Node) -> n.Node | None:
         # First the innermost loop whose iterations own their output elements and whose rows
         # hold register tiles (``For.disjoint``: a stack's rows, ``C(b,i,k)`` below the
         # thread range over b, where jamming b would share no load), never one enclosing a
         # jam already made; then the thread range as above.
-        if not isinstance(node, n.For) or not node.disjoint or tile_rows <= 1 or \
-                _jammable(node.body, node.var.name, params, outputs,
-                          workspaces(node)) != "tiles":
+        if not isinstance(node, n.For) or not node.disjoint or tile_rows <= 1:
             return None
-        return jammed(node, node.start, node.stop, tile_rows, True)
+        own = workspaces(node)
+        if _jammable(node.body, node.var.name, params, outputs, own) != "tiles":
+            return None
+        return _jammed(node, node.start, node.stop, next(prefixes), tile_rows, True, own,
+                       copies)
 
     result = rewrite(rewrite(fn, replace_inner), replace)
     assert isinstance(result, n.Function)
