@@ -192,6 +192,7 @@ from tensoralg.runtime.replay import (
     DENSE,
     PatternOutput,
     SparseOutput,
+    numpy_relayout,
     replay_function,
     replayable,
 )
@@ -332,7 +333,8 @@ def _concretized(stmt: Assignment, formats: dict[str, Format],
                  key: KernelKey, plan: LoopPlan) -> Program:
     """The concrete program of ``stmt`` for the kernel ``key`` under ``plan``."""
     program = concretize(stmt, formats, index_dtypes, key.value_dtype, out_format,
-                         key.out_index_dtype, plan.orders, plan.precomputes)
+                         key.out_index_dtype, plan.orders, plan.precomputes,
+                         cpu=key.backend != "cuda")
     if key.backend != "cuda" and plan.position_split is None and not plan.partials:
         # the GPU runtime assembles sparse outputs only by appending
         program = share_pattern(program)
@@ -1109,7 +1111,7 @@ class _StackReplay:
         stack, m, _, n = form.extents(dims)
         if stack * m * n * self.dtype.itemsize > memory_limit():
             return None
-        if not stack_pays(form, dims):
+        if not stack_pays(form, dims, self.dtype.itemsize):
             return _small_call(self.nest, operands)
         return blas_contraction(form, a, b, self.dtype)
 
@@ -1528,7 +1530,58 @@ def _replay_of(entry: _Dispatch, guards: tuple) -> Any:
                            _sparse_output(entry) if entry.handles else None,
                            entry.relayouts, _pattern_output(entry) if entry.pattern >= 0 else None,
                            _copies_guard(entry) if entry.relayouts else None,
-                           _row_chooser(entry) if compiled.rows is not None else None)
+                           _row_chooser(entry) if compiled.rows is not None else None,
+                           _kept_replay(entry, guards) if entry.relayouts else None,
+                           relaid)
+
+
+# From this many values an operand the kernel reads in another mode order is copied by the
+# compiler's own transposition (``relaid``); below, NumPy's copy costs less than a call.
+RELAYOUT_MIN_VALUES = 1 << 14
+
+
+def relaid(array: np.ndarray, order: tuple[int, ...]) -> np.ndarray:
+    """``array`` copied C-contiguous in the mode order ``order`` (``array.transpose(order)``),
+    as a kernel reads an operand it stores transposed (``concretize.dense_score``).
+
+    From ``RELAYOUT_MIN_VALUES`` values the copy is the compiler's own kernel for the
+    transposition, tiled by cache lines and run on the kernel threads: 0.15-0.24 ns a value
+    against NumPy's 0.3-0.9 on this kind of machine (float32, 2^16-2^20 values, two threads,
+    ad hoc, 2026-12-06).
+
+    >>> relaid(np.arange(6.0).reshape(2, 3), (1, 0)).tolist()
+    [[0.0, 3.0], [1.0, 4.0], [2.0, 5.0]]
+    """
+    if array.size < RELAYOUT_MIN_VALUES or array.dtype not in VALUE_DTYPES or \
+            not array.flags.c_contiguous or array.ndim > 26:
+        return numpy_relayout(array, order)
+    letters = "abcdefghijklmnopqrstuvwxyz"[:array.ndim]
+    return einsum(f"{letters}->{''.join(letters[m] for m in order)}", array)
+
+
+def _kept_replay(entry: _Dispatch, guards: tuple) -> Callable[[tuple], Any]:
+    """The replay of ``entry``'s kernel variant that reads its relaid operands as they come
+    (``KernelCache.kept``), for the calls whose copies do not pay: written out at the first
+    such call (None until then, and while that variant is not optimised yet: the general path
+    runs it)."""
+    made: list[Callable[[tuple], Any]] = []
+
+    def run(operands: tuple) -> Any:
+        if not made:
+            kept = kernel_cache().kept(entry.compiled)
+            if kept.kernel.pending or kept.program.conversions:
+                return None
+            recipe = _recipe(kept, entry.names, entry.kinds, entry.handles, {})
+            if recipe is None:
+                return None
+            variant = dataclasses.replace(
+                entry, compiled=kept, recipe=recipe, relayouts=(), fast=None,
+                splittable=kept.arguments.range_slots is not None)
+            made.append(_replay_of(variant, guards) if replayable(recipe, sparse=False)
+                        else variant.run)
+        return made[0](operands)
+
+    return run
 
 
 def _row_chooser(entry: _Dispatch) -> tuple[int, Callable[[Any], Any]]:
@@ -2080,7 +2133,7 @@ def dense_contraction(form: ContractionForm | None, bound: Mapping[str, Tensor],
                                    f"or no gemm command, for the loop nest")
         return None
     stack, m, k, n = form.extents(dims)
-    if route is None and not stack_pays(form, dims):
+    if route is None and not stack_pays(form, dims, value_dtype.itemsize):
         return None
     if out is None:
         check_dense(stack * m * n, value_dtype.itemsize, "the dense output", statement)
@@ -2207,6 +2260,15 @@ def _compiled(stmt: Assignment, canonical: str, bound: Mapping[str, Tensor],
     return kernel_cache().get(key, stmt, formats, index_dtypes, requested, schedule)
 
 
+def _converted(tensor: Tensor, fmt: Format) -> Tensor:
+    """``tensor`` in ``fmt``: a dense one transposed by ``relaid``, any other by
+    ``Tensor.convert``."""
+    if not (tensor.format.is_dense and tensor.format.is_identity_order and fmt.is_dense):
+        return tensor.convert(fmt)
+    values = relaid(tensor.to_numpy(), tuple(fmt.order)).reshape(-1)
+    return Tensor(tensor.shape, fmt, _DENSE_LEVELS[:fmt.rank], values, check=False)
+
+
 def execute(compiled: CompiledProgram, bound: Mapping[str, Tensor], value_dtype: np.dtype,
             shape: tuple[int, ...], out: np.ndarray | None = None) -> Tensor | np.ndarray:
     """Run a compiled kernel on bound operands; returns a dense array or a sparse Tensor."""
@@ -2218,7 +2280,7 @@ def execute(compiled: CompiledProgram, bound: Mapping[str, Tensor], value_dtype:
     tensors = {name: (t if t.dtype == value_dtype else t.astype(value_dtype))
                for name, t in bound.items()}
     for alias, source in program.conversions:
-        tensors[alias] = tensors[source].convert(program.tensor(alias).format)
+        tensors[alias] = _converted(tensors[source], program.tensor(alias).format)
     sizes = index_sizes(compiled, tensors)
     if compiled.kernel.pending and iteration_bound(compiled, tensors, sizes) > QUICK_WORK:
         compiled.kernel.settled()     # too large for unoptimised code (codegen/tiered.py)
@@ -2356,6 +2418,13 @@ def iteration_bound(compiled: CompiledProgram, tensors: Mapping[str, Tensor],
 # Below this many values a dense operand is copied in the loops' mode order whatever the call
 # reads of it: the copy costs a few µs, the other variant's first build far more.
 COPY_MIN_VALUES = 1 << 16
+# Where the kernel's other variant runs loops that read every operand contiguously
+# (``LoopNest.kept_order``: a dot-product stack's dot products), its loops must read a copied
+# operand at least so many times per value for the copy to pay: the stack run as register
+# tiles over the transposed operand reads it once per row of the other one, and from 32 rows
+# it ran 0.3-0.9x the dot products' time (``bij,bkj->bik``, two threads, 2026-12-06, ad hoc;
+# 16 rows: 0.9-1.2x, 1-4 rows: 2-10x).
+DENSE_COPY_REUSE = 32
 
 
 def _row_kernel(compiled: CompiledProgram, pos: np.ndarray, eager: bool = False
@@ -2386,19 +2455,26 @@ def copies_pay(compiled: CompiledProgram, operands: Mapping[str, Any]) -> bool:
     10^6-column matrix with 2e4 entries copied its 16 x 10^6 factor in 18 ms per call for
     2 ms of work (the strided variant took 0.1-0.8x the copying one's time where the matrix
     held fewer entries than columns, 1.3-2.7x where it held more: SDDMM at rank 16, two
-    threads, ad hoc, 2026-12-06). ``operands`` are the statement's operands by name (Tensors,
-    or NumPy arrays and scipy matrices: anything with ``shape``, and ``nnz`` if sparse).
-    ``tests/test_dense_layout_sddmm.py`` runs both variants.
+    threads, ad hoc, 2026-12-06). Where the other variant runs other loops that read every
+    operand contiguously (an all-dense nest's ``kept_order``: a dot-product stack's dot
+    products), the loops must read the copies ``DENSE_COPY_REUSE`` times as often as they hold
+    values, however small. ``operands`` are the statement's operands by name (Tensors, or
+    NumPy arrays and scipy matrices: anything with ``shape``, and ``nnz`` if sparse).
+    ``tests/test_dense_layout_sddmm.py`` and ``tests/test_dense_order.py`` run both variants.
     """
     sources = dict(compiled.program.conversions)
     copied = [sources[alias] for alias in sources
               if compiled.program.tensor(alias).format.is_dense]
     values = sum(math.prod(operands[name].shape) for name in copied)
-    if values < COPY_MIN_VALUES:
+    # the other variant runs loops that read every operand contiguously (a dot-product
+    # stack's dot products): the copy must be re-read many times to beat them
+    contiguous = any(nest.kept_order for nest in compiled.program.nests)
+    if values < COPY_MIN_VALUES and not contiguous:
         return True
     sizes = {index: operands[sources.get(name, name)].shape[mode]
              for name, mode, index in compiled.sizes}
-    return iteration_bound(compiled, operands, sizes) >= values
+    reuse = DENSE_COPY_REUSE if contiguous else 1
+    return iteration_bound(compiled, operands, sizes) >= reuse * values
 
 
 def index_sizes(compiled: CompiledProgram, tensors: Mapping[str, Tensor]) -> dict[str, int]:
@@ -2991,7 +3067,7 @@ class Kernel:
         if self._gemm_route is None:
             dims = form.sizes(*[getattr(operands.get(name), "shape", None)
                                 for name in (form.a, form.b)])
-            if dims is None or not stack_pays(form, dims):
+            if dims is None or not stack_pays(form, dims, self.dtype.itemsize):
                 return None
         bound = self._bound(operands)
         self._output_shape(bound)    # the shape errors of the general path
@@ -3066,15 +3142,15 @@ class Kernel:
                     f"stored that way to have it used in place", stacklevel=2)
         shape = self._output_shape(bound)
         compiled = self._program_for(bound, shape)
+        if any(bound[source].format.is_dense for _, source in compiled.program.conversions):
+            # a bound operand is read in place, whatever its contents: no copy of it is kept
+            compiled = kernel_cache().kept(compiled)
         if compiled.rows is not None:     # the bound matrix's rows pick the kernel once
             with optimised_only():
                 compiled = _row_kernel(compiled, bound[compiled.rows[0]].levels[1].pos,
                                        eager=True)
         tensors = dict(bound)
         for alias, source in compiled.program.conversions:
-            if bound[source].format.is_dense:
-                raise UnsupportedError(f"{what}: the kernel converts dense operand {source} "
-                                       f"on every call, so it cannot be bound in place")
             tensors[alias] = tensors[source].convert(compiled.program.tensor(alias).format)
         if not compiled.program.output.format.is_dense:
             raise UnsupportedError(f"{what}: only dense outputs can be bound")

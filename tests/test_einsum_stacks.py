@@ -107,10 +107,10 @@ def test_the_dispatch_is_logged_and_small_stacks_keep_the_loop_nest(caplog):
     # test in this process, runs without a word): start from no recorded calls.
     ta.api.kernel_cache().forget_replays()
     rng = np.random.default_rng(2)
-    big_a, big_b = rng.standard_normal((8, 96, 64)), rng.standard_normal((8, 80, 64))
+    big_a, big_b = rng.standard_normal((4, 160, 128)), rng.standard_normal((4, 112, 128))
     with caplog.at_level(logging.INFO, logger="tensoralg"):
         got = ta.einsum("bij,bkj->bik", big_a, big_b)
-    assert any("8 matrix product(s) of 96 x 64 x 80 on BLAS" in r.getMessage()
+    assert any("4 matrix product(s) of 160 x 128 x 112 on BLAS" in r.getMessage()
                for r in caplog.records)
     np.testing.assert_allclose(got, np.einsum("bij,bkj->bik", big_a, big_b), rtol=1e-10, atol=1e-10)
     caplog.clear()

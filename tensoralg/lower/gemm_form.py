@@ -29,28 +29,27 @@ GEMM_MIN_FMAS = 64 ** 3
 # least this long: below, a gemm call per product costs more than the loop nest's whole work.
 CONTRACTION_MIN_SIDE = 4
 # ... and when each product has at least so many multiply-adds (one product: GEMM_MIN_FMAS),
-# as the loop nest's layout decides: numpy.matmul calls gemm once per product of a stack
-# (~5 µs each here), the loop nest runs the whole stack on tensoralg's threads, fast or slow
-# as its innermost loop runs. gemm(loops) / gemm(blas), two threads, 48 random stacks of 2^22
-# multiply-adds in all, float32 and float64 (2026-12-06, development VM; `python
-# benchmarks/dense_einsum.py --stacks 48`):
-# - the output's last index is the last axis of its operand, 8 or a multiple of 16 long
-#   (``bij,bjk->bik``: contiguous, a row of the output in registers across the sum): with one
-#   row per register tile (AVX2 hosts, and AVX-512 before rows were jammed over tiles)
-#   0.29-0.9 up to 2^18 a product, 0.8-1.4 at 2^19, 0.6-1.0 at 2^20 in float32 (1.1-2.1 in
-#   float64), 0.8-1.4 at 2^21, 4.2-5.7 at 256^3; with six rows jammed over the tiles inside
-#   each product (AVX-512, ``jam(4, tiles=6)``) 0.28-0.72 up to 2^20 (1.2 where the first
-#   operand is read transposed and the last axis is 8), then, ad hoc on eight shapes,
-#   0.72-1.09 at 2^21, 1.17-1.36 at 2^23, 1.5-1.7 at 256^3: the same threshold serves both;
-# - a sum along the last axis of both operands (``bij,bkj->bik``: dot products): 0.38-0.65
-#   up to 2^17, 1.27 at 2^18, 1.7-2.4 from 2^19;
-# - anything else (the output's last index strided in its operand, ``bij,bjk->bki``; or a
-#   last axis of 12 or 24, which the register tiles cut into scalar rests): 0.85-1.2 at 2^9,
-#   1.8-2.5 at 2^12-2^15, 3.7-17 from 2^17 (a last axis of 24: 1.05-1.45 at 2^13-2^16, 1.9
-#   at 2^18).
-STACK_ALONG_ROWS_MIN_FMAS = 2 ** 21
-STACK_DOT_MIN_FMAS = 2 ** 18
+# as the loop nest's register tile decides: numpy.matmul calls gemm once per product of a
+# stack (~5 µs each here), the loop nest runs the whole stack on tensoralg's threads, at
+# the speed of its tile, a strip of the output's last axis held in registers across the sum
+# (``lower/concretize.dense_score`` runs every layout so: dot products ``bij,bkj->bik`` and a
+# last index strided in its operand ``bij,bjk->bki`` by reading an operand transposed).
+# gemm(loops) / gemm(blas), two threads, float32 and float64, 2026-12-06 (development VM;
+# `python benchmarks/dense_einsum.py --stacks 48` and ad hoc stacks of each layout, 2^22
+# multiply-adds a call):
+# - the output's last axis fills a 512-bit register (16 float32, 8 float64) or more:
+#   products along rows (``bij,bjk->bik``) 0.29-0.84 up to 2^20 a product (one at 1.18), with
+#   six rows jammed over the tiles (AVX-512, ``jam(4, tiles=6)``); ad hoc on eight shapes
+#   0.72-1.09 at 2^21, 1.17-1.36 at 2^23, 1.5-1.7 at 256^3; dot products 0.30-1.07 up to
+#   2^21 (the second operand copied transposed from 32 rows, ``api.DENSE_COPY_REUSE``; the
+#   dot products themselves below); a strided last index (its operand copied) 0.37-0.98 up
+#   to 2^21; last axes of 24, 48, 50 and 100: 0.30-0.98;
+# - a narrower last axis (8 or 12 float32): the strip is cut into scalar rests, 1.17-1.84
+#   from 2^15 (before the copies, the strided layout was 1.8-2.5 at 2^12-2^15).
+STACK_TILED_MIN_FMAS = 2 ** 21
 STACK_MIN_FMAS = 2 ** 12
+# The bytes of the output's last axis from which the register tile runs at its speed.
+STACK_TILE_MIN_BYTES = 64
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 _COMPLEX = (np.dtype(np.complex64), np.dtype(np.complex128))
 
@@ -200,13 +199,12 @@ def contraction_form(stmt: Assignment) -> ContractionForm | None:
                            tuple(i for i in a.indices if i in summed))
 
 
-def stack_pays(form: ContractionForm, dims: Mapping[str, int]) -> bool:
-    """Whether the compiler sends a call of ``form`` with these index sizes to BLAS: each
-    product's sides at least ``CONTRACTION_MIN_SIDE``, and at least ``GEMM_MIN_FMAS``
-    multiply-adds for a single product; for each product of a stack,
-    ``STACK_ALONG_ROWS_MIN_FMAS`` where the loop nest runs along rows 8 or a multiple of 16
-    long,
-    ``STACK_DOT_MIN_FMAS`` where it runs dot products, ``STACK_MIN_FMAS`` otherwise.
+def stack_pays(form: ContractionForm, dims: Mapping[str, int], itemsize: int = 8) -> bool:
+    """Whether the compiler sends a call of ``form`` with these index sizes (values of
+    ``itemsize`` bytes) to BLAS: each product's sides at least ``CONTRACTION_MIN_SIDE``, and
+    at least ``GEMM_MIN_FMAS`` multiply-adds for a single product; for each product of a
+    stack, ``STACK_TILED_MIN_FMAS`` where the output's last axis holds at least
+    ``STACK_TILE_MIN_BYTES``, ``STACK_MIN_FMAS`` where it is narrower.
 
     >>> from tensoralg.notation import parse_statement
     >>> form = contraction_form(parse_statement("C(b,i,k) = A(b,i,j) * B(b,j,k)"))
@@ -214,14 +212,14 @@ def stack_pays(form: ContractionForm, dims: Mapping[str, int]) -> bool:
     False
     >>> stack_pays(form, {"b": 8, "i": 256, "j": 256, "k": 256})
     True
+    >>> [stack_pays(form, {"b": 8, "i": 64, "j": 64, "k": k}, 4) for k in (16, 8)]
+    [False, True]
     """
     stack, m, k, n = form.extents(dims)
     if stack == 1:
         least = GEMM_MIN_FMAS
-    elif form.along_rows and (dims[form.out[-1]] % 16 == 0 or dims[form.out[-1]] == 8):
-        least = STACK_ALONG_ROWS_MIN_FMAS
-    elif form.dots:
-        least = STACK_DOT_MIN_FMAS
+    elif dims[form.out[-1]] * itemsize >= STACK_TILE_MIN_BYTES:
+        least = STACK_TILED_MIN_FMAS
     else:
         least = STACK_MIN_FMAS
     return min(m, k, n) >= CONTRACTION_MIN_SIDE and m * k * n >= least
@@ -304,5 +302,5 @@ def large_product(form: GemmForm, operands: Mapping[str, Any]) -> bool:
     return m * k * n >= GEMM_MIN_FMAS
 
 
-__all__ = ["CONTRACTION_MIN_SIDE", "GEMM_MIN_FMAS", "STACK_ALONG_ROWS_MIN_FMAS", "STACK_DOT_MIN_FMAS", "STACK_MIN_FMAS", "ContractionForm", "GemmForm", "contraction_form", "gemm_form", "stack_note", "stack_pays", "gemm_refusal", "gemm_route",
+__all__ = ["CONTRACTION_MIN_SIDE", "GEMM_MIN_FMAS", "STACK_TILED_MIN_FMAS", "STACK_TILE_MIN_BYTES", "STACK_MIN_FMAS", "ContractionForm", "GemmForm", "contraction_form", "gemm_form", "stack_note", "stack_pays", "gemm_refusal", "gemm_route",
            "large_product", "route_note"]

@@ -64,6 +64,10 @@ class LoopNest:
     # OutputMode.WORKSPACE whose rows the runtime counts first (lower/counted.py): the product's
     # two CSR factors, and the kernel fills each row in place at its offset
     counted: tuple[str, str] | None = None
+    # An all-dense nest whose loops read operands copied in their mode order (the program's
+    # conversions): the order to run when the call reads them in their own layout instead
+    # (``concretize.kept_layouts``); None: the same order.
+    kept_order: tuple[str, ...] | None = None
 
     @property
     def reduced(self) -> tuple[str, ...]:

@@ -80,7 +80,9 @@ def replay_function(recipe: Sequence[tuple[int, int, int]], kinds: Sequence[str]
                     sparse: Any = None, relayouts: Sequence[tuple[int, tuple[int, ...]]] = (),
                     pattern: "PatternOutput | None" = None,
                     copies_pay: Callable[[tuple], bool] | None = None,
-                    rows: tuple[int, Callable[[Any], Callable[..., int]]] | None = None
+                    rows: tuple[int, Callable[[Any], Callable[..., int]]] | None = None,
+                    kept: Callable[[tuple], Any] | None = None,
+                    relayout: Callable[[np.ndarray, tuple[int, ...]], np.ndarray] | None = None
                     ) -> Callable[[tuple], Any]:
     """A function ``(operands) -> result or None`` that runs ``kernel`` with the arguments
     ``recipe`` reads from the operands, into a new dense output of ``value_dtype``.
@@ -98,9 +100,11 @@ def replay_function(recipe: Sequence[tuple[int, int, int]], kinds: Sequence[str]
     without one (``api.estimated_work``, written out); ``fail()`` raises for a non-zero status.
 
     ``relayouts`` (``(operand, mode order)`` pairs) are dense operands the kernel reads in
-    another mode order: copied so before the call, and read by ``(ARG_DENSE, operand, 1)``;
-    a call for which ``copies_pay(operands)`` is false goes to the general path, which runs
-    the kernel's variant that reads them as they are (``api.copies_pay``).
+    another mode order: copied so before the call (by ``relayout(array, order)``, NumPy's
+    transposing copy without it), and read by ``(ARG_DENSE, operand, 1)``;
+    a call for which ``copies_pay(operands)`` is false returns ``kept(operands)`` instead (a
+    replay of the kernel's variant that reads them as they are, ``api.copies_pay``; without
+    ``kept``, None: the general path runs that variant).
     ``rows`` (``(operand, choose)``, a dense output's kernel only) makes the call run
     ``choose(operand)`` instead of ``kernel``: the kernel, or its variant with a CSR row
     loop's tail masked, as the matrix's rows decide (``runtime/rows.py``).
@@ -150,9 +154,9 @@ def replay_function(recipe: Sequence[tuple[int, int, int]], kinds: Sequence[str]
         lines.append(f"    if s{a}[{mode_a}] != s{b}[{mode_b}]:")
         lines.append("        return None")
     shape = "".join(f"s{k}[{mode}], " for k, mode in out_dims)
-    relaid = [f"    t{k} = contiguous(o{k}.transpose({order!r}))" for k, order in relayouts]
+    relaid = [f"    t{k} = relayout(o{k}, {order!r})" for k, order in relayouts]
     if relayouts and copies_pay is not None:
-        relaid = ["    if not copies_pay(operands):", "        return None"] + relaid
+        relaid = ["    if not copies_pay(operands):", "        return kept(operands)"] + relaid
     if pattern is not None:
         return _pattern_replay(lines + relaid, recipe, kinds, shape, value_dtype, overwrites,
                                kernel, sound, threads, fail, split, pattern, guards, copies_pay)
@@ -194,8 +198,9 @@ def replay_function(recipe: Sequence[tuple[int, int, int]], kinds: Sequence[str]
         lines.append("    return out.reshape(())[()]")
     return _written({"empty": np.empty, "zeros": np.zeros, "dtype": value_dtype,
                      "limit": memory_limit, "split": split, "plain": kernel,
-                     "choose": rows[1] if rows is not None else None}, lines, kinds, kernel,
-                    sound, threads, fail, guards, copies_pay)
+                     "choose": rows[1] if rows is not None else None, "kept": kept or _none,
+                     "relayout": relayout or numpy_relayout},
+                    lines, kinds, kernel, sound, threads, fail, guards, copies_pay)
 
 
 class PatternOutput:
@@ -277,10 +282,12 @@ def _written(namespace: dict[str, Any], lines: list[str], kinds: Sequence[str],
     """``lines`` compiled into the ``replay`` function, with the names every written-out call
     reads (the kernel, the vetting of compressed operands, the guards' classes and dtypes,
     the relayouts' ``copies_pay``) added to ``namespace``."""
+    namespace.setdefault("kept", _none)
+    namespace.setdefault("relayout", numpy_relayout)
     namespace.update({
         "address": data_address, "kernel": kernel, "threads": threads, "fail": fail,
         "copies_pay": copies_pay,
-        "ndarray": np.ndarray, "contiguous": np.ascontiguousarray,
+        "ndarray": np.ndarray,
         **{f"sound{k}": _Sound(sound if guards is None else _typed(sound, guards[k]))
            for k, kind in enumerate(kinds) if kind == COMPRESSED}})
     for k, guard in enumerate(guards or ()):
@@ -291,6 +298,20 @@ def _written(namespace: dict[str, Any], lines: list[str], kinds: Sequence[str],
     replay = namespace["replay"]
     replay.source = source          # what was written, for a reader debugging a replay
     return replay
+
+
+def numpy_relayout(array: np.ndarray, order: tuple[int, ...]) -> np.ndarray:
+    """``array`` copied C-contiguous in the mode order ``order``.
+
+    >>> numpy_relayout(np.arange(6).reshape(2, 3), (1, 0)).tolist()
+    [[0, 3], [1, 4], [2, 5]]
+    """
+    return np.ascontiguousarray(array.transpose(order))
+
+
+def _none(operands: tuple) -> None:
+    """No replay: the call goes to the general path."""
+    return None
 
 
 class SparseOutput:
