@@ -174,3 +174,41 @@ def test_relaid_runs_the_compilers_transposition_from_its_size():
     small = np.arange(12.0).reshape(3, 4)
     relaid(small, (1, 0))
     assert len(api.kernel_cache().kernels) == 1
+
+
+def test_an_index_one_factor_holds_is_summed_over_that_factor_first():
+    program = _program("Z(c,d) = x(d) * Y(d,a,b,c)")
+    first, last = program.nests
+    assert first.loop_order == ("d", "a", "b", "c") and first.reduced == ("a", "b")
+    assert last.reduced == () and {a.tensor for a in _accesses(last.expr)} == {"x", first.output.tensor}
+    both = _program("Z(b,c) = X(d,b,c) * W(a,b)")
+    assert len(both.nests) == 3 and both.nests[-1].reduced == ()
+
+
+def test_no_sum_first_where_it_saves_nothing():
+    # X holds every index and is read along its summed last axis: one nest
+    assert len(_program("Z(c,b) = X(b,c,a) * y(c)").nests) == 1
+    assert len(_program("y(i) = A(i,j)").nests) == 1          # a single factor
+    assert len(_program("C(i,j) = A(i,k) * B(k,j)").nests) == 1
+
+
+# contractions where a factor alone holds summed indices (found by random search), as a
+# user writes them: (subscripts, sizes by index)
+SUMMED_FIRST = [("d,dabc->cd", dict(a=5, b=3, c=17, d=9)), ("dbc,ab->bc", dict(a=3, b=8, c=33, d=7)),
+                ("aebc,dbea->eac", dict(a=4, b=5, c=6, d=7, e=3)), ("ac,ead->dc", dict(a=9, c=20, d=6, e=5)),
+                ("db,ce->cbe", dict(b=7, c=5, d=4, e=18)), ("bca,ba->ab", dict(a=19, b=6, c=11)),
+                ("ec,bda->ba", dict(a=3, b=5, c=4, d=6, e=2)), ("b,badc,dca->d", dict(a=4, b=3, c=5, d=17))]
+
+
+@pytest.mark.parametrize("backend", ("llvm", "c"))
+@pytest.mark.parametrize("dtype", ("float32", "float64", "int64"))
+@pytest.mark.parametrize("subscripts,sizes", SUMMED_FIRST)
+def test_sums_taken_first_match_numpy(subscripts, sizes, dtype, backend):
+    rng = np.random.default_rng(4)
+    terms = subscripts.split("->")[0].split(",")
+    for scale in (sizes, {**sizes, "a": 0}, {k: 1 for k in sizes}):
+        operands = [rng.integers(-3, 4, size=[scale[c] for c in term]).astype(dtype)
+                    for term in terms]
+        want = np.einsum(subscripts, *operands)
+        for _ in range(2):
+            _check(ta.einsum(subscripts, *operands, backend=backend), want, dtype)

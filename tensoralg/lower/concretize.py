@@ -149,6 +149,8 @@ def concretize(stmt: Assignment, formats: dict[str, Format], index_dtypes: dict[
         out_format = direct
     terms = split_terms(rhs) if out_format.is_dense else [rhs]
     bodies = [hoist(term, builder) for term in terms]
+    if cpu and out_format.is_dense:
+        bodies = [presum(body, reduced, builder, out.indices) for body, reduced in bodies]
     nests: list[LoopNest] = []
     # Temporaries are created while hoisting; compute them first, in creation order.
     for access, expr, reduced in builder.temporaries:
@@ -323,6 +325,75 @@ def hoist(expr: Expr, builder: _Builder) -> tuple[Expr, tuple[str, ...]]:
             return Div(numerator, Literal(value)), reduced
         case _:
             return _materialize(expr, builder), ()
+
+
+def presum(body: Expr, reduced: tuple[str, ...], builder: _Builder,
+           out_indices: tuple[str, ...] = ()) -> tuple[Expr, tuple[str, ...]]:
+    """``body`` (summed over ``reduced``) with each dense factor of a product summed first over
+    the indices no other factor holds: ``sum(a, sum(b, x(d) * Y(d,a,b,c)))`` becomes
+    ``x(d) * t(d,c)`` with ``t(d,c) = sum(a, sum(b, Y(d,a,b,c)))``, a temporary computed by
+    its own nest. The product's loops then run once per value of the other indices instead of
+    once per value of all of them (NumPy's ``einsum_path`` sums such indices first, too);
+    the temporary holds fewer values than the factor it sums.
+
+    Only products of dense accesses (and constants) are rewritten, only when the product keeps
+    another factor, and only where it pays: the product's loops would re-read the factor (the
+    others hold an index it does not), or no loop order could read the factor along its last
+    axis, an output index, and write the output (``out_indices``) along its own last axis;
+    anything else is returned as it is (``bca,c->cb`` reads X once either way, and two nests
+    that start with different loops run on one thread).
+
+    >>> from tensoralg.notation import parse_statement
+    >>> builder = _Builder({"x": dense(1), "Y": dense(4)}, {})
+    >>> stmt = parse_statement("Z(c,d) = x(d) * Y(d,a,b,c)")
+    >>> body, reduced = presum(*hoist(stmt.rhs, builder), builder, ("c", "d"))
+    >>> body, reduced, builder.temporaries[0][2]
+    (Mul(lhs=Access(tensor='x', indices=('d',)), rhs=Access(tensor='_t0', indices=('d', 'c'))), (), ('a', 'b'))
+    """
+    leaves: list[Expr] = []
+
+    def flatten(node: Expr) -> bool:
+        match node:
+            case Mul(a, b):
+                return flatten(a) and flatten(b)
+            case Access() if builder.formats[node.tensor].is_dense:
+                leaves.append(node)
+                return True
+            case Literal():
+                leaves.append(node)
+                return True
+        return False
+
+    if not reduced or not flatten(body) or \
+            sum(isinstance(leaf, Access) for leaf in leaves) < 2:
+        return body, reduced
+    summed: dict[Access, Expr] = {}
+    for leaf in leaves:
+        if not isinstance(leaf, Access) or leaf in summed:
+            continue
+        others = {i for other in leaves if other is not leaf and isinstance(other, Access)
+                  for i in other.indices}
+        alone = tuple(r for r in reduced if r in leaf.indices and r not in others)
+        # it pays where the product's loops re-read the factor (an index it does not hold),
+        # or where they could not read it in its storage order and write the output so
+        # (its last index is the output's, but not the output's last: d,dabc->cd)
+        if not alone:
+            continue
+        last = leaf.indices[builder.formats[leaf.tensor].order[-1]]
+        if others - set(leaf.indices) or last in out_indices and last != out_indices[-1]:
+            kept = tuple(i for i in leaf.indices if i not in alone)
+            summed[leaf] = builder.temporary(kept, leaf, alone)
+    if not summed:
+        return body, reduced
+    gone = {r for leaf in summed for r in leaf.indices} - \
+        {i for leaf in summed.values() for i in leaf.indices}  # type: ignore[union-attr]
+
+    def rebuilt(node: Expr) -> Expr:
+        if isinstance(node, Mul):
+            return Mul(rebuilt(node.lhs), rebuilt(node.rhs))
+        return summed.get(node, node)  # type: ignore[arg-type]
+
+    return rebuilt(body), tuple(r for r in reduced if r not in gone)
 
 
 def _materialize(expr: Expr, builder: _Builder) -> Expr:
@@ -562,8 +633,10 @@ def dense_score(order: tuple[str, ...], out: Access, out_format: Format, body: E
        (``abcd,cdef->abef`` jamming ``e``), a strip loads an operand per multiply-add, as a
        dot product does, and is no gain;
     3. the operands copied;
-    4. sums run outside output loops other than the innermost (each reloads the tile: the
-       matrix product's order is the output's rows, the sums, then its row);
+    4. for a tile, sums run outside output loops other than the innermost (each reloads the
+       tile: the matrix product's order is the output's rows, the sums, then its row);
+       without one, the operands' storage order decides (a sum over axes streams through its
+       operand);
     5. the storage-order inversions and the sums run before output indices, as for any nest
        (``_score``).
 
@@ -598,7 +671,8 @@ def dense_score(order: tuple[str, ...], out: Access, out_format: Format, body: E
     inversions += _inversions(order, out, out_format)
     late_outputs = sum(1 for r in reduced for o in out.indices
                        if order.index(r) < order.index(o))
-    return (strided, int(not tiled), len(moved), late_outer, inversions, late_outputs), moved
+    return (strided, int(not tiled), len(moved), late_outer if tiled else 0, inversions,
+            late_outputs), moved
 
 
 def follows(order: tuple[str, ...], wanted: tuple[str, ...]) -> bool:
