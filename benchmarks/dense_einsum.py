@@ -68,12 +68,31 @@ BASELINES = ("loops", "numpy", "opt_einsum", "torch")
 
 
 def _calls(subscripts: str, operands: list[np.ndarray]) -> dict[str, object]:
+    calls = library_calls(subscripts, operands)
+    if len(operands) == 2:
+        calls["loops"] = lambda: ta.einsum(subscripts, *operands, schedule="gemm(loops)")
+    return calls
+
+
+def all_cores() -> None:
+    """tensoralg's and torch's threads on every core (NumPy's OpenBLAS is set at import)."""
+    cores = os.cpu_count() or 1
+    ta.set_num_threads(cores)
+    try:
+        import torch
+        torch.set_num_threads(cores)
+    except ImportError:
+        pass
+
+
+def library_calls(subscripts: str, operands: list[np.ndarray]) -> dict[str, object]:
+    """The call through ``ta.einsum`` and through each library installed: NumPy's
+    ``einsum(optimize=True)``, ``opt_einsum.contract``, ``torch.einsum`` (on tensors made
+    once from the arrays)."""
     calls: dict[str, object] = {
         "tensoralg": lambda: ta.einsum(subscripts, *operands),
         "numpy": lambda: np.einsum(subscripts, *operands, optimize=True),
     }
-    if len(operands) == 2:
-        calls["loops"] = lambda: ta.einsum(subscripts, *operands, schedule="gemm(loops)")
     try:
         import opt_einsum
         calls["opt_einsum"] = lambda: opt_einsum.contract(subscripts, *operands)
@@ -195,13 +214,7 @@ def main(argv: list[str] | None = None) -> int:
                              "BLAS (the figures behind gemm_form.stack_pays); prints only")
     parser.add_argument("--seed", type=int, default=3, help="of --stacks (default 3)")
     args = parser.parse_args(argv)
-    cores = os.cpu_count() or 1
-    ta.set_num_threads(cores)
-    try:
-        import torch
-        torch.set_num_threads(cores)
-    except ImportError:
-        pass
+    all_cores()
     if args.stacks:
         stacks(args.stacks, args.seed)
         return 0

@@ -28,9 +28,8 @@ import numpy as np  # noqa: E402
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import record  # noqa: E402  (machine, versions, commit)
+from dense_einsum import all_cores, library_calls  # noqa: E402
 from kernel_micro import median_us  # noqa: E402
-
-import tensoralg as ta  # noqa: E402
 
 SIZES = (3, 8, 16, 24, 32, 48, 64, 100, 128)
 LETTERS = "abcde"
@@ -54,25 +53,6 @@ def draw(pick: random.Random) -> tuple[str, dict[str, int], str] | None:
     return ",".join(terms) + "->" + "".join(kept), {c: sizes[c] for c in used}, dtype
 
 
-def _calls(subscripts: str, operands: list[np.ndarray]) -> dict[str, object]:
-    calls: dict[str, object] = {
-        "tensoralg": lambda: ta.einsum(subscripts, *operands),
-        "numpy": lambda: np.einsum(subscripts, *operands, optimize=True),
-    }
-    try:
-        import opt_einsum
-        calls["opt_einsum"] = lambda: opt_einsum.contract(subscripts, *operands)
-    except ImportError:
-        pass
-    try:
-        import torch
-        tensors = [torch.from_numpy(op) for op in operands]
-        calls["torch"] = lambda: torch.einsum(subscripts, *tensors)
-    except ImportError:
-        pass
-    return calls
-
-
 def measure(count: int, seed: int) -> list[dict]:
     pick, rng = random.Random(seed), np.random.default_rng(seed)
     rows: list[dict] = []
@@ -86,7 +66,7 @@ def measure(count: int, seed: int) -> list[dict]:
                     for term in terms]
         expected = np.einsum(subscripts, *[op.astype(np.float64) for op in operands],
                              optimize=True)
-        calls = _calls(subscripts, operands)
+        calls = library_calls(subscripts, operands)
         scale = max(1.0, float(np.abs(expected).max(initial=0.0)))
         tolerance = 1e-3 if dtype == "float32" else 1e-9
         for name, call in calls.items():
@@ -149,13 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="of the draw (default 0)")
     parser.add_argument("--out", type=Path, default=HERE / "RANDOM_EINSUM.md")
     args = parser.parse_args(argv)
-    cores = os.cpu_count() or 1
-    ta.set_num_threads(cores)
-    try:
-        import torch
-        torch.set_num_threads(cores)
-    except ImportError:
-        pass
+    all_cores()
     rows = measure(args.count, args.seed)
     args.out.write_text(render(rows, record.provenance(), args.count, args.seed),
                         encoding="utf-8")

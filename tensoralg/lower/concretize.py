@@ -805,14 +805,21 @@ def _nest(out: Access, body: Expr, reduced: tuple[str, ...], out_format: Format,
         return _dense_nest(out, body, reduced, out_format, builder)
     order, mode = choose_loop_order(out, body, reduced, out_format, builder)
     # A schedule's reorder fixes the loops and, with them, the layouts it was measured with.
-    for access in [] if builder.orders else strided_dense(order, body, builder):
+    body = _transposed(body, order, [] if builder.orders else strided_dense(order, body, builder),
+                       builder)
+    return LoopNest(out, body, order, mode)  # type: ignore[arg-type]  # None: see _reorder_output
+
+
+def _transposed(body: Expr, order: tuple[str, ...], strided: list[Access], builder: _Builder
+                ) -> Expr:
+    """``body`` reading each of ``strided`` (accesses ``order`` would read with a stride in its
+    innermost loop) from a copy in the mode order ``order`` visits (``_convert``)."""
+    for access in strided:
         again = ", ".join(index for index in order if index not in access.indices)
         _convert(access, order, builder,
                  f"which the loops ({', '.join(order)}) would read with a stride in their "
                  f"innermost loop over {order[-1]}, and again for every {again}")
-    if builder.conversions:
-        body = _rename_accesses(body, builder.conversions)
-    return LoopNest(out, body, order, mode)  # type: ignore[arg-type]  # None: see _reorder_output
+    return _rename_accesses(body, builder.conversions) if builder.conversions else body
 
 
 def _all_dense(out_format: Format, body: Expr, builder: _Builder) -> bool:
@@ -839,13 +846,7 @@ def _dense_nest(out: Access, body: Expr, reduced: tuple[str, ...], out_format: F
             other, _ = dense_order(out, body, reduced, out_format, builder, convert=False)
             strided = dense_score(other, out, out_format, body, reduced, builder, False)[0][0]
             kept = other if strided == 0 else None
-    for access in moved:
-        again = ", ".join(index for index in order if index not in access.indices)
-        _convert(access, order, builder,
-                 f"which the loops ({', '.join(order)}) would read with a stride in their "
-                 f"innermost loop over {order[-1]}, and again for every {again}")
-    if builder.conversions:
-        body = _rename_accesses(body, builder.conversions)
+    body = _transposed(body, order, moved, builder)
     return LoopNest(out, body, order, OutputMode.DENSE, kept_order=kept)
 
 
