@@ -35,6 +35,7 @@ import record  # noqa: E402  (machine, versions, commit)
 from kernel_micro import median_us  # noqa: E402
 
 import tensoralg as ta  # noqa: E402
+from tensoralg.codegen import tiered  # noqa: E402
 
 # (what it is, subscripts, operand shapes, dtype)
 CASES = [
@@ -123,6 +124,7 @@ def measure(rng: np.random.Generator) -> list[dict]:
         # torch runs on its own OpenMP threads: timed apart, once OpenBLAS's threads (which
         # spin for a while after each NumPy call) have gone idle, or the two pools would share
         # the cores (torch.einsum took 2-20x its own time interleaved with NumPy here).
+        tiered.finish(timeout=120)   # time the optimised code repeated calls run
         apart = {name: calls.pop(name) for name in ("torch",) if name in calls}
         times = median_us(calls)
         if apart:

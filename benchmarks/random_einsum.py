@@ -9,8 +9,10 @@ three to five indices, each operand one to four of them in any order, any subset
 kept in the result in any order, sizes from 3 to 128 (the odd and the round), float32 or
 float64, 2^12 to 2^26 multiply-adds in all. Every result is checked against NumPy first; a
 wrong number stops the run. Cells are medians of 3 interleaved rounds
-(``kernel_micro.median_us``), every library on all cores, torch timed apart (its OpenMP threads
-would share the cores with OpenBLAS's); the VM these run on moves by +-20-40% between runs.
+(``kernel_micro.median_us``) once tensoralg's optimised builds have landed (a new kernel runs
+quickly built code for its first calls, ``codegen/tiered.py``), every library on all cores,
+torch timed apart (its OpenMP threads would share the cores with OpenBLAS's); the VM these run
+on moves by +-20-40% between runs.
 """
 from __future__ import annotations
 
@@ -30,6 +32,8 @@ sys.path.insert(0, str(HERE))
 import record  # noqa: E402  (machine, versions, commit)
 from dense_einsum import all_cores, library_calls  # noqa: E402
 from kernel_micro import median_us  # noqa: E402
+
+from tensoralg.codegen import tiered  # noqa: E402
 
 SIZES = (3, 8, 16, 24, 32, 48, 64, 100, 128)
 LETTERS = "abcde"
@@ -72,6 +76,9 @@ def measure(count: int, seed: int) -> list[dict]:
         for name, call in calls.items():
             np.testing.assert_allclose(np.asarray(call()), expected, rtol=tolerance,
                                        atol=tolerance * scale, err_msg=f"{name} {subscripts}")
+        # the kernels of the calls above run their quickly built code until the optimised
+        # build lands (codegen/tiered.py): time what repeated calls run
+        tiered.finish(timeout=120)
         apart = {name: calls.pop(name) for name in ("torch",) if name in calls}
         times = median_us(calls, rounds=3)
         if apart:
