@@ -748,8 +748,9 @@ def einsum(*operands: Any, out_format: Any = None, formats: Any = None,
                       subscripts, len(steps), path)
             result = run_steps(
                 operands, steps,
-                lambda text, ops: einsum(text, *ops, backend=backend, dtype=dtype,
-                                         casting=casting, optimize=False),
+                lambda text, ops: _intermediate(einsum(text, *ops, backend=backend,
+                                                       dtype=dtype, casting=casting,
+                                                       optimize=False)),
                 lambda text, ops: einsum(text, *ops, backend=backend, dtype=dtype,
                                          casting=casting, optimize=False, out=out,
                                          out_format=out_format, order=order))
@@ -899,6 +900,13 @@ def _blas_replay(stmt: Assignment, named: Sequence[str], bound: Mapping[str, Ten
     if stack is not None:
         return _StackReplay(stack, named.index(stack.a), named.index(stack.b), dtype)
     return None
+
+
+def _intermediate(value: Any) -> Any:
+    """A step's result as the next step takes it: a NumPy scalar (a step that sums every
+    index) as a 0-d array, which the next step's call can replay (``_signature`` takes arrays
+    only; a scalar sent each call through the general path, ~90 µs of Python)."""
+    return np.asarray(value) if isinstance(value, np.generic) else value
 
 
 def _operand_getter(names: tuple[str, ...]) -> Callable[[Mapping[str, Any]], tuple]:

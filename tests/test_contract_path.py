@@ -285,3 +285,23 @@ def test_einsum_logs_the_path_it_takes(caplog):
     with caplog.at_level(logging.INFO, logger="tensoralg"):
         np.testing.assert_allclose(ta.einsum("ij,jk,k->i", a, b, c), a @ b @ c)
     assert "contracted in 2 steps along ['einsum_path', (1, 2), (0, 1)]" in caplog.text
+
+
+@pytest.mark.parametrize("dtype", ["float64", "int64"])
+def test_a_step_that_sums_everything_hands_on_an_array_the_next_step_replays(monkeypatch,
+                                                                             dtype):
+    """``b,a,a->`` runs ``a,a->`` (a scalar) then ``b,->``: the scalar goes on as a 0-d
+    array, so a repeated call replays both steps; the result is still a NumPy scalar."""
+    from tensoralg import api
+    from tensoralg.codegen import tiered
+
+    rng = np.random.default_rng(5)
+    x, y, w = (rng.integers(-4, 5, n).astype(dtype) for n in (6, 7, 7))
+    want = np.einsum("b,a,a->", x, y, w)
+    ta.einsum("b,a,a->", x, y, w)
+    assert tiered.finish(timeout=60)         # steps are recorded once optimised
+    first = ta.einsum("b,a,a->", x, y, w)
+    monkeypatch.setattr(api, "execute", lambda *a, **k: pytest.fail("general path"))
+    second = ta.einsum("b,a,a->", x, y, w)
+    assert isinstance(first, np.generic) and isinstance(second, np.generic)
+    assert first == want and second == want
