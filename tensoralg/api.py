@@ -1492,10 +1492,7 @@ def _remember(signature: tuple, compiled: CompiledProgram, stmt: Assignment,
         pattern=pattern, reduced=reduced,
         bounded_by=None if pair is None else (position[pair[0]], position[pair[1]]),
         within_stored=bool(handles) and _stored_bound(stmt, bound) is not None)
-    # A sparse product's first capacity and thread split come from its rows' bounds
-    # (_Dispatch._entry_bounds), which the written-out call does not compute.
-    products = handles and compiled.entries_by is not None and compiled.entries_by.products
-    if not products and replayable(recipe, sparse=bool(handles)):
+    if _writable(entry):
         # signature: subscripts, backend, one part per operand, then any schedule's part
         # (_scheduled); a scheduled call's replay is never the one a plain call tries first.
         entry = dataclasses.replace(entry, fast=_replay_of(entry, signature[2:2 + len(names)]))
@@ -1503,6 +1500,16 @@ def _remember(signature: tuple, compiled: CompiledProgram, stmt: Assignment,
             _recent_replay(signature[0] if signature[1] is None else signature[:2], entry.fast)
     table[signature] = entry
     return entry
+
+
+def _writable(entry: _Dispatch) -> bool:
+    """Whether ``entry``'s call can be written out as one function (``_replay_of``)."""
+    # A sparse product's first capacity and thread split come from its rows' bounds
+    # (_Dispatch._entry_bounds), which the written-out call does not compute.
+    compiled = entry.compiled
+    products = entry.handles and compiled.entries_by is not None and \
+        compiled.entries_by.products
+    return not products and replayable(entry.recipe, sparse=bool(entry.handles))
 
 
 def _recent_replay(subscripts: str | tuple[str, str], fast: Any) -> None:
@@ -1585,8 +1592,7 @@ def _kept_replay(entry: _Dispatch, guards: tuple) -> Callable[[tuple], Any]:
             variant = dataclasses.replace(
                 entry, compiled=kept, recipe=recipe, relayouts=(), fast=None,
                 splittable=kept.arguments.range_slots is not None)
-            made.append(_replay_of(variant, guards) if replayable(recipe, sparse=False)
-                        else variant.run)
+            made.append(_replay_of(variant, guards) if _writable(variant) else variant.run)
         return made[0](operands)
 
     return run

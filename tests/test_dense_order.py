@@ -16,6 +16,7 @@ from tensoralg.api import DENSE_COPY_REUSE, RELAYOUT_MIN_VALUES, relaid
 from tensoralg.formats.format import Format, dense
 from tensoralg.lower.concretize import concretize, kept_layouts
 from tensoralg.notation import parse_statement
+from tensoralg.notation.ast import accesses
 
 DOTS = "C(b,q,k) = A(b,q,d) * B(b,k,d)"
 
@@ -29,16 +30,10 @@ def fresh_kernels(monkeypatch):
 
 def _program(text: str, formats: dict | None = None):
     stmt = parse_statement(text)
-    names = {a.tensor: len(a.indices) for a in _accesses(stmt.rhs)}
+    names = {a.tensor: len(a.indices) for a in accesses(stmt.rhs)}
     given = {name: dense(rank) for name, rank in names.items()}
     given.update(formats or {})
     return concretize(stmt, given, {}, np.dtype(np.float64), dense(len(stmt.lhs.indices)))
-
-
-def _accesses(expr):
-    from tensoralg.notation.ast import accesses
-
-    return accesses(expr)
 
 
 def test_dot_products_read_the_second_operand_transposed():
@@ -180,7 +175,7 @@ def test_an_index_one_factor_holds_is_summed_over_that_factor_first():
     program = _program("Z(c,d) = x(d) * Y(d,a,b,c)")
     first, last = program.nests
     assert first.loop_order == ("d", "a", "b", "c") and first.reduced == ("a", "b")
-    assert last.reduced == () and {a.tensor for a in _accesses(last.expr)} == {"x", first.output.tensor}
+    assert last.reduced == () and {a.tensor for a in accesses(last.expr)} == {"x", first.output.tensor}
     both = _program("Z(b,c) = X(d,b,c) * W(a,b)")
     assert len(both.nests) == 3 and both.nests[-1].reduced == ()
 

@@ -372,6 +372,7 @@ def presum(body: Expr, reduced: tuple[str, ...], builder: _Builder,
             sum(isinstance(leaf, Access) for leaf in leaves) < 2:
         return body, reduced
     summed: dict[Access, Expr] = {}
+    gone: set[str] = set()        # the indices summed inside a factor
     for leaf in leaves:
         if not isinstance(leaf, Access) or leaf in summed:
             continue
@@ -387,10 +388,9 @@ def presum(body: Expr, reduced: tuple[str, ...], builder: _Builder,
         if others - set(leaf.indices) or last in out_indices and last != out_indices[-1]:
             kept = tuple(i for i in leaf.indices if i not in alone)
             summed[leaf] = builder.temporary(kept, leaf, alone)
+            gone.update(alone)
     if not summed:
         return body, reduced
-    gone = {r for leaf in summed for r in leaf.indices} - \
-        {i for leaf in summed.values() for i in leaf.indices}  # type: ignore[union-attr]
 
     def rebuilt(node: Expr) -> Expr:
         if isinstance(node, Mul):
@@ -654,8 +654,9 @@ def dense_score(order: tuple[str, ...], out: Access, out_format: Format, body: E
     """
     inner = order[-1] if order else None
     temporaries = {access.tensor for access, _, _ in builder.temporaries}
+    read = list(dict.fromkeys(accesses(body)))
     strided, moved = 0, []
-    for access in dict.fromkeys((*accesses(body), out)):
+    for access in (*read, out):
         fmt = out_format if access is out else builder.formats[access.tensor]
         if inner not in access.indices or access.indices[fmt.order[-1]] == inner:
             continue
@@ -671,14 +672,13 @@ def dense_score(order: tuple[str, ...], out: Access, out_format: Format, body: E
     # the operands read along the strip (they must not depend on that loop's index)
     rows = [index for index in order[:-1] if index in out.indices]
     tiled = inner in out.indices and len(order) >= 2 and order[-2] in reduced and \
-        bool(rows) and not any(rows[-1] in a.indices and inner in a.indices
-                               for a in accesses(body))
+        bool(rows) and not any(rows[-1] in a.indices and inner in a.indices for a in read)
     # sums run outside an output loop other than the innermost: the tile is reloaded for each
     late_outer = sum(1 for r in reduced for o in out.indices
                      if o != inner and order.index(r) < order.index(o))
     # storage-order inversions, first of the accesses the innermost loop streams through
     inner_inversions = outer_inversions = 0
-    for access in dict.fromkeys((*accesses(body), out)):
+    for access in (*read, out):
         if access in moved:
             continue
         count = _inversions(order, access,
@@ -833,13 +833,12 @@ def _dense_nest(out: Access, body: Expr, reduced: tuple[str, ...], out_format: F
     reorders allow), with the operands they read transposed copied in their mode order; the
     best order without copies, where it reads every operand contiguously, is kept for calls
     that re-read those operands too little for the copy to pay (``api.copies_pay``)."""
+    kept = None
     if builder.orders:
         order, _ = choose_loop_order(out, body, reduced, out_format, builder)
         _, moved = dense_score(order, out, out_format, body, reduced, builder)
-        kept = None
     else:
         order, moved = dense_order(out, body, reduced, out_format, builder)
-        kept = None
         if moved:
             # without copies: the best order, if it reads every operand contiguously (else the
             # same loops read the operands with a stride, as SDDMM's kept variant does)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import weakref
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -157,13 +157,16 @@ def replay_function(recipe: Sequence[tuple[int, int, int]], kinds: Sequence[str]
     relaid = [f"    t{k} = relayout(o{k}, {order!r})" for k, order in relayouts]
     if relayouts and copies_pay is not None:
         relaid = ["    if not copies_pay(operands):", "        return kept(operands)"] + relaid
+    # what the relayout lines call, whichever output the replay makes
+    relays = {"copies_pay": copies_pay, "kept": kept or _none,
+              "relayout": relayout or numpy_relayout}
     if pattern is not None:
         return _pattern_replay(lines + relaid, recipe, kinds, shape, value_dtype, overwrites,
-                               kernel, sound, threads, fail, split, pattern, guards, copies_pay)
+                               kernel, sound, threads, fail, split, pattern, guards, relays)
     lines += relaid
     if sparse is not None:
         return _sparse_replay(lines, recipe, kinds, shape, kernel, sound, threads, fail, sparse,
-                              guards, copies_pay)
+                              guards, relays)
     threaded = threads is not None and split is not None
     if threads is not None:
         lines.append(f"    parallel = threads.threads > 1 and {_work(kinds, out_dims)} >= "
@@ -198,9 +201,8 @@ def replay_function(recipe: Sequence[tuple[int, int, int]], kinds: Sequence[str]
         lines.append("    return out.reshape(())[()]")
     return _written({"empty": np.empty, "zeros": np.zeros, "dtype": value_dtype,
                      "limit": memory_limit, "split": split, "plain": kernel,
-                     "choose": rows[1] if rows is not None else None, "kept": kept or _none,
-                     "relayout": relayout or numpy_relayout},
-                    lines, kinds, kernel, sound, threads, fail, guards, copies_pay)
+                     "choose": rows[1] if rows is not None else None},
+                    lines, kinds, kernel, sound, threads, fail, guards, relays)
 
 
 class PatternOutput:
@@ -220,8 +222,7 @@ def _pattern_replay(lines: list[str], recipe: Sequence[tuple[int, int, int]],
                     kernel: Callable[..., int], sound: Callable[[Any], bool], threads: Any,
                     fail: Callable[[], None], split: Callable[[tuple, list], int | None] | None,
                     pattern: PatternOutput, guards: Sequence[tuple] | None,
-                    copies_pay: Callable[[tuple], bool] | None = None
-                    ) -> Callable[[tuple], Any]:
+                    relays: Mapping[str, Any]) -> Callable[[tuple], Any]:
     """``replay_function``'s end for a kernel that writes values at ``pattern``'s operand's
     positions (``lines`` holds the checks written so far): each range of rows writes its own
     entries' values, so a call with work for two threads runs ``split`` as a dense output's
@@ -252,7 +253,7 @@ def _pattern_replay(lines: list[str], recipe: Sequence[tuple[int, int, int]],
     lines.append(f"    return finish(out, {source}, ({shape}))")
     return _written({"empty": np.empty, "zeros": np.zeros, "dtype": value_dtype,
                      "finish": pattern.finish, "split": split}, lines, kinds, kernel, sound,
-                    threads, fail, guards, copies_pay)
+                    threads, fail, guards, relays)
 
 
 def _argument(what: int, k: int, mode: int, handles: Sequence[str] = ()) -> str:
@@ -278,15 +279,14 @@ def _argument(what: int, k: int, mode: int, handles: Sequence[str] = ()) -> str:
 def _written(namespace: dict[str, Any], lines: list[str], kinds: Sequence[str],
              kernel: Callable[..., int], sound: Callable[[Any], bool], threads: Any,
              fail: Callable[[], None], guards: Sequence[tuple] | None,
-             copies_pay: Callable[[tuple], bool] | None = None) -> Callable[[tuple], Any]:
+             relays: Mapping[str, Any]) -> Callable[[tuple], Any]:
     """``lines`` compiled into the ``replay`` function, with the names every written-out call
     reads (the kernel, the vetting of compressed operands, the guards' classes and dtypes,
-    the relayouts' ``copies_pay``) added to ``namespace``."""
-    namespace.setdefault("kept", _none)
-    namespace.setdefault("relayout", numpy_relayout)
+    the relayouts' ``relays``: ``copies_pay``, ``kept`` and ``relayout``) added to
+    ``namespace``."""
+    namespace.update(relays)
     namespace.update({
         "address": data_address, "kernel": kernel, "threads": threads, "fail": fail,
-        "copies_pay": copies_pay,
         "ndarray": np.ndarray,
         **{f"sound{k}": _Sound(sound if guards is None else _typed(sound, guards[k]))
            for k, kind in enumerate(kinds) if kind == COMPRESSED}})
@@ -341,7 +341,7 @@ def _sparse_replay(lines: list[str], recipe: Sequence[tuple[int, int, int]],
                    kinds: Sequence[str], shape: str, kernel: Callable[..., int],
                    sound: Callable[[Any], bool], threads: Any, fail: Callable[[], None],
                    sparse: SparseOutput, guards: Sequence[tuple] | None,
-                   copies_pay: Callable[[tuple], bool] | None = None) -> Callable[[tuple], Any]:
+                   relays: Mapping[str, Any]) -> Callable[[tuple], Any]:
     """``replay_function``'s end for a kernel with a sparse output (``lines`` holds the checks
     written so far)."""
     stored = [f"o{k}.indices.shape[0]" for k, kind in enumerate(kinds) if kind == COMPRESSED]
@@ -372,7 +372,7 @@ def _sparse_replay(lines: list[str], recipe: Sequence[tuple[int, int, int]],
     lines.append(f"    return finish(buffers, ({shape}))")
     return _written({"addressof": ctypes.addressof, "new_buffers": sparse.buffers,
                      "finish": sparse.finish, "release": sparse.release}, lines, kinds, kernel,
-                    sound, threads, fail, guards, copies_pay)
+                    sound, threads, fail, guards, relays)
 
 
 def _typed(sound: Callable[[Any], bool], guard: tuple) -> Callable[[Any], bool]:
