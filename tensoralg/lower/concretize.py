@@ -340,8 +340,10 @@ def presum(body: Expr, reduced: tuple[str, ...], builder: _Builder,
     once per value of all of them (NumPy's ``einsum_path`` sums such indices first, too);
     the temporary holds fewer values than the factor it sums.
 
-    Only products of dense accesses (and constants) are rewritten, only when the product keeps
-    another factor, and only where it pays: the product's loops would re-read the factor (the
+    Only products of accesses (and constants) are rewritten, only when the product keeps
+    another factor, and only where it pays. A sparse factor is summed first where the others
+    hold an index it lacks and at most one of its indices is left (the temporary is dense). A
+    dense one: the product's loops would re-read the factor (the
     others hold an index it does not), or no loop order could read the factor along its last
     axis, an output index, and write the output (``out_indices``) along its own last axis;
     anything else is returned as it is (``bca,c->cb`` reads X once either way, and two nests
@@ -360,7 +362,7 @@ def presum(body: Expr, reduced: tuple[str, ...], builder: _Builder,
         match node:
             case Mul(a, b):
                 return flatten(a) and flatten(b)
-            case Access() if builder.formats[node.tensor].is_dense:
+            case Access() if node.tensor in builder.formats:
                 leaves.append(node)
                 return True
             case Literal():
@@ -384,9 +386,20 @@ def presum(body: Expr, reduced: tuple[str, ...], builder: _Builder,
         # (its last index is the output's, but not the output's last: d,dabc->cd)
         if not alone:
             continue
-        last = leaf.indices[builder.formats[leaf.tensor].order[-1]]
+        kept = tuple(i for i in leaf.indices if i not in alone)
+        fmt = builder.formats[leaf.tensor]
+        if not fmt.is_dense:
+            # A sparse factor summed first costs one pass over its entries and a dense
+            # temporary over at most one index (as large as that dimension, whatever the
+            # density: no more); the product's loops would otherwise co-iterate its levels
+            # once per value of the others' indices (bc,ba->a over two CSC matrices visited
+            # 200 x 2000 column pairs: 3.6 ms, against ~10 us summed first).
+            if others - set(leaf.indices) and len(kept) <= 1:
+                summed[leaf] = builder.temporary(kept, leaf, alone)
+                gone.update(alone)
+            continue
+        last = leaf.indices[fmt.order[-1]]
         if others - set(leaf.indices) or last in out_indices and last != out_indices[-1]:
-            kept = tuple(i for i in leaf.indices if i not in alone)
             summed[leaf] = builder.temporary(kept, leaf, alone)
             gone.update(alone)
     if not summed:

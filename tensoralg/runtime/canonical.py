@@ -22,7 +22,7 @@ import numpy as np
 from tensoralg.codegen import DiskCache, HelperKernels
 from tensoralg.ir import build as b
 from tensoralg.ir.nodes import F32, F64, I32, I64, Function, Ptr, Scalar, Var
-from tensoralg.runtime.args import address_of
+from tensoralg.runtime.args import address_of, data_address
 
 _INDEX = {np.dtype(np.int32): I32, np.dtype(np.int64): I64}
 KEPT_BYTES = 1 << 27     # scratch kept per array between sorts (128 MiB: 16M int64 entries)
@@ -210,9 +210,12 @@ class CoordinateSorter:
         out_pos = np.empty(shape[0] + 1, out)
         status = np.zeros(1, np.int64)
         kernel = self.kernels.get(rank, index, out, vals.dtype)
-        kernel.function(n, *shape, *map(address_of, coords), address_of(vals),
-                        *map(address_of, spare + other + result), address_of(count),
-                        address_of(out_pos), int(rows), address_of(status))
+        # scratch arrays are kept (their addresses memoised); the inputs and outputs are
+        # new objects on most calls, read through the buffer protocol
+        (kernel.call or kernel.function)(
+            n, *shape, *map(data_address, coords), data_address(vals),
+            *map(address_of, spare + other), *map(data_address, result), address_of(count),
+            data_address(out_pos), int(rows), data_address(status))
         kept = int(status[0])
         if kept < 0:
             raise ValueError(f"a coordinate lies outside the shape {shape}")
@@ -224,14 +227,14 @@ class CoordinateSorter:
             [self._buffer(f"{name}vals", n, values)]
 
     def _buffer(self, name: str, n: int, dtype: np.dtype) -> np.ndarray:
-        """Scratch of ``n`` ``dtype`` values kept for this thread's next sort: a fresh array
-        costs its page faults on every call (1 ms for 2.4 MB on the 2-core VM, measured),
-        more than the passes over it. Up to ``KEPT_BYTES`` each."""
+        """Scratch of at least ``n`` ``dtype`` values, kept for this thread's next sort (up to
+        ``KEPT_BYTES`` each): a fresh array can cost its page faults on every call (up to
+        1 ms for 2.4 MB on the 2-core VM, measured), more than the passes over it."""
         kept = self._scratch.__dict__.setdefault("arrays", {})
         array = kept.get((name, dtype))
         if array is not None and array.shape[0] >= n:
-            return array[:n]
-        array = np.empty(n, dtype)
+            return array
+        array = np.empty(max(n, 1), dtype)
         if array.nbytes <= KEPT_BYTES:
             kept[(name, dtype)] = array
         return array
