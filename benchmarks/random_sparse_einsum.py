@@ -3,6 +3,7 @@
 and NumPy on the densified operands.
 
     python benchmarks/random_sparse_einsum.py [--count 100] [--seed 0] [--out benchmarks/RANDOM_SPARSE_EINSUM.md]
+    python benchmarks/random_sparse_einsum.py --no-time --count 500 --seed 7   # results only
 
 ``random_einsum.py`` draws dense contractions; this one draws what a data scientist hands
 ``ta.einsum`` with sparse data: one sparse operand (a SciPy CSR, CSC or COO array when it has two
@@ -122,7 +123,7 @@ def calls_of(subscripts: str, operands: list, dense_work: int) -> dict[str, obje
     return calls
 
 
-def measure(count: int, seed: int) -> list[dict]:
+def measure(count: int, seed: int, timed: bool = True) -> list[dict]:
     pick, rng = random.Random(seed), np.random.default_rng(seed)
     rows: list[dict] = []
     while len(rows) < count:
@@ -140,6 +141,11 @@ def measure(count: int, seed: int) -> list[dict]:
         for name, call in calls.items():
             np.testing.assert_allclose(_dense(call()), expected, rtol=tolerance,
                                        atol=tolerance * scale, err_msg=f"{name} {subscripts}")
+        if not timed:
+            rows.append(case)
+            print(f"{len(rows):4d} {subscripts:14s} {'/'.join(case['kinds']):16s} exact",
+                  flush=True)
+            continue
         tiered.finish(timeout=120)
         times = median_us(calls, rounds=3)
         nnz = [op.nnz for op in operands if not isinstance(op, np.ndarray)]
@@ -193,8 +199,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--count", type=int, default=100, help="contractions (default 100)")
     parser.add_argument("--seed", type=int, default=0, help="of the draw (default 0)")
     parser.add_argument("--out", type=Path, default=HERE / "RANDOM_SPARSE_EINSUM.md")
+    parser.add_argument("--no-time", action="store_true",
+                        help="only check every result against NumPy (no report)")
     args = parser.parse_args(argv)
     all_cores()
+    if args.no_time:
+        measure(args.count, args.seed, timed=False)
+        print(f"{args.count} contractions checked against NumPy")
+        return 0
     rows = measure(args.count, args.seed)
     args.out.write_text(render(rows, record.provenance(), args.count, args.seed),
                         encoding="utf-8")

@@ -223,7 +223,7 @@ from tensoralg.runtime.wrap import (
     release,
     sparse_result,
 )
-from tensoralg.schedule import GemmRoute, Schedule, as_schedule
+from tensoralg.schedule import Gemm, GemmRoute, Precompute, Relayout, Reorder, Schedule, as_schedule
 from tensoralg.schedule import check as check_schedule
 from tensoralg.schedule.store import TunedSchedules, shape_class, tuning_key
 
@@ -335,7 +335,7 @@ def _concretized(stmt: Assignment, formats: dict[str, Format],
     """The concrete program of ``stmt`` for the kernel ``key`` under ``plan``."""
     program = concretize(stmt, formats, index_dtypes, key.value_dtype, out_format,
                          key.out_index_dtype, plan.orders, plan.precomputes,
-                         cpu=key.backend != "cuda")
+                         cpu=key.backend != "cuda", relayouts=plan.relayouts)
     if key.backend != "cuda" and plan.position_split is None and not plan.partials:
         # the GPU runtime assembles sparse outputs only by appending
         program = share_pattern(program)
@@ -1510,7 +1510,11 @@ def _remember(signature: tuple, compiled: CompiledProgram, stmt: Assignment,
         if compiled.program.pattern not in position:
             return None              # the pattern's operand converted: the general path
         pattern = position[compiled.program.pattern]
-        reduced = tuple(where[index][0] for index in compiled.program.nests[-1].reduced)
+        # the program may have been compiled for a statement that names its indices otherwise
+        # (the cache shares one among statements equal up to index names): speak in this one's
+        mine = dict(zip(compiled.names, index_order(stmt))) if compiled.names else {}
+        reduced = tuple(where[mine.get(index, index)][0]
+                        for index in compiled.program.nests[-1].reduced)
     handles = tuple(name for role, name, _ in compiled.arguments.steps if role == OUT_HANDLE)
     recipe = _recipe(compiled, names, kinds, handles, aliases)
     if recipe is None:
@@ -2982,6 +2986,14 @@ class Kernel:
         names, mine = self._default.names, index_order(self.statement)
         if names and len(names) == len(mine) and names != mine:
             applied = applied.renamed(dict(zip(names, mine)))
+        if self._gemm_route is None and (self._gemm is not None or self._stack is not None) \
+                and not applied.find(Gemm):
+            # large calls go to BLAS or the generated GEMM: said where a given gemm command
+            # would print (after the loop order and layouts), so that the text is a fixpoint
+            commands = list(applied)
+            at = next((k for k, c in enumerate(commands)
+                       if not isinstance(c, (Reorder, Relayout, Precompute))), len(commands))
+            applied = Schedule((*commands[:at], Gemm(GemmRoute.AUTO), *commands[at:]))
         return applied
 
     def source(self, lang: str = "ir") -> str:

@@ -629,3 +629,14 @@ def test_a_scalar_operand_beside_a_strided_one_stays_a_scalar():
         np.testing.assert_array_equal(kernel(A=A, B=B, D=D), A / B + D[:, None, :])
     np.testing.assert_array_equal(ta.einsum(",i->i", np.array(2.0), np.arange(8.0)[::2]),
                                   2.0 * np.arange(8.0)[::2])
+
+
+def test_pattern_replay_of_a_kernel_first_compiled_under_other_index_names():
+    # ``ij,k->ij`` and ``dc,b->dc`` share one kernel (equal up to index names); the second
+    # call's replay reads the summed index of the program in its own names
+    a = sp.random_array((50, 40), density=0.1, format="csr", random_state=0)
+    x = np.arange(8.0)
+    np.testing.assert_allclose(ta.einsum("ij,k->ij", a, x).toarray(), a.toarray() * x.sum())
+    for _ in range(2):
+        np.testing.assert_allclose(ta.einsum("dc,b->dc", a, x).toarray(),
+                                   a.toarray() * x.sum())

@@ -58,7 +58,7 @@ from tensoralg.notation.ast import (
     free_indices,
 )
 from tensoralg.notation.canonical import canonical_text
-from tensoralg.schedule import Precompute
+from tensoralg.schedule import Precompute, Relayout
 
 MAX_PERMUTED_INDICES = 8
 # What a line of the output written with a stride in the innermost loop costs, against a line
@@ -86,6 +86,19 @@ class _Builder:
     # the named indices it holds in that order.
     orders: tuple[tuple[str, ...], ...] = ()
     cpu: bool = True          # for a CPU backend: all-dense nests take dense_order's loops
+    # presum's temporaries -> the indices summed first into each: the compiler's choice, so
+    # their nests follow only the reorders that name one of those indices
+    summed_first: dict[str, frozenset[str]] = field(default_factory=dict)
+    # A schedule's relayout commands: operand -> the indices its copy's levels run over
+    relayouts: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def summed_temporary(self, indices: tuple[str, ...], expr: Expr,
+                         reduced: tuple[str, ...]) -> Access:
+        """:meth:`temporary` for ``presum``: ``reduced`` is summed into it first."""
+        access = self.temporary(indices, expr, reduced)
+        self.summed_first[access.tensor] = \
+            self.summed_first.get(access.tensor, frozenset()) | frozenset(reduced)
+        return access
 
     def temporary(self, indices: tuple[str, ...], expr: Expr, reduced: tuple[str, ...],
                   name: str | None = None) -> Access:
@@ -107,11 +120,23 @@ class _Builder:
         return access
 
 
+def _orders_for(out: Access, builder: _Builder) -> tuple[tuple[str, ...], ...]:
+    """The reorders the nest computing ``out`` follows: all of them, except in the nest of a
+    temporary that presum made, which follows those that name an index summed into it (a
+    statement's printed schedule names its output nest's order, and the temporary's loops
+    are then chosen as they were without it)."""
+    first = builder.summed_first.get(out.tensor)
+    if first is None:
+        return builder.orders
+    return tuple(order for order in builder.orders if first & set(order))
+
+
 def concretize(stmt: Assignment, formats: dict[str, Format], index_dtypes: dict[str, np.dtype],
                value_dtype: np.dtype, out_format: Format | None,
                out_index_dtype: np.dtype = np.dtype(np.int64),
                orders: tuple[tuple[str, ...], ...] = (),
-               precomputes: tuple[Precompute, ...] = (), cpu: bool = True) -> Program:
+               precomputes: tuple[Precompute, ...] = (), cpu: bool = True,
+               relayouts: tuple[Relayout, ...] = ()) -> Program:
     """Turn ``stmt`` (operands in ``formats``) into a ``Program`` of loop nests.
 
     ``out_format`` None means: infer the output format (DESIGN.md, "out_format"). ``orders``
@@ -121,7 +146,8 @@ def concretize(stmt: Assignment, formats: dict[str, Format], index_dtypes: dict[
     place loops on the grid their own way).
     """
     builder = _Builder(dict(formats), dict(index_dtypes), preferred=stmt.lhs.indices,
-                       orders=orders, cpu=cpu)
+                       orders=orders, cpu=cpu,
+                       relayouts={command.tensor: command.indices for command in relayouts})
     out = stmt.lhs
 
     def precomputed(indices: tuple[str, ...], node: Expr, name: str) -> Access:
@@ -395,12 +421,12 @@ def presum(body: Expr, reduced: tuple[str, ...], builder: _Builder,
             # once per value of the others' indices (bc,ba->a over two CSC matrices visited
             # 200 x 2000 column pairs: 3.6 ms, against ~10 us summed first).
             if others - set(leaf.indices) and len(kept) <= 1:
-                summed[leaf] = builder.temporary(kept, leaf, alone)
+                summed[leaf] = builder.summed_temporary(kept, leaf, alone)
                 gone.update(alone)
             continue
         last = leaf.indices[fmt.order[-1]]
         if others - set(leaf.indices) or last in out_indices and last != out_indices[-1]:
-            summed[leaf] = builder.temporary(kept, leaf, alone)
+            summed[leaf] = builder.summed_temporary(kept, leaf, alone)
             gone.update(alone)
     if not summed:
         return body, reduced
@@ -813,7 +839,18 @@ def strided_dense(order: tuple[str, ...], body: Expr, builder: _Builder) -> list
 
 def _nest(out: Access, body: Expr, reduced: tuple[str, ...], out_format: Format,
           builder: _Builder) -> LoopNest:
+    every = builder.orders
+    builder.orders = _orders_for(out, builder)
+    try:
+        return _one_nest(out, body, reduced, out_format, builder)
+    finally:
+        builder.orders = every
+
+
+def _one_nest(out: Access, body: Expr, reduced: tuple[str, ...], out_format: Format,
+              builder: _Builder) -> LoopNest:
     builder.conversions = {}
+    body = _relaid(body, builder)
     if builder.cpu and _all_dense(out_format, body, builder):
         return _dense_nest(out, body, reduced, out_format, builder)
     order, mode = choose_loop_order(out, body, reduced, out_format, builder)
@@ -821,6 +858,19 @@ def _nest(out: Access, body: Expr, reduced: tuple[str, ...], out_format: Format,
     body = _transposed(body, order, [] if builder.orders else strided_dense(order, body, builder),
                        builder)
     return LoopNest(out, body, order, mode)  # type: ignore[arg-type]  # None: see _reorder_output
+
+
+def _relaid(body: Expr, builder: _Builder) -> Expr:
+    """``body`` reading the operands a schedule's relayout commands name from copies whose
+    levels run over the indices named, in that order (``_convert``)."""
+    if not builder.relayouts:
+        return body
+    for access in dict.fromkeys(accesses(body)):
+        wanted = builder.relayouts.get(access.tensor)
+        if wanted is not None and sorted(access.indices) == sorted(wanted):
+            _convert(access, wanted, builder,
+                     f"and the schedule asks for relayout({access.tensor}, {', '.join(wanted)})")
+    return _rename_accesses(body, builder.conversions) if builder.conversions else body
 
 
 def _transposed(body: Expr, order: tuple[str, ...], strided: list[Access], builder: _Builder

@@ -240,10 +240,14 @@ def gemm_route(schedule: Schedule | None) -> GemmRoute | None:
 
     >>> gemm_route(None) is None, gemm_route(Schedule().jam(4))
     (True, <GemmRoute.LOOPS: 'loops'>)
+    >>> gemm_route(Schedule().jam(4).gemm("auto")) is None    # as without a schedule
+    True
     """
     if schedule is None:
         return None
     command = schedule.last(Gemm)
+    if command is not None and command.route is GemmRoute.AUTO:
+        return None
     return command.route if command is not None else GemmRoute.LOOPS
 
 

@@ -654,6 +654,9 @@ class Lowerer:
         """``loop`` with the unroll and vectorize hints a schedule gives ``index``, or the
         compiler's own for a fibre's loop (``scheduling.fibre_vector_hint``)."""
         if index in self.plan.adaptive:
+            chosen = row_choice(self.program, self.plan)
+            if chosen is not None and chosen[1] == index:
+                return loop     # another nest's loop over ``index`` runs the CSR row
             raise CompileError(f"vectorize({index}, {self.plan.vectorize[index]}, "
                                f"tail=adaptive): the loop over {index} does not run over a "
                                f"CSR row (the compressed second level of a matrix whose first "

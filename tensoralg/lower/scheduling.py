@@ -29,6 +29,7 @@ from tensoralg.schedule import (
     Pos,
     Precompute,
     Reduction,
+    Relayout,
     Reorder,
     Schedule,
     Serial,
@@ -90,6 +91,7 @@ class LoopPlan:
     # The reorder commands as given (split loops named), checked against the loops lowering
     # makes: only a split's outer loop moves; its inner loop stays where the index's loop runs.
     reorders: tuple[Reorder, ...] = ()
+    relayouts: tuple[Relayout, ...] = ()              # operands read from converted copies
 
     @property
     def parallel_index(self) -> str | None:
@@ -200,7 +202,8 @@ def loop_plan(schedule: Schedule | None, backend: str = "llvm") -> LoopPlan:
                     lifted_by={index: _lifting(schedule, [index]) for index in lifts},
                     reorders=tuple(c for c in schedule if isinstance(c, Reorder) and
                                    any(s.outer in c.indices or s.inner in c.indices
-                                       for s in splits.values())))
+                                       for s in splits.values())),
+                    relayouts=tuple({c.tensor: c for c in schedule.find(Relayout)}.values()))
 
 
 def _split_orders(reorders: tuple[Reorder, ...], splits: dict[str, Split]
@@ -496,9 +499,15 @@ def applied_schedule(program: Program, function: Function, plan: LoopPlan,
     # A hint survives only on loops no pattern pass rebuilt (a register tile makes new loops).
     hinted = any(isinstance(s, For) and (s.unroll or s.vectorize) for s in walk(function.body))
     kept = (Fuse, Pos, Split, Unroll, Vectorize, Gemm) if hinted else (Fuse, Pos, Split, Gemm)
-    # The nest with the most loops names them all (an added vector b(i) gets a nest of its own).
-    main = max(reversed(program.nests), key=lambda nest: len(nest.loop_order))
+    # The nest with the most loops names them all (an added vector b(i) gets a nest of its own),
+    # among those writing the output: a temporary presum made chooses its loops again.
+    writers = [nest for nest in program.nests if nest.output.tensor == program.output.name] \
+        or list(program.nests)
+    main = max(reversed(writers), key=lambda nest: len(nest.loop_order))
     schedule = Schedule().reorder(*main.loop_order) if main.loop_order else Schedule()
+    for alias, source in program.conversions:    # operands the kernel reads converted
+        info = program.tensor(alias)
+        schedule = schedule.relayout(source, *[info.dims[m] for m in info.format.order])
     for command in (*given.find(Precompute), *_chosen_workspaces(program, given)):
         schedule = schedule.then(command)
     for command in given:

@@ -17,6 +17,7 @@ from .commands import (
     Pos,
     Precompute,
     Reduction,
+    Relayout,
     Reorder,
     Serial,
     Split,
@@ -31,7 +32,7 @@ from .commands import (
 )
 from .schedule import Schedule, as_schedule, check, parse_schedule, statement_indices
 
-__all__ = ["Command", "Fuse", "Gemm", "GemmRoute", "Jam", "Parallelize", "Pos", "Precompute", "Reduction", "Reorder",
+__all__ = ["Command", "Fuse", "Gemm", "GemmRoute", "Jam", "Parallelize", "Pos", "Precompute", "Reduction", "Relayout", "Reorder",
            "Schedule", "Serial", "Split", "Tail", "Tile", "TransposeTiles", "Unit", "Unroll",
            "VectorTail", "Vectorize", "Workspaces", "as_schedule", "check", "parse_schedule",
            "statement_indices"]

@@ -9,7 +9,8 @@ the command line and the kernel cache's key.
 
 Commands fall into three groups:
 
-- loop structure: ``Reorder``, ``Split``, ``Fuse``, ``Pos``;
+- loop structure: ``Reorder``, ``Split``, ``Fuse``, ``Pos``, and ``Relayout`` (the storage
+  order an operand is read in);
 - parallelism: ``Parallelize`` (CPU threads, or GPU blocks/warps/threads), ``Serial``;
 - code shape: ``Unroll``, ``Vectorize``, ``Precompute``, and the compiler's register tiles,
   row jamming, row workspaces and transpose tiles (``Tile``, ``Jam``, ``Workspaces``,
@@ -73,6 +74,9 @@ class GemmRoute(enum.Enum):
     BLAS = "blas"              # the BLAS gemm SciPy links (OpenBLAS), on its own threads
     GENERATED = "generated"    # tensoralg's register-tiled GEMM (codegen/gemm.py)
     LOOPS = "loops"            # the statement's own loop nest, as lowering builds it
+    # BLAS or the generated GEMM for calls large enough to pay, the loop nest for the others:
+    # the compiler's own choice, which a schedule without a gemm command does not make
+    AUTO = "auto"
 
 
 def _index(name: str, what: str) -> str:
@@ -395,7 +399,9 @@ class TransposeTiles:
 
 @dataclass(frozen=True, slots=True)
 class Gemm:
-    """Run a dense matrix product on ``route``: BLAS, the generated GEMM, or the loop nest."""
+    """Run a dense matrix product on ``route``: BLAS, the generated GEMM, the loop nest, or as
+    the compiler chooses per call (``auto``, what ``kernel.schedule`` prints for a kernel
+    compiled without a gemm command)."""
 
     route: GemmRoute
 
@@ -404,6 +410,37 @@ class Gemm:
 
     def __str__(self) -> str:
         return f"gemm({self.route.value})"
+
+
+@dataclass(frozen=True, slots=True)
+class Relayout:
+    """Read operand ``tensor`` from a copy whose levels run over ``indices`` in this order
+    (the same level kinds; the runtime converts it before each call). The compiler does this
+    on its own where no loop order iterates every operand in its storage order, or where its
+    loops would re-read a dense operand with a stride; ``kernel.schedule`` prints it, so a
+    printed schedule builds the same kernel.
+
+    >>> print(Relayout("C", ("a", "d", "c")))
+    relayout(C, a, d, c)
+    """
+
+    tensor: str
+    indices: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        _index(self.tensor, "relayout (tensor)")
+        indices = (self.indices,) if isinstance(self.indices, str) else tuple(self.indices)
+        if not indices:
+            raise NotationError(f"relayout({self.tensor}): name the indices of {self.tensor} "
+                                f"in the order its levels should run")
+        for name in indices:
+            _index(name, "relayout")
+        if len(set(indices)) != len(indices):
+            raise NotationError(f"relayout names an index twice: {', '.join(indices)}")
+        object.__setattr__(self, "indices", indices)
+
+    def __str__(self) -> str:
+        return f"relayout({self.tensor}, {', '.join(self.indices)})"
 
 
 def _enum(kind: type[enum.Enum], value: object, what: str):
@@ -417,9 +454,9 @@ def _enum(kind: type[enum.Enum], value: object, what: str):
 
 
 Command = (Reorder | Split | Fuse | Pos | Parallelize | Serial | Precompute | Unroll | Vectorize
-           | Tile | Jam | Workspaces | TransposeTiles | Gemm)
+           | Tile | Jam | Workspaces | TransposeTiles | Gemm | Relayout)
 
-__all__ = ["Command", "Fuse", "Gemm", "GemmRoute", "Jam", "Parallelize", "Pos", "Precompute", "Reduction", "Reorder",
+__all__ = ["Command", "Fuse", "Gemm", "GemmRoute", "Jam", "Parallelize", "Pos", "Precompute", "Reduction", "Relayout", "Reorder",
            "Serial", "Split", "Tail", "Tile", "TransposeTiles", "Unit", "Unroll", "VectorTail",
            "Vectorize",
            "Workspaces", "renamed", "subexpression", "without_sums"]

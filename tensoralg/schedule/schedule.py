@@ -25,6 +25,7 @@ from .commands import (
     Parallelize,
     Pos,
     Precompute,
+    Relayout,
     Reorder,
     Serial,
     Split,
@@ -136,6 +137,10 @@ class Schedule:
         """Run a dense matrix product on ``route``: ``"blas"``, ``"generated"`` (tensoralg's
         register-tiled GEMM) or ``"loops"`` (the statement's loop nest)."""
         return self.then(Gemm(route))  # type: ignore[arg-type]
+
+    def relayout(self, tensor: str, *indices: str) -> "Schedule":
+        """Read ``tensor`` from a copy whose levels run over ``indices`` in this order."""
+        return self.then(Relayout(tensor, tuple(indices)))
 
     def find(self, kind: type) -> list[Any]:
         """The commands of one kind, in order."""
@@ -281,6 +286,7 @@ _BUILDERS: dict[str, tuple[int, int, Builder]] = {   # name: (least, most positi
     "workspaces": (1, 1, lambda a, o, t: Workspaces(_flag(*a[0], t))),
     "transpose_tiles": (1, 1, lambda a, o, t: TransposeTiles(_int(*a[0], t))),
     "gemm": (1, 1, lambda a, o, t: Gemm(a[0][0])),
+    "relayout": (2, 65, lambda a, o, t: Relayout(a[0][0], tuple(x for x, _ in a[1:]))),
 }
 _OPTIONS = {"split": {"tail"}, "vectorize": {"tail"}, "jam": {"tiles"},
             "parallelize": {"unit", "reduction", "threads"},
@@ -408,6 +414,21 @@ def check(schedule: Schedule, stmt: Assignment) -> None:
                 known.append(position)
             case Parallelize(index) | Unroll(index) | Vectorize(index):
                 need(command, index)
+            case Relayout(tensor, indices):
+                _check_relayout(command, stmt)
+
+
+def _check_relayout(command: Relayout, stmt: Assignment) -> None:
+    """A relayout names a tensor the statement reads, through accesses with distinct indices,
+    and exactly those indices."""
+    read = [a for a in accesses(stmt.rhs) if a.tensor == command.tensor]
+    if not read:
+        raise NotationError(f"{command}: the statement {stmt} reads no tensor {command.tensor}")
+    for access in read:
+        if len(set(access.indices)) != len(access.indices) or \
+                sorted(access.indices) != sorted(command.indices):
+            raise NotationError(f"{command}: the statement reads {access}; name each of its "
+                                f"indices once, in the order its levels should run")
 
 
 def _introduce(command: Command, names: tuple[str, ...], known: list[str],
