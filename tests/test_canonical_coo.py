@@ -8,7 +8,7 @@ import pytest
 import scipy.sparse as sp
 
 import tensoralg as ta
-from tensoralg.api import _bind_scipy_coo, _sorted_coo, kernel_cache
+from tensoralg.api import _bind_coo, _sorted_coo, kernel_cache
 
 RNG = np.random.default_rng(20261206)
 
@@ -118,7 +118,7 @@ def test_coo_with_all_zero_rows_int64_coordinates_and_sorted_entries():
 
 def test_coo_on_the_general_path_binds_sorted_and_unique():
     a = _coo((30, 20), 200)
-    tensor = _bind_scipy_coo(a)
+    tensor = _bind_coo(a)
     assert tensor.format.spec == ta.Tensor.from_scipy(a).format.spec
     np.testing.assert_allclose(tensor.to_numpy(), a.toarray())
     rows, cols = tensor.levels[0].crd, tensor.levels[1].crd
@@ -141,3 +141,33 @@ def test_bool_coo_keeps_the_general_path():
     a = sp.coo_array((np.array([True, True]), ([1, 0], [1, 1])), shape=(2, 2))
     assert _sorted_coo((a,)) is None
     np.testing.assert_allclose(ta.einsum("ij,j->i", a, np.ones(2)), a.toarray() @ np.ones(2))
+
+
+@pytest.mark.parametrize("subscripts", ["abc,c->ab", "abc,a->", "abc,a->cb", "abc->b"])
+def test_pydata_coo_of_rank_three_through_the_sorter(subscripts):
+    sparse = pytest.importorskip("sparse")
+    rng = np.random.default_rng(5)
+    coords = np.stack([rng.integers(0, n, size=200) for n in (6, 7, 8)])
+    values = rng.standard_normal(200)
+    # unsorted and with repeated coordinates, as a caller may build it
+    a = sparse.COO(coords, values, shape=(6, 7, 8), has_duplicates=True, sorted=False)
+    tensor = _bind_coo(a)
+    assert tensor.format.spec == "uqq"
+    np.testing.assert_allclose(tensor.to_numpy(), a.todense())
+    terms = subscripts.split("->")[0].split(",")
+    others = [rng.standard_normal([{"a": 6, "b": 7, "c": 8}[c] for c in t]) for t in terms[1:]]
+    got = ta.einsum(subscripts, a, *others)
+    got = got.todense() if hasattr(got, "todense") else np.asarray(got)
+    np.testing.assert_allclose(got, np.einsum(subscripts, a.todense(), *others), atol=1e-12)
+
+
+def test_pydata_coo_of_rank_one_and_a_nonzero_fill_value():
+    sparse = pytest.importorskip("sparse")
+    v = sparse.COO(np.array([[4, 1, 4]]), np.array([1.0, 2.0, 3.0]), shape=(6,),
+                   has_duplicates=True, sorted=False)
+    assert _bind_coo(v).format.spec == "s"
+    np.testing.assert_allclose(np.asarray(ta.einsum("a,a->", v, np.ones(6)).todense()), 6.0)
+    filled = sparse.COO(np.array([[0]]), np.array([1.0]), shape=(2,), fill_value=1.0)
+    assert _bind_coo(filled) is None
+    with pytest.raises(ta.TensorAlgebraError, match="fill value"):
+        ta.einsum("a->", filled)
