@@ -681,7 +681,7 @@ def einsum(*operands: Any, out_format: Any = None, formats: Any = None,
             result = fast(operands[1:])
             if result is not None:
                 return result
-        uniform = _uniform(operands[1:]) or _sorted_coo(operands[1:])
+        uniform = _uniform(operands[1:]) or _csr_operands(operands[1:])
         if uniform is not None:
             return einsum(operands[0], *uniform, backend=backend, schedule=schedule,
                           optimize=optimize)
@@ -1222,35 +1222,48 @@ def _uniform(operands: tuple, dtype: np.dtype | None = None) -> tuple | None:
                  for op in operands)
 
 
-def _sorted_coo(operands: tuple) -> tuple | None:
+def _csr_operands(operands: tuple) -> tuple | None:
     """``operands`` with each 2-D scipy COO array or matrix as a canonical CSR one of the same
-    family (``runtime/canonical.py``: compiled counting sorts, duplicates summed), or None
-    where there is none. A COO operand otherwise takes the general path on every call
-    (sorted, then bound as a COO tensor: 6 ms for 1e5 entries before the compiled sort,
-    measured); as CSR the call replays the CSR kernel (~0.8 ms for the same matrix, most of
-    it the sort; ~0.2 ms when its entries are in order already). A result that is sparse
-    comes back as CSR, as it did from COO operands before. A malformed COO is left as it is,
-    for the general path to name.
+    family (``runtime/canonical.py``: compiled counting sorts, duplicates summed), and each
+    DIA, BSR, LIL or DOK one as scipy's ``tocsr`` makes it (what the general path binds them
+    as), or None where there is none. Such an operand otherwise takes the general path on
+    every call (a COO: sorted, then bound as a COO tensor, 6 ms for 1e5 entries before the
+    compiled sort, measured); as CSR the call replays the CSR kernel (~0.8 ms for the same
+    COO, most of it the sort; ~0.2 ms when its entries are in order already). A result that
+    is sparse comes back as CSR, as it did before. A malformed COO is left as it is, for the
+    general path to name.
 
     >>> import scipy.sparse as sp
     >>> m = sp.coo_array(([1.0, 2.0, 4.0], ([1, 0, 1], [0, 1, 0])), shape=(2, 2))
-    >>> s = _sorted_coo((m, np.ones(2)))[0]
+    >>> s = _csr_operands((m, np.ones(2)))[0]
     >>> s.format, s.toarray().tolist(), s.has_canonical_format
     ('csr', [[0.0, 2.0], [5.0, 0.0]], True)
     """
     found = None
     for k, operand in enumerate(operands):
-        done = _sorted_scipy_coo(operand, rows=False)
-        if done is None:
+        kind = getattr(type(operand), "_format", None)
+        if kind not in _TO_CSR or not type(operand).__module__.startswith("scipy.sparse") or \
+                operand.ndim != 2:
             continue
         import scipy.sparse as sp  # loaded already: the operand is one of its classes
 
-        family = sp.csr_matrix if isinstance(operand, sp.spmatrix) else sp.csr_array
-        csr = family((done.vals, done.crd[1], done.pos), shape=operand.shape, copy=False)
-        csr.has_canonical_format = True
+        if kind != "coo":
+            if operand.dtype not in VALUE_DTYPES:
+                continue
+            csr = operand.tocsr()
+        else:
+            done = _sorted_scipy_coo(operand, rows=False)
+            if done is None:
+                continue
+            family = sp.csr_matrix if isinstance(operand, sp.spmatrix) else sp.csr_array
+            csr = family((done.vals, done.crd[1], done.pos), shape=operand.shape, copy=False)
+            csr.has_canonical_format = True
         found = list(operands) if found is None else found
         found[k] = csr
     return None if found is None else tuple(found)
+
+
+_TO_CSR = frozenset({"coo", "dia", "bsr", "lil", "dok"})
 
 
 def _with_values(matrix: Any, data: np.ndarray) -> Any:

@@ -8,7 +8,7 @@ import pytest
 import scipy.sparse as sp
 
 import tensoralg as ta
-from tensoralg.api import _bind_coo, _sorted_coo, kernel_cache
+from tensoralg.api import _bind_coo, _csr_operands, kernel_cache
 
 RNG = np.random.default_rng(20261206)
 
@@ -132,14 +132,14 @@ def test_coo_on_the_general_path_binds_sorted_and_unique():
 def test_malformed_coo_still_gets_the_general_paths_error():
     a = sp.coo_array((np.ones(2), (np.array([0, 1]), np.array([0, 1]))), shape=(2, 2))
     a.row[1] = 7                                       # corrupted after construction
-    assert _sorted_coo((a,)) is None                   # left for the general path to name
+    assert _csr_operands((a,)) is None                   # left for the general path to name
     with pytest.raises(ta.TensorAlgebraError, match="outside its shape"):
         ta.einsum("ij,j->i", a, np.ones(2))
 
 
 def test_bool_coo_keeps_the_general_path():
     a = sp.coo_array((np.array([True, True]), ([1, 0], [1, 1])), shape=(2, 2))
-    assert _sorted_coo((a,)) is None
+    assert _csr_operands((a,)) is None
     np.testing.assert_allclose(ta.einsum("ij,j->i", a, np.ones(2)), a.toarray() @ np.ones(2))
 
 
@@ -171,3 +171,15 @@ def test_pydata_coo_of_rank_one_and_a_nonzero_fill_value():
     assert _bind_coo(filled) is None
     with pytest.raises(ta.TensorAlgebraError, match="fill value"):
         ta.einsum("a->", filled)
+
+
+@pytest.mark.parametrize("kind", ["dia", "bsr", "lil", "dok"])
+def test_other_scipy_formats_replay_as_csr(kind):
+    a = sp.random_array((30, 20), density=0.2, format="csr", random_state=4).asformat(kind)
+    x = RNG.standard_normal(20)
+    assert _csr_operands((a, x))[0].format == "csr"
+    for _ in range(2):
+        np.testing.assert_allclose(ta.einsum("ij,j->i", a, x), a.toarray() @ x)
+    product = ta.einsum("ij,kj->ik", a, a)
+    np.testing.assert_allclose(product.toarray() if sp.issparse(product) else product,
+                               a.toarray() @ a.toarray().T)
