@@ -1258,6 +1258,7 @@ def _csr_operands(operands: tuple) -> tuple | None:
             family = sp.csr_matrix if isinstance(operand, sp.spmatrix) else sp.csr_array
             csr = family((done.vals, done.crd[1], done.pos), shape=operand.shape, copy=False)
             csr.has_canonical_format = True
+            kernel_cache().validator.trust(csr.indptr, csr.indices, operand.shape[1])
         found = list(operands) if found is None else found
         found[k] = csr
     return None if found is None else tuple(found)

@@ -156,6 +156,15 @@ class StorageValidator:
             self._remember(pos, crd, facts)
         return result
 
+    def trust(self, pos: np.ndarray, crd: np.ndarray, dim: int) -> None:
+        """Take one compressed level that the runtime built itself (``runtime/canonical.py``)
+        as valid while these arrays live, without a check: the next call that binds them
+        skips its pass over them."""
+        if pos.dtype in _INDEX and crd.dtype == pos.dtype and pos.flags.c_contiguous and \
+                crd.flags.c_contiguous:
+            self._remember(pos, crd, (address_of(pos), address_of(crd), pos.shape[0],
+                                      crd.shape[0], dim, False))
+
     def _remember(self, pos: np.ndarray, crd: np.ndarray, facts: tuple) -> None:
         """Skip re-checking these very arrays while both live (ids are dropped with them)."""
         key = (id(pos), id(crd))
