@@ -144,6 +144,7 @@ from tensoralg.runtime.args import (
 from tensoralg.runtime.blas import blas_contraction, blas_product, blas_supports
 from tensoralg.runtime.bound import BoundCall, dense_output, overwrites_output
 from tensoralg.runtime.canonical import CoordinateSorter
+from tensoralg.runtime.canonical import converted as sorted_conversion
 from tensoralg.runtime.compress import RowCompressor
 from tensoralg.runtime.conv import DirectConv
 from tensoralg.runtime.count import RANGE_SLOTS as COUNTER_RANGE_SLOTS
@@ -2385,9 +2386,13 @@ def _compiled(stmt: Assignment, canonical: str, bound: Mapping[str, Tensor],
 
 
 def _converted(tensor: Tensor, fmt: Format) -> Tensor:
-    """``tensor`` in ``fmt``: a dense one transposed by ``relaid``, any other by
-    ``Tensor.convert``."""
+    """``tensor`` in ``fmt``: a dense one transposed by ``relaid``, a sparse one into a sparse
+    format through the compiled coordinate sorter, any other by ``Tensor.convert``."""
     if not (tensor.format.is_dense and tensor.format.is_identity_order and fmt.is_dense):
+        if fmt != tensor.format:
+            done = sorted_conversion(tensor, fmt, kernel_cache().coordinates)
+            if done is not None:
+                return done
         return tensor.convert(fmt)
     values = relaid(tensor.to_numpy(), tuple(fmt.order)).reshape(-1)
     return Tensor(tensor.shape, fmt, _DENSE_LEVELS[:fmt.rank], values, check=False)

@@ -183,3 +183,39 @@ def test_other_scipy_formats_replay_as_csr(kind):
     product = ta.einsum("ij,kj->ik", a, a)
     np.testing.assert_allclose(product.toarray() if sp.issparse(product) else product,
                                a.toarray() @ a.toarray().T)
+
+
+@pytest.mark.parametrize("source, target", [
+    ("csc", "csr"), ("csr", "csc"), ("coo", "csr"), ("csr", "coo"), ("dcsr", "csc"),
+    (("sss", (2, 0, 1)), "sss"), ("sss", ("sss", (1, 2, 0))), (("uqq", (1, 0, 2)), "csf"),
+    ("s", ("s", (0,)))])
+@pytest.mark.parametrize("index", [np.int32, np.int64])
+def test_runtime_conversion_through_the_sorter_matches_tensor_convert(source, target, index):
+    from tensoralg.runtime.canonical import converted
+
+    rng = np.random.default_rng(11)
+    fmt = ta.Format(*source) if isinstance(source, tuple) else \
+        ta.Format({"csc": "ds", "csr": "ds", "coo": "uq", "dcsr": "ss", "sss": "sss",
+                   "s": "s"}[source], order=(1, 0) if source == "csc" else None)
+    shape = (7, 5, 6)[:fmt.rank]
+    dense = rng.standard_normal(shape) * (rng.random(shape) < 0.3)
+    tensor = ta.Tensor.from_numpy(dense, fmt, index_dtype=index)
+    wanted = ta.Format(*target) if isinstance(target, tuple) else target
+    expected = tensor.convert(wanted)
+    got = converted(tensor, expected.format, _sorter())
+    assert got is not None and got.format == expected.format
+    assert got.index_dtype == tensor.index_dtype
+    for mine, theirs in zip(got.levels, expected.levels):
+        for a, b in ((mine.pos, theirs.pos), (mine.crd, theirs.crd)):
+            assert (a is None) == (b is None)
+            if a is not None:
+                assert a.tolist() == b.tolist()
+    np.testing.assert_array_equal(got.vals, expected.vals)
+
+
+def test_conversion_of_a_csc_operand_in_an_elementwise_product():
+    a = sp.random_array((300, 200), density=0.05, format="csr", random_state=0)
+    b = sp.random_array((300, 200), density=0.05, format="csc", random_state=1)
+    x = RNG.standard_normal(200)
+    np.testing.assert_allclose(ta.einsum("ab,ab,b->b", a, b, x),
+                               np.einsum("ab,ab,b->b", a.toarray(), b.toarray(), x))
