@@ -1945,7 +1945,7 @@ def _bind(operand: Any, fmt: Any, what: str) -> Tensor:
     if fmt is not None:
         wanted = resolve_format(fmt, tensor.ndim, what)
         if wanted != tensor.format:
-            tensor = tensor.convert(wanted)
+            tensor = _converted(tensor, wanted)
     return tensor
 
 
