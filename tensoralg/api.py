@@ -749,6 +749,12 @@ def einsum(*operands: Any, out_format: Any = None, formats: Any = None,
             path, steps = planned
             _log.info("%s: contracted in %d steps along %s (ta.einsum_path reports why)",
                       subscripts, len(steps), path)
+            if backend is None and casting == "safe" and order == "K" and \
+                    optimize == "auto" and plain and schedule is None and \
+                    isinstance(subscripts, str) and \
+                    all(type(op) is np.ndarray and op.flags.c_contiguous for op in operands):
+                _recent_replay(subscripts, _PlannedReplay(
+                    tuple((op.dtype, op.shape) for op in operands), steps))
             result = run_steps(
                 operands, steps,
                 lambda text, ops: _intermediate(einsum(text, *ops, backend=backend,
@@ -843,6 +849,29 @@ def einsum(*operands: Any, out_format: Any = None, formats: Any = None,
         elif recorded is None and compiled is not None:
             _remember(signature, compiled, stmt, named, operands, bound)
     return result if out_format is not None else _in_pydata_format(result, operands)
+
+
+@dataclass(frozen=True, slots=True)
+class _PlannedReplay:
+    """A plain call of three or more C-contiguous arrays contracted in several steps, made
+    again for arrays of the same dtypes and shapes (the plan is the shapes'): each step
+    through its own replay, without the general path's checks and planning before them
+    (``ij,jk,kl->il`` at 16 x 16: ~40 -> ~20 µs, ad hoc). None (the general path) for
+    anything else."""
+
+    kinds: tuple[tuple[np.dtype, tuple[int, ...]], ...]
+    steps: list
+
+    def __call__(self, operands: tuple) -> Any:
+        if len(operands) != len(self.kinds):
+            return None
+        for op, (dtype, shape) in zip(operands, self.kinds):
+            if type(op) is not np.ndarray or op.dtype != dtype or op.shape != shape or \
+                    not op.flags.c_contiguous:
+                return None
+        return run_steps(operands, self.steps,
+                         lambda text, ops: _intermediate(einsum(text, *ops, optimize=False)),
+                         lambda text, ops: einsum(text, *ops, optimize=False))
 
 
 def _grouped_call(subscripts: str, operands: tuple) -> Any:
