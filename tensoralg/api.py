@@ -224,7 +224,16 @@ from tensoralg.runtime.wrap import (
     release,
     sparse_result,
 )
-from tensoralg.schedule import Gemm, GemmRoute, Precompute, Relayout, Reorder, Schedule, as_schedule
+from tensoralg.schedule import (
+    Gemm,
+    GemmRoute,
+    Parallelize,
+    Precompute,
+    Relayout,
+    Reorder,
+    Schedule,
+    as_schedule,
+)
 from tensoralg.schedule import check as check_schedule
 from tensoralg.schedule.store import TunedSchedules, shape_class, tuning_key
 
@@ -434,9 +443,12 @@ class KernelCache:
         plan = loop_plan(schedule, key.backend)
         stored = self._lowered(key)
         if stored is not None:
-            return self._built(key, *stored, plan, schedule)
+            return self._built(key, *stored, _with_partials(stored[0], plan, schedule, key.backend),
+                               schedule)
         program = _concretized(stmt, formats, index_dtypes, out_format, key, plan)
-        return self._lower_and_build(key, program, plan, schedule, index_order(stmt))
+        return self._lower_and_build(key, program,
+                                     _with_partials(program, plan, schedule, key.backend),
+                                     schedule, index_order(stmt))
 
     def forget_replays(self) -> None:
         """Drop einsum's recorded calls (its dispatch tables), so that the next call of each
@@ -602,6 +614,42 @@ def _size_sources(program: Program) -> tuple[tuple[str, int, str], ...]:
                     known.add(index)
                     sources.append((access.tensor, mode, index))
     return tuple(sources)
+
+
+def _with_partials(program: Program, plan: LoopPlan, schedule: Schedule | None,
+                   backend: str) -> LoopPlan:
+    """``plan`` with the compiler's own thread split of an all-dense reduction whose outer
+    loop sums (``abc->bc``, ``cd,adbc->c``: the loops read the operands in storage order,
+    the outermost over an index the output lacks): ``parallelize(a, reduction=partials)``,
+    each thread range summing into its own copy of the output, the copies added after
+    (``_run_partials``). The runtime splits only where the work dwarfs those copies
+    (``PARTIAL_COPY_WORK``). Not under a schedule (which says so itself), on the GPU, or for
+    a program of several nests or with converted operands.
+
+    ``abc->bc`` on 64 x 256 x 256 float32 ran on one thread in 0.76 ms against NumPy's 0.57.
+    """
+    if schedule is not None or backend == "cuda" or plan.parallel is not None or \
+            plan.serial or len(program.nests) != 1 or program.conversions or \
+            program.pattern is not None or not program.output.format.is_dense:
+        return plan
+    nest = program.nests[0]
+    if not nest.loop_order or nest.loop_order[0] in nest.output.indices or \
+            not all(program.tensor(a.tensor).format.is_dense for a in accesses(nest.expr)):
+        return plan
+    return dataclasses.replace(plan, parallel=Parallelize(nest.loop_order[0],
+                                                          reduction="partials"))
+
+
+# A split into partial outputs pays where the call's work is at least this many times the
+# values of the copies it zeroes and adds (one per extra thread).
+PARTIAL_COPY_WORK = 8
+
+
+def _partial_parts(parts: int, work: int, shape: tuple[int, ...]) -> int:
+    """How many ranges a reduction into partial outputs (``reduction=partials``) of ``shape``
+    takes of the ``parts`` its work asks for: one per thread at most, and no more than its
+    work pays copies for (``PARTIAL_COPY_WORK``)."""
+    return max(1, min(parts, 1 + work // (max(1, math.prod(shape)) * PARTIAL_COPY_WORK)))
 
 
 def _counted_by(key: KernelKey, program: Program, plan: LoopPlan) -> tuple[str, str] | None:
@@ -1704,6 +1752,34 @@ def _pattern_output(entry: _Dispatch) -> PatternOutput:
     return PatternOutput(entry.pattern, entry.reduced, functools.partial(_finish_pattern, entry))
 
 
+def _replayed_partials(entry: _Dispatch) -> Any:
+    """A replayed call of a reduction into partial outputs (``reduction=partials``) with work
+    enough for threads: split as ``_thread_ranges`` would split it (evenly, no more ranges
+    than threads, none its copies do not pay for), or run whole."""
+    compiled = entry.compiled
+    plan = compiled.arguments
+    begin, end = plan.range_slots   # type: ignore[misc]
+    slot = next(k for k, step in enumerate(plan.steps) if step[0] == OUT_DENSE)
+    itemsize = compiled.key.value_dtype.itemsize
+
+    def split(operands: tuple, args: list) -> int:
+        shape = tuple(operands[k].shape[mode] for k, mode in entry.out_dims)
+        size = args[end] - args[begin]
+        threads = kernel_cache().threads
+        work = entry._work(operands, shape)
+        parts = _partial_parts(min(threads.parts(work, native_pool_supported()), size),
+                               work, shape)
+        if parts <= 1:
+            return compiled.kernel(*args)
+        count = max(1, math.prod(shape))
+        output = np.frombuffer((ctypes.c_char * (count * itemsize)).from_address(args[slot]),
+                               dtype=compiled.key.value_dtype)
+        return _run_partials(compiled, args, range_bounds(size, parts, None, 1) + args[begin],
+                             output)
+
+    return split
+
+
 def _finish_pattern(entry: _Dispatch, values: np.ndarray, source: Any,
                     shape: tuple[int, ...]) -> Any:
     """The result of a replayed call that wrote ``values`` at the positions of ``source``, the
@@ -1747,8 +1823,10 @@ def _replayed_split(entry: _Dispatch) -> Any:
     a split SpMM the general path's ~30-50 µs of binding and planning per call."""
     compiled = entry.compiled
     plan = compiled.arguments
-    if compiled.plan.partials or plan.range_slots is None:
+    if plan.range_slots is None:
         return None
+    if compiled.plan.partials:
+        return _replayed_partials(entry)
     names = entry.names
     rows = -1 if compiled.rows is None else names.index(compiled.rows[0])
     end_slot = plan.range_slots[1]
@@ -2710,7 +2788,7 @@ def _thread_ranges(compiled: CompiledProgram, tensors: Mapping[str, Tensor],
                 work += pattern_positions(tensors[program.pattern], levels)
         # A product whose rows are counted first fills them in place, like a dense output.
         counted = not dense and compiled.counted_by is not None
-        native = (dense or counted) and not compiled.plan.partials and native_pool_supported()
+        native = (dense or counted) and native_pool_supported()
         threads = kernel_cache().threads
         if threads.threads > 1 and work_by_row is not None and work_by_row.products:
             # A sparse product's work is its multiply-adds, which the operands' stored
@@ -2723,7 +2801,9 @@ def _thread_ranges(compiled: CompiledProgram, tensors: Mapping[str, Tensor],
         least = min_rows_per_thread(all(t.format.is_dense for t in tensors.values()), work,
                                     size)
         parts = min(threads.parts(work, native), size // least)
-        if native and parts > 1 and NativeSplit.supports(compiled.kernel.function):
+        if compiled.plan.partials:      # one zeroed copy of the output per extra range
+            parts = _partial_parts(parts, work, shape)
+        elif native and parts > 1 and NativeSplit.supports(compiled.kernel.function):
             parts = max(parts, min(parts * NATIVE_RANGES_PER_THREAD, size // least))
     if parts <= 1:
         return None
@@ -2754,7 +2834,7 @@ def _launch(compiled: CompiledProgram, args: list, buffers: OutputBuffers,
         if native is not None:
             return native(args, bounds)
         return max(threads.run(lambda part: function(*part), args, plan.range_slots, bounds))
-    return _run_partials(function, args, plan, bounds, buffers, threads)
+    return _run_partials(compiled, args, bounds, buffers.dense)
 
 
 def _elementwise(program: Program) -> bool:
@@ -2802,25 +2882,36 @@ def range_bounds(size: int, parts: int, weights: np.ndarray | None, step: int) -
     return bounds
 
 
-def _run_partials(function: Any, args: list, plan: ArgumentPlan, bounds: np.ndarray,
-                  buffers: OutputBuffers, threads: KernelThreads) -> int:
+def _run_partials(compiled: CompiledProgram, args: list, bounds: np.ndarray,
+                  output: np.ndarray | None) -> int:
     """Each range sums into its own zeroed copy of the dense output; the copies are added to
-    the first range's, which is the output itself (``reduction=partials``)."""
+    the first range's, which is the output itself (``reduction=partials``). The ranges run as
+    one call on the native pool where there is one (1-2 µs a range handed over), else on
+    Python threads (30-50 µs)."""
+    plan = compiled.arguments
     slot = next(k for k, step in enumerate(plan.steps) if step[0] == OUT_DENSE)
     begin, end = plan.range_slots   # type: ignore[misc]
-    output = buffers.dense
     assert output is not None
-    copies = [output] + [np.zeros_like(output) for _ in range(len(bounds) - 2)]
-    calls = []
-    for k, copy in enumerate(copies):
-        part = list(args)
-        part[begin], part[end], part[slot] = int(bounds[k]), int(bounds[k + 1]), \
-            copy.ctypes.data
-        calls.append(part)
-    statuses = threads.run_calls(lambda part: function(*part), calls)
+    parts = len(bounds) - 1
+    copies = [output] + [np.zeros_like(output) for _ in range(parts - 1)]
+    native = _native_ranges((compiled.key, parts, "partials"), compiled.kernel.function,
+                            plan.range_slots, parts, compiled.function.name,
+                            (begin, end, slot))
+    if native is not None:
+        status = native.run(args, [(int(bounds[k]), int(bounds[k + 1]), copy.ctypes.data)
+                                   for k, copy in enumerate(copies)])
+    else:
+        calls = []
+        for k, copy in enumerate(copies):
+            part = list(args)
+            part[begin], part[end], part[slot] = int(bounds[k]), int(bounds[k + 1]), \
+                copy.ctypes.data
+            calls.append(part)
+        function = compiled.kernel.function
+        status = max(kernel_cache().threads.run_calls(lambda part: function(*part), calls))
     for copy in copies[1:]:
         output += copy
-    return max(statuses)
+    return status
 
 
 def estimated_work(tensors: Mapping[str, Tensor], dense_shape: tuple[int, ...] | None) -> int:
@@ -3108,7 +3199,10 @@ class Kernel:
             program = _concretized(self.statement, self.formats,
                                    dict(zip(self.formats, key.index_dtypes)), key.out_format,
                                    key, compiled.plan)
-            self._own = _lowered_ir(program, compiled.function.name, compiled.plan,
+            plan = _with_partials(program, loop_plan(compiled.schedule, key.backend),
+                                  compiled.schedule, key.backend) \
+                if compiled.plan.partials and compiled.schedule is None else compiled.plan
+            self._own = _lowered_ir(program, compiled.function.name, plan,
                                     compiled.schedule, IRLog(echo=False), key.backend)[1]
         return self._own
 
