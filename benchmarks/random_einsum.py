@@ -96,6 +96,22 @@ def _geomean(values: list[float]) -> float:
     return math.exp(sum(map(math.log, values)) / len(values))
 
 
+def summary_lines(ratios: dict[str, list[float]]) -> list[str]:
+    """The rows of the summary table: per baseline, the geometric mean of ``ratios`` (its
+    time / tensoralg's), how many are at 0.9 or above and below 0.5, and the lowest."""
+    return [f"| {b} / tensoralg | {_geomean(values):.2f} | "
+            f"{sum(v >= 0.9 for v in values)} of {len(values)} | "
+            f"{sum(v < 0.5 for v in values)} | {min(values):.2f} |"
+            for b, values in ratios.items()]
+
+
+def ratio_cells(row: dict, present: list[str]) -> list[str]:
+    """``row``'s ratio to tensoralg for each baseline in ``present`` ("-" where it did not
+    run)."""
+    return [f"{row[f'{b}_us'] / row['tensoralg_us']:.2f}" if f"{b}_us" in row else "-"
+            for b in present]
+
+
 def render(rows: list[dict], machine: str, count: int, seed: int) -> str:
     present = [b for b in BASELINES if any(f"{b}_us" in r for r in rows)]
     ratios = {b: [r[f"{b}_us"] / r["tensoralg_us"] for r in rows if f"{b}_us" in r]
@@ -111,10 +127,7 @@ def render(rows: list[dict], machine: str, count: int, seed: int) -> str:
         "| baseline | geometric mean | at 0.9 or above | below 0.5 | lowest |",
         "|---|---:|---:|---:|---:|",
     ]
-    for b, values in ratios.items():
-        lines.append(f"| {b} / tensoralg | {_geomean(values):.2f} | "
-                     f"{sum(v >= 0.9 for v in values)} of {len(values)} | "
-                     f"{sum(v < 0.5 for v in values)} | {min(values):.2f} |")
+    lines += summary_lines(ratios)
     lines += ["", "The ten contractions where tensoralg is slowest against NumPy:", "",
               "| subscripts | sizes | dtype | tensoralg | "
               + " | ".join(f"{b} / tensoralg" for b in present) + " |",
@@ -122,8 +135,7 @@ def render(rows: list[dict], machine: str, count: int, seed: int) -> str:
     worst = sorted(rows, key=lambda r: r["numpy_us"] / r["tensoralg_us"])[:10]
     for row in worst:
         sizes = ", ".join(f"{k}={v}" for k, v in row["sizes"].items())
-        cells = [f"{row[f'{b}_us'] / row['tensoralg_us']:.2f}" if f"{b}_us" in row else "-"
-                 for b in present]
+        cells = ratio_cells(row, present)
         lines.append(f"| `{row['subscripts']}` | {sizes} | {row['dtype']} | "
                      f"{row['tensoralg_us']:.0f} µs | " + " | ".join(cells) + " |")
     lines.append("")

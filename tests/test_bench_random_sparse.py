@@ -43,6 +43,6 @@ def test_report_ratios_and_means():
             {"subscripts": "ab->", "kinds": ["coo"], "sizes": {"a": 9, "b": 8},
              "density": 0.001, "dtype": "float32", "tensoralg_us": 10.0, "pydata_us": 10.0}]
     text = bench.render(rows, "today", 2, 0)
-    assert "| pydata / tensoralg | 2 | 2.00 | 2 | 0 | 1.00 |" in text
-    assert "| numpy_dense / tensoralg | 1 | 0.50 | 0 | 0 | 0.50 |" in text
+    assert "| pydata / tensoralg | 2.00 | 2 of 2 | 0 | 1.00 |" in text
+    assert "| numpy_dense / tensoralg | 0.50 | 0 of 1 | 0 | 0.50 |" in text
     assert "| `ab->` | coo | a=9, b=8 | 0.001 | float32 | 10 µs | 1.00 | - |" in text
