@@ -51,7 +51,7 @@ from tensoralg.codegen.epilogue import (  # noqa: F401  (the program API's fused
 )
 from tensoralg.codegen.target import register_tile_rows
 from tensoralg.codegen.tiered import QUICK_WORK, optimised_only, quick_builds_allowed
-from tensoralg.contract_path import plan_contraction, run_steps, step_list
+from tensoralg.contract_path import plan_contraction, presum_steps, run_steps, step_list
 from tensoralg.errors import (
     ArgumentTypeError,
     CastingError,
@@ -791,6 +791,20 @@ def einsum(*operands: Any, out_format: Any = None, formats: Any = None,
                 _recent_replay(subscripts, functools.partial(_grouped_call, subscripts))
             return _in_groups(grouping, operands, backend=backend, casting=casting,
                               order=order, optimize=optimize)
+    if plain and optimize == "auto" and schedule is None and backend != "cuda" and \
+            isinstance(subscripts, str) and len(operands) >= 2 and \
+            all(type(op) is np.ndarray and op.flags.c_contiguous for op in operands):
+        steps = _presummed(subscripts, operands)
+        if steps is not None:
+            if backend is None and casting == "safe" and order == "K":
+                _recent_replay(subscripts, _PlannedReplay(
+                    tuple((op.dtype, op.shape) for op in operands), steps))
+            return run_steps(
+                operands, steps,
+                lambda text, ops: _intermediate(einsum(text, *ops, backend=backend,
+                                                       casting=casting, optimize=False)),
+                lambda text, ops: einsum(text, *ops, backend=backend, casting=casting,
+                                         optimize=False, order=order))
     if len(operands) > 2 and optimize is not False and optimize is not None:
         planned = _planned(subscripts, operands, optimize, formats, schedule)
         if planned is not None:
@@ -1139,6 +1153,33 @@ def _planned(subscripts: str, operands: tuple, optimize: Any, formats: Any, sche
 
 # _planned's paths and steps, by operand shapes and stored counts
 _plans: dict[tuple, tuple[list, list]] = {}
+
+# A dense operand of at least this many values is summed over the indices it alone holds in a
+# call step of its own (``_presummed``): a kernel whose loops take threads (two threads from
+# 2 x runtime/threads.MIN_WORK_PER_THREAD_NATIVE values), where the product's own kernel
+# would sum it into a temporary on one thread. Smaller ones stay inside the product's kernel
+# (lower/concretize.presum), one call.
+PRESUM_STEP_VALUES = 1 << 17
+
+
+def _presummed(subscripts: str, operands: tuple) -> list | None:
+    """``contract_path.presum_steps`` for a plain call of C-contiguous arrays, by their
+    shapes (remembered); None where no operand of ``PRESUM_STEP_VALUES`` values or more has an
+    index of its own to sum first.
+
+    ``dceb,bac->eca`` (32 x 128 x 32 x 8 float32): 267 µs in one kernel, NumPy 147.
+    """
+    key = ("presum", subscripts, tuple(op.shape for op in operands))
+    if key in _plans:
+        return _plans[key]     # type: ignore[return-value]
+    try:
+        steps = presum_steps(subscripts, [op.shape for op in operands], PRESUM_STEP_VALUES)
+    except TensorAlgebraError:
+        steps = None           # the general path says what is wrong with the subscripts
+    if len(_plans) > 512:
+        _plans.clear()
+    _plans[key] = steps        # type: ignore[assignment]
+    return steps
 
 
 # -- the fast path of repeated einsum calls ---------------------------------------------------

@@ -538,6 +538,48 @@ def contract_by_path(subscripts: str, operands: Sequence[Any], path: Sequence[An
     return run_steps(operands, step_list(plan), step, final)
 
 
+def presum_steps(subscripts: str, shapes: Sequence[tuple[int, ...]], least: int
+                 ) -> list[tuple[tuple[int, ...], str]] | None:
+    """Steps (``run_steps``'s) that first sum each operand of at least ``least`` values over
+    the indices it alone holds (in no other operand and not in the output), one step per such
+    operand, then contract what is left (greedily, NumPy's path, for three or more operands;
+    one step for two); None where no operand has such an index. NumPy's ``einsum`` sums them
+    first too; as steps of their own, each sum is one kernel that takes threads as its own
+    loops allow, instead of a temporary inside the product's kernel that runs on one.
+
+    >>> presum_steps("abc,ad->d", [(50, 40, 30), (50, 7)], 1000)
+    [((0,), 'abc->a'), ((0, 1), 'ad,a->d')]
+    >>> presum_steps("ab,bc->ac", [(50, 40), (40, 30)], 1000) is None
+    True
+    """
+    inputs, output = _terms(subscripts, [len(shape) for shape in shapes])
+    if len(inputs) < 2:
+        return None
+    held = [set(term) for term in inputs]
+    terms, kept_shapes = list(inputs), [tuple(shape) for shape in shapes]
+    steps: list[tuple[tuple[int, ...], str]] = []
+    for k, term in enumerate(inputs):
+        alone = [i for i in term if i not in output and
+                 not any(i in other for j, other in enumerate(held) if j != k)]
+        if not alone or len(set(term)) != len(term) or math.prod(shapes[k]) < least:
+            continue
+        position = terms.index(term)
+        result = tuple(i for i in term if i not in alone)
+        steps.append(((position,), "".join(term) + "->" + "".join(result)))
+        shape = kept_shapes.pop(position)
+        terms.pop(position)
+        terms.append(result)
+        kept_shapes.append(tuple(n for i, n in zip(term, shape) if i not in alone))
+    if not steps:
+        return None
+    rest = ",".join("".join(t) for t in terms) + "->" + "".join(output)
+    if len(terms) < 3:
+        return steps + [(tuple(range(len(terms))), rest)]
+    stand_ins = [np.lib.stride_tricks.as_strided(np.zeros(1), shape, [0] * len(shape))
+                 for shape in kept_shapes]
+    return steps + step_list(plan_contraction(rest, stand_ins, "greedy"))
+
+
 def step_list(plan: ContractionPlan) -> list[tuple[tuple[int, ...], str]]:
     """``plan``'s steps as ``(positions, subscripts)`` pairs, what :func:`run_steps` takes."""
     return [(planned.positions, planned.subscripts) for planned in plan.steps]

@@ -305,3 +305,40 @@ def test_a_step_that_sums_everything_hands_on_an_array_the_next_step_replays(mon
     second = ta.einsum("b,a,a->", x, y, w)
     assert isinstance(first, np.generic) and isinstance(second, np.generic)
     assert first == want and second == want
+
+
+def test_presum_steps_sum_large_operands_over_their_own_indices_first():
+    from tensoralg.contract_path import presum_steps
+
+    assert presum_steps("dceb,bac->eca", [(32, 128, 32, 8), (8, 8, 128)], 1 << 17) == \
+        [((0,), "dceb->ceb"), ((0, 1), "bac,ceb->eca")]
+    # under the threshold, or no index of its own: no steps
+    assert presum_steps("dceb,bac->eca", [(2, 4, 4, 8), (8, 8, 4)], 1 << 17) is None
+    assert presum_steps("ij,jk->ik", [(600, 600), (600, 600)], 1) is None
+    # an index in the output is not summed; a diagonal operand is left to the kernel
+    assert presum_steps("abc,c->ab", [(60, 60, 60), (60,)], 1) is None
+    assert presum_steps("aab,b->", [(60, 60, 60), (60,)], 1) is None
+    # two operands summed first, then the three left contracted along NumPy's greedy path
+    steps = presum_steps("ax,by,ab,b->a", [(50, 40), (60, 30), (50, 60), (60,)], 1000)
+    assert steps[:2] == [((0,), "ax->a"), ((0,), "by->b")]
+    assert steps[-1][1].endswith("->a")
+
+
+@pytest.mark.parametrize("subscripts, shapes", [
+    ("dceb,bac->eca", [(32, 128, 32, 8), (8, 8, 128)]),
+    ("cbea,eb,b->abe", [(100, 128, 8, 3), (8, 128), (128,)]),
+    ("cd,adbc->c", [(48, 64), (50, 64, 16, 48)]),
+    ("abc,ad->d", [(50, 40, 70), (50, 7)]),
+])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64])
+def test_einsum_with_presum_steps_matches_numpy(subscripts, shapes, dtype):
+    rng = np.random.default_rng(3)
+    operands = [(rng.standard_normal(s) * 3).astype(dtype) for s in shapes]
+    assert ta.api._presummed(subscripts, tuple(operands)) is not None
+    expected = np.einsum(subscripts, *[op.astype(np.float64) for op in operands])
+    tolerance = 1e-3 if dtype == np.float32 else 1e-9
+    for _ in range(3):                      # planned, then replayed
+        got = ta.einsum(subscripts, *operands)
+        assert got.dtype == np.result_type(*operands)
+        np.testing.assert_allclose(got, expected, rtol=tolerance,
+                                   atol=tolerance * max(1.0, np.abs(expected).max()))
