@@ -1155,11 +1155,13 @@ def _planned(subscripts: str, operands: tuple, optimize: Any, formats: Any, sche
 _plans: dict[tuple, tuple[list, list]] = {}
 
 # A dense operand of at least this many values is summed over the indices it alone holds in a
-# call step of its own (``_presummed``): a kernel whose loops take threads (two threads from
-# 2 x runtime/threads.MIN_WORK_PER_THREAD_NATIVE values), where the product's own kernel
-# would sum it into a temporary on one thread. Smaller ones stay inside the product's kernel
-# (lower/concretize.presum), one call.
-PRESUM_STEP_VALUES = 1 << 17
+# call step of its own (``_presummed``): a kernel whose loops take threads, where the
+# product's own kernel would sum it into a temporary on one thread. Smaller ones stay inside
+# the product's kernel (lower/concretize.presum), one call: the second call, its temporary
+# and the thread hand-over cost 15-25 µs, which lost from 1.5e5 to 4.4e5 values (ac,ead->dc
+# 29 -> 54 µs, badc,ac->cad 64 -> 78) and paid from 1e6 (dceb,bac->eca 271 -> 179 µs; AMD VM,
+# two threads, ad hoc, 2026-12-06).
+PRESUM_STEP_VALUES = 1 << 20
 
 
 def _presummed(subscripts: str, operands: tuple) -> list | None:
@@ -1167,7 +1169,8 @@ def _presummed(subscripts: str, operands: tuple) -> list | None:
     shapes (remembered); None where no operand of ``PRESUM_STEP_VALUES`` values or more has an
     index of its own to sum first.
 
-    ``dceb,bac->eca`` (32 x 128 x 32 x 8 float32): 267 µs in one kernel, NumPy 147.
+    ``dceb,bac->eca`` (32 x 128 x 32 x 8 float32): 271 µs in one kernel, 179 in two steps,
+    NumPy 154; ``cd,adbc->c`` (100 x 128 x 32 x 48 float64): 8.3 -> 6.5 ms, NumPy 6.1.
     """
     key = ("presum", subscripts, tuple(op.shape for op in operands))
     if key in _plans:

@@ -326,9 +326,9 @@ def test_presum_steps_sum_large_operands_over_their_own_indices_first():
 
 @pytest.mark.parametrize("subscripts, shapes", [
     ("dceb,bac->eca", [(32, 128, 32, 8), (8, 8, 128)]),
-    ("cbea,eb,b->abe", [(100, 128, 8, 3), (8, 128), (128,)]),
+    ("cbea,eb,b->abe", [(400, 128, 8, 3), (8, 128), (128,)]),
     ("cd,adbc->c", [(48, 64), (50, 64, 16, 48)]),
-    ("abc,ad->d", [(50, 40, 70), (50, 7)]),
+    ("abc,ad->d", [(100, 100, 110), (100, 7)]),
 ])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64])
 def test_einsum_with_presum_steps_matches_numpy(subscripts, shapes, dtype):
