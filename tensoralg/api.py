@@ -781,8 +781,10 @@ def einsum(*operands: Any, out_format: Any = None, formats: Any = None,
             result = (entry.fast or entry.run)(operands)
             if result is not None:
                 return result
-    if plain and schedule is None and backend != "cuda" and isinstance(subscripts, str) and \
-            all(type(op) is np.ndarray and op.flags.c_contiguous for op in operands):
+    # a plain call of C-contiguous arrays: the grouping, a presum step and replays apply
+    arrays = plain and schedule is None and backend != "cuda" and \
+        isinstance(subscripts, str) and _c_arrays(operands)
+    if arrays:
         # Indices that always stand together merge into one (notation/grouping.py): the same
         # contraction over views with fewer axes.
         grouping = group_indices(subscripts.replace(" ", ""), tuple(op.shape for op in operands))
@@ -791,41 +793,27 @@ def einsum(*operands: Any, out_format: Any = None, formats: Any = None,
                 _recent_replay(subscripts, functools.partial(_grouped_call, subscripts))
             return _in_groups(grouping, operands, backend=backend, casting=casting,
                               order=order, optimize=optimize)
-    if plain and optimize == "auto" and schedule is None and backend != "cuda" and \
-            isinstance(subscripts, str) and len(operands) >= 2 and \
-            all(type(op) is np.ndarray and op.flags.c_contiguous for op in operands):
-        steps = _presummed(subscripts, operands)
-        if steps is not None:
-            if backend is None and casting == "safe" and order == "K":
-                _recent_replay(subscripts, _PlannedReplay(
-                    tuple((op.dtype, op.shape) for op in operands), steps))
-            return run_steps(
-                operands, steps,
-                lambda text, ops: _intermediate(einsum(text, *ops, backend=backend,
-                                                       casting=casting, optimize=False)),
-                lambda text, ops: einsum(text, *ops, backend=backend, casting=casting,
-                                         optimize=False, order=order))
-    if len(operands) > 2 and optimize is not False and optimize is not None:
+    steps = _presummed(subscripts, operands) \
+        if arrays and optimize == "auto" and len(operands) >= 2 else None
+    if steps is None and len(operands) > 2 and optimize is not False and optimize is not None:
         planned = _planned(subscripts, operands, optimize, formats, schedule)
         if planned is not None:
             path, steps = planned
             _log.info("%s: contracted in %d steps along %s (ta.einsum_path reports why)",
                       subscripts, len(steps), path)
-            if backend is None and casting == "safe" and order == "K" and \
-                    optimize == "auto" and plain and schedule is None and \
-                    isinstance(subscripts, str) and \
-                    all(type(op) is np.ndarray and op.flags.c_contiguous for op in operands):
-                _recent_replay(subscripts, _PlannedReplay(
-                    tuple((op.dtype, op.shape) for op in operands), steps))
-            result = run_steps(
-                operands, steps,
-                lambda text, ops: _intermediate(einsum(text, *ops, backend=backend,
-                                                       dtype=dtype, casting=casting,
-                                                       optimize=False)),
-                lambda text, ops: einsum(text, *ops, backend=backend, dtype=dtype,
-                                         casting=casting, optimize=False, out=out,
-                                         out_format=out_format, order=order))
-            return result if out_format is not None else _in_pydata_format(result, operands)
+    if steps is not None:
+        if arrays and backend is None and casting == "safe" and order == "K" and \
+                optimize == "auto":
+            _recent_replay(subscripts, _PlannedReplay(
+                tuple((op.dtype, op.shape) for op in operands), steps))
+        result = run_steps(
+            operands, steps,
+            lambda text, ops: _intermediate(einsum(text, *ops, backend=backend, dtype=dtype,
+                                                   casting=casting, optimize=False)),
+            lambda text, ops: einsum(text, *ops, backend=backend, dtype=dtype,
+                                     casting=casting, optimize=False, out=out,
+                                     out_format=out_format, order=order))
+        return result if out_format is not None else _in_pydata_format(result, operands)
     if not isinstance(subscripts, str):
         raise NotationError(f"subscripts must be a string, not {type(subscripts).__name__}")
     if order == "F" or (order in ("A", "K") and _all_fortran(operands)):
@@ -915,11 +903,11 @@ def einsum(*operands: Any, out_format: Any = None, formats: Any = None,
 
 @dataclass(frozen=True, slots=True)
 class _PlannedReplay:
-    """A plain call of three or more C-contiguous arrays contracted in several steps, made
-    again for arrays of the same dtypes and shapes (the plan is the shapes'): each step
-    through its own replay, without the general path's checks and planning before them
-    (``ij,jk,kl->il`` at 16 x 16: ~40 -> ~20 µs, ad hoc). None (the general path) for
-    anything else."""
+    """A plain call of C-contiguous arrays contracted in several steps (three or more
+    operands along a path, or a factor summed first, ``_presummed``), made again for arrays
+    of the same dtypes and shapes (the steps are the shapes'): each step through its own
+    replay, without the general path's checks and planning before them (``ij,jk,kl->il`` at
+    16 x 16: ~40 -> ~20 µs, ad hoc). None (the general path) for anything else."""
 
     kinds: tuple[tuple[np.dtype, tuple[int, ...]], ...]
     steps: list
@@ -936,11 +924,16 @@ class _PlannedReplay:
                          lambda text, ops: einsum(text, *ops, optimize=False))
 
 
+def _c_arrays(operands: Sequence[Any]) -> bool:
+    """Whether every operand is a C-contiguous NumPy array."""
+    return all(type(op) is np.ndarray and op.flags.c_contiguous for op in operands)
+
+
 def _grouped_call(subscripts: str, operands: tuple) -> Any:
     """A plain call of ``subscripts`` whose indices merge (``notation/grouping.py``), made
     again without the general path's checks up to the grouping; None (the general path) for
     operands that are not C-contiguous arrays or that merge differently."""
-    if not all(type(op) is np.ndarray and op.flags.c_contiguous for op in operands):
+    if not _c_arrays(operands):
         return None
     grouping = group_indices(subscripts.replace(" ", ""), tuple(op.shape for op in operands))
     return None if grouping is None else _in_groups(grouping, operands)
