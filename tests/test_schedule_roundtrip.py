@@ -38,7 +38,10 @@ def _body(kernel) -> list[str]:
             if "// note: operand" not in line]
 
 
-@pytest.mark.parametrize("seed", range(4))
+# 4 seeds in the quick run; with ``-m slow`` 24 more, 700 statements in all (the figure the
+# schedules guide quotes)
+@pytest.mark.parametrize("seed", [*range(4), *[pytest.param(seed, marks=pytest.mark.slow)
+                                               for seed in range(4, 28)]])
 def test_printed_schedules_build_the_same_kernel(seed):
     pick = random.Random(seed)
     for _ in range(25):
