@@ -13,7 +13,7 @@ True
 """
 from tensoralg.gpu.context import GpuContext, GpuKernel, available, gpu_context
 from tensoralg.gpu.execute import launch, run
-from tensoralg.gpu.function import gpu_function, pass_options
+from tensoralg.gpu.function import gpu_function, gpu_plan, pass_options
 from tensoralg.gpu.memory import (
     DeviceArray,
     DeviceTensor,
@@ -35,11 +35,10 @@ def cuda_source(compiled: object) -> str:
     """
     from tensoralg.codegen.cuda import cuda_program
 
-    plan = getattr(compiled, "plan", None)
-    partials = bool(getattr(plan, "partials", False))
-    return cuda_program(gpu_function(compiled), None, disjoint_rows=not partials).source
+    return cuda_program(gpu_function(compiled), None,
+                        disjoint_rows=not gpu_plan(compiled).partials).source
 
 
 __all__ = ["DeviceArray", "DeviceTensor", "GpuContext", "GpuKernel", "as_cupy", "available",
-           "cuda_source", "dense_tensor", "from_cupy", "gpu_context", "gpu_function", "is_cupy",
-           "launch", "pass_options", "run", "to_device", "to_host", "upload"]
+           "cuda_source", "dense_tensor", "from_cupy", "gpu_context", "gpu_function", "gpu_plan",
+           "is_cupy", "launch", "pass_options", "run", "to_device", "to_host", "upload"]

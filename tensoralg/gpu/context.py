@@ -14,7 +14,7 @@ from tensoralg.codegen.cache import DiskCache
 from tensoralg.codegen.cuda import CudaProgram, cuda_program
 from tensoralg.errors import UnsupportedError
 from tensoralg.gpu.driver import Driver, open_driver
-from tensoralg.gpu.function import gpu_function
+from tensoralg.gpu.function import gpu_function, gpu_plan
 from tensoralg.ir.nodes import Function
 
 
@@ -74,7 +74,7 @@ class GpuContext:
     def _prepare(self, compiled: Any) -> GpuKernel:
         statement = compiled.key.statement
         function = gpu_function(compiled)
-        program = cuda_program(function, None, disjoint_rows=not compiled.plan.partials)
+        program = cuda_program(function, None, disjoint_rows=not gpu_plan(compiled).partials)
         if program.kind == "unmapped":
             raise UnsupportedError(f"cannot run {statement} on the GPU: {program.reason}; "
                                    f"use backend='llvm' or 'c' (kernel.source('cuda') prints "

@@ -14,7 +14,7 @@ from tensoralg.ir.nodes import Function
 from tensoralg.ir.passes.pipeline import PassOptions, optimize
 from tensoralg.lower.lowerer import lower
 from tensoralg.lower.pattern import without_pattern
-from tensoralg.lower.scheduling import pass_options_of
+from tensoralg.lower.scheduling import LoopPlan, pass_options_of
 from tensoralg.schedule import Jam, Schedule, Tile, TransposeTiles
 
 
@@ -34,16 +34,31 @@ def pass_options(schedule: Schedule | None) -> PassOptions:
         line_bytes=options.line_bytes if given.last(TransposeTiles) else 0)
 
 
+def gpu_plan(compiled: Any) -> LoopPlan:
+    """The loop plan a GPU kernel of ``compiled`` (an ``api.CompiledProgram``) is lowered
+    with: its CPU plan less the choices made for CPU threads. Zeroing rows inside the kernel
+    suits a CPU thread that owns them; the GPU's mappings share a row between lanes, and its
+    runtime zeroes the output buffer first. Its mappings read a thread range as rows, not as
+    a first level's positions. And a thread split into partial outputs that the compiler
+    chose for two CPU cores (``api._with_partials``: no schedule asked for it) is not the
+    GPU's: its mappings choose their own reduction (atomics where rows are shared).
+
+    >>> # gpu_plan(kernel._default).partials
+    """
+    plan = replace(compiled.plan, zero_rows=False, position_ranges=False)
+    if compiled.schedule is None and plan.partials:
+        plan = replace(plan, parallel=None)
+    return plan
+
+
 def gpu_function(compiled: Any) -> Function:
     """The IR of ``compiled`` (an ``api.CompiledProgram``) with the GPU's pass settings:
-    lowered from its program and loop plan, under its function's name."""
-    # Zeroing rows inside the kernel suits a CPU thread that owns them; the GPU's mappings
-    # share a row between lanes, and its runtime zeroes the output buffer first.
-    # Its runtime assembles sparse outputs by appending only (lower/pattern.py), and its
-    # mappings read a thread range as rows, not as a first level's positions.
+    lowered from its program and the GPU's loop plan (`gpu_plan`), under its function's
+    name."""
+    # Its runtime assembles sparse outputs by appending only (lower/pattern.py).
     lowered = lower(without_pattern(compiled.program), compiled.function.name,
-                    replace(compiled.plan, zero_rows=False, position_ranges=False))
+                    gpu_plan(compiled))
     return optimize(lowered, options=pass_options(compiled.schedule))
 
 
-__all__ = ["gpu_function", "pass_options"]
+__all__ = ["gpu_function", "gpu_plan", "pass_options"]
