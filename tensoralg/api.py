@@ -110,6 +110,7 @@ from tensoralg.lower.scheduling import (
     row_work,
 )
 from tensoralg.lower.scheduling import applied_schedule as schedule_applied
+from tensoralg.lower.unordered import any_order
 from tensoralg.notation import (
     Assignment,
     Call,
@@ -350,6 +351,8 @@ def _concretized(stmt: Assignment, formats: dict[str, Format],
     if key.backend != "cuda" and plan.position_split is None and not plan.partials:
         # the GPU runtime assembles sparse outputs only by appending
         program = share_pattern(program)
+    if key.backend != "cuda" and plan.parallel is None and plan.position_split is None:
+        program = any_order(program)
     return program
 
 
@@ -408,6 +411,10 @@ class KernelCache:
         self.recent: dict[str | tuple[str, str], Any] = {}
         # einsum calls with ta.Tensor operands, by _tensor_signature -> _TensorReplay
         self.tensor_calls: dict[tuple, Any] = {}
+        # einsum calls with scipy COO operands, by _coo_signature -> whether their kernel
+        # read the COO operands in any order (lower/unordered.py); until known, such a call
+        # takes the general path, which binds them unsorted, rather than sort them into CSR
+        self.any_order: dict[tuple, bool] = {}
         self._lock = threading.Lock()
 
     def get(self, key: KernelKey, stmt: Assignment, formats: dict[str, Format],
@@ -458,6 +465,7 @@ class KernelCache:
         self.dispatch.clear()
         self.recent.clear()
         self.tensor_calls.clear()
+        self.any_order.clear()
 
     def counted(self, compiled: CompiledProgram) -> CompiledProgram:
         """The variant of ``compiled`` (a sparse product with ``counted_by``) that fills rows
@@ -745,7 +753,9 @@ def einsum(*operands: Any, out_format: Any = None, formats: Any = None,
             result = fast(operands[1:])
             if result is not None:
                 return result
-        uniform = _uniform(operands[1:]) or _csr_operands(operands[1:])
+        coo = _coo_signature(operands[0], operands[1:], backend)
+        uniform = _uniform(operands[1:]) or _csr_operands(
+            operands[1:], keep_coo=coo is not None and _cache.any_order.get(coo) is not False)
         if uniform is not None:
             return einsum(operands[0], *uniform, backend=backend, schedule=schedule,
                           optimize=optimize)
@@ -875,13 +885,45 @@ def einsum(*operands: Any, out_format: Any = None, formats: Any = None,
     overrides = _format_overrides(formats, len(operands), subscripts, operands)
     bound = {}
     families = []
+    # COO operands bound as they come, for a kernel that reads them in any order; _run sorts
+    # them where the kernel it compiles does not
+    unsorted: dict[str, Any] = {}
+    loose = plain and schedule is None and backend != "cuda"
     for k, (name, operand) in enumerate(zip(named, operands)):
         device = _device_operand(operand, backend)
         families.append("device" if device is not None else input_family(operand))
-        bound[name] = device if device is not None else \
-            _bind(operand, overrides.get(k), f"operand {k} ({name})")
-    result, compiled = _run(stmt, canonical, bound, families, out_format, backend, schedule,
-                            dtype, out, casting)
+        any_order = _bind_any_order(operand) if loose and device is None else None
+        if any_order is not None:
+            unsorted[name] = operand
+        bound[name] = device if device is not None else any_order if any_order is not None \
+            else _bind(operand, overrides.get(k), f"operand {k} ({name})")
+    coo = _coo_signature(subscripts, operands, backend) if unsorted else None
+    try:
+        result, compiled = _run(stmt, canonical, bound, families, out_format, backend,
+                                schedule, dtype, out, casting, unsorted)
+    except _CsrFirst:
+        if coo is not None:
+            kernel_cache().any_order[coo] = False
+        converted = list(_csr_operands(operands) or operands)
+        for k, name in enumerate(named):
+            if name in unsorted and _coo_kind(converted[k]) and \
+                    type(converted[k]).__module__.startswith("scipy.sparse"):
+                # values the compiled sorter does not take; the arrays were checked
+                converted[k] = converted[k].tocsr()
+        if stretched is not None:
+            bound.update({name: _bind(op, None, f"operand {name}")
+                          for name, op in unsorted.items()})
+            result, compiled = _run(stmt, canonical, bound, families, out_format, backend,
+                                    schedule, dtype, out, casting)
+        else:
+            return einsum(subscripts, *converted, backend=backend, casting=casting,
+                          order=order, optimize=optimize)
+    if coo is not None:
+        any_order = kernel_cache().any_order
+        if len(any_order) > 256:
+            any_order.clear()
+        any_order[coo] = compiled is not None and \
+            all(_reads_any_order(compiled, name) for name in unsorted)
     if compiled is not None and signature is None and stretched is None and formats is None \
             and schedule is None and dtype is None and out is None and order == "K" and \
             casting == "safe" and backend != "cuda" and not len(kernel_cache().tuned):
@@ -1064,9 +1106,24 @@ def _tensor_signature(subscripts: str, operands: tuple, backend: Any, out_format
                 return None
             parts.append((kind, operand.format, operand.dtype, operand.index_dtype))
             tensors = True
+        elif _coo_kind(operand):
+            # a COO bound in any order (_bind_any_order), whose index dtype is its coordinates'
+            coords = operand.coords
+            if operand.dtype not in _UNIFORM_DTYPES or not len(coords):
+                return None
+            parts.append((kind, operand.dtype, coords[0].dtype, len(operand.shape)))
+            tensors = True
         else:
             return None
     return tuple(parts) if tensors else None
+
+
+def _coo_kind(operand: Any) -> bool:
+    """Whether ``operand`` is a scipy COO (2-D) or pydata COO array."""
+    module = type(operand).__module__
+    return (getattr(type(operand), "_format", None) == "coo" and
+            module.startswith("scipy.sparse") and hasattr(operand, "coords")) or \
+        (type(operand).__name__ == "COO" and module.startswith("sparse"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -1085,6 +1142,7 @@ class _TensorReplay:
     requested: Format | None
     families: tuple[str, ...]
     pydata: bool                                     # no out_format: as sparse.einsum returns
+    any_order: frozenset[str] = frozenset()          # COO operands bound unsorted
 
     @staticmethod
     def of(compiled: CompiledProgram, stmt: Assignment, names: Sequence[str],
@@ -1092,14 +1150,27 @@ class _TensorReplay:
            ) -> "_TensorReplay":
         _, equal, out_dims = _index_uses(stmt, lambda name: name)
         requested = _out_request(out_format, len(stmt.lhs.indices))
+        unordered = frozenset(t.name for t in compiled.program.tensors if t.unordered)
         return _TensorReplay(compiled, stmt, tuple(names), equal, out_dims, requested,
-                             tuple(families), out_format is None)
+                             tuple(families), out_format is None, unordered)
 
     def __call__(self, operands: tuple) -> Any:
         if len(operands) != len(self.names):
             return None
-        bound = {name: _bind(op, None, f"operand {k} ({name})")
-                 for k, (name, op) in enumerate(zip(self.names, operands))}
+        bound = {}
+        for k, (name, op) in enumerate(zip(self.names, operands)):
+            tensor = _bind_any_order(op) if name in self.any_order else \
+                _bind(op, None, f"operand {k} ({name})")
+            if tensor is None:
+                return None
+            bound[name] = tensor
+        key = self.compiled.key
+        for (name, fmt), index in zip(key.formats, key.index_dtypes):
+            # a COO sorted on binding takes the index dtype its entries need
+            tensor = bound.get(name)
+            if tensor is None or tensor.format != fmt or \
+                    (not fmt.is_dense and tensor.index_dtype != index):
+                return None
         for a, mode_a, b, mode_b in self.equal:
             if bound[a].shape[mode_a] != bound[b].shape[mode_b]:
                 return None
@@ -1352,8 +1423,28 @@ def _uniform(operands: tuple, dtype: np.dtype | None = None) -> tuple | None:
                  for op in operands)
 
 
-def _csr_operands(operands: tuple) -> tuple | None:
-    """``operands`` with each 2-D scipy COO array or matrix as a canonical CSR one of the same
+def _coo_signature(subscripts: Any, operands: tuple, backend: Any) -> tuple | None:
+    """What einsum calls with scipy COO operands share whose kernels read those alike in
+    any order or not (``KernelCache.any_order``): the subscripts, the backend, and each
+    operand's kind (COO, or the class of anything else); None for a call without a COO
+    operand.
+
+    >>> import scipy.sparse as sp
+    >>> _coo_signature("ij,j->i", (sp.coo_array(np.eye(2)), np.ones(2)), None)[2:]
+    ('coo', <class 'numpy.ndarray'>)
+    """
+    kinds = tuple("coo" if getattr(type(op), "_format", None) == "coo" and
+                  type(op).__module__.startswith("scipy.sparse") else type(op)
+                  for op in operands)
+    if "coo" not in kinds or not isinstance(subscripts, str) or \
+            (backend is not None and type(backend) is not str):
+        return None
+    return (subscripts, backend, *kinds)
+
+
+def _csr_operands(operands: tuple, keep_coo: bool = False) -> tuple | None:
+    """``operands`` with each 2-D scipy COO array or matrix (unless ``keep_coo``: the call's
+    kernel may read it unsorted, ``_bind_any_order``) as a canonical CSR one of the same
     family (``runtime/canonical.py``: compiled counting sorts, duplicates summed), and each
     DIA, BSR, LIL or DOK one as scipy's ``tocsr`` makes it (what the general path binds them
     as), or None where there is none. Such an operand otherwise takes the general path on
@@ -1373,7 +1464,7 @@ def _csr_operands(operands: tuple) -> tuple | None:
     for k, operand in enumerate(operands):
         kind = getattr(type(operand), "_format", None)
         if kind not in _TO_CSR or not type(operand).__module__.startswith("scipy.sparse") or \
-                operand.ndim != 2:
+                operand.ndim != 2 or (keep_coo and kind == "coo"):
             continue
         import scipy.sparse as sp  # loaded already: the operand is one of its classes
 
@@ -2180,6 +2271,65 @@ def _sorted_pydata_coo(operand: Any) -> Any:
         return None
 
 
+def _bind_any_order(operand: Any) -> Tensor | None:
+    """A scipy COO (2-D) or pydata COO (any rank) as a COO tensor over its own arrays, in the
+    order they come and with any duplicates (no copy, no sort), for a kernel that reads them
+    in any order (``lower/unordered.py``); None where ``operand`` is something else or its
+    arrays are not what the kernel reads directly (mixed or non-integer index dtypes, strided coordinates, float16 values). Every
+    coordinate is checked to lie inside the shape by the compiled validator, which the
+    kernel's loads rely on; a malformed operand gets None, and the sorting binder's checks
+    then name what is wrong.
+
+    >>> import scipy.sparse as sp
+    >>> m = sp.coo_array(([1.0, 2.0, 4.0], ([1, 0, 1], [0, 1, 0])), shape=(2, 2))
+    >>> _bind_any_order(m).levels[0].crd.tolist()
+    [1, 0, 1]
+    """
+    module = type(operand).__module__
+    if module.startswith("scipy.sparse"):
+        if getattr(type(operand), "_format", None) != "coo" or operand.ndim != 2:
+            return None
+        coords = tuple(operand.coords) if hasattr(operand, "coords") else \
+            (operand.row, operand.col)
+    elif type(operand).__name__ == "COO" and module.startswith("sparse") and \
+            getattr(operand, "shape", ()) and getattr(operand, "fill_value", 1) == 0:
+        coords = tuple(np.asarray(operand.coords))
+    else:
+        return None
+    data = operand.data
+    if type(data) is not np.ndarray or data.dtype not in VALUE_DTYPES or data.ndim != 1 or \
+            not data.flags.c_contiguous or len(coords) != len(operand.shape):
+        return None
+    index = coords[0].dtype
+    if index not in _ANY_ORDER_INDEX or any(
+            type(c) is not np.ndarray or c.dtype != index or c.shape != data.shape
+            for c in coords) or data.shape[0] > np.iinfo(index).max:
+        return None
+    pos = _entries_pos(data.shape[0], index)
+    validator = kernel_cache().validator      # remembers (pos, crd) pairs it found sound
+    for crd, dim in zip(coords, operand.shape):
+        if validator.compressed(pos, np.ascontiguousarray(crd), int(dim),
+                                check_order=False) != VALID:
+            return None
+    levels = (LevelArrays(pos, np.ascontiguousarray(coords[0])),
+              *[LevelArrays(None, np.ascontiguousarray(c)) for c in coords[1:]])
+    return Tensor.trusted(tuple(int(n) for n in operand.shape), _coo_format(len(coords)),
+                          levels, data)
+
+
+_ANY_ORDER_INDEX = frozenset({np.dtype(np.int32), np.dtype(np.int64)})
+
+
+@functools.lru_cache(maxsize=64)
+def _entries_pos(count: int, index: np.dtype) -> np.ndarray:
+    """The first level's ``pos`` of a COO tensor of ``count`` entries, ``[0, count]``: one
+    read-only array per count, so that the validator's memo of an operand's coordinates
+    (keyed by both arrays) holds from one call to the next."""
+    pos = np.array([0, count], dtype=index)
+    pos.flags.writeable = False
+    return pos
+
+
 @functools.lru_cache(maxsize=None)
 def _coo_format(rank: int) -> Format:
     return resolve_format("coo", rank, "coo input")
@@ -2282,12 +2432,25 @@ def _out_request(out_format: Any, rank: int) -> Format | None:
     return dense(rank) if fmt.is_dense else fmt
 
 
+def _reads_any_order(compiled: CompiledProgram, name: str) -> bool:
+    """Whether ``compiled``'s kernel reads operand ``name`` in any order (a COO operand the
+    program holds under that name, ``lower/unordered.py``)."""
+    return any(t.name == name and t.unordered for t in compiled.program.tensors)
+
+
+class _CsrFirst(Exception):
+    """A scipy COO operand bound unsorted that the kernel cannot read so: the call runs with
+    it converted to CSR (``_csr_operands``), as every later call of its subscripts does."""
+
+
 def _run(stmt: Assignment, canonical: str, bound: dict[str, Tensor], families: list[str],
          out_format: Any, backend: str | None, schedule: Any, dtype: Any,
-         out: np.ndarray | None, casting: str = "same_kind"
-         ) -> tuple[Any, CompiledProgram | None]:
+         out: np.ndarray | None, casting: str = "same_kind",
+         unsorted: Mapping[str, Any] | None = None) -> tuple[Any, CompiledProgram | None]:
     """The wrapped result and the compiled program that produced it (None when a GEMM route
-    did: ``lower/gemm_form.py``)."""
+    did: ``lower/gemm_form.py``). ``unsorted``: the operands bound in the order their entries
+    came (``_bind_any_order``), by name; each is bound again sorted unless the kernel reads
+    it in any order."""
     backend = _check_backend(backend)
     schedule = as_schedule(schedule)
     if schedule is not None:
@@ -2315,6 +2478,16 @@ def _run(stmt: Assignment, canonical: str, bound: dict[str, Tensor], families: l
             return _wrap(product, requested, families, out), None
     compiled = _compiled(stmt, canonical, bound, value_dtype, requested, shape, backend,
                          schedule)
+    resort = [name for name in unsorted or () if not _reads_any_order(compiled, name)]
+    if resort:
+        if any(type(unsorted[name]).__module__.startswith("scipy.sparse")  # type: ignore
+               for name in resort):
+            raise _CsrFirst       # as the later calls of these subscripts run: through CSR
+        for name in resort:
+            bound[name] = _bind(unsorted[name], None, f"operand {name}")   # type: ignore[index]
+        # the sorted binding may hold another index dtype: the kernel's key says
+        compiled = _compiled(stmt, canonical, bound, value_dtype, requested, shape, backend,
+                             schedule)
     if backend == "cuda":
         from tensoralg import gpu
 

@@ -314,6 +314,9 @@ def from_sparse(s: Any, format: Any = None) -> Tensor:
     coords = np.asarray(coo.coords)
     idx = coords.dtype if coords.dtype in INDEX_DTYPES else None
     entries = np.ascontiguousarray(coords.T, dtype=np.int64).reshape(-1, len(shape))
+    # pydata checks coordinates when the array is made, not after a write into them
+    if entries.size and (entries.min() < 0 or np.any(entries.max(axis=0) >= np.array(shape))):
+        raise FormatError("pydata sparse input has coordinates outside its shape")
     fmt = resolve_format("coo" if format is None else format, len(shape), "pydata sparse input")
     return pack(entries, np.asarray(coo.data), shape, fmt, index_dtype=idx)
 

@@ -15,6 +15,7 @@ from tensoralg.ir.passes.pipeline import PassOptions, optimize
 from tensoralg.lower.lowerer import lower
 from tensoralg.lower.pattern import without_pattern
 from tensoralg.lower.scheduling import LoopPlan, pass_options_of
+from tensoralg.lower.unordered import ordered
 from tensoralg.schedule import Jam, Schedule, Tile, TransposeTiles
 
 
@@ -56,7 +57,8 @@ def gpu_function(compiled: Any) -> Function:
     lowered from its program and the GPU's loop plan (`gpu_plan`), under its function's
     name."""
     # Its runtime assembles sparse outputs by appending only (lower/pattern.py).
-    lowered = lower(without_pattern(compiled.program), compiled.function.name,
+    # It binds a COO operand sorted (lower/unordered.py's stores that add are the CPU's).
+    lowered = lower(ordered(without_pattern(compiled.program)), compiled.function.name,
                     gpu_plan(compiled))
     return optimize(lowered, options=pass_options(compiled.schedule))
 

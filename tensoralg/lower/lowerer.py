@@ -238,6 +238,9 @@ class Lowerer:
 
     def lower(self) -> Function:
         self.declare_tensors()
+        # A COO operand read in any order (lower/unordered.py) may meet a row in several runs
+        # of its entries: every store adds, into the output the runtime zeroes.
+        self.rows_cut = self.rows_cut or any(t.unordered for t in self.program.tensors)
         output = self.program.output
         self._check_lifts()
         writers = [self._writer(nest, output) for nest in self.program.nests]
@@ -272,6 +275,9 @@ class Lowerer:
             f"unroll/vectorize({index}): no counted loop runs {index} (it is co-iterated by a "
             f"while loop), so the hint was not applied" for index in sorted(hinted)], *[f"loop order {', '.join(n.loop_order)} for "
                                         f"{n.output} ({n.mode.value})" for n in self.program.nests])
+        notes += tuple(f"{t.name}'s entries are read in any order, duplicates included: "
+                       f"every store to the output adds"
+                       for t in self.program.tensors if t.unordered)
         if self.parallel_index is not None:
             how = "each sums into its own copy of the output, added up after" \
                 if self.plan.partials else "each writes its own output rows"
@@ -548,6 +554,7 @@ class Lowerer:
         whose pieces join without row bounds, ``runtime/stitch.py``), from one loop nest."""
         output = self.program.output.format
         return (it.level == 0 and self.plan.position_ranges and self.allow_split
+                and not self.program.tensor(it.access.tensor).unordered
                 and self.plan.may_split(index) and not self.plan.partials
                 and len(self.program.nests) == 1
                 and self.program.pattern in (None, it.access.tensor)
@@ -852,7 +859,10 @@ class Lowerer:
         clamp = self.clamps.get((access, level))
         if clamp is not None:
             begin, end = b.maximum(begin, clamp[0]), b.minimum(end, clamp[1])
-        return SparseIterator(access, level, arrays, info.format.unique(level), begin, end)
+        # Entries read in any order (lower/unordered.py) need no runs of equal coordinates:
+        # each entry is its own, and its stores add.
+        return SparseIterator(access, level, arrays, info.format.unique(level) or info.unordered,
+                              begin, end)
 
     def iterator_positions(self, iterators: list[SparseIterator]) -> list[Stmt]:
         stmts: list[Stmt] = []

@@ -32,6 +32,9 @@ class TensorInfo:
     index_dtype: np.dtype
     role: TensorRole
     dims: tuple[str, ...]       # index variable giving the size of each mode, in mode order
+    # A COO input whose entries the kernel reads in any order, duplicates included
+    # (``lower/unordered.py``): every store to the output adds.
+    unordered: bool = False
 
     @property
     def rank(self) -> int:

@@ -1,0 +1,157 @@
+"""COO operands read in any order (``lower/unordered.py``): where a COO tensor is the only
+sparse operand of a product with a dense output, ``ta.einsum`` binds it as it comes (no sort,
+duplicates kept, ``api._bind_any_order``) and the kernel's stores add. Results must match
+NumPy on unsorted entries with duplicates, through the general path and the replay, and
+every other call must still sort."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import tensoralg as ta
+from tensoralg.api import kernel_cache
+from tensoralg.runtime.canonical import CoordinateSorter
+
+sparse = pytest.importorskip("sparse")
+
+DTYPES = [np.float32, np.float64, np.int64, np.complex128]
+
+
+def _values(rng, count, dtype):
+    values = rng.integers(-5, 6, count) if np.dtype(dtype).kind == "i" else \
+        rng.standard_normal(count)
+    if np.dtype(dtype).kind == "c":
+        values = values + 1j * rng.standard_normal(count)
+    return values.astype(dtype)
+
+
+def _coo(rng, shape, count, dtype, family=sp.coo_array):
+    """Unsorted entries with duplicates: every second entry repeats an earlier one."""
+    rows, cols = rng.integers(0, shape[0], count), rng.integers(0, shape[1], count)
+    if count > 2:
+        rows[1::2], cols[1::2] = rows[: count // 2], cols[: count // 2]
+    return family((_values(rng, count, dtype), (rows, cols)), shape=shape)
+
+
+def _check(subscripts, operands, dense, dtype):
+    expected = np.einsum(subscripts, *dense)
+    tolerance = 1e-4 if np.dtype(dtype) in (np.float32, np.complex64) else 1e-10
+    for _ in range(3):                     # the general path, then the replay
+        got = ta.einsum(subscripts, *operands)
+        got = got.todense() if hasattr(got, "todense") else got
+        np.testing.assert_allclose(np.asarray(got), expected, rtol=tolerance,
+                                   atol=tolerance * max(1.0, float(np.abs(expected).max(
+                                       initial=0))))
+
+
+@pytest.fixture
+def no_sort(monkeypatch):
+    """Fail any call of the coordinate sorter: the any-order path must not sort."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("the COO operand was sorted")
+
+    monkeypatch.setattr(CoordinateSorter, "sort", refuse)
+
+
+CASES = [
+    ("ij,j->i", lambda r, d: [r.standard_normal(30).astype(d)]),
+    ("ji,j->i", lambda r, d: [r.standard_normal(40).astype(d)]),
+    ("ij->j", lambda r, d: []),
+    ("ij,i->", lambda r, d: [r.standard_normal(40).astype(d)]),
+    ("ij,j,i->", lambda r, d: [r.standard_normal(30).astype(d),
+                               r.standard_normal(40).astype(d)]),
+]
+# A product whose result COO's format inference makes sparse: converted into CSR (a dense
+# result, as the CSR kernel gives), also on the first call.
+CSR_CASES = [
+    ("ij,jk->ik", lambda r, d: [r.standard_normal((30, 5)).astype(d)]),
+    ("ij,kj->ik", lambda r, d: [r.standard_normal((6, 30)).astype(d)]),
+]
+
+
+@pytest.mark.parametrize("subscripts, others", CASES + CSR_CASES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("count", [0, 1, 7, 500])
+def test_scipy_coo(subscripts, others, dtype, count, request):
+    if (subscripts, others) in CASES:
+        request.getfixturevalue("no_sort")
+    rng = np.random.default_rng(count)
+    matrix = _coo(rng, (40, 30), count, dtype)
+    rest = others(rng, dtype)
+    for _ in range(2):
+        result = ta.einsum(subscripts, matrix, *rest)
+        assert type(result) is type(ta.einsum(subscripts, matrix.tocsr(), *rest))
+    _check(subscripts, [matrix, *rest], [matrix.toarray(), *rest], dtype)
+    signature = next(k for k in kernel_cache().any_order if k[0] == subscripts)
+    assert kernel_cache().any_order[signature] is ((subscripts, others) in CASES)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_pydata_coo_of_rank_three(dtype):
+    """pydata's einsum returns a sparse result for a sparse operand, and tensoralg's format
+    inference agrees: those kernels append in order, so the entries are sorted first."""
+    rng = np.random.default_rng(3)
+    coords = rng.integers(0, 12, (3, 400))
+    coords[:, 200:] = coords[:, :200]                    # duplicates
+    tensor = sparse.COO(coords, _values(rng, 400, dtype), shape=(12, 12, 12),
+                        has_duplicates=True, sorted=False)
+    dense_t = tensor.todense()
+    v, m = rng.standard_normal(12).astype(dtype), rng.standard_normal((12, 4)).astype(dtype)
+    _check("abc,bk->ak", [tensor, m], [dense_t, m], dtype)
+    _check("abc,c->ab", [tensor, v], [dense_t, v], dtype)
+    _check("abc,a->", [tensor, v], [dense_t, v], dtype)
+
+
+def test_zero_size_and_all_zero_rows(no_sort):
+    empty = sp.coo_array((np.zeros(0), (np.zeros(0, np.int32), np.zeros(0, np.int32))),
+                         shape=(0, 5))
+    assert ta.einsum("ij,j->i", empty, np.ones(5)).shape == (0,)
+    one = sp.coo_array(([2.0], ([3], [1])), shape=(6, 4))    # one entry, five empty rows
+    np.testing.assert_array_equal(ta.einsum("ij,j->i", one, np.arange(4.0)),
+                                  [0, 0, 0, 2, 0, 0])
+
+
+def test_the_kernel_says_so():
+    kernel = ta.compile("y(i) = A(i,j) * x(j)", {"A": "COO", "x": "d"})
+    text = kernel.source("ir")
+    assert "A's entries are read in any order" in text and "y_vals[i] += " in text
+    assert "while" not in text                 # no runs of equal coordinates to find
+    for statement, formats in [
+        ("y(i) = A(i,j) * x(j) + b(i)", {"A": "COO", "x": "d", "b": "d"}),   # merges
+        ("y(i) = A(i,j) * B(i,j)", {"A": "COO", "B": "COO"}),                # two sparse
+        ("y(i) = A(i,j) * x(j)", {"A": "CSR", "x": "d"}),
+    ]:
+        assert "any order" not in ta.compile(statement, formats).source("ir"), statement
+
+
+def test_other_calls_still_sort():
+    rng = np.random.default_rng(1)
+    matrix = _coo(rng, (20, 20), 60, np.float64)
+    dense = rng.standard_normal((20, 20))
+    # the product is sparse (it shares the COO's pattern): sorted into CSR, as before
+    _check("ij,ij->ij", [matrix, dense], [matrix.toarray(), dense], np.float64)
+    signature = next(k for k in kernel_cache().any_order if k[0] == "ij,ij->ij")
+    assert kernel_cache().any_order[signature] is False
+    # an operand that adds to the product: the loops merge the COO with a dense vector
+    _check("ij,j->ij", [matrix, np.ones(20)], [matrix.toarray(), np.ones(20)], np.float64)
+
+
+@pytest.mark.parametrize("bad", [10**6, -1])
+def test_coordinates_outside_the_shape_are_refused(bad):
+    matrix = sp.coo_array(([1.0, 2.0, 3.0], ([0, 1, 2], [2, 1, 0])), shape=(3, 3))
+    matrix.coords[1][1] = bad
+    with pytest.raises(ta.TensorAlgebraError, match="operand"):
+        ta.einsum("ij,j->i", matrix, np.ones(3))
+    tensor = sparse.COO(np.array([[0, 1], [1, 0]]), np.array([1.0, 2.0]), shape=(2, 2))
+    tensor.coords[0, 1] = bad
+    with pytest.raises(ta.TensorAlgebraError, match="operand"):
+        ta.einsum("ij,j->i", tensor, np.ones(2))
+
+
+def test_the_gpu_lowers_the_sorted_kernel():
+    from tensoralg.gpu.function import gpu_function
+
+    kernel = ta.compile("y(i) = A(i,j) * x(j)", {"A": "COO", "x": "d"})
+    assert kernel._default.program.tensor("A").unordered
+    assert "any order" not in "\n".join(gpu_function(kernel._default).notes)
