@@ -351,7 +351,8 @@ def _concretized(stmt: Assignment, formats: dict[str, Format],
     if key.backend != "cuda" and plan.position_split is None and not plan.partials:
         # the GPU runtime assembles sparse outputs only by appending
         program = share_pattern(program)
-    if key.backend != "cuda" and plan.parallel is None and plan.position_split is None:
+    if key.backend != "cuda" and (plan.parallel is None or plan.partials) and \
+            plan.position_split is None:
         program = any_order(program)
     return program
 
@@ -646,6 +647,11 @@ def _with_partials(program: Program, plan: LoopPlan, schedule: Schedule | None,
             program.pattern is not None or not program.output.format.is_dense:
         return plan
     nest = program.nests[0]
+    if any(t.unordered for t in program.tensors) and nest.loop_order:
+        # a COO operand read in any order (lower/unordered.py): ranges of its entries may
+        # meet the same output row, so each range sums into its own copy
+        return dataclasses.replace(plan, parallel=Parallelize(nest.loop_order[0],
+                                                              reduction="partials"))
     if not nest.loop_order or nest.loop_order[0] in nest.output.indices or \
             not all(_dense_outer(program.tensor(a.tensor).format, a.indices, nest.loop_order[0])
                     for a in accesses(nest.expr)):
@@ -666,6 +672,14 @@ def _dense_outer(fmt: Format, indices: tuple[str, ...], outer: str) -> bool:
 # A split into partial outputs pays where the call's work is at least this many times the
 # values of the copies it zeroes and adds (one per extra thread).
 PARTIAL_COPY_WORK = 8
+
+# Ranges of a COO operand's entries read in any order (lower/unordered.py) both scatter at
+# random into their copies of the output; past this size a copy the two threads scatter into
+# at once ran slower than one thread alone (2e6 random entries into 1e5-4e5 rows: 1.2-3x
+# slower; 2e4-6e4 rows 1.5-2.8x faster; AMD EPYC VM, 2026-12-06, ad hoc, not kept). A C loop
+# over the same pattern gained from the second thread, so the cause is not plainly the
+# machine; the bar keeps the split where it measured faster.
+SCATTER_COPY_BYTES = 1 << 19
 
 
 def _partial_parts(parts: int, work: int, shape: tuple[int, ...]) -> int:
@@ -3028,6 +3042,9 @@ def _thread_ranges(compiled: CompiledProgram, tensors: Mapping[str, Tensor],
         parts = min(threads.parts(work, native), size // least)
         if compiled.plan.partials:      # one zeroed copy of the output per extra range
             parts = _partial_parts(parts, work, shape)
+            if any(t.unordered for t in program.tensors) and \
+                    math.prod(shape) * compiled.key.value_dtype.itemsize > SCATTER_COPY_BYTES:
+                parts = 1
         elif native and parts > 1 and NativeSplit.supports(compiled.kernel.function):
             parts = max(parts, min(parts * NATIVE_RANGES_PER_THREAD, size // least))
     if parts <= 1:

@@ -155,3 +155,41 @@ def test_the_gpu_lowers_the_sorted_kernel():
     kernel = ta.compile("y(i) = A(i,j) * x(j)", {"A": "COO", "x": "d"})
     assert kernel._default.program.tensor("A").unordered
     assert "any order" not in "\n".join(gpu_function(kernel._default).notes)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_ranges_of_entries_sum_into_partial_outputs(threads, monkeypatch, no_sort):
+    """Ranges of unsorted entries may meet the same row: each sums into its own copy."""
+    import tensoralg.api as api
+
+    monkeypatch.setattr(kernel_cache().threads, "threads", threads)
+    calls = []
+    real = api._run_partials
+
+    def counted(*args, **kwargs):
+        calls.append(len(args[2]) - 1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(api, "_run_partials", counted)
+    rng = np.random.default_rng(9)
+    matrix = _coo(rng, (300, 5000), 400_000, np.float64)
+    x = rng.standard_normal(5000)
+    kernel = ta.compile("y(i) = A(i,j) * x(j)", {"A": "COO", "x": "d"})
+    assert str(kernel.schedule) == "reorder(i, j); parallelize(i, reduction=partials)"
+    for _ in range(3):
+        np.testing.assert_allclose(ta.einsum("ij,j->i", matrix, x), matrix @ x, rtol=1e-10,
+                                   atol=1e-10)
+    assert (max(calls) > 1) if threads > 1 else not calls
+
+
+def test_large_outputs_are_not_scattered_into_from_two_threads(monkeypatch):
+    import tensoralg.api as api
+
+    monkeypatch.setattr(kernel_cache().threads, "threads", 2)
+    calls = []
+    monkeypatch.setattr(api, "_run_partials", lambda *a, **k: calls.append(a) or 0)
+    rows = api.SCATTER_COPY_BYTES // 8 + 1
+    matrix = _coo(np.random.default_rng(4), (rows, 50), 600_000, np.float64)
+    y = ta.einsum("ij,j->i", matrix, np.ones(50))
+    np.testing.assert_allclose(y, matrix @ np.ones(50), rtol=1e-12, atol=1e-12)
+    assert not calls

@@ -553,9 +553,10 @@ class Lowerer:
         do. Only where the output is dense or assembled from its first level down (DCSR,
         whose pieces join without row bounds, ``runtime/stitch.py``), from one loop nest."""
         output = self.program.output.format
+        # Entries read in any order may meet a row in several ranges: partial outputs only.
+        unordered = self.program.tensor(it.access.tensor).unordered
         return (it.level == 0 and self.plan.position_ranges and self.allow_split
-                and not self.program.tensor(it.access.tensor).unordered
-                and self.plan.may_split(index) and not self.plan.partials
+                and self.plan.may_split(index) and self.plan.partials == unordered
                 and len(self.program.nests) == 1
                 and self.program.pattern in (None, it.access.tensor)
                 and (output.is_dense or output.levels[0].is_sparse)
