@@ -2910,7 +2910,7 @@ def _row_kernel(compiled: CompiledProgram, pos: np.ndarray, eager: bool = False
     ``eager``): a one-off call keeps the first call's cost, which is mostly compiling (an SpMV's
     first call in a new process took ~58 ms with its variant built at once, ~30 without)."""
     kind = row_kernel_kind(pos)
-    if not kind or kind == MASKED and not masked_rows_pay(pos.shape[0] - 1):
+    if not kind or not row_variant_pays(kind, pos.shape[0] - 1):
         return compiled
     found = compiled.variants.get(kind)
     if found is not None:
@@ -2921,59 +2921,64 @@ def _row_kernel(compiled: CompiledProgram, pos: np.ndarray, eager: bool = False
     return kernel_cache().row_variant(compiled, kind)
 
 
-# Whether a CSR row loop with its tail masked beats the scalar remainder on this host, by the
-# size class of the rows (``masked_rows_pay``), as measured.
-_masked_rows: dict[int, bool] = {}
-_masked_lock = threading.Lock()
-# The masked kernel must take at most this share of the plain kernel's time to be chosen: a
-# close call keeps the plain kernel, so the choice does not flip with the noise of one run.
-MASKED_ROWS_SHARE = 0.85
+# Whether a CSR row loop's variant (``runtime/rows.py``: tail masked, or unrolled) beats the
+# plain loop on this host, by variant and size class of the rows (``row_variant_pays``), as
+# measured.
+_row_variants_pay: dict[tuple[str, int], bool] = {}
+_row_variants_lock = threading.Lock()
+# A variant must take at most this share of the plain kernel's time to be chosen: a close
+# call keeps the plain kernel, so the choice does not flip with the noise of one run.
+ROW_VARIANT_SHARE = 0.9
 # The size classes measured: matrices of 2^12 rows or fewer take the smallest, of 2^17 or
 # more the largest.
-MASKED_ROWS_CLASSES = (12, 17)
+ROW_VARIANT_CLASSES = (12, 17)
 
 
-def masked_rows_pay(rows: int) -> bool:
-    """Whether this host runs the rows of an irregular CSR matrix of ``rows`` rows faster with
-    the row loop's tail masked (``runtime/rows.py``'s ``MASKED``) than with its scalar
-    remainder: measured once per process and size class (the power of two at or above
-    ``rows``, within ``MASKED_ROWS_CLASSES``) on a generated square matrix of that class
-    (``_masked_rows_measured``), unless ``TENSORALG_MASKED_ROWS`` says (``1`` or ``0``).
+def row_variant_pays(kind: str, rows: int) -> bool:
+    """Whether this host runs the rows a variant is chosen for (``runtime/rows.py``: ``MASKED``
+    for rows whose lengths keep changing, ``UNROLLED`` for rows of 4-7 entries that repeat
+    their lengths) faster with that variant than with the plain loop, for a matrix of ``rows``
+    rows: measured once per process, variant and size class (the power of two at or above
+    ``rows``, within ``ROW_VARIANT_CLASSES``) on a generated square matrix of such rows
+    (``_row_variant_measured``), unless ``TENSORALG_ROW_VARIANTS`` says (``1``: always, ``0``:
+    never).
 
     Which loop wins depends on the host and on where the gathered vector lives. On the Intel
-    Xeon where the row loops were tuned the masked tail ran 0.39-0.84x the remainder's time on
-    power-law rows; on an AMD EPYC it ran 1.2-2.4x on the real matrices of 2e3-8e3 rows
-    (ca-GrQc 37.5 against 17.2 µs, rajat01 49 against 20.5, wiki-Vote 78 against 55; one
-    thread, 2026-12-06, ad hoc) and on generated ones of up to 2^14 rows, while it won from
-    2^15 rows (a gathered vector past the L2 cache), so it is measured rather than assumed.
+    Xeon where the row loops were tuned the masked tail ran 0.39-0.84x the plain loop's time
+    on power-law rows and the unrolled loop 0.64-0.88x at 4-5 entries a row; on an AMD EPYC
+    the masked tail ran 1.2-2.4x on the real matrices of 2e3-8e3 rows (ca-GrQc 37.5 against
+    17.2 µs, rajat01 49 against 20.5, wiki-Vote 78 against 55) and on generated ones up to
+    2^14 rows, winning from 2^15 (a gathered vector past the L2 cache), and the unrolled loop
+    0.98-1.2x (bayer10 56 against 46 µs; one thread, 2026-12-06, ad hoc).
 
-    >>> isinstance(masked_rows_pay(5000), bool)
+    >>> isinstance(row_variant_pays(MASKED, 5000), bool)
     True
     """
-    low, high = MASKED_ROWS_CLASSES
+    low, high = ROW_VARIANT_CLASSES
     size_class = min(max(low, max(rows - 1, 1).bit_length()), high)
-    found = _masked_rows.get(size_class)
+    found = _row_variants_pay.get((kind, size_class))
     if found is None:
-        with _masked_lock:
-            found = _masked_rows.get(size_class)
+        with _row_variants_lock:
+            found = _row_variants_pay.get((kind, size_class))
             if found is None:
-                given = os.environ.get("TENSORALG_MASKED_ROWS", "").strip()
-                found = _masked_rows[size_class] = given == "1" if given in ("0", "1") \
-                    else _masked_rows_measured(1 << size_class)
+                given = os.environ.get("TENSORALG_ROW_VARIANTS", "").strip()
+                found = _row_variants_pay[kind, size_class] = given == "1" \
+                    if given in ("0", "1") else _row_variant_measured(kind, 1 << size_class)
     return found
 
 
-def _masked_rows_measured(rows: int, repeats: int = 7) -> bool:
-    """Time SpMV's plain kernel and its masked variant, one thread each, on a square matrix of
-    ``rows`` rows of 1-12 entries (lengths at random: the rows the masked choice is made
-    for); whether the masked one takes at most ``MASKED_ROWS_SHARE`` of the plain one's time
-    (the best of ``repeats`` interleaved rounds each)."""
+def _row_variant_measured(kind: str, rows: int, repeats: int = 7) -> bool:
+    """Time SpMV's plain kernel and its ``kind`` variant, one thread each, on a square matrix
+    of ``rows`` rows of the kind of rows that variant is chosen for (``MASKED``: 1-12 entries
+    at random; ``UNROLLED``: 5 each), columns at random; whether the variant takes at most
+    ``ROW_VARIANT_SHARE`` of the plain kernel's time (the best of ``repeats`` interleaved
+    rounds each)."""
     import time
 
     import scipy.sparse as sp
 
     rng = np.random.default_rng(0)
-    lengths = rng.integers(1, 13, rows)
+    lengths = rng.integers(1, 13, rows) if kind == MASKED else np.full(rows, 5)
     pos = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
     cols = (rng.random(int(pos[-1])) * rows).astype(np.int32)
     matrix = sp.csr_array((np.ones(int(pos[-1])), cols, pos), shape=(rows, rows))
@@ -2983,7 +2988,7 @@ def _masked_rows_measured(rows: int, repeats: int = 7) -> bool:
         plain = compile("y(i) = A(i,j) * x(j)", {"A": "CSR", "x": "d"})._default
         if plain is None or plain.rows is None:
             return False
-        variants = (plain, kernel_cache().row_variant(plain, MASKED))
+        variants = (plain, kernel_cache().row_variant(plain, kind))
         tensors = {"A": _bind(matrix, None, "calibration matrix"),
                    "x": _bind(x, None, "calibration vector")}
         calls = []
@@ -3001,7 +3006,7 @@ def _masked_rows_measured(rows: int, repeats: int = 7) -> bool:
             for _ in range(4):
                 function(*args)
             best[k] = min(best[k], time.perf_counter() - start)
-    return best[1] <= MASKED_ROWS_SHARE * best[0]
+    return best[1] <= ROW_VARIANT_SHARE * best[0]
 
 
 def copies_pay(compiled: CompiledProgram, operands: Mapping[str, Any]) -> bool:

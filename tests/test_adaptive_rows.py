@@ -10,7 +10,7 @@ import scipy.sparse as sp
 
 import tensoralg as ta
 from tensoralg.api import kernel_cache
-from tensoralg.api import masked_rows_pay as MEASURED_MASKED_ROWS_PAY
+from tensoralg.api import row_variant_pays as MEASURED_ROW_VARIANT_PAYS
 from tensoralg.ir.printer import format_function
 from tensoralg.runtime.rows import (
     ADAPTIVE_CHANGES,
@@ -49,12 +49,12 @@ def _regular(rows: int, dtype: str = "float64", length: int = 5) -> sp.csr_matri
 
 
 @pytest.fixture(autouse=True)
-def masked_rows_pay(monkeypatch):
-    """The masked kernel wins on this host (whether it does is measured per host,
-    ``api.masked_rows_pay``; ``test_the_masked_kernel_runs_only_where_it_pays`` covers both)."""
+def row_variants_pay(monkeypatch):
+    """The variants win on this host (whether they do is measured per host,
+    ``api.row_variant_pays``; ``test_a_variant_runs_only_where_it_pays`` covers both)."""
     import tensoralg.api as api
 
-    monkeypatch.setattr(api, "masked_rows_pay", lambda rows: True)
+    monkeypatch.setattr(api, "row_variant_pays", lambda kind, rows: True)
 
 
 def _built(statement: str, kind: str) -> bool:
@@ -209,10 +209,11 @@ def test_a_variant_is_built_at_the_second_call_that_asks_for_it():
     assert _built(bound._default.key.statement, UNROLLED)
 
 
-def test_the_masked_kernel_runs_only_where_it_pays(monkeypatch):
+@pytest.mark.parametrize("matrix, kind", [(_irregular(2000), MASKED),
+                                           (_regular(3000), UNROLLED)])
+def test_a_variant_runs_only_where_it_pays(matrix, kind, monkeypatch):
     import tensoralg.api as api
 
-    matrix = _irregular(2000)
     x = np.random.default_rng(1).standard_normal(400)
     k = ta.compile(SPMV, {"A": "CSR", "x": "d"})
     ran = []
@@ -225,20 +226,22 @@ def test_the_masked_kernel_runs_only_where_it_pays(monkeypatch):
 
     monkeypatch.setattr(api, "_row_kernel", spied)
     for pays in (False, True):
-        monkeypatch.setattr(api, "masked_rows_pay", lambda rows: pays)
+        monkeypatch.setattr(api, "row_variant_pays", lambda kind, rows: pays)
         ran.clear()
         for _ in range(3):
             np.testing.assert_allclose(k(A=matrix, x=x), matrix @ x, rtol=1e-12, atol=1e-12)
-        assert ran and (MASKED in ran) is pays
+        assert ran and (kind in ran) is pays
 
 
 @pytest.mark.parametrize("given, expected", [("1", True), ("0", False)])
 def test_the_host_measurement_and_its_override(given, expected, monkeypatch):
     import tensoralg.api as api
 
-    assert isinstance(api._masked_rows_measured(1 << 12, repeats=2), bool)
-    monkeypatch.setattr(api, "_masked_rows", {})
-    monkeypatch.setenv("TENSORALG_MASKED_ROWS", given)
-    assert MEASURED_MASKED_ROWS_PAY(3000) is expected
-    assert set(api._masked_rows) == {12}           # 3000 rows: the smallest size class
-    assert MEASURED_MASKED_ROWS_PAY(40_000) is expected and set(api._masked_rows) == {12, 16}
+    for kind in (MASKED, UNROLLED):
+        assert isinstance(api._row_variant_measured(kind, 1 << 12, repeats=2), bool)
+    monkeypatch.setattr(api, "_row_variants_pay", {})
+    monkeypatch.setenv("TENSORALG_ROW_VARIANTS", given)
+    assert MEASURED_ROW_VARIANT_PAYS(MASKED, 3000) is expected
+    assert set(api._row_variants_pay) == {(MASKED, 12)}      # 3000 rows: the smallest class
+    assert MEASURED_ROW_VARIANT_PAYS(UNROLLED, 40_000) is expected
+    assert set(api._row_variants_pay) == {(MASKED, 12), (UNROLLED, 16)}

@@ -21,12 +21,13 @@ matrices 0.871 -> 0.815 on one thread and 0.649 -> 0.639 on two (a split call of
 0.97, a 2-D Laplacian 0.72 -> 0.48, wiki-Vote 0.57 -> 0.44, two threads); a matrix of under
 CHOICE_MIN_VALUES stored values keeps the plain kernel (below).
 
-Whether the masked tail pays is also the host's: on an AMD EPYC it ran 1.2-2.4x the
-remainder's time on those same power-law matrices (a gathered vector in L1 or L2; it won
-again from 2^15 rows), so ``api.masked_rows_pay`` measures the two kernels once per process
-and size class of the rows, and a matrix whose rows ask for ``MASKED`` keeps the plain kernel
-where it does not pay (SpMV, two threads, tensoralg / scipy on that host: ca-GrQc 1.58 ->
-1.09, rajat01 1.27 -> 0.82, adder_dcop_05 1.64 -> 1.11; ad hoc, 2026-12-06).
+Whether a variant pays is also the host's: on an AMD EPYC the masked tail ran 1.2-2.4x the
+plain loop's time on those same power-law matrices (a gathered vector in L1 or L2; it won
+again from 2^15 rows) and the unrolled loop 0.98-1.2x, so ``api.row_variant_pays`` measures
+each variant against the plain kernel once per process and size class of the rows, and a
+matrix whose rows ask for a variant keeps the plain kernel where it does not pay (SpMV, two
+threads, tensoralg / scipy on that host: ca-GrQc 1.58 -> 1.09, rajat01 1.27 -> 0.82,
+adder_dcop_05 1.64 -> 1.11; ad hoc, 2026-12-06).
 
 The share is computed once per ``pos`` array, by NumPy, over at most ``ROW_BLOCKS`` blocks of
 ``ROW_BLOCK_PAIRS`` consecutive rows spread over the matrix (every row of a matrix of up to
