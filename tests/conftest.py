@@ -202,6 +202,23 @@ def counted_calls(monkeypatch):
     return seen
 
 
+@pytest.fixture
+def partial_calls(monkeypatch):
+    """The number of ranges of every call split into partial outputs
+    (``api._run_partials``: ``parallelize(..., reduction=partials)``)."""
+    import tensoralg.api as api
+
+    seen: list[int] = []
+    original = api._run_partials
+
+    def spy(compiled, args, bounds, output):
+        seen.append(len(bounds) - 1)
+        return original(compiled, args, bounds, output)
+
+    monkeypatch.setattr(api, "_run_partials", spy)
+    return seen
+
+
 def split_product() -> tuple:
     """A CSR x dense product bound under two threads (two ranges) and its expected output;
     the caller sets the thread count."""

@@ -61,18 +61,9 @@ def test_empty_and_zero_size_reductions(threads):
         np.testing.assert_array_equal(ta.einsum("abc->bc", x), x.sum(0))
 
 
-def test_large_calls_do_split(monkeypatch):
-    import tensoralg.api as api
-
+def test_large_calls_do_split(monkeypatch, partial_calls):
     monkeypatch.setattr(kernel_cache().threads, "threads", 2)
-    calls = []
-    real = api._run_partials
-
-    def counted(*args, **kwargs):
-        calls.append(len(args[2]) - 1)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(api, "_run_partials", counted)
+    calls = partial_calls
     x = np.arange(400_000, dtype=np.float64) % 7
     for _ in range(3):
         assert ta.einsum("i,i->", x, x) == pytest.approx(float(x @ x))
@@ -135,18 +126,9 @@ def test_the_gpu_plan_drops_the_cpu_partials():
     assert gpu_plan(asked._default).partials      # a schedule that asks keeps them
 
 
-def test_large_csc_calls_do_split(monkeypatch):
-    import tensoralg.api as api
-
+def test_large_csc_calls_do_split(monkeypatch, partial_calls):
     monkeypatch.setattr(kernel_cache().threads, "threads", 2)
-    calls = []
-    real = api._run_partials
-
-    def counted(*args, **kwargs):
-        calls.append(len(args[2]) - 1)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(api, "_run_partials", counted)
+    calls = partial_calls
     matrix = _random_csc(3000, 40_000, 200_000, np.float64, seed=5)
     x = np.ones(40_000)
     for _ in range(3):

@@ -158,19 +158,11 @@ def test_the_gpu_lowers_the_sorted_kernel():
 
 
 @pytest.mark.parametrize("threads", [1, 2, 3])
-def test_ranges_of_entries_sum_into_partial_outputs(threads, monkeypatch, no_sort):
+def test_ranges_of_entries_sum_into_partial_outputs(threads, monkeypatch, no_sort,
+                                                    partial_calls):
     """Ranges of unsorted entries may meet the same row: each sums into its own copy."""
-    import tensoralg.api as api
-
     monkeypatch.setattr(kernel_cache().threads, "threads", threads)
-    calls = []
-    real = api._run_partials
-
-    def counted(*args, **kwargs):
-        calls.append(len(args[2]) - 1)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(api, "_run_partials", counted)
+    calls = partial_calls
     rng = np.random.default_rng(9)
     matrix = _coo(rng, (300, 5000), 400_000, np.float64)
     x = rng.standard_normal(5000)
