@@ -96,12 +96,14 @@ TARGET_NOTES: dict[str, str] = {
                      "the two vCPUs gain least on the gather-bound vector loops; the row loop "
                      "is chosen per matrix (runtime/rows.py: masked tail where consecutive "
                      "rows mostly differ in length, unrolled where they repeat at 4-7 "
-                     "entries), which took cryg2500 1.40 -> 0.97 and wiki-Vote 0.57 -> 0.44 "
-                     "of scipy's time but left the 16 matrices' two-thread mean about where it "
-                     "was (0.649 -> 0.639, python benchmarks/row_loops.py --choice --threads 2): "
-                     "on the small ones a call's fixed costs and the split's overhead are "
-                     "most of the time, and two circuit matrices (adder_dcop_05, rajat01) "
-                     "take the masked loop and lose 7-19%",
+                     "entries), each variant only where it is measured to pay on the host "
+                     "(api.row_variant_pays): on the Intel Xeon VM the masked tail took "
+                     "wiki-Vote 0.57 -> 0.44 of scipy's time, on the AMD EPYC VM it lost "
+                     "1.2-2.4x on matrices of up to 2^14 rows and runs on none of these "
+                     "(tensoralg / scipy between the runs at c786d35 and 41f1461: ca-GrQc "
+                     "1.79 -> 1.35, rajat01 1.20 -> 0.87, adder_dcop_05 1.64 -> 1.15); on "
+                     "the small ones a call's "
+                     "fixed costs and the split's overhead are most of the time",
     "spmm vs scipy": "each row runs one pass per register tile, zeroed in registers and "
                      "stored once, within ~1.15x of a hand-written AVX-512 row loop on one "
                      "thread (bayer10, 16 columns: 206 vs 182 µs; an ad hoc C comparison, not "
@@ -140,10 +142,27 @@ TARGET_NOTES: dict[str, str] = {
                     "after) is not built",
     "spmv power-law-2e4 vs scipy": "its rows run the masked-tail loop (runtime/rows.py: 71% "
                                    "of them hold under 10 values, of irregular lengths): "
-                                   "0.38-0.29 of scipy's time at 6e8a38b, 0.51-0.52 before",
-    "spmv power-law-2e4 vs fastest other system": "MKL's inspector-executor on two "
-                                                  "threads, within noise of tensoralg's "
-                                                  "masked-tail loop",
+                                   "0.38-0.29 of scipy's time on the Intel Xeon VM, "
+                                   "0.51-0.52 before; on the AMD EPYC VM 0.47-0.55, where "
+                                   "the masked and the plain loops tie on this matrix (one "
+                                   "thread 286 and 276 µs, ad hoc)",
+    "spmv power-law-2e4 vs fastest other system": "MKL's inspector-executor and torch.sparse "
+                                                  "on two threads, within noise of "
+                                                  "tensoralg (0.85-1.18 across runs and hosts)",
+    "spmv uniform-2e4 vs scipy": "0.41-0.50 on the Intel Xeon VM, 0.59 on the AMD EPYC VM, "
+                                 "where x (160 KB) is gathered from the L2 cache at 20 "
+                                 "values a row and the second thread gains 1.8x",
+    "spmv uniform-1e6 vs scipy": "0.42-0.44 on the Intel Xeon VM; on the AMD EPYC VM both "
+                                 "tensoralg and scipy take ~23 ms, the 8 MB vector x gathered "
+                                 "at random from memory (each vCPU's L2 holds 2 MB): the "
+                                 "gather's latency, not the matrix's bytes, bounds both",
+    "spmv uniform-1e6, share of the read bandwidth": "58-65% on the Intel Xeon VM; on the AMD "
+                                                     "EPYC VM the random gather of x bounds "
+                                                     "the kernel (see the row above), far "
+                                                     "below what sequential reads reach",
+    "spmm uniform-2e4 vs fastest other system": "within noise of MKL's inspector-executor "
+                                                "(0.98-1.03 across runs), which also reads "
+                                                "B's rows from memory",
     "spmv uniform-1e6 vs fastest other system": "both read the 96 MB matrix at the memory's "
                                                 "pace (see the bandwidth row): within noise "
                                                 "of MKL, on either side across runs",
