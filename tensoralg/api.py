@@ -3536,9 +3536,13 @@ class Kernel:
                                     compiled.schedule, IRLog(echo=False), key.backend)[1]
         return self._own
 
-    def _bound(self, operands: Mapping[str, Any], warn: bool = True) -> dict[str, Tensor]:
+    def _bound(self, operands: Mapping[str, Any], warn: bool = True,
+               any_order: dict[str, Any] | None = None) -> dict[str, Tensor]:
         """The operands bound to tensors of the compiled formats (converted, with a warning,
-        when stored otherwise)."""
+        when stored otherwise). With ``any_order``, a COO operand that the kernel reads in
+        any order (``lower/unordered.py``) is bound as it comes (``_bind_any_order``) and
+        recorded there by name; the caller binds it sorted where the program it runs does
+        not read it so (``__call__``)."""
         missing = [name for name in self.formats if name not in operands]
         if missing:
             raise ShapeError(f"kernel for {self.statement} needs operand(s) "
@@ -3552,7 +3556,14 @@ class Kernel:
             if device is not None:
                 bound[name] = device       # checked against the kernel by tensoralg.gpu
                 continue
-            tensor = _bind(operands[name], None, f"operand {name}")
+            tensor = None
+            if any_order is not None and self._default is not None and \
+                    _reads_any_order(self._default, name):
+                tensor = _bind_any_order(operands[name])
+                if tensor is not None:
+                    any_order[name] = operands[name]
+            if tensor is None:
+                tensor = _bind(operands[name], None, f"operand {name}")
             _check_cast(tensor.dtype, self.dtype, f"operand {name}")
             if tensor.ndim != fmt.rank:
                 raise ShapeError(f"operand {name} has shape {tensor.shape} (rank {tensor.ndim}) "
@@ -3645,9 +3656,15 @@ class Kernel:
                         self._recent = entry.fast
                     return result
                 signature = None   # remembered already; it declined this call (see einsum)
-        bound = self._bound(operands)
+        unsorted: dict[str, Any] = {}
+        bound = self._bound(operands, any_order=unsorted if self.backend != "cuda" else None)
         shape = self._output_shape(bound)
         compiled = self._program_for(bound, shape)
+        resort = [name for name in unsorted if not _reads_any_order(compiled, name)]
+        if resort:      # a tuned schedule's program, say, that reads them in order
+            bound.update({name: _bind(unsorted[name], None, f"operand {name}")
+                          for name in resort})
+            compiled = self._program_for(bound, shape)
         result = execute(compiled, bound, self.dtype, shape)
         if isinstance(result, np.ndarray) and self.out_format is None:
             if signature is not None:

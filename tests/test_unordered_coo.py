@@ -185,3 +185,46 @@ def test_large_outputs_are_not_scattered_into_from_two_threads(monkeypatch):
     y = ta.einsum("ij,j->i", matrix, np.ones(50))
     np.testing.assert_allclose(y, matrix @ np.ones(50), rtol=1e-12, atol=1e-12)
     assert not calls
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int64])
+def test_a_compiled_kernel_binds_coo_unsorted_too(dtype, no_sort):
+    rng = np.random.default_rng(11)
+    matrix = _coo(rng, (50, 40), 300, dtype)
+    x = _values(rng, 40, dtype)
+    kernel = ta.compile("y(i) = A(i,j) * x(j)", {"A": "COO", "x": "d"}, dtype=dtype)
+    for _ in range(2):
+        np.testing.assert_allclose(kernel(A=matrix, x=x), matrix.toarray() @ x, rtol=1e-5)
+        np.testing.assert_allclose(kernel(matrix, x), matrix.toarray() @ x, rtol=1e-5)
+    tensor = sparse.COO(rng.integers(0, 9, (3, 200)), rng.standard_normal(200), shape=(9, 9, 9))
+    kernel3 = ta.compile("y(i) = T(i,j,k) * v(k)", {"T": "COO", "v": "d"})
+    np.testing.assert_allclose(kernel3(T=tensor, v=np.arange(9.0)),
+                               np.einsum("ijk,k->i", tensor.todense(), np.arange(9.0)))
+
+
+def test_a_compiled_kernel_refuses_coordinates_outside_the_shape():
+    matrix = sp.coo_array(([1.0, 2.0], ([0, 1], [1, 0])), shape=(2, 2))
+    matrix.coords[0][0] = 7
+    kernel = ta.compile("y(i) = A(i,j) * x(j)", {"A": "COO", "x": "d"})
+    with pytest.raises(ta.TensorAlgebraError, match="operand A"):
+        kernel(A=matrix, x=np.ones(2))
+
+
+def test_a_program_that_reads_in_order_gets_the_operand_sorted(monkeypatch):
+    """Where the program a call runs does not read the COO in any order (a tuned schedule's,
+    say), the call binds it sorted: here the binding is told the kernel reads it in any order,
+    and the program the call then runs is said not to."""
+    import tensoralg.api as api
+
+    rng = np.random.default_rng(12)
+    matrix = _coo(rng, (30, 30), 200, np.float64)
+    x = rng.standard_normal(30)
+    kernel = ta.compile("y(i) = A(i,j) * x(j)", {"A": "COO", "x": "d"})
+    answers = iter([True])             # the binding's question; every later one: no
+    monkeypatch.setattr(api, "_reads_any_order", lambda compiled, name: next(answers, False))
+    sorts = []
+    real = CoordinateSorter.sort
+    monkeypatch.setattr(CoordinateSorter, "sort",
+                        lambda *a, **k: sorts.append(1) or real(*a, **k))
+    np.testing.assert_allclose(kernel(A=matrix, x=x), matrix.toarray() @ x, rtol=1e-12)
+    assert sorts
