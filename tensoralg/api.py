@@ -413,9 +413,11 @@ class KernelCache:
         # einsum calls with ta.Tensor operands, by _tensor_signature -> _TensorReplay
         self.tensor_calls: dict[tuple, Any] = {}
         # einsum calls with scipy COO operands, by _coo_signature -> whether their kernel
-        # read the COO operands in any order (lower/unordered.py); until known, such a call
-        # takes the general path, which binds them unsorted, rather than sort them into CSR
-        self.any_order: dict[tuple, bool] = {}
+        # reads the COO operands in any order (lower/unordered.py): True; "dense" where it
+        # does into a dense result, asked for since the CSR route returns one; False where
+        # they are sorted into CSR. Until known, such a call takes the general path, which
+        # binds them unsorted, rather than sort them into CSR.
+        self.any_order: dict[tuple, bool | str] = {}
         self._lock = threading.Lock()
 
     def get(self, key: KernelKey, stmt: Assignment, formats: dict[str, Format],
@@ -768,8 +770,13 @@ def einsum(*operands: Any, out_format: Any = None, formats: Any = None,
             if result is not None:
                 return result
         coo = _coo_signature(operands[0], operands[1:], backend)
-        uniform = _uniform(operands[1:]) or _csr_operands(
-            operands[1:], keep_coo=coo is not None and _cache.any_order.get(coo) is not False)
+        how = _cache.any_order.get(coo) if coo is not None else False
+        if how == "dense":
+            # the COO read in any order into a dense result: what the CSR route gives
+            return einsum(operands[0], *operands[1:], backend=backend, out_format="dense",
+                          optimize=optimize)
+        uniform = _uniform(operands[1:]) or _csr_operands(operands[1:],
+                                                          keep_coo=how is not False)
         if uniform is not None:
             return einsum(operands[0], *uniform, backend=backend, schedule=schedule,
                           optimize=optimize)
@@ -902,7 +909,8 @@ def einsum(*operands: Any, out_format: Any = None, formats: Any = None,
     # COO operands bound as they come, for a kernel that reads them in any order; _run sorts
     # them where the kernel it compiles does not
     unsorted: dict[str, Any] = {}
-    loose = plain and schedule is None and backend != "cuda"
+    loose = formats is None and dtype is None and out is None and order != "F" and \
+        schedule is None and backend != "cuda" and out_format in (None, "dense")
     for k, (name, operand) in enumerate(zip(named, operands)):
         device = _device_operand(operand, backend)
         families.append("device" if device is not None else input_family(operand))
@@ -916,6 +924,7 @@ def einsum(*operands: Any, out_format: Any = None, formats: Any = None,
         result, compiled = _run(stmt, canonical, bound, families, out_format, backend,
                                 schedule, dtype, out, casting, unsorted)
     except _CsrFirst:
+        known = kernel_cache().any_order.get(coo) if coo is not None else None
         if coo is not None:
             kernel_cache().any_order[coo] = False
         converted = list(_csr_operands(operands) or operands)
@@ -930,14 +939,22 @@ def einsum(*operands: Any, out_format: Any = None, formats: Any = None,
             result, compiled = _run(stmt, canonical, bound, families, out_format, backend,
                                     schedule, dtype, out, casting)
         else:
-            return einsum(subscripts, *converted, backend=backend, casting=casting,
-                          order=order, optimize=optimize)
+            result = einsum(subscripts, *converted, backend=backend, casting=casting,
+                            order=order, optimize=optimize)
+            if coo is not None and known is None and out_format is None and \
+                    type(result) is np.ndarray and result.ndim:
+                # The CSR route gives a dense result (COO's own format inference would
+                # assemble a sparse one): try the COO in any order into a dense result
+                # next time (back to False if its kernel cannot read it so either).
+                kernel_cache().any_order[coo] = "dense"
+            return result
     if coo is not None:
         any_order = kernel_cache().any_order
         if len(any_order) > 256:
             any_order.clear()
-        any_order[coo] = compiled is not None and \
+        reads = compiled is not None and \
             all(_reads_any_order(compiled, name) for name in unsorted)
+        any_order[coo] = ("dense" if out_format is not None else True) if reads else False
     if compiled is not None and signature is None and stretched is None and formats is None \
             and schedule is None and dtype is None and out is None and order == "K" and \
             casting == "safe" and backend != "cuda" and not len(kernel_cache().tuned):

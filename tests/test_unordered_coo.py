@@ -62,29 +62,43 @@ CASES = [
     ("ij,j,i->", lambda r, d: [r.standard_normal(30).astype(d),
                                r.standard_normal(40).astype(d)]),
 ]
-# A product whose result COO's format inference makes sparse: converted into CSR (a dense
-# result, as the CSR kernel gives), also on the first call.
-CSR_CASES = [
+# A product whose result COO's format inference makes sparse: converted into CSR on the
+# first call (a dense result, as the CSR kernel gives), read in any order into a dense
+# result after.
+DENSE_CASES = [
     ("ij,jk->ik", lambda r, d: [r.standard_normal((30, 5)).astype(d)]),
     ("ij,kj->ik", lambda r, d: [r.standard_normal((6, 30)).astype(d)]),
 ]
 
 
-@pytest.mark.parametrize("subscripts, others", CASES + CSR_CASES)
+@pytest.mark.parametrize("subscripts, others", CASES + DENSE_CASES)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("count", [0, 1, 7, 500])
 def test_scipy_coo(subscripts, others, dtype, count, request):
-    if (subscripts, others) in CASES:
-        request.getfixturevalue("no_sort")
     rng = np.random.default_rng(count)
     matrix = _coo(rng, (40, 30), count, dtype)
     rest = others(rng, dtype)
+    plain = (subscripts, others) in CASES
+    if plain:
+        request.getfixturevalue("no_sort")
+    else:
+        ta.einsum(subscripts, matrix, *rest)        # the first call goes through CSR
+        request.getfixturevalue("no_sort")
     for _ in range(2):
         result = ta.einsum(subscripts, matrix, *rest)
         assert type(result) is type(ta.einsum(subscripts, matrix.tocsr(), *rest))
     _check(subscripts, [matrix, *rest], [matrix.toarray(), *rest], dtype)
     signature = next(k for k in kernel_cache().any_order if k[0] == subscripts)
-    assert kernel_cache().any_order[signature] is ((subscripts, others) in CASES)
+    assert kernel_cache().any_order[signature] == (True if plain else "dense")
+
+
+def test_a_dense_result_asked_for_reads_the_coo_in_any_order(no_sort):
+    rng = np.random.default_rng(2)
+    matrix = _coo(rng, (40, 30), 300, np.float64)
+    dense = rng.standard_normal((30, 5))
+    for _ in range(3):
+        got = ta.einsum("ij,jk->ik", matrix, dense, out_format="dense")
+        np.testing.assert_allclose(got, matrix.toarray() @ dense, rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
