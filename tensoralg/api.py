@@ -675,13 +675,12 @@ def _dense_outer(fmt: Format, indices: tuple[str, ...], outer: str) -> bool:
 # values of the copies it zeroes and adds (one per extra thread).
 PARTIAL_COPY_WORK = 8
 
-# Ranges of a COO operand's entries read in any order (lower/unordered.py) both scatter at
-# random into their copies of the output; past this size a copy the two threads scatter into
-# at once ran slower than one thread alone (2e6 random entries into 1e5-4e5 rows: 1.2-3x
-# slower; 2e4-6e4 rows 1.5-2.8x faster; AMD EPYC VM, 2026-12-06, ad hoc, not kept). A C loop
-# over the same pattern gained from the second thread, so the cause is not plainly the
-# machine; the bar keeps the split where it measured faster.
-SCATTER_COPY_BYTES = 1 << 19
+# Ranges of a COO operand's entries read in any order (lower/unordered.py) scatter at random
+# into their copies of the output, which are zeroed and added up after: the split pays where
+# the entries are at least this many times the output's values (COO SpMV, two threads against
+# one: 10 entries a row over 1e5-2e5 rows 1.55-1.7x faster, 2.5 a row over 4e5 rows 0.8x;
+# AMD EPYC VM, 2026-12-06, ad hoc, the copies reused, ``_partial_copies``).
+SCATTER_ENTRIES_PER_VALUE = 4
 
 
 def _partial_parts(parts: int, work: int, shape: tuple[int, ...]) -> int:
@@ -3147,8 +3146,8 @@ def _thread_ranges(compiled: CompiledProgram, tensors: Mapping[str, Tensor],
         parts = min(threads.parts(work, native), size // least)
         if compiled.plan.partials:      # one zeroed copy of the output per extra range
             parts = _partial_parts(parts, work, shape)
-            if any(t.unordered for t in program.tensors) and \
-                    math.prod(shape) * compiled.key.value_dtype.itemsize > SCATTER_COPY_BYTES:
+            if any(t.unordered and tensors[t.name].nnz < SCATTER_ENTRIES_PER_VALUE *
+                   math.prod(shape) for t in program.tensors):
                 parts = 1
         elif native and parts > 1 and NativeSplit.supports(compiled.kernel.function):
             parts = max(parts, min(parts * NATIVE_RANGES_PER_THREAD, size // least))
@@ -3229,6 +3228,38 @@ def range_bounds(size: int, parts: int, weights: np.ndarray | None, step: int) -
     return bounds
 
 
+# Scratch for the partial outputs of ``_run_partials``, kept per thread between calls up to
+# this many bytes each.
+PARTIAL_KEPT_BYTES = 1 << 26
+_partial_scratch = threading.local()
+
+
+def _partial_copies(output: np.ndarray, count: int) -> list[np.ndarray]:
+    """``count`` zeroed arrays shaped as ``output`` for the extra ranges of a split into
+    partial outputs, reused from this thread's last call and zeroed by one sequential pass.
+    Fresh zeroed arrays (calloc's untouched pages) take their page faults inside the kernel,
+    at the rows its ranges first touch: a COO SpMV scattering 1e6 entries into 4e5 rows ran
+    in 22 ms on two threads with fresh copies and 3.4 ms with reused ones (4.1 on one thread;
+    AMD EPYC VM, 2026-12-06, ad hoc), the faults of two threads at once costing far more than
+    their count.
+
+    >>> [c.tolist() for c in _partial_copies(np.ones(2), 2)]
+    [[0.0, 0.0], [0.0, 0.0]]
+    """
+    kept = _partial_scratch.__dict__.setdefault("arrays", {})
+    copies = []
+    for k in range(count):
+        found = kept.get((k, output.dtype))
+        if found is None or found.shape[0] < output.size:
+            found = np.empty(output.size, output.dtype)
+            if found.nbytes <= PARTIAL_KEPT_BYTES:
+                kept[(k, output.dtype)] = found
+        copy = found[:output.size].reshape(output.shape)
+        copy.fill(0)
+        copies.append(copy)
+    return copies
+
+
 def _run_partials(compiled: CompiledProgram, args: list, bounds: np.ndarray,
                   output: np.ndarray | None) -> int:
     """Each range sums into its own zeroed copy of the dense output; the copies are added to
@@ -3240,7 +3271,7 @@ def _run_partials(compiled: CompiledProgram, args: list, bounds: np.ndarray,
     begin, end = plan.range_slots   # type: ignore[misc]
     assert output is not None
     parts = len(bounds) - 1
-    copies = [output] + [np.zeros_like(output) for _ in range(parts - 1)]
+    copies = [output] + _partial_copies(output, parts - 1)
     native = _native_ranges((compiled.key, parts, "partials"), compiled.kernel.function,
                             plan.range_slots, parts, compiled.function.name,
                             (begin, end, slot))

@@ -188,17 +188,31 @@ def test_ranges_of_entries_sum_into_partial_outputs(threads, monkeypatch, no_sor
     assert (max(calls) > 1) if threads > 1 else not calls
 
 
-def test_large_outputs_are_not_scattered_into_from_two_threads(monkeypatch):
+def test_few_entries_a_row_are_not_scattered_from_two_threads(monkeypatch, partial_calls):
+    """Under ``SCATTER_ENTRIES_PER_VALUE`` entries an output value, the copies' zeroing and
+    adding outweigh the second thread."""
     import tensoralg.api as api
 
     monkeypatch.setattr(kernel_cache().threads, "threads", 2)
-    calls = []
-    monkeypatch.setattr(api, "_run_partials", lambda *a, **k: calls.append(a) or 0)
-    rows = api.SCATTER_COPY_BYTES // 8 + 1
-    matrix = _coo(np.random.default_rng(4), (rows, 50), 600_000, np.float64)
-    y = ta.einsum("ij,j->i", matrix, np.ones(50))
-    np.testing.assert_allclose(y, matrix @ np.ones(50), rtol=1e-12, atol=1e-12)
-    assert not calls
+    rows = 300_000
+    for per_row, split in [(api.SCATTER_ENTRIES_PER_VALUE // 2, False),
+                           (api.SCATTER_ENTRIES_PER_VALUE * 2, True)]:
+        partial_calls.clear()
+        matrix = _coo(np.random.default_rng(4), (rows, 50), rows * per_row, np.float64)
+        y = ta.einsum("ij,j->i", matrix, np.ones(50))
+        np.testing.assert_allclose(y, matrix @ np.ones(50), rtol=1e-12, atol=1e-12)
+        assert bool(partial_calls) is split
+
+
+def test_partial_copies_are_reused_and_zeroed():
+    from tensoralg.api import _partial_copies
+
+    first = _partial_copies(np.ones((3, 4)), 1)[0]
+    first += 5
+    again = _partial_copies(np.ones((3, 4)), 1)[0]
+    assert np.shares_memory(first, again) and not again.any()
+    smaller = _partial_copies(np.ones(5, np.float32), 2)
+    assert [c.shape for c in smaller] == [(5,), (5,)] and not any(c.any() for c in smaller)
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int64])
