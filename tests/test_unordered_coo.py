@@ -256,3 +256,17 @@ def test_a_program_that_reads_in_order_gets_the_operand_sorted(monkeypatch):
                         lambda *a, **k: sorts.append(1) or real(*a, **k))
     np.testing.assert_allclose(kernel(A=matrix, x=x), matrix.toarray() @ x, rtol=1e-12)
     assert sorts
+
+
+@pytest.mark.parametrize("backend", ["llvm", "c"])
+@pytest.mark.parametrize("shape, count", [((50, 40), 300), ((300, 5000), 400_000)])
+def test_both_cpu_backends_read_coo_in_any_order(backend, shape, count, no_sort):
+    rng = np.random.default_rng(count)
+    matrix = _coo(rng, shape, count, np.float64)
+    x = rng.standard_normal(shape[1])
+    kernel = ta.compile("y(i) = A(i,j) * x(j)", {"A": "COO", "x": "d"}, backend=backend)
+    assert "any order" in kernel.source("ir")
+    for _ in range(2):
+        np.testing.assert_allclose(kernel(A=matrix, x=x), matrix @ x, rtol=1e-10, atol=1e-10)
+        np.testing.assert_allclose(ta.einsum("ij,j->i", matrix, x, backend=backend), matrix @ x,
+                                   rtol=1e-10, atol=1e-10)
