@@ -649,17 +649,17 @@ def _with_partials(program: Program, plan: LoopPlan, schedule: Schedule | None,
             program.pattern is not None or not program.output.format.is_dense:
         return plan
     nest = program.nests[0]
-    if any(t.unordered for t in program.tensors) and nest.loop_order:
-        # a COO operand read in any order (lower/unordered.py): ranges of its entries may
-        # meet the same output row, so each range sums into its own copy
-        return dataclasses.replace(plan, parallel=Parallelize(nest.loop_order[0],
-                                                              reduction="partials"))
-    if not nest.loop_order or nest.loop_order[0] in nest.output.indices or \
-            not all(_dense_outer(program.tensor(a.tensor).format, a.indices, nest.loop_order[0])
-                    for a in accesses(nest.expr)):
+    if not nest.loop_order:
         return plan
-    return dataclasses.replace(plan, parallel=Parallelize(nest.loop_order[0],
-                                                          reduction="partials"))
+    outer = nest.loop_order[0]
+    # A COO operand read in any order (lower/unordered.py): ranges of its entries may meet
+    # the same output row whatever the loop, so each range sums into its own copy.
+    if not any(t.unordered for t in program.tensors) and (
+            outer in nest.output.indices or
+            not all(_dense_outer(program.tensor(a.tensor).format, a.indices, outer)
+                    for a in accesses(nest.expr))):
+        return plan
+    return dataclasses.replace(plan, parallel=Parallelize(outer, reduction="partials"))
 
 
 def _dense_outer(fmt: Format, indices: tuple[str, ...], outer: str) -> bool:
@@ -926,18 +926,18 @@ def einsum(*operands: Any, out_format: Any = None, formats: Any = None,
         known = kernel_cache().any_order.get(coo) if coo is not None else None
         if coo is not None:
             kernel_cache().any_order[coo] = False
-        converted = list(_csr_operands(operands) or operands)
-        for k, name in enumerate(named):
-            if name in unsorted and _coo_kind(converted[k]) and \
-                    type(converted[k]).__module__.startswith("scipy.sparse"):
-                # values the compiled sorter does not take; the arrays were checked
-                converted[k] = converted[k].tocsr()
-        if stretched is not None:
+        if stretched is not None:     # the operands were reshaped: bind the COO sorted
             bound.update({name: _bind(op, None, f"operand {name}")
                           for name, op in unsorted.items()})
             result, compiled = _run(stmt, canonical, bound, families, out_format, backend,
                                     schedule, dtype, out, casting)
         else:
+            converted = list(_csr_operands(operands) or operands)
+            for k, name in enumerate(named):
+                if name in unsorted and _coo_kind(converted[k]) and \
+                        type(converted[k]).__module__.startswith("scipy.sparse"):
+                    # values the compiled sorter does not take; the arrays were checked
+                    converted[k] = converted[k].tocsr()
             result = einsum(subscripts, *converted, backend=backend, casting=casting,
                             order=order, optimize=optimize)
             if coo is not None and known is None and out_format is None and \
@@ -2305,8 +2305,9 @@ def _bind_any_order(operand: Any) -> Tensor | None:
     """A scipy COO (2-D) or pydata COO (any rank) as a COO tensor over its own arrays, in the
     order they come and with any duplicates (no copy, no sort), for a kernel that reads them
     in any order (``lower/unordered.py``); None where ``operand`` is something else or its
-    arrays are not what the kernel reads directly (mixed or non-integer index dtypes, strided coordinates, float16 values). Every
-    coordinate is checked to lie inside the shape by the compiled validator, which the
+    arrays are not what the kernel reads (mixed or non-integer index dtypes, float16 values);
+    strided coordinates (pydata keeps its ``coords`` in Fortran order) are copied contiguous.
+    Every coordinate is checked to lie inside the shape by the compiled validator, which the
     kernel's loads rely on; a malformed operand gets None, and the sorting binder's checks
     then name what is wrong.
 
@@ -2330,19 +2331,20 @@ def _bind_any_order(operand: Any) -> Tensor | None:
     if type(data) is not np.ndarray or data.dtype not in VALUE_DTYPES or data.ndim != 1 or \
             not data.flags.c_contiguous or len(coords) != len(operand.shape):
         return None
+    if any(type(c) is not np.ndarray for c in coords):
+        return None
+    coords = tuple(np.ascontiguousarray(c) for c in coords)
     index = coords[0].dtype
-    if index not in _ANY_ORDER_INDEX or any(
-            type(c) is not np.ndarray or c.dtype != index or c.shape != data.shape
-            for c in coords) or data.shape[0] > np.iinfo(index).max:
+    if index not in _ANY_ORDER_INDEX or any(c.dtype != index or c.shape != data.shape
+                                            for c in coords) or \
+            data.shape[0] > np.iinfo(index).max:
         return None
     pos = _entries_pos(data.shape[0], index)
     validator = kernel_cache().validator      # remembers (pos, crd) pairs it found sound
-    for crd, dim in zip(coords, operand.shape):
-        if validator.compressed(pos, np.ascontiguousarray(crd), int(dim),
-                                check_order=False) != VALID:
-            return None
-    levels = (LevelArrays(pos, np.ascontiguousarray(coords[0])),
-              *[LevelArrays(None, np.ascontiguousarray(c)) for c in coords[1:]])
+    if any(validator.compressed(pos, crd, int(dim), check_order=False) != VALID
+           for crd, dim in zip(coords, operand.shape)):
+        return None
+    levels = (LevelArrays(pos, coords[0]), *[LevelArrays(None, c) for c in coords[1:]])
     return Tensor.trusted(tuple(int(n) for n in operand.shape), _coo_format(len(coords)),
                           levels, data)
 

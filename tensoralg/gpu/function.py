@@ -44,7 +44,10 @@ def gpu_plan(compiled: Any) -> LoopPlan:
     chose for two CPU cores (``api._with_partials``: no schedule asked for it) is not the
     GPU's: its mappings choose their own reduction (atomics where rows are shared).
 
-    >>> # gpu_plan(kernel._default).partials
+    >>> import tensoralg as ta
+    >>> k = ta.compile("y(i) = A(i,j) * x(j)", {"A": "CSC", "x": "d"})
+    >>> k._default.plan.partials, gpu_plan(k._default).partials
+    (True, False)
     """
     plan = replace(compiled.plan, zero_rows=False, position_ranges=False)
     if compiled.schedule is None and plan.partials:

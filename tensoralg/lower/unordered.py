@@ -7,8 +7,8 @@ product of dense factors, and the output is dense, the same loops are exact over
 any order, duplicates included, if every store adds into a zeroed output (``y[i] += acc``):
 a row met in several runs gets each run's sum. The runtime then binds a COO operand as it
 comes, without sorting it (``api._bind_any_order``): scipy's COO products work that way, and
-a sort costs several times the product (a 2e4^2 COO with 2e5 entries: 2.7 ms for the sort and
-the product against scipy's 0.4; ``benchmarks/random_sparse_einsum.py``'s COO rows).
+a sort costs many times the product (a 2e4^2 COO with 2e5 random entries, ``ij,j->i``: 5.7
+ms sorted first at 4906c9b, 0.22 ms read in any order, scipy 0.27; AMD EPYC VM).
 
 Only the compiler's own loops qualify: a split or thread range over the entries (``pos``,
 ``parallelize``) is the schedule's to ask for, on a sorted operand.
