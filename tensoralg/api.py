@@ -173,6 +173,7 @@ from tensoralg.runtime.movement import (
     im2row_call,
 )
 from tensoralg.runtime.native_split import NativeSplit
+from tensoralg.runtime.nonzeros import NonzeroLister
 from tensoralg.runtime.planar import (
     compiled_conv_gathers,
     patch_conv_of,
@@ -186,6 +187,9 @@ from tensoralg.runtime.replay import (
     ARG_CAPACITY,
     ARG_DATA,
     ARG_DENSE,
+    ARG_ENTRIES_COUNT,
+    ARG_ENTRIES_CRD,
+    ARG_ENTRIES_POS,
     ARG_INDICES,
     ARG_INDPTR,
     ARG_OUT,
@@ -194,6 +198,7 @@ from tensoralg.runtime.replay import (
     ARG_SIZE,
     COMPRESSED,
     DENSE,
+    ENTRIES,
     PatternOutput,
     SparseOutput,
     numpy_relayout,
@@ -404,6 +409,7 @@ class KernelCache:
         self.rows = RowCounter(self.disk)        # a counted product's entries per row
         self.selections = RowSelector(self.disk)  # the best k values of rows (top_k)
         self.coordinates = CoordinateSorter(self.disk)   # COO operands, canonical
+        self.nonzeros = NonzeroLister(self.disk)         # dense results as pydata COO
         self.threads = KernelThreads(options.threads)
         self.tuned = TunedSchedules(options.cache_dir)   # autotune's winners (tune.py)
         self.splits: dict[tuple, NativeSplit] = {}       # kernels' ranges on the native pool
@@ -962,8 +968,14 @@ def einsum(*operands: Any, out_format: Any = None, formats: Any = None,
             tensor_calls = kernel_cache().tensor_calls
             if len(tensor_calls) > 256:
                 tensor_calls.clear()
+            # its written-out replay is what a plain call of these kinds gives where no
+            # out_format is asked, and, for scipy COO, where a plain call asks for a dense
+            # result itself (KernelCache.any_order's "dense")
+            recent = (subscripts if backend is None else (subscripts, backend)) \
+                if out_format is None or (out_format == "dense" and coo is not None and
+                                          "sparse" not in families) else None
             tensor_calls[key] = _TensorReplay.of(compiled, stmt, named, bound, families,
-                                                 out_format)
+                                                 out_format, recent)
     # An entry already there declined this call (a call large enough for threads, an operand
     # to canonicalize): writing it out again cost ~0.5 ms of compile() per call.
     if signature is not None:
@@ -1173,20 +1185,41 @@ class _TensorReplay:
     families: tuple[str, ...]
     pydata: bool                                     # no out_format: as sparse.einsum returns
     any_order: frozenset[str] = frozenset()          # COO operands bound unsorted
+    # where a plain call's replays are kept (``KernelCache.recent``'s key), for calls whose
+    # written-out replay gives what a plain call gives; None: not kept there
+    recent: Any = None
+    # [the written-out replay (``_written_entries``), or None where it cannot be written];
+    # empty until the optimised kernel is in place
+    written: list = field(default_factory=list, compare=False)
 
     @staticmethod
     def of(compiled: CompiledProgram, stmt: Assignment, names: Sequence[str],
-           bound: Mapping[str, Tensor], families: Sequence[str], out_format: Any
-           ) -> "_TensorReplay":
+           bound: Mapping[str, Tensor], families: Sequence[str], out_format: Any,
+           recent: Any = None) -> "_TensorReplay":
         _, equal, out_dims = _index_uses(stmt, lambda name: name)
         requested = _out_request(out_format, len(stmt.lhs.indices))
         unordered = frozenset(t.name for t in compiled.program.tensors if t.unordered)
         return _TensorReplay(compiled, stmt, tuple(names), equal, out_dims, requested,
-                             tuple(families), out_format is None, unordered)
+                             tuple(families), out_format is None, unordered,
+                             recent if unordered else None)
 
     def __call__(self, operands: tuple) -> Any:
         if len(operands) != len(self.names):
             return None
+        written = self.written
+        if written:
+            if written[0] is not None:
+                result = written[0](operands)
+                if result is not None:
+                    if self.recent is not None and \
+                            kernel_cache().recent.get(self.recent) is not written[0]:
+                        # another call of these subscripts took the slot: take it back
+                        _recent_replay(self.recent, written[0])
+                    return result
+        elif self.any_order and not self.compiled.kernel.pending:
+            written.append(_written_entries(self, operands))
+            if written[0] is not None and self.recent is not None:
+                _recent_replay(self.recent, written[0])
         bound = {}
         for k, (name, op) in enumerate(zip(self.names, operands)):
             tensor = _bind_any_order(op) if name in self.any_order else \
@@ -1210,6 +1243,67 @@ class _TensorReplay:
         result = _wrap(execute(self.compiled, bound, self.compiled.key.value_dtype, shape),
                        self.requested, list(self.families), None)
         return _in_pydata_format(result, operands) if self.pydata else result
+
+
+def _written_entries(replay: _TensorReplay, operands: tuple) -> Any:
+    """``replay``'s call written out as one function (``runtime/replay.py``), for a call of
+    C-ordered NumPy arrays and COO operands its kernel reads in any order, into a dense
+    result: a repeated COO product then costs what a CSR one does (~10 µs for a small one,
+    against ~45 through the bound tensors), or None for other calls. A call with work for two
+    threads leaves it for the general path, which splits it into partial outputs."""
+    compiled = replay.compiled
+    program, key = compiled.program, compiled.key
+    asked = compiled.plan.parallel
+    if not program.output.format.is_dense or program.conversions or \
+            (replay.requested is not None and not replay.requested.is_dense) or \
+            (asked is not None and asked.threads is not None):
+        return None
+    value = key.value_dtype
+    index_of = dict(zip((name for name, _ in key.formats), key.index_dtypes))
+    kinds: list[str] = []
+    guards: list[tuple] = []
+    vets: dict[int, Any] = {}
+    for k, (name, operand) in enumerate(zip(replay.names, operands)):
+        if type(operand) is np.ndarray and operand.dtype == value:
+            kinds.append(_DENSE)
+            guards.append((np.ndarray, value, operand.ndim))
+        elif name in replay.any_order and name in index_of:
+            kinds.append(ENTRIES)
+            guards.append((type(operand),))
+            vets[k] = functools.partial(_entries_of, value=value, index=index_of[name])
+        else:
+            return None
+    recipe = _recipe(compiled, replay.names, tuple(kinds))
+    if recipe is None or not replayable(recipe):
+        return None
+    position = {name: k for k, name in enumerate(replay.names)}
+    _, equal, out_dims = _index_uses(replay.stmt, position.__getitem__)
+    finish = _pydata_coo if replay.pydata and replay.requested is None and \
+        _pydata_only(list(replay.families)) else None
+
+    def fail() -> None:
+        raise KernelRuntimeError(f"the kernel for {key.statement} could not allocate memory "
+                                 f"for its output")
+
+    return replay_function(recipe, kinds, equal, out_dims, value, compiled.overwrites,
+                           compiled.kernel.call or compiled.kernel.function, bool,
+                           kernel_cache().threads
+                           if compiled.arguments.range_slots is not None else None,
+                           fail, None, tuple(guards), entries=vets, finish=finish,
+                           narrow_out=key.out_index_dtype == _INT32,
+                           entries_per_value=SCATTER_ENTRIES_PER_VALUE)
+
+
+def _entries_of(operand: Any, value: np.dtype, index: np.dtype) -> tuple | None:
+    """What ``_written_entries``'s replay reads a COO operand by (``replay._Entries``): the
+    addresses of its ``[0, entries]`` positions, its entry count, values and coordinates, and
+    the tensor holding them; None where it is not bound in any order with these dtypes."""
+    tensor = _bind_any_order(operand)
+    if tensor is None or tensor.dtype != value or tensor.index_dtype != index:
+        return None
+    levels = tensor.levels
+    return (data_address(levels[0].pos), int(tensor.vals.shape[0]), data_address(tensor.vals),
+            *[data_address(level.crd) for level in levels]), tensor
 
 
 def _in_pydata_format(result: Any, operands: Sequence[Any]) -> Any:
@@ -2087,6 +2181,10 @@ def _recipe(compiled: CompiledProgram, names: Sequence[str], kinds: tuple[str, .
             recipe.append((_ARG_INDPTR, k, 0))
         elif role == CRD and k >= 0 and kinds[k] == _COMPRESSED and level == 1:
             recipe.append((_ARG_INDICES, k, 0))
+        elif role == POS and k >= 0 and kinds[k] == ENTRIES and level == 0:
+            recipe.append((ARG_ENTRIES_POS, k, 0))
+        elif role == CRD and k >= 0 and kinds[k] == ENTRIES:
+            recipe.append((ARG_ENTRIES_CRD, k, level))
         elif role == OUT_DENSE:
             recipe.append((_ARG_OUT, -1, 0))
         elif role == OUT_HANDLE:
@@ -2100,6 +2198,11 @@ def _recipe(compiled: CompiledProgram, names: Sequence[str], kinds: tuple[str, .
         elif role == RANGE and compiled.arguments.range_over is None and \
                 compiled.arguments.range_index in size_from:
             recipe.append((_ARG_SIZE, *size_from[compiled.arguments.range_index]))
+        elif role == RANGE and name == "end" and \
+                kinds[over := position.get(compiled.arguments.range_over, -1)] == ENTRIES \
+                and over >= 0:
+            # a range over a COO operand's entries (read in any order) ends at its count
+            recipe.append((ARG_ENTRIES_COUNT, over, 0))
         else:
             return None
     return tuple(recipe)
@@ -3380,8 +3483,10 @@ def _pydata_only(families: list[str]) -> bool:
 
 def _pydata_coo(array: np.ndarray) -> Any:
     """A pydata COO of a dense result, built from its nonzeros in row-major order (sorted,
-    unique): ``COO.from_numpy`` checks its fill value with whole-array reductions first
-    (1.2 ms for a 200 x 200 result against 0.18, measured).
+    unique), listed by a compiled pass (``runtime/nonzeros.py``; NumPy's ``nonzero`` for
+    dtypes it is not built for): ``COO.from_numpy`` checks its fill value with whole-array
+    reductions first (1.2 ms for a 200 x 200 result), ``np.nonzero`` and the gather after it
+    took 0.17 ms, the compiled pass ~0.03 (AMD EPYC VM, 2026-12-06).
 
     >>> _pydata_coo(np.array([[0.0, 2.0], [3.0, 0.0]])).coords.tolist()
     [[0, 1], [1, 0]]
@@ -3391,8 +3496,12 @@ def _pydata_coo(array: np.ndarray) -> Any:
     array = np.asarray(array)
     if array.ndim == 0:
         return sparse.COO.from_numpy(array)
-    where = np.nonzero(array)
-    return sparse.COO(np.stack(where), array[where], shape=array.shape, has_duplicates=False,
+    if NonzeroLister.takes(array):
+        coords, values = kernel_cache().nonzeros.nonzeros(array)
+    else:
+        where = np.nonzero(array)
+        coords, values = np.stack(where), array[where]
+    return sparse.COO(coords, values, shape=array.shape, has_duplicates=False,
                       sorted=True, fill_value=array.dtype.type(0))
 
 

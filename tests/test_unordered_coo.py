@@ -132,11 +132,130 @@ def test_the_kernel_says_so():
     assert "A's entries are read in any order" in text and "y_vals[i] += " in text
     assert "while" not in text                 # no runs of equal coordinates to find
     for statement, formats in [
-        ("y(i) = A(i,j) * x(j) + b(i)", {"A": "COO", "x": "d", "b": "d"}),   # merges
+        ("y(i) = A(i,j) * x(j) + A(i,j)", {"A": "COO", "x": "d"}),           # merges
         ("y(i) = A(i,j) * B(i,j)", {"A": "COO", "B": "COO"}),                # two sparse
         ("y(i) = A(i,j) * x(j)", {"A": "CSR", "x": "d"}),
     ]:
         assert "any order" not in ta.compile(statement, formats).source("ir"), statement
+
+
+NEST_CASES = [
+    # the COO summed over the index it alone holds into a vector, the dense factor apart
+    ("cb,a->b", lambda r, d: [r.standard_normal(6).astype(d)]),
+    ("ab,b,c->a", lambda r, d: [r.standard_normal(30).astype(d),
+                                r.standard_normal(4).astype(d)]),
+    ("ba,a->", lambda r, d: [r.standard_normal(30).astype(d)]),
+]
+
+
+@pytest.mark.parametrize("subscripts, others", NEST_CASES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("count", [0, 1, 7, 500])
+def test_a_coo_read_in_a_nest_of_its_own(subscripts, others, dtype, count, no_sort):
+    """Programs of several nests where one nest reads the COO into dense storage: every
+    store of the program adds, so the other nests (a dense factor summed apart, the
+    product of the temporaries) stay exact."""
+    rng = np.random.default_rng(count + 11)
+    matrix = _coo(rng, (40, 30), count, dtype)
+    rest = others(rng, dtype)
+    _check(subscripts, [matrix, *rest], [matrix.toarray(), *rest], dtype)
+    signature = next(k for k in kernel_cache().any_order if k[0] == subscripts)
+    assert kernel_cache().any_order[signature] is True
+
+
+def test_a_statement_of_several_nests_reads_in_any_order(no_sort):
+    kernel = ta.compile("y(i) = A(i,j) * x(j) + b(i)", {"A": "COO", "x": "d", "b": "d"})
+    assert len(kernel._default.program.nests) == 2
+    assert "A's entries are read in any order" in kernel.source("ir")
+    rng = np.random.default_rng(4)
+    matrix, x, b = _coo(rng, (9, 7), 40, np.float64), rng.standard_normal(7), \
+        rng.standard_normal(9)
+    np.testing.assert_allclose(kernel(A=matrix, x=x, b=b), matrix.toarray() @ x + b,
+                               rtol=1e-12, atol=1e-12)
+
+
+def _written_out(subscripts, operands):
+    """Call until the optimised kernel is in place and the call's written-out replay is
+    what ``ta.einsum`` tries first; that replay."""
+    from tensoralg.codegen import tiered
+
+    ta.einsum(subscripts, *operands)
+    assert tiered.finish(timeout=120)
+    for _ in range(3):
+        ta.einsum(subscripts, *operands)
+    fast = kernel_cache().recent.get(subscripts)
+    assert fast is not None and "entries" in fast.source, "no written-out replay"
+    return fast
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64])
+def test_repeated_coo_calls_replay_written_out(dtype, no_sort):
+    rng = np.random.default_rng(5)
+    matrix = _coo(rng, (50, 40), 300, dtype)
+    x = _values(rng, 40, dtype)
+    fast = _written_out("ij,j->i", [matrix, x])
+    assert fast((matrix, x)) is not None
+    np.testing.assert_allclose(ta.einsum("ij,j->i", matrix, x), matrix.toarray() @ x,
+                               rtol=1e-5)
+    # values replaced, values written in place, other coordinates, other shapes: all read
+    matrix.data = _values(rng, 300, dtype)
+    matrix.data[:5] = 3
+    other = _coo(rng, (17, 40), 90, dtype)
+    for m in (matrix, other, _coo(rng, (1, 40), 1, dtype), _coo(rng, (3, 40), 0, dtype)):
+        got = ta.einsum("ij,j->i", m, x)
+        assert fast((m, x)) is not None
+        np.testing.assert_allclose(got, m.toarray() @ x, rtol=1e-5)
+    # sizes that disagree, or a new operand with a coordinate outside its shape: the
+    # general path says so
+    assert fast((matrix, x[:-1])) is None
+    with pytest.raises(ta.ShapeError):
+        ta.einsum("ij,j->i", matrix, x[:-1])
+    # other kinds of operands are not this replay's
+    assert fast((matrix.tocsr(), x)) is None
+    assert fast((matrix, x.astype(np.complex128))) is None
+    other_index = matrix.copy()      # coordinates of the other index dtype
+    other_index.coords = tuple(c.astype(np.int32 if c.dtype == np.int64 else np.int64)
+                               for c in matrix.coords)
+    assert fast((other_index, x)) is None
+    np.testing.assert_allclose(ta.einsum("ij,j->i", other_index, x), matrix.toarray() @ x,
+                               rtol=1e-5)
+
+
+def test_a_written_out_replay_leaves_bad_operands_to_the_general_path():
+    rng = np.random.default_rng(7)
+    matrix, x = _coo(rng, (50, 40), 300, np.float64), rng.standard_normal(40)
+    fast = _written_out("ij,j->i", [matrix, x])
+    for bad_coordinate in (40, -1):
+        bad = _coo(rng, (50, 40), 10, np.float64)
+        bad.coords[1][3] = bad_coordinate
+        assert fast((bad, x)) is None
+        with pytest.raises(ta.TensorAlgebraError, match="operand"):
+            ta.einsum("ij,j->i", bad, x)
+    short = sp.coo_array((np.ones(3), (np.arange(3), np.arange(3))), shape=(3, 40))
+    short.data = np.ones(2)                       # fewer values than coordinates
+    assert fast((short, x)) is None
+    with pytest.raises(ta.TensorAlgebraError):
+        ta.einsum("ij,j->i", short, x)
+
+
+def test_a_written_out_replay_gives_what_the_general_path_gives(no_sort):
+    rng = np.random.default_rng(6)
+    matrix = _coo(rng, (30, 20), 100, np.float64)
+    x = rng.standard_normal(30)
+    _written_out("ij,i->", [matrix, x])
+    got = ta.einsum("ij,i->", matrix, x)             # a 0-d result: a NumPy scalar
+    assert np.ndim(got) == 0 and not isinstance(got, np.ndarray)
+    np.testing.assert_allclose(got, (x @ matrix.toarray()).sum(), rtol=1e-12)
+    tensor = sparse.COO.from_scipy_sparse(matrix.tocsr())
+    tensor = sparse.COO(tensor.coords[:, ::-1], tensor.data[::-1], shape=tensor.shape,
+                        sorted=False)             # pydata's coordinates, in reverse order
+    y = rng.standard_normal(20)
+    _written_out("ij,j->i", [tensor, y])
+    got = ta.einsum("ij,j->i", tensor, y)            # as sparse.einsum: a COO
+    assert type(got) is sparse.COO
+    np.testing.assert_allclose(got.todense(), matrix.toarray() @ y, rtol=1e-12)
+    expected = sparse.einsum("ij,j->i", tensor, y)
+    assert type(expected) is type(got) and expected.shape == got.shape
 
 
 def test_other_calls_still_sort():

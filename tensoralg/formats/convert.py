@@ -165,8 +165,15 @@ def _from_scipy_coo(m: Any) -> Tensor:
     shape = tuple(int(n) for n in m.shape)
     idx = np.result_type(*coords) if coords else np.dtype(np.int64)
     idx = idx if idx in INDEX_DTYPES else None
+    data = np.asarray(m.data)
+    if data.ndim != 1 or any(np.shape(c) != data.shape for c in coords):
+        # (scipy's own nnz raises a bare ValueError for these)
+        raise FormatError(f"scipy coo input holds {data.shape[0] if data.ndim else 0} values "
+                          f"but coordinate arrays of lengths "
+                          f"{', '.join(str(np.shape(c)) for c in coords)}: each must be as "
+                          f"long as the values")
     entries = np.stack([np.asarray(c, dtype=np.int64) for c in coords], axis=1) if coords \
-        else np.zeros((m.nnz, 0), dtype=np.int64)
+        else np.zeros((data.shape[0], 0), dtype=np.int64)
     if entries.size and (entries.min() < 0 or np.any(entries.max(axis=0) >= np.array(shape))):
         raise FormatError("scipy coo input has coordinates outside its shape")
     fmt = resolve_format("coo", len(shape), "scipy coo input")

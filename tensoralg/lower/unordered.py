@@ -3,9 +3,11 @@
 A kernel over a COO tensor walks its entries in runs of equal first coordinate; sorted and
 without duplicates, each run is the whole row, so the dense output's element is assigned once
 (``y[i] = acc``). Where the COO tensor is the only sparse operand, its one access sits in a
-product of dense factors, and the output is dense, the same loops are exact over entries in
-any order, duplicates included, if every store adds into a zeroed output (``y[i] += acc``):
-a row met in several runs gets each run's sum. The runtime then binds a COO operand as it
+product of dense factors, and that product is summed into dense storage (the output, or a
+temporary of a program of several nests: ``cb,a->b`` sums the COO over ``c`` into a vector
+before the product with ``x``'s sum), the same loops are exact over entries in any order,
+duplicates included, if every store adds into zeroed storage (``y[i] += acc``): a row met in
+several runs gets each run's sum. The runtime then binds a COO operand as it
 comes, without sorting it (``api._bind_any_order``): scipy's COO products work that way, and
 a sort costs many times the product (a 2e4^2 COO with 2e5 random entries, ``ij,j->i``: 5.7
 ms sorted first at 4906c9b, 0.22 ms read in any order, scipy 0.27; AMD EPYC VM).
@@ -18,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 
 from tensoralg.formats.level import LevelKind
-from tensoralg.lower.program import Program, TensorRole
+from tensoralg.lower.program import OutputMode, Program, TensorRole
 from tensoralg.notation.ast import Access, Expr, Literal, Mul, Neg, accesses
 
 
@@ -44,10 +46,13 @@ def any_order(program: Program) -> Program:
 
 
 def unordered_operand(program: Program) -> str | None:
-    """The COO input ``any_order`` would mark, or None."""
-    if len(program.nests) != 1 or program.conversions or program.pattern is not None or \
-            not program.output.format.is_dense or \
-            any(t.role is TensorRole.TEMPORARY for t in program.tensors):
+    """The COO input ``any_order`` would mark, or None: the one sparse input, read once, in
+    one nest that sums a product into dense storage (the output, or a temporary another nest
+    reads: ``cb,a->b`` sums the COO over ``c`` into a vector first). Every store of the
+    program then adds (``rows_cut``), into an output the runtime zeroes and temporaries the
+    kernel allocates zeroed, so the other nests stay exact too."""
+    if program.conversions or program.pattern is not None or \
+            not program.output.format.is_dense:
         return None
     sparse = [t for t in program.tensors
               if t.role is TensorRole.INPUT and not t.format.is_dense]
@@ -57,9 +62,15 @@ def unordered_operand(program: Program) -> str | None:
     if levels[0] is not LevelKind.COMPRESSED_NONUNIQUE or \
             any(kind is not LevelKind.SINGLETON for kind in levels[1:]):
         return None
-    expr = program.nests[0].expr
-    if not _product(expr) or \
-            sum(a.tensor == sparse[0].name for a in accesses(expr)) != 1:
+    readers = [n for n in program.nests
+               if any(a.tensor == sparse[0].name for a in accesses(n.expr))]
+    if len(readers) != 1:
+        return None
+    nest = readers[0]
+    if nest.mode is not OutputMode.DENSE or \
+            not program.tensor(nest.output.tensor).format.is_dense or \
+            not _product(nest.expr) or \
+            sum(a.tensor == sparse[0].name for a in accesses(nest.expr)) != 1:
         return None
     return sparse[0].name
 

@@ -11,7 +11,9 @@ then takes the general path, which raises the precise errors.
 Compressed operands are scipy CSR/CSC matrices read in place; the three arrays of the last one
 that passed the storage validator are remembered by weak reference, so a matrix called again is
 not re-validated (its arrays written in place are not re-checked either, as in scipy and as the
-validator's own memo already does).
+validator's own memo already does). COO operands (a scipy COO or a pydata COO that the kernel
+reads in any order, ``lower/unordered.py``) are vetted the same way, by the identity of their
+coordinate and value arrays (``_Entries``).
 """
 from __future__ import annotations
 
@@ -28,8 +30,9 @@ from tensoralg.runtime.threads import GATHER_UNITS
 
 # What each argument of a replayed call is, with ``(kind, operand, mode)`` recipe entries.
 (ARG_SIZE, ARG_DENSE, ARG_DATA, ARG_INDPTR, ARG_INDICES, ARG_OUT, ARG_BEGIN,
- ARG_CAPACITY, ARG_OUT_SIZES, ARG_OUT_HANDLE) = range(10)
-DENSE, COMPRESSED = "dense", "compressed"
+ ARG_CAPACITY, ARG_OUT_SIZES, ARG_OUT_HANDLE, ARG_ENTRIES_POS, ARG_ENTRIES_CRD,
+ ARG_ENTRIES_COUNT) = range(13)
+DENSE, COMPRESSED, ENTRIES = "dense", "compressed", "entries"
 
 
 class _Sound:
@@ -70,6 +73,47 @@ class _Sound:
         return addresses
 
 
+class _Entries:
+    """What a kernel reads a COO operand by, in any order (``lower/unordered.py``):
+    ``vet(operand)`` once (the api's binding, whose validator checks every coordinate against
+    the shape), then, while the operand's coordinate and value arrays are the same objects
+    (held weakly) and its shape the same, the addresses found then: ``(pos, entries, values,
+    coordinates of mode 0, of mode 1, ...)``. ``vet`` returns ``(addresses, keep)``, ``keep``
+    holding whatever arrays the addresses point into (a contiguous copy of pydata's
+    coordinates, the ``[0, entries]`` positions), or None."""
+
+    __slots__ = ("vet", "seen", "addresses", "keep")
+
+    def __init__(self, vet: Callable[[Any], tuple | None]) -> None:
+        self.vet = vet
+        self.seen: tuple = ()
+        self.addresses: tuple | None = None
+        self.keep: Any = None
+
+    def __call__(self, operand: Any) -> tuple | None:
+        seen = self.seen
+        if seen and operand.data is seen[1]() and operand.shape == seen[2]:
+            coords = operand.coords
+            # a scipy COO's coordinates are a tuple of arrays, a pydata COO's one 2-D array
+            if type(coords) is tuple:
+                if len(coords) == len(seen[0]) and \
+                        all(c is ref() for c, ref in zip(coords, seen[0])):
+                    return self.addresses
+            elif coords is seen[0]():
+                return self.addresses
+        found = self.vet(operand)
+        if found is None:
+            return None
+        self.addresses, self.keep = found
+        coords = operand.coords
+        try:
+            self.seen = (tuple(map(weakref.ref, coords)) if type(coords) is tuple else
+                         weakref.ref(coords), weakref.ref(operand.data), operand.shape)
+        except TypeError:
+            self.seen = ()
+        return self.addresses
+
+
 def replay_function(recipe: Sequence[tuple[int, int, int]], kinds: Sequence[str],
                     equal_sizes: Sequence[tuple[int, int, int, int]],
                     out_dims: Sequence[tuple[int, int]], value_dtype: np.dtype, overwrites: bool,
@@ -82,7 +126,10 @@ def replay_function(recipe: Sequence[tuple[int, int, int]], kinds: Sequence[str]
                     copies_pay: Callable[[tuple], bool] | None = None,
                     rows: tuple[int, Callable[[Any], Callable[..., int]]] | None = None,
                     kept: Callable[[tuple], Any] | None = None,
-                    relayout: Callable[[np.ndarray, tuple[int, ...]], np.ndarray] | None = None
+                    relayout: Callable[[np.ndarray, tuple[int, ...]], np.ndarray] | None = None,
+                    entries: Mapping[int, Callable[[Any], tuple | None]] | None = None,
+                    finish: Callable[[np.ndarray], Any] | None = None,
+                    narrow_out: bool = False, entries_per_value: int = 1
                     ) -> Callable[[tuple], Any]:
     """A function ``(operands) -> result or None`` that runs ``kernel`` with the arguments
     ``recipe`` reads from the operands, into a new dense output of ``value_dtype``.
@@ -114,9 +161,19 @@ def replay_function(recipe: Sequence[tuple[int, int, int]], kinds: Sequence[str]
     general path.
 
     ``guards`` (one per operand, as ``api._signature`` describes it: ``(numpy.ndarray, dtype,
-    ndim)`` or ``(scipy class, data dtype, indices dtype, indptr dtype)``) makes the function
-    check the operands' kinds itself, so that a caller may try it without computing the
-    call's signature first: it returns None for operands of other kinds.
+    ndim)`` or ``(scipy class, data dtype, indices dtype, indptr dtype)``; ``(class,)`` for a
+    COO operand, whose dtypes its vetting checks) makes the function check the operands'
+    kinds itself, so that a caller may try it without computing the call's signature first:
+    it returns None for operands of other kinds.
+
+    ``entries`` (by operand, for the ``ENTRIES`` kinds: COO operands the kernel reads in any
+    order) vets such an operand as ``_Entries`` describes, read by ``ARG_ENTRIES_POS``,
+    ``ARG_ENTRIES_CRD`` (mode: the level), ``ARG_ENTRIES_COUNT`` (a range over its entries'
+    end) and ``ARG_DATA``; such a call counts as work for two threads only where each holds
+    ``entries_per_value`` times the output's values. ``finish`` (a dense output only)
+    is applied to the result in its shape, 0-d included (a pydata caller's COO of it);
+    ``narrow_out`` sends a call whose output has 2**31 - 1 elements or more to the general
+    path (the kernel was built for int32 output positions).
 
     >>> f = replay_function([(ARG_SIZE, 0, 0), (ARG_DENSE, 0, 0), (ARG_OUT, -1, 0)], [DENSE],
     ...                     [], [(0, 0)], np.dtype(np.float64), True, lambda n, a, b: 0,
@@ -144,8 +201,9 @@ def replay_function(recipe: Sequence[tuple[int, int, int]], kinds: Sequence[str]
     # Compressed operands are vetted (and, with guards, their rank checked) before any shape
     # is read.
     for k, kind in enumerate(kinds):
-        if kind == COMPRESSED:
-            lines.append(f"    a{k} = sound{k}(o{k})")
+        if kind in (COMPRESSED, ENTRIES):
+            vet = "sound" if kind == COMPRESSED else "entries"
+            lines.append(f"    a{k} = {vet}{k}(o{k})")
             lines.append(f"    if a{k} is None:")
             lines.append("        return None")
     for k in shaped:
@@ -168,13 +226,20 @@ def replay_function(recipe: Sequence[tuple[int, int, int]], kinds: Sequence[str]
         return _sparse_replay(lines, recipe, kinds, shape, kernel, sound, threads, fail, sparse,
                               guards, relays)
     threaded = threads is not None and split is not None
+    size = " * ".join(f"s{k}[{mode}]" for k, mode in out_dims) or "1"
     if threads is not None:
+        # COO entries read in any order split only where they are entries_per_value times
+        # the output's values (api.SCATTER_ENTRIES_PER_VALUE), into partial outputs
+        scatter = "".join(f" and a{k}[1] >= {entries_per_value} * {size}"
+                          for k, kind in enumerate(kinds) if kind == ENTRIES)
         lines.append(f"    parallel = threads.threads > 1 and {_work(kinds, out_dims)} >= "
-                     f"threads.split_work()")
+                     f"threads.split_work(){scatter}")
         if not threaded:
             lines.append("    if parallel:")
             lines.append("        return None")
-    size = " * ".join(f"s{k}[{mode}]" for k, mode in out_dims) or "1"
+    if narrow_out:
+        lines.append(f"    if {size} >= 2147483647:")
+        lines.append("        return None")
     # Over the memory limit: the general path raises MemoryLimitError (runtime/memory.py).
     lines.append(f"    if {size} * {value_dtype.itemsize} > limit():")
     lines.append("        return None")
@@ -193,7 +258,9 @@ def replay_function(recipe: Sequence[tuple[int, int, int]], kinds: Sequence[str]
     else:
         lines.append(f"    if kernel({', '.join(args)}) != 0:")
     lines.append("        fail()")
-    if len(out_dims) == 1:
+    if finish is not None:
+        lines.append(f"    return finish(out.reshape(({shape})))")
+    elif len(out_dims) == 1:
         lines.append("    return out")
     elif out_dims:
         lines.append(f"    return out.reshape(({shape}))")
@@ -201,7 +268,8 @@ def replay_function(recipe: Sequence[tuple[int, int, int]], kinds: Sequence[str]
         lines.append("    return out.reshape(())[()]")
     return _written({"empty": np.empty, "zeros": np.zeros, "dtype": value_dtype,
                      "limit": memory_limit, "split": split, "plain": kernel,
-                     "choose": rows[1] if rows is not None else None},
+                     "choose": rows[1] if rows is not None else None, "finish": finish,
+                     **{f"entries{k}": _Entries(vet) for k, vet in (entries or {}).items()}},
                     lines, kinds, kernel, sound, threads, fail, guards, relays)
 
 
@@ -269,6 +337,9 @@ def _argument(what: int, k: int, mode: int, handles: Sequence[str] = ()) -> str:
         ARG_DATA: f"a{k}[2]",
         ARG_INDPTR: f"a{k}[0]",
         ARG_INDICES: f"a{k}[1]",
+        ARG_ENTRIES_POS: f"a{k}[0]",
+        ARG_ENTRIES_CRD: f"a{k}[{3 + mode}]",
+        ARG_ENTRIES_COUNT: f"a{k}[1]",
         ARG_OUT: "address(out)",
         ARG_BEGIN: "0",
         ARG_CAPACITY: "buffers.capacity",
@@ -390,7 +461,8 @@ def _work(kinds: Sequence[str], out_dims: Sequence[tuple[int, int]]) -> str:
     """``api.work_of`` of a call as one expression over the operands ``o0, o1, ...`` and
     their shapes ``s0, s1, ...``."""
     rows = f"s{out_dims[0][0]}[{out_dims[0][1]}]" if out_dims else "1"
-    stored = [f"o{k}.indices.shape[0]" for k, kind in enumerate(kinds) if kind == COMPRESSED]
+    stored = [f"o{k}.indices.shape[0]" if kind == COMPRESSED else f"a{k}[1]"
+              for k, kind in enumerate(kinds) if kind in (COMPRESSED, ENTRIES)]
     if not stored:
         sizes = [f"o{k}.size" for k, kind in enumerate(kinds) if kind == DENSE]
         return f"({' + '.join(sizes) or '0'} + {rows})"
@@ -403,11 +475,13 @@ def _work(kinds: Sequence[str], out_dims: Sequence[tuple[int, int]]) -> str:
 def replayable(recipe: Sequence[tuple[int, int, int]], sparse: bool = False) -> bool:
     """Whether ``replay_function`` can write a recipe out: a dense output's, or with
     ``sparse`` a sparse output's (its buffers' handles, sizes and capacity)."""
-    supported = {ARG_SIZE, ARG_DENSE, ARG_DATA, ARG_INDPTR, ARG_INDICES, ARG_BEGIN} | \
+    supported = {ARG_SIZE, ARG_DENSE, ARG_DATA, ARG_INDPTR, ARG_INDICES, ARG_BEGIN,
+                 ARG_ENTRIES_POS, ARG_ENTRIES_CRD, ARG_ENTRIES_COUNT} | \
         ({ARG_CAPACITY, ARG_OUT_SIZES, ARG_OUT_HANDLE} if sparse else {ARG_OUT})
     return all(what in supported for what, _, _ in recipe)
 
 
-__all__ = ["ARG_BEGIN", "ARG_CAPACITY", "ARG_DATA", "ARG_DENSE", "ARG_INDICES", "ARG_INDPTR",
-           "ARG_OUT", "ARG_OUT_HANDLE", "ARG_OUT_SIZES", "ARG_SIZE", "COMPRESSED", "DENSE",
+__all__ = ["ARG_BEGIN", "ARG_CAPACITY", "ARG_DATA", "ARG_DENSE", "ARG_ENTRIES_COUNT",
+           "ARG_ENTRIES_CRD", "ARG_ENTRIES_POS", "ARG_INDICES", "ARG_INDPTR", "ARG_OUT", "ARG_OUT_HANDLE",
+           "ARG_OUT_SIZES", "ARG_SIZE", "COMPRESSED", "DENSE", "ENTRIES",
            "PatternOutput", "SparseOutput", "replay_function", "replayable"]
