@@ -205,10 +205,12 @@ from tensoralg.runtime.replay import (
     replay_function,
     replayable,
 )
+from tensoralg.runtime.roi import RegionPooler, RoiSamples
 from tensoralg.runtime.rows import MASKED, UNROLL, row_kernel_kind
 from tensoralg.runtime.select import VALUE_TYPES, RowSelector
 from tensoralg.runtime.sequence import CallSequence, NativeGroup, Slot
 from tensoralg.runtime.stitch import join_rows, run_ranges, varying_slots
+from tensoralg.runtime.suppress import BoxSuppressor
 from tensoralg.runtime.threads import (
     GATHER_UNITS,
     NATIVE_RANGES_PER_THREAD,
@@ -410,6 +412,8 @@ class KernelCache:
         self.selections = RowSelector(self.disk)  # the best k values of rows (top_k)
         self.coordinates = CoordinateSorter(self.disk)   # COO operands, canonical
         self.nonzeros = NonzeroLister(self.disk)         # dense results as pydata COO
+        self.suppressor = BoxSuppressor(self.disk)       # boxes kept by score (detection)
+        self.regions = RegionPooler(self.disk)           # RoiAlign's bilinear pooling
         self.threads = KernelThreads(options.threads)
         self.tuned = TunedSchedules(options.cache_dir)   # autotune's winners (tune.py)
         self.splits: dict[tuple, NativeSplit] = {}       # kernels' ranges on the native pool
@@ -4240,6 +4244,44 @@ def top_k(x: np.ndarray, k: int, axis: int = -1, largest: bool = True
     if not selector.compiles(np.asarray(x).dtype, int(k)):
         return None
     return selector.top_k(np.asarray(x), int(k), int(axis), bool(largest))
+
+
+def kept_boxes(x_min: np.ndarray, x_max: np.ndarray, y_min: np.ndarray, y_max: np.ndarray,
+               threshold: float, most: int) -> np.ndarray:
+    """Greedy non-maximum suppression by a generated loop (``runtime/suppress.py``): of the
+    boxes given best first by their edges, the positions (int64) of those kept, each unless
+    a box kept before it overlaps it by an intersection over union above ``threshold``, at
+    most ``most``. Edges of other float dtypes are walked as float32.
+
+    >>> left, right = np.array([0.0, 0.1, 5.0]), np.array([1.0, 1.1, 6.0])
+    >>> kept_boxes(left, right, left, right, 0.5, 10).tolist()
+    [0, 2]
+    """
+    edges = [np.asarray(e) for e in (x_min, x_max, y_min, y_max)]
+    if not BoxSuppressor.takes(edges[0].dtype):
+        edges = [e.astype(np.float32) for e in edges]
+    return kernel_cache().suppressor.kept(*edges, threshold, most)
+
+
+def pooled_regions(x: np.ndarray, batch: np.ndarray, along_y: RoiSamples,
+                   along_x: RoiSamples, largest: bool = False) -> np.ndarray | None:
+    """Regions of ``x`` (N, C, H, W) pooled by bilinear samples by a generated loop
+    (``runtime/roi.py``, ONNX ``RoiAlign``): ``(regions, C, bins_y, bins_x)``, each bin the
+    average of its samples' interpolated values (``largest``: the largest weighted corner),
+    the samples' pixels and weights along each axis given per region (``RoiSamples``, of
+    shape (regions, bins, samples a bin)). None for values other than float32/64.
+
+    >>> half = RoiSamples(np.zeros((1, 1, 1), np.int64), np.ones((1, 1, 1), np.int64),
+    ...                   np.full((1, 1, 1), 0.5), np.full((1, 1, 1), 0.5))
+    >>> pooled_regions(np.arange(4.0).reshape(1, 1, 2, 2), np.zeros(1), half, half).tolist()
+    [[[[1.5]]]]
+    """
+    if not RegionPooler.takes(np.asarray(x).dtype):
+        return None
+    try:
+        return kernel_cache().regions.pool(np.asarray(x), batch, along_y, along_x, largest)
+    except ValueError as error:
+        raise ShapeError(f"pooled_regions: {error}") from None
 
 
 def row_extreme(x: np.ndarray, first: int, last: int, largest: bool = True

@@ -26,6 +26,8 @@ a sequence with the inputs named in ``slots`` read from the sequence's slots at 
   ``Activation.clip(low, high)``) and applies it in registers before storing its results;
 - generated window and row kernels: :func:`window_kernel` (pooling, depthwise convolution),
   :func:`softmax_kernel`, :func:`top_k` (the best ``k`` values of rows),
+  :func:`kept_boxes` (greedy non-maximum suppression of boxes), :func:`pooled_regions`
+  (regions of interest pooled by bilinear samples, with :class:`RoiSamples`),
   :func:`row_extreme` (a row's largest or smallest value);
 - data movement: :func:`gather_call` (rows of a table by id), :func:`copy_call`,
   :func:`transpose_call` (batched matrices transposed, a channels-last product into NCHW),
@@ -69,6 +71,7 @@ from tensoralg.api import (
     CallSequence,
     DenseLayer,
     NativeGroup,
+    RoiSamples,
     RowCompressor,
     Slot,
     as_activation,
@@ -91,10 +94,12 @@ from tensoralg.api import (
     grouped_conv,
     ids_call,
     im2row_call,
+    kept_boxes,
     kernel_cache,
     patch_conv_of,
     planar_pays,
     pointwise_conv,
+    pooled_regions,
     row_extreme,
     softmax_kernel,
     top_k,
@@ -110,8 +115,8 @@ __all__ = [
     "BoundCall", "CallSequence", "DenseLayer", "NativeGroup", "RowCompressor", "Slot",
     "bag_keep_call", "bag_max_call", "block_copy_call", "broadcast_call", "canonical_csr", "compiled_conv_gathers", "conv_layer",
     "copy_call", "cumsum_call", "extreme_call", "grouped_conv", "patch_conv_of", "planar_pays",
-    "pointwise_conv",
+    "pointwise_conv", "pooled_regions", "RoiSamples",
     "data_address", "dense_layer", "direct_conv", "gather_call", "gram_call", "ids_call",
-    "im2row_call", "kernel_cache", "row_extreme", "softmax_kernel", "top_k", "transpose_call", "window_kernel",
+    "im2row_call", "kept_boxes", "kernel_cache", "row_extreme", "softmax_kernel", "top_k", "transpose_call", "window_kernel",
     "winograd_conv", "winograd_host", "winograd_pays",
 ]

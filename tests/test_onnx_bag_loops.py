@@ -553,21 +553,38 @@ def _max_not_last():
     return model
 
 
-@pytest.mark.parametrize("model, reason", [
-    (_counter_loop, r"node running_sum .*it carries 1 value\(s\)"),
-    (_max_not_last, "its max bag's If does not single out the last bag"),
-    (lambda: torchscript_bag("sum", body=_relu_in_body), "not computed by Gather but by Relu"),
-    (lambda: torchscript_bag("mean", opset=17, body=_min_body),
-     "not computed by ReduceSum or ReduceMean or ReduceMax but by ReduceMin"),
-    (lambda: torchscript_bag("max", weighted=True), "its max bag scales its rows")],
-    ids=["running-sum", "max-not-last", "relu-in-body", "min-mode", "weighted-max"])
-def test_other_loops_are_refused_at_load(model, reason):
-    model = model()
+def test_a_loop_carrying_sequences_that_is_no_bag_is_refused_at_load():
+    model = _max_not_last()
     for level in LEVELS:
         with pytest.raises(ta.UnsupportedError, match=r"\(Loop, inputs .*only the EmbeddingBag "
                            r"loop form is supported") as err:
             tonnx.load(model, opt_level=level)
-        assert err.match(reason)
+        assert err.match("or a loop over tensors alone")
+        assert err.match("its max bag's If does not single out the last bag")
+        assert err.match("carries sequences")
+
+
+@pytest.mark.parametrize("model, feeds", [
+    (_counter_loop, lambda: {"x": np.array([1.0, -2.0, 0.5], np.float32),
+                             "n": np.array(4, np.int64)}),
+    (lambda: torchscript_bag("sum", body=_relu_in_body), lambda: _feeds(IDS, [0, 3, 3, 7])),
+    (lambda: torchscript_bag("mean", opset=17, body=_min_body),
+     lambda: _feeds(IDS, [0, 3, 3, 7])),
+    (lambda: torchscript_bag("max", weighted=True),
+     lambda: _feeds(IDS, [0, 3, 3, 7], np.linspace(-1, 2, len(IDS))))],
+    ids=["running-sum", "relu-in-body", "min-mode", "weighted-max"])
+def test_other_loops_over_tensors_run_iteration_by_iteration(model, feeds):
+    """A Loop that is not an embedding bag but carries tensors alone runs its body once an
+    iteration (``load.runtime_loop``), at every level, as onnxruntime runs it."""
+    model, feeds = model(), feeds()
+    expected = _ort(model, feeds)
+    for level in LEVELS:
+        compiled = tonnx.load(model, opt_level=level)
+        assert "Loop" in [s.node.op_type for s in compiled.executor.steps]
+        for _ in range(3):
+            got = compiled.run(feeds)["y"]
+            np.testing.assert_allclose(got, expected, rtol=RTOL, atol=ATOL,
+                                       err_msg=f"level {level}")
 
 
 @pytest.mark.parametrize("build, empty", [(torchscript_bag, -np.inf), (dynamo_bag, 0.0)],

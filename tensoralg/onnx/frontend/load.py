@@ -8,8 +8,10 @@ Subgraph attributes (control flow) are taken in two forms. An ``If`` whose condi
 at load is replaced by the branch it takes (:mod:`tensoralg.onnx.frontend.conditionals`); any other
 ``If`` becomes a node that runs its branches' subgraphs (built here, as graphs of their own) as
 its condition says. A ``Loop`` that is an exported ``nn.EmbeddingBag`` is replaced by one
-``EmbeddingBag`` node (:mod:`tensoralg.onnx.passes.bags.loops`). Both happen here, before any pass, so
-every opt level runs them; any other Loop is refused at load.
+``EmbeddingBag`` node (:mod:`tensoralg.onnx.passes.bags.loops`); any other Loop over tensors
+becomes a node that runs its body iteration by iteration (torchvision's Mask R-CNN pastes its
+masks so). Both happen here, before any pass, so every opt level runs them; a Loop that carries
+sequences and is not an embedding bag is refused at load.
 """
 from __future__ import annotations
 
@@ -237,6 +239,8 @@ def resolve_nodes(graph: onnx.GraphProto, prefix: str, opset: int, opsets: Any,
         try:
             if proto.op_type == "If" and proto.domain in DEFAULT_DOMAINS:
                 nodes.append(runtime_if(proto, names[k], opset, opsets))
+            elif proto.op_type == "Loop" and proto.domain in DEFAULT_DOMAINS:
+                nodes.append(runtime_loop(proto, names[k], opset, opsets))
             else:
                 nodes.append(resolve_node(proto, names[k], opset))
         except ta.UnsupportedError as err:
@@ -283,6 +287,39 @@ def runtime_if(proto: onnx.NodeProto, name: str, opset: int, opsets: Any) -> Nod
     reads = dict.fromkeys(v.name for b in branches.values() for v in b.graph.inputs)
     return Node(name, "If", (proto.input[0], *reads), tuple(proto.output), branches, version,
                 impl)
+
+
+def runtime_loop(proto: onnx.NodeProto, name: str, opset: int, opsets: Any) -> Node:
+    """A Loop that is not an embedding bag (those are replaced before this): a node reading
+    its trip count, condition, initial loop-carried values and every outer value its body
+    reads, with the body built as a graph of its own whose inputs are the iteration number,
+    the condition, the carried values and those outer values."""
+    version = onnx.defs.get_schema("Loop", opset, "").since_version
+    impl = lookup("Loop", version)
+    body = subgraph(proto, "body")
+    carried = len(proto.input) - 2
+    if carried < 0 or len(body.input) != carried + 2 or len(body.output) < carried + 1:
+        raise ta.UnsupportedError(
+            f"node {name} (Loop): its body must take the iteration number, the condition and "
+            f"the {max(carried, 0)} carried value(s), and give the condition and the carried "
+            f"values first; it takes {len(body.input)} input(s) and gives "
+            f"{len(body.output)} output(s)")
+    constants = {init.name: tensor_value(init) for init in body.initializer}
+    for sparse in body.sparse_initializer:
+        constants[sparse.values.name] = sparse_initializer(sparse)
+    notes: list[str] = []
+    label = f"{name}.body"
+    nodes, refused = resolve_nodes(body, f"{label}/", opset, opsets, constants, notes)
+    if refused:
+        raise ta.UnsupportedError("\n  ".join(refused))
+    reads = [n for n in free_names(body) if n not in constants]
+    formal = tuple(v.name for v in body.input)
+    inputs = [ValueInfo(n, None, None) for n in (*formal, *reads)]
+    outputs = [_branch_output(v, name) for v in body.output]
+    graph = Graph(nodes, inputs, outputs, constants, opset, notes=notes)
+    return Node(name, "Loop", (*proto.input, *reads), tuple(proto.output),
+                {"body": Branch(graph, label), "carried": carried, "formal": formal},
+                version, impl)
 
 
 def _branch_output(proto: onnx.ValueInfoProto, name: str) -> ValueInfo:

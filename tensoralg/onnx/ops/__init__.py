@@ -7,6 +7,7 @@ from tensoralg.onnx.ops import (  # noqa: F401  (imported for their registration
     control,
     conv,
     conv_transpose,
+    detection,
     einsum,
     elementwise,
     indexing,

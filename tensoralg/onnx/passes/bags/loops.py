@@ -668,11 +668,44 @@ def _weights_of(scope: _Scope, factor: str) -> str | None:
     return source
 
 
+# ops whose values are sequences (which a Loop run iteration by iteration does not take)
+_SEQUENCE_OPS = frozenset({"SequenceEmpty", "SequenceConstruct", "SequenceInsert",
+                           "SequenceAt", "SequenceErase", "SequenceLength", "SplitToSequence",
+                           "ConcatFromSequence", "SequenceMap"})
+
+
+def tensor_loop(loop: onnx.NodeProto) -> bool:
+    """Whether ``loop`` (a Loop that is not an embedding bag) carries and makes tensors
+    alone, so that it can run iteration by iteration on its body's nodes: no sequence op in
+    its body (at any depth) and every value its body declares a tensor (or untyped)."""
+    body = next((a.g for a in loop.attribute if a.name == "body"), None)
+    if body is None:
+        return False
+
+    def tensors_only(graph: onnx.GraphProto) -> bool:
+        for value in (*graph.input, *graph.output):
+            if value.type.WhichOneof("value") not in (None, "tensor_type"):
+                return False
+        for node in graph.node:
+            if node.op_type in _SEQUENCE_OPS:
+                return False
+            for attribute in node.attribute:
+                inner = [attribute.g] if attribute.type == onnx.AttributeProto.GRAPH else \
+                    list(attribute.graphs)
+                if not all(tensors_only(g) for g in inner):
+                    return False
+        return True
+
+    return tensors_only(body)
+
+
 def recognise_bag_loops(graph: onnx.GraphProto, names: list[str]
                         ) -> tuple[dict[int, Node | None], list[str]]:
     """The ``EmbeddingBag`` node replacing each Loop of ``graph`` (by position; None for the
-    SequenceEmpty/ConcatFromSequence it absorbs) and the notes for ``Graph.notes``; any
-    other Loop raises ``ta.UnsupportedError`` naming the node."""
+    SequenceEmpty/ConcatFromSequence it absorbs) and the notes for ``Graph.notes``. Any other
+    Loop over tensors alone is left in place (the loader runs it iteration by iteration,
+    ``frontend/load.runtime_loop``); one that carries sequences raises
+    ``ta.UnsupportedError`` naming the node."""
     loops = [k for k, n in enumerate(graph.node) if n.op_type == "Loop" and
              n.domain in ("", "ai.onnx")]
     if not loops:
@@ -688,15 +721,21 @@ def recognise_bag_loops(graph: onnx.GraphProto, names: list[str]
             match = _torchscript(loop, main) if form == TORCHSCRIPT else \
                 _sequence(loop, main, protos)
         except _NoMatch as why:
+            if tensor_loop(loop):
+                continue       # the loader runs it as it is (frontend/load.runtime_loop)
             raise ta.UnsupportedError(f"node {names[k]} (Loop, inputs {list(loop.input)}): "
-                                      f"{_SUPPORTED}; this one does not match ({why})") from None
+                                      f"{_SUPPORTED}, or a loop over tensors alone; this one "
+                                      f"does not match ({why}) and carries sequences") from None
         bag = LoopBag(names[k], form, match.mode, match.end_shift, match.empty, match.padding)
         replaced[k] = Node(names[k], "EmbeddingBag", match.inputs, (match.output,),
                            {"bag": bag}, 1, EMBEDDING_BAG_LOOP)
         replaced.update({d: None for d in match.dropped})
         forms[form] += 1
+    if not forms:
+        return replaced, []
     note = ", ".join(f"{n} {form}" for form, n in sorted(forms.items()))
-    return replaced, [f"embedding bag loops: {len(loops)} recognised at load ({note})"]
+    return replaced, [f"embedding bag loops: {sum(forms.values())} recognised at load "
+                      f"({note})"]
 
 
 __all__ = ["recognise_bag_loops", "TORCHSCRIPT", "SEQUENCE"]
