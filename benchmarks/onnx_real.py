@@ -203,6 +203,37 @@ def _vision(name: str, images: Callable[[int, np.random.Generator], dict[str, np
     return build
 
 
+def _detection(name: str) -> Callable[[], Any]:
+    """A torchvision detection model by ``name`` (``torchvision.models.detection``), random
+    weights, returning its first image's detections as a tuple (boxes, labels, scores, then
+    masks or keypoints), in the order the TorchScript exporter flattens them; score thresholds
+    at 0, so that random weights still leave boxes for the suppression to choose among."""
+    def build():
+        torch = _torch()
+        detection = _require("torchvision.models.detection",
+                             "pip install torchvision (matching torch)")
+        model = getattr(detection, name)(weights=None, weights_backbone=None).eval()
+        if hasattr(model, "score_thresh"):
+            model.score_thresh = 0.0
+        if hasattr(model, "roi_heads"):
+            model.roi_heads.score_thresh = 0.0
+
+        class Detections(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.inner = model
+
+            def forward(self, x):
+                return tuple(self.inner(x)[0].values())
+        return Detections().eval()
+    return build
+
+
+def _detection_images(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Images as the detection models take them here: 320 x 320 RGB in [0, 1]."""
+    return {"x": rng.random((n, 3, 320, 320), dtype=np.float32)}
+
+
 def _first_output(model: Any) -> Any:
     """``model`` (returning a dict, as torchvision's segmentation models do) returning its
     ``out`` entry."""
@@ -1033,6 +1064,12 @@ HELD_OUT = [
           ("dlrm_criteo", "dlrm", False, TrecLayout(features=26)),
           ("deepfm_mean_shared", "deepfm", True, TrecLayout(tables=3, pooling="MEAN")),
           ("dlrm_weighted", "dlrm", False, TrecLayout(weighted=True)))],
+    # a ninth group (2026-12-07): torchvision's detection models (box suppression, region
+    # pooling, a mask-pasting Loop), at batch 1 on 320 x 320 images
+    *[Spec(kind, "torchvision", 1, _detection(kind), _detection_images, held_out=True)
+      for kind in ("ssdlite320_mobilenet_v3_large", "ssd300_vgg16",
+                   "fasterrcnn_mobilenet_v3_large_320_fpn", "retinanet_resnet50_fpn",
+                   "fcos_resnet50_fpn", "maskrcnn_resnet50_fpn", "keypointrcnn_resnet50_fpn")],
     # and nn.EmbeddingBag's other modes: max bags, and padding ids (dynamo only: the
     # TorchScript exporter refuses padding_idx), on ragged bags with empty ones
     *[Spec(name, "torch", 256, _bag_variant(mode, padding), _ragged_bag_feeds(padding),
