@@ -557,6 +557,10 @@ CONV_TRANSPOSE_CASES = [
     ("output_shape", (1, 2, 3, 3), (2, 2, 3, 3), dict(strides=[3, 2], output_shape=[10, 8])),
     ("same_upper", (1, 2, 3, 4), (2, 2, 3, 3), dict(strides=[2, 2], auto_pad="SAME_UPPER")),
     ("conv1d", (2, 3, 7), (3, 4, 3), dict(strides=[2], pads=[1, 0])),
+    # Keypoint R-CNN's upsampling, smaller: enough multiply-adds for the product to go to BLAS
+    ("keypoint_upsampling", (2, 64, 14, 14), (64, 17, 4, 4), dict(strides=[2, 2],
+                                                                  pads=[1, 1, 1, 1])),
+    ("conv3d", (1, 3, 3, 4, 2), (3, 2, 2, 3, 2), dict(strides=[2, 1, 3], pads=[0, 1, 0, 1, 0, 0])),
 ]
 
 
