@@ -1267,6 +1267,7 @@ def measure(spec: Spec, exporter: str, batch: int, budget: float, timed: bool,
             row["wrong"]["torch"] = f"the export differs from torch: {why}"
     compiled = {}
     float64: dict[str, Any] = {}    # torch's float64 outputs, made on the first mismatch
+    spread: dict[str, Any] = {}     # onnxruntime's unoptimised graph's outputs, likewise
     ta.set_num_threads(1)
     for level in levels:
         try:
@@ -1281,7 +1282,8 @@ def measure(spec: Spec, exporter: str, batch: int, budget: float, timed: bool,
                 traceback.print_exc()
             continue
         if why:
-            rounding = _rounding(spec, feeds, got, expected, names, float64, row)
+            rounding = _rounding(spec, feeds, got, expected, names, float64, row) or \
+                _ort_spread(path, feeds, got, expected, names, spread)
             if rounding is None:
                 row["wrong"][f"L{level}"] = why
                 continue
@@ -1297,7 +1299,8 @@ def measure(spec: Spec, exporter: str, batch: int, budget: float, timed: bool,
     calls = {"L3": (lambda: compiled[3].run(feeds), 1),
              "ort1": (lambda: reference[1].run(None, feeds), 1)}
     if _compare(got, expected, names) is None or \
-            _rounding(spec, feeds, got, expected, names, float64, row) is not None:
+            _rounding(spec, feeds, got, expected, names, float64, row) is not None or \
+            _ort_spread(path, feeds, got, expected, names, spread) is not None:
         calls["LN"] = (lambda: many.run(feeds), all_cores)
     calls["ort0"] = (lambda: reference[0].run(None, feeds), 1)
     samples: dict[str, list[float]] = {key: [] for key in calls}
@@ -1361,6 +1364,51 @@ def _rounding(spec: Spec, feeds: dict[str, np.ndarray], got: dict[str, Any],
     ours, theirs = max(worst)
     return (f"float32 rounding: tensoralg {ours:.3g} from torch's float64 run, "
             f"onnxruntime {theirs:.3g}")
+
+
+def _ort_spread(path: Path, feeds: dict[str, np.ndarray], got: dict[str, Any],
+                expected: list[np.ndarray], names: list[str], spread: dict[str, Any]
+                ) -> str | None:
+    """Why a mismatch with onnxruntime is within onnxruntime's own spread, or None when it is
+    not: every float output at most ``ROUNDING_FACTOR`` times as far from onnxruntime's
+    (optimised) output as onnxruntime's unoptimised graph's output is (plus ATOL), every
+    other output equal. For models whose outputs amplify float32's rounding through
+    data-dependent steps a float64 run cannot check (detection models: integer labels beside
+    boxes pasted into masks; Mask R-CNN's masks differ by 1e-3 between onnxruntime's own
+    optimisation levels, its boxes by 5e-3). The unoptimised outputs are made once."""
+    if "outputs" not in spread:
+        import onnxruntime as ort
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        options.log_severity_level = 3
+        session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        spread["outputs"] = session.run(None, feeds)
+    plain = spread["outputs"]
+    worst, moved = [], []
+    for name, want, other in zip(names, expected, plain):
+        have = np.asarray(got[name])
+        if have.shape != want.shape or other.shape != want.shape:
+            return None
+        if want.dtype.kind != "f":
+            # integers (labels, indices): as many elements may differ as differ between
+            # onnxruntime's own two graphs
+            ours, theirs = int(np.sum(have != want)), int(np.sum(other != want))
+            if ours > theirs:
+                return None
+            moved.append((ours, theirs))
+            continue
+        ours = float(np.abs(have.astype(np.float64) - want).max(initial=0.0))
+        theirs = float(np.abs(other.astype(np.float64) - want).max(initial=0.0))
+        if ours > ROUNDING_FACTOR * theirs + ATOL:
+            return None
+        worst.append((ours, theirs))
+    if not worst:
+        return None
+    ours, theirs = max(worst)
+    shifted = "".join(f"; {a} integer element(s) differ, {b} between its own graphs"
+                      for a, b in moved if a)
+    return (f"within onnxruntime's own spread: tensoralg {ours:.3g} from its optimised "
+            f"graph's output, its unoptimised graph {theirs:.3g}{shifted}")
 
 
 def _profile_top(profile: Any, count: int = 5) -> list[list[Any]]:

@@ -170,10 +170,12 @@ def test_onnx_reduce_extremes_match_onnxruntime(op, axes, keepdims):
 @pytest.mark.parametrize("dtype", ["float32", "int32"])
 @pytest.mark.parametrize("largest", [1, 0])
 @pytest.mark.parametrize("shape, axis", [((40, 221), -1), ((70, 120), 0), ((40, 100, 3), 1),
-                                         ((2, 100), 1)])
-def test_onnx_top_k_of_long_rows_matches_a_stable_sort(dtype, largest, shape, axis):
+                                         ((2, 100), 1), ((3, 4000), 1)])
+@pytest.mark.parametrize("few", [False, True])
+def test_onnx_top_k_of_long_rows_matches_a_stable_sort(dtype, largest, shape, axis, few):
     """k past MAX_K: the packed-key sort (on 8192 values or more; the last case, fewer, the
-    stable argsort), ties by position, NaNs last, -0.0 tied with 0.0."""
+    stable argsort; ``few``: k a quarter of the axis or less, its keys partitioned before the
+    sort), ties by position, NaNs last, -0.0 tied with 0.0."""
     from conftest import onnxruntime_outputs
     from onnx import TensorProto, numpy_helper
     from onnx import helper as h
@@ -187,7 +189,7 @@ def test_onnx_top_k_of_long_rows_matches_a_stable_sort(dtype, largest, shape, ax
         x[rng.random(shape) < 0.05] = -0.0
     else:
         x.flat[:2] = np.iinfo(np.int32).min, np.iinfo(np.int32).max
-    k = x.shape[axis] - 1
+    k = MAX_K + 1 if few else x.shape[axis] - 1
     assert k > MAX_K
     elem = TensorProto.FLOAT if dtype == "float32" else TensorProto.INT32
     out = list(shape)

@@ -259,6 +259,18 @@ def resolve_nodes(graph: onnx.GraphProto, prefix: str, opset: int, opsets: Any,
     return nodes, refused
 
 
+def _subgraph_nodes(body: onnx.GraphProto, label: str, opset: int, opsets: Any
+                    ) -> tuple[list[Node], list[str], dict[str, np.ndarray], list[str]]:
+    """A subgraph's nodes (named under ``label``), why any is refused, its constants and its
+    notes, as :func:`resolve_nodes` makes them."""
+    constants = {init.name: tensor_value(init) for init in body.initializer}
+    for sparse in body.sparse_initializer:
+        constants[sparse.values.name] = sparse_initializer(sparse)
+    notes: list[str] = []
+    nodes, refused = resolve_nodes(body, f"{label}/", opset, opsets, constants, notes)
+    return nodes, refused, constants, notes
+
+
 def runtime_if(proto: onnx.NodeProto, name: str, opset: int, opsets: Any) -> Node:
     """An If whose condition is known only at run time: a node reading its condition and
     every outer value its branches read, with each branch built as a graph of its own."""
@@ -268,12 +280,8 @@ def runtime_if(proto: onnx.NodeProto, name: str, opset: int, opsets: Any) -> Nod
     refused = []
     for which in ("then_branch", "else_branch"):
         body = subgraph(proto, which)
-        constants = {init.name: tensor_value(init) for init in body.initializer}
-        for sparse in body.sparse_initializer:
-            constants[sparse.values.name] = sparse_initializer(sparse)
-        notes: list[str] = []
         label = f"{name}.{which.split('_')[0]}"
-        nodes, why = resolve_nodes(body, f"{label}/", opset, opsets, constants, notes)
+        nodes, why, constants, notes = _subgraph_nodes(body, label, opset, opsets)
         refused += why
         inputs = [ValueInfo(n, None, None) for n in free_names(body)]
         outputs = [_branch_output(v, name) for v in body.output]
@@ -304,12 +312,8 @@ def runtime_loop(proto: onnx.NodeProto, name: str, opset: int, opsets: Any) -> N
             f"the {max(carried, 0)} carried value(s), and give the condition and the carried "
             f"values first; it takes {len(body.input)} input(s) and gives "
             f"{len(body.output)} output(s)")
-    constants = {init.name: tensor_value(init) for init in body.initializer}
-    for sparse in body.sparse_initializer:
-        constants[sparse.values.name] = sparse_initializer(sparse)
-    notes: list[str] = []
     label = f"{name}.body"
-    nodes, refused = resolve_nodes(body, f"{label}/", opset, opsets, constants, notes)
+    nodes, refused, constants, notes = _subgraph_nodes(body, label, opset, opsets)
     if refused:
         raise ta.UnsupportedError("\n  ".join(refused))
     reads = [n for n in free_names(body) if n not in constants]
