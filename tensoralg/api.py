@@ -2203,8 +2203,8 @@ def _recipe(compiled: CompiledProgram, names: Sequence[str], kinds: tuple[str, .
                 compiled.arguments.range_index in size_from:
             recipe.append((_ARG_SIZE, *size_from[compiled.arguments.range_index]))
         elif role == RANGE and name == "end" and \
-                kinds[over := position.get(compiled.arguments.range_over, -1)] == ENTRIES \
-                and over >= 0:
+                (over := position.get(compiled.arguments.range_over, -1)) >= 0 and \
+                kinds[over] == ENTRIES:
             # a range over a COO operand's entries (read in any order) ends at its count
             recipe.append((ARG_ENTRIES_COUNT, over, 0))
         else:
