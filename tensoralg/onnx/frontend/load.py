@@ -316,7 +316,7 @@ def runtime_loop(proto: onnx.NodeProto, name: str, opset: int, opsets: Any) -> N
     nodes, refused, constants, notes = _subgraph_nodes(body, label, opset, opsets)
     if refused:
         raise ta.UnsupportedError("\n  ".join(refused))
-    reads = [n for n in free_names(body) if n not in constants]
+    reads = free_names(body)
     formal = tuple(v.name for v in body.input)
     inputs = [ValueInfo(n, None, None) for n in (*formal, *reads)]
     outputs = [_branch_output(v, name) for v in body.output]

@@ -68,11 +68,9 @@ def non_max_suppression(node: NodeContext, boxes: np.ndarray, scores: np.ndarray
         scores.dtype.type(_scalar(node, "score_threshold", score_threshold, 0.0))
     node.note("generated greedy non-maximum suppression (each box against the kept ones)")
     found: list[np.ndarray] = []
-    for batch in range(boxes.shape[0]):
+    for batch in range(boxes.shape[0] if most else 0):
         corners = _corners(boxes[batch], center_point_box)
         for kind in range(scores.shape[1]):
-            if most == 0:
-                break
             row = scores[batch, kind]
             candidates = np.flatnonzero(row > least) if least is not None else \
                 np.arange(row.shape[0])
@@ -96,11 +94,9 @@ SAMPLE_LIMIT = 1 << 26
 
 def _roi_check(attributes: dict) -> str | None:
     mode = attributes.get("mode", "avg")
-    mode = mode.decode() if isinstance(mode, bytes) else mode
     if mode not in ("avg", "max"):
         return f"mode={mode!r} (avg or max)"
     how = attributes.get("coordinate_transformation_mode", "half_pixel")
-    how = how.decode() if isinstance(how, bytes) else how
     if how not in ("half_pixel", "output_half_pixel"):
         return f"coordinate_transformation_mode={how!r} (half_pixel or output_half_pixel)"
     return None
@@ -169,9 +165,7 @@ def roi_align(node: NodeContext, x: np.ndarray, rois: np.ndarray, batch_indices:
     if output_height < 1 or output_width < 1:
         raise ta.ShapeError(f"{node}: output_height and output_width must be positive, got "
                             f"{output_height} and {output_width}")
-    mode = mode.decode() if isinstance(mode, bytes) else mode
     how = coordinate_transformation_mode
-    how = how.decode() if isinstance(how, bytes) else how
     if x.dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
         # (float16 and others: pooled in float32, returned in their own dtype)
         return roi_align(node, x.astype(np.float32), rois, batch_indices,
