@@ -4,7 +4,8 @@
 ``A.transpose(axes)``, ``A.sum(axis)``, ``A.reshape(shape)``, ``np.asarray(A)``, and NumPy's
 ``__array_ufunc__`` / ``__array_function__`` for ``np.add``, ``np.subtract``, ``np.multiply``,
 ``np.negative``, ``np.matmul``, the elementwise functions the notation knows (``np.sqrt``,
-``np.abs``, ``np.exp``, ``np.log``, ``np.sin``, ``np.cos``, ``np.tanh``) and ``np.einsum``,
+``np.abs``, ``np.exp``, ``np.log``, ``np.sin``, ``np.cos``, ``np.tanh``, ``np.floor``, ``np.ceil``,
+``np.rint``) and ``np.einsum``,
 ``np.transpose``, ``np.sum``. Each builds a statement (``C(i0,i1) = A(i0,i1) + B(i0,i1)``) and
 runs it on a compiled kernel for the operands' formats; results follow ``ta.Tensor``'s rule:
 a ``ta.Tensor`` when the inferred result is sparse, a NumPy array when it is dense. Shapes must
@@ -33,7 +34,8 @@ from tensoralg.errors import ShapeError, UnsupportedError
 from tensoralg.formats.tensor import Tensor
 
 _UFUNCS = {np.sqrt: "sqrt", np.absolute: "abs", np.exp: "exp", np.log: "log", np.sin: "sin",
-           np.cos: "cos", np.tanh: "tanh"}
+           np.cos: "cos", np.tanh: "tanh", np.floor: "floor", np.ceil: "ceil",
+           np.rint: "round"}
 
 
 def _indices(rank: int) -> str:

@@ -80,7 +80,10 @@ _BIT_OPERATOR = {"bitand": "&", "bitor": "|", "shr": ">>"}
 # Operands bind if their precedence is below (left, right); arithmetic is left-associative.
 # Chained comparisons and && inside || get parentheses C does not need: they read badly.
 _OPERAND_CONTEXT = {6: (6, 6), 7: (6, 6), 11: (12, 11), 12: (11, 11)}
-FLOAT_MATH = frozenset({"sqrt", "exp", "log", "sin", "cos", "tanh"})
+FLOAT_MATH = frozenset({"sqrt", "exp", "log", "sin", "cos", "tanh", "floor", "ceil", "round"})
+# IR ops whose C function has another name: the IR's ``round`` is half to even, which is C's
+# ``nearbyint`` under the default rounding mode (C's ``round`` goes half away from zero).
+C_MATH_NAME = {"round": "nearbyint"}
 
 # Float32 ``exp`` and ``tanh`` written out. libm's ``expf`` and ``tanhf`` are a call per value
 # (4 and 27 ns) and keep a statement's loop from vectorising; inline, a value costs well under
@@ -111,7 +114,7 @@ C_KEYWORDS = frozenset(
     auto break case char const continue default do double else enum extern float for goto if
     inline int long register restrict return short signed sizeof static struct switch typedef
     union unsigned void volatile while bool true false main malloc calloc realloc free fmin fmax
-    pow sqrt exp log sin cos tanh fabs abs llabs fmod NULL INFINITY NAN int32_t int64_t size_t
+    pow sqrt exp log sin cos tanh fabs abs llabs fmod floor ceil nearbyint round NULL INFINITY NAN int32_t int64_t size_t
 """.split()
 )
 
@@ -531,7 +534,8 @@ class CFamilyEmitter:
             case _ if op in self.inline_f32_math and dtype == Scalar.F32:
                 return f"ta_{op}f({self.expr(operand, names)})", ATOM
             case _ if op in FLOAT_MATH and isinstance(dtype, Scalar) and dtype.is_float:
-                return f"{self.math_name(op, dtype)}({self.expr(operand, names)})", ATOM
+                name = self.math_name(C_MATH_NAME.get(op, op), dtype)
+                return f"{name}({self.expr(operand, names)})", ATOM
         raise CompileError(f"unary {op!r} is not defined on {dtype}")
 
     def binary(self, op: str, lhs: Expr, rhs: Expr, names: _Names) -> tuple[str, int]:

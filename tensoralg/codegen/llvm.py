@@ -85,6 +85,9 @@ INTRINSICS = {
     "log": "llvm.log",
     "sin": "llvm.sin",
     "cos": "llvm.cos",
+    "floor": "llvm.floor",
+    "ceil": "llvm.ceil",
+    "round": "llvm.roundeven",   # half to even (ir/nodes.py)
     "abs": "llvm.fabs",
     "pow": "llvm.pow",
     "min": "llvm.minimum",       # NaN in either operand gives NaN (ir/nodes.py)

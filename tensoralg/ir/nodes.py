@@ -22,6 +22,8 @@ Semantics, which every pass and every backend may rely on:
 - ``min``/``max`` on floats give NaN when either operand is NaN, as NumPy's ``minimum`` and
   ``maximum`` (and ONNX's Relu, Clip, ReduceMax) do; C's ``fmin``/``fmax`` would drop it.
   ``pow`` is the C ``pow``. Unary math (``sqrt exp log sin cos tanh abs``) follows C's libm.
+  ``floor``/``ceil``/``round`` (floats only) give integral floats; ``round`` goes half to even
+  (C's ``nearbyint`` in the default rounding mode, LLVM's ``roundeven``), as NumPy's ``rint``.
 - Expressions have no side effects and may be evaluated in any order, any number of times.
   Only statements change state.
 - A float local updated as ``acc = acc + e`` is a reduction: a backend may reassociate its
@@ -96,9 +98,12 @@ BOOL, I32, I64, F32, F64 = Scalar.BOOL, Scalar.I32, Scalar.I64, Scalar.F32, Scal
 C64, C128 = Scalar.C64, Scalar.C128
 # The operations complex values take (ir/verify.py holds every backend to this set).
 COMPLEX_BINARY_OPS = frozenset({"+", "-", "*", "/", "==", "!="})
-COMPLEX_UNARY_OPS = frozenset({"neg"})
+COMPLEX_FLOAT_UNARY_OPS = frozenset({"sqrt", "exp", "log", "sin", "cos", "tanh", "floor", "ceil",
+                             "round"})
+UNARY_OPS = frozenset({"neg"})
 
-UNARY_OPS = frozenset({"neg", "not", "abs", "sqrt", "exp", "log", "sin", "cos", "tanh", "ctz"})
+UNARY_OPS = frozenset({"neg", "not", "abs", "sqrt", "exp", "log", "sin", "cos", "tanh", "ctz",
+                       "floor", "ceil", "round"})
 ARITHMETIC_OPS = frozenset({"+", "-", "*", "/", "%", "min", "max", "pow"})
 COMPARISON_OPS = frozenset({"<", "<=", ">", ">=", "==", "!="})
 LOGICAL_OPS = frozenset({"and", "or"})

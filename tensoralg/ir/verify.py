@@ -108,7 +108,7 @@ class _Checker:
                     self.fail(f"'not' needs a bool operand, got {t}", e)
                 if op != "not" and not _is_number(t):
                     self.fail(f"{op!r} needs a numeric operand, got {t}", e)
-                if op in ("sqrt", "exp", "log", "sin", "cos", "tanh") and not _is_float(t):
+                if op in n.FLOAT_UNARY_OPS and not _is_float(t):
                     self.fail(f"{op!r} needs a float operand, got {t}", e)
                 if op == "ctz" and not _is_int(t):
                     self.fail(f"'ctz' needs an integer operand, got {t}", e)

@@ -69,6 +69,7 @@ _RESERVED = set(keyword.kwlist) | {
     "signed", "sizeof", "static", "struct", "switch", "typedef", "union", "unsigned", "void",
     "volatile", "while", "inline", "restrict", "bool", "true", "false", "main", "free", "malloc",
     "calloc", "realloc", "exp", "log", "sqrt", "pow", "sin", "cos", "tanh", "fabs", "fmin", "fmax",
+    "floor", "ceil", "floorf", "ceilf", "nearbyint", "nearbyintf", "rint", "round",
     "abs", "min", "max"}
 
 

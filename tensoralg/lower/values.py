@@ -57,6 +57,9 @@ def _call(func: str, args: list[IRExpr], dtype: Scalar) -> IRExpr:
     match func, args:
         case ("abs" | "sqrt" | "exp" | "log" | "sin" | "cos" | "tanh"), [x]:
             return b.unary(func, x)
+        case ("floor" | "ceil" | "round"), [x]:
+            # An integer is its own floor, ceiling and rounding.
+            return b.unary(func, x) if dtype.is_float else x
         case "relu", [x]:
             return b.maximum(x, 0)
         case "sigmoid", [x]:

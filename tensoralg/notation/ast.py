@@ -15,6 +15,8 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Union
 
+import numpy as np
+
 
 @dataclass(frozen=True, slots=True)
 class Access:
@@ -137,6 +139,12 @@ FUNCTIONS: dict[str, tuple[int, Callable[..., float]]] = {
     "tanh": (1, math.tanh),
     "sin": (1, math.sin),
     "cos": (1, math.cos),
+    # Rounding to an integral value (float results; integers are unchanged). ``round`` rounds
+    # half to even, as NumPy's ``rint`` and ONNX's Round do (not half away from zero as C's
+    # ``round``). NumPy's, so that folding a NaN or an infinity gives it back instead of raising.
+    "floor": (1, lambda x: float(np.floor(x))),
+    "ceil": (1, lambda x: float(np.ceil(x))),
+    "round": (1, lambda x: float(np.rint(x))),
     "gt": (2, lambda x, y: float(x > y)),
     "lt": (2, lambda x, y: float(x < y)),
     "ge": (2, lambda x, y: float(x >= y)),

@@ -29,7 +29,7 @@ import tensoralg as ta
 # The elementwise functions of the statement grammar (README, "TACO-style statements"), and
 # ``sum``, whose first argument is an index, not a tensor.
 FUNCTIONS = frozenset("abs sqrt exp log pow max min relu sigmoid tanh sin cos "
-                      "gt lt ge le eq ne where sum".split())
+                      "floor ceil round gt lt ge le eq ne where sum".split())
 EINSUM_OUTPUT = "out"
 
 _TOKEN = re.compile(r"[A-Za-z_]\w*|(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|\S")

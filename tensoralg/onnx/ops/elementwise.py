@@ -58,6 +58,22 @@ for _name, _template, _float in [
     ("Sin", "sin({0})", True), ("Cos", "cos({0})", True),
 ]:
     op(_name, since=6)(_unary(_template, _float))
+
+
+def _rounding(name: str) -> Any:
+    """Floor, Ceil, Round (half to even, as ONNX's Round): floats only, as ONNX's type
+    constraints say (an integer would come back unchanged)."""
+    def run(node: NodeContext, x: np.ndarray) -> np.ndarray:
+        if x.dtype.kind != "f":
+            raise ta.UnsupportedError(f"{node}: {name.capitalize()} takes float tensors, not "
+                                      f"{x.dtype}")
+        return elementwise(node, f"{name}({{0}})", x, dtype=compute_dtype(x.dtype))
+    return run
+
+
+op("Floor", since=6)(_rounding("floor"))
+op("Ceil", since=6)(_rounding("ceil"))
+op("Round", since=11)(_rounding("round"))
 # log(1 + exp(x)) written so that exp never overflows: max(x, 0) + log(1 + exp(-|x|)).
 SOFTPLUS = "max({0}, 0) + log(1 + exp(-abs({0})))"
 op("Softplus", since=1)(_unary(SOFTPLUS, True))

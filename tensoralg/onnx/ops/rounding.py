@@ -1,11 +1,10 @@
-"""Floor, Ceil, Round and the inverse and hyperbolic trigonometric functions, in NumPy.
+"""The inverse and hyperbolic trigonometric functions, in NumPy.
 
-The statement language has no rounding functions and no ``asin``/``sinh``... (its functions are
-``FUNCTIONS`` in ``notation/ast.py``), and writing them out of the ones it has would not be
-exact (``sinh`` as a difference of exponentials loses every digit near 0). So, like ``Mod``,
-these are NumPy ufuncs, which follow C's libm as onnxruntime does; Round rounds half to even,
-as ONNX specifies. Integer inputs of Floor/Ceil/Round are refused by ONNX's type constraints
-and here alike.
+The statement language has no ``asin``/``sinh``... (its functions are ``FUNCTIONS`` in
+``notation/ast.py``), and writing them out of the ones it has would not be exact (``sinh`` as a
+difference of exponentials loses every digit near 0). So, like ``Mod``, these are NumPy ufuncs,
+which follow C's libm as onnxruntime does. (Floor, Ceil and Round are statement functions and
+run as kernels: ``elementwise.py``.)
 """
 from __future__ import annotations
 
@@ -29,7 +28,6 @@ def _numpy_unary(name: str, function: Any) -> Any:
 
 
 for _name, _function, _since in [
-    ("Floor", np.floor, 6), ("Ceil", np.ceil, 6), ("Round", np.round, 11),
     ("Asin", np.arcsin, 7), ("Acos", np.arccos, 7), ("Atan", np.arctan, 7),
     ("Sinh", np.sinh, 9), ("Cosh", np.cosh, 9), ("Asinh", np.arcsinh, 9),
     ("Acosh", np.arccosh, 9), ("Atanh", np.arctanh, 9),
