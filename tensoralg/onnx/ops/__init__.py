@@ -16,6 +16,7 @@ from tensoralg.onnx.ops import (  # noqa: F401  (imported for their registration
     movement,
     normalization,
     pool,
+    quantize,
     rearrange,
     recurrent,
     reduce,
