@@ -91,7 +91,8 @@ def test_a_ccpm_k_max_pooling_matches_onnxruntime():
 @pytest.mark.parametrize("shape, first, last", [((6, 26, 3), 1, 1), ((7, 9), 1, 1),
                                                 ((4, 1), 1, 1), ((3, 10, 2, 2), 0, 0),
                                                 ((3, 4, 5, 2), 1, 2), ((33,), 0, 0),
-                                                ((2, 3, 4), 0, 2)])
+                                                ((2, 3, 4), 0, 2), ((3, 1000), 1, 1),
+                                                ((2, 47, 3), 1, 1), ((16,), 0, 0)])
 def test_row_extremes_match_numpy(dtype, shape, first, last):
     rng = np.random.default_rng(len(shape) + first)
     x = rng.integers(-50, 50, shape).astype(dtype)
@@ -116,6 +117,19 @@ def test_row_extremes_propagate_nan_and_read_strided_input():
         np.testing.assert_array_equal(program.row_extreme(strided, 1, 1, largest),
                                       reduce(strided, axis=1, keepdims=True))
     assert program.row_extreme(np.ones((2, 0, 3)), 0, 0).shape == (1, 0, 3)
+    # rows longer than the kernel's lanes (runtime/select.EXTREME_LANES): a NaN in any lane,
+    # in the tail, or first, wins; extremes in the tail and in the last lane are found
+    for position in (0, 5, 15, 16, 31, 32, 99):
+        row = np.arange(100.0)
+        row[position] = np.nan
+        for largest in (True, False):
+            assert np.isnan(program.row_extreme(row, 0, 0, largest)[0])
+    for position in (0, 15, 16, 95, 99):
+        row = np.zeros(100, np.float32)
+        row[position] = 7
+        assert program.row_extreme(row, 0, 0, True)[0] == 7
+        row[position] = -7
+        assert program.row_extreme(row, 0, 0, False)[0] == -7
 
 
 def test_row_extremes_left_to_the_caller_and_refused():
