@@ -3829,7 +3829,11 @@ class Kernel:
                           for name in resort})
             compiled = self._program_for(bound, shape)
         result = execute(compiled, bound, self.dtype, shape)
-        if isinstance(result, np.ndarray) and self.out_format is None:
+        # A dense output format asked for explicitly ("d", "dd") returns the same array as
+        # none asked for (``_wrap``), so its calls replay too (they ran the general path, 30 us
+        # instead of 3-4 for a 1024-value product, 2026-12-07).
+        if isinstance(result, np.ndarray) and (self.out_format is None or
+                                               self.out_format.is_dense):
             if signature is not None:
                 _remember(signature, compiled, self.statement, tuple(self.formats), values,
                           bound, self._replays)

@@ -275,6 +275,21 @@ def test_compiled_kernel_calls_replay_too(monkeypatch):
     np.testing.assert_allclose(_kernel_replays(monkeypatch, dense, A=a, B=B), a @ B)
 
 
+@pytest.mark.parametrize("out_format", [None, "dd"])
+def test_compiled_kernel_with_a_dense_output_format_replays(monkeypatch, out_format):
+    """An output format asked for explicitly as dense returns what none asked for, and
+    replays the same way (it ran the general path on every call before)."""
+    rng = np.random.default_rng(13)
+    a, b = rng.standard_normal((7, 9)), rng.standard_normal((7, 9))
+    formats = {} if out_format is None else {"Y": out_format}
+    k = ta.compile("Y(i,j) = A(i,j) * B(i,j) + 1", formats=formats)
+    result = _kernel_replays(monkeypatch, k, A=a, B=b)
+    assert type(result) is np.ndarray
+    np.testing.assert_array_equal(result, a * b + 1)
+    b[:] = 2.0      # new values in the same arrays: the replay reads them
+    np.testing.assert_array_equal(k(A=a, B=b), a * 2.0 + 1)
+
+
 def test_compiled_kernel_replay_keeps_the_general_checks():
     A = sp.random_array((6, 5), density=0.5, format="csr", random_state=12)
     k = ta.compile("y(i) = A(i,j) * x(j)", formats={"A": "csr"})
