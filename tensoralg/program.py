@@ -28,7 +28,8 @@ a sequence with the inputs named in ``slots`` read from the sequence's slots at 
   :func:`softmax_kernel`, :func:`top_k` (the best ``k`` values of rows),
   :func:`kept_boxes` (greedy non-maximum suppression of boxes), :func:`pooled_regions`
   (regions of interest pooled by bilinear samples, with :class:`RoiSamples`),
-  :func:`row_extreme` (a row's largest or smallest value);
+  :func:`row_extreme` (a row's largest or smallest value), :func:`value_range` (a tensor's
+  smallest and largest value in one pass);
 - data movement: :func:`gather_call` (rows of a table by id), :func:`copy_call`,
   :func:`transpose_call` (batched matrices transposed, a channels-last product into NCHW),
   :func:`block_copy_call`, :func:`broadcast_call` (elementwise ops with NumPy broadcasting,
@@ -104,6 +105,7 @@ from tensoralg.api import (
     softmax_kernel,
     top_k,
     transpose_call,
+    value_range,
     window_kernel,
     winograd_conv,
     winograd_host,
@@ -117,6 +119,6 @@ __all__ = [
     "copy_call", "cumsum_call", "extreme_call", "grouped_conv", "patch_conv_of", "planar_pays",
     "pointwise_conv", "pooled_regions", "RoiSamples",
     "data_address", "dense_layer", "direct_conv", "gather_call", "gram_call", "ids_call",
-    "im2row_call", "kept_boxes", "kernel_cache", "row_extreme", "softmax_kernel", "top_k", "transpose_call", "window_kernel",
-    "winograd_conv", "winograd_host", "winograd_pays",
+    "im2row_call", "kept_boxes", "kernel_cache", "row_extreme", "softmax_kernel", "top_k", "transpose_call", "value_range",
+    "window_kernel", "winograd_conv", "winograd_host", "winograd_pays",
 ]

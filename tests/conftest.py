@@ -262,6 +262,27 @@ def passes_in_forked_child(check) -> None:
 
 
 
+def onnx_model(nodes, inputs: dict, outputs, constants: dict | None = None, opset: int = 17,
+               shapes: dict | None = None, ir_version: int = 8):
+    """A checked ONNX model of ``nodes``: its inputs typed as the arrays ``inputs`` (their
+    shapes, or ``shapes[name]``, symbolic dimensions allowed), ``outputs`` as
+    ``(name, element type, shape)`` and ``constants`` as initializers."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    shapes = shapes or {}
+    graph = helper.make_graph(
+        nodes, "test",
+        [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype),
+                                       shapes.get(n, list(a.shape))) for n, a in inputs.items()],
+        [helper.make_tensor_value_info(n, elem, shape) for n, elem, shape in outputs],
+        [numpy_helper.from_array(a, n) for n, a in (constants or {}).items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = ir_version
+    onnx.checker.check_model(model)
+    return model
+
+
 def onnxruntime_outputs(model, feeds: dict) -> list[np.ndarray]:
     """onnxruntime's outputs of ``model`` on ``feeds``, one CPU thread: the ONNX tests' oracle."""
     import onnxruntime as ort

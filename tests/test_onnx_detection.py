@@ -9,7 +9,7 @@ import pytest
 
 onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
-from conftest import onnxruntime_outputs  # noqa: E402
+from conftest import onnx_model, onnxruntime_outputs  # noqa: E402
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 from onnx.reference import ReferenceEvaluator  # noqa: E402
 
@@ -22,19 +22,7 @@ F32, F64, I64, BOOL = TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.INT64, 
 
 
 def _model(nodes, inputs, outputs, constants=None, opset=17, shapes=None):
-    """A model of ``nodes``; its inputs typed as the arrays ``inputs`` (their shapes, or
-    ``shapes[name]``, symbolic dimensions allowed)."""
-    shapes = shapes or {}
-    graph = helper.make_graph(
-        nodes, "detection",
-        [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype),
-                                       shapes.get(n, list(a.shape))) for n, a in inputs.items()],
-        [helper.make_tensor_value_info(n, elem, shape) for n, elem, shape in outputs],
-        [numpy_helper.from_array(a, n) for n, a in (constants or {}).items()])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    return model
+    return onnx_model(nodes, inputs, outputs, constants, opset, shapes)
 
 
 def _check(model, feeds, expected, rtol=1e-5, atol=1e-6):

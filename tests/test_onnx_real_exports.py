@@ -12,7 +12,8 @@ import pytest
 
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from conftest import onnx_model  # noqa: E402
+from onnx import TensorProto, helper  # noqa: E402
 
 import tensoralg as ta  # noqa: E402
 import tensoralg.onnx as tonnx  # noqa: E402
@@ -22,16 +23,7 @@ LEVELS = (0, 1, 2, 3)
 
 
 def _model(nodes, feeds, outputs, constants=None, opset=17):
-    inputs = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype),
-                                            list(a.shape)) for n, a in feeds.items()]
-    graph = helper.make_graph(
-        nodes, "regression", inputs,
-        [helper.make_tensor_value_info(name, elem, shape) for name, elem, shape in outputs],
-        [numpy_helper.from_array(a, n) for n, a in (constants or {}).items()])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    return model
+    return onnx_model(nodes, feeds, outputs, constants, opset)
 
 
 def _compare(model, feeds):

@@ -563,6 +563,25 @@ def extreme_call(x: np.ndarray, first: int, last: int, largest: bool, out: np.nd
                         [x, out], what)
 
 
+def value_range(x: np.ndarray) -> np.ndarray | None:
+    """``[min(x), max(x)]`` of a C-contiguous float32/64 or int32/64 array of at least one
+    value, by one generated pass (``runtime/select.range_kernel``: NaN in both where one is in
+    ``x``); None for other dtypes, layouts, or no values.
+
+    >>> value_range(np.array([[3.0, -1.0], [7.0, 2.0]])).tolist()
+    [-1.0, 7.0]
+    """
+    from tensoralg.runtime.select import VALUE_TYPES, range_kernel
+
+    value = VALUE_TYPES.get(x.dtype)
+    if value is None or not x.size or not x.flags.c_contiguous:
+        return None
+    out = np.empty(2, x.dtype)
+    kernel = _kernel(("range", value), lambda: range_kernel(value))
+    kernel.function(x.ctypes.data, out.ctypes.data, x.size)
+    return out
+
+
 def bag_max_call(table: np.ndarray, crd: np.ndarray, pos: np.ndarray, vals: np.ndarray,
                  empty: np.ndarray, out: np.ndarray, what: str) -> MovementCall | None:
     """``out[b] =`` the elementwise max of the rows ``table[crd[p]]``, ``pos[b] <= p <

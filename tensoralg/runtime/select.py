@@ -150,6 +150,29 @@ def extreme_kernel(value: Scalar, largest: bool) -> Function:
     return b.function(f"ta_row_{kind}_{value.value}", params, *body)
 
 
+def range_kernel(value: Scalar) -> Function:
+    """The IR of ``value_range(x, out*, n)``: the smallest and the largest of the ``n >= 1``
+    values ``x[0..n)`` into ``out[0]`` and ``out[1]``, in one pass (the IR's ``min``/``max``:
+    NaN in both where one is among the values). Both extremes of a tensor, as onnxruntime's
+    DynamicQuantizeLinear takes them, for the cost of one read (two ``extreme_kernel`` passes
+    read it twice)."""
+    x, out, n = Var("x", Ptr(value)), Var("out", Ptr(value)), Var("n", I64)
+    j = Var("j", I64)
+    low, high, v = Var("low", value), Var("high", value), Var("v", value)
+    body = [
+        b.declare(low, b.load(x, 0)),
+        b.declare(high, b.load(x, 0)),
+        b.for_(j, 1, n,
+               b.declare(v, b.load(x, j)),
+               b.assign(low, b.minimum(low, v)),
+               b.assign(high, b.maximum(high, v))),
+        b.store(out, 0, low),
+        b.store(out, 1, high),
+    ]
+    params = [b.param(x, "x"), b.param(out, "out", True), b.param(n, "n")]
+    return b.function(f"ta_value_range_{value.value}", params, *body)
+
+
 def bag_max_kernel(value: Scalar) -> Function:
     """The IR of ``bag_max(table, crd, pos, vals, empty, out*, bags, dim)``: for every bag
     ``b < bags``, ``out[b, :]`` = the elementwise largest of the table rows ``crd[p]`` for

@@ -33,10 +33,10 @@ import numpy as np
 import onnx
 
 import tensoralg as ta
+from tensoralg import program
 from tensoralg.onnx.ops.conv import conv
 from tensoralg.onnx.ops.kernels import NodeContext, elementwise, literal
 from tensoralg.onnx.ops.matmul import matmul
-from tensoralg.onnx.ops.reduce import reduce_extreme
 from tensoralg.onnx.ops.registry import op
 
 RANGES = {np.dtype(np.uint8): (0, 255), np.dtype(np.int8): (-128, 127),
@@ -164,26 +164,30 @@ def dequantize_linear(node: NodeContext, x: np.ndarray, x_scale: np.ndarray,
     return elementwise(node, text, *operands, dtype=_float_type(x_scale), out_dtype=out_type)
 
 
-@op("DynamicQuantizeLinear", since=11)
-def dynamic_quantize_linear(node: NodeContext, x: np.ndarray
-                            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """uint8 quantization with the scale and zero point of ``x``'s range (widened to hold 0):
-    ``scale = (max - min) / 255`` (1 for an all-zero ``x``, as onnxruntime),
-    ``zero_point = saturate(round(-min / scale))``."""
+def dynamic_parameters(node: NodeContext, x: np.ndarray) -> tuple[np.float32, np.uint8]:
+    """DynamicQuantizeLinear's uint8 scale and zero point for ``x``: its range widened to hold
+    0, ``scale = (max - min) / 255`` (1 for an all-zero ``x``, as onnxruntime),
+    ``zero_point = saturate(round(-min / scale))``; the extremes by one generated pass."""
     if x.dtype != np.float32:
         raise ta.UnsupportedError(f"{node}: DynamicQuantizeLinear takes float32, not {x.dtype}")
+    low = high = 0.0
     if x.size:
-        axes = list(range(x.ndim))
-        low = min(float(reduce_extreme(node, x, axes, 0, "min")), 0.0)
-        high = max(float(reduce_extreme(node, x, axes, 0, "max")), 0.0)
-    else:
-        low = high = 0.0
+        extremes = program.value_range(np.ascontiguousarray(x))
+        low, high = min(float(extremes[0]), 0.0), max(float(extremes[1]), 0.0)
     if math.isnan(low) or math.isnan(high):
         raise ta.InputError(f"{node}: x holds NaN; its range, and so the scale, is undefined")
     scale = np.float32(1.0) if high == low else np.float32(np.float32(high) - np.float32(low)) \
         / np.float32(255)
     initial = np.float32(0) - np.float32(low) / scale
-    zero = np.uint8(np.rint(np.clip(initial, 0, 255)))
+    return scale, np.uint8(np.rint(np.clip(initial, 0, 255)))
+
+
+@op("DynamicQuantizeLinear", since=11)
+def dynamic_quantize_linear(node: NodeContext, x: np.ndarray
+                            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """uint8 quantization with the scale and zero point of ``x``'s range
+    (:func:`dynamic_parameters`)."""
+    scale, zero = dynamic_parameters(node, x)
     y = quantize(node, x, np.asarray(scale), np.asarray(zero), np.dtype(np.uint8))
     return y, np.asarray(scale, np.float32), np.asarray(zero, np.uint8)
 

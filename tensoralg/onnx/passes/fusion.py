@@ -54,6 +54,7 @@ from tensoralg.onnx.ops.kernels import (
 from tensoralg.onnx.ops.matmul import use_blas
 from tensoralg.onnx.ops.registry import OpImpl
 from tensoralg.onnx.ops.variadic import variadic_template
+from tensoralg.onnx.passes.quantized import fake_quantized, shifted_text
 from tensoralg.onnx.plan.executor import call_node
 from tensoralg.program import RELU, Activation, as_activation
 
@@ -162,6 +163,9 @@ TEMPLATES: dict[str, Callable[..., str]] = {
     "Floor": lambda _, a: f"floor({a})",
     "Ceil": lambda _, a: f"ceil({a})",
     "Round": lambda _, a: f"round({a})",
+    "QuantizeDequantize": lambda at, a: "(" + fake_quantized(
+        a, at["scale"], at["zero_point"], at["low"], at["high"]) + ")",
+    "QuantizeShift": lambda at, a, s, z: shifted_text(a, s, z, at["low"], at["high"]),
     "Reciprocal": lambda _, a: f"(1 / {a})",
     "Softplus": lambda _, a: f"({SOFTPLUS.format(a)})",
     "Identity": lambda _, a: a,

@@ -6,7 +6,8 @@ BatchNormalization folding, skip-connection Adds joined to the pointwise Conv be
 (:mod:`folding`), 1-D and 3-D convolutions as 2-D ones (:mod:`conv_ranks`), Einsums that are matrix products as MatMuls and a constant's products with
 batches of columns as row products (:mod:`einsum_products`), Pow by 2 or 3 as multiplications (:mod:`small_powers`), MatMul
 re-association (:mod:`fusion`), embedding
-bags (:mod:`bags`), GELU written with Erf as one Gelu node (:mod:`gelu`) and fusion of elementwise chains and contraction epilogues (:mod:`fusion`).
+bags (:mod:`bags`), GELU written with Erf as one Gelu node (:mod:`gelu`), QuantizeLinear ->
+DequantizeLinear pairs as one float node (:mod:`quantized`) and fusion of elementwise chains and contraction epilogues (:mod:`fusion`).
 Level 3 adds sparse weights (:mod:`sparse_weights`), compiled into the fused statements. Each
 pass is a function ``Graph -> Graph`` whose docstring states what it establishes;
 :func:`describe` prints a graph after each pass (``print_ir("passes")``).
@@ -41,6 +42,10 @@ from tensoralg.onnx.passes.folding import (
 )
 from tensoralg.onnx.passes.fusion import fuse, reassociate_matmuls
 from tensoralg.onnx.passes.gelu import erf_gelus_as_gelu
+from tensoralg.onnx.passes.quantized import (
+    dynamic_quantized_products,
+    quantize_dequantize_pairs,
+)
 from tensoralg.onnx.passes.small_powers import small_powers_as_products
 from tensoralg.onnx.passes.sparse_weights import find_sparse_weights
 from tensoralg.onnx.plan.executor import call_node
@@ -232,6 +237,8 @@ def pipeline(opt_level: int, model: onnx.ModelProto, kernels: KernelSet,
             ("matmul re-association", reassociate_matmuls),
             ("embedding bags", recognise_bags),
             ("erf gelu", erf_gelus_as_gelu),
+            ("fake quantization", quantize_dequantize_pairs),
+            ("dynamic quantization", dynamic_quantized_products),
         ]
     # The convolutions of other ranks are rewritten after the activations joined them: their
     # 2-D Convs carry the activation into the kernel, where a Squeeze or Transpose after the

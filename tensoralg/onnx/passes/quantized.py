@@ -1,0 +1,265 @@
+"""Opt level 2: quantized graphs as float statements that give their results exactly.
+
+Two patterns of onnxruntime's quantizer: QuantizeLinear -> DequantizeLinear pairs (static
+quantization, the QDQ format; *fake quantization*, :func:`quantize_dequantize_pairs`) and
+DynamicQuantizeLinear -> MatMulInteger -> Cast (dynamic quantization,
+:func:`dynamic_quantized_products`). The pairs first:
+
+onnxruntime's ``quantize_static`` writes its models in the QDQ format: every activation that a
+quantized Conv or MatMul reads passes through a QuantizeLinear and straight into a
+DequantizeLinear with the same scale and zero point. Run as written, each pair makes an 8-bit
+tensor only to turn it back into floats: two kernels, two casts and an integer array between
+them, and the 8-bit value in the middle keeps the float chain around it from fusing. The pair
+computes, in float32,
+
+    y = (saturate(round(x / scale) + zero_point) - zero_point) * scale
+
+exactly: the saturated value is an integer of at most 16 bits, which float32 holds, so ``y``
+is the value DequantizeLinear gives, bit for bit. This pass replaces each such pair by one node
+``QuantizeDequantize(x)`` computing that statement, with the scale and zero point as literals;
+it is an elementwise node the fusion pass joins to the contraction and activations around it.
+
+Only pairs it can prove equal are rewritten (``x`` of any float type is quantized in float32,
+as QuantizeLinear here does): scale and zero point constants of
+one value each (per tensor), float32 and 8- or 16-bit integer; every reader of the quantized
+tensor a DequantizeLinear of the same scale and zero point, and the quantized tensor no graph
+output. Per-channel and blocked pairs (on weights, which constant folding has already turned
+into floats) are left as they are.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from tensoralg.onnx.frontend.graph import Graph, Node, fresh_name, value_names
+from tensoralg.onnx.ops.kernels import NodeContext, elementwise, literal
+from tensoralg.onnx.ops.quantize import EXACT_FLOAT32, RANGES, dynamic_parameters, saturated
+from tensoralg.onnx.ops.registry import OpImpl, lookup
+
+OP_TYPE = "QuantizeDequantize"
+
+
+def fake_quantized(x: str, scale: float, zero_point: int, low: int, high: int) -> str:
+    """Statement text of a quantize-dequantize pair on ``x``.
+
+    >>> fake_quantized("A(i)", 0.5, 3, 0, 255)
+    '(where(ge(round(A(i) / 0.5) + 3, 0), min(round(A(i) / 0.5) + 3, 255), 0) - 3) * 0.5'
+    """
+    shifted = f"round({x} / {literal(scale)})"
+    if zero_point:
+        shifted += f" + {literal(zero_point)}"
+    quantized = saturated(shifted, low, high)
+    if zero_point:
+        quantized = f"({quantized} - {literal(zero_point)})"
+    return f"{quantized} * {literal(scale)}"
+
+
+def quantize_dequantize(node: NodeContext, x: np.ndarray, *, scale: float, zero_point: int,
+                        low: int, high: int) -> np.ndarray:
+    """The op function of a ``QuantizeDequantize`` node: one float32 statement."""
+    return elementwise(node, lambda a: fake_quantized(a, scale, zero_point, low, high), x,
+                       dtype=np.dtype(np.float32), out_dtype=np.float32)
+
+
+IMPL = OpImpl(OP_TYPE, 1, quantize_dequantize, None,
+              frozenset({"scale", "zero_point", "low", "high"}))
+
+
+def _per_tensor(graph: Graph, name: str | None) -> np.ndarray | None:
+    if not name:
+        return None
+    value = graph.constants.get(name)
+    return value if value is not None and value.size == 1 else None
+
+
+def _quantizer(graph: Graph, node: Node) -> dict[str, Any] | None:
+    """The literal scale, zero point and bounds of a per-tensor float32 QuantizeLinear whose
+    parameters are constants, or None."""
+    if node.op_type != "QuantizeLinear" or node.attributes.get("block_size", 0):
+        return None
+    scale = _per_tensor(graph, node.inputs[1])
+    zero_name = node.inputs[2] if len(node.inputs) > 2 else ""
+    zero = _per_tensor(graph, zero_name)
+    if scale is None or scale.dtype != np.float32 or (zero_name and zero is None):
+        return None
+    if node.attributes.get("output_dtype", 0) and zero is None:
+        return None
+    out_type = zero.dtype if zero is not None else np.dtype(np.uint8)
+    if out_type not in RANGES or not np.isfinite(scale).all() or float(scale.reshape(-1)[0]) == 0:
+        return None
+    low, high = RANGES[out_type]
+    return {"scale": float(scale.reshape(-1)[0]),
+            "zero_point": 0 if zero is None else int(zero.reshape(-1)[0]),
+            "low": low, "high": high, "type": out_type}
+
+
+def _same_parameters(graph: Graph, reader: Node, found: dict[str, Any]) -> bool:
+    """Whether DequantizeLinear ``reader`` undoes the quantizer ``found`` exactly."""
+    if reader.op_type != "DequantizeLinear" or reader.attributes.get("block_size", 0) or \
+            reader.attributes.get("output_dtype", 0):
+        return False
+    scale = _per_tensor(graph, reader.inputs[1])
+    zero_name = reader.inputs[2] if len(reader.inputs) > 2 else ""
+    zero = _per_tensor(graph, zero_name)
+    if scale is None or scale.dtype != np.float32 or (zero_name and zero is None):
+        return False
+    zero_value = 0 if zero is None else int(zero.reshape(-1)[0])
+    if zero is not None and zero.dtype != found["type"]:
+        return False
+    return float(scale.reshape(-1)[0]) == found["scale"] and zero_value == found["zero_point"]
+
+
+def quantize_dequantize_pairs(graph: Graph) -> Graph:
+    """Replace every provable QuantizeLinear -> DequantizeLinear pair (module docstring) by one
+    ``QuantizeDequantize`` node per DequantizeLinear; the QuantizeLinear goes."""
+    readers: dict[str, list[Node]] = {}
+    for node in graph.nodes:
+        for name in node.inputs:
+            if name:
+                readers.setdefault(name, []).append(node)
+    outputs = {v.name for v in graph.outputs}
+    replaced: dict[str, Node] = {}          # DequantizeLinear's name -> its replacement
+    dropped: set[str] = set()               # the QuantizeLinears replaced
+    for node in graph.nodes:
+        found = _quantizer(graph, node)
+        if found is None or node.outputs[0] in outputs:
+            continue
+        uses = readers.get(node.outputs[0], [])
+        if not uses or not all(_same_parameters(graph, use, found) and
+                               use.inputs[0] == node.outputs[0] for use in uses):
+            continue
+        attributes = {key: found[key] for key in ("scale", "zero_point", "low", "high")}
+        for use in uses:
+            replaced[use.name] = Node(use.name, OP_TYPE, (node.inputs[0],), use.outputs,
+                                      attributes, 1, IMPL)
+        dropped.add(node.name)
+    graph.nodes = [replaced.get(node.name, node) for node in graph.nodes
+                   if node.name not in dropped]
+    graph.notes.append(f"fake quantization: {len(dropped)} QuantizeLinear -> DequantizeLinear "
+                       f"pair(s) as float statements")
+    return graph
+
+
+# --- dynamically quantized products ---------------------------------------------------------
+
+PARAMETERS_OP, SHIFT_OP = "DynamicQuantizeParameters", "QuantizeShift"
+
+
+def dynamic_quantize_parameters(node: NodeContext, x: np.ndarray
+                                ) -> tuple[np.ndarray, np.ndarray]:
+    """The op function of a ``DynamicQuantizeParameters`` node: DynamicQuantizeLinear's scale
+    and zero point, both as float32 scalars (the zero point feeds float statements)."""
+    scale, zero = dynamic_parameters(node, x)
+    return np.asarray(scale, np.float32), np.asarray(zero, np.float32)
+
+
+def shifted_text(x: str, scale: str, zero: str, low: int, high: int) -> str:
+    """Statement text of ``saturate(round(x / scale) + zero) - zero``: a quantized value less
+    its zero point, an integer in float.
+
+    >>> shifted_text("A(i)", "B", "C", 0, 255)
+    '(where(ge(round(A(i) / B) + C, 0), min(round(A(i) / B) + C, 255), 0) - C)'
+    """
+    return f"({saturated(f'round({x} / {scale}) + {zero}', low, high)} - {zero})"
+
+
+def quantize_shift(node: NodeContext, x: np.ndarray, scale: np.ndarray, zero: np.ndarray, *,
+                   low: int, high: int) -> np.ndarray:
+    """The op function of a ``QuantizeShift`` node: one float32 statement."""
+    return elementwise(node, lambda a, s, z: shifted_text(a, s, z, low, high), x, scale, zero,
+                       dtype=np.dtype(np.float32), out_dtype=np.float32)
+
+
+PARAMETERS_IMPL = OpImpl(PARAMETERS_OP, 1, dynamic_quantize_parameters, None, frozenset())
+SHIFT_IMPL = OpImpl(SHIFT_OP, 1, quantize_shift, None, frozenset({"low", "high"}))
+# The largest |quantized - zero point| of a uint8 DynamicQuantizeLinear: every partial sum of
+# a product of K terms is at most K * UINT8_SPAN * max|B - b_zero_point|.
+UINT8_SPAN = 255
+
+
+def _shifted_weight(graph: Graph, product: Node) -> np.ndarray | None:
+    """``B - b_zero_point`` of a MatMulInteger with a constant 2-D int8/uint8 ``B`` (and a
+    constant per-tensor or per-column zero point), as the float type in which its products
+    with a uint8-quantized ``A`` are exact (float32 below 2^24, else float64); None otherwise,
+    or where the int32 sum could wrap."""
+    weight = graph.constants.get(product.inputs[1])
+    if weight is None or weight.ndim != 2 or weight.dtype not in (np.int8, np.uint8):
+        return None
+    zero_name = product.inputs[3] if len(product.inputs) > 3 else ""
+    zero = graph.constants.get(zero_name) if zero_name else np.zeros((), weight.dtype)
+    if zero is None or zero.dtype != weight.dtype or \
+            not (zero.size == 1 or zero.shape == (weight.shape[1],)):
+        return None
+    shifted = weight.astype(np.int64) - zero.reshape(-1 if zero.size > 1 else ())
+    bound = weight.shape[0] * UINT8_SPAN * int(np.max(np.abs(shifted), initial=0))
+    if bound >= 2 ** 31:
+        return None
+    return shifted.astype(np.float32 if bound < EXACT_FLOAT32 else np.float64)
+
+
+def dynamic_quantized_products(graph: Graph) -> Graph:
+    """onnxruntime's ``quantize_dynamic`` pattern as float products that give its int32 sums
+    exactly. Where a DynamicQuantizeLinear's quantized ``x`` and zero point are read only by
+    MatMulIntegers with a constant weight, each read only by a Cast to float::
+
+        DynamicQuantizeLinear(x) -> q, s, z;  MatMulInteger(q, B, z, b_z) -> Cast(float) -> y
+
+    becomes ``DynamicQuantizeParameters(x) -> s, z'`` (z' the zero point as a float),
+    ``QuantizeShift(x, s, z') -> a`` (``q - z`` as exact float integers) and a float
+    ``MatMul(a, B - b_z) -> y``, the shifted weight a constant made here in the float type
+    whose sums are exact (``_shifted_weight``). The MatMul then takes MatMul's routes (the
+    generated GEMM with its weight packed at load, BLAS), and fusion joins the rescaling
+    after it; the 8-bit tensor and the int32 one are never made."""
+    readers: dict[str, list[Node]] = {}
+    for node in graph.nodes:
+        for name in node.inputs:
+            if name:
+                readers.setdefault(name, []).append(node)
+    outputs = {v.name for v in graph.outputs}
+    taken = value_names(graph)
+    matmul = lookup("MatMul", 13)
+    replaced: dict[str, list[Node]] = {}     # node name -> the nodes in its place
+    dropped: set[str] = set()
+    rewritten = 0
+    for node in graph.nodes:
+        if node.op_type != "DynamicQuantizeLinear" or matmul is None:
+            continue
+        quantized, scale, zero = node.outputs
+        if quantized in outputs or zero in outputs or not quantized:
+            continue
+        products = readers.get(quantized, [])
+        plans = []
+        for product in products:
+            weight = _shifted_weight(graph, product) if product.op_type == "MatMulInteger" \
+                else None
+            casts = readers.get(product.outputs[0], [])
+            if weight is None or product.inputs[0] != quantized or \
+                    (product.inputs[2] if len(product.inputs) > 2 else "") != zero or \
+                    product.outputs[0] in outputs or len(casts) != 1 or \
+                    casts[0].op_type != "Cast" or casts[0].attributes.get("to") != 1:
+                break
+            plans.append((product, casts[0], weight))
+        if len(plans) != len(products) or not plans or \
+                any(reader.op_type != "MatMulInteger" for reader in readers.get(zero, [])):
+            continue
+        zero_float = fresh_name(f"{zero}/float", taken) if zero else fresh_name(
+            f"{node.name}/zero", taken)
+        shifted = fresh_name(f"{quantized}/shifted", taken)
+        replaced[node.name] = [
+            Node(node.name, PARAMETERS_OP, node.inputs[:1], (scale, zero_float), {}, 1,
+                 PARAMETERS_IMPL),
+            Node(f"{node.name}/shift", SHIFT_OP, (node.inputs[0], scale, zero_float),
+                 (shifted,), {"low": 0, "high": 255}, 1, SHIFT_IMPL)]
+        for product, cast, weight in plans:
+            name = fresh_name(f"{product.inputs[1]}/shifted", taken)
+            graph.constants[name] = weight
+            replaced[product.name] = [Node(product.name, "MatMul", (shifted, name),
+                                           cast.outputs, {}, 13, matmul)]
+            dropped.add(cast.name)
+            rewritten += 1
+    graph.nodes = [new for node in graph.nodes if node.name not in dropped
+                   for new in replaced.get(node.name, [node])]
+    graph.notes.append(f"dynamic quantization: {rewritten} MatMulInteger(s) as exact float "
+                       f"products")
+    return graph

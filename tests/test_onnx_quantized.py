@@ -1,0 +1,332 @@
+"""Quantized ONNX graphs (``onnx/ops/quantize.py``, ``onnx/passes/quantized.py``) against
+onnxruntime, which computes the integers these ops make exactly the same way: every quantized
+value and int32 sum must be *equal*, at every opt level (level 3 three times, so that the
+static plan runs).
+
+- each op alone on random data crossing its saturation bounds and rounding ties: per tensor,
+  per axis and blocked scales, zero points absent and present, 8- and 16-bit types;
+- integer products whose float32 sums would not be exact (the float64 route);
+- models written by onnxruntime's own quantizer (``quantize_dynamic``, ``quantize_static`` in
+  the QDQ format), where the passes must fire and still give onnxruntime's outputs;
+- the rewrites' limits (pairs they must leave alone) and the errors bad models get.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+from conftest import onnx_model, onnxruntime_outputs  # noqa: E402
+from onnx import TensorProto, helper  # noqa: E402
+
+import tensoralg as ta  # noqa: E402
+import tensoralg.onnx as tonnx  # noqa: E402
+
+LEVELS = (0, 1, 2, 3)
+F32, U8, I8, I32 = TensorProto.FLOAT, TensorProto.UINT8, TensorProto.INT8, TensorProto.INT32
+
+
+def _expected(model, feeds):
+    return dict(zip([o.name for o in model.graph.output], onnxruntime_outputs(model, feeds)))
+
+
+def _same_as_onnxruntime(model, feeds, atol=0.0):
+    """Every output at every level equal to onnxruntime's (floats within ``atol``)."""
+    expected = _expected(model, feeds)
+    for level in LEVELS:
+        compiled = tonnx.load(model, opt_level=level)
+        for run in range(3 if level == 3 else 1):
+            got = compiled.run(feeds)
+            for name, want in expected.items():
+                where = f"{name} at opt level {level}, run {run + 1}"
+                assert got[name].dtype == want.dtype and got[name].shape == want.shape, where
+                if want.dtype.kind == "f":
+                    np.testing.assert_allclose(got[name], want, rtol=0, atol=atol,
+                                               err_msg=where)
+                else:
+                    np.testing.assert_array_equal(got[name], want, err_msg=where)
+    return compiled
+
+
+def _values(rng, shape, scale=0.05):
+    """Floats that quantize across the whole range and past it, with exact ties."""
+    x = rng.standard_normal(shape).astype(np.float32) * 4
+    flat = x.reshape(-1)
+    flat[: flat.size // 4] = np.round(flat[: flat.size // 4] / scale * 2) / 2 * scale
+    return x
+
+
+# --- the ops alone ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("out_type, zero", [(np.uint8, True), (np.int8, True),
+                                            (np.uint16, True), (np.int16, True),
+                                            (np.uint8, False)])
+def test_quantize_per_tensor(out_type, zero):
+    """Without a zero point the output is uint8."""
+    rng = np.random.default_rng(1)
+    x = _values(rng, (5, 7, 9))
+    scale = np.array(0.05, np.float32)
+    info = np.iinfo(out_type)
+    inputs = ["x", "scale"] + (["zero"] if zero else [])
+    constants = {"scale": scale}
+    if zero:
+        constants["zero"] = np.array(info.min + (info.max - info.min) // 3, out_type)
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(out_type))
+    model = onnx_model([helper.make_node("QuantizeLinear", inputs, ["y"])], {"x": x},
+                       [("y", elem, list(x.shape))], constants, opset=21)
+    _same_as_onnxruntime(model, {"x": x})
+
+
+def test_quantize_saturates_infinities_and_nan_like_onnxruntime():
+    x = np.array([np.inf, -np.inf, np.nan, 1e30, -1e30, 0.0, -0.0, 12.7, -12.9], np.float32)
+    for out_type, elem in ((np.uint8, U8), (np.int8, I8)):
+        model = onnx_model([helper.make_node("QuantizeLinear", ["x", "s", "z"], ["y"])],
+                           {"x": x}, [("y", elem, [9])],
+                           {"s": np.array(0.1, np.float32), "z": np.array(3, out_type)})
+        _same_as_onnxruntime(model, {"x": x})
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_quantize_and_dequantize_per_axis(axis):
+    rng = np.random.default_rng(2)
+    x = _values(rng, (4, 6, 5))
+    length = x.shape[axis]
+    scale = (rng.random(length) * 0.1 + 0.01).astype(np.float32)
+    zero = rng.integers(-20, 20, length).astype(np.int8)
+    model = onnx_model([helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], axis=axis),
+                        helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"], axis=axis)],
+                       {"x": x}, [("q", I8, list(x.shape)), ("y", F32, list(x.shape))],
+                       {"s": scale, "z": zero}, opset=13)
+    _same_as_onnxruntime(model, {"x": x})
+
+
+def test_blocked_quantization():
+    rng = np.random.default_rng(3)
+    x = _values(rng, (3, 10))
+    scale = (rng.random((3, 3)) * 0.1 + 0.01).astype(np.float32)     # blocks of 4 along axis 1
+    zero = rng.integers(0, 255, (3, 3)).astype(np.uint8)
+    model = onnx_model([helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], axis=1,
+                                         block_size=4),
+                        helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"], axis=1,
+                                         block_size=4)],
+                       {"x": x}, [("q", U8, [3, 10]), ("y", F32, [3, 10])],
+                       {"s": scale, "z": zero}, opset=21)
+    _same_as_onnxruntime(model, {"x": x})
+
+
+def test_dequantize_of_a_graph_input_and_of_int32():
+    rng = np.random.default_rng(4)
+    q = rng.integers(0, 256, (6, 8)).astype(np.uint8)
+    big = rng.integers(-2 ** 31, 2 ** 31 - 1, (6, 8)).astype(np.int32)
+    model = onnx_model([helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"]),
+                        helper.make_node("DequantizeLinear", ["b", "s"], ["w"])],
+                       {"q": q, "b": big}, [("y", F32, [6, 8]), ("w", F32, [6, 8])],
+                       {"s": np.array(0.37, np.float32), "z": np.array(131, np.uint8)})
+    _same_as_onnxruntime(model, {"q": q, "b": big})
+
+
+@pytest.mark.parametrize("case", ["mixed", "positive", "negative", "zero", "one value"])
+def test_dynamic_quantize(case):
+    rng = np.random.default_rng(5)
+    x = {"mixed": _values(rng, (7, 33)), "positive": rng.random((7, 33)).astype(np.float32),
+         "negative": -rng.random((7, 33)).astype(np.float32) * 100,
+         "zero": np.zeros((7, 33), np.float32), "one value": np.full((1, 1), 3.5, np.float32)}[case]
+    model = onnx_model([helper.make_node("DynamicQuantizeLinear", ["x"], ["y", "s", "z"])],
+                       {"x": x}, [("y", U8, list(x.shape)), ("s", F32, []), ("z", U8, [])])
+    _same_as_onnxruntime(model, {"x": x})
+
+
+@pytest.mark.parametrize("types", [(np.uint8, np.int8), (np.uint8, np.uint8), (np.int8, np.int8)])
+def test_matmul_integer(types):
+    rng = np.random.default_rng(6)
+    a_type, b_type = types
+    a = rng.integers(np.iinfo(a_type).min, np.iinfo(a_type).max, (2, 9, 70)).astype(a_type)
+    b = rng.integers(np.iinfo(b_type).min, np.iinfo(b_type).max, (70, 13)).astype(b_type)
+    a_zero = np.array(np.iinfo(a_type).max // 2, a_type)
+    b_zero = rng.integers(0, 5, 13).astype(b_type)      # per column
+    model = onnx_model([helper.make_node("MatMulInteger", ["a", "b", "az", "bz"], ["y"])],
+                       {"a": a}, [("y", I32, [2, 9, 13])], {"b": b, "az": a_zero, "bz": b_zero})
+    _same_as_onnxruntime(model, {"a": a})
+
+
+def test_matmul_integer_beyond_float32_exactness():
+    """Sums up to 4000 * 255 * 255 (2.6e8): past float32's 2^24, so the product runs in
+    float64 (noted in the plan) and is still exact."""
+    rng = np.random.default_rng(7)
+    a = rng.integers(200, 256, (5, 4000)).astype(np.uint8)
+    b = rng.integers(200, 256, (4000, 3)).astype(np.uint8)
+    model = onnx_model([helper.make_node("MatMulInteger", ["a", "b"], ["y"])], {"a": a, "b": b},
+                       [("y", I32, [5, 3])])
+    compiled = _same_as_onnxruntime(model, {"a": a, "b": b})
+    assert "integer product in float64" in compiled.stage_text("plan")
+
+
+def test_qlinear_matmul():
+    rng = np.random.default_rng(8)
+    a = rng.integers(0, 256, (3, 17, 40)).astype(np.uint8)
+    b = rng.integers(-128, 128, (40, 11)).astype(np.int8)
+    constants = {"as": np.array(0.02, np.float32), "az": np.array(120, np.uint8),
+                 "b": b, "bs": np.array(0.01, np.float32), "bz": np.array(0, np.int8),
+                 "ys": np.array(0.15, np.float32), "yz": np.array(128, np.uint8)}
+    model = onnx_model([helper.make_node("QLinearMatMul", ["a", "as", "az", "b", "bs", "bz",
+                                                           "ys", "yz"], ["y"])],
+                       {"a": a}, [("y", U8, [3, 17, 11])], constants)
+    _same_as_onnxruntime(model, {"a": a})
+
+
+@pytest.mark.parametrize("attributes", [{}, {"pads": [1, 1, 1, 1]},
+                                        {"strides": [2, 2], "pads": [0, 1, 1, 0]},
+                                        {"group": 2, "pads": [1, 1, 1, 1]}])
+def test_conv_integer_and_qlinear_conv(attributes):
+    rng = np.random.default_rng(9)
+    x = rng.integers(0, 256, (2, 4, 9, 8)).astype(np.uint8)
+    w = rng.integers(-128, 128, (6, 4 // attributes.get("group", 1), 3, 3)).astype(np.int8)
+    shape = list(x.shape)
+    out = [2, 6, *(None, None)]
+    nodes = [helper.make_node("ConvInteger", ["x", "w", "xz"], ["acc"], **attributes),
+             helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz",
+                                              "bias"], ["y"], **attributes)]
+    constants = {"w": w, "xz": np.array(100, np.uint8), "xs": np.array(0.02, np.float32),
+                 "ws": (rng.random(6) * 0.02 + 0.001).astype(np.float32),
+                 "wz": np.zeros(6, np.int8), "ys": np.array(0.5, np.float32),
+                 "yz": np.array(7, np.uint8),
+                 "bias": rng.integers(-5000, 5000, 6).astype(np.int32)}
+    model = onnx_model(nodes, {"x": x}, [("acc", I32, out), ("y", U8, out)], constants,
+                       shapes={"x": shape})
+    _same_as_onnxruntime(model, {"x": x})
+
+
+# --- models from onnxruntime's quantizer -----------------------------------------------------
+
+def _mlp(rng, inner=64):
+    constants = {"w1": (rng.standard_normal((32, inner)) * 0.2).astype(np.float32),
+                 "b1": rng.standard_normal(inner).astype(np.float32),
+                 "w2": (rng.standard_normal((inner, 8)) * 0.2).astype(np.float32)}
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]),
+             helper.make_node("Add", ["h", "b1"], ["h2"]),
+             helper.make_node("Relu", ["h2"], ["h3"]),
+             helper.make_node("MatMul", ["h3", "w2"], ["y"])]
+    return onnx_model(nodes, {"x": np.zeros((1, 32), np.float32)}, [("y", F32, ["N", 8])],
+                      constants, shapes={"x": ["N", 32]}, opset=17)
+
+
+def _cnn(rng):
+    constants = {"w": (rng.standard_normal((8, 3, 3, 3)) * 0.3).astype(np.float32),
+                 "b": rng.standard_normal(8).astype(np.float32),
+                 "w2": (rng.standard_normal((4, 8, 3, 3)) * 0.2).astype(np.float32)}
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("MaxPool", ["r"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("Conv", ["p", "w2"], ["y"], pads=[1, 1, 1, 1])]
+    return onnx_model(nodes, {"x": np.zeros((1, 3, 16, 16), np.float32)},
+                      [("y", F32, ["N", 4, 8, 8])], constants,
+                      shapes={"x": ["N", 3, 16, 16]}, opset=17)
+
+
+class _Reader:
+    def __init__(self, name, shape, seed):
+        rng = np.random.default_rng(seed)
+        self.batches = iter([{name: rng.standard_normal(shape).astype(np.float32)}
+                             for _ in range(4)])
+
+    def get_next(self):
+        return next(self.batches, None)
+
+
+@pytest.mark.parametrize("weight_type", ["QInt8", "QUInt8"])
+@pytest.mark.parametrize("inner", [64, 1100])
+def test_dynamically_quantized_mlp(tmp_path, weight_type, inner):
+    """``quantize_dynamic``: DynamicQuantizeLinear + MatMulInteger + Cast, rewritten into exact
+    float products (float64 weights where a product's sums pass 2^24: 1100 terms)."""
+    quantization = pytest.importorskip("onnxruntime.quantization")
+    source, target = tmp_path / "mlp.onnx", tmp_path / "mlp.quant.onnx"
+    onnx.save(_mlp(np.random.default_rng(10), inner), source)
+    quantization.quantize_dynamic(str(source), str(target),
+                                  weight_type=getattr(quantization.QuantType, weight_type))
+    model = onnx.load(target)
+    assert "MatMulInteger" in {n.op_type for n in model.graph.node}
+    x = np.random.default_rng(11).standard_normal((37, 32)).astype(np.float32)
+    compiled = _same_as_onnxruntime(model, {"x": x}, atol=1e-5)
+    text = compiled.stage_text("plan")
+    assert "dynamic quantization: 2 MatMulInteger(s) as exact float products" in text
+    assert "MatMulInteger" not in text.split("output y")[0].split("constant(s)")[1]
+
+
+@pytest.mark.parametrize("per_channel", [False, True])
+@pytest.mark.parametrize("build", [_cnn, _mlp])
+def test_statically_quantized_qdq_models(tmp_path, per_channel, build):
+    """``quantize_static`` in the QDQ format: every activation's QuantizeLinear ->
+    DequantizeLinear pair becomes one fused float statement, with onnxruntime's results."""
+    quantization = pytest.importorskip("onnxruntime.quantization")
+    float_model = build(np.random.default_rng(12))
+    source, target = tmp_path / "model.onnx", tmp_path / "model.qdq.onnx"
+    onnx.save(float_model, source)
+    shape = [d.dim_value or 2 for d in float_model.graph.input[0].type.tensor_type.shape.dim]
+    quantization.quantize_static(str(source), str(target), _Reader("x", shape, 13),
+                                 quant_format=quantization.QuantFormat.QDQ,
+                                 per_channel=per_channel)
+    model = onnx.load(target)
+    assert "QuantizeLinear" in {n.op_type for n in model.graph.node}
+    shape[0] = 5
+    x = np.random.default_rng(14).standard_normal(shape).astype(np.float32)
+    compiled = _same_as_onnxruntime(model, {"x": x}, atol=1e-5)
+    assert "pair(s) as float statements" in compiled.stage_text("plan")
+    assert " 0 QuantizeLinear" not in compiled.stage_text("plan")
+
+
+# --- what the rewrites leave alone -----------------------------------------------------------
+
+def test_pairs_the_rewrite_cannot_prove_are_left_as_they_are():
+    """A quantized value that is also a graph output, a DequantizeLinear with another scale,
+    and a per-axis pair all keep their nodes, and their results."""
+    rng = np.random.default_rng(15)
+    x = _values(rng, (4, 6))
+    constants = {"s": np.array(0.05, np.float32), "s2": np.array(0.07, np.float32),
+                 "z": np.array(10, np.uint8), "sa": np.full(6, 0.05, np.float32),
+                 "za": np.full(6, 10, np.uint8)}
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]),
+             helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"]),
+             helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q2"]),
+             helper.make_node("DequantizeLinear", ["q2", "s2", "z"], ["y2"]),
+             helper.make_node("QuantizeLinear", ["x", "sa", "za"], ["q3"], axis=1),
+             helper.make_node("DequantizeLinear", ["q3", "sa", "za"], ["y3"], axis=1)]
+    model = onnx_model(nodes, {"x": x}, [("q", U8, [4, 6]), ("y", F32, [4, 6]),
+                                         ("y2", F32, [4, 6]), ("y3", F32, [4, 6])], constants)
+    compiled = _same_as_onnxruntime(model, {"x": x})
+    assert "fake quantization: 0 QuantizeLinear" in compiled.stage_text("plan")
+
+
+# --- errors ----------------------------------------------------------------------------------
+
+def test_bad_quantized_models_get_clear_errors():
+    x = np.ones((2, 3), np.float32)
+    wrong_axis = onnx_model([helper.make_node("QuantizeLinear", ["x", "s", "z"], ["y"])],
+                            {"x": x}, [("y", U8, [2, 3])],
+                            {"s": np.ones(2, np.float32), "z": np.zeros(2, np.uint8)})
+    with pytest.raises(ta.ShapeError, match="length 3"):
+        tonnx.load(wrong_axis, opt_level=0).run({"x": x})
+    nan = onnx_model([helper.make_node("DynamicQuantizeLinear", ["x"], ["y", "s", "z"])],
+                     {"x": x}, [("y", U8, [2, 3]), ("s", F32, []), ("z", U8, [])])
+    bad = x.copy()
+    bad[0, 1] = np.nan
+    with pytest.raises(ta.InputError, match="NaN"):
+        tonnx.load(nan, opt_level=0).run({"x": bad})
+    wide = np.ones((2, 3), np.int16)
+    product = onnx_model([helper.make_node("MatMulInteger", ["a", "b"], ["y"])],
+                         {"a": np.ones((2, 3), np.uint8)}, [("y", I32, [2, 2])],
+                         {"b": np.ones((3, 2), np.uint8)})
+    with pytest.raises(ta.UnsupportedError, match="int8 or uint8"):
+        from tensoralg.onnx.ops.kernels import KernelSet, NodeContext
+        from tensoralg.onnx.ops.quantize import matmul_integer
+
+        node = NodeContext("n", "MatMulInteger", ("a", "b"), ("y",), 10, KernelSet("llvm"))
+        matmul_integer(node, wide, np.ones((3, 2), np.uint8))
+    assert tonnx.load(product, opt_level=0).run({"a": np.ones((2, 3), np.uint8)})["y"].tolist() \
+        == [[3, 3], [3, 3]]
+    float8 = onnx_model([helper.make_node("QuantizeLinear", ["x", "s"], ["y"],
+                                          output_dtype=TensorProto.FLOAT8E4M3FN)],
+                        {"x": x}, [("y", TensorProto.FLOAT8E4M3FN, [2, 3])],
+                        {"s": np.array(1.0, np.float32)}, opset=21)
+    with pytest.raises(ta.UnsupportedError):
+        tonnx.load(float8, opt_level=0).run({"x": x})
