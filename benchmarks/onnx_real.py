@@ -91,7 +91,13 @@ ROUNDS = 3
 # exported as a dynamic batch, as most users export: the graph then computes its shapes at run
 # time (Shape -> Gather -> ... chains that constant folding cannot take).
 EXPORTERS = {"ts": ("TorchScript", 17), "dynamo": ("dynamo", 18),
-             "ts-dyn": ("TorchScript, dynamic batch", 17)}
+             "ts-dyn": ("TorchScript, dynamic batch", 17),
+             # the TorchScript export quantized by onnxruntime's own quantizer: weights int8
+             # and activations quantized at run time (quantize_dynamic), or activations
+             # quantized with calibrated scales in the QDQ format (quantize_static)
+             "ts-qdyn": ("TorchScript + quantize_dynamic", 17),
+             "ts-qdq": ("TorchScript + quantize_static (QDQ)", 17)}
+QUANTIZED = {"ts-qdyn": "dynamic", "ts-qdq": "static"}
 
 
 @dataclass(frozen=True)
@@ -1091,6 +1097,10 @@ def export(spec: Spec, exporter: str, batch: int) -> Path:
     path, done = folder / "model.onnx", folder / "complete"
     if done.exists():   # written last: an interrupted export is redone
         return path
+    if exporter in QUANTIZED:
+        quantize(spec, export(spec, "ts", batch), path, QUANTIZED[exporter], batch)
+        done.write_text("", encoding="utf-8")
+        return path
     python = spec.python() if spec.python is not None else sys.executable
     if python != sys.executable:
         export_elsewhere(python, spec, exporter, batch)
@@ -1119,6 +1129,31 @@ def export(spec: Spec, exporter: str, batch: int) -> Path:
             np.savez(folder / TORCH_OUTPUTS, *(t.numpy() for t in got))
     done.write_text("", encoding="utf-8")
     return path
+
+
+def quantize(spec: Spec, source: Path, target: Path, how: str, batch: int) -> None:
+    """``source`` quantized by onnxruntime's quantizer into ``target``: ``dynamic`` (int8
+    weights, activations quantized at run time) or ``static`` (int8 weights and activations,
+    QDQ format, scales calibrated on four batches of the spec's inputs)."""
+    quantization = _require("onnxruntime.quantization", "pip install onnxruntime")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if how == "dynamic":
+        quantization.quantize_dynamic(str(source), str(target),
+                                      weight_type=quantization.QuantType.QInt8)
+        return
+    import onnx
+
+    kept = {value.name for value in onnx.load(str(source), load_external_data=False).graph.input}
+    rng = np.random.default_rng(SEED)
+    batches = iter([{name: value for name, value in spec.inputs(batch, rng).items()
+                     if name in kept} for _ in range(4)])
+
+    class Calibration(quantization.CalibrationDataReader):
+        def get_next(self) -> dict[str, np.ndarray] | None:
+            return next(batches, None)
+
+    quantization.quantize_static(str(source), str(target), Calibration(),
+                                 quant_format=quantization.QuantFormat.QDQ)
 
 
 TORCH_OUTPUTS = "torch_outputs.npz"

@@ -10,6 +10,7 @@ from tensoralg.onnx.ops import (  # noqa: F401  (imported for their registration
     detection,
     einsum,
     elementwise,
+    grid_sample,
     indexing,
     layernorm,
     matmul,

@@ -7,9 +7,10 @@ Where as the select ``where(c, a, b)``, Erf with the rational approximation 7.1.
 Abramowitz & Stegun (absolute error below 1.5e-7), Mish as ``x tanh(softplus(x))``, and the
 logical ops on bools as int32 arithmetic (And ``a * b``, Or ``max(a, b)``, Xor ``ne(a, b)``).
 
-Mod is the one op here that runs in NumPy: the statement language has no truncation, floor or
-integer division, and ``a - b * trunc(a / b)`` in floats would not be exact anyway (C's
-``fmod`` is), so it is NumPy's ``fmod``/``mod``, which are onnxruntime's semantics.
+Mod and the bitwise ops (BitwiseAnd/Or/Xor/Not, BitShift) run in NumPy. The statement
+language has no integer division or bit operations, and ``a - b * floor(a / b)`` in floats
+would not be exact (C's ``fmod`` is), so Mod is NumPy's ``fmod``/``mod``, which are
+onnxruntime's semantics.
 """
 from __future__ import annotations
 
@@ -183,6 +184,50 @@ def _logical(template: str) -> Any:
 op("And", since=7)(_logical("{0} * {1}"))
 op("Or", since=7)(_logical("max({0}, {1})"))
 op("Xor", since=7)(_logical("ne({0}, {1})"))
+
+
+def _bitwise(name: str, function: Any) -> Any:
+    """A bitwise op on integer tensors, in NumPy: the statement language has no bit
+    operations (its kernels compute in float and wide integers), and NumPy's are onnxruntime's
+    semantics for every integer width."""
+    def run(node: NodeContext, *operands: np.ndarray) -> np.ndarray:
+        if any(a.dtype.kind not in "iu" for a in operands):
+            raise ta.UnsupportedError(f"{node}: {name} takes integer tensors, not "
+                                      f"{', '.join(str(a.dtype) for a in operands)}")
+        if len(operands) == 2:
+            broadcast_shape(node, list(operands))
+        node.note(f"numpy {function.__name__} (no bit operations in the statement language)")
+        return function(*operands).astype(operands[0].dtype, copy=False)
+    return run
+
+
+for _name, _function in [("BitwiseAnd", np.bitwise_and), ("BitwiseOr", np.bitwise_or),
+                         ("BitwiseXor", np.bitwise_xor), ("BitwiseNot", np.invert)]:
+    op(_name, since=18)(_bitwise(_name, _function))
+
+
+@op("BitShift", since=11)
+def bit_shift(node: NodeContext, x: np.ndarray, y: np.ndarray, *, direction: str) -> np.ndarray:
+    """``x << y`` or ``x >> y`` (arithmetic for signed ``x``, opset 28), in NumPy; a shift by
+    a negative amount or by the width or more gives what the sign alone gives: -1 for a right
+    shift of a negative ``x``, else 0."""
+    if x.dtype.kind not in "iu" or y.dtype != x.dtype:
+        raise ta.UnsupportedError(f"{node}: BitShift takes integers of one type, not {x.dtype} "
+                                  f"and {y.dtype}")
+    if direction not in ("LEFT", "RIGHT"):
+        raise ta.UnsupportedError(f"{node}: BitShift direction must be LEFT or RIGHT, not "
+                                  f"{direction!r}")
+    broadcast_shape(node, [x, y])
+    node.note("numpy shift (no bit operations in the statement language)")
+    width = x.dtype.itemsize * 8
+    outside = (y < 0) | (y >= width)
+    amount = np.where(outside, 0, y).astype(x.dtype)
+    if direction == "LEFT":
+        return np.where(outside, np.zeros((), x.dtype), np.left_shift(x, amount)).astype(
+            x.dtype, copy=False)
+    sign_only = np.where(x < 0, np.array(-1).astype(x.dtype), np.zeros((), x.dtype)) \
+        if x.dtype.kind == "i" else np.zeros((), x.dtype)
+    return np.where(outside, sign_only, np.right_shift(x, amount)).astype(x.dtype, copy=False)
 
 
 @op("Mod", since=10)

@@ -1,0 +1,103 @@
+"""GridSample (``onnx/ops/grid_sample.py``) against onnxruntime: every mode, padding and
+``align_corners``, on grids that reach well past the image (so that clamping, reflection and
+zero padding all act), at every opt level (level 3 three times, for the static plan); and the
+errors bad inputs get."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+from conftest import onnx_model, onnxruntime_outputs  # noqa: E402
+from onnx import TensorProto, helper  # noqa: E402
+
+import tensoralg as ta  # noqa: E402
+import tensoralg.onnx as tonnx  # noqa: E402
+
+LEVELS = (0, 1, 2, 3)
+
+
+def _model(x, grid, opset, **attributes):
+    out = [x.shape[0], x.shape[1], *grid.shape[1:-1]]
+    elem = helper.np_dtype_to_tensor_dtype(x.dtype)
+    return onnx_model([helper.make_node("GridSample", ["x", "grid"], ["y"], **attributes)],
+                      {"x": x, "grid": grid}, [("y", elem, out)], opset=opset)
+
+
+def _check(model, feeds, rtol=1e-5, atol=1e-5):
+    expected = onnxruntime_outputs(model, feeds)[0]
+    for level in LEVELS:
+        compiled = tonnx.load(model, opt_level=level)
+        for run in range(3 if level == 3 else 1):
+            got = compiled.run(feeds)["y"]
+            assert got.dtype == expected.dtype and got.shape == expected.shape
+            np.testing.assert_allclose(got, expected, rtol=rtol, atol=atol,
+                                       err_msg=f"opt level {level}, run {run + 1}")
+
+
+def _grid(rng, shape, reach=1.6):
+    """Coordinates in [-reach, reach], with exact pixel centres and halves among them."""
+    grid = rng.uniform(-reach, reach, shape).astype(np.float32)
+    grid.reshape(-1)[::5] = np.round(grid.reshape(-1)[::5] * 8) / 8
+    return grid
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "nearest", "bicubic"])
+@pytest.mark.parametrize("padding_mode", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("align_corners", [0, 1])
+def test_opset_16_matches_onnxruntime(mode, padding_mode, align_corners):
+    rng = np.random.default_rng(hash((mode, padding_mode, align_corners)) % 2 ** 32)
+    x = rng.standard_normal((2, 3, 7, 9)).astype(np.float32)
+    grid = _grid(rng, (2, 5, 6, 2))
+    model = _model(x, grid, 16, mode=mode, padding_mode=padding_mode,
+                   align_corners=align_corners)
+    _check(model, {"x": x, "grid": grid})
+
+
+@pytest.mark.parametrize("mode", ["linear", "nearest", "cubic"])
+def test_opset_20_names_and_float64(mode):
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((1, 4, 6, 5))
+    grid = _grid(rng, (1, 8, 3, 2)).astype(np.float64)
+    model = _model(x, grid, 20, mode=mode, padding_mode="border")
+    _check(model, {"x": x, "grid": grid}, rtol=1e-9, atol=1e-9)
+
+
+def test_volumetric_opset_20():
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((2, 2, 4, 5, 3)).astype(np.float32)
+    grid = _grid(rng, (2, 3, 4, 2, 3))
+    for mode in ("linear", "nearest"):
+        _check(_model(x, grid, 20, mode=mode, padding_mode="zeros"), {"x": x, "grid": grid})
+
+
+def test_an_identity_grid_gives_the_input_back():
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((1, 2, 4, 6)).astype(np.float32)
+    ys, xs = np.meshgrid(np.linspace(-1, 1, 4), np.linspace(-1, 1, 6), indexing="ij")
+    grid = np.stack([xs, ys], axis=-1)[None].astype(np.float32)
+    got = tonnx.load(_model(x, grid, 16, align_corners=1)).run({"x": x, "grid": grid})["y"]
+    np.testing.assert_allclose(got, x, rtol=1e-6, atol=1e-6)
+
+
+def test_bad_grid_samples_get_clear_errors():
+    x = np.ones((1, 1, 3, 3), np.float32)
+    grid = np.zeros((1, 2, 2, 2), np.float32)
+    with pytest.raises(ta.UnsupportedError, match="mode 'linear'"):
+        tonnx.load(_model(x, grid, 16, mode="linear"), opt_level=0).run({"x": x, "grid": grid})
+    bad = grid.copy()
+    bad[0, 0, 0, 0] = np.nan
+    with pytest.raises(ta.InputError, match="NaN"):
+        tonnx.load(_model(x, grid, 16), opt_level=0).run({"x": x, "grid": bad})
+    from tensoralg.onnx.ops.grid_sample import grid_sample
+    from tensoralg.onnx.ops.kernels import KernelSet, NodeContext
+
+    node = NodeContext("n", "GridSample", ("x", "grid"), ("y",), 16, KernelSet("llvm"))
+    with pytest.raises(ta.ShapeError, match="must be"):
+        grid_sample(node, x, np.zeros((1, 2, 2, 3), np.float32))
+    with pytest.raises(ta.UnsupportedError, match="padding_mode"):
+        grid_sample(node, x, grid, padding_mode="wrap")
+    empty = grid_sample(node, x, np.zeros((1, 0, 2, 2), np.float32))
+    assert empty.shape == (1, 1, 0, 2)
+    assert TensorProto.FLOAT == helper.np_dtype_to_tensor_dtype(empty.dtype)
