@@ -13,6 +13,7 @@ from tensoralg.onnx.ops import (  # noqa: F401  (imported for their registration
     grid_sample,
     indexing,
     layernorm,
+    linalg,
     matmul,
     movement,
     normalization,
@@ -27,6 +28,7 @@ from tensoralg.onnx.ops import (  # noqa: F401  (imported for their registration
     scatter,
     selection,
     softmax,
+    spectral_windows,
     variadic,
 )
 from tensoralg.onnx.ops.registry import OpImpl, lookup, op, supported_ops

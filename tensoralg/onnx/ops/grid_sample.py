@@ -203,3 +203,44 @@ def grid_sample(node: NodeContext, x: np.ndarray, grid: np.ndarray, *, mode: str
                       S=matrix.astype(dtype), X=np.ascontiguousarray(columns, dtype=dtype))
     result = np.asarray(result).reshape(batch, -1, channels)
     return np.moveaxis(result, -1, 1).reshape(out_shape).astype(x.dtype, copy=False)
+
+
+def base_grid(sizes: tuple[int, ...], align_corners: bool, dtype: np.dtype) -> np.ndarray:
+    """The normalised coordinates of every pixel of an image of ``sizes``, x first, then a 1:
+    shape (pixels, rank + 1), pixels in C order.
+
+    >>> base_grid((1, 2), True, np.dtype(np.float32)).tolist()
+    [[-1.0, 0.0, 1.0], [1.0, 0.0, 1.0]]
+    """
+    axes = []
+    for size in sizes:
+        if align_corners:
+            axes.append(np.linspace(-1, 1, size) if size > 1 else np.zeros(size))
+        else:
+            axes.append((np.arange(size) * 2.0 + 1.0) / size - 1.0)
+    mesh = np.meshgrid(*axes, indexing="ij")
+    columns = [m.reshape(-1) for m in mesh[::-1]] + [np.ones(math.prod(sizes))]
+    return np.stack(columns, axis=1).astype(dtype)
+
+
+@op("AffineGrid", since=20)
+def affine_grid(node: NodeContext, theta: np.ndarray, size: np.ndarray, *,
+                align_corners: int = 0) -> np.ndarray:
+    """The sampling grid of the affine maps ``theta`` (N, 2, 3) or (N, 3, 4) over an output of
+    ``size`` (N, C, H, W) or (N, C, D, H, W): each pixel's base coordinates ``(x, y[, z], 1)``
+    times ``theta``, the statement ``G(n,p,i) = B(p,k) * T(n,i,k)``."""
+    dims = [int(v) for v in np.asarray(size).reshape(-1)]
+    rank = len(dims) - 2
+    if rank not in (2, 3) or theta.shape != (dims[0], rank, rank + 1) or min(dims) < 0:
+        raise ta.ShapeError(f"{node}: theta {theta.shape} and size {dims} must be (N, 2, 3) "
+                            f"with (N, C, H, W), or (N, 3, 4) with (N, C, D, H, W)")
+    if theta.dtype.kind != "f":
+        raise ta.UnsupportedError(f"{node}: AffineGrid takes float theta, not {theta.dtype}")
+    sizes = tuple(dims[2:])
+    out_shape = (dims[0], *sizes, rank)
+    if 0 in out_shape:
+        return np.zeros(out_shape, theta.dtype)
+    dtype = compute_dtype(theta.dtype)
+    base = base_grid(sizes, bool(align_corners), dtype)
+    grid = node.run("G(n,p,i) = B(p,k) * T(n,i,k)", dtype, B=base, T=theta)
+    return np.asarray(grid).reshape(out_shape).astype(theta.dtype, copy=False)

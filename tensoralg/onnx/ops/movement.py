@@ -224,3 +224,51 @@ def dropout(node: NodeContext, x: np.ndarray, ratio: np.ndarray | None = None,
         raise ta.UnsupportedError(f"{node}: Dropout in training mode is not supported")
     node.note("alias (inference: no dropout)")
     return x, np.ones(x.shape, dtype=np.bool_)
+
+
+@op("ReverseSequence", since=10)
+def reverse_sequence(node: NodeContext, x: np.ndarray, lengths: np.ndarray, *,
+                     batch_axis: int = 1, time_axis: int = 0) -> np.ndarray:
+    """Each batch entry's first ``lengths[b]`` steps along ``time_axis`` in reverse order."""
+    if x.ndim < 2 or {batch_axis % max(x.ndim, 1), time_axis % max(x.ndim, 1)} != {0, 1}:
+        raise ta.ShapeError(f"{node}: batch_axis and time_axis must be 0 and 1 (in either "
+                            f"order) of a tensor of rank 2 or more, got {batch_axis}, "
+                            f"{time_axis} for {x.shape}")
+    batch, time = _axis(node, batch_axis, x.ndim), _axis(node, time_axis, x.ndim)
+    lengths = np.asarray(lengths).reshape(-1)
+    if lengths.shape[0] != x.shape[batch] or (lengths < 0).any() or \
+            (lengths > x.shape[time]).any():
+        raise ta.ShapeError(f"{node}: sequence_lens {lengths.tolist()} must hold one length in "
+                            f"[0, {x.shape[time]}] per batch entry ({x.shape[batch]})")
+    node.note("numpy flips of each sequence's first steps")
+    result = x.copy()
+    steps = np.moveaxis(result, (batch, time), (0, 1))
+    source = np.moveaxis(x, (batch, time), (0, 1))
+    for b, length in enumerate(lengths.tolist()):
+        steps[b, :length] = source[b, :length][::-1]
+    return result
+
+
+@op("CenterCropPad", since=18)
+def center_crop_pad(node: NodeContext, x: np.ndarray, shape: np.ndarray, *,
+                    axes: Sequence[int] | None = None) -> np.ndarray:
+    """Each of ``axes`` cropped or zero-padded to its target size about its centre, as ONNX's
+    function body: a crop starts at ``(size - target) // 2``; a pad puts
+    ``(target - size) // 2`` zeros before and the rest after."""
+    chosen = [_axis(node, a, x.ndim) for a in (range(x.ndim) if axes is None else axes)]
+    target = [int(v) for v in np.asarray(shape).reshape(-1)]
+    if len(target) != len(chosen) or any(t < 0 for t in target):
+        raise ta.ShapeError(f"{node}: shape {target} must give one non-negative size for each "
+                            f"of the axes {chosen}")
+    node.note("numpy crop and zero pad")
+    crop = [slice(None)] * x.ndim
+    pads = [(0, 0)] * x.ndim
+    for axis, size in zip(chosen, target):
+        have = x.shape[axis]
+        if have >= size:
+            start = (have - size) // 2
+            crop[axis] = slice(start, start + size)
+        else:
+            before = (size - have) // 2
+            pads[axis] = (before, size - have - before)
+    return np.pad(x[tuple(crop)], pads)

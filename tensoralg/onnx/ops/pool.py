@@ -1,4 +1,5 @@
-"""MaxPool, AveragePool, LpPool, GlobalAveragePool and GlobalMaxPool (any spatial rank).
+"""MaxPool, AveragePool, LpPool, GlobalAveragePool, GlobalMaxPool and GlobalLpPool (any
+spatial rank).
 
 The windows are extracted by :func:`windows.patches` (a strided view of the padded input, no
 loop over pixels) and flattened to a matrix ``P(i,j,k)``: ``i`` runs over (image, channel),
@@ -132,3 +133,15 @@ def global_max_pool(node: NodeContext, x: np.ndarray) -> np.ndarray:
     if x.ndim < 3:
         raise ta.ShapeError(f"{node}: X must be (N, C, ...) with spatial axes, got {x.shape}")
     return reduce_extreme(node, x, list(range(2, x.ndim)), 1, "max")
+
+
+@op("GlobalLpPool", since=2)
+def global_lp_pool(node: NodeContext, x: np.ndarray, *, p: int = 2) -> np.ndarray:
+    """``Y(n,c) = (sum over the spatial axes of |X|^p)^(1/p)``, one statement."""
+    if x.ndim < 3:
+        raise ta.ShapeError(f"{node}: X must be (N, C, ...) with spatial axes, got {x.shape}")
+    dtype = compute_dtype(x.dtype, needs_float=True)
+    statement = (f"Y(i) = pow(sum(k, pow(abs(P(i,k)), {literal(float(p))})), "
+                 f"{literal(1.0 / p)})")
+    result = node.run(statement, dtype, P=x.reshape(math.prod(x.shape[:2]), -1))
+    return result.reshape(*x.shape[:2], *(1,) * (x.ndim - 2)).astype(x.dtype, copy=False)

@@ -159,3 +159,26 @@ def compress(node: NodeContext, x: np.ndarray, condition: np.ndarray, *, axis: i
                             "slices")
     node.note("numpy compress")
     return np.compress(keep, x, axis=axis)
+
+
+@op("Unique", since=11)
+def unique(node: NodeContext, x: np.ndarray, *, axis: int | None = None, sorted: int = 1
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The distinct values (or slices along ``axis``) of ``x``, sorted or in order of first
+    appearance, with the index of each one's first appearance, each element's index among
+    them, and their counts (int64), in NumPy."""
+    if axis is not None:
+        axis = _axis(node, axis, x.ndim)
+    node.note("numpy unique")
+    values, first, inverse, counts = np.unique(x, return_index=True, return_inverse=True,
+                                               return_counts=True, axis=axis)
+    inverse = inverse.reshape(-1)
+    if not sorted:
+        # the order of first appearance: renumber the sorted groups by where each begins
+        order = np.argsort(first, kind="stable")
+        rank = np.empty_like(order)
+        rank[order] = np.arange(len(order))
+        values = np.take(values, order, axis=0 if axis is None else axis)
+        first, counts, inverse = first[order], counts[order], rank[inverse]
+    return (values, first.astype(np.int64), inverse.astype(np.int64),
+            counts.astype(np.int64))
