@@ -311,11 +311,11 @@ def _if(condition, then_branch, else_branch, outputs=("y",)):
 
 
 def _plus_one_or_det():
-    """Then: x + 1; else: Det(x), an op tensoralg has no kernel for (never resolved when the
+    """Then: x + 1; else: Bernoulli(x), an op tensoralg has no kernel for (never resolved when the
     condition is decided at load, so the model still loads)."""
     one = numpy_helper.from_array(np.ones(1, np.float32), "one")
     then_branch = _branch("then", [helper.make_node("Add", ["x", "one"], ["t"])], ["t"], [one])
-    else_branch = _branch("else", [helper.make_node("Det", ["x"], ["e"])], ["e"])
+    else_branch = _branch("else", [helper.make_node("Bernoulli", ["x"], ["e"])], ["e"])
     return then_branch, else_branch
 
 
@@ -432,7 +432,7 @@ def test_runtime_if_with_an_unsupported_op_names_the_branch_node():
              helper.make_node("Greater", ["total", "zero"], ["c"]),
              _if("c", then_branch, else_branch)]
     model = _model(nodes, feeds, constants={"zero": np.array(0.0, np.float32)})
-    with pytest.raises(ta.UnsupportedError, match=r"node choose\.else/n0 \(Det"):
+    with pytest.raises(ta.UnsupportedError, match=r"node choose\.else/n0 \(Bernoulli"):
         tonnx.load(model)
 
 
