@@ -118,3 +118,26 @@ def test_cuda_source_compiles(tmp_path):
                              str(tmp_path / "rounding.ptx"), str(path)],
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-4000:]
+
+
+def test_onnx_rounding_ops_fuse_and_match_onnxruntime():
+    """ONNX Floor, Ceil and Round run as these functions and join fused statements."""
+    pytest.importorskip("onnxruntime")
+    from conftest import onnx_model, onnxruntime_outputs
+    from onnx import TensorProto, helper
+
+    import tensoralg.onnx as tonnx
+
+    x = (_values(np.dtype(np.float32), 200)[:200] / 3).reshape(8, 25)
+    nodes = [helper.make_node("Mul", ["x", "k"], ["m"]), helper.make_node("Round", ["m"], ["r"]),
+             helper.make_node("Floor", ["r"], ["f"]), helper.make_node("Add", ["f", "x"], ["a"]),
+             helper.make_node("Ceil", ["a"], ["y"])]
+    model = onnx_model(nodes, {"x": x}, [("y", TensorProto.FLOAT, [8, 25])],
+                       {"k": np.array(2.5, np.float32)})
+    expected = onnxruntime_outputs(model, {"x": x})[0]
+    for level in (0, 2, 3):
+        compiled = tonnx.load(model, opt_level=level)
+        for _ in range(3 if level == 3 else 1):
+            got = compiled.run({"x": x})["y"]
+        np.testing.assert_array_equal(got, expected)
+    assert "ceil(" in compiled.stage_text("plan") and "round(" in compiled.stage_text("plan")
