@@ -295,6 +295,33 @@ def onnxruntime_outputs(model, feeds: dict) -> list[np.ndarray]:
     return session.run(None, feeds)
 
 
+def check_every_level(model, feeds: dict, expected: dict | None = None, rtol: float = 1e-5,
+                      atol: float = 1e-6, levels=(0, 1, 2, 3)):
+    """``model``'s outputs at every opt level (level 3 run three times, so that its static plan
+    runs) against ``expected`` (by name; onnxruntime's when None): same dtypes and shapes,
+    floats within ``rtol``/``atol``, other values equal. Returns the last compiled model."""
+    import tensoralg.onnx as tonnx
+
+    if expected is None:
+        expected = dict(zip([o.name for o in model.graph.output],
+                            onnxruntime_outputs(model, feeds)))
+    compiled = None
+    for level in levels:
+        compiled = tonnx.load(model, opt_level=level)
+        for run in range(3 if level == 3 else 1):
+            got = compiled.run(feeds)
+            for name, want in expected.items():
+                where = f"{name} at opt level {level}, run {run + 1}"
+                assert got[name].dtype == want.dtype and got[name].shape == want.shape, \
+                    (where, got[name].dtype, want.dtype, got[name].shape, want.shape)
+                if want.dtype.kind in "fc":
+                    np.testing.assert_allclose(got[name], want, rtol=rtol, atol=atol,
+                                               err_msg=where)
+                else:
+                    np.testing.assert_array_equal(got[name], want, err_msg=where)
+    return compiled
+
+
 def planned_model(model, feeds: dict):
     """``model`` loaded at level 3 and run until its static plan is built (level 3 plans on
     the second run and uses the plan from the third)."""

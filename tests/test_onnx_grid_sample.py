@@ -9,13 +9,12 @@ import pytest
 
 onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
-from conftest import onnx_model, onnxruntime_outputs  # noqa: E402
+from conftest import check_every_level, onnx_model  # noqa: E402
 from onnx import TensorProto, helper  # noqa: E402
 
 import tensoralg as ta  # noqa: E402
 import tensoralg.onnx as tonnx  # noqa: E402
 
-LEVELS = (0, 1, 2, 3)
 
 
 def _model(x, grid, opset, **attributes):
@@ -26,14 +25,7 @@ def _model(x, grid, opset, **attributes):
 
 
 def _check(model, feeds, rtol=1e-5, atol=1e-5):
-    expected = onnxruntime_outputs(model, feeds)[0]
-    for level in LEVELS:
-        compiled = tonnx.load(model, opt_level=level)
-        for run in range(3 if level == 3 else 1):
-            got = compiled.run(feeds)["y"]
-            assert got.dtype == expected.dtype and got.shape == expected.shape
-            np.testing.assert_allclose(got, expected, rtol=rtol, atol=atol,
-                                       err_msg=f"opt level {level}, run {run + 1}")
+    check_every_level(model, feeds, rtol=rtol, atol=atol)
 
 
 def _grid(rng, shape, reach=1.6):

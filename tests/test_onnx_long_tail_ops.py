@@ -9,34 +9,19 @@ import pytest
 
 onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
-from conftest import onnx_model, onnxruntime_outputs  # noqa: E402
+from conftest import check_every_level, onnx_model  # noqa: E402
 from onnx import TensorProto, helper  # noqa: E402
 
 import tensoralg as ta  # noqa: E402
 import tensoralg.onnx as tonnx  # noqa: E402
 
-LEVELS = (0, 1, 2, 3)
-
-
-def _runs(model, feeds):
-    """Every level's outputs by name (level 3's from its third run)."""
-    for level in LEVELS:
-        compiled = tonnx.load(model, opt_level=level)
-        for _ in range(3 if level == 3 else 1):
-            got = compiled.run(feeds)
-        yield level, got
 
 
 def _check(model, feeds, expected=None, rtol=1e-5, atol=1e-6):
-    names = [o.name for o in model.graph.output]
-    if expected is None:
-        expected = onnxruntime_outputs(model, feeds)
-    for level, got in _runs(model, feeds):
-        for name, want in zip(names, expected):
-            assert got[name].dtype == want.dtype and got[name].shape == want.shape, \
-                (name, level, got[name].shape, want.shape)
-            np.testing.assert_allclose(got[name], want, rtol=rtol, atol=atol,
-                                       err_msg=f"{name} at opt level {level}")
+    """Every level against onnxruntime, or against ``expected`` (a list, in output order)."""
+    if expected is not None:
+        expected = dict(zip([o.name for o in model.graph.output], expected))
+    check_every_level(model, feeds, expected, rtol=rtol, atol=atol)
 
 
 @pytest.mark.parametrize("p", [1, 2, 3])

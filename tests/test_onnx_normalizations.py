@@ -9,7 +9,7 @@ import pytest
 
 onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
-from conftest import onnx_model, onnxruntime_outputs  # noqa: E402
+from conftest import check_every_level, onnx_model  # noqa: E402
 from onnx import helper  # noqa: E402
 
 import tensoralg as ta  # noqa: E402
@@ -24,14 +24,7 @@ def _check(node, inputs, constants=None, opset=18, rtol=1e-5, atol=1e-5):
     elem = helper.np_dtype_to_tensor_dtype(first.dtype)
     shape = list(np.broadcast_shapes(*(a.shape for a in inputs.values())))
     model = onnx_model([node], inputs, [("y", elem, shape)], constants, opset=opset)
-    expected = onnxruntime_outputs(model, inputs)[0]
-    for level in LEVELS:
-        compiled = tonnx.load(model, opt_level=level)
-        for run in range(3 if level == 3 else 1):
-            got = compiled.run(inputs)["y"]
-            assert got.dtype == expected.dtype and got.shape == expected.shape
-            np.testing.assert_allclose(got, expected, rtol=rtol, atol=atol,
-                                       err_msg=f"opt level {level}, run {run + 1}")
+    check_every_level(model, inputs, rtol=rtol, atol=atol)
 
 
 def test_group_normalization():

@@ -17,36 +17,18 @@ import pytest
 
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
-from conftest import onnx_model, onnxruntime_outputs  # noqa: E402
+from conftest import check_every_level, onnx_model  # noqa: E402
 from onnx import TensorProto, helper  # noqa: E402
 
 import tensoralg as ta  # noqa: E402
 import tensoralg.onnx as tonnx  # noqa: E402
 
-LEVELS = (0, 1, 2, 3)
 F32, U8, I8, I32 = TensorProto.FLOAT, TensorProto.UINT8, TensorProto.INT8, TensorProto.INT32
-
-
-def _expected(model, feeds):
-    return dict(zip([o.name for o in model.graph.output], onnxruntime_outputs(model, feeds)))
 
 
 def _same_as_onnxruntime(model, feeds, atol=0.0):
     """Every output at every level equal to onnxruntime's (floats within ``atol``)."""
-    expected = _expected(model, feeds)
-    for level in LEVELS:
-        compiled = tonnx.load(model, opt_level=level)
-        for run in range(3 if level == 3 else 1):
-            got = compiled.run(feeds)
-            for name, want in expected.items():
-                where = f"{name} at opt level {level}, run {run + 1}"
-                assert got[name].dtype == want.dtype and got[name].shape == want.shape, where
-                if want.dtype.kind == "f":
-                    np.testing.assert_allclose(got[name], want, rtol=0, atol=atol,
-                                               err_msg=where)
-                else:
-                    np.testing.assert_array_equal(got[name], want, err_msg=where)
-    return compiled
+    return check_every_level(model, feeds, rtol=0.0, atol=atol)
 
 
 def _values(rng, shape, scale=0.05):

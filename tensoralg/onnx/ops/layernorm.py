@@ -45,17 +45,24 @@ def _broadcast_to(node: NodeContext, name: str, value: np.ndarray, shape: tuple[
                             f"normalised shape {shape}") from None
 
 
+def _trailing_rows(node: NodeContext, x: np.ndarray, axis: int
+                   ) -> tuple[int, tuple[int, ...], np.ndarray]:
+    """``axis`` made non-negative, the shape of the axes from it on, and ``x`` as rows of
+    them (the matrix LayerNormalization and RMSNormalization normalise)."""
+    if not -x.ndim <= axis < max(x.ndim, 1):
+        raise ta.ShapeError(f"{node}: axis {axis} is out of range for rank {x.ndim}")
+    axis %= max(x.ndim, 1)
+    normalised = x.shape[axis:]
+    return axis, normalised, x.reshape(math.prod(x.shape[:axis]), math.prod(normalised))
+
+
 @op("LayerNormalization", since=17)
 def layer_normalization(node: NodeContext, x: np.ndarray, scale: np.ndarray,
                         bias: np.ndarray | None = None, *, axis: int = -1,
                         epsilon: float = 1e-5, stash_type: int = 1
                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``Y = (X - mean) / sqrt(var + eps) * Scale + B`` over the axes from ``axis`` on."""
-    if not -x.ndim <= axis < max(x.ndim, 1):
-        raise ta.ShapeError(f"{node}: axis {axis} is out of range for rank {x.ndim}")
-    axis %= max(x.ndim, 1)
-    normalised = x.shape[axis:]
-    rows = x.reshape(math.prod(x.shape[:axis]), math.prod(normalised))
+    axis, normalised, rows = _trailing_rows(node, x, axis)
     dtype = compute_dtype(x.dtype, needs_float=True)
     mean, inverse_std = moments(node, rows, epsilon, dtype)
     operands = {"X": rows, "M": mean, "R": inverse_std,
@@ -131,11 +138,7 @@ def group_normalization(node: NodeContext, x: np.ndarray, scale: np.ndarray, bia
 def rms_normalization(node: NodeContext, x: np.ndarray, scale: np.ndarray, *, axis: int = -1,
                       epsilon: float = 1e-5, stash_type: int = 1) -> np.ndarray:
     """``Y = X / sqrt(mean(X^2) + eps) * scale`` over the axes from ``axis`` on."""
-    if not -x.ndim <= axis < max(x.ndim, 1):
-        raise ta.ShapeError(f"{node}: axis {axis} is out of range for rank {x.ndim}")
-    axis %= max(x.ndim, 1)
-    normalised = x.shape[axis:]
-    rows = x.reshape(math.prod(x.shape[:axis]), math.prod(normalised))
+    _, normalised, rows = _trailing_rows(node, x, axis)
     dtype = compute_dtype(x.dtype, needs_float=True)
     share = literal(1.0 / max(rows.shape[1], 1))
     inverse = node.run(f"Y(i) = 1 / sqrt(sum(j, X(i,j) * X(i,j)) * {share} + "

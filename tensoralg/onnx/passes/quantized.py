@@ -73,41 +73,44 @@ def _per_tensor(graph: Graph, name: str | None) -> np.ndarray | None:
     return value if value is not None and value.size == 1 else None
 
 
-def _quantizer(graph: Graph, node: Node) -> dict[str, Any] | None:
-    """The literal scale, zero point and bounds of a per-tensor float32 QuantizeLinear whose
-    parameters are constants, or None."""
-    if node.op_type != "QuantizeLinear" or node.attributes.get("block_size", 0):
+def _parameters(graph: Graph, node: Node) -> tuple[float, int, np.dtype | None] | None:
+    """A Quantize/DequantizeLinear's constant per-tensor float32 scale, its zero point's value
+    and type (0 and None without one), or None where they are anything else (blocked, per
+    axis, fed at run time, a chosen ``output_dtype``)."""
+    if node.attributes.get("block_size", 0) or node.attributes.get("output_dtype", 0):
         return None
     scale = _per_tensor(graph, node.inputs[1])
     zero_name = node.inputs[2] if len(node.inputs) > 2 else ""
     zero = _per_tensor(graph, zero_name)
     if scale is None or scale.dtype != np.float32 or (zero_name and zero is None):
         return None
-    if node.attributes.get("output_dtype", 0) and zero is None:
+    if zero is None:
+        return float(scale.reshape(-1)[0]), 0, None
+    return float(scale.reshape(-1)[0]), int(zero.reshape(-1)[0]), zero.dtype
+
+
+def _quantizer(graph: Graph, node: Node) -> dict[str, Any] | None:
+    """The literal scale, zero point and bounds of a per-tensor float32 QuantizeLinear whose
+    parameters are constants, or None."""
+    found = _parameters(graph, node) if node.op_type == "QuantizeLinear" else None
+    if found is None:
         return None
-    out_type = zero.dtype if zero is not None else np.dtype(np.uint8)
-    if out_type not in RANGES or not np.isfinite(scale).all() or float(scale.reshape(-1)[0]) == 0:
+    scale, zero, zero_type = found
+    out_type = zero_type or np.dtype(np.uint8)
+    if out_type not in RANGES or not np.isfinite(scale) or scale == 0:
         return None
     low, high = RANGES[out_type]
-    return {"scale": float(scale.reshape(-1)[0]),
-            "zero_point": 0 if zero is None else int(zero.reshape(-1)[0]),
-            "low": low, "high": high, "type": out_type}
+    return {"scale": scale, "zero_point": zero, "low": low, "high": high, "type": out_type}
 
 
 def _same_parameters(graph: Graph, reader: Node, found: dict[str, Any]) -> bool:
     """Whether DequantizeLinear ``reader`` undoes the quantizer ``found`` exactly."""
-    if reader.op_type != "DequantizeLinear" or reader.attributes.get("block_size", 0) or \
-            reader.attributes.get("output_dtype", 0):
+    undone = _parameters(graph, reader) if reader.op_type == "DequantizeLinear" else None
+    if undone is None:
         return False
-    scale = _per_tensor(graph, reader.inputs[1])
-    zero_name = reader.inputs[2] if len(reader.inputs) > 2 else ""
-    zero = _per_tensor(graph, zero_name)
-    if scale is None or scale.dtype != np.float32 or (zero_name and zero is None):
-        return False
-    zero_value = 0 if zero is None else int(zero.reshape(-1)[0])
-    if zero is not None and zero.dtype != found["type"]:
-        return False
-    return float(scale.reshape(-1)[0]) == found["scale"] and zero_value == found["zero_point"]
+    scale, zero, zero_type = undone
+    return scale == found["scale"] and zero == found["zero_point"] and \
+        (zero_type is None or zero_type == found["type"])
 
 
 def quantize_dequantize_pairs(graph: Graph) -> Graph:
