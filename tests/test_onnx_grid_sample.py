@@ -16,7 +16,6 @@ import tensoralg as ta  # noqa: E402
 import tensoralg.onnx as tonnx  # noqa: E402
 
 
-
 def _model(x, grid, opset, **attributes):
     out = [x.shape[0], x.shape[1], *grid.shape[1:-1]]
     elem = helper.np_dtype_to_tensor_dtype(x.dtype)

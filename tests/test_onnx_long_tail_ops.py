@@ -16,7 +16,6 @@ import tensoralg as ta  # noqa: E402
 import tensoralg.onnx as tonnx  # noqa: E402
 
 
-
 def _check(model, feeds, expected=None, rtol=1e-5, atol=1e-6):
     """Every level against onnxruntime, or against ``expected`` (a list, in output order)."""
     if expected is not None:
