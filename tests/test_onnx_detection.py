@@ -9,7 +9,7 @@ import pytest
 
 onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
-from conftest import onnx_model, onnxruntime_outputs  # noqa: E402
+from conftest import check_every_level, onnx_model, onnxruntime_outputs  # noqa: E402
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 from onnx.reference import ReferenceEvaluator  # noqa: E402
 
@@ -26,16 +26,7 @@ def _model(nodes, inputs, outputs, constants=None, opset=17, shapes=None):
 
 
 def _check(model, feeds, expected, rtol=1e-5, atol=1e-6):
-    for level in LEVELS:
-        compiled = tonnx.load(model, opt_level=level)
-        for run in range(3 if level == 3 else 1):
-            got = compiled.run(feeds)
-            for name, want in expected.items():
-                where = f"{name} at opt level {level}, run {run + 1}"
-                assert got[name].dtype == want.dtype and got[name].shape == want.shape, \
-                    (where, got[name].shape, want.shape)
-                np.testing.assert_allclose(got[name], want, rtol=rtol, atol=atol,
-                                           err_msg=where)
+    check_every_level(model, feeds, expected, rtol=rtol, atol=atol, levels=LEVELS)
 
 
 def _onnxruntime(model, feeds):

@@ -113,14 +113,20 @@ def _same_parameters(graph: Graph, reader: Node, found: dict[str, Any]) -> bool:
         (zero_type is None or zero_type == found["type"])
 
 
-def quantize_dequantize_pairs(graph: Graph) -> Graph:
-    """Replace every provable QuantizeLinear -> DequantizeLinear pair (module docstring) by one
-    ``QuantizeDequantize`` node per DequantizeLinear; the QuantizeLinear goes."""
+def _readers(graph: Graph) -> dict[str, list[Node]]:
+    """The nodes that read each value."""
     readers: dict[str, list[Node]] = {}
     for node in graph.nodes:
         for name in node.inputs:
             if name:
                 readers.setdefault(name, []).append(node)
+    return readers
+
+
+def quantize_dequantize_pairs(graph: Graph) -> Graph:
+    """Replace every provable QuantizeLinear -> DequantizeLinear pair (module docstring) by one
+    ``QuantizeDequantize`` node per DequantizeLinear; the QuantizeLinear goes."""
+    readers = _readers(graph)
     outputs = {v.name for v in graph.outputs}
     replaced: dict[str, Node] = {}          # DequantizeLinear's name -> its replacement
     dropped: set[str] = set()               # the QuantizeLinears replaced
@@ -214,11 +220,7 @@ def dynamic_quantized_products(graph: Graph) -> Graph:
     whose sums are exact (``_shifted_weight``). The MatMul then takes MatMul's routes (the
     generated GEMM with its weight packed at load, BLAS), and fusion joins the rescaling
     after it; the 8-bit tensor and the int32 one are never made."""
-    readers: dict[str, list[Node]] = {}
-    for node in graph.nodes:
-        for name in node.inputs:
-            if name:
-                readers.setdefault(name, []).append(node)
+    readers = _readers(graph)
     outputs = {v.name for v in graph.outputs}
     taken = value_names(graph)
     matmul = lookup("MatMul", 13)
