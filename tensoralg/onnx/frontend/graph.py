@@ -56,6 +56,8 @@ class Graph:
     opset: int
     static_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
     ranks: dict[str, int] = field(default_factory=dict)   # values whose rank inference knows
+    # values whose element type inference knows (ONNX TensorProto types)
+    types: dict[str, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     # Initializers the model also lists among its inputs: ONNX lets a run feed them instead.
     overridable: dict[str, ValueInfo] = field(default_factory=dict)

@@ -3,6 +3,7 @@
 The modules are imported by name below; importing one runs its ``@op`` registrations.
 """
 from tensoralg.onnx.ops import (  # noqa: F401  (imported for their registrations)
+    attention,
     constant,
     control,
     conv,

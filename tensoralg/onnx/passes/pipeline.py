@@ -3,7 +3,8 @@
 Level 1: shape inference, constant folding (and shape inference again on the folded graph,
 then folding again, where a Shape node is left: :func:`refold_shapes`), dead node removal. Level 2 adds Conv +
 BatchNormalization folding, skip-connection Adds joined to the pointwise Conv before them and the other BatchNormalizations as a multiply-add
-(:mod:`folding`), 1-D and 3-D convolutions as 2-D ones (:mod:`conv_ranks`), Einsums that are matrix products as MatMuls and a constant's products with
+(:mod:`folding`), Attention nodes as their products and softmax (:mod:`attention`), 1-D and
+3-D convolutions as 2-D ones (:mod:`conv_ranks`), Einsums that are matrix products as MatMuls and a constant's products with
 batches of columns as row products (:mod:`einsum_products`), Pow by 2 or 3 as multiplications (:mod:`small_powers`), MatMul
 re-association (:mod:`fusion`), embedding
 bags (:mod:`bags`), GELU written with Erf as one Gelu node (:mod:`gelu`), QuantizeLinear ->
@@ -21,6 +22,7 @@ import onnx
 
 from tensoralg.onnx.frontend.graph import Graph, Node
 from tensoralg.onnx.ops.kernels import KernelSet, NodeContext
+from tensoralg.onnx.passes.attention import attention_as_products
 from tensoralg.onnx.passes.bags.recognise import recognise_bags
 from tensoralg.onnx.passes.conv_ranks import (
     conv1d_as_conv2d,
@@ -62,6 +64,10 @@ def infer_static_shapes(graph: Graph, model: onnx.ModelProto) -> Graph:
         graph.notes.append(f"shape inference skipped: {type(err).__name__}")
         return graph
     graph.static_shapes, graph.ranks = _inferred_shapes(inferred)
+    graph.types = {value.name: value.type.tensor_type.elem_type
+                   for value in [*inferred.graph.value_info, *inferred.graph.input,
+                                 *inferred.graph.output]
+                   if value.type.HasField("tensor_type") and value.type.tensor_type.elem_type}
     graph.notes.append(f"shape inference: {len(graph.static_shapes)} static shapes")
     return graph
 
@@ -231,6 +237,7 @@ def pipeline(opt_level: int, model: onnx.ModelProto, kernels: KernelSet,
             ("pad+conv folding", fold_pads_into_convs),
             ("conv+batchnorm folding", fold_conv_batchnorm),
             ("batchnorm as affine", batchnorm_as_affine),
+            ("attention as products", attention_as_products),
             ("einsum products", einsums_as_matmuls),
             ("column products", column_products_as_row_products),
             ("small powers", small_powers_as_products),
