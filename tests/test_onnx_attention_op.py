@@ -130,3 +130,25 @@ def test_bad_attention_inputs_are_refused():
         attention(node, q[:, 0], k[:, 0], v[:, 0])
     with pytest.raises(ta.ShapeError, match="longer than"):
         attention(node, q, k, v, np.ones((5, 9), bool))
+
+
+@pytest.mark.parametrize("interleaved", [0, 1])
+@pytest.mark.parametrize("rank", [3, 4])
+def test_rotary_embedding(interleaved, rank):
+    """Partial rotation (6 of 8 values a head), position ids gathering the caches, both
+    layouts, against the reference; ids outside the caches are refused."""
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((2, 4, 5, 8) if rank == 4 else (2, 5, 4 * 8)).astype(np.float32)
+    angles = rng.random((10, 3)).astype(np.float32) * 3
+    ids = rng.integers(0, 10, (2, 5)).astype(np.int64)
+    constants = {"c": np.cos(angles), "s": np.sin(angles)}
+    attributes = {"interleaved": interleaved, "rotary_embedding_dim": 6}
+    if rank == 3:
+        attributes["num_heads"] = 4
+    node = helper.make_node("RotaryEmbedding", ["x", "c", "s", "p"], ["y"], **attributes)
+    model = onnx_model([node], {"x": x, "p": ids}, [("y", F32, list(x.shape))], constants,
+                       opset=23)
+    feeds = {"x": x, "p": ids}
+    check_every_level(model, feeds, _reference(model, feeds), rtol=1e-6, atol=1e-6)
+    with pytest.raises(ta.ShapeError, match="position_ids"):
+        tonnx.load(model, opt_level=0).run({"x": x, "p": ids + 10})

@@ -1,5 +1,6 @@
-"""Attention (opset 23, 24's ``nonpad_kv_seqlen``, 25's sliding windows): the op PyTorch's
-dynamo exporter writes for ``scaled_dot_product_attention`` from opset 23 on.
+"""Attention (opset 23, 24's ``nonpad_kv_seqlen``, 25's sliding windows), the op PyTorch's
+dynamo exporter writes for ``scaled_dot_product_attention`` from opset 23 on, and
+RotaryEmbedding (opset 23).
 
 As onnx's reference computes it: 3-D inputs are split into heads; ``Q`` and ``K`` are each
 multiplied by ``sqrt(scale)`` (``scale`` defaults to ``1 / sqrt(head size)``); a past key and
@@ -171,3 +172,61 @@ def attention(node: NodeContext, q: np.ndarray, k: np.ndarray, v: np.ndarray,
                                   f"not one of 0-3")
     return (np.ascontiguousarray(y).astype(q.dtype, copy=False), present_key, present_value,
             np.asarray(chosen).astype(q.dtype, copy=False))
+
+
+@op("RotaryEmbedding", since=23)
+def rotary_embedding(node: NodeContext, x: np.ndarray, cos_cache: np.ndarray,
+                     sin_cache: np.ndarray, position_ids: np.ndarray | None = None, *,
+                     interleaved: int = 0, num_heads: int = 0, rotary_embedding_dim: int = 0
+                     ) -> np.ndarray:
+    """Rotary position embedding: the first ``rotary_embedding_dim`` values of each head
+    (all of them by default) taken as pairs (halves, or neighbours when ``interleaved``) and
+    rotated by their position's angle, ``(c x1 - s x2, s x1 + c x2)``, as two statements;
+    ``x`` is (batch, heads, sequence, head size), or 3-D with ``num_heads``."""
+    if x.ndim == 4:
+        rows = x.transpose(0, 2, 1, 3)            # (batch, sequence, heads, head size)
+    elif x.ndim == 3 and num_heads and x.shape[2] % num_heads == 0:
+        rows = x.reshape(x.shape[0], x.shape[1], num_heads, -1)
+    else:
+        raise ta.ShapeError(f"{node}: input {x.shape} must be 4-D, or 3-D with num_heads "
+                            f"dividing its hidden size")
+    if x.dtype.kind != "f":
+        raise ta.UnsupportedError(f"{node}: RotaryEmbedding takes float tensors, not {x.dtype}")
+    batch, length, heads, size = rows.shape
+    rotated = rotary_embedding_dim or size
+    half = rotated // 2
+    if rotated % 2 or rotated > size:
+        raise ta.ShapeError(f"{node}: rotary_embedding_dim {rotated} must be even and at most "
+                            f"the head size {size}")
+    if position_ids is not None:
+        ids = np.asarray(position_ids)
+        if ids.size and (ids.min() < 0 or ids.max() >= cos_cache.shape[0]):
+            raise ta.ShapeError(f"{node}: position_ids outside [0, {cos_cache.shape[0]})")
+        cos_cache, sin_cache = cos_cache[ids], sin_cache[ids]
+        node.note("numpy gather of the caches' rows by position id")
+    if cos_cache.shape[-1] != half or sin_cache.shape != cos_cache.shape:
+        raise ta.ShapeError(f"{node}: cos_cache {cos_cache.shape} and sin_cache "
+                            f"{sin_cache.shape} must end in rotary_embedding_dim / 2 = {half}")
+    try:
+        cos = np.broadcast_to(cos_cache, (batch, length, half))
+        sin = np.broadcast_to(sin_cache, (batch, length, half))
+    except ValueError:
+        raise ta.ShapeError(f"{node}: the caches {cos_cache.shape} do not cover batch "
+                            f"{batch} and sequence {length}") from None
+    part = rows[..., :rotated]
+    first, second = (part[..., 0::2], part[..., 1::2]) if interleaved else \
+        (part[..., :half], part[..., half:])
+    dtype = compute_dtype(x.dtype, needs_float=True)
+    operands = {"C": np.ascontiguousarray(cos), "S": np.ascontiguousarray(sin),
+                "A": np.ascontiguousarray(first), "B": np.ascontiguousarray(second)}
+    real = node.run("Y(b,s,h,k) = C(b,s,k) * A(b,s,h,k) - S(b,s,k) * B(b,s,h,k)", dtype,
+                    **operands).reshape(first.shape)
+    imag = node.run("Y(b,s,h,k) = S(b,s,k) * A(b,s,h,k) + C(b,s,k) * B(b,s,h,k)", dtype,
+                    **operands).reshape(first.shape)
+    out = rows.astype(dtype, copy=True)
+    if interleaved:
+        out[..., 0:rotated:2], out[..., 1:rotated:2] = real, imag
+    else:
+        out[..., :half], out[..., half:rotated] = real, imag
+    result = out.transpose(0, 2, 1, 3) if x.ndim == 4 else out.reshape(x.shape)
+    return np.ascontiguousarray(result).astype(x.dtype, copy=False)
