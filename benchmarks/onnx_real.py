@@ -96,7 +96,10 @@ EXPORTERS = {"ts": ("TorchScript", 17), "dynamo": ("dynamo", 18),
              # and activations quantized at run time (quantize_dynamic), or activations
              # quantized with calibrated scales in the QDQ format (quantize_static)
              "ts-qdyn": ("TorchScript + quantize_dynamic", 17),
-             "ts-qdq": ("TorchScript + quantize_static (QDQ)", 17)}
+             "ts-qdq": ("TorchScript + quantize_static (QDQ)", 17),
+             # the dynamo exporter at opset 23, where scaled_dot_product_attention becomes
+             # one Attention node
+             "dynamo-23": ("dynamo", 23)}
 QUANTIZED = {"ts-qdyn": "dynamic", "ts-qdq": "static"}
 
 
@@ -1117,7 +1120,8 @@ def export(spec: Spec, exporter: str, batch: int) -> Path:
                               input_names=list(feeds), do_constant_folding=True,
                               dynamic_axes=dynamic)
         else:
-            program = torch.onnx.export(model, args, dynamo=True, opset_version=18,
+            program = torch.onnx.export(model, args, dynamo=True,
+                                        opset_version=EXPORTERS[exporter][1],
                                         input_names=list(feeds), optimize=True)
             program.save(str(path))
         if spec.python is not None:

@@ -370,24 +370,33 @@ def test_softplus_loads_at_every_opset_and_does_not_overflow():
 
 
 def test_an_unsupported_op_on_constants_is_evaluated_at_load():
-    """An op the importer has no kernel for (here BitShift) whose inputs are all constants is
-    run once at load by onnx's reference implementation (and named in the plan), at every
-    level; a TorchScript export of nn.MultiheadAttention computes such ops on Constants. The
-    same op on a graph input is still refused, naming the node."""
-    nodes = [h.make_node("Constant", [], ["a"], value=_const("v", np.array([7, 5, 9], np.uint64))),
-             h.make_node("Constant", [], ["b"], value=_const("s", np.array([1, 2, 0], np.uint64))),
-             h.make_node("BitShift", ["a", "b"], ["m"], name="shift", direction="LEFT"),
-             h.make_node("Cast", ["m"], ["mf"], to=F32),
-             h.make_node("Add", ["x", "mf"], ["y"])]
+    """An op the importer has no kernel for (here MelWeightMatrix) whose inputs are all
+    constants is run once at load by onnx's reference implementation (and named in the plan),
+    at every level; a TorchScript export of nn.MultiheadAttention computes such ops on
+    Constants. The same op on a graph input is still refused, naming the node."""
+    scalars = {"bins": np.array(3, np.int64), "dft": np.array(8, np.int64),
+               "rate": np.array(100, np.int64), "low": np.array(0.0, np.float32),
+               "high": np.array(50.0, np.float32)}
+    nodes = [h.make_node("Constant", [], [name], value=_const(f"{name}_v", value))
+             for name, value in scalars.items()]
+    nodes += [h.make_node("MelWeightMatrix", list(scalars), ["m"], name="mel"),
+              h.make_node("ReduceSum", ["m", "axes"], ["s"], keepdims=0),
+              h.make_node("Add", ["x", "s"], ["y"])]
+    nodes.insert(0, h.make_node("Constant", [], ["axes"],
+                                value=_const("axes_v", np.array([0], np.int64))))
     model = _model(nodes, [h.make_tensor_value_info("x", F32, [3])],
                    [h.make_tensor_value_info("y", F32, [3])], [])
     levels = check_all_levels(model, {"x": np.ones(3, np.float32)})
-    assert "node shift (BitShift) evaluated at load by onnx's reference" in levels[0].ir()
-    on_input = _model([h.make_node("BitShift", ["x", "x"], ["y"], name="shift",
-                                   direction="LEFT")],
-                      [h.make_tensor_value_info("x", TensorProto.UINT64, [3])],
-                      [h.make_tensor_value_info("y", TensorProto.UINT64, [3])], [])
-    with pytest.raises(ta.UnsupportedError, match="node shift \\(BitShift"):
+    assert "node mel (MelWeightMatrix) evaluated at load by onnx's reference" in levels[0].ir()
+    on_input = _model([h.make_node("MelWeightMatrix", ["n", "d", "r", "lo", "hi"], ["y"],
+                                   name="mel")],
+                      [h.make_tensor_value_info("n", TensorProto.INT64, []),
+                       h.make_tensor_value_info("d", TensorProto.INT64, []),
+                       h.make_tensor_value_info("r", TensorProto.INT64, []),
+                       h.make_tensor_value_info("lo", F32, []),
+                       h.make_tensor_value_info("hi", F32, [])],
+                      [h.make_tensor_value_info("y", F32, ["a", "b"])], [])
+    with pytest.raises(ta.UnsupportedError, match="node mel \\(MelWeightMatrix"):
         tonnx.load(on_input)
 
 

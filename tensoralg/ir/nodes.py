@@ -98,10 +98,11 @@ BOOL, I32, I64, F32, F64 = Scalar.BOOL, Scalar.I32, Scalar.I64, Scalar.F32, Scal
 C64, C128 = Scalar.C64, Scalar.C128
 # The operations complex values take (ir/verify.py holds every backend to this set).
 COMPLEX_BINARY_OPS = frozenset({"+", "-", "*", "/", "==", "!="})
-COMPLEX_FLOAT_UNARY_OPS = frozenset({"sqrt", "exp", "log", "sin", "cos", "tanh", "floor", "ceil",
-                             "round"})
-UNARY_OPS = frozenset({"neg"})
+COMPLEX_UNARY_OPS = frozenset({"neg"})
 
+# Unary ops defined on float operands only.
+FLOAT_UNARY_OPS = frozenset({"sqrt", "exp", "log", "sin", "cos", "tanh", "floor", "ceil",
+                             "round"})
 UNARY_OPS = frozenset({"neg", "not", "abs", "sqrt", "exp", "log", "sin", "cos", "tanh", "ctz",
                        "floor", "ceil", "round"})
 ARITHMETIC_OPS = frozenset({"+", "-", "*", "/", "%", "min", "max", "pow"})
