@@ -13,7 +13,7 @@ QLinearMatMul.
   tensor), 1-D along ``axis`` (per channel), or blocked along ``axis`` (``block_size``, opset
   21), each broadcast as an operand of the statement.
 - **Integer products** run as float products that are *exact*: the operands shifted by their
-  zero points are integers of at most 8 bits, so every partial sum of a K-term dot product is
+  zero points are integers of magnitude 255 at most, so every partial sum of a K-term dot product is
   an integer no larger than ``K * max|a| * max|b|``. Below 2^24 float32 holds all of them
   exactly (whatever order BLAS or a kernel sums in); otherwise the product runs in float64
   (exact to 2^53). The product then goes through MatMul's and Conv's own routes (a generated

@@ -59,6 +59,13 @@ from tensoralg.onnx.plan.executor import call_node
 from tensoralg.program import RELU, Activation, as_activation
 
 MAX_GROUP = 16          # nodes per fused statement (compile time grows with the statement)
+# How many copies of one value's text a statement may hold: a template that reads an input
+# twice (LeakyRelu's max and min, a fake quantization's clamp) copies that input's whole
+# subexpression, so a chain of such nodes doubles the text at each step (GPT-2's GELU in a
+# QDQ model, ten quantize-dequantize pairs deep, made a statement of 2^10 copies: 0.5 ms a
+# call and seconds to compile, 2026-12-07). A producer whose text would be copied more often
+# stays a program of its own, and the group reads its result.
+MAX_COPIES = 4
 TRANSPOSE_MIN_ROWS = 8  # sparse weights: batch from which the transposed statement is used
 MULTI_HOT_MAX_DENSITY = 0.25  # a graph-input MatMul operand this sparse goes in CSR
 # Building CSR from a dense input scans every entry (about as costly as ~40 BLAS multiply-adds
@@ -163,8 +170,8 @@ TEMPLATES: dict[str, Callable[..., str]] = {
     "Floor": lambda _, a: f"floor({a})",
     "Ceil": lambda _, a: f"ceil({a})",
     "Round": lambda _, a: f"round({a})",
-    "QuantizeDequantize": lambda at, a: "(" + fake_quantized(
-        a, at["scale"], at["zero_point"], at["low"], at["high"]) + ")",
+    "QuantizeDequantize": lambda at, a, s, z: "(" + fake_quantized(a, s, z, at["low"],
+                                                                   at["high"]) + ")",
     "QuantizeShift": lambda at, a, s, z: shifted_text(a, s, z, at["low"], at["high"]),
     "Reciprocal": lambda _, a: f"(1 / {a})",
     "Softplus": lambda _, a: f"({SOFTPLUS.format(a)})",
@@ -607,6 +614,19 @@ def fuse(graph: Graph, sparse_heads: dict[str, Any] | None = None) -> Graph:
         out = node.outputs[0]
         return out not in outputs and len(consumers.get(out, [])) == 1
 
+    uses_cache: dict[str, list[int]] = {}
+
+    def uses(node: Node) -> list[int]:
+        """How many times ``node``'s template writes each of its inputs."""
+        if node.name not in uses_cache:
+            marks = [f"\x00{k}\x00" for k in range(len(node.inputs))]
+            try:
+                text = TEMPLATES[node.op_type](node.attributes, *marks)
+                uses_cache[node.name] = [text.count(mark) for mark in marks]
+            except Exception:  # noqa: BLE001 - an unusual arity: count each input once
+                uses_cache[node.name] = [1] * len(node.inputs)
+        return uses_cache[node.name]
+
     def joins(node: Node) -> bool:
         """Whether ``node`` may be in a group: a ``Where`` only with a condition computed in
         the group (a bool input would make the program's inputs mixed)."""
@@ -622,6 +642,7 @@ def fuse(graph: Graph, sparse_heads: dict[str, Any] | None = None) -> Graph:
         members = [root]
         head = None
         frontier = [root]
+        copies = {root.name: 1}         # how many times each member's text is written
         while frontier and len(members) < MAX_GROUP:
             node = frontier.pop()
             for position, name in enumerate(node.inputs):
@@ -629,6 +650,11 @@ def fuse(graph: Graph, sparse_heads: dict[str, Any] | None = None) -> Graph:
                 if source is None or source.name in assigned or source in members or \
                         not single_use(source):
                     continue
+                written = copies[node.name] * (uses(node)[position]
+                                               if node.op_type in TEMPLATES else 1)
+                if written > MAX_COPIES:
+                    continue
+                copies[source.name] = written
                 condition = node.op_type == "Where" and position == 0
                 if source.op_type in CONDITIONS and not condition or \
                         condition and source.op_type not in CONDITIONS:

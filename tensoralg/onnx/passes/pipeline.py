@@ -45,6 +45,7 @@ from tensoralg.onnx.passes.folding import (
 from tensoralg.onnx.passes.fusion import fuse, reassociate_matmuls
 from tensoralg.onnx.passes.gelu import erf_gelus_as_gelu
 from tensoralg.onnx.passes.quantized import (
+    dequantized_gathers,
     dynamic_quantized_products,
     quantize_dequantize_pairs,
 )
@@ -242,6 +243,7 @@ def pipeline(opt_level: int, model: onnx.ModelProto, kernels: KernelSet,
             ("column products", column_products_as_row_products),
             ("small powers", small_powers_as_products),
             ("matmul re-association", reassociate_matmuls),
+            ("quantized tables", dequantized_gathers),
             ("embedding bags", recognise_bags),
             ("erf gelu", erf_gelus_as_gelu),
             ("fake quantization", quantize_dequantize_pairs),

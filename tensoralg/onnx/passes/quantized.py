@@ -1,9 +1,10 @@
 """Opt level 2: quantized graphs as float statements that give their results exactly.
 
-Two patterns of onnxruntime's quantizer: QuantizeLinear -> DequantizeLinear pairs (static
-quantization, the QDQ format; *fake quantization*, :func:`quantize_dequantize_pairs`) and
+Three patterns of onnxruntime's quantizer: QuantizeLinear -> DequantizeLinear pairs (static
+quantization, the QDQ format; *fake quantization*, :func:`quantize_dequantize_pairs`),
 DynamicQuantizeLinear -> MatMulInteger -> Cast (dynamic quantization,
-:func:`dynamic_quantized_products`). The pairs first:
+:func:`dynamic_quantized_products`) and quantized embedding tables read by Gather ->
+DequantizeLinear (:func:`dequantized_gathers`). The pairs first:
 
 onnxruntime's ``quantize_static`` writes its models in the QDQ format: every activation that a
 quantized Conv or MatMul reads passes through a QuantizeLinear and straight into a
@@ -16,8 +17,10 @@ computes, in float32,
 
 exactly: the saturated value is an integer of at most 16 bits, which float32 holds, so ``y``
 is the value DequantizeLinear gives, bit for bit. This pass replaces each such pair by one node
-``QuantizeDequantize(x)`` computing that statement, with the scale and zero point as literals;
-it is an elementwise node the fusion pass joins to the contraction and activations around it.
+``QuantizeDequantize(x, scale, zero_point)`` computing that statement, the scale and zero
+point float32 scalar constants (operands rather than literals, so that every layer's statement
+is one kernel); it is an elementwise node the fusion pass joins to the contraction and
+activations around it.
 
 Only pairs it can prove equal are rewritten (``x`` of any float type is quantized in float32,
 as QuantizeLinear here does): scale and zero point constants of
@@ -33,37 +36,31 @@ from typing import Any
 import numpy as np
 
 from tensoralg.onnx.frontend.graph import Graph, Node, fresh_name, value_names
-from tensoralg.onnx.ops.kernels import NodeContext, elementwise, literal
+from tensoralg.onnx.ops.kernels import NodeContext, elementwise
 from tensoralg.onnx.ops.quantize import EXACT_FLOAT32, RANGES, dynamic_parameters, saturated
 from tensoralg.onnx.ops.registry import OpImpl, lookup
 
 OP_TYPE = "QuantizeDequantize"
 
 
-def fake_quantized(x: str, scale: float, zero_point: int, low: int, high: int) -> str:
-    """Statement text of a quantize-dequantize pair on ``x``.
+def fake_quantized(x: str, scale: str, zero: str, low: int, high: int) -> str:
+    """Statement text of a quantize-dequantize pair on ``x`` with the scale and zero point
+    ``scale`` and ``zero`` (operands' texts: statements of every layer then share kernels).
 
-    >>> fake_quantized("A(i)", 0.5, 3, 0, 255)
-    '(where(ge(round(A(i) / 0.5) + 3, 0), min(round(A(i) / 0.5) + 3, 255), 0) - 3) * 0.5'
+    >>> fake_quantized("A(i)", "B", "C", 0, 255)
+    '(where(ge(round(A(i) / B) + C, 0), min(round(A(i) / B) + C, 255), 0) - C) * B'
     """
-    shifted = f"round({x} / {literal(scale)})"
-    if zero_point:
-        shifted += f" + {literal(zero_point)}"
-    quantized = saturated(shifted, low, high)
-    if zero_point:
-        quantized = f"({quantized} - {literal(zero_point)})"
-    return f"{quantized} * {literal(scale)}"
+    return f"{shifted_text(x, scale, zero, low, high)} * {scale}"
 
 
-def quantize_dequantize(node: NodeContext, x: np.ndarray, *, scale: float, zero_point: int,
-                        low: int, high: int) -> np.ndarray:
+def quantize_dequantize(node: NodeContext, x: np.ndarray, scale: np.ndarray, zero: np.ndarray,
+                        *, low: int, high: int) -> np.ndarray:
     """The op function of a ``QuantizeDequantize`` node: one float32 statement."""
-    return elementwise(node, lambda a: fake_quantized(a, scale, zero_point, low, high), x,
+    return elementwise(node, lambda a, s, z: fake_quantized(a, s, z, low, high), x, scale, zero,
                        dtype=np.dtype(np.float32), out_dtype=np.float32)
 
 
-IMPL = OpImpl(OP_TYPE, 1, quantize_dequantize, None,
-              frozenset({"scale", "zero_point", "low", "high"}))
+IMPL = OpImpl(OP_TYPE, 1, quantize_dequantize, None, frozenset({"low", "high"}))
 
 
 def _per_tensor(graph: Graph, name: str | None) -> np.ndarray | None:
@@ -113,6 +110,13 @@ def _same_parameters(graph: Graph, reader: Node, found: dict[str, Any]) -> bool:
         (zero_type is None or zero_type == found["type"])
 
 
+def _float_constant(graph: Graph, taken: set[str], name: str, value: float) -> str:
+    """A new float32 scalar constant (a scale or zero point as a statement operand)."""
+    key = fresh_name(name, taken)
+    graph.constants[key] = np.array(value, np.float32)
+    return key
+
+
 def _readers(graph: Graph) -> dict[str, list[Node]]:
     """The nodes that read each value."""
     readers: dict[str, list[Node]] = {}
@@ -128,6 +132,7 @@ def quantize_dequantize_pairs(graph: Graph) -> Graph:
     ``QuantizeDequantize`` node per DequantizeLinear; the QuantizeLinear goes."""
     readers = _readers(graph)
     outputs = {v.name for v in graph.outputs}
+    taken = value_names(graph)
     replaced: dict[str, Node] = {}          # DequantizeLinear's name -> its replacement
     dropped: set[str] = set()               # the QuantizeLinears replaced
     for node in graph.nodes:
@@ -138,10 +143,12 @@ def quantize_dequantize_pairs(graph: Graph) -> Graph:
         if not uses or not all(_same_parameters(graph, use, found) and
                                use.inputs[0] == node.outputs[0] for use in uses):
             continue
-        attributes = {key: found[key] for key in ("scale", "zero_point", "low", "high")}
+        attributes = {"low": found["low"], "high": found["high"]}
+        parameters = tuple(_float_constant(graph, taken, f"{node.name}/{what}", found[what])
+                           for what in ("scale", "zero_point"))
         for use in uses:
-            replaced[use.name] = Node(use.name, OP_TYPE, (node.inputs[0],), use.outputs,
-                                      attributes, 1, IMPL)
+            replaced[use.name] = Node(use.name, OP_TYPE, (node.inputs[0], *parameters),
+                                      use.outputs, attributes, 1, IMPL)
         dropped.add(node.name)
     graph.nodes = [replaced.get(node.name, node) for node in graph.nodes
                    if node.name not in dropped]
@@ -267,4 +274,50 @@ def dynamic_quantized_products(graph: Graph) -> Graph:
                    for new in replaced.get(node.name, [node])]
     graph.notes.append(f"dynamic quantization: {rewritten} MatMulInteger(s) as exact float "
                        f"products")
+    return graph
+
+
+# --- quantized embedding tables --------------------------------------------------------------
+
+def dequantized_gathers(graph: Graph) -> Graph:
+    """``DequantizeLinear(Gather(table, ids))`` of a constant quantized table, as
+    ``Gather(table', ids)`` of the table dequantized once here (``quantize_dynamic`` quantizes
+    embedding tables so: a deepctr model's 52 lookups each ran a DequantizeLinear step, 3 ms of
+    its 3.3 at batch 256, 2026-12-07). Dequantizing commutes with gathering rows, and the
+    table is dequantized by the same arithmetic (``float32(q - z) * s``, one rounding), so the
+    values are the same; the float table then takes the embedding paths (bags, column
+    gathers). Per-tensor scales and zero points only; the table grows to float32."""
+    readers = _readers(graph)
+    producers = {name: node for node in graph.nodes for name in node.outputs}
+    outputs = {v.name for v in graph.outputs}
+    taken = value_names(graph)
+    tables: dict[tuple[str, str, str], str] = {}
+    replaced: dict[str, Node] = {}
+    dropped: set[str] = set()
+    for node in graph.nodes:
+        if node.op_type != "DequantizeLinear":
+            continue
+        gather = producers.get(node.inputs[0])
+        found = _parameters(graph, node)
+        if gather is None or gather.op_type != "Gather" or found is None or \
+                gather.outputs[0] in outputs or len(readers.get(gather.outputs[0], [])) != 1:
+            continue
+        table = graph.constants.get(gather.inputs[0])
+        scale, zero, zero_type = found
+        if table is None or table.dtype not in RANGES or \
+                (zero_type is not None and zero_type != table.dtype):
+            continue
+        key = (gather.inputs[0], node.inputs[1], node.inputs[2] if len(node.inputs) > 2 else "")
+        if key not in tables:
+            values = (table.astype(np.int32) - np.int32(zero)).astype(np.float32) * \
+                np.float32(scale)
+            tables[key] = fresh_name(f"{gather.inputs[0]}/dequantized", taken)
+            graph.constants[tables[key]] = values
+        replaced[node.name] = Node(gather.name, "Gather", (tables[key], gather.inputs[1]),
+                                   node.outputs, gather.attributes, gather.version, gather.impl)
+        dropped.add(gather.name)
+    graph.nodes = [replaced.get(node.name, node) for node in graph.nodes
+                   if node.name not in dropped]
+    graph.notes.append(f"quantized tables: {len(replaced)} Gather -> DequantizeLinear pair(s) "
+                       f"over {len(tables)} table(s) dequantized at load")
     return graph
