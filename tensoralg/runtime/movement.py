@@ -25,6 +25,7 @@ from tensoralg.codegen.sequence import NativeCall, Slot
 from tensoralg.errors import ShapeError
 from tensoralg.ir import build as b
 from tensoralg.ir.nodes import BOOL, F32, F64, I32, I64, Function, Ptr, Scalar
+from tensoralg.runtime.args import data_address
 
 _BY_SIZE = {4: I32, 8: I64}
 _INDEX = {np.dtype(np.int32): I32, np.dtype(np.int64): I64}
@@ -563,6 +564,11 @@ def extreme_call(x: np.ndarray, first: int, last: int, largest: bool, out: np.nd
                         [x, out], what)
 
 
+# dtype -> the compiled ``value_range`` function (the call is most of a small tensor's cost:
+# 8 -> ~2 us for 4096 float32 values without the lookups and ``ctypes.data``, 2026-12-07)
+_RANGE_FUNCTIONS: dict[np.dtype, Any] = {}
+
+
 def value_range(x: np.ndarray) -> np.ndarray | None:
     """``[min(x), max(x)]`` of a C-contiguous float32/64 or int32/64 array of at least one
     value, by one generated pass (``runtime/select.range_kernel``: NaN in both where one is in
@@ -571,14 +577,19 @@ def value_range(x: np.ndarray) -> np.ndarray | None:
     >>> value_range(np.array([[3.0, -1.0], [7.0, 2.0]])).tolist()
     [-1.0, 7.0]
     """
-    from tensoralg.runtime.select import VALUE_TYPES, range_kernel
+    function = _RANGE_FUNCTIONS.get(x.dtype)
+    if function is None:
+        from tensoralg.runtime.select import VALUE_TYPES, range_kernel
 
-    value = VALUE_TYPES.get(x.dtype)
-    if value is None or not x.size or not x.flags.c_contiguous:
+        value = VALUE_TYPES.get(x.dtype)
+        if value is None:
+            return None
+        function = _RANGE_FUNCTIONS[x.dtype] = _kernel(
+            ("range", value), lambda: range_kernel(value)).function
+    if not x.size or not x.flags.c_contiguous:
         return None
     out = np.empty(2, x.dtype)
-    kernel = _kernel(("range", value), lambda: range_kernel(value))
-    kernel.function(x.ctypes.data, out.ctypes.data, x.size)
+    function(data_address(x), data_address(out), x.size)
     return out
 
 

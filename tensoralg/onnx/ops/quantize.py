@@ -178,8 +178,8 @@ def dynamic_parameters(node: NodeContext, x: np.ndarray) -> tuple[np.float32, np
         raise ta.InputError(f"{node}: x holds NaN; its range, and so the scale, is undefined")
     scale = np.float32(1.0) if high == low else np.float32(np.float32(high) - np.float32(low)) \
         / np.float32(255)
-    initial = np.float32(0) - np.float32(low) / scale
-    return scale, np.uint8(np.rint(np.clip(initial, 0, 255)))
+    initial = float(np.float32(0) - np.float32(low) / scale)
+    return scale, np.uint8(round(min(max(initial, 0.0), 255.0)))   # half to even, as rint
 
 
 @op("DynamicQuantizeLinear", since=11)

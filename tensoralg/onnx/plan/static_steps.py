@@ -20,6 +20,7 @@ import numpy as np
 import tensoralg as ta
 from tensoralg import program
 from tensoralg.onnx.ops.matmul import use_batched_blas
+from tensoralg.onnx.ops.quantize import dynamic_parameters
 from tensoralg.onnx.passes.bags.recognise import BAG_STATEMENT, LoopBag
 from tensoralg.onnx.passes.bags.sparse_feeds import SparseFeed
 from tensoralg.onnx.passes.fusion import (
@@ -733,6 +734,26 @@ def _bag_parts(ids: Getter, column: tuple[str, tuple[Any, ...]] | None, recorded
                                       (bound, [])]
 
 
+def quantize_parameters_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]
+                             ) -> Spec | None:
+    """A ``DynamicQuantizeParameters`` node (``passes/quantized.py``) writing its scale and
+    zero point straight into their buffers: as a generic step its result went through the
+    generic copy and check, 20 us of a 25 us step for a BERT layer's 32 x 128 values."""
+    node, context = step.node, step.context
+    if len([n for n in node.outputs if n]) != 2 or recorded[node.inputs[0]].dtype != np.float32:
+        return None
+
+    def make(outs: list[np.ndarray], buffers: list[np.ndarray], ins: list[Getter]) -> Run:
+        get, scale_out, zero_out = ins[0], outs[0], outs[1]
+
+        def run(env: Env) -> None:
+            scale, zero = dynamic_parameters(context, contiguous(get(env)))
+            scale_out[...] = scale
+            zero_out[...] = zero
+        return run
+    return Spec(make, [], "dynamic quantization parameters")
+
+
 _BUILDERS: dict[str, Callable[[Step, Env, Mapping[str, np.ndarray]], Spec | None]] = {
     "Fused": _fused, "EmbeddingBag": _bag, "Gather": gather_spec, "Concat": concat_spec,
     "MatMul": matmul_spec, "Transpose": transpose_spec, "Gemm": gemm_spec, "Conv": conv_spec,
@@ -741,6 +762,7 @@ _BUILDERS: dict[str, Callable[[Step, Env, Mapping[str, np.ndarray]], Spec | None
     "GatherND": gather_nd_spec, "LSTM": recurrent_spec, "GRU": recurrent_spec,
     "RNN": recurrent_spec, "Resize": resize_spec,
     "ReduceMax": reduce_extreme_spec, "ReduceMin": reduce_extreme_spec,
+    "DynamicQuantizeParameters": quantize_parameters_spec,
     # mixed-dtype mask ops, and Reshape-like copies to graph outputs (onnx/plan/mask_steps.py)
     **{op: mask_spec for op in {**MASK_OPS, **COPY_OPS}},
 }
