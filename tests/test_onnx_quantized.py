@@ -17,7 +17,7 @@ import pytest
 
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
-from conftest import check_every_level, onnx_model  # noqa: E402
+from conftest import check_every_level, onnx_model, onnxruntime_outputs  # noqa: E402
 from onnx import TensorProto, helper  # noqa: E402
 
 import tensoralg as ta  # noqa: E402
@@ -312,3 +312,26 @@ def test_bad_quantized_models_get_clear_errors():
                         {"s": np.array(1.0, np.float32)}, opset=21)
     with pytest.raises(ta.UnsupportedError):
         tonnx.load(float8, opt_level=0).run({"x": x})
+
+
+def test_pairs_through_movement_ops_and_with_an_infinite_scale_are_rewritten():
+    """onnxruntime's quantizer leaves a Transpose in 8 bits between a QuantizeLinear and its
+    DequantizeLinear (before an attention product), and calibrating over a -inf mask gives
+    an infinite scale: both pairs become float statements and keep onnxruntime's values
+    (NaN where it gives NaN)."""
+    rng = np.random.default_rng(16)
+    x = _values(rng, (2, 3, 4))
+    x[0, 0, 0] = -np.inf
+    constants = {"s": np.array(0.05, np.float32), "z": np.array(3, np.int8),
+                 "inf": np.array(np.inf, np.float32), "z0": np.array(0, np.int8)}
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]),
+             helper.make_node("Transpose", ["q"], ["t"], perm=[0, 2, 1]),
+             helper.make_node("DequantizeLinear", ["t", "s", "z"], ["y"]),
+             helper.make_node("QuantizeLinear", ["x", "inf", "z0"], ["q2"]),
+             helper.make_node("DequantizeLinear", ["q2", "inf", "z0"], ["y2"])]
+    model = onnx_model(nodes, {"x": x}, [("y", F32, [2, 4, 3]), ("y2", F32, [2, 3, 4])],
+                       constants)
+    expected = dict(zip(["y", "y2"], onnxruntime_outputs(model, {"x": x})))
+    assert np.isnan(expected["y2"]).any()
+    compiled = check_every_level(model, {"x": x}, expected, rtol=0.0, atol=0.0)
+    assert "fake quantization: 2 QuantizeLinear" in compiled.stage_text("plan")

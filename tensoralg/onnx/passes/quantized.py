@@ -94,7 +94,9 @@ def _quantizer(graph: Graph, node: Node) -> dict[str, Any] | None:
         return None
     scale, zero, zero_type = found
     out_type = zero_type or np.dtype(np.uint8)
-    if out_type not in RANGES or not np.isfinite(scale) or scale == 0:
+    # (any scale, infinite or 0 included: the statement divides and multiplies by it as the
+    # two ops do; calibration over a -inf attention mask gives an infinite one)
+    if out_type not in RANGES:
         return None
     low, high = RANGES[out_type]
     return {"scale": scale, "zero_point": zero, "low": low, "high": high, "type": out_type}
@@ -127,32 +129,79 @@ def _readers(graph: Graph) -> dict[str, list[Node]]:
     return readers
 
 
+# Ops that move values without looking at them: a quantized tensor may pass through them on
+# its way to its DequantizeLinear (onnxruntime's quantizer leaves Reshape and Transpose in
+# 8 bits between the two, as before an attention product), and they move floats alike.
+MOVES = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Identity"})
+
+
+def _dequantizers(graph: Graph, start: Node, found: dict[str, Any],
+                  readers: dict[str, list[Node]], outputs: set[str]
+                  ) -> tuple[list[Node], list[Node]] | None:
+    """The DequantizeLinears that undo QuantizeLinear ``start`` at the end of every path from
+    it, and the movement nodes on those paths; None where some path meets anything else, a
+    value on the way is a graph output, or a DequantizeLinear has other parameters."""
+    ends: list[Node] = []
+    moves: list[Node] = []
+    frontier = [start.outputs[0]]
+    while frontier:
+        value = frontier.pop()
+        uses = readers.get(value, [])
+        if value in outputs or not uses:
+            return None
+        for use in uses:
+            if use.inputs[0] != value:
+                return None
+            if use.op_type == "DequantizeLinear":
+                if not _same_parameters(graph, use, found):
+                    return None
+                ends.append(use)
+            elif use.op_type in MOVES and len(use.outputs) == 1:
+                moves.append(use)
+                frontier.append(use.outputs[0])
+            else:
+                return None
+    return ends, moves
+
+
 def quantize_dequantize_pairs(graph: Graph) -> Graph:
     """Replace every provable QuantizeLinear -> DequantizeLinear pair (module docstring) by one
-    ``QuantizeDequantize`` node per DequantizeLinear; the QuantizeLinear goes."""
+    ``QuantizeDequantize`` node: in place of each DequantizeLinear when it reads the
+    QuantizeLinear itself (which then goes), or, when the quantized value first passes
+    through movement ops (``MOVES``), in place of the QuantizeLinear, its output now float,
+    and each DequantizeLinear an Identity."""
     readers = _readers(graph)
     outputs = {v.name for v in graph.outputs}
     taken = value_names(graph)
-    replaced: dict[str, Node] = {}          # DequantizeLinear's name -> its replacement
+    identity = lookup("Identity", graph.opset)
+    replaced: dict[str, Node] = {}
     dropped: set[str] = set()               # the QuantizeLinears replaced
     for node in graph.nodes:
         found = _quantizer(graph, node)
-        if found is None or node.outputs[0] in outputs:
+        paths = _dequantizers(graph, node, found, readers, outputs) if found else None
+        if paths is None:
             continue
-        uses = readers.get(node.outputs[0], [])
-        if not uses or not all(_same_parameters(graph, use, found) and
-                               use.inputs[0] == node.outputs[0] for use in uses):
-            continue
+        ends, moves = paths
         attributes = {"low": found["low"], "high": found["high"]}
         parameters = tuple(_float_constant(graph, taken, f"{node.name}/{what}", found[what])
                            for what in ("scale", "zero_point"))
-        for use in uses:
-            replaced[use.name] = Node(use.name, OP_TYPE, (node.inputs[0], *parameters),
-                                      use.outputs, attributes, 1, IMPL)
-        dropped.add(node.name)
+        if not moves:
+            for end in ends:
+                replaced[end.name] = Node(end.name, OP_TYPE, (node.inputs[0], *parameters),
+                                          end.outputs, attributes, 1, IMPL)
+            dropped.add(node.name)
+        elif identity is not None:
+            replaced[node.name] = Node(node.name, OP_TYPE, (node.inputs[0], *parameters),
+                                       node.outputs, attributes, 1, IMPL)
+            for end in ends:
+                replaced[end.name] = Node(end.name, "Identity", end.inputs[:1], end.outputs,
+                                          {}, identity.since, identity)
+        else:
+            continue
     graph.nodes = [replaced.get(node.name, node) for node in graph.nodes
                    if node.name not in dropped]
-    graph.notes.append(f"fake quantization: {len(dropped)} QuantizeLinear -> DequantizeLinear "
+    pairs = sum(1 for node in graph.nodes if node.op_type == OP_TYPE)
+    graph.notes.append(f"fake quantization: {pairs} QuantizeLinear -> DequantizeLinear "
                        f"pair(s) as float statements")
     return graph
 
