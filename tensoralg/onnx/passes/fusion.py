@@ -64,7 +64,8 @@ MAX_GROUP = 16          # nodes per fused statement (compile time grows with the
 # subexpression, so a chain of such nodes doubles the text at each step (GPT-2's GELU in a
 # QDQ model, ten quantize-dequantize pairs deep, made a statement of 2^10 copies: 0.5 ms a
 # call and seconds to compile, 2026-12-07). A producer whose text would be copied more often
-# stays a program of its own, and the group reads its result.
+# stays a program of its own, and the group reads its result. The first copying template
+# on a path is not counted (its copies are the template's own, a GELU's of its bias-add).
 MAX_COPIES = 4
 TRANSPOSE_MIN_ROWS = 8  # sparse weights: batch from which the transposed statement is used
 MULTI_HOT_MAX_DENSITY = 0.25  # a graph-input MatMul operand this sparse goes in CSR
@@ -642,7 +643,10 @@ def fuse(graph: Graph, sparse_heads: dict[str, Any] | None = None) -> Graph:
         members = [root]
         head = None
         frontier = [root]
-        copies = {root.name: 1}         # how many times each member's text is written
+        # how many times each member's text is written, and whether a template that copies
+        # its input lies between it and the root (the first such copy is free: a GELU's
+        # several reads of its bias-add are what its epilogue is)
+        copies = {root.name: (1, False)}
         while frontier and len(members) < MAX_GROUP:
             node = frontier.pop()
             for position, name in enumerate(node.inputs):
@@ -650,11 +654,13 @@ def fuse(graph: Graph, sparse_heads: dict[str, Any] | None = None) -> Graph:
                 if source is None or source.name in assigned or source in members or \
                         not single_use(source):
                     continue
-                written = copies[node.name] * (uses(node)[position]
-                                               if node.op_type in TEMPLATES else 1)
+                written, copied = copies[node.name]
+                reads = uses(node)[position] if node.op_type in TEMPLATES else 1
+                if reads > 1:
+                    written, copied = (written * reads if copied else written), True
                 if written > MAX_COPIES:
                     continue
-                copies[source.name] = written
+                copies[source.name] = (written, copied)
                 condition = node.op_type == "Where" and position == 0
                 if source.op_type in CONDITIONS and not condition or \
                         condition and source.op_type not in CONDITIONS:
