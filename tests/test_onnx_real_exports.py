@@ -12,7 +12,7 @@ import pytest
 
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
-from conftest import onnx_model  # noqa: E402
+from conftest import check_every_level, onnx_model  # noqa: E402
 from onnx import TensorProto, helper  # noqa: E402
 
 import tensoralg as ta  # noqa: E402
@@ -27,20 +27,7 @@ def _model(nodes, feeds, outputs, constants=None, opset=17):
 
 
 def _compare(model, feeds):
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    expected = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
-    for level in LEVELS:
-        compiled = tonnx.load(model, opt_level=level)
-        for run in range(3 if level == 3 else 1):
-            got = compiled.run(feeds)
-            for name, want in expected.items():
-                where = f"{name} at opt level {level}, run {run + 1}"
-                assert got[name].dtype == want.dtype and got[name].shape == want.shape, where
-                if want.dtype.kind == "f":
-                    np.testing.assert_allclose(got[name], want, rtol=RTOL, atol=ATOL,
-                                               err_msg=where)
-                else:
-                    np.testing.assert_array_equal(got[name], want, err_msg=where)
+    check_every_level(model, feeds, rtol=RTOL, atol=ATOL, levels=LEVELS)
 
 
 @pytest.mark.parametrize("axis", [0, 1, -1])
