@@ -335,3 +335,19 @@ def test_pairs_through_movement_ops_and_with_an_infinite_scale_are_rewritten():
     assert np.isnan(expected["y2"]).any()
     compiled = check_every_level(model, {"x": x}, expected, rtol=0.0, atol=0.0)
     assert "fake quantization: 2 QuantizeLinear" in compiled.stage_text("plan")
+
+
+def test_onnxruntime_contrib_quantized_ops_are_refused_with_the_format_to_use():
+    """A QOperator-format model (``com.microsoft`` QLinear* ops) is refused naming the node
+    and saying which quantization format runs."""
+    node = helper.make_node("QLinearGlobalAveragePool", ["x", "s", "z", "s", "z"], ["y"],
+                            domain="com.microsoft", channels_last=0, name="pool")
+    graph = helper.make_graph([node], "contrib",
+                              [helper.make_tensor_value_info("x", U8, [1, 2, 3, 3])],
+                              [helper.make_tensor_value_info("y", U8, [1, 2, 1, 1])],
+                              [onnx.numpy_helper.from_array(np.array(0.1, np.float32), "s"),
+                               onnx.numpy_helper.from_array(np.array(0, np.uint8), "z")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("com.microsoft", 1)])
+    with pytest.raises(ta.UnsupportedError, match=r"node pool \(QLinearGlobalAveragePool.*QDQ"):
+        tonnx.load(model)

@@ -166,7 +166,13 @@ def resolve_node(proto: onnx.NodeProto, name: str, opset: int) -> Node:
     """Our implementation of ``proto``, or UnsupportedError naming op, node and inputs."""
     where = f"node {name} ({proto.op_type}, inputs {list(proto.input)})"
     if proto.domain not in DEFAULT_DOMAINS:
-        raise ta.UnsupportedError(f"{where}: domain {proto.domain!r} is not supported")
+        hint = ""
+        if proto.domain == "com.microsoft" and proto.op_type.startswith("QLinear"):
+            # onnxruntime's quantizer writes these in its QOperator format; its QDQ format
+            # uses standard ops only, which tensoralg runs
+            hint = ("; quantize with onnxruntime.quantization's quant_format=QuantFormat.QDQ "
+                    "(the default of quantize_static) instead of QOperator")
+        raise ta.UnsupportedError(f"{where}: domain {proto.domain!r} is not supported{hint}")
     try:
         version = onnx.defs.get_schema(proto.op_type, opset, proto.domain).since_version
     except onnx.defs.SchemaError:
