@@ -114,7 +114,8 @@ C_KEYWORDS = frozenset(
     auto break case char const continue default do double else enum extern float for goto if
     inline int long register restrict return short signed sizeof static struct switch typedef
     union unsigned void volatile while bool true false main malloc calloc realloc free fmin fmax
-    pow sqrt exp log sin cos tanh fabs abs llabs fmod floor ceil nearbyint round NULL INFINITY NAN int32_t int64_t size_t
+    pow sqrt exp log sin cos tanh fabs abs llabs fmod floor ceil nearbyint round NULL INFINITY NAN
+    int32_t int64_t size_t
 """.split()
 )
 

@@ -103,8 +103,7 @@ COMPLEX_UNARY_OPS = frozenset({"neg"})
 # Unary ops defined on float operands only.
 FLOAT_UNARY_OPS = frozenset({"sqrt", "exp", "log", "sin", "cos", "tanh", "floor", "ceil",
                              "round"})
-UNARY_OPS = frozenset({"neg", "not", "abs", "sqrt", "exp", "log", "sin", "cos", "tanh", "ctz",
-                       "floor", "ceil", "round"})
+UNARY_OPS = frozenset({"neg", "not", "abs", "ctz"}) | FLOAT_UNARY_OPS
 ARITHMETIC_OPS = frozenset({"+", "-", "*", "/", "%", "min", "max", "pow"})
 COMPARISON_OPS = frozenset({"<", "<=", ">", ">=", "==", "!="})
 LOGICAL_OPS = frozenset({"and", "or"})

@@ -63,6 +63,16 @@ class Graph:
     overridable: dict[str, ValueInfo] = field(default_factory=dict)
 
 
+def consumers_of(graph: Graph) -> dict[str, list[Node]]:
+    """The nodes that read each value, in graph order."""
+    found: dict[str, list[Node]] = {}
+    for node in graph.nodes:
+        for name in node.inputs:
+            if name:
+                found.setdefault(name, []).append(node)
+    return found
+
+
 def value_names(graph: Graph) -> set[str]:
     """Every value name ``graph`` uses: constants, inputs, outputs and what its nodes read and
     write (a pass adding values takes fresh names outside it, :func:`fresh_name`)."""

@@ -38,7 +38,7 @@ def _heads(node: NodeContext, x: np.ndarray, heads: int | None, name: str) -> np
     return x.reshape(batch, length, heads, hidden // heads).transpose(0, 2, 1, 3)
 
 
-def _allowed(q_length: int, kv_length: int, offset: np.ndarray | int, left: int, right: int,
+def allowed_keys(q_length: int, kv_length: int, offset: np.ndarray | int, left: int, right: int,
              causal: bool) -> np.ndarray | None:
     """Where a query may attend a key (query ``i`` sits at ``offset + i``): causal keys up to
     it, the window ``[p - left, p + right]``; None when nothing restricts. Shape (q, kv), or
@@ -76,7 +76,7 @@ def _bias(node: NodeContext, mask: np.ndarray | None, q_length: int, kv_length: 
         if pad:
             bias = np.pad(bias, [(0, 0)] * (bias.ndim - 1) + [(0, pad)],
                           constant_values=-np.inf)
-    allowed = _allowed(q_length, kv_length, offset, left, right, causal)
+    allowed = allowed_keys(q_length, kv_length, offset, left, right, causal)
     if allowed is not None:
         limits = np.where(allowed, dtype.type(0), dtype.type(-np.inf))
         bias = limits if bias is None else bias + limits
@@ -125,6 +125,9 @@ def attention(node: NodeContext, q: np.ndarray, k: np.ndarray, v: np.ndarray,
             (nonpad_kv_seqlen is not None and past_key is not None):
         raise ta.ShapeError(f"{node}: past_key and past_value come together, and not with "
                             f"nonpad_kv_seqlen")
+    if qk_matmul_output_mode not in (0, 1, 2, 3):
+        raise ta.UnsupportedError(f"{node}: qk_matmul_output_mode {qk_matmul_output_mode} is "
+                                  f"not one of 0-3")
     three_d = q.ndim == 3
     q4 = _heads(node, q, q_num_heads, "Q")
     k4, v4 = _heads(node, k, kv_num_heads, "K"), _heads(node, v, kv_num_heads, "V")
@@ -166,10 +169,7 @@ def attention(node: NodeContext, q: np.ndarray, k: np.ndarray, v: np.ndarray,
     y = matmul(node, weights, np.ascontiguousarray(v4))
     if three_d:
         y = y.transpose(0, 2, 1, 3).reshape(batch, q_length, -1)
-    chosen = {0: scores, 1: scores, 2: biased, 3: weights}.get(qk_matmul_output_mode)
-    if chosen is None:
-        raise ta.UnsupportedError(f"{node}: qk_matmul_output_mode {qk_matmul_output_mode} is "
-                                  f"not one of 0-3")
+    chosen = {0: scores, 1: scores, 2: biased, 3: weights}[qk_matmul_output_mode]
     return (np.ascontiguousarray(y).astype(q.dtype, copy=False), present_key, present_value,
             np.asarray(chosen).astype(q.dtype, copy=False))
 

@@ -21,6 +21,7 @@ import scipy.sparse as sp
 import tensoralg as ta
 from tensoralg.onnx.ops.constant import numpy_dtype
 from tensoralg.onnx.ops.kernels import NodeContext, compute_dtype, literal
+from tensoralg.onnx.ops.reduce import normalize_axes
 from tensoralg.onnx.ops.registry import op
 
 
@@ -158,11 +159,10 @@ def _rows_over(x: np.ndarray, axes: list[int]) -> tuple[np.ndarray, list[int]]:
     return rows, order
 
 
-def _axes(node: NodeContext, axes: list[int] | None, rank: int, default: list[int]) -> list[int]:
-    chosen = sorted({a % rank for a in (default if axes is None else axes)}) if rank else []
-    if any(not -rank <= a < rank for a in (axes or [])):
-        raise ta.ShapeError(f"{node}: axes {list(axes or [])} are out of range for rank {rank}")
-    return chosen
+def _rows_back(y: np.ndarray, x: np.ndarray, order: list[int]) -> np.ndarray:
+    """The result of :func:`_rows_over`'s rows back in ``x``'s shape, order and dtype."""
+    moved = y.reshape([x.shape[d] for d in order])
+    return np.transpose(moved, np.argsort(order)).astype(x.dtype, copy=False)
 
 
 @op("MeanVarianceNormalization", since=13)
@@ -170,15 +170,14 @@ def mean_variance_normalization(node: NodeContext, x: np.ndarray, *,
                                 axes: list[int] | None = None) -> np.ndarray:
     """``Y = (X - mean) / (sqrt(var) + 1e-9)`` over ``axes`` (default 0, 2, 3), as ONNX's
     function body (the variance taken around the mean)."""
-    chosen = _axes(node, axes, x.ndim, [0, 2, 3])
+    chosen = normalize_axes(node, [0, 2, 3] if axes is None else axes, x.ndim)
     dtype = compute_dtype(x.dtype, needs_float=True)
     rows, order = _rows_over(x, chosen)
     mean, inverse_std = moments(node, rows, 0.0, dtype)
     # moments gives 1 / sqrt(var); MVN divides by sqrt(var) + 1e-9
     y = node.run("Y(i,j) = (X(i,j) - M(i)) / (1 / R(i) + 1e-09)", dtype, X=rows, M=mean,
                  R=inverse_std)
-    moved = y.reshape([x.shape[d] for d in order])
-    return np.transpose(moved, np.argsort(order)).astype(x.dtype, copy=False)
+    return _rows_back(y, x, order)
 
 
 @op("LpNormalization", since=1)
@@ -187,16 +186,13 @@ def lp_normalization(node: NodeContext, x: np.ndarray, *, axis: int = -1, p: int
     """``x / ||x||_p`` along ``axis`` (p 1 or 2); a norm of 0 gives 0, as onnxruntime."""
     if p not in (1, 2):
         raise ta.UnsupportedError(f"{node}: LpNormalization takes p=1 or p=2, not {p}")
-    if not -x.ndim <= axis < max(x.ndim, 1):
-        raise ta.ShapeError(f"{node}: axis {axis} is out of range for rank {x.ndim}")
     dtype = compute_dtype(x.dtype, needs_float=True)
-    rows, order = _rows_over(x, [axis % x.ndim])
+    rows, order = _rows_over(x, normalize_axes(node, [axis], x.ndim))
     norm = "sqrt(sum(j, X(i,j) * X(i,j)))" if p == 2 else "sum(j, abs(X(i,j)))"
     norms = node.run(f"Y(i) = {norm}", dtype, X=rows)
     y = node.run("Y(i,j) = where(ne(N(i), 0), X(i,j) / N(i), 0)", dtype, X=rows,
                  N=norms.reshape(-1))
-    moved = y.reshape([x.shape[d] for d in order])
-    return np.transpose(moved, np.argsort(order)).astype(x.dtype, copy=False)
+    return _rows_back(y, x, order)
 
 
 @op("LRN", since=1)

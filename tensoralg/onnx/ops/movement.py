@@ -230,11 +230,11 @@ def dropout(node: NodeContext, x: np.ndarray, ratio: np.ndarray | None = None,
 def reverse_sequence(node: NodeContext, x: np.ndarray, lengths: np.ndarray, *,
                      batch_axis: int = 1, time_axis: int = 0) -> np.ndarray:
     """Each batch entry's first ``lengths[b]`` steps along ``time_axis`` in reverse order."""
-    if x.ndim < 2 or {batch_axis % max(x.ndim, 1), time_axis % max(x.ndim, 1)} != {0, 1}:
+    batch, time = _axis(node, batch_axis, x.ndim), _axis(node, time_axis, x.ndim)
+    if x.ndim < 2 or {batch, time} != {0, 1}:
         raise ta.ShapeError(f"{node}: batch_axis and time_axis must be 0 and 1 (in either "
                             f"order) of a tensor of rank 2 or more, got {batch_axis}, "
                             f"{time_axis} for {x.shape}")
-    batch, time = _axis(node, batch_axis, x.ndim), _axis(node, time_axis, x.ndim)
     lengths = np.asarray(lengths).reshape(-1)
     if lengths.shape[0] != x.shape[batch] or (lengths < 0).any() or \
             (lengths > x.shape[time]).any():

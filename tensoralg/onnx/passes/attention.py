@@ -24,6 +24,7 @@ import numpy as np
 from onnx import TensorProto
 
 from tensoralg.onnx.frontend.graph import Graph, Node, fresh_name, value_names
+from tensoralg.onnx.ops.attention import allowed_keys
 from tensoralg.onnx.ops.registry import lookup
 
 
@@ -61,8 +62,6 @@ def attention_as_products(graph: Graph) -> Graph:
     taken = value_names(graph)
     ops = {name: lookup(name, graph.opset) for name in
            ("Transpose", "MatMul", "Mul", "Add", "Where", "Softmax", "IsNaN")}
-    if any(impl is None for impl in ops.values()):
-        return graph
     nodes: list[Node] = []
     rewritten = 0
 
@@ -103,8 +102,8 @@ def attention_as_products(graph: Graph) -> Graph:
             scores = emit("Add", (scores, mask), base, "masked_scores")
             biased = True
         if at.get("is_causal", 0):
-            allowed = np.arange(kv_length)[None, :] <= np.arange(q_length)[:, None]
-            causal = np.where(allowed, np.float32(0), np.float32(-np.inf)).astype(np.float32)
+            allowed = allowed_keys(q_length, kv_length, 0, -1, -1, causal=True)
+            causal = np.where(allowed, np.float32(0), np.float32(-np.inf))
             scores = emit("Add", (scores, constant(base, "causal", causal)), base, "causal")
             biased = True
         weights = emit("Softmax", (scores,), base, "weights", axis=-1)

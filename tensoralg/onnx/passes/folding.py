@@ -27,10 +27,16 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
-from tensoralg.onnx.frontend.graph import OWN_ATTRIBUTES, Graph, Node, fresh_name, value_names
+from tensoralg.onnx.frontend.graph import (
+    OWN_ATTRIBUTES,
+    Graph,
+    Node,
+    consumers_of,
+    fresh_name,
+    value_names,
+)
 from tensoralg.onnx.ops.kernels import NodeContext, elementwise
 from tensoralg.onnx.ops.registry import OpImpl, lookup
-from tensoralg.onnx.passes.fusion import consumers_of
 from tensoralg.program import HARD_SWISH, RELU, SIGMOID, SILU, Activation, planar_pays
 
 

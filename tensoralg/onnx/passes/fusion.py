@@ -30,7 +30,7 @@ import numpy as np
 import scipy.sparse as sp
 
 import tensoralg as ta
-from tensoralg.onnx.frontend.graph import Graph, Node
+from tensoralg.onnx.frontend.graph import Graph, Node, consumers_of
 from tensoralg.onnx.ops.elementwise import (
     HARD_SWISH,
     MISH,
@@ -567,15 +567,6 @@ def _product_text(program: Program, values: dict[str, np.ndarray], inline: dict[
 
 
 FUSED = OpImpl("Fused", 1, run_program, None, None)
-
-
-def consumers_of(graph: Graph) -> dict[str, list[Node]]:
-    found: dict[str, list[Node]] = {}
-    for node in graph.nodes:
-        for name in node.inputs:
-            if name:
-                found.setdefault(name, []).append(node)
-    return found
 
 
 def fuse(graph: Graph, sparse_heads: dict[str, Any] | None = None) -> Graph:

@@ -17,9 +17,8 @@ import math
 
 import numpy as np
 
-from tensoralg.onnx.frontend.graph import Graph, Node
+from tensoralg.onnx.frontend.graph import Graph, Node, consumers_of
 from tensoralg.onnx.ops.registry import lookup
-from tensoralg.onnx.passes.fusion import consumers_of
 
 GELU_SINCE = 20     # the opset that made Gelu an ONNX op; the node is internal below it
 _TOLERANCE = 1e-6

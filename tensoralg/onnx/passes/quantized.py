@@ -23,10 +23,10 @@ is one kernel); it is an elementwise node the fusion pass joins to the contracti
 activations around it.
 
 Only pairs it can prove equal are rewritten (``x`` of any float type is quantized in float32,
-as QuantizeLinear here does): scale and zero point constants of
-one value each (per tensor), float32 and 8- or 16-bit integer; every reader of the quantized
-tensor a DequantizeLinear of the same scale and zero point, and the quantized tensor no graph
-output. Per-channel and blocked pairs (on weights, which constant folding has already turned
+as QuantizeLinear here does): scale and zero point constants of one value each (per tensor),
+float32 and 8- or 16-bit integer; every path from the quantized tensor ends, through movement
+ops only (``MOVES``), in a DequantizeLinear of the same scale and zero point, and no value on
+the way is a graph output. Per-channel and blocked pairs (on weights, which constant folding has already turned
 into floats) are left as they are.
 """
 from __future__ import annotations
@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from tensoralg.onnx.frontend.graph import Graph, Node, fresh_name, value_names
+from tensoralg.onnx.frontend.graph import Graph, Node, consumers_of, fresh_name, value_names
 from tensoralg.onnx.ops.kernels import NodeContext, elementwise
 from tensoralg.onnx.ops.quantize import EXACT_FLOAT32, RANGES, dynamic_parameters, saturated
 from tensoralg.onnx.ops.registry import OpImpl, lookup
@@ -87,8 +87,8 @@ def _parameters(graph: Graph, node: Node) -> tuple[float, int, np.dtype | None] 
 
 
 def _quantizer(graph: Graph, node: Node) -> dict[str, Any] | None:
-    """The literal scale, zero point and bounds of a per-tensor float32 QuantizeLinear whose
-    parameters are constants, or None."""
+    """The scale, zero point, bounds and quantized type of a per-tensor float32
+    QuantizeLinear whose parameters are constants, or None."""
     found = _parameters(graph, node) if node.op_type == "QuantizeLinear" else None
     if found is None:
         return None
@@ -117,16 +117,6 @@ def _float_constant(graph: Graph, taken: set[str], name: str, value: float) -> s
     key = fresh_name(name, taken)
     graph.constants[key] = np.array(value, np.float32)
     return key
-
-
-def _readers(graph: Graph) -> dict[str, list[Node]]:
-    """The nodes that read each value."""
-    readers: dict[str, list[Node]] = {}
-    for node in graph.nodes:
-        for name in node.inputs:
-            if name:
-                readers.setdefault(name, []).append(node)
-    return readers
 
 
 # Ops that move values without looking at them: a quantized tensor may pass through them on
@@ -170,7 +160,7 @@ def quantize_dequantize_pairs(graph: Graph) -> Graph:
     QuantizeLinear itself (which then goes), or, when the quantized value first passes
     through movement ops (``MOVES``), in place of the QuantizeLinear, its output now float,
     and each DequantizeLinear an Identity."""
-    readers = _readers(graph)
+    readers = consumers_of(graph)
     outputs = {v.name for v in graph.outputs}
     taken = value_names(graph)
     identity = lookup("Identity", graph.opset)
@@ -190,14 +180,12 @@ def quantize_dequantize_pairs(graph: Graph) -> Graph:
                 replaced[end.name] = Node(end.name, OP_TYPE, (node.inputs[0], *parameters),
                                           end.outputs, attributes, 1, IMPL)
             dropped.add(node.name)
-        elif identity is not None:
+        else:
             replaced[node.name] = Node(node.name, OP_TYPE, (node.inputs[0], *parameters),
                                        node.outputs, attributes, 1, IMPL)
             for end in ends:
                 replaced[end.name] = Node(end.name, "Identity", end.inputs[:1], end.outputs,
                                           {}, identity.since, identity)
-        else:
-            continue
     graph.nodes = [replaced.get(node.name, node) for node in graph.nodes
                    if node.name not in dropped]
     pairs = sum(1 for node in graph.nodes if node.op_type == OP_TYPE)
@@ -276,7 +264,7 @@ def dynamic_quantized_products(graph: Graph) -> Graph:
     whose sums are exact (``_shifted_weight``). The MatMul then takes MatMul's routes (the
     generated GEMM with its weight packed at load, BLAS), and fusion joins the rescaling
     after it; the 8-bit tensor and the int32 one are never made."""
-    readers = _readers(graph)
+    readers = consumers_of(graph)
     outputs = {v.name for v in graph.outputs}
     taken = value_names(graph)
     matmul = lookup("MatMul", 13)
@@ -284,7 +272,7 @@ def dynamic_quantized_products(graph: Graph) -> Graph:
     dropped: set[str] = set()
     rewritten = 0
     for node in graph.nodes:
-        if node.op_type != "DynamicQuantizeLinear" or matmul is None:
+        if node.op_type != "DynamicQuantizeLinear":
             continue
         quantized, scale, zero = node.outputs
         if quantized in outputs or zero in outputs or not quantized:
@@ -336,7 +324,7 @@ def dequantized_gathers(graph: Graph) -> Graph:
     table is dequantized by the same arithmetic (``float32(q - z) * s``, one rounding), so the
     values are the same; the float table then takes the embedding paths (bags, column
     gathers). Per-tensor scales and zero points only; the table grows to float32."""
-    readers = _readers(graph)
+    readers = consumers_of(graph)
     producers = {name: node for node in graph.nodes for name in node.outputs}
     outputs = {v.name for v in graph.outputs}
     taken = value_names(graph)

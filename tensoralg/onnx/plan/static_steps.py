@@ -37,6 +37,7 @@ from tensoralg.onnx.passes.fusion import (
     inline_head,
     statement_dtype,
 )
+from tensoralg.onnx.passes.quantized import PARAMETERS_OP
 from tensoralg.onnx.plan.constant_gathers import gather_nd_spec
 from tensoralg.onnx.plan.executor import Step
 from tensoralg.onnx.plan.loop_bag_steps import loop_bag_spec
@@ -762,7 +763,7 @@ _BUILDERS: dict[str, Callable[[Step, Env, Mapping[str, np.ndarray]], Spec | None
     "GatherND": gather_nd_spec, "LSTM": recurrent_spec, "GRU": recurrent_spec,
     "RNN": recurrent_spec, "Resize": resize_spec,
     "ReduceMax": reduce_extreme_spec, "ReduceMin": reduce_extreme_spec,
-    "DynamicQuantizeParameters": quantize_parameters_spec,
+    PARAMETERS_OP: quantize_parameters_spec,
     # mixed-dtype mask ops, and Reshape-like copies to graph outputs (onnx/plan/mask_steps.py)
     **{op: mask_spec for op in {**MASK_OPS, **COPY_OPS}},
 }

@@ -30,10 +30,10 @@ import numpy as np
 import scipy.sparse as sp
 
 import tensoralg as ta
-from tensoralg.onnx.frontend.graph import Graph, Node
+from tensoralg.onnx.frontend.graph import Graph, Node, consumers_of
 from tensoralg.onnx.ops.kernels import NodeContext, compute_dtype
 from tensoralg.onnx.ops.registry import OpImpl
-from tensoralg.onnx.passes.fusion import consumers_of, run_original
+from tensoralg.onnx.passes.fusion import run_original
 
 BAG_STATEMENT = "Y(i,j) = S(i,k) * T(k,j)"
 
