@@ -164,6 +164,44 @@ def _torchvision_without_ops() -> None:
 
 # --- torchvision -----------------------------------------------------------------------------
 
+def _lively(model: Any, probe: Any) -> Any:
+    """``model`` (eval mode) with outputs on ``probe`` of a spread a float32 check can tell
+    apart: an untrained network's outputs may sit near 0 or far above 1."""
+    torch = _torch()
+    with torch.no_grad():
+        if float(model(probe).std()) < 1e-3:
+            # torchvision's initialisation leaves mobilenet_v2's outputs near 1e-9 (every
+            # BatchNorm the identity, ReLU6 and a 0.01-scale classifier), which any result
+            # within atol would match: BatchNorms get statistics and affine terms as a
+            # trained network has them, and the classifier is scaled to outputs near 1.
+            for module in model.modules():
+                if isinstance(module, torch.nn.BatchNorm2d):
+                    module.running_mean.normal_(0.0, 0.1)
+                    module.running_var.uniform_(0.5, 2.0)
+                    module.weight.uniform_(0.5, 1.5)
+                    module.bias.normal_(0.0, 0.1)
+            last = [m for m in model.modules()
+                    if isinstance(m, (torch.nn.Linear, torch.nn.Conv2d))][-1]
+            if not bool(last.weight.any()):   # some timm heads start at zero
+                last.weight.normal_(0.0, 0.02)
+            scale = 1.0 / max(float(model(probe).std()), 1e-6)
+            last.weight.mul_(scale)
+            if last.bias is not None:
+                last.bias.mul_(scale)
+        elif float(model(probe).std()) > 10.0:
+            # ResNet-50's untrained outputs reach ~110, where float32's own rounding of
+            # 2048-term sums (a unit in the last place is 7.6e-6 at 100) exceeds atol
+            # 1e-5: the classifier is scaled to outputs near 1, so the check stays one of
+            # relative error.
+            last = [m for m in model.modules()
+                    if isinstance(m, (torch.nn.Linear, torch.nn.Conv2d))][-1]
+            scale = 1.0 / float(model(probe).std())
+            last.weight.mul_(scale)
+            if last.bias is not None:
+                last.bias.mul_(scale)
+    return model
+
+
 def _vision(name: str, images: Callable[[int, np.random.Generator], dict[str, np.ndarray]]
             | None = None, family: str = "") -> Callable[[], Any]:
     """A torchvision model by ``name`` (from ``torchvision.models``, or its ``family``
@@ -179,37 +217,33 @@ def _vision(name: str, images: Callable[[int, np.random.Generator], dict[str, np
             model = _first_output(model)
         model = model.eval()
         probe = torch.from_numpy((images or _images)(2, np.random.default_rng(SEED))["x"])
-        with torch.no_grad():
-            if float(model(probe).std()) < 1e-3:
-                # torchvision's initialisation leaves mobilenet_v2's outputs near 1e-9 (every
-                # BatchNorm the identity, ReLU6 and a 0.01-scale classifier), which any result
-                # within atol would match: BatchNorms get statistics and affine terms as a
-                # trained network has them, and the classifier is scaled to outputs near 1.
-                for module in model.modules():
-                    if isinstance(module, torch.nn.BatchNorm2d):
-                        module.running_mean.normal_(0.0, 0.1)
-                        module.running_var.uniform_(0.5, 2.0)
-                        module.weight.uniform_(0.5, 1.5)
-                        module.bias.normal_(0.0, 0.1)
-                last = [m for m in model.modules()
-                        if isinstance(m, (torch.nn.Linear, torch.nn.Conv2d))][-1]
-                scale = 1.0 / max(float(model(probe).std()), 1e-6)
-                last.weight.mul_(scale)
-                if last.bias is not None:
-                    last.bias.mul_(scale)
-            elif float(model(probe).std()) > 10.0:
-                # ResNet-50's untrained outputs reach ~110, where float32's own rounding of
-                # 2048-term sums (a unit in the last place is 7.6e-6 at 100) exceeds atol
-                # 1e-5: the classifier is scaled to outputs near 1, so the check stays one of
-                # relative error.
-                last = [m for m in model.modules()
-                        if isinstance(m, (torch.nn.Linear, torch.nn.Conv2d))][-1]
-                scale = 1.0 / float(model(probe).std())
-                last.weight.mul_(scale)
-                if last.bias is not None:
-                    last.bias.mul_(scale)
-        return model
+        return _lively(model, probe)
     return build
+
+
+def _timm(name: str) -> Callable[[], Any]:
+    """A timm image model by ``name`` (``timm.create_model``), random weights, fed
+    :func:`_timm_images` at the model's own input size."""
+    def build():
+        timm = _require("timm", "pip install timm")
+        model = timm.create_model(name, pretrained=False).eval()
+        probe = _torch().from_numpy(_timm_images(name)(2, np.random.default_rng(SEED))["x"])
+        return _lively(model, probe)
+    return build
+
+
+# timm models whose pretrained configuration asks for another input size than 224 x 224
+TIMM_SIZES = {"nf_resnet50": 256, "edgenext_xx_small": 256, "mobilevitv2_050": 256,
+              "fastvit_t8": 256, "cspdarknet53": 256, "crossvit_tiny_240": 240}
+
+
+def _timm_images(name: str) -> Callable[[int, np.random.Generator], dict[str, np.ndarray]]:
+    """Images at the size timm's model ``name`` is configured for (TIMM_SIZES, else 224)."""
+    size = TIMM_SIZES.get(name, 224)
+
+    def images(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+        return {"x": rng.standard_normal((n, 3, size, size)).astype(np.float32)}
+    return images
 
 
 def _detection(name: str) -> Callable[[], Any]:
@@ -1079,6 +1113,20 @@ HELD_OUT = [
       for kind in ("ssdlite320_mobilenet_v3_large", "ssd300_vgg16",
                    "fasterrcnn_mobilenet_v3_large_320_fpn", "retinanet_resnet50_fpn",
                    "fcos_resnet50_fpn", "maskrcnn_resnet50_fpn", "keypointrcnn_resnet50_fpn")],
+    # a tenth group (2026-12-07): timm's image models, which no earlier group drew on (ghost
+    # modules, multi-resolution fusion, split attention, scaled weight standardisation,
+    # pooling mixers, cross-covariance and class attention, re-parameterised blocks, linear
+    # attention, 2-D LSTMs, focal modulation, gated and depthwise MLPs, Mish)
+    *[Spec(f"timm_{kind}", "timm", 8, _timm(kind), _timm_images(kind), held_out=True)
+      for kind in ("ghostnet_100", "hrnet_w18_small", "dla34", "res2net50_14w_8s",
+                   "nf_resnet50", "resnest14d", "levit_128s", "poolformer_s12",
+                   "efficientformer_l1", "xcit_nano_12_p16_224", "pit_ti_224", "cait_xxs24_224",
+                   "deit_tiny_distilled_patch16_224", "edgenext_xx_small", "mobilevitv2_050",
+                   "fastvit_t8", "efficientvit_b0", "lcnet_050", "rexnet_100", "tresnet_m",
+                   "skresnet18", "sequencer2d_s", "focalnet_tiny_srf", "davit_tiny",
+                   "hgnetv2_b0", "starnet_s1", "mambaout_femto", "cspdarknet53",
+                   "coat_lite_tiny", "twins_svt_small", "crossvit_tiny_240",
+                   "tnt_s_patch16_224", "mvitv2_tiny", "convmixer_768_32", "gmlp_ti16_224")],
     # and nn.EmbeddingBag's other modes: max bags, and padding ids (dynamo only: the
     # TorchScript exporter refuses padding_idx), on ragged bags with empty ones
     *[Spec(name, "torch", 256, _bag_variant(mode, padding), _ragged_bag_feeds(padding),

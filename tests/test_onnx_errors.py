@@ -55,17 +55,6 @@ def test_unsupported_op_is_refused_at_load_naming_node_and_inputs():
         tonnx.load(model)
 
 
-def test_training_mode_batchnorm_is_refused_at_load():
-    x = helper.make_tensor_value_info("x", F32, [2, 3])
-    params = [numpy_helper.from_array(np.ones(3, np.float32), n) for n in "sbmv"]
-    node = helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"],
-                            training_mode=1, name="bn")
-    model = _model([node], [x], [helper.make_tensor_value_info("y", F32, [2, 3])], params,
-                   check=False)
-    with pytest.raises(ta.UnsupportedError, match="node bn.*training_mode"):
-        tonnx.load(model)
-
-
 def test_old_opset_and_bad_opt_level():
     with pytest.raises(ta.UnsupportedError, match="opset 9"):
         tonnx.load(_model([helper.make_node("Relu", ["x"], ["y"])],

@@ -42,7 +42,6 @@ SKIPS = {
     "test_identity_sequence": "sequence values are not supported",
     "test_identity_opt": "optional values are not supported",
     # Training-mode semantics: the importer is for inference (UnsupportedError at load/run).
-    "test_batchnorm_*_training_mode": "BatchNormalization training_mode=1",
     "test_training_dropout*": "Dropout with training_mode=True",
     # Added with Conv/pooling/normalisation/Einsum/Expand/GatherND (tests/test_onnx_ops_extra.py).
     "test_*bfloat16*": "bfloat16 is not supported",

@@ -7,7 +7,7 @@ changed in some opset is registered once per version; :func:`lookup` picks the n
 registration not newer than the version the model's opset selects.
 
 ``check=`` names an optional function ``(attributes) -> str | None`` run at load time; a string
-says why this node is unsupported (for example a training-mode BatchNormalization).
+says why this node is unsupported (for example a Cast to an element type NumPy lacks).
 """
 from __future__ import annotations
 
