@@ -5,7 +5,8 @@ then folding again, where a Shape node is left: :func:`refold_shapes`), dead nod
 BatchNormalization folding, skip-connection Adds joined to the pointwise Conv before them and the other BatchNormalizations as a multiply-add
 (:mod:`folding`), Attention nodes as their products and softmax (:mod:`attention`), 1-D and
 3-D convolutions as 2-D ones (:mod:`conv_ranks`), Einsums that are matrix products as MatMuls and a constant's products with
-batches of columns as row products (:mod:`einsum_products`), Pow by 2 or 3 as multiplications (:mod:`small_powers`), MatMul
+batches of columns as row products (:mod:`einsum_products`), Pow by 2 or 3 as multiplications (:mod:`small_powers`), ScatterNDs that assign a slice as strided
+copies (:mod:`scatters`), MatMul
 re-association (:mod:`fusion`), embedding
 bags (:mod:`bags`), GELU written with Erf as one Gelu node (:mod:`gelu`), QuantizeLinear ->
 DequantizeLinear pairs as one float node (:mod:`quantized`) and fusion of elementwise chains and contraction epilogues (:mod:`fusion`).
@@ -49,6 +50,7 @@ from tensoralg.onnx.passes.quantized import (
     dynamic_quantized_products,
     quantize_dequantize_pairs,
 )
+from tensoralg.onnx.passes.scatters import box_scatters
 from tensoralg.onnx.passes.small_powers import small_powers_as_products
 from tensoralg.onnx.passes.sparse_weights import find_sparse_weights
 from tensoralg.onnx.plan.executor import call_node
@@ -242,6 +244,7 @@ def pipeline(opt_level: int, model: onnx.ModelProto, kernels: KernelSet,
             ("einsum products", einsums_as_matmuls),
             ("column products", column_products_as_row_products),
             ("small powers", small_powers_as_products),
+            ("box scatters", box_scatters),
             ("matmul re-association", reassociate_matmuls),
             ("quantized tables", dequantized_gathers),
             ("embedding bags", recognise_bags),
