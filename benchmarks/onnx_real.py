@@ -363,9 +363,15 @@ def _transformer(kind: str) -> Callable[[], Any]:
         else:
             inner = _more_transformers(tf)[kind]()
         decoder = kind in ("llama", "gpt_neox", "bloom", "opt", "qwen2", "mistral", "phi",
-                           "gpt_neo", "falcon", "gemma", "mixtral", "mamba")
+                           "gpt_neo", "falcon", "gemma", "mixtral", "mamba", *ELEVENTH_DECODERS)
         return _encoder(inner, **({"use_cache": False} if decoder else {}))
     return build
+
+
+ELEVENTH_DECODERS = ("gemma2", "gptj", "codegen", "gpt_bigcode", "stablelm", "olmo", "cohere",
+                     "phi3", "qwen3", "rwkv", "xglm", "biogpt", "granite", "starcoder2")
+ELEVENTH_TRANSFORMERS = ("longformer", *ELEVENTH_DECODERS[:10], "rembert", *ELEVENTH_DECODERS[10:],
+                         "modernbert", "ernie", "data2vec_text", "xmod")
 
 
 def _more_transformers(tf: Any) -> dict[str, Callable[[], Any]]:
@@ -434,6 +440,53 @@ def _more_transformers(tf: Any) -> dict[str, Callable[[], Any]]:
             vocab_size=VOCAB, hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
             intermediate_size=256, max_position_embeddings=130,
             position_embedding_type="rotary", pad_token_id=1)),
+        # the eleventh group (2026-12-07): sliding-window attention (Longformer, Gemma-2 with
+        # soft-capped scores, ModernBERT's alternating local layers), interleaved and partial
+        # rotary positions (GPT-J, CodeGen, StableLM), multi-query attention (GPT-BigCode),
+        # query/key norms (Qwen3), parameter-free and bias-free layer norms (OLMo, Cohere),
+        # scaled residuals (Granite), a linear recurrence instead of attention (RWKV),
+        # language adapters (X-MOD), decoupled embeddings (RemBERT), sinusoidal positions
+        # (XGLM), and Phi-3, Starcoder2, BioGPT, ERNIE, Data2Vec as exported
+        "longformer": lambda: tf.LongformerModel(tf.LongformerConfig(attention_window=8,
+                                                                     **small)),
+        "gemma2": lambda: tf.Gemma2Model(tf.Gemma2Config(num_key_value_heads=1, head_dim=64,
+                                                         sliding_window=16, **small)),
+        "gptj": lambda: tf.GPTJModel(tf.GPTJConfig(vocab_size=VOCAB, n_embd=128, n_layer=2,
+                                                   n_head=2, rotary_dim=32, n_positions=128)),
+        "codegen": lambda: tf.CodeGenModel(tf.CodeGenConfig(
+            vocab_size=VOCAB, n_embd=128, n_layer=2, n_head=2, rotary_dim=32, n_positions=128,
+            n_ctx=128)),
+        "gpt_bigcode": lambda: tf.GPTBigCodeModel(tf.GPTBigCodeConfig(
+            vocab_size=VOCAB, n_embd=128, n_layer=2, n_head=2, n_positions=128,
+            multi_query=True)),
+        "stablelm": lambda: tf.StableLmModel(tf.StableLmConfig(
+            num_key_value_heads=1, partial_rotary_factor=0.25, **small)),
+        "olmo": lambda: tf.OlmoModel(tf.OlmoConfig(num_key_value_heads=1, **small)),
+        "cohere": lambda: tf.CohereModel(tf.CohereConfig(num_key_value_heads=1, **small)),
+        "phi3": lambda: tf.Phi3Model(tf.Phi3Config(num_key_value_heads=1, pad_token_id=0,
+                                                   **small)),
+        "qwen3": lambda: tf.Qwen3Model(tf.Qwen3Config(num_key_value_heads=1, head_dim=64,
+                                                      **small)),
+        "rwkv": lambda: tf.RwkvModel(tf.RwkvConfig(
+            vocab_size=VOCAB, hidden_size=128, num_hidden_layers=2, attention_hidden_size=128,
+            intermediate_size=256, context_length=128)),
+        "rembert": lambda: tf.RemBertModel(tf.RemBertConfig(
+            input_embedding_size=64, output_embedding_size=64, **small)),
+        "xglm": lambda: tf.XGLMModel(tf.XGLMConfig(
+            vocab_size=VOCAB, d_model=128, num_layers=2, attention_heads=2, ffn_dim=256,
+            max_position_embeddings=128)),
+        "biogpt": lambda: tf.BioGptModel(tf.BioGptConfig(**small)),
+        "granite": lambda: tf.GraniteModel(tf.GraniteConfig(num_key_value_heads=1, **small)),
+        "starcoder2": lambda: tf.Starcoder2Model(tf.Starcoder2Config(num_key_value_heads=1,
+                                                                     **small)),
+        "modernbert": lambda: tf.ModernBertModel(tf.ModernBertConfig(
+            vocab_size=VOCAB, hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
+            intermediate_size=256, max_position_embeddings=128, local_attention=16,
+            pad_token_id=0, bos_token_id=1, eos_token_id=2, cls_token_id=1, sep_token_id=2)),
+        "ernie": lambda: tf.ErnieModel(tf.ErnieConfig(**small)),
+        "data2vec_text": lambda: tf.Data2VecTextModel(tf.Data2VecTextConfig(**small)),
+        "xmod": lambda: tf.XmodModel(tf.XmodConfig(languages=["en_XX"],
+                                                   default_language="en_XX", **small)),
     }
 
 
@@ -1127,6 +1180,9 @@ HELD_OUT = [
                    "hgnetv2_b0", "starnet_s1", "mambaout_femto", "cspdarknet53",
                    "coat_lite_tiny", "twins_svt_small", "crossvit_tiny_240",
                    "tnt_s_patch16_224", "mvitv2_tiny", "convmixer_768_32", "gmlp_ti16_224")],
+    # an eleventh group (2026-12-07): twenty more transformers families (_more_transformers)
+    *[Spec(kind, "transformers", 8, _transformer(kind), _tokens, held_out=True)
+      for kind in ELEVENTH_TRANSFORMERS],
     # and nn.EmbeddingBag's other modes: max bags, and padding ids (dynamo only: the
     # TorchScript exporter refuses padding_idx), on ragged bags with empty ones
     *[Spec(name, "torch", 256, _bag_variant(mode, padding), _ragged_bag_feeds(padding),
