@@ -1454,9 +1454,9 @@ def measure(spec: Spec, exporter: str, batch: int, budget: float, timed: bool,
         calls["LN"] = (lambda: many.run(feeds), all_cores)
     calls["ort0"] = (lambda: reference[0].run(None, feeds), 1)
     # A new kernel's first calls run a quick build while the optimised one is made on a
-    # background thread (codegen/tiered.py): timing before those builds land measured some
-    # quick code, and the builds' thread competed with every configuration timed meanwhile
-    # (timm's HRNet-W18-small: 43.5 ms that way, 21 ms once they are in).
+    # background thread (codegen/tiered.py): timing before those builds land would measure
+    # some quick code, and the builds' thread would compete with every configuration timed
+    # meanwhile (the steady state a user's repeated calls reach is what is timed).
     row["optimised_builds"] = tiered.finish(timeout=OPTIMISED_BUILDS_TIMEOUT)
     samples: dict[str, list[float]] = {key: [] for key in calls}
     for _ in range(ROUNDS):
