@@ -51,6 +51,7 @@ def test_box_scatter_matches_onnxruntime(shape, ranges, dtype):
     model, feeds = _model(shape, _grid(*ranges), dtype)
     compiled = check_every_level(model, feeds)
     assert [n.op_type for n in compiled.graph.nodes].count(BOX_OP) == 1
+    assert "idx" not in compiled.graph.constants     # the indices are dropped with the node
 
 
 def test_other_indices_stay_scatter_nd():
