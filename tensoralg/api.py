@@ -171,7 +171,8 @@ from tensoralg.runtime.movement import (
     gather_call,
     ids_call,
     im2row_call,
-    value_range,  # noqa: F401  (the program API's, through tensoralg.program)
+    quantize_parameters_call,  # noqa: F401  (the program API's, through tensoralg.program)
+    value_range,  # noqa: F401
 )
 from tensoralg.runtime.native_split import NativeSplit
 from tensoralg.runtime.nonzeros import NonzeroLister

@@ -351,3 +351,50 @@ def test_onnxruntime_contrib_quantized_ops_are_refused_with_the_format_to_use():
                                                     helper.make_opsetid("com.microsoft", 1)])
     with pytest.raises(ta.UnsupportedError, match=r"node pool \(QLinearGlobalAveragePool.*QDQ"):
         tonnx.load(model)
+
+
+@pytest.mark.parametrize("case", ["normal", "positive", "negative", "zeros", "one", "tiny",
+                                  "infinite", "huge range", "halves"])
+def test_compiled_quantization_parameters_match_the_python_ones(case):
+    """``program.quantize_parameters_call`` (the plan's compiled step) gives the scale and zero
+    point of ``dynamic_parameters`` bit for bit, at the edges too: a range that holds only 0,
+    a range below float32's smallest step (0 / 0), infinities, a range past float32's
+    largest value, zero points exactly half-way."""
+    from tensoralg import program
+    from tensoralg.onnx.ops.kernels import NodeContext
+    from tensoralg.onnx.ops.quantize import dynamic_parameters
+
+    rng = np.random.default_rng(5)
+    x = {"normal": rng.standard_normal(1000), "positive": rng.random(77) + 1,
+         "negative": -rng.random(33) - 2, "zeros": np.zeros(10), "one": np.array([-3.5]),
+         "tiny": np.array([0.0, 1e-45]), "infinite": np.array([-np.inf, 1.0]),
+         "huge range": np.array([-3e38, 3e38]),
+         "halves": np.array([-0.5, 255 * 0.5 - 0.5])}[case].astype(np.float32)
+    scale, zero = np.empty((), np.float32), np.empty((), np.float32)
+    with np.errstate(all="ignore"):
+        want = dynamic_parameters(NodeContext("q", "DynamicQuantizeLinear", ["x"], [], 11, None),
+                                  x)
+    program.quantize_parameters_call(x, scale, zero, "q")()
+    assert scale.tobytes() == np.float32(want[0]).tobytes(), (case, scale, want)
+    assert float(zero) == float(want[1]), (case, zero, want)
+
+
+def test_dynamically_quantized_product_in_the_plan_refuses_nan(tmp_path):
+    """The level-3 plan runs DynamicQuantizeParameters as one compiled call of its sequence;
+    a NaN fed after the plan is built is still an InputError naming the node."""
+    quantization = pytest.importorskip("onnxruntime.quantization")
+    source, target = tmp_path / "mlp.onnx", tmp_path / "mlp.quant.onnx"
+    onnx.save(_mlp(np.random.default_rng(12)), source)
+    quantization.quantize_dynamic(str(source), str(target),
+                                  weight_type=quantization.QuantType.QInt8)
+    compiled = tonnx.load(onnx.load(target), opt_level=3)
+    x = np.random.default_rng(13).standard_normal((5, 32)).astype(np.float32)
+    for _ in range(3):
+        compiled.run({"x": x})
+    # both DynamicQuantizeParameters steps are calls of the one compiled sequence
+    assert "6 kernel calls in 1 compiled sequence" in compiled.stage_text("plan")
+    bad = x.copy()
+    bad[2, 7] = np.nan
+    with pytest.raises(ta.InputError, match="QuantizeLinear.*NaN"):
+        compiled.run({"x": bad})
+    np.testing.assert_array_equal(compiled.run({"x": x})["y"], compiled.run({"x": x})["y"])

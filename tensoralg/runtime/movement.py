@@ -22,7 +22,7 @@ import numpy as np
 
 from tensoralg.codegen.build import CompiledKernel, build
 from tensoralg.codegen.sequence import NativeCall, Slot
-from tensoralg.errors import ShapeError
+from tensoralg.errors import InputError, ShapeError, TensorAlgebraError
 from tensoralg.ir import build as b
 from tensoralg.ir.nodes import BOOL, F32, F64, I32, I64, Function, Ptr, Scalar
 from tensoralg.runtime.args import data_address
@@ -261,10 +261,12 @@ class MovementCall:
     def __init__(self, kernel: CompiledKernel, args: list, inputs: dict[str, int],
                  keep: list[np.ndarray], what: str, flag: np.ndarray | None = None,
                  offsets: dict[str, int] | None = None,
-                 problem: str = "id(s) outside the table") -> None:
+                 problem: str = "id(s) outside the table",
+                 error: type[TensorAlgebraError] = ShapeError) -> None:
         self.kernel, self.args, self.inputs, self.what = kernel, args, inputs, what
         self.keep, self.flag = keep, flag      # keeps the arrays behind the addresses alive
         self.problem = problem                 # what a nonzero flag counts
+        self.error = error                     # raised for it
         self.offsets = offsets or {}           # bytes past an input's start that it reads
         self.rebound: dict[str, np.ndarray] = {}
 
@@ -284,7 +286,7 @@ class MovementCall:
     def __call__(self) -> None:
         self.kernel.function(*self.args)
         if self.flag is not None and self.flag[0]:
-            raise ShapeError(f"{self.what}: {int(self.flag[0])} {self.problem}")
+            raise self.error(f"{self.what}: {int(self.flag[0])} {self.problem}")
 
 
 def _value_type(dtype: np.dtype) -> Scalar | None:
@@ -562,6 +564,32 @@ def extreme_call(x: np.ndarray, first: int, last: int, largest: bool, out: np.nd
     kernel = _kernel(("extreme", value, largest), lambda: extreme_kernel(value, largest))
     return MovementCall(kernel, [x.ctypes.data, out.ctypes.data, outer, n, inner], {"x": 0},
                         [x, out], what)
+
+
+def quantize_parameters_call(x: np.ndarray, scale: np.ndarray, zero: np.ndarray, what: str
+                             ) -> MovementCall | None:
+    """DynamicQuantizeLinear's scale and zero point of the C-contiguous float32 ``x`` into the
+    float32 scalars ``scale`` and ``zero``, as one compiled call
+    (``runtime/select.quantize_parameters_kernel``); ``InputError`` when ``x`` holds NaN;
+    None for other dtypes, layouts or an empty ``x``. Input: ``x``.
+
+    >>> s, z = np.empty((), np.float32), np.empty((), np.float32)
+    >>> quantize_parameters_call(np.array([-1.0, 3.0], np.float32), s, z, "q")()
+    >>> round(float(s), 6), float(z)
+    (0.015686, 64.0)
+    """
+    from tensoralg.runtime.select import quantize_parameters_kernel
+
+    if x.dtype != np.float32 or not x.size or not x.flags.c_contiguous or \
+            scale.dtype != np.float32 or zero.dtype != np.float32 or scale.size != 1 or \
+            zero.size != 1:
+        return None
+    kernel = _kernel(("quantize parameters",), quantize_parameters_kernel)
+    flag = np.zeros(1, np.int64)
+    return MovementCall(kernel, [x.ctypes.data, scale.ctypes.data, zero.ctypes.data, x.size,
+                                 flag.ctypes.data], {"x": 0}, [x, scale, zero, flag], what,
+                        flag, problem="input holding NaN: its range, and so the scale, is "
+                                      "undefined", error=InputError)
 
 
 # dtype -> the compiled ``value_range`` function (the call is most of a small tensor's cost:

@@ -173,6 +173,46 @@ def range_kernel(value: Scalar) -> Function:
     return b.function(f"ta_value_range_{value.value}", params, *body)
 
 
+def quantize_parameters_kernel() -> Function:
+    """The IR of ``quantize_parameters(x, scale*, zero*, n, nan*)``: DynamicQuantizeLinear's
+    uint8 scale and zero point of the ``n >= 1`` float32 values ``x[0..n)``, as
+    ``onnx/ops/quantize.dynamic_parameters`` computes them (the range widened to hold 0,
+    ``scale = (max - min) / 255`` or 1 when the range is empty, ``zero = round(clamp(0 -
+    min / scale, 0, 255))`` half to even, all in float32), the zero point as a float32;
+    ``nan[0]`` is 1 (and nothing written) when a value is NaN, else 0. One pass over ``x``
+    and a few scalar operations: a plan's compiled sequence runs it as one call."""
+    x, scale, zero = Var("x", Ptr(F32)), Var("scale", Ptr(F32)), Var("zero", Ptr(F32))
+    nan, n, j = Var("nan", Ptr(I64)), Var("n", I64), Var("j", I64)
+    low, high, v = Var("low", F32), Var("high", F32), Var("v", F32)
+    step, initial = Var("step", F32), Var("initial", F32)
+    nothing = b.const(0.0, F32)
+    body = [
+        b.declare(low, b.load(x, 0)),
+        b.declare(high, b.load(x, 0)),
+        b.for_(j, 1, n,
+               b.declare(v, b.load(x, j)),
+               b.assign(low, b.minimum(low, v)),
+               b.assign(high, b.maximum(high, v))),
+        b.assign(low, b.minimum(low, nothing)),
+        b.assign(high, b.maximum(high, nothing)),
+        b.if_(b.lor(b.ne(low, low), b.ne(high, high)),
+              b.store(nan, 0, b.i64(1)),
+              [b.declare(step, b.select(b.eq(high, low), b.const(1.0, F32),
+                                        b.div(b.sub(high, low), b.const(255.0, F32)))),
+               b.declare(initial, b.sub(nothing, b.div(low, step))),
+               # a NaN start (a range below float32's smallest step) counts as zero, as in
+               # dynamic_parameters
+               b.assign(initial, b.select(b.ne(initial, initial), nothing, initial)),
+               b.store(scale, 0, step),
+               b.store(zero, 0, b.unary("round", b.minimum(b.maximum(initial, nothing),
+                                                           b.const(255.0, F32)))),
+               b.store(nan, 0, b.i64(0))]),
+    ]
+    params = [b.param(x, "x"), b.param(scale, "scale", True), b.param(zero, "zero", True),
+              b.param(n, "n"), b.param(nan, "nan", True)]
+    return b.function("ta_quantize_parameters", params, *body)
+
+
 def bag_max_kernel(value: Scalar) -> Function:
     """The IR of ``bag_max(table, crd, pos, vals, empty, out*, bags, dim)``: for every bag
     ``b < bags``, ``out[b, :]`` = the elementwise largest of the table rows ``crd[p]`` for

@@ -178,7 +178,10 @@ def dynamic_parameters(node: NodeContext, x: np.ndarray) -> tuple[np.float32, np
         raise ta.InputError(f"{node}: x holds NaN; its range, and so the scale, is undefined")
     scale = np.float32(1.0) if high == low else np.float32(np.float32(high) - np.float32(low)) \
         / np.float32(255)
-    initial = float(np.float32(0) - np.float32(low) / scale)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        initial = float(np.float32(0) - np.float32(low) / scale)
+    if math.isnan(initial):     # a range below float32's smallest step: 0 / 0
+        initial = 0.0
     return scale, np.uint8(round(min(max(initial, 0.0), 255.0)))   # half to even, as rint
 
 
