@@ -1,4 +1,5 @@
-"""ScatterND, ScatterElements and OneHot: values written at positions read from a tensor.
+"""ScatterND, ScatterElements, OneHot and Col2Im: values written at positions read from a tensor
+(Col2Im: at the positions of sliding blocks).
 
 NumPy steps (data movement, like GatherND in ``indexing.py``). Every index is checked against
 its axis before anything is written: an index outside the data is a ``ShapeError`` naming the
@@ -8,6 +9,8 @@ does (ONNX leaves which undefined); the reductions ``add``, ``mul``, ``max`` and
 combine every one of them (unbuffered ``ufunc.at``).
 """
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -121,3 +124,50 @@ def one_hot(node: NodeContext, indices: np.ndarray, depth: np.ndarray, values: n
 
 
 __all__ = ["scatter_nd", "scatter_elements", "one_hot"]
+
+
+@op("Col2Im", since=18)
+def col2im(node: NodeContext, x: np.ndarray, image_shape: np.ndarray, block_shape: np.ndarray,
+           *, dilations: list[int] | None = None, pads: list[int] | None = None,
+           strides: list[int] | None = None) -> np.ndarray:
+    """The inverse of im2col (PyTorch's ``nn.Fold``): ``x`` of shape ``(N, C * prod(block),
+    L)`` holds one column per sliding block of the padded image; each column's values are
+    added back at the positions its block covers, and the padding is cut off, giving
+    ``(N, C, *image_shape)``. Overlapping blocks sum, in block order (one strided NumPy add
+    per position within a block: as many adds as the block has positions, each over every
+    block at once)."""
+    image = [int(v) for v in np.asarray(image_shape).reshape(-1)]
+    block = [int(v) for v in np.asarray(block_shape).reshape(-1)]
+    rank = len(image)
+    dilations = list(dilations or [1] * rank)
+    strides = list(strides or [1] * rank)
+    pads = list(pads or [0] * (2 * rank))
+    if len(block) != rank or len(dilations) != rank or len(strides) != rank or \
+            len(pads) != 2 * rank or rank == 0 or x.ndim != 3:
+        raise ta.ShapeError(f"{node}: input {x.shape} must be (N, C * prod(block), L); "
+                            f"image_shape {image}, block_shape {block}, dilations "
+                            f"{dilations}, strides {strides} and pads {pads} must agree in "
+                            f"rank")
+    if min(block + dilations + strides) < 1 or min(image) < 0 or min(pads) < 0:
+        raise ta.ShapeError(f"{node}: block_shape {block}, dilations {dilations} and strides "
+                            f"{strides} must be positive, image_shape {image} and pads {pads} "
+                            f"not negative")
+    padded = [size + pads[d] + pads[d + rank] for d, size in enumerate(image)]
+    reach = [dilations[d] * (block[d] - 1) + 1 for d in range(rank)]
+    counts = [(padded[d] - reach[d]) // strides[d] + 1 if padded[d] >= reach[d] else 0
+              for d in range(rank)]
+    per_block = math.prod(block)
+    if x.shape[1] % per_block or x.shape[2] != math.prod(counts):
+        raise ta.ShapeError(f"{node}: input {x.shape} does not hold C * {per_block} rows and "
+                            f"{math.prod(counts)} blocks ({' x '.join(map(str, counts))}) "
+                            f"of the padded image {padded}")
+    n, channels = x.shape[0], x.shape[1] // per_block
+    columns = x.reshape(n, channels, *block, *counts)
+    out = np.zeros((n, channels, *padded), dtype=x.dtype)
+    node.note(f"numpy strided adds ({per_block} block positions)")
+    for offset in np.ndindex(*block):
+        target = tuple(slice(o * dilations[d], o * dilations[d] + strides[d] * (counts[d] - 1) + 1,
+                             strides[d]) for d, o in enumerate(offset))
+        out[(slice(None), slice(None), *target)] += columns[(slice(None), slice(None), *offset)]
+    return np.ascontiguousarray(out[(slice(None), slice(None),
+                                     *(slice(pads[d], pads[d] + image[d]) for d in range(rank)))])
