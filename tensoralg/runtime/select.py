@@ -150,6 +150,19 @@ def extreme_kernel(value: Scalar, largest: bool) -> Function:
     return b.function(f"ta_row_{kind}_{value.value}", params, *body)
 
 
+def _extremes(x: Var, n: Var, low: Var, high: Var) -> list:
+    """Statements declaring ``low`` and ``high`` as the smallest and the largest of the
+    ``n >= 1`` values ``x[0..n)``, in one pass (the IR's ``min``/``max``: NaN in both where
+    one is among the values)."""
+    j, v = Var("j", I64), Var("v", low.dtype)
+    return [b.declare(low, b.load(x, 0)),
+            b.declare(high, b.load(x, 0)),
+            b.for_(j, 1, n,
+                   b.declare(v, b.load(x, j)),
+                   b.assign(low, b.minimum(low, v)),
+                   b.assign(high, b.maximum(high, v)))]
+
+
 def range_kernel(value: Scalar) -> Function:
     """The IR of ``value_range(x, out*, n)``: the smallest and the largest of the ``n >= 1``
     values ``x[0..n)`` into ``out[0]`` and ``out[1]``, in one pass (the IR's ``min``/``max``:
@@ -157,15 +170,9 @@ def range_kernel(value: Scalar) -> Function:
     DynamicQuantizeLinear takes them, for the cost of one read (two ``extreme_kernel`` passes
     read it twice)."""
     x, out, n = Var("x", Ptr(value)), Var("out", Ptr(value)), Var("n", I64)
-    j = Var("j", I64)
-    low, high, v = Var("low", value), Var("high", value), Var("v", value)
+    low, high = Var("low", value), Var("high", value)
     body = [
-        b.declare(low, b.load(x, 0)),
-        b.declare(high, b.load(x, 0)),
-        b.for_(j, 1, n,
-               b.declare(v, b.load(x, j)),
-               b.assign(low, b.minimum(low, v)),
-               b.assign(high, b.maximum(high, v))),
+        *_extremes(x, n, low, high),
         b.store(out, 0, low),
         b.store(out, 1, high),
     ]
@@ -182,17 +189,12 @@ def quantize_parameters_kernel() -> Function:
     ``nan[0]`` is 1 (and nothing written) when a value is NaN, else 0. One pass over ``x``
     and a few scalar operations: a plan's compiled sequence runs it as one call."""
     x, scale, zero = Var("x", Ptr(F32)), Var("scale", Ptr(F32)), Var("zero", Ptr(F32))
-    nan, n, j = Var("nan", Ptr(I64)), Var("n", I64), Var("j", I64)
-    low, high, v = Var("low", F32), Var("high", F32), Var("v", F32)
+    nan, n = Var("nan", Ptr(I64)), Var("n", I64)
+    low, high = Var("low", F32), Var("high", F32)
     step, initial = Var("step", F32), Var("initial", F32)
     nothing = b.const(0.0, F32)
     body = [
-        b.declare(low, b.load(x, 0)),
-        b.declare(high, b.load(x, 0)),
-        b.for_(j, 1, n,
-               b.declare(v, b.load(x, j)),
-               b.assign(low, b.minimum(low, v)),
-               b.assign(high, b.maximum(high, v))),
+        *_extremes(x, n, low, high),
         b.assign(low, b.minimum(low, nothing)),
         b.assign(high, b.maximum(high, nothing)),
         b.if_(b.lor(b.ne(low, low), b.ne(high, high)),
