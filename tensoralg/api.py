@@ -183,6 +183,7 @@ from tensoralg.runtime.planar import (
     pointwise_conv,
 )
 from tensoralg.runtime.pool import native_pool_supported
+from tensoralg.runtime.qgemm import QuantizedLayer, int8_gemm_supported
 from tensoralg.runtime.reach import ReachCounter
 from tensoralg.runtime.replay import (
     ARG_BEGIN,
@@ -4075,6 +4076,24 @@ def dense_layer(weight: np.ndarray, bias: np.ndarray | None = None, relu: bool =
     return DenseLayer(weight, bias, relu, cache=cache.disk, threads=cache.threads)
 
 
+def quantized_layer(weight: np.ndarray) -> QuantizedLayer:
+    """``float32((saturate(round(x / s) + z) - z) @ weight)`` for a constant int8 ``weight``
+    on the generated int8 GEMM (``runtime/qgemm.py``; AVX-512 VNNI hosts only, see
+    :func:`int8_gemm_supported`): onnxruntime's dynamically quantized product, exact. Large
+    products split over the kernel threads.
+
+    >>> if int8_gemm_supported():
+    ...     layer = quantized_layer(np.eye(2, dtype=np.int8))
+    ...     s, z = np.array(0.5, np.float32), np.array(3.0, np.float32)
+    ...     print(layer(np.array([[1.0, -1.0]], np.float32), s, z).tolist())
+    ... else:
+    ...     print([[2.0, -2.0]])
+    [[2.0, -2.0]]
+    """
+    cache = kernel_cache()
+    return QuantizedLayer(weight, cache=cache.disk, threads=cache.threads)
+
+
 def conv_layer(weight: np.ndarray, bias: np.ndarray | None, strides: tuple[int, int],
                pads_begin: tuple[int, int], pads_end: tuple[int, int], relu: bool = False
                ) -> ConvLayer:
@@ -4410,7 +4429,7 @@ def get_num_threads() -> int:
 
 
 __all__ = ["einsum", "compile", "Kernel", "KernelKey", "CompileOptions", "kernel_cache",
-           "RowCompressor", "DenseLayer", "dense_layer", "ConvLayer", "conv_layer", "WinogradConv", "winograd_conv", "winograd_host", "winograd_pays", "GroupedConv", "grouped_conv",
+           "RowCompressor", "DenseLayer", "dense_layer", "QuantizedLayer", "quantized_layer", "int8_gemm_supported", "ConvLayer", "conv_layer", "WinogradConv", "winograd_conv", "winograd_host", "winograd_pays", "GroupedConv", "grouped_conv",
            "DirectConv", "direct_conv",
            "CallSequence", "NativeGroup", "Slot", "canonical_csr", "data_address", "block_copy_call", "broadcast_call", "copy_call", "gather_call",
            "gram_call", "ids_call", "im2row_call", "cumsum_call", "extreme_call", "pointwise_conv", "planar_pays", "patch_conv_of",

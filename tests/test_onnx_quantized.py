@@ -216,11 +216,20 @@ class _Reader:
         return next(self.batches, None)
 
 
+@pytest.mark.parametrize("int8", [True, False], ids=["int8 GEMM", "float route"])
 @pytest.mark.parametrize("weight_type", ["QInt8", "QUInt8"])
 @pytest.mark.parametrize("inner", [64, 1100])
-def test_dynamically_quantized_mlp(tmp_path, weight_type, inner):
-    """``quantize_dynamic``: DynamicQuantizeLinear + MatMulInteger + Cast, rewritten into exact
-    float products (float64 weights where a product's sums pass 2^24: 1100 terms)."""
+def test_dynamically_quantized_mlp(tmp_path, weight_type, inner, int8, monkeypatch):
+    """``quantize_dynamic``: DynamicQuantizeLinear + MatMulInteger + Cast, rewritten into the
+    int8 GEMM where the host has VNNI and the weight fits int8 (symmetric int8 weights), else
+    into exact float products (float64 weights where a product's sums pass 2^24: 1100
+    terms); both give onnxruntime's results."""
+    from tensoralg import program
+
+    if not int8:
+        monkeypatch.setattr(program, "int8_gemm_supported", lambda cache=None: False)
+    elif not program.int8_gemm_supported():
+        pytest.skip("this host has no AVX-512 VNNI: the int8 GEMM cannot run")
     quantization = pytest.importorskip("onnxruntime.quantization")
     source, target = tmp_path / "mlp.onnx", tmp_path / "mlp.quant.onnx"
     onnx.save(_mlp(np.random.default_rng(10), inner), source)
@@ -231,8 +240,91 @@ def test_dynamically_quantized_mlp(tmp_path, weight_type, inner):
     x = np.random.default_rng(11).standard_normal((37, 32)).astype(np.float32)
     compiled = _same_as_onnxruntime(model, {"x": x}, atol=1e-5)
     text = compiled.stage_text("plan")
-    assert "dynamic quantization: 2 MatMulInteger(s) as exact float products" in text
+    on_int8 = 2 if int8 and weight_type == "QInt8" else 0
+    assert f"dynamic quantization: 2 integer product(s), {on_int8} on the int8 GEMM" in text
+    assert ("generated int8 GEMM" in text) == bool(on_int8)
     assert "MatMulInteger" not in text.split("output y")[0].split("constant(s)")[1]
+
+
+def _int8_gemm_or_skip():
+    from tensoralg import program
+
+    if not program.int8_gemm_supported():
+        pytest.skip("this host has no AVX-512 VNNI: the int8 GEMM cannot run")
+
+
+def test_dynamically_quantized_cnn(tmp_path):
+    """``quantize_dynamic`` on a CNN: DynamicQuantizeLinear + ConvInteger + Cast, each
+    convolution the float patch matrix, the int8 GEMM and a transpose to NCHW, in one
+    compiled sequence; onnxruntime's results."""
+    _int8_gemm_or_skip()
+    quantization = pytest.importorskip("onnxruntime.quantization")
+    source, target = tmp_path / "cnn.onnx", tmp_path / "cnn.quant.onnx"
+    onnx.save(_cnn(np.random.default_rng(20)), source)
+    quantization.quantize_dynamic(str(source), str(target),
+                                  weight_type=quantization.QuantType.QInt8)
+    model = onnx.load(target)
+    assert "ConvInteger" in {n.op_type for n in model.graph.node}
+    x = np.random.default_rng(21).standard_normal((3, 3, 16, 16)).astype(np.float32)
+    compiled = _same_as_onnxruntime(model, {"x": x}, atol=1e-5)
+    text = compiled.stage_text("plan")
+    assert "dynamic quantization: 2 integer product(s), 2 on the int8 GEMM" in text
+    assert "DynamicQuantizedConv" in text and "generated int8 GEMM" in text
+    assert "2 generated GEMM" in text and "in 1 compiled sequence" in text
+
+
+@pytest.mark.parametrize("case", ["strided", "dilated", "same", "per channel", "empty batch",
+                                  "uint8 weight"])
+def test_conv_integer_on_the_int8_gemm(case):
+    """A ConvInteger read by a Cast, with strides and asymmetric pads, dilation, auto_pad,
+    a per-output-channel weight zero point, a batch of 0 and a uint8 weight whose shifted
+    values fit int8: equal to onnxruntime. A uint8 weight whose values do not fit keeps the
+    node as it is."""
+    _int8_gemm_or_skip()
+    rng = np.random.default_rng(22)
+    weight_type, low, high = {"uint8 weight": (np.uint8, 100, 156),
+                              "per channel": (np.int8, -120, 121)}.get(case, (np.int8, -128, 128))
+    w = rng.integers(low, high, (5, 4, 3, 3)).astype(weight_type)
+    wz = np.array(128 if case == "uint8 weight" else 0, weight_type)
+    attributes = {"strided": {"strides": [2, 1], "pads": [1, 0, 2, 1]},
+                  "dilated": {"dilations": [2, 2], "pads": [2, 2, 2, 2]},
+                  "same": {"auto_pad": "SAME_UPPER", "strides": [2, 2]},
+                  "per channel": {"pads": [1, 1, 1, 1]}, "empty batch": {},
+                  "uint8 weight": {"pads": [0, 1, 0, 1]}}[case]
+    if case == "per channel":
+        wz = rng.integers(-3, 4, 5).astype(np.int8)
+    nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["q", "s", "z"]),
+             helper.make_node("ConvInteger", ["q", "w", "z", "wz"], ["acc"], **attributes),
+             helper.make_node("Cast", ["acc"], ["f"], to=F32),
+             helper.make_node("Mul", ["f", "s"], ["y"])]
+    x = _values(rng, (0 if case == "empty batch" else 2, 4, 11, 9))
+    model = onnx_model(nodes, {"x": x}, [("y", F32, ["N", 5, "H", "W"])], {"w": w, "wz": wz})
+    if case != "per channel":
+        compiled = _same_as_onnxruntime(model, {"x": x})
+    else:
+        # onnxruntime's ConvInteger takes per-tensor zero points only: the oracle is level 0,
+        # where ConvInteger is an exact float convolution of the shifted operands
+        want = tonnx.load(model, opt_level=0).run({"x": x})["y"]
+        compiled = tonnx.load(model, opt_level=3)
+        for _ in range(3):
+            np.testing.assert_array_equal(compiled.run({"x": x})["y"], want)
+    assert "1 on the int8 GEMM" in compiled.stage_text("plan")
+
+
+def test_conv_integer_the_int8_gemm_cannot_take_keeps_its_node():
+    """A uint8 weight shifted past int8's range, and a grouped ConvInteger, run as before
+    (exact float convolutions), with onnxruntime's results."""
+    _int8_gemm_or_skip()
+    rng = np.random.default_rng(23)
+    w = rng.integers(0, 256, (4, 2, 3, 3)).astype(np.uint8)
+    nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["q", "s", "z"]),
+             helper.make_node("ConvInteger", ["q", "w", "z", "wz"], ["acc"], group=2),
+             helper.make_node("Cast", ["acc"], ["y"], to=F32)]
+    x = _values(rng, (1, 4, 6, 6))
+    model = onnx_model(nodes, {"x": x}, [("y", F32, [1, 4, 4, 4])],
+                       {"w": w, "wz": np.array(3, np.uint8)})
+    compiled = _same_as_onnxruntime(model, {"x": x})
+    assert "dynamic quantization: 0 integer product(s)" in compiled.stage_text("plan")
 
 
 @pytest.mark.parametrize("per_channel", [False, True])

@@ -92,6 +92,9 @@ class KernelSet:
         self.device = device
         self.on_compile = on_compile
         self.kernels: dict[tuple[str, str, str, str], ta.Kernel] = {}
+        # Prebuilt objects of the model's nodes that outlive a run (an int8 layer's packed
+        # weight), by node name.
+        self.layers: dict[str, Any] = {}
 
     @property
     def backend(self) -> str:

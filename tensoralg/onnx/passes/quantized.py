@@ -31,14 +31,18 @@ into floats) are left as they are.
 """
 from __future__ import annotations
 
-from typing import Any
+import math
+from typing import Any, Sequence
 
 import numpy as np
 
+from tensoralg import program
+from tensoralg.errors import ShapeError
 from tensoralg.onnx.frontend.graph import Graph, Node, consumers_of, fresh_name, value_names
 from tensoralg.onnx.ops.kernels import NodeContext, elementwise
 from tensoralg.onnx.ops.quantize import EXACT_FLOAT32, RANGES, dynamic_parameters, saturated
 from tensoralg.onnx.ops.registry import OpImpl, lookup
+from tensoralg.onnx.ops.windows import windows
 
 OP_TYPE = "QuantizeDequantize"
 
@@ -224,8 +228,75 @@ def quantize_shift(node: NodeContext, x: np.ndarray, scale: np.ndarray, zero: np
                        dtype=np.dtype(np.float32), out_dtype=np.float32)
 
 
+INT8_OP = "DynamicQuantizedMatMul"
+
+
+def dynamic_quantized_matmul(node: NodeContext, x: np.ndarray, scale: np.ndarray,
+                             zero: np.ndarray, weight: np.ndarray) -> np.ndarray:
+    """The op function of a ``DynamicQuantizedMatMul`` node: ``x`` (float32, ``(..., K)``)
+    quantized with ``scale`` and ``zero`` and multiplied by the constant int8 ``weight``
+    (K x N) on the int8 GEMM (``program.quantized_layer``), the int32 sums as float32."""
+    x = np.asarray(x)
+    k, n = weight.shape
+    if x.dtype != np.float32 or x.ndim < 1 or x.shape[-1] != k:
+        raise ShapeError(f"{node}: the input must be float32 with a last axis of {k} (the "
+                         f"weight's rows), got {x.dtype} {x.shape}")
+    layer = node.kernels.layers.get(node.name)
+    if layer is None or (layer.k, layer.n) != (k, n):
+        layer = node.kernels.layers[node.name] = program.quantized_layer(weight)
+    rows = np.ascontiguousarray(x.reshape(-1, k))
+    node.note(layer.describe(rows.shape[0]))
+    out = layer(rows, np.ascontiguousarray(scale, np.float32).reshape(()),
+                np.ascontiguousarray(zero, np.float32).reshape(()))
+    return out.reshape(*x.shape[:-1], n)
+
+
+CONV_INT8_OP = "DynamicQuantizedConv"
+CONV_ATTRIBUTES = frozenset({"auto_pad", "dilations", "kernel_shape", "pads", "strides"})
+
+
+def conv_geometry(node: Any, x_shape: tuple[int, ...], kernel: Sequence[int],
+                  attributes: dict[str, Any]) -> Any:
+    """The window geometry (``ops/windows.windows``) of a ``DynamicQuantizedConv`` on an
+    input of ``x_shape`` (N, C, H, W)."""
+    return windows(node, x_shape[2:], kernel, strides=attributes.get("strides"),
+                   dilations=attributes.get("dilations"), pads=attributes.get("pads"),
+                   auto_pad=attributes.get("auto_pad", "NOTSET"))
+
+
+def dynamic_quantized_conv(node: NodeContext, x: np.ndarray, scale: np.ndarray,
+                           zero: np.ndarray, weight: np.ndarray, **attributes: Any
+                           ) -> np.ndarray:
+    """The op function of a ``DynamicQuantizedConv`` node: the 2-D convolution (group 1) of
+    ``x`` (float32 NCHW) quantized with ``scale`` and ``zero`` by the constant int8 weight,
+    given as the GEMM's ``(C * KH * KW) x M`` matrix, the int32 sums as float32 NCHW. The
+    float patch matrix of ``x`` (``program.im2row_call``, padding 0.0, which quantizes to the
+    zero point, as ConvInteger pads) is the int8 GEMM's input."""
+    x = np.asarray(x)
+    kernel = tuple(attributes["kernel_shape"])
+    k, m = weight.shape
+    if x.dtype != np.float32 or x.ndim != 4 or x.shape[1] * math.prod(kernel) != k:
+        raise ShapeError(f"{node}: the input must be float32 (N, C, H, W) with C * "
+                         f"{' * '.join(map(str, kernel))} = {k}, got {x.dtype} {x.shape}")
+    geometry = conv_geometry(node, x.shape, kernel, attributes)
+    n, (oh, ow) = x.shape[0], geometry.out
+    product = np.zeros((n * oh * ow, m), np.float32)
+    if product.size and k:
+        patches = np.empty((n * oh * ow, k), np.float32)
+        im2row = program.im2row_call(np.ascontiguousarray(x), kernel, geometry.strides,
+                                     geometry.dilations, geometry.pads_begin, (oh, ow), patches,
+                                     str(node))
+        assert im2row is not None      # float32, 4-D, C-contiguous, not empty
+        im2row()
+        product = dynamic_quantized_matmul(node, patches, scale, zero, weight)
+    return np.ascontiguousarray(product.reshape(n, oh * ow, m).transpose(0, 2, 1)).reshape(
+        n, m, oh, ow)
+
+
 PARAMETERS_IMPL = OpImpl(PARAMETERS_OP, 1, dynamic_quantize_parameters, None, frozenset())
 SHIFT_IMPL = OpImpl(SHIFT_OP, 1, quantize_shift, None, frozenset({"low", "high"}))
+INT8_IMPL = OpImpl(INT8_OP, 1, dynamic_quantized_matmul, None, frozenset())
+CONV_INT8_IMPL = OpImpl(CONV_INT8_OP, 1, dynamic_quantized_conv, None, CONV_ATTRIBUTES)
 # The largest |quantized - zero point| of a uint8 DynamicQuantizeLinear: every partial sum of
 # a product of K terms is at most K * UINT8_SPAN * max|B - b_zero_point|.
 UINT8_SPAN = 255
@@ -251,6 +322,40 @@ def _shifted_weight(graph: Graph, product: Node) -> np.ndarray | None:
     return shifted.astype(np.float32 if bound < EXACT_FLOAT32 else np.float64)
 
 
+def _int8_weight(graph: Graph, product: Node) -> np.ndarray | None:
+    """``B - b_zero_point`` of a MatMulInteger with a constant 2-D ``B`` and zero point as
+    int8, where every value fits (a symmetric int8 weight, onnxruntime's default, always
+    does): the int8 GEMM's operand; None otherwise, or where the int32 sum could wrap."""
+    shifted = _shifted_weight(graph, product)
+    if shifted is None or shifted.size and (shifted.min() < -128 or shifted.max() > 127):
+        return None
+    return np.ascontiguousarray(shifted, np.int8)
+
+
+def _int8_conv_weight(graph: Graph, product: Node) -> np.ndarray | None:
+    """``W - w_zero_point`` of a 2-D ConvInteger (group 1) with a constant int8/uint8 ``W``
+    (M, C, KH, KW) and a constant per-tensor or per-output-channel zero point, as the int8
+    GEMM's ``(C * KH * KW) x M`` matrix, where every value fits int8 and no sum can wrap;
+    None otherwise."""
+    weight = graph.constants.get(product.inputs[1])
+    attributes = product.attributes
+    if weight is None or weight.ndim != 4 or weight.dtype not in (np.int8, np.uint8) or \
+            attributes.get("group", 1) != 1 or \
+            tuple(attributes.get("kernel_shape") or weight.shape[2:]) != weight.shape[2:]:
+        return None
+    zero_name = product.inputs[3] if len(product.inputs) > 3 else ""
+    zero = graph.constants.get(zero_name) if zero_name else np.zeros((), weight.dtype)
+    if zero is None or zero.dtype != weight.dtype or \
+            not (zero.size == 1 or zero.shape == (weight.shape[0],)):
+        return None
+    shifted = weight.astype(np.int64) - zero.astype(np.int64).reshape(-1, 1, 1, 1)
+    terms = math.prod(weight.shape[1:])
+    if shifted.size and (shifted.min() < -128 or shifted.max() > 127 or
+                         terms * UINT8_SPAN * int(np.abs(shifted).max()) >= 2 ** 31):
+        return None
+    return np.ascontiguousarray(shifted.reshape(weight.shape[0], terms).T, np.int8)
+
+
 def dynamic_quantized_products(graph: Graph) -> Graph:
     """onnxruntime's ``quantize_dynamic`` pattern as float products that give its int32 sums
     exactly. Where a DynamicQuantizeLinear's quantized ``x`` and zero point are read only by
@@ -258,19 +363,23 @@ def dynamic_quantized_products(graph: Graph) -> Graph:
 
         DynamicQuantizeLinear(x) -> q, s, z;  MatMulInteger(q, B, z, b_z) -> Cast(float) -> y
 
-    becomes ``DynamicQuantizeParameters(x) -> s, z'`` (z' the zero point as a float),
-    ``QuantizeShift(x, s, z') -> a`` (``q - z`` as exact float integers) and a float
-    ``MatMul(a, B - b_z) -> y``, the shifted weight a constant made here in the float type
-    whose sums are exact (``_shifted_weight``). The MatMul then takes MatMul's routes (the
-    generated GEMM with its weight packed at load, BLAS), and fusion joins the rescaling
-    after it; the 8-bit tensor and the int32 one are never made."""
+    becomes ``DynamicQuantizeParameters(x) -> s, z'`` (z' the zero point as a float) and,
+    on a host with AVX-512 VNNI (``program.int8_gemm_supported``) and a weight whose shifted
+    values fit int8 (``_int8_weight``), ``DynamicQuantizedMatMul(x, s, z', B - b_z) -> y``:
+    the int8 GEMM, which quantizes ``x`` itself and gives the int32 sums as float32
+    (``codegen/qgemm.py``). Elsewhere, ``QuantizeShift(x, s, z') -> a`` (``q - z`` as
+    exact float integers) and a float ``MatMul(a, B - b_z) -> y``, the shifted weight a
+    constant made here in the float type whose sums are exact (``_shifted_weight``), which
+    takes MatMul's routes (the generated GEMM with its weight packed at load, BLAS). Fusion
+    joins the rescaling after either; the 8-bit tensor and the int32 one are never made."""
     readers = consumers_of(graph)
     outputs = {v.name for v in graph.outputs}
     taken = value_names(graph)
     matmul = lookup("MatMul", 13)
+    int8 = program.int8_gemm_supported()
     replaced: dict[str, list[Node]] = {}     # node name -> the nodes in its place
     dropped: set[str] = set()
-    rewritten = 0
+    rewritten, on_int8 = 0, 0
     for node in graph.nodes:
         if node.op_type != "DynamicQuantizeLinear":
             continue
@@ -280,37 +389,63 @@ def dynamic_quantized_products(graph: Graph) -> Graph:
         products = readers.get(quantized, [])
         plans = []
         for product in products:
-            weight = _shifted_weight(graph, product) if product.op_type == "MatMulInteger" \
-                else None
+            # A MatMulInteger has the exact float route where the int8 GEMM cannot take it; a
+            # ConvInteger is rewritten only onto the int8 GEMM.
+            weight = narrow = None
+            if product.op_type == "MatMulInteger":
+                weight = _shifted_weight(graph, product)
+                narrow = _int8_weight(graph, product) if int8 else None
+            elif product.op_type == "ConvInteger" and int8:
+                narrow = _int8_conv_weight(graph, product)
             casts = readers.get(product.outputs[0], [])
-            if weight is None or product.inputs[0] != quantized or \
+            if (weight is None and narrow is None) or product.inputs[0] != quantized or \
                     (product.inputs[2] if len(product.inputs) > 2 else "") != zero or \
                     product.outputs[0] in outputs or len(casts) != 1 or \
                     casts[0].op_type != "Cast" or casts[0].attributes.get("to") != 1:
                 break
-            plans.append((product, casts[0], weight))
+            plans.append((product, casts[0], weight, narrow))
         if len(plans) != len(products) or not plans or \
-                any(reader.op_type != "MatMulInteger" for reader in readers.get(zero, [])):
+                any(reader not in products for reader in readers.get(zero, [])):
             continue
         zero_float = fresh_name(f"{zero}/float", taken) if zero else fresh_name(
             f"{node.name}/zero", taken)
         shifted = fresh_name(f"{quantized}/shifted", taken)
         replaced[node.name] = [
             Node(node.name, PARAMETERS_OP, node.inputs[:1], (scale, zero_float), {}, 1,
-                 PARAMETERS_IMPL),
-            Node(f"{node.name}/shift", SHIFT_OP, (node.inputs[0], scale, zero_float),
-                 (shifted,), {"low": 0, "high": 255}, 1, SHIFT_IMPL)]
-        for product, cast, weight in plans:
-            name = fresh_name(f"{product.inputs[1]}/shifted", taken)
-            graph.constants[name] = weight
-            replaced[product.name] = [Node(product.name, "MatMul", (shifted, name),
-                                           cast.outputs, {}, 13, matmul)]
+                 PARAMETERS_IMPL)]
+        shift_needed = False
+        for product, cast, weight, narrow in plans:
+            if narrow is not None:
+                name = fresh_name(f"{product.inputs[1]}/int8", taken)
+                graph.constants[name] = narrow
+                inputs = (node.inputs[0], scale, zero_float, name)
+                if product.op_type == "ConvInteger":
+                    attributes = {key: value for key, value in product.attributes.items()
+                                  if key in CONV_ATTRIBUTES}
+                    attributes["kernel_shape"] = list(
+                        graph.constants[product.inputs[1]].shape[2:])
+                    new = Node(product.name, CONV_INT8_OP, inputs, cast.outputs, attributes,
+                               1, CONV_INT8_IMPL)
+                else:
+                    new = Node(product.name, INT8_OP, inputs, cast.outputs, {}, 1, INT8_IMPL)
+                replaced[product.name] = [new]
+                on_int8 += 1
+            else:
+                name = fresh_name(f"{product.inputs[1]}/shifted", taken)
+                graph.constants[name] = weight
+                replaced[product.name] = [Node(product.name, "MatMul", (shifted, name),
+                                               cast.outputs, {}, 13, matmul)]
+                shift_needed = True
             dropped.add(cast.name)
             rewritten += 1
+        if shift_needed:
+            replaced[node.name].append(
+                Node(f"{node.name}/shift", SHIFT_OP, (node.inputs[0], scale, zero_float),
+                     (shifted,), {"low": 0, "high": 255}, 1, SHIFT_IMPL))
     graph.nodes = [new for node in graph.nodes if node.name not in dropped
                    for new in replaced.get(node.name, [node])]
-    graph.notes.append(f"dynamic quantization: {rewritten} MatMulInteger(s) as exact float "
-                       f"products")
+    graph.notes.append(f"dynamic quantization: {rewritten} integer product(s), {on_int8} on "
+                       f"the int8 GEMM, {rewritten - on_int8} as exact float products")
     return graph
 
 

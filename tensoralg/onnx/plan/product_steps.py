@@ -22,6 +22,7 @@ from tensoralg import program
 from tensoralg.onnx.ops.matmul import use_blas
 from tensoralg.onnx.ops.windows import windows
 from tensoralg.onnx.passes.fusion import FLOATS, clamp_text, fused, fused_activation, gelu_text
+from tensoralg.onnx.passes.quantized import conv_geometry
 from tensoralg.onnx.plan.executor import Step
 from tensoralg.onnx.plan.step_base import (
     Env,
@@ -218,6 +219,85 @@ def matmul_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray],
         return lambda env: np.matmul(a_of(env), b_of(env), out=buf)
 
     return Spec(make, [], "BLAS")
+
+
+def quantized_matmul_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]
+                          ) -> Spec | None:
+    """A ``DynamicQuantizedMatMul`` (``passes/quantized.py``) as one prebound int8 GEMM call
+    reading its input and the quantization scale and zero point from their buffers, so that
+    it joins the plan's compiled sequence."""
+    node = step.node
+    x = recorded[node.inputs[0]]
+    weight = constants.get(node.inputs[3])
+    if weight is None or x.dtype != np.float32 or not x.size:
+        return None
+    rows = (math.prod(x.shape[:-1]), x.shape[-1])
+    layer = program.quantized_layer(weight)
+
+    def make(outs: list[np.ndarray], buffers: list[np.ndarray], ins: list[Getter]) -> Run:
+        scalars = [placeholder(get, (), np.dtype(np.float32)).reshape(()) for get in ins[1:3]]
+        bound = layer.bind(placeholder(ins[0], x.shape, x.dtype).reshape(rows), *scalars,
+                           outs[0].reshape(rows[0], layer.n))
+        operands = [("x", ins[0], rows), ("scale", ins[1], ()), ("zero", ins[2], ())]
+        dynamic = [(name, get, shape) for name, get, shape in operands if get.fixed is None]
+
+        def run(env: Env) -> None:
+            for name, get, shape in dynamic:
+                bound.rebind(name, contiguous(get(env)).reshape(shape))
+            bound()
+        return made_of(run, [(bound, operands)])
+
+    spec = Spec(make, [], "generated GEMM")
+    spec.plan = layer.describe(rows[0])
+    return spec
+
+
+def quantized_conv_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]
+                        ) -> Spec | None:
+    """A ``DynamicQuantizedConv`` (``passes/quantized.py``) as three prebound calls of the
+    plan's compiled sequence: the float patch matrix of its input (``program.im2row_call``),
+    the int8 GEMM on it and the transpose of the channels-last product into the NCHW
+    output (``program.transpose_call``)."""
+    node = step.node
+    x, out = recorded[node.inputs[0]], recorded[node.outputs[0]]
+    weight = constants.get(node.inputs[3])
+    if weight is None or x.dtype != np.float32 or x.ndim != 4 or not out.size or \
+            not weight.shape[0]:
+        return None
+    geometry = conv_geometry(step.context, x.shape, node.attributes["kernel_shape"],
+                             node.attributes)
+    n, m, (oh, ow), k = x.shape[0], weight.shape[1], geometry.out, weight.shape[0]
+    rows = n * oh * ow
+    layer = program.quantized_layer(weight)
+
+    def make(outs: list[np.ndarray], buffers: list[np.ndarray], ins: list[Getter]) -> Run:
+        patches, product = buffers
+        im2row = program.im2row_call(placeholder(ins[0], x.shape, x.dtype), geometry.kernel,
+                                     geometry.strides, geometry.dilations, geometry.pads_begin,
+                                     (oh, ow), patches, str(step.context))
+        assert im2row is not None        # float32, 4-D, not empty: checked above
+        scalars = [placeholder(get, (), np.dtype(np.float32)).reshape(()) for get in ins[1:3]]
+        bound = layer.bind(patches, *scalars, product)
+        transpose = program.transpose_call(product.reshape(n, oh * ow, m),
+                                           outs[0].reshape(n, m, oh * ow))
+        parts = [(im2row, [("x", ins[0], None)]),
+                 (bound, [("scale", ins[1], ()), ("zero", ins[2], ())]), (transpose, [])]
+        dynamic = [(call, name, get, shape) for call, operands in parts
+                   for name, get, shape in operands if get.fixed is None]
+
+        def run(env: Env) -> None:
+            for call, name, get, shape in dynamic:
+                value = contiguous(get(env))
+                call.rebind(name, value if shape is None else value.reshape(shape))
+            im2row()
+            bound()
+            transpose()
+        return made_of(run, parts)
+
+    spec = Spec(make, [((rows, k), np.dtype(np.float32)), ((rows, m), np.dtype(np.float32))],
+                "generated GEMM")
+    spec.plan = f"float patch rows, then {layer.describe(rows)}, then NCHW transpose"
+    return spec
 
 
 LEFT_WEIGHT = "Y(i,x,y) = sum(z, A(x,z) * B(i,z,y))"     # A constant, B a batch of matrices

@@ -36,7 +36,7 @@ from tensoralg.onnx.passes.fusion import (
     inline_head,
     statement_dtype,
 )
-from tensoralg.onnx.passes.quantized import PARAMETERS_OP
+from tensoralg.onnx.passes.quantized import CONV_INT8_OP, INT8_OP, PARAMETERS_OP
 from tensoralg.onnx.plan.constant_gathers import gather_nd_spec
 from tensoralg.onnx.plan.executor import Step
 from tensoralg.onnx.plan.loop_bag_steps import loop_bag_spec
@@ -62,6 +62,8 @@ from tensoralg.onnx.plan.product_steps import (
     layer_run,
     matmul_spec,
     narrow_dot,
+    quantized_conv_spec,
+    quantized_matmul_spec,
 )
 from tensoralg.onnx.plan.recurrent_steps import recurrent_spec
 from tensoralg.onnx.plan.resize_steps import resize_spec
@@ -775,7 +777,8 @@ _BUILDERS: dict[str, Callable[[Step, Env, Mapping[str, np.ndarray]], Spec | None
     "GatherND": gather_nd_spec, "LSTM": recurrent_spec, "GRU": recurrent_spec,
     "RNN": recurrent_spec, "Resize": resize_spec,
     "ReduceMax": reduce_extreme_spec, "ReduceMin": reduce_extreme_spec,
-    PARAMETERS_OP: quantize_parameters_spec,
+    PARAMETERS_OP: quantize_parameters_spec, INT8_OP: quantized_matmul_spec,
+    CONV_INT8_OP: quantized_conv_spec,
     # mixed-dtype mask ops, and Reshape-like copies to graph outputs (onnx/plan/mask_steps.py)
     **{op: mask_spec for op in {**MASK_OPS, **COPY_OPS}},
 }

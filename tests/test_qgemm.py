@@ -1,0 +1,164 @@
+"""The int8 GEMM (``codegen/qgemm.py``, ``runtime/qgemm.py``) against NumPy's int64 products.
+
+Its results must be *equal* to ``float32(sum((q - z) * W))`` with ``q`` the uint8
+quantization of the input (round half to even, saturated, NaN to 0), for sizes that cross
+every edge of its blocking: the 6-row register tile, the 16-column vectors and 64-column
+panels, K groups of 4 and the 64-byte padding of a quantized row; split over threads by rows
+and by panels of columns; and run from a compiled sequence, its operands read from slots.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tensoralg as ta
+from tensoralg import program
+from tensoralg.codegen.qgemm import pack_int8_weight, quantized_row_bytes
+from tensoralg.runtime.qgemm import QuantizedLayer
+from tensoralg.runtime.sequence import CallSequence, Slot
+from tensoralg.runtime.threads import KernelThreads
+
+vnni = pytest.mark.skipif(not program.int8_gemm_supported(),
+                          reason="this host has no AVX-512 VNNI: the int8 GEMM cannot run")
+
+
+def reference(x: np.ndarray, scale: float, zero: float, weight: np.ndarray) -> np.ndarray:
+    with np.errstate(invalid="ignore"):
+        q = np.rint(x / np.float32(scale)) + np.float32(zero)
+        q = np.where(q >= 0, np.minimum(q, 255), 0).astype(np.int64)
+    return ((q - int(zero)) @ weight.astype(np.int64)).astype(np.float32)
+
+
+def scalars(scale: float, zero: float) -> tuple[np.ndarray, np.ndarray]:
+    return np.array(scale, np.float32), np.array(zero, np.float32)
+
+
+def test_packing_pads_to_whole_panels_and_groups():
+    w = np.arange(-10, 11, dtype=np.int8).reshape(3, 7)
+    packed, colsum = pack_int8_weight(w)
+    assert packed.shape == (1, 1, 64, 4) and packed.ctypes.data % 64 == 0
+    assert packed[0, 0, 2].tolist() == [-8, -1, 6, 0]       # column 2: rows 0-2, padding
+    assert colsum[:8].tolist() == [*w.astype(np.int32).sum(axis=0).tolist(), 0]
+    assert quantized_row_bytes(0) == 64
+    with pytest.raises(ValueError, match="int8"):
+        pack_int8_weight(w.astype(np.int16))
+
+
+@vnni
+@pytest.mark.parametrize("m", [0, 1, 5, 6, 7, 13, 37])
+@pytest.mark.parametrize("k, n", [(0, 5), (1, 1), (3, 16), (4, 17), (5, 63), (64, 64),
+                                  (65, 65), (131, 130), (300, 200)])
+def test_equal_to_the_integer_product(m, k, n):
+    rng = np.random.default_rng(m * 1000 + k * 7 + n)
+    x = (rng.standard_normal((m, k)) * 4).astype(np.float32)
+    w = rng.integers(-128, 128, (k, n)).astype(np.int8)
+    scale, zero = 0.05, float(rng.integers(0, 256))
+    out = np.full((m, n), np.nan, np.float32)
+    layer = program.quantized_layer(w)
+    layer.bind(x, *scalars(scale, zero), out)()
+    np.testing.assert_array_equal(out, reference(x, scale, zero, w))
+
+
+@vnni
+def test_rounding_saturation_and_nan_as_dynamic_quantize_linear():
+    """Ties round to even, values past the range saturate at 0 and 255, NaN and -inf
+    quantize to 0 and +inf to 255, all as the float route's statement does."""
+    scale, zero = 0.5, 100.0
+    x = np.array([[0.25, 0.75, -0.25, 1.25, 1e9, -1e9, np.nan, np.inf, -np.inf, -50.0, 77.5,
+                   0.0]], np.float32)
+    w = np.eye(x.shape[1], dtype=np.int8)
+    out = QuantizedLayer(w)(x, *scalars(scale, zero))
+    q = [100, 102, 100, 102, 255, 0, 0, 255, 0, 0, 255, 100]
+    assert out[0].tolist() == [float(v - 100) for v in q]
+    np.testing.assert_array_equal(out, reference(x, scale, zero, w))
+
+
+@vnni
+@pytest.mark.parametrize("zero", [0.0, 255.0])
+def test_extreme_weights_and_zero_points(zero):
+    """-128 and 127 everywhere, with the zero point at either end (the correction term at
+    its largest), over a K of 4000."""
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal((9, 4000)) * 100).astype(np.float32)
+    w = np.where(rng.random((4000, 70)) < 0.5, -128, 127).astype(np.int8)
+    out = QuantizedLayer(w)(x, *scalars(0.25, zero))
+    np.testing.assert_array_equal(out, reference(x, 0.25, zero, w))
+
+
+@vnni
+@pytest.mark.parametrize("m, n", [(600, 300), (2, 2000)])
+def test_thread_ranges_by_rows_and_by_panels(m, n):
+    """A tall product splits its rows over the threads, a batch-1-like one its panels of
+    columns (each range quantizing the rows into its own scratch): the same results."""
+    rng = np.random.default_rng(4)
+    k = 900
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    w = rng.integers(-128, 128, (k, n)).astype(np.int8)
+    layer = QuantizedLayer(w, threads=KernelThreads(2))
+    out = np.empty((m, n), np.float32)
+    bound = layer.bind(x, *scalars(0.03, 131.0), out)
+    assert len(bound.calls) == 2
+    assert (bound.calls[0][10:14] != bound.calls[1][10:14])
+    bound()
+    np.testing.assert_array_equal(out, reference(x, 0.03, 131.0, w))
+    # the same ranges from a compiled sequence, on the native pool
+    native = bound.native({})
+    if native is not None:
+        out[...] = 0
+        assert CallSequence([native], slots=0).run() == 0
+        np.testing.assert_array_equal(out, reference(x, 0.03, 131.0, w))
+
+
+@vnni
+def test_rebound_and_slot_operands():
+    """``rebind`` swaps the input, scale and zero point; a compiled sequence reads all three
+    from its slots."""
+    rng = np.random.default_rng(5)
+    w = rng.integers(-128, 128, (40, 24)).astype(np.int8)
+    x1, x2 = (rng.standard_normal((7, 40)).astype(np.float32) for _ in range(2))
+    out = np.empty((7, 24), np.float32)
+    bound = QuantizedLayer(w).bind(x1, *scalars(0.1, 7.0), out)
+    s2, z2 = scalars(0.02, 200.0)
+    bound.rebind("x", x2)
+    bound.rebind("scale", s2)
+    bound.rebind("zero", z2)
+    bound()
+    np.testing.assert_array_equal(out, reference(x2, 0.02, 200.0, w))
+    sequence = CallSequence([bound.native({"x": Slot(0), "scale": Slot(1), "zero": Slot(2)})],
+                            slots=3)
+    s1, z1 = scalars(0.1, 7.0)
+    sequence.slots[:] = [x1.ctypes.data, s1.ctypes.data, z1.ctypes.data]
+    assert sequence.run() == 0
+    np.testing.assert_array_equal(out, reference(x1, 0.1, 7.0, w))
+    with pytest.raises(ta.ShapeError, match="in place of"):
+        bound.rebind("x", x1[:, :20].copy())
+    with pytest.raises(ta.ShapeError, match="only x, scale and zero"):
+        bound.rebind("W", x1)
+
+
+@vnni
+def test_bad_operands_are_shape_errors():
+    w = np.ones((8, 3), np.int8)
+    layer = QuantizedLayer(w)
+    s, z = scalars(1.0, 0.0)
+    with pytest.raises(ta.ShapeError, match="input"):
+        layer.bind(np.ones((2, 7), np.float32), s, z, np.empty((2, 3), np.float32))
+    with pytest.raises(ta.ShapeError, match="input"):
+        layer.bind(np.ones((2, 8), np.float64), s, z, np.empty((2, 3), np.float32))
+    with pytest.raises(ta.ShapeError, match="output"):
+        layer.bind(np.ones((2, 8), np.float32), s, z, np.empty((3, 3), np.float32))
+    with pytest.raises(ta.ShapeError, match="scale"):
+        layer.bind(np.ones((2, 8), np.float32), np.ones(2, np.float32), z,
+                   np.empty((2, 3), np.float32))
+    with pytest.raises(ta.ShapeError, match="int8"):
+        QuantizedLayer(np.ones((8, 3), np.uint8))
+    with pytest.raises(ta.ShapeError, match="overflow"):
+        QuantizedLayer(np.full((70000, 2), -128, np.int8))
+
+
+def test_hosts_without_vnni_refuse_the_layer(monkeypatch):
+    from tensoralg.runtime import qgemm
+
+    monkeypatch.setattr(qgemm, "int8_gemm_supported", lambda cache=None: False)
+    with pytest.raises(ta.ShapeError, match="VNNI"):
+        QuantizedLayer(np.ones((2, 2), np.int8))
