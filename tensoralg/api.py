@@ -183,7 +183,7 @@ from tensoralg.runtime.planar import (
     pointwise_conv,
 )
 from tensoralg.runtime.pool import native_pool_supported
-from tensoralg.runtime.qgemm import QuantizedLayer, int8_gemm_supported
+from tensoralg.runtime.qgemm import QuantizedConv, QuantizedLayer, int8_gemm_supported
 from tensoralg.runtime.reach import ReachCounter
 from tensoralg.runtime.replay import (
     ARG_BEGIN,
@@ -4094,6 +4094,27 @@ def quantized_layer(weight: np.ndarray) -> QuantizedLayer:
     return QuantizedLayer(weight, cache=cache.disk, threads=cache.threads)
 
 
+def quantized_conv(weight: np.ndarray, strides: tuple[int, int], pads_begin: tuple[int, int],
+                   pads_end: tuple[int, int], dilations: tuple[int, int] = (1, 1)
+                   ) -> QuantizedConv:
+    """A dynamically quantized 2-D convolution (group 1, horizontal dilation 1) by the
+    constant int8 ``weight`` (M, C, KH, KW) on the int8 GEMM (``runtime/qgemm.py``, AVX-512
+    VNNI hosts only): the input quantized into a uint8 channels-last image, the product
+    channels-last ``(N * OH * OW, M)``, exact. Large products split over the kernel threads.
+
+    >>> if int8_gemm_supported():
+    ...     conv = quantized_conv(np.ones((1, 1, 1, 1), np.int8), (1, 1), (0, 0), (0, 0))
+    ...     one, zero = np.array(1.0, np.float32), np.array(0.0, np.float32)
+    ...     print(conv(np.full((1, 1, 1, 2), 3.0, np.float32), one, zero).ravel().tolist())
+    ... else:
+    ...     print([3.0, 3.0])
+    [3.0, 3.0]
+    """
+    cache = kernel_cache()
+    return QuantizedConv(weight, strides, pads_begin, pads_end, dilations, cache=cache.disk,
+                         threads=cache.threads)
+
+
 def conv_layer(weight: np.ndarray, bias: np.ndarray | None, strides: tuple[int, int],
                pads_begin: tuple[int, int], pads_end: tuple[int, int], relu: bool = False
                ) -> ConvLayer:
@@ -4429,7 +4450,7 @@ def get_num_threads() -> int:
 
 
 __all__ = ["einsum", "compile", "Kernel", "KernelKey", "CompileOptions", "kernel_cache",
-           "RowCompressor", "DenseLayer", "dense_layer", "QuantizedLayer", "quantized_layer", "int8_gemm_supported", "ConvLayer", "conv_layer", "WinogradConv", "winograd_conv", "winograd_host", "winograd_pays", "GroupedConv", "grouped_conv",
+           "RowCompressor", "DenseLayer", "dense_layer", "QuantizedLayer", "quantized_layer", "int8_gemm_supported", "QuantizedConv", "quantized_conv", "ConvLayer", "conv_layer", "WinogradConv", "winograd_conv", "winograd_host", "winograd_pays", "GroupedConv", "grouped_conv",
            "DirectConv", "direct_conv",
            "CallSequence", "NativeGroup", "Slot", "canonical_csr", "data_address", "block_copy_call", "broadcast_call", "copy_call", "gather_call",
            "gram_call", "ids_call", "im2row_call", "cumsum_call", "extreme_call", "pointwise_conv", "planar_pays", "patch_conv_of",

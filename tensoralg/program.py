@@ -13,8 +13,8 @@ a sequence with the inputs named in ``slots`` read from the sequence's slots at 
 - a statement with its schedule: ``ta.compile(statement, formats, schedule=...).bind(...)``
   gives a :class:`BoundCall` (threads split it as the schedule says);
 - dense layers and convolutions on the generated GEMM: :func:`dense_layer`,
-  :func:`quantized_layer` (a dynamically quantized product on the int8 GEMM, where
-  :func:`int8_gemm_supported`),
+  :func:`quantized_layer` and :func:`quantized_conv` (dynamically quantized products and
+  convolutions on the int8 GEMM, where :func:`int8_gemm_supported`),
   :func:`conv_layer`, :func:`winograd_conv` (3x3 layers by F(2x2, 3x3), where
   :func:`winograd_pays`), :func:`grouped_conv` (one GEMM per group, channel blocks read and
   written in place), :func:`direct_conv` (weights compiled into the code), :func:`gram_call`
@@ -74,6 +74,7 @@ from tensoralg.api import (
     CallSequence,
     DenseLayer,
     NativeGroup,
+    QuantizedConv,
     QuantizedLayer,
     RoiSamples,
     RowCompressor,
@@ -106,6 +107,7 @@ from tensoralg.api import (
     pointwise_conv,
     pooled_regions,
     quantize_parameters_call,
+    quantized_conv,
     quantized_layer,
     row_extreme,
     softmax_kernel,
@@ -123,7 +125,7 @@ __all__ = [
     "BoundCall", "CallSequence", "DenseLayer", "NativeGroup", "RowCompressor", "Slot",
     "bag_keep_call", "bag_max_call", "block_copy_call", "broadcast_call", "canonical_csr", "compiled_conv_gathers", "conv_layer",
     "copy_call", "cumsum_call", "extreme_call", "quantize_parameters_call",
-    "QuantizedLayer", "int8_gemm_supported", "quantized_layer", "grouped_conv", "patch_conv_of", "planar_pays",
+    "QuantizedConv", "QuantizedLayer", "int8_gemm_supported", "quantized_conv", "quantized_layer", "grouped_conv", "patch_conv_of", "planar_pays",
     "pointwise_conv", "pooled_regions", "RoiSamples",
     "data_address", "dense_layer", "direct_conv", "gather_call", "gram_call", "ids_call",
     "im2row_call", "kept_boxes", "kernel_cache", "row_extreme", "softmax_kernel", "top_k", "transpose_call", "value_range",

@@ -269,17 +269,18 @@ def test_dynamically_quantized_cnn(tmp_path):
     compiled = _same_as_onnxruntime(model, {"x": x}, atol=1e-5)
     text = compiled.stage_text("plan")
     assert "dynamic quantization: 2 integer product(s), 2 on the int8 GEMM" in text
-    assert "DynamicQuantizedConv" in text and "generated int8 GEMM" in text
+    assert "DynamicQuantizedConv" in text and "generated int8 convolution" in text
     assert "2 generated GEMM" in text and "in 1 compiled sequence" in text
 
 
-@pytest.mark.parametrize("case", ["strided", "dilated", "same", "per channel", "empty batch",
-                                  "uint8 weight"])
+@pytest.mark.parametrize("case", ["strided", "dilated", "dilated rows", "same", "per channel",
+                                  "empty batch", "uint8 weight"])
 def test_conv_integer_on_the_int8_gemm(case):
-    """A ConvInteger read by a Cast, with strides and asymmetric pads, dilation, auto_pad,
+    """A ConvInteger read by a Cast, with strides and asymmetric pads, dilation (along both
+    axes: float patch rows; along rows only: the channels-last image), auto_pad,
     a per-output-channel weight zero point, a batch of 0 and a uint8 weight whose shifted
-    values fit int8: equal to onnxruntime. A uint8 weight whose values do not fit keeps the
-    node as it is."""
+    values fit int8: equal to onnxruntime (to level 0 for the per-channel zero point, which
+    onnxruntime's ConvInteger refuses)."""
     _int8_gemm_or_skip()
     rng = np.random.default_rng(22)
     weight_type, low, high = {"uint8 weight": (np.uint8, 100, 156),
@@ -288,6 +289,7 @@ def test_conv_integer_on_the_int8_gemm(case):
     wz = np.array(128 if case == "uint8 weight" else 0, weight_type)
     attributes = {"strided": {"strides": [2, 1], "pads": [1, 0, 2, 1]},
                   "dilated": {"dilations": [2, 2], "pads": [2, 2, 2, 2]},
+                  "dilated rows": {"dilations": [3, 1], "pads": [0, 1, 3, 1]},
                   "same": {"auto_pad": "SAME_UPPER", "strides": [2, 2]},
                   "per channel": {"pads": [1, 1, 1, 1]}, "empty batch": {},
                   "uint8 weight": {"pads": [0, 1, 0, 1]}}[case]
@@ -311,20 +313,30 @@ def test_conv_integer_on_the_int8_gemm(case):
     assert "1 on the int8 GEMM" in compiled.stage_text("plan")
 
 
-def test_conv_integer_the_int8_gemm_cannot_take_keeps_its_node():
-    """A uint8 weight shifted past int8's range, and a grouped ConvInteger, run as before
-    (exact float convolutions), with onnxruntime's results."""
-    _int8_gemm_or_skip()
+@pytest.mark.parametrize("case", ["grouped", "depthwise", "wide uint8", "float64 sums",
+                                  "no VNNI"])
+def test_conv_integer_off_the_int8_gemm_is_an_exact_float_conv(case, monkeypatch):
+    """A grouped or depthwise ConvInteger, a uint8 weight shifted past int8's range, sums
+    past float32's exact integers (float64 weights) and a host without VNNI: a float Conv of
+    the shifted values (Conv's own routes), with onnxruntime's results."""
+    from tensoralg import program
+
+    if case == "no VNNI":
+        monkeypatch.setattr(program, "int8_gemm_supported", lambda cache=None: False)
     rng = np.random.default_rng(23)
-    w = rng.integers(0, 256, (4, 2, 3, 3)).astype(np.uint8)
+    channels, out, group = {"grouped": (4, 4, 2), "depthwise": (6, 6, 6),
+                            "float64 sums": (64, 4, 2)}.get(case, (4, 4, 1))
+    w = rng.integers(0, 256, (out, channels // group, 3, 3)).astype(np.uint8)
     nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["q", "s", "z"]),
-             helper.make_node("ConvInteger", ["q", "w", "z", "wz"], ["acc"], group=2),
+             helper.make_node("ConvInteger", ["q", "w", "z", "wz"], ["acc"], group=group,
+                              pads=[1, 1, 1, 1]),
              helper.make_node("Cast", ["acc"], ["y"], to=F32)]
-    x = _values(rng, (1, 4, 6, 6))
-    model = onnx_model(nodes, {"x": x}, [("y", F32, [1, 4, 4, 4])],
+    x = _values(rng, (2, channels, 6, 6))
+    model = onnx_model(nodes, {"x": x}, [("y", F32, [2, out, 6, 6])],
                        {"w": w, "wz": np.array(3, np.uint8)})
     compiled = _same_as_onnxruntime(model, {"x": x})
-    assert "dynamic quantization: 0 integer product(s)" in compiled.stage_text("plan")
+    assert "1 integer product(s), 0 on the int8 GEMM, 1 as exact float" in \
+        compiled.stage_text("plan")
 
 
 @pytest.mark.parametrize("per_channel", [False, True])

@@ -14,7 +14,7 @@ import pytest
 import tensoralg as ta
 from tensoralg import program
 from tensoralg.codegen.qgemm import pack_int8_weight, quantized_row_bytes
-from tensoralg.runtime.qgemm import QuantizedLayer
+from tensoralg.runtime.qgemm import QuantizedConv, QuantizedLayer
 from tensoralg.runtime.sequence import CallSequence, Slot
 from tensoralg.runtime.threads import KernelThreads
 
@@ -132,7 +132,7 @@ def test_rebound_and_slot_operands():
     np.testing.assert_array_equal(out, reference(x1, 0.1, 7.0, w))
     with pytest.raises(ta.ShapeError, match="in place of"):
         bound.rebind("x", x1[:, :20].copy())
-    with pytest.raises(ta.ShapeError, match="only x, scale and zero"):
+    with pytest.raises(ta.ShapeError, match="only x, scale, zero can be rebound"):
         bound.rebind("W", x1)
 
 
@@ -162,3 +162,75 @@ def test_hosts_without_vnni_refuse_the_layer(monkeypatch):
     monkeypatch.setattr(qgemm, "int8_gemm_supported", lambda cache=None: False)
     with pytest.raises(ta.ShapeError, match="VNNI"):
         QuantizedLayer(np.ones((2, 2), np.int8))
+
+
+def conv_reference(x, scale, zero, weight, strides, pads_begin, pads_end, dilations):
+    """The channels-last product of the quantized, zero-point-padded ``x`` and ``weight``."""
+    with np.errstate(invalid="ignore"):
+        q = np.rint(x / np.float32(scale)) + np.float32(zero)
+        q = np.where(q >= 0, np.minimum(q, 255), 0).astype(np.int64) - int(zero)
+    q = np.pad(q, ((0, 0), (0, 0), (pads_begin[0], pads_end[0]), (pads_begin[1], pads_end[1])))
+    n, _, hp, wp = q.shape
+    m, c, kh, kw = weight.shape
+    oh = (hp - (kh - 1) * dilations[0] - 1) // strides[0] + 1
+    ow = (wp - (kw - 1) * dilations[1] - 1) // strides[1] + 1
+    out = np.zeros((n, oh, ow, m), np.int64)
+    for i in range(kh):
+        for j in range(kw):
+            window = q[:, :, i * dilations[0]:i * dilations[0] + (oh - 1) * strides[0] + 1:
+                       strides[0], j * dilations[1]:j * dilations[1] + (ow - 1) * strides[1] + 1:
+                       strides[1]]
+            out += np.einsum("nchw,mc->nhwm", window, weight[:, :, i, j].astype(np.int64))
+    return out.reshape(-1, m).astype(np.float32)
+
+
+@vnni
+@pytest.mark.parametrize("shape, kernel, strides, pads, dilation", [
+    ((1, 3, 9, 11), (3, 3), (1, 1), ((1, 1), (1, 1)), 1),
+    ((2, 5, 8, 7), (3, 2), (2, 1), ((1, 0), (2, 1)), 1),
+    ((1, 16, 6, 6), (1, 1), (1, 1), ((0, 0), (0, 0)), 1),
+    ((3, 7, 12, 10), (5, 5), (2, 2), ((2, 2), (2, 2)), 2),
+    ((1, 64, 7, 7), (3, 3), (1, 1), ((1, 1), (1, 1)), 1),
+    ((0, 4, 5, 5), (3, 3), (1, 1), ((1, 1), (1, 1)), 1),
+])
+def test_convolution_equal_to_the_integer_convolution(shape, kernel, strides, pads, dilation):
+    """The zero-point-bordered channels-last image and the kernel rows read in place: odd
+    channel counts (padded to 4), strides, asymmetric pads, vertical dilation, 1x1 and 5x5
+    kernels, more than 64 output channels and an empty batch."""
+    rng = np.random.default_rng(sum(shape) + sum(kernel))
+    x = (rng.standard_normal(shape) * 3).astype(np.float32)
+    m = 70 if shape[1] == 64 else 9
+    w = rng.integers(-128, 128, (m, shape[1], *kernel)).astype(np.int8)
+    scale, zero = 0.04, float(rng.integers(0, 256))
+    conv = QuantizedConv(w, strides, pads[0], pads[1], (dilation, 1))
+    got = conv(x, *scalars(scale, zero))
+    want = conv_reference(x, scale, zero, w, strides, pads[0], pads[1], (dilation, 1))
+    np.testing.assert_array_equal(got, want)
+
+
+@vnni
+def test_convolution_thread_ranges_and_rebinding():
+    rng = np.random.default_rng(9)
+    x1, x2 = (rng.standard_normal((2, 32, 20, 20)).astype(np.float32) for _ in range(2))
+    w = rng.integers(-128, 128, (64, 32, 3, 3)).astype(np.int8)
+    conv = QuantizedConv(w, (1, 1), (1, 1), (1, 1), threads=KernelThreads(2))
+    out = np.empty((2 * 400, 64), np.float32)
+    image, product = conv.bind(x1, *scalars(0.05, 99.0), out)
+    assert len(product.calls) == 2
+    s2, z2 = scalars(0.07, 3.0)
+    image.rebind("x", x2)
+    image.rebind("scale", s2)
+    image.rebind("zero", z2)
+    product.rebind("zero", z2)
+    image()
+    product()
+    np.testing.assert_array_equal(out, conv_reference(x2, 0.07, 3.0, w, (1, 1), (1, 1), (1, 1),
+                                                      (1, 1)))
+    with pytest.raises(ta.ShapeError, match="horizontal dilation"):
+        QuantizedConv(w, (1, 1), (0, 0), (0, 0), (1, 2))
+    with pytest.raises(ta.ShapeError, match="does not fit"):
+        QuantizedConv(w, (1, 1), (0, 0), (0, 0)).bind(
+            np.ones((1, 32, 1, 1), np.float32), *scalars(1.0, 0.0), np.empty((0, 64), np.float32))
+    with pytest.raises(ta.ShapeError, match="input"):
+        conv.bind(np.ones((1, 31, 5, 5), np.float32), *scalars(1.0, 0.0),
+                  np.empty((25, 64), np.float32))

@@ -35,6 +35,8 @@ edges, the packed weight zero-padded to whole panels and groups).
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 from llvmlite import ir
 
@@ -52,6 +54,8 @@ MR = 6                   # rows of the register tile: 6 x 4 = 24 of the 32 vecto
 GROUP = 4                # K values one vpdpbusd lane sums
 ROW_ALIGN = 64           # bytes a quantized row is padded to
 ENTRY = "tensoralg_qgemm"
+CONV_ENTRY = "tensoralg_qconv"
+IMAGE_ENTRY = "tensoralg_qimage"
 
 
 def quantized_row_bytes(k: int) -> int:
@@ -101,11 +105,30 @@ def qgemm_module() -> ir.Module:
              for vectors in range(1, VECTORS + 1) for rows in range(1, MR + 1)}
     quantize = _quantize_rows(module)
     _driver(module, quantize, micro)
+    _conv_driver(module, micro)
+    _image_driver(module)
     return module
 
 
 def _const(value: int) -> ir.Constant:
     return ir.Constant(I64, value)
+
+
+def _quantized(builder: ir.IRBuilder, roundeven: ir.Function, values: ir.Value,
+               scales: ir.Value, zeros: ir.Value, mask: ir.Value | None = None) -> ir.Value:
+    """16 float32 ``values`` as uint8: the float route's statement ``round(x / s) + z``, then
+    ``where(v >= 0, min(v, 255), 0)``, so that NaN gives 0 (a division, not a product by
+    ``1 / s``: the same bits as onnxruntime's). Lanes off ``mask`` are 0."""
+    vector = ir.VectorType(F32, LANES)
+    low = ir.Constant(vector, [0.0] * LANES)
+    high = ir.Constant(vector, [255.0] * LANES)
+    shifted = builder.fadd(builder.call(roundeven, [builder.fdiv(values, scales)]), zeros)
+    clamped = builder.select(builder.fcmp_ordered(">=", shifted, low),
+                             builder.select(builder.fcmp_ordered("<", shifted, high),
+                                            shifted, high), low)
+    if mask is not None:
+        clamped = builder.select(mask, clamped, low)
+    return builder.fptoui(clamped, ir.VectorType(I8, LANES))
 
 
 def _quantize_rows(module: ir.Module) -> ir.Function:
@@ -125,7 +148,6 @@ def _quantize_rows(module: ir.Module) -> ir.Function:
     row, step = entry_alloca(builder, I64, "r"), entry_alloca(builder, I64, "k")
     scales, zeros = _splat(builder, scale, vector), _splat(builder, zero, vector)
     low = ir.Constant(vector, [0.0] * LANES)
-    high = ir.Constant(vector, [255.0] * LANES)
     lane_index = ir.Constant(ir.VectorType(I64, LANES), list(range(LANES)))
     with counted_loop(builder, row, _const(0), lambda: rows, "row"):
         r = builder.load(row, typ=I64)
@@ -139,17 +161,8 @@ def _quantize_rows(module: ir.Module) -> ir.Function:
                                        _splat(builder, k_size, lane_index.type))
             values = builder.call(load, [builder.gep(x_row, [k0], source_etype=F32),
                                          ir.Constant(I32, 4), mask, low])
-            # The float route's statement: round(x / s) + z, then where(z' >= 0, min(z',
-            # 255), 0), so that NaN gives 0 (a division, not a product by 1 / s: the same
-            # bits as onnxruntime's).
-            shifted = builder.fadd(builder.call(roundeven, [builder.fdiv(values, scales)]),
-                                   zeros)
-            clamped = builder.select(builder.fcmp_ordered(">=", shifted, low),
-                                     builder.select(builder.fcmp_ordered("<", shifted, high),
-                                                    shifted, high), low)
             # Lanes past K are 0 (the weight's padding rows are 0 too).
-            clamped = builder.select(mask, clamped, low)
-            as_bytes = builder.fptoui(clamped, ir.VectorType(I8, LANES))
+            as_bytes = _quantized(builder, roundeven, values, scales, zeros, mask)
             builder.store(as_bytes, builder.gep(q_row, [k0], inbounds=True, source_etype=I8),
                           align=16)
     builder.ret_void()
@@ -157,9 +170,11 @@ def _quantize_rows(module: ir.Module) -> ir.Function:
 
 
 def _micro_kernel(module: ir.Module, rows: int, vectors: int) -> ir.Function:
-    """``micro(Q, ldq, W, groups, C, ldc, ncols, colsum, zero)``: a ``rows x (vectors * 16)``
-    tile of ``C`` over all ``groups`` of 4 K values. Row ``r`` of the tile reads ``Q + r *
-    ldq`` and writes ``C + r * ldc``; columns past ``ncols`` are neither read nor written."""
+    """``micro(A_rows, nsub, a_sub, groups, W, C, ldc, ncols, colsum, zero)``: a ``rows x
+    (vectors * 16)`` tile of ``C`` over ``nsub`` runs of ``groups`` groups of 4 K values. Row
+    ``r`` of the tile reads run ``s`` from ``A_rows[r] + s * a_sub`` (bytes; a dense product
+    is one run, a convolution's runs are its kernel rows, an image row apart) and writes
+    ``C + r * ldc``; columns past ``ncols`` are neither read nor written."""
     ints = ir.VectorType(I32, LANES)
     floats = ir.VectorType(F32, LANES)
     mask_type = ir.VectorType(ir.IntType(1), LANES)
@@ -169,11 +184,11 @@ def _micro_kernel(module: ir.Module, rows: int, vectors: int) -> ir.Function:
     store = declare(module, "llvm.masked.store.v16f32.p0", ir.VoidType(),
                     (floats, POINTER, I32, mask_type))
     fn = ir.Function(module, ir.FunctionType(ir.VoidType(), (
-        POINTER, I64, POINTER, I64, POINTER, I64, I64, POINTER, I32)),
+        POINTER, I64, I64, I64, POINTER, POINTER, I64, I64, POINTER, I32)),
         name=f"qmicro{rows}x{vectors}")
     fn.linkage = "internal"
-    q, ldq, w, groups, c, ldc, ncols, colsum, zero = fn.args
-    for pointer in (q, w, c, colsum):
+    a_rows, nsub, a_sub, groups, w, c, ldc, ncols, colsum, zero = fn.args
+    for pointer in (a_rows, w, c, colsum):
         pointer.add_attribute("noalias")
     builder = ir.IRBuilder(fn.append_basic_block("entry"))
     zero_vector = ir.Constant(ints, [0] * LANES)
@@ -182,23 +197,31 @@ def _micro_kernel(module: ir.Module, rows: int, vectors: int) -> ir.Function:
     for row in tile:
         for slot in row:
             builder.store(zero_vector, slot)
-    q_rows = [builder.gep(q, [builder.mul(_const(r), ldq)], inbounds=True, source_etype=I8)
+    starts = [builder.load(builder.gep(a_rows, [_const(r)], inbounds=True,
+                                       source_etype=POINTER), typ=POINTER)
               for r in range(rows)]
-    step = entry_alloca(builder, I64, "g")
-    with counted_loop(builder, step, _const(0), lambda: groups, "g"):
-        g = builder.load(step, typ=I64)
-        block = builder.gep(w, [builder.mul(g, _const(NR * GROUP))], inbounds=True,
-                            source_etype=I8)
-        weights = [builder.load(builder.gep(block, [_const(64 * v)], inbounds=True,
-                                            source_etype=I8), typ=ints, align=64)
-                   for v in range(vectors)]
-        for r in range(rows):
-            four = builder.load(builder.gep(q_rows[r], [builder.mul(g, _const(GROUP))],
-                                            inbounds=True, source_etype=I8), typ=I32, align=4)
-            broadcast = _splat(builder, four, ints)
-            for v in range(vectors):
-                acc = builder.load(tile[r][v], typ=ints)
-                builder.store(builder.call(dot, [acc, broadcast, weights[v]]), tile[r][v])
+    run, step = entry_alloca(builder, I64, "s"), entry_alloca(builder, I64, "g")
+    with counted_loop(builder, run, _const(0), lambda: nsub, "run"):
+        s = builder.load(run, typ=I64)
+        q_rows = [builder.gep(start, [builder.mul(s, a_sub)], inbounds=True, source_etype=I8)
+                  for start in starts]
+        w_run = builder.gep(w, [builder.mul(builder.mul(s, groups), _const(NR * GROUP))],
+                            inbounds=True, source_etype=I8)
+        with counted_loop(builder, step, _const(0), lambda: groups, "g"):
+            g = builder.load(step, typ=I64)
+            block = builder.gep(w_run, [builder.mul(g, _const(NR * GROUP))], inbounds=True,
+                                source_etype=I8)
+            weights = [builder.load(builder.gep(block, [_const(64 * v)], inbounds=True,
+                                                source_etype=I8), typ=ints, align=64)
+                       for v in range(vectors)]
+            for r in range(rows):
+                four = builder.load(builder.gep(q_rows[r], [builder.mul(g, _const(GROUP))],
+                                                inbounds=True, source_etype=I8), typ=I32,
+                                    align=1)
+                broadcast = _splat(builder, four, ints)
+                for v in range(vectors):
+                    acc = builder.load(tile[r][v], typ=ints)
+                    builder.store(builder.call(dot, [acc, broadcast, weights[v]]), tile[r][v])
     lane_index = ir.Constant(ir.VectorType(I64, LANES), list(range(LANES)))
     masks = [builder.icmp_signed("<", lane_index, _splat(builder, builder.sub(
         ncols, _const(LANES * v)), lane_index.type)) for v in range(vectors)]
@@ -217,6 +240,67 @@ def _micro_kernel(module: ir.Module, rows: int, vectors: int) -> ir.Function:
                                  masks[v]])
     builder.ret_void()
     return fn
+
+
+def _tiles(builder: ir.IRBuilder, micro: dict[tuple[int, int], ir.Function], w: ir.Value,
+           colsum: ir.Value, panel_groups: ir.Value, nsub: ir.Value, a_sub: ir.Value,
+           groups: ir.Value, n_size: ir.Value, c: ir.Value, ldc: ir.Value, begin: ir.Value,
+           rows_total: ir.Value, col_begin: ir.Value, col_end: ir.Value, zero_int: ir.Value,
+           fill_rows: Callable[[ir.Value, ir.Value, ir.Value], None]) -> None:
+    """The panels from ``col_begin`` to ``col_end`` and the register tiles of rows
+    ``[begin, begin + rows_total)`` of ``C``; ``fill_rows(first, count, table)`` stores the
+    addresses of rows ``first .. first + count - 1`` of A (numbered from 0) in ``table``."""
+    table = entry_alloca(builder, ir.ArrayType(POINTER, MR), "a_rows")
+    table_start = builder.bitcast(table, POINTER)
+    panel, block = entry_alloca(builder, I64, "panel"), entry_alloca(builder, I64, "rb")
+    first_panel = builder.sdiv(col_begin, _const(NR))
+    last_panel = builder.sdiv(builder.add(col_end, _const(NR - 1)), _const(NR))
+    row_blocks = builder.sdiv(builder.add(rows_total, _const(MR - 1)), _const(MR))
+    with counted_loop(builder, panel, first_panel, lambda: last_panel, "panel"):
+        p = builder.load(panel, typ=I64)
+        j0 = builder.mul(p, _const(NR))
+        ncols = builder.sub(builder.select(builder.icmp_signed("<", col_end, n_size),
+                                           col_end, n_size), j0)
+        vectors = builder.select(builder.icmp_signed("<", ncols, _const(NR)),
+                                 builder.sdiv(builder.add(ncols, _const(LANES - 1)),
+                                              _const(LANES)), _const(VECTORS))
+        w_panel = builder.gep(w, [builder.mul(p, builder.mul(panel_groups,
+                                                             _const(NR * GROUP)))],
+                              inbounds=True, source_etype=I8)
+        sums = builder.gep(colsum, [j0], inbounds=True, source_etype=I32)
+        with counted_loop(builder, block, _const(0), lambda: row_blocks, "rows"):
+            # Near-equal tiles (13 rows: 5, 4 and 4, not 6, 6 and 1): a tile of few rows has
+            # too few accumulators to hide vpdpbusd's latency.
+            b = builder.load(block, typ=I64)
+            i0 = builder.sdiv(builder.mul(b, rows_total), row_blocks)
+            i1 = builder.sdiv(builder.mul(builder.add(b, _const(1)), rows_total), row_blocks)
+            count = builder.sub(i1, i0)
+            fill_rows(i0, count, table)
+            args = [table_start, nsub, a_sub, groups, w_panel,
+                    builder.gep(c, [builder.add(builder.mul(builder.add(begin, i0), ldc), j0)],
+                                inbounds=True, source_etype=F32),
+                    ldc, ncols, sums, zero_int]
+            done = builder.append_basic_block("tile.done")
+            variant = builder.add(builder.mul(builder.sub(vectors, _const(1)), _const(MR)),
+                                  builder.sub(count, _const(1)))
+            switch = builder.switch(variant, done)
+            for (count_rows, width), kernel in micro.items():
+                case = builder.append_basic_block(f"tile.{count_rows}x{width}")
+                switch.add_case(_const((width - 1) * MR + count_rows - 1), case)
+                builder.position_at_end(case)
+                builder.call(kernel, args)
+                builder.branch(done)
+            builder.position_at_end(done)
+
+
+def _store_rows(builder: ir.IRBuilder, table: ir.Value, count: ir.Value,
+                address: Callable[[int], ir.Value]) -> None:
+    """``table[r] = address(r)`` (``table`` the tile's ``[MR x ptr]`` slot) for the rows
+    ``r < count`` of a tile; rows past ``count`` are never read, and not computed."""
+    for r in range(MR):
+        with if_then(builder, builder.icmp_signed("<", _const(r), count), f"row{r}"):
+            builder.store(address(r), builder.gep(table, [_const(0), _const(r)],
+                                                  inbounds=True))
 
 
 def _driver(module: ir.Module, quantize: ir.Function,
@@ -241,49 +325,113 @@ def _driver(module: ir.Module, quantize: ir.Function,
         builder.call(quantize, [builder.gep(x, [builder.mul(begin, ldx)], inbounds=True,
                                             source_etype=F32),
                                 ldx, rows_total, k_size, scale, zero, q, ldq])
+
+        def fill_rows(first: ir.Value, count: ir.Value, table: ir.Value) -> None:
+            start = builder.gep(q, [builder.mul(first, ldq)], inbounds=True, source_etype=I8)
+            _store_rows(builder, table, count, lambda r: builder.gep(
+                start, [builder.mul(_const(r), ldq)], inbounds=True, source_etype=I8))
+
         # The zero point is an integer in [0, 255] (DynamicQuantizeLinear's), as a float.
-        zero_int = builder.fptosi(zero, I32)
-        panel, block = entry_alloca(builder, I64, "panel"), entry_alloca(builder, I64, "rb")
-        first_panel = builder.sdiv(col_begin, _const(NR))
-        last_panel = builder.sdiv(builder.add(col_end, _const(NR - 1)), _const(NR))
-        row_blocks = builder.sdiv(builder.add(rows_total, _const(MR - 1)), _const(MR))
-        with counted_loop(builder, panel, first_panel, lambda: last_panel, "panel"):
-            p = builder.load(panel, typ=I64)
-            j0 = builder.mul(p, _const(NR))
-            ncols = builder.sub(builder.select(builder.icmp_signed("<", col_end, n_size),
-                                               col_end, n_size), j0)
-            vectors = builder.select(builder.icmp_signed("<", ncols, _const(NR)),
-                                     builder.sdiv(builder.add(ncols, _const(LANES - 1)),
-                                                  _const(LANES)), _const(VECTORS))
-            w_panel = builder.gep(w, [builder.mul(p, builder.mul(groups_packed,
-                                                                 _const(NR * GROUP)))],
-                                  inbounds=True, source_etype=I8)
-            sums = builder.gep(colsum, [j0], inbounds=True, source_etype=I32)
-            with counted_loop(builder, block, _const(0), lambda: row_blocks, "rows"):
-                # Near-equal tiles (13 rows: 5, 4 and 4, not 6, 6 and 1): a tile of few rows
-                # has too few accumulators to hide vpdpbusd's latency.
-                b = builder.load(block, typ=I64)
-                i0 = builder.sdiv(builder.mul(b, rows_total), row_blocks)
-                i1 = builder.sdiv(builder.mul(builder.add(b, _const(1)), rows_total),
-                                  row_blocks)
-                count = builder.sub(i1, i0)
-                args = [builder.gep(q, [builder.mul(i0, ldq)], inbounds=True, source_etype=I8),
-                        ldq, w_panel, groups,
-                        builder.gep(c, [builder.add(builder.mul(builder.add(begin, i0), ldc),
-                                                    j0)], inbounds=True, source_etype=F32),
-                        ldc, ncols, sums, zero_int]
-                done = builder.append_basic_block("tile.done")
-                variant = builder.add(builder.mul(builder.sub(vectors, _const(1)), _const(MR)),
-                                      builder.sub(count, _const(1)))
-                switch = builder.switch(variant, done)
-                for (count_rows, width), kernel in micro.items():
-                    case = builder.append_basic_block(f"tile.{count_rows}x{width}")
-                    switch.add_case(_const((width - 1) * MR + count_rows - 1), case)
-                    builder.position_at_end(case)
-                    builder.call(kernel, args)
-                    builder.branch(done)
-                builder.position_at_end(done)
+        _tiles(builder, micro, w, colsum, groups_packed, _const(1), _const(0), groups, n_size,
+               c, ldc, begin, rows_total, col_begin, col_end, builder.fptosi(zero, I32),
+               fill_rows)
     builder.ret(ir.Constant(I32, 0))
 
 
-__all__ = ["ENTRY", "NR", "pack_int8_weight", "qgemm_module", "quantized_row_bytes"]
+def _conv_driver(module: ir.Module, micro: dict[tuple[int, int], ir.Function]) -> None:
+    """``int32 tensoralg_qconv(B, zero, Wp, colsum, runs, run_groups, run_stride, ohw, ow,
+    oh_stride, ow_stride, image_stride, N, C, ldc, row_begin, row_end, col_begin,
+    col_end)``: rows (output positions) ``[row_begin, row_end)`` of a convolution's
+    channels-last product from the quantized image ``B`` (:func:`_image_driver`). Position
+    ``p`` of image ``n = p / ohw`` at ``(oh, ow)`` reads ``runs`` kernel rows of
+    ``run_groups`` groups of 4 bytes, the first at ``n * image_stride + oh * oh_stride + ow *
+    ow_stride`` and each ``run_stride`` bytes after the one before."""
+    fn = ir.Function(module, ir.FunctionType(I32, (
+        POINTER, POINTER, POINTER, POINTER, I64, I64, I64, I64, I64, I64, I64, I64, I64,
+        POINTER, I64, I64, I64, I64, I64)), name=CONV_ENTRY)
+    image, zero_at, w, colsum, runs, run_groups, run_stride, ohw, ow, oh_stride, ow_stride, \
+        image_stride, n_size, c, ldc, begin, end, col_begin, col_end = fn.args
+    builder = ir.IRBuilder(fn.append_basic_block("entry"))
+    rows_total = builder.sub(end, begin)
+    zero = builder.fptosi(builder.load(zero_at, typ=F32), I32)
+
+    def fill_rows(first: ir.Value, count: ir.Value, table: ir.Value) -> None:
+        def address(r: int) -> ir.Value:
+            p = builder.add(builder.add(begin, first), _const(r))
+            n = builder.sdiv(p, ohw)
+            rest = builder.sub(p, builder.mul(n, ohw))
+            oh = builder.sdiv(rest, ow)
+            column = builder.sub(rest, builder.mul(oh, ow))
+            offset = builder.add(builder.add(builder.mul(n, image_stride),
+                                             builder.mul(oh, oh_stride)),
+                                 builder.mul(column, ow_stride))
+            return builder.gep(image, [offset], inbounds=True, source_etype=I8)
+        _store_rows(builder, table, count, address)
+
+    with if_then(builder, builder.icmp_signed(">", rows_total, _const(0)), "work"):
+        _tiles(builder, micro, w, colsum, builder.mul(runs, run_groups), runs, run_stride,
+               run_groups, n_size, c, ldc, begin, rows_total, col_begin, col_end, zero,
+               fill_rows)
+    builder.ret(ir.Constant(I32, 0))
+
+
+def _image_driver(module: ir.Module) -> None:
+    """``int32 tensoralg_qimage(X, n, c, h, w, scale, zero, hp, wp, pt, pl, c4, B)``: the
+    float32 NCHW ``X`` quantized into the uint8 channels-last ``B`` (n, hp, wp, c4): the
+    image at ``(pt, pl)``, the border the zero point (what ConvInteger pads with), channels
+    past ``c`` the zero point too (their weights are 0)."""
+    vector = ir.VectorType(F32, LANES)
+    mask_type = ir.VectorType(ir.IntType(1), LANES)
+    bytes_type = ir.VectorType(I8, LANES)
+    pointers = ir.VectorType(POINTER, LANES)
+    load = declare(module, "llvm.masked.load.v16f32.p0", vector,
+                   (POINTER, I32, mask_type, vector))
+    scatter = declare(module, "llvm.masked.scatter.v16i8.v16p0", ir.VoidType(),
+                      (bytes_type, pointers, I32, mask_type))
+    roundeven = declare(module, "llvm.roundeven.v16f32", vector, (vector,))
+    fn = ir.Function(module, ir.FunctionType(I32, (
+        POINTER, I64, I64, I64, I64, POINTER, POINTER, I64, I64, I64, I64, I64, POINTER)),
+        name=IMAGE_ENTRY)
+    x, n, c, h, w, scale_at, zero_at, hp, wp, pt, pl, c4, out = fn.args
+    builder = ir.IRBuilder(fn.append_basic_block("entry"))
+    scale = builder.load(scale_at, typ=F32)
+    zero = builder.load(zero_at, typ=F32)
+    fill = builder.fptoui(zero, I8)
+    index = entry_alloca(builder, I64, "i")
+    total = builder.mul(builder.mul(builder.mul(n, hp), wp), c4)
+    with counted_loop(builder, index, _const(0), lambda: total, "fill"):
+        builder.store(fill, builder.gep(out, [builder.load(index, typ=I64)], inbounds=True,
+                                        source_etype=I8))
+    scales, zeros = _splat(builder, scale, vector), _splat(builder, zero, vector)
+    lane_index = ir.Constant(ir.VectorType(I64, LANES), list(range(LANES)))
+    plane, row, column = (entry_alloca(builder, I64, name) for name in ("plane", "row", "col"))
+    with counted_loop(builder, plane, _const(0), lambda: builder.mul(n, c), "plane"):
+        q = builder.load(plane, typ=I64)
+        img = builder.sdiv(q, c)
+        channel = builder.sub(q, builder.mul(img, c))
+        with counted_loop(builder, row, _const(0), lambda: h, "row"):
+            y = builder.load(row, typ=I64)
+            x_row = builder.gep(x, [builder.mul(builder.add(builder.mul(q, h), y), w)],
+                                inbounds=True, source_etype=F32)
+            start = builder.add(builder.mul(builder.add(builder.mul(
+                builder.add(builder.mul(img, hp), builder.add(y, pt)), wp), pl), c4), channel)
+            b_row = builder.gep(out, [start], inbounds=True, source_etype=I8)
+            strides = builder.mul(lane_index, _splat(builder, c4, lane_index.type))
+            with counted_loop(builder, column, _const(0), lambda: builder.sdiv(
+                    builder.add(w, _const(LANES - 1)), _const(LANES)), "col"):
+                x0 = builder.mul(builder.load(column, typ=I64), _const(LANES))
+                mask = builder.icmp_signed("<", builder.add(_splat(
+                    builder, x0, lane_index.type), lane_index), _splat(builder, w,
+                                                                      lane_index.type))
+                values = builder.call(load, [builder.gep(x_row, [x0], source_etype=F32),
+                                             ir.Constant(I32, 4), mask,
+                                             ir.Constant(vector, [0.0] * LANES)])
+                first = builder.gep(b_row, [builder.mul(x0, c4)], source_etype=I8)
+                where = builder.gep(first, [strides], source_etype=I8)
+                where.type = pointers          # a vector GEP (llvmlite types it as one pointer)
+                builder.call(scatter, [_quantized(builder, roundeven, values, scales, zeros),
+                                       where, ir.Constant(I32, 1), mask])
+    builder.ret(ir.Constant(I32, 0))
+
+
+__all__ = ["CONV_ENTRY", "ENTRY", "IMAGE_ENTRY", "NR", "pack_int8_weight", "qgemm_module", "quantized_row_bytes"]

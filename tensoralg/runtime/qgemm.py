@@ -23,16 +23,23 @@ from tensoralg.codegen.cache import DiskCache
 from tensoralg.errors import ShapeError
 from tensoralg.runtime.ranges import check_array, run_ranges
 
-_PROTOTYPE = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
-                              ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
-                              ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
-                              ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p)
-_KERNEL: list[tuple[Any, str, Any]] = []
+_PROTOTYPES = {
+    "tensoralg_qgemm": ctypes.CFUNCTYPE(
+        ctypes.c_int32, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
+        ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p,
+        ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
+        ctypes.c_void_p),
+    "tensoralg_qconv": ctypes.CFUNCTYPE(
+        ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+        *[ctypes.c_int64] * 9, ctypes.c_void_p, *[ctypes.c_int64] * 5),
+    "tensoralg_qimage": ctypes.CFUNCTYPE(
+        ctypes.c_int32, ctypes.c_void_p, *[ctypes.c_int64] * 4, ctypes.c_void_p,
+        ctypes.c_void_p, *[ctypes.c_int64] * 5, ctypes.c_void_p),
+}
+_KERNELS: dict[str, tuple[Any, str, Any]] = {}
 # The features the kernel's instructions need: vpdpbusd on 512-bit registers, and AVX-512BW
 # for its byte operands.
 FEATURES = ("avx512f", "avx512bw", "avx512vnni")
-# Operand positions in the kernel's arguments of what a plan may rebind each run.
-OPERANDS = {"x": 0, "scale": 2, "zero": 3}
 
 
 def int8_gemm_supported(cache: DiskCache | None = None) -> bool:
@@ -44,17 +51,116 @@ def int8_gemm_supported(cache: DiskCache | None = None) -> bool:
     return all(host_has_feature(feature, cache) for feature in FEATURES)
 
 
-def qgemm_kernel(cache: DiskCache | None = None) -> tuple[Any, str]:
-    """The int8 GEMM's function and LLVM IR, compiled once per process (and stored in
-    ``cache`` when given)."""
-    from tensoralg.codegen.qgemm import ENTRY, qgemm_module
+def qgemm_kernel(cache: DiskCache | None = None, entry: str = "tensoralg_qgemm"
+                 ) -> tuple[Any, str]:
+    """The function ``entry`` of the int8 GEMM's module (``codegen/qgemm.py``: the dense
+    product, the convolution's rows, the quantized channels-last image) and its LLVM IR,
+    compiled once per process (and stored in ``cache`` when given)."""
+    from tensoralg.codegen.qgemm import qgemm_module
 
-    if not _KERNEL:
+    if entry not in _KERNELS:
         function, source, keepalive = build_llvm_module(
-            qgemm_module, ENTRY, _PROTOTYPE, cache=cache, key="qgemm|u8s8",
+            qgemm_module, entry, _PROTOTYPES[entry], cache=cache, key=f"qgemm|u8s8|{entry}",
             identity="qgemm|u8s8")
-        _KERNEL.append((function, source, keepalive))
-    return _KERNEL[0][0], _KERNEL[0][1]
+        _KERNELS[entry] = (function, source, keepalive)
+    return _KERNELS[entry][0], _KERNELS[entry][1]
+
+
+def _check_weight(owner: str, weight: np.ndarray, rank: int, cache: DiskCache | None) -> None:
+    """Raise a ``ShapeError`` unless ``weight`` is an int8 array of ``rank`` axes whose sums
+    cannot wrap, on a host with VNNI."""
+    if weight.ndim != rank or weight.dtype != np.int8:
+        raise ShapeError(f"{owner}: the weight must be a {rank}-D int8 array, got "
+                         f"{weight.dtype} {weight.shape}")
+    # The result, sum((q - z) * W) over K terms, is at most K * 255 * max|W| in size. The
+    # kernel's partial sums and the zero point's correction may wrap on the way (vpdpbusd and
+    # the subtraction are modular), which changes nothing where the result fits.
+    terms = int(np.prod(weight.shape[1:] if rank == 4 else weight.shape[:1]))
+    largest = int(np.max(np.abs(weight.astype(np.int32)), initial=0))
+    if terms * 255 * largest >= 2 ** 31:
+        raise ShapeError(f"{owner}: {terms} terms of int8 weights up to {largest} could "
+                         f"overflow the int32 sums; split K")
+    if not int8_gemm_supported(cache):
+        raise ShapeError(f"{owner}: this host has no AVX-512 VNNI, which the int8 GEMM needs; "
+                         f"use the float route (passes/quantized.py)")
+
+
+def _check_scalars(owner: Any, scale: np.ndarray, zero: np.ndarray) -> None:
+    for what, value in (("scale", scale), ("zero point", zero)):
+        check_array(owner, value, what, np.dtype(np.float32), (), "")
+
+
+def _ranges(rows: int, n: int, work: int, threads: Any) -> list[tuple[int, int, int, int]]:
+    """``(row_begin, row_end, col_begin, col_end)`` per thread range of a product of ``rows``
+    x ``n`` outputs and ``work`` multiply-adds: rows split in whole register tiles where each
+    range has enough work, else whole panels of columns, else one range."""
+    from tensoralg.codegen.qgemm import MR, NR
+
+    row_parts = 1 if threads is None else threads.dense_parts(work, rows // MR)
+    panels = -(-n // NR)
+    ranges: list[tuple[int, int, int, int]] = []
+    if row_parts > 1:
+        tiles = -(-rows // MR)
+        bounds = [min(rows, tiles * part // row_parts * MR) for part in range(row_parts + 1)]
+        bounds[-1] = rows
+        ranges = [(lo, hi, 0, n) for lo, hi in zip(bounds, bounds[1:]) if hi > lo]
+    elif threads is not None and threads.dense_parts(work, panels) > 1:
+        parts = threads.dense_parts(work, panels)
+        for part in range(parts):
+            first = panels * part // parts * NR
+            last = min(panels * (part + 1) // parts * NR, n)
+            if last > first:
+                ranges.append((0, rows, first, last))
+    return ranges or [(0, rows, 0, n)]
+
+
+class BoundInt8Call:
+    """A call of one of the int8 module's functions with its buffers fixed, one argument list
+    per thread range: ``__call__`` runs it, ``rebind(name, array)`` points an operand named
+    in ``operands`` (its argument position) at another array of the same shape and dtype,
+    ``native(slots)`` hands it to a compiled sequence."""
+
+    def __init__(self, function: Any, calls: list[list], operands: dict[str, int],
+                 inputs: dict[str, np.ndarray], threads: Any, what: str, keep: list) -> None:
+        self.function, self.calls, self.operands = function, calls, operands
+        self.inputs, self.what, self.keep = inputs, what, keep
+        self.threads = threads if len(calls) > 1 else None
+
+    def rebind(self, name: str, array: np.ndarray) -> None:
+        """Read ``array`` as operand ``name`` (same shape and dtype, C-contiguous) from now
+        on."""
+        if name not in self.operands:
+            raise ShapeError(f"{self.what}: only {', '.join(self.operands)} can be rebound, "
+                             f"not {name!r}")
+        old = self.inputs[name]
+        if array is old:
+            return
+        if type(array) is not np.ndarray or array.shape != old.shape or \
+                array.dtype != old.dtype or not array.flags.c_contiguous:
+            raise ShapeError(f"{self.what}: cannot read {getattr(array, 'dtype', type(array))} "
+                             f"{getattr(array, 'shape', '')} as {name} in place of "
+                             f"{old.dtype} {old.shape}")
+        self.inputs[name] = array
+        for call in self.calls:
+            call[self.operands[name]] = array.ctypes.data
+
+    def native(self, slots: dict[str, Any]) -> Any:
+        """This call as a ``NativeCall`` for a compiled sequence, reading the operands named
+        in ``slots`` from there; None when it has thread ranges and there is no native pool."""
+        from tensoralg.runtime.ranges import split_call
+
+        if set(slots) - set(self.operands):
+            return None
+        lists = []
+        for call in self.calls:
+            args = list(call)
+            for name, slot in slots.items():
+                args[self.operands[name]] = slot
+            lists.append(tuple(args))
+        return split_call(self.function, lists, self.threads, self.what)
+
+    def __call__(self) -> None:
+        run_ranges(self.function, self.calls, self.threads, self.what)
 
 
 class QuantizedLayer:
@@ -75,23 +181,12 @@ class QuantizedLayer:
         from tensoralg.codegen.qgemm import pack_int8_weight
 
         weight = np.asarray(weight)
-        if weight.ndim != 2 or weight.dtype != np.int8:
-            raise ShapeError(f"QuantizedLayer: the weight must be a 2-D int8 array, got "
-                             f"{weight.dtype} {weight.shape}")
-        # The result, sum((q - z) * W) over K terms, is at most K * 255 * max|W| in size. The
-        # kernel's partial sums and the zero point's correction may wrap on the way (vpdpbusd
-        # and the subtraction are modular), which changes nothing where the result fits.
-        largest = int(np.max(np.abs(weight.astype(np.int32)), initial=0))
-        if weight.shape[0] * 255 * largest >= 2 ** 31:
-            raise ShapeError(f"QuantizedLayer: {weight.shape[0]} rows of int8 weights up to "
-                             f"{largest} could overflow the int32 sums; split K")
-        if not int8_gemm_supported(cache):
-            raise ShapeError("QuantizedLayer: this host has no AVX-512 VNNI, which the int8 "
-                             "GEMM needs; use the float route (passes/quantized.py)")
+        _check_weight("QuantizedLayer", weight, 2, cache)
         self.k, self.n = weight.shape
         self.threads = threads
         self.function, self.source = qgemm_kernel(cache)
         self.packed, self.colsum = pack_int8_weight(weight)
+        self.cache = cache
 
     def __repr__(self) -> str:
         return f"QuantizedLayer(int8 {self.k}x{self.n})"
@@ -109,91 +204,139 @@ class QuantizedLayer:
         return out
 
     def bind(self, x: np.ndarray, scale: np.ndarray, zero: np.ndarray, out: np.ndarray
-             ) -> "BoundQuantizedLayer":
+             ) -> BoundInt8Call:
         """A call reading ``x``, ``scale`` and ``zero`` and writing ``out``, all fixed
-        (:meth:`BoundQuantizedLayer.rebind` swaps the inputs)."""
+        (``rebind`` swaps the three inputs). Each thread range quantizes its rows of ``x``
+        into its own scratch."""
+        from tensoralg.codegen.qgemm import quantized_row_bytes
+
         check_array(self, x, "input", np.dtype(np.float32), (None, self.k), "M")
         check_array(self, out, "output", np.dtype(np.float32), (x.shape[0], self.n), "M",
                     writeable=True)
-        for what, value in (("scale", scale), ("zero point", zero)):
-            check_array(self, value, what, np.dtype(np.float32), (), "")
-        return BoundQuantizedLayer(self, x, scale, zero, out)
+        _check_scalars(self, scale, zero)
+        ranges = _ranges(x.shape[0], self.n, x.shape[0] * self.k * self.n, self.threads)
+        row_bytes = quantized_row_bytes(self.k)
+        scratch = [np.empty(max(1, hi - lo) * row_bytes, np.uint8) for lo, hi, _, _ in ranges]
+        calls = [[x.ctypes.data, self.k, scale.ctypes.data, zero.ctypes.data,
+                  self.packed.ctypes.data, self.colsum.ctypes.data, self.k, self.n,
+                  out.ctypes.data, self.n, lo, hi, first, last, q.ctypes.data]
+                 for (lo, hi, first, last), q in zip(ranges, scratch)]
+        return BoundInt8Call(self.function, calls, {"x": 0, "scale": 2, "zero": 3},
+                             {"x": x, "scale": scale, "zero": zero}, self.threads, repr(self),
+                             [self, out, scratch])
 
 
-class BoundQuantizedLayer:
-    """A :class:`QuantizedLayer` call with its buffers fixed: ``__call__`` runs it,
-    ``rebind(name, array)`` swaps ``x``, ``scale`` or ``zero``, ``native(slots)`` hands it
-    to a compiled sequence."""
+class QuantizedConv:
+    """A 2-D convolution (group 1, unit horizontal dilation) of a float32 NCHW input,
+    dynamically quantized, by a constant int8 weight (M, C, KH, KW): its channels-last product
+    ``float32(sum((q - z) * W))`` of shape ``(N * OH * OW, M)``, exact. The input is quantized
+    once into a zero-point-bordered uint8 channels-last image (channels padded to a multiple
+    of 4), and the int8 GEMM reads each output position's kernel rows from it in place:
+    ``KW * C`` contiguous bytes a row, no patch matrix.
 
-    def __init__(self, layer: QuantizedLayer, x: np.ndarray, scale: np.ndarray,
-                 zero: np.ndarray, out: np.ndarray) -> None:
-        from tensoralg.codegen.qgemm import MR, NR, quantized_row_bytes
+    >>> if int8_gemm_supported():
+    ...     conv = QuantizedConv(np.ones((1, 1, 2, 2), np.int8), (1, 1), (0, 0), (0, 0))
+    ...     x = np.arange(9, dtype=np.float32).reshape(1, 1, 3, 3)
+    ...     print(conv(x, np.array(1.0, np.float32), np.array(0.0, np.float32)).ravel())
+    ... else:
+    ...     print(np.array([8.0, 12.0, 20.0, 24.0], np.float32))
+    [ 8. 12. 20. 24.]
+    """
 
-        self.layer, self.out = layer, out
-        self.function, self.what = layer.function, repr(layer)
-        self.inputs = {"x": x, "scale": scale, "zero": zero}
-        m, threads = x.shape[0], layer.threads
-        work = m * layer.k * layer.n
-        row_parts = 1 if threads is None else threads.dense_parts(work, m // MR)
-        panels = -(-layer.n // NR)
-        ranges: list[tuple[int, int, int, int]] = []
-        if row_parts > 1:
-            tiles = -(-m // MR)
-            bounds = [min(m, tiles * part // row_parts * MR) for part in range(row_parts + 1)]
-            bounds[-1] = m
-            ranges = [(lo, hi, 0, layer.n) for lo, hi in zip(bounds, bounds[1:]) if hi > lo]
-        elif threads is not None and threads.dense_parts(work, panels) > 1:
-            parts = threads.dense_parts(work, panels)
-            for part in range(parts):
-                first = panels * part // parts * NR
-                last = min(panels * (part + 1) // parts * NR, layer.n)
-                if last > first:
-                    ranges.append((0, m, first, last))
-        ranges = ranges or [(0, m, 0, layer.n)]
-        row_bytes = quantized_row_bytes(layer.k)
-        self.scratch = [np.empty(max(1, hi - lo) * row_bytes, np.uint8)
-                        for lo, hi, _, _ in ranges]
-        self.calls = [[x.ctypes.data, layer.k, scale.ctypes.data, zero.ctypes.data,
-                       layer.packed.ctypes.data, layer.colsum.ctypes.data, layer.k, layer.n,
-                       out.ctypes.data, layer.n, lo, hi, first, last, q.ctypes.data]
-                      for (lo, hi, first, last), q in zip(ranges, self.scratch)]
-        self.threads = threads if len(self.calls) > 1 else None
+    def __init__(self, weight: np.ndarray, strides: tuple[int, int],
+                 pads_begin: tuple[int, int], pads_end: tuple[int, int],
+                 dilations: tuple[int, int] = (1, 1), cache: DiskCache | None = None,
+                 threads: Any = None) -> None:
+        from tensoralg.codegen.qgemm import pack_int8_weight
 
-    def rebind(self, name: str, array: np.ndarray) -> None:
-        """Read ``array`` as operand ``name`` (``x``, ``scale`` or ``zero``: same shape and
-        dtype, C-contiguous) from now on."""
-        if name not in OPERANDS:
-            raise ShapeError(f"{self.what}: only x, scale and zero can be rebound, not {name!r}")
-        old = self.inputs[name]
-        if array is old:
-            return
-        if type(array) is not np.ndarray or array.shape != old.shape or \
-                array.dtype != old.dtype or not array.flags.c_contiguous:
-            raise ShapeError(f"{self.what}: cannot read {getattr(array, 'dtype', type(array))} "
-                             f"{getattr(array, 'shape', '')} as {name} in place of "
-                             f"{old.dtype} {old.shape}")
-        self.inputs[name] = array
-        for call in self.calls:
-            call[OPERANDS[name]] = array.ctypes.data
+        weight = np.asarray(weight)
+        _check_weight("QuantizedConv", weight, 4, cache)
+        if dilations[1] != 1 or min(strides) < 1 or dilations[0] < 1 or \
+                min(*pads_begin, *pads_end) < 0:
+            raise ShapeError(f"QuantizedConv: strides {strides}, dilations {dilations} and "
+                             f"pads {pads_begin} {pads_end}: strides and dilations must be "
+                             f"positive, the horizontal dilation 1, pads not negative")
+        self.m, self.c, self.kh, self.kw = weight.shape
+        self.c4 = -(-self.c // 4) * 4
+        self.strides, self.dilations = tuple(strides), tuple(dilations)
+        self.pads_begin, self.pads_end = tuple(pads_begin), tuple(pads_end)
+        self.threads, self.cache = threads, cache
+        # K in the order the image is read: kernel row, kernel column, channel (padded).
+        ordered = np.zeros((self.kh, self.kw, self.c4, self.m), np.int8)
+        ordered[:, :, :self.c] = weight.transpose(2, 3, 1, 0)
+        self.packed, self.colsum = pack_int8_weight(ordered.reshape(-1, self.m))
+        self.image_function, self.source = qgemm_kernel(cache, "tensoralg_qimage")
+        self.function, _ = qgemm_kernel(cache, "tensoralg_qconv")
 
-    def native(self, slots: dict[str, Any]) -> Any:
-        """This call as a ``NativeCall`` for a compiled sequence, reading the operands named
-        in ``slots`` from there; None when it has thread ranges and there is no native pool."""
-        from tensoralg.runtime.ranges import split_call
+    def __repr__(self) -> str:
+        return f"QuantizedConv(int8 {self.m}x{self.c}x{self.kh}x{self.kw})"
 
-        if set(slots) - set(OPERANDS):
-            return None
-        lists = []
-        for call in self.calls:
-            args = list(call)
-            for name, slot in slots.items():
-                args[OPERANDS[name]] = slot
-            lists.append(tuple(args))
-        return split_call(self.function, lists, self.threads, self.what)
+    def out_shape(self, x_shape: tuple[int, ...]) -> tuple[int, int]:
+        """``(OH, OW)`` for an input of ``x_shape`` (N, C, H, W)."""
+        sizes = []
+        for axis in range(2):
+            span = (self.kh, self.kw)[axis] - 1
+            span = span * self.dilations[axis] + 1
+            room = x_shape[2 + axis] + self.pads_begin[axis] + self.pads_end[axis] - span
+            if room < 0:
+                raise ShapeError(f"{self!r}: a window of span {span} does not fit an input "
+                                 f"of {x_shape[2 + axis]} with pads {self.pads_begin[axis]}, "
+                                 f"{self.pads_end[axis]}")
+            sizes.append(room // self.strides[axis] + 1)
+        return sizes[0], sizes[1]
 
-    def __call__(self) -> np.ndarray:
-        run_ranges(self.function, self.calls, self.threads, self.what)
-        return self.out
+    def describe(self, rows: int) -> str:
+        """One line for a printed plan."""
+        return (f"generated int8 convolution (uint8 channels-last image quantized in the call, "
+                f"{rows} positions x {self.kh} kernel rows of {self.kw * self.c4} bytes, int8 "
+                f"weight {self.kh * self.kw * self.c4}x{self.m} packed at load, vpdpbusd)")
+
+    def __call__(self, x: np.ndarray, scale: np.ndarray, zero: np.ndarray) -> np.ndarray:
+        """The channels-last product of ``x`` (N, C, H, W float32, C-contiguous)."""
+        oh, ow = self.out_shape(np.shape(x))
+        out = np.empty((np.shape(x)[0] * oh * ow, self.m), np.float32)
+        for call in self.bind(x, scale, zero, out):
+            call()
+        return out
+
+    def bind(self, x: np.ndarray, scale: np.ndarray, zero: np.ndarray, out: np.ndarray
+             ) -> tuple[BoundInt8Call, BoundInt8Call]:
+        """The two calls that write ``out`` (N * OH * OW, M) from ``x``, ``scale`` and
+        ``zero``: the quantized image (operands ``x``, ``scale``, ``zero``), then the
+        product (operand ``zero``); both hold the image buffer."""
+        if type(x) is not np.ndarray or x.ndim != 4 or x.shape[1] != self.c:
+            raise ShapeError(f"{self!r}: the input must be a (N, {self.c}, H, W) float32 "
+                             f"array, got {getattr(x, 'dtype', type(x))} "
+                             f"{getattr(x, 'shape', '')}")
+        check_array(self, x, "input", np.dtype(np.float32), (None, self.c, None, None), "N")
+        n, _, h, w = x.shape
+        oh, ow = self.out_shape(x.shape)
+        check_array(self, out, "output", np.dtype(np.float32), (n * oh * ow, self.m), "",
+                    writeable=True)
+        _check_scalars(self, scale, zero)
+        hp = h + self.pads_begin[0] + self.pads_end[0]
+        wp = w + self.pads_begin[1] + self.pads_end[1]
+        image = np.empty(max(1, n * hp * wp * self.c4), np.uint8)
+        image_call = BoundInt8Call(
+            self.image_function, [[x.ctypes.data, n, self.c, h, w, scale.ctypes.data,
+                                   zero.ctypes.data, hp, wp, self.pads_begin[0],
+                                   self.pads_begin[1], self.c4, image.ctypes.data]],
+            {"x": 0, "scale": 5, "zero": 6}, {"x": x, "scale": scale, "zero": zero}, None,
+            f"{self!r} image", [self, image])
+        row = wp * self.c4
+        rows = n * oh * ow
+        k = self.kh * self.kw * self.c4
+        calls = [[image.ctypes.data, zero.ctypes.data, self.packed.ctypes.data,
+                  self.colsum.ctypes.data, self.kh, self.kw * self.c4 // 4,
+                  self.dilations[0] * row, oh * ow, ow, self.strides[0] * row,
+                  self.strides[1] * self.c4, hp * row, self.m, out.ctypes.data, self.m,
+                  lo, hi, first, last]
+                 for lo, hi, first, last in _ranges(rows, self.m, rows * k * self.m,
+                                                     self.threads)]
+        product = BoundInt8Call(self.function, calls, {"zero": 1}, {"zero": zero},
+                                self.threads, repr(self), [self, image, out])
+        return image_call, product
 
 
-__all__ = ["BoundQuantizedLayer", "QuantizedLayer", "int8_gemm_supported", "qgemm_kernel"]
+__all__ = ["BoundInt8Call", "QuantizedConv", "QuantizedLayer", "int8_gemm_supported",
+           "qgemm_kernel"]

@@ -1,8 +1,9 @@
-"""Opt level 2: quantized graphs as float statements that give their results exactly.
+"""Opt level 2: quantized graphs as statements and kernels that give their results exactly.
 
 Three patterns of onnxruntime's quantizer: QuantizeLinear -> DequantizeLinear pairs (static
 quantization, the QDQ format; *fake quantization*, :func:`quantize_dequantize_pairs`),
-DynamicQuantizeLinear -> MatMulInteger -> Cast (dynamic quantization,
+DynamicQuantizeLinear -> MatMulInteger/ConvInteger -> Cast (dynamic quantization, on the int8
+GEMM where the host has AVX-512 VNNI, else as exact float products:
 :func:`dynamic_quantized_products`) and quantized embedding tables read by Gather ->
 DequantizeLinear (:func:`dequantized_gathers`). The pairs first:
 
@@ -252,7 +253,7 @@ def dynamic_quantized_matmul(node: NodeContext, x: np.ndarray, scale: np.ndarray
 
 
 CONV_INT8_OP = "DynamicQuantizedConv"
-CONV_ATTRIBUTES = frozenset({"auto_pad", "dilations", "kernel_shape", "pads", "strides"})
+CONV_ATTRIBUTES = frozenset({"auto_pad", "dilations", "pads", "strides"})
 
 
 def conv_geometry(node: Any, x_shape: tuple[int, ...], kernel: Sequence[int],
@@ -264,31 +265,54 @@ def conv_geometry(node: Any, x_shape: tuple[int, ...], kernel: Sequence[int],
                    auto_pad=attributes.get("auto_pad", "NOTSET"))
 
 
+def int8_conv_of(node: Any, weight: np.ndarray, geometry: Any, layers: dict[str, Any]) -> Any:
+    """The int8 convolution (``program.quantized_conv``) of a ``DynamicQuantizedConv`` node,
+    made once per node and geometry (kept in ``layers``); None where its horizontal dilation
+    is not 1 (such a convolution takes float patch rows and the int8 GEMM)."""
+    if geometry.dilations[1] != 1:
+        return None
+    key = (str(node), "conv", geometry.strides, geometry.dilations, geometry.pads_begin,
+           geometry.pads_end)
+    if key not in layers:
+        layers[key] = program.quantized_conv(weight, geometry.strides, geometry.pads_begin,
+                                             geometry.pads_end, geometry.dilations)
+    return layers[key]
+
+
 def dynamic_quantized_conv(node: NodeContext, x: np.ndarray, scale: np.ndarray,
                            zero: np.ndarray, weight: np.ndarray, **attributes: Any
                            ) -> np.ndarray:
     """The op function of a ``DynamicQuantizedConv`` node: the 2-D convolution (group 1) of
-    ``x`` (float32 NCHW) quantized with ``scale`` and ``zero`` by the constant int8 weight,
-    given as the GEMM's ``(C * KH * KW) x M`` matrix, the int32 sums as float32 NCHW. The
-    float patch matrix of ``x`` (``program.im2row_call``, padding 0.0, which quantizes to the
-    zero point, as ConvInteger pads) is the int8 GEMM's input."""
+    ``x`` (float32 NCHW) quantized with ``scale`` and ``zero`` by the constant shifted int8
+    weight (M, C, KH, KW), the int32 sums as float32 NCHW. On ``program.quantized_conv``
+    (a uint8 channels-last image, kernel rows read in place); with a horizontal dilation,
+    the float patch matrix of ``x`` (``program.im2row_call``, padding 0.0, which quantizes to
+    the zero point, as ConvInteger pads) and the int8 GEMM."""
     x = np.asarray(x)
-    kernel = tuple(attributes["kernel_shape"])
-    k, m = weight.shape
-    if x.dtype != np.float32 or x.ndim != 4 or x.shape[1] * math.prod(kernel) != k:
-        raise ShapeError(f"{node}: the input must be float32 (N, C, H, W) with C * "
-                         f"{' * '.join(map(str, kernel))} = {k}, got {x.dtype} {x.shape}")
+    m, c, *kernel = weight.shape
+    if x.dtype != np.float32 or x.ndim != 4 or x.shape[1] != c:
+        raise ShapeError(f"{node}: the input must be float32 (N, {c}, H, W), got {x.dtype} "
+                         f"{x.shape}")
     geometry = conv_geometry(node, x.shape, kernel, attributes)
     n, (oh, ow) = x.shape[0], geometry.out
-    product = np.zeros((n * oh * ow, m), np.float32)
-    if product.size and k:
-        patches = np.empty((n * oh * ow, k), np.float32)
-        im2row = program.im2row_call(np.ascontiguousarray(x), kernel, geometry.strides,
-                                     geometry.dilations, geometry.pads_begin, (oh, ow), patches,
-                                     str(node))
-        assert im2row is not None      # float32, 4-D, C-contiguous, not empty
-        im2row()
-        product = dynamic_quantized_matmul(node, patches, scale, zero, weight)
+    x = np.ascontiguousarray(x)
+    scale = np.ascontiguousarray(scale, np.float32).reshape(())
+    zero = np.ascontiguousarray(zero, np.float32).reshape(())
+    conv = int8_conv_of(node, weight, geometry, node.kernels.layers)
+    if conv is not None:
+        node.note(conv.describe(n * oh * ow))
+        product = conv(x, scale, zero)
+    else:
+        product = np.zeros((n * oh * ow, m), np.float32)
+        if product.size and c:
+            patches = np.empty((n * oh * ow, c * math.prod(kernel)), np.float32)
+            im2row = program.im2row_call(x, tuple(kernel), geometry.strides,
+                                         geometry.dilations, geometry.pads_begin, (oh, ow),
+                                         patches, str(node))
+            assert im2row is not None      # float32, 4-D, C-contiguous, not empty
+            im2row()
+            product = dynamic_quantized_matmul(node, patches, scale, zero, np.ascontiguousarray(
+                weight.reshape(m, -1).T))
     return np.ascontiguousarray(product.reshape(n, oh * ow, m).transpose(0, 2, 1)).reshape(
         n, m, oh, ow)
 
@@ -332,34 +356,54 @@ def _int8_weight(graph: Graph, product: Node) -> np.ndarray | None:
     return np.ascontiguousarray(shifted, np.int8)
 
 
-def _int8_conv_weight(graph: Graph, product: Node) -> np.ndarray | None:
-    """``W - w_zero_point`` of a 2-D ConvInteger (group 1) with a constant int8/uint8 ``W``
-    (M, C, KH, KW) and a constant per-tensor or per-output-channel zero point, as the int8
-    GEMM's ``(C * KH * KW) x M`` matrix, where every value fits int8 and no sum can wrap;
-    None otherwise."""
+def _conv_shifted(graph: Graph, product: Node) -> np.ndarray | None:
+    """``W - w_zero_point`` (int64) of a ConvInteger with a constant int8/uint8 ``W`` (M, C /
+    group, ...) and a constant per-tensor or per-output-channel zero point, where no int32
+    sum can wrap; None otherwise."""
     weight = graph.constants.get(product.inputs[1])
-    attributes = product.attributes
-    if weight is None or weight.ndim != 4 or weight.dtype not in (np.int8, np.uint8) or \
-            attributes.get("group", 1) != 1 or \
-            tuple(attributes.get("kernel_shape") or weight.shape[2:]) != weight.shape[2:]:
+    if weight is None or weight.ndim < 3 or weight.dtype not in (np.int8, np.uint8) or \
+            tuple(product.attributes.get("kernel_shape") or weight.shape[2:]) != \
+            weight.shape[2:]:
         return None
     zero_name = product.inputs[3] if len(product.inputs) > 3 else ""
     zero = graph.constants.get(zero_name) if zero_name else np.zeros((), weight.dtype)
     if zero is None or zero.dtype != weight.dtype or \
             not (zero.size == 1 or zero.shape == (weight.shape[0],)):
         return None
-    shifted = weight.astype(np.int64) - zero.astype(np.int64).reshape(-1, 1, 1, 1)
+    shifted = weight.astype(np.int64) - \
+        zero.astype(np.int64).reshape(-1, *[1] * (weight.ndim - 1))
     terms = math.prod(weight.shape[1:])
-    if shifted.size and (shifted.min() < -128 or shifted.max() > 127 or
-                         terms * UINT8_SPAN * int(np.abs(shifted).max()) >= 2 ** 31):
+    if terms * UINT8_SPAN * int(np.max(np.abs(shifted), initial=0)) >= 2 ** 31:
         return None
-    return np.ascontiguousarray(shifted.reshape(weight.shape[0], terms).T, np.int8)
+    return shifted
+
+
+def _int8_conv_weight(graph: Graph, product: Node) -> np.ndarray | None:
+    """The shifted weight (:func:`_conv_shifted`) of a 2-D ConvInteger of group 1 as int8
+    (M, C, KH, KW), where every value fits int8; None otherwise."""
+    shifted = _conv_shifted(graph, product)
+    if shifted is None or shifted.ndim != 4 or product.attributes.get("group", 1) != 1 or \
+            shifted.size and (shifted.min() < -128 or shifted.max() > 127):
+        return None
+    return np.ascontiguousarray(shifted, np.int8)
+
+
+def _float_conv_weight(graph: Graph, product: Node) -> np.ndarray | None:
+    """The shifted weight (:func:`_conv_shifted`) of a ConvInteger as the float type in which
+    its products with a uint8-quantized input are exact (float32 below 2^24, else float64):
+    a grouped or depthwise ConvInteger's weight for a float Conv; None where there is none."""
+    shifted = _conv_shifted(graph, product)
+    if shifted is None:
+        return None
+    bound = math.prod(shifted.shape[1:]) * UINT8_SPAN * int(np.max(np.abs(shifted), initial=0))
+    return shifted.astype(np.float32 if bound < EXACT_FLOAT32 else np.float64)
 
 
 def dynamic_quantized_products(graph: Graph) -> Graph:
-    """onnxruntime's ``quantize_dynamic`` pattern as float products that give its int32 sums
+    """onnxruntime's ``quantize_dynamic`` pattern as products that give its int32 sums
     exactly. Where a DynamicQuantizeLinear's quantized ``x`` and zero point are read only by
-    MatMulIntegers with a constant weight, each read only by a Cast to float::
+    MatMulIntegers (or, on the int8 GEMM, 2-D ConvIntegers of group 1) with a constant
+    weight, each read only by a Cast to float::
 
         DynamicQuantizeLinear(x) -> q, s, z;  MatMulInteger(q, B, z, b_z) -> Cast(float) -> y
 
@@ -371,11 +415,18 @@ def dynamic_quantized_products(graph: Graph) -> Graph:
     exact float integers) and a float ``MatMul(a, B - b_z) -> y``, the shifted weight a
     constant made here in the float type whose sums are exact (``_shifted_weight``), which
     takes MatMul's routes (the generated GEMM with its weight packed at load, BLAS). Fusion
-    joins the rescaling after either; the 8-bit tensor and the int32 one are never made."""
+    joins the rescaling after either; the 8-bit tensor and the int32 one are never made.
+    A ConvInteger becomes ``DynamicQuantizedConv(x, s, z', W')`` (:func:`dynamic_quantized_conv`:
+    ``x`` quantized into a zero-point-bordered uint8 channels-last image whose kernel rows the
+    int8 GEMM reads in place, then a transpose into NCHW); where the int8 GEMM cannot take it (a grouped or
+    depthwise convolution, a weight past int8, a host without VNNI), a float ``Conv`` of the
+    shifted values by the shifted weight, exact as the MatMul above, which takes Conv's own
+    routes (a depthwise convolution's window kernel); its padding, 0.0 in the shifted values,
+    is the zero point ConvInteger pads with."""
     readers = consumers_of(graph)
     outputs = {v.name for v in graph.outputs}
     taken = value_names(graph)
-    matmul = lookup("MatMul", 13)
+    matmul, conv = lookup("MatMul", 13), lookup("Conv", 11)
     int8 = program.int8_gemm_supported()
     replaced: dict[str, list[Node]] = {}     # node name -> the nodes in its place
     dropped: set[str] = set()
@@ -395,8 +446,9 @@ def dynamic_quantized_products(graph: Graph) -> Graph:
             if product.op_type == "MatMulInteger":
                 weight = _shifted_weight(graph, product)
                 narrow = _int8_weight(graph, product) if int8 else None
-            elif product.op_type == "ConvInteger" and int8:
-                narrow = _int8_conv_weight(graph, product)
+            elif product.op_type == "ConvInteger":
+                narrow = _int8_conv_weight(graph, product) if int8 else None
+                weight = _float_conv_weight(graph, product) if narrow is None else None
             casts = readers.get(product.outputs[0], [])
             if (weight is None and narrow is None) or product.inputs[0] != quantized or \
                     (product.inputs[2] if len(product.inputs) > 2 else "") != zero or \
@@ -422,8 +474,6 @@ def dynamic_quantized_products(graph: Graph) -> Graph:
                 if product.op_type == "ConvInteger":
                     attributes = {key: value for key, value in product.attributes.items()
                                   if key in CONV_ATTRIBUTES}
-                    attributes["kernel_shape"] = list(
-                        graph.constants[product.inputs[1]].shape[2:])
                     new = Node(product.name, CONV_INT8_OP, inputs, cast.outputs, attributes,
                                1, CONV_INT8_IMPL)
                 else:
@@ -433,8 +483,11 @@ def dynamic_quantized_products(graph: Graph) -> Graph:
             else:
                 name = fresh_name(f"{product.inputs[1]}/shifted", taken)
                 graph.constants[name] = weight
-                replaced[product.name] = [Node(product.name, "MatMul", (shifted, name),
-                                               cast.outputs, {}, 13, matmul)]
+                replaced[product.name] = [
+                    Node(product.name, "Conv", (shifted, name), cast.outputs,
+                         dict(product.attributes), 11, conv) if product.op_type == "ConvInteger"
+                    else Node(product.name, "MatMul", (shifted, name), cast.outputs, {}, 13,
+                              matmul)]
                 shift_needed = True
             dropped.add(cast.name)
             rewritten += 1

@@ -22,7 +22,7 @@ from tensoralg import program
 from tensoralg.onnx.ops.matmul import use_blas
 from tensoralg.onnx.ops.windows import windows
 from tensoralg.onnx.passes.fusion import FLOATS, clamp_text, fused, fused_activation, gelu_text
-from tensoralg.onnx.passes.quantized import conv_geometry
+from tensoralg.onnx.passes.quantized import conv_geometry, int8_conv_of
 from tensoralg.onnx.plan.executor import Step
 from tensoralg.onnx.plan.step_base import (
     Env,
@@ -254,34 +254,46 @@ def quantized_matmul_spec(step: Step, recorded: Env, constants: Mapping[str, np.
 
 def quantized_conv_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]
                         ) -> Spec | None:
-    """A ``DynamicQuantizedConv`` (``passes/quantized.py``) as three prebound calls of the
-    plan's compiled sequence: the float patch matrix of its input (``program.im2row_call``),
-    the int8 GEMM on it and the transpose of the channels-last product into the NCHW
-    output (``program.transpose_call``)."""
+    """A ``DynamicQuantizedConv`` (``passes/quantized.py``) as prebound calls of the plan's
+    compiled sequence: the quantized channels-last image and the int8 product
+    (``program.quantized_conv``) or, with a horizontal dilation, the float patch matrix
+    (``program.im2row_call``) and the int8 GEMM; then the transpose of the channels-last
+    product into the NCHW output (``program.transpose_call``)."""
     node = step.node
     x, out = recorded[node.inputs[0]], recorded[node.outputs[0]]
     weight = constants.get(node.inputs[3])
     if weight is None or x.dtype != np.float32 or x.ndim != 4 or not out.size or \
-            not weight.shape[0]:
+            not weight[0].size:
         return None
-    geometry = conv_geometry(step.context, x.shape, node.attributes["kernel_shape"],
-                             node.attributes)
-    n, m, (oh, ow), k = x.shape[0], weight.shape[1], geometry.out, weight.shape[0]
+    m, c, *kernel = weight.shape
+    geometry = conv_geometry(step.context, x.shape, kernel, node.attributes)
+    n, (oh, ow) = x.shape[0], geometry.out
     rows = n * oh * ow
-    layer = program.quantized_layer(weight)
+    conv = int8_conv_of(step.context, weight, geometry, {})
+    layer = program.quantized_layer(np.ascontiguousarray(weight.reshape(m, -1).T)) \
+        if conv is None else None
+    scratch = [((rows, m), np.dtype(np.float32))]
+    if conv is None:
+        scratch.append(((rows, c * math.prod(kernel)), np.dtype(np.float32)))
 
     def make(outs: list[np.ndarray], buffers: list[np.ndarray], ins: list[Getter]) -> Run:
-        patches, product = buffers
-        im2row = program.im2row_call(placeholder(ins[0], x.shape, x.dtype), geometry.kernel,
-                                     geometry.strides, geometry.dilations, geometry.pads_begin,
-                                     (oh, ow), patches, str(step.context))
-        assert im2row is not None        # float32, 4-D, not empty: checked above
+        product = buffers[0]
+        source = placeholder(ins[0], x.shape, x.dtype)
         scalars = [placeholder(get, (), np.dtype(np.float32)).reshape(()) for get in ins[1:3]]
-        bound = layer.bind(patches, *scalars, product)
-        transpose = program.transpose_call(product.reshape(n, oh * ow, m),
-                                           outs[0].reshape(n, m, oh * ow))
-        parts = [(im2row, [("x", ins[0], None)]),
-                 (bound, [("scale", ins[1], ()), ("zero", ins[2], ())]), (transpose, [])]
+        if conv is not None:
+            image, gemm = conv.bind(source, *scalars, product)
+            parts: list[Any] = [(image, [("x", ins[0], None), ("scale", ins[1], ()),
+                                         ("zero", ins[2], ())]), (gemm, [("zero", ins[2], ())])]
+        else:
+            im2row = program.im2row_call(source, tuple(kernel), geometry.strides,
+                                         geometry.dilations, geometry.pads_begin, (oh, ow),
+                                         buffers[1], str(step.context))
+            assert im2row is not None        # float32, 4-D, not empty: checked above
+            parts = [(im2row, [("x", ins[0], None)]),
+                     (layer.bind(buffers[1], *scalars, product),
+                      [("scale", ins[1], ()), ("zero", ins[2], ())])]
+        parts.append((program.transpose_call(product.reshape(n, oh * ow, m),
+                                              outs[0].reshape(n, m, oh * ow)), []))
         dynamic = [(call, name, get, shape) for call, operands in parts
                    for name, get, shape in operands if get.fixed is None]
 
@@ -289,14 +301,13 @@ def quantized_conv_spec(step: Step, recorded: Env, constants: Mapping[str, np.nd
             for call, name, get, shape in dynamic:
                 value = contiguous(get(env))
                 call.rebind(name, value if shape is None else value.reshape(shape))
-            im2row()
-            bound()
-            transpose()
+            for call, _ in parts:
+                call()
         return made_of(run, parts)
 
-    spec = Spec(make, [((rows, k), np.dtype(np.float32)), ((rows, m), np.dtype(np.float32))],
-                "generated GEMM")
-    spec.plan = f"float patch rows, then {layer.describe(rows)}, then NCHW transpose"
+    spec = Spec(make, scratch, "generated GEMM")
+    spec.plan = (conv.describe(rows) if conv is not None else
+                 f"float patch rows, then {layer.describe(rows)}") + ", then NCHW transpose"
     return spec
 
 
