@@ -4099,8 +4099,8 @@ def quantized_conv(weight: np.ndarray, strides: tuple[int, int], pads_begin: tup
                    ) -> QuantizedConv:
     """A dynamically quantized 2-D convolution (group 1, horizontal dilation 1) by the
     constant int8 ``weight`` (M, C, KH, KW) on the int8 GEMM (``runtime/qgemm.py``, AVX-512
-    VNNI hosts only): the input quantized into a uint8 channels-last image, the product
-    channels-last ``(N * OH * OW, M)``, exact. Large products split over the kernel threads.
+    VNNI hosts only): the input quantized into a uint8 channels-last image, the result NCHW,
+    exact. Large products split over the kernel threads.
 
     >>> if int8_gemm_supported():
     ...     conv = quantized_conv(np.ones((1, 1, 1, 1), np.int8), (1, 1), (0, 0), (0, 0))

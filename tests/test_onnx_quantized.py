@@ -269,7 +269,7 @@ def test_dynamically_quantized_cnn(tmp_path):
     compiled = _same_as_onnxruntime(model, {"x": x}, atol=1e-5)
     text = compiled.stage_text("plan")
     assert "dynamic quantization: 2 integer product(s), 2 on the int8 GEMM" in text
-    assert "DynamicQuantizedConv" in text and "generated int8 convolution" in text
+    assert "Int8Conv" in text and "generated int8 convolution" in text
     assert "2 generated GEMM" in text and "in 1 compiled sequence" in text
 
 

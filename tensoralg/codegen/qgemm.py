@@ -41,7 +41,7 @@ import numpy as np
 from llvmlite import ir
 
 from tensoralg.codegen.gemm import aligned_empty
-from tensoralg.codegen.llvm_helpers import counted_loop, declare, entry_alloca, if_then
+from tensoralg.codegen.llvm_helpers import counted_loop, declare, entry_alloca, if_else, if_then
 from tensoralg.codegen.llvm_helpers import splat as _splat
 
 I8, I32, I64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
@@ -170,11 +170,13 @@ def _quantize_rows(module: ir.Module) -> ir.Function:
 
 
 def _micro_kernel(module: ir.Module, rows: int, vectors: int) -> ir.Function:
-    """``micro(A_rows, nsub, a_sub, groups, W, C, ldc, ncols, colsum, zero)``: a ``rows x
-    (vectors * 16)`` tile of ``C`` over ``nsub`` runs of ``groups`` groups of 4 K values. Row
-    ``r`` of the tile reads run ``s`` from ``A_rows[r] + s * a_sub`` (bytes; a dense product
-    is one run, a convolution's runs are its kernel rows, an image row apart) and writes
-    ``C + r * ldc``; columns past ``ncols`` are neither read nor written."""
+    """``micro(A_rows, nsub, a_sub, groups, W, C_rows, c_col, ncols, colsum, zero)``: a
+    ``rows x (vectors * 16)`` tile of ``C`` over ``nsub`` runs of ``groups`` groups of 4 K
+    values. Row ``r`` of the tile reads run ``s`` from ``A_rows[r] + s * a_sub`` (bytes; a
+    dense product is one run, a convolution's runs are its kernel rows, an image row apart)
+    and writes column ``j`` at ``C_rows[r] + j * c_col`` (floats: 1 stores whole vectors, more
+    scatters them, so that a convolution writes its NCHW planes); columns past ``ncols`` are
+    neither read nor written."""
     ints = ir.VectorType(I32, LANES)
     floats = ir.VectorType(F32, LANES)
     mask_type = ir.VectorType(ir.IntType(1), LANES)
@@ -183,12 +185,15 @@ def _micro_kernel(module: ir.Module, rows: int, vectors: int) -> ir.Function:
                         (POINTER, I32, mask_type, ints))
     store = declare(module, "llvm.masked.store.v16f32.p0", ir.VoidType(),
                     (floats, POINTER, I32, mask_type))
+    pointers = ir.VectorType(POINTER, LANES)
+    scatter = declare(module, "llvm.masked.scatter.v16f32.v16p0", ir.VoidType(),
+                      (floats, pointers, I32, mask_type))
     fn = ir.Function(module, ir.FunctionType(ir.VoidType(), (
         POINTER, I64, I64, I64, POINTER, POINTER, I64, I64, POINTER, I32)),
         name=f"qmicro{rows}x{vectors}")
     fn.linkage = "internal"
-    a_rows, nsub, a_sub, groups, w, c, ldc, ncols, colsum, zero = fn.args
-    for pointer in (a_rows, w, c, colsum):
+    a_rows, nsub, a_sub, groups, w, c_rows, c_col, ncols, colsum, zero = fn.args
+    for pointer in (a_rows, w, c_rows, colsum):
         pointer.add_attribute("noalias")
     builder = ir.IRBuilder(fn.append_basic_block("entry"))
     zero_vector = ir.Constant(ints, [0] * LANES)
@@ -226,6 +231,7 @@ def _micro_kernel(module: ir.Module, rows: int, vectors: int) -> ir.Function:
     masks = [builder.icmp_signed("<", lane_index, _splat(builder, builder.sub(
         ncols, _const(LANES * v)), lane_index.type)) for v in range(vectors)]
     zeros = _splat(builder, zero, ints)
+    results = [[None] * vectors for _ in range(rows)]
     for v in range(vectors):
         sums = builder.call(load_ints, [builder.gep(colsum, [_const(LANES * v)], inbounds=True,
                                                     source_etype=I32),
@@ -233,25 +239,46 @@ def _micro_kernel(module: ir.Module, rows: int, vectors: int) -> ir.Function:
         correction = builder.mul(zeros, sums)
         for r in range(rows):
             exact = builder.sub(builder.load(tile[r][v], typ=ints), correction)
-            where = builder.gep(c, [builder.add(builder.mul(_const(r), ldc),
-                                                _const(LANES * v))], inbounds=True,
-                                source_etype=F32)
-            builder.call(store, [builder.sitofp(exact, floats), where, ir.Constant(I32, 4),
-                                 masks[v]])
+            results[r][v] = builder.sitofp(exact, floats)
+    c_starts = [builder.load(builder.gep(c_rows, [_const(r)], inbounds=True,
+                                         source_etype=POINTER), typ=POINTER)
+                for r in range(rows)]
+    four = ir.Constant(I32, 4)
+    with if_else(builder, builder.icmp_signed("==", c_col, _const(1)), "rows") as \
+            (then, otherwise):
+        with then():
+            for r in range(rows):
+                for v in range(vectors):
+                    where = builder.gep(c_starts[r], [_const(LANES * v)], inbounds=True,
+                                        source_etype=F32)
+                    builder.call(store, [results[r][v], where, four, masks[v]])
+        with otherwise():
+            columns = builder.mul(lane_index, _splat(builder, c_col, lane_index.type))
+            for r in range(rows):
+                for v in range(vectors):
+                    first = builder.gep(c_starts[r], [builder.mul(_const(LANES * v), c_col)],
+                                        inbounds=True, source_etype=F32)
+                    where = builder.gep(first, [columns], inbounds=True, source_etype=F32)
+                    where.type = pointers      # a vector GEP (llvmlite types it as one pointer)
+                    builder.call(scatter, [results[r][v], where, four, masks[v]])
     builder.ret_void()
     return fn
 
 
 def _tiles(builder: ir.IRBuilder, micro: dict[tuple[int, int], ir.Function], w: ir.Value,
            colsum: ir.Value, panel_groups: ir.Value, nsub: ir.Value, a_sub: ir.Value,
-           groups: ir.Value, n_size: ir.Value, c: ir.Value, ldc: ir.Value, begin: ir.Value,
-           rows_total: ir.Value, col_begin: ir.Value, col_end: ir.Value, zero_int: ir.Value,
-           fill_rows: Callable[[ir.Value, ir.Value, ir.Value], None]) -> None:
-    """The panels from ``col_begin`` to ``col_end`` and the register tiles of rows
-    ``[begin, begin + rows_total)`` of ``C``; ``fill_rows(first, count, table)`` stores the
-    addresses of rows ``first .. first + count - 1`` of A (numbered from 0) in ``table``."""
+           groups: ir.Value, n_size: ir.Value, c_col: ir.Value, rows_total: ir.Value,
+           col_begin: ir.Value, col_end: ir.Value, zero_int: ir.Value,
+           fill_rows: Callable[[ir.Value, ir.Value, ir.Value, ir.Value, ir.Value], None]
+           ) -> None:
+    """The panels from ``col_begin`` to ``col_end`` and the register tiles of ``rows_total``
+    rows of ``C``; ``fill_rows(first, count, a_table, c_table, j0)`` stores the addresses of
+    rows ``first .. first + count - 1`` (numbered from 0 in this call) of A and of column
+    ``j0`` of C in the two tables."""
     table = entry_alloca(builder, ir.ArrayType(POINTER, MR), "a_rows")
     table_start = builder.bitcast(table, POINTER)
+    c_table = entry_alloca(builder, ir.ArrayType(POINTER, MR), "c_rows")
+    c_start = builder.bitcast(c_table, POINTER)
     panel, block = entry_alloca(builder, I64, "panel"), entry_alloca(builder, I64, "rb")
     first_panel = builder.sdiv(col_begin, _const(NR))
     last_panel = builder.sdiv(builder.add(col_end, _const(NR - 1)), _const(NR))
@@ -275,11 +302,9 @@ def _tiles(builder: ir.IRBuilder, micro: dict[tuple[int, int], ir.Function], w: 
             i0 = builder.sdiv(builder.mul(b, rows_total), row_blocks)
             i1 = builder.sdiv(builder.mul(builder.add(b, _const(1)), rows_total), row_blocks)
             count = builder.sub(i1, i0)
-            fill_rows(i0, count, table)
-            args = [table_start, nsub, a_sub, groups, w_panel,
-                    builder.gep(c, [builder.add(builder.mul(builder.add(begin, i0), ldc), j0)],
-                                inbounds=True, source_etype=F32),
-                    ldc, ncols, sums, zero_int]
+            fill_rows(i0, count, table, c_table, j0)
+            args = [table_start, nsub, a_sub, groups, w_panel, c_start, c_col, ncols, sums,
+                    zero_int]
             done = builder.append_basic_block("tile.done")
             variant = builder.add(builder.mul(builder.sub(vectors, _const(1)), _const(MR)),
                                   builder.sub(count, _const(1)))
@@ -293,14 +318,15 @@ def _tiles(builder: ir.IRBuilder, micro: dict[tuple[int, int], ir.Function], w: 
             builder.position_at_end(done)
 
 
-def _store_rows(builder: ir.IRBuilder, table: ir.Value, count: ir.Value,
-                address: Callable[[int], ir.Value]) -> None:
-    """``table[r] = address(r)`` (``table`` the tile's ``[MR x ptr]`` slot) for the rows
-    ``r < count`` of a tile; rows past ``count`` are never read, and not computed."""
+def _store_rows(builder: ir.IRBuilder, tables: tuple[ir.Value, ir.Value], count: ir.Value,
+                address: Callable[[int], tuple[ir.Value, ir.Value]]) -> None:
+    """``a_table[r], c_table[r] = address(r)`` (the tables the tile's ``[MR x ptr]`` slots)
+    for the rows ``r < count`` of a tile; rows past ``count`` are never read, and not
+    computed."""
     for r in range(MR):
         with if_then(builder, builder.icmp_signed("<", _const(r), count), f"row{r}"):
-            builder.store(address(r), builder.gep(table, [_const(0), _const(r)],
-                                                  inbounds=True))
+            for table, value in zip(tables, address(r)):
+                builder.store(value, builder.gep(table, [_const(0), _const(r)], inbounds=True))
 
 
 def _driver(module: ir.Module, quantize: ir.Function,
@@ -326,37 +352,46 @@ def _driver(module: ir.Module, quantize: ir.Function,
                                             source_etype=F32),
                                 ldx, rows_total, k_size, scale, zero, q, ldq])
 
-        def fill_rows(first: ir.Value, count: ir.Value, table: ir.Value) -> None:
+        def fill_rows(first: ir.Value, count: ir.Value, a_table: ir.Value,
+                      c_table: ir.Value, j0: ir.Value) -> None:
             start = builder.gep(q, [builder.mul(first, ldq)], inbounds=True, source_etype=I8)
-            _store_rows(builder, table, count, lambda r: builder.gep(
-                start, [builder.mul(_const(r), ldq)], inbounds=True, source_etype=I8))
+            c_first = builder.gep(c, [builder.add(builder.mul(builder.add(begin, first), ldc),
+                                                  j0)], inbounds=True, source_etype=F32)
+            _store_rows(builder, (a_table, c_table), count, lambda r: (
+                builder.gep(start, [builder.mul(_const(r), ldq)], inbounds=True,
+                            source_etype=I8),
+                builder.gep(c_first, [builder.mul(_const(r), ldc)], inbounds=True,
+                            source_etype=F32)))
 
         # The zero point is an integer in [0, 255] (DynamicQuantizeLinear's), as a float.
         _tiles(builder, micro, w, colsum, groups_packed, _const(1), _const(0), groups, n_size,
-               c, ldc, begin, rows_total, col_begin, col_end, builder.fptosi(zero, I32),
+               _const(1), rows_total, col_begin, col_end, builder.fptosi(zero, I32),
                fill_rows)
     builder.ret(ir.Constant(I32, 0))
 
 
 def _conv_driver(module: ir.Module, micro: dict[tuple[int, int], ir.Function]) -> None:
     """``int32 tensoralg_qconv(B, zero, Wp, colsum, runs, run_groups, run_stride, ohw, ow,
-    oh_stride, ow_stride, image_stride, N, C, ldc, row_begin, row_end, col_begin,
-    col_end)``: rows (output positions) ``[row_begin, row_end)`` of a convolution's
-    channels-last product from the quantized image ``B`` (:func:`_image_driver`). Position
-    ``p`` of image ``n = p / ohw`` at ``(oh, ow)`` reads ``runs`` kernel rows of
-    ``run_groups`` groups of 4 bytes, the first at ``n * image_stride + oh * oh_stride + ow *
-    ow_stride`` and each ``run_stride`` bytes after the one before."""
+    oh_stride, ow_stride, image_stride, N, C, c_image, c_pos, c_col, row_begin, row_end,
+    col_begin, col_end)``: output positions ``[row_begin, row_end)`` of a convolution with
+    ``N`` output channels from the quantized image ``B`` (:func:`_image_driver`) into ``C``,
+    position ``rest`` of image ``n`` and channel ``j`` at ``n * c_image + rest * c_pos + j *
+    c_col`` (NCHW planes: ``N * ohw, 1, ohw``; channels-last rows: ``ohw * N, N, 1``).
+    Position ``p`` of image ``n = p / ohw`` at ``(oh, ow)`` reads ``runs`` kernel rows of
+    ``run_groups`` groups of 4 bytes, the first at ``n * image_stride + oh * oh_stride + ow
+    * ow_stride`` and each ``run_stride`` bytes after the one before."""
     fn = ir.Function(module, ir.FunctionType(I32, (
         POINTER, POINTER, POINTER, POINTER, I64, I64, I64, I64, I64, I64, I64, I64, I64,
-        POINTER, I64, I64, I64, I64, I64)), name=CONV_ENTRY)
+        POINTER, I64, I64, I64, I64, I64, I64, I64)), name=CONV_ENTRY)
     image, zero_at, w, colsum, runs, run_groups, run_stride, ohw, ow, oh_stride, ow_stride, \
-        image_stride, n_size, c, ldc, begin, end, col_begin, col_end = fn.args
+        image_stride, n_size, c, c_image, c_pos, c_col, begin, end, col_begin, col_end = fn.args
     builder = ir.IRBuilder(fn.append_basic_block("entry"))
     rows_total = builder.sub(end, begin)
     zero = builder.fptosi(builder.load(zero_at, typ=F32), I32)
 
-    def fill_rows(first: ir.Value, count: ir.Value, table: ir.Value) -> None:
-        def address(r: int) -> ir.Value:
+    def fill_rows(first: ir.Value, count: ir.Value, a_table: ir.Value, c_table: ir.Value,
+                  j0: ir.Value) -> None:
+        def address(r: int) -> tuple[ir.Value, ir.Value]:
             p = builder.add(builder.add(begin, first), _const(r))
             n = builder.sdiv(p, ohw)
             rest = builder.sub(p, builder.mul(n, ohw))
@@ -365,13 +400,15 @@ def _conv_driver(module: ir.Module, micro: dict[tuple[int, int], ir.Function]) -
             offset = builder.add(builder.add(builder.mul(n, image_stride),
                                              builder.mul(oh, oh_stride)),
                                  builder.mul(column, ow_stride))
-            return builder.gep(image, [offset], inbounds=True, source_etype=I8)
-        _store_rows(builder, table, count, address)
+            out = builder.add(builder.add(builder.mul(n, c_image), builder.mul(rest, c_pos)),
+                              builder.mul(j0, c_col))
+            return (builder.gep(image, [offset], inbounds=True, source_etype=I8),
+                    builder.gep(c, [out], inbounds=True, source_etype=F32))
+        _store_rows(builder, (a_table, c_table), count, address)
 
     with if_then(builder, builder.icmp_signed(">", rows_total, _const(0)), "work"):
         _tiles(builder, micro, w, colsum, builder.mul(runs, run_groups), runs, run_stride,
-               run_groups, n_size, c, ldc, begin, rows_total, col_begin, col_end, zero,
-               fill_rows)
+               run_groups, n_size, c_col, rows_total, col_begin, col_end, zero, fill_rows)
     builder.ret(ir.Constant(I32, 0))
 
 

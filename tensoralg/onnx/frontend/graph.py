@@ -61,6 +61,11 @@ class Graph:
     notes: list[str] = field(default_factory=list)
     # Initializers the model also lists among its inputs: ONNX lets a run feed them instead.
     overridable: dict[str, ValueInfo] = field(default_factory=dict)
+    # Constants folded from a DequantizeLinear of 8-bit constants: the integers, scale, zero
+    # point (None without one) and axis they were dequantized from (a QDQ model's weights),
+    # so that a later pass can multiply the integers instead (passes/quantized.py).
+    dequantized: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray | None, int]] = \
+        field(default_factory=dict)
 
 
 def consumers_of(graph: Graph) -> dict[str, list[Node]]:

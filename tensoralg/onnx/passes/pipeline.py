@@ -49,6 +49,7 @@ from tensoralg.onnx.passes.quantized import (
     dequantized_gathers,
     dynamic_quantized_products,
     quantize_dequantize_pairs,
+    static_quantized_products,
 )
 from tensoralg.onnx.passes.scatters import box_scatters
 from tensoralg.onnx.passes.small_powers import small_powers_as_products
@@ -172,12 +173,27 @@ def fold_constants(graph: Graph, kernels: KernelSet) -> Graph:
                                   node.version, kernels)
             constants.update(call_node(node, context, constants))
             folded += 1
+            _remember_dequantized(graph, node, constants)
         else:
             kept.append(node)
     graph.notes.append(f"constant folding: {folded} node(s) evaluated at load")
     graph.nodes = kept
     graph.constants = constants
     return graph
+
+
+def _remember_dequantized(graph: Graph, node: Node, constants: dict[str, np.ndarray]) -> None:
+    """Record in ``graph.dequantized`` where a folded DequantizeLinear of 8-bit integers came
+    from (not blocked, no chosen output type)."""
+    if node.op_type != "DequantizeLinear" or node.attributes.get("block_size", 0) or \
+            node.attributes.get("output_dtype", 0):
+        return
+    x = constants[node.inputs[0]]
+    if x.dtype not in (np.dtype(np.int8), np.dtype(np.uint8)):
+        return
+    zero = constants[node.inputs[2]] if len(node.inputs) > 2 and node.inputs[2] else None
+    graph.dequantized[node.outputs[0]] = (x, constants[node.inputs[1]], zero,
+                                          int(node.attributes.get("axis", 1)))
 
 
 # Constants made at load are held for the model's lifetime: a node whose output would be larger
@@ -250,6 +266,7 @@ def pipeline(opt_level: int, model: onnx.ModelProto, kernels: KernelSet,
             ("embedding bags", recognise_bags),
             ("erf gelu", erf_gelus_as_gelu),
             ("fake quantization", quantize_dequantize_pairs),
+            ("static int8 products", static_quantized_products),
             ("dynamic quantization", dynamic_quantized_products),
         ]
     # The convolutions of other ranks are rewritten after the activations joined them: their

@@ -223,7 +223,7 @@ def matmul_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray],
 
 def quantized_matmul_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]
                           ) -> Spec | None:
-    """A ``DynamicQuantizedMatMul`` (``passes/quantized.py``) as one prebound int8 GEMM call
+    """An ``Int8MatMul`` (``passes/quantized.py``) as one prebound int8 GEMM call
     reading its input and the quantization scale and zero point from their buffers, so that
     it joins the plan's compiled sequence."""
     node = step.node
@@ -254,11 +254,11 @@ def quantized_matmul_spec(step: Step, recorded: Env, constants: Mapping[str, np.
 
 def quantized_conv_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]
                         ) -> Spec | None:
-    """A ``DynamicQuantizedConv`` (``passes/quantized.py``) as prebound calls of the plan's
-    compiled sequence: the quantized channels-last image and the int8 product
+    """An ``Int8Conv`` (``passes/quantized.py``) as prebound calls of the plan's compiled
+    sequence: the quantized channels-last image and the int8 product into the NCHW output
     (``program.quantized_conv``) or, with a horizontal dilation, the float patch matrix
-    (``program.im2row_call``) and the int8 GEMM; then the transpose of the channels-last
-    product into the NCHW output (``program.transpose_call``)."""
+    (``program.im2row_call``), the int8 GEMM and the transpose of its channels-last product
+    into the output (``program.transpose_call``)."""
     node = step.node
     x, out = recorded[node.inputs[0]], recorded[node.outputs[0]]
     weight = constants.get(node.inputs[3])
@@ -272,28 +272,28 @@ def quantized_conv_spec(step: Step, recorded: Env, constants: Mapping[str, np.nd
     conv = int8_conv_of(step.context, weight, geometry, {})
     layer = program.quantized_layer(np.ascontiguousarray(weight.reshape(m, -1).T)) \
         if conv is None else None
-    scratch = [((rows, m), np.dtype(np.float32))]
-    if conv is None:
-        scratch.append(((rows, c * math.prod(kernel)), np.dtype(np.float32)))
+    scratch = [] if conv is not None else [((rows, m), np.dtype(np.float32)),
+                                           ((rows, c * math.prod(kernel)), np.dtype(np.float32))]
 
     def make(outs: list[np.ndarray], buffers: list[np.ndarray], ins: list[Getter]) -> Run:
-        product = buffers[0]
         source = placeholder(ins[0], x.shape, x.dtype)
         scalars = [placeholder(get, (), np.dtype(np.float32)).reshape(()) for get in ins[1:3]]
         if conv is not None:
-            image, gemm = conv.bind(source, *scalars, product)
+            image, gemm, *after = conv.bind(source, *scalars, outs[0].reshape(n, m, oh, ow))
             parts: list[Any] = [(image, [("x", ins[0], None), ("scale", ins[1], ()),
-                                         ("zero", ins[2], ())]), (gemm, [("zero", ins[2], ())])]
+                                         ("zero", ins[2], ())]), (gemm, [("zero", ins[2], ())]),
+                                *[(call, []) for call in after]]
         else:
+            product, patches = buffers
             im2row = program.im2row_call(source, tuple(kernel), geometry.strides,
                                          geometry.dilations, geometry.pads_begin, (oh, ow),
-                                         buffers[1], str(step.context))
+                                         patches, str(step.context))
             assert im2row is not None        # float32, 4-D, not empty: checked above
             parts = [(im2row, [("x", ins[0], None)]),
-                     (layer.bind(buffers[1], *scalars, product),
-                      [("scale", ins[1], ()), ("zero", ins[2], ())])]
-        parts.append((program.transpose_call(product.reshape(n, oh * ow, m),
-                                              outs[0].reshape(n, m, oh * ow)), []))
+                     (layer.bind(patches, *scalars, product),
+                      [("scale", ins[1], ()), ("zero", ins[2], ())]),
+                     (program.transpose_call(product.reshape(n, oh * ow, m),
+                                             outs[0].reshape(n, m, oh * ow)), [])]
         dynamic = [(call, name, get, shape) for call, operands in parts
                    for name, get, shape in operands if get.fixed is None]
 
@@ -306,8 +306,8 @@ def quantized_conv_spec(step: Step, recorded: Env, constants: Mapping[str, np.nd
         return made_of(run, parts)
 
     spec = Spec(make, scratch, "generated GEMM")
-    spec.plan = (conv.describe(rows) if conv is not None else
-                 f"float patch rows, then {layer.describe(rows)}") + ", then NCHW transpose"
+    spec.plan = conv.describe(rows) if conv is not None else \
+        f"float patch rows, then {layer.describe(rows)}, then NCHW transpose"
     return spec
 
 
