@@ -341,9 +341,18 @@ def test_conv_integer_off_the_int8_gemm_is_an_exact_float_conv(case, monkeypatch
 
 @pytest.mark.parametrize("per_channel", [False, True])
 @pytest.mark.parametrize("build", [_cnn, _mlp])
-def test_statically_quantized_qdq_models(tmp_path, per_channel, build):
+@pytest.mark.parametrize("int8", [True, False], ids=["int8 GEMM", "float route"])
+def test_statically_quantized_qdq_models(tmp_path, per_channel, build, int8, monkeypatch):
     """``quantize_static`` in the QDQ format: every activation's QuantizeLinear ->
-    DequantizeLinear pair becomes one fused float statement, with onnxruntime's results."""
+    DequantizeLinear pair becomes one fused float statement, and, on a host with VNNI, the
+    layers reading them (a convolution with enough terms per sum, every product) run on the
+    int8 GEMM; onnxruntime's results either way."""
+    from tensoralg import program
+
+    if not int8:
+        monkeypatch.setattr(program, "int8_gemm_supported", lambda cache=None: False)
+    elif not program.int8_gemm_supported():
+        pytest.skip("this host has no AVX-512 VNNI: the int8 GEMM cannot run")
     quantization = pytest.importorskip("onnxruntime.quantization")
     float_model = build(np.random.default_rng(12))
     source, target = tmp_path / "model.onnx", tmp_path / "model.qdq.onnx"
@@ -359,6 +368,55 @@ def test_statically_quantized_qdq_models(tmp_path, per_channel, build):
     compiled = _same_as_onnxruntime(model, {"x": x}, atol=1e-5)
     assert "pair(s) as float statements" in compiled.stage_text("plan")
     assert " 0 QuantizeLinear" not in compiled.stage_text("plan")
+    # the CNN's first convolution sums 27 terms: too few for the int8 GEMM to pay
+    on_int8 = (1 if build is _cnn else 2) if int8 else 0
+    assert f"static int8 products: {on_int8} Conv/MatMul/Gemm" in compiled.stage_text("plan") \
+        or (not int8 and "static int8 products: none" in compiled.stage_text("plan"))
+
+
+def _gemm_model(rng, trans_b):
+    w = (rng.standard_normal((24, 96) if trans_b else (96, 24)) * 0.2).astype(np.float32)
+    nodes = [helper.make_node("Gemm", ["x", "w", "b"], ["h"], transB=trans_b),
+             helper.make_node("Relu", ["h"], ["y"])]
+    return onnx_model(nodes, {"x": np.zeros((1, 96), np.float32)}, [("y", F32, ["N", 24])],
+                      {"w": w, "b": rng.standard_normal(24).astype(np.float32)},
+                      shapes={"x": ["N", 96]}, opset=17)
+
+
+@pytest.mark.parametrize("trans_b", [0, 1])
+def test_statically_quantized_gemm_on_the_int8_gemm(tmp_path, trans_b):
+    """A QDQ Gemm (GPT-2's Conv1D exports as Gemm) with its bias, either weight layout:
+    Int8MatMul, then the rescale and the bias; equal to onnxruntime."""
+    _int8_gemm_or_skip()
+    quantization = pytest.importorskip("onnxruntime.quantization")
+    source, target = tmp_path / "gemm.onnx", tmp_path / "gemm.qdq.onnx"
+    onnx.save(_gemm_model(np.random.default_rng(30), trans_b), source)
+    quantization.quantize_static(str(source), str(target), _Reader("x", [4, 96], 31),
+                                 quant_format=quantization.QuantFormat.QDQ)
+    x = np.random.default_rng(32).standard_normal((7, 96)).astype(np.float32)
+    compiled = _same_as_onnxruntime(onnx.load(target), {"x": x}, atol=1e-5)
+    assert "static int8 products: 1 Conv/MatMul/Gemm" in compiled.stage_text("plan")
+
+
+def test_constant_folding_remembers_dequantized_integers():
+    """A DequantizeLinear of int8 constants folds to floats and leaves its integers, scale,
+    zero point and axis in ``graph.dequantized``; one of int32 does not."""
+    from tensoralg.onnx.frontend.model import load
+
+    nodes = [helper.make_node("DequantizeLinear", ["q", "s", "z"], ["w"], axis=0),
+             helper.make_node("DequantizeLinear", ["b", "s2"], ["bias"]),
+             helper.make_node("MatMul", ["x", "w"], ["h"]),
+             helper.make_node("Add", ["h", "bias"], ["y"])]
+    constants = {"q": np.arange(-6, 6, dtype=np.int8).reshape(3, 4),
+                 "s": np.array([0.5, 0.25, 2.0], np.float32), "z": np.zeros(3, np.int8),
+                 "b": np.arange(4, dtype=np.int32), "s2": np.array(0.1, np.float32)}
+    model = onnx_model(nodes, {"x": np.ones((2, 3), np.float32)}, [("y", F32, [2, 4])],
+                       constants)
+    graph = load(model, opt_level=1).graph
+    assert set(graph.dequantized) == {"w"}
+    q, scale, zero, axis = graph.dequantized["w"]
+    assert q.tolist() == constants["q"].tolist() and scale.tolist() == [0.5, 0.25, 2.0]
+    assert zero.tolist() == [0, 0, 0] and axis == 0
 
 
 # --- what the rewrites leave alone -----------------------------------------------------------
