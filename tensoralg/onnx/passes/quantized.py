@@ -324,77 +324,83 @@ CONV_INT8_IMPL = OpImpl(CONV_INT8_OP, 1, int8_conv, None, CONV_ATTRIBUTES)
 UINT8_SPAN = 255
 
 
-def _shifted_weight(graph: Graph, product: Node) -> np.ndarray | None:
-    """``B - b_zero_point`` of a MatMulInteger with a constant 2-D int8/uint8 ``B`` (and a
-    constant per-tensor or per-column zero point), as the float type in which its products
-    with a uint8-quantized ``A`` are exact (float32 below 2^24, else float64); None otherwise,
-    or where the int32 sum could wrap."""
+def _integer_weight(graph: Graph, product: Node, axis: int) -> tuple[np.ndarray, int] | None:
+    """``W - w_zero_point`` (int64) of a MatMulInteger or ConvInteger with a constant
+    int8/uint8 weight and a constant zero point per tensor or per index of ``axis`` (a
+    MatMulInteger's columns, a ConvInteger's output channels), and the number of terms each
+    sum adds; None otherwise, or where an int32 sum with a uint8-quantized input could wrap."""
     weight = graph.constants.get(product.inputs[1])
-    if weight is None or weight.ndim != 2 or weight.dtype not in (np.int8, np.uint8):
+    if weight is None or weight.dtype not in (np.int8, np.uint8) or weight.ndim < 2:
         return None
     zero_name = product.inputs[3] if len(product.inputs) > 3 else ""
     zero = graph.constants.get(zero_name) if zero_name else np.zeros((), weight.dtype)
     if zero is None or zero.dtype != weight.dtype or \
-            not (zero.size == 1 or zero.shape == (weight.shape[1],)):
+            not (zero.size == 1 or zero.shape == (weight.shape[axis],)):
         return None
-    shifted = weight.astype(np.int64) - zero.reshape(-1 if zero.size > 1 else ())
-    bound = weight.shape[0] * UINT8_SPAN * int(np.max(np.abs(shifted), initial=0))
-    if bound >= 2 ** 31:
+    shape = [1] * weight.ndim
+    shape[axis] = -1
+    shifted = weight.astype(np.int64) - zero.astype(np.int64).reshape(shape)
+    terms = weight.shape[0] if axis == 1 else math.prod(weight.shape[1:])
+    if terms * UINT8_SPAN * int(np.max(np.abs(shifted), initial=0)) >= 2 ** 31:
         return None
+    return shifted, terms
+
+
+def _exact_float(shifted: np.ndarray, terms: int) -> np.ndarray:
+    """``shifted`` in the float type in which sums of ``terms`` products with a
+    uint8-quantized input are exact: float32 where no partial sum reaches 2^24, else
+    float64."""
+    bound = terms * UINT8_SPAN * int(np.max(np.abs(shifted), initial=0))
     return shifted.astype(np.float32 if bound < EXACT_FLOAT32 else np.float64)
+
+
+def _as_int8(shifted: np.ndarray) -> np.ndarray | None:
+    """``shifted`` as int8 where every value fits (a symmetric int8 weight, onnxruntime's
+    default, always does), else None."""
+    if shifted.size and (shifted.min() < -128 or shifted.max() > 127):
+        return None
+    return np.ascontiguousarray(shifted, np.int8)
+
+
+def _shifted_weight(graph: Graph, product: Node) -> np.ndarray | None:
+    """``B - b_zero_point`` of a MatMulInteger with a constant 2-D ``B`` in its exact float
+    type (:func:`_exact_float`); None where there is none (:func:`_integer_weight`)."""
+    found = _integer_weight(graph, product, 1)
+    return None if found is None or found[0].ndim != 2 else _exact_float(*found)
 
 
 def _int8_weight(graph: Graph, product: Node) -> np.ndarray | None:
-    """``B - b_zero_point`` of a MatMulInteger with a constant 2-D ``B`` and zero point as
-    int8, where every value fits (a symmetric int8 weight, onnxruntime's default, always
-    does): the int8 GEMM's operand; None otherwise, or where the int32 sum could wrap."""
-    shifted = _shifted_weight(graph, product)
-    if shifted is None or shifted.size and (shifted.min() < -128 or shifted.max() > 127):
-        return None
-    return np.ascontiguousarray(shifted, np.int8)
+    """``B - b_zero_point`` of a MatMulInteger with a constant 2-D ``B`` as int8, the int8
+    GEMM's operand, where every value fits; None otherwise."""
+    found = _integer_weight(graph, product, 1)
+    return None if found is None or found[0].ndim != 2 else _as_int8(found[0])
 
 
-def _conv_shifted(graph: Graph, product: Node) -> np.ndarray | None:
-    """``W - w_zero_point`` (int64) of a ConvInteger with a constant int8/uint8 ``W`` (M, C /
-    group, ...) and a constant per-tensor or per-output-channel zero point, where no int32
-    sum can wrap; None otherwise."""
+def _conv_shifted(graph: Graph, product: Node) -> tuple[np.ndarray, int] | None:
+    """``W - w_zero_point`` and the terms of a sum (:func:`_integer_weight`) of a
+    ConvInteger whose ``kernel_shape``, if given, is its weight's."""
     weight = graph.constants.get(product.inputs[1])
-    if weight is None or weight.ndim < 3 or weight.dtype not in (np.int8, np.uint8) or \
+    if weight is None or weight.ndim < 3 or \
             tuple(product.attributes.get("kernel_shape") or weight.shape[2:]) != \
             weight.shape[2:]:
         return None
-    zero_name = product.inputs[3] if len(product.inputs) > 3 else ""
-    zero = graph.constants.get(zero_name) if zero_name else np.zeros((), weight.dtype)
-    if zero is None or zero.dtype != weight.dtype or \
-            not (zero.size == 1 or zero.shape == (weight.shape[0],)):
-        return None
-    shifted = weight.astype(np.int64) - \
-        zero.astype(np.int64).reshape(-1, *[1] * (weight.ndim - 1))
-    terms = math.prod(weight.shape[1:])
-    if terms * UINT8_SPAN * int(np.max(np.abs(shifted), initial=0)) >= 2 ** 31:
-        return None
-    return shifted
+    return _integer_weight(graph, product, 0)
 
 
 def _int8_conv_weight(graph: Graph, product: Node) -> np.ndarray | None:
-    """The shifted weight (:func:`_conv_shifted`) of a 2-D ConvInteger of group 1 as int8
-    (M, C, KH, KW), where every value fits int8; None otherwise."""
-    shifted = _conv_shifted(graph, product)
-    if shifted is None or shifted.ndim != 4 or product.attributes.get("group", 1) != 1 or \
-            shifted.size and (shifted.min() < -128 or shifted.max() > 127):
+    """The shifted weight of a 2-D ConvInteger of group 1 as int8 (M, C, KH, KW), where
+    every value fits; None otherwise."""
+    found = _conv_shifted(graph, product)
+    if found is None or found[0].ndim != 4 or product.attributes.get("group", 1) != 1:
         return None
-    return np.ascontiguousarray(shifted, np.int8)
+    return _as_int8(found[0])
 
 
 def _float_conv_weight(graph: Graph, product: Node) -> np.ndarray | None:
-    """The shifted weight (:func:`_conv_shifted`) of a ConvInteger as the float type in which
-    its products with a uint8-quantized input are exact (float32 below 2^24, else float64):
-    a grouped or depthwise ConvInteger's weight for a float Conv; None where there is none."""
-    shifted = _conv_shifted(graph, product)
-    if shifted is None:
-        return None
-    bound = math.prod(shifted.shape[1:]) * UINT8_SPAN * int(np.max(np.abs(shifted), initial=0))
-    return shifted.astype(np.float32 if bound < EXACT_FLOAT32 else np.float64)
+    """The shifted weight of a ConvInteger in its exact float type: a grouped or depthwise
+    ConvInteger's weight for a float Conv; None where there is none."""
+    found = _conv_shifted(graph, product)
+    return None if found is None else _exact_float(*found)
 
 
 def dynamic_quantized_products(graph: Graph) -> Graph:
