@@ -353,10 +353,14 @@ class QuantizedConv:
                                 self.threads, repr(self), [self, image, out, target])
         if scatter:
             return image_call, product
-        from tensoralg.api import transpose_call
+        from tensoralg.runtime.gemm import BoundChannelsLast
 
-        return image_call, product, transpose_call(target.reshape(n, oh * ow, self.m),
-                                                   out.reshape(n, self.m, oh * ow))
+        # The channels-last rows (N, OH * OW, M) into (N, M, OH * OW): the copy that makes an
+        # NHWC image of one-row images is that transpose (as ``program.transpose_call``).
+        transpose = BoundChannelsLast(target.reshape(n, oh * ow, 1, self.m),
+                                      out.reshape(n, 1, self.m, oh * ow), (0, 0),
+                                      cache=self.cache, threads=self.threads)
+        return image_call, product, transpose
 
 
 __all__ = ["BoundInt8Call", "QuantizedConv", "QuantizedLayer", "int8_gemm_supported",
