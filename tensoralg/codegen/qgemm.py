@@ -89,24 +89,32 @@ def pack_int8_weight(weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return packed, colsum
 
 
-def qgemm_module() -> ir.Module:
-    """The module exporting ``int32 tensoralg_qgemm(X, ldx, scale, zero, Wp, colsum, K, N, C,
-    ldc, row_begin, row_end, col_begin, col_end, Q)``: rows ``[row_begin, row_end)`` and
-    columns ``[col_begin, col_end)`` (``col_begin`` a multiple of 64) of ``C`` (float32, row
-    stride ``ldc``) from the float32 ``X`` (row stride ``ldx``), the float32 scalars ``scale``
-    and ``zero`` and the packed weight (:func:`pack_int8_weight`). ``Q`` is this call's
-    scratch: ``row_end - row_begin`` rows of ``quantized_row_bytes(K)`` bytes. Returns 0.
+def qgemm_module(entry: str = ENTRY) -> ir.Module:
+    """The module exporting ``entry``, one module per function, so that a model compiles
+    only what it calls (each took about a second to optimise): :data:`ENTRY`, ``int32
+    tensoralg_qgemm(X, ldx, scale, zero, Wp, colsum, K, N, C, ldc, row_begin, row_end,
+    col_begin, col_end, Q)``: rows ``[row_begin, row_end)`` and columns ``[col_begin,
+    col_end)`` (``col_begin`` a multiple of 64) of ``C`` (float32, row stride ``ldc``) from
+    the float32 ``X`` (row stride ``ldx``), the float32 scalars ``scale`` and ``zero`` and the
+    packed weight (:func:`pack_int8_weight`), ``Q`` this call's scratch (``row_end -
+    row_begin`` rows of ``quantized_row_bytes(K)`` bytes), returning 0; :data:`CONV_ENTRY`
+    (:func:`_conv_driver`) and :data:`IMAGE_ENTRY` (:func:`_image_driver`).
 
     >>> "tensoralg_qgemm" in str(qgemm_module())
     True
     """
-    module = ir.Module(name="qgemm_u8s8")
+    if entry not in (ENTRY, CONV_ENTRY, IMAGE_ENTRY):
+        raise ValueError(f"the int8 GEMM's module has no function {entry!r}")
+    module = ir.Module(name=f"qgemm_u8s8_{entry}")
+    if entry == IMAGE_ENTRY:
+        _image_driver(module)
+        return module
     micro = {(rows, vectors): _micro_kernel(module, rows, vectors)
              for vectors in range(1, VECTORS + 1) for rows in range(1, MR + 1)}
-    quantize = _quantize_rows(module)
-    _driver(module, quantize, micro)
-    _conv_driver(module, micro)
-    _image_driver(module)
+    if entry == ENTRY:
+        _driver(module, _quantize_rows(module), micro)
+    else:
+        _conv_driver(module, micro)
     return module
 
 

@@ -60,8 +60,8 @@ def qgemm_kernel(cache: DiskCache | None = None, entry: str = "tensoralg_qgemm"
 
     if entry not in _KERNELS:
         function, source, keepalive = build_llvm_module(
-            qgemm_module, entry, _PROTOTYPES[entry], cache=cache, key=f"qgemm|u8s8|{entry}",
-            identity="qgemm|u8s8")
+            lambda: qgemm_module(entry), entry, _PROTOTYPES[entry], cache=cache,
+            key=f"qgemm|u8s8|{entry}", identity=f"qgemm|u8s8|{entry}")
         _KERNELS[entry] = (function, source, keepalive)
     return _KERNELS[entry][0], _KERNELS[entry][1]
 
