@@ -183,7 +183,12 @@ from tensoralg.runtime.planar import (
     pointwise_conv,
 )
 from tensoralg.runtime.pool import native_pool_supported
-from tensoralg.runtime.qgemm import QuantizedConv, QuantizedLayer, int8_gemm_supported
+from tensoralg.runtime.qgemm import (
+    Int8Epilogue,
+    QuantizedConv,
+    QuantizedLayer,
+    int8_gemm_supported,
+)
 from tensoralg.runtime.reach import ReachCounter
 from tensoralg.runtime.replay import (
     ARG_BEGIN,
@@ -4076,11 +4081,13 @@ def dense_layer(weight: np.ndarray, bias: np.ndarray | None = None, relu: bool =
     return DenseLayer(weight, bias, relu, cache=cache.disk, threads=cache.threads)
 
 
-def quantized_layer(weight: np.ndarray) -> QuantizedLayer:
+def quantized_layer(weight: np.ndarray, epilogue: Int8Epilogue | None = None
+                    ) -> QuantizedLayer:
     """``float32((saturate(round(x / s) + z) - z) @ weight)`` for a constant int8 ``weight``
     on the generated int8 GEMM (``runtime/qgemm.py``; AVX-512 VNNI hosts only, see
     :func:`int8_gemm_supported`): onnxruntime's dynamically quantized product, exact. Large
-    products split over the kernel threads.
+    products split over the kernel threads. ``epilogue`` (an :class:`Int8Epilogue`) rescales,
+    biases and clamps the sums in registers.
 
     >>> if int8_gemm_supported():
     ...     layer = quantized_layer(np.eye(2, dtype=np.int8))
@@ -4091,12 +4098,12 @@ def quantized_layer(weight: np.ndarray) -> QuantizedLayer:
     [[2.0, -2.0]]
     """
     cache = kernel_cache()
-    return QuantizedLayer(weight, cache=cache.disk, threads=cache.threads)
+    return QuantizedLayer(weight, cache=cache.disk, threads=cache.threads, epilogue=epilogue)
 
 
 def quantized_conv(weight: np.ndarray, strides: tuple[int, int], pads_begin: tuple[int, int],
-                   pads_end: tuple[int, int], dilations: tuple[int, int] = (1, 1)
-                   ) -> QuantizedConv:
+                   pads_end: tuple[int, int], dilations: tuple[int, int] = (1, 1),
+                   epilogue: Int8Epilogue | None = None) -> QuantizedConv:
     """A dynamically quantized 2-D convolution (group 1, horizontal dilation 1) by the
     constant int8 ``weight`` (M, C, KH, KW) on the int8 GEMM (``runtime/qgemm.py``, AVX-512
     VNNI hosts only): the input quantized into a uint8 channels-last image, the result NCHW,
@@ -4112,7 +4119,7 @@ def quantized_conv(weight: np.ndarray, strides: tuple[int, int], pads_begin: tup
     """
     cache = kernel_cache()
     return QuantizedConv(weight, strides, pads_begin, pads_end, dilations, cache=cache.disk,
-                         threads=cache.threads)
+                         threads=cache.threads, epilogue=epilogue)
 
 
 def conv_layer(weight: np.ndarray, bias: np.ndarray | None, strides: tuple[int, int],
@@ -4450,7 +4457,7 @@ def get_num_threads() -> int:
 
 
 __all__ = ["einsum", "compile", "Kernel", "KernelKey", "CompileOptions", "kernel_cache",
-           "RowCompressor", "DenseLayer", "dense_layer", "QuantizedLayer", "quantized_layer", "int8_gemm_supported", "QuantizedConv", "quantized_conv", "ConvLayer", "conv_layer", "WinogradConv", "winograd_conv", "winograd_host", "winograd_pays", "GroupedConv", "grouped_conv",
+           "RowCompressor", "DenseLayer", "dense_layer", "QuantizedLayer", "quantized_layer", "int8_gemm_supported", "QuantizedConv", "quantized_conv", "Int8Epilogue", "ConvLayer", "conv_layer", "WinogradConv", "winograd_conv", "winograd_host", "winograd_pays", "GroupedConv", "grouped_conv",
            "DirectConv", "direct_conv",
            "CallSequence", "NativeGroup", "Slot", "canonical_csr", "data_address", "block_copy_call", "broadcast_call", "copy_call", "gather_call",
            "gram_call", "ids_call", "im2row_call", "cumsum_call", "extreme_call", "pointwise_conv", "planar_pays", "patch_conv_of",

@@ -40,6 +40,7 @@ from typing import Callable
 import numpy as np
 from llvmlite import ir
 
+from tensoralg.codegen.activation import emit_clamp
 from tensoralg.codegen.gemm import aligned_empty
 from tensoralg.codegen.llvm_helpers import counted_loop, declare, entry_alloca, if_else, if_then
 from tensoralg.codegen.llvm_helpers import splat as _splat
@@ -97,7 +98,9 @@ def qgemm_module(entry: str = ENTRY) -> ir.Module:
     col_end)`` (``col_begin`` a multiple of 64) of ``C`` (float32, row stride ``ldc``) from
     the float32 ``X`` (row stride ``ldx``), the float32 scalars ``scale`` and ``zero`` and the
     packed weight (:func:`pack_int8_weight`), ``Q`` this call's scratch (``row_end -
-    row_begin`` rows of ``quantized_row_bytes(K)`` bytes), returning 0; :data:`CONV_ENTRY`
+    row_begin`` rows of ``quantized_row_bytes(K)`` bytes), then ``epilogue`` and ``flags``
+    (:func:`_epilogue`: per-column multipliers and biases, a clamp), returning 0;
+    :data:`CONV_ENTRY`
     (:func:`_conv_driver`) and :data:`IMAGE_ENTRY` (:func:`_image_driver`).
 
     >>> "tensoralg_qgemm" in str(qgemm_module())
@@ -197,10 +200,11 @@ def _micro_kernel(module: ir.Module, rows: int, vectors: int) -> ir.Function:
     scatter = declare(module, "llvm.masked.scatter.v16f32.v16p0", ir.VoidType(),
                       (floats, pointers, I32, mask_type))
     fn = ir.Function(module, ir.FunctionType(ir.VoidType(), (
-        POINTER, I64, I64, I64, POINTER, POINTER, I64, I64, POINTER, I32)),
-        name=f"qmicro{rows}x{vectors}")
+        POINTER, I64, I64, I64, POINTER, POINTER, I64, I64, POINTER, I32, POINTER, POINTER,
+        POINTER, I64)), name=f"qmicro{rows}x{vectors}")
     fn.linkage = "internal"
-    a_rows, nsub, a_sub, groups, w, c_rows, c_col, ncols, colsum, zero = fn.args
+    a_rows, nsub, a_sub, groups, w, c_rows, c_col, ncols, colsum, zero, multipliers, biases, \
+        bounds, flags = fn.args
     for pointer in (a_rows, w, c_rows, colsum):
         pointer.add_attribute("noalias")
     builder = ir.IRBuilder(fn.append_basic_block("entry"))
@@ -248,6 +252,7 @@ def _micro_kernel(module: ir.Module, rows: int, vectors: int) -> ir.Function:
         for r in range(rows):
             exact = builder.sub(builder.load(tile[r][v], typ=ints), correction)
             results[r][v] = builder.sitofp(exact, floats)
+    _epilogue(builder, module, results, masks, multipliers, biases, bounds, flags)
     c_starts = [builder.load(builder.gep(c_rows, [_const(r)], inbounds=True,
                                          source_etype=POINTER), typ=POINTER)
                 for r in range(rows)]
@@ -273,16 +278,69 @@ def _micro_kernel(module: ir.Module, rows: int, vectors: int) -> ir.Function:
     return fn
 
 
+def _epilogue(builder: ir.IRBuilder, module: ir.Module, results: list[list[ir.Value]],
+              masks: list[ir.Value], multipliers: ir.Value, biases: ir.Value,
+              bounds: ir.Value, flags: ir.Value) -> None:
+    """The tile's float sums times the per-column ``multipliers`` (``flags & 1``), plus the
+    per-column ``biases`` (``flags & 2``), clamped to ``bounds[0], bounds[1]`` with NaN kept
+    (``flags & 4``: a ReLU or Clip), in place in ``results``: the statement ``clamp((A(i,j) *
+    M(j)) + B(j))`` the rescale after an int8 product would otherwise run, operation for
+    operation, so the values are the same."""
+    floats = ir.VectorType(F32, LANES)
+    mask_type = ir.VectorType(ir.IntType(1), LANES)
+    load = declare(module, "llvm.masked.load.v16f32.p0", floats,
+                   (POINTER, I32, mask_type, floats))
+    zero = ir.Constant(floats, [0.0] * LANES)
+    four = ir.Constant(I32, 4)
+
+    def flag(bit: int) -> ir.Value:
+        return builder.icmp_unsigned("!=", builder.and_(flags, _const(bit)), _const(0))
+
+    def column_vectors(base: ir.Value) -> list[ir.Value]:
+        return [builder.call(load, [builder.gep(base, [_const(LANES * v)], inbounds=True,
+                                                source_etype=F32), four, mask, zero])
+                for v, mask in enumerate(masks)]
+
+    slots = [[entry_alloca(builder, floats, f"e{r}_{v}") for v in range(len(row))]
+             for r, row in enumerate(results)]
+    for row, row_slots in zip(results, slots):
+        for value, slot in zip(row, row_slots):
+            builder.store(value, slot)
+    for bit, base, combine in ((1, multipliers, builder.fmul), (2, biases, builder.fadd)):
+        with if_then(builder, flag(bit), f"epilogue{bit}"):
+            columns = column_vectors(base)
+            for row_slots in slots:
+                for v, slot in enumerate(row_slots):
+                    builder.store(combine(builder.load(slot, typ=floats), columns[v]), slot)
+    with if_then(builder, flag(4), "clamp"):
+        low, high = (_splat(builder, builder.load(builder.gep(
+            bounds, [_const(i)], inbounds=True, source_etype=F32), typ=F32), floats)
+            for i in (0, 1))
+        for row_slots in slots:
+            for slot in row_slots:
+                builder.store(emit_clamp(builder, builder.load(slot, typ=floats), low, high),
+                              slot)
+    for r, row_slots in enumerate(slots):
+        for v, slot in enumerate(row_slots):
+            results[r][v] = builder.load(slot, typ=floats)
+
+
 def _tiles(builder: ir.IRBuilder, micro: dict[tuple[int, int], ir.Function], w: ir.Value,
            colsum: ir.Value, panel_groups: ir.Value, nsub: ir.Value, a_sub: ir.Value,
            groups: ir.Value, n_size: ir.Value, c_col: ir.Value, rows_total: ir.Value,
            col_begin: ir.Value, col_end: ir.Value, zero_int: ir.Value,
-           fill_rows: Callable[[ir.Value, ir.Value, ir.Value, ir.Value, ir.Value], None]
-           ) -> None:
+           fill_rows: Callable[[ir.Value, ir.Value, ir.Value, ir.Value, ir.Value], None],
+           epilogue: ir.Value, flags: ir.Value) -> None:
     """The panels from ``col_begin`` to ``col_end`` and the register tiles of ``rows_total``
     rows of ``C``; ``fill_rows(first, count, a_table, c_table, j0)`` stores the addresses of
     rows ``first .. first + count - 1`` (numbered from 0 in this call) of A and of column
-    ``j0`` of C in the two tables."""
+    ``j0`` of C in the two tables. ``epilogue`` holds the columns' multipliers and biases,
+    each padded to whole panels, then the clamp's bounds (:func:`_epilogue`, by ``flags``)."""
+    padded = builder.mul(builder.sdiv(builder.add(n_size, _const(NR - 1)), _const(NR)),
+                         _const(NR))
+    biases = builder.gep(epilogue, [padded], inbounds=True, source_etype=F32)
+    bounds = builder.gep(epilogue, [builder.mul(padded, _const(2))], inbounds=True,
+                         source_etype=F32)
     table = entry_alloca(builder, ir.ArrayType(POINTER, MR), "a_rows")
     table_start = builder.bitcast(table, POINTER)
     c_table = entry_alloca(builder, ir.ArrayType(POINTER, MR), "c_rows")
@@ -312,7 +370,8 @@ def _tiles(builder: ir.IRBuilder, micro: dict[tuple[int, int], ir.Function], w: 
             count = builder.sub(i1, i0)
             fill_rows(i0, count, table, c_table, j0)
             args = [table_start, nsub, a_sub, groups, w_panel, c_start, c_col, ncols, sums,
-                    zero_int]
+                    zero_int, builder.gep(epilogue, [j0], inbounds=True, source_etype=F32),
+                    builder.gep(biases, [j0], inbounds=True, source_etype=F32), bounds, flags]
             done = builder.append_basic_block("tile.done")
             variant = builder.add(builder.mul(builder.sub(vectors, _const(1)), _const(MR)),
                                   builder.sub(count, _const(1)))
@@ -341,9 +400,9 @@ def _driver(module: ir.Module, quantize: ir.Function,
             micro: dict[tuple[int, int], ir.Function]) -> None:
     fn = ir.Function(module, ir.FunctionType(I32, (
         POINTER, I64, POINTER, POINTER, POINTER, POINTER, I64, I64, POINTER, I64, I64, I64,
-        I64, I64, POINTER)), name=ENTRY)
+        I64, I64, POINTER, POINTER, I64)), name=ENTRY)
     x, ldx, scale_at, zero_at, w, colsum, k_size, n_size, c, ldc, begin, end, col_begin, \
-        col_end, q = fn.args
+        col_end, q, epilogue, flags = fn.args
     builder = ir.IRBuilder(fn.append_basic_block("entry"))
     rows_total = builder.sub(end, begin)
     ldq = builder.mul(builder.sdiv(builder.add(k_size, _const(ROW_ALIGN - 1)),
@@ -374,14 +433,14 @@ def _driver(module: ir.Module, quantize: ir.Function,
         # The zero point is an integer in [0, 255] (DynamicQuantizeLinear's), as a float.
         _tiles(builder, micro, w, colsum, groups_packed, _const(1), _const(0), groups, n_size,
                _const(1), rows_total, col_begin, col_end, builder.fptosi(zero, I32),
-               fill_rows)
+               fill_rows, epilogue, flags)
     builder.ret(ir.Constant(I32, 0))
 
 
 def _conv_driver(module: ir.Module, micro: dict[tuple[int, int], ir.Function]) -> None:
     """``int32 tensoralg_qconv(B, zero, Wp, colsum, runs, run_groups, run_stride, ohw, ow,
     oh_stride, ow_stride, image_stride, N, C, c_image, c_pos, c_col, row_begin, row_end,
-    col_begin, col_end)``: output positions ``[row_begin, row_end)`` of a convolution with
+    col_begin, col_end, epilogue, flags)``: output positions ``[row_begin, row_end)`` of a convolution with
     ``N`` output channels from the quantized image ``B`` (:func:`_image_driver`) into ``C``,
     position ``rest`` of image ``n`` and channel ``j`` at ``n * c_image + rest * c_pos + j *
     c_col`` (NCHW planes: ``N * ohw, 1, ohw``; channels-last rows: ``ohw * N, N, 1``).
@@ -390,9 +449,10 @@ def _conv_driver(module: ir.Module, micro: dict[tuple[int, int], ir.Function]) -
     * ow_stride`` and each ``run_stride`` bytes after the one before."""
     fn = ir.Function(module, ir.FunctionType(I32, (
         POINTER, POINTER, POINTER, POINTER, I64, I64, I64, I64, I64, I64, I64, I64, I64,
-        POINTER, I64, I64, I64, I64, I64, I64, I64)), name=CONV_ENTRY)
+        POINTER, I64, I64, I64, I64, I64, I64, I64, POINTER, I64)), name=CONV_ENTRY)
     image, zero_at, w, colsum, runs, run_groups, run_stride, ohw, ow, oh_stride, ow_stride, \
-        image_stride, n_size, c, c_image, c_pos, c_col, begin, end, col_begin, col_end = fn.args
+        image_stride, n_size, c, c_image, c_pos, c_col, begin, end, col_begin, col_end, \
+        epilogue, flags = fn.args
     builder = ir.IRBuilder(fn.append_basic_block("entry"))
     rows_total = builder.sub(end, begin)
     zero = builder.fptosi(builder.load(zero_at, typ=F32), I32)
@@ -416,7 +476,8 @@ def _conv_driver(module: ir.Module, micro: dict[tuple[int, int], ir.Function]) -
 
     with if_then(builder, builder.icmp_signed(">", rows_total, _const(0)), "work"):
         _tiles(builder, micro, w, colsum, builder.mul(runs, run_groups), runs, run_stride,
-               run_groups, n_size, c_col, rows_total, col_begin, col_end, zero, fill_rows)
+               run_groups, n_size, c_col, rows_total, col_begin, col_end, zero, fill_rows,
+               epilogue, flags)
     builder.ret(ir.Constant(I32, 0))
 
 

@@ -14,6 +14,8 @@ exact float route.
 from __future__ import annotations
 
 import ctypes
+import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -28,10 +30,11 @@ _PROTOTYPES = {
         ctypes.c_int32, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
         ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p,
         ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
-        ctypes.c_void_p),
+        ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64),
     "tensoralg_qconv": ctypes.CFUNCTYPE(
         ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
-        *[ctypes.c_int64] * 9, ctypes.c_void_p, *[ctypes.c_int64] * 7),
+        *[ctypes.c_int64] * 9, ctypes.c_void_p, *[ctypes.c_int64] * 7, ctypes.c_void_p,
+        ctypes.c_int64),
     "tensoralg_qimage": ctypes.CFUNCTYPE(
         ctypes.c_int32, ctypes.c_void_p, *[ctypes.c_int64] * 4, ctypes.c_void_p,
         ctypes.c_void_p, *[ctypes.c_int64] * 5, ctypes.c_void_p),
@@ -83,6 +86,51 @@ def _check_weight(owner: str, weight: np.ndarray, rank: int, cache: DiskCache | 
     if not int8_gemm_supported(cache):
         raise ShapeError(f"{owner}: this host has no AVX-512 VNNI, which the int8 GEMM needs; "
                          f"use the float route (passes/quantized.py)")
+
+
+@dataclass(frozen=True)
+class Int8Epilogue:
+    """What an int8 product applies to its float32 sums before storing them, in this order:
+    ``multipliers`` (one per output column, or one for all), ``biases`` (likewise), then a
+    clamp to ``[low, high]`` with NaN kept (a ReLU is ``(0, inf)``); None or infinite bounds:
+    that step is left out.
+
+    >>> Int8Epilogue(np.float32(0.5), None, 0.0).describe()
+    'x multiplier + clamp(0.0, inf)'
+    """
+
+    multipliers: Any = None
+    biases: Any = None
+    low: float = -math.inf
+    high: float = math.inf
+
+    def describe(self) -> str:
+        parts = ["x multiplier"] * (self.multipliers is not None) + \
+            ["+ bias"] * (self.biases is not None)
+        if (self.low, self.high) != (-math.inf, math.inf):
+            parts.append(f"+ clamp({self.low}, {self.high})")
+        return " ".join(parts)
+
+    def packed(self, n: int) -> tuple[np.ndarray, int]:
+        """The kernel's epilogue array for ``n`` columns (multipliers and biases, each padded
+        to whole panels, then the bounds) and its flags."""
+        from tensoralg.codegen.qgemm import NR
+
+        padded = max(1, -(-n // NR)) * NR
+        values = np.zeros(2 * padded + 2, np.float32)
+        flags = 0
+        for bit, given, start in ((1, self.multipliers, 0), (2, self.biases, padded)):
+            if given is not None:
+                given = np.asarray(given, np.float32).reshape(-1)
+                if given.size not in (1, n):
+                    raise ShapeError(f"an int8 product's epilogue has {given.size} values for "
+                                     f"{n} columns")
+                values[start:start + n] = given
+                flags |= bit
+        values[2 * padded:] = (self.low, self.high)
+        if (self.low, self.high) != (-math.inf, math.inf):
+            flags |= 4
+        return values, flags
 
 
 def _check_scalars(owner: Any, scale: np.ndarray, zero: np.ndarray) -> None:
@@ -177,11 +225,13 @@ class QuantizedLayer:
     """
 
     def __init__(self, weight: np.ndarray, cache: DiskCache | None = None,
-                 threads: Any = None) -> None:
+                 threads: Any = None, epilogue: Int8Epilogue | None = None) -> None:
         from tensoralg.codegen.qgemm import pack_int8_weight
 
         weight = np.asarray(weight)
         _check_weight("QuantizedLayer", weight, 2, cache)
+        self.epilogue = epilogue or Int8Epilogue()
+        self.epilogue_values, self.flags = self.epilogue.packed(weight.shape[1])
         self.k, self.n = weight.shape
         self.threads = threads
         self.function, self.source = qgemm_kernel(cache)
@@ -193,8 +243,10 @@ class QuantizedLayer:
 
     def describe(self, rows: int) -> str:
         """One line for a printed plan."""
+        extra = self.epilogue.describe()
         return (f"generated int8 GEMM (uint8 {rows}x{self.k} quantized in the call x int8 "
-                f"{self.k}x{self.n} packed at load, vpdpbusd, 6x64 register tile)")
+                f"{self.k}x{self.n} packed at load, vpdpbusd, 6x64 register tile"
+                f"{' ' + extra + ' in registers' if extra else ''})")
 
     def __call__(self, x: np.ndarray, scale: np.ndarray, zero: np.ndarray) -> np.ndarray:
         """The layer on ``x`` (M x K float32, C-contiguous)."""
@@ -219,7 +271,8 @@ class QuantizedLayer:
         scratch = [np.empty(max(1, hi - lo) * row_bytes, np.uint8) for lo, hi, _, _ in ranges]
         calls = [[x.ctypes.data, self.k, scale.ctypes.data, zero.ctypes.data,
                   self.packed.ctypes.data, self.colsum.ctypes.data, self.k, self.n,
-                  out.ctypes.data, self.n, lo, hi, first, last, q.ctypes.data]
+                  out.ctypes.data, self.n, lo, hi, first, last, q.ctypes.data,
+                  self.epilogue_values.ctypes.data, self.flags]
                  for (lo, hi, first, last), q in zip(ranges, scratch)]
         return BoundInt8Call(self.function, calls, {"x": 0, "scale": 2, "zero": 3},
                              {"x": x, "scale": scale, "zero": zero}, self.threads, repr(self),
@@ -255,11 +308,13 @@ class QuantizedConv:
     def __init__(self, weight: np.ndarray, strides: tuple[int, int],
                  pads_begin: tuple[int, int], pads_end: tuple[int, int],
                  dilations: tuple[int, int] = (1, 1), cache: DiskCache | None = None,
-                 threads: Any = None) -> None:
+                 threads: Any = None, epilogue: Int8Epilogue | None = None) -> None:
         from tensoralg.codegen.qgemm import pack_int8_weight
 
         weight = np.asarray(weight)
         _check_weight("QuantizedConv", weight, 4, cache)
+        self.epilogue = epilogue or Int8Epilogue()
+        self.epilogue_values, self.flags = self.epilogue.packed(weight.shape[0])
         if dilations[1] != 1 or min(strides) < 1 or dilations[0] < 1 or \
                 min(*pads_begin, *pads_end) < 0:
             raise ShapeError(f"QuantizedConv: strides {strides}, dilations {dilations} and "
@@ -296,9 +351,11 @@ class QuantizedConv:
 
     def describe(self, rows: int) -> str:
         """One line for a printed plan."""
+        extra = self.epilogue.describe()
         return (f"generated int8 convolution (uint8 channels-last image quantized in the call, "
                 f"{rows} positions x {self.kh} kernel rows of {self.kw * self.c4} bytes, int8 "
-                f"weight {self.kh * self.kw * self.c4}x{self.m} packed at load, vpdpbusd)")
+                f"weight {self.kh * self.kw * self.c4}x{self.m} packed at load, vpdpbusd"
+                f"{' ' + extra + ' in registers' if extra else ''})")
 
     def __call__(self, x: np.ndarray, scale: np.ndarray, zero: np.ndarray) -> np.ndarray:
         """The convolution of ``x`` (N, C, H, W float32, C-contiguous), NCHW."""
@@ -346,7 +403,7 @@ class QuantizedConv:
                   self.colsum.ctypes.data, self.kh, self.kw * self.c4 // 4,
                   self.dilations[0] * row, oh * ow, ow, self.strides[0] * row,
                   self.strides[1] * self.c4, hp * row, self.m, target.ctypes.data,
-                  *layout, lo, hi, first, last]
+                  *layout, lo, hi, first, last, self.epilogue_values.ctypes.data, self.flags]
                  for lo, hi, first, last in _ranges(rows, self.m, rows * k * self.m,
                                                      self.threads)]
         product = BoundInt8Call(self.function, calls, {"zero": 1}, {"zero": zero},
@@ -363,5 +420,5 @@ class QuantizedConv:
         return image_call, product, transpose
 
 
-__all__ = ["BoundInt8Call", "QuantizedConv", "QuantizedLayer", "int8_gemm_supported",
+__all__ = ["BoundInt8Call", "Int8Epilogue", "QuantizedConv", "QuantizedLayer", "int8_gemm_supported",
            "qgemm_kernel"]

@@ -48,6 +48,7 @@ from tensoralg.onnx.passes.gelu import erf_gelus_as_gelu
 from tensoralg.onnx.passes.quantized import (
     dequantized_gathers,
     dynamic_quantized_products,
+    int8_epilogues,
     quantize_dequantize_pairs,
     static_quantized_products,
 )
@@ -268,6 +269,7 @@ def pipeline(opt_level: int, model: onnx.ModelProto, kernels: KernelSet,
             ("fake quantization", quantize_dequantize_pairs),
             ("static int8 products", static_quantized_products),
             ("dynamic quantization", dynamic_quantized_products),
+            ("int8 epilogues", int8_epilogues),
         ]
     # The convolutions of other ranks are rewritten after the activations joined them: their
     # 2-D Convs carry the activation into the kernel, where a Squeeze or Transpose after the

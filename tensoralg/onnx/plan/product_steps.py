@@ -22,7 +22,7 @@ from tensoralg import program
 from tensoralg.onnx.ops.matmul import use_blas
 from tensoralg.onnx.ops.windows import windows
 from tensoralg.onnx.passes.fusion import FLOATS, clamp_text, fused, fused_activation, gelu_text
-from tensoralg.onnx.passes.quantized import conv_geometry, int8_conv_of
+from tensoralg.onnx.passes.quantized import conv_geometry, int8_conv_of, int8_epilogue
 from tensoralg.onnx.plan.executor import Step
 from tensoralg.onnx.plan.step_base import (
     Env,
@@ -221,6 +221,13 @@ def matmul_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray],
     return Spec(make, [], "BLAS")
 
 
+def _epilogue_of(node: Any, constants: Mapping[str, np.ndarray]) -> Any:
+    """The ``program.Int8Epilogue`` an ``Int8MatMul``/``Int8Conv`` node absorbed."""
+    multiplier, bias = (constants.get(name) if name else None
+                        for name in (*node.inputs[4:6], "", "")[:2])
+    return int8_epilogue(multiplier, bias, node.attributes)
+
+
 def quantized_matmul_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]
                           ) -> Spec | None:
     """An ``Int8MatMul`` (``passes/quantized.py``) as one prebound int8 GEMM call
@@ -232,7 +239,7 @@ def quantized_matmul_spec(step: Step, recorded: Env, constants: Mapping[str, np.
     if weight is None or x.dtype != np.float32 or not x.size:
         return None
     rows = (math.prod(x.shape[:-1]), x.shape[-1])
-    layer = program.quantized_layer(weight)
+    layer = program.quantized_layer(weight, _epilogue_of(node, constants))
 
     def make(outs: list[np.ndarray], buffers: list[np.ndarray], ins: list[Getter]) -> Run:
         scalars = [placeholder(get, (), np.dtype(np.float32)).reshape(()) for get in ins[1:3]]
@@ -269,8 +276,9 @@ def quantized_conv_spec(step: Step, recorded: Env, constants: Mapping[str, np.nd
     geometry = conv_geometry(step.context, x.shape, kernel, node.attributes)
     n, (oh, ow) = x.shape[0], geometry.out
     rows = n * oh * ow
-    conv = int8_conv_of(step.context, weight, geometry, {})
-    layer = program.quantized_layer(np.ascontiguousarray(weight.reshape(m, -1).T)) \
+    epilogue = _epilogue_of(node, constants)
+    conv = int8_conv_of(step.context, weight, geometry, {}, epilogue)
+    layer = program.quantized_layer(np.ascontiguousarray(weight.reshape(m, -1).T), epilogue) \
         if conv is None else None
     scratch = [] if conv is not None else [((rows, m), np.dtype(np.float32)),
                                            ((rows, c * math.prod(kernel)), np.dtype(np.float32))]
