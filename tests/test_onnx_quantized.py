@@ -398,6 +398,39 @@ def test_statically_quantized_gemm_on_the_int8_gemm(tmp_path, trans_b):
     assert "static int8 products: 1 Conv/MatMul/Gemm" in compiled.stage_text("plan")
 
 
+@pytest.mark.parametrize("activation", ["Relu", "Clip", "Clip fed at run time", "none"])
+def test_int8_epilogues_join_the_product(activation):
+    """A hand-written QDQ layer ``Q -> DQ -> MatMul(DQ(int8 W)) -> Add(b) -> act``: the
+    rescale, the bias and a Relu or a Clip with constant bounds run in the int8 GEMM's
+    registers; a Clip whose bound is fed at run time stays a node. onnxruntime's results."""
+    _int8_gemm_or_skip()
+    rng = np.random.default_rng(40)
+    constants = {"s": np.array(0.04, np.float32), "z": np.array(3, np.int8),
+                 "wq": rng.integers(-127, 128, (48, 20)).astype(np.int8),
+                 "ws": (rng.random(20) * 0.02 + 0.005).astype(np.float32),
+                 "b": rng.standard_normal(20).astype(np.float32),
+                 "lo": np.array(-0.25, np.float32), "hi": np.array(1.5, np.float32)}
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]),
+             helper.make_node("DequantizeLinear", ["q", "s", "z"], ["xd"]),
+             helper.make_node("DequantizeLinear", ["wq", "ws"], ["w"], axis=1),
+             helper.make_node("MatMul", ["xd", "w"], ["h"]),
+             helper.make_node("Add", ["h", "b"], ["y" if activation == "none" else "a"])]
+    feeds = {"x": _values(rng, (9, 48))}
+    if activation == "Relu":
+        nodes.append(helper.make_node("Relu", ["a"], ["y"]))
+    elif activation == "Clip":
+        nodes.append(helper.make_node("Clip", ["a", "lo", "hi"], ["y"]))
+    elif activation == "Clip fed at run time":
+        nodes.append(helper.make_node("Clip", ["a", "lo", "top"], ["y"]))
+        feeds["top"] = np.array(0.5, np.float32)
+    model = onnx_model(nodes, feeds, [("y", F32, [9, 20])], constants)
+    # float32 rounding apart: onnxruntime multiplies the dequantized floats
+    compiled = check_every_level(model, feeds, rtol=1e-5, atol=1e-5)
+    joined = {"Relu": 3, "Clip": 3, "Clip fed at run time": 2, "none": 2}[activation]
+    assert f"int8 epilogues: {joined} node(s) into 1 int8 product(s)" in \
+        compiled.stage_text("plan")
+
+
 def test_constant_folding_remembers_dequantized_integers():
     """A DequantizeLinear of int8 constants folds to floats and leaves its integers, scale,
     zero point and axis in ``graph.dequantized``; one of int32 does not."""

@@ -14,7 +14,7 @@ import pytest
 import tensoralg as ta
 from tensoralg import program
 from tensoralg.codegen.qgemm import pack_int8_weight, quantized_row_bytes
-from tensoralg.runtime.qgemm import QuantizedConv, QuantizedLayer
+from tensoralg.runtime.qgemm import Int8Epilogue, QuantizedConv, QuantizedLayer
 from tensoralg.runtime.sequence import CallSequence, Slot
 from tensoralg.runtime.threads import KernelThreads
 
@@ -236,3 +236,54 @@ def test_convolution_thread_ranges_and_rebinding():
     with pytest.raises(ta.ShapeError, match="input"):
         conv.bind(np.ones((1, 31, 5, 5), np.float32), *scalars(1.0, 0.0),
                   np.empty((1, 64, 5, 5), np.float32))
+
+
+def epilogue_reference(sums, multipliers, biases, low, high):
+    """The float32 statement the epilogue replaces: ``clamp(sums * M(j) + B(j))``."""
+    values = sums.astype(np.float32)
+    if multipliers is not None:
+        values = values * np.asarray(multipliers, np.float32)
+    if biases is not None:
+        values = values + np.asarray(biases, np.float32)
+    with np.errstate(invalid="ignore"):
+        values = np.where((values > low) | np.isnan(values), values, np.float32(low))
+        values = np.where((values < high) | np.isnan(values), values, np.float32(high))
+    return values.astype(np.float32)
+
+
+@vnni
+@pytest.mark.parametrize("parts", ["multiplier", "bias", "relu", "clip", "all", "scalars"])
+def test_epilogue_in_registers(parts):
+    """Per-column multipliers, biases and a clamp applied to the sums before they are
+    stored, bit for bit as the statement they replace, on the dense product and on both
+    output layouts of the convolution (scattered NCHW planes from 64 channels, transposed
+    rows below)."""
+    rng = np.random.default_rng(11)
+    n = 70
+    multipliers = rng.random(n).astype(np.float32) * 0.01
+    biases = rng.standard_normal(n).astype(np.float32)
+    low, high = {"relu": (0.0, np.inf), "clip": (-0.5, 0.75), "all": (0.0, 6.0)}.get(
+        parts, (-np.inf, np.inf))
+    m_vec = multipliers if parts in ("multiplier", "all") else \
+        (np.float32(0.5) if parts == "scalars" else None)
+    b_vec = biases if parts in ("bias", "all") else (np.float32(-3.0) if parts == "scalars"
+                                                     else None)
+    epilogue = Int8Epilogue(m_vec, b_vec, low, high)
+    x = (rng.standard_normal((13, 100)) * 2).astype(np.float32)
+    w = rng.integers(-128, 128, (100, n)).astype(np.int8)
+    got = QuantizedLayer(w, epilogue=epilogue)(x, *scalars(0.05, 120.0))
+    want = epilogue_reference(reference(x, 0.05, 120.0, w), m_vec, b_vec, low, high)
+    np.testing.assert_array_equal(got, want)
+    for channels in (n, 20):
+        image = rng.standard_normal((2, 8, 9, 9)).astype(np.float32)
+        kernel = rng.integers(-128, 128, (channels, 8, 3, 3)).astype(np.int8)
+        cut = Int8Epilogue(None if m_vec is None or np.ndim(m_vec) == 0 else m_vec[:channels],
+                           None if b_vec is None or np.ndim(b_vec) == 0 else b_vec[:channels],
+                           low, high) if parts != "scalars" else epilogue
+        conv = QuantizedConv(kernel, (1, 1), (1, 1), (1, 1), epilogue=cut)
+        got = conv(image, *scalars(0.02, 7.0))
+        sums = conv_reference(image, 0.02, 7.0, kernel, (1, 1), (1, 1), (1, 1), (1, 1))
+        want = epilogue_reference(sums, cut.multipliers, cut.biases, low, high)
+        np.testing.assert_array_equal(got, want.reshape(2, 9, 9, channels).transpose(0, 3, 1, 2))
+    with pytest.raises(ta.ShapeError, match="epilogue has 3 values"):
+        QuantizedLayer(w, epilogue=Int8Epilogue(np.ones(3, np.float32)))
