@@ -216,7 +216,7 @@ def test_convolution_thread_ranges_and_rebinding():
     w = rng.integers(-128, 128, (64, 32, 3, 3)).astype(np.int8)
     conv = QuantizedConv(w, (1, 1), (1, 1), (1, 1), threads=KernelThreads(2))
     out = np.empty((2, 64, 20, 20), np.float32)
-    image, product = conv.bind(x1, *scalars(0.05, 99.0), out)
+    image, product, transpose = conv.bind(x1, *scalars(0.05, 99.0), out)
     assert len(product.calls) == 2
     s2, z2 = scalars(0.07, 3.0)
     image.rebind("x", x2)
@@ -225,6 +225,7 @@ def test_convolution_thread_ranges_and_rebinding():
     product.rebind("zero", z2)
     image()
     product()
+    transpose()
     want = conv_reference(x2, 0.07, 3.0, w, (1, 1), (1, 1), (1, 1), (1, 1))
     np.testing.assert_array_equal(out, want.reshape(2, 20, 20, 64).transpose(0, 3, 1, 2))
     with pytest.raises(ta.ShapeError, match="horizontal dilation"):
@@ -255,9 +256,8 @@ def epilogue_reference(sums, multipliers, biases, low, high):
 @pytest.mark.parametrize("parts", ["multiplier", "bias", "relu", "clip", "all", "scalars"])
 def test_epilogue_in_registers(parts):
     """Per-column multipliers, biases and a clamp applied to the sums before they are
-    stored, bit for bit as the statement they replace, on the dense product and on both
-    output layouts of the convolution (scattered NCHW planes from 64 channels, transposed
-    rows below)."""
+    stored, bit for bit as the statement they replace, on the dense product and on the
+    convolution (70 output channels: a panel and a part, and 20)."""
     rng = np.random.default_rng(11)
     n = 70
     multipliers = rng.random(n).astype(np.float32) * 0.01

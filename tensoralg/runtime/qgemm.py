@@ -33,7 +33,7 @@ _PROTOTYPES = {
         ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64),
     "tensoralg_qconv": ctypes.CFUNCTYPE(
         ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
-        *[ctypes.c_int64] * 9, ctypes.c_void_p, *[ctypes.c_int64] * 7, ctypes.c_void_p,
+        *[ctypes.c_int64] * 9, ctypes.c_void_p, *[ctypes.c_int64] * 4, ctypes.c_void_p,
         ctypes.c_int64),
     "tensoralg_qimage": ctypes.CFUNCTYPE(
         ctypes.c_int32, ctypes.c_void_p, *[ctypes.c_int64] * 4, ctypes.c_void_p,
@@ -279,22 +279,16 @@ class QuantizedLayer:
                              [self, out, scratch])
 
 
-# The fewest output channels for which an int8 convolution scatters its register tiles into
-# the NCHW planes; narrower ones store channels-last rows and transpose them. A tile of 6
-# positions scatters each 16-channel vector to 16 planes: with 24 channels (MobileNetV2's
-# 144 -> 24 layer over 56 x 56, one thread, ad hoc 2026-12-07) that took 0.55 ms against
-# 0.47 ms stored whole and transposed.
-SCATTER_LEAST_CHANNELS = 64
-
-
 class QuantizedConv:
     """A 2-D convolution (group 1, unit horizontal dilation) of a float32 NCHW input,
     quantized with a scale and zero point read at run time, by a constant int8 weight (M, C,
     KH, KW): ``float32(sum((q - z) * W))`` as NCHW (N, M, OH, OW), exact. The input is
     quantized once into a zero-point-bordered uint8 channels-last image (channels padded to a
     multiple of 4), and the int8 GEMM reads each output position's kernel rows from it in
-    place (``KW * C`` contiguous bytes a row, no patch matrix) and scatters its register
-    tiles into the output planes.
+    place (``KW * C`` contiguous bytes a row, no patch matrix) into channels-last rows, which
+    a third call transposes into the NCHW output. (Scattering each register tile's vectors
+    into the planes instead ran 1.03-1.6x slower: 7 layers of MobileNetV2, ResNet-18 and
+    VGG shapes, one thread, ad hoc, 2026-12-07.)
 
     >>> if int8_gemm_supported():
     ...     conv = QuantizedConv(np.ones((1, 1, 2, 2), np.int8), (1, 1), (0, 0), (0, 0))
@@ -366,11 +360,11 @@ class QuantizedConv:
         return out
 
     def bind(self, x: np.ndarray, scale: np.ndarray, zero: np.ndarray, out: np.ndarray
-             ) -> tuple[Any, ...]:
-        """The calls that write ``out`` (N, M, OH, OW) from ``x``, ``scale`` and ``zero``:
-        the quantized image (operands ``x``, ``scale``, ``zero``), the product (operand
-        ``zero``) and, for few output channels, the transpose of its channels-last rows
-        into ``out``; they hold their buffers."""
+             ) -> tuple[BoundInt8Call, BoundInt8Call, Any]:
+        """The three calls that write ``out`` (N, M, OH, OW) from ``x``, ``scale`` and
+        ``zero``: the quantized image (operands ``x``, ``scale``, ``zero``), the product
+        (operand ``zero``) and the transpose of its channels-last rows into ``out``; they
+        hold their buffers."""
         if type(x) is not np.ndarray or x.ndim != 4 or x.shape[1] != self.c:
             raise ShapeError(f"{self!r}: the input must be a (N, {self.c}, H, W) float32 "
                              f"array, got {getattr(x, 'dtype', type(x))} "
@@ -392,24 +386,17 @@ class QuantizedConv:
             f"{self!r} image", [self, image])
         row = wp * self.c4
         rows = n * oh * ow
-        # Output channels of a register tile scattered into NCHW planes (16 stores to as many
-        # lines each) or stored whole into channels-last rows and transposed after
-        # (``transposed``, a call more): see SCATTER_LEAST_CHANNELS.
-        scatter = self.m >= SCATTER_LEAST_CHANNELS
-        target = out if scatter else np.empty((rows, self.m), np.float32)
-        layout = (self.m * oh * ow, 1, oh * ow) if scatter else (oh * ow * self.m, self.m, 1)
+        target = np.empty((rows, self.m), np.float32)      # channels-last rows
         k = self.kh * self.kw * self.c4
         calls = [[image.ctypes.data, zero.ctypes.data, self.packed.ctypes.data,
                   self.colsum.ctypes.data, self.kh, self.kw * self.c4 // 4,
                   self.dilations[0] * row, oh * ow, ow, self.strides[0] * row,
                   self.strides[1] * self.c4, hp * row, self.m, target.ctypes.data,
-                  *layout, lo, hi, first, last, self.epilogue_values.ctypes.data, self.flags]
+                  lo, hi, first, last, self.epilogue_values.ctypes.data, self.flags]
                  for lo, hi, first, last in _ranges(rows, self.m, rows * k * self.m,
                                                      self.threads)]
         product = BoundInt8Call(self.function, calls, {"zero": 1}, {"zero": zero},
                                 self.threads, repr(self), [self, image, out, target])
-        if scatter:
-            return image_call, product
         from tensoralg.runtime.gemm import BoundChannelsLast
 
         # The channels-last rows (N, OH * OW, M) into (N, M, OH * OW): the copy that makes an

@@ -287,10 +287,11 @@ def quantized_conv_spec(step: Step, recorded: Env, constants: Mapping[str, np.nd
         source = placeholder(ins[0], x.shape, x.dtype)
         scalars = [placeholder(get, (), np.dtype(np.float32)).reshape(()) for get in ins[1:3]]
         if conv is not None:
-            image, gemm, *after = conv.bind(source, *scalars, outs[0].reshape(n, m, oh, ow))
+            image, gemm, transpose = conv.bind(source, *scalars,
+                                               outs[0].reshape(n, m, oh, ow))
             parts: list[Any] = [(image, [("x", ins[0], None), ("scale", ins[1], ()),
                                          ("zero", ins[2], ())]), (gemm, [("zero", ins[2], ())]),
-                                *[(call, []) for call in after]]
+                                (transpose, [])]
         else:
             product, patches = buffers
             im2row = program.im2row_call(source, tuple(kernel), geometry.strides,
