@@ -556,11 +556,11 @@ def _per_output(graph: Graph, weight_name: str, out_axis: int
 
 # The fewest terms (C * KH * KW) a statically quantized convolution's sums have for it to
 # take the int8 GEMM. Its product is written channels-last and transposed into NCHW, then
-# rescaled by the statement after it: about 16 bytes more traffic per output than the float
-# route, which writes NCHW planes with the bias in registers. That pays for itself only
-# where each output sums enough terms: MobileNetV2's 1x1 layers at batch 1, one thread, ad
-# hoc (2026-12-07): 16 -> 96 channels over 112 x 112 took 1.21 ms on the int8 GEMM against
-# about 0.5 on the float route, 144 -> 24 over 56 x 56 0.47 ms.
+# rescaled: more traffic per output than the float route, which writes NCHW planes with the
+# bias in registers, paid for only where each output sums enough terms. MobileNetV2 in QDQ
+# at batch 1, one thread, onnxruntime's time over ours (``benchmarks/onnx_real.py --models
+# mobilenet_v2 --exporters ts-qdq --batches 1``, 2026-12-07, one run each): 16 terms 0.84,
+# 32 0.95, 64 0.97.
 INT8_CONV_MIN_TERMS = 64
 
 
