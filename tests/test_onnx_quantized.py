@@ -12,6 +12,8 @@ static plan runs).
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -586,8 +588,9 @@ def test_dynamically_quantized_product_in_the_plan_refuses_nan(tmp_path):
     x = np.random.default_rng(13).standard_normal((5, 32)).astype(np.float32)
     for _ in range(3):
         compiled.run({"x": x})
-    # both DynamicQuantizeParameters steps are calls of the one compiled sequence
-    assert "6 kernel calls in 1 compiled sequence" in compiled.stage_text("plan")
+    # both DynamicQuantizeParameters steps are calls of the one compiled sequence (4 calls
+    # with the int8 GEMM, its rescale, bias and ReLU in registers; 6 on the float route)
+    assert re.search(r"[46] kernel calls in 1 compiled sequence", compiled.stage_text("plan"))
     bad = x.copy()
     bad[2, 7] = np.nan
     with pytest.raises(ta.InputError, match="QuantizeLinear.*NaN"):

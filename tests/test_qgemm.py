@@ -287,3 +287,24 @@ def test_epilogue_in_registers(parts):
         np.testing.assert_array_equal(got, want.reshape(2, 9, 9, channels).transpose(0, 3, 1, 2))
     with pytest.raises(ta.ShapeError, match="epilogue has 3 values"):
         QuantizedLayer(w, epilogue=Int8Epilogue(np.ones(3, np.float32)))
+
+
+@vnni
+def test_scaled_epilogue_multiplies_by_the_activation_scale_first():
+    """``quantize_dynamic``'s rescale, ``sums * (s * w_scale)`` with ``s`` the scale the call
+    quantized with (read at run time, so a rebound scale rescales too), then bias and ReLU."""
+    rng = np.random.default_rng(12)
+    w = rng.integers(-128, 128, (40, 30)).astype(np.int8)
+    w_scale = (rng.random(30) * 0.01).astype(np.float32)
+    bias = rng.standard_normal(30).astype(np.float32)
+    layer = QuantizedLayer(w, epilogue=Int8Epilogue(w_scale, bias, 0.0, np.inf, scaled=True))
+    x = rng.standard_normal((11, 40)).astype(np.float32)
+    out = np.empty((11, 30), np.float32)
+    bound = layer.bind(x, *scalars(0.03, 40.0), out)
+    for scale in (0.03, 0.07):
+        s, _ = scalars(scale, 40.0)
+        bound.rebind("scale", s)
+        bound()
+        want = epilogue_reference(reference(x, scale, 40.0, w), np.float32(scale) * w_scale,
+                                  bias, 0.0, np.inf)
+        np.testing.assert_array_equal(out, want)

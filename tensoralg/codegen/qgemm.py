@@ -182,7 +182,7 @@ def _quantize_rows(module: ir.Module) -> ir.Function:
 
 def _micro_kernel(module: ir.Module, rows: int, vectors: int) -> ir.Function:
     """``micro(A_rows, nsub, a_sub, groups, W, C_rows, ncols, colsum, zero, multipliers,
-    biases, bounds, flags)``: a ``rows x (vectors * 16)`` tile of ``C`` over ``nsub`` runs of
+    biases, bounds, flags, scale)``: a ``rows x (vectors * 16)`` tile of ``C`` over ``nsub`` runs of
     ``groups`` groups of 4 K values. Row ``r`` of the tile reads run ``s`` from ``A_rows[r] +
     s * a_sub`` (bytes; a dense product is one run, a convolution's runs are its kernel rows,
     an image row apart) and writes its columns from ``C_rows[r]`` on, after the epilogue
@@ -199,10 +199,10 @@ def _micro_kernel(module: ir.Module, rows: int, vectors: int) -> ir.Function:
                     (floats, POINTER, I32, mask_type))
     fn = ir.Function(module, ir.FunctionType(ir.VoidType(), (
         POINTER, I64, I64, I64, POINTER, POINTER, I64, POINTER, I32, POINTER, POINTER,
-        POINTER, I64)), name=f"qmicro{rows}x{vectors}")
+        POINTER, I64, F32)), name=f"qmicro{rows}x{vectors}")
     fn.linkage = "internal"
     a_rows, nsub, a_sub, groups, w, c_rows, ncols, colsum, zero, multipliers, biases, \
-        bounds, flags = fn.args
+        bounds, flags, scale = fn.args
     for pointer in (a_rows, w, c_rows, colsum):
         pointer.add_attribute("noalias")
     builder = ir.IRBuilder(fn.append_basic_block("entry"))
@@ -250,7 +250,7 @@ def _micro_kernel(module: ir.Module, rows: int, vectors: int) -> ir.Function:
         for r in range(rows):
             exact = builder.sub(builder.load(tile[r][v], typ=ints), correction)
             results[r][v] = builder.sitofp(exact, floats)
-    _epilogue(builder, module, results, masks, multipliers, biases, bounds, flags)
+    _epilogue(builder, module, results, masks, multipliers, biases, bounds, flags, scale)
     c_starts = [builder.load(builder.gep(c_rows, [_const(r)], inbounds=True,
                                          source_etype=POINTER), typ=POINTER)
                 for r in range(rows)]
@@ -265,12 +265,14 @@ def _micro_kernel(module: ir.Module, rows: int, vectors: int) -> ir.Function:
 
 def _epilogue(builder: ir.IRBuilder, module: ir.Module, results: list[list[ir.Value]],
               masks: list[ir.Value], multipliers: ir.Value, biases: ir.Value,
-              bounds: ir.Value, flags: ir.Value) -> None:
-    """The tile's float sums times the per-column ``multipliers`` (``flags & 1``), plus the
-    per-column ``biases`` (``flags & 2``), clamped to ``bounds[0], bounds[1]`` with NaN kept
-    (``flags & 4``: a ReLU or Clip), in place in ``results``: the statement ``clamp((A(i,j) *
-    M(j)) + B(j))`` the rescale after an int8 product would otherwise run, operation for
-    operation, so the values are the same."""
+              bounds: ir.Value, flags: ir.Value, scale: ir.Value) -> None:
+    """The tile's float sums times the per-column ``multipliers`` (``flags & 1``; with
+    ``flags & 8``, times ``scale * multipliers``, the activations' run-time scale times the
+    weights' scales), plus the per-column ``biases`` (``flags & 2``), clamped to
+    ``bounds[0], bounds[1]`` with NaN kept (``flags & 4``: a ReLU or Clip), in place in
+    ``results``: the statement ``clamp((A(i,j) * M(j)) + B(j))`` (or ``A(i,j) * (s * M(j))``)
+    the rescale after an int8 product would otherwise run, operation for operation, so the
+    values are the same."""
     floats = ir.VectorType(F32, LANES)
     mask_type = ir.VectorType(ir.IntType(1), LANES)
     load = declare(module, "llvm.masked.load.v16f32.p0", floats,
@@ -291,9 +293,13 @@ def _epilogue(builder: ir.IRBuilder, module: ir.Module, results: list[list[ir.Va
     for row, row_slots in zip(results, slots):
         for value, slot in zip(row, row_slots):
             builder.store(value, slot)
-    for bit, base, combine in ((1, multipliers, builder.fmul), (2, biases, builder.fadd)):
+    scales = _splat(builder, scale, floats)
+    for bit, base, combine in ((1, multipliers, builder.fmul), (8, multipliers, builder.fmul),
+                               (2, biases, builder.fadd)):
         with if_then(builder, flag(bit), f"epilogue{bit}"):
             columns = column_vectors(base)
+            if bit == 8:
+                columns = [builder.fmul(scales, column) for column in columns]
             for row_slots in slots:
                 for v, slot in enumerate(row_slots):
                     builder.store(combine(builder.load(slot, typ=floats), columns[v]), slot)
@@ -315,7 +321,7 @@ def _tiles(builder: ir.IRBuilder, micro: dict[tuple[int, int], ir.Function], w: 
            groups: ir.Value, n_size: ir.Value, rows_total: ir.Value,
            col_begin: ir.Value, col_end: ir.Value, zero_int: ir.Value,
            fill_rows: Callable[[ir.Value, ir.Value, ir.Value, ir.Value, ir.Value], None],
-           epilogue: ir.Value, flags: ir.Value) -> None:
+           epilogue: ir.Value, flags: ir.Value, scale: ir.Value) -> None:
     """The panels from ``col_begin`` to ``col_end`` and the register tiles of ``rows_total``
     rows of ``C``; ``fill_rows(first, count, a_table, c_table, j0)`` stores the addresses of
     rows ``first .. first + count - 1`` (numbered from 0 in this call) of A and of column
@@ -356,7 +362,8 @@ def _tiles(builder: ir.IRBuilder, micro: dict[tuple[int, int], ir.Function], w: 
             fill_rows(i0, count, table, c_table, j0)
             args = [table_start, nsub, a_sub, groups, w_panel, c_start, ncols, sums,
                     zero_int, builder.gep(epilogue, [j0], inbounds=True, source_etype=F32),
-                    builder.gep(biases, [j0], inbounds=True, source_etype=F32), bounds, flags]
+                    builder.gep(biases, [j0], inbounds=True, source_etype=F32), bounds, flags,
+                    scale]
             done = builder.append_basic_block("tile.done")
             variant = builder.add(builder.mul(builder.sub(vectors, _const(1)), _const(MR)),
                                   builder.sub(count, _const(1)))
@@ -418,12 +425,12 @@ def _driver(module: ir.Module, quantize: ir.Function,
         # The zero point is an integer in [0, 255] (DynamicQuantizeLinear's), as a float.
         _tiles(builder, micro, w, colsum, groups_packed, _const(1), _const(0), groups, n_size,
                rows_total, col_begin, col_end, builder.fptosi(zero, I32), fill_rows,
-               epilogue, flags)
+               epilogue, flags, scale)
     builder.ret(ir.Constant(I32, 0))
 
 
 def _conv_driver(module: ir.Module, micro: dict[tuple[int, int], ir.Function]) -> None:
-    """``int32 tensoralg_qconv(B, zero, Wp, colsum, runs, run_groups, run_stride, ohw, ow,
+    """``int32 tensoralg_qconv(B, scale, zero, Wp, colsum, runs, run_groups, run_stride, ohw, ow,
     oh_stride, ow_stride, image_stride, N, C, row_begin, row_end, col_begin, col_end,
     epilogue, flags)``: output positions ``[row_begin, row_end)`` of a convolution with ``N``
     output channels from the quantized image ``B`` (:func:`_image_driver`) into the
@@ -431,9 +438,9 @@ def _conv_driver(module: ir.Module, micro: dict[tuple[int, int], ir.Function]) -
     ``run_groups`` groups of 4 bytes, the first at ``n * image_stride + oh * oh_stride + ow
     * ow_stride`` and each ``run_stride`` bytes after the one before."""
     fn = ir.Function(module, ir.FunctionType(I32, (
-        POINTER, POINTER, POINTER, POINTER, I64, I64, I64, I64, I64, I64, I64, I64, I64,
-        POINTER, I64, I64, I64, I64, POINTER, I64)), name=CONV_ENTRY)
-    image, zero_at, w, colsum, runs, run_groups, run_stride, ohw, ow, oh_stride, ow_stride, \
+        POINTER, POINTER, POINTER, POINTER, POINTER, I64, I64, I64, I64, I64, I64, I64, I64,
+        I64, POINTER, I64, I64, I64, I64, POINTER, I64)), name=CONV_ENTRY)
+    image, scale_at, zero_at, w, colsum, runs, run_groups, run_stride, ohw, ow, oh_stride, ow_stride, \
         image_stride, n_size, c, begin, end, col_begin, col_end, epilogue, flags = fn.args
     builder = ir.IRBuilder(fn.append_basic_block("entry"))
     rows_total = builder.sub(end, begin)
@@ -458,7 +465,7 @@ def _conv_driver(module: ir.Module, micro: dict[tuple[int, int], ir.Function]) -
     with if_then(builder, builder.icmp_signed(">", rows_total, _const(0)), "work"):
         _tiles(builder, micro, w, colsum, builder.mul(runs, run_groups), runs, run_stride,
                run_groups, n_size, rows_total, col_begin, col_end, zero, fill_rows,
-               epilogue, flags)
+               epilogue, flags, builder.load(scale_at, typ=F32))
     builder.ret(ir.Constant(I32, 0))
 
 

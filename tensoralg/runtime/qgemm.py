@@ -32,8 +32,7 @@ _PROTOTYPES = {
         ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
         ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64),
     "tensoralg_qconv": ctypes.CFUNCTYPE(
-        ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
-        *[ctypes.c_int64] * 9, ctypes.c_void_p, *[ctypes.c_int64] * 4, ctypes.c_void_p,
+        ctypes.c_int32, *[ctypes.c_void_p] * 5, *[ctypes.c_int64] * 9, ctypes.c_void_p, *[ctypes.c_int64] * 4, ctypes.c_void_p,
         ctypes.c_int64),
     "tensoralg_qimage": ctypes.CFUNCTYPE(
         ctypes.c_int32, ctypes.c_void_p, *[ctypes.c_int64] * 4, ctypes.c_void_p,
@@ -91,21 +90,23 @@ def _check_weight(owner: str, weight: np.ndarray, rank: int, cache: DiskCache | 
 @dataclass(frozen=True)
 class Int8Epilogue:
     """What an int8 product applies to its float32 sums before storing them, in this order:
-    ``multipliers`` (one per output column, or one for all), ``biases`` (likewise), then a
-    clamp to ``[low, high]`` with NaN kept (a ReLU is ``(0, inf)``); None or infinite bounds:
-    that step is left out.
+    ``multipliers`` (one per output column, or one for all; with ``scaled``, each times the
+    scale the activations were quantized with, as ``x * (s * m)``), ``biases`` (likewise),
+    then a clamp to ``[low, high]`` with NaN kept (a ReLU is ``(0, inf)``); None or infinite
+    bounds: that step is left out.
 
     >>> Int8Epilogue(np.float32(0.5), None, 0.0).describe()
-    'x multiplier + clamp(0.0, inf)'
+    'x (multiplier) + clamp(0.0, inf)'
     """
 
     multipliers: Any = None
     biases: Any = None
     low: float = -math.inf
     high: float = math.inf
+    scaled: bool = False        # the multipliers times the activations' scale first
 
     def describe(self) -> str:
-        parts = ["x multiplier"] * (self.multipliers is not None) + \
+        parts = [f"x ({'scale x ' * self.scaled}multiplier)"] * (self.multipliers is not None) + \
             ["+ bias"] * (self.biases is not None)
         if (self.low, self.high) != (-math.inf, math.inf):
             parts.append(f"+ clamp({self.low}, {self.high})")
@@ -126,7 +127,7 @@ class Int8Epilogue:
                     raise ShapeError(f"an int8 product's epilogue has {given.size} values for "
                                      f"{n} columns")
                 values[start:start + n] = given
-                flags |= bit
+                flags |= 8 if bit == 1 and self.scaled else bit
         values[2 * padded:] = (self.low, self.high)
         if (self.low, self.high) != (-math.inf, math.inf):
             flags |= 4
@@ -246,7 +247,7 @@ class QuantizedLayer:
         extra = self.epilogue.describe()
         return (f"generated int8 GEMM (uint8 {rows}x{self.k} quantized in the call x int8 "
                 f"{self.k}x{self.n} packed at load, vpdpbusd, 6x64 register tile"
-                f"{' ' + extra + ' in registers' if extra else ''})")
+                f"{', then ' + extra + ' in registers' if extra else ''})")
 
     def __call__(self, x: np.ndarray, scale: np.ndarray, zero: np.ndarray) -> np.ndarray:
         """The layer on ``x`` (M x K float32, C-contiguous)."""
@@ -349,7 +350,7 @@ class QuantizedConv:
         return (f"generated int8 convolution (uint8 channels-last image quantized in the call, "
                 f"{rows} positions x {self.kh} kernel rows of {self.kw * self.c4} bytes, int8 "
                 f"weight {self.kh * self.kw * self.c4}x{self.m} packed at load, vpdpbusd"
-                f"{' ' + extra + ' in registers' if extra else ''})")
+                f"{', then ' + extra + ' in registers' if extra else ''})")
 
     def __call__(self, x: np.ndarray, scale: np.ndarray, zero: np.ndarray) -> np.ndarray:
         """The convolution of ``x`` (N, C, H, W float32, C-contiguous), NCHW."""
@@ -388,14 +389,15 @@ class QuantizedConv:
         rows = n * oh * ow
         target = np.empty((rows, self.m), np.float32)      # channels-last rows
         k = self.kh * self.kw * self.c4
-        calls = [[image.ctypes.data, zero.ctypes.data, self.packed.ctypes.data,
+        calls = [[image.ctypes.data, scale.ctypes.data, zero.ctypes.data, self.packed.ctypes.data,
                   self.colsum.ctypes.data, self.kh, self.kw * self.c4 // 4,
                   self.dilations[0] * row, oh * ow, ow, self.strides[0] * row,
                   self.strides[1] * self.c4, hp * row, self.m, target.ctypes.data,
                   lo, hi, first, last, self.epilogue_values.ctypes.data, self.flags]
                  for lo, hi, first, last in _ranges(rows, self.m, rows * k * self.m,
                                                      self.threads)]
-        product = BoundInt8Call(self.function, calls, {"zero": 1}, {"zero": zero},
+        product = BoundInt8Call(self.function, calls, {"scale": 1, "zero": 2},
+                                {"scale": scale, "zero": zero},
                                 self.threads, repr(self), [self, image, out, target])
         from tensoralg.runtime.gemm import BoundChannelsLast
 

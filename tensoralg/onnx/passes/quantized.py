@@ -235,9 +235,11 @@ INT8_OP = "Int8MatMul"     # x quantized with a scale and zero point, times int8
 def int8_epilogue(multiplier: np.ndarray | None, bias: np.ndarray | None,
                   attributes: dict[str, Any]) -> Any:
     """The ``program.Int8Epilogue`` of an ``Int8MatMul``/``Int8Conv`` node
-    (:func:`int8_epilogues`): its multiplier and bias inputs, its ``low``/``high``."""
+    (:func:`int8_epilogues`): its multiplier and bias inputs, its ``low``/``high`` and
+    ``scaled`` attributes."""
     return program.Int8Epilogue(multiplier, bias, float(attributes.get("low", -math.inf)),
-                                float(attributes.get("high", math.inf)))
+                                float(attributes.get("high", math.inf)),
+                                bool(attributes.get("scaled", 0)))
 
 
 def _int8_layer(node: NodeContext, weight: np.ndarray, epilogue: Any) -> Any:
@@ -337,7 +339,7 @@ def int8_conv(node: NodeContext, x: np.ndarray, scale: np.ndarray, zero: np.ndar
 
 PARAMETERS_IMPL = OpImpl(PARAMETERS_OP, 1, dynamic_quantize_parameters, None, frozenset())
 SHIFT_IMPL = OpImpl(SHIFT_OP, 1, quantize_shift, None, frozenset({"low", "high"}))
-EPILOGUE_ATTRIBUTES = frozenset({"low", "high"})
+EPILOGUE_ATTRIBUTES = frozenset({"low", "high", "scaled"})
 INT8_IMPL = OpImpl(INT8_OP, 1, int8_matmul, None, EPILOGUE_ATTRIBUTES)
 CONV_INT8_IMPL = OpImpl(CONV_INT8_OP, 1, int8_conv, None, CONV_ATTRIBUTES | EPILOGUE_ATTRIBUTES)
 # The largest |quantized - zero point| of a uint8 DynamicQuantizeLinear: every partial sum of
@@ -684,11 +686,14 @@ def _per_column(value: np.ndarray | None, columns: int, conv: bool) -> np.ndarra
 def int8_epilogues(graph: Graph) -> Graph:
     """Join to each ``Int8MatMul``/``Int8Conv`` the elementwise steps right after it that its
     kernel applies in registers (``program.Int8Epilogue``): a Mul by a constant per output
-    column (the rescale a QDQ layer becomes, :func:`static_quantized_products`), then an Add
+    column (the rescale a QDQ layer becomes, :func:`static_quantized_products`) or by
+    ``Mul(s, c)`` of its own activation scale and such a constant (``quantize_dynamic``'s
+    rescale), then an Add
     of one (its bias), then a Relu or a Clip with constant bounds, each the only reader of the
     value before it. They would otherwise be one more statement over the product; the kernel
     computes them with the same float32 operations in the same order."""
     readers = consumers_of(graph)
+    producers = {name: node for node in graph.nodes for name in node.outputs}
     outputs = {v.name for v in graph.outputs}
     taken = value_names(graph)
     replaced: dict[str, Node] = {}
@@ -710,9 +715,15 @@ def int8_epilogues(graph: Graph) -> Graph:
             if step in ("Mul", "Add") and use.op_type == step and len(other) == 1 and \
                     len(use.inputs) == 2:
                 vector = _per_column(graph.constants.get(other[0]), columns, conv)
-                if vector is None:
+                scaled = _scaled_multiplier(graph, producers.get(other[0]), node.inputs[1],
+                                            columns, conv) if step == "Mul" else None
+                if vector is None and scaled is None:
                     continue
-                found[step] = vector
+                found[step] = vector if vector is not None else scaled[0]
+                if scaled is not None:
+                    found["scaled"] = True
+                    if len(readers.get(other[0], [])) == 1 and other[0] not in outputs:
+                        dropped.add(scaled[1].name)
             elif step == "activation" and use.op_type == "Relu":
                 found["low"], found["high"] = 0.0, math.inf
             elif step == "activation" and use.op_type == "Clip":
@@ -736,6 +747,8 @@ def int8_epilogues(graph: Graph) -> Graph:
         attributes = dict(node.attributes)
         if "low" in found:
             attributes.update(low=found["low"], high=found["high"])
+        if found.get("scaled"):
+            attributes["scaled"] = 1
         replaced[node.name] = Node(node.name, node.op_type, (*node.inputs, *names),
                                    chain[-1].outputs, attributes, node.version, node.impl)
         dropped.update(use.name for use in chain)
@@ -744,6 +757,19 @@ def int8_epilogues(graph: Graph) -> Graph:
     graph.notes.append(f"int8 epilogues: {len(dropped)} node(s) into {len(replaced)} int8 "
                        f"product(s)")
     return graph
+
+
+def _scaled_multiplier(graph: Graph, product: Node | None, scale: str, columns: int,
+                       conv: bool) -> tuple[np.ndarray, Node] | None:
+    """Where ``product`` is ``Mul(scale, c)`` (either order) of the int8 product's own
+    activation scale and a constant ``c`` per output column (the weights' scales: what
+    ``quantize_dynamic`` multiplies the int32 sums by), ``c`` per column and that Mul."""
+    if product is None or product.op_type != "Mul" or len(product.inputs) != 2 or \
+            scale not in product.inputs:
+        return None
+    other = product.inputs[1] if product.inputs[0] == scale else product.inputs[0]
+    vector = _per_column(graph.constants.get(other), columns, conv)
+    return None if vector is None else (vector, product)
 
 
 def _clip_bounds(graph: Graph, clip: Node) -> tuple[float, float] | None:
