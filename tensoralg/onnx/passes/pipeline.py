@@ -45,10 +45,10 @@ from tensoralg.onnx.passes.folding import (
 )
 from tensoralg.onnx.passes.fusion import fuse, reassociate_matmuls
 from tensoralg.onnx.passes.gelu import erf_gelus_as_gelu
+from tensoralg.onnx.passes.int8_epilogues import int8_epilogues
 from tensoralg.onnx.passes.quantized import (
     dequantized_gathers,
     dynamic_quantized_products,
-    int8_epilogues,
     quantize_dequantize_pairs,
     static_quantized_products,
 )

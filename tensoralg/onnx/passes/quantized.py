@@ -33,17 +33,22 @@ into floats) are left as they are.
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
 from tensoralg import program
-from tensoralg.errors import ShapeError
 from tensoralg.onnx.frontend.graph import Graph, Node, consumers_of, fresh_name, value_names
+from tensoralg.onnx.ops.int8 import (
+    CONV_ATTRIBUTES,
+    CONV_INT8_IMPL,
+    CONV_INT8_OP,
+    INT8_IMPL,
+    INT8_OP,
+)
 from tensoralg.onnx.ops.kernels import NodeContext, elementwise
 from tensoralg.onnx.ops.quantize import EXACT_FLOAT32, RANGES, dynamic_parameters, saturated
 from tensoralg.onnx.ops.registry import OpImpl, lookup
-from tensoralg.onnx.ops.windows import windows
 
 OP_TYPE = "QuantizeDequantize"
 
@@ -229,119 +234,8 @@ def quantize_shift(node: NodeContext, x: np.ndarray, scale: np.ndarray, zero: np
                        dtype=np.dtype(np.float32), out_dtype=np.float32)
 
 
-INT8_OP = "Int8MatMul"     # x quantized with a scale and zero point, times int8 weights
-
-
-def int8_epilogue(multiplier: np.ndarray | None, bias: np.ndarray | None,
-                  attributes: dict[str, Any]) -> Any:
-    """The ``program.Int8Epilogue`` of an ``Int8MatMul``/``Int8Conv`` node
-    (:func:`int8_epilogues`): its multiplier and bias inputs, its ``low``/``high`` and
-    ``scaled`` attributes."""
-    return program.Int8Epilogue(multiplier, bias, float(attributes.get("low", -math.inf)),
-                                float(attributes.get("high", math.inf)),
-                                bool(attributes.get("scaled", 0)))
-
-
-def _int8_layer(node: NodeContext, weight: np.ndarray, epilogue: Any) -> Any:
-    """The node's ``program.quantized_layer``, made once (kept in its kernel set)."""
-    layer = node.kernels.layers.get(node.name)
-    if layer is None or (layer.k, layer.n) != weight.shape:
-        layer = node.kernels.layers[node.name] = program.quantized_layer(weight, epilogue)
-    return layer
-
-
-def int8_matmul(node: NodeContext, x: np.ndarray, scale: np.ndarray, zero: np.ndarray,
-                weight: np.ndarray, multiplier: np.ndarray | None = None,
-                bias: np.ndarray | None = None, **attributes: Any) -> np.ndarray:
-    """The op function of an ``Int8MatMul`` node: ``x`` (float32, ``(..., K)``)
-    quantized with ``scale`` and ``zero`` and multiplied by the constant int8 ``weight``
-    (K x N) on the int8 GEMM (``program.quantized_layer``), the int32 sums as float32, then
-    the epilogue the node absorbed (:func:`int8_epilogues`)."""
-    x = np.asarray(x)
-    k, n = weight.shape
-    if x.dtype != np.float32 or x.ndim < 1 or x.shape[-1] != k:
-        raise ShapeError(f"{node}: the input must be float32 with a last axis of {k} (the "
-                         f"weight's rows), got {x.dtype} {x.shape}")
-    layer = _int8_layer(node, weight, int8_epilogue(multiplier, bias, attributes))
-    rows = np.ascontiguousarray(x.reshape(-1, k))
-    node.note(layer.describe(rows.shape[0]))
-    out = layer(rows, np.ascontiguousarray(scale, np.float32).reshape(()),
-                np.ascontiguousarray(zero, np.float32).reshape(()))
-    return out.reshape(*x.shape[:-1], n)
-
-
-CONV_INT8_OP = "Int8Conv"
-CONV_ATTRIBUTES = frozenset({"auto_pad", "dilations", "pads", "strides"})
-
-
-def conv_geometry(node: Any, x_shape: tuple[int, ...], kernel: Sequence[int],
-                  attributes: dict[str, Any]) -> Any:
-    """The window geometry (``ops/windows.windows``) of an ``Int8Conv`` on an
-    input of ``x_shape`` (N, C, H, W)."""
-    return windows(node, x_shape[2:], kernel, strides=attributes.get("strides"),
-                   dilations=attributes.get("dilations"), pads=attributes.get("pads"),
-                   auto_pad=attributes.get("auto_pad", "NOTSET"))
-
-
-def int8_conv_of(node: Any, weight: np.ndarray, geometry: Any, layers: dict[str, Any],
-                 epilogue: Any = None) -> Any:
-    """The int8 convolution (``program.quantized_conv``) of an ``Int8Conv`` node,
-    made once per node and geometry (kept in ``layers``); None where its horizontal dilation
-    is not 1 (such a convolution takes float patch rows and the int8 GEMM)."""
-    if geometry.dilations[1] != 1:
-        return None
-    key = (str(node), "conv", geometry.strides, geometry.dilations, geometry.pads_begin,
-           geometry.pads_end)
-    if key not in layers:
-        layers[key] = program.quantized_conv(weight, geometry.strides, geometry.pads_begin,
-                                             geometry.pads_end, geometry.dilations, epilogue)
-    return layers[key]
-
-
-def int8_conv(node: NodeContext, x: np.ndarray, scale: np.ndarray, zero: np.ndarray,
-              weight: np.ndarray, multiplier: np.ndarray | None = None,
-              bias: np.ndarray | None = None, **attributes: Any) -> np.ndarray:
-    """The op function of an ``Int8Conv`` node: the 2-D convolution (group 1) of
-    ``x`` (float32 NCHW) quantized with ``scale`` and ``zero`` by the constant shifted int8
-    weight (M, C, KH, KW), the int32 sums as float32 NCHW. On ``program.quantized_conv``
-    (a uint8 channels-last image, kernel rows read in place, NCHW planes written directly);
-    with a horizontal dilation, the float patch matrix of ``x`` (``program.im2row_call``,
-    padding 0.0, which quantizes to the zero point, as ConvInteger pads), the int8 GEMM and a
-    transpose."""
-    x = np.asarray(x)
-    m, c, *kernel = weight.shape
-    if x.dtype != np.float32 or x.ndim != 4 or x.shape[1] != c:
-        raise ShapeError(f"{node}: the input must be float32 (N, {c}, H, W), got {x.dtype} "
-                         f"{x.shape}")
-    geometry = conv_geometry(node, x.shape, kernel, attributes)
-    n, (oh, ow) = x.shape[0], geometry.out
-    x = np.ascontiguousarray(x)
-    scale = np.ascontiguousarray(scale, np.float32).reshape(())
-    zero = np.ascontiguousarray(zero, np.float32).reshape(())
-    epilogue = int8_epilogue(multiplier, bias, attributes)
-    conv = int8_conv_of(node, weight, geometry, node.kernels.layers, epilogue)
-    if conv is not None:
-        node.note(conv.describe(n * oh * ow))
-        return conv(x, scale, zero)
-    product = np.zeros((n * oh * ow, m), np.float32)
-    if product.size and c:
-        patches = np.empty((n * oh * ow, c * math.prod(kernel)), np.float32)
-        im2row = program.im2row_call(x, tuple(kernel), geometry.strides, geometry.dilations,
-                                     geometry.pads_begin, (oh, ow), patches, str(node))
-        assert im2row is not None      # float32, 4-D, C-contiguous, not empty
-        im2row()
-        layer = _int8_layer(node, np.ascontiguousarray(weight.reshape(m, -1).T), epilogue)
-        node.note(f"float patch rows, then {layer.describe(patches.shape[0])}")
-        product = layer(patches, scale, zero)
-    return np.ascontiguousarray(product.reshape(n, oh * ow, m).transpose(0, 2, 1)).reshape(
-        n, m, oh, ow)
-
-
 PARAMETERS_IMPL = OpImpl(PARAMETERS_OP, 1, dynamic_quantize_parameters, None, frozenset())
 SHIFT_IMPL = OpImpl(SHIFT_OP, 1, quantize_shift, None, frozenset({"low", "high"}))
-EPILOGUE_ATTRIBUTES = frozenset({"low", "high", "scaled"})
-INT8_IMPL = OpImpl(INT8_OP, 1, int8_matmul, None, EPILOGUE_ATTRIBUTES)
-CONV_INT8_IMPL = OpImpl(CONV_INT8_OP, 1, int8_conv, None, CONV_ATTRIBUTES | EPILOGUE_ATTRIBUTES)
 # The largest |quantized - zero point| of a uint8 DynamicQuantizeLinear: every partial sum of
 # a product of K terms is at most K * UINT8_SPAN * max|B - b_zero_point|.
 UINT8_SPAN = 255
@@ -443,7 +337,7 @@ def dynamic_quantized_products(graph: Graph) -> Graph:
     constant made here in the float type whose sums are exact (``_shifted_weight``), which
     takes MatMul's routes (the generated GEMM with its weight packed at load, BLAS). Fusion
     joins the rescaling after either; the 8-bit tensor and the int32 one are never made.
-    A ConvInteger becomes ``Int8Conv(x, s, z', W')`` (:func:`int8_conv`:
+    A ConvInteger becomes ``Int8Conv(x, s, z', W')`` (``ops/int8.int8_conv``:
     ``x`` quantized into a zero-point-bordered uint8 channels-last image whose kernel rows the
     int8 GEMM reads in place, writing NCHW planes); where the int8 GEMM cannot take it (a grouped or
     depthwise convolution, a weight past int8, a host without VNNI), a float ``Conv`` of the
@@ -664,131 +558,6 @@ def static_quantized_products(graph: Graph) -> Graph:
     graph.notes.append(f"static int8 products: {len(replaced)} Conv/MatMul/Gemm(s) of "
                        f"fake-quantized inputs on the int8 GEMM")
     return graph
-
-
-# --- epilogues of int8 products -----------------------------------------------------------
-
-def _per_column(value: np.ndarray | None, columns: int, conv: bool) -> np.ndarray | None:
-    """A Mul/Add constant as one float32 value per output column of an int8 product (its
-    channels, axis 1 of an NCHW result, or its last axis), or None where it broadcasts any
-    other way."""
-    if value is None or value.dtype != np.float32:
-        return None
-    if value.size == 1:
-        return np.full(columns, value.reshape(-1)[0], np.float32)
-    shape = tuple(value.shape)
-    while shape and shape[0] == 1 and len(shape) > (3 if conv else 1):
-        shape = shape[1:]
-    wanted = (columns, 1, 1) if conv else (columns,)
-    return value.reshape(-1).copy() if shape == wanted else None
-
-
-def int8_epilogues(graph: Graph) -> Graph:
-    """Join to each ``Int8MatMul``/``Int8Conv`` the elementwise steps right after it that its
-    kernel applies in registers (``program.Int8Epilogue``): a Mul by a constant per output
-    column (the rescale a QDQ layer becomes, :func:`static_quantized_products`) or by
-    ``Mul(s, c)`` of its own activation scale and such a constant (``quantize_dynamic``'s
-    rescale), then an Add
-    of one (its bias), then a Relu or a Clip with constant bounds, each the only reader of the
-    value before it. They would otherwise be one more statement over the product; the kernel
-    computes them with the same float32 operations in the same order."""
-    readers = consumers_of(graph)
-    producers = {name: node for node in graph.nodes for name in node.outputs}
-    outputs = {v.name for v in graph.outputs}
-    taken = value_names(graph)
-    replaced: dict[str, Node] = {}
-    dropped: set[str] = set()
-    for node in graph.nodes:
-        if node.op_type not in (INT8_OP, CONV_INT8_OP) or len(node.inputs) != 4:
-            continue
-        conv = node.op_type == CONV_INT8_OP
-        columns = graph.constants[node.inputs[3]].shape[0 if conv else 1]
-        found: dict[str, Any] = {}
-        chain: list[Node] = []
-        value = node.outputs[0]
-        for step in ("Mul", "Add", "activation"):
-            uses = readers.get(value, [])
-            if value in outputs or len(uses) != 1:
-                break
-            use = uses[0]
-            other = [n for n in use.inputs if n != value]
-            if step in ("Mul", "Add") and use.op_type == step and len(other) == 1 and \
-                    len(use.inputs) == 2:
-                vector = _per_column(graph.constants.get(other[0]), columns, conv)
-                scaled = _scaled_multiplier(graph, producers.get(other[0]), node.inputs[1],
-                                            columns, conv) if step == "Mul" else None
-                if vector is None and scaled is None:
-                    continue
-                found[step] = vector if vector is not None else scaled[0]
-                if scaled is not None:
-                    found["scaled"] = True
-                    if len(readers.get(other[0], [])) == 1 and other[0] not in outputs:
-                        dropped.add(scaled[1].name)
-            elif step == "activation" and use.op_type == "Relu":
-                found["low"], found["high"] = 0.0, math.inf
-            elif step == "activation" and use.op_type == "Clip":
-                bounds = _clip_bounds(graph, use)
-                if bounds is None:
-                    break
-                found["low"], found["high"] = bounds
-            else:
-                continue
-            chain.append(use)
-            value = use.outputs[0]
-        if not chain:
-            continue
-        names = []
-        for step in ("Mul", "Add"):
-            if step in found:
-                names.append(fresh_name(f"{node.name}/{step.lower()} per column", taken))
-                graph.constants[names[-1]] = found[step]
-            else:
-                names.append("")
-        attributes = dict(node.attributes)
-        if "low" in found:
-            attributes.update(low=found["low"], high=found["high"])
-        if found.get("scaled"):
-            attributes["scaled"] = 1
-        replaced[node.name] = Node(node.name, node.op_type, (*node.inputs, *names),
-                                   chain[-1].outputs, attributes, node.version, node.impl)
-        dropped.update(use.name for use in chain)
-    graph.nodes = [replaced.get(node.name, node) for node in graph.nodes
-                   if node.name not in dropped]
-    graph.notes.append(f"int8 epilogues: {len(dropped)} node(s) into {len(replaced)} int8 "
-                       f"product(s)")
-    return graph
-
-
-def _scaled_multiplier(graph: Graph, product: Node | None, scale: str, columns: int,
-                       conv: bool) -> tuple[np.ndarray, Node] | None:
-    """Where ``product`` is ``Mul(scale, c)`` (either order) of the int8 product's own
-    activation scale and a constant ``c`` per output column (the weights' scales: what
-    ``quantize_dynamic`` multiplies the int32 sums by), ``c`` per column and that Mul."""
-    if product is None or product.op_type != "Mul" or len(product.inputs) != 2 or \
-            scale not in product.inputs:
-        return None
-    other = product.inputs[1] if product.inputs[0] == scale else product.inputs[0]
-    vector = _per_column(graph.constants.get(other), columns, conv)
-    return None if vector is None else (vector, product)
-
-
-def _clip_bounds(graph: Graph, clip: Node) -> tuple[float, float] | None:
-    """A Clip's constant ``(low, high)`` (inputs from opset 11, attributes before), or None
-    where a bound is fed at run time."""
-    if clip.version < 11:
-        return (float(clip.attributes.get("min", -math.inf)),
-                float(clip.attributes.get("max", math.inf)))
-    bounds = []
-    for index, default in ((1, -math.inf), (2, math.inf)):
-        name = clip.inputs[index] if len(clip.inputs) > index else ""
-        if not name:
-            bounds.append(default)
-            continue
-        value = graph.constants.get(name)
-        if value is None or value.size != 1:
-            return None
-        bounds.append(float(value.reshape(-1)[0]))
-    return bounds[0], bounds[1]
 
 
 # --- quantized embedding tables --------------------------------------------------------------

@@ -19,10 +19,10 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from tensoralg import program
+from tensoralg.onnx.ops.int8 import conv_geometry, int8_conv_of, int8_epilogue
 from tensoralg.onnx.ops.matmul import use_blas
 from tensoralg.onnx.ops.windows import windows
 from tensoralg.onnx.passes.fusion import FLOATS, clamp_text, fused, fused_activation, gelu_text
-from tensoralg.onnx.passes.quantized import conv_geometry, int8_conv_of, int8_epilogue
 from tensoralg.onnx.plan.executor import Step
 from tensoralg.onnx.plan.step_base import (
     Env,
@@ -230,7 +230,7 @@ def _epilogue_of(node: Any, constants: Mapping[str, np.ndarray]) -> Any:
 
 def quantized_matmul_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]
                           ) -> Spec | None:
-    """An ``Int8MatMul`` (``passes/quantized.py``) as one prebound int8 GEMM call
+    """An ``Int8MatMul`` (``ops/int8.py``) as one prebound int8 GEMM call
     reading its input and the quantization scale and zero point from their buffers, so that
     it joins the plan's compiled sequence."""
     node = step.node
@@ -261,7 +261,7 @@ def quantized_matmul_spec(step: Step, recorded: Env, constants: Mapping[str, np.
 
 def quantized_conv_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]
                         ) -> Spec | None:
-    """An ``Int8Conv`` (``passes/quantized.py``) as prebound calls of the plan's compiled
+    """An ``Int8Conv`` (``ops/int8.py``) as prebound calls of the plan's compiled
     sequence: the quantized channels-last image and the int8 product into the NCHW output
     (``program.quantized_conv``) or, with a horizontal dilation, the float patch matrix
     (``program.im2row_call``), the int8 GEMM and the transpose of its channels-last product

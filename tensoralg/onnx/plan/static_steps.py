@@ -19,6 +19,7 @@ import numpy as np
 
 import tensoralg as ta
 from tensoralg import program
+from tensoralg.onnx.ops.int8 import CONV_INT8_OP, INT8_OP
 from tensoralg.onnx.ops.matmul import use_batched_blas
 from tensoralg.onnx.passes.bags.recognise import BAG_STATEMENT, LoopBag
 from tensoralg.onnx.passes.bags.sparse_feeds import SparseFeed
@@ -36,7 +37,7 @@ from tensoralg.onnx.passes.fusion import (
     inline_head,
     statement_dtype,
 )
-from tensoralg.onnx.passes.quantized import CONV_INT8_OP, INT8_OP, PARAMETERS_OP
+from tensoralg.onnx.passes.quantized import PARAMETERS_OP
 from tensoralg.onnx.plan.constant_gathers import gather_nd_spec
 from tensoralg.onnx.plan.executor import Step
 from tensoralg.onnx.plan.loop_bag_steps import loop_bag_spec

@@ -1,0 +1,141 @@
+"""Opt level 2: the elementwise steps right after an int8 product, joined to its kernel.
+
+``Int8MatMul``/``Int8Conv`` (``ops/int8.py``) apply a per-column multiplier, a bias and a
+ReLU or Clip in registers before storing (``program.Int8Epilogue``); :func:`int8_epilogues`
+finds them in the graph after the quantization passes made the products.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from tensoralg.onnx.frontend.graph import Graph, Node, consumers_of, fresh_name, value_names
+from tensoralg.onnx.ops.int8 import CONV_INT8_OP, INT8_OP
+
+
+def _per_column(value: np.ndarray | None, columns: int, conv: bool) -> np.ndarray | None:
+    """A Mul/Add constant as one float32 value per output column of an int8 product (its
+    channels, axis 1 of an NCHW result, or its last axis), or None where it broadcasts any
+    other way."""
+    if value is None or value.dtype != np.float32:
+        return None
+    if value.size == 1:
+        return np.full(columns, value.reshape(-1)[0], np.float32)
+    shape = tuple(value.shape)
+    while shape and shape[0] == 1 and len(shape) > (3 if conv else 1):
+        shape = shape[1:]
+    wanted = (columns, 1, 1) if conv else (columns,)
+    return value.reshape(-1).copy() if shape == wanted else None
+
+
+def int8_epilogues(graph: Graph) -> Graph:
+    """Join to each ``Int8MatMul``/``Int8Conv`` the elementwise steps right after it that its
+    kernel applies in registers (``program.Int8Epilogue``): a Mul by a constant per output
+    column (the rescale a QDQ layer becomes, :func:`static_quantized_products`) or by
+    ``Mul(s, c)`` of its own activation scale and such a constant (``quantize_dynamic``'s
+    rescale), then an Add
+    of one (its bias), then a Relu or a Clip with constant bounds, each the only reader of the
+    value before it. They would otherwise be one more statement over the product; the kernel
+    computes them with the same float32 operations in the same order."""
+    readers = consumers_of(graph)
+    producers = {name: node for node in graph.nodes for name in node.outputs}
+    outputs = {v.name for v in graph.outputs}
+    taken = value_names(graph)
+    replaced: dict[str, Node] = {}
+    dropped: set[str] = set()
+    for node in graph.nodes:
+        if node.op_type not in (INT8_OP, CONV_INT8_OP) or len(node.inputs) != 4:
+            continue
+        conv = node.op_type == CONV_INT8_OP
+        columns = graph.constants[node.inputs[3]].shape[0 if conv else 1]
+        found: dict[str, Any] = {}
+        chain: list[Node] = []
+        value = node.outputs[0]
+        for step in ("Mul", "Add", "activation"):
+            uses = readers.get(value, [])
+            if value in outputs or len(uses) != 1:
+                break
+            use = uses[0]
+            other = [n for n in use.inputs if n != value]
+            if step in ("Mul", "Add") and use.op_type == step and len(other) == 1 and \
+                    len(use.inputs) == 2:
+                vector = _per_column(graph.constants.get(other[0]), columns, conv)
+                scaled = _scaled_multiplier(graph, producers.get(other[0]), node.inputs[1],
+                                            columns, conv) if step == "Mul" else None
+                if vector is None and scaled is None:
+                    continue
+                found[step] = vector if vector is not None else scaled[0]
+                if scaled is not None:
+                    found["scaled"] = True
+                    if len(readers.get(other[0], [])) == 1 and other[0] not in outputs:
+                        dropped.add(scaled[1].name)
+            elif step == "activation" and use.op_type == "Relu":
+                found["low"], found["high"] = 0.0, math.inf
+            elif step == "activation" and use.op_type == "Clip":
+                bounds = _clip_bounds(graph, use)
+                if bounds is None:
+                    break
+                found["low"], found["high"] = bounds
+            else:
+                continue
+            chain.append(use)
+            value = use.outputs[0]
+        if not chain:
+            continue
+        names = []
+        for step in ("Mul", "Add"):
+            if step in found:
+                names.append(fresh_name(f"{node.name}/{step.lower()} per column", taken))
+                graph.constants[names[-1]] = found[step]
+            else:
+                names.append("")
+        attributes = dict(node.attributes)
+        if "low" in found:
+            attributes.update(low=found["low"], high=found["high"])
+        if found.get("scaled"):
+            attributes["scaled"] = 1
+        replaced[node.name] = Node(node.name, node.op_type, (*node.inputs, *names),
+                                   chain[-1].outputs, attributes, node.version, node.impl)
+        dropped.update(use.name for use in chain)
+    graph.nodes = [replaced.get(node.name, node) for node in graph.nodes
+                   if node.name not in dropped]
+    graph.notes.append(f"int8 epilogues: {len(dropped)} node(s) into {len(replaced)} int8 "
+                       f"product(s)")
+    return graph
+
+
+def _scaled_multiplier(graph: Graph, product: Node | None, scale: str, columns: int,
+                       conv: bool) -> tuple[np.ndarray, Node] | None:
+    """Where ``product`` is ``Mul(scale, c)`` (either order) of the int8 product's own
+    activation scale and a constant ``c`` per output column (the weights' scales: what
+    ``quantize_dynamic`` multiplies the int32 sums by), ``c`` per column and that Mul."""
+    if product is None or product.op_type != "Mul" or len(product.inputs) != 2 or \
+            scale not in product.inputs:
+        return None
+    other = product.inputs[1] if product.inputs[0] == scale else product.inputs[0]
+    vector = _per_column(graph.constants.get(other), columns, conv)
+    return None if vector is None else (vector, product)
+
+
+def _clip_bounds(graph: Graph, clip: Node) -> tuple[float, float] | None:
+    """A Clip's constant ``(low, high)`` (inputs from opset 11, attributes before), or None
+    where a bound is fed at run time."""
+    if clip.version < 11:
+        return (float(clip.attributes.get("min", -math.inf)),
+                float(clip.attributes.get("max", math.inf)))
+    bounds = []
+    for index, default in ((1, -math.inf), (2, math.inf)):
+        name = clip.inputs[index] if len(clip.inputs) > index else ""
+        if not name:
+            bounds.append(default)
+            continue
+        value = graph.constants.get(name)
+        if value is None or value.size != 1:
+            return None
+        bounds.append(float(value.reshape(-1)[0]))
+    return bounds[0], bounds[1]
+
+
+__all__ = ["int8_epilogues"]
