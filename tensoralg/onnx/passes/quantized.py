@@ -236,6 +236,7 @@ def quantize_shift(node: NodeContext, x: np.ndarray, scale: np.ndarray, zero: np
 
 PARAMETERS_IMPL = OpImpl(PARAMETERS_OP, 1, dynamic_quantize_parameters, None, frozenset())
 SHIFT_IMPL = OpImpl(SHIFT_OP, 1, quantize_shift, None, frozenset({"low", "high"}))
+FLOAT32_TYPE = 1        # onnx.TensorProto.FLOAT, as Graph.types records element types
 # The largest |quantized - zero point| of a uint8 DynamicQuantizeLinear: every partial sum of
 # a product of K terms is at most K * UINT8_SPAN * max|B - b_zero_point|.
 UINT8_SPAN = 255
@@ -523,6 +524,8 @@ def static_quantized_products(graph: Graph) -> Graph:
                 2 ** 31:
             continue
         x, scale_name, zero_name = source.inputs
+        if graph.types.get(x) != FLOAT32_TYPE:
+            continue            # the int8 kernels quantize float32 (a float64 x is not known)
         scale = float(graph.constants[scale_name])
         shift = 128 if source.attributes["low"] < 0 else 0
         grid_zero = _float_constant(graph, taken, f"{node.name}/uint8 zero",
