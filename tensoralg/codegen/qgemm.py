@@ -1,11 +1,14 @@
-"""An 8-bit GEMM on AVX-512 VNNI: dynamically quantized activations times a packed int8 weight.
+"""An 8-bit GEMM on AVX-512 VNNI: quantized activations times a packed int8 weight.
 
 ``C[i, j] = float32(sum(k, (q[i, k] - z) * W[k, j]))`` where ``q = saturate(round(x / s) + z)``
 is the uint8 quantization of the float32 activations ``x`` with the scale ``s`` and zero point
-``z`` of DynamicQuantizeLinear (computed by another step and read here through pointers), and
-``W`` a constant int8 weight. This is onnxruntime's ``quantize_dynamic`` product
-(DynamicQuantizeLinear -> MatMulInteger -> Cast) in one call. The sum is an exact int32 (the
-caller checks it cannot wrap), so the result is the value the three ONNX ops give, bit for bit.
+``z`` read through pointers (DynamicQuantizeLinear's, computed by another step, or a QDQ
+model's constants), and ``W`` a constant int8 weight. This is onnxruntime's
+``quantize_dynamic`` product (DynamicQuantizeLinear -> MatMulInteger -> Cast) in one call. The
+sum is an exact int32 (the caller checks it cannot wrap), so the result is the value the three
+ONNX ops give, bit for bit; an epilogue (:func:`_epilogue`) may then rescale, bias and clamp
+it. A convolution (:func:`_conv_driver`) reads its rows from a quantized channels-last image
+(:func:`_image_driver`) instead of quantizing rows itself.
 
 Why a kernel of its own: ``vpdpbusd`` multiplies 64 unsigned by 64 signed bytes and adds them
 in fours to 16 int32 lanes, 64 multiply-adds an instruction against a float32 FMA's 16, and
@@ -26,8 +29,8 @@ Blocking, as ``codegen/gemm.py``'s float kernel:
   all of K: per group of 4 values it loads 4 vectors of the weight, broadcasts 4 bytes of each
   row of ``q`` and issues 24 ``vpdpbusd``;
 - the epilogue subtracts ``z * colsum(W)`` (so ``q`` need not be shifted to signed bytes,
-  which ``vpdpbusd``'s unsigned operand forbids) and converts to float32, masked to the last
-  panel's columns.
+  which ``vpdpbusd``'s unsigned operand forbids), converts to float32, applies the optional
+  multiplier, bias and clamp, and stores, masked to the last panel's columns.
 
 Rows ``[row_begin, row_end)`` and whole panels from ``col_begin`` to ``col_end`` (one thread's
 share) are computed; nothing outside them is read or written (masked loads and stores at the
