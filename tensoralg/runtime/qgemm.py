@@ -45,12 +45,18 @@ FEATURES = ("avx512f", "avx512bw", "avx512vnni")
 
 
 def int8_gemm_supported(cache: DiskCache | None = None) -> bool:
-    """Whether this host runs the int8 GEMM (AVX-512 with VNNI).
+    """Whether this host runs the int8 GEMM (AVX-512 with VNNI); asked of LLVM once per
+    process (it took ~9 ms a call without a cache, and every model load asks).
 
     >>> isinstance(int8_gemm_supported(), bool)
     True
     """
-    return all(host_has_feature(feature, cache) for feature in FEATURES)
+    if not _SUPPORTED:
+        _SUPPORTED.append(all(host_has_feature(feature, cache) for feature in FEATURES))
+    return _SUPPORTED[0]
+
+
+_SUPPORTED: list[bool] = []
 
 
 def qgemm_kernel(cache: DiskCache | None = None, entry: str = "tensoralg_qgemm"

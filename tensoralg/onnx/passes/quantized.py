@@ -349,7 +349,8 @@ def dynamic_quantized_products(graph: Graph) -> Graph:
     outputs = {v.name for v in graph.outputs}
     taken = value_names(graph)
     matmul, conv = lookup("MatMul", 13), lookup("Conv", 11)
-    int8 = program.int8_gemm_supported()
+    int8 = any(node.op_type == "DynamicQuantizeLinear" for node in graph.nodes) and \
+        program.int8_gemm_supported()
     replaced: dict[str, list[Node]] = {}     # node name -> the nodes in its place
     dropped: set[str] = set()
     rewritten, on_int8 = 0, 0
@@ -482,6 +483,9 @@ def static_quantized_products(graph: Graph) -> Graph:
     Gemms (no transA, alpha = beta = 1) by a 2-D weight, with weights quantized per tensor or
     per output channel to values that fit int8 once shifted, are rewritten; every other
     layer keeps its float route."""
+    if not any(node.op_type == OP_TYPE for node in graph.nodes):
+        graph.notes.append("static int8 products: none (no fake-quantized activations)")
+        return graph
     if not program.int8_gemm_supported():
         graph.notes.append("static int8 products: none (no AVX-512 VNNI on this host)")
         return graph
