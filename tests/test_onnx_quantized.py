@@ -433,6 +433,26 @@ def test_int8_epilogues_join_the_product(activation):
         compiled.stage_text("plan")
 
 
+def test_a_product_scaled_per_row_keeps_its_mul():
+    """A Mul by a constant that varies along the rows (shape (9, 1)) is no per-column
+    epilogue: it stays a node of its own, and the results stay onnxruntime's."""
+    _int8_gemm_or_skip()
+    rng = np.random.default_rng(41)
+    constants = {"s": np.array(0.04, np.float32), "z": np.array(0, np.int8),
+                 "wq": rng.integers(-127, 128, (48, 20)).astype(np.int8),
+                 "ws": np.array(0.01, np.float32),
+                 "rows": rng.random((9, 1)).astype(np.float32)}
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]),
+             helper.make_node("DequantizeLinear", ["q", "s", "z"], ["xd"]),
+             helper.make_node("DequantizeLinear", ["wq", "ws"], ["w"]),
+             helper.make_node("MatMul", ["xd", "w"], ["h"]),
+             helper.make_node("Mul", ["h", "rows"], ["y"])]
+    feeds = {"x": _values(rng, (9, 48))}
+    model = onnx_model(nodes, feeds, [("y", F32, [9, 20])], constants)
+    compiled = check_every_level(model, feeds, rtol=1e-5, atol=1e-5)
+    assert "int8 epilogues: 1 node(s) into 1 int8 product(s)" in compiled.stage_text("plan")
+
+
 def test_constant_folding_remembers_dequantized_integers():
     """A DequantizeLinear of int8 constants folds to floats and leaves its integers, scale,
     zero point and axis in ``graph.dequantized``; one of int32 does not."""
