@@ -453,6 +453,32 @@ def test_a_product_scaled_per_row_keeps_its_mul():
     assert "int8 epilogues: 1 node(s) into 1 int8 product(s)" in compiled.stage_text("plan")
 
 
+def test_int8_kernels_are_printed_and_replaced_weights_dropped(tmp_path):
+    """The printed kernels of a plan include the int8 GEMM's module, and the model keeps
+    the repacked int8 weights, not the float ones (nor the original int8 ones) they replace."""
+    _int8_gemm_or_skip()
+    quantization = pytest.importorskip("onnxruntime.quantization")
+    for kind in ("dynamic", "static"):
+        source, target = tmp_path / "mlp.onnx", tmp_path / f"mlp.{kind}.onnx"
+        onnx.save(_mlp(np.random.default_rng(16)), source)
+        if kind == "dynamic":
+            quantization.quantize_dynamic(str(source), str(target),
+                                          weight_type=quantization.QuantType.QInt8)
+        else:
+            quantization.quantize_static(str(source), str(target), _Reader("x", [2, 32], 17),
+                                         quant_format=quantization.QuantFormat.QDQ)
+        compiled = tonnx.load(onnx.load(target), opt_level=3)
+        x = np.random.default_rng(18).standard_normal((5, 32)).astype(np.float32)
+        for _ in range(3):
+            compiled.run({"x": x})
+        assert "== generated QuantizedLayer(int8 32x64)" in compiled.stage_text("kernels")
+        kept = compiled.graph.constants
+        assert sum(value.dtype == np.int8 and value.ndim == 2 for value in kept.values()) == 2
+        assert not any(value.dtype == np.float32 and value.shape in ((32, 64), (64, 8))
+                       for value in kept.values())
+        assert not compiled.graph.dequantized
+
+
 def test_constant_folding_remembers_dequantized_integers():
     """A DequantizeLinear of int8 constants folds to floats and leaves its integers, scale,
     zero point and axis in ``graph.dequantized``; one of int32 does not."""

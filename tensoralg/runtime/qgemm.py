@@ -23,7 +23,8 @@ import numpy as np
 from tensoralg.codegen.build import build_llvm_module, host_has_feature
 from tensoralg.codegen.cache import DiskCache
 from tensoralg.errors import ShapeError
-from tensoralg.runtime.ranges import check_array, run_ranges
+from tensoralg.runtime.gemm import BoundChannelsLast
+from tensoralg.runtime.ranges import check_array, run_ranges, split_call
 
 _PROTOTYPES = {
     "tensoralg_qgemm": ctypes.CFUNCTYPE(
@@ -32,8 +33,8 @@ _PROTOTYPES = {
         ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
         ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64),
     "tensoralg_qconv": ctypes.CFUNCTYPE(
-        ctypes.c_int32, *[ctypes.c_void_p] * 5, *[ctypes.c_int64] * 9, ctypes.c_void_p, *[ctypes.c_int64] * 4, ctypes.c_void_p,
-        ctypes.c_int64),
+        ctypes.c_int32, *[ctypes.c_void_p] * 5, *[ctypes.c_int64] * 9, ctypes.c_void_p,
+        *[ctypes.c_int64] * 4, ctypes.c_void_p, ctypes.c_int64),
     "tensoralg_qimage": ctypes.CFUNCTYPE(
         ctypes.c_int32, ctypes.c_void_p, *[ctypes.c_int64] * 4, ctypes.c_void_p,
         ctypes.c_void_p, *[ctypes.c_int64] * 5, ctypes.c_void_p),
@@ -173,12 +174,14 @@ class BoundInt8Call:
     """A call of one of the int8 module's functions with its buffers fixed, one argument list
     per thread range: ``__call__`` runs it, ``rebind(name, array)`` points an operand named
     in ``operands`` (its argument position) at another array of the same shape and dtype,
-    ``native(slots)`` hands it to a compiled sequence."""
+    ``native(slots)`` hands it to a compiled sequence. ``layer`` is the layer or convolution
+    it belongs to (whose ``source`` a printed model shows); ``keep`` holds its buffers."""
 
     def __init__(self, function: Any, calls: list[list], operands: dict[str, int],
-                 inputs: dict[str, np.ndarray], threads: Any, what: str, keep: list) -> None:
+                 inputs: dict[str, np.ndarray], threads: Any, what: str, layer: Any,
+                 keep: list) -> None:
         self.function, self.calls, self.operands = function, calls, operands
-        self.inputs, self.what, self.keep = inputs, what, keep
+        self.inputs, self.what, self.layer, self.keep = inputs, what, layer, keep
         self.threads = threads if len(calls) > 1 else None
 
     def rebind(self, name: str, array: np.ndarray) -> None:
@@ -202,8 +205,6 @@ class BoundInt8Call:
     def native(self, slots: dict[str, Any]) -> Any:
         """This call as a ``NativeCall`` for a compiled sequence, reading the operands named
         in ``slots`` from there; None when it has thread ranges and there is no native pool."""
-        from tensoralg.runtime.ranges import split_call
-
         if set(slots) - set(self.operands):
             return None
         lists = []
@@ -243,7 +244,6 @@ class QuantizedLayer:
         self.threads = threads
         self.function, self.source = qgemm_kernel(cache)
         self.packed, self.colsum = pack_int8_weight(weight)
-        self.cache = cache
 
     def __repr__(self) -> str:
         return f"QuantizedLayer(int8 {self.k}x{self.n})"
@@ -283,7 +283,7 @@ class QuantizedLayer:
                  for (lo, hi, first, last), q in zip(ranges, scratch)]
         return BoundInt8Call(self.function, calls, {"x": 0, "scale": 2, "zero": 3},
                              {"x": x, "scale": scale, "zero": zero}, self.threads, repr(self),
-                             [self, out, scratch])
+                             self, [out, scratch])
 
 
 class QuantizedConv:
@@ -330,8 +330,8 @@ class QuantizedConv:
         ordered = np.zeros((self.kh, self.kw, self.c4, self.m), np.int8)
         ordered[:, :, :self.c] = weight.transpose(2, 3, 1, 0)
         self.packed, self.colsum = pack_int8_weight(ordered.reshape(-1, self.m))
-        self.image_function, self.source = qgemm_kernel(cache, "tensoralg_qimage")
-        self.function, _ = qgemm_kernel(cache, "tensoralg_qconv")
+        self.image_function, _ = qgemm_kernel(cache, "tensoralg_qimage")
+        self.function, self.source = qgemm_kernel(cache, "tensoralg_qconv")
 
     def __repr__(self) -> str:
         return f"QuantizedConv(int8 {self.m}x{self.c}x{self.kh}x{self.kw})"
@@ -372,10 +372,6 @@ class QuantizedConv:
         ``zero``: the quantized image (operands ``x``, ``scale``, ``zero``), the product
         (operand ``zero``) and the transpose of its channels-last rows into ``out``; they
         hold their buffers."""
-        if type(x) is not np.ndarray or x.ndim != 4 or x.shape[1] != self.c:
-            raise ShapeError(f"{self!r}: the input must be a (N, {self.c}, H, W) float32 "
-                             f"array, got {getattr(x, 'dtype', type(x))} "
-                             f"{getattr(x, 'shape', '')}")
         check_array(self, x, "input", np.dtype(np.float32), (None, self.c, None, None), "N")
         n, _, h, w = x.shape
         oh, ow = self.out_shape(x.shape)
@@ -390,23 +386,21 @@ class QuantizedConv:
                                    zero.ctypes.data, hp, wp, self.pads_begin[0],
                                    self.pads_begin[1], self.c4, image.ctypes.data]],
             {"x": 0, "scale": 5, "zero": 6}, {"x": x, "scale": scale, "zero": zero}, None,
-            f"{self!r} image", [self, image])
+            f"{self!r} image", self, [image])
         row = wp * self.c4
         rows = n * oh * ow
         target = np.empty((rows, self.m), np.float32)      # channels-last rows
         k = self.kh * self.kw * self.c4
-        calls = [[image.ctypes.data, scale.ctypes.data, zero.ctypes.data, self.packed.ctypes.data,
-                  self.colsum.ctypes.data, self.kh, self.kw * self.c4 // 4,
+        calls = [[image.ctypes.data, scale.ctypes.data, zero.ctypes.data,
+                  self.packed.ctypes.data, self.colsum.ctypes.data, self.kh, self.kw * self.c4 // 4,
                   self.dilations[0] * row, oh * ow, ow, self.strides[0] * row,
                   self.strides[1] * self.c4, hp * row, self.m, target.ctypes.data,
                   lo, hi, first, last, self.epilogue_values.ctypes.data, self.flags]
                  for lo, hi, first, last in _ranges(rows, self.m, rows * k * self.m,
                                                      self.threads)]
         product = BoundInt8Call(self.function, calls, {"scale": 1, "zero": 2},
-                                {"scale": scale, "zero": zero},
-                                self.threads, repr(self), [self, image, out, target])
-        from tensoralg.runtime.gemm import BoundChannelsLast
-
+                                {"scale": scale, "zero": zero}, self.threads, repr(self), self,
+                                [image, out, target])
         # The channels-last rows (N, OH * OW, M) into (N, M, OH * OW): the copy that makes an
         # NHWC image of one-row images is that transpose (as ``program.transpose_call``).
         transpose = BoundChannelsLast(target.reshape(n, oh * ow, 1, self.m),
@@ -415,5 +409,5 @@ class QuantizedConv:
         return image_call, product, transpose
 
 
-__all__ = ["BoundInt8Call", "Int8Epilogue", "QuantizedConv", "QuantizedLayer", "int8_gemm_supported",
-           "qgemm_kernel"]
+__all__ = ["BoundInt8Call", "Int8Epilogue", "QuantizedConv", "QuantizedLayer",
+           "int8_gemm_supported", "qgemm_kernel"]

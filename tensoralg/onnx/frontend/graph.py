@@ -68,6 +68,16 @@ class Graph:
         field(default_factory=dict)
 
 
+def drop_unread_constants(graph: Graph) -> None:
+    """Forget the constants no node reads and no output names (weights a pass replaced by
+    a repacked copy), so that the model does not hold them for its lifetime; constants a
+    run may feed in their place (``graph.overridable``) stay."""
+    read = {name for node in graph.nodes for name in node.inputs if name}
+    read.update(v.name for v in graph.outputs)
+    read.update(graph.overridable)
+    graph.constants = {k: v for k, v in graph.constants.items() if k in read}
+
+
 def consumers_of(graph: Graph) -> dict[str, list[Node]]:
     """The nodes that read each value, in graph order."""
     found: dict[str, list[Node]] = {}

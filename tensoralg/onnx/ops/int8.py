@@ -95,7 +95,7 @@ def int8_conv(node: NodeContext, x: np.ndarray, scale: np.ndarray, zero: np.ndar
     """The op function of an ``Int8Conv`` node: the 2-D convolution (group 1) of
     ``x`` (float32 NCHW) quantized with ``scale`` and ``zero`` by the constant shifted int8
     weight (M, C, KH, KW), the int32 sums as float32 NCHW. On ``program.quantized_conv``
-    (a uint8 channels-last image, kernel rows read in place, NCHW planes written directly);
+    (a uint8 channels-last image, kernel rows read in place, rows transposed into NCHW);
     with a horizontal dilation, the float patch matrix of ``x`` (``program.im2row_call``,
     padding 0.0, which quantizes to the zero point, as ConvInteger pads), the int8 GEMM and a
     transpose."""
@@ -115,12 +115,14 @@ def int8_conv(node: NodeContext, x: np.ndarray, scale: np.ndarray, zero: np.ndar
         node.note(conv.describe(n * oh * ow))
         return conv(x, scale, zero)
     product = np.zeros((n * oh * ow, m), np.float32)
-    if product.size and c:
+    if product.size:
         patches = np.empty((n * oh * ow, c * math.prod(kernel)), np.float32)
-        im2row = program.im2row_call(x, tuple(kernel), geometry.strides, geometry.dilations,
-                                     geometry.pads_begin, (oh, ow), patches, str(node))
-        assert im2row is not None      # float32, 4-D, C-contiguous, not empty
-        im2row()
+        if patches.size:       # no channels: empty sums, which the epilogue still sees
+            im2row = program.im2row_call(x, tuple(kernel), geometry.strides,
+                                         geometry.dilations, geometry.pads_begin, (oh, ow),
+                                         patches, str(node))
+            assert im2row is not None      # float32, 4-D, C-contiguous, not empty
+            im2row()
         layer = _int8_layer(node, np.ascontiguousarray(weight.reshape(m, -1).T), epilogue)
         node.note(f"float patch rows, then {layer.describe(patches.shape[0])}")
         product = layer(patches, scale, zero)

@@ -438,7 +438,7 @@ def _lone_activation(node: Node, graph: Graph) -> Activation | None:
     if node.op_type == "Relu":
         return RELU
     if node.op_type == "Clip":
-        bounds = _constant_clip_bounds(node, graph)
+        bounds = constant_clip_bounds(node, graph)
         return None if bounds is None else Activation.clip(*bounds)
     if node.op_type == "Sigmoid":
         return SIGMOID
@@ -450,7 +450,7 @@ def _lone_activation(node: Node, graph: Graph) -> Activation | None:
     return None
 
 
-def _constant_clip_bounds(clip: Node, graph: Graph) -> tuple[float, float] | None:
+def constant_clip_bounds(clip: Node, graph: Graph) -> tuple[float, float] | None:
     """``(low, high)`` of a float ``Clip`` whose bounds are attributes (before opset 11) or
     absent or one-value constants (opset 11 on); None when a bound is computed at run time."""
     if clip.version < 11:

@@ -11,8 +11,16 @@ from typing import Any
 
 import numpy as np
 
-from tensoralg.onnx.frontend.graph import Graph, Node, consumers_of, fresh_name, value_names
+from tensoralg.onnx.frontend.graph import (
+    Graph,
+    Node,
+    consumers_of,
+    drop_unread_constants,
+    fresh_name,
+    value_names,
+)
 from tensoralg.onnx.ops.int8 import CONV_INT8_OP, INT8_OP
+from tensoralg.onnx.passes.folding import constant_clip_bounds
 
 
 def _per_column(value: np.ndarray | None, columns: int, conv: bool) -> np.ndarray | None:
@@ -74,7 +82,7 @@ def int8_epilogues(graph: Graph) -> Graph:
             elif step == "activation" and use.op_type == "Relu":
                 found["low"], found["high"] = 0.0, math.inf
             elif step == "activation" and use.op_type == "Clip":
-                bounds = _clip_bounds(graph, use)
+                bounds = constant_clip_bounds(use, graph)
                 if bounds is None:
                     break
                 found["low"], found["high"] = bounds
@@ -101,6 +109,7 @@ def int8_epilogues(graph: Graph) -> Graph:
         dropped.update(use.name for use in chain)
     graph.nodes = [replaced.get(node.name, node) for node in graph.nodes
                    if node.name not in dropped]
+    drop_unread_constants(graph)
     graph.notes.append(f"int8 epilogues: {len(dropped)} node(s) into {len(replaced)} int8 "
                        f"product(s)")
     return graph
@@ -117,25 +126,6 @@ def _scaled_multiplier(graph: Graph, product: Node | None, scale: str, columns: 
     other = product.inputs[1] if product.inputs[0] == scale else product.inputs[0]
     vector = _per_column(graph.constants.get(other), columns, conv)
     return None if vector is None else (vector, product)
-
-
-def _clip_bounds(graph: Graph, clip: Node) -> tuple[float, float] | None:
-    """A Clip's constant ``(low, high)`` (inputs from opset 11, attributes before), or None
-    where a bound is fed at run time."""
-    if clip.version < 11:
-        return (float(clip.attributes.get("min", -math.inf)),
-                float(clip.attributes.get("max", math.inf)))
-    bounds = []
-    for index, default in ((1, -math.inf), (2, math.inf)):
-        name = clip.inputs[index] if len(clip.inputs) > index else ""
-        if not name:
-            bounds.append(default)
-            continue
-        value = graph.constants.get(name)
-        if value is None or value.size != 1:
-            return None
-        bounds.append(float(value.reshape(-1)[0]))
-    return bounds[0], bounds[1]
 
 
 __all__ = ["int8_epilogues"]

@@ -38,7 +38,14 @@ from typing import Any
 import numpy as np
 
 from tensoralg import program
-from tensoralg.onnx.frontend.graph import Graph, Node, consumers_of, fresh_name, value_names
+from tensoralg.onnx.frontend.graph import (
+    Graph,
+    Node,
+    consumers_of,
+    drop_unread_constants,
+    fresh_name,
+    value_names,
+)
 from tensoralg.onnx.ops.int8 import (
     CONV_ATTRIBUTES,
     CONV_INT8_IMPL,
@@ -427,13 +434,13 @@ def dynamic_quantized_products(graph: Graph) -> Graph:
 
 # --- statically quantized products (QDQ) -----------------------------------------------------
 
-def _per_output(graph: Graph, weight_name: str, out_axis: int
+def _per_output(dequantized: dict[str, Any], weight_name: str, out_axis: int
                 ) -> tuple[np.ndarray, np.ndarray] | None:
     """The shifted integers (``q - zero``, int8) and the float32 scales (one per output
     channel, along ``out_axis`` of the weight) of a weight constant folded from a
     DequantizeLinear of 8-bit integers (``graph.dequantized``) whose scale is per tensor or
     per output channel; None otherwise, or where the shifted values do not fit int8."""
-    found = graph.dequantized.get(weight_name)
+    found = dequantized.get(weight_name)
     if found is None:
         return None
     q, scale, zero, axis = found
@@ -483,6 +490,8 @@ def static_quantized_products(graph: Graph) -> Graph:
     Gemms (no transA, alpha = beta = 1) by a 2-D weight, with weights quantized per tensor or
     per output channel to values that fit int8 once shifted, are rewritten; every other
     layer keeps its float route."""
+    # The integers constant folding remembered serve this pass only.
+    dequantized, graph.dequantized = graph.dequantized, {}
     if not any(node.op_type == OP_TYPE for node in graph.nodes):
         graph.notes.append("static int8 products: none (no fake-quantized activations)")
         return graph
@@ -515,7 +524,7 @@ def static_quantized_products(graph: Graph) -> Graph:
             continue
         if not conv and graph.constants.get(node.inputs[1], np.empty(0)).ndim != 2:
             continue
-        found = _per_output(graph, node.inputs[1], 0 if conv or trans_b else 1)
+        found = _per_output(dequantized, node.inputs[1], 0 if conv or trans_b else 1)
         bias = node.inputs[2] if node.op_type != "MatMul" and len(node.inputs) > 2 else ""
         if found is None or (bias and bias not in graph.constants):
             continue
@@ -562,6 +571,7 @@ def static_quantized_products(graph: Graph) -> Graph:
                by_name[name].outputs[0] not in outputs}
     graph.nodes = [new for node in graph.nodes if node.name not in dropped
                    for new in replaced.get(node.name, [node])]
+    drop_unread_constants(graph)       # the float weights the int8 copies replaced
     graph.notes.append(f"static int8 products: {len(replaced)} Conv/MatMul/Gemm(s) of "
                        f"fake-quantized inputs on the int8 GEMM")
     return graph
