@@ -1,0 +1,62 @@
+#!/usr/bin/env python
+"""The int8 GEMM (``codegen/qgemm.py``) against the generated float32 GEMM, one thread.
+
+    python benchmarks/int8_kernels.py
+
+- dense products M x K x N: ``program.quantized_layer`` (the activations quantized in the
+  call included) against ``program.dense_layer`` on the same values, float32;
+- a 3x3 convolution of 64 channels over 56 x 56 (ResNet-18's first stage) split into its
+  three calls: the quantized channels-last image, the int8 product and the transpose into
+  NCHW (``program.quantized_conv``).
+
+The figures the ONNX guide and the int8 GEMM's docstrings quote. Times are the best of 5
+rounds of 20 calls, in µs; the VM these ran on moves by ±10-30%. Prints only; needs AVX-512
+VNNI.
+"""
+from __future__ import annotations
+
+import sys
+import timeit
+
+import numpy as np
+
+import tensoralg as ta
+from tensoralg import program
+
+SHAPES = [(256, 512, 512), (256, 768, 3072), (32, 128, 128), (8, 64, 256)]
+
+
+def best(call) -> float:
+    """The best time of one call of ``call`` in µs."""
+    return min(timeit.repeat(call, number=20, repeat=5)) / 20 * 1e6
+
+
+def main() -> int:
+    if not program.int8_gemm_supported():
+        print("this host has no AVX-512 VNNI: the int8 GEMM cannot run")
+        return 1
+    ta.set_num_threads(1)
+    rng = np.random.default_rng(0)
+    scale, zero = np.array(0.05, np.float32), np.array(128.0, np.float32)
+    print("dense products (M x K x N): int8 GEMM against the float32 GEMM, µs")
+    for m, k, n in SHAPES:
+        x = rng.standard_normal((m, k)).astype(np.float32)
+        w = rng.integers(-128, 128, (k, n)).astype(np.int8)
+        out = np.empty((m, n), np.float32)
+        int8 = best(program.quantized_layer(w).bind(x, scale, zero, out))
+        dense = best(program.dense_layer(w.astype(np.float32)).bind(x, out))
+        print(f"  {m:4d} x {k:4d} x {n:4d}: int8 {int8:8.1f}  float32 {dense:8.1f}  "
+              f"ratio {dense / int8:4.2f}  ({m * k * n / int8 / 1e3:.0f} GOPS)")
+    x = rng.standard_normal((1, 64, 56, 56)).astype(np.float32)
+    w = rng.integers(-128, 128, (64, 64, 3, 3)).astype(np.int8)
+    out = np.empty((1, 64, 56, 56), np.float32)
+    image, product, transpose = program.quantized_conv(w, (1, 1), (1, 1), (1, 1)).bind(
+        x, scale, zero, out)
+    print("3x3 convolution, 64 -> 64 channels over 56 x 56, µs: "
+          f"image {best(image):.1f}, product {best(product):.1f}, "
+          f"transpose {best(transpose):.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
