@@ -151,12 +151,14 @@ def test_qlinear_matmul():
     a = rng.integers(0, 256, (3, 17, 40)).astype(np.uint8)
     b = rng.integers(-128, 128, (40, 11)).astype(np.int8)
     constants = {"as": np.array(0.02, np.float32), "az": np.array(120, np.uint8),
-                 "b": b, "bs": np.array(0.01, np.float32), "bz": np.array(0, np.int8),
+                 "bs": np.array(0.01, np.float32), "bz": np.array(0, np.int8),
                  "ys": np.array(0.15, np.float32), "yz": np.array(128, np.uint8)}
+    # b fed at run time: a constant b makes a quantized model's layer, read in the QDQ form
+    # (tests/test_onnx_qoperator.py)
     model = onnx_model([helper.make_node("QLinearMatMul", ["a", "as", "az", "b", "bs", "bz",
                                                            "ys", "yz"], ["y"])],
-                       {"a": a}, [("y", U8, [3, 17, 11])], constants)
-    _same_as_onnxruntime(model, {"a": a})
+                       {"a": a, "b": b}, [("y", U8, [3, 17, 11])], constants)
+    _same_as_onnxruntime(model, {"a": a, "b": b})
 
 
 @pytest.mark.parametrize("attributes", [{}, {"pads": [1, 1, 1, 1]},
@@ -171,14 +173,14 @@ def test_conv_integer_and_qlinear_conv(attributes):
     nodes = [helper.make_node("ConvInteger", ["x", "w", "xz"], ["acc"], **attributes),
              helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz",
                                               "bias"], ["y"], **attributes)]
-    constants = {"w": w, "xz": np.array(100, np.uint8), "xs": np.array(0.02, np.float32),
+    constants = {"xz": np.array(100, np.uint8), "xs": np.array(0.02, np.float32),
                  "ws": (rng.random(6) * 0.02 + 0.001).astype(np.float32),
                  "wz": np.zeros(6, np.int8), "ys": np.array(0.5, np.float32),
                  "yz": np.array(7, np.uint8),
                  "bias": rng.integers(-5000, 5000, 6).astype(np.int32)}
-    model = onnx_model(nodes, {"x": x}, [("acc", I32, out), ("y", U8, out)], constants,
-                       shapes={"x": shape})
-    _same_as_onnxruntime(model, {"x": x})
+    model = onnx_model(nodes, {"x": x, "w": w}, [("acc", I32, out), ("y", U8, out)],
+                       constants, shapes={"x": shape})
+    _same_as_onnxruntime(model, {"x": x, "w": w})
 
 
 # --- models from onnxruntime's quantizer -----------------------------------------------------
@@ -580,22 +582,6 @@ def test_pairs_through_movement_ops_and_with_an_infinite_scale_are_rewritten():
     assert "fake quantization: 2 QuantizeLinear" in compiled.stage_text("plan")
 
 
-def test_onnxruntime_contrib_quantized_ops_are_refused_with_the_format_to_use():
-    """A QOperator-format model (``com.microsoft`` QLinear* ops) is refused naming the node
-    and saying which quantization format runs."""
-    node = helper.make_node("QLinearGlobalAveragePool", ["x", "s", "z", "s", "z"], ["y"],
-                            domain="com.microsoft", channels_last=0, name="pool")
-    graph = helper.make_graph([node], "contrib",
-                              [helper.make_tensor_value_info("x", U8, [1, 2, 3, 3])],
-                              [helper.make_tensor_value_info("y", U8, [1, 2, 1, 1])],
-                              [onnx.numpy_helper.from_array(np.array(0.1, np.float32), "s"),
-                               onnx.numpy_helper.from_array(np.array(0, np.uint8), "z")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
-                                                    helper.make_opsetid("com.microsoft", 1)])
-    with pytest.raises(ta.UnsupportedError, match=r"node pool \(QLinearGlobalAveragePool.*QDQ"):
-        tonnx.load(model)
-
-
 @pytest.mark.parametrize("case", ["normal", "positive", "negative", "zeros", "one", "tiny",
                                   "infinite", "huge range", "halves"])
 def test_compiled_quantization_parameters_match_the_python_ones(case):
@@ -642,3 +628,33 @@ def test_dynamically_quantized_product_in_the_plan_refuses_nan(tmp_path):
     with pytest.raises(ta.InputError, match="QuantizeLinear.*NaN"):
         compiled.run({"x": bad})
     np.testing.assert_array_equal(compiled.run({"x": x})["y"], compiled.run({"x": x})["y"])
+
+
+def test_quantized_tables_are_dequantized_once_at_load():
+    """``DequantizeLinear(Gather(table, ids))`` of a constant 8-bit table becomes a Gather
+    of the float table: with one reader, and with two readers of one scale (a QOperator
+    deepctr model reads each lookup twice: the second becomes a copy); readers of two
+    different scales keep the lookup as it is. onnxruntime's values exactly."""
+    rng = np.random.default_rng(30)
+    ids = rng.integers(0, 50, (7, 3)).astype(np.int64)
+    constants = {"t1": rng.integers(0, 256, (50, 4)).astype(np.uint8),
+                 "t2": rng.integers(-128, 128, (50, 4)).astype(np.int8),
+                 "t3": rng.integers(0, 256, (50, 4)).astype(np.uint8),
+                 "s": np.array(0.03, np.float32), "z": np.array(100, np.uint8),
+                 "s2": np.array(0.05, np.float32), "z2": np.array(-3, np.int8),
+                 "s3": np.array(0.07, np.float32)}
+    nodes = [helper.make_node("Gather", ["t1", "ids"], ["g1"]),
+             helper.make_node("DequantizeLinear", ["g1", "s", "z"], ["y1"]),
+             helper.make_node("Gather", ["t2", "ids"], ["g2"]),
+             helper.make_node("DequantizeLinear", ["g2", "s2", "z2"], ["a"]),
+             helper.make_node("DequantizeLinear", ["g2", "s2", "z2"], ["b"]),
+             helper.make_node("Add", ["a", "b"], ["y2"]),
+             helper.make_node("Gather", ["t3", "ids"], ["g3"]),
+             helper.make_node("DequantizeLinear", ["g3", "s", "z"], ["c"]),
+             helper.make_node("DequantizeLinear", ["g3", "s3", "z"], ["d"]),
+             helper.make_node("Sub", ["c", "d"], ["y3"])]
+    model = onnx_model(nodes, {"ids": ids}, [(name, F32, [7, 3, 4]) for name in
+                                             ("y1", "y2", "y3")], constants)
+    compiled = _same_as_onnxruntime(model, {"ids": ids})
+    assert "quantized tables: 2 Gather -> DequantizeLinear lookup(s) over 2 table(s)" in \
+        compiled.stage_text("plan")

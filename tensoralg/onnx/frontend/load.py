@@ -27,6 +27,7 @@ import tensoralg as ta
 from tensoralg.onnx.frontend.conditionals import Branch, free_names, inline_decided_ifs, subgraph
 from tensoralg.onnx.frontend.errors import ModelError
 from tensoralg.onnx.frontend.graph import Graph, Node, ValueInfo
+from tensoralg.onnx.frontend.qoperator import CONTRIB, MICROSOFT, qoperator_as_qdq
 from tensoralg.onnx.frontend.reference import DEFAULT_DOMAINS, reference_fold
 from tensoralg.onnx.ops import lookup, shape_math  # noqa: F401  (shape_math: Size, Range, ...)
 from tensoralg.onnx.ops.constant import numpy_dtype, tensor_value
@@ -167,11 +168,12 @@ def resolve_node(proto: onnx.NodeProto, name: str, opset: int) -> Node:
     where = f"node {name} ({proto.op_type}, inputs {list(proto.input)})"
     if proto.domain not in DEFAULT_DOMAINS:
         hint = ""
-        if proto.domain == "com.microsoft" and proto.op_type.startswith("QLinear"):
-            # onnxruntime's quantizer writes these in its QOperator format; its QDQ format
-            # uses standard ops only, which tensoralg runs
-            hint = ("; quantize with onnxruntime.quantization's quant_format=QuantFormat.QDQ "
-                    "(the default of quantize_static) instead of QOperator")
+        if proto.domain == MICROSOFT:
+            # onnxruntime's quantizer writes some of these (frontend/qoperator.py reads the
+            # QOperator format's); its QDQ format uses standard ops only
+            hint = (f"; of that domain, tensoralg reads {', '.join(sorted(CONTRIB))} (at the "
+                    f"top level of the graph); quantize with onnxruntime.quantization's "
+                    f"quant_format=QuantFormat.QDQ (the default of quantize_static)")
         raise ta.UnsupportedError(f"{where}: domain {proto.domain!r} is not supported{hint}")
     try:
         version = onnx.defs.get_schema(proto.op_type, opset, proto.domain).since_version
@@ -204,6 +206,8 @@ def load_graph(model: onnx.ModelProto) -> tuple[Graph, onnx.ModelProto]:
     check_model(model)
     opset = opset_of(model)
     model, notes = inline_decided_ifs(model)
+    model, quantized_notes = qoperator_as_qdq(model, opset)
+    notes.extend(quantized_notes)
     graph = model.graph
     constants = {init.name: tensor_value(init) for init in graph.initializer}
     for sparse in graph.sparse_initializer:  # dense here; level 3 compresses mostly-zero weights

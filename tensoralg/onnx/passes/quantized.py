@@ -139,7 +139,12 @@ def _float_constant(graph: Graph, taken: set[str], name: str, value: float) -> s
 # Ops that move values without looking at them: a quantized tensor may pass through them on
 # its way to its DequantizeLinear (onnxruntime's quantizer leaves Reshape and Transpose in
 # 8 bits between the two, as before an attention product), and they move floats alike.
-MOVES = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Identity"})
+MOVES = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Identity",
+                   "Slice"})
+# Ops that pick among their input's values by order: they commute with a quantization of
+# positive scale (a nondecreasing map), so on the dequantized floats they give the dequantized
+# result. The QOperator format (frontend/qoperator.py) runs MaxPool on 8-bit tensors.
+ORDER_PICKS = frozenset({"MaxPool", "GlobalMaxPool", "ReduceMax", "ReduceMin"})
 
 
 def _dequantizers(graph: Graph, start: Node, found: dict[str, Any],
@@ -163,7 +168,8 @@ def _dequantizers(graph: Graph, start: Node, found: dict[str, Any],
                 if not _same_parameters(graph, use, found):
                     return None
                 ends.append(use)
-            elif use.op_type in MOVES and len(use.outputs) == 1:
+            elif len(use.outputs) == 1 and (use.op_type in MOVES or (
+                    use.op_type in ORDER_PICKS and found["scale"] > 0)):
                 moves.append(use)
                 frontier.append(use.outputs[0])
             else:
@@ -459,6 +465,17 @@ def _per_output(dequantized: dict[str, Any], weight_name: str, out_axis: int
     return shifted.astype(np.int8), np.broadcast_to(scale.reshape(-1), (outputs,))
 
 
+def _grid_source(producers: dict[str, Node], value: str) -> Node | None:
+    """The ``QuantizeDequantize`` whose grid ``value`` is on: its output itself, or reached
+    back through ops that only move or pick its values (``MOVES``, ``ORDER_PICKS``: a
+    QOperator model's MaxPool between two layers); None otherwise."""
+    node = producers.get(value)
+    while node is not None and (node.op_type in MOVES or node.op_type in ORDER_PICKS) and \
+            node.inputs:
+        node = producers.get(node.inputs[0])
+    return node if node is not None and node.op_type == OP_TYPE else None
+
+
 # The fewest terms (C * KH * KW) a statically quantized convolution's sums have for it to
 # take the int8 GEMM. Its product is written channels-last and transposed into NCHW, then
 # rescaled: more traffic per output than the float route, which writes NCHW planes with the
@@ -514,8 +531,8 @@ def static_quantized_products(graph: Graph) -> Graph:
                                               attributes.get("beta", 1.0) != 1.0)):
             continue
         trans_b = node.op_type == "Gemm" and attributes.get("transB", 0)
-        source = producers.get(node.inputs[0])
-        if source is None or source.op_type != OP_TYPE or \
+        source = _grid_source(producers, node.inputs[0])
+        if source is None or \
                 (source.attributes["low"], source.attributes["high"]) not in ((0, 255),
                                                                            (-128, 127)):
             continue
@@ -539,6 +556,8 @@ def static_quantized_products(graph: Graph) -> Graph:
         x, scale_name, zero_name = source.inputs
         if graph.types.get(x) != FLOAT32_TYPE:
             continue            # the int8 kernels quantize float32 (a float64 x is not known)
+        if source.outputs[0] != node.inputs[0]:
+            x = node.inputs[0]  # on the grid already: quantizing it again gives its integers
         scale = float(graph.constants[scale_name])
         shift = 128 if source.attributes["low"] < 0 else 0
         grid_zero = _float_constant(graph, taken, f"{node.name}/uint8 zero",
@@ -563,7 +582,8 @@ def static_quantized_products(graph: Graph) -> Graph:
             nodes.append(Node(f"{node.name}/bias", "Add", (scaled, bias_name), node.outputs,
                               {}, 14, add))
         replaced[node.name] = nodes
-        used[source.name] = used.get(source.name, 0) + 1
+        if x == source.inputs[0]:
+            used[source.name] = used.get(source.name, 0) + 1
     # A fake quantization that only rewritten layers read is no longer needed.
     by_name = {node.name: node for node in graph.nodes}
     dropped = {name for name, count in used.items()
@@ -586,38 +606,47 @@ def dequantized_gathers(graph: Graph) -> Graph:
     its 3.3 at batch 256, 2026-12-07). Dequantizing commutes with gathering rows, and the
     table is dequantized by the same arithmetic (``float32(q - z) * s``, one rounding), so the
     values are the same; the float table then takes the embedding paths (bags, column
-    gathers). Per-tensor scales and zero points only; the table grows to float32."""
+    gathers). Where several DequantizeLinears of one scale and zero point read the Gather (a
+    QOperator model's linear and FM parts both read each lookup), the float Gather takes the
+    first one's place and the others copy it (Identity). Per-tensor scales and zero points
+    only; the table grows to float32."""
     readers = consumers_of(graph)
-    producers = {name: node for node in graph.nodes for name in node.outputs}
     outputs = {v.name for v in graph.outputs}
     taken = value_names(graph)
     tables: dict[tuple[str, str, str], str] = {}
     replaced: dict[str, Node] = {}
     dropped: set[str] = set()
-    for node in graph.nodes:
-        if node.op_type != "DequantizeLinear":
+    identity = lookup("Identity", graph.opset)
+    for gather in graph.nodes:
+        uses = readers.get(gather.outputs[0], []) if gather.op_type == "Gather" else []
+        table = graph.constants.get(gather.inputs[0]) if uses else None
+        if table is None or table.dtype not in RANGES or gather.outputs[0] in outputs or \
+                any(use.op_type != "DequantizeLinear" or use.inputs[0] != gather.outputs[0]
+                    for use in uses):
             continue
-        gather = producers.get(node.inputs[0])
-        found = _parameters(graph, node)
-        if gather is None or gather.op_type != "Gather" or found is None or \
-                gather.outputs[0] in outputs or len(readers.get(gather.outputs[0], [])) != 1:
+        found = [_parameters(graph, use) for use in uses]
+        if found[0] is None or any(other != found[0] for other in found):
             continue
-        table = graph.constants.get(gather.inputs[0])
-        scale, zero, zero_type = found
-        if table is None or table.dtype not in RANGES or \
-                (zero_type is not None and zero_type != table.dtype):
+        scale, zero, zero_type = found[0]
+        if zero_type is not None and zero_type != table.dtype:
             continue
-        key = (gather.inputs[0], node.inputs[1], node.inputs[2] if len(node.inputs) > 2 else "")
+        first = uses[0]
+        key = (gather.inputs[0], str(scale), str(zero))
         if key not in tables:
             values = (table.astype(np.int32) - np.int32(zero)).astype(np.float32) * \
                 np.float32(scale)
             tables[key] = fresh_name(f"{gather.inputs[0]}/dequantized", taken)
             graph.constants[tables[key]] = values
-        replaced[node.name] = Node(gather.name, "Gather", (tables[key], gather.inputs[1]),
-                                   node.outputs, gather.attributes, gather.version, gather.impl)
-        dropped.add(gather.name)
+        replaced[gather.name] = Node(gather.name, "Gather", (tables[key], gather.inputs[1]),
+                                     first.outputs, gather.attributes, gather.version,
+                                     gather.impl)
+        dropped.add(first.name)
+        for use in uses[1:]:
+            replaced[use.name] = Node(use.name, "Identity", first.outputs[:1], use.outputs, {},
+                                      identity.since, identity)
     graph.nodes = [replaced.get(node.name, node) for node in graph.nodes
                    if node.name not in dropped]
-    graph.notes.append(f"quantized tables: {len(replaced)} Gather -> DequantizeLinear pair(s) "
+    lookups = sum(1 for node in replaced.values() if node.op_type == "Gather")
+    graph.notes.append(f"quantized tables: {lookups} Gather -> DequantizeLinear lookup(s) "
                        f"over {len(tables)} table(s) dequantized at load")
     return graph
