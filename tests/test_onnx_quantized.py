@@ -505,8 +505,9 @@ def test_constant_folding_remembers_dequantized_integers():
 # --- what the rewrites leave alone -----------------------------------------------------------
 
 def test_pairs_the_rewrite_cannot_prove_are_left_as_they_are():
-    """A quantized value that is also a graph output, a DequantizeLinear with another scale,
-    and a per-axis pair all keep their nodes, and their results."""
+    """A quantized value that is also a graph output and a per-axis pair keep their nodes,
+    and their results; a DequantizeLinear of the same zero point and another scale becomes a
+    fake quantization that dequantizes with its scale."""
     rng = np.random.default_rng(15)
     x = _values(rng, (4, 6))
     constants = {"s": np.array(0.05, np.float32), "s2": np.array(0.07, np.float32),
@@ -521,7 +522,26 @@ def test_pairs_the_rewrite_cannot_prove_are_left_as_they_are():
     model = onnx_model(nodes, {"x": x}, [("q", U8, [4, 6]), ("y", F32, [4, 6]),
                                          ("y2", F32, [4, 6]), ("y3", F32, [4, 6])], constants)
     compiled = _same_as_onnxruntime(model, {"x": x})
-    assert "fake quantization: 0 QuantizeLinear" in compiled.stage_text("plan")
+    assert "fake quantization: 1 QuantizeLinear" in compiled.stage_text("plan")
+
+
+def test_pairs_whose_ends_dequantize_with_several_scales_through_a_move():
+    """A QuantizeLinear whose value passes a Reshape to two DequantizeLinears of different
+    scales (a QOperator model's value read by a layer and by QLinearMul's scale-1 form):
+    one node leaves ``q - z`` and each end multiplies by its scale; exact, all float."""
+    rng = np.random.default_rng(16)
+    x = _values(rng, (4, 6))
+    constants = {"s": np.array(0.05, np.float32), "one": np.array(1.0, np.float32),
+                 "z": np.array(10, np.uint8), "shape": np.array([6, 4], np.int64)}
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]),
+             helper.make_node("Reshape", ["q", "shape"], ["r"]),
+             helper.make_node("DequantizeLinear", ["r", "s", "z"], ["y"]),
+             helper.make_node("DequantizeLinear", ["r", "one", "z"], ["y1"])]
+    model = onnx_model(nodes, {"x": x}, [("y", F32, [6, 4]), ("y1", F32, [6, 4])], constants)
+    compiled = _same_as_onnxruntime(model, {"x": x})
+    assert "fake quantization: 1 QuantizeLinear" in compiled.stage_text("plan")
+    assert "QuantizeLinear(" not in compiled.stage_text("passes").split(
+        "== after fake quantization ==")[1].split("== after")[0]
 
 
 # --- errors ----------------------------------------------------------------------------------
@@ -658,3 +678,38 @@ def test_quantized_tables_are_dequantized_once_at_load():
     compiled = _same_as_onnxruntime(model, {"ids": ids})
     assert "quantized tables: 2 Gather -> DequantizeLinear lookup(s) over 2 table(s)" in \
         compiled.stage_text("plan")
+
+
+def test_pointwise_layers_take_the_int8_kernel_and_the_next_fake_quantization():
+    """A QDQ block of two pointwise convolutions (16 input channels: the kernel over NCHW
+    positions takes it from 8) whose first output's fake quantization is read by the second
+    layer and by a residual Add: the first layer applies bias, ReLU and that fake
+    quantization in registers, and the second reads its result. Scales are powers of two, so
+    every route computes exactly and all agree with onnxruntime bit for bit."""
+    from tensoralg import program
+
+    if not program.int8_gemm_supported():
+        pytest.skip("this host has no AVX-512 VNNI: the int8 GEMM cannot run")
+    rng = np.random.default_rng(31)
+    x = (rng.integers(-60, 60, (2, 16, 5, 7)) / 8).astype(np.float32)
+    constants = {"s": np.array(1 / 8, np.float32), "z": np.array(3, np.uint8),
+                 "s2": np.array(1 / 4, np.float32), "z2": np.array(0, np.uint8),
+                 "w1": rng.integers(-8, 8, (16, 16, 1, 1)).astype(np.int8),
+                 "w2": rng.integers(-8, 8, (16, 16, 1, 1)).astype(np.int8),
+                 "ws": np.array(1 / 16, np.float32),
+                 "b1": (rng.integers(-64, 64, 16) / 32).astype(np.float32)}
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xf"]),
+             helper.make_node("DequantizeLinear", ["w1", "ws"], ["w1f"]),
+             helper.make_node("DequantizeLinear", ["w2", "ws"], ["w2f"]),
+             helper.make_node("Conv", ["xf", "w1f", "b1"], ["c1"]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("QuantizeLinear", ["r1", "s2", "z2"], ["rq"]),
+             helper.make_node("DequantizeLinear", ["rq", "s2", "z2"], ["rf"]),
+             helper.make_node("Conv", ["rf", "w2f"], ["c2"]),
+             helper.make_node("Add", ["c2", "rf"], ["y"])]
+    model = onnx_model(nodes, {"x": x}, [("y", F32, [2, 16, 5, 7])], constants)
+    compiled = _same_as_onnxruntime(model, {"x": x})
+    plan = compiled.stage_text("plan")
+    assert "static int8 products: 2 Conv/MatMul/Gemm" in plan
+    assert "over NCHW positions" in plan and "fake quantization (0.25, 0.0)" in plan

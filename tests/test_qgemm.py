@@ -308,3 +308,80 @@ def test_scaled_epilogue_multiplies_by_the_activation_scale_first():
         want = epilogue_reference(reference(x, scale, 40.0, w), np.float32(scale) * w_scale,
                                   bias, 0.0, np.inf)
         np.testing.assert_array_equal(out, want)
+
+
+def fake_reference(values, scale, zero, low, high):
+    """The ``QuantizeDequantize`` statement: ``(saturate(round(v / s) + z) - z) * s``."""
+    with np.errstate(invalid="ignore"):
+        level = np.rint(values / np.float32(scale)) + np.float32(zero)
+        kept = np.where(level >= low, np.minimum(level, np.float32(high)), np.float32(low))
+    return ((kept - np.float32(zero)) * np.float32(scale)).astype(np.float32)
+
+
+@vnni
+@pytest.mark.parametrize("shape, m", [((1, 16, 6, 6), 9), ((2, 5, 7, 9), 13),
+                                      ((1, 8, 13, 13), 70), ((3, 20, 1, 1), 6),
+                                      ((0, 4, 5, 5), 7), ((1, 4, 1, 1), 3),
+                                      ((1, 96, 8, 8), 24)])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_pointwise_convolution_over_positions(shape, m, threads):
+    """A 1x1 convolution of unit strides and no padding runs over NCHW positions (planes of
+    4 channels a lane, tiles of 6 output channels x 64 positions, written into the NCHW
+    output): equal to the integer convolution for channels not a multiple of 4, positions
+    short of, and across, 64, output channels past a tile of 6, batches of several and of
+    no images, a single position; split over threads by tiles, and rebound."""
+    rng = np.random.default_rng(sum(shape) + m)
+    x = (rng.standard_normal(shape) * 3).astype(np.float32)
+    w = rng.integers(-128, 128, (m, shape[1], 1, 1)).astype(np.int8)
+    conv = QuantizedConv(w, (1, 1), (0, 0), (0, 0),
+                         threads=KernelThreads(threads) if threads > 1 else None)
+    assert conv.pointwise and "over NCHW positions" in conv.describe(5)
+    scale, zero = 0.04, float(rng.integers(0, 256))
+    out = np.empty((shape[0], m, *shape[2:]), np.float32)
+    calls = conv.bind(x, *scalars(scale, zero), out)
+    assert len(calls) == 2 and set(calls[0].operands) == {"x", "scale", "zero"}
+    for call in calls:
+        call()
+    want = conv_reference(x, scale, zero, w, (1, 1), (0, 0), (0, 0), (1, 1))
+    np.testing.assert_array_equal(out, want.reshape(shape[0], *shape[2:], m).transpose(
+        0, 3, 1, 2))
+    x2 = (rng.standard_normal(shape) * 3).astype(np.float32)
+    s2, z2 = scalars(0.07, 3.0)
+    calls[0].rebind("x", x2)
+    for call in calls:
+        for name, value in (("scale", s2), ("zero", z2)):
+            call.rebind(name, value)
+        call()
+    want = conv_reference(x2, 0.07, 3.0, w, (1, 1), (0, 0), (0, 0), (1, 1))
+    np.testing.assert_array_equal(out, want.reshape(shape[0], *shape[2:], m).transpose(
+        0, 3, 1, 2))
+
+
+@vnni
+@pytest.mark.parametrize("grid", [(0.05, 128.0, 0.0, 255.0), (0.1, -3.0, -128.0, 127.0)],
+                         ids=["uint8", "int8"])
+def test_fake_quantization_in_the_epilogue(grid):
+    """The next layer's ``QuantizeDequantize`` applied after the multiplier, bias and clamp,
+    bit for bit as the statement, on the dense product, the channels-last convolution and
+    the pointwise convolution (per-row epilogue); values saturate at both bounds."""
+    rng = np.random.default_rng(13)
+    n = 70
+    multipliers = (rng.random(n) * 0.05).astype(np.float32)
+    biases = (rng.standard_normal(n) * 4).astype(np.float32)
+    epilogue = Int8Epilogue(multipliers, biases, -5.0, 6.0, fake=grid)
+    assert "fake quantization" in epilogue.describe()
+    x = (rng.standard_normal((13, 100)) * 2).astype(np.float32)
+    w = rng.integers(-128, 128, (100, n)).astype(np.int8)
+    got = QuantizedLayer(w, epilogue=epilogue)(x, *scalars(0.05, 120.0))
+    want = fake_reference(epilogue_reference(reference(x, 0.05, 120.0, w), multipliers,
+                                             biases, -5.0, 6.0), *grid)
+    np.testing.assert_array_equal(got, want)
+    for kernel in ((3, 3), (1, 1)):
+        image = rng.standard_normal((2, 8, 9, 9)).astype(np.float32)
+        weight = rng.integers(-128, 128, (n, 8, *kernel)).astype(np.int8)
+        pads = (1, 1) if kernel == (3, 3) else (0, 0)
+        conv = QuantizedConv(weight, (1, 1), pads, pads, epilogue=epilogue)
+        got = conv(image, *scalars(0.02, 7.0))
+        sums = conv_reference(image, 0.02, 7.0, weight, (1, 1), pads, pads, (1, 1))
+        want = fake_reference(epilogue_reference(sums, multipliers, biases, -5.0, 6.0), *grid)
+        np.testing.assert_array_equal(got, want.reshape(2, 9, 9, n).transpose(0, 3, 1, 2))

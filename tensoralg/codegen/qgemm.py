@@ -60,6 +60,8 @@ ROW_ALIGN = 64           # bytes a quantized row is padded to
 ENTRY = "tensoralg_qgemm"
 CONV_ENTRY = "tensoralg_qconv"
 IMAGE_ENTRY = "tensoralg_qimage"
+PLANES_ENTRY = "tensoralg_qplanes"
+POINT_ENTRY = "tensoralg_qpoint"
 
 
 def quantized_row_bytes(k: int) -> int:
@@ -104,16 +106,26 @@ def qgemm_module(entry: str = ENTRY) -> ir.Module:
     row_begin`` rows of ``quantized_row_bytes(K)`` bytes), then ``epilogue`` and ``flags``
     (:func:`_epilogue`: per-column multipliers and biases, a clamp), returning 0;
     :data:`CONV_ENTRY`
-    (:func:`_conv_driver`) and :data:`IMAGE_ENTRY` (:func:`_image_driver`).
+    (:func:`_conv_driver`) and :data:`IMAGE_ENTRY` (:func:`_image_driver`); the pointwise
+    convolution over NCHW positions, :data:`PLANES_ENTRY` (:func:`_planes_driver`) and
+    :data:`POINT_ENTRY` (:func:`_point_driver`).
 
     >>> "tensoralg_qgemm" in str(qgemm_module())
     True
     """
-    if entry not in (ENTRY, CONV_ENTRY, IMAGE_ENTRY):
+    if entry not in (ENTRY, CONV_ENTRY, IMAGE_ENTRY, PLANES_ENTRY, POINT_ENTRY):
         raise ValueError(f"the int8 GEMM's module has no function {entry!r}")
     module = ir.Module(name=f"qgemm_u8s8_{entry}")
     if entry == IMAGE_ENTRY:
         _image_driver(module)
+        return module
+    if entry == PLANES_ENTRY:
+        _planes_driver(module)
+        return module
+    if entry == POINT_ENTRY:
+        _point_driver(module, {(rows, vectors): _point_micro(module, rows, vectors)
+                               for vectors in range(1, VECTORS + 1)
+                               for rows in range(1, MR + 1)})
         return module
     micro = {(rows, vectors): _micro_kernel(module, rows, vectors)
              for vectors in range(1, VECTORS + 1) for rows in range(1, MR + 1)}
@@ -183,6 +195,22 @@ def _quantize_rows(module: ir.Module) -> ir.Function:
     return fn
 
 
+def _zeroed_tile(builder: ir.IRBuilder, row_table: ir.Value, rows: int, vectors: int
+                 ) -> tuple[list[list[ir.Value]], list[ir.Value]]:
+    """A micro-kernel's ``rows x vectors`` int32 accumulators (stack slots LLVM keeps in
+    registers), zeroed, and the ``rows`` row addresses read from ``row_table``."""
+    ints = ir.VectorType(I32, LANES)
+    tile = [[entry_alloca(builder, ints, f"c{r}_{v}") for v in range(vectors)]
+            for r in range(rows)]
+    for row in tile:
+        for slot in row:
+            builder.store(ir.Constant(ints, [0] * LANES), slot)
+    starts = [builder.load(builder.gep(row_table, [_const(r)], inbounds=True,
+                                       source_etype=POINTER), typ=POINTER)
+              for r in range(rows)]
+    return tile, starts
+
+
 def _micro_kernel(module: ir.Module, rows: int, vectors: int) -> ir.Function:
     """``micro(A_rows, nsub, a_sub, groups, W, C_rows, ncols, colsum, zero, multipliers,
     biases, bounds, flags, scale)``: a ``rows x (vectors * 16)`` tile of ``C`` over ``nsub`` runs of
@@ -210,14 +238,7 @@ def _micro_kernel(module: ir.Module, rows: int, vectors: int) -> ir.Function:
         pointer.add_attribute("noalias")
     builder = ir.IRBuilder(fn.append_basic_block("entry"))
     zero_vector = ir.Constant(ints, [0] * LANES)
-    tile = [[entry_alloca(builder, ints, f"c{r}_{v}") for v in range(vectors)]
-            for r in range(rows)]
-    for row in tile:
-        for slot in row:
-            builder.store(zero_vector, slot)
-    starts = [builder.load(builder.gep(a_rows, [_const(r)], inbounds=True,
-                                       source_etype=POINTER), typ=POINTER)
-              for r in range(rows)]
+    tile, starts = _zeroed_tile(builder, a_rows, rows, vectors)
     run, step = entry_alloca(builder, I64, "s"), entry_alloca(builder, I64, "g")
     with counted_loop(builder, run, _const(0), lambda: nsub, "run"):
         s = builder.load(run, typ=I64)
@@ -253,7 +274,8 @@ def _micro_kernel(module: ir.Module, rows: int, vectors: int) -> ir.Function:
         for r in range(rows):
             exact = builder.sub(builder.load(tile[r][v], typ=ints), correction)
             results[r][v] = builder.sitofp(exact, floats)
-    _epilogue(builder, module, results, masks, multipliers, biases, bounds, flags, scale)
+    _epilogue(builder, module, results, _column_operands(builder, module, masks, rows),
+              multipliers, biases, bounds, flags, scale)
     c_starts = [builder.load(builder.gep(c_rows, [_const(r)], inbounds=True,
                                          source_etype=POINTER), typ=POINTER)
                 for r in range(rows)]
@@ -266,30 +288,59 @@ def _micro_kernel(module: ir.Module, rows: int, vectors: int) -> ir.Function:
     return fn
 
 
-def _epilogue(builder: ir.IRBuilder, module: ir.Module, results: list[list[ir.Value]],
-              masks: list[ir.Value], multipliers: ir.Value, biases: ir.Value,
-              bounds: ir.Value, flags: ir.Value, scale: ir.Value) -> None:
-    """The tile's float sums times the per-column ``multipliers`` (``flags & 1``; with
-    ``flags & 8``, times ``scale * multipliers``, the activations' run-time scale times the
-    weights' scales), plus the per-column ``biases`` (``flags & 2``), clamped to
-    ``bounds[0], bounds[1]`` with NaN kept (``flags & 4``: a ReLU or Clip), in place in
-    ``results``: the statement ``clamp((A(i,j) * M(j)) + B(j))`` (or ``A(i,j) * (s * M(j))``)
-    the rescale after an int8 product would otherwise run, operation for operation, so the
-    values are the same."""
+def _column_operands(builder: ir.IRBuilder, module: ir.Module, masks: list[ir.Value],
+                     rows: int) -> Callable[[ir.Value], list[list[ir.Value]]]:
+    """Per-column epilogue operands of a tile (the dense product's and the channels-last
+    convolution's): 16 columns a vector, masked to the tile's columns, the same for every
+    row."""
     floats = ir.VectorType(F32, LANES)
     mask_type = ir.VectorType(ir.IntType(1), LANES)
     load = declare(module, "llvm.masked.load.v16f32.p0", floats,
                    (POINTER, I32, mask_type, floats))
     zero = ir.Constant(floats, [0.0] * LANES)
-    four = ir.Constant(I32, 4)
+
+    def operands(base: ir.Value) -> list[list[ir.Value]]:
+        columns = [builder.call(load, [builder.gep(base, [_const(LANES * v)], inbounds=True,
+                                                   source_etype=F32), ir.Constant(I32, 4),
+                                       mask, zero]) for v, mask in enumerate(masks)]
+        return [columns] * rows
+    return operands
+
+
+def _row_operands(builder: ir.IRBuilder, rows: int, vectors: int
+                  ) -> Callable[[ir.Value], list[list[ir.Value]]]:
+    """Per-row epilogue operands of a tile whose rows are output channels (the pointwise
+    convolution over positions): each row's value broadcast across its vectors."""
+    floats = ir.VectorType(F32, LANES)
+
+    def operands(base: ir.Value) -> list[list[ir.Value]]:
+        return [[_splat(builder, builder.load(builder.gep(base, [_const(r)], inbounds=True,
+                                                          source_etype=F32), typ=F32),
+                        floats)] * vectors for r in range(rows)]
+    return operands
+
+
+def _epilogue(builder: ir.IRBuilder, module: ir.Module, results: list[list[ir.Value]],
+              operands: Callable[[ir.Value], list[list[ir.Value]]], multipliers: ir.Value,
+              biases: ir.Value, bounds: ir.Value, flags: ir.Value, scale: ir.Value) -> None:
+    """The tile's float sums times the ``multipliers`` (``flags & 1``; with ``flags & 8``,
+    times ``scale * multipliers``, the activations' run-time scale times the weights'
+    scales), plus the ``biases`` (``flags & 2``), clamped to ``bounds[0], bounds[1]`` with NaN
+    kept (``flags & 4``: a ReLU or Clip), then fake-quantized with the scale, zero point and
+    saturation bounds ``bounds[2:6]`` (``flags & 16``: ``(saturate(round(v / s) + z) - z) *
+    s``, NaN to the low bound), in place in ``results``. ``operands(base)`` gives a tile's
+    multipliers or biases (per column or per row). This is the statement ``clamp((A * M) +
+    B)`` and the ``QuantizeDequantize`` after it that would otherwise run, operation for
+    operation, so the values are the same."""
+    floats = ir.VectorType(F32, LANES)
+    roundeven = declare(module, "llvm.roundeven.v16f32", floats, (floats,))
 
     def flag(bit: int) -> ir.Value:
         return builder.icmp_unsigned("!=", builder.and_(flags, _const(bit)), _const(0))
 
-    def column_vectors(base: ir.Value) -> list[ir.Value]:
-        return [builder.call(load, [builder.gep(base, [_const(LANES * v)], inbounds=True,
-                                                source_etype=F32), four, mask, zero])
-                for v, mask in enumerate(masks)]
+    def bound(i: int) -> ir.Value:
+        return _splat(builder, builder.load(builder.gep(bounds, [_const(i)], inbounds=True,
+                                                        source_etype=F32), typ=F32), floats)
 
     slots = [[entry_alloca(builder, floats, f"e{r}_{v}") for v in range(len(row))]
              for r, row in enumerate(results)]
@@ -300,20 +351,29 @@ def _epilogue(builder: ir.IRBuilder, module: ir.Module, results: list[list[ir.Va
     for bit, base, combine in ((1, multipliers, builder.fmul), (8, multipliers, builder.fmul),
                                (2, biases, builder.fadd)):
         with if_then(builder, flag(bit), f"epilogue{bit}"):
-            columns = column_vectors(base)
-            if bit == 8:
-                columns = [builder.fmul(scales, column) for column in columns]
-            for row_slots in slots:
+            values = operands(base)
+            for r, row_slots in enumerate(slots):
                 for v, slot in enumerate(row_slots):
-                    builder.store(combine(builder.load(slot, typ=floats), columns[v]), slot)
+                    value = values[r][v]
+                    if bit == 8:
+                        value = builder.fmul(scales, value)
+                    builder.store(combine(builder.load(slot, typ=floats), value), slot)
     with if_then(builder, flag(4), "clamp"):
-        low, high = (_splat(builder, builder.load(builder.gep(
-            bounds, [_const(i)], inbounds=True, source_etype=F32), typ=F32), floats)
-            for i in (0, 1))
+        low, high = bound(0), bound(1)
         for row_slots in slots:
             for slot in row_slots:
                 builder.store(emit_clamp(builder, builder.load(slot, typ=floats), low, high),
                               slot)
+    with if_then(builder, flag(16), "fake"):
+        step, zero, low, high = (bound(i) for i in range(2, 6))
+        for row_slots in slots:
+            for slot in row_slots:
+                level = builder.fadd(builder.call(roundeven, [builder.fdiv(
+                    builder.load(slot, typ=floats), step)]), zero)
+                kept = builder.select(builder.fcmp_ordered(">=", level, low),
+                                      builder.select(builder.fcmp_ordered("<", level, high),
+                                                     level, high), low)
+                builder.store(builder.fmul(builder.fsub(kept, zero), step), slot)
     for r, row_slots in enumerate(slots):
         for v, slot in enumerate(row_slots):
             results[r][v] = builder.load(slot, typ=floats)
@@ -367,17 +427,24 @@ def _tiles(builder: ir.IRBuilder, micro: dict[tuple[int, int], ir.Function], w: 
                     zero_int, builder.gep(epilogue, [j0], inbounds=True, source_etype=F32),
                     builder.gep(biases, [j0], inbounds=True, source_etype=F32), bounds, flags,
                     scale]
-            done = builder.append_basic_block("tile.done")
-            variant = builder.add(builder.mul(builder.sub(vectors, _const(1)), _const(MR)),
-                                  builder.sub(count, _const(1)))
-            switch = builder.switch(variant, done)
-            for (count_rows, width), kernel in micro.items():
-                case = builder.append_basic_block(f"tile.{count_rows}x{width}")
-                switch.add_case(_const((width - 1) * MR + count_rows - 1), case)
-                builder.position_at_end(case)
-                builder.call(kernel, args)
-                builder.branch(done)
-            builder.position_at_end(done)
+            _call_variant(builder, micro, count, vectors, args)
+
+
+def _call_variant(builder: ir.IRBuilder, micro: dict[tuple[int, int], ir.Function],
+                  rows: ir.Value, vectors: ir.Value, args: list[ir.Value]) -> None:
+    """Call the micro-kernel of ``rows`` x ``vectors`` (both run-time values, in ``1..MR``
+    and ``1..VECTORS``) with ``args``: one switch over the compiled variants."""
+    done = builder.append_basic_block("tile.done")
+    variant = builder.add(builder.mul(builder.sub(vectors, _const(1)), _const(MR)),
+                          builder.sub(rows, _const(1)))
+    switch = builder.switch(variant, done)
+    for (count_rows, width), kernel in micro.items():
+        case = builder.append_basic_block(f"tile.{count_rows}x{width}")
+        switch.add_case(_const((width - 1) * MR + count_rows - 1), case)
+        builder.position_at_end(case)
+        builder.call(kernel, args)
+        builder.branch(done)
+    builder.position_at_end(done)
 
 
 def _store_rows(builder: ir.IRBuilder, tables: tuple[ir.Value, ir.Value], count: ir.Value,
@@ -472,6 +539,190 @@ def _conv_driver(module: ir.Module, micro: dict[tuple[int, int], ir.Function]) -
     builder.ret(ir.Constant(I32, 0))
 
 
+def _interleaved(builder: ir.IRBuilder, quads: list[ir.Value]) -> ir.Value:
+    """Four channels' 16 bytes (one per position) as 16 int32 lanes, lane ``p`` holding the
+    four channels' bytes at position ``p``: ``vpdpbusd``'s group of 4."""
+    interleave = ir.Constant(ir.VectorType(I32, 4 * LANES),
+                             [ci * LANES + p for p in range(LANES) for ci in range(GROUP)])
+    halves = ir.Constant(ir.VectorType(I32, 2 * LANES), list(range(2 * LANES)))
+    whole = ir.Constant(ir.VectorType(I32, 4 * LANES), list(range(4 * LANES)))
+    pairs = [builder.shuffle_vector(quads[i], quads[i + 1], halves) for i in (0, 2)]
+    joined = builder.shuffle_vector(pairs[0], pairs[1], whole)
+    return builder.bitcast(builder.shuffle_vector(
+        joined, ir.Constant(joined.type, ir.Undefined), interleave), ir.VectorType(I32, LANES))
+
+
+def _planes_driver(module: ir.Module) -> None:
+    """``int32 tensoralg_qplanes(X, n, c, p, scale, zero, groups, pp, B)``: the float32
+    ``X`` (n, c, p) (NCHW planes of ``p`` positions) quantized to uint8 into ``B`` (n,
+    groups, pp, 4): channel ``4 g + i`` at position ``q`` is byte ``i`` of lane ``q`` of
+    group ``g``, so that one 64-byte load is 16 positions' groups of 4 channels. Channels
+    past ``c`` and positions past ``p`` (up to ``pp``, a multiple of 64) hold 0 (their
+    weights are 0, or their sums are not stored)."""
+    vector = ir.VectorType(F32, LANES)
+    mask_type = ir.VectorType(ir.IntType(1), LANES)
+    load = declare(module, "llvm.masked.load.v16f32.p0", vector,
+                   (POINTER, I32, mask_type, vector))
+    roundeven = declare(module, "llvm.roundeven.v16f32", vector, (vector,))
+    fn = ir.Function(module, ir.FunctionType(I32, (
+        POINTER, I64, I64, I64, POINTER, POINTER, I64, I64, POINTER)), name=PLANES_ENTRY)
+    x, n, c, positions, scale_at, zero_at, groups, pp, out = fn.args
+    builder = ir.IRBuilder(fn.append_basic_block("entry"))
+    scales = _splat(builder, builder.load(scale_at, typ=F32), vector)
+    zeros = _splat(builder, builder.load(zero_at, typ=F32), vector)
+    lane_index = ir.Constant(ir.VectorType(I64, LANES), list(range(LANES)))
+    plane, column = entry_alloca(builder, I64, "plane"), entry_alloca(builder, I64, "col")
+    with counted_loop(builder, plane, _const(0), lambda: builder.mul(n, groups), "plane"):
+        q = builder.load(plane, typ=I64)
+        img = builder.sdiv(q, groups)
+        first_channel = builder.mul(builder.sub(q, builder.mul(img, groups)), _const(GROUP))
+        row = builder.gep(out, [builder.mul(q, builder.mul(pp, _const(GROUP)))],
+                          inbounds=True, source_etype=I8)
+        with counted_loop(builder, column, _const(0),
+                          lambda: builder.sdiv(pp, _const(LANES)), "col"):
+            p0 = builder.mul(builder.load(column, typ=I64), _const(LANES))
+            mask = builder.icmp_signed("<", builder.add(_splat(builder, p0, lane_index.type),
+                                                        lane_index),
+                                       _splat(builder, positions, lane_index.type))
+            quads = []
+            for ci in range(GROUP):
+                channel = builder.add(first_channel, _const(ci))
+                present = builder.and_(mask, _splat(builder, builder.icmp_signed(
+                    "<", channel, c), mask_type))
+                source = builder.gep(x, [builder.add(builder.mul(builder.add(
+                    builder.mul(img, c), channel), positions), p0)], source_etype=F32)
+                values = builder.call(load, [source, ir.Constant(I32, 4), present,
+                                             ir.Constant(vector, [0.0] * LANES)])
+                quads.append(_quantized(builder, roundeven, values, scales, zeros, present))
+            builder.store(_interleaved(builder, quads),
+                          builder.gep(row, [builder.mul(p0, _const(GROUP))], inbounds=True,
+                                      source_etype=I8), align=64)
+    builder.ret(ir.Constant(I32, 0))
+
+
+def _point_micro(module: ir.Module, rows: int, vectors: int) -> ir.Function:
+    """``micro(W_rows, groups, B, group_stride, C_rows, ncols, rowsum, zero, multipliers,
+    biases, bounds, flags, scale)``: a tile of ``rows`` output channels x ``vectors * 16``
+    positions. Per group of 4 channels it loads ``vectors`` 64-byte vectors of the planes
+    (``B + g * group_stride``: 16 positions' 4 uint8 activations each), broadcasts each
+    row's 4 int8 weights (``W_rows[r] + 4 g``) and issues ``rows * vectors`` ``vpdpbusd``
+    (the activations unsigned, the weights signed, as the instruction wants); then the
+    zero point's correction ``z * rowsum`` per row, the epilogue per row, and stores to
+    ``C_rows[r]`` masked to ``ncols`` positions."""
+    ints = ir.VectorType(I32, LANES)
+    floats = ir.VectorType(F32, LANES)
+    mask_type = ir.VectorType(ir.IntType(1), LANES)
+    dot = declare(module, "llvm.x86.avx512.vpdpbusd.512", ints, (ints, ints, ints))
+    store = declare(module, "llvm.masked.store.v16f32.p0", ir.VoidType(),
+                    (floats, POINTER, I32, mask_type))
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), (
+        POINTER, I64, POINTER, I64, POINTER, I64, POINTER, I32, POINTER, POINTER, POINTER,
+        I64, F32)), name=f"qpoint{rows}x{vectors}")
+    fn.linkage = "internal"
+    w_rows, groups, planes, group_stride, c_rows, ncols, rowsum, zero, multipliers, biases, \
+        bounds, flags, scale = fn.args
+    for pointer in (w_rows, planes, c_rows, rowsum):
+        pointer.add_attribute("noalias")
+    builder = ir.IRBuilder(fn.append_basic_block("entry"))
+    tile, starts = _zeroed_tile(builder, w_rows, rows, vectors)
+    step = entry_alloca(builder, I64, "g")
+    with counted_loop(builder, step, _const(0), lambda: groups, "g"):
+        g = builder.load(step, typ=I64)
+        block = builder.gep(planes, [builder.mul(g, group_stride)], inbounds=True,
+                            source_etype=I8)
+        activations = [builder.load(builder.gep(block, [_const(64 * v)], inbounds=True,
+                                                source_etype=I8), typ=ints, align=64)
+                       for v in range(vectors)]
+        for r in range(rows):
+            four = builder.load(builder.gep(starts[r], [builder.mul(g, _const(GROUP))],
+                                            inbounds=True, source_etype=I8), typ=I32, align=1)
+            weights = _splat(builder, four, ints)
+            for v in range(vectors):
+                acc = builder.load(tile[r][v], typ=ints)
+                builder.store(builder.call(dot, [acc, activations[v], weights]), tile[r][v])
+    lane_index = ir.Constant(ir.VectorType(I64, LANES), list(range(LANES)))
+    masks = [builder.icmp_signed("<", lane_index, _splat(builder, builder.sub(
+        ncols, _const(LANES * v)), lane_index.type)) for v in range(vectors)]
+    results = [[None] * vectors for _ in range(rows)]
+    for r in range(rows):
+        sums = builder.load(builder.gep(rowsum, [_const(r)], inbounds=True, source_etype=I32),
+                            typ=I32)
+        correction = _splat(builder, builder.mul(zero, sums), ints)
+        for v in range(vectors):
+            exact = builder.sub(builder.load(tile[r][v], typ=ints), correction)
+            results[r][v] = builder.sitofp(exact, floats)
+    _epilogue(builder, module, results, _row_operands(builder, rows, vectors), multipliers,
+              biases, bounds, flags, scale)
+    for r in range(rows):
+        start = builder.load(builder.gep(c_rows, [_const(r)], inbounds=True,
+                                         source_etype=POINTER), typ=POINTER)
+        for v in range(vectors):
+            where = builder.gep(start, [_const(LANES * v)], inbounds=True, source_etype=F32)
+            builder.call(store, [results[r][v], where, ir.Constant(I32, 4), masks[v]])
+    builder.ret_void()
+    return fn
+
+
+def _point_driver(module: ir.Module, micro: dict[tuple[int, int], ir.Function]) -> None:
+    """``int32 tensoralg_qpoint(B, scale, zero, W, ldw, rowsum, groups, pp, p, M, C,
+    tile_begin, tile_end, epilogue, flags)``: the pointwise convolution ``C[n, m, q] =
+    float32(sum_c (q8[n, c, q] - z) * W[m, c])`` (then the epilogue, per output channel) of
+    the planes ``B`` (:func:`_planes_driver`) by the int8 weight rows ``W`` (``ldw`` bytes
+    apart, ``4 * groups`` used, zero-padded) into the NCHW ``C`` (n, M, p), for the tiles
+    ``[tile_begin, tile_end)`` of 64 positions (image ``t / (pp / 64)``); every output
+    channel of a tile, in near-equal blocks of up to 6."""
+    fn = ir.Function(module, ir.FunctionType(I32, (
+        POINTER, POINTER, POINTER, POINTER, I64, POINTER, I64, I64, I64, I64, POINTER, I64,
+        I64, POINTER, I64)), name=POINT_ENTRY)
+    planes, scale_at, zero_at, w, ldw, rowsum, groups, pp, positions, m_size, c, begin, end, \
+        epilogue, flags = fn.args
+    builder = ir.IRBuilder(fn.append_basic_block("entry"))
+    scale = builder.load(scale_at, typ=F32)
+    zero = builder.fptosi(builder.load(zero_at, typ=F32), I32)
+    padded = builder.mul(builder.sdiv(builder.add(m_size, _const(NR - 1)), _const(NR)),
+                         _const(NR))
+    biases = builder.gep(epilogue, [padded], inbounds=True, source_etype=F32)
+    bounds = builder.gep(epilogue, [builder.mul(padded, _const(2))], inbounds=True,
+                         source_etype=F32)
+    tiles_per_image = builder.sdiv(pp, _const(NR))
+    w_table = entry_alloca(builder, ir.ArrayType(POINTER, MR), "w_rows")
+    c_table = entry_alloca(builder, ir.ArrayType(POINTER, MR), "c_rows")
+    tile, block = entry_alloca(builder, I64, "tile"), entry_alloca(builder, I64, "block")
+    row_blocks = builder.sdiv(builder.add(m_size, _const(MR - 1)), _const(MR))
+    group_stride = builder.mul(pp, _const(GROUP))
+    with counted_loop(builder, tile, begin, lambda: end, "tile"):
+        t = builder.load(tile, typ=I64)
+        img = builder.sdiv(t, tiles_per_image)
+        p0 = builder.mul(builder.sub(t, builder.mul(img, tiles_per_image)), _const(NR))
+        left = builder.sub(positions, p0)
+        ncols = builder.select(builder.icmp_signed("<", left, _const(NR)), left, _const(NR))
+        vectors = builder.sdiv(builder.add(ncols, _const(LANES - 1)), _const(LANES))
+        source = builder.gep(planes, [builder.add(builder.mul(builder.mul(img, groups),
+                                                              group_stride),
+                                                  builder.mul(p0, _const(GROUP)))],
+                             inbounds=True, source_etype=I8)
+        with counted_loop(builder, block, _const(0), lambda: row_blocks, "rows"):
+            b = builder.load(block, typ=I64)
+            m0 = builder.sdiv(builder.mul(b, m_size), row_blocks)
+            m1 = builder.sdiv(builder.mul(builder.add(b, _const(1)), m_size), row_blocks)
+            count = builder.sub(m1, m0)
+            out_row = builder.add(builder.mul(builder.add(builder.mul(img, m_size), m0),
+                                              positions), p0)
+            _store_rows(builder, (w_table, c_table), count, lambda r: (
+                builder.gep(w, [builder.mul(builder.add(m0, _const(r)), ldw)], inbounds=True,
+                            source_etype=I8),
+                builder.gep(c, [builder.add(out_row, builder.mul(_const(r), positions))],
+                            inbounds=True, source_etype=F32)))
+            args = [builder.bitcast(w_table, POINTER), groups, source, group_stride,
+                    builder.bitcast(c_table, POINTER), ncols,
+                    builder.gep(rowsum, [m0], inbounds=True, source_etype=I32), zero,
+                    builder.gep(epilogue, [m0], inbounds=True, source_etype=F32),
+                    builder.gep(biases, [m0], inbounds=True, source_etype=F32), bounds, flags,
+                    scale]
+            _call_variant(builder, micro, count, vectors, args)
+    builder.ret(ir.Constant(I32, 0))
+
+
 def _image_driver(module: ir.Module) -> None:
     """``int32 tensoralg_qimage(X, n, c, h, w, scale, zero, hp, wp, pt, pl, c4, B)``: the
     float32 NCHW ``X`` quantized into the uint8 channels-last ``B`` (n, hp, wp, c4): the
@@ -504,10 +755,6 @@ def _image_driver(module: ir.Module) -> None:
     # Four channels at a time: their 16-position rows quantized, interleaved so that each
     # position's four bytes are one 32-bit lane, and scattered as 16 lanes (a byte scatter of
     # each channel took four times the stores).
-    interleave = ir.Constant(ir.VectorType(I32, 4 * LANES),
-                             [ci * LANES + p for p in range(LANES) for ci in range(GROUP)])
-    halves = ir.Constant(ir.VectorType(I32, 2 * LANES), list(range(2 * LANES)))
-    whole = ir.Constant(ir.VectorType(I32, 4 * LANES), list(range(4 * LANES)))
     plane, row, column = (entry_alloca(builder, I64, name) for name in ("plane", "row", "col"))
     groups = builder.sdiv(c4, _const(GROUP))
     with counted_loop(builder, plane, _const(0), lambda: builder.mul(n, groups), "plane"):
@@ -540,11 +787,7 @@ def _image_driver(module: ir.Module) -> None:
                     values = builder.call(load, [source, ir.Constant(I32, 4), present,
                                                  ir.Constant(vector, [0.0] * LANES)])
                     quads.append(_quantized(builder, roundeven, values, scales, zeros))
-                pairs = [builder.shuffle_vector(quads[i], quads[i + 1], halves)
-                         for i in (0, 2)]
-                joined = builder.shuffle_vector(pairs[0], pairs[1], whole)
-                lanes = builder.bitcast(builder.shuffle_vector(
-                    joined, ir.Constant(joined.type, ir.Undefined), interleave), ints)
+                lanes = _interleaved(builder, quads)
                 first = builder.gep(b_row, [builder.mul(x0, c4)], source_etype=I8)
                 where = builder.gep(first, [strides], source_etype=I8)
                 where.type = pointers          # a vector GEP (llvmlite types it as one pointer)
@@ -552,4 +795,5 @@ def _image_driver(module: ir.Module) -> None:
     builder.ret(ir.Constant(I32, 0))
 
 
-__all__ = ["CONV_ENTRY", "ENTRY", "IMAGE_ENTRY", "NR", "pack_int8_weight", "qgemm_module", "quantized_row_bytes"]
+__all__ = ["CONV_ENTRY", "ENTRY", "IMAGE_ENTRY", "NR", "PLANES_ENTRY", "POINT_ENTRY",
+           "pack_int8_weight", "qgemm_module", "quantized_row_bytes"]

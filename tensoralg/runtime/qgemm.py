@@ -38,6 +38,13 @@ _PROTOTYPES = {
     "tensoralg_qimage": ctypes.CFUNCTYPE(
         ctypes.c_int32, ctypes.c_void_p, *[ctypes.c_int64] * 4, ctypes.c_void_p,
         ctypes.c_void_p, *[ctypes.c_int64] * 5, ctypes.c_void_p),
+    "tensoralg_qplanes": ctypes.CFUNCTYPE(
+        ctypes.c_int32, ctypes.c_void_p, *[ctypes.c_int64] * 3, ctypes.c_void_p,
+        ctypes.c_void_p, *[ctypes.c_int64] * 2, ctypes.c_void_p),
+    "tensoralg_qpoint": ctypes.CFUNCTYPE(
+        ctypes.c_int32, *[ctypes.c_void_p] * 4, ctypes.c_int64, ctypes.c_void_p,
+        *[ctypes.c_int64] * 4, ctypes.c_void_p, *[ctypes.c_int64] * 2, ctypes.c_void_p,
+        ctypes.c_int64),
 }
 _KERNELS: dict[str, tuple[Any, str, Any]] = {}
 # The features the kernel's instructions need: vpdpbusd on 512-bit registers, and AVX-512BW
@@ -99,11 +106,15 @@ class Int8Epilogue:
     """What an int8 product applies to its float32 sums before storing them, in this order:
     ``multipliers`` (one per output column, or one for all; with ``scaled``, each times the
     scale the activations were quantized with, as ``x * (s * m)``), ``biases`` (likewise),
-    then a clamp to ``[low, high]`` with NaN kept (a ReLU is ``(0, inf)``); None or infinite
-    bounds: that step is left out.
+    then a clamp to ``[low, high]`` with NaN kept (a ReLU is ``(0, inf)``), then a fake
+    quantization ``fake = (scale, zero point, low, high)``: ``(saturate(round(v / scale) +
+    zero) - zero) * scale`` (the ``QuantizeDequantize`` of a QDQ model's next layer); None or
+    infinite bounds: that step is left out.
 
     >>> Int8Epilogue(np.float32(0.5), None, 0.0).describe()
     'x (multiplier) + clamp(0.0, inf)'
+    >>> Int8Epilogue(fake=(0.1, 128.0, 0.0, 255.0)).describe()
+    '+ fake quantization (0.1, 128.0)'
     """
 
     multipliers: Any = None
@@ -111,21 +122,25 @@ class Int8Epilogue:
     low: float = -math.inf
     high: float = math.inf
     scaled: bool = False        # the multipliers times the activations' scale first
+    fake: tuple[float, float, float, float] | None = None
 
     def describe(self) -> str:
         parts = [f"x ({'scale x ' * self.scaled}multiplier)"] * (self.multipliers is not None) + \
             ["+ bias"] * (self.biases is not None)
         if (self.low, self.high) != (-math.inf, math.inf):
             parts.append(f"+ clamp({self.low}, {self.high})")
+        if self.fake is not None:
+            parts.append(f"+ fake quantization ({self.fake[0]}, {self.fake[1]})")
         return " ".join(parts)
 
     def packed(self, n: int) -> tuple[np.ndarray, int]:
         """The kernel's epilogue array for ``n`` columns (multipliers and biases, each padded
-        to whole panels, then the bounds) and its flags."""
+        to whole panels, then the clamp's bounds and the fake quantization's four values)
+        and its flags."""
         from tensoralg.codegen.qgemm import NR
 
         padded = max(1, -(-n // NR)) * NR
-        values = np.zeros(2 * padded + 2, np.float32)
+        values = np.zeros(2 * padded + 6, np.float32)
         flags = 0
         for bit, given, start in ((1, self.multipliers, 0), (2, self.biases, padded)):
             if given is not None:
@@ -135,9 +150,12 @@ class Int8Epilogue:
                                      f"{n} columns")
                 values[start:start + n] = given
                 flags |= 8 if bit == 1 and self.scaled else bit
-        values[2 * padded:] = (self.low, self.high)
+        values[2 * padded:2 * padded + 2] = (self.low, self.high)
         if (self.low, self.high) != (-math.inf, math.inf):
             flags |= 4
+        if self.fake is not None:
+            values[2 * padded + 2:] = self.fake
+            flags |= 16
         return values, flags
 
 
@@ -326,6 +344,16 @@ class QuantizedConv:
         self.strides, self.dilations = tuple(strides), tuple(dilations)
         self.pads_begin, self.pads_end = tuple(pads_begin), tuple(pads_end)
         self.threads, self.cache = threads, cache
+        # A pointwise convolution runs over NCHW positions (no image, no transpose).
+        self.pointwise = (self.kh, self.kw) == (1, 1) and self.strides == (1, 1) and \
+            not any(self.pads_begin) and not any(self.pads_end)
+        if self.pointwise:
+            self.rows = np.zeros((self.m, self.c4), np.int8)
+            self.rows[:, :self.c] = weight.reshape(self.m, self.c)
+            self.rowsum = self.rows.astype(np.int32).sum(axis=1, dtype=np.int32)
+            self.image_function, _ = qgemm_kernel(cache, "tensoralg_qplanes")
+            self.function, self.source = qgemm_kernel(cache, "tensoralg_qpoint")
+            return
         # K in the order the image is read: kernel row, kernel column, channel (padded).
         ordered = np.zeros((self.kh, self.kw, self.c4, self.m), np.int8)
         ordered[:, :, :self.c] = weight.transpose(2, 3, 1, 0)
@@ -353,6 +381,11 @@ class QuantizedConv:
     def describe(self, rows: int) -> str:
         """One line for a printed plan."""
         extra = self.epilogue.describe()
+        if self.pointwise:
+            return (f"generated int8 pointwise convolution over NCHW positions (uint8 planes, "
+                    f"4 channels a lane, quantized in the call; {rows} positions x {self.c4} "
+                    f"bytes, int8 weight rows {self.m}x{self.c4}, vpdpbusd, 6 channels x 64 "
+                    f"positions a tile{', then ' + extra + ' in registers' if extra else ''})")
         return (f"generated int8 convolution (uint8 channels-last image quantized in the call, "
                 f"{rows} positions x {self.kh} kernel rows of {self.kw * self.c4} bytes, int8 "
                 f"weight {self.kh * self.kw * self.c4}x{self.m} packed at load, vpdpbusd"
@@ -367,17 +400,21 @@ class QuantizedConv:
         return out
 
     def bind(self, x: np.ndarray, scale: np.ndarray, zero: np.ndarray, out: np.ndarray
-             ) -> tuple[BoundInt8Call, BoundInt8Call, Any]:
-        """The three calls that write ``out`` (N, M, OH, OW) from ``x``, ``scale`` and
-        ``zero``: the quantized image (operands ``x``, ``scale``, ``zero``), the product
-        (operand ``zero``) and the transpose of its channels-last rows into ``out``; they
-        hold their buffers."""
+             ) -> tuple[Any, ...]:
+        """The calls that write ``out`` (N, M, OH, OW) from ``x``, ``scale`` and ``zero``, in
+        order; each ``BoundInt8Call`` names the operands it reads (``operands``) and holds its
+        buffers. A pointwise convolution: the quantized planes (``x``, ``scale``, ``zero``)
+        and the product over positions (``scale``, ``zero``). Otherwise: the quantized image
+        (``x``, ``scale``, ``zero``), the product (``scale``, ``zero``) and the transpose of
+        its channels-last rows into ``out``."""
         check_array(self, x, "input", np.dtype(np.float32), (None, self.c, None, None), "N")
         n, _, h, w = x.shape
         oh, ow = self.out_shape(x.shape)
         check_array(self, out, "output", np.dtype(np.float32), (n, self.m, oh, ow), "",
                     writeable=True)
         _check_scalars(self, scale, zero)
+        if self.pointwise:
+            return self._bind_positions(x, scale, zero, out)
         hp = h + self.pads_begin[0] + self.pads_end[0]
         wp = w + self.pads_begin[1] + self.pads_end[1]
         image = np.empty(max(1, n * hp * wp * self.c4), np.uint8)
@@ -407,6 +444,41 @@ class QuantizedConv:
                                       out.reshape(n, 1, self.m, oh * ow), (0, 0),
                                       cache=self.cache, threads=self.threads)
         return image_call, product, transpose
+
+    def _bind_positions(self, x: np.ndarray, scale: np.ndarray, zero: np.ndarray,
+                        out: np.ndarray) -> tuple[BoundInt8Call, BoundInt8Call]:
+        """The pointwise convolution's two calls: ``x``'s planes quantized into groups of 4
+        channels a lane (``codegen/qgemm._planes_driver``), then the product over tiles of 64
+        positions (``_point_driver``), split over the kernel threads by tiles."""
+        from tensoralg.codegen.gemm import aligned_empty
+        from tensoralg.codegen.qgemm import NR
+
+        n, _, h, w = x.shape
+        positions = h * w
+        padded = max(NR, -(-positions // NR) * NR)
+        groups = self.c4 // 4
+        planes = aligned_empty((max(1, n * groups * padded * 4),), np.uint8)
+        planes_call = BoundInt8Call(
+            self.image_function, [[x.ctypes.data, n, self.c, positions, scale.ctypes.data,
+                                   zero.ctypes.data, groups, padded, planes.ctypes.data]],
+            {"x": 0, "scale": 4, "zero": 5}, {"x": x, "scale": scale, "zero": zero}, None,
+            f"{self!r} planes", self, [planes])
+        tiles = n * padded // NR
+        work = n * positions * self.c4 * self.m
+        parts = 1 if self.threads is None else self.threads.dense_parts(work, tiles)
+        bounds = [tiles * part // parts for part in range(parts + 1)]
+        calls = [[planes.ctypes.data, scale.ctypes.data, zero.ctypes.data,
+                  self.rows.ctypes.data, self.c4, self.rowsum.ctypes.data, groups, padded,
+                  positions, self.m, out.ctypes.data, lo, hi,
+                  self.epilogue_values.ctypes.data, self.flags]
+                 for lo, hi in zip(bounds, bounds[1:]) if hi > lo] or \
+            [[planes.ctypes.data, scale.ctypes.data, zero.ctypes.data, self.rows.ctypes.data,
+              self.c4, self.rowsum.ctypes.data, groups, padded, positions, self.m,
+              out.ctypes.data, 0, 0, self.epilogue_values.ctypes.data, self.flags]]
+        product = BoundInt8Call(self.function, calls, {"scale": 1, "zero": 2},
+                                {"scale": scale, "zero": zero}, self.threads, repr(self), self,
+                                [planes, out])
+        return planes_call, product
 
 
 __all__ = ["BoundInt8Call", "Int8Epilogue", "QuantizedConv", "QuantizedLayer",

@@ -13,8 +13,9 @@ C_zero_point)``); :func:`qoperator_as_qdq` writes it so, at load, before anythin
 model. The model is then in the QDQ format, which every opt level runs and whose layers level 2
 takes onto the int8 kernels (``passes/quantized.py``) on hosts with AVX-512 VNNI.
 
-``QLinearConv`` and ``QLinearMatMul`` are rewritten only where their weight is a constant (a
-quantized model's layer); with two run-time operands they stay the integer-exact ops of
+``QLinearConv`` and ``QLinearMatMul`` are rewritten where they are a quantized model's layer:
+a constant weight, or (QLinearMatMul) two operands the graph computes, as attention's products
+in a QOperator transformer; a product of the graph's own inputs stays the integer-exact op of
 ``ops/quantize.py``. The rewritten layer sums the dequantized values in float32 where the op
 sums integers and rescales once, so a result that lands within a float rounding of a midpoint
 between two steps of the output grid may round the other way: results then differ from
@@ -49,6 +50,7 @@ class _Writer:
             {v.name for v in graph.input} | {n.name for n in graph.node} | \
             {name for n in graph.node for name in (*n.input, *n.output)}
         self.constants = {init.name: init for init in graph.initializer}
+        self.produced = {name for n in graph.node for name in n.output}
         self.initializers: list[onnx.TensorProto] = []
         self.nodes: list[onnx.NodeProto] = []
 
@@ -300,9 +302,11 @@ def _qlinear_conv(w: _Writer, node: onnx.NodeProto, where: str) -> None:
 
 
 def _qlinear_matmul(w: _Writer, node: onnx.NodeProto, where: str) -> None:
-    """a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point."""
+    """a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point (``b``'s
+    scale per column where ``b`` is a 2-D constant)."""
     a = w.dequantize(where, node.input[0], node.input[1], node.input[2])
-    b = w.dequantize(where, node.input[3], node.input[4], node.input[5], axis=1)
+    b = w.dequantize(where, node.input[3], node.input[4], node.input[5],
+                     axis=1 if w.constant(node.input[3]) is not None else None)
     y = w.fresh(f"{node.output[0]}/float")
     w.node("MatMul", [a, b], [y], f"{where}/MatMul")
     w.quantize(where, y, node.input[6], node.input[7], node.output[0],
@@ -336,12 +340,19 @@ CONTRIB: dict[str, Callable[[_Writer, onnx.NodeProto, str], None]] = {
 
 def _layer(w: _Writer, node: onnx.NodeProto) -> bool:
     """Whether a QLinearConv or QLinearMatMul is a quantized model's layer the QDQ form
-    states: a constant weight (a 2-D one for QLinearMatMul) and a per-tensor input scale
-    (QLinearMatMul also takes one per row, which a DequantizeLinear cannot state)."""
+    states: a per-tensor input scale (QLinearMatMul also takes one per row, which a
+    DequantizeLinear cannot state) and a constant weight (a 2-D one for QLinearMatMul), or,
+    for a QLinearMatMul, two operands the graph computes (attention's products in a QOperator
+    transformer) with per-tensor scales. A QLinearMatMul of the graph's own inputs stays the
+    integer op."""
     weight, scale = w.constant(_input(node, 3)), w.constant(_input(node, 1))
-    if weight is None or scale is None or scale.size != 1:
+    if scale is None or scale.size != 1:
         return False
-    return node.op_type == "QLinearConv" or weight.ndim == 2
+    if weight is not None:
+        return node.op_type == "QLinearConv" or weight.ndim == 2
+    b_scale = w.constant(_input(node, 4))
+    return node.op_type == "QLinearMatMul" and b_scale is not None and b_scale.size == 1 and \
+        all(name in w.produced for name in (node.input[0], node.input[3]))
 
 
 STANDARD: dict[str, Callable[[_Writer, onnx.NodeProto, str], None]] = {

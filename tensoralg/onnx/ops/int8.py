@@ -21,16 +21,20 @@ from tensoralg.onnx.ops.registry import OpImpl
 from tensoralg.onnx.ops.windows import windows
 
 INT8_OP = "Int8MatMul"     # x quantized with a scale and zero point, times int8 weights
+# A fake quantization after the epilogue (passes/int8_epilogues.py): scale, zero, bounds.
+FAKE_ATTRIBUTES = ("fake_scale", "fake_zero", "fake_low", "fake_high")
 
 
 def int8_epilogue(multiplier: np.ndarray | None, bias: np.ndarray | None,
                   attributes: dict[str, Any]) -> Any:
     """The ``program.Int8Epilogue`` of an ``Int8MatMul``/``Int8Conv`` node
-    (``passes/int8_epilogues.py``): its multiplier and bias inputs, its ``low``/``high`` and
-    ``scaled`` attributes."""
+    (``passes/int8_epilogues.py``): its multiplier and bias inputs, its ``low``/``high``,
+    ``scaled`` and fake quantization attributes."""
+    fake = tuple(float(attributes[key]) for key in FAKE_ATTRIBUTES) \
+        if "fake_scale" in attributes else None
     return program.Int8Epilogue(multiplier, bias, float(attributes.get("low", -math.inf)),
                                 float(attributes.get("high", math.inf)),
-                                bool(attributes.get("scaled", 0)))
+                                bool(attributes.get("scaled", 0)), fake)
 
 
 def _int8_layer(node: NodeContext, weight: np.ndarray, epilogue: Any) -> Any:
@@ -130,7 +134,7 @@ def int8_conv(node: NodeContext, x: np.ndarray, scale: np.ndarray, zero: np.ndar
         n, m, oh, ow)
 
 
-EPILOGUE_ATTRIBUTES = frozenset({"low", "high", "scaled"})
+EPILOGUE_ATTRIBUTES = frozenset({"low", "high", "scaled", *FAKE_ATTRIBUTES})
 INT8_IMPL = OpImpl(INT8_OP, 1, int8_matmul, None, EPILOGUE_ATTRIBUTES)
 CONV_INT8_IMPL = OpImpl(CONV_INT8_OP, 1, int8_conv, None, CONV_ATTRIBUTES | EPILOGUE_ATTRIBUTES)
 

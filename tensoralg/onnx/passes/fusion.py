@@ -171,8 +171,8 @@ TEMPLATES: dict[str, Callable[..., str]] = {
     "Floor": lambda _, a: f"floor({a})",
     "Ceil": lambda _, a: f"ceil({a})",
     "Round": lambda _, a: f"round({a})",
-    "QuantizeDequantize": lambda at, a, s, z: "(" + fake_quantized(a, s, z, at["low"],
-                                                                   at["high"]) + ")",
+    "QuantizeDequantize": lambda at, a, s, z, d=None: "(" + fake_quantized(
+        a, s, z, at["low"], at["high"], d) + ")",
     "QuantizeShift": lambda at, a, s, z: shifted_text(a, s, z, at["low"], at["high"]),
     "Reciprocal": lambda _, a: f"(1 / {a})",
     "Softplus": lambda _, a: f"({SOFTPLUS.format(a)})",

@@ -1,8 +1,9 @@
 """Opt level 2: the elementwise steps right after an int8 product, joined to its kernel.
 
-``Int8MatMul``/``Int8Conv`` (``ops/int8.py``) apply a per-column multiplier, a bias and a
-ReLU or Clip in registers before storing (``program.Int8Epilogue``); :func:`int8_epilogues`
-finds them in the graph after the quantization passes made the products.
+``Int8MatMul``/``Int8Conv`` (``ops/int8.py``) apply a per-column multiplier, a bias, a
+ReLU or Clip and a fake quantization in registers before storing (``program.Int8Epilogue``);
+:func:`int8_epilogues` finds them in the graph after the quantization passes made the
+products.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from tensoralg.onnx.frontend.graph import (
 )
 from tensoralg.onnx.ops.int8 import CONV_INT8_OP, INT8_OP
 from tensoralg.onnx.passes.folding import constant_clip_bounds
+from tensoralg.onnx.passes.quantized import OP_TYPE as FAKE_OP
 
 
 def _per_column(value: np.ndarray | None, columns: int, conv: bool) -> np.ndarray | None:
@@ -45,14 +47,19 @@ def int8_epilogues(graph: Graph) -> Graph:
     ``Mul(s, c)`` of its own activation scale and such a constant (``quantize_dynamic``'s
     rescale), then an Add
     of one (its bias), then a Relu or a Clip with constant bounds, each the only reader of the
-    value before it. They would otherwise be one more statement over the product; the kernel
-    computes them with the same float32 operations in the same order."""
+    value before it, then a ``QuantizeDequantize`` of constant scale and zero point (the next
+    layer's fake quantization in a QDQ model). They would otherwise be one more statement
+    over the product; the kernel computes them with the same float32 operations in the same
+    order. Where int8 products of the next layer read the value the fake quantization reads
+    (they quantize it in the call, on the same grid), they read its result instead, which
+    gives them the same integers, so that it can join."""
     readers = consumers_of(graph)
     producers = {name: node for node in graph.nodes for name in node.outputs}
     outputs = {v.name for v in graph.outputs}
     taken = value_names(graph)
     replaced: dict[str, Node] = {}
     dropped: set[str] = set()
+    redirected: dict[str, str] = {}        # int8 product -> the fake quantization it reads
     for node in graph.nodes:
         if node.op_type not in (INT8_OP, CONV_INT8_OP) or len(node.inputs) != 4:
             continue
@@ -61,9 +68,20 @@ def int8_epilogues(graph: Graph) -> Graph:
         found: dict[str, Any] = {}
         chain: list[Node] = []
         value = node.outputs[0]
-        for step in ("Mul", "Add", "activation"):
+        for step in ("Mul", "Add", "activation", "fake"):
             uses = readers.get(value, [])
-            if value in outputs or len(uses) != 1:
+            if value in outputs:
+                break
+            if step == "fake":
+                fake = _joinable_fake(graph, uses, value)
+                if fake is not None:
+                    found["fake"] = _fake_parameters(graph, fake)
+                    for use in uses:
+                        if use is not fake:
+                            redirected[use.name] = fake.outputs[0]
+                    chain.append(fake)
+                break
+            if len(uses) != 1:
                 break
             use = uses[0]
             other = [n for n in use.inputs if n != value]
@@ -104,15 +122,62 @@ def int8_epilogues(graph: Graph) -> Graph:
             attributes.update(low=found["low"], high=found["high"])
         if found.get("scaled"):
             attributes["scaled"] = 1
+        if "fake" in found:
+            attributes.update(zip(("fake_scale", "fake_zero", "fake_low", "fake_high"),
+                                  found["fake"]))
         replaced[node.name] = Node(node.name, node.op_type, (*node.inputs, *names),
                                    chain[-1].outputs, attributes, node.version, node.impl)
         dropped.update(use.name for use in chain)
-    graph.nodes = [replaced.get(node.name, node) for node in graph.nodes
-                   if node.name not in dropped]
+    nodes = []
+    for node in graph.nodes:
+        if node.name in dropped:
+            continue
+        node = replaced.get(node.name, node)
+        if node.name in redirected:
+            node = Node(node.name, node.op_type, (redirected[node.name], *node.inputs[1:]),
+                        node.outputs, node.attributes, node.version, node.impl)
+        nodes.append(node)
+    graph.nodes = nodes
     drop_unread_constants(graph)
     graph.notes.append(f"int8 epilogues: {len(dropped)} node(s) into {len(replaced)} int8 "
                        f"product(s)")
     return graph
+
+
+def _scalar(graph: Graph, name: str) -> float | None:
+    value = graph.constants.get(name)
+    return float(value.reshape(-1)[0]) if value is not None and value.size == 1 and \
+        value.dtype == np.float32 else None
+
+
+def _fake_parameters(graph: Graph, fake: Node) -> tuple[float, float, float, float]:
+    """A joinable ``QuantizeDequantize``'s scale, zero point and saturation bounds."""
+    scale, zero = (_scalar(graph, name) for name in fake.inputs[1:3])
+    assert scale is not None and zero is not None        # checked by _joinable_fake
+    return scale, zero, float(fake.attributes["low"]), float(fake.attributes["high"])
+
+
+def _joinable_fake(graph: Graph, uses: list[Node], value: str) -> Node | None:
+    """The one ``QuantizeDequantize`` of constant scale and zero point among the readers of
+    ``value``, where every other reader is an int8 product quantizing ``value`` on its grid
+    (the same scale; the zero point on the uint8 grid: plus 128 for int8 activations);
+    None otherwise."""
+    fakes = [use for use in uses if use.op_type == FAKE_OP]
+    if len(fakes) != 1 or fakes[0].inputs[0] != value or len(fakes[0].inputs) != 3:
+        return None
+    fake = fakes[0]
+    scale, zero = (_scalar(graph, name) for name in fake.inputs[1:3])
+    if scale is None or zero is None:
+        return None
+    grid_zero = zero + (128 if fake.attributes["low"] < 0 else 0)
+    for use in uses:
+        if use is fake:
+            continue
+        if use.op_type not in (INT8_OP, CONV_INT8_OP) or use.inputs[0] != value or \
+                _scalar(graph, use.inputs[1]) != scale or \
+                _scalar(graph, use.inputs[2]) != grid_zero:
+            return None
+    return fake
 
 
 def _scaled_multiplier(graph: Graph, product: Node | None, scale: str, columns: int,

@@ -26,9 +26,13 @@ activations around it.
 Only pairs it can prove equal are rewritten (``x`` of any float type is quantized in float32,
 as QuantizeLinear here does): scale and zero point constants of one value each (per tensor),
 float32 and 8- or 16-bit integer; every path from the quantized tensor ends, through movement
-ops only (``MOVES``), in a DequantizeLinear of the same scale and zero point, and no value on
-the way is a graph output. Per-channel and blocked pairs (on weights, which constant folding has already turned
-into floats) are left as they are.
+ops (``MOVES``) or, with a positive scale, ops that pick among values by order (``ORDER_PICKS``:
+a QOperator model's 8-bit MaxPool), in a DequantizeLinear of the same zero point, and no value
+on the way is a graph output. A DequantizeLinear with another scale ``d`` (a QOperator op
+written as its definition dequantizes with 1, ``frontend/qoperator.py``) gives
+``QuantizeDequantize(x, scale, zero_point, d)``: the same integers times ``d``. Per-channel and
+blocked pairs (on weights, which constant folding has already turned into floats) are left as
+they are.
 """
 from __future__ import annotations
 
@@ -60,21 +64,25 @@ from tensoralg.onnx.ops.registry import OpImpl, lookup
 OP_TYPE = "QuantizeDequantize"
 
 
-def fake_quantized(x: str, scale: str, zero: str, low: int, high: int) -> str:
+def fake_quantized(x: str, scale: str, zero: str, low: int, high: int,
+                   dequantize: str | None = None) -> str:
     """Statement text of a quantize-dequantize pair on ``x`` with the scale and zero point
-    ``scale`` and ``zero`` (operands' texts: statements of every layer then share kernels).
+    ``scale`` and ``zero`` (operands' texts: statements of every layer then share kernels),
+    dequantized with the scale ``dequantize`` where it is another.
 
     >>> fake_quantized("A(i)", "B", "C", 0, 255)
     '(where(ge(round(A(i) / B) + C, 0), min(round(A(i) / B) + C, 255), 0) - C) * B'
     """
-    return f"{shifted_text(x, scale, zero, low, high)} * {scale}"
+    return f"{shifted_text(x, scale, zero, low, high)} * {dequantize or scale}"
 
 
 def quantize_dequantize(node: NodeContext, x: np.ndarray, scale: np.ndarray, zero: np.ndarray,
-                        *, low: int, high: int) -> np.ndarray:
+                        dequantize: np.ndarray | None = None, *, low: int, high: int
+                        ) -> np.ndarray:
     """The op function of a ``QuantizeDequantize`` node: one float32 statement."""
-    return elementwise(node, lambda a, s, z: fake_quantized(a, s, z, low, high), x, scale, zero,
-                       dtype=np.dtype(np.float32), out_dtype=np.float32)
+    operands = [x, scale, zero] + ([dequantize] if dequantize is not None else [])
+    return elementwise(node, lambda a, s, z, d=None: fake_quantized(a, s, z, low, high, d),
+                       *operands, dtype=np.dtype(np.float32), out_dtype=np.float32)
 
 
 IMPL = OpImpl(OP_TYPE, 1, quantize_dequantize, None, frozenset({"low", "high"}))
@@ -119,14 +127,16 @@ def _quantizer(graph: Graph, node: Node) -> dict[str, Any] | None:
     return {"scale": scale, "zero_point": zero, "low": low, "high": high, "type": out_type}
 
 
-def _same_parameters(graph: Graph, reader: Node, found: dict[str, Any]) -> bool:
-    """Whether DequantizeLinear ``reader`` undoes the quantizer ``found`` exactly."""
+def _undoing_scale(graph: Graph, reader: Node, found: dict[str, Any]) -> float | None:
+    """The scale with which DequantizeLinear ``reader`` dequantizes the integers of the
+    quantizer ``found`` (the same zero point and type; the quantizer's own scale for a pair,
+    or another, as a QOperator op written as its definition dequantizes with 1), or None."""
     undone = _parameters(graph, reader) if reader.op_type == "DequantizeLinear" else None
     if undone is None:
-        return False
+        return None
     scale, zero, zero_type = undone
-    return scale == found["scale"] and zero == found["zero_point"] and \
-        (zero_type is None or zero_type == found["type"])
+    same = zero == found["zero_point"] and (zero_type is None or zero_type == found["type"])
+    return scale if same else None
 
 
 def _float_constant(graph: Graph, taken: set[str], name: str, value: float) -> str:
@@ -149,11 +159,12 @@ ORDER_PICKS = frozenset({"MaxPool", "GlobalMaxPool", "ReduceMax", "ReduceMin"})
 
 def _dequantizers(graph: Graph, start: Node, found: dict[str, Any],
                   readers: dict[str, list[Node]], outputs: set[str]
-                  ) -> tuple[list[Node], list[Node]] | None:
+                  ) -> tuple[list[tuple[Node, float]], list[Node]] | None:
     """The DequantizeLinears that undo QuantizeLinear ``start`` at the end of every path from
-    it, and the movement nodes on those paths; None where some path meets anything else, a
-    value on the way is a graph output, or a DequantizeLinear has other parameters."""
-    ends: list[Node] = []
+    it, each with the scale it dequantizes with, and the movement nodes on those paths; None
+    where some path meets anything else, a value on the way is a graph output, or a
+    DequantizeLinear has another zero point or type."""
+    ends: list[tuple[Node, float]] = []
     moves: list[Node] = []
     frontier = [start.outputs[0]]
     while frontier:
@@ -165,9 +176,10 @@ def _dequantizers(graph: Graph, start: Node, found: dict[str, Any],
             if use.inputs[0] != value:
                 return None
             if use.op_type == "DequantizeLinear":
-                if not _same_parameters(graph, use, found):
+                scale = _undoing_scale(graph, use, found)
+                if scale is None:
                     return None
-                ends.append(use)
+                ends.append((use, scale))
             elif len(use.outputs) == 1 and (use.op_type in MOVES or (
                     use.op_type in ORDER_PICKS and found["scale"] > 0)):
                 moves.append(use)
@@ -186,7 +198,7 @@ def quantize_dequantize_pairs(graph: Graph) -> Graph:
     readers = consumers_of(graph)
     outputs = {v.name for v in graph.outputs}
     taken = value_names(graph)
-    identity = lookup("Identity", graph.opset)
+    identity, mul = lookup("Identity", graph.opset), lookup("Mul", 14)
     replaced: dict[str, Node] = {}
     dropped: set[str] = set()               # the QuantizeLinears replaced
     for node in graph.nodes:
@@ -198,17 +210,30 @@ def quantize_dequantize_pairs(graph: Graph) -> Graph:
         attributes = {"low": found["low"], "high": found["high"]}
         parameters = tuple(_float_constant(graph, taken, f"{node.name}/{what}", found[what])
                            for what in ("scale", "zero_point"))
+
+        def undoing(scale: float) -> tuple[str, ...]:
+            return () if scale == found["scale"] else \
+                (_float_constant(graph, taken, f"{node.name}/dequantize scale", scale),)
         if not moves:
-            for end in ends:
-                replaced[end.name] = Node(end.name, OP_TYPE, (node.inputs[0], *parameters),
+            for end, scale in ends:
+                replaced[end.name] = Node(end.name, OP_TYPE,
+                                          (node.inputs[0], *parameters, *undoing(scale)),
                                           end.outputs, attributes, 1, IMPL)
             dropped.add(node.name)
         else:
-            replaced[node.name] = Node(node.name, OP_TYPE, (node.inputs[0], *parameters),
+            # One node in place of the QuantizeLinear: where the ends dequantize with several
+            # scales, it leaves ``q - z`` and each end multiplies by its scale (the same
+            # float32 product DequantizeLinear computes).
+            scales = {scale for _, scale in ends}
+            shared = ends[0][1] if len(scales) == 1 else 1.0
+            replaced[node.name] = Node(node.name, OP_TYPE,
+                                       (node.inputs[0], *parameters, *undoing(shared)),
                                        node.outputs, attributes, 1, IMPL)
-            for end in ends:
+            for end, scale in ends:
                 replaced[end.name] = Node(end.name, "Identity", end.inputs[:1], end.outputs,
-                                          {}, identity.since, identity)
+                                          {}, identity.since, identity) if scale == shared \
+                    else Node(end.name, "Mul", (end.inputs[0], _float_constant(
+                        graph, taken, f"{end.name}/scale", scale)), end.outputs, {}, 14, mul)
     graph.nodes = [replaced.get(node.name, node) for node in graph.nodes
                    if node.name not in dropped]
     pairs = sum(1 for node in graph.nodes if node.op_type == OP_TYPE)
@@ -473,9 +498,24 @@ def _grid_source(producers: dict[str, Node], value: str) -> Node | None:
     while node is not None and (node.op_type in MOVES or node.op_type in ORDER_PICKS) and \
             node.inputs:
         node = producers.get(node.inputs[0])
-    return node if node is not None and node.op_type == OP_TYPE else None
+    return node if node is not None and node.op_type == OP_TYPE and len(node.inputs) == 3 \
+        else None
 
 
+def _pointwise(node: Node, weight: np.ndarray) -> bool:
+    """Whether a Conv is 1x1, of unit strides and no padding: the int8 kernel over NCHW
+    positions (``program.quantized_conv``) takes it."""
+    attributes = node.attributes
+    return weight.shape[2:] == (1, 1) and all(v == 1 for v in attributes.get("strides") or
+                                              (1, 1)) and \
+        not any(attributes.get("pads") or ()) and \
+        attributes.get("auto_pad", "NOTSET") in ("NOTSET", "VALID")
+
+
+# The fewest input channels a pointwise convolution needs for the int8 kernel over
+# positions, which writes its NCHW planes directly: MobileNetV2 in QDQ with uint8
+# activations, ... (set below from the measurements).
+INT8_POINTWISE_MIN_TERMS = 8
 # The fewest terms (C * KH * KW) a statically quantized convolution's sums have for it to
 # take the int8 GEMM. Its product is written channels-last and transposed into NCHW, then
 # rescaled: more traffic per output than the float route, which writes NCHW planes with the
@@ -548,7 +588,8 @@ def static_quantized_products(graph: Graph) -> Graph:
         weight, weight_scale = found
         weight = weight.T if trans_b else weight         # a product's is K x N
         terms = math.prod(weight.shape[1:]) if conv else weight.shape[0]
-        if conv and terms < INT8_CONV_MIN_TERMS:
+        if conv and terms < (INT8_POINTWISE_MIN_TERMS if _pointwise(node, weight)
+                             else INT8_CONV_MIN_TERMS):
             continue
         if terms * UINT8_SPAN * int(np.max(np.abs(weight.astype(np.int32)), initial=0)) >= \
                 2 ** 31:

@@ -262,8 +262,10 @@ def quantized_matmul_spec(step: Step, recorded: Env, constants: Mapping[str, np.
 def quantized_conv_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]
                         ) -> Spec | None:
     """An ``Int8Conv`` (``ops/int8.py``) as prebound calls of the plan's compiled
-    sequence: the quantized channels-last image and the int8 product into the NCHW output
-    (``program.quantized_conv``) or, with a horizontal dilation, the float patch matrix
+    sequence: the calls of ``program.quantized_conv`` (the quantized planes and the product
+    over positions of a pointwise convolution; else the quantized channels-last image, the
+    int8 product and its transpose into the NCHW output) or, with a horizontal dilation, the
+    float patch matrix
     (``program.im2row_call``), the int8 GEMM and the transpose of its channels-last product
     into the output (``program.transpose_call``)."""
     node = step.node
@@ -287,11 +289,10 @@ def quantized_conv_spec(step: Step, recorded: Env, constants: Mapping[str, np.nd
         source = placeholder(ins[0], x.shape, x.dtype)
         scalars = [placeholder(get, (), np.dtype(np.float32)).reshape(()) for get in ins[1:3]]
         if conv is not None:
-            image, gemm, transpose = conv.bind(source, *scalars,
-                                               outs[0].reshape(n, m, oh, ow))
-            parts: list[Any] = [(image, [("x", ins[0], None), ("scale", ins[1], ()),
-                                         ("zero", ins[2], ())]), (gemm, [("zero", ins[2], ())]),
-                                (transpose, [])]
+            operands = {"x": (ins[0], None), "scale": (ins[1], ()), "zero": (ins[2], ())}
+            parts: list[Any] = [
+                (call, [(name, *operands[name]) for name in getattr(call, "operands", ())])
+                for call in conv.bind(source, *scalars, outs[0].reshape(n, m, oh, ow))]
         else:
             product, patches = buffers
             im2row = program.im2row_call(source, tuple(kernel), geometry.strides,
