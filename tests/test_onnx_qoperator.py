@@ -214,6 +214,25 @@ def test_constant_weight_layers_are_read_as_qdq():
         compiled.stage_text("plan")
 
 
+def test_products_of_two_computed_values_are_read_as_qdq():
+    """Attention's QLinearMatMul in a QOperator transformer: both operands quantized by the
+    graph; it becomes DequantizeLinear -> MatMul -> QuantizeLinear, and the pairs around it
+    fake quantizations (all float), within a step of onnxruntime."""
+    rng = np.random.default_rng(12)
+    a = rng.standard_normal((2, 5, 8)).astype(np.float32)
+    b = rng.standard_normal((2, 8, 6)).astype(np.float32)
+    constants = _scalars(np.uint8, sa=0.03, za=128, sb=0.02, zb=120, sy=0.05, zy=100)
+    nodes = [helper.make_node("QuantizeLinear", ["a", "sa", "za"], ["qa"]),
+             helper.make_node("QuantizeLinear", ["b", "sb", "zb"], ["qb"]),
+             helper.make_node("QLinearMatMul", ["qa", "sa", "za", "qb", "sb", "zb", "sy", "zy"],
+                              ["qy"]),
+             helper.make_node("DequantizeLinear", ["qy", "sy", "zy"], ["y"])]
+    model = _model(nodes, {"a": a, "b": b}, [("y", F32, 3)], constants)
+    compiled = _within_a_step(model, {"a": a, "b": b})
+    assert "1 QLinearMatMul" in compiled.stage_text("plan")
+    assert "fake quantization: 3 QuantizeLinear" in compiled.stage_text("plan")
+
+
 def _float_cnn(rng):
     """Conv -> Relu -> MaxPool -> Conv + skip -> LeakyRelu -> Concat -> AveragePool ->
     GlobalAveragePool -> Gemm -> Sigmoid: every op onnxruntime's quantizer writes as a
