@@ -544,6 +544,28 @@ def test_pairs_whose_ends_dequantize_with_several_scales_through_a_move():
         "== after fake quantization ==")[1].split("== after")[0]
 
 
+def test_pairs_through_split_expand_and_slice():
+    """A QOperator transformer splits its fused QKV product in 8 bits, and Llama repeats its
+    key heads with Expand: the paths through Split (every output), Expand and Slice end in
+    DequantizeLinears, so the pair is one fake quantization; exact."""
+    rng = np.random.default_rng(17)
+    x = _values(rng, (2, 6, 4))
+    constants = {"s": np.array(0.05, np.float32), "z": np.array(128, np.uint8),
+                 "sizes": np.array([2, 4], np.int64), "shape": np.array([3, 2, 2, 4], np.int64),
+                 "starts": np.array([1], np.int64), "ends": np.array([3], np.int64)}
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]),
+             helper.make_node("Split", ["q", "sizes"], ["a", "b"], axis=1),
+             helper.make_node("DequantizeLinear", ["a", "s", "z"], ["ya"]),
+             helper.make_node("Expand", ["a", "shape"], ["e"]),
+             helper.make_node("DequantizeLinear", ["e", "s", "z"], ["ye"]),
+             helper.make_node("Slice", ["b", "starts", "ends"], ["c"]),
+             helper.make_node("DequantizeLinear", ["c", "s", "z"], ["yc"])]
+    model = onnx_model(nodes, {"x": x}, [("ya", F32, [2, 2, 4]), ("ye", F32, [3, 2, 2, 4]),
+                                         ("yc", F32, [1, 4, 4])], constants)
+    compiled = _same_as_onnxruntime(model, {"x": x})
+    assert "fake quantization: 1 QuantizeLinear" in compiled.stage_text("plan")
+
+
 # --- errors ----------------------------------------------------------------------------------
 
 def test_bad_quantized_models_get_clear_errors():

@@ -150,7 +150,7 @@ def _float_constant(graph: Graph, taken: set[str], name: str, value: float) -> s
 # its way to its DequantizeLinear (onnxruntime's quantizer leaves Reshape and Transpose in
 # 8 bits between the two, as before an attention product), and they move floats alike.
 MOVES = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Identity",
-                   "Slice"})
+                   "Slice", "Split", "Expand"})
 # Ops that pick among their input's values by order: they commute with a quantization of
 # positive scale (a nondecreasing map), so on the dequantized floats they give the dequantized
 # result. The QOperator format (frontend/qoperator.py) runs MaxPool on 8-bit tensors.
@@ -180,10 +180,10 @@ def _dequantizers(graph: Graph, start: Node, found: dict[str, Any],
                 if scale is None:
                     return None
                 ends.append((use, scale))
-            elif len(use.outputs) == 1 and (use.op_type in MOVES or (
-                    use.op_type in ORDER_PICKS and found["scale"] > 0)):
+            elif (len(use.outputs) == 1 or use.op_type == "Split") and (
+                    use.op_type in MOVES or (use.op_type in ORDER_PICKS and found["scale"] > 0)):
                 moves.append(use)
-                frontier.append(use.outputs[0])
+                frontier.extend(name for name in use.outputs if name)
             else:
                 return None
     return ends, moves
