@@ -98,9 +98,9 @@ EXPORTERS = {"ts": ("TorchScript", 17), "dynamo": ("dynamo", 18),
              "ts-qdyn": ("TorchScript + quantize_dynamic", 17),
              "ts-qdq": ("TorchScript + quantize_static (QDQ)", 17),
              # quantize_static's default activations are int8 (S8S8), which onnxruntime's
-             # x86 kernels run slowly; uint8 activations (U8S8) are what its documentation
-             # recommends there, in the QDQ and in the QOperator format (QLinearConv and the
-             # com.microsoft QLinear* ops)
+             # x86 kernels run slowly; uint8 activations (U8S8) after quant_pre_process are
+             # what its documentation recommends there, in the QDQ and in the QOperator
+             # format (QLinearConv and the com.microsoft QLinear* ops)
              "ts-qdq-u8": ("TorchScript + quantize_static (QDQ, uint8 activations)", 17),
              "ts-qop": ("TorchScript + quantize_static (QOperator, uint8 activations)", 17),
              # the dynamo exporter at opset 23, where scaled_dot_product_attention becomes
@@ -1249,10 +1249,12 @@ def export(spec: Spec, exporter: str, batch: int) -> Path:
 def quantize(spec: Spec, source: Path, target: Path, how: str, batch: int) -> None:
     """``source`` quantized by onnxruntime's quantizer into ``target``: ``dynamic`` (int8
     weights, activations quantized at run time), ``static`` (int8 weights and activations,
-    QDQ format, scales calibrated on four batches of the spec's inputs), ``static uint8``
-    (the same with uint8 activations) or ``qoperator`` (uint8 activations, int8 weights, the
-    QOperator format, after onnxruntime's ``quant_pre_process``, without which its
-    QOperator quantizer fails on TorchScript exports whose biases are Constant nodes)."""
+    QDQ format, scales calibrated on four batches of the spec's inputs: the quantizer's
+    defaults), ``static uint8`` (uint8 activations, after onnxruntime's
+    ``quant_pre_process``: the setting onnxruntime's documentation recommends on x86, where
+    it runs each layer as one fused u8s8 kernel; without the pre-processing, a TorchScript
+    export's biases, Constant nodes, stay float and its layers do not fuse) or ``qoperator``
+    (the same in the QOperator format, whose quantizer fails without the pre-processing)."""
     quantization = _require("onnxruntime.quantization", "pip install onnxruntime")
     target.parent.mkdir(parents=True, exist_ok=True)
     if how == "dynamic":
@@ -1276,6 +1278,7 @@ def quantize(spec: Spec, source: Path, target: Path, how: str, batch: int) -> No
                        weight_type=quantization.QuantType.QInt8)
     if how == "qoperator":
         options["quant_format"] = quantization.QuantFormat.QOperator
+    if how in ("static uint8", "qoperator"):
         prepared = target.with_name("prepared.onnx")
         quantization.quant_pre_process(str(source), str(prepared))
         source = prepared
