@@ -1278,11 +1278,18 @@ def quantize(spec: Spec, source: Path, target: Path, how: str, batch: int) -> No
                        weight_type=quantization.QuantType.QInt8)
     if how == "qoperator":
         options["quant_format"] = quantization.QuantFormat.QOperator
-    if how in ("static uint8", "qoperator"):
-        prepared = target.with_name("prepared.onnx")
-        quantization.quant_pre_process(str(source), str(prepared))
-        source = prepared
-    quantization.quantize_static(str(source), str(target), Calibration(), **options)
+    here = os.getcwd()
+    # (the pre-processing's symbolic shape inference leaves temporary weight files in the
+    # working directory when it fails, as on DCN: they go to the model's folder)
+    os.chdir(target.parent)
+    try:
+        if how in ("static uint8", "qoperator"):
+            prepared = target.with_name("prepared.onnx")
+            quantization.quant_pre_process(str(source), str(prepared))
+            source = prepared
+        quantization.quantize_static(str(source), str(target), Calibration(), **options)
+    finally:
+        os.chdir(here)
 
 
 TORCH_OUTPUTS = "torch_outputs.npz"
