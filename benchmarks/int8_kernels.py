@@ -7,7 +7,10 @@
   call included) against ``program.dense_layer`` on the same values, float32;
 - a 3x3 convolution of 64 channels over 56 x 56 (ResNet-18's first stage) split into its
   three calls: the quantized channels-last image, the int8 product and the transpose into
-  NCHW (``program.quantized_conv``).
+  NCHW (``program.quantized_conv``);
+- MobileNetV2's pointwise convolutions both ways: over NCHW positions (the quantized planes
+  and the product, what ``program.quantized_conv`` picks for them) and through the
+  channels-last image (image, product, transpose).
 
 The figures the ONNX guide and the int8 GEMM's docstrings quote. Times are the best of 5
 rounds of 20 calls, in µs; the VM these ran on moves by ±10-30%. Prints only; needs AVX-512
@@ -22,8 +25,11 @@ import numpy as np
 
 import tensoralg as ta
 from tensoralg import program
+from tensoralg.runtime.qgemm import QuantizedConv
 
 SHAPES = [(256, 512, 512), (256, 768, 3072), (32, 128, 128), (8, 64, 256)]
+# (input channels, output channels, side) of MobileNetV2's pointwise layers at batch 1
+POINTWISE = [(16, 96, 112), (144, 24, 56), (32, 192, 28), (96, 576, 14), (960, 320, 7)]
 
 
 def best(call) -> float:
@@ -55,6 +61,21 @@ def main() -> int:
     print("3x3 convolution, 64 -> 64 channels over 56 x 56, µs: "
           f"image {best(image):.1f}, product {best(product):.1f}, "
           f"transpose {best(transpose):.1f}")
+    print("pointwise convolutions (MobileNetV2's), µs: over NCHW positions (planes + "
+          "product) against the channels-last image (image + product + transpose)")
+    for c, m, side in POINTWISE:
+        x = rng.standard_normal((1, c, side, side)).astype(np.float32)
+        w = rng.integers(-128, 128, (m, c, 1, 1)).astype(np.int8)
+        out = np.empty((1, m, side, side), np.float32)
+        times = []
+        for positions in (True, False):
+            calls = QuantizedConv(w, (1, 1), (0, 0), (0, 0), positions=positions).bind(
+                x, scale, zero, out)
+            times.append([best(call) for call in calls])
+        print(f"  {c:4d} -> {m:4d} over {side:3d}^2: positions "
+              f"{' + '.join(f'{t:.1f}' for t in times[0])} = {sum(times[0]):7.1f}  image "
+              f"{' + '.join(f'{t:.1f}' for t in times[1])} = {sum(times[1]):7.1f}  ratio "
+              f"{sum(times[1]) / sum(times[0]):4.2f}")
     return 0
 
 

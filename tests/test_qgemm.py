@@ -385,3 +385,19 @@ def test_fake_quantization_in_the_epilogue(grid):
         sums = conv_reference(image, 0.02, 7.0, weight, (1, 1), pads, pads, (1, 1))
         want = fake_reference(epilogue_reference(sums, multipliers, biases, -5.0, 6.0), *grid)
         np.testing.assert_array_equal(got, want.reshape(2, 9, 9, n).transpose(0, 3, 1, 2))
+
+
+@vnni
+def test_pointwise_route_can_be_chosen():
+    """``positions=False`` runs a pointwise convolution through the channels-last image (the
+    same integers); ``positions=True`` on a 3x3 kernel is refused."""
+    rng = np.random.default_rng(14)
+    x = rng.standard_normal((1, 8, 5, 6)).astype(np.float32)
+    w = rng.integers(-128, 128, (10, 8, 1, 1)).astype(np.int8)
+    image = QuantizedConv(w, (1, 1), (0, 0), (0, 0), positions=False)
+    assert not image.pointwise and len(image.bind(
+        x, *scalars(0.03, 9.0), np.empty((1, 10, 5, 6), np.float32))) == 3
+    np.testing.assert_array_equal(image(x, *scalars(0.03, 9.0)),
+                                  QuantizedConv(w, (1, 1), (0, 0), (0, 0))(x, *scalars(0.03, 9.0)))
+    with pytest.raises(ta.ShapeError, match="only a 1x1 convolution"):
+        QuantizedConv(np.ones((2, 2, 3, 3), np.int8), (1, 1), (1, 1), (1, 1), positions=True)

@@ -313,7 +313,10 @@ class QuantizedConv:
     place (``KW * C`` contiguous bytes a row, no patch matrix) into channels-last rows, which
     a third call transposes into the NCHW output. (Scattering each register tile's vectors
     into the planes instead ran 1.03-1.6x slower: 7 layers of MobileNetV2, ResNet-18 and
-    VGG shapes, one thread, ad hoc, 2026-12-07.)
+    VGG shapes, one thread, ad hoc, 2026-12-07.) A pointwise convolution (1x1, unit strides,
+    no padding) instead runs over NCHW positions (``positions``, by default wherever it
+    applies): the input quantized into planes of 4 channels a lane, each tile of 6 output
+    channels x 64 positions stored straight into the output.
 
     >>> if int8_gemm_supported():
     ...     conv = QuantizedConv(np.ones((1, 1, 2, 2), np.int8), (1, 1), (0, 0), (0, 0))
@@ -327,7 +330,8 @@ class QuantizedConv:
     def __init__(self, weight: np.ndarray, strides: tuple[int, int],
                  pads_begin: tuple[int, int], pads_end: tuple[int, int],
                  dilations: tuple[int, int] = (1, 1), cache: DiskCache | None = None,
-                 threads: Any = None, epilogue: Int8Epilogue | None = None) -> None:
+                 threads: Any = None, epilogue: Int8Epilogue | None = None,
+                 positions: bool | None = None) -> None:
         from tensoralg.codegen.qgemm import pack_int8_weight
 
         weight = np.asarray(weight)
@@ -344,9 +348,14 @@ class QuantizedConv:
         self.strides, self.dilations = tuple(strides), tuple(dilations)
         self.pads_begin, self.pads_end = tuple(pads_begin), tuple(pads_end)
         self.threads, self.cache = threads, cache
-        # A pointwise convolution runs over NCHW positions (no image, no transpose).
-        self.pointwise = (self.kh, self.kw) == (1, 1) and self.strides == (1, 1) and \
+        # A pointwise convolution runs over NCHW positions (no image, no transpose) unless
+        # ``positions`` is False (benchmarks/int8_kernels.py times both routes).
+        pointwise = (self.kh, self.kw) == (1, 1) and self.strides == (1, 1) and \
             not any(self.pads_begin) and not any(self.pads_end)
+        if positions and not pointwise:
+            raise ShapeError(f"{self!r}: only a 1x1 convolution of unit strides and no "
+                             f"padding runs over NCHW positions")
+        self.pointwise = pointwise if positions is None else positions
         if self.pointwise:
             self.rows = np.zeros((self.m, self.c4), np.int8)
             self.rows[:, :self.c] = weight.reshape(self.m, self.c)
