@@ -735,3 +735,35 @@ def test_pointwise_layers_take_the_int8_kernel_and_the_next_fake_quantization():
     plan = compiled.stage_text("plan")
     assert "static int8 products: 2 Conv/MatMul/Gemm" in plan
     assert "over NCHW positions" in plan and "fake quantization (0.25, 0.0)" in plan
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_int8_convolutions_write_into_their_concat(batch):
+    """SqueezeNet's fire module in QDQ form: a pointwise and a 3x3 int8 convolution joined by
+    a Concat. At batch 1 each writes its channel block of the Concat's output (a contiguous
+    block), which then copies nothing; at batch 2 the Concat copies. Powers of two: exact."""
+    from tensoralg import program
+
+    if not program.int8_gemm_supported():
+        pytest.skip("this host has no AVX-512 VNNI: the int8 GEMM cannot run")
+    rng = np.random.default_rng(32)
+    x = (rng.integers(-60, 60, (batch, 16, 6, 6)) / 8).astype(np.float32)
+    constants = {"s": np.array(1 / 8, np.float32), "z": np.array(3, np.uint8),
+                 "w1": rng.integers(-8, 8, (8, 16, 1, 1)).astype(np.int8),
+                 "w3": rng.integers(-8, 8, (8, 16, 3, 3)).astype(np.int8),
+                 "ws": np.array(1 / 16, np.float32)}
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xf"]),
+             helper.make_node("DequantizeLinear", ["w1", "ws"], ["w1f"]),
+             helper.make_node("DequantizeLinear", ["w3", "ws"], ["w3f"]),
+             helper.make_node("Conv", ["xf", "w1f"], ["a"]),
+             helper.make_node("Conv", ["xf", "w3f"], ["b"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["a"], ["ar"]),
+             helper.make_node("Relu", ["b"], ["br"]),
+             helper.make_node("Concat", ["ar", "br"], ["c"], axis=1),
+             helper.make_node("MaxPool", ["c"], ["y"], kernel_shape=[2, 2], strides=[2, 2])]
+    model = onnx_model(nodes, {"x": x}, [("y", F32, [batch, 16, 3, 3])], constants)
+    compiled = _same_as_onnxruntime(model, {"x": x})
+    plan = compiled.stage_text("plan")
+    assert "static int8 products: 2 Conv/MatMul/Gemm" in plan
+    assert ("1 in place" in plan) == (batch == 1)

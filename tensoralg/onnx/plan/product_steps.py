@@ -315,7 +315,9 @@ def quantized_conv_spec(step: Step, recorded: Env, constants: Mapping[str, np.nd
                 call()
         return made_of(run, parts)
 
-    spec = Spec(make, scratch, "generated GEMM")
+    # One image: a channel block of a Concat's output is C-contiguous, which every route
+    # writes (SqueezeNet's fire modules and DenseNet join int8 layers so).
+    spec = Spec(make, scratch, "generated GEMM", image_blocks_output=n == 1)
     spec.plan = conv.describe(rows) if conv is not None else \
         f"float patch rows, then {layer.describe(rows)}, then NCHW transpose"
     return spec
