@@ -233,6 +233,32 @@ def test_products_of_two_computed_values_are_read_as_qdq():
     assert "fake quantization: 3 QuantizeLinear" in compiled.stage_text("plan")
 
 
+def test_a_layer_reading_qlinearmul_takes_the_int8_kernel():
+    """QLinearMul's result is quantized with scale 1 (its onnxruntime form), and the next
+    QLinearMatMul dequantizes it with its own scale: the layer still runs on the int8 GEMM,
+    quantizing with 1 and rescaling by the dequantization scale. Powers of two: every route
+    is exact, and equal to onnxruntime."""
+    from tensoralg import program
+
+    rng = np.random.default_rng(13)
+    x = (rng.integers(-40, 40, (6, 16)) / 8).astype(np.float32)
+    constants = {**_scalars(np.uint8, s=1 / 8, z=128, cs=1 / 4, cz=120, ms=1 / 2, mz=128,
+                            sy=4.0, zy=128),
+                 "c": rng.integers(110, 131, (6, 16)).astype(np.uint8),
+                 "w": rng.integers(-8, 8, (16, 5)).astype(np.int8),
+                 "ws": np.array(1 / 16, np.float32), "wz": np.array(0, np.int8)}
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]),
+             helper.make_node("QLinearMul", ["q", "s", "z", "c", "cs", "cz", "ms", "mz"],
+                              ["m"], domain=MS),
+             helper.make_node("QLinearMatMul", ["m", "ms", "mz", "w", "ws", "wz", "sy", "zy"],
+                              ["qy"]),
+             helper.make_node("DequantizeLinear", ["qy", "sy", "zy"], ["y"])]
+    model = _model(nodes, {"x": x}, [("y", F32, 2)], constants)
+    compiled = check_every_level(model, {"x": x}, rtol=0, atol=0)
+    if program.int8_gemm_supported():
+        assert "static int8 products: 1 Conv/MatMul/Gemm" in compiled.stage_text("plan")
+
+
 def _float_cnn(rng):
     """Conv -> Relu -> MaxPool -> Conv + skip -> LeakyRelu -> Concat -> AveragePool ->
     GlobalAveragePool -> Gemm -> Sigmoid: every op onnxruntime's quantizer writes as a

@@ -496,10 +496,9 @@ def _grid_source(producers: dict[str, Node], value: str) -> Node | None:
     QOperator model's MaxPool between two layers); None otherwise."""
     node = producers.get(value)
     while node is not None and (node.op_type in MOVES or node.op_type in ORDER_PICKS) and \
-            node.inputs:
+            node.inputs and (len(node.outputs) == 1 or node.op_type == "Split"):
         node = producers.get(node.inputs[0])
-    return node if node is not None and node.op_type == OP_TYPE and len(node.inputs) == 3 \
-        else None
+    return node if node is not None and node.op_type == OP_TYPE else None
 
 
 def _pointwise(node: Node, weight: np.ndarray) -> bool:
@@ -594,12 +593,17 @@ def static_quantized_products(graph: Graph) -> Graph:
         if terms * UINT8_SPAN * int(np.max(np.abs(weight.astype(np.int32)), initial=0)) >= \
                 2 ** 31:
             continue
-        x, scale_name, zero_name = source.inputs
+        x, scale_name, zero_name = source.inputs[:3]
+        # The integers' value is their scale of dequantization (another than the one they
+        # were quantized with where a QOperator op's definition quantizes with 1).
+        undo_name = source.inputs[3] if len(source.inputs) > 3 else scale_name
         if graph.types.get(x) != FLOAT32_TYPE:
             continue            # the int8 kernels quantize float32 (a float64 x is not known)
         if source.outputs[0] != node.inputs[0]:
-            x = node.inputs[0]  # on the grid already: quantizing it again gives its integers
-        scale = float(graph.constants[scale_name])
+            # on the grid already: quantizing it again with the scale it was dequantized with
+            # gives its integers
+            x, scale_name = node.inputs[0], undo_name
+        scale = float(graph.constants[undo_name])
         shift = 128 if source.attributes["low"] < 0 else 0
         grid_zero = _float_constant(graph, taken, f"{node.name}/uint8 zero",
                                     float(graph.constants[zero_name]) + shift)
