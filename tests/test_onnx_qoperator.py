@@ -382,3 +382,16 @@ def test_contrib_ops_inside_a_subgraph_are_refused():
     model = _model([node], feeds, [("y", U8, 1)], _scalars(np.uint8, s=0.1, z=0))
     with pytest.raises(ta.UnsupportedError, match=r"node inner.*QLinearSigmoid.*com.microsoft"):
         tonnx.load(model)
+
+
+@pytest.mark.parametrize("op, inputs", [("QLinearAdd", ["x", "s", "z", "x"]),
+                                        ("QLinearConcat", ["s", "z", "x", "s"]),
+                                        ("QGemm", ["x", "s"])])
+def test_malformed_contrib_nodes_are_model_errors(op, inputs):
+    """onnx.checker does not know the com.microsoft schemas: a node with too few inputs is
+    a ModelError naming it and what it takes, not an IndexError."""
+    node = helper.make_node(op, inputs, ["y"], domain=MS, name="bad")
+    model = _model([node], {"x": np.zeros((2, 3), np.uint8)}, [("y", U8, 2)],
+                   _scalars(np.uint8, s=0.1, z=0))
+    with pytest.raises(ta.ModelError, match=rf"node bad \({op}\): {len(inputs)} input\(s\)"):
+        tonnx.load(model)

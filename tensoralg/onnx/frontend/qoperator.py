@@ -36,6 +36,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 import tensoralg as ta
+from tensoralg.onnx.frontend.errors import ModelError
 
 MICROSOFT = "com.microsoft"
 
@@ -50,6 +51,7 @@ class _Writer:
             {v.name for v in graph.input} | {n.name for n in graph.node} | \
             {name for n in graph.node for name in (*n.input, *n.output)}
         self.constants = {init.name: init for init in graph.initializer}
+        self.arrays: dict[str, np.ndarray] = {}       # the constants read so far
         self.produced = {name for n in graph.node for name in n.output}
         self.initializers: list[onnx.TensorProto] = []
         self.nodes: list[onnx.NodeProto] = []
@@ -63,7 +65,9 @@ class _Writer:
 
     def constant(self, name: str) -> np.ndarray | None:
         init = self.constants.get(name) if name else None
-        return None if init is None else numpy_helper.to_array(init)
+        if init is not None and name not in self.arrays:
+            self.arrays[name] = numpy_helper.to_array(init)
+        return None if init is None else self.arrays[name]
 
     def initializer(self, base: str, value: np.ndarray) -> str:
         name = self.fresh(base)
@@ -355,6 +359,14 @@ def _layer(w: _Writer, node: onnx.NodeProto) -> bool:
         all(name in w.produced for name in (node.input[0], node.input[3]))
 
 
+# The fewest inputs each op has (its optional zero points and bias left out).
+FEWEST_INPUTS = {"QLinearAdd": 7, "QLinearMul": 7, "QLinearSigmoid": 4, "QLinearLeakyRelu": 4,
+                 "QLinearGlobalAveragePool": 4, "QLinearAveragePool": 4, "QLinearConcat": 5,
+                 "QLinearSoftmax": 4, "QLinearWhere": 8, "QLinearReduceMean": 4, "QGemm": 6,
+                 "QuantizeLinear": 2, "DequantizeLinear": 2, "QLinearConv": 8,
+                 "QLinearMatMul": 8}
+
+
 STANDARD: dict[str, Callable[[_Writer, onnx.NodeProto, str], None]] = {
     "QLinearConv": _qlinear_conv,
     "QLinearMatMul": _qlinear_matmul,
@@ -394,6 +406,14 @@ def qoperator_as_qdq(model: onnx.ModelProto, opset: int) -> tuple[onnx.ModelProt
         if rewrite is None:
             nodes.append(node)
             continue
+        if len(node.input) < FEWEST_INPUTS[node.op_type] or not node.output or \
+                (node.op_type == "QLinearConcat" and (len(node.input) - 2) % 3):
+            raise ModelError(f"node {where} ({node.op_type}): {len(node.input)} input(s) and "
+                             f"{len(node.output)} output(s); it takes at least "
+                             f"{FEWEST_INPUTS[node.op_type]} inputs" +
+                             (" (Y_scale, Y_zero_point, then X, X_scale, X_zero_point per "
+                              "input)" if node.op_type == "QLinearConcat" else "") +
+                             " and one output")
         writer.nodes = []
         rewrite(writer, node, where)
         nodes.extend(writer.nodes)
