@@ -23,6 +23,7 @@ from tensoralg.onnx.frontend.graph import (
 from tensoralg.onnx.ops.int8 import CONV_INT8_OP, INT8_OP
 from tensoralg.onnx.passes.folding import constant_clip_bounds
 from tensoralg.onnx.passes.quantized import OP_TYPE as FAKE_OP
+from tensoralg.onnx.passes.quantized import per_tensor_constant
 
 
 def _per_column(value: np.ndarray | None, columns: int, conv: bool) -> np.ndarray | None:
@@ -145,9 +146,10 @@ def int8_epilogues(graph: Graph) -> Graph:
 
 
 def _scalar(graph: Graph, name: str) -> float | None:
-    value = graph.constants.get(name)
-    return float(value.reshape(-1)[0]) if value is not None and value.size == 1 and \
-        value.dtype == np.float32 else None
+    """A float32 per-tensor constant's value, else None."""
+    value = per_tensor_constant(graph, name)
+    return float(value.reshape(-1)[0]) if value is not None and value.dtype == np.float32 \
+        else None
 
 
 def _fake_parameters(graph: Graph, fake: Node) -> tuple[float, float, float, float]:

@@ -88,7 +88,9 @@ def quantize_dequantize(node: NodeContext, x: np.ndarray, scale: np.ndarray, zer
 IMPL = OpImpl(OP_TYPE, 1, quantize_dequantize, None, frozenset({"low", "high"}))
 
 
-def _per_tensor(graph: Graph, name: str | None) -> np.ndarray | None:
+def per_tensor_constant(graph: Graph, name: str | None) -> np.ndarray | None:
+    """The constant ``name`` where it holds one value (a per-tensor scale or zero point),
+    else None."""
     if not name:
         return None
     value = graph.constants.get(name)
@@ -101,9 +103,9 @@ def _parameters(graph: Graph, node: Node) -> tuple[float, int, np.dtype | None] 
     axis, fed at run time, a chosen ``output_dtype``)."""
     if node.attributes.get("block_size", 0) or node.attributes.get("output_dtype", 0):
         return None
-    scale = _per_tensor(graph, node.inputs[1])
+    scale = per_tensor_constant(graph, node.inputs[1])
     zero_name = node.inputs[2] if len(node.inputs) > 2 else ""
-    zero = _per_tensor(graph, zero_name)
+    zero = per_tensor_constant(graph, zero_name)
     if scale is None or scale.dtype != np.float32 or (zero_name and zero is None):
         return None
     if zero is None:
