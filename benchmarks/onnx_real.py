@@ -562,6 +562,45 @@ def _signals(kind: str) -> Callable[[int, np.random.Generator], dict[str, np.nda
     return feeds
 
 
+def _spectrogram(kind: str) -> Callable[[], Any]:
+    """A held-out audio classifier on a spectrogram computed in the model, as keyword
+    spotting and sound event models export ``torch.stft`` (an STFT node): ``kws_cnn`` (400-point
+    Hann frames 160 apart, power, a 40-band filter bank, log, two convolutions) or
+    ``logmel_cnn`` (``center=True``: a reflect pad first, magnitudes, 64 bands, a deeper CNN)."""
+    def build():
+        torch = _torch()
+        centred = kind == "logmel_cnn"
+        bands = 64 if centred else 40
+
+        class Spectrogram(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.register_buffer("window", torch.hann_window(400))
+                self.register_buffer("bank", torch.rand(201, bands) / 10)
+                widths = (1, 16, 32, 64) if centred else (1, 16, 32)
+                layers: list[Any] = []
+                for a, b in zip(widths, widths[1:]):
+                    layers += [torch.nn.Conv2d(a, b, 3, padding=1), torch.nn.BatchNorm2d(b),
+                               torch.nn.ReLU(), torch.nn.MaxPool2d(2)]
+                self.features = torch.nn.Sequential(*layers, torch.nn.AdaptiveAvgPool2d(1))
+                self.out = torch.nn.Linear(widths[-1], 12)
+
+            def forward(self, wav):
+                spec = torch.stft(wav, n_fft=400, hop_length=160, window=self.window,
+                                  center=centred, return_complex=False)
+                power = (spec ** 2).sum(-1)
+                if centred:
+                    power = torch.sqrt(power + 1e-9)
+                mel = torch.log(torch.matmul(power.transpose(1, 2), self.bank) + 1e-6)
+                return self.out(self.features(mel.unsqueeze(1)).flatten(1))
+        return Spectrogram().eval()
+    return build
+
+
+def _waveforms(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    return {"wav": rng.standard_normal((n, 16000)).astype(np.float32)}
+
+
 def _tokens(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
     mask = np.ones((n, TOKENS), np.int64)
     mask[:, TOKENS - 4:] = rng.integers(0, 2, (n, 4))    # some padding, so the mask matters
@@ -1197,6 +1236,10 @@ HELD_OUT = [
       for name, mode, padding in (("embedding_bag_max", "max", None),
                                   ("embedding_bag_padded", "mean", 0),
                                   ("embedding_bag_max_padded", "max", 3))],
+    # a twelfth group (2026-12-07): spectrogram front ends (STFT), as audio classifiers export
+    # torch.stft, one second of 16 kHz audio
+    *[Spec(kind, "torch", 8, _spectrogram(kind), _waveforms, held_out=True)
+      for kind in ("kws_cnn", "logmel_cnn")],
 ]
 SPECS.update((spec.name, spec) for spec in HELD_OUT)
 HELD_OUT_REPORT = HERE / "ONNX_HELD_OUT_RESULTS.md"

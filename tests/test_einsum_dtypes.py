@@ -51,6 +51,29 @@ def test_narrow_sparse_operands_keep_scipys_family_and_dtype(dtype):
     np.testing.assert_array_equal(ta.einsum("ij,j->i", A, x), np.einsum("ij,j->i", A.toarray(), x))
 
 
+def test_sparse_result_of_float16_stays_float32_with_a_warning():
+    """A sparse (scipy) result that NumPy's rules make float16, which scipy cannot hold: the
+    float32 values come back, and a warning says why (scipy raised ValueError before)."""
+    A = sp.csr_array(np.eye(3, dtype=np.uint8))
+    with pytest.warns(UserWarning, match="scipy cannot hold float16"):
+        got = ta.einsum("ij,ij->ij", A, np.full((3, 3), 2, np.float16))
+    assert sp.issparse(got) and got.dtype == np.float32
+    np.testing.assert_array_equal(got.toarray(), 2 * np.eye(3))
+
+
+@pytest.mark.parametrize("values, dtype", [([True, True], np.bool_), ([200, 200], np.uint8)])
+@pytest.mark.parametrize("layout", ["coo", "csr"])
+def test_duplicate_entries_add_up_in_their_own_dtype(values, dtype, layout):
+    """Two stored entries at one position are one value of the matrix's own dtype (True,
+    or 144 after uint8 wraps), as scipy's toarray gives, before being widened for the
+    product (they were added after widening: 2, 400)."""
+    A = sp.coo_matrix((np.array(values, dtype), ([0, 0], [1, 1])), shape=(2, 3))
+    A = A if layout == "coo" else sp.csr_matrix((A.data, A.col, [0, 2, 2]), shape=(2, 3))
+    b = np.arange(12, dtype=np.int32).reshape(3, 4)
+    np.testing.assert_array_equal(ta.einsum("ij,jk->ik", A, b),
+                                  np.einsum("ij,jk->ik", A.toarray(), b))
+
+
 def test_mixed_dtypes_promote_as_numpy_does():
     a8, a16, u64, i64 = (np.arange(6).reshape(2, 3).astype(t)
                          for t in (np.int8, np.float16, np.uint64, np.int64))

@@ -48,10 +48,13 @@ def test_model_failing_the_checker():
 
 def test_unsupported_op_is_refused_at_load_naming_node_and_inputs():
     model = _model([helper.make_node("Relu", ["x"], ["r"]),
-                    helper.make_node("Bernoulli", ["r"], ["y"], name="draw")],
-                   [helper.make_tensor_value_info("x", F32, [2, 3, 3])],
-                   [helper.make_tensor_value_info("y", F32, [2, 3, 3])])
-    with pytest.raises(ta.UnsupportedError, match=r"node draw \(Bernoulli, inputs \['r'\]\)"):
+                    helper.make_node("MaxRoiPool", ["r", "rois"], ["y"], name="pool",
+                                     pooled_shape=[1, 1])],
+                   [helper.make_tensor_value_info("x", F32, [1, 2, 3, 3]),
+                    helper.make_tensor_value_info("rois", F32, [1, 5])],
+                   [helper.make_tensor_value_info("y", F32, [1, 2, 1, 1])])
+    with pytest.raises(ta.UnsupportedError,
+                       match=r"node pool \(MaxRoiPool, inputs \['r', 'rois'\]\)"):
         tonnx.load(model)
 
 
@@ -180,11 +183,14 @@ def test_a_constant_too_large_to_make_loads_and_fails_clearly_at_run(level):
 
 
 def test_every_unsupported_node_is_named_at_once():
-    model = _model([helper.make_node("Bernoulli", ["x"], ["a"], name="first"),
+    model = _model([helper.make_node("MaxRoiPool", ["x", "rois"], ["a"], name="first",
+                                     pooled_shape=[1, 1]),
                     helper.make_node("Relu", ["a"], ["b"]),
-                    helper.make_node("RandomUniformLike", ["b"], ["y"], name="second")],
-                   [helper.make_tensor_value_info("x", F32, [3, 3])],
-                   [helper.make_tensor_value_info("y", F32, [3, 3])], opset=18)
-    with pytest.raises(ta.UnsupportedError, match=r"(?s)node first \(Bernoulli.*1 more node.*"
-                                                  r"node second \(RandomUniformLike"):
+                    helper.make_node("MaxRoiPool", ["b", "rois"], ["y"], name="second",
+                                     pooled_shape=[1, 1])],
+                   [helper.make_tensor_value_info("x", F32, [1, 2, 3, 3]),
+                    helper.make_tensor_value_info("rois", F32, [1, 5])],
+                   [helper.make_tensor_value_info("y", F32, [1, 2, 1, 1])], opset=18)
+    with pytest.raises(ta.UnsupportedError, match=r"(?s)node first \(MaxRoiPool.*1 more node.*"
+                                                  r"node second \(MaxRoiPool"):
         tonnx.load(model)

@@ -1,7 +1,8 @@
 """Less common ONNX ops against onnxruntime (or NumPy where onnxruntime lacks the op's opset)
 at every opt level (level 3 three times, for the static plan): GlobalLpPool, CumProd,
-ReverseSequence, CenterCropPad, Unique, Det, the spectral windows, and AffineGrid feeding
-GridSample as a spatial transformer does; then the errors bad inputs get."""
+ReverseSequence, CenterCropPad, Unique, Det, the spectral windows, AffineGrid feeding
+GridSample as a spatial transformer does, and MaxPool's indices feeding MaxUnpool as SegNet's
+decoder does; then the errors bad inputs get."""
 from __future__ import annotations
 
 import numpy as np
@@ -135,7 +136,32 @@ def test_volumetric_affine_grid():
     _check(model, {"theta": theta})
 
 
+@pytest.mark.parametrize("size", [8, 9])
+def test_segnet_unpooling(size):
+    """MaxPool with indices, a convolution, then MaxUnpool back to the pooled input's shape
+    (odd sizes need ``output_shape``): the indices are flat positions in that shape."""
+    rng = np.random.default_rng(size)
+    x = rng.standard_normal((2, 3, size, size)).astype(np.float32)
+    w = rng.standard_normal((3, 3, 3, 3)).astype(np.float32)
+    nodes = [helper.make_node("MaxPool", ["x"], ["p", "i"], kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("Conv", ["p", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("MaxUnpool", ["c", "i", "s"], ["y"], kernel_shape=[2, 2],
+                              strides=[2, 2])]
+    model = onnx_model(nodes, {"x": x}, [("y", TensorProto.FLOAT, [2, 3, size, size])],
+                       {"w": w})
+    _check(model, {"x": x}, rtol=1e-5, atol=1e-5)
+
+
 def test_bad_inputs_get_clear_errors():
+    pooled = np.ones((1, 1, 2, 2), np.float32)
+    unpool = onnx_model([helper.make_node("MaxUnpool", ["x", "i"], ["y"], kernel_shape=[2, 2],
+                                          strides=[2, 2])],
+                        {"x": pooled, "i": np.array([[[[0, 1, 2, 16]]]]).reshape(1, 1, 2, 2)},
+                        [("y", TensorProto.FLOAT, [1, 1, 4, 4])])
+    with pytest.raises(ta.ShapeError, match="outside the output"):
+        tonnx.load(unpool, opt_level=0).run(
+            {"x": pooled, "i": np.array([0, 1, 2, 16]).reshape(1, 1, 2, 2)})
     x = np.ones((2, 3, 3), np.float32)
     lengths = np.array([4, 1, 1], np.int64)
     model = onnx_model([helper.make_node("ReverseSequence", ["x", "l"], ["y"])],

@@ -58,6 +58,10 @@ SKIPS = {
 # Cases whose expected outputs (from onnx's reference implementation) differ from onnxruntime's,
 # compared with onnxruntime instead, each with the reason.
 ONNXRUNTIME_ORACLE = {
+    "test_maxunpool_export_with_output_shape":
+        "the reference scatters into the inferred shape and pads that into output_shape; "
+        "onnxruntime (and tensoralg) read the indices as flat positions in output_shape, as "
+        "MaxPool's Indices of an input of that shape are",
     "test_resize_downsample_scales_linear_align_corners":
         "align_corners divides by the fractional output size scale * in - 1 in the reference, "
         "by the integer output size - 1 in onnxruntime (and tensoralg)",
@@ -65,6 +69,12 @@ ONNXRUNTIME_ORACLE = {
         "align_corners divides by the fractional output size scale * in - 1 in the reference, "
         "by the integer output size - 1 in onnxruntime (and tensoralg)",
 }
+
+
+# Random draws: the expected values are one generator's stream (NumPy's legacy seeding), and
+# tensoralg draws from PCG64 (distributions: tests/test_onnx_sampling.py). These cases are held
+# to their outputs' dtypes, shapes and the set of values the expected output takes.
+RANDOM_CASES = ("test_bernoulli*",)
 
 
 def _skip_reason(name: str) -> str | None:
@@ -135,6 +145,9 @@ def _compare(model, feeds, outputs, case) -> None:
         actual = got[info.name]
         assert actual.dtype == expected.dtype, f"{info.name}: dtype {actual.dtype}"
         assert actual.shape == expected.shape, f"{info.name}: shape {actual.shape}"
+        if any(fnmatch.fnmatchcase(case.name, p) for p in RANDOM_CASES):
+            assert set(np.unique(actual)) <= set(np.unique(expected)) | {0, 1}, info.name
+            continue
         if expected.dtype.kind == "f":
             # float16 results are computed in float32 and rounded once per node; onnx's
             # reference rounds inside a node too (a softmax's sum), so they may differ by one
@@ -164,6 +177,8 @@ def test_node_case_static_plan(case):
     if _skip_reason(case.name) is not None:
         pytest.skip(_skip_reason(case.name))
     run_case(case, opt_level=3, repeat=3)
+    if any(fnmatch.fnmatchcase(case.name, p) for p in RANDOM_CASES):
+        return          # two models draw different values
     # New float values, same shapes: the plan must not have baked any input value in.
     fast, reference = tonnx.load(case.model, opt_level=3), tonnx.load(case.model, opt_level=0)
     rng = np.random.default_rng(0)

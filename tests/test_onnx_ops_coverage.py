@@ -310,12 +310,18 @@ def _if(condition, then_branch, else_branch, outputs=("y",)):
                             then_branch=then_branch, else_branch=else_branch)
 
 
-def _plus_one_or_det():
-    """Then: x + 1; else: Bernoulli(x), an op tensoralg has no kernel for (never resolved when the
-    condition is decided at load, so the model still loads)."""
+def _plus_one_or_loss():
+    """Then: x + 1; else: x plus its NegativeLogLikelihoodLoss against its ArgMax, a loss op
+    tensoralg has no kernel for (never resolved when the condition is decided at load, so the
+    model still loads)."""
     one = numpy_helper.from_array(np.ones(1, np.float32), "one")
+    axis = numpy_helper.from_array(np.array([1], np.int64), "axis")
     then_branch = _branch("then", [helper.make_node("Add", ["x", "one"], ["t"])], ["t"], [one])
-    else_branch = _branch("else", [helper.make_node("Bernoulli", ["x"], ["e"])], ["e"])
+    else_branch = _branch("else", [
+        helper.make_node("ArgMax", ["x"], ["best"], axis=1, keepdims=0),
+        helper.make_node("NegativeLogLikelihoodLoss", ["x", "best"], ["loss"], reduction="none"),
+        helper.make_node("Unsqueeze", ["loss", "axis"], ["column"]),
+        helper.make_node("Add", ["x", "column"], ["e"])], ["e"], [axis])
     return then_branch, else_branch
 
 
@@ -324,7 +330,7 @@ def _has_if(compiled):
 
 
 def test_if_on_a_constant_is_inlined_at_load():
-    then_branch, else_branch = _plus_one_or_det()
+    then_branch, else_branch = _plus_one_or_loss()
     feeds = {"x": (_normal(_rng(), 3, 4), ["N", 4])}
     nodes = [helper.make_node("Constant", [], ["c"], value=numpy_helper.from_array(
         np.array(True))), _if("c", then_branch, else_branch)]
@@ -338,7 +344,7 @@ def test_if_on_a_constant_is_inlined_at_load():
 def test_if_on_a_static_dimension_is_inlined_at_load(pick):
     """cond = Shape(x)[1] == 4 (or Shape(x)[-1:] == [4]) with a free batch dimension:
     decided by shape inference."""
-    then_branch, else_branch = _plus_one_or_det()
+    then_branch, else_branch = _plus_one_or_loss()
     feeds = {"x": (_normal(_rng(), 3, 4), ["N", 4])}
     if pick == "gather":
         dimension = helper.make_node("Gather", ["s", "one_index"], ["d"], axis=0)
@@ -426,13 +432,14 @@ def test_runtime_if_switching_branches_under_the_static_plan():
 
 
 def test_runtime_if_with_an_unsupported_op_names_the_branch_node():
-    then_branch, else_branch = _plus_one_or_det()
+    then_branch, else_branch = _plus_one_or_loss()
     feeds = {"x": _normal(_rng(), 3, 3)}
     nodes = [helper.make_node("ReduceSum", ["x"], ["total"], keepdims=0),
              helper.make_node("Greater", ["total", "zero"], ["c"]),
              _if("c", then_branch, else_branch)]
     model = _model(nodes, feeds, constants={"zero": np.array(0.0, np.float32)})
-    with pytest.raises(ta.UnsupportedError, match=r"node choose\.else/n0 \(Bernoulli"):
+    with pytest.raises(ta.UnsupportedError,
+                       match=r"node choose\.else/n1 \(NegativeLogLikelihoodLoss"):
         tonnx.load(model)
 
 

@@ -370,33 +370,28 @@ def test_softplus_loads_at_every_opset_and_does_not_overflow():
 
 
 def test_an_unsupported_op_on_constants_is_evaluated_at_load():
-    """An op the importer has no kernel for (here MelWeightMatrix) whose inputs are all
-    constants is run once at load by onnx's reference implementation (and named in the plan),
-    at every level; a TorchScript export of nn.MultiheadAttention computes such ops on
+    """An op the importer has no kernel for (here NegativeLogLikelihoodLoss) whose inputs are
+    all constants is run once at load by onnx's reference implementation (and named in the
+    plan), at every level; a TorchScript export of nn.MultiheadAttention computes such ops on
     Constants. The same op on a graph input is still refused, naming the node."""
-    scalars = {"bins": np.array(3, np.int64), "dft": np.array(8, np.int64),
-               "rate": np.array(100, np.int64), "low": np.array(0.0, np.float32),
-               "high": np.array(50.0, np.float32)}
-    nodes = [h.make_node("Constant", [], [name], value=_const(f"{name}_v", value))
-             for name, value in scalars.items()]
-    nodes += [h.make_node("MelWeightMatrix", list(scalars), ["m"], name="mel"),
-              h.make_node("ReduceSum", ["m", "axes"], ["s"], keepdims=0),
-              h.make_node("Add", ["x", "s"], ["y"])]
-    nodes.insert(0, h.make_node("Constant", [], ["axes"],
-                                value=_const("axes_v", np.array([0], np.int64))))
+    scores = np.log(np.arange(1, 13, dtype=np.float32).reshape(3, 4))
+    nodes = [h.make_node("Constant", [], ["scores"], value=_const("scores_v", scores)),
+             h.make_node("Constant", [], ["target"],
+                         value=_const("target_v", np.array([0, 3, 1], np.int64))),
+             h.make_node("NegativeLogLikelihoodLoss", ["scores", "target"], ["m"], name="loss",
+                         reduction="none"),
+             h.make_node("Add", ["x", "m"], ["y"])]
     model = _model(nodes, [h.make_tensor_value_info("x", F32, [3])],
                    [h.make_tensor_value_info("y", F32, [3])], [])
     levels = check_all_levels(model, {"x": np.ones(3, np.float32)})
-    assert "node mel (MelWeightMatrix) evaluated at load by onnx's reference" in levels[0].ir()
-    on_input = _model([h.make_node("MelWeightMatrix", ["n", "d", "r", "lo", "hi"], ["y"],
-                                   name="mel")],
-                      [h.make_tensor_value_info("n", TensorProto.INT64, []),
-                       h.make_tensor_value_info("d", TensorProto.INT64, []),
-                       h.make_tensor_value_info("r", TensorProto.INT64, []),
-                       h.make_tensor_value_info("lo", F32, []),
-                       h.make_tensor_value_info("hi", F32, [])],
-                      [h.make_tensor_value_info("y", F32, ["a", "b"])], [])
-    with pytest.raises(ta.UnsupportedError, match="node mel \\(MelWeightMatrix"):
+    assert "node loss (NegativeLogLikelihoodLoss) evaluated at load by onnx's reference" in \
+        levels[0].ir()
+    on_input = _model([h.make_node("NegativeLogLikelihoodLoss", ["s", "t"], ["y"], name="loss",
+                                   reduction="none")],
+                      [h.make_tensor_value_info("s", F32, [3, 4]),
+                       h.make_tensor_value_info("t", TensorProto.INT64, [3])],
+                      [h.make_tensor_value_info("y", F32, [3])], [])
+    with pytest.raises(ta.UnsupportedError, match="node loss \\(NegativeLogLikelihoodLoss"):
         tonnx.load(on_input)
 
 

@@ -23,6 +23,7 @@ casts every operand to ``dtype`` (which ``casting="unsafe"`` allows for objects)
 """
 from __future__ import annotations
 
+import warnings
 from typing import Any, Sequence
 
 import numpy as np
@@ -103,6 +104,12 @@ def widened(operands: Sequence[Any], dtype: Any) -> tuple[tuple, np.dtype, np.dt
 
 
 def _convert(operand: Any, dtype: np.dtype) -> Any:
+    if getattr(operand, "has_canonical_format", True) is False and \
+            hasattr(operand, "sum_duplicates"):
+        # A scipy matrix's duplicate entries add up in its own dtype (two True entries are
+        # True, two uint8 200s wrap to 144): add them before widening, not after.
+        operand = operand.copy()
+        operand.sum_duplicates()
     if hasattr(operand, "astype") and not isinstance(operand, np.generic):
         return operand.astype(dtype)
     return np.asarray(operand).astype(dtype)
@@ -118,7 +125,16 @@ def narrowed(result: Any, dtype: np.dtype) -> Any:
         if isinstance(result, np.generic) or np.isscalar(result):
             return np.asarray(result).astype(dtype)[()]
         if hasattr(result, "astype"):
-            return result.astype(dtype)
+            try:
+                return result.astype(dtype)
+            except (ValueError, TypeError, NotImplementedError):
+                # scipy.sparse holds no float16, nor can pydata sparse's compressed formats
+                # (numba): keep the values in the dtype they were computed in, and say so
+                library = type(result).__module__.split(".")[0]
+                warnings.warn(f"the {type(result).__name__} result is {result.dtype}, not "
+                              f"{np.dtype(dtype)}: {library} cannot hold {np.dtype(dtype)} "
+                              f"values here", stacklevel=3)
+                return result
     return result
 
 

@@ -34,6 +34,7 @@ from onnx import numpy_helper
 from tensoralg.onnx.frontend.graph import Graph, fresh_name
 from tensoralg.onnx.frontend.reference import reference_fold
 from tensoralg.onnx.ops.kernels import KernelSet
+from tensoralg.onnx.ops.sampling import RANDOM_OPS
 from tensoralg.onnx.plan.executor import Executor
 
 # An inlined branch may hold Ifs of its own, decided in the next round; nesting deeper than
@@ -72,12 +73,19 @@ def inline_decided_ifs(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[st
 
 def condition_values(model: onnx.ModelProto) -> dict[str, np.ndarray]:
     """The values known at load among those the top-level Ifs' conditions depend on."""
+    return values_known_at_load(model, [node.input[0] for node in model.graph.node
+                                        if node.op_type == "If" and node.input])
+
+
+def values_known_at_load(model: onnx.ModelProto, names: Iterable[str]) -> dict[str, np.ndarray]:
+    """The values known at load among ``names`` and those they depend on in the top-level
+    graph: initializers, and what Shape, Size and small arithmetic on known values give."""
     graph = model.graph
     nodes = list(graph.node)        # one wrapper per node, so that ids below stay valid
     producer = {name: node for node in nodes for name in node.output if name}
     wanted: set[str] = set()
     cone: set[int] = set()
-    stack = [node.input[0] for node in nodes if node.op_type == "If" and node.input]
+    stack = [name for name in names if name]
     while stack:
         name = stack.pop()
         if not name or name in wanted:
@@ -160,7 +168,8 @@ def _evaluate(node: onnx.NodeProto, known: dict[str, np.ndarray],
         start, end = (int(known[name].reshape(-1)[0]) for name in inputs[1:3])
         _set_vector(node.output[0], partial[inputs[0]][start:end], known, partial)
         return
-    if op_type in _SIZED_BY_VALUE or any(name and name not in known for name in inputs):
+    if op_type in _SIZED_BY_VALUE or op_type in RANDOM_OPS or \
+            any(name and name not in known for name in inputs):
         return
     if any(known[name].size > MAX_ELEMENTS for name in inputs if name):
         return

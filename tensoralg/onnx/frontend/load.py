@@ -29,6 +29,7 @@ from tensoralg.onnx.frontend.errors import ModelError
 from tensoralg.onnx.frontend.graph import Graph, Node, ValueInfo
 from tensoralg.onnx.frontend.qoperator import CONTRIB, MICROSOFT, qoperator_as_qdq
 from tensoralg.onnx.frontend.reference import DEFAULT_DOMAINS, reference_fold
+from tensoralg.onnx.frontend.sequences import ALL_SEQUENCE_OPS, static_sequences
 from tensoralg.onnx.ops import lookup, shape_math  # noqa: F401  (shape_math: Size, Range, ...)
 from tensoralg.onnx.ops.constant import numpy_dtype, tensor_value
 from tensoralg.onnx.passes.bags.loops import recognise_bag_loops
@@ -181,8 +182,11 @@ def resolve_node(proto: onnx.NodeProto, name: str, opset: int) -> Node:
         version = opset
     impl = lookup(proto.op_type, version)
     if impl is None:
+        hint = "" if proto.op_type not in ALL_SEQUENCE_OPS else (
+            " here: sequences are resolved at load into tensor ops only where a sequence is "
+            "not a graph output and no Loop, If or SequenceMap reads it")
         raise ta.UnsupportedError(f"{where}: op {proto.op_type} (version {version}) is not "
-                                  f"supported by the tensoralg ONNX importer")
+                                  f"supported by the tensoralg ONNX importer{hint}")
     attributes = attribute_values(proto)
     unknown = impl.unknown_attributes(attributes)
     if unknown:
@@ -208,6 +212,8 @@ def load_graph(model: onnx.ModelProto) -> tuple[Graph, onnx.ModelProto]:
     model, notes = inline_decided_ifs(model)
     model, quantized_notes = qoperator_as_qdq(model, opset)
     notes.extend(quantized_notes)
+    model, sequence_notes = static_sequences(model, opset)
+    notes.extend(sequence_notes)
     graph = model.graph
     constants = {init.name: tensor_value(init) for init in graph.initializer}
     for sparse in graph.sparse_initializer:  # dense here; level 3 compresses mostly-zero weights

@@ -25,10 +25,12 @@ from tensoralg.onnx.ops import (  # noqa: F401  (imported for their registration
     reduce,
     resize,
     rounding,
+    sampling,
     scan,
     scatter,
     selection,
     softmax,
+    spectral,
     spectral_windows,
     variadic,
 )

@@ -1,5 +1,5 @@
-"""ScatterND, ScatterElements, OneHot and Col2Im: values written at positions read from a tensor
-(Col2Im: at the positions of sliding blocks).
+"""ScatterND, ScatterElements, OneHot, MaxUnpool and Col2Im: values written at positions read
+from a tensor (Col2Im: at the positions of sliding blocks).
 
 NumPy steps (data movement, like GatherND in ``indexing.py``). Every index is checked against
 its axis before anything is written: an index outside the data is a ``ShapeError`` naming the
@@ -123,7 +123,54 @@ def one_hot(node: NodeContext, indices: np.ndarray, depth: np.ndarray, values: n
     return np.where(hot, on, off).astype(np.asarray(values).dtype)
 
 
-__all__ = ["scatter_nd", "scatter_elements", "one_hot"]
+@op("MaxUnpool", since=11)
+def max_unpool(node: NodeContext, x: np.ndarray, indices: np.ndarray,
+               output_shape: np.ndarray | None = None, *, kernel_shape: list[int],
+               pads: list[int] | None = None, strides: list[int] | None = None) -> np.ndarray:
+    """The inverse of MaxPool with indices (SegNet's decoder): zeros of the pooled input's
+    shape with each value of ``x`` written at its flat index from MaxPool's ``Indices``
+    (which count over the whole ``(N, C, *spatial)`` tensor). The shape is ``output_shape``
+    when given, else ``(in - 1) * stride + kernel - pad_begin - pad_end`` per spatial axis.
+
+    >>> from tensoralg.onnx.ops.kernels import KernelSet
+    >>> node = NodeContext("u", "MaxUnpool", ("x", "i"), ("y",), 11, KernelSet("llvm"))
+    >>> max_unpool(node, np.array([[[[5.0]]]]), np.array([[[[3]]]]), kernel_shape=[2, 2],
+    ...            strides=[2, 2]).tolist()
+    [[[[0.0, 0.0], [0.0, 5.0]]]]
+    """
+    rank = len(kernel_shape)
+    strides = list(strides or [1] * rank)
+    pads = list(pads or [0] * (2 * rank))
+    if x.ndim != rank + 2 or indices.shape != x.shape or len(strides) != rank or \
+            len(pads) != 2 * rank:
+        raise ta.ShapeError(f"{node}: x {x.shape} must be (N, C, *spatial) of the rank of "
+                            f"kernel_shape {list(kernel_shape)} (strides {strides}, pads "
+                            f"{pads}), and indices {indices.shape} the same shape")
+    if indices.dtype.kind not in "iu":
+        raise ta.ShapeError(f"{node}: indices must be integers, got {indices.dtype}")
+    if output_shape is not None:
+        shape = tuple(int(v) for v in np.asarray(output_shape).reshape(-1))
+        if len(shape) != x.ndim or shape[:2] != x.shape[:2] or min(shape) < 0:
+            raise ta.ShapeError(f"{node}: output_shape {list(shape)} must be (N, C, *spatial) "
+                                f"with x's N and C {list(x.shape[:2])}")
+    else:
+        shape = x.shape[:2] + tuple(
+            (x.shape[d + 2] - 1) * strides[d] + kernel_shape[d] - pads[d] - pads[d + rank]
+            for d in range(rank))
+        if min(shape) < 0:
+            raise ta.ShapeError(f"{node}: kernel_shape {list(kernel_shape)}, strides {strides}"
+                                f" and pads {pads} give a negative output shape {shape}")
+    out = np.zeros(math.prod(shape), dtype=x.dtype)
+    flat = indices.reshape(-1).astype(np.int64, copy=False)
+    if flat.size and (flat.min() < 0 or flat.max() >= out.size):
+        raise ta.ShapeError(f"{node}: an index of {node.inputs[1]} is outside the output "
+                            f"{list(shape)} ({out.size} values)")
+    node.note(f"numpy scatter into zeros {list(shape)}")
+    out[flat] = x.reshape(-1)
+    return out.reshape(shape)
+
+
+__all__ = ["scatter_nd", "scatter_elements", "one_hot", "max_unpool"]
 
 
 @op("Col2Im", since=18)

@@ -226,8 +226,9 @@ def _conv_operands(graph: Graph, node: Node) -> tuple[np.ndarray | None, tuple |
                                                       tuple | None]:
     """A Conv's constant float weight (None for another node or weight) and its input's and
     output's static shapes (None where not static)."""
-    weight = graph.constants.get(node.inputs[1]) \
-        if node.op_type == "Conv" and len(node.inputs) >= 2 else None
+    if node.op_type != "Conv" or len(node.inputs) < 2:
+        return None, None, None
+    weight = graph.constants.get(node.inputs[1])
     if weight is not None and weight.dtype.kind != "f":
         weight = None
     return weight, graph.static_shapes.get(node.inputs[0]), \

@@ -23,6 +23,7 @@ import onnx
 
 from tensoralg.onnx.frontend.graph import Graph, Node
 from tensoralg.onnx.ops.kernels import KernelSet, NodeContext
+from tensoralg.onnx.ops.sampling import RANDOM_OPS
 from tensoralg.onnx.passes.attention import attention_as_products
 from tensoralg.onnx.passes.bags.recognise import recognise_bags
 from tensoralg.onnx.passes.conv_ranks import (
@@ -57,8 +58,8 @@ from tensoralg.onnx.passes.small_powers import small_powers_as_products
 from tensoralg.onnx.passes.sparse_weights import find_sparse_weights
 from tensoralg.onnx.plan.executor import call_node
 
-# Ops never evaluated at load time even with constant inputs.
-_NOT_FOLDED = frozenset({"Dropout"})
+# Ops never evaluated at load time even with constant inputs: random draws differ per run.
+NOT_FOLDED = frozenset({"Dropout"}) | RANDOM_OPS
 
 
 def infer_static_shapes(graph: Graph, model: onnx.ModelProto) -> Graph:
@@ -167,7 +168,7 @@ def fold_constants(graph: Graph, kernels: KernelSet) -> Graph:
             end = node.attributes.get("end")
             constants[node.outputs[0]] = np.array(static[start:end], dtype=np.int64)
             folded += 1
-        elif node.op_type not in _NOT_FOLDED and \
+        elif node.op_type not in NOT_FOLDED and \
                 all(not name or name in constants for name in node.inputs) and \
                 _small_enough(node, constants):
             context = NodeContext(node.name, node.op_type, node.inputs, node.outputs,

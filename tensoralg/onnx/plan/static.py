@@ -49,6 +49,7 @@ import numpy as np
 
 import tensoralg as ta
 from tensoralg import program
+from tensoralg.onnx.ops.sampling import RANDOM_OPS
 from tensoralg.onnx.passes.bags.sparse_feeds import SparseFeed, densified
 from tensoralg.onnx.plan.branches import (
     Footprint,
@@ -627,7 +628,7 @@ def _is_no_op_cast(node: Any, recorded: Env) -> bool:
 
 SHAPE_OPS = {"Shape", "Size"}
 # Ops whose output is not a function of their inputs' values.
-UNSTABLE_OPS = {"RandomNormalLike", "RandomUniformLike", "Bernoulli", "Multinomial"}
+UNSTABLE_OPS = RANDOM_OPS
 
 
 def _shape_values(steps: list[Step], constants: Mapping[str, np.ndarray]) -> frozenset[str]:
