@@ -46,6 +46,14 @@ def test_model_failing_the_checker():
         tonnx.load(model)
 
 
+def test_output_declared_without_a_shape_says_how_to_declare_it():
+    model = _model([helper.make_node("Relu", ["x"], ["y"])],
+                   [helper.make_tensor_value_info("x", F32, [2, 3])],
+                   [helper.make_tensor_value_info("y", F32, None)], check=False)
+    with pytest.raises(tonnx.ModelError, match="declared without a shape; give it one"):
+        tonnx.load(model)
+
+
 def test_unsupported_op_is_refused_at_load_naming_node_and_inputs():
     model = _model([helper.make_node("Relu", ["x"], ["r"]),
                     helper.make_node("MaxRoiPool", ["r", "rois"], ["y"], name="pool",

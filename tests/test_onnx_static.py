@@ -481,23 +481,83 @@ def test_a_concat_of_rows_still_copies():
     assert concat.plan is None or "no copy" not in concat.plan
 
 
-def test_plans_of_many_batch_sizes_are_evicted_and_forgotten():
-    from tensoralg.onnx.plan.static import MAX_PLANS
+def test_plans_of_many_batch_sizes_are_evicted_and_forgotten(monkeypatch):
+    from tensoralg.onnx.plan import static
+    monkeypatch.setattr(static, "MAX_PLANS", 4)
+    monkeypatch.setattr(static, "PLAN_AFTER_RUNS_WHEN_FULL", 3)
     model, feeds = MODELS["mlp"](np.random.default_rng(31))
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     compiled = tonnx.load(model, opt_level=3)
     rng = np.random.default_rng(32)
     name = next(iter(feeds))
-    for batch in range(1, 3 * MAX_PLANS + 2):
+    for batch in range(1, 3 * static.MAX_PLANS + 2):
         data = {name: rng.standard_normal((batch, *feeds[name].shape[1:])).astype(np.float32)}
-        for _ in range(3):             # record, plan, then the fast path
+        for _ in range(4):             # record, plan, then the fast path
             got = compiled.run(data)["y"]
         np.testing.assert_allclose(got, session.run(None, data)[0], rtol=RTOL, atol=ATOL)
     live = [p for p in compiled.specialiser.plans.values() if p is not None]
-    assert len(live) <= MAX_PLANS and not any(p.retired for p in live)
+    assert len(live) == static.MAX_PLANS and not any(p.retired for p in live)
     known = [plan for plan, _ in compiled._known_plans.values()]
-    assert len(known) <= 2 * MAX_PLANS + 1
-    assert sum(plan.retired for plan in known) <= MAX_PLANS + 1
+    assert sum(not plan.retired for plan in known) <= static.MAX_PLANS
+
+
+def test_a_recurring_shape_keeps_its_plan_among_many_passing_ones(monkeypatch):
+    """Variable-length traffic: one shape that keeps coming back and many that pass by. The
+    recurring shape's plan is the least recently run one never (eviction goes by last run,
+    not by age), and once the model holds MAX_PLANS plans a passing shape seen twice builds
+    none (it would take PLAN_AFTER_RUNS_WHEN_FULL runs), so nothing is rebuilt."""
+    from tensoralg.onnx.plan import static
+    monkeypatch.setattr(static, "MAX_PLANS", 3)
+    model, feeds = MODELS["mlp"](np.random.default_rng(33))
+    compiled = tonnx.load(model, opt_level=3)
+    rng = np.random.default_rng(34)
+    name = next(iter(feeds))
+
+    def batch_of(n):
+        return {name: rng.standard_normal((n, *feeds[name].shape[1:])).astype(np.float32)}
+
+    hot = batch_of(2)
+    for _ in range(3):
+        compiled.run(hot)
+    plans = compiled.specialiser.plans
+    hot_plan = plans[compiled.specialiser.signature(hot)]
+    assert hot_plan is not None
+    for n in range(3, 15):
+        compiled.run(hot)
+        for _ in range(2):
+            compiled.run(batch_of(n))
+    live = [p for p in plans.values() if p is not None]
+    assert len(live) == 3 and plans[compiled.specialiser.signature(hot)] is hot_plan
+    assert not hot_plan.retired
+    passing = batch_of(20)
+    for run in range(static.PLAN_AFTER_RUNS_WHEN_FULL):
+        assert compiled.specialiser.signature(passing) not in plans, run
+        compiled.run(passing)
+    assert plans[compiled.specialiser.signature(passing)] is not None    # earned, evicting one
+    assert not hot_plan.retired
+
+
+def test_light_plans_of_many_shapes_then_their_compiled_sequences(monkeypatch):
+    """Past LIGHT_PLANS_FROM plans a model gets light plans (steps called from Python, no
+    compiled sequence), which compile their sequences once run COMPILE_LIGHT_AFTER_RUNS times;
+    every run matches onnxruntime."""
+    from tensoralg.onnx.plan import static
+    monkeypatch.setattr(static, "LIGHT_PLANS_FROM", 1)
+    monkeypatch.setattr(static, "COMPILE_LIGHT_AFTER_RUNS", 3)
+    model, feeds = MODELS["mlp"](np.random.default_rng(35))
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    compiled = tonnx.load(model, opt_level=3)
+    name = next(iter(feeds))
+    rng = np.random.default_rng(36)
+    for batch in (2, 5):
+        data = {name: rng.standard_normal((batch, *feeds[name].shape[1:])).astype(np.float32)}
+        for run in range(6):
+            got = compiled.run(data)["y"]
+            np.testing.assert_allclose(got, session.run(None, data)[0], rtol=RTOL, atol=ATOL)
+            plan = compiled.specialiser.plans.get(compiled.specialiser.signature(data))
+            if batch == 5 and run == 1:
+                assert plan.light and not plan.sequences and "light" in plan.describe()
+        assert not plan.light and plan.sequences     # the first plan full, the next compiled
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

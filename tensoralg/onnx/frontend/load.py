@@ -112,7 +112,13 @@ def check_model(model: onnx.ModelProto) -> None:
         onnx.checker.check_model(model)
     except (onnx.checker.ValidationError, ValueError) as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise ModelError(f"the model fails onnx.checker: {first}") from None
+        hint = ""
+        if "Field 'shape' of 'type' is required" in first:
+            # onnx.helper.make_tensor_value_info(name, type, None) writes no shape at all
+            hint = (" (a graph input or output declared without a shape; give it one, with "
+                    "symbolic dimensions where unknown: make_tensor_value_info(name, type, "
+                    "['batch', 'd1']))")
+        raise ModelError(f"the model fails onnx.checker: {first}{hint}") from None
 
 
 def opset_of(model: onnx.ModelProto) -> int:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
@@ -137,10 +138,18 @@ def gemm_epilogue(statement: str, operands: Mapping[str, tuple[str, tuple[int, .
     return None
 
 
+# Dense layers by the constants they pack, shared by the plans of one model (a model served
+# with many input shapes keeps a plan per shape; each used to pack its own copy of every weight).
+# Weak values: a layer goes with the last plan that holds it, and while it lives so do the
+# model's constants, so their ids cannot be reused.
+_LAYERS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+
 def layer_of(weight: np.ndarray, trans_b: bool, epilogue: Epilogue | None,
              constants: Mapping[str, np.ndarray], dtype: np.dtype) -> DenseLayer | None:
     """The dense layer for a constant ``weight`` (K x N, or N x K with ``trans_b``) and the
-    epilogue, or None when the bias is not a constant of ``dtype``."""
+    epilogue, or None when the bias is not a constant of ``dtype``; one layer per weight,
+    bias and activation, whichever plan asks."""
     w = weight.T if trans_b else weight
     if w.ndim != 2 or w.dtype != dtype:
         return None
@@ -149,9 +158,15 @@ def layer_of(weight: np.ndarray, trans_b: bool, epilogue: Epilogue | None,
         bias = constants.get(epilogue.bias)
         if bias is None or bias.dtype != dtype:
             return None
-        bias = bias.reshape(-1)
-    return dense_layer(np.ascontiguousarray(w), bias,
-                       relu=epilogue is not None and epilogue.relu)
+    relu = epilogue is not None and epilogue.relu
+    key = (id(weight), weight.ctypes.data, weight.shape, trans_b,
+           None if bias is None else (id(bias), bias.ctypes.data), relu, np.dtype(dtype).str)
+    layer = _LAYERS.get(key)
+    if layer is None:
+        layer = dense_layer(np.ascontiguousarray(w), None if bias is None else bias.reshape(-1),
+                            relu=relu)
+        _LAYERS[key] = layer
+    return layer
 
 
 def layer_run(layer: Any, a_get: Getter, out: np.ndarray, a_shape: tuple[int, ...]) -> Run:

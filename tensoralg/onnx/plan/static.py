@@ -3,7 +3,8 @@
 The first run with new input shapes runs node by node (:class:`~tensoralg.onnx.plan.executor.
 Executor`); the second records the shape and dtype of every value (so a batch size seen once
 costs nothing extra). From those, a :class:`StaticPlan` is built and used for every later run
-with the same shapes:
+with the same shapes (how many plans a model keeps, and the light plans of a model that sees
+many shapes: :class:`Specialiser`, ``MAX_PLANS``, ``LIGHT_PLANS_FROM``):
 
 - **Memory plan.** Every value a node produces lives in an *arena* chosen by lifetime
   (:func:`~tensoralg.onnx.plan.memory.assign_arenas`): a buffer takes over an arena whose previous
@@ -40,6 +41,7 @@ the node. A plan is used by one thread at a time; a concurrent call runs node by
 """
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from dataclasses import dataclass
@@ -112,12 +114,19 @@ class StaticPlan:
         self.arenas = arenas          # keeps the buffers alive
         self.lock = threading.Lock()
         self.retired = False          # dropped or evicted by its Specialiser: not to be run
+        self.last_run = next(_TICKS)  # when it last ran: the least recent is evicted first
+        self.light = False            # built without compiled sequences (build_plan)
+        self.runs = 0
         # Sparse feeds every reader takes in CSR: handed over as they are, never densified.
         self.csr_feeds: frozenset[str] = frozenset()
 
     def run(self, feeds: Mapping[str, Any],
             timer: Callable[[Step, float], Any] | None = None) -> Env:
         """The graph outputs for ``feeds`` (shapes as recorded); raises :class:`Replan`."""
+        self.last_run = next(_TICKS)
+        self.runs += 1
+        if self.light and self.runs == COMPILE_LIGHT_AFTER_RUNS:
+            self.compile_sequences()
         env: Env = {name: _feed_value(feeds[name], name in self.csr_feeds)
                     for name in self.feeds}
         for name, base, shape in self.aliases:
@@ -160,6 +169,13 @@ class StaticPlan:
         return [c.name for s in self.sequences for c in s.calls
                 if isinstance(c, program.NativeGroup)]
 
+    def compile_sequences(self) -> None:
+        """Give a light plan its compiled sequences (its shape has come back often enough to
+        pay for their builds); no concurrent branches, whose memory plan it does not have."""
+        _compile_sequences(self, [parts_of(step.run) for step in self.steps],
+                           {name: root for name, root, _ in self.aliases}, {}, None)
+        self.light = False
+
     def describe(self) -> str:
         kinds: dict[str, int] = {}
         for step in self.steps:
@@ -169,6 +185,9 @@ class StaticPlan:
         sequences = (f"; {native} kernel calls in {len(self.sequences)} compiled "
                      f"sequence{'s' * (len(self.sequences) != 1)}" if self.sequences else "")
         sequences += "".join(f"; {name}" for name in self.groups())
+        if self.light:
+            sequences += ("; light (the model has many input shapes: calls made from Python, "
+                          "no compiled sequence)")
         return (f"static plan: {len(self.steps)} steps ({counts or 'none'}){sequences}; "
                 f"{self.memory}")
 
@@ -182,13 +201,16 @@ def _feed_value(value: Any, as_csr: bool) -> Any:
 
 
 def build_plan(executor: Executor, feeds: Mapping[str, Any], recorded: Env,
-               concurrent: bool = True) -> StaticPlan:
+               concurrent: bool = True, sequences: bool = True) -> StaticPlan:
     """The static plan of ``executor``'s graph for these feeds, from the values of one run.
 
     ``concurrent``: look for branches to run at once (with more than one thread). When some
     were found but none proved faster, the plan is built again without them, so that its
-    buffers are not kept apart for nothing.
+    buffers are not kept apart for nothing. ``sequences=False`` builds a light plan: its
+    prebound calls run from Python, one step at a time, with no compiled sequence (and no
+    concurrent branches), which spares the LLVM builds of its sequences (~15 ms each).
     """
+    concurrent = concurrent and sequences
     graph = executor.graph
     outputs = {v.name for v in graph.outputs}
     constants = graph.constants
@@ -309,6 +331,9 @@ def build_plan(executor: Executor, feeds: Mapping[str, Any], recorded: Env,
     plan = StaticPlan(steps, [getter(v.name) for v in graph.outputs],
                       [n for n in feeds if n not in constants], dynamic_aliases, memory, arenas)
     plan.csr_feeds = _csr_only(shared["sparse feeds"], specs, outputs, base)
+    if not sequences:
+        plan.light = True
+        return plan
     _compile_sequences(plan, [parts_of(step.run) for step in steps],
                        {name: root for name, root, _ in dynamic_aliases}, feeds,
                        pool if windows else None)
@@ -665,7 +690,26 @@ def _generic(step: Step, ins: list[Getter], names: list[str], outs: list[np.ndar
     return run
 
 
-MAX_PLANS = 8   # input-shape signatures kept per model
+# Plans kept per model (one per input-shape signature): variable-length inputs (a transformer
+# served with dynamic sequence lengths) use many signatures, and rebuilding an evicted plan
+# costs 0.02-0.4 s. KEPT_PLANS are always kept; more, up to MAX_PLANS, while the plans' arenas
+# plus, per plan, the model's constant bytes (a bound on the weights a plan may pack or
+# transform for itself) stay within PLAN_MEMORY_BUDGET.
+KEPT_PLANS = 8
+MAX_PLANS = 128
+PLAN_MEMORY_BUDGET = 1 << 30
+# Runs of a signature before its plan is built: the second, while the model keeps fewer than
+# MAX_PLANS plans; once it is full (a new plan evicts the least recently run one), only a
+# signature that keeps coming back earns a plan.
+PLAN_AFTER_RUNS = 2
+PLAN_AFTER_RUNS_WHEN_FULL = 8
+# From this many plans on, a model sees many shapes: new plans are light (no compiled
+# sequences, build_plan), a few milliseconds to build instead of a tenth of a second or more;
+# a light plan compiles its sequences on its COMPILE_LIGHT_AFTER_RUNS-th run (a small BERT:
+# ~70 ms to build them, ~0.35 ms saved a run, 2026-12-07).
+LIGHT_PLANS_FROM = 4
+COMPILE_LIGHT_AFTER_RUNS = 256
+_TICKS = itertools.count()
 
 
 class Specialiser:
@@ -677,7 +721,8 @@ class Specialiser:
         self.executor = executor
         self.plans: dict[tuple, StaticPlan | None] = {}
         self.notes: dict[tuple, str] = {}
-        self.seen: set[tuple] = set()
+        self.seen: dict[tuple, int] = {}     # runs of each signature without a plan
+        self.constant_bytes: int | None = None
         self.on_plan: Callable[[StaticPlan], Any] | None = None   # told of each new plan
 
     def run(self, feeds: Mapping[str, np.ndarray],
@@ -688,13 +733,15 @@ class Specialiser:
             return self.executor.run(densified(feeds), timer)
         signature = self.signature(feeds)
         if signature not in self.plans:
-            # A signature seen once may never come back (a variable batch size): only the
-            # second run with it records values and builds a plan.
-            if signature not in self.seen:
-                if len(self.seen) >= 64 * MAX_PLANS:
+            # A signature seen once may never come back (a variable batch size): only a later
+            # run with it records values and builds a plan (PLAN_AFTER_RUNS).
+            runs = self.seen.get(signature, 0) + 1
+            if runs < self._runs_before_plan():
+                if signature not in self.seen and len(self.seen) >= 64 * MAX_PLANS:
                     self.seen.clear()
-                self.seen.add(signature)
+                self.seen[signature] = runs
                 return self.executor.run(densified(feeds), timer)
+            self.seen.pop(signature, None)
             # The plan reads the recorded values' shapes, dtypes and addresses, and the
             # values themselves only of what it may take as constants (and the outputs).
             read = _shape_values(self.executor.steps, constants).union(
@@ -730,17 +777,41 @@ class Specialiser:
                       a.csr.indices.dtype.str if isinstance(a, SparseFeed) else "")
                      for name, a in feeds.items())
 
+    def _live(self) -> list[tuple[tuple, StaticPlan]]:
+        return [(k, p) for k, p in self.plans.items() if p is not None]
+
+    def _runs_before_plan(self) -> int:
+        live = self._live()
+        full = len(live) >= MAX_PLANS or (
+            len(live) >= KEPT_PLANS and self.constant_bytes is not None and
+            sum(p.memory.planned + self.constant_bytes for _, p in live) > PLAN_MEMORY_BUDGET)
+        return PLAN_AFTER_RUNS_WHEN_FULL if full else PLAN_AFTER_RUNS
+
     def _build(self, signature: tuple, feeds: Mapping[str, np.ndarray], recorded: Env) -> None:
-        if len(self.plans) >= MAX_PLANS:
-            oldest = self.plans.pop(next(iter(self.plans)))
-            if oldest is not None:
-                oldest.retired = True
         try:
-            plan = build_plan(self.executor, feeds, recorded)
+            plan = build_plan(self.executor, feeds, recorded,
+                              sequences=len(self._live()) < LIGHT_PLANS_FROM)
         except ta.TensorAlgebraError as err:
             self.plans[signature] = None
             self.notes[signature] = f"no static plan: {err}"
             return
+        live = self._live()
+        if self.constant_bytes is None:
+            self.constant_bytes = sum(v.nbytes for v in self.executor.graph.constants.values())
+        each = self.constant_bytes
+        held = plan.memory.planned + each + sum(p.memory.planned + each for _, p in live)
+        while live and (len(live) >= MAX_PLANS or
+                        (len(live) >= KEPT_PLANS and held > PLAN_MEMORY_BUDGET)):
+            # the least recently run plan goes (a dropped signature's None entries stay: they
+            # say that signature needs no new attempt)
+            key, oldest = min(live, key=lambda item: item[1].last_run)
+            oldest.retired = True
+            del self.plans[key]
+            held -= oldest.memory.planned + each
+            live = self._live()
+        if len(self.plans) >= 4 * MAX_PLANS:       # forget old refusals too
+            for key in [k for k, p in self.plans.items() if p is None][:MAX_PLANS]:
+                del self.plans[key]
         self.plans[signature] = plan
         self.notes[signature] = plan.describe()
         if self.on_plan is not None:

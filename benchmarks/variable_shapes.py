@@ -1,0 +1,108 @@
+#!/usr/bin/env python
+"""A transformer served with a different sequence length at every call, against onnxruntime.
+
+    python benchmarks/variable_shapes.py [--calls 200] [--passes 3] [--out FILE.json]
+
+Exports a small BERT (``transformers``, 2 layers, hidden 128, random weights; the ``bench``
+extra) with its batch and sequence axes dynamic, as users export models they serve, and runs a
+stream of ``--calls`` calls of batch 2 whose lengths are drawn from 8 to 63 tokens (seed 0), the
+same stream ``--passes`` times. tensoralg (opt level 3, one thread) builds a static plan per
+input shape on its second run and keeps up to ``MAX_PLANS`` of them (``onnx/plan/static.py``),
+so the first pass pays for node-by-node runs and plan builds and later passes mostly run plans;
+onnxruntime (one intra-op thread) runs every shape the same way. Every output is checked against
+onnxruntime's. Prints one line per pass: both totals, their ratio (onnxruntime / tensoralg,
+above 1: tensoralg faster) and tensoralg's slowest call.
+"""
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+import tensoralg as ta
+import tensoralg.onnx as tonnx
+
+
+def export_bert() -> bytes:
+    """The ONNX bytes of a small random BERT with dynamic batch and sequence axes."""
+    import torch
+    import transformers
+
+    config = transformers.BertConfig(vocab_size=1000, hidden_size=128, num_hidden_layers=2,
+                                     num_attention_heads=2, intermediate_size=256)
+    inner = transformers.BertModel(config).eval()
+
+    class Encoder(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, ids, mask):
+            return self.inner(ids, attention_mask=mask, return_dict=False)[0]
+
+    ids = torch.randint(0, 1000, (2, 16))
+    buffer = io.BytesIO()
+    axes = {0: "batch", 1: "tokens"}
+    with torch.no_grad():
+        torch.onnx.export(Encoder(), (ids, torch.ones_like(ids)), buffer, dynamo=False,
+                          opset_version=17, input_names=["ids", "mask"],
+                          dynamic_axes={"ids": axes, "mask": axes})
+    return buffer.getvalue()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--calls", type=int, default=200)
+    parser.add_argument("--passes", type=int, default=3)
+    parser.add_argument("--out", help="write the figures as JSON here")
+    args = parser.parse_args()
+    import onnxruntime as ort
+
+    model = export_bert()
+    ta.set_num_threads(1)
+    compiled = tonnx.load(model, opt_level=3)
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(0)
+    stream = []
+    for length in rng.integers(8, 64, args.calls):
+        ids = rng.integers(0, 1000, (2, int(length))).astype(np.int64)
+        stream.append({"ids": ids, "mask": np.ones_like(ids)})
+    passes = []
+    for k in range(args.passes):
+        ours = theirs = slowest = 0.0
+        for feeds in stream:
+            start = time.perf_counter()
+            got = compiled.run(feeds)
+            middle = time.perf_counter()
+            want = session.run(None, feeds)[0]
+            end = time.perf_counter()
+            np.testing.assert_allclose(next(iter(got.values())), want, rtol=1e-3, atol=1e-4)
+            ours += middle - start
+            theirs += end - middle
+            slowest = max(slowest, middle - start)
+        plans = [p for p in compiled.specialiser.plans.values() if p is not None]
+        passes.append({"pass": k + 1, "tensoralg_s": ours, "onnxruntime_s": theirs,
+                       "ratio": theirs / ours, "slowest_call_s": slowest,
+                       "plans": len(plans), "light_plans": sum(p.light for p in plans)})
+        print(f"pass {k + 1}: tensoralg {ours * 1e3:8.1f} ms, onnxruntime {theirs * 1e3:7.1f} ms,"
+              f" ratio {theirs / ours:5.2f}, slowest call {slowest * 1e3:6.1f} ms, "
+              f"{len(plans)} plans ({passes[-1]['light_plans']} light)")
+    if args.out:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True).stdout.strip()
+        with open(args.out, "w", encoding="utf-8") as handle:
+            json.dump({"script": "benchmarks/variable_shapes.py", "commit": commit,
+                       "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "calls": args.calls,
+                       "passes": passes}, handle, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
