@@ -135,6 +135,19 @@ class _Writer:
         self.constants.append(onnx.numpy_helper.from_array(value, name))
         return name
 
+    def each(self, op_type: str, items: list[str], base: str, node_name: str, axis: int
+             ) -> list[str]:
+        """``op_type`` (Squeeze or Unsqueeze) of each of ``items`` along ``axis``: the new
+        values' names."""
+        made = []
+        for k, item in enumerate(items):
+            target = self.name(f"{base}_{k}")
+            inputs, extra = self.axes(node_name, axis)
+            self.add(op_type, [item, *inputs], [target], f"{node_name}/{op_type.lower()}_{k}",
+                     **extra)
+            made.append(target)
+        return made
+
     def axes(self, node_name: str, axis: int) -> tuple[list[str], dict[str, Any]]:
         """Squeeze/Unsqueeze's axes: an input from opset 13, an attribute before."""
         if self.opset >= 13:
@@ -259,18 +272,13 @@ def _concat(w: _Writer, node: onnx.NodeProto, items: list[str], attributes: dict
         return
     if axis < 0:
         # new_axis counts the new dimension: -1 is after the last one
-        rank = len(dims.get(items[0]) or []) or None
-        if rank is None:
+        shape = dims.get(items[0])
+        if shape is None:
             raise _Refused("a negative axis with new_axis=1 needs its elements' rank, which "
                            "shape inference does not give")
-        axis += rank + 1
-    expanded = []
-    for k, item in enumerate(items):
-        piece = w.name(f"{out}/unsqueezed_{k}")
-        inputs, extra = w.axes(name, axis)
-        w.add("Unsqueeze", [item, *inputs], [piece], f"{name}/unsqueeze_{k}", **extra)
-        expanded.append(piece)
-    w.add("Concat", expanded, [out], name, axis=axis)
+        axis += len(shape) + 1
+    w.add("Concat", w.each("Unsqueeze", items, f"{out}/unsqueezed", name, axis), [out], name,
+          axis=axis)
 
 
 def _split(w: _Writer, node: onnx.NodeProto, attributes: dict[str, Any],
@@ -315,13 +323,7 @@ def _split(w: _Writer, node: onnx.NodeProto, attributes: dict[str, Any],
     if keepdims or given:
         # keepdims=0 applies only when no split is given (each piece then has length 1)
         return pieces
-    squeezed = []
-    for k, piece in enumerate(pieces):
-        target = w.name(f"{node.output[0]}/element_{k}")
-        inputs, extra = w.axes(name, axis)
-        w.add("Squeeze", [piece, *inputs], [target], f"{name}/squeeze_{k}", **extra)
-        squeezed.append(target)
-    return squeezed
+    return w.each("Squeeze", pieces, f"{node.output[0]}/element", name, axis)
 
 
 __all__ = ["static_sequences", "ALL_SEQUENCE_OPS"]

@@ -51,7 +51,7 @@ def _integer(node: NodeContext, name: str, value: np.ndarray | None) -> int | No
     return int(array.reshape(-1)[0])
 
 
-@functools.lru_cache(maxsize=16)
+@functools.lru_cache(maxsize=8)     # at most 8 x 32 MB (BASIS_MAX_VALUES in float64)
 def basis(length: int, used: int, parts_in: int, bins: int, inverse: bool, real_out: bool,
           dtype: str) -> np.ndarray:
     """The real matrix that maps ``used`` interleaved input values (``parts_in`` 1: real,
