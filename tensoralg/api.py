@@ -865,15 +865,17 @@ def einsum(*operands: Any, out_format: Any = None, formats: Any = None,
             _log.info("%s: contracted in %d steps along %s (ta.einsum_path reports why)",
                       subscripts, len(steps), path)
     if steps is not None:
+        step_dtype = _step_dtype(operands, dtype)
         if arrays and backend is None and casting == "safe" and order == "K" and \
                 optimize == "auto":
             _recent_replay(subscripts, _PlannedReplay(
-                tuple((op.dtype, op.shape) for op in operands), steps))
+                tuple((op.dtype, op.shape) for op in operands), steps, step_dtype))
         result = run_steps(
             operands, steps,
-            lambda text, ops: _intermediate(einsum(text, *ops, backend=backend, dtype=dtype,
-                                                   casting=casting, optimize=False)),
-            lambda text, ops: einsum(text, *ops, backend=backend, dtype=dtype,
+            lambda text, ops: _intermediate(einsum(text, *ops, backend=backend,
+                                                   dtype=step_dtype, casting=casting,
+                                                   optimize=False)),
+            lambda text, ops: einsum(text, *ops, backend=backend, dtype=step_dtype,
                                      casting=casting, optimize=False, out=out,
                                      out_format=out_format, order=order))
         return result if out_format is not None else _in_pydata_format(result, operands)
@@ -1022,6 +1024,7 @@ class _PlannedReplay:
 
     kinds: tuple[tuple[np.dtype, tuple[int, ...]], ...]
     steps: list
+    dtype: np.dtype | None = None       # what every step computes in (_step_dtype)
 
     def __call__(self, operands: tuple) -> Any:
         if len(operands) != len(self.kinds):
@@ -1031,8 +1034,28 @@ class _PlannedReplay:
                     not op.flags.c_contiguous:
                 return None
         return run_steps(operands, self.steps,
-                         lambda text, ops: _intermediate(einsum(text, *ops, optimize=False)),
-                         lambda text, ops: einsum(text, *ops, optimize=False))
+                         lambda text, ops: _intermediate(einsum(text, *ops, dtype=self.dtype,
+                                                                optimize=False)),
+                         lambda text, ops: einsum(text, *ops, dtype=self.dtype,
+                                                  optimize=False))
+
+
+def _step_dtype(operands: Sequence[Any], dtype: Any) -> Any:
+    """What every step of a contraction in several steps computes in: ``dtype`` when given,
+    else, when the operands' dtypes differ, their common type, in which NumPy's einsum
+    computes the whole expression (a uint8 and a bool operand contracted first would
+    otherwise wrap in uint8, and two float32 ones round in float32 before a float64 one
+    joins). None when they agree: every step then has their dtype anyway.
+
+    >>> _step_dtype((np.ones(2, np.uint8), np.ones(2, bool), np.ones(2)), None)
+    dtype('float64')
+    >>> _step_dtype((np.ones(2), np.ones(2)), None) is None
+    True
+    """
+    if dtype is not None:
+        return dtype
+    kinds = {np.dtype(op.dtype) for op in operands if hasattr(op, "dtype")}
+    return np.result_type(*kinds) if len(kinds) > 1 else None
 
 
 def _c_arrays(operands: Sequence[Any]) -> bool:

@@ -74,6 +74,20 @@ def test_duplicate_entries_add_up_in_their_own_dtype(values, dtype, layout):
                                   np.einsum("ij,jk->ik", A.toarray(), b))
 
 
+@pytest.mark.parametrize("sparse_factor", [False, True])
+def test_steps_of_mixed_dtypes_compute_in_the_common_type(sparse_factor):
+    """Three operands contracted in two steps: a uint8 and a bool factor contracted first
+    used to make a uint8 intermediate that wrapped (200 * 2 -> 144); NumPy's einsum computes
+    the whole expression in the common type (found by fuzzing, 2026-12-07)."""
+    a = np.full((3, 4), 200, np.uint8)
+    b = np.ones((4, 2), bool)
+    c = np.arange(1, 7, dtype=np.complex128).reshape(2, 3)
+    first = sp.coo_matrix(a) if sparse_factor else a
+    want = np.einsum("ij,jk,ki->", a, b, c)
+    np.testing.assert_allclose(ta.einsum("ij,jk,ki->", first, b, c), want)
+    np.testing.assert_allclose(ta.einsum("ij,jk,ki->", first, b, c), want)   # a replay
+
+
 def test_mixed_dtypes_promote_as_numpy_does():
     a8, a16, u64, i64 = (np.arange(6).reshape(2, 3).astype(t)
                          for t in (np.int8, np.float16, np.uint64, np.int64))
