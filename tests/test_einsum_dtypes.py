@@ -55,10 +55,21 @@ def test_sparse_result_of_float16_stays_float32_with_a_warning():
     """A sparse (scipy) result that NumPy's rules make float16, which scipy cannot hold: the
     float32 values come back, and a warning says why (scipy raised ValueError before)."""
     A = sp.csr_array(np.eye(3, dtype=np.uint8))
-    with pytest.warns(UserWarning, match="scipy cannot hold float16"):
+    with pytest.warns(UserWarning, match="scipy cannot hold float16 values here"):
         got = ta.einsum("ij,ij->ij", A, np.full((3, 3), 2, np.float16))
     assert sp.issparse(got) and got.dtype == np.float32
     np.testing.assert_array_equal(got.toarray(), 2 * np.eye(3))
+
+
+def test_sparse_result_that_cannot_be_narrow_keeps_numpys_values():
+    """A rank-3 sparse result (a ta.Tensor, which holds no uint8) of uint8 operands: stored as
+    int64, with the values wrapped as NumPy's uint8 product wraps them (found by fuzzing:
+    253 * 254 came back as 64262 where NumPy gives 6)."""
+    a = np.array([[253, 0], [0, 2]], np.uint8)
+    b = sp.csr_matrix(np.array([[254, 0], [0, 3]], np.uint8))
+    with pytest.warns(UserWarning, match="cannot hold uint8 values here"):
+        got = ta.einsum("ij,jk->ijk", a, b)
+    np.testing.assert_array_equal(got.to_numpy(), np.einsum("ij,jk->ijk", a, b.toarray()))
 
 
 @pytest.mark.parametrize("values, dtype", [([True, True], np.bool_), ([200, 200], np.uint8)])

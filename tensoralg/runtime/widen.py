@@ -128,13 +128,24 @@ def narrowed(result: Any, dtype: np.dtype) -> Any:
             try:
                 return result.astype(dtype)
             except (ValueError, TypeError, NotImplementedError):
-                # scipy.sparse holds no float16, nor can pydata sparse's compressed formats
-                # (numba): keep the values in the dtype they were computed in, and say so
+                # scipy.sparse holds no float16, nor pydata's compressed formats (numba) or a
+                # ta.Tensor narrow integers: the values as NumPy's dtype makes them (rounded
+                # to float16, wrapped to uint8), stored in the dtype they were computed in
                 library = type(result).__module__.split(".")[0]
-                warnings.warn(f"the {type(result).__name__} result is {result.dtype}, not "
-                              f"{np.dtype(dtype)}: {library} cannot hold {np.dtype(dtype)} "
-                              f"values here", stacklevel=3)
-                return result
+                warnings.warn(f"the {type(result).__name__} result is stored as "
+                              f"{result.dtype}: {library} cannot hold {np.dtype(dtype)} values "
+                              f"here (the values are {np.dtype(dtype)}'s)", stacklevel=3)
+                return _values_through(result, np.dtype(dtype))
+    return result
+
+
+def _values_through(result: Any, dtype: np.dtype) -> Any:
+    """``result`` (a sparse container of tensoralg's making) with its stored values cast to
+    ``dtype`` and back."""
+    if hasattr(result, "vals") and hasattr(result, "levels"):      # a ta.Tensor
+        return type(result).trusted(result.shape, result.format, result.levels,
+                                    result.vals.astype(dtype).astype(result.dtype))
+    result.data = result.data.astype(dtype).astype(result.data.dtype)
     return result
 
 
