@@ -10,7 +10,8 @@
   NCHW (``program.quantized_conv``);
 - MobileNetV2's pointwise convolutions both ways: over NCHW positions (the quantized planes
   and the product, what ``program.quantized_conv`` picks for them) and through the
-  channels-last image (image, product, transpose).
+  channels-last image (image, product, transpose); then the product over positions with no
+  epilogue, with a rescale, bias and clamp, and with the next layer's fake quantization too.
 
 The figures the ONNX guide and the int8 GEMM's docstrings quote. Times are the best of 5
 rounds of 20 calls, in µs; the VM these ran on moves by ±10-30%. Prints only; needs AVX-512
@@ -25,7 +26,7 @@ import numpy as np
 
 import tensoralg as ta
 from tensoralg import program
-from tensoralg.runtime.qgemm import QuantizedConv
+from tensoralg.runtime.qgemm import Int8Epilogue, QuantizedConv
 
 SHAPES = [(256, 512, 512), (256, 768, 3072), (32, 128, 128), (8, 64, 256)]
 # (input channels, output channels, side) of MobileNetV2's pointwise layers at batch 1
@@ -76,6 +77,23 @@ def main() -> int:
               f"{' + '.join(f'{t:.1f}' for t in times[0])} = {sum(times[0]):7.1f}  image "
               f"{' + '.join(f'{t:.1f}' for t in times[1])} = {sum(times[1]):7.1f}  ratio "
               f"{sum(times[1]) / sum(times[0]):4.2f}")
+    print("pointwise convolutions over NCHW positions by epilogue (the product call), µs: "
+          "none, rescale + bias + clamp, and the next layer's fake quantization too")
+    for c, m, side in POINTWISE:
+        x = rng.standard_normal((1, c, side, side)).astype(np.float32)
+        w = rng.integers(-128, 128, (m, c, 1, 1)).astype(np.int8)
+        out = np.empty((1, m, side, side), np.float32)
+        multipliers = (rng.random(m) * 0.01).astype(np.float32)
+        biases = rng.standard_normal(m).astype(np.float32)
+        times = []
+        for epilogue in (None, Int8Epilogue(multipliers, biases, 0.0, 6.0, scaled=True),
+                         Int8Epilogue(multipliers, biases, 0.0, 6.0, scaled=True,
+                                      fake=(0.03, 0.0, 0.0, 255.0))):
+            calls = QuantizedConv(w, (1, 1), (0, 0), (0, 0), positions=True,
+                                  epilogue=epilogue).bind(x, scale, zero, out)
+            times.append(best(calls[-1]))
+        print(f"  {c:4d} -> {m:4d} over {side:3d}^2: " +
+              "  ".join(f"{t:7.1f}" for t in times))
     return 0
 
 

@@ -10,8 +10,9 @@ same stream ``--passes`` times. tensoralg (opt level 3, one thread) builds a sta
 input shape on its second run and keeps up to ``MAX_PLANS`` of them (``onnx/plan/static.py``),
 so the first pass pays for node-by-node runs and plan builds and later passes mostly run plans;
 onnxruntime (one intra-op thread) runs every shape the same way. Every output is checked against
-onnxruntime's. Prints one line per pass: both totals, their ratio (onnxruntime / tensoralg,
-above 1: tensoralg faster) and tensoralg's slowest call.
+onnxruntime's. Prints per pass both totals, their ratio (onnxruntime / tensoralg, above 1:
+tensoralg faster), tensoralg's slowest call, and the median call of each kind: node by node (a
+shape's first run), building a plan, and through a plan, beside onnxruntime's median call.
 """
 from __future__ import annotations
 
@@ -75,25 +76,41 @@ def main() -> int:
         ids = rng.integers(0, 1000, (2, int(length))).astype(np.int64)
         stream.append({"ids": ids, "mask": np.ones_like(ids)})
     passes = []
+    specialiser = compiled.specialiser
     for k in range(args.passes):
         ours = theirs = slowest = 0.0
+        # tensoralg's calls by what they did: ran node by node, built a plan, ran a plan
+        kinds: dict[str, list[float]] = {"node by node": [], "plan built": [], "planned": []}
+        onnxruntime_calls = []
         for feeds in stream:
+            planned = specialiser.plans.get(specialiser.signature(feeds)) is not None
             start = time.perf_counter()
             got = compiled.run(feeds)
             middle = time.perf_counter()
             want = session.run(None, feeds)[0]
             end = time.perf_counter()
             np.testing.assert_allclose(next(iter(got.values())), want, rtol=1e-3, atol=1e-4)
+            built = specialiser.plans.get(specialiser.signature(feeds)) is not None
+            kind = "planned" if planned else "plan built" if built else "node by node"
+            kinds[kind].append(middle - start)
+            onnxruntime_calls.append(end - middle)
             ours += middle - start
             theirs += end - middle
             slowest = max(slowest, middle - start)
-        plans = [p for p in compiled.specialiser.plans.values() if p is not None]
+        plans = [p for p in specialiser.plans.values() if p is not None]
+        medians = {kind: float(np.median(t)) if t else None for kind, t in kinds.items()}
         passes.append({"pass": k + 1, "tensoralg_s": ours, "onnxruntime_s": theirs,
                        "ratio": theirs / ours, "slowest_call_s": slowest,
-                       "plans": len(plans), "light_plans": sum(p.light for p in plans)})
+                       "plans": len(plans), "light_plans": sum(p.light for p in plans),
+                       "calls": {kind: len(t) for kind, t in kinds.items()},
+                       "median_call_s": medians,
+                       "onnxruntime_median_call_s": float(np.median(onnxruntime_calls))})
         print(f"pass {k + 1}: tensoralg {ours * 1e3:8.1f} ms, onnxruntime {theirs * 1e3:7.1f} ms,"
               f" ratio {theirs / ours:5.2f}, slowest call {slowest * 1e3:6.1f} ms, "
               f"{len(plans)} plans ({passes[-1]['light_plans']} light)")
+        print("  median call, ms: " + ", ".join(
+            f"{kind} {t * 1e3:.2f} ({len(kinds[kind])})" for kind, t in medians.items()
+            if t is not None) + f"; onnxruntime {np.median(onnxruntime_calls) * 1e3:.2f}")
     if args.out:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                                 text=True).stdout.strip()

@@ -29,10 +29,10 @@ from tensoralg.onnx.frontend.errors import ModelError
 from tensoralg.onnx.frontend.graph import Graph, Node, ValueInfo
 from tensoralg.onnx.frontend.qoperator import CONTRIB, MICROSOFT, qoperator_as_qdq
 from tensoralg.onnx.frontend.reference import DEFAULT_DOMAINS, reference_fold
-from tensoralg.onnx.frontend.sequences import ALL_SEQUENCE_OPS, static_sequences
+from tensoralg.onnx.frontend.sequences import static_sequences
 from tensoralg.onnx.ops import lookup, shape_math  # noqa: F401  (shape_math: Size, Range, ...)
 from tensoralg.onnx.ops.constant import numpy_dtype, tensor_value
-from tensoralg.onnx.passes.bags.loops import recognise_bag_loops
+from tensoralg.onnx.passes.bags.loops import SEQUENCE_OPS, recognise_bag_loops
 from tensoralg.onnx.passes.sparse_weights import sparse_initializer
 
 MIN_OPSET = 11
@@ -188,7 +188,7 @@ def resolve_node(proto: onnx.NodeProto, name: str, opset: int) -> Node:
         version = opset
     impl = lookup(proto.op_type, version)
     if impl is None:
-        hint = "" if proto.op_type not in ALL_SEQUENCE_OPS else (
+        hint = "" if proto.op_type not in SEQUENCE_OPS else (
             " here: sequences are resolved at load into tensor ops only where a sequence is "
             "not a graph output and no Loop, If or SequenceMap reads it")
         raise ta.UnsupportedError(f"{where}: op {proto.op_type} (version {version}) is not "

@@ -37,8 +37,10 @@ import onnx
 from onnx import helper
 
 import tensoralg as ta
-from tensoralg.onnx.frontend.conditionals import static_dims, values_known_at_load
+from tensoralg.onnx.frontend.conditionals import free_names, static_dims, values_known_at_load
+from tensoralg.onnx.frontend.graph import fresh_name
 from tensoralg.onnx.frontend.reference import DEFAULT_DOMAINS
+from tensoralg.onnx.passes.bags.loops import SEQUENCE_OPS
 
 # sequence ops rewritten here, and the positions of their sequence inputs
 SEQUENCE_INPUTS = {"SequenceEmpty": (), "SequenceConstruct": (), "SequenceInsert": (0,),
@@ -47,7 +49,6 @@ SEQUENCE_INPUTS = {"SequenceEmpty": (), "SequenceConstruct": (), "SequenceInsert
 # those whose output is a sequence
 MAKES_SEQUENCE = frozenset({"SequenceEmpty", "SequenceConstruct", "SequenceInsert",
                             "SequenceErase", "SplitToSequence"})
-ALL_SEQUENCE_OPS = frozenset(SEQUENCE_INPUTS) | {"SequenceMap"}
 
 
 def _attributes(node: onnx.NodeProto) -> dict[str, Any]:
@@ -82,7 +83,7 @@ def _kept(model: onnx.ModelProto) -> set[str]:
         for attribute in node.attribute:
             for body in ([attribute.g] if attribute.type == onnx.AttributeProto.GRAPH else
                          list(attribute.graphs)):
-                bad.update(_names_read(body) & sequences)
+                bad.update(set(free_names(body)) & sequences)
     changed = True
     while changed:          # list building links its input and output sequences
         changed = False
@@ -94,16 +95,6 @@ def _kept(model: onnx.ModelProto) -> set[str]:
                     bad |= linked
                     changed = True
     return sequences - bad
-
-
-def _names_read(graph: onnx.GraphProto) -> set[str]:
-    names = set()
-    for node in graph.node:
-        names.update(node.input)
-        for attribute in node.attribute:
-            if attribute.type == onnx.AttributeProto.GRAPH:
-                names |= _names_read(attribute.g)
-    return names
 
 
 class _Writer:
@@ -118,12 +109,7 @@ class _Writer:
         self.constants: list[onnx.TensorProto] = []
 
     def name(self, base: str) -> str:
-        name, k = base, 0
-        while name in self.taken:
-            k += 1
-            name = f"{base}_{k}"
-        self.taken.add(name)
-        return name
+        return fresh_name(base, self.taken)
 
     def add(self, op_type: str, inputs: list[str], outputs: list[str], name: str,
             **attributes: Any) -> None:
@@ -160,7 +146,7 @@ def static_sequences(model: onnx.ModelProto, opset: int) -> tuple[onnx.ModelProt
     what was rewritten; ``model`` itself when it has none. UnsupportedError names every
     sequence op whose positions are known only at run time."""
     graph = model.graph
-    if not any(n.op_type in ALL_SEQUENCE_OPS and n.domain in DEFAULT_DOMAINS
+    if not any(n.op_type in SEQUENCE_OPS and n.domain in DEFAULT_DOMAINS
                for n in graph.node):
         return model, []
     kept = _kept(model)
@@ -326,4 +312,4 @@ def _split(w: _Writer, node: onnx.NodeProto, attributes: dict[str, Any],
     return w.each("Squeeze", pieces, f"{node.output[0]}/element", name, axis)
 
 
-__all__ = ["static_sequences", "ALL_SEQUENCE_OPS"]
+__all__ = ["static_sequences"]

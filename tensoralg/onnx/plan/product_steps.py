@@ -140,8 +140,8 @@ def gemm_epilogue(statement: str, operands: Mapping[str, tuple[str, tuple[int, .
 
 # Dense layers by the constants they pack, shared by the plans of one model (a model served
 # with many input shapes keeps a plan per shape; each used to pack its own copy of every weight).
-# Weak values: a layer goes with the last plan that holds it, and while it lives so do the
-# model's constants, so their ids cannot be reused.
+# Weak values: a layer goes with the last plan that holds it; it holds the arrays its key names
+# (``sources``), so their ids and addresses cannot be reused while the entry exists.
 _LAYERS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
 
@@ -165,6 +165,7 @@ def layer_of(weight: np.ndarray, trans_b: bool, epilogue: Epilogue | None,
     if layer is None:
         layer = dense_layer(np.ascontiguousarray(w), None if bias is None else bias.reshape(-1),
                             relu=relu)
+        layer.sources = (weight, bias)      # type: ignore[attr-defined]
         _LAYERS[key] = layer
     return layer
 

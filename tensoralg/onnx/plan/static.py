@@ -722,7 +722,8 @@ class Specialiser:
         self.plans: dict[tuple, StaticPlan | None] = {}
         self.notes: dict[tuple, str] = {}
         self.seen: dict[tuple, int] = {}     # runs of each signature without a plan
-        self.constant_bytes: int | None = None
+        # what each plan is counted for beside its arenas (see PLAN_MEMORY_BUDGET)
+        self.constant_bytes = sum(v.nbytes for v in executor.graph.constants.values())
         self.on_plan: Callable[[StaticPlan], Any] | None = None   # told of each new plan
 
     def run(self, feeds: Mapping[str, np.ndarray],
@@ -780,12 +781,14 @@ class Specialiser:
     def _live(self) -> list[tuple[tuple, StaticPlan]]:
         return [(k, p) for k, p in self.plans.items() if p is not None]
 
+    def _crowded(self, live: list[tuple[tuple, StaticPlan]], extra: int = 0) -> bool:
+        """Whether ``live`` plans (and ``extra`` bytes more) leave no room for another."""
+        held = sum(p.memory.planned + self.constant_bytes for _, p in live) + extra
+        return len(live) >= MAX_PLANS or (len(live) >= KEPT_PLANS and
+                                          held > PLAN_MEMORY_BUDGET)
+
     def _runs_before_plan(self) -> int:
-        live = self._live()
-        full = len(live) >= MAX_PLANS or (
-            len(live) >= KEPT_PLANS and self.constant_bytes is not None and
-            sum(p.memory.planned + self.constant_bytes for _, p in live) > PLAN_MEMORY_BUDGET)
-        return PLAN_AFTER_RUNS_WHEN_FULL if full else PLAN_AFTER_RUNS
+        return PLAN_AFTER_RUNS_WHEN_FULL if self._crowded(self._live()) else PLAN_AFTER_RUNS
 
     def _build(self, signature: tuple, feeds: Mapping[str, np.ndarray], recorded: Env) -> None:
         try:
@@ -796,19 +799,13 @@ class Specialiser:
             self.notes[signature] = f"no static plan: {err}"
             return
         live = self._live()
-        if self.constant_bytes is None:
-            self.constant_bytes = sum(v.nbytes for v in self.executor.graph.constants.values())
-        each = self.constant_bytes
-        held = plan.memory.planned + each + sum(p.memory.planned + each for _, p in live)
-        while live and (len(live) >= MAX_PLANS or
-                        (len(live) >= KEPT_PLANS and held > PLAN_MEMORY_BUDGET)):
+        while live and self._crowded(live, plan.memory.planned + self.constant_bytes):
             # the least recently run plan goes (a dropped signature's None entries stay: they
             # say that signature needs no new attempt)
-            key, oldest = min(live, key=lambda item: item[1].last_run)
-            oldest.retired = True
-            del self.plans[key]
-            held -= oldest.memory.planned + each
-            live = self._live()
+            oldest = min(live, key=lambda item: item[1].last_run)
+            oldest[1].retired = True
+            del self.plans[oldest[0]]
+            live.remove(oldest)
         if len(self.plans) >= 4 * MAX_PLANS:       # forget old refusals too
             for key in [k for k, p in self.plans.items() if p is None][:MAX_PLANS]:
                 del self.plans[key]

@@ -669,7 +669,7 @@ def _weights_of(scope: _Scope, factor: str) -> str | None:
 
 
 # ops whose values are sequences (which a Loop run iteration by iteration does not take)
-_SEQUENCE_OPS = frozenset({"SequenceEmpty", "SequenceConstruct", "SequenceInsert",
+SEQUENCE_OPS = frozenset({"SequenceEmpty", "SequenceConstruct", "SequenceInsert",
                            "SequenceAt", "SequenceErase", "SequenceLength", "SplitToSequence",
                            "ConcatFromSequence", "SequenceMap"})
 
@@ -687,7 +687,7 @@ def tensor_loop(loop: onnx.NodeProto) -> bool:
             if value.type.WhichOneof("value") not in (None, "tensor_type"):
                 return False
         for node in graph.node:
-            if node.op_type in _SEQUENCE_OPS:
+            if node.op_type in SEQUENCE_OPS:
                 return False
             for attribute in node.attribute:
                 inner = [attribute.g] if attribute.type == onnx.AttributeProto.GRAPH else \
@@ -738,4 +738,4 @@ def recognise_bag_loops(graph: onnx.GraphProto, names: list[str]
                       f"({note})"]
 
 
-__all__ = ["recognise_bag_loops", "TORCHSCRIPT", "SEQUENCE"]
+__all__ = ["recognise_bag_loops", "TORCHSCRIPT", "SEQUENCE", "SEQUENCE_OPS"]
