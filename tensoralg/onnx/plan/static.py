@@ -705,8 +705,8 @@ PLAN_AFTER_RUNS = 2
 PLAN_AFTER_RUNS_WHEN_FULL = 8
 # From this many plans on, a model sees many shapes: new plans are light (no compiled
 # sequences, build_plan), a few milliseconds to build instead of a tenth of a second or more;
-# a light plan compiles its sequences on its COMPILE_LIGHT_AFTER_RUNS-th run (a small BERT:
-# ~70 ms to build them, ~0.35 ms saved a run, 2026-12-07).
+# a light plan compiles its sequences on its COMPILE_LIGHT_AFTER_RUNS-th run, once a shape has
+# come back often enough to repay their builds.
 LIGHT_PLANS_FROM = 4
 COMPILE_LIGHT_AFTER_RUNS = 256
 _TICKS = itertools.count()
