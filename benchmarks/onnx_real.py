@@ -597,6 +597,57 @@ def _spectrogram(kind: str) -> Callable[[], Any]:
     return build
 
 
+# --- graph networks (PyTorch Geometric) -------------------------------------------------------
+
+GRAPH_NODES, GRAPH_DEGREE, GRAPH_FEATURES = 340, 4, 64    # per graph of a batch
+
+
+def _gnn(kind: str) -> Callable[[], Any]:
+    """A held-out two-layer graph network from PyTorch Geometric over node features ``x``
+    and an ``edge_index`` input: ``gcn`` (normalised sums), ``sage`` (mean), ``gin`` (sum and
+    an MLP), ``graphconv`` (mean), ``cheb`` (Chebyshev polynomials, K=3), ``gat`` and
+    ``transformer`` (attention over edges: a softmax per target node, its max a scatter),
+    ``edgeconv`` (max of edge MLPs): message passing exports as Gather, then
+    ScatterElements with a reduction along the nodes."""
+    def build():
+        torch = _torch()
+        pyg = _require("torch_geometric.nn", "pip install torch_geometric")
+
+        def conv(a: int, b: int) -> Any:
+            mlp = torch.nn.Sequential
+            return {"gcn": lambda: pyg.GCNConv(a, b),
+                    "sage": lambda: pyg.SAGEConv(a, b),
+                    "gin": lambda: pyg.GINConv(mlp(torch.nn.Linear(a, b), torch.nn.ReLU(),
+                                                   torch.nn.Linear(b, b))),
+                    "graphconv": lambda: pyg.GraphConv(a, b, aggr="mean"),
+                    "cheb": lambda: pyg.ChebConv(a, b, K=3),
+                    "gat": lambda: pyg.GATConv(a, b, heads=2, concat=False),
+                    "transformer": lambda: pyg.TransformerConv(a, b, heads=2, concat=False),
+                    "edgeconv": lambda: pyg.EdgeConv(mlp(torch.nn.Linear(2 * a, b),
+                                                         torch.nn.ReLU()), aggr="max"),
+                    }[kind]()
+
+        class Net(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.first, self.second = conv(GRAPH_FEATURES, 32), conv(32, 7)
+
+            def forward(self, x, edge_index):
+                return self.second(torch.relu(self.first(x, edge_index)), edge_index)
+        return Net().eval()
+    return build
+
+
+def _graphs(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """``n`` random graphs as one disjoint union (PyTorch Geometric's batching): features
+    and an edge index of ``GRAPH_DEGREE`` edges a node, unsorted, with repeats."""
+    nodes = n * GRAPH_NODES
+    edges = rng.integers(0, GRAPH_NODES, (2, nodes * GRAPH_DEGREE))
+    edges += np.repeat(np.arange(n) * GRAPH_NODES, GRAPH_NODES * GRAPH_DEGREE)
+    return {"x": rng.standard_normal((nodes, GRAPH_FEATURES)).astype(np.float32),
+            "edge_index": edges.astype(np.int64)}
+
+
 def _waveforms(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
     return {"wav": rng.standard_normal((n, 16000)).astype(np.float32)}
 
@@ -1240,6 +1291,12 @@ HELD_OUT = [
     # torch.stft, one second of 16 kHz audio
     *[Spec(kind, "torch", 8, _spectrogram(kind), _waveforms, held_out=True)
       for kind in ("kws_cnn", "logmel_cnn")],
+    # a thirteenth group (2026-12-07): graph networks from PyTorch Geometric, message passing
+    # as Gather and ScatterElements (sum, mean, max, and the softmax of attention over edges),
+    # batches of 340-node graphs (batch 8: about Cora's size)
+    *[Spec(f"pyg_{kind}", "torch_geometric", 8, _gnn(kind), _graphs, held_out=True)
+      for kind in ("gcn", "sage", "gin", "graphconv", "cheb", "gat", "transformer",
+                   "edgeconv")],
 ]
 SPECS.update((spec.name, spec) for spec in HELD_OUT)
 HELD_OUT_REPORT = HERE / "ONNX_HELD_OUT_RESULTS.md"

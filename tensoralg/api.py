@@ -215,6 +215,7 @@ from tensoralg.runtime.replay import (
 )
 from tensoralg.runtime.roi import RegionPooler, RoiSamples
 from tensoralg.runtime.rows import MASKED, UNROLL, row_kernel_kind
+from tensoralg.runtime.scatter import RowScatterer
 from tensoralg.runtime.select import VALUE_TYPES, RowSelector
 from tensoralg.runtime.sequence import CallSequence, NativeGroup, Slot
 from tensoralg.runtime.stitch import join_rows, run_ranges, varying_slots
@@ -422,6 +423,7 @@ class KernelCache:
         self.nonzeros = NonzeroLister(self.disk)         # dense results as pydata COO
         self.suppressor = BoxSuppressor(self.disk)       # boxes kept by score (detection)
         self.regions = RegionPooler(self.disk)           # RoiAlign's bilinear pooling
+        self.scatterer = RowScatterer(self.disk)         # rows combined by max/min at indices
         self.threads = KernelThreads(options.threads)
         self.tuned = TunedSchedules(options.cache_dir)   # autotune's winners (tune.py)
         self.splits: dict[tuple, NativeSplit] = {}       # kernels' ranges on the native pool
@@ -4382,6 +4384,29 @@ def row_extreme(x: np.ndarray, first: int, last: int, largest: bool = True
     if out.size:
         extreme_call(np.ascontiguousarray(x), first, last, largest, out, "row_extreme")()
     return out
+
+
+def scattered_extremes(data: np.ndarray, rows: np.ndarray, updates: np.ndarray,
+                       largest: bool = True) -> np.ndarray | None:
+    """A copy of ``data`` with each ``updates[e]`` combined into row ``rows[e]`` by max
+    (``largest=False``: min), by a generated loop (``runtime/scatter.py``; ONNX
+    ``ScatterElements`` with reduction max or min over whole rows); NaN wherever one is among
+    the values combined. None for values other than float32/64 and int32/64, for the caller
+    to combine otherwise; a ShapeError for a row index outside the data or updates that are
+    not rows of it.
+
+    >>> scattered_extremes(np.zeros((3, 2)), np.array([2, 0, 2]),
+    ...                    np.array([[1.0, -1.0], [4.0, 4.0], [3.0, 2.0]])).tolist()
+    [[4.0, 4.0], [0.0, 0.0], [3.0, 2.0]]
+    """
+    data = np.asarray(data)
+    if not RowScatterer.takes(data.dtype) or data.ndim < 1:
+        return None
+    try:
+        return kernel_cache().scatterer.combined(data, np.asarray(rows), np.asarray(updates),
+                                                 largest)
+    except ValueError as error:
+        raise ShapeError(f"scattered_extremes: {error}") from None
 
 
 def softmax_kernel(length: int, dtype: Any, log: bool = False) -> Any:

@@ -31,7 +31,8 @@ a sequence with the inputs named in ``slots`` read from the sequence's slots at 
   :func:`kept_boxes` (greedy non-maximum suppression of boxes), :func:`pooled_regions`
   (regions of interest pooled by bilinear samples, with :class:`RoiSamples`),
   :func:`row_extreme` (a row's largest or smallest value), :func:`value_range` (a tensor's
-  smallest and largest value in one pass);
+  smallest and largest value in one pass), :func:`scattered_extremes` (rows combined by max
+  or min into a table at row indices: ONNX ``ScatterElements``);
 - data movement: :func:`gather_call` (rows of a table by id), :func:`copy_call`,
   :func:`transpose_call` (batched matrices transposed, a channels-last product into NCHW),
   :func:`block_copy_call`, :func:`broadcast_call` (elementwise ops with NumPy broadcasting,
@@ -111,6 +112,7 @@ from tensoralg.api import (
     quantized_conv,
     quantized_layer,
     row_extreme,
+    scattered_extremes,
     softmax_kernel,
     top_k,
     transpose_call,
@@ -130,6 +132,6 @@ __all__ = [
     "quantized_layer", "grouped_conv", "patch_conv_of", "planar_pays",
     "pointwise_conv", "pooled_regions", "RoiSamples",
     "data_address", "dense_layer", "direct_conv", "gather_call", "gram_call", "ids_call",
-    "im2row_call", "kept_boxes", "kernel_cache", "row_extreme", "softmax_kernel", "top_k", "transpose_call", "value_range",
+    "im2row_call", "kept_boxes", "kernel_cache", "row_extreme", "scattered_extremes", "softmax_kernel", "top_k", "transpose_call", "value_range",
     "window_kernel", "winograd_conv", "winograd_host", "winograd_pays",
 ]

@@ -53,7 +53,7 @@ from tensoralg.onnx.passes.quantized import (
     quantize_dequantize_pairs,
     static_quantized_products,
 )
-from tensoralg.onnx.passes.scatters import box_scatters
+from tensoralg.onnx.passes.scatters import box_scatters, row_scatters
 from tensoralg.onnx.passes.small_powers import small_powers_as_products
 from tensoralg.onnx.passes.sparse_weights import find_sparse_weights
 from tensoralg.onnx.plan.executor import call_node
@@ -263,6 +263,7 @@ def pipeline(opt_level: int, model: onnx.ModelProto, kernels: KernelSet,
             ("column products", column_products_as_row_products),
             ("small powers", small_powers_as_products),
             ("box scatters", box_scatters),
+            ("row scatters", row_scatters),
             ("matmul re-association", reassociate_matmuls),
             ("quantized tables", dequantized_gathers),
             ("embedding bags", recognise_bags),

@@ -1,5 +1,7 @@
 """Opt level 2: a ScatterND whose constant indices address a box of the data becomes a strided
-copy (``BoxScatter``), or, where the box is all of it, the updates themselves.
+copy (``BoxScatter``), or, where the box is all of it, the updates themselves; a
+ScatterElements whose indices are an ``Expand`` reads the Expand's input instead
+(``RowScatter``, below).
 
 PyTorch exports a slice assignment (``attn[:, :, a:, b:] = ...``, as timm's MViTv2 adds its
 relative position terms) as ScatterND with the coordinates of every element of the slice:
@@ -19,8 +21,10 @@ import tensoralg as ta
 from tensoralg.onnx.frontend.graph import Graph, Node
 from tensoralg.onnx.ops.kernels import NodeContext
 from tensoralg.onnx.ops.registry import OpImpl
+from tensoralg.onnx.ops.scatter import scatter_elements, scatter_rows
 
 BOX_OP = "BoxScatter"
+ROW_OP = "RowScatter"
 
 
 def box_of(indices: np.ndarray) -> tuple[list[int], list[int]] | None:
@@ -116,4 +120,72 @@ def box_scatters(graph: Graph) -> Graph:
     return graph
 
 
-__all__ = ["BOX_OP", "box_of", "box_scatter", "box_scatters"]
+def row_scatter(node: NodeContext, data: np.ndarray, index: np.ndarray, shape: np.ndarray,
+                updates: np.ndarray, *, axis: int = 0, reduction: str = "none") -> np.ndarray:
+    """The op function of a ``RowScatter`` node: ``ScatterElements(data, Expand(index,
+    shape), updates)``. Where ``index`` broadcasts along every axis but 0, and the updates
+    are whole rows of the data, the scatter reads the index vector itself
+    (:func:`~tensoralg.onnx.ops.scatter.scatter_rows`: no expanded index is built or
+    compared); otherwise the Expand is made and the ScatterElements runs as it was written.
+
+    >>> from tensoralg.onnx.ops.kernels import KernelSet
+    >>> node = NodeContext("s", ROW_OP, ("d", "i", "s", "u"), ("y",), 1, KernelSet("llvm"))
+    >>> row_scatter(node, np.zeros((3, 2)), np.array([[2], [2]]), np.array([2, 2]),
+    ...             np.ones((2, 2)), reduction="max").tolist()
+    [[0.0, 0.0], [0.0, 0.0], [1.0, 1.0]]
+    """
+    target = np.asarray(shape).reshape(-1).astype(np.int64).tolist()
+    try:
+        expanded = np.broadcast_shapes(index.shape, tuple(target))
+    except ValueError:
+        raise ta.ShapeError(f"{node}: the index {index.shape} of the scatter does not expand "
+                            f"to {target}") from None
+    rank = len(expanded)
+    lead = (1,) * (rank - index.ndim) + index.shape
+    if reduction != "none" and rank == data.ndim and -rank <= axis < rank and \
+            axis % rank == 0 and expanded == updates.shape and \
+            updates.shape[1:] == data.shape[1:] and all(size == 1 for size in lead[1:]) and \
+            updates.size and index.dtype.kind in "iu":
+        rows = np.broadcast_to(index.reshape(-1), (expanded[0],)).astype(np.int64)
+        if (rows < -data.shape[0]).any() or (rows >= data.shape[0]).any():
+            raise ta.ShapeError(f"{node}: an index of {node.inputs[1]} is outside the data")
+        return scatter_rows(node, data, np.where(rows < 0, rows + data.shape[0], rows),
+                            updates, reduction)
+    node.note("the index expanded, then scattered element by element")
+    return scatter_elements(node, data, np.broadcast_to(index, expanded), updates, axis=axis,
+                            reduction=reduction)
+
+
+ROW_IMPL = OpImpl(ROW_OP, 1, row_scatter, None, frozenset({"axis", "reduction"}))
+
+
+def row_scatters(graph: Graph) -> Graph:
+    """Give each ScatterElements that combines (a reduction other than "none") and whose
+    indices an ``Expand`` makes the Expand's inputs instead (a ``RowScatter``); an Expand no
+    other node reads is dropped. PyTorch Geometric's aggregations export this way (the edge
+    index expanded over the feature axes): the expanded index is as large as the messages."""
+    made = {out: node for node in graph.nodes for out in node.outputs}
+    nodes: list[Node] = []
+    replaced = 0
+    for node in graph.nodes:
+        expand = made.get(node.inputs[1]) if node.op_type == "ScatterElements" and \
+            len(node.inputs) == 3 else None
+        if expand is None or expand.op_type != "Expand" or \
+                node.attributes.get("reduction", "none") == "none":
+            nodes.append(node)
+            continue
+        nodes.append(Node(node.name, ROW_OP,
+                          (node.inputs[0], *expand.inputs, node.inputs[2]), node.outputs,
+                          {"axis": node.attributes.get("axis", 0),
+                           "reduction": node.attributes["reduction"]}, 1, ROW_IMPL))
+        replaced += 1
+    read = {name for node in nodes for name in node.inputs} | {v.name for v in graph.outputs}
+    graph.nodes = [node for node in nodes
+                   if node.op_type != "Expand" or any(out in read for out in node.outputs)]
+    graph.notes.append(f"row scatters: {replaced} ScatterElements read their index before "
+                       f"its Expand")
+    return graph
+
+
+__all__ = ["BOX_OP", "ROW_OP", "box_of", "box_scatter", "box_scatters", "row_scatter",
+           "row_scatters"]
