@@ -176,3 +176,46 @@ def test_the_generated_scatter_matches_numpy_on_many_rows(dtype):
         combine.at(want, rows, updates)
         np.testing.assert_array_equal(
             program.scattered_extremes(data, rows, updates, largest), want)
+
+
+@pytest.mark.parametrize("start", ["zeros", "data"])
+def test_the_planned_scatter_checks_every_run_and_matches(start):
+    """Level 3's static plan runs the sum as two prebound calls (ids, then the product):
+    indices change from run to run, and a bad one is still refused after the plan is built."""
+    rng = np.random.default_rng(7)
+    data = np.zeros((12, 5), np.float32) if start == "zeros" else \
+        rng.standard_normal((12, 5)).astype(np.float32)
+    updates = rng.standard_normal((40, 5)).astype(np.float32)
+    model, feeds = _expanded_model(data, _edges(12, 40), updates, "add")
+    compiled = tonnx.load(model, opt_level=3)
+    for seed in range(4):
+        feeds["rows"] = _edges(12, 40, seed)
+        want = data.copy()
+        np.add.at(want, feeds["rows"], updates)
+        np.testing.assert_allclose(compiled.run(feeds)["y"], want, rtol=1e-5, atol=1e-5)
+    assert "prebound" in str(compiled.profile(feeds))
+    feeds["rows"] = feeds["rows"].copy()
+    feeds["rows"][7] = 12
+    with pytest.raises(ta.ShapeError, match="outside the data"):
+        compiled.run(feeds)
+
+
+def test_a_constant_zero_start_is_not_read_by_the_planned_sum():
+    """PyTorch Geometric's aggregation starts from ``ConstantOfShape`` zeros, folded at load:
+    the plan's product then writes its output without adding the data."""
+    rng = np.random.default_rng(8)
+    updates = rng.standard_normal((30, 6)).astype(np.float64)
+    feeds = {"updates": updates, "rows": _edges(9, 30)}
+    nodes = [helper.make_node("ConstantOfShape", ["size"], ["zeros"],
+                              value=helper.make_tensor("v", onnx.TensorProto.DOUBLE, [1], [0.0])),
+             helper.make_node("Unsqueeze", ["rows", "tail"], ["column"]),
+             helper.make_node("Shape", ["updates"], ["shape"]),
+             helper.make_node("Expand", ["column", "shape"], ["index"]),
+             helper.make_node("ScatterElements", ["zeros", "index", "updates"], ["y"],
+                              reduction="add")]
+    model = onnx_model(nodes, feeds, [("y", onnx.TensorProto.DOUBLE, [9, 6])],
+                       {"size": np.array([9, 6], np.int64), "tail": np.array([1], np.int64)},
+                       opset=18)
+    compiled = check_every_level(model, feeds)
+    assert "prebound" in str(compiled.profile(feeds))
+    assert "D(i,j)" not in str(compiled.profile(feeds))

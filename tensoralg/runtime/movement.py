@@ -475,11 +475,12 @@ def broadcast_call(op: str, inputs: list[np.ndarray], out: np.ndarray, what: str
     return MovementCall(kernel, args, slots, [*inputs, out], what)
 
 
-def ids_call(ids: np.ndarray, column: int, crd: np.ndarray, rows: int, what: str
-             ) -> MovementCall | None:
+def ids_call(ids: np.ndarray, column: int, crd: np.ndarray, rows: int, what: str,
+             problem: str = "id(s) outside the table") -> MovementCall | None:
     """A bag's CSR coordinates ``crd`` (int64, ``count x size``) from the ids ``ids``
     (``count x width`` C-contiguous, the block starting at ``column``), checked against
-    ``rows`` table rows."""
+    ``rows`` table rows (negative ones counted from the end; the call raises a ShapeError
+    saying how many ``problem``, after ``what``, for any outside)."""
     index = _INDEX.get(ids.dtype)
     if index is None or crd.dtype != np.int64 or ids.ndim != 2 or not ids.flags.c_contiguous \
             or not rows or not crd.size:
@@ -493,7 +494,7 @@ def ids_call(ids: np.ndarray, column: int, crd: np.ndarray, rows: int, what: str
     args = [ids.ctypes.data + column * ids.itemsize, count, size, width, rows, crd.ctypes.data,
             flag.ctypes.data]
     return MovementCall(kernel, args, {"ids": 0}, [ids, crd, flag], what, flag,
-                        {"ids": column * ids.itemsize})
+                        {"ids": column * ids.itemsize}, problem)
 
 
 def im2row_call(x: np.ndarray, kernel: tuple[int, int], strides: tuple[int, int],

@@ -38,6 +38,7 @@ from tensoralg.onnx.passes.fusion import (
     statement_dtype,
 )
 from tensoralg.onnx.passes.quantized import PARAMETERS_OP
+from tensoralg.onnx.passes.scatters import ROW_OP
 from tensoralg.onnx.plan.constant_gathers import gather_nd_spec
 from tensoralg.onnx.plan.executor import Step
 from tensoralg.onnx.plan.loop_bag_steps import loop_bag_spec
@@ -68,6 +69,7 @@ from tensoralg.onnx.plan.product_steps import (
 )
 from tensoralg.onnx.plan.recurrent_steps import recurrent_spec
 from tensoralg.onnx.plan.resize_steps import resize_spec
+from tensoralg.onnx.plan.scatter_steps import row_scatter_spec
 from tensoralg.onnx.plan.step_base import (
     CSR_ARRAYS,
     Env,
@@ -776,7 +778,7 @@ _BUILDERS: dict[str, Callable[[Step, Env, Mapping[str, np.ndarray]], Spec | None
     "MaxPool": pool_spec, "AveragePool": pool_spec, "Softmax": softmax_spec,
     "LogSoftmax": softmax_spec, "Slice": slice_spec, "Split": split_spec, "CumSum": cumsum_spec,
     "GatherND": gather_nd_spec, "LSTM": recurrent_spec, "GRU": recurrent_spec,
-    "RNN": recurrent_spec, "Resize": resize_spec,
+    "RNN": recurrent_spec, "Resize": resize_spec, ROW_OP: row_scatter_spec,
     "ReduceMax": reduce_extreme_spec, "ReduceMin": reduce_extreme_spec,
     PARAMETERS_OP: quantize_parameters_spec, INT8_OP: quantized_matmul_spec,
     CONV_INT8_OP: quantized_conv_spec,
