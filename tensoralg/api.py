@@ -4409,10 +4409,12 @@ def scattered_extremes(data: np.ndarray, rows: np.ndarray, updates: np.ndarray,
         raise ShapeError(f"scattered_extremes: {error}") from None
 
 
-def softmax_kernel(length: int, dtype: Any, log: bool = False) -> Any:
+def softmax_kernel(length: int, dtype: Any, log: bool = False, any_length: bool = False
+                   ) -> Any:
     """A generated Softmax (``log``: LogSoftmax) over contiguous rows of ``length`` values,
     one pass set per row in cache (see ``runtime/softmax.py``); None for a dtype other than
-    float32/float64.
+    float32/float64. ``any_length``: the kernel takes the length as an argument (one module
+    for every length, a little slower than one with the length compiled in).
 
     >>> k = softmax_kernel(2, np.float64)
     >>> k(np.log(np.array([[1.0, 3.0]]))).round(3).tolist()
@@ -4424,7 +4426,7 @@ def softmax_kernel(length: int, dtype: Any, log: bool = False) -> Any:
         return None
     cache = kernel_cache()
     return SoftmaxKernel(int(length), np.dtype(dtype), log, cache=cache.disk,
-                         threads=cache.threads)
+                         threads=cache.threads, any_length=any_length)
 
 
 @contextlib.contextmanager

@@ -99,6 +99,37 @@ class NativeGroup:
         return tuple(call for unit in self.units for call in unit)
 
 
+def _from_slot(builder: Any, loaded: Any, typ: Any) -> Any:
+    """A slot's 64 bits as an argument of LLVM type ``typ``: an address, an integer (an
+    ``i32`` is the slot's low half) or a float (the slot holds its bits: a double's all 64, a
+    float's low 32; :func:`slot_bits` writes them)."""
+    from llvmlite import ir
+
+    if isinstance(typ, ir.PointerType):
+        return builder.inttoptr(loaded, typ)
+    if isinstance(typ, ir.DoubleType):
+        return builder.bitcast(loaded, typ)
+    if isinstance(typ, ir.FloatType):
+        return builder.bitcast(builder.trunc(loaded, ir.IntType(32)), typ)
+    if typ.width < 64:
+        return builder.trunc(loaded, typ)
+    return loaded
+
+
+def slot_bits(value: Any, argtype: type) -> int:
+    """What a slot holds for ``value`` passed as ``argtype``: the number itself, or a
+    float's bits (see :func:`_from_slot`).
+
+    >>> slot_bits(1.0, ctypes.c_double) == 0x3FF0000000000000
+    True
+    """
+    if argtype is ctypes.c_double:
+        return int(ctypes.c_int64.from_buffer_copy(ctypes.c_double(value)).value)
+    if argtype is ctypes.c_float:
+        return int(ctypes.c_uint32.from_buffer_copy(ctypes.c_float(value)).value)
+    return int(value)
+
+
 def supported(argtypes: tuple[type, ...]) -> bool:
     """Whether a function with these ctypes argument types can be called from a sequence."""
     return all(t in _TYPES for t in argtypes)
@@ -134,7 +165,7 @@ def sequence_module(calls: list[NativeCall | NativeGroup]) -> Any:
                                                   inbounds=True, source_etype=I64), typ=I64)
                 if arg.offset:
                     loaded = builder.add(loaded, ir.Constant(I64, arg.offset))
-                values.append(builder.inttoptr(loaded, typ) if typ is POINTER else loaded)
+                values.append(_from_slot(builder, loaded, typ))
             elif typ is POINTER:
                 values.append(builder.inttoptr(ir.Constant(I64, int(arg or 0)), POINTER))
             else:
@@ -244,4 +275,5 @@ def sequence_module(calls: list[NativeCall | NativeGroup]) -> Any:
     return module
 
 
-__all__ = ["ENTRY", "NativeCall", "NativeGroup", "Slot", "sequence_module", "supported"]
+__all__ = ["ENTRY", "NativeCall", "NativeGroup", "Slot", "sequence_module", "slot_bits",
+           "supported"]

@@ -32,20 +32,26 @@ POINTER = ir.PointerType()
 ENTRY = "tensoralg_softmax"
 
 
-def softmax_module(length: int, dtype: str, lanes: int, log: bool) -> ir.Module:
+def softmax_module(length: int | None, dtype: str, lanes: int, log: bool) -> ir.Module:
     """The module exporting ``int32 tensoralg_softmax(X, Y, begin, end)``: rows
     ``[begin, end)`` of ``length`` values of ``X`` into ``Y`` (both C-contiguous), softmax or,
-    with ``log``, log-softmax. ``dtype`` is ``"float32"`` or ``"float64"``. Returns 0.
+    with ``log``, log-softmax. ``dtype`` is ``"float32"`` or ``"float64"``. Returns 0. With
+    ``length=None`` the length is a fifth argument, ``(X, Y, begin, end, length)``: one
+    module for rows of any length (a model served with many sequence lengths), its vector
+    count and tail mask computed per call.
 
     >>> "llvm.exp" in str(softmax_module(10, "float32", 16, False))
     True
+    >>> len(softmax_module(None, "float32", 16, False).get_global(ENTRY).args)
+    5
     """
-    if length < 1:
+    if length is not None and length < 1:
         raise ValueError(f"softmax rows need at least one value, not {length}")
     scalar = ir.FloatType() if dtype == "float32" else ir.DoubleType()
     module = ir.Module(name=f"softmax_{dtype}")
-    fn = ir.Function(module, ir.FunctionType(I32, (POINTER, POINTER, I64, I64)), name=ENTRY)
-    x, y, begin, end = fn.args
+    params = (POINTER, POINTER, I64, I64) + (() if length is not None else (I64,))
+    fn = ir.Function(module, ir.FunctionType(I32, params), name=ENTRY)
+    x, y, begin, end = fn.args[:4]
     x.add_attribute("noalias")
     y.add_attribute("noalias")
     b = ir.IRBuilder(fn.append_basic_block("entry"))
@@ -62,8 +68,22 @@ def softmax_module(length: int, dtype: str, lanes: int, log: bool) -> ir.Module:
     store = declare(module, f"llvm.masked.store.{name}.p0", ir.VoidType(),
                     (vector, POINTER, I32, mask_type))
     align = ir.Constant(I32, 4 if scalar == ir.FloatType() else 8)
-    full, tail = divmod(length, lanes)
-    tail_mask = ir.Constant(mask_type, [k < tail for k in range(lanes)])
+    if length is not None:
+        row_length: ir.Value = ir.Constant(I64, length)
+        full_count, tail_count = divmod(length, lanes)
+        full: ir.Value = ir.Constant(I64, full_count)
+        tail_mask = ir.Constant(mask_type, [k < tail_count for k in range(lanes)])
+    else:
+        row_length = fn.args[4]
+        full = b.udiv(row_length, ir.Constant(I64, lanes))
+        tail_count = b.urem(row_length, ir.Constant(I64, lanes))
+        lane_index = ir.Constant(ir.VectorType(I64, lanes), list(range(lanes)))
+        tail_vector = b.insert_element(ir.Constant(ir.VectorType(I64, lanes), ir.Undefined),
+                                       tail_count, ir.Constant(I32, 0))
+        tail_vector = b.shuffle_vector(tail_vector, ir.Constant(ir.VectorType(I64, lanes),
+                                                                ir.Undefined),
+                                       ir.Constant(ir.VectorType(I32, lanes), [0] * lanes))
+        tail_mask = b.icmp_unsigned("<", lane_index, tail_vector)
 
     def splat(value: float) -> ir.Constant:
         return ir.Constant(vector, [value] * lanes)
@@ -85,12 +105,14 @@ def softmax_module(length: int, dtype: str, lanes: int, log: bool) -> ir.Module:
     def each_vector(body) -> None:
         """``body(q, mask)`` for every full vector of the row, then for the masked tail."""
         counter = entry_alloca(b, I64, "q")
-        if full:
-            with counted_loop(b, counter, ir.Constant(I64, 0), lambda: ir.Constant(I64, full),
-                              "vector"):
+        if length is None or full_count:
+            with counted_loop(b, counter, ir.Constant(I64, 0), lambda: full, "vector"):
                 body(b.load(counter, typ=I64), None)
-        if tail:
-            body(ir.Constant(I64, full), tail_mask)
+        if length is None:
+            with b.if_then(b.icmp_unsigned("!=", tail_count, ir.Constant(I64, 0))):
+                body(full, tail_mask)
+        elif tail_count:
+            body(full, tail_mask)
 
     def read(base: ir.Value, q: ir.Value, mask: ir.Value | None, fill: float) -> ir.Value:
         where = at(base, q)
@@ -108,7 +130,7 @@ def softmax_module(length: int, dtype: str, lanes: int, log: bool) -> ir.Module:
     row = entry_alloca(b, I64, "row")
     acc = entry_alloca(b, vector, "acc")
     with counted_loop(b, row, begin, lambda: end, "row"):
-        offset = b.mul(b.load(row, typ=I64), ir.Constant(I64, length))
+        offset = b.mul(b.load(row, typ=I64), row_length)
         x_row = b.gep(x, [offset], source_etype=scalar)
         y_row = b.gep(y, [offset], source_etype=scalar)
         b.store(splat(-float("inf")), acc)

@@ -18,10 +18,10 @@ import ctypes
 import threading
 from typing import Any, Sequence
 
-from tensoralg.codegen.sequence import NativeCall, Slot
+from tensoralg.codegen.sequence import NativeCall, Slot, slot_bits, supported
 from tensoralg.runtime.sequence import CallSequence
 
-_ARGUMENT_TYPES = (ctypes.c_void_p, ctypes.c_int64)
+_FLOATS = (ctypes.c_float, ctypes.c_double)
 
 
 class NativeSplit:
@@ -50,14 +50,30 @@ class NativeSplit:
                           pool=(pool.run_address, pool.address))
         self.count, self.parts, self.width = count, parts, width
         self.bounds_only = varying == tuple(slots)
+        # float arguments travel as their bits (codegen/sequence.slot_bits): their positions
+        # among the kernel's arguments and among the varying ones
+        self.floats = [(k, t) for k, t in enumerate(function.argtypes) if t in _FLOATS]
+        self.varying_floats = [(where[k], t) for k, t in self.floats if k in where]
         self.sequence = CallSequence([call], slots=count + width * parts)
         self._lock = threading.Lock()
+        # whose arguments the slots hold, and its ranges' as written (run); holding the
+        # owner keeps it alive, so no other call can take its identity
+        self._owner: object | None = None
+        self._last: list[list | None] = []
 
     @staticmethod
     def supports(function: Any) -> bool:
-        """Whether every argument of ``function`` can travel through the slots (addresses and
-        64-bit integers)."""
-        return all(t in _ARGUMENT_TYPES for t in function.argtypes)
+        """Whether every argument of ``function`` can travel through the slots (addresses,
+        integers and floats)."""
+        return supported(tuple(function.argtypes))
+
+    def _bits(self, values: Sequence[Any], floats: list[tuple[int, type]]) -> Sequence[Any]:
+        if not floats:
+            return values
+        values = list(values)
+        for k, argtype in floats:
+            values[k] = slot_bits(values[k], argtype)
+        return values
 
     def __call__(self, args: Sequence[int], bounds: Sequence[int]) -> int:
         """Run the kernel with ``args`` over ranges ``[bounds[k], bounds[k+1])``; returns 0 or
@@ -66,21 +82,31 @@ class NativeSplit:
         with self._lock:
             slots = self.sequence.slots
             count = self.count
-            slots[:count] = args
+            slots[:count] = self._bits(args, self.floats)
             slots[count::2] = bounds[:-1]
             slots[count + 1::2] = bounds[1:]
             status = self.sequence.run()
         return 0 if status == 0 else 1
 
-    def run(self, args: Sequence[int], per_range: Sequence[Sequence[int]]) -> int:
+    def run(self, args: Sequence[int], per_range: Sequence[Sequence[int]],
+            owner: object | None = None) -> int:
         """Run the kernel with ``args``, range ``k`` taking ``per_range[k]`` for the
-        ``varying`` arguments; returns 0 or the failure status."""
+        ``varying`` arguments; returns 0 or the failure status. With every argument varying,
+        ``owner`` (the bound call these are the arguments of) lets a run after the same
+        owner's rewrite only the ranges whose arguments changed (a bound call's input
+        rebound), not convert them all again."""
         with self._lock:
             slots = self.sequence.slots
             count, width = self.count, self.width
-            slots[:count] = args
+            same = owner is not None and owner is self._owner and width == count
+            if not same:
+                slots[:count] = self._bits(args, self.floats)
+                self._owner, self._last = owner, [None] * len(per_range)
             for k, values in enumerate(per_range):
-                slots[count + width * k:count + width * (k + 1)] = values
+                if not same or values != self._last[k]:
+                    slots[count + width * k:count + width * (k + 1)] = \
+                        self._bits(values, self.varying_floats)
+                    self._last[k] = list(values)
             status = self.sequence.run()
         return 0 if status == 0 else 1
 

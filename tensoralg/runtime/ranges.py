@@ -8,6 +8,7 @@ one input.
 from __future__ import annotations
 
 import ctypes
+import threading
 from typing import Any, Callable
 
 import numpy as np
@@ -150,28 +151,52 @@ class RangeCall:
                             self.what)
 
     def __call__(self) -> np.ndarray:
-        sequence = self._pooled() if self.threads is not None else None
-        if sequence is None:
+        split = self._pooled() if self.threads is not None else None
+        if split is None:
             run_ranges(self.function, self.calls, self.threads, self.what)
-        else:
-            sequence.slots[0] = self.calls[0][0]
-            if sequence.run():
-                raise KernelRuntimeError(f"{self.what}: the kernel failed")
+        elif split.run(self.calls[0], self.calls, owner=self):
+            raise KernelRuntimeError(f"{self.what}: the kernel failed")
         return self.out
 
-    _sequence: Any = None
+    _split: Any = None
 
     def _pooled(self) -> Any:
-        """The ranges as a one-call compiled sequence on the native pool (input in slot 0),
-        built on the first call; None where there is no pool. Ranges are sized for the native
-        pool's hand-over, which the Python pool would pay 20-fold."""
-        if self._sequence is None:
-            from tensoralg.codegen.sequence import Slot
-            from tensoralg.runtime.sequence import CallSequence
+        """The ranges on the native pool: a :class:`~tensoralg.runtime.native_split.
+        NativeSplit` of this kernel and number of ranges, every argument of every range read
+        from its slots, shared by every call of the kernel (built once per kernel and range
+        count, not once per bound call: a model seeing many shapes binds new calls all the
+        time, and a build takes ~10 ms); None where there is no pool or an argument cannot
+        travel through the slots. Ranges are sized for the native pool's hand-over, which
+        the Python pool would pay 20-fold."""
+        if self._split is None:
+            self._split = _shared_split(self.function, len(self.calls), self.threads,
+                                        self.what) or False
+        return self._split or None
 
-            call = self.native({self.operand: Slot(0)})
-            self._sequence = CallSequence([call], slots=1) if call is not None else False
-        return self._sequence or None
+
+_SPLITS: dict[tuple[int, int, int], tuple[Any, Any]] = {}   # -> (split, the function it calls)
+_SPLITS_LOCK = threading.Lock()
+
+
+def _shared_split(function: Any, parts: int, threads: Any, what: str) -> Any:
+    """The :class:`NativeSplit` running ``function`` over ``parts`` ranges on ``threads``'s
+    native pool, every argument varying per range; None without a pool or where an argument
+    is not an address or a 64-bit integer."""
+    from tensoralg.runtime.native_split import NativeSplit
+
+    pool = threads.native_pool()
+    if pool is None or not NativeSplit.supports(function):
+        return None
+    address = ctypes.cast(function, ctypes.c_void_p).value or 0
+    key = (address, parts, id(pool))
+    with _SPLITS_LOCK:
+        found = _SPLITS.get(key)
+        if found is None:
+            count = len(function.argtypes)
+            # the function is kept with its split, so that its address is not reused
+            found = _SPLITS[key] = (NativeSplit(function, (0, 1), parts, pool, what,
+                                                varying=range(count)), function)
+    return found[0]
 
 
 __all__ = ["run_ranges", "split_call", "native_range", "RangeCall"]

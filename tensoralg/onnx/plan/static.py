@@ -42,9 +42,10 @@ the node. A plan is used by one thread at a time; a concurrent call runs node by
 from __future__ import annotations
 
 import itertools
+import math
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -117,12 +118,27 @@ class StaticPlan:
         self.last_run = next(_TICKS)  # when it last ran: the least recent is evicted first
         self.light = False            # built without compiled sequences (build_plan)
         self.runs = 0
+        # a light plan's signature's mean node-by-node run, and where its own runs are told
+        # (its Specialiser's LightPlanCosts), when that measured it
+        self.node_seconds = 0.0
+        self.costs: LightPlanCosts | None = None
         # Sparse feeds every reader takes in CSR: handed over as they are, never densified.
         self.csr_feeds: frozenset[str] = frozenset()
 
     def run(self, feeds: Mapping[str, Any],
             timer: Callable[[Step, float], Any] | None = None) -> Env:
         """The graph outputs for ``feeds`` (shapes as recorded); raises :class:`Replan`."""
+        if self.costs is not None and timer is None and 1 <= self.runs <= 2:
+            # a light plan's second and third runs say what it saves (the first may still
+            # page in its arenas)
+            start = time.perf_counter()
+            values = self._run(feeds, timer)
+            self.costs.planned(self.node_seconds, time.perf_counter() - start)
+            return values
+        return self._run(feeds, timer)
+
+    def _run(self, feeds: Mapping[str, Any],
+             timer: Callable[[Step, float], Any] | None = None) -> Env:
         self.last_run = next(_TICKS)
         self.runs += 1
         if self.light and self.runs == COMPILE_LIGHT_AFTER_RUNS:
@@ -226,6 +242,8 @@ def build_plan(executor: Executor, feeds: Mapping[str, Any], recorded: Env,
         "readers": readers,
         "feeds": {n for n in feeds if n not in constants},
         "sparse feeds": {n: v for n, v in feeds.items() if isinstance(v, SparseFeed)},
+        # a light plan's model sees many shapes: row kernels built for any length
+        "any length": not sequences,
     }
     fixed_shapes = _shape_values(executor.steps, constants)
     # Steps that compute only from shapes (a dynamic-batch export's Shape -> Gather -> Equal
@@ -709,7 +727,82 @@ PLAN_AFTER_RUNS_WHEN_FULL = 8
 # come back often enough to repay their builds.
 LIGHT_PLANS_FROM = 4
 COMPILE_LIGHT_AFTER_RUNS = 256
+# A light plan pays for itself only if its signature comes back: its recording run and build
+# cost ``build`` node-by-node runs' time beyond the run they replace, and each planned run
+# saves ``saved`` of one (both the medians of the model's recent light plans,
+# LightPlanCosts). A signature run ``k`` times is taken to come back about as often again (a
+# stream of graph sizes or sequence lengths, most of which recur rarely), so it earns its
+# light plan at the run where ``k * saved >= build``, the break-even rule (no stream makes it
+# cost more than twice what the best choice in hindsight would have): no sooner than
+# PLAN_AFTER_RUNS, no later than LIGHT_PLAN_MOST_RUNS. Until a light plan's build has been
+# measured, PLAN_AFTER_RUNS; until a planned run has, a run is taken to save
+# LIGHT_PLAN_SAVES of a node-by-node one.
+LIGHT_PLAN_MOST_RUNS = 64
+LIGHT_PLAN_SAVES = 0.5
 _TICKS = itertools.count()
+
+
+@dataclass
+class LightPlanCosts:
+    """What a model's light plans cost and save, each as a fraction of a node-by-node run of
+    their own shapes: the median of the last ``SAMPLES`` measurements of each (a build that
+    compiled a kernel for a new shape class is an outlier, not the rule; see
+    ``LIGHT_PLAN_MOST_RUNS``).
+
+    >>> costs = LightPlanCosts()
+    >>> costs.runs_before_plan(2)
+    2
+    >>> costs.built(node_s=0.005, build_s=0.050)   # the first: kernels compiled, not counted
+    >>> costs.built(node_s=0.005, build_s=0.020)   # 4 node runs' time, 3 beyond its own
+    >>> costs.planned(node_s=0.005, run_s=0.0015)
+    >>> costs.runs_before_plan(2)          # 3 / 0.7 rounded up
+    5
+    """
+
+    SAMPLES = 9
+    builds: int = 0                   # light plans built
+    build_samples: list[float] = field(default_factory=list)   # recording run and build,
+    #                                                             less one node-by-node run
+    saved_samples: list[float] = field(default_factory=list)   # saving of a planned run
+
+    def built(self, node_s: float, build_s: float) -> None:
+        # The first light plan compiles what every later one reuses (a row kernel for any
+        # length): its build says nothing of theirs.
+        # The recording run returns the call's results, as a node-by-node run would: only
+        # what it takes beyond one is the plan's price.
+        self.builds += 1
+        if node_s > 0 and self.builds > 1:
+            self._add(self.build_samples, max(build_s / node_s - 1.0, 0.0))
+
+    def planned(self, node_s: float, run_s: float) -> None:
+        if node_s > 0:
+            self._add(self.saved_samples, 1.0 - run_s / node_s)
+
+    def _add(self, samples: list[float], value: float) -> None:
+        samples.append(value)
+        del samples[:-self.SAMPLES]
+
+    @property
+    def build(self) -> float | None:
+        """A light plan's recording run and build beyond the node-by-node run it replaces, in
+        node-by-node runs (None: unmeasured)."""
+        return float(np.median(self.build_samples)) if self.build_samples else None
+
+    @property
+    def saved(self) -> float | None:
+        """A planned run's saving, in node-by-node runs (None: unmeasured)."""
+        return float(np.median(self.saved_samples)) if self.saved_samples else None
+
+    def runs_before_plan(self, least: int) -> int:
+        """The run of a signature at which its light plan is built (``least`` until a build
+        has been measured; until a planned run has, it is taken to save half a node run)."""
+        if self.build is None:
+            return least
+        saved = LIGHT_PLAN_SAVES if self.saved is None else self.saved
+        if saved <= 0:
+            return LIGHT_PLAN_MOST_RUNS
+        return int(min(max(least, math.ceil(self.build / saved - 1e-9)),
+                       LIGHT_PLAN_MOST_RUNS))
 
 
 class Specialiser:
@@ -722,6 +815,9 @@ class Specialiser:
         self.plans: dict[tuple, StaticPlan | None] = {}
         self.notes: dict[tuple, str] = {}
         self.seen: dict[tuple, int] = {}     # runs of each signature without a plan
+        # seconds of those runs, node by node (their mean is what a plan is measured against)
+        self.node_seconds: dict[tuple, float] = {}
+        self.light_costs = LightPlanCosts()
         # what each plan is counted for beside its arenas (see PLAN_MEMORY_BUDGET)
         self.constant_bytes = sum(v.nbytes for v in executor.graph.constants.values())
         self.on_plan: Callable[[StaticPlan], Any] | None = None   # told of each new plan
@@ -740,16 +836,23 @@ class Specialiser:
             if runs < self._runs_before_plan():
                 if signature not in self.seen and len(self.seen) >= 64 * MAX_PLANS:
                     self.seen.clear()
+                    self.node_seconds.clear()
                 self.seen[signature] = runs
-                return self.executor.run(densified(feeds), timer)
+                start = time.perf_counter()
+                values = self.executor.run(densified(feeds), timer)
+                self.node_seconds[signature] = self.node_seconds.get(signature, 0.0) + \
+                    time.perf_counter() - start
+                return values
             self.seen.pop(signature, None)
+            node_s = self.node_seconds.pop(signature, 0.0) / max(runs - 1, 1)
             # The plan reads the recorded values' shapes, dtypes and addresses, and the
             # values themselves only of what it may take as constants (and the outputs).
             read = _shape_values(self.executor.steps, constants).union(
                 v.name for v in self.executor.graph.outputs)
+            start = time.perf_counter()
             recorded = self.executor.run(densified(feeds), timer, keep_all=True,
                                          values_read=read)
-            self._build(signature, feeds, recorded)
+            self._build(signature, feeds, recorded, node_s, start)
             return recorded
         plan = self.plans[signature]
         if plan is None or not plan.lock.acquire(blocking=False):
@@ -788,16 +891,23 @@ class Specialiser:
                                           held > PLAN_MEMORY_BUDGET)
 
     def _runs_before_plan(self) -> int:
-        return PLAN_AFTER_RUNS_WHEN_FULL if self._crowded(self._live()) else PLAN_AFTER_RUNS
+        live = self._live()
+        least = PLAN_AFTER_RUNS_WHEN_FULL if self._crowded(live) else PLAN_AFTER_RUNS
+        return least if len(live) < LIGHT_PLANS_FROM else \
+            self.light_costs.runs_before_plan(least)
 
-    def _build(self, signature: tuple, feeds: Mapping[str, np.ndarray], recorded: Env) -> None:
+    def _build(self, signature: tuple, feeds: Mapping[str, np.ndarray], recorded: Env,
+               node_s: float = 0.0, start: float | None = None) -> None:
+        light = len(self._live()) >= LIGHT_PLANS_FROM
         try:
-            plan = build_plan(self.executor, feeds, recorded,
-                              sequences=len(self._live()) < LIGHT_PLANS_FROM)
+            plan = build_plan(self.executor, feeds, recorded, sequences=not light)
         except ta.TensorAlgebraError as err:
             self.plans[signature] = None
             self.notes[signature] = f"no static plan: {err}"
             return
+        if light and start is not None and node_s > 0:
+            self.light_costs.built(node_s, time.perf_counter() - start)
+            plan.node_seconds, plan.costs = node_s, self.light_costs
         live = self._live()
         while live and self._crowded(live, plan.memory.planned + self.constant_bytes):
             # the least recently run plan goes (a dropped signature's None entries stay: they

@@ -95,7 +95,7 @@ def spec_of(step: Step, recorded: Env, constants: Mapping[str, np.ndarray],
             not all(n in recorded for n in step.node.outputs if n):
         return None
     builder = _BUILDERS.get(step.node.op_type)
-    if builder in (_fused, _bag, gather_spec, matmul_spec):
+    if builder in (_fused, _bag, gather_spec, matmul_spec, softmax_spec):
         spec = builder(step, recorded, constants, {} if shared is None else shared)
     else:
         spec = builder(step, recorded, constants) if builder is not None else None
