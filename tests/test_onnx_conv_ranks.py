@@ -419,3 +419,33 @@ def test_padded_regions_leave_a_conv_of_dynamic_shape_alone():
     np.testing.assert_allclose(compiled.run(feeds)["y"], onnxruntime_outputs(model, feeds)[0],
                                rtol=1e-4, atol=1e-5)
     assert "padded borders" not in compiled.stage_text("plan")
+
+
+@pytest.mark.parametrize("level", [0, 2, 3])
+@pytest.mark.parametrize("kernel, pads", [((1, 1), [0, 0, 0, 0]), ((3, 3), [2, 2, 2, 2])])
+def test_a_dilated_conv_with_a_skip_connection(level, kernel, pads):
+    """DeepLabV3+'s dilated stage (smp dilates every Conv of it, its 1 x 1 shortcut too): the
+    residual Add joins the Conv at level 2, and the Conv keeps its layout, where it was
+    rewritten over phase images while the residual stayed in the input's (a ShapeError
+    before); a 1 x 1 kernel's dilation is dropped, since it changes nothing."""
+    rng = np.random.default_rng(sum(kernel) + level)
+    x = rng.standard_normal((1, 8, 16, 16)).astype(np.float32)
+    w = (rng.standard_normal((8, 8, *kernel)) * 0.2).astype(np.float32)
+    nodes = [h.make_node("Relu", ["x"], ["r"]),
+             h.make_node("Conv", ["x", "W", "B"], ["c"], dilations=[2, 2], pads=pads,
+                         kernel_shape=list(kernel)),
+             h.make_node("Add", ["c", "r"], ["y"])]
+    graph = h.make_graph(nodes, "skip",
+                         [h.make_tensor_value_info("x", TensorProto.FLOAT, list(x.shape))],
+                         [h.make_tensor_value_info("y", TensorProto.FLOAT, list(x.shape))],
+                         [numpy_helper.from_array(w, "W"),
+                          numpy_helper.from_array(rng.standard_normal(8).astype(np.float32),
+                                                  "B")])
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    feeds = {"x": x}
+    compiled = planned_model(model, feeds) if level == 3 else tonnx.load(model, opt_level=level)
+    np.testing.assert_allclose(compiled.run(feeds)["y"], onnxruntime_outputs(model, feeds)[0],
+                               rtol=1e-4, atol=1e-5)
+    if kernel == (1, 1) and level >= 2:
+        assert all(n.attributes.get("dilations", [1, 1]) == [1, 1]
+                   for n in compiled.graph.nodes if n.op_type == "Conv")

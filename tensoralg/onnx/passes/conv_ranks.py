@@ -152,8 +152,30 @@ def dilated_as_phases(graph: Graph) -> Graph:
             shape[2] % dilations[0] == 0 and shape[3] % dilations[1] == 0 and \
             all(p % d == 0 for p, d in zip(pads, dilations * 2))
 
-    return _rewrite(graph, fits, _phase_conv,
+    return _rewrite(_unit_taps_undilated(graph), fits, _phase_conv,
                     "dilated convolutions: {} Conv(s) run undilated over phase images")
+
+
+def _unit_taps_undilated(graph: Graph) -> Graph:
+    """Every Conv with a constant weight whose kernel is one tap long along an axis dilated
+    above 1 with that axis's dilation set to 1, which changes nothing it computes: a dilated
+    network's 1 x 1 layers (smp's ``replace_strides_with_dilation`` dilates every Conv of a
+    stage, DeepLabV3+'s downsampling shortcut among them) stay pointwise convolutions."""
+    nodes: list[Node] = []
+    for node in graph.nodes:
+        weight = graph.constants.get(node.inputs[1]) \
+            if node.op_type == "Conv" and len(node.inputs) > 1 else None
+        dilations = [int(v) for v in node.attributes.get("dilations", [])]
+        if weight is None or len(dilations) != weight.ndim - 2 or \
+                all(d == 1 or size != 1 for d, size in zip(dilations, weight.shape[2:])):
+            nodes.append(node)
+            continue
+        undilated = [1 if size == 1 else d for d, size in zip(dilations, weight.shape[2:])]
+        nodes.append(Node(node.name, node.op_type, node.inputs, node.outputs,
+                          dict(node.attributes, dilations=undilated), node.version,
+                          node.impl))
+    graph.nodes = nodes
+    return graph
 
 
 def _live_taps(size: int, kernel: int, dilation: int, stride: int, pad_begin: int,
@@ -251,7 +273,10 @@ def _rewrite(graph: Graph, fits: Callable[[Node, np.ndarray, Any], bool],
     replaced = 0
     for node in graph.nodes:
         weight, shape, out = _conv_operands(graph, node)
-        if weight is None or \
+        # A Conv that adds a residual (passes/fusion: the skip connection after it) keeps its
+        # form: the rewritten Conv writes another layout (phase images, stacked frames) than
+        # the residual's.
+        if weight is None or len(node.inputs) > 3 and node.inputs[3] or \
                 static and (shape is None or out is None or node.attributes.get(
                     "auto_pad", "NOTSET") not in ("NOTSET", "VALID")) or \
                 not fits(node, weight, shape):
