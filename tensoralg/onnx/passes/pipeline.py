@@ -33,6 +33,7 @@ from tensoralg.onnx.passes.conv_ranks import (
     dilated_as_phases,
     padded_regions_split,
 )
+from tensoralg.onnx.passes.conv_transposes import conv_transposes_as_phase_convs
 from tensoralg.onnx.passes.einsum_products import (
     column_products_as_row_products,
     einsums_as_matmuls,
@@ -258,6 +259,7 @@ def pipeline(opt_level: int, model: onnx.ModelProto, kernels: KernelSet,
             ("pad+conv folding", fold_pads_into_convs),
             ("conv+batchnorm folding", fold_conv_batchnorm),
             ("batchnorm as affine", batchnorm_as_affine),
+            ("transposed convolutions as phase convolutions", conv_transposes_as_phase_convs),
             ("attention as products", attention_as_products),
             ("einsum products", einsums_as_matmuls),
             ("column products", column_products_as_row_products),
