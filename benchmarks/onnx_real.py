@@ -597,6 +597,84 @@ def _spectrogram(kind: str) -> Callable[[], Any]:
     return build
 
 
+# --- segmentation and diffusion models --------------------------------------------------------
+
+SEGMENTATION_SIZE = 256
+
+
+def _segmentation(kind: str) -> Callable[[], Any]:
+    """A held-out segmentation network from segmentation_models_pytorch on a ResNet-18
+    encoder (``smp_unet``, ``smp_fpn``, ``smp_deeplabv3plus``, ``smp_pspnet``, ``smp_linknet``,
+    ``smp_manet``, ``smp_unetpp``) or MiT-B0 (``smp_segformer``), 3 classes, random weights,
+    on 256 x 256 images: skip connections joined by Concat or Add, nearest and bilinear
+    upsampling, transposed convolutions (LinkNet), dilated stages (DeepLabV3+), pyramid
+    pooling (PSPNet), attention (MA-Net, SegFormer)."""
+    def build():
+        smp = _require("segmentation_models_pytorch", "pip install segmentation_models_pytorch")
+        _torch()
+        name = kind.removeprefix("smp_")
+        make = {"unet": smp.Unet, "fpn": smp.FPN, "deeplabv3plus": smp.DeepLabV3Plus,
+                "pspnet": smp.PSPNet, "linknet": smp.Linknet, "manet": smp.MAnet,
+                "unetpp": smp.UnetPlusPlus, "segformer": smp.Segformer}[name]
+        encoder = "mit_b0" if name == "segformer" else "resnet18"
+        model = make(encoder, encoder_weights=None, classes=3).eval()
+        return _lively(model, _torch().from_numpy(
+            _segmentation_images(2, np.random.default_rng(SEED))["x"]))
+    return build
+
+
+def _segmentation_images(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    return {"x": rng.standard_normal((n, 3, SEGMENTATION_SIZE, SEGMENTATION_SIZE))
+            .astype(np.float32)}
+
+
+def _diffusion(kind: str) -> Callable[[], Any]:
+    """A held-out small diffusers network, random weights: ``vae_decoder`` (AutoencoderKL's
+    decoder, two stages of 32 and 64 channels, a 4 x 32 x 32 latent: GroupNorm, SiLU, a
+    spatial self-attention over 1024 positions, nearest upsampling) or ``unet2d``
+    (UNet2DModel on 3 x 32 x 32 with a timestep input: sinusoidal embeddings, attention
+    blocks)."""
+    def build():
+        diffusers = _require("diffusers", "pip install diffusers")
+        torch = _torch()
+        if kind == "vae_decoder":
+            vae = diffusers.AutoencoderKL(
+                block_out_channels=(32, 64), down_block_types=("DownEncoderBlock2D",) * 2,
+                up_block_types=("UpDecoderBlock2D",) * 2, latent_channels=4, norm_num_groups=8)
+
+            class Decoder(torch.nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.vae = vae
+
+                def forward(self, z):
+                    return self.vae.decode(z).sample
+            return Decoder().eval()
+        unet = diffusers.UNet2DModel(
+            sample_size=32, in_channels=3, out_channels=3, block_out_channels=(32, 64),
+            down_block_types=("DownBlock2D", "AttnDownBlock2D"),
+            up_block_types=("AttnUpBlock2D", "UpBlock2D"), norm_num_groups=8, layers_per_block=1)
+
+        class Denoiser(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.unet = unet
+
+            def forward(self, x, t):
+                return self.unet(x, t).sample
+        return Denoiser().eval()
+    return build
+
+
+def _diffusion_inputs(kind: str) -> Callable[[int, np.random.Generator], dict[str, np.ndarray]]:
+    def inputs(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+        if kind == "vae_decoder":
+            return {"z": rng.standard_normal((n, 4, 32, 32)).astype(np.float32)}
+        return {"x": rng.standard_normal((n, 3, 32, 32)).astype(np.float32),
+                "t": np.full(n, 10, np.int64)}
+    return inputs
+
+
 # --- graph networks (PyTorch Geometric) -------------------------------------------------------
 
 GRAPH_NODES, GRAPH_DEGREE, GRAPH_FEATURES = 340, 4, 64    # per graph of a batch
@@ -1297,6 +1375,14 @@ HELD_OUT = [
     *[Spec(f"pyg_{kind}", "torch_geometric", 8, _gnn(kind), _graphs, held_out=True)
       for kind in ("gcn", "sage", "gin", "graphconv", "cheb", "gat", "transformer",
                    "edgeconv")],
+    # a fourteenth group (2026-12-07): segmentation networks (segmentation_models_pytorch)
+    # and small diffusion networks (diffusers), at batch 1
+    *[Spec(kind, "segmentation_models_pytorch", 1, _segmentation(kind), _segmentation_images,
+           held_out=True)
+      for kind in ("smp_unet", "smp_fpn", "smp_deeplabv3plus", "smp_pspnet", "smp_linknet",
+                   "smp_manet", "smp_unetpp", "smp_segformer")],
+    *[Spec(kind, "diffusers", 1, _diffusion(kind), _diffusion_inputs(kind), held_out=True)
+      for kind in ("vae_decoder", "unet2d")],
 ]
 SPECS.update((spec.name, spec) for spec in HELD_OUT)
 HELD_OUT_REPORT = HERE / "ONNX_HELD_OUT_RESULTS.md"

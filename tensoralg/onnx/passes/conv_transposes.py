@@ -13,11 +13,11 @@ and their outputs are interleaved back::
     [Slice the output's rows and columns from pad_begin]
 
 Node by node (``ops/conv_transpose.py``) the strided ConvTranspose is one product and a NumPy
-strided add per kernel cell into the output: LinkNet's last decoder block (16 channels, 4 x 4
-kernel, stride 2, 128 x 128 to 256 x 256) took 24 ms, 34% of the model, at 0.3-0.5x
-onnxruntime's speed (segmentation_models_pytorch, one thread, an ad hoc profile,
-2026-12-07). Here the Conv takes the static plan's generated convolutions and the
-interleave is a compiled transpose. The work is the same up to the zero taps a kernel not a
+strided add per kernel cell into the output, a pass over the output per cell: LinkNet
+(segmentation_models_pytorch, whose decoder upsamples by 4 x 4 stride-2 ones) ran at 0.79-0.82x onnxruntime's
+speed, one thread, and at 1.17-1.18x with this rewrite
+(``benchmarks/ONNX_HELD_OUT_FOURTEENTH_RESULTS.md``, 2026-12-07). Here the Conv takes the
+static plan's generated convolutions and the interleave is a compiled transpose. The work is the same up to the zero taps a kernel not a
 multiple of the stride gets (3 x 3 at stride 2: 16 taps for 9).
 
 Rewritten: group 1, no dilation, a constant float weight, explicit pads (``auto_pad``
