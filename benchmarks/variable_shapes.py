@@ -1,7 +1,9 @@
 #!/usr/bin/env python
-"""A transformer served with a different sequence length at every call, against onnxruntime.
+"""A transformer served with a different sequence length at every call, or a graph network
+with a different graph at every call, against onnxruntime.
 
-    python benchmarks/variable_shapes.py [--calls 200] [--passes 3] [--out FILE.json]
+    python benchmarks/variable_shapes.py [--model bert|gcn] [--calls 200] [--passes 3]
+                                         [--threads 1] [--out FILE.json]
 
 Exports a small BERT (``transformers``, 2 layers, hidden 128, random weights; the ``bench``
 extra) with its batch and sequence axes dynamic, as users export models they serve, and runs a
@@ -9,8 +11,12 @@ stream of ``--calls`` calls of batch 2 whose lengths are drawn from 8 to 63 toke
 same stream ``--passes`` times. tensoralg (opt level 3, one thread) builds a static plan per
 input shape on its second run and keeps up to ``MAX_PLANS`` of them (``onnx/plan/static.py``),
 so the first pass pays for node-by-node runs and plan builds and later passes mostly run plans;
-onnxruntime (one intra-op thread) runs every shape the same way. Every output is checked against
-onnxruntime's. Prints per pass both totals, their ratio (onnxruntime / tensoralg, above 1:
+onnxruntime (one intra-op thread) runs every shape the same way. ``--model gcn`` exports
+PyTorch Geometric's two-layer GCN (64 features, dynamic node and edge counts; the
+``torch_geometric`` of the ``bench`` extra) and streams random graphs of 200 to 3000 nodes with
+4 edges a node, node counts drawn from 60 values, so that most graphs' shapes come back
+rarely. ``--threads`` sets tensoralg's threads (onnxruntime keeps one). Every output is checked
+against onnxruntime's. Prints per pass both totals, their ratio (onnxruntime / tensoralg, above 1:
 tensoralg faster), tensoralg's slowest call, and the median call of each kind: node by node (a
 shape's first run), building a plan, and through a plan, beside onnxruntime's median call.
 """
@@ -56,25 +62,64 @@ def export_bert() -> bytes:
     return buffer.getvalue()
 
 
+def export_gcn() -> bytes:
+    """The ONNX bytes of a two-layer random GCN (PyTorch Geometric) with dynamic node and
+    edge counts."""
+    import torch
+    import torch_geometric.nn as pyg
+
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.first, self.second = pyg.GCNConv(64, 32), pyg.GCNConv(32, 7)
+
+        def forward(self, x, edge_index):
+            return self.second(torch.relu(self.first(x, edge_index)), edge_index)
+
+    torch.manual_seed(0)
+    x, edges = torch.randn(100, 64), torch.randint(0, 100, (2, 400))
+    buffer = io.BytesIO()
+    with torch.no_grad():
+        torch.onnx.export(Net().eval(), (x, edges), buffer, dynamo=False, opset_version=17,
+                          input_names=["x", "edge_index"],
+                          dynamic_axes={"x": {0: "nodes"}, "edge_index": {1: "edges"}})
+    return buffer.getvalue()
+
+
+def stream_of(model: str, calls: int) -> list[dict[str, np.ndarray]]:
+    """The calls' feeds (seed 0): BERT's token lengths 8-63, or GCN's graphs."""
+    rng = np.random.default_rng(0)
+    stream = []
+    if model == "bert":
+        for length in rng.integers(8, 64, calls):
+            ids = rng.integers(0, 1000, (2, int(length))).astype(np.int64)
+            stream.append({"ids": ids, "mask": np.ones_like(ids)})
+        return stream
+    sizes = rng.integers(200, 3000, 60)
+    for nodes in rng.choice(sizes, calls):
+        nodes = int(nodes)
+        stream.append({"x": rng.standard_normal((nodes, 64)).astype(np.float32),
+                       "edge_index": rng.integers(0, nodes, (2, 4 * nodes)).astype(np.int64)})
+    return stream
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", choices=("bert", "gcn"), default="bert")
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--passes", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", help="write the figures as JSON here")
     args = parser.parse_args()
     import onnxruntime as ort
 
-    model = export_bert()
-    ta.set_num_threads(1)
+    model = export_bert() if args.model == "bert" else export_gcn()
+    ta.set_num_threads(args.threads)
     compiled = tonnx.load(model, opt_level=3)
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
     session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
-    rng = np.random.default_rng(0)
-    stream = []
-    for length in rng.integers(8, 64, args.calls):
-        ids = rng.integers(0, 1000, (2, int(length))).astype(np.int64)
-        stream.append({"ids": ids, "mask": np.ones_like(ids)})
+    stream = stream_of(args.model, args.calls)
     passes = []
     specialiser = compiled.specialiser
     for k in range(args.passes):
@@ -116,8 +161,9 @@ def main() -> int:
                                 text=True).stdout.strip()
         with open(args.out, "w", encoding="utf-8") as handle:
             json.dump({"script": "benchmarks/variable_shapes.py", "commit": commit,
-                       "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "calls": args.calls,
-                       "passes": passes}, handle, indent=1)
+                       "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "model": args.model,
+                       "threads": args.threads, "calls": args.calls, "passes": passes},
+                      handle, indent=1)
     return 0
 
 
