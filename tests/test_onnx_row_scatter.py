@@ -219,3 +219,14 @@ def test_a_constant_zero_start_is_not_read_by_the_planned_sum():
     compiled = check_every_level(model, feeds)
     assert "prebound" in str(compiled.profile(feeds))
     assert "D(i,j)" not in str(compiled.profile(feeds))
+
+
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+def test_both_index_types(index_dtype):
+    """ONNX's two index types, both read by the plan's ids call."""
+    rng = np.random.default_rng(9)
+    data = np.zeros((10, 4), np.float32)
+    updates = rng.standard_normal((25, 4)).astype(np.float32)
+    rows = rng.integers(0, 10, 25).astype(index_dtype)
+    model, feeds = _expanded_model(data, rows, updates, "add")
+    check_every_level(model, feeds, rtol=1e-5, atol=1e-5)

@@ -25,14 +25,15 @@ from tensoralg.onnx.plan.step_base import Env, Getter, Run, Spec, contiguous, ma
 def row_scatter_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]
                      ) -> Spec | None:
     """A ``RowScatter`` (data, index, shape, updates) adding whole rows, as its ids call and
-    its bound product; None (a generic step) for other reductions and dtypes, an index that
-    is not one entry per update row, or updates that are not rows of the data."""
+    its bound product; None (a generic step) for other reductions and dtypes, an index of
+    another type than int32 or int64 (what ``program.ids_call`` reads), one that is not one
+    entry per update row, or updates that are not rows of the data."""
     node, context = step.node, step.context
     data, index, updates = (recorded[node.inputs[k]] for k in (0, 1, 3))
     out = recorded[node.outputs[0]]
     if node.attributes.get("reduction") != "add" or data.dtype not in ROW_SUM_DTYPES or \
             int(node.attributes.get("axis", 0)) % max(data.ndim, 1) != 0 or \
-            index.dtype.kind not in "iu" or updates.dtype != data.dtype or \
+            index.dtype not in (np.int32, np.int64) or updates.dtype != data.dtype or \
             updates.shape[1:] != data.shape[1:] or index.size != updates.shape[0] or \
             not updates.size or not data.size or out.shape != data.shape:
         return None
