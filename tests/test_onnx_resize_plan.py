@@ -1,7 +1,8 @@
 """A linear or cubic (and antialiased) Resize in the static plan (``plan/resize_steps.py``):
 one prebound CSR kernel per resized axis, against onnxruntime, over coordinate modes, scales
 and sizes, axes, downsampling and float64; the pass order (the contiguous last axis first);
-and what keeps the node's own run (nearest mode, tf_crop_and_resize).
+what keeps the node's own run (tf_crop_and_resize, nearest mode but for whole-factor
+upsampling of the last axes, which is one compiled broadcast copy).
 """
 from __future__ import annotations
 
@@ -119,3 +120,36 @@ def test_the_contiguous_last_axis_runs_first_when_upsampling():
                               keep_aspect_ratio_policy="stretch", mode="linear",
                               nearest_mode="floor")
     assert [p.axis for p in passes] == [2, 3]       # the shrinking axis first
+
+
+REPEATED = "nearest upsampling by whole factors"
+
+
+@pytest.mark.parametrize("x_shape, kwargs, repeated", [
+    ((1, 3, 5, 7), dict(scales=[1.0, 1.0, 2.0, 2.0]), True),          # U-Net, FPN, VAE: 2x
+    ((2, 4, 6, 6), dict(scales=[1.0, 1.0, 2.0, 2.0], nearest_mode="floor",
+                        coordinate_transformation_mode="asymmetric"), True),  # torch's export
+    ((1, 2, 4, 5), dict(sizes=[1, 2, 12, 10]), True),                 # 3 x 2
+    ((1, 2, 4, 5), dict(scales=[1.0, 1.0, 1.0, 3.0]), True),          # the last axis only
+    ((1, 2, 4, 5), dict(scales=[1.0, 1.0, 4.0, 1.0]), True),          # rows only
+    ((1, 2, 4, 6), dict(scales=[1.0, 1.0, 1.5, 1.5]), False),         # not a whole factor
+    ((1, 2, 4, 6), dict(scales=[1.0, 1.0, 2.0, 2.0],
+                        coordinate_transformation_mode="align_corners"), True),   # it is, here
+    ((1, 2, 4, 6), dict(scales=[1.0, 1.0, 3.0, 1.0],
+                        coordinate_transformation_mode="align_corners"), False),  # 0, 0, 1, ...
+    ((2, 3, 4, 5), dict(scales=[2.0, 1.0, 1.0, 1.0]), False),         # an outer axis
+])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_nearest_whole_factor_upsampling_is_one_broadcast_copy(x_shape, kwargs, repeated,
+                                                               dtype):
+    model = _model(x_shape, mode="nearest", dtype=dtype, **kwargs)
+    feeds = {"x": np.random.default_rng(3).standard_normal(x_shape).astype(dtype)}
+    compiled = planned_model(model, feeds)
+    want = onnxruntime_outputs(model, feeds)[0] if dtype == np.float32 else None
+    got = compiled.run(feeds)["y"]
+    if want is not None:
+        np.testing.assert_array_equal(got, want)
+    else:                                  # onnxruntime has no float64 Resize: NumPy's take
+        from tensoralg.onnx import load
+        np.testing.assert_array_equal(got, load(model, opt_level=0).run(feeds)["y"])
+    assert (REPEATED in str(compiled.profile(feeds))) == repeated

@@ -1,4 +1,4 @@
-"""The static step of a linear or cubic ``Resize``: its passes as prebound kernels.
+"""The static step of a ``Resize``: a linear or cubic one's passes as prebound kernels.
 
 Node by node, a linear (or cubic) Resize builds its interpolation matrices (scipy CSR) at
 every run and calls ``ta`` once per resized axis through the kernel dispatch, then copies its
@@ -6,8 +6,10 @@ result into place: for LR-ASPP's final upsampling, (21, 28, 28) to (21, 224, 224
 which the two contractions were 0.45 (one thread, ad hoc, 2026-12-05; the planned step's time
 is in the slowest-node lines of ``ONNX_HELD_OUT_FOURTH_RESULTS.md``). In a plan the shapes
 are fixed, so the matrices are built once, each pass is a kernel bound to them and to the plan's buffers (the last pass writes the step's
-output), and the step joins the compiled sequence. Nearest mode, ``tf_crop_and_resize`` (whose
-positions outside the input take another value) and non-float inputs keep the node's own run.
+output), and the step joins the compiled sequence. A nearest Resize that upsamples its last axes
+by whole factors is one compiled broadcast copy (:func:`_repeat_spec`); other nearest ones,
+``tf_crop_and_resize`` (whose positions outside the input take another value) and non-float
+inputs keep the node's own run.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from typing import Mapping
 import numpy as np
 
 import tensoralg as ta
+from tensoralg import program
 from tensoralg.onnx.ops.resize import interpolation_statement, resize_passes
 from tensoralg.onnx.plan.executor import Step
 from tensoralg.onnx.plan.step_base import (
@@ -39,6 +42,10 @@ def resize_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) 
     x = recorded.get(node.inputs[0])
     out = recorded.get(node.outputs[0])
     extra = [name for name in node.inputs[1:4] if name]
+    if x is not None and out is not None and \
+            attributes.get("mode", "nearest") == "nearest" and \
+            not any(name not in constants for name in extra):
+        return _repeat_spec(step, x, out, constants)
     if x is None or out is None or x.dtype not in (np.float32, np.float64) or \
             out.dtype != x.dtype or \
             attributes.get("mode", "nearest") not in ("linear", "cubic") or \
@@ -107,6 +114,81 @@ def resize_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) 
     spec.plan = f"{kind} interpolation, one prebound CSR kernel per axis: " + "; ".join(
         f"axis {one.axis} {view[1]} -> {out_view[1]}"
         for one, (_, _, view, out_view) in zip(passes, bindings))
+    return spec
+
+
+def _repeat_spec(step: Step, x: np.ndarray, out: np.ndarray,
+                 constants: Mapping[str, np.ndarray]) -> Spec | None:
+    """A nearest Resize whose every output position along its resized axes reads source
+    position ``o // f`` for a whole factor ``f`` (2x upsampling in U-Net, FPN and diffusion
+    decoders, whatever the coordinate mode that gives it), at most two such axes and the last
+    ones: each value repeated ``f_h x f_w`` times by one compiled broadcast copy
+    (``program.broadcast_call``: the output viewed as ``(rows, f_h, W, f_w)``, the input as
+    ``(rows, 1, W, 1)``), which joins the compiled sequence. Node by node the same is a NumPy
+    take per axis. None for any other nearest Resize (the node's own run)."""
+    node = step.node
+    attributes = node.attributes
+    if out.dtype != x.dtype or x.ndim < 2 or not x.size or \
+            attributes.get("coordinate_transformation_mode", "half_pixel") == \
+            "tf_crop_and_resize":
+        return None
+
+    def given(position: int) -> np.ndarray | None:
+        name = node.inputs[position] if len(node.inputs) > position else ""
+        return constants[name] if name else None
+
+    try:
+        shape, passes = resize_passes(
+            step.context, x.shape, x.dtype, given(1), given(2), given(3),
+            axes=attributes.get("axes"),
+            coordinate_transformation_mode=attributes.get("coordinate_transformation_mode",
+                                                          "half_pixel"),
+            keep_aspect_ratio_policy=attributes.get("keep_aspect_ratio_policy", "stretch"),
+            mode="nearest", nearest_mode=attributes.get("nearest_mode", "round_prefer_floor"))
+    except ta.TensorAlgebraError:
+        return None
+    factors = {}
+    for one in passes:
+        size = x.shape[one.axis]
+        factor = len(one.indices) // size if size else 0
+        if one.outside is not None or factor < 1 or len(one.indices) != factor * size or \
+                not np.array_equal(one.indices, np.arange(factor * size) // factor):
+            return None
+        factors[one.axis] = factor
+    rank = x.ndim
+    if tuple(shape) != out.shape or not factors or \
+            not set(factors) <= {rank - 2, rank - 1}:
+        return None
+    fh, fw = factors.get(rank - 2, 1), factors.get(rank - 1, 1)
+    rows, width = math.prod(x.shape[:-1]), x.shape[-1]
+    if fh > 1:
+        rows = math.prod(x.shape[:-2])
+        source_view = (rows * x.shape[-2], 1, width, 1)
+    else:
+        source_view = (rows, 1, width, 1)
+    target_view = (source_view[0], fh, width, fw)
+    probe = program.broadcast_call("cast", [np.zeros(source_view, x.dtype)],
+                                   np.zeros(target_view, out.dtype), str(step.context))
+    if probe is None:
+        return None
+
+    def make(outs: list[np.ndarray], buffers: list[np.ndarray], ins: list[Getter]) -> Run:
+        source = placeholder(ins[0], x.shape, x.dtype).reshape(source_view)
+        call = program.broadcast_call("cast", [source], outs[0].reshape(target_view),
+                                      str(step.context))
+        assert call is not None        # the probe above took the same shapes and dtypes
+        if ins[0].fixed is not None:
+            return made_of(lambda env: call(), [(call, [])])
+        read = ins[0]
+
+        def run(env: Env) -> None:
+            call.rebind("x0", contiguous(read(env)).reshape(source_view))
+            call()
+        return made_of(run, [(call, [("x0", read, source_view)])])
+
+    spec = Spec(make, [], "copy")
+    spec.plan = (f"nearest upsampling by whole factors {fh} x {fw}: each value repeated by "
+                 f"one compiled broadcast copy")
     return spec
 
 
