@@ -54,24 +54,10 @@ def resize_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) 
             "tf_crop_and_resize" or any(name not in constants for name in extra):
         return None
 
-    def given(position: int) -> np.ndarray | None:
-        name = node.inputs[position] if len(node.inputs) > position else ""
-        return constants[name] if name else None
-
-    try:
-        shape, passes = resize_passes(
-            step.context, x.shape, x.dtype, given(1), given(2), given(3),
-            axes=attributes.get("axes"),
-            coordinate_transformation_mode=attributes.get("coordinate_transformation_mode",
-                                                          "half_pixel"),
-            keep_aspect_ratio_policy=attributes.get("keep_aspect_ratio_policy", "stretch"),
-            mode=attributes["mode"], nearest_mode=attributes.get("nearest_mode",
-                                                                 "round_prefer_floor"),
-            cubic_coeff_a=attributes.get("cubic_coeff_a", -0.75),
-            exclude_outside=attributes.get("exclude_outside", 0),
-            antialias=attributes.get("antialias", 0))
-    except ta.TensorAlgebraError:
-        return None         # the node's own run raises it, naming the node
+    planned = _planned_passes(step, x, constants)
+    if planned is None:
+        return None
+    shape, passes = planned
     if tuple(shape) != out.shape or not passes:
         return None
     # Per pass: its kernel, the matrix in the input's dtype, and the pass's input and output
@@ -117,6 +103,34 @@ def resize_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) 
     return spec
 
 
+def _planned_passes(step: Step, x: np.ndarray, constants: Mapping[str, np.ndarray]
+                    ) -> tuple[list[int], list] | None:
+    """The node's output shape and passes (``ops/resize.resize_passes``) for the recorded
+    input, its roi, scales and sizes read from ``constants``; None where they are refused
+    (the node's own run raises the error, naming the node)."""
+    node = step.node
+    attributes = node.attributes
+
+    def given(position: int) -> np.ndarray | None:
+        name = node.inputs[position] if len(node.inputs) > position else ""
+        return constants[name] if name else None
+
+    try:
+        return resize_passes(
+            step.context, x.shape, x.dtype, given(1), given(2), given(3),
+            axes=attributes.get("axes"),
+            coordinate_transformation_mode=attributes.get("coordinate_transformation_mode",
+                                                          "half_pixel"),
+            keep_aspect_ratio_policy=attributes.get("keep_aspect_ratio_policy", "stretch"),
+            mode=attributes.get("mode", "nearest"),
+            nearest_mode=attributes.get("nearest_mode", "round_prefer_floor"),
+            cubic_coeff_a=attributes.get("cubic_coeff_a", -0.75),
+            exclude_outside=attributes.get("exclude_outside", 0),
+            antialias=attributes.get("antialias", 0))
+    except ta.TensorAlgebraError:
+        return None
+
+
 def _repeat_spec(step: Step, x: np.ndarray, out: np.ndarray,
                  constants: Mapping[str, np.ndarray]) -> Spec | None:
     """A nearest Resize whose every output position along its resized axes reads source
@@ -133,20 +147,10 @@ def _repeat_spec(step: Step, x: np.ndarray, out: np.ndarray,
             "tf_crop_and_resize":
         return None
 
-    def given(position: int) -> np.ndarray | None:
-        name = node.inputs[position] if len(node.inputs) > position else ""
-        return constants[name] if name else None
-
-    try:
-        shape, passes = resize_passes(
-            step.context, x.shape, x.dtype, given(1), given(2), given(3),
-            axes=attributes.get("axes"),
-            coordinate_transformation_mode=attributes.get("coordinate_transformation_mode",
-                                                          "half_pixel"),
-            keep_aspect_ratio_policy=attributes.get("keep_aspect_ratio_policy", "stretch"),
-            mode="nearest", nearest_mode=attributes.get("nearest_mode", "round_prefer_floor"))
-    except ta.TensorAlgebraError:
+    planned = _planned_passes(step, x, constants)
+    if planned is None:
         return None
+    shape, passes = planned
     factors = {}
     for one in passes:
         size = x.shape[one.axis]
