@@ -230,3 +230,27 @@ def test_both_index_types(index_dtype):
     rows = rng.integers(0, 10, 25).astype(index_dtype)
     model, feeds = _expanded_model(data, rows, updates, "add")
     check_every_level(model, feeds, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("reduction", ["add", "max", "min", "mul"])
+@pytest.mark.parametrize("dtype", [np.float32, np.int64])
+def test_scatter_nd_of_whole_rows(reduction, dtype):
+    """``x.index_put_((idx,), y, accumulate=True)`` exports as ScatterND with indices (E, 1):
+    the same row scatter as ScatterElements, with duplicates and negative rows."""
+    rng = np.random.default_rng(10)
+    data = (rng.standard_normal((12, 3, 2)) * 4).astype(dtype)
+    updates = (rng.standard_normal((40, 3, 2)) * 4).astype(dtype)
+    if reduction == "mul":
+        updates = np.where(rng.random(updates.shape) < 0.5, 1, 2).astype(dtype)
+    feeds = {"data": data, "updates": updates}
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    nodes = [helper.make_node("Add", ["data", "zero"], ["d"]),
+             helper.make_node("ScatterND", ["d", "rows", "updates"], ["y"],
+                              reduction=reduction)]
+    model = onnx_model(nodes, feeds, [("y", elem, [12, 3, 2])],
+                       {"rows": _edges(12, 40, seed=11).reshape(40, 1),
+                        "zero": np.zeros((), dtype)}, opset=18)
+    compiled = check_every_level(model, feeds, rtol=1e-5, atol=1e-5)
+    expected = {"add": "A(i,e) * U(e,j)", "max": "generated scatter",
+                "min": "generated scatter", "mul": "numpy scatter of 40 rows"}[reduction]
+    assert expected in str(compiled.profile(feeds))

@@ -7,7 +7,9 @@ other axis (PyTorch Geometric's message aggregation, ``out.index_add_(0, dst, me
 exported as an index expanded over the feature axes). That is a product with a sparse matrix of
 one entry per column, ``Y(i,j) = D(i,j) + A(i,e) * U(e,j)`` with ``A`` in CSC (``A(dst[e], e)
 = 1``), and runs as the core's compiled kernel: 10-25x faster than ``np.add.at`` on
-Cora-sized graphs. Every index is checked against its axis before anything is written: an index
+Cora-sized graphs. A ScatterND with a reduction whose indices each pick a whole row
+(``x.index_put_((idx,), y, accumulate=True)``) takes the same route. Every index is checked
+against its axis before anything is written: an index
 outside the data is a ``ShapeError`` naming the node, never a write out of bounds. Negative
 indices count from the end, as ONNX allows. Duplicate indices with ``reduction="none"`` leave
 one of the written values, as onnxruntime does (ONNX leaves which undefined); the reductions
@@ -63,6 +65,11 @@ def scatter_nd(node: NodeContext, data: np.ndarray, indices: np.ndarray, updates
                             f"{data.shape} and indices {indices.shape}")
     flat = _in_range(node, indices.reshape(-1, depth), np.array(data.shape[:depth]),
                      node.inputs[1])
+    if depth == 1 and combine is not None and data.ndim >= 1:
+        # whole rows at row indices (``x.index_put_(idx, y, accumulate=True)``, ``x[idx] +=
+        # y``): the row scatter of ScatterElements
+        return scatter_rows(node, data, flat.reshape(-1),
+                            updates.reshape(flat.shape[0], *data.shape[1:]), reduction)
     out = data.copy()
     where = tuple(flat.T)
     values = updates.reshape(flat.shape[0], *data.shape[depth:]).astype(data.dtype, copy=False)
