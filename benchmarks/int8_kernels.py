@@ -38,6 +38,14 @@ def best(call) -> float:
     return min(timeit.repeat(call, number=20, repeat=5)) / 20 * 1e6
 
 
+def _pointwise_operands(rng: np.random.Generator, c: int, m: int, side: int
+                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A 1x1 layer's input (1, c, side, side), int8 weight (m, c, 1, 1) and output buffer."""
+    x = rng.standard_normal((1, c, side, side)).astype(np.float32)
+    w = rng.integers(-128, 128, (m, c, 1, 1)).astype(np.int8)
+    return x, w, np.empty((1, m, side, side), np.float32)
+
+
 def main() -> int:
     if not program.int8_gemm_supported():
         print("this host has no AVX-512 VNNI: the int8 GEMM cannot run")
@@ -65,9 +73,7 @@ def main() -> int:
     print("pointwise convolutions (MobileNetV2's), µs: over NCHW positions (planes + "
           "product) against the channels-last image (image + product + transpose)")
     for c, m, side in POINTWISE:
-        x = rng.standard_normal((1, c, side, side)).astype(np.float32)
-        w = rng.integers(-128, 128, (m, c, 1, 1)).astype(np.int8)
-        out = np.empty((1, m, side, side), np.float32)
+        x, w, out = _pointwise_operands(rng, c, m, side)
         times = []
         for positions in (True, False):
             calls = QuantizedConv(w, (1, 1), (0, 0), (0, 0), positions=positions).bind(
@@ -80,9 +86,7 @@ def main() -> int:
     print("pointwise convolutions over NCHW positions by epilogue (the product call), µs: "
           "none, rescale + bias + clamp, and the next layer's fake quantization too")
     for c, m, side in POINTWISE:
-        x = rng.standard_normal((1, c, side, side)).astype(np.float32)
-        w = rng.integers(-128, 128, (m, c, 1, 1)).astype(np.int8)
-        out = np.empty((1, m, side, side), np.float32)
+        x, w, out = _pointwise_operands(rng, c, m, side)
         multipliers = (rng.random(m) * 0.01).astype(np.float32)
         biases = rng.standard_normal(m).astype(np.float32)
         times = []

@@ -6,8 +6,9 @@ networks make hot: a ScatterElements ``add`` along axis 0 whose index is the sam
 other axis (PyTorch Geometric's message aggregation, ``out.index_add_(0, dst, messages)``
 exported as an index expanded over the feature axes). That is a product with a sparse matrix of
 one entry per column, ``Y(i,j) = D(i,j) + A(i,e) * U(e,j)`` with ``A`` in CSC (``A(dst[e], e)
-= 1``), and runs as the core's compiled kernel: 10-25x faster than ``np.add.at`` on
-Cora-sized graphs. A ScatterND with a reduction whose indices each pick a whole row
+= 1``), and runs as the core's compiled kernel (``np.add.at`` was two thirds of GCN's time;
+``benchmarks/ONNX_HELD_OUT_THIRTEENTH_RESULTS.md`` has PyTorch Geometric's models before and
+after). A ScatterND with a reduction whose indices each pick a whole row
 (``x.index_put_((idx,), y, accumulate=True)``) takes the same route. Every index is checked
 against its axis before anything is written: an index
 outside the data is a ``ShapeError`` naming the node, never a write out of bounds. Negative
@@ -38,8 +39,8 @@ def _reduction(node: NodeContext, reduction: str):  # type: ignore[no-untyped-de
     return _REDUCTIONS[reduction]
 
 
-def _in_range(node: NodeContext, index: np.ndarray, size: np.ndarray | int, what: str
-              ) -> np.ndarray:
+def in_range(node: NodeContext, index: np.ndarray, size: np.ndarray | int, what: str
+             ) -> np.ndarray:
     """``index`` (int64) with negative entries counted from the end; ShapeError if any entry
     lies outside ``[-size, size)``."""
     index = index.astype(np.int64, copy=False)
@@ -63,7 +64,7 @@ def scatter_nd(node: NodeContext, data: np.ndarray, indices: np.ndarray, updates
     if updates.shape != expected:
         raise ta.ShapeError(f"{node}: updates {updates.shape} must be {expected} for data "
                             f"{data.shape} and indices {indices.shape}")
-    flat = _in_range(node, indices.reshape(-1, depth), np.array(data.shape[:depth]),
+    flat = in_range(node, indices.reshape(-1, depth), np.array(data.shape[:depth]),
                      node.inputs[1])
     if depth == 1 and combine is not None and data.ndim >= 1:
         # whole rows at row indices (``x.index_put_(idx, y, accumulate=True)``, ``x[idx] +=
@@ -99,9 +100,9 @@ def scatter_elements(node: NodeContext, data: np.ndarray, indices: np.ndarray,
                             f"axis {axis}")
     rows = row_index(indices, updates, data, axis)
     if rows is not None and reduction != "none":
-        return scatter_rows(node, data, _in_range(node, rows, data.shape[0], node.inputs[1]),
+        return scatter_rows(node, data, in_range(node, rows, data.shape[0], node.inputs[1]),
                             updates, reduction)
-    index = _in_range(node, indices, data.shape[axis], node.inputs[1])
+    index = in_range(node, indices, data.shape[axis], node.inputs[1])
     out = data.copy()
     grid = list(np.indices(indices.shape, sparse=True))
     grid[axis] = index
@@ -157,32 +158,29 @@ def scatter_rows(node: NodeContext, data: np.ndarray, rows: np.ndarray, updates:
     if not count or not data.size:
         node.note("empty scatter: a copy of the data")
         return data.copy()
-    if reduction == "mul" or (reduction == "add" and data.dtype not in ROW_SUM_DTYPES):
-        # in the order the updates come, as onnxruntime sums and multiplies them
-        node.note(f"numpy scatter of {count} rows ({reduction}, copy of the data)")
-        out = data.copy()
-        combine.at(out, rows, values)
-        return out
-    if reduction != "add":
+    if reduction in ("max", "min"):
         out = program.scattered_extremes(data, rows, values, reduction == "max")
         if out is not None:
             node.note(f"generated scatter of {count} rows ({reduction})")
             return out
-        node.note(f"numpy scatter of {count} rows ({reduction}, copy of the data)")
-        out = data.copy()
-        combine.at(out, rows, values)
-        return out
-    table = data.reshape(data.shape[0], -1)
-    matrix = ta.Tensor((table.shape[0], count), ta.CSC,
-                       [None, (np.arange(count + 1, dtype=np.int64), rows)],
-                       np.ones(count, data.dtype), check=False)   # rows checked by the caller
-    parts = values.reshape(count, -1)
-    if table.any():
-        out = node.run(ROW_SUM_ONTO, data.dtype, formats={"A": ta.CSC}, D=table, A=matrix,
-                       U=parts)
-    else:
-        out = node.run(ROW_SUM, data.dtype, formats={"A": ta.CSC}, A=matrix, U=parts)
-    return np.asarray(out).reshape(data.shape)
+    elif reduction == "add" and data.dtype in ROW_SUM_DTYPES:
+        table = data.reshape(data.shape[0], -1)
+        matrix = ta.Tensor((table.shape[0], count), ta.CSC,
+                           [None, (np.arange(count + 1, dtype=np.int64), rows)],
+                           np.ones(count, data.dtype), check=False)  # rows checked by the caller
+        parts = values.reshape(count, -1)
+        if table.any():
+            out = node.run(ROW_SUM_ONTO, data.dtype, formats={"A": ta.CSC}, D=table,
+                           A=matrix, U=parts)
+        else:
+            out = node.run(ROW_SUM, data.dtype, formats={"A": ta.CSC}, A=matrix, U=parts)
+        return np.asarray(out).reshape(data.shape)
+    # mul, and the dtypes above take neither: in the order the updates come, as onnxruntime
+    # combines them
+    node.note(f"numpy scatter of {count} rows ({reduction}, copy of the data)")
+    out = data.copy()
+    combine.at(out, rows, values)
+    return out
 
 
 @op("OneHot", since=11)
@@ -258,8 +256,8 @@ def max_unpool(node: NodeContext, x: np.ndarray, indices: np.ndarray,
     return out.reshape(shape)
 
 
-__all__ = ["ROW_SUM", "ROW_SUM_ONTO", "max_unpool", "one_hot", "row_index", "scatter_elements",
-           "scatter_nd", "scatter_rows"]
+__all__ = ["ROW_SUM", "ROW_SUM_ONTO", "in_range", "max_unpool", "one_hot", "row_index",
+           "scatter_elements", "scatter_nd", "scatter_rows"]
 
 
 @op("Col2Im", since=18)

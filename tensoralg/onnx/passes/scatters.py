@@ -21,7 +21,7 @@ import tensoralg as ta
 from tensoralg.onnx.frontend.graph import Graph, Node
 from tensoralg.onnx.ops.kernels import NodeContext
 from tensoralg.onnx.ops.registry import OpImpl
-from tensoralg.onnx.ops.scatter import scatter_elements, scatter_rows
+from tensoralg.onnx.ops.scatter import in_range, scatter_elements, scatter_rows
 
 BOX_OP = "BoxScatter"
 ROW_OP = "RowScatter"
@@ -146,10 +146,8 @@ def row_scatter(node: NodeContext, data: np.ndarray, index: np.ndarray, shape: n
             axis % rank == 0 and expanded == updates.shape and \
             updates.shape[1:] == data.shape[1:] and all(size == 1 for size in lead[1:]) and \
             updates.size and index.dtype.kind in "iu":
-        rows = np.broadcast_to(index.reshape(-1), (expanded[0],)).astype(np.int64)
-        if (rows < -data.shape[0]).any() or (rows >= data.shape[0]).any():
-            raise ta.ShapeError(f"{node}: an index of {node.inputs[1]} is outside the data")
-        return scatter_rows(node, data, np.where(rows < 0, rows + data.shape[0], rows),
+        rows = np.broadcast_to(index.reshape(-1), (expanded[0],))
+        return scatter_rows(node, data, in_range(node, rows, data.shape[0], node.inputs[1]),
                             updates, reduction)
     node.note("the index expanded, then scattered element by element")
     return scatter_elements(node, data, np.broadcast_to(index, expanded), updates, axis=axis,
