@@ -1653,6 +1653,8 @@ def measure(spec: Spec, exporter: str, batch: int, budget: float, timed: bool,
             row.setdefault("rounding", {})[f"L{level}"] = f"{why}; {rounding}"
         compiled[level] = model
     if not timed or 3 not in compiled:
+        if compile_probe_wanted and 3 in compiled:   # `--no-time --compile all`: load times
+            row["compile"] = compile_times(path, feeds)
         return row
     all_cores = os.cpu_count() or 1
     ta.set_num_threads(all_cores)
@@ -1947,11 +1949,11 @@ def _status(row: dict[str, Any]) -> str:
     return status + (" (measured in a later run, see below)" if row.get("rerun") else "")
 
 
-def _compile(row: dict[str, Any], state: str) -> str:
+def _compile(row: dict[str, Any], state: str, key: str = "first_s") -> str:
     entry = row.get("compile", {}).get(state)
-    if not entry or "first_s" not in entry:
+    if not entry or key not in entry:
         return "-"
-    return f"{entry['first_s']:.2f}"
+    return f"{entry[key]:.2f}"
 
 
 def render(data: dict[str, Any]) -> str:
@@ -1968,7 +1970,9 @@ def render(data: dict[str, Any]) -> str:
             f"{data['method']['rounds']} rounds); above 1: tensoralg faster. `L3`: tensoralg "
             "opt level 3 on one thread, `ort1`: onnxruntime with one intra-op thread; `LN`/"
             "`ortN`: all cores. Compile is load to first result at level 3 in a fresh process, "
-            "with an empty kernel cache (cold) and with the cache the cold run filled (warm). "
+            "with an empty kernel cache (cold) and with the cache the cold run filled (warm); "
+            "`planned` is load to the end of the second run, which builds the static plan and "
+            "its compiled sequences (the first runs node by node). "
             f"Every output is checked against onnxruntime (rtol {RTOL:g}, atol {ATOL:g}) at "
             f"levels {data['options']['levels']}; `std` is the spread of onnxruntime's first "
             "output (so a match is not trivial). " + (
@@ -1979,8 +1983,8 @@ def render(data: dict[str, Any]) -> str:
                                              " **Partial run: it stopped before every model "
                                              "was measured.**"), "",
             "| model | exporter | batch | L3 ms | ort1 ms | ort1/L3 | LN ms | ortN ms | "
-            "ortN/LN | compile cold s | warm s | std | status |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+            "ortN/LN | compile cold s | warm s | planned cold s | warm s | std | status |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     lines = []
     for row in rows:
         r1, rn = ratio(row, "ort1/L3"), ratio(row, "ortN/LN")
@@ -1990,7 +1994,8 @@ def render(data: dict[str, Any]) -> str:
             f"{_ms(row, 'L3')} | {_ms(row, 'ort1')} | "
             f"{'-' if r1 != r1 else f'{r1:.2f}'} | {_ms(row, 'LN')} | {_ms(row, 'ort0')} | "
             f"{'-' if rn != rn else f'{rn:.2f}'} | {_compile(row, 'cold')} | "
-            f"{_compile(row, 'warm')} | {'-' if std is None else f'{std:.3g}'} | "
+            f"{_compile(row, 'warm')} | {_compile(row, 'cold', 'plan_s')} | "
+            f"{_compile(row, 'warm', 'plan_s')} | {'-' if std is None else f'{std:.3g}'} | "
             f"{_status(row).replace('|', '/')} |")
     tops = [f"- {row['model']} {row['exporter']} b{row['batch']}: " +
             ", ".join(f"{label} {ms:.3g} ms" for label, ms in row["profile_top"])
@@ -2037,10 +2042,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batches", default=None,
                         help="comma-separated batches (default: 1 and the model's batch)")
     parser.add_argument("--levels", default="0,1,2,3", help="opt levels to check")
-    parser.add_argument("--no-time", action="store_true", help="check only, do not time")
+    parser.add_argument("--no-time", action="store_true",
+                        help="check only, do not time the runs (the load-to-result times of "
+                             "--compile are still measured)")
     parser.add_argument("--compile", choices=("all", "batch", "none"), default="all",
                         help="where to measure the compile time in fresh processes: every "
-                             "timed row, only the model's named batch, or nowhere")
+                             "row, only the model's named batch, or nowhere")
     parser.add_argument("--out", default=None, help="the JSON file (default benchmarks/results/"
                         "onnx_real-<date>-<commit>.json); with --out the Markdown report is "
                         "left as it is (--render FILE.json redraws it)")

@@ -36,6 +36,10 @@ Edges are exact and in bounds: the last panel's columns are masked (masked loads
 gathers and scatters touch no memory outside the mask), the last row block runs a micro-kernel
 with fewer rows, and ``K = 0`` still writes ``act(bias)``. The packed weight is zero-padded to
 whole panels.
+
+The module holds the driver and the one-row micro-kernels; every other tile shape is a module
+of its own (:func:`tile_module`), built when a call that runs it is bound and called through
+the driver's table (``codegen/tile_table.py``): all 38 shapes in one module took ~5 s of LLVM.
 """
 from __future__ import annotations
 
@@ -56,6 +60,7 @@ from tensoralg.codegen.llvm_helpers import (
     prefetch,
 )
 from tensoralg.codegen.llvm_helpers import splat as _splat
+from tensoralg.codegen.tile_table import call_by_width, call_tile, declare_table
 
 I1, I32, I64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
 POINTER = ir.PointerType()
@@ -126,6 +131,11 @@ SCATTER_PREFETCH = True
 WEIGHT_PREFETCH = True
 
 ENTRY = "tensoralg_gemm"
+TILES = "tensoralg_gemm_tiles"      # the driver's table of tiles (codegen/tile_table.py)
+# micro(A_rows, Wk, C_rows, kc, nsub, a_sub, ncols, bias, mode, bounds, c_col, prefetch_a,
+# W_ahead): see _micro_kernel
+TILE_TYPE = ir.FunctionType(ir.VoidType(), (POINTER, POINTER, POINTER, I64, I64, I64, I64,
+                                            POINTER, I32, POINTER, I64, I1, POINTER))
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,11 +246,55 @@ def gemm_module(shape: GemmShape) -> ir.Module:
     """
     module = ir.Module(name=f"gemm_{shape.dtype.name}")
     scalar = ir.FloatType() if shape.dtype == np.float32 else ir.DoubleType()
-    micro = {(rows, vectors): _micro_kernel(module, shape, scalar, rows, vectors)
-             for vectors in range(1, shape.vectors + 1)
-             for rows in range(1, shape.rows_for(vectors) + 1)}
-    _driver(module, shape, micro)
+    # The one-row tiles live here; the others are built on demand (codegen/tile_table.py).
+    one_row = {vectors: _micro_kernel(module, shape, scalar, 1, vectors)
+               for vectors in range(1, shape.vectors + 1)}
+    _driver(module, shape, one_row)
     return module
+
+
+def tile_index(rows: int, vectors: int) -> int:
+    """The slot of the ``rows x vectors`` tile in the driver's table :data:`TILES`."""
+    return (vectors - 1) * TALL_MR + rows - 1
+
+
+def tile_entry(rows: int, vectors: int) -> str:
+    """The exported name of the ``rows x vectors`` tile in its :func:`tile_module`."""
+    return f"tensoralg_gemm_tile{rows}x{vectors}"
+
+
+def tile_module(shape: GemmShape, rows: int, vectors: int) -> ir.Module:
+    """The module exporting the ``rows x vectors`` micro-kernel alone (:func:`tile_entry`),
+    for the table of :func:`gemm_module`'s driver.
+
+    >>> shape = GemmShape.for_host(np.float32, avx512=False)
+    >>> tile_entry(6, 2) in str(tile_module(shape, 6, 2))
+    True
+    """
+    module = ir.Module(name=f"gemm_tile_{shape.dtype.name}_{rows}x{vectors}")
+    scalar = ir.FloatType() if shape.dtype == np.float32 else ir.DoubleType()
+    _micro_kernel(module, shape, scalar, rows, vectors, tile_entry(rows, vectors))
+    return module
+
+
+def tile_variants(shape: GemmShape, columns: int, rows: int) -> set[tuple[int, int]]:
+    """The tiles ``(rows, vectors)`` the driver runs for a call of ``rows`` rows (``row_end -
+    row_begin``) and ``columns`` columns (N): each panel's width, the last one narrower, and
+    the near-equal row blocks of each (two sizes at most).
+
+    >>> sorted(tile_variants(GemmShape.for_host(np.float32, avx512=True), 80, 49))
+    [(5, 4), (6, 4), (9, 1), (10, 1)]
+    """
+    if columns <= 0 or rows <= 0:
+        return set()
+    widths = {shape.vectors} if columns >= shape.nr else set()
+    if columns % shape.nr:
+        widths.add(-(-(columns % shape.nr) // shape.lanes))
+    found = set()
+    for vectors in widths:
+        blocks = -(-rows // shape.rows_for(vectors))
+        found |= {(rows // blocks, vectors), (-(-rows // blocks), vectors)}
+    return found
 
 
 def vector_intrinsics(module: ir.Module, scalar: ir.Type, lanes: int
@@ -261,7 +315,7 @@ def vector_intrinsics(module: ir.Module, scalar: ir.Type, lanes: int
 
 
 def _micro_kernel(module: ir.Module, shape: GemmShape, scalar: ir.Type, rows: int,
-                  vectors: int) -> ir.Function:
+                  vectors: int, exported: str | None = None) -> ir.Function:
     """``micro(A_rows, Wk, C_rows, kc, nsub, a_sub, ncols, bias, mode, bounds, c_col,
     prefetch_a, W_ahead)``: a
     ``rows x (vectors * lanes)`` tile of ``C`` over ``nsub`` runs of ``kc`` steps. Row ``r``
@@ -273,13 +327,13 @@ def _micro_kernel(module: ir.Module, shape: GemmShape, scalar: ir.Type, rows: in
     elements apart: 1 stores whole vectors; more scatters them (and gathers a later K block's
     partial sums), so that a convolution writes NCHW planes without a transpose. With
     ``prefetch_a`` each row of A is prefetched ``PREFETCH_BYTES`` ahead (a plain GEMM); each
-    step prefetches a line of ``W_ahead`` (:data:`WEIGHT_PREFETCH`)."""
+    step prefetches a line of ``W_ahead`` (:data:`WEIGHT_PREFETCH`).
+    Internal unless ``exported`` names it."""
     lanes = shape.lanes
     vector, mask_type, fma, load, store = vector_intrinsics(module, scalar, lanes)
-    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), (
-        POINTER, POINTER, POINTER, I64, I64, I64, I64, POINTER, I32, POINTER, I64, I1,
-        POINTER)), name=f"micro{rows}x{vectors}")
-    fn.linkage = "internal"
+    fn = ir.Function(module, TILE_TYPE, name=exported or f"micro{rows}x{vectors}")
+    if exported is None:
+        fn.linkage = "internal"
     a_rows, w, c_rows, kc, nsub, a_sub, ncols, bias, mode, bounds, c_col, prefetch_a, \
         w_ahead = fn.args
     for pointer in (a_rows, w, c_rows, bias):
@@ -516,8 +570,9 @@ def _at_least_one(builder: ir.IRBuilder, value: ir.Value) -> ir.Value:
     return builder.select(builder.icmp_signed("<", value, one), one, value)
 
 
-def _driver(module: ir.Module, shape: GemmShape, micro: dict[tuple[int, int], ir.Function]
-            ) -> None:
+def _driver(module: ir.Module, shape: GemmShape, one_row: dict[int, ir.Function]) -> None:
+    table, fallbacks = declare_table(module, TILES, TALL_MR * shape.vectors, TILE_TYPE, {
+        tile_index(1, vectors): kernel for vectors, kernel in one_row.items()})
     fn = ir.Function(module, ir.FunctionType(I32, (
         POINTER, I64, POINTER, I64, I64, POINTER, I64, POINTER, I32, I64, I64,
         I64, I64, I64, I64, I64, I64, I64, I64, I64)), name=ENTRY)
@@ -631,16 +686,15 @@ def _driver(module: ir.Module, shape: GemmShape, micro: dict[tuple[int, int], ir
                 args = [builder.bitcast(a_rows, POINTER), w_block,
                         builder.bitcast(c_rows, POINTER), kc, nsub, a_run, ncols,
                         at(bias, j0), mode, at(bias, n_size), c_col, prefetch_a, w_ahead]
-                done = builder.append_basic_block("tile.done")
                 variant = builder.add(wide, builder.sub(rows, const(1)))
-                switch = builder.switch(variant, done)
-                for (count, width), kernel in micro.items():
-                    case = builder.append_basic_block(f"tile.{count}x{width}")
-                    switch.add_case(const((width - 1) * TALL_MR + count - 1), case)
-                    builder.position_at_end(case)
-                    builder.call(kernel, args)
-                    builder.branch(done)
-                builder.position_at_end(done)
+
+                def row_by_row(r: ir.Value, args: list = args) -> None:
+                    # (the row tables' entry r onwards: a one-row tile reads only the first)
+                    call_by_width(builder, vectors, one_row, [
+                        builder.gep(args[0], [r], source_etype=POINTER), args[1],
+                        builder.gep(args[2], [r], source_etype=POINTER), *args[3:]])
+
+                call_tile(builder, table, fallbacks, variant, args, rows, row_by_row)
     builder.ret(ir.Constant(I32, 0))
 
 
@@ -674,4 +728,5 @@ def _row_pointers(builder: ir.IRBuilder, at: Any, const: Any, i0: ir.Value, rows
 
 
 __all__ = ["FLAG_BIAS", "FLAG_CLIP", "FLAG_RELU", "GemmShape", "aligned_empty", "emit_clamp",
-           "gemm_module", "pack_weight"]
+           "gemm_module", "pack_weight", "tile_entry", "tile_index", "tile_module",
+           "tile_variants"]

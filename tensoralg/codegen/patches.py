@@ -30,11 +30,13 @@ from llvmlite import ir
 
 from tensoralg.codegen.gemm import GemmShape, _splat
 from tensoralg.codegen.llvm_helpers import counted_loop, declare, entry_alloca, if_else
-from tensoralg.codegen.planar import MR, _micro_kernel
+from tensoralg.codegen.planar import MR, TILE_TYPE, _micro_kernel, call_tile_rows, tile_index
+from tensoralg.codegen.tile_table import declare_table
 
 I1, I32, I64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
 POINTER = ir.PointerType()
 ENTRY = "tensoralg_patches"
+TILES = "tensoralg_patches_tiles"   # the driver's table of tiles (codegen/tile_table.py)
 # The geometry argument: int64 values at these indexes.
 GEOMETRY = ("x_image", "height", "width", "out_channels", "out_height", "out_width",
             "stride_h", "stride_w", "pad_top", "pad_left", "depth", "y_image")
@@ -54,8 +56,11 @@ def patch_module(shape: GemmShape) -> ir.Module:
     """
     module = ir.Module(name=f"patches_{shape.dtype.name}")
     scalar = ir.FloatType() if shape.dtype == np.float32 else ir.DoubleType()
-    micro = {(rows, vectors): _micro_kernel(module, shape, scalar, rows, vectors)
-             for vectors in range(1, shape.vectors + 1) for rows in range(1, MR + 1)}
+    # The one-row tiles live here; the others are built on demand (codegen/tile_table.py).
+    one_row = {vectors: _micro_kernel(module, shape, scalar, 1, vectors)
+               for vectors in range(1, shape.vectors + 1)}
+    table, fallbacks = declare_table(module, TILES, MR * shape.vectors, TILE_TYPE, {
+        tile_index(1, vectors): kernel for vectors, kernel in one_row.items()})
     fn = ir.Function(module, ir.FunctionType(I32, (POINTER,) * 4 + (I32, POINTER, POINTER,
                                                                      I64, I64)), name=ENTRY)
     x, y, w, bias, flags, geometry, taps, begin, end = fn.args
@@ -130,17 +135,7 @@ def patch_module(shape: GemmShape) -> ir.Module:
                         at(bias, geo["out_channels"]), ir.Constant(I1, 0),
                         b.bitcast(c_rows, POINTER),    # no residual: never read
                         const(0)]    # A_next: a row-major weight prefetches nothing
-                done = b.append_basic_block("tile.done")
-                variant = b.add(b.mul(b.sub(vectors, const(1)), const(MR)),
-                                b.sub(rows, const(1)))
-                switch = b.switch(variant, done)
-                for (count, width), kernel in micro.items():
-                    case = b.append_basic_block(f"tile.{count}x{width}")
-                    switch.add_case(const((width - 1) * MR + count - 1), case)
-                    b.position_at_end(case)
-                    b.call(kernel, args)
-                    b.branch(done)
-                b.position_at_end(done)
+                call_tile_rows(b, table, fallbacks, one_row, scalar, rows, vectors, args)
     b.ret(ir.Constant(I32, 0))
     return module
 

@@ -42,10 +42,16 @@ from tensoralg.codegen.llvm_helpers import (
     if_then,
     prefetch,
 )
+from tensoralg.codegen.tile_table import call_by_width, call_tile, declare_table
 
 I1, I32, I64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
 POINTER = ir.PointerType()
 ENTRY = "tensoralg_planar"
+TILES = "tensoralg_planar_tiles"    # the driver's table of tiles (codegen/tile_table.py)
+# micro(A_rows, B, ldb, C_rows, col, kc, ncols, bias, mode, bounds, stream, R_rows, A_next):
+# see _micro_kernel
+TILE_TYPE = ir.FunctionType(ir.VoidType(), (POINTER, POINTER, I64, POINTER, I64, I64, I64,
+                                            POINTER, I32, POINTER, I1, POINTER, I64))
 MR = 6      # output channels per register tile
 UNIT_BLOCK_BYTES = 32768  # input values a unit keeps in L1 (of 48 KiB) across its tiles
 # A unit's input block when few tiles of output channels sweep it (under MANY_TILES): then
@@ -114,14 +120,75 @@ def planar_module(shape: GemmShape) -> ir.Module:
     """
     module = ir.Module(name=f"planar_{shape.dtype.name}")
     scalar = ir.FloatType() if shape.dtype == np.float32 else ir.DoubleType()
-    micro = {(rows, vectors): _micro_kernel(module, shape, scalar, rows, vectors, MR)
-             for vectors in range(1, shape.vectors + 1) for rows in range(1, MR + 1)}
-    _driver(module, shape, scalar, micro)
+    # The one-row tiles live here; the others are built on demand (codegen/tile_table.py).
+    one_row = {vectors: _micro_kernel(module, shape, scalar, 1, vectors, MR)
+               for vectors in range(1, shape.vectors + 1)}
+    _driver(module, shape, scalar, one_row)
     return module
 
 
+def tile_index(rows: int, vectors: int) -> int:
+    """The slot of the ``rows x vectors`` tile in a driver's table (this module's and
+    ``codegen/patches.py``'s)."""
+    return (vectors - 1) * MR + rows - 1
+
+
+def tile_entry(a_step: int, rows: int, vectors: int) -> str:
+    """The exported name of the ``rows x vectors`` tile reading its weights ``a_step`` apart
+    (``MR``: this module's packed weight; 1: ``codegen/patches.py``'s row-major one)."""
+    return f"tensoralg_planar{a_step}_tile{rows}x{vectors}"
+
+
+def tile_module(shape: GemmShape, a_step: int, rows: int, vectors: int) -> ir.Module:
+    """The module exporting the ``rows x vectors`` micro-kernel alone (:func:`tile_entry`).
+
+    >>> shape = GemmShape.for_host(np.float32, avx512=False)
+    >>> tile_entry(MR, 6, 2) in str(tile_module(shape, MR, 6, 2))
+    True
+    """
+    module = ir.Module(name=f"planar_tile_{shape.dtype.name}_{a_step}_{rows}x{vectors}")
+    scalar = ir.FloatType() if shape.dtype == np.float32 else ir.DoubleType()
+    _micro_kernel(module, shape, scalar, rows, vectors, a_step,
+                  tile_entry(a_step, rows, vectors))
+    return module
+
+
+def tile_variants(shape: GemmShape, channels: int, positions: int) -> set[tuple[int, int]]:
+    """The tiles ``(rows, vectors)`` a driver runs for ``channels`` output channels (tiles of
+    ``MR`` rows, the last one shorter) over planes of ``positions`` (panels of ``shape.nr``,
+    the last one narrower).
+
+    >>> sorted(tile_variants(GemmShape.for_host(np.float32, avx512=True), 16, 80))
+    [(4, 1), (4, 4), (6, 1), (6, 4)]
+    """
+    rows = {MR} if channels >= MR else set()
+    rows |= {channels % MR} - {0}
+    widths = {shape.vectors} if positions >= shape.nr else set()
+    widths |= {-(-(positions % shape.nr) // shape.lanes)} - {0}
+    return {(r, v) for r in rows for v in widths}
+
+
+def call_tile_rows(builder: ir.IRBuilder, table: ir.GlobalVariable, counter: ir.GlobalVariable,
+                   one_row: dict[int, ir.Function], scalar: ir.Type, rows: ir.Value,
+                   vectors: ir.Value, args: list) -> None:
+    """Call the ``rows x vectors`` tile of ``table`` on ``args`` (a :func:`_micro_kernel`'s),
+    or, where it is not built, the one-row tile once per row: its row tables (weights, output,
+    residual) and its bias moved on by the row."""
+    def row_by_row(r: ir.Value) -> None:
+        shifted = list(args)
+        for i in (0, 3, 11):
+            shifted[i] = builder.gep(args[i], [r], source_etype=POINTER)
+        shifted[7] = builder.gep(args[7], [r], source_etype=scalar)
+        call_by_width(builder, vectors, one_row, shifted)
+
+    variant = builder.add(builder.mul(builder.sub(vectors, ir.Constant(I64, 1)),
+                                      ir.Constant(I64, MR)),
+                          builder.sub(rows, ir.Constant(I64, 1)))
+    call_tile(builder, table, counter, variant, args, rows, row_by_row)
+
+
 def _micro_kernel(module: ir.Module, shape: GemmShape, scalar: ir.Type, rows: int,
-                  vectors: int, a_step: int = 1) -> ir.Function:
+                  vectors: int, a_step: int = 1, exported: str | None = None) -> ir.Function:
     """``micro(A_rows, B, ldb, C_rows, col, kc, ncols, bias, mode, bounds, stream, R_rows,
     A_next)``: a ``rows x
     (vectors * lanes)`` tile of output over ``kc`` input planes. Row ``r`` reads its weights
@@ -133,13 +200,12 @@ def _micro_kernel(module: ir.Module, shape: GemmShape, scalar: ir.Type, rows: in
     row :data:`PREFETCH_PANELS` panels on. ``R_rows`` are the rows of the residual added in the
     epilogue under :data:`FLAG_RESIDUAL` (read at the same columns as ``C_rows``). A packed
     weight's tile (``a_step`` > 1) prefetches its step's line ``A_next`` values past its own
-    (:data:`WEIGHT_PREFETCH`)."""
+    (:data:`WEIGHT_PREFETCH`). Internal unless ``exported`` names it."""
     lanes = shape.lanes
     vector, mask_type, fma, load, store = vector_intrinsics(module, scalar, lanes)
-    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), (
-        POINTER, POINTER, I64, POINTER, I64, I64, I64, POINTER, I32, POINTER, I1, POINTER,
-        I64)), name=f"micro{rows}x{vectors}")
-    fn.linkage = "internal"
+    fn = ir.Function(module, TILE_TYPE, name=exported or f"micro{rows}x{vectors}")
+    if exported is None:
+        fn.linkage = "internal"
     a_rows, b, ldb, c_rows, col, kc, ncols, bias, mode, bounds, stream, r_rows, a_next = \
         fn.args
     for pointer in (a_rows, b, c_rows, bias):
@@ -265,7 +331,9 @@ def _micro_kernel(module: ir.Module, shape: GemmShape, scalar: ir.Type, rows: in
 
 
 def _driver(module: ir.Module, shape: GemmShape, scalar: ir.Type,
-            micro: dict[tuple[int, int], ir.Function]) -> None:
+            one_row: dict[int, ir.Function]) -> None:
+    table, fallbacks = declare_table(module, TILES, MR * shape.vectors, TILE_TYPE, {
+        tile_index(1, vectors): kernel for vectors, kernel in one_row.items()})
     fn = ir.Function(module, ir.FunctionType(I32, (
         POINTER, POINTER, POINTER, POINTER, I32, *[I64] * 8, POINTER, I64)), name=ENTRY)
     (x, y, w, bias, flags, m_size, c_size, p_size, x_image, y_image, block_panels, begin,
@@ -357,17 +425,8 @@ def _driver(module: ir.Module, shape: GemmShape, scalar: ir.Type,
                             builder.bitcast(c_rows, POINTER), j0, kc, ncols, at(bias, m0),
                             mode, at(bias, m_size), first_tile,
                             builder.bitcast(r_rows, POINTER), a_next]
-                    done = builder.append_basic_block("tile.done")
-                    variant = builder.add(builder.mul(builder.sub(vectors, const(1)),
-                                                      const(MR)), builder.sub(rows, const(1)))
-                    switch = builder.switch(variant, done)
-                    for (count, width), kernel in micro.items():
-                        case = builder.append_basic_block(f"tile.{count}x{width}")
-                        switch.add_case(const((width - 1) * MR + count - 1), case)
-                        builder.position_at_end(case)
-                        builder.call(kernel, args)
-                        builder.branch(done)
-                    builder.position_at_end(done)
+                    call_tile_rows(builder, table, fallbacks, one_row, scalar, rows, vectors,
+                                   args)
     builder.ret(ir.Constant(I32, 0))
 
 
@@ -407,4 +466,5 @@ def block_panels(shape: GemmShape, channels: int, positions: int, out_channels: 
     return max(1, min(panels, fit))
 
 
-__all__ = ["ENTRY", "FLAG_RESIDUAL", "MR", "block_panels", "pack_weight", "planar_module"]
+__all__ = ["ENTRY", "FLAG_RESIDUAL", "MR", "block_panels", "call_tile_rows", "pack_weight",
+           "planar_module", "tile_entry", "tile_index", "tile_module", "tile_variants"]

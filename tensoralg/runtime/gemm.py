@@ -25,19 +25,48 @@ from tensoralg.codegen.cache import DiskCache
 from tensoralg.codegen.epilogue import FLAG_BIAS
 from tensoralg.errors import ShapeError
 from tensoralg.runtime.ranges import RangeCall, check_array, image_stride, run_ranges
+from tensoralg.runtime.tile_table import TileTable
 
 _PROTOTYPE = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
                               ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64,
                               ctypes.c_void_p, ctypes.c_int32, ctypes.c_int64, ctypes.c_int64,
                               *[ctypes.c_int64] * 9)
-_KERNELS: dict[tuple[np.dtype, bool], tuple[Any, Any, str, tuple]] = {}
+_KERNELS: dict[tuple[np.dtype, bool], tuple[Any, Any, str, TileTable]] = {}
 
 
 def gemm_kernel(dtype: np.dtype, cache: DiskCache | None = None) -> tuple[Any, Any, str]:
     """The generated GEMM for ``dtype`` on this host: its blocking (a ``GemmShape``),
     function and LLVM IR. Compiled once per process (and stored in ``cache`` when given).
     """
-    from tensoralg.codegen.gemm import ENTRY, GemmShape, gemm_module
+    found = _gemm(dtype, cache)
+    return found[0], found[1], found[2]
+
+
+def gemm_tiles(dtype: np.dtype, cache: DiskCache | None = None) -> TileTable:
+    """The table of register tiles of :func:`gemm_kernel`'s driver for ``dtype``: a call's
+    tiles are built when it is bound (:func:`require_tiles`)."""
+    return _gemm(dtype, cache)[3]
+
+
+def require_tiles(tiles: TileTable, shape: Any, calls: list[list]) -> None:
+    """Build the register tiles the generated GEMM's ``calls`` (argument lists) will run:
+    each call's N (``args[4]``) and rows (``args[9]`` to ``args[10]``)."""
+    from tensoralg.codegen.gemm import tile_variants
+
+    tiles.ensure(set().union(*(tile_variants(shape, call[4], call[10] - call[9])
+                               for call in calls)))
+
+
+def _gemm(dtype: np.dtype, cache: DiskCache | None) -> tuple[Any, Any, str, TileTable]:
+    from tensoralg.codegen.gemm import (
+        ENTRY,
+        TILES,
+        GemmShape,
+        gemm_module,
+        tile_entry,
+        tile_index,
+        tile_module,
+    )
 
     avx512 = host_has_feature("avx512f", cache)
     key = (np.dtype(dtype), avx512)
@@ -49,8 +78,10 @@ def gemm_kernel(dtype: np.dtype, cache: DiskCache | None = None) -> tuple[Any, A
         function, source, keepalive = build_llvm_module(
             lambda: gemm_module(shape), ENTRY, _PROTOTYPE, cache=cache, key=f"gemm|{shape}",
             identity=f"gemm|{shape}")
-        found = _KERNELS[key] = (shape, function, source, keepalive)
-    return found[0], found[1], found[2]
+        tiles = TileTable(keepalive, TILES, lambda rows, vectors: tile_module(
+            shape, rows, vectors), tile_entry, tile_index, f"gemm|{shape}", cache)
+        found = _KERNELS[key] = (shape, function, source, tiles)
+    return found
 
 
 def dense_product(a: np.ndarray, b: np.ndarray, dtype: np.dtype, cache: DiskCache | None,
@@ -100,6 +131,7 @@ class DenseLayer:
         from tensoralg.codegen.gemm import pack_weight
 
         self.shape, self.function, self.source = gemm_kernel(self.dtype, cache)
+        self.tiles = gemm_tiles(self.dtype, cache)
         self.packed = pack_weight(weight, self.shape)
         # ``relu`` may be a clamp's (low, high) (a fused Clip; ReLU6 is (0, 6)) or an
         # Activation (codegen/activation.py): ReLU's own epilogue when it is (0, inf), else
@@ -180,6 +212,7 @@ class BoundLayer(RangeCall):
         if len(self.calls) == 1 and threads is not None:
             self.calls, self._biases = _column_ranges(layer, self.calls[0], max(m, 1), threads)
         self.threads = threads if len(self.calls) > 1 else None
+        require_tiles(layer.tiles, layer.shape, self.calls)
 
     @classmethod
     def with_arguments(cls, layer: DenseLayer, a: np.ndarray, out: np.ndarray,
@@ -195,6 +228,7 @@ class BoundLayer(RangeCall):
         bound.calls = [[*args[:9], lo, hi, *args[11:]]
                        for lo, hi in zip(bounds, bounds[1:]) if hi > lo] or [list(args)]
         bound.threads = threads if len(bound.calls) > 1 else None
+        require_tiles(layer.tiles, layer.shape, bound.calls)
         return bound
 
     def refuse(self, array: Any) -> None:
@@ -544,4 +578,5 @@ class BoundGroupedConv:
 
 
 __all__ = ["ConvLayer", "BoundConv", "BoundChannelsLast", "channels_last_kernel", "DenseLayer",
-           "BoundLayer", "GroupedConv", "BoundGroupedConv", "gemm_kernel"]
+           "BoundLayer", "GroupedConv", "BoundGroupedConv", "gemm_kernel",
+           "gemm_tiles", "require_tiles"]

@@ -22,17 +22,31 @@ from tensoralg.runtime.ranges import (
     image_stride,
     split_call,
 )
+from tensoralg.runtime.tile_table import TileTable
 
 _PROTOTYPE = ctypes.CFUNCTYPE(ctypes.c_int32, *[ctypes.c_void_p] * 4, ctypes.c_int32,
                               *[ctypes.c_int64] * 8, ctypes.c_void_p, ctypes.c_int64)
-_KERNELS: dict[tuple[np.dtype, bool], tuple[Any, Any, str, Any]] = {}
+_KERNELS: dict[tuple[np.dtype, bool], tuple[Any, Any, str, TileTable]] = {}
 
 
 def planar_kernel(dtype: np.dtype, cache: DiskCache | None = None) -> tuple[Any, Any, str]:
     """The generated pointwise convolution for ``dtype`` on this host: its blocking (a
     ``GemmShape``), function and LLVM IR, compiled once per process."""
+    found = _planar(dtype, cache)
+    return found[0], found[1], found[2]
+
+
+def _planar(dtype: np.dtype, cache: DiskCache | None) -> tuple[Any, Any, str, TileTable]:
     from tensoralg.codegen.gemm import GemmShape
-    from tensoralg.codegen.planar import ENTRY, planar_module
+    from tensoralg.codegen.planar import (
+        ENTRY,
+        MR,
+        TILES,
+        planar_module,
+        tile_entry,
+        tile_index,
+        tile_module,
+    )
 
     avx512 = host_has_feature("avx512f", cache)
     key = (np.dtype(dtype), avx512)
@@ -43,8 +57,29 @@ def planar_kernel(dtype: np.dtype, cache: DiskCache | None = None) -> tuple[Any,
         function, source, keepalive = build_llvm_module(
             lambda: planar_module(shape), ENTRY, _PROTOTYPE, cache=cache, key=identity,
             identity=identity)
-        found = _KERNELS[key] = (shape, function, source, keepalive)
-    return found[0], found[1], found[2]
+        tiles = TileTable(keepalive, TILES, lambda rows, vectors: tile_module(
+            shape, MR, rows, vectors), lambda rows, vectors: tile_entry(MR, rows, vectors),
+            tile_index, identity, cache)
+        found = _KERNELS[key] = (shape, function, source, tiles)
+    return found
+
+
+def _patches(shape: Any, cache: DiskCache | None) -> tuple[Any, str, TileTable]:
+    from tensoralg.codegen.patches import ENTRY, TILES, patch_module
+    from tensoralg.codegen.planar import tile_entry, tile_index, tile_module
+
+    # One module per dtype and host serves every geometry, compiled once.
+    identity = f"patches|{shape}"
+    built = _PATCH_KERNELS.get(identity)
+    if built is None:
+        function, source, keepalive = build_llvm_module(
+            lambda: patch_module(shape), ENTRY, _PATCH_PROTOTYPE, cache=cache,
+            key=identity, identity=identity)
+        tiles = TileTable(keepalive, TILES, lambda rows, vectors: tile_module(
+            shape, 1, rows, vectors), lambda rows, vectors: tile_entry(1, rows, vectors),
+            tile_index, identity, cache)
+        built = _PATCH_KERNELS[identity] = (function, source, tiles)
+    return built
 
 
 # Below this share of useful lanes (output positions per image over the vector lanes they
@@ -110,7 +145,7 @@ class PlanarConv:
         self.out_channels, self.channels = weight.shape
         self.weight = np.ascontiguousarray(weight)      # row-major, as patch kernels read it
         self._packed: np.ndarray | None = None
-        self.shape, self.function, self.source = planar_kernel(self.dtype, cache)
+        self.shape, self.function, self.source, self.tiles = _planar(self.dtype, cache)
         self.activation = as_activation(activation)
         flags, parameters = epilogue_flags(activation)
         self.flags = (FLAG_BIAS if bias is not None else 0) | flags | \
@@ -196,7 +231,7 @@ class BoundPlanar(RangeCall):
     def __init__(self, conv: PlanarConv, x: np.ndarray, out: np.ndarray,
                  out_image: int | None = None, r: np.ndarray | None = None,
                  r_image: int | None = None) -> None:
-        from tensoralg.codegen.planar import block_panels
+        from tensoralg.codegen.planar import block_panels, tile_variants
 
         self.conv, self.input, self.out, self.residual = conv, x, out, r
         self.function, self.what = conv.function, repr(conv)
@@ -220,6 +255,8 @@ class BoundPlanar(RangeCall):
                       for lo, hi in zip(bounds, bounds[1:]) if hi > lo] or \
             [[x.ctypes.data, *fixed, 0, 0, *tail]]
         self.threads = conv.threads if len(self.calls) > 1 else None
+        if images:
+            conv.tiles.ensure(tile_variants(conv.shape, conv.out_channels, positions))
 
     def rebind(self, name: str, array: np.ndarray) -> None:
         """Read ``array`` as the input ``x`` or, for a residual convolution, as the residual
@@ -258,7 +295,7 @@ class BoundPlanar(RangeCall):
 _PATCH_PROTOTYPE = ctypes.CFUNCTYPE(ctypes.c_int32, *[ctypes.c_void_p] * 4, ctypes.c_int32,
                                     ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
                                     ctypes.c_int64)
-_PATCH_KERNELS: dict[str, tuple[Any, str, Any]] = {}
+_PATCH_KERNELS: dict[str, tuple[Any, str, TileTable]] = {}
 # Patch rows (C * KH * KW) up to which a convolution runs on NCHW planes through patch blocks
 # (``codegen/patches.py``): a first layer's 3 x 7 x 7 = 147 and other few-channel layers.
 # Past it the channels-last GEMM reads its K runs in place, and its copy and transpose cost
@@ -286,7 +323,7 @@ class PatchConv:
                  activation: Any = None,
                  cache: DiskCache | None = None, threads: Any = None) -> None:
         from tensoralg.codegen.gemm import GemmShape
-        from tensoralg.codegen.patches import ENTRY, GEOMETRY, patch_module, tap_table
+        from tensoralg.codegen.patches import GEOMETRY, tap_table
 
         g = geometry
         self.geometry, self.threads = g, threads
@@ -295,14 +332,7 @@ class PatchConv:
         self.dtype = self.planar.dtype
         avx512 = host_has_feature("avx512f", cache)
         self.shape = GemmShape.for_host(self.dtype, avx512)
-        # One module per dtype and host serves every geometry, compiled once.
-        identity = f"patches|{self.shape}"
-        built = _PATCH_KERNELS.get(identity)
-        if built is None:
-            built = _PATCH_KERNELS[identity] = build_llvm_module(
-                lambda: patch_module(self.shape), ENTRY, _PATCH_PROTOTYPE, cache=cache,
-                key=identity, identity=identity)
-        self.function, self.source, self._keepalive = built
+        self.function, self.source, self.tiles = _patches(self.shape, cache)
         depth = g.channels * g.kernel[0] * g.kernel[1]
         values = {"x_image": g.channels * g.height * g.width, "height": g.height,
                   "width": g.width, "out_channels": g.out_channels,
@@ -349,6 +379,8 @@ class BoundPatchConv(RangeCall):
     """A :class:`PatchConv` call with its buffers fixed; ``__call__`` runs it."""
 
     def __init__(self, conv: PatchConv, x: np.ndarray, out: np.ndarray) -> None:
+        from tensoralg.codegen.planar import tile_variants
+
         g = conv.geometry
         self.conv, self.input, self.out = conv, x, out
         self.function, self.what = conv.function, repr(conv)
@@ -366,6 +398,8 @@ class BoundPatchConv(RangeCall):
                       for lo, hi in zip(bounds, bounds[1:]) if hi > lo] or \
             [[x.ctypes.data, *fixed, 0, 0]]
         self.threads = conv.threads if len(self.calls) > 1 else None
+        if x.shape[0]:
+            conv.tiles.ensure(tile_variants(conv.shape, g.out_channels, positions))
 
 
 def patch_conv(geometry: Any, weight: np.ndarray, bias: np.ndarray | None,

@@ -18,7 +18,7 @@ import numpy as np
 from tensoralg.codegen.build import build_llvm_module, host_has_feature, host_l2_bytes
 from tensoralg.codegen.cache import DiskCache
 from tensoralg.errors import ShapeError
-from tensoralg.runtime.gemm import BoundChannelsLast, gemm_kernel
+from tensoralg.runtime.gemm import BoundChannelsLast, gemm_kernel, gemm_tiles
 from tensoralg.runtime.ranges import RangeCall, image_stride
 
 _PROTOTYPE = ctypes.CFUNCTYPE(ctypes.c_int32, *[ctypes.c_void_p] * 7, *[ctypes.c_int64] * 16)
@@ -103,6 +103,7 @@ class WinogradConv:
         self.pads_begin, self.pads_end = tuple(pads_begin), tuple(pads_end)
         self.threads, self.activation = threads, as_activation(relu)
         self.shape, gemm, _ = gemm_kernel(self.dtype, cache)
+        self.tiles = gemm_tiles(self.dtype, cache)
         self.gemm_address = ctypes.cast(gemm, ctypes.c_void_p).value
         self.function, self.lanes = winograd_kernel(self.dtype, self.activation, cache)
         packed = [pack_weight(u.astype(self.dtype), self.shape)
@@ -218,7 +219,7 @@ class _BoundTiles(RangeCall):
 
     def __init__(self, conv: WinogradConv, padded: np.ndarray, out: np.ndarray, tiles: int,
                  th: int, tw: int, oh: int, ow: int, out_image: int) -> None:
-        from tensoralg.codegen.gemm import aligned_empty
+        from tensoralg.codegen.gemm import aligned_empty, tile_variants
 
         # The ranges hold addresses only: the convolution (its packed weight and bias) and
         # the scratch live as long as this call.
@@ -252,6 +253,9 @@ class _BoundTiles(RangeCall):
             if hi <= lo or last <= first:
                 continue
             block = conv.block_tiles(hi - lo)
+            # The driver's GEMMs: blocks of `block` tiles, the last one shorter.
+            conv.tiles.ensure(tile_variants(conv.shape, last - first, block) |
+                              tile_variants(conv.shape, last - first, (hi - lo) % block))
             v_stride, m_stride = (_slab(block * k, conv.dtype) for k in (c, last - first))
             v = aligned_empty((16 * v_stride,), conv.dtype)
             products = aligned_empty((16 * m_stride,), conv.dtype)
