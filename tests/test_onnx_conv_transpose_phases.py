@@ -87,3 +87,38 @@ def test_phase_weights_hold_every_tap_once():
     v = phase_weights(w, (2, 2))                     # 3 x 5 taps padded to 4 x 6
     assert v.shape == (2 * 2 * 2, 3, 2, 3)
     assert np.isclose(np.sort(v[v != 0]), np.sort(w.reshape(-1))).all()
+
+
+def _dynamic(model):
+    """``model`` with a symbolic batch and spatial size: no static shape reaches the pass."""
+    dims = model.graph.input[0].type.tensor_type.shape.dim
+    for dim, name in zip(dims, ["n", None, "h", "w"]):
+        if name is not None:
+            dim.dim_param = name
+    return model
+
+
+@pytest.mark.parametrize("x_shape, out_channels, kernel, attributes", [
+    ((2, 6, 5, 7), 4, (4, 4), {"strides": [4, 4]}),                     # DPT's reassembling
+    ((1, 4, 6, 6), 3, (4, 4), {"strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    ((1, 3, 5, 5), 2, (3, 3), {"strides": [2, 2], "pads": [1, 0, 1, 2],
+                               "output_padding": [1, 1]}),
+    ((1, 2, 3, 4), 2, (5, 5), {"strides": [3, 3], "pads": [2, 1, 0, 2]}),
+])
+def test_equal_strides_are_rewritten_without_static_shapes(x_shape, out_channels, kernel,
+                                                            attributes):
+    model, feeds = _model(x_shape, out_channels, kernel, **attributes)
+    model = _dynamic(model)
+    compiled = check_every_level(model, feeds, rtol=1e-4, atol=1e-5)
+    assert NOTE in compiled.stage_text("plan")
+    assert "compiled transpose (DepthToSpace DCR" in str(compiled.profile(feeds))
+    # the same model at another input size: the rewrite holds for any size
+    other = {"x": np.random.default_rng(3).standard_normal(
+        (x_shape[0] + 1, x_shape[1], x_shape[2] + 2, x_shape[3] + 1)).astype(np.float32)}
+    check_every_level(model, other, rtol=1e-4, atol=1e-5, levels=(3,))
+
+
+def test_unequal_strides_without_static_shapes_are_left_to_the_op():
+    model, feeds = _model((1, 2, 4, 5), 3, (3, 2), strides=[2, 1], pads=[1, 0, 0, 0])
+    compiled = check_every_level(_dynamic(model), feeds, rtol=1e-4, atol=1e-5)
+    assert NOTE not in compiled.stage_text("plan")

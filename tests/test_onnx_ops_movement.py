@@ -307,3 +307,24 @@ def test_a_global_average_pool_sums_its_positions_as_one_axis():
     loaded = _compare(_model([_node("GlobalAveragePool", ["x"])], {"x": x}), {"x": x})
     plan = loaded[3].profile({"x": x}, repeat=1).rows[0].plan
     assert plan.startswith("Y(i) = X(i,j) * "), plan
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("op, mode, shape, blocksize", [
+    ("DepthToSpace", "DCR", (2, 12, 3, 5), 2), ("DepthToSpace", "CRD", (1, 18, 4, 2), 3),
+    ("SpaceToDepth", "DCR", (2, 3, 6, 9), 3), ("SpaceToDepth", "DCR", (1, 2, 4, 6), 2),
+])
+def test_block_moves_run_as_a_compiled_transpose_in_the_plan(op, mode, shape, blocksize, dtype):
+    x = _rng().standard_normal(shape).astype(dtype)
+    modes = {"mode": mode} if op == "DepthToSpace" else {}    # SpaceToDepth is DCR alone
+    nodes = [_node("Relu", ["x"], ["r"]), _node(op, ["r"], blocksize=blocksize, **modes)]
+    model = _model(nodes, {"x": x})
+    compiled = tonnx.load(model, opt_level=3)
+    for _ in range(3):
+        got = compiled.run({"x": x})["y"]
+    assert f"compiled transpose ({op} {mode}, blocks of {blocksize} x {blocksize})" in \
+        str(compiled.profile({"x": x}))
+    want = tonnx.load(model, opt_level=0).run({"x": x})["y"]   # the op's NumPy reshape
+    np.testing.assert_array_equal(got, want)
+    if dtype == np.float32:
+        _compare(model, {"x": x})

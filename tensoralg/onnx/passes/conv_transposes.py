@@ -12,6 +12,11 @@ and their outputs are interleaved back::
     Q_h, Q_w) -> Transpose(N, M, Q_h, s_h, Q_w, s_w) -> Reshape(N, M, s_h Q_h, s_w Q_w) ->
     [Slice the output's rows and columns from pad_begin]
 
+With equal strides the interleave is one ``DepthToSpace`` (DCR: the phase channels' order),
+and nothing in the rewrite depends on the input's size (the phases' extra rows and what the
+Slice crops at the end are functions of the kernel, stride and pads): a dynamic-batch export,
+whose shapes are known only per plan, is rewritten too (DPT's reassembling upsamplers).
+
 Node by node (``ops/conv_transpose.py``) the strided ConvTranspose is one product and a NumPy
 strided add per kernel cell into the output, a pass over the output per cell: LinkNet
 (segmentation_models_pytorch, whose decoder upsamples by 4 x 4 stride-2 ones) ran at 0.79-0.82x onnxruntime's
@@ -21,11 +26,11 @@ static plan's generated convolutions and the interleave is a compiled transpose.
 multiple of the stride gets (3 x 3 at stride 2: 16 taps for 9).
 
 Rewritten: group 1, no dilation, a constant float weight, explicit pads (``auto_pad``
-NOTSET, no ``output_shape``), static input and output shapes, a stride above 1 on some axis.
+NOTSET, no ``output_shape``), a stride above 1 on some axis, and for unequal strides static
+input and output shapes.
 """
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -33,7 +38,7 @@ import numpy as np
 from tensoralg.onnx.frontend.graph import Graph, Node, fresh_name, value_names
 from tensoralg.onnx.ops.registry import lookup
 
-_OPS = {"Conv": 11, "Reshape": 14, "Transpose": 13, "Slice": 13}
+_OPS = {"Conv": 11, "Reshape": 14, "Transpose": 13, "Slice": 13, "DepthToSpace": 13}
 
 
 def phase_weights(w: np.ndarray, strides: tuple[int, int]) -> np.ndarray:
@@ -92,8 +97,7 @@ def _phase_plan(graph: Graph, node: Node) -> dict[str, Any] | None:
     bias = graph.constants.get(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] \
         else None
     attributes = node.attributes
-    if weight is None or weight.dtype.kind != "f" or weight.ndim != 4 or shape is None or \
-            out is None or len(shape) != 4 or len(out) != 4 or \
+    if weight is None or weight.dtype.kind != "f" or weight.ndim != 4 or \
             len(node.inputs) > 2 and node.inputs[2] and bias is None or \
             int(attributes.get("group", 1)) != 1 or \
             attributes.get("auto_pad", "NOTSET") not in ("NOTSET", "") or \
@@ -102,26 +106,37 @@ def _phase_plan(graph: Graph, node: Node) -> dict[str, Any] | None:
         return None
     strides = tuple(int(v) for v in attributes.get("strides", [1, 1]))
     pads = [int(v) for v in attributes.get("pads", [0, 0, 0, 0])]
+    extra_out = [int(v) for v in attributes.get("output_padding", [0, 0])]
     if len(strides) != 2 or max(strides) < 2 or len(pads) != 4 or min(pads) < 0 or \
-            shape[1] != weight.shape[0] or out[1] != weight.shape[1] or \
+            len(extra_out) != 2 or min(extra_out) < 0 or \
+            shape is not None and (len(shape) != 4 or shape[1] != weight.shape[0]) or \
+            out is not None and (len(out) != 4 or out[1] != weight.shape[1]) or \
             bias is not None and bias.shape != (weight.shape[1],):
         return None
     taps = [-(-k // s) for k, s in zip(weight.shape[2:], strides)]
-    # phase rows q cover u = o + pad_begin for every output o
-    q = [-(-(p + o) // s) for p, o, s in zip(pads[:2], out[2:], strides)]
-    extra = [max(0, n - size) for n, size in zip(q, shape[2:])]
-    rows = [size + e for size, e in zip(shape[2:], extra)]
+    # Phase rows q cover u = o + pad_begin for every output o: u ends at (n - 1) s + K + op -
+    # pad_end for an input of n rows, and a phase Conv padded with E rows after gives n + E
+    # rows, so E = ceil((K + op - pad_end) / s) - 1 and the phases end R = (E + 1) s - (K + op
+    # - pad_end) past the output, whatever n is.
+    reach = [k + op - end for k, op, end in zip(weight.shape[2:], extra_out, pads[2:])]
+    extra = [max(0, -(-r // s) - 1) for r, s in zip(reach, strides)]
+    beyond = [(e + 1) * s - r for e, s, r in zip(extra, strides, reach)]
+    if min(reach) < 1:
+        return None
+    square = strides[0] == strides[1]
+    if not square and (shape is None or out is None):
+        return None           # the interleave's Reshape needs the sizes (DepthToSpace does not)
     return {"weight": weight, "bias": bias, "strides": strides, "taps": taps, "pads": pads,
-            "extra": extra, "rows": rows, "shape": tuple(shape), "out": tuple(out)}
+            "extra": extra, "beyond": beyond, "square": square,
+            "shape": None if shape is None else tuple(shape),
+            "out": None if out is None else tuple(out)}
 
 
 def _phase_nodes(graph: Graph, node: Node, plan: dict[str, Any], impls: dict[str, Any],
                  taken: set[str]) -> list[Node]:
     weight, strides, taps = plan["weight"], plan["strides"], plan["taps"]
-    batch = plan["shape"][0]
     outputs = weight.shape[1]
     sh, sw = strides
-    qh, qw = plan["rows"]
     made: list[Node] = []
 
     def fresh(part: str) -> str:
@@ -132,37 +147,49 @@ def _phase_nodes(graph: Graph, node: Node, plan: dict[str, Any], impls: dict[str
         graph.constants[name] = value
         return name
 
-    def add(op: str, inputs: tuple[str, ...], part: str, shape: tuple[int, ...],
+    def add(op: str, inputs: tuple[str, ...], part: str, shape: tuple[int, ...] | None,
             output: str | None = None, **attributes: Any) -> str:
         result = output or fresh(part)
         made.append(Node(f"{node.name}/{op}_{part}", op, inputs, (result,), attributes,
                          _OPS[op], impls[op]))
-        graph.static_shapes[result] = tuple(shape)
+        if shape is not None:
+            graph.static_shapes[result] = tuple(shape)
         return result
 
+    in_shape, out = plan["shape"], plan["out"]
+    # phase rows: the input's and E more (module docstring)
+    rows = None if in_shape is None else [n + e for n, e in zip(in_shape[2:], plan["extra"])]
+    batch = None if in_shape is None else in_shape[0]
     conv_inputs = [node.inputs[0], constant("phase_weight", phase_weights(weight, strides))]
     if plan["bias"] is not None:
         conv_inputs.append(constant("phase_bias", np.tile(plan["bias"], sh * sw)))
-    phases = add("Conv", tuple(conv_inputs), "phases", (batch, sh * sw * outputs, qh, qw),
+    phases = add("Conv", tuple(conv_inputs), "phases",
+                 None if rows is None else (batch, sh * sw * outputs, *rows),
                  kernel_shape=list(taps),
                  pads=[taps[0] - 1, taps[1] - 1, plan["extra"][0], plan["extra"][1]])
-    split = add("Reshape", (phases, constant("split_shape", np.array(
-        [batch, sh, sw, outputs, qh, qw], np.int64))), "split", (batch, sh, sw, outputs, qh, qw))
-    woven = add("Transpose", (split,), "woven", (batch, outputs, qh, sh, qw, sw),
-                perm=[0, 3, 4, 1, 5, 2])
-    full = (batch, outputs, qh * sh, qw * sw)
-    begin, out = plan["pads"][:2], plan["out"]
-    if list(begin) == [0, 0] and full == tuple(out):
-        add("Reshape", (woven, constant("full_shape", np.array(full, np.int64))), "full",
-            full, output=node.outputs[0])
-        return made
-    joined = add("Reshape", (woven, constant("full_shape", np.array(full, np.int64))), "full",
-                 full)
-    add("Slice", (joined, constant("starts", np.array(begin, np.int64)),
-                  constant("ends", np.array([b + n for b, n in zip(begin, out[2:])], np.int64)),
-                  constant("axes", np.array([2, 3], np.int64))), "cropped", tuple(out),
-        output=node.outputs[0])
-    assert math.prod(out) <= math.prod(full)
+    begin, beyond = plan["pads"][:2], plan["beyond"]
+    cropped = any(begin) or any(beyond)
+    full = None if rows is None else (batch, outputs, rows[0] * sh, rows[1] * sw)
+    final = None if cropped else node.outputs[0]
+    if plan["square"]:
+        # the phase channels (r_h * s + r_w) * M + m are DepthToSpace's DCR order
+        joined = add("DepthToSpace", (phases,), "full", full, output=final, blocksize=sh,
+                     mode="DCR")
+    else:
+        assert rows is not None and full is not None
+        split = add("Reshape", (phases, constant("split_shape", np.array(
+            [batch, sh, sw, outputs, *rows], np.int64))), "split",
+            (batch, sh, sw, outputs, *rows))
+        woven = add("Transpose", (split,), "woven", (batch, outputs, rows[0], sh, rows[1], sw),
+                    perm=[0, 3, 4, 1, 5, 2])
+        joined = add("Reshape", (woven, constant("full_shape", np.array(full, np.int64))),
+                     "full", full, output=final)
+    if cropped:
+        ends = [-b if b else np.iinfo(np.int64).max for b in beyond]
+        add("Slice", (joined, constant("starts", np.array(begin, np.int64)),
+                      constant("ends", np.array(ends, np.int64)),
+                      constant("axes", np.array([2, 3], np.int64))), "cropped", out,
+            output=node.outputs[0])
     return made
 
 

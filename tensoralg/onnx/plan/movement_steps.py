@@ -71,6 +71,44 @@ def permuter(context: Any, target: np.ndarray, shape: tuple[int, ...],
     return run
 
 
+def blocks_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]
+                ) -> Spec | None:
+    """DepthToSpace and SpaceToDepth (PixelShuffle and its inverse, a strided ConvTranspose's
+    phases interleaved) as one compiled transpose of a 6-D view of their input: NumPy's
+    reshape-and-copy otherwise."""
+    node = step.node
+    x = recorded[node.inputs[0]]
+    b, mode = int(node.attributes.get("blocksize", 0)), node.attributes.get("mode", "DCR")
+    if x.ndim != 4 or b < 1 or mode not in ("DCR", "CRD"):
+        return None
+    n, c, h, w = x.shape
+    if node.op_type == "DepthToSpace":
+        if c % (b * b):
+            return None
+        shape = (n, b, b, c // (b * b), h, w) if mode == "DCR" else (n, c // (b * b), b, b, h, w)
+        perm = (0, 3, 4, 1, 5, 2) if mode == "DCR" else (0, 1, 4, 2, 5, 3)
+    else:
+        if h % b or w % b:
+            return None
+        shape = (n, c, h // b, b, w // b, b)
+        perm = (0, 3, 5, 1, 2, 4) if mode == "DCR" else (0, 1, 3, 5, 2, 4)
+
+    def make(outs: list[np.ndarray], buffers: list[np.ndarray], ins: list[Getter]) -> Run:
+        copy, get = permuter(step.context, outs[0], shape, perm), ins[0]
+
+        def run(env: Env) -> None:
+            copy(contiguous(get(env)).reshape(shape))
+        part = copy.part(get)      # type: ignore[attr-defined]
+        if part is not None:       # the kernel reads its input slot as the 6-D view
+            bound, [(name, getter, slot)] = part
+            part = (bound, [(name, getter, slot or shape)])
+        return made_of(run, None if part is None else [part])
+
+    spec = Spec(make, [], "transpose kernel")
+    spec.plan = f"compiled transpose ({node.op_type} {mode}, blocks of {b} x {b})"
+    return spec
+
+
 def batched_swap(shape: tuple[int, ...], perm: tuple[int, ...]) -> tuple[int, int, int] | None:
     """``(batch, rows, columns)`` when ``perm`` keeps leading axes and swaps the two blocks of
     axes after them, so that the transpose is a batch of ``rows x columns`` matrices
@@ -598,5 +636,5 @@ def transpose_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray
     return spec
 
 
-__all__ = ["Flagged", "SAME_SIZES", "all_below", "batched_swap", "cast_column", "check_indices", "concat_spec", "gather_spec", "id_column",
+__all__ = ["Flagged", "SAME_SIZES", "all_below", "batched_swap", "blocks_spec", "cast_column", "check_indices", "concat_spec", "gather_spec", "id_column",
            "permuter", "slice_block", "slice_spec", "split_spec", "transpose_spec"]

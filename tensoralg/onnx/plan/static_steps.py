@@ -45,6 +45,7 @@ from tensoralg.onnx.plan.loop_bag_steps import loop_bag_spec
 from tensoralg.onnx.plan.mask_steps import COPY_OPS, MASK_OPS, mask_spec
 from tensoralg.onnx.plan.movement_steps import (
     all_below,
+    blocks_spec,
     check_indices,
     concat_spec,
     cumsum_spec,
@@ -779,6 +780,7 @@ _BUILDERS: dict[str, Callable[[Step, Env, Mapping[str, np.ndarray]], Spec | None
     "LogSoftmax": softmax_spec, "Slice": slice_spec, "Split": split_spec, "CumSum": cumsum_spec,
     "GatherND": gather_nd_spec, "LSTM": recurrent_spec, "GRU": recurrent_spec,
     "RNN": recurrent_spec, "Resize": resize_spec, ROW_OP: row_scatter_spec,
+    "DepthToSpace": blocks_spec, "SpaceToDepth": blocks_spec,
     "ReduceMax": reduce_extreme_spec, "ReduceMin": reduce_extreme_spec,
     PARAMETERS_OP: quantize_parameters_spec, INT8_OP: quantized_matmul_spec,
     CONV_INT8_OP: quantized_conv_spec,
