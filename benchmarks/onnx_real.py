@@ -675,6 +675,100 @@ def _diffusion_inputs(kind: str) -> Callable[[int, np.random.Generator], dict[st
     return inputs
 
 
+# --- forecasting and dense prediction (transformers) ------------------------------------------
+
+FORECAST_CONTEXT, FORECAST_CHANNELS, DENSE_SIZE = 96, 7, 64
+
+
+def _hf_held_out(kind: str) -> Callable[[], Any]:
+    """A held-out transformers model outside language (small configs, random weights):
+    forecasters over ``FORECAST_CONTEXT`` steps of ``FORECAST_CHANNELS`` series (``patchtst``:
+    patches and attention per channel; ``patchtsmixer``: MLP mixing across patches and
+    features), dense prediction on 64 x 64 images (``dpt``: a ViT with a reassembling
+    convolutional neck and depth head; ``glpn``: a hierarchical encoder and a depth decoder;
+    ``swin2sr``: shifted-window attention and pixel-shuffle upsampling x2), and backbones of
+    other kinds (``convnextv2``: global response normalisation; ``pvt_v2``: spatial-reduction
+    attention, depthwise convolutions in the MLP; ``cvt``: convolutional projections of the
+    attention inputs; ``detr``: a ResNet backbone, sine position encodings and a decoder over
+    object queries, class and box heads)."""
+    def build():
+        torch = _torch()
+        tf = _require("transformers", "pip install transformers")
+        if kind == "patchtst":
+            inner = tf.PatchTSTForPrediction(tf.PatchTSTConfig(
+                num_input_channels=FORECAST_CHANNELS, context_length=FORECAST_CONTEXT,
+                prediction_length=24, patch_length=12, patch_stride=12, d_model=32,
+                num_attention_heads=2, num_hidden_layers=2, ffn_dim=64))
+        elif kind == "patchtsmixer":
+            inner = tf.PatchTSMixerForPrediction(tf.PatchTSMixerConfig(
+                num_input_channels=FORECAST_CHANNELS, context_length=FORECAST_CONTEXT,
+                prediction_length=24, patch_length=12, patch_stride=12, d_model=32,
+                num_layers=2, mode="mix_channel"))
+        elif kind == "dpt":
+            inner = tf.DPTForDepthEstimation(tf.DPTConfig(
+                image_size=DENSE_SIZE, patch_size=8, hidden_size=64, num_hidden_layers=4,
+                num_attention_heads=2, intermediate_size=128, backbone_out_indices=[0, 1, 2, 3],
+                neck_hidden_sizes=[16, 32, 64, 64], fusion_hidden_size=32,
+                head_hidden_size=16))
+        elif kind == "glpn":
+            inner = tf.GLPNForDepthEstimation(tf.GLPNConfig(
+                num_encoder_blocks=2, depths=[1, 1], sr_ratios=[4, 2], hidden_sizes=[32, 64],
+                patch_sizes=[7, 3], strides=[4, 2], num_attention_heads=[1, 2],
+                mlp_ratios=[2, 2], decoder_hidden_size=32))
+        elif kind == "swin2sr":
+            inner = tf.Swin2SRForImageSuperResolution(tf.Swin2SRConfig(
+                image_size=DENSE_SIZE, embed_dim=32, depths=[2, 2], num_heads=[2, 2],
+                window_size=8, upscale=2, upsampler="pixelshuffle"))
+        elif kind == "convnextv2":
+            inner = tf.ConvNextV2Model(tf.ConvNextV2Config(
+                hidden_sizes=[16, 32, 64, 128], depths=[1, 1, 2, 1]))
+        elif kind == "pvt_v2":
+            inner = tf.PvtV2Model(tf.PvtV2Config(
+                hidden_sizes=[16, 32, 64, 128], depths=[1, 1, 1, 1],
+                num_attention_heads=[1, 2, 2, 4], sr_ratios=[8, 4, 2, 1]))
+        elif kind == "cvt":
+            inner = tf.CvtModel(tf.CvtConfig(
+                embed_dim=[16, 32, 64], num_heads=[1, 2, 2], depth=[1, 2, 3]),
+                add_pooling_layer=False)
+        else:
+            inner = tf.DetrForObjectDetection(tf.DetrConfig(
+                use_timm_backbone=False, use_pretrained_backbone=False,
+                backbone_config=tf.ResNetConfig(embedding_size=16, hidden_sizes=[16, 32, 64, 128],
+                                                depths=[1, 1, 1, 1], layer_type="basic",
+                                                out_features=["stage4"]),
+                d_model=64, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+                decoder_attention_heads=2, encoder_ffn_dim=128, decoder_ffn_dim=128,
+                num_queries=20, num_labels=10))
+
+        class Held(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.inner = inner.eval()
+
+            def forward(self, x):
+                if kind in ("patchtst", "patchtsmixer"):
+                    return self.inner(past_values=x).prediction_outputs
+                if kind == "detr":
+                    out = self.inner(pixel_values=x)
+                    return out.logits, out.pred_boxes
+                out = self.inner(x, return_dict=True)
+                for name in ("predicted_depth", "reconstruction", "last_hidden_state"):
+                    if getattr(out, name, None) is not None:
+                        return getattr(out, name)
+                raise ValueError(f"{kind}: no output to export")
+        return Held().eval()
+    return build
+
+
+def _hf_held_out_inputs(kind: str) -> Callable[[int, np.random.Generator], dict[str, np.ndarray]]:
+    def inputs(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+        if kind in ("patchtst", "patchtsmixer"):
+            return {"x": rng.standard_normal((n, FORECAST_CONTEXT, FORECAST_CHANNELS))
+                    .astype(np.float32)}
+        return {"x": rng.standard_normal((n, 3, DENSE_SIZE, DENSE_SIZE)).astype(np.float32)}
+    return inputs
+
+
 # --- graph networks (PyTorch Geometric) -------------------------------------------------------
 
 GRAPH_NODES, GRAPH_DEGREE, GRAPH_FEATURES = 340, 4, 64    # per graph of a batch
@@ -1383,6 +1477,14 @@ HELD_OUT = [
                    "smp_manet", "smp_unetpp", "smp_segformer")],
     *[Spec(kind, "diffusers", 1, _diffusion(kind), _diffusion_inputs(kind), held_out=True)
       for kind in ("vae_decoder", "unet2d")],
+    # a fifteenth group (2026-12-07): transformers models outside language: two forecasters
+    # over multivariate series, depth estimation, super-resolution, and backbones with other
+    # layer kinds (global response normalisation, spatial-reduction and convolutional
+    # attention, a detection transformer with object queries)
+    *[Spec(kind, "transformers", 8, _hf_held_out(kind), _hf_held_out_inputs(kind),
+           held_out=True)
+      for kind in ("patchtst", "patchtsmixer", "dpt", "glpn", "swin2sr", "convnextv2",
+                   "pvt_v2", "cvt", "detr")],
 ]
 SPECS.update((spec.name, spec) for spec in HELD_OUT)
 HELD_OUT_REPORT = HERE / "ONNX_HELD_OUT_RESULTS.md"
