@@ -35,7 +35,8 @@ a sequence with the inputs named in ``slots`` read from the sequence's slots at 
   or min into a table at row indices: ONNX ``ScatterElements``);
 - data movement: :func:`gather_call` (rows of a table by id), :func:`copy_call`,
   :func:`transpose_call` (batched matrices transposed, a channels-last product into NCHW),
-  :func:`block_copy_call`, :func:`broadcast_call` (elementwise ops with NumPy broadcasting,
+  :func:`block_copy_call`, :func:`interpolation_call` (a Resize's pass over the last axis,
+  its few taps an output gathered), :func:`broadcast_call` (elementwise ops with NumPy broadcasting,
   mixed dtypes), :func:`cumsum_call` (running sums, ONNX ``CumSum``), :func:`extreme_call`
   (a prebound row max or min, ONNX ``ReduceMax``/``ReduceMin``), :func:`ids_call` (ids checked and turned into a CSR level), :func:`bag_max_call`
   (max bags of table rows over a CSR level), :func:`bag_keep_call` (a bag matrix's values
@@ -102,6 +103,7 @@ from tensoralg.api import (
     ids_call,
     im2row_call,
     int8_gemm_supported,
+    interpolation_call,
     kept_boxes,
     kernel_cache,
     patch_conv_of,
@@ -132,6 +134,6 @@ __all__ = [
     "quantized_layer", "grouped_conv", "patch_conv_of", "planar_pays",
     "pointwise_conv", "pooled_regions", "RoiSamples",
     "data_address", "dense_layer", "direct_conv", "gather_call", "gram_call", "ids_call",
-    "im2row_call", "kept_boxes", "kernel_cache", "row_extreme", "scattered_extremes", "softmax_kernel", "top_k", "transpose_call", "value_range",
+    "im2row_call", "interpolation_call", "kept_boxes", "kernel_cache", "row_extreme", "scattered_extremes", "softmax_kernel", "top_k", "transpose_call", "value_range",
     "window_kernel", "winograd_conv", "winograd_host", "winograd_pays",
 ]

@@ -14,7 +14,7 @@ from onnx import helper as h
 
 from tensoralg.onnx.ops.resize import resize_passes
 
-PLANNED = "interpolation, one prebound CSR kernel per axis"
+PLANNED = "interpolation, one prebound kernel per axis"
 
 
 def _model(x_shape, *, sizes=None, scales=None, dtype=np.float32, opset=18, **attributes):
@@ -73,6 +73,30 @@ def test_planned_linear_resize_matches_onnxruntime(x_shape, kwargs):
                                rtol=1e-5, atol=1e-6)
     rows = {r.node: r.plan for r in compiled.profile(feeds, repeat=1).rows}
     assert PLANNED in rows["resize"], rows["resize"]
+    # the pass over the last axis gathers its taps, the others run the CSR statement
+    for part in rows["resize"].split(": ", 1)[1].split("; "):
+        axis = int(part.split()[1])
+        kind = "(taps gathered)" if axis == len(x_shape) - 1 else "(CSR)"
+        assert part.endswith(kind), rows["resize"]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("mode, coordinates", [("linear", "align_corners"),
+                                               ("linear", "half_pixel"),
+                                               ("cubic", "pytorch_half_pixel")])
+def test_the_gathered_last_axis_keeps_infinities_and_nans_as_the_node_does(
+        mode, coordinates, dtype):
+    import tensoralg.onnx as tonnx
+
+    model = _model((2, 3, 5, 7), scales=[1.0, 1.0, 2.0, 2.0], mode=mode, dtype=dtype,
+                   coordinate_transformation_mode=coordinates)
+    x = np.random.default_rng(4).standard_normal((2, 3, 5, 7)).astype(dtype)
+    x[0, 0, 2, 3], x[1, 2, 4, 6], x[0, 1, 0, 0] = np.inf, -np.inf, np.nan
+    feeds = {"x": x}
+    want = tonnx.load(model, opt_level=0).run(feeds)["y"]     # the node's CSR passes
+    compiled = planned_model(model, feeds)
+    assert "(taps gathered)" in str(compiled.profile(feeds, repeat=1))
+    np.testing.assert_allclose(compiled.run(feeds)["y"], want, rtol=1e-6, atol=1e-6)
 
 
 def test_float64_planned_resize_matches_the_nodes_own_run():

@@ -6,7 +6,8 @@ result into place: for LR-ASPP's final upsampling, (21, 28, 28) to (21, 224, 224
 which the two contractions were 0.45 (one thread, ad hoc, 2026-12-05; the planned step's time
 is in the slowest-node lines of ``ONNX_HELD_OUT_FOURTH_RESULTS.md``). In a plan the shapes
 are fixed, so the matrices are built once, each pass is a kernel bound to them and to the plan's buffers (the last pass writes the step's
-output), and the step joins the compiled sequence. A nearest Resize that upsamples its last axes
+output), and the step joins the compiled sequence. A pass over the last axis gathers each
+vector of outputs' few taps (``program.interpolation_call``) instead of the CSR statement. A nearest Resize that upsamples its last axes
 by whole factors is one compiled broadcast copy (:func:`_repeat_spec`); other nearest ones,
 ``tf_crop_and_resize`` (whose positions outside the input take another value) and non-float
 inputs keep the node's own run.
@@ -70,10 +71,15 @@ def resize_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) 
         before, size = math.prod(current[:one.axis]), current[one.axis]
         after, out_size = math.prod(current[one.axis + 1:]), one.matrix.shape[0]
         inner = () if after == 1 else (after,)
-        kernel = step.context.kernels.get(interpolation_statement(after), x.dtype,
-                                          {"M": ta.CSR})
-        bindings.append((kernel, one.matrix.astype(x.dtype), (before, size, *inner),
-                         (before, out_size, *inner)))
+        matrix = one.matrix.astype(x.dtype)
+        # The last axis gathers its few taps per vector of outputs (program.
+        # interpolation_call); the others run the CSR statement, whose inner loop runs
+        # along the contiguous axis after them.
+        taps = after == 1 and program.interpolation_call(
+            np.zeros((1, size), x.dtype), np.zeros((1, out_size), x.dtype), matrix) is not None
+        kernel = None if taps else step.context.kernels.get(
+            interpolation_statement(after), x.dtype, {"M": ta.CSR})
+        bindings.append((kernel, matrix, (before, size, *inner), (before, out_size, *inner)))
         current[one.axis] = out_size
         shapes.append(tuple(current))
 
@@ -81,25 +87,29 @@ def resize_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) 
         sources = [placeholder(ins[0], x.shape, x.dtype), *buffers]
         targets = [*buffers, outs[0]]
         calls: list[Part] = [
-            (kernel.bind(out=target.reshape(out_view), M=matrix, X=source.reshape(view)), [])
+            (program.interpolation_call(source.reshape(view), target.reshape(out_view), matrix)
+             if kernel is None else
+             kernel.bind(out=target.reshape(out_view), M=matrix, X=source.reshape(view)), [])
             for (kernel, matrix, view, out_view), source, target
             in zip(bindings, sources, targets)]
+        name = "x" if bindings[0][0] is None else "X"    # the first pass's input
         if ins[0].fixed is None:       # the first pass reads the step's input each run
-            calls[0] = (calls[0][0], [("X", ins[0], bindings[0][2])])
+            calls[0] = (calls[0][0], [(name, ins[0], bindings[0][2])])
 
         def run(env: Env) -> None:
             first, reads = calls[0]
             if reads:
-                first.rebind("X", contiguous(ins[0](env)).reshape(reads[0][2]))
+                first.rebind(name, contiguous(ins[0](env)).reshape(reads[0][2]))
             for bound, _ in calls:
                 bound()
         return made_of(run, calls)
 
     spec = Spec(make, [(shape_, x.dtype) for shape_ in shapes[:-1]], "kernel")
     kind = ("antialiased " if attributes.get("antialias") else "") + attributes["mode"]
-    spec.plan = f"{kind} interpolation, one prebound CSR kernel per axis: " + "; ".join(
-        f"axis {one.axis} {view[1]} -> {out_view[1]}"
-        for one, (_, _, view, out_view) in zip(passes, bindings))
+    spec.plan = f"{kind} interpolation, one prebound kernel per axis: " + "; ".join(
+        f"axis {one.axis} {view[1]} -> {out_view[1]}" +
+        (" (CSR)" if kernel is not None else " (taps gathered)")
+        for one, (kernel, _, view, out_view) in zip(passes, bindings))
     return spec
 
 
