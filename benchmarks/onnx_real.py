@@ -685,12 +685,16 @@ def _hf_held_out(kind: str) -> Callable[[], Any]:
     forecasters over ``FORECAST_CONTEXT`` steps of ``FORECAST_CHANNELS`` series (``patchtst``:
     patches and attention per channel; ``patchtsmixer``: MLP mixing across patches and
     features), dense prediction on 64 x 64 images (``dpt``: a ViT with a reassembling
-    convolutional neck and depth head; ``glpn``: a hierarchical encoder and a depth decoder;
+    convolutional neck and depth head, ``depth_anything`` the same head on DINOv2; ``glpn``:
+    a hierarchical encoder and a depth decoder; ``upernet``: pyramid pooling and an FPN on a
+    ConvNeXt;
     ``swin2sr``: shifted-window attention and pixel-shuffle upsampling x2), and backbones of
     other kinds (``convnextv2``: global response normalisation; ``pvt_v2``: spatial-reduction
     attention, depthwise convolutions in the MLP; ``cvt``: convolutional projections of the
     attention inputs; ``detr``: a ResNet backbone, sine position encodings and a decoder over
-    object queries, class and box heads)."""
+    object queries, class and box heads; ``rt_detr``: a hybrid encoder and multi-scale
+    deformable attention, sampling by GridSample). CvT's stage depths must each exceed the
+    stage's index (transformers 5.25 indexes its drop-path rates by stage)."""
     def build():
         torch = _torch()
         tf = _require("transformers", "pip install transformers")
@@ -730,6 +734,30 @@ def _hf_held_out(kind: str) -> Callable[[], Any]:
             inner = tf.CvtModel(tf.CvtConfig(
                 embed_dim=[16, 32, 64], num_heads=[1, 2, 2], depth=[1, 2, 3]),
                 add_pooling_layer=False)
+        elif kind == "depth_anything":
+            inner = tf.DepthAnythingForDepthEstimation(tf.DepthAnythingConfig(
+                backbone_config=tf.Dinov2Config(
+                    image_size=DENSE_SIZE, patch_size=8, hidden_size=64, num_hidden_layers=4,
+                    num_attention_heads=2, intermediate_size=128, out_indices=[1, 2, 3, 4],
+                    reshape_hidden_states=False),
+                reassemble_hidden_size=64, neck_hidden_sizes=[16, 32, 64, 64],
+                fusion_hidden_size=32, head_hidden_size=16, patch_size=8,
+                reassemble_factors=[4, 2, 1, 0.5]))
+        elif kind == "upernet":
+            inner = tf.UperNetForSemanticSegmentation(tf.UperNetConfig(
+                backbone_config=tf.ConvNextConfig(
+                    hidden_sizes=[16, 32, 64, 128], depths=[1, 1, 1, 1],
+                    out_features=["stage1", "stage2", "stage3", "stage4"]),
+                hidden_size=32, num_labels=5, use_auxiliary_head=False))
+        elif kind == "rt_detr":
+            inner = tf.RTDetrForObjectDetection(tf.RTDetrConfig(
+                backbone_config=tf.RTDetrResNetConfig(
+                    embedding_size=16, hidden_sizes=[16, 32, 64, 128], depths=[1, 1, 1, 1],
+                    layer_type="basic", out_features=["stage2", "stage3", "stage4"]),
+                encoder_hidden_dim=32, encoder_in_channels=[32, 64, 128], feat_strides=[8, 16, 32],
+                d_model=32, encoder_ffn_dim=64, decoder_ffn_dim=64, num_queries=20,
+                decoder_layers=1, encoder_layers=1, num_labels=10, decoder_in_channels=[32] * 3,
+                anchor_image_size=[DENSE_SIZE, DENSE_SIZE], num_denoising=0))
         else:
             inner = tf.DetrForObjectDetection(tf.DetrConfig(
                 use_timm_backbone=False, use_pretrained_backbone=False,
@@ -748,11 +776,12 @@ def _hf_held_out(kind: str) -> Callable[[], Any]:
             def forward(self, x):
                 if kind in ("patchtst", "patchtsmixer"):
                     return self.inner(past_values=x).prediction_outputs
-                if kind == "detr":
+                if kind in ("detr", "rt_detr"):
                     out = self.inner(pixel_values=x)
                     return out.logits, out.pred_boxes
                 out = self.inner(x, return_dict=True)
-                for name in ("predicted_depth", "reconstruction", "last_hidden_state"):
+                for name in ("predicted_depth", "reconstruction", "logits",
+                             "last_hidden_state"):
                     if getattr(out, name, None) is not None:
                         return getattr(out, name)
                 raise ValueError(f"{kind}: no output to export")
@@ -767,6 +796,36 @@ def _hf_held_out_inputs(kind: str) -> Callable[[int, np.random.Generator], dict[
                     .astype(np.float32)}
         return {"x": rng.standard_normal((n, 3, DENSE_SIZE, DENSE_SIZE)).astype(np.float32)}
     return inputs
+
+
+def _flow() -> Callable[[], Any]:
+    """torchvision's RAFT (small), random weights, three flow updates between two 128 x 128
+    images: correlation volumes, GridSample lookups at flow-moved points, a convolutional
+    GRU, convex upsampling."""
+    def build():
+        torch = _torch()
+        models = _require("torchvision.models", "pip install torchvision (matching torch)")
+        raft = models.optical_flow.raft_small(weights=None).eval()
+
+        class Flow(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.raft = raft
+
+            def forward(self, a, b):
+                return self.raft(a, b, num_flow_updates=3)[-1]
+        return Flow().eval()
+    return build
+
+
+def _image_pairs(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    return {name: rng.standard_normal((n, 3, 128, 128)).astype(np.float32)
+            for name in ("a", "b")}
+
+
+def _long_clips(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """16 frames of 224 x 224 (S3D's final pooling needs them)."""
+    return {"x": rng.standard_normal((n, 3, 16, 224, 224)).astype(np.float32)}
 
 
 # --- graph networks (PyTorch Geometric) -------------------------------------------------------
@@ -1484,7 +1543,14 @@ HELD_OUT = [
     *[Spec(kind, "transformers", 8, _hf_held_out(kind), _hf_held_out_inputs(kind),
            held_out=True)
       for kind in ("patchtst", "patchtsmixer", "dpt", "glpn", "swin2sr", "convnextv2",
-                   "pvt_v2", "cvt", "detr")],
+                   "pvt_v2", "cvt", "detr", "depth_anything", "upernet", "rt_detr")],
+    # and torchvision's video and optical-flow models not yet held out: S3D (separable 3-D
+    # convolutions, 3-D max pooling), Video Swin, RAFT (GridSample at computed points)
+    Spec("s3d", "torchvision", 1, _vision("s3d", _long_clips, "video"), _long_clips,
+         held_out=True),
+    Spec("swin3d_t", "torchvision", 1, _vision("swin3d_t", _clips, "video"), _clips,
+         held_out=True),
+    Spec("raft_small", "torchvision", 1, _flow(), _image_pairs, held_out=True),
 ]
 SPECS.update((spec.name, spec) for spec in HELD_OUT)
 HELD_OUT_REPORT = HERE / "ONNX_HELD_OUT_RESULTS.md"

@@ -159,6 +159,7 @@ from tensoralg.runtime.gemm import (
     dense_product,
 )
 from tensoralg.runtime.gram import gram_call
+from tensoralg.runtime.interpolate import MOST_TAPS as INTERPOLATION_TAPS
 from tensoralg.runtime.memory import check_dense, memory_limit, set_limit
 from tensoralg.runtime.movement import (
     bag_keep_call,  # noqa: F401  (the program API's, through tensoralg.program)
@@ -4216,14 +4217,21 @@ def transpose_call(source: np.ndarray, target: np.ndarray) -> BoundChannelsLast:
                              threads=cache.threads)
 
 
-def interpolation_call(x: np.ndarray, out: np.ndarray, matrix: Any) -> Any:
+def interpolation_call(x: np.ndarray, out: np.ndarray, matrix: Any = None, *,
+                       taps: np.ndarray | None = None, weights: np.ndarray | None = None
+                       ) -> Any:
     """A bound call writing ``out[i, :] = matrix @ x[i, :]`` for every row of ``x`` (rows,
     in) into ``out`` (rows, out), ``matrix`` (out x in, scipy CSR) an interpolation with a
     few entries a row: a Resize's pass over the last axis. Each vector of outputs gathers its
     taps from the row (``runtime/interpolate.py``); the CSR kernel ran the two taps of a
     linear pass as a scalar loop, 2.9x slower (8192 rows of 64 -> 128, float32, one thread,
-    2026-12-07, Intel Xeon VM, ad hoc). None for a dtype other than float32/float64 or a
-    matrix with more than ``runtime.interpolate.MOST_TAPS`` entries in a row.
+    2026-12-07, Intel Xeon VM, ad hoc). Instead of ``matrix``, its tap tables may be given:
+    ``taps`` (int32, (count, out): the input column of output ``a``'s ``t``-th tap, -1 for
+    none; or (tables, count, out), table ``k`` serving the ``k``-th block of ``rows /
+    tables`` rows: GridSample's images, each sampled at its own points) and ``weights`` (x's
+    dtype, same shape); the call reads them in place, so a caller may refill them between
+    calls. None for a dtype other than float32/float64 or more than
+    :data:`INTERPOLATION_TAPS` entries a row.
 
     >>> import scipy.sparse as sp
     >>> m = sp.csr_matrix(np.array([[1.0, 0.0], [0.5, 0.5], [0.0, 1.0]]))
@@ -4237,8 +4245,9 @@ def interpolation_call(x: np.ndarray, out: np.ndarray, matrix: Any) -> Any:
     x, out = np.asarray(x), np.asarray(out)
     if x.dtype not in FLOATS:
         return None
-    tables = tap_tables(matrix, x.dtype)
-    if tables is None:
+    tables = tap_tables(matrix, x.dtype) if matrix is not None else (taps, weights)
+    if tables is None or tables[0] is None or tables[1] is None or \
+            tables[0].shape[-2] > INTERPOLATION_TAPS:
         return None
     cache = kernel_cache()
     return BoundTaps(x, out, *tables, cache=cache.disk, threads=cache.threads)

@@ -68,6 +68,7 @@ from __future__ import annotations
 from tensoralg.api import (
     GELU,
     HARD_SWISH,
+    INTERPOLATION_TAPS,
     RELU,
     SIGMOID,
     SILU,
@@ -134,6 +135,6 @@ __all__ = [
     "quantized_layer", "grouped_conv", "patch_conv_of", "planar_pays",
     "pointwise_conv", "pooled_regions", "RoiSamples",
     "data_address", "dense_layer", "direct_conv", "gather_call", "gram_call", "ids_call",
-    "im2row_call", "interpolation_call", "kept_boxes", "kernel_cache", "row_extreme", "scattered_extremes", "softmax_kernel", "top_k", "transpose_call", "value_range",
+    "im2row_call", "INTERPOLATION_TAPS", "interpolation_call", "kept_boxes", "kernel_cache", "row_extreme", "scattered_extremes", "softmax_kernel", "top_k", "transpose_call", "value_range",
     "window_kernel", "winograd_conv", "winograd_host", "winograd_pays",
 ]

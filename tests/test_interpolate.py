@@ -82,3 +82,25 @@ def test_what_the_call_does_not_take():
         BoundTaps(np.zeros((2, 3)), np.zeros((1, 3)), j, w)          # rows differ
     with pytest.raises(ta.ShapeError, match="cannot compute"):
         BoundTaps(np.zeros((1, 3), np.float32), np.zeros((1, 3), np.float32), j, w)  # w float64
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_each_block_of_rows_reads_its_own_table(dtype):
+    # GridSample's form: one table per image, its channels the rows of a block
+    rng = np.random.default_rng(8)
+    tables, channels, size_in, size_out = 4, 3, 30, 21
+    matrices = [_matrix(size_out, size_in, 4, rng).astype(dtype) for _ in range(tables)]
+    stacked = [tap_tables(m, dtype) for m in matrices]
+    count = max(j.shape[0] for j, _ in stacked)
+    taps = np.full((tables, count, size_out), -1, np.int32)
+    weights = np.zeros((tables, count, size_out), dtype)
+    for k, (j, w) in enumerate(stacked):
+        taps[k, :len(j)], weights[k, :len(w)] = j, w
+    x = rng.standard_normal((tables * channels, size_in)).astype(dtype)
+    out = np.empty((tables * channels, size_out), dtype)
+    program.interpolation_call(x, out, taps=taps, weights=weights)()
+    want = np.concatenate([(m @ x[k * channels:(k + 1) * channels].T).T
+                           for k, m in enumerate(matrices)])
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ta.ShapeError, match="cannot compute"):
+        BoundTaps(x[:-1], out[:-1], taps, weights)       # 11 rows are not 4 blocks

@@ -25,9 +25,11 @@ ENTRY = "tensoralg_taps"
 
 def taps_module(dtype: np.dtype, lanes: int) -> ir.Module:
     """The module exporting ``int32 tensoralg_taps(X, Y, J, W, size_in, size_out, taps,
-    begin, end)``: rows ``[begin, end)`` of ``Y`` (rows of ``size_out`` values) from those of
-    ``X`` (rows of ``size_in``), ``J`` (int32) and ``W`` (``dtype``) holding ``taps`` rows of
-    ``size_out`` each; every ``J`` is -1 or within ``[0, size_in)``. Returns 0.
+    begin, end, group)``: rows ``[begin, end)`` of ``Y`` (rows of ``size_out`` values) from
+    those of ``X`` (rows of ``size_in``), ``J`` (int32) and ``W`` (``dtype``) holding a table
+    of ``taps`` rows of ``size_out`` for each ``group`` rows (row ``i`` reads table ``i /
+    group``: GridSample's images, each with its own points); every ``J`` is -1 or within
+    ``[0, size_in)``. Returns 0.
 
     >>> "tensoralg_taps" in str(taps_module(np.dtype(np.float32), 16))
     True
@@ -43,8 +45,8 @@ def taps_module(dtype: np.dtype, lanes: int) -> ir.Module:
     name = "v{}f{}".format(lanes, scalar.intrinsic_name[1:])
     gather = declare(module, f"llvm.masked.gather.{name}.v{lanes}p0", vector,
                      (pointers, I32, mask_type, vector))
-    fn = ir.Function(module, ir.FunctionType(I32, (*[POINTER] * 4, *[I64] * 5)), name=ENTRY)
-    x, y, j, w, size_in, size_out, taps, begin, end = fn.args
+    fn = ir.Function(module, ir.FunctionType(I32, (*[POINTER] * 4, *[I64] * 6)), name=ENTRY)
+    x, y, j, w, size_in, size_out, taps, begin, end, group = fn.args
     for pointer in (x, y, j, w):
         pointer.add_attribute("noalias")
     b = ir.IRBuilder(fn.append_basic_block("entry"))
@@ -58,6 +60,7 @@ def taps_module(dtype: np.dtype, lanes: int) -> ir.Module:
         i = b.load(row, typ=I64)
         x_row = b.gep(x, [b.mul(i, size_in)], inbounds=True, source_etype=scalar)
         y_row = b.gep(y, [b.mul(i, size_out)], inbounds=True, source_etype=scalar)
+        table = b.mul(b.sdiv(i, group), b.mul(taps, size_out))
         b.store(ir.Constant(I64, 0), column)
         loop = b.append_basic_block("column.cond")
         body = b.append_basic_block("column.body")
@@ -71,7 +74,7 @@ def taps_module(dtype: np.dtype, lanes: int) -> ir.Module:
                                  splat(b, size_out, iota.type))
         b.store(zero, total)
         with counted_loop(b, tap, ir.Constant(I64, 0), lambda: taps, "tap"):
-            at = b.add(b.mul(b.load(tap, typ=I64), size_out), a0)
+            at = b.add(table, b.add(b.mul(b.load(tap, typ=I64), size_out), a0))
             index = b.call(load_ints, [b.gep(j, [at], inbounds=True, source_etype=I32),
                                        ir.Constant(I32, 4), lanes_in, none])
             weight = b.call(load, [b.gep(w, [at], inbounds=True, source_etype=scalar), align,

@@ -18,7 +18,7 @@ from tensoralg.codegen.cache import DiskCache
 from tensoralg.errors import ShapeError
 from tensoralg.runtime.ranges import RangeCall
 
-_PROTOTYPE = ctypes.CFUNCTYPE(ctypes.c_int32, *[ctypes.c_void_p] * 4, *[ctypes.c_int64] * 5)
+_PROTOTYPE = ctypes.CFUNCTYPE(ctypes.c_int32, *[ctypes.c_void_p] * 4, *[ctypes.c_int64] * 6)
 _KERNELS: dict[tuple[np.dtype, bool], tuple[Any, str, Any]] = {}
 MOST_TAPS = 16      # more entries a row (a strong antialiased downscale) keep the CSR kernel
 FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
@@ -67,7 +67,8 @@ def tap_tables(matrix: Any, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray] | 
 
 class BoundTaps(RangeCall):
     """``out[i, :] = M @ x[i, :]`` for every row, ``M`` given by its tap tables (:func:`
-    tap_tables`); ``rebind("x", x)`` swaps the input.
+    tap_tables`: ``(count, out)``; or ``(tables, count, out)``, table ``k`` for the ``k``-th
+    block of ``rows / tables`` rows); ``rebind("x", x)`` swaps the input.
 
     >>> import scipy.sparse as sp
     >>> m = sp.csr_matrix(np.array([[1.0, 0.0], [0.5, 0.5], [0.0, 1.0]]))
@@ -78,11 +79,13 @@ class BoundTaps(RangeCall):
 
     def __init__(self, x: np.ndarray, out: np.ndarray, taps: np.ndarray, weights: np.ndarray,
                  cache: DiskCache | None = None, threads: Any = None) -> None:
+        tables = taps.shape[0] if taps.ndim == 3 else 1
         if x.ndim != 2 or out.ndim != 2 or x.shape[0] != out.shape[0] or \
                 x.dtype not in FLOATS or out.dtype != x.dtype or weights.dtype != x.dtype or \
                 not x.flags.c_contiguous or not out.flags.c_contiguous or \
-                not out.flags.writeable or taps.dtype != np.int32 or taps.ndim != 2 or \
-                weights.shape != taps.shape or taps.shape[1] != out.shape[1] or \
+                not out.flags.writeable or taps.dtype != np.int32 or \
+                taps.ndim not in (2, 3) or tables < 1 or x.shape[0] % tables or \
+                weights.shape != taps.shape or taps.shape[-1] != out.shape[1] or \
                 not taps.flags.c_contiguous or not weights.flags.c_contiguous:
             raise ShapeError(f"interpolation: cannot compute {out.dtype} {out.shape} from "
                              f"{x.dtype} {x.shape} with {taps.dtype} taps {taps.shape}")
@@ -92,14 +95,16 @@ class BoundTaps(RangeCall):
                              f"{x.shape[1]}), got [{taps.min()}, {taps.max()}]")
         self.function, self.source = taps_kernel(x.dtype, cache)
         self.input, self.out, self.taps, self.weights = x, out, taps, weights
-        self.what = f"interpolation ({x.shape[1]} -> {out.shape[1]}, {taps.shape[0]} taps)"
+        count = taps.shape[-2]
+        self.what = f"interpolation ({x.shape[1]} -> {out.shape[1]}, {count} taps)"
         rows = x.shape[0]
-        parts = 1 if threads is None else threads.parts(out.size * taps.shape[0], native=True)
+        parts = 1 if threads is None else threads.parts(out.size * count, native=True)
         bounds = [rows * part // parts for part in range(parts + 1)]
         ranges = [(lo, hi) for lo, hi in zip(bounds, bounds[1:]) if hi > lo] or [(0, 0)]
         fixed = [out.ctypes.data, taps.ctypes.data, weights.ctypes.data, x.shape[1],
-                 out.shape[1], taps.shape[0]]
-        self.calls = [[x.ctypes.data, *fixed, lo, hi] for lo, hi in ranges]
+                 out.shape[1], count]
+        group = max(rows // tables, 1)
+        self.calls = [[x.ctypes.data, *fixed, lo, hi, group] for lo, hi in ranges]
         self.threads = threads if len(self.calls) > 1 else None
 
 

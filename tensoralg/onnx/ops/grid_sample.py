@@ -1,5 +1,6 @@
 """GridSample (opset 16: 4-D, ``bilinear``/``nearest``/``bicubic``; opset 20: any rank,
-``linear``/``nearest``/``cubic``), as one sparse·dense contraction.
+``linear``/``nearest``/``cubic``), as one gather of each point's taps (:func:`sampled_by_taps`)
+or one sparse·dense contraction.
 
 Every output point reads a few input points with weights that depend on the grid only: one
 (nearest), 2 per spatial axis (linear) or 4 (cubic, Keys' kernel with a = -0.75), combined over
@@ -11,7 +12,12 @@ block-diagonal over the batch. The sampling is then the generated kernel of
 
     Y(p,c) = S(p,q) * X(q,c)
 
-with ``X`` the input laid out channels-last. Padding follows onnxruntime (and torch's
+with ``X`` the input laid out channels-last. Where a point has at most
+``program.INTERPOLATION_TAPS`` taps (all but 3-D cubic) the taps are not assembled into a
+matrix: each image's table of taps and weights is gathered from its NCHW planes by the
+generated kernel of ``program.interpolation_call`` (RAFT's correlation lookups, thousands of
+one-channel images: the model went from 0.83x to 1.15x onnxruntime's speed, ad hoc, one
+thread, 2026-12-07). Padding follows onnxruntime (and torch's
 ``grid_sample``): a coordinate outside the image is first clamped (``border``) or reflected
 (``reflection``) into it, except in cubic mode, and each tap outside the image then reads 0
 (``zeros``), the nearest edge pixel (``border``) or its mirror image (``reflection``). Taps that land on one pixel (clamped edges) are summed into one
@@ -21,6 +27,7 @@ from __future__ import annotations
 
 import math
 from itertools import product
+from typing import Iterator
 
 import numpy as np
 import scipy.sparse as sp
@@ -121,15 +128,11 @@ def _axis_taps(x: np.ndarray, size: int, mode: str, padding: str, low: float, hi
     return placed
 
 
-def sampling_matrix(grid: np.ndarray, sizes: tuple[int, ...], mode: str, padding: str,
-                    align_corners: bool) -> sp.csr_array:
-    """The CSR matrix ``S`` (batch x output points, batch x input points) of GridSample's
-    weights (module docstring).
-
-    >>> grid = np.array([[[[-1.0, -1.0], [1.0, 1.0]]]], np.float32)     # 1 x 1 x 2 x 2
-    >>> sampling_matrix(grid, (2, 2), "linear", "zeros", True).toarray().tolist()
-    [[1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 1.0]]
-    """
+def point_taps(grid: np.ndarray, sizes: tuple[int, ...], mode: str, padding: str,
+               align_corners: bool) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Per tap (a combination of one tap per axis), for every output point of every image:
+    the input point it reads (flat within its image), its weight (float64) and whether it
+    reads the image at all (``zeros`` padding outside it reads 0)."""
     batch, rank = grid.shape[0], len(sizes)
     points = math.prod(grid.shape[1:-1])
     coordinates = grid.reshape(batch * points, rank)[:, ::-1]     # the grid lists x first
@@ -139,17 +142,68 @@ def sampling_matrix(grid: np.ndarray, sizes: tuple[int, ...], mode: str, padding
         x = unnormalised(coordinates[:, axis], size, align_corners)
         per_axis.append(_axis_taps(x, size, mode, padding, low, high))
     strides = [math.prod(sizes[axis + 1:]) for axis in range(rank)]
-    rows, columns, weights = [], [], []
-    row = np.arange(batch * points)
-    base = (row // points) * math.prod(sizes)
     for combination in product(*per_axis):
-        column, weight, valid = base.copy(), np.ones(len(row)), np.ones(len(row), bool)
+        column = np.zeros(batch * points, np.int64)
+        weight, valid = np.ones(batch * points), np.ones(batch * points, bool)
         for (index, tap), stride in zip(combination, strides):
             valid &= index >= 0
             column += index * stride
             weight = weight * tap.astype(np.float64)
+        yield column, weight, valid
+
+
+def sampled_by_taps(x: np.ndarray, grid: np.ndarray, mode: str, padding: str,
+                    align_corners: bool) -> np.ndarray | None:
+    """GridSample of ``x`` (N, C, *spatial, float32/float64) as one generated gather per
+    image (``tensoralg.program.interpolation_call``): each output point's taps and weights
+    (:func:`point_taps`) read straight from the NCHW planes, no matrix assembled and no
+    channels-last copies. The same products as the CSR contraction, but for taps that land
+    on one pixel (clamped edges), which are added one by one instead of their weights first.
+    None where a point has more taps than the gather takes (3-D cubic) or the planes are too
+    large for its 32-bit indices."""
+    from tensoralg import program
+
+    rank = x.ndim - 2
+    batch, channels, sizes = x.shape[0], x.shape[1], x.shape[2:]
+    size, points = math.prod(sizes), math.prod(grid.shape[1:-1])
+    count = {"nearest": 1, "linear": 2, "cubic": 4}[mode] ** rank
+    if count > program.INTERPOLATION_TAPS or size >= 2 ** 31:
+        return None
+    # one table of taps per image: (batch, count, points)
+    taps = np.empty((count, batch, points), np.int32)
+    weights = np.empty((count, batch, points), x.dtype)
+    for t, (column, weight, valid) in enumerate(point_taps(grid, sizes, mode, padding,
+                                                           align_corners)):
+        taps[t] = np.where(valid, column, -1).reshape(batch, points)
+        weights[t] = weight.reshape(batch, points)
+    out = np.empty((batch * channels, points), x.dtype)
+    call = program.interpolation_call(
+        np.ascontiguousarray(x).reshape(batch * channels, size), out,
+        taps=np.ascontiguousarray(taps.transpose(1, 0, 2)),
+        weights=np.ascontiguousarray(weights.transpose(1, 0, 2)))
+    if call is None:
+        return None
+    call()
+    return out.reshape(batch, channels, *grid.shape[1:-1])
+
+
+def sampling_matrix(grid: np.ndarray, sizes: tuple[int, ...], mode: str, padding: str,
+                    align_corners: bool) -> sp.csr_array:
+    """The CSR matrix ``S`` (batch x output points, batch x input points) of GridSample's
+    weights (module docstring).
+
+    >>> grid = np.array([[[[-1.0, -1.0], [1.0, 1.0]]]], np.float32)     # 1 x 1 x 2 x 2
+    >>> sampling_matrix(grid, (2, 2), "linear", "zeros", True).toarray().tolist()
+    [[1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 1.0]]
+    """
+    batch = grid.shape[0]
+    points = math.prod(grid.shape[1:-1])
+    rows, columns, weights = [], [], []
+    row = np.arange(batch * points)
+    base = (row // points) * math.prod(sizes)
+    for column, weight, valid in point_taps(grid, sizes, mode, padding, align_corners):
         rows.append(row[valid])
-        columns.append(column[valid])
+        columns.append(base[valid] + column[valid])
         weights.append(weight[valid])
     shape = (batch * points, batch * math.prod(sizes))
     matrix = sp.csr_array((np.concatenate(weights), (np.concatenate(rows),
@@ -192,9 +246,15 @@ def grid_sample(node: NodeContext, x: np.ndarray, grid: np.ndarray, *, mode: str
         return np.zeros(out_shape, x.dtype)
     dtype = compute_dtype(x.dtype)
     # coordinates and weights in float32 (float64 for a float64 grid), as onnxruntime's
-    matrix = sampling_matrix(grid.astype(np.float64 if grid.dtype == np.float64 else
-                                         np.float32, copy=False), sizes, MODES[mode],
-                             padding_mode, bool(align_corners))
+    grid = grid.astype(np.float64 if grid.dtype == np.float64 else np.float32, copy=False)
+    if dtype in (np.float32, np.float64):
+        gathered = sampled_by_taps(x.astype(dtype, copy=False), grid, MODES[mode],
+                                   padding_mode, bool(align_corners))
+        if gathered is not None:
+            node.note(f"GridSample {MODES[mode]}/{padding_mode}: taps and weights built in "
+                      f"NumPy, gathered from the NCHW planes by a generated kernel")
+            return gathered.astype(x.dtype, copy=False)
+    matrix = sampling_matrix(grid, sizes, MODES[mode], padding_mode, bool(align_corners))
     node.note(f"GridSample {MODES[mode]}/{padding_mode}: sampling matrix of "
               f"{matrix.nnz} weights built in NumPy")
     # channels last, so that each sampled point reads its taps' channel rows
