@@ -177,3 +177,15 @@ def test_nearest_whole_factor_upsampling_is_one_broadcast_copy(x_shape, kwargs, 
         from tensoralg.onnx import load
         np.testing.assert_array_equal(got, load(model, opt_level=0).run(feeds)["y"])
     assert (REPEATED in str(compiled.profile(feeds))) == repeated
+
+
+@pytest.mark.parametrize("mode", ["linear", "cubic", "nearest"])
+def test_a_resize_to_its_own_size_is_a_compiled_copy(mode):
+    x_shape = (1, 3, 2, 2)            # a pyramid level already at the target size (UperNet)
+    model = _model(x_shape, sizes=list(x_shape), mode=mode)
+    feeds = {"x": np.random.default_rng(9).standard_normal(x_shape).astype(np.float32)}
+    compiled = planned_model(model, feeds)
+    np.testing.assert_allclose(compiled.run(feeds)["y"], onnxruntime_outputs(model, feeds)[0],
+                               rtol=1e-6, atol=1e-6)
+    rows = {r.node: r.plan for r in compiled.profile(feeds, repeat=1).rows}
+    assert "a resize to the input's own size: one compiled copy" in rows["resize"], rows["resize"]

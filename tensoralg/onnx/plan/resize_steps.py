@@ -59,6 +59,8 @@ def resize_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) 
     if planned is None:
         return None
     shape, passes = planned
+    if not passes and tuple(shape) == x.shape == out.shape:
+        return _repeat_spec(step, x, out, constants)     # a resize to its own size: a copy
     if tuple(shape) != out.shape or not passes:
         return None
     # Per pass: its kernel, the matrix in the input's dtype, and the pass's input and output
@@ -149,7 +151,9 @@ def _repeat_spec(step: Step, x: np.ndarray, out: np.ndarray,
     ones: each value repeated ``f_h x f_w`` times by one compiled broadcast copy
     (``program.broadcast_call``: the output viewed as ``(rows, f_h, W, f_w)``, the input as
     ``(rows, 1, W, 1)``), which joins the compiled sequence. Node by node the same is a NumPy
-    take per axis. None for any other nearest Resize (the node's own run)."""
+    take per axis. A Resize of any mode to its input's own size (UperNet's pyramid level
+    already at the target size) is the same copy with factors 1. None for any other nearest
+    Resize (the node's own run)."""
     node = step.node
     attributes = node.attributes
     if out.dtype != x.dtype or x.ndim < 2 or not x.size or \
@@ -170,8 +174,8 @@ def _repeat_spec(step: Step, x: np.ndarray, out: np.ndarray,
             return None
         factors[one.axis] = factor
     rank = x.ndim
-    if tuple(shape) != out.shape or not factors or \
-            not set(factors) <= {rank - 2, rank - 1}:
+    if tuple(shape) != out.shape or not set(factors) <= {rank - 2, rank - 1} or \
+            (not factors and x.shape != out.shape):
         return None
     fh, fw = factors.get(rank - 2, 1), factors.get(rank - 1, 1)
     rows, width = math.prod(x.shape[:-1]), x.shape[-1]
@@ -202,7 +206,8 @@ def _repeat_spec(step: Step, x: np.ndarray, out: np.ndarray,
 
     spec = Spec(make, [], "copy")
     spec.plan = (f"nearest upsampling by whole factors {fh} x {fw}: each value repeated by "
-                 f"one compiled broadcast copy")
+                 f"one compiled broadcast copy" if factors else
+                 "a resize to the input's own size: one compiled copy")
     return spec
 
 
