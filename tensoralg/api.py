@@ -4224,7 +4224,7 @@ def interpolation_call(x: np.ndarray, out: np.ndarray, matrix: Any = None, *,
     in) into ``out`` (rows, out), ``matrix`` (out x in, scipy CSR) an interpolation with a
     few entries a row: a Resize's pass over the last axis. Each vector of outputs gathers its
     taps from the row (``runtime/interpolate.py``); the CSR kernel ran the two taps of a
-    linear pass as a scalar loop, 2.9x slower (8192 rows of 64 -> 128, float32, one thread,
+    linear pass as a scalar loop, 2.2-2.4x slower (8192 rows of 64 -> 128, float32, one thread,
     2026-12-07, Intel Xeon VM, ad hoc). Instead of ``matrix``, its tap tables may be given:
     ``taps`` (int32, (count, out): the input column of output ``a``'s ``t``-th tap, -1 for
     none; or (tables, count, out), table ``k`` serving the ``k``-th block of ``rows /
