@@ -81,8 +81,10 @@ def _volume_max_spec(x: np.ndarray, geometry: Any) -> Spec | None:
     flattened to one row. A box's max is the max along one axis of the maxima along the
     others, so the result is exact (NaN kept by both kernels), and each kernel sees a 2-D
     window, which the generated kernels cover: node by node a sliding-window view gathered
-    all 27 values of a 3 x 3 x 3 window (S3D: its 13 MaxPools, 0.94 s of 1.05 s at one
-    thread, ad hoc, 2026-12-07). None where a window kernel is not made."""
+    all 27 values of a 3 x 3 x 3 window, most of S3D's time (its 13 MaxPools); the model went
+    from 0.39-0.40x to 0.88-0.89x onnxruntime's speed, one thread
+    (``benchmarks/ONNX_HELD_OUT_FIFTEENTH_RESULTS.md``). None where a window kernel is not
+    made."""
     n, c, d, h, w = x.shape
     od, oh, ow = geometry.out
     kernel, strides, dilations = geometry.kernel, geometry.strides, geometry.dilations
