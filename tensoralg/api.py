@@ -4253,6 +4253,31 @@ def interpolation_call(x: np.ndarray, out: np.ndarray, matrix: Any = None, *,
     return BoundTaps(x, out, *tables, cache=cache.disk, threads=cache.threads)
 
 
+def grid_sample_call(x: np.ndarray, grid: np.ndarray, out: np.ndarray, align_corners: bool,
+                     padding: str) -> Any:
+    """A bound call writing into ``out`` (N, C, Ho, Wo) the bilinear samples of ``x`` (N, C,
+    H, W) at ``grid`` (N, Ho, Wo, 2; x then y in [-1, 1]): ONNX GridSample in linear mode,
+    ``padding`` ``"zeros"`` or ``"border"``, each point's taps and weights computed in the
+    kernel (``codegen/grid_sample.py``) exactly as ``onnx/ops/grid_sample.py`` computes them.
+    The grid is read in place each call. None for other paddings, dtypes other than
+    float32/float64 or a grid of another dtype than ``x``.
+
+    >>> x = np.arange(4.0).reshape(1, 1, 2, 2)
+    >>> out = np.empty((1, 1, 1, 1))
+    >>> _ = grid_sample_call(x, np.zeros((1, 1, 1, 2)), out, False, "zeros")()
+    >>> out.item()
+    1.5
+    """
+    from tensoralg.runtime.interpolate import FLOATS, BoundGridSample
+
+    x, grid = np.asarray(x), np.asarray(grid)
+    if x.dtype not in FLOATS or grid.dtype != x.dtype or padding not in ("zeros", "border"):
+        return None
+    cache = kernel_cache()
+    return BoundGridSample(x, grid, out, bool(align_corners), padding == "border",
+                           cache=cache.disk, threads=cache.threads)
+
+
 def grouped_conv(weight: np.ndarray, bias: np.ndarray | None, groups: int,
                  strides: tuple[int, int], pads_begin: tuple[int, int],
                  pads_end: tuple[int, int], relu: bool | tuple[float, float] = False

@@ -36,7 +36,8 @@ a sequence with the inputs named in ``slots`` read from the sequence's slots at 
 - data movement: :func:`gather_call` (rows of a table by id), :func:`copy_call`,
   :func:`transpose_call` (batched matrices transposed, a channels-last product into NCHW),
   :func:`block_copy_call`, :func:`interpolation_call` (a Resize's pass over the last axis,
-  its few taps an output gathered), :func:`broadcast_call` (elementwise ops with NumPy broadcasting,
+  its few taps an output gathered), :func:`grid_sample_call` (bilinear GridSample, its taps
+  computed in the kernel), :func:`broadcast_call` (elementwise ops with NumPy broadcasting,
   mixed dtypes), :func:`cumsum_call` (running sums, ONNX ``CumSum``), :func:`extreme_call`
   (a prebound row max or min, ONNX ``ReduceMax``/``ReduceMin``), :func:`ids_call` (ids checked and turned into a CSR level), :func:`bag_max_call`
   (max bags of table rows over a CSR level), :func:`bag_keep_call` (a bag matrix's values
@@ -100,6 +101,7 @@ from tensoralg.api import (
     extreme_call,
     gather_call,
     gram_call,
+    grid_sample_call,
     grouped_conv,
     ids_call,
     im2row_call,
@@ -135,6 +137,6 @@ __all__ = [
     "quantized_layer", "grouped_conv", "patch_conv_of", "planar_pays",
     "pointwise_conv", "pooled_regions", "RoiSamples",
     "data_address", "dense_layer", "direct_conv", "gather_call", "gram_call", "ids_call",
-    "im2row_call", "INTERPOLATION_TAPS", "interpolation_call", "kept_boxes", "kernel_cache", "row_extreme", "scattered_extremes", "softmax_kernel", "top_k", "transpose_call", "value_range",
+    "im2row_call", "grid_sample_call", "INTERPOLATION_TAPS", "interpolation_call", "kept_boxes", "kernel_cache", "row_extreme", "scattered_extremes", "softmax_kernel", "top_k", "transpose_call", "value_range",
     "window_kernel", "winograd_conv", "winograd_host", "winograd_pays",
 ]

@@ -119,11 +119,30 @@ def test_taps_gathered_from_the_planes_match_the_sampling_matrix(mode, dtype):
         np.testing.assert_allclose(got.reshape(want.shape), want, rtol=tol, atol=tol)
 
 
-def test_the_gathered_route_is_the_ops_own():
+@pytest.mark.parametrize("mode, route", [("bilinear", "computed in a generated kernel"),
+                                         ("bicubic", "gathered from the NCHW planes")])
+def test_the_ops_routes(mode, route):
     rng = np.random.default_rng(7)
     x = rng.standard_normal((2, 3, 6, 8)).astype(np.float32)
     grid = _grid(rng, (2, 5, 5, 2))
-    model = tonnx.load(_model(x, grid, 16, mode="bilinear"), opt_level=3)
+    model = tonnx.load(_model(x, grid, 16, mode=mode), opt_level=3)
     for _ in range(3):
         model.run({"x": x, "grid": grid})
-    assert "gathered from the NCHW planes" in str(model.profile({"x": x, "grid": grid}))
+    assert route in str(model.profile({"x": x, "grid": grid}))
+
+
+@pytest.mark.parametrize("padding", ["zeros", "border"])
+@pytest.mark.parametrize("align_corners", [False, True])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_bilinear_kernel_is_the_gathered_route_to_the_bit(padding, align_corners, dtype):
+    # coordinates computed in the kernel exactly as in NumPy, corners summed in one order
+    from tensoralg import program
+    from tensoralg.onnx.ops import grid_sample as gs
+
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((3, 4, 7, 9)).astype(dtype)
+    grid = _grid(rng, (3, 6, 37, 2), reach=1.3).astype(dtype)   # 222 points: a masked tail
+    want = gs.sampled_by_taps(x, grid, "linear", padding, align_corners)
+    out = np.empty_like(want)
+    program.grid_sample_call(x, grid, out, align_corners, padding)()
+    np.testing.assert_array_equal(out, want)

@@ -108,4 +108,65 @@ class BoundTaps(RangeCall):
         self.threads = threads if len(self.calls) > 1 else None
 
 
-__all__ = ["BoundTaps", "MOST_TAPS", "tap_tables", "taps_kernel"]
+
+
+_GRID_PROTOTYPE = ctypes.CFUNCTYPE(ctypes.c_int32, *[ctypes.c_void_p] * 3,
+                                   *[ctypes.c_int64] * 6)
+_GRID_KERNELS: dict[tuple, tuple[Any, str, Any]] = {}
+
+
+def grid_sample_kernel(dtype: np.dtype, align_corners: bool, border: bool,
+                       cache: DiskCache | None = None) -> tuple[Any, str]:
+    """The generated 2-D bilinear GridSample (``codegen/grid_sample.py``) for ``dtype``, the
+    coordinate convention and the padding: its function and LLVM IR, compiled once per
+    process."""
+    from tensoralg.codegen.grid_sample import ENTRY, grid_sample_module
+
+    dtype = np.dtype(dtype)
+    avx512 = host_has_feature("avx512f", cache)
+    key = (dtype, avx512, align_corners, border)
+    found = _GRID_KERNELS.get(key)
+    if found is None:
+        lanes = (64 if avx512 else 32) // dtype.itemsize
+        identity = f"grid_sample|{dtype}|{lanes}|{int(align_corners)}|{int(border)}"
+        found = _GRID_KERNELS[key] = build_llvm_module(
+            lambda: grid_sample_module(dtype, lanes, align_corners, border), ENTRY,
+            _GRID_PROTOTYPE, cache=cache, key=identity, identity=identity)
+    return found[0], found[1]
+
+
+class BoundGridSample(RangeCall):
+    """``out`` (N, C, *points) sampled bilinearly from ``x`` (N, C, H, W) at ``grid`` (N,
+    *points, 2), zeros or border padding (see ``codegen/grid_sample.py``); ``rebind("x", x)``
+    swaps the input. The grid is read in place at every call.
+
+    >>> x = np.arange(4.0).reshape(1, 1, 2, 2)
+    >>> grid = np.array([[[[0.0, 0.0]]]])           # the centre: the mean of the four
+    >>> BoundGridSample(x, grid, np.empty((1, 1, 1, 1)), False, False)().ravel().tolist()
+    [1.5]
+    """
+
+    def __init__(self, x: np.ndarray, grid: np.ndarray, out: np.ndarray, align_corners: bool,
+                 border: bool, cache: DiskCache | None = None, threads: Any = None) -> None:
+        if x.ndim != 4 or grid.ndim != 4 or grid.shape[-1] != 2 or \
+                grid.shape[0] != x.shape[0] or out.shape != (*x.shape[:2], *grid.shape[1:3]) \
+                or x.dtype not in FLOATS or grid.dtype != x.dtype or out.dtype != x.dtype or \
+                not x.flags.c_contiguous or not grid.flags.c_contiguous or \
+                not out.flags.c_contiguous or not out.flags.writeable:
+            raise ShapeError(f"grid sample: cannot sample {x.dtype} {x.shape} at "
+                             f"{grid.dtype} {grid.shape} into {out.dtype} {out.shape}")
+        self.function, self.source = grid_sample_kernel(x.dtype, align_corners, border, cache)
+        self.input, self.out, self.grid = x, out, grid
+        self.what = f"grid sample ({x.shape} at {grid.shape[1:3]})"
+        images = x.shape[0]
+        points = grid.shape[1] * grid.shape[2]
+        parts = 1 if threads is None else min(images, threads.parts(out.size * 4, native=True))
+        bounds = [images * part // parts for part in range(parts + 1)]
+        ranges = [(lo, hi) for lo, hi in zip(bounds, bounds[1:]) if hi > lo] or [(0, 0)]
+        fixed = [grid.ctypes.data, out.ctypes.data, x.shape[1], x.shape[2], x.shape[3], points]
+        self.calls = [[x.ctypes.data, *fixed, lo, hi] for lo, hi in ranges]
+        self.threads = threads if len(self.calls) > 1 else None
+
+
+__all__ = ["BoundGridSample", "BoundTaps", "MOST_TAPS", "grid_sample_kernel", "tap_tables",
+           "taps_kernel"]

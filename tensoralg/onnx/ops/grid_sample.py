@@ -1,6 +1,7 @@
 """GridSample (opset 16: 4-D, ``bilinear``/``nearest``/``bicubic``; opset 20: any rank,
-``linear``/``nearest``/``cubic``), as one gather of each point's taps (:func:`sampled_by_taps`)
-or one sparse·dense contraction.
+``linear``/``nearest``/``cubic``), as one generated kernel (2-D bilinear, zeros or border
+padding: ``program.grid_sample_call`` computes the taps below in the kernel, to the bit), one
+gather of each point's taps (:func:`sampled_by_taps`) or one sparse·dense contraction.
 
 Every output point reads a few input points with weights that depend on the grid only: one
 (nearest), 2 per spatial axis (linear) or 4 (cubic, Keys' kernel with a = -0.75), combined over
@@ -33,6 +34,7 @@ import numpy as np
 import scipy.sparse as sp
 
 import tensoralg as ta
+from tensoralg import program
 from tensoralg.onnx.ops.kernels import NodeContext, compute_dtype
 from tensoralg.onnx.ops.registry import op
 
@@ -161,8 +163,6 @@ def sampled_by_taps(x: np.ndarray, grid: np.ndarray, mode: str, padding: str,
     on one pixel (clamped edges), which are added one by one instead of their weights first.
     None where a point has more taps than the gather takes (3-D cubic) or the planes are too
     large for its 32-bit indices."""
-    from tensoralg import program
-
     rank = x.ndim - 2
     batch, channels, sizes = x.shape[0], x.shape[1], x.shape[2:]
     size, points = math.prod(sizes), math.prod(grid.shape[1:-1])
@@ -247,6 +247,15 @@ def grid_sample(node: NodeContext, x: np.ndarray, grid: np.ndarray, *, mode: str
     dtype = compute_dtype(x.dtype)
     # coordinates and weights in float32 (float64 for a float64 grid), as onnxruntime's
     grid = grid.astype(np.float64 if grid.dtype == np.float64 else np.float32, copy=False)
+    if rank == 2 and MODES[mode] == "linear" and grid.dtype == dtype:
+        out = np.empty(out_shape, dtype)
+        call = program.grid_sample_call(np.ascontiguousarray(x, dtype=dtype),
+                                        np.ascontiguousarray(grid), out, bool(align_corners),
+                                        padding_mode)
+        if call is not None:
+            node.note(f"GridSample linear/{padding_mode}: taps and weights computed in a "
+                      f"generated kernel")
+            return call().astype(x.dtype, copy=False)
     if dtype in (np.float32, np.float64):
         gathered = sampled_by_taps(x.astype(dtype, copy=False), grid, MODES[mode],
                                    padding_mode, bool(align_corners))
