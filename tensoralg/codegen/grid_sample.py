@@ -105,49 +105,40 @@ def grid_sample_module(dtype: np.dtype, lanes: int, align_corners: bool, border:
         n = b.load(image, typ=I64)
         grid_image = b.gep(g, [b.mul(b.mul(n, points), ir.Constant(I64, 2))], inbounds=True,
                            source_etype=scalar)
-        b.store(ir.Constant(I64, 0), column)
-        cond = b.append_basic_block("points.cond")
-        body = b.append_basic_block("points.body")
-        done = b.append_basic_block("points.end")
-        b.branch(cond)
-        b.position_at_end(cond)
-        p0 = b.load(column, typ=I64)
-        b.cbranch(b.icmp_signed("<", p0, points), body, done)
-        b.position_at_end(body)
-        at = b.add(iota, splat(b, p0, longs))
-        lanes_in = b.icmp_signed("<", at, splat(b, points, longs))
-        pairs = b.mul(at, ir.Constant(longs, [2] * lanes))
-        coordinates = []
-        for offset in (0, 1):       # x, then y
-            where = b.gep(grid_image, [b.add(pairs, ir.Constant(longs, [offset] * lanes))],
-                          source_etype=scalar)
-            where.type = pointers      # a vector GEP (llvmlite types it as one pointer)
-            coordinates.append(b.call(gather, [where, align, lanes_in, zero]))
-        xs, ys = axis(coordinates[0], width), axis(coordinates[1], height)
-        corners = []
-        for iy, vy, wy in ys:
-            for ix, vx, wx in xs:
-                weight = b.fmul(wy, wx)
-                if scalar != double:
-                    weight = b.fptrunc(weight, vector)
-                corners.append((b.add(b.mul(iy, splat(b, width, longs)), ix),
-                                b.and_(lanes_in, b.and_(vy, vx)), weight))
-        with counted_loop(b, channel, ir.Constant(I64, 0), lambda: channels, "channel"):
-            c = b.load(channel, typ=I64)
-            row = b.add(b.mul(n, channels), c)
-            source = b.gep(x, [b.mul(row, plane)], inbounds=True, source_etype=scalar)
-            total = zero
-            for index, valid, weight in corners:
-                where = b.gep(source, [index], source_etype=scalar)
-                where.type = pointers
-                value = b.call(gather, [where, align, valid, zero])
-                total = b.call(fma, [weight, value, total])
-            target = b.gep(y, [b.add(b.mul(row, points), p0)], inbounds=True,
-                           source_etype=scalar)
-            b.call(store, [total, target, align, lanes_in])
-        b.store(b.add(p0, ir.Constant(I64, lanes)), column)
-        b.branch(cond)
-        b.position_at_end(done)
+        with counted_loop(b, column, ir.Constant(I64, 0), lambda: points, "points",
+                          step=lanes):
+            p0 = b.load(column, typ=I64)
+            at = b.add(iota, splat(b, p0, longs))
+            lanes_in = b.icmp_signed("<", at, splat(b, points, longs))
+            pairs = b.mul(at, ir.Constant(longs, [2] * lanes))
+            coordinates = []
+            for offset in (0, 1):       # x, then y
+                where = b.gep(grid_image, [b.add(pairs, ir.Constant(longs, [offset] * lanes))],
+                              source_etype=scalar)
+                where.type = pointers      # a vector GEP (llvmlite types it as one pointer)
+                coordinates.append(b.call(gather, [where, align, lanes_in, zero]))
+            xs, ys = axis(coordinates[0], width), axis(coordinates[1], height)
+            corners = []
+            for iy, vy, wy in ys:
+                for ix, vx, wx in xs:
+                    weight = b.fmul(wy, wx)
+                    if scalar != double:
+                        weight = b.fptrunc(weight, vector)
+                    corners.append((b.add(b.mul(iy, splat(b, width, longs)), ix),
+                                    b.and_(lanes_in, b.and_(vy, vx)), weight))
+            with counted_loop(b, channel, ir.Constant(I64, 0), lambda: channels, "channel"):
+                c = b.load(channel, typ=I64)
+                row = b.add(b.mul(n, channels), c)
+                source = b.gep(x, [b.mul(row, plane)], inbounds=True, source_etype=scalar)
+                total = zero
+                for index, valid, weight in corners:
+                    where = b.gep(source, [index], source_etype=scalar)
+                    where.type = pointers
+                    value = b.call(gather, [where, align, valid, zero])
+                    total = b.call(fma, [weight, value, total])
+                target = b.gep(y, [b.add(b.mul(row, points), p0)], inbounds=True,
+                               source_etype=scalar)
+                b.call(store, [total, target, align, lanes_in])
     b.ret(ir.Constant(I32, 0))
     return module
 

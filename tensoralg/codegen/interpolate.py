@@ -4,8 +4,9 @@
 Resize's pass over the contiguous axis (two taps an output; cubic four, antialiased more).
 As a statement over the interpolation matrix in CSR (``onnx/ops/resize.py``) each output
 ran a compressed loop of two steps, scalar: 1.4-1.5 ms for 8192 rows of 64 -> 128 (float32,
-one thread, Intel Xeon VM, 2026-12-07, ad hoc), where this kernel takes 0.61-0.64 ms. Here a vector of ``lanes`` outputs gathers each tap's inputs from the row (in
-L1), multiplies by its weights and accumulates in a register. A tap index of -1 is no tap
+one thread, Intel Xeon VM, 2026-12-07, ad hoc), where this kernel takes 0.61-0.64 ms. Here a
+vector of ``lanes`` outputs gathers each tap's inputs from the row (in L1), multiplies by its
+weights and accumulates in a register. A tap index of -1 is no tap
 (rows of a matrix with fewer taps than others): its lanes are masked off, so padding never
 reads memory or turns an infinite input into NaN.
 """
@@ -60,35 +61,27 @@ def taps_module(dtype: np.dtype, lanes: int) -> ir.Module:
         x_row = b.gep(x, [b.mul(i, size_in)], inbounds=True, source_etype=scalar)
         y_row = b.gep(y, [b.mul(i, size_out)], inbounds=True, source_etype=scalar)
         table = b.mul(b.sdiv(i, group), b.mul(taps, size_out))
-        b.store(ir.Constant(I64, 0), column)
-        loop = b.append_basic_block("column.cond")
-        body = b.append_basic_block("column.body")
-        done = b.append_basic_block("column.end")
-        b.branch(loop)
-        b.position_at_end(loop)
-        a0 = b.load(column, typ=I64)
-        b.cbranch(b.icmp_signed("<", a0, size_out), body, done)
-        b.position_at_end(body)
-        lanes_in = b.icmp_signed("<", b.add(iota, splat(b, a0, iota.type)),
-                                 splat(b, size_out, iota.type))
-        b.store(zero, total)
-        with counted_loop(b, tap, ir.Constant(I64, 0), lambda: taps, "tap"):
-            at = b.add(table, b.add(b.mul(b.load(tap, typ=I64), size_out), a0))
-            index = b.call(load_ints, [b.gep(j, [at], inbounds=True, source_etype=I32),
-                                       ir.Constant(I32, 4), lanes_in, none])
-            weight = b.call(load, [b.gep(w, [at], inbounds=True, source_etype=scalar), align,
-                                   lanes_in, zero])
-            real = b.and_(lanes_in, b.icmp_signed(">=", index, ir.Constant(ints, [0] * lanes)))
-            where = b.gep(x_row, [b.sext(index, ir.VectorType(I64, lanes))],
-                          source_etype=scalar)
-            where.type = pointers      # a vector GEP (llvmlite types it as one pointer)
-            values = b.call(gather, [where, align, real, zero])
-            b.store(b.call(fma, [weight, values, b.load(total, typ=vector)]), total)
-        b.call(store, [b.load(total, typ=vector),
-                       b.gep(y_row, [a0], inbounds=True, source_etype=scalar), align, lanes_in])
-        b.store(b.add(a0, ir.Constant(I64, lanes)), column)
-        b.branch(loop)
-        b.position_at_end(done)
+        with counted_loop(b, column, ir.Constant(I64, 0), lambda: size_out, "column",
+                          step=lanes):
+            a0 = b.load(column, typ=I64)
+            lanes_in = b.icmp_signed("<", b.add(iota, splat(b, a0, iota.type)),
+                                     splat(b, size_out, iota.type))
+            b.store(zero, total)
+            with counted_loop(b, tap, ir.Constant(I64, 0), lambda: taps, "tap"):
+                at = b.add(table, b.add(b.mul(b.load(tap, typ=I64), size_out), a0))
+                index = b.call(load_ints, [b.gep(j, [at], inbounds=True, source_etype=I32),
+                                           ir.Constant(I32, 4), lanes_in, none])
+                weight = b.call(load, [b.gep(w, [at], inbounds=True, source_etype=scalar),
+                                       align, lanes_in, zero])
+                real = b.and_(lanes_in,
+                              b.icmp_signed(">=", index, ir.Constant(ints, [0] * lanes)))
+                where = b.gep(x_row, [b.sext(index, ir.VectorType(I64, lanes))],
+                              source_etype=scalar)
+                where.type = pointers      # a vector GEP (llvmlite types it as one pointer)
+                values = b.call(gather, [where, align, real, zero])
+                b.store(b.call(fma, [weight, values, b.load(total, typ=vector)]), total)
+            b.call(store, [b.load(total, typ=vector),
+                           b.gep(y_row, [a0], inbounds=True, source_etype=scalar), align, lanes_in])
     b.ret(ir.Constant(I32, 0))
     return module
 

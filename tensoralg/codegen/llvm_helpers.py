@@ -88,8 +88,10 @@ def counted_loop(
     stop: Callable[[], ir.Value],
     name: str,
     hints: ir.MDValue | None = None,
+    step: int = 1,
 ) -> Iterator[None]:
-    """Emit ``for (counter = start; counter < stop(); ++counter) <body of the with>``.
+    """Emit ``for (counter = start; counter < stop(); counter += step) <body of the with>``
+    (``step`` above 1: a loop over vectors, its last one masked by the body).
 
     ``stop`` is called to emit the bound inside the condition block: it is evaluated before every
     iteration, as C does, and LLVM hoists it when it is invariant. ``hints`` (from
@@ -107,7 +109,8 @@ def counted_loop(
     yield
     if not builder.block.is_terminated:
         current = builder.load(counter, typ=counter.allocated_type)
-        builder.store(builder.add(current, ir.Constant(current.type, 1), flags=("nsw",)), counter)
+        builder.store(builder.add(current, ir.Constant(current.type, step), flags=("nsw",)),
+                      counter)
         back = builder.branch(cond)
         if hints is not None:
             back.set_metadata("llvm.loop", hints)
