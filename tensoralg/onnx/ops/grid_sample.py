@@ -18,7 +18,8 @@ with ``X`` the input laid out channels-last. Where a point has at most
 matrix: each image's table of taps and weights is gathered from its NCHW planes by the
 generated kernel of ``program.interpolation_call`` (RAFT's correlation lookups, thousands of
 one-channel images: the model went from 0.81-0.83x to 1.17-1.21x onnxruntime's speed, one
-thread, ``benchmarks/ONNX_HELD_OUT_FIFTEENTH_RESULTS.md``). Padding follows onnxruntime (and torch's
+thread; with 2-D bilinear sampling in one kernel that computes the taps too, 1.82-1.85x,
+``benchmarks/ONNX_HELD_OUT_FIFTEENTH_RESULTS.md``). Padding follows onnxruntime (and torch's
 ``grid_sample``): a coordinate outside the image is first clamped (``border``) or reflected
 (``reflection``) into it, except in cubic mode, and each tap outside the image then reads 0
 (``zeros``), the nearest edge pixel (``border``) or its mirror image (``reflection``). Taps that land on one pixel (clamped edges) are summed into one
