@@ -269,6 +269,30 @@ def test_gather_nd_with_constant_indices_is_block_copies():
     _check(compiled, model, {"x": rng.random((3, 6), np.float32)})
 
 
+@pytest.mark.parametrize("elem, dtype", [(TensorProto.FLOAT, np.float32),
+                                         (TensorProto.INT64, np.int64)])
+def test_gather_nd_with_scattered_constant_indices_is_one_compiled_gather(elem, dtype):
+    """UperNet's dynamo export: pyramid pooling cells picked by GatherND from (H, W, N, C),
+    the index tuples jumping about (more runs than block copies are worth)."""
+    from tensoralg.onnx.plan.constant_gathers import MAX_RUNS
+
+    rng = np.random.default_rng(8)
+    tuples = rng.integers(0, 6, (3 * MAX_RUNS, 2))
+    indices = numpy_helper.from_array(tuples.reshape(MAX_RUNS, 3, 2).astype(np.int64), "idx")
+    model = _model([h.make_node("Transpose", ["x"], ["xt"], perm=[2, 3, 0, 1]),
+                    h.make_node("GatherND", ["xt", "idx"], ["y"])],
+                   [h.make_tensor_value_info("x", elem, ["n", 4, 6, 6])],
+                   [h.make_tensor_value_info("y", elem, [MAX_RUNS, 3, "n", 4])], [indices])
+
+    def feeds(n):
+        return {"x": (rng.standard_normal((n, 4, 6, 6)) * 100).astype(dtype)}
+    compiled = planned_model(model, feeds(2))
+    step = _step(compiled, "GatherND")
+    assert step.plan == f"compiled gather of {3 * MAX_RUNS} rows of 8 values (constant ids)"
+    for _ in range(2):
+        _check(compiled, model, feeds(2))
+
+
 def test_runs_of_constant_positions():
     from tensoralg.onnx.plan.constant_gathers import MAX_RUNS, block_gather, runs
     assert runs(np.array([4, 5, 6, 6, 0])) == [(0, 4, 3), (3, 6, 1), (4, 0, 1)]

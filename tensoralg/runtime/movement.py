@@ -300,7 +300,8 @@ def _value_type(dtype: np.dtype) -> Scalar | None:
 def gather_call(table: np.ndarray, ids: np.ndarray, out: np.ndarray, what: str,
                 column: int | None = None, width: int = 1) -> MovementCall | None:
     """``out[r] = table[ids[r]]`` (rows of a C-contiguous table; ``out`` rows may be a column
-    block of a wider C-contiguous array); with ``column``, the ids are the ``width`` columns
+    block of a wider C-contiguous array; ``rebind("table", t)`` reads another table of the
+    same shape, ``rebind("ids", i)`` other ids); with ``column``, the ids are the ``width`` columns
     from ``column`` of the 2-D ``ids``, read in place (row by row). Float ids are truncated
     toward zero (ONNX Cast to int64) and checked before. None when the dtypes or layouts do
     not allow it."""
@@ -324,8 +325,8 @@ def gather_call(table: np.ndarray, ids: np.ndarray, out: np.ndarray, what: str,
     offset = 0 if column is None else column * ids.itemsize
     args = [table.ctypes.data, table.shape[0], dim, ids.ctypes.data + offset, step, count,
             width, flat.ctypes.data, flat.strides[0] // out.itemsize, flag.ctypes.data]
-    return MovementCall(kernel, args, {"ids": 3}, [table, ids, out, flag], what, flag,
-                        {"ids": offset})
+    return MovementCall(kernel, args, {"ids": 3, "table": 0}, [table, ids, out, flag], what,
+                        flag, {"ids": offset})
 
 
 def copy_call(src: np.ndarray, dst: np.ndarray, what: str) -> MovementCall | None:

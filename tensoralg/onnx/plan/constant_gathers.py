@@ -47,8 +47,10 @@ def block_gather(context: Any, source: tuple[tuple[int, ...], np.dtype], positio
     inner = int(np.prod(shape[axis + 1:], dtype=np.int64))
     flat = positions.reshape(-1)
     found = runs(flat)
-    if not outer * inner * flat.size or len(found) > MAX_RUNS:
+    if not outer * inner * flat.size:
         return None
+    if len(found) > MAX_RUNS:
+        return _row_gather(context, source, flat) if outer == 1 else None
     width = flat.size * inner
 
     def make(outs: list[np.ndarray], buffers: list[np.ndarray], ins: list[Getter]) -> Run:
@@ -73,6 +75,43 @@ def block_gather(context: Any, source: tuple[tuple[int, ...], np.dtype], positio
     spec = Spec(make, [], "copy", strided_output=True)
     spec.plan = (f"compiled block copies ({len(found)} run{'s' * (len(found) != 1)} of "
                  f"{outer} x {inner}-value blocks)")
+    return spec
+
+
+def _row_gather(context: Any, source: tuple[tuple[int, ...], np.dtype], positions: np.ndarray
+                ) -> Spec | None:
+    """``out = x[positions]`` along axis 0 for positions too scattered for block copies: one
+    compiled gather of rows (``program.gather_call``), the table read from the step's input
+    each run (UperNet's pyramid pooling, exported by dynamo as GatherNDs of constant indices
+    into 24-30 runs, took the node's NumPy indexing)."""
+    shape, dtype = source
+    ids = np.ascontiguousarray(positions, dtype=np.int64)
+    rows = (shape[0], int(np.prod(shape[1:], dtype=np.int64)))
+    probe = program.gather_call(np.zeros(rows, dtype), ids, np.zeros((ids.size, rows[1]), dtype),
+                                str(context))
+    if probe is None:
+        return None
+
+    def make(outs: list[np.ndarray], buffers: list[np.ndarray], ins: list[Getter]) -> Run:
+        out, get = outs[0], ins[0]
+        flat = out.reshape(ids.size, rows[1]) if out.flags.c_contiguous else None
+        x = get.fixed if get.fixed is not None else np.zeros(shape, dtype)
+        call = None if flat is None else program.gather_call(
+            contiguous(x).reshape(rows), ids, flat, str(context))
+
+        def run(env: Env) -> None:
+            if call is None:
+                np.copyto(out, np.take(get(env).reshape(shape), ids, axis=0).reshape(out.shape))
+                return
+            if get.fixed is None:
+                call.rebind("table", contiguous(get(env)).reshape(rows))
+            call()
+        parts = None if call is None else \
+            [(call, [] if get.fixed is not None else [("table", get, None)])]
+        return made_of(run, parts)
+
+    spec = Spec(make, [], "copy")
+    spec.plan = f"compiled gather of {ids.size} rows of {rows[1]} values (constant ids)"
     return spec
 
 
