@@ -131,6 +131,27 @@ def test_the_ops_routes(mode, route):
     assert route in str(model.profile({"x": x, "grid": grid}))
 
 
+@pytest.mark.parametrize("mode", ["bilinear", "nearest", "bicubic"])
+@pytest.mark.parametrize("padding_mode", ["zeros", "border"])
+def test_points_far_outside_read_as_outside_points(mode, padding_mode):
+    # finite but past an int64 index: as onnxruntime, no warning, no garbage index
+    import warnings
+
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((1, 2, 5, 6)).astype(np.float32)
+    grid = _grid(rng, (1, 3, 4, 2))
+    far = grid.copy()
+    far[0, 0, :3] = [[1e30, 0.0], [-1e30, 0.5], [0.0, 3e20]]
+    near = grid.copy()
+    near[0, 0, :3] = [[50.0, 0.0], [-50.0, 0.5], [0.0, 50.0]]      # outside all the same
+    model = _model(x, grid, 16, mode=mode, padding_mode=padding_mode)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = tonnx.load(model).run({"x": x, "grid": far})["y"]
+    want = tonnx.load(model).run({"x": x, "grid": near})["y"]
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
 @pytest.mark.parametrize("padding", ["zeros", "border"])
 @pytest.mark.parametrize("align_corners", [False, True])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -142,6 +163,7 @@ def test_the_bilinear_kernel_is_the_gathered_route_to_the_bit(padding, align_cor
     rng = np.random.default_rng(8)
     x = rng.standard_normal((3, 4, 7, 9)).astype(dtype)
     grid = _grid(rng, (3, 6, 37, 2), reach=1.3).astype(dtype)   # 222 points: a masked tail
+    grid[0, 0, :4] = [[1e30, 0.0], [-1e30, 0.5], [0.0, 3e9], [1e12, -1e12]]   # far outside
     want = gs.sampled_by_taps(x, grid, "linear", padding, align_corners)
     out = np.empty_like(want)
     program.grid_sample_call(x, grid, out, align_corners, padding)()

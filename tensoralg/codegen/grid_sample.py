@@ -22,6 +22,7 @@ from tensoralg.codegen.llvm_helpers import counted_loop, declare, entry_alloca, 
 I1, I32, I64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
 POINTER = ir.PointerType()
 ENTRY = "tensoralg_grid_sample"
+FAR = 2.0 ** 40     # as onnx/ops/grid_sample.FAR: how far outside a coordinate is kept
 
 
 def grid_sample_module(dtype: np.dtype, lanes: int, align_corners: bool, border: bool
@@ -82,6 +83,12 @@ def grid_sample_module(dtype: np.dtype, lanes: int, align_corners: bool, border:
                  b.fsub(as_vector(size), ir.Constant(vector, [0.5] * lanes)))
             outside = b.or_(b.fcmp_ordered("<", where, low), b.fcmp_ordered(">", where, high))
             where = b.select(outside, clamped(where, zero, last), where)
+        if not border:
+            # A finite grid may still put a point far outside (1e30): keep it where a 64-bit
+            # index holds it (a float beyond int64 converts to poison), still outside the
+            # image, so its taps stay masked off as in NumPy.
+            far = ir.Constant(vector, [FAR] * lanes)
+            where = clamped(where, b.fsub(zero, far), far)
         start = b.call(floor, [where])
         t = b.fsub(where, start)
         first = b.fptosi(start, longs)

@@ -43,6 +43,7 @@ MODES = {"bilinear": "linear", "bicubic": "cubic", "linear": "linear", "cubic": 
          "nearest": "nearest"}
 PADDINGS = ("zeros", "border", "reflection")
 CUBIC_A = -0.75
+FAR = 2.0 ** 40     # how far outside a coordinate is kept (see _axis_taps)
 # An output of more than this many taps is refused (its matrix would not fit in memory).
 MAX_TAPS = 2 ** 28
 
@@ -99,6 +100,11 @@ def _axis_taps(x: np.ndarray, size: int, mode: str, padding: str, low: float, hi
     """The taps of one axis for every output point: ``(index, weight)`` pairs, an index of -1
     reading 0 (``zeros`` padding outside the image)."""
     real = x.dtype.type
+    if padding == "zeros" or (padding == "border" and mode == "cubic"):
+        # A finite grid may put a point far outside (1e30), past what an int64 index holds:
+        # moved to 2^40 away, still outside, its taps read the same (none, or the clamped
+        # edge); the generated kernel does the same (codegen/grid_sample.py).
+        x = np.clip(x, real(-FAR), real(FAR))
     if mode == "nearest":
         x = np.rint(x)
     # Cubic taps are placed from the coordinate as it is, each tap then padded on its own (as
