@@ -4229,8 +4229,8 @@ def interpolation_call(x: np.ndarray, out: np.ndarray, matrix: Any = None, *,
     ``taps`` (int32, (count, out): the input column of output ``a``'s ``t``-th tap, -1 for
     none; or (tables, count, out), table ``k`` serving the ``k``-th block of ``rows /
     tables`` rows: GridSample's images, each sampled at its own points) and ``weights`` (x's
-    dtype, same shape); the call reads them in place, so a caller may refill them between
-    calls. None for a dtype other than float32/float64 or more than
+    dtype, same shape), checked when the call is made and read in place. None for a dtype
+    other than float32/float64 or more than
     :data:`INTERPOLATION_TAPS` entries a row.
 
     >>> import scipy.sparse as sp

@@ -77,11 +77,11 @@ def _conv_reference(x, w, b, strides=(1, 1), pads=(0, 0)):
 
 def _fallbacks() -> int:
     from tensoralg.runtime.gemm import gemm_tiles
-    from tensoralg.runtime.planar import _patches, _planar
+    from tensoralg.runtime.planar import _patches, planar_kernel
 
     total = 0
     for dtype in (np.float32, np.float64):
-        shape, _, _, planar = _planar(np.dtype(dtype), None)
+        shape, _, _, planar = planar_kernel(np.dtype(dtype), None)
         total += gemm_tiles(np.dtype(dtype)).fallbacks + planar.fallbacks + \
             _patches(shape, None)[2].fallbacks
     return total
@@ -152,7 +152,7 @@ _ROW_BY_ROW = textwrap.dedent("""
     from tensoralg.codegen.conv import ConvGeometry
     from tensoralg.runtime import tile_table
     from tensoralg.runtime.gemm import DenseLayer, gemm_tiles
-    from tensoralg.runtime.planar import PlanarConv, _patches, _planar, patch_conv
+    from tensoralg.runtime.planar import PlanarConv, _patches, patch_conv, planar_kernel
     from tensoralg.runtime.threads import KernelThreads
     from tensoralg.runtime.winograd import WinogradConv
 
@@ -187,9 +187,9 @@ _ROW_BY_ROW = textwrap.dedent("""
             b[None, :26, None, None]
         g = ConvGeometry(3, 40, 41, 26, 20, 21, (3, 3), (2, 2), (1, 1), (1, 1), 1)
         errors.append(float(np.abs(patch_conv(g, w, b[:26])(x) - want).max()))
-    shape = _planar(np.dtype(np.float32), None)[0]
+    shape = planar_kernel(np.dtype(np.float32), None)[0]
     counts = [gemm_tiles(np.dtype(np.float32)).fallbacks,
-              _planar(np.dtype(np.float32), None)[3].fallbacks,
+              planar_kernel(np.dtype(np.float32), None)[3].fallbacks,
               _patches(shape, None)[2].fallbacks]
     print(json.dumps({"errors": errors, "fallbacks": counts}))
 """)

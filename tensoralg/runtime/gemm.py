@@ -34,18 +34,10 @@ _PROTOTYPE = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_int64, c
 _KERNELS: dict[tuple[np.dtype, bool], tuple[Any, Any, str, TileTable]] = {}
 
 
-def gemm_kernel(dtype: np.dtype, cache: DiskCache | None = None) -> tuple[Any, Any, str]:
-    """The generated GEMM for ``dtype`` on this host: its blocking (a ``GemmShape``),
-    function and LLVM IR. Compiled once per process (and stored in ``cache`` when given).
-    """
-    found = _gemm(dtype, cache)
-    return found[0], found[1], found[2]
-
-
 def gemm_tiles(dtype: np.dtype, cache: DiskCache | None = None) -> TileTable:
     """The table of register tiles of :func:`gemm_kernel`'s driver for ``dtype``: a call's
     tiles are built when it is bound (:func:`require_tiles`)."""
-    return _gemm(dtype, cache)[3]
+    return gemm_kernel(dtype, cache)[3]
 
 
 def require_tiles(tiles: TileTable, shape: Any, calls: list[list]) -> None:
@@ -57,7 +49,12 @@ def require_tiles(tiles: TileTable, shape: Any, calls: list[list]) -> None:
                                for call in calls)))
 
 
-def _gemm(dtype: np.dtype, cache: DiskCache | None) -> tuple[Any, Any, str, TileTable]:
+def gemm_kernel(dtype: np.dtype, cache: DiskCache | None = None
+                ) -> tuple[Any, Any, str, TileTable]:
+    """The generated GEMM for ``dtype`` on this host: its blocking (a ``GemmShape``),
+    function, LLVM IR and table of register tiles. Compiled once per process (and stored in
+    ``cache`` when given).
+    """
     from tensoralg.codegen.gemm import (
         ENTRY,
         TILES,
@@ -130,8 +127,7 @@ class DenseLayer:
         from tensoralg.codegen.epilogue import PARAMETERS, as_activation, epilogue_flags
         from tensoralg.codegen.gemm import pack_weight
 
-        self.shape, self.function, self.source = gemm_kernel(self.dtype, cache)
-        self.tiles = gemm_tiles(self.dtype, cache)
+        self.shape, self.function, self.source, self.tiles = gemm_kernel(self.dtype, cache)
         self.packed = pack_weight(weight, self.shape)
         # ``relu`` may be a clamp's (low, high) (a fused Clip; ReLU6 is (0, 6)) or an
         # Activation (codegen/activation.py): ReLU's own epilogue when it is (0, inf), else

@@ -29,14 +29,11 @@ _PROTOTYPE = ctypes.CFUNCTYPE(ctypes.c_int32, *[ctypes.c_void_p] * 4, ctypes.c_i
 _KERNELS: dict[tuple[np.dtype, bool], tuple[Any, Any, str, TileTable]] = {}
 
 
-def planar_kernel(dtype: np.dtype, cache: DiskCache | None = None) -> tuple[Any, Any, str]:
+def planar_kernel(dtype: np.dtype, cache: DiskCache | None = None
+                  ) -> tuple[Any, Any, str, TileTable]:
     """The generated pointwise convolution for ``dtype`` on this host: its blocking (a
-    ``GemmShape``), function and LLVM IR, compiled once per process."""
-    found = _planar(dtype, cache)
-    return found[0], found[1], found[2]
-
-
-def _planar(dtype: np.dtype, cache: DiskCache | None) -> tuple[Any, Any, str, TileTable]:
+    ``GemmShape``), function, LLVM IR and table of register tiles, compiled once per
+    process."""
     from tensoralg.codegen.gemm import GemmShape
     from tensoralg.codegen.planar import (
         ENTRY,
@@ -145,7 +142,7 @@ class PlanarConv:
         self.out_channels, self.channels = weight.shape
         self.weight = np.ascontiguousarray(weight)      # row-major, as patch kernels read it
         self._packed: np.ndarray | None = None
-        self.shape, self.function, self.source, self.tiles = _planar(self.dtype, cache)
+        self.shape, self.function, self.source, self.tiles = planar_kernel(self.dtype, cache)
         self.activation = as_activation(activation)
         flags, parameters = epilogue_flags(activation)
         self.flags = (FLAG_BIAS if bias is not None else 0) | flags | \

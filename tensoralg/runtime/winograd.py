@@ -18,7 +18,7 @@ import numpy as np
 from tensoralg.codegen.build import build_llvm_module, host_has_feature, host_l2_bytes
 from tensoralg.codegen.cache import DiskCache
 from tensoralg.errors import ShapeError
-from tensoralg.runtime.gemm import BoundChannelsLast, gemm_kernel, gemm_tiles
+from tensoralg.runtime.gemm import BoundChannelsLast, gemm_kernel
 from tensoralg.runtime.ranges import RangeCall, image_stride
 
 _PROTOTYPE = ctypes.CFUNCTYPE(ctypes.c_int32, *[ctypes.c_void_p] * 7, *[ctypes.c_int64] * 16)
@@ -102,8 +102,7 @@ class WinogradConv:
         self.out_channels, self.channels = weight.shape[:2]
         self.pads_begin, self.pads_end = tuple(pads_begin), tuple(pads_end)
         self.threads, self.activation = threads, as_activation(relu)
-        self.shape, gemm, _ = gemm_kernel(self.dtype, cache)
-        self.tiles = gemm_tiles(self.dtype, cache)
+        self.shape, gemm, _, self.tiles = gemm_kernel(self.dtype, cache)
         self.gemm_address = ctypes.cast(gemm, ctypes.c_void_p).value
         self.function, self.lanes = winograd_kernel(self.dtype, self.activation, cache)
         packed = [pack_weight(u.astype(self.dtype), self.shape)

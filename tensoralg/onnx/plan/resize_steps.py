@@ -46,7 +46,8 @@ def resize_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) 
     if x is not None and out is not None and \
             attributes.get("mode", "nearest") == "nearest" and \
             not any(name not in constants for name in extra):
-        return _repeat_spec(step, x, out, constants)
+        planned = _planned_passes(step, x, constants)
+        return None if planned is None else _repeat_spec(step, x, out, planned)
     if x is None or out is None or x.dtype not in (np.float32, np.float64) or \
             out.dtype != x.dtype or \
             attributes.get("mode", "nearest") not in ("linear", "cubic") or \
@@ -60,7 +61,7 @@ def resize_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) 
         return None
     shape, passes = planned
     if not passes and tuple(shape) == x.shape == out.shape:
-        return _repeat_spec(step, x, out, constants)     # a resize to its own size: a copy
+        return _repeat_spec(step, x, out, planned)       # a resize to its own size: a copy
     if tuple(shape) != out.shape or not passes:
         return None
     # Per pass: its kernel, the matrix in the input's dtype, and the pass's input and output
@@ -77,8 +78,8 @@ def resize_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) 
         # The last axis gathers its few taps per vector of outputs (program.
         # interpolation_call); the others run the CSR statement, whose inner loop runs
         # along the contiguous axis after them.
-        taps = after == 1 and program.interpolation_call(
-            np.zeros((1, size), x.dtype), np.zeros((1, out_size), x.dtype), matrix) is not None
+        taps = after == 1 and \
+            int(np.diff(matrix.indptr).max(initial=0)) <= program.INTERPOLATION_TAPS
         kernel = None if taps else step.context.kernels.get(
             interpolation_statement(after), x.dtype, {"M": ta.CSR})
         bindings.append((kernel, matrix, (before, size, *inner), (before, out_size, *inner)))
@@ -144,11 +145,12 @@ def _planned_passes(step: Step, x: np.ndarray, constants: Mapping[str, np.ndarra
 
 
 def _repeat_spec(step: Step, x: np.ndarray, out: np.ndarray,
-                 constants: Mapping[str, np.ndarray]) -> Spec | None:
+                 planned: tuple[list[int], list]) -> Spec | None:
     """A nearest Resize whose every output position along its resized axes reads source
     position ``o // f`` for a whole factor ``f`` (2x upsampling in U-Net, FPN and diffusion
     decoders, whatever the coordinate mode that gives it), at most two such axes and the last
-    ones: each value repeated ``f_h x f_w`` times by one compiled broadcast copy
+    ones (``planned``: :func:`_planned_passes`'s shape and passes): each value repeated
+    ``f_h x f_w`` times by one compiled broadcast copy
     (``program.broadcast_call``: the output viewed as ``(rows, f_h, W, f_w)``, the input as
     ``(rows, 1, W, 1)``), which joins the compiled sequence. Node by node the same is a NumPy
     take per axis. A Resize of any mode to its input's own size (UperNet's pyramid level
@@ -159,10 +161,6 @@ def _repeat_spec(step: Step, x: np.ndarray, out: np.ndarray,
     if out.dtype != x.dtype or x.ndim < 2 or not x.size or \
             attributes.get("coordinate_transformation_mode", "half_pixel") == \
             "tf_crop_and_resize":
-        return None
-
-    planned = _planned_passes(step, x, constants)
-    if planned is None:
         return None
     shape, passes = planned
     factors = {}
