@@ -43,7 +43,7 @@ import numpy as np
 from llvmlite import ir
 
 from tensoralg.codegen.activation import emit_activation
-from tensoralg.codegen.gemm import vector_intrinsics
+from tensoralg.codegen.gemm import masked_gather, vector_intrinsics
 from tensoralg.codegen.llvm_helpers import counted_loop, declare, entry_alloca, if_else, prefetch
 
 I1, I32, I64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
@@ -372,9 +372,7 @@ def channels_last_module(dtype: np.dtype, lanes: int) -> ir.Module:
     module = ir.Module(name=f"channels_last_{dtype.name}")
     vector, mask_type, _, load, store = vector_intrinsics(module, scalar, lanes)
     index_vector, pointers = ir.VectorType(I64, lanes), ir.VectorType(POINTER, lanes)
-    name = "v{}f{}".format(lanes, scalar.intrinsic_name[1:])
-    gather = declare(module, f"llvm.masked.gather.{name}.v{lanes}p0", vector,
-                     (pointers, I32, mask_type, vector))
+    gather = masked_gather(module, scalar, lanes)
     fn = ir.Function(module, ir.FunctionType(I32, (POINTER, POINTER, *[I64] * 9)),
                      name=CHANNELS_LAST_ENTRY)
     x, out, begin, end, channels, height, width, out_image, out_row, out_first, x_image = \

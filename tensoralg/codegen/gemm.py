@@ -314,6 +314,15 @@ def vector_intrinsics(module: ir.Module, scalar: ir.Type, lanes: int
     return vector, mask_type, fma, load, store
 
 
+def masked_gather(module: ir.Module, scalar: ir.Type, lanes: int) -> ir.Function:
+    """The ``llvm.masked.gather`` intrinsic of ``lanes`` values of ``scalar`` from a vector of
+    pointers (declared in ``module`` once): masked-off lanes read no memory."""
+    vector = ir.VectorType(scalar, lanes)
+    name = "v{}f{}".format(lanes, scalar.intrinsic_name[1:])
+    return declare(module, f"llvm.masked.gather.{name}.v{lanes}p0", vector,
+                   (ir.VectorType(POINTER, lanes), I32, ir.VectorType(I1, lanes), vector))
+
+
 def _micro_kernel(module: ir.Module, shape: GemmShape, scalar: ir.Type, rows: int,
                   vectors: int, exported: str | None = None) -> ir.Function:
     """``micro(A_rows, Wk, C_rows, kc, nsub, a_sub, ncols, bias, mode, bounds, c_col,
@@ -385,8 +394,7 @@ def _micro_kernel(module: ir.Module, shape: GemmShape, scalar: ir.Type, rows: in
     contiguous = builder.icmp_signed("==", c_col, const(1))
     pointers = ir.VectorType(POINTER, lanes)
     name = "v{}f{}".format(lanes, scalar.intrinsic_name[1:])
-    gather = declare(module, f"llvm.masked.gather.{name}.v{lanes}p0", vector,
-                     (pointers, I32, mask_type, vector))
+    gather = masked_gather(module, scalar, lanes)
     scatter = declare(module, f"llvm.masked.scatter.{name}.v{lanes}p0", ir.VoidType(),
                       (vector, pointers, I32, mask_type))
     columns = builder.mul(lane_index, _splat(builder, c_col, ir.VectorType(I64, lanes)))
@@ -728,5 +736,5 @@ def _row_pointers(builder: ir.IRBuilder, at: Any, const: Any, i0: ir.Value, rows
 
 
 __all__ = ["FLAG_BIAS", "FLAG_CLIP", "FLAG_RELU", "GemmShape", "aligned_empty", "emit_clamp",
-           "gemm_module", "pack_weight", "tile_entry", "tile_index", "tile_module",
+           "gemm_module", "masked_gather", "pack_weight", "tile_entry", "tile_index", "tile_module",
            "tile_variants"]

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 
-from tensoralg.codegen.gemm import vector_intrinsics
+from tensoralg.codegen.gemm import masked_gather, vector_intrinsics
 from tensoralg.codegen.llvm_helpers import counted_loop, declare, entry_alloca, splat
 
 I1, I32, I64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
@@ -44,10 +44,9 @@ def grid_sample_module(dtype: np.dtype, lanes: int, align_corners: bool, border:
     wide = ir.VectorType(double, lanes)
     longs = ir.VectorType(I64, lanes)
     pointers = ir.VectorType(POINTER, lanes)
-    name = "v{}f{}".format(lanes, scalar.intrinsic_name[1:])
-    gather = declare(module, f"llvm.masked.gather.{name}.v{lanes}p0", vector,
-                     (pointers, I32, mask_type, vector))
-    floor = declare(module, f"llvm.floor.{name}", vector, (vector,))
+    gather = masked_gather(module, scalar, lanes)
+    floor = declare(module, "llvm.floor.v{}f{}".format(lanes, scalar.intrinsic_name[1:]), vector,
+                    (vector,))
     fn = ir.Function(module, ir.FunctionType(I32, (*[POINTER] * 3, *[I64] * 6)), name=ENTRY)
     x, g, y, channels, height, width, points, begin, end = fn.args
     for pointer in (x, g, y):

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 
-from tensoralg.codegen.gemm import vector_intrinsics
+from tensoralg.codegen.gemm import masked_gather, vector_intrinsics
 from tensoralg.codegen.llvm_helpers import counted_loop, declare, entry_alloca, splat
 
 I1, I32, I64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
@@ -42,9 +42,7 @@ def taps_module(dtype: np.dtype, lanes: int) -> ir.Module:
     load_ints = declare(module, f"llvm.masked.load.v{lanes}i32.p0", ints,
                         (POINTER, I32, mask_type, ints))
     pointers = ir.VectorType(POINTER, lanes)
-    name = "v{}f{}".format(lanes, scalar.intrinsic_name[1:])
-    gather = declare(module, f"llvm.masked.gather.{name}.v{lanes}p0", vector,
-                     (pointers, I32, mask_type, vector))
+    gather = masked_gather(module, scalar, lanes)
     fn = ir.Function(module, ir.FunctionType(I32, (*[POINTER] * 4, *[I64] * 6)), name=ENTRY)
     x, y, j, w, size_in, size_out, taps, begin, end, group = fn.args
     for pointer in (x, y, j, w):
