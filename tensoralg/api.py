@@ -235,7 +235,7 @@ from tensoralg.runtime.threads import (
 )
 from tensoralg.runtime.validate import VALID, StorageValidator
 from tensoralg.runtime.widen import narrowed, widened
-from tensoralg.runtime.winograd import WinogradConv, winograd_pays
+from tensoralg.runtime.winograd import WinogradConv, winograd_pays, winograd_tile
 from tensoralg.runtime.wrap import (
     narrowed_indices,
     pattern_positions,
@@ -4164,18 +4164,19 @@ def conv_layer(weight: np.ndarray, bias: np.ndarray | None, strides: tuple[int, 
 
 
 def winograd_conv(weight: np.ndarray, bias: np.ndarray | None, pads_begin: tuple[int, int],
-                  pads_end: tuple[int, int], relu: Any = False) -> WinogradConv:
-    """A 3x3 convolution (stride 1, dilation 1, group 1) by Winograd's F(2x2, 3x3) on the
-    generated GEMM, NCHW in and out (see ``runtime/winograd.py``); :func:`winograd_pays` says
-    where it beats :func:`conv_layer`.
+                  pads_end: tuple[int, int], relu: Any = False, tile: int = 2) -> WinogradConv:
+    """A 3x3 convolution (stride 1, dilation 1, group 1) by Winograd's F(tile x tile, 3x3)
+    (tile 2 or 4) on the generated GEMM, NCHW in and out (see ``runtime/winograd.py``);
+    :func:`winograd_pays` says where it beats :func:`conv_layer`, :func:`winograd_tile` which
+    tile is estimated fastest.
 
-    >>> conv = winograd_conv(np.ones((16, 16, 3, 3), np.float32), None, (1, 1), (1, 1))
+    >>> conv = winograd_conv(np.ones((16, 16, 3, 3), np.float32), None, (1, 1), (1, 1), tile=4)
     >>> conv.out_shape(7, 7)
     (7, 7)
     """
     cache = kernel_cache()
     return WinogradConv(weight, bias, pads_begin, pads_end, relu, cache=cache.disk,
-                        threads=cache.threads)
+                        threads=cache.threads, tile=tile)
 
 
 def winograd_host() -> bool:
@@ -4569,7 +4570,7 @@ def get_num_threads() -> int:
 
 
 __all__ = ["einsum", "compile", "Kernel", "KernelKey", "CompileOptions", "kernel_cache",
-           "RowCompressor", "DenseLayer", "dense_layer", "QuantizedLayer", "quantized_layer", "int8_gemm_supported", "QuantizedConv", "quantized_conv", "Int8Epilogue", "ConvLayer", "conv_layer", "WinogradConv", "winograd_conv", "winograd_host", "winograd_pays", "GroupedConv", "grouped_conv",
+           "RowCompressor", "DenseLayer", "dense_layer", "QuantizedLayer", "quantized_layer", "int8_gemm_supported", "QuantizedConv", "quantized_conv", "Int8Epilogue", "ConvLayer", "conv_layer", "WinogradConv", "winograd_conv", "winograd_host", "winograd_pays", "winograd_tile", "GroupedConv", "grouped_conv",
            "DirectConv", "direct_conv",
            "CallSequence", "NativeGroup", "Slot", "canonical_csr", "data_address", "block_copy_call", "broadcast_call", "copy_call", "gather_call",
            "gram_call", "ids_call", "im2row_call", "cumsum_call", "extreme_call", "pointwise_conv", "planar_pays", "patch_conv_of",

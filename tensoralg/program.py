@@ -126,6 +126,7 @@ from tensoralg.api import (
     winograd_conv,
     winograd_host,
     winograd_pays,
+    winograd_tile,
 )
 
 __all__ = [
@@ -138,5 +139,5 @@ __all__ = [
     "pointwise_conv", "pooled_regions", "RoiSamples",
     "data_address", "dense_layer", "direct_conv", "gather_call", "gram_call", "ids_call",
     "im2row_call", "grid_sample_call", "INTERPOLATION_TAPS", "interpolation_call", "kept_boxes", "kernel_cache", "row_extreme", "scattered_extremes", "softmax_kernel", "top_k", "transpose_call", "value_range",
-    "window_kernel", "winograd_conv", "winograd_host", "winograd_pays",
+    "window_kernel", "winograd_conv", "winograd_host", "winograd_pays", "winograd_tile",
 ]

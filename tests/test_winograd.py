@@ -1,8 +1,9 @@
-"""3x3 convolutions by Winograd's F(2x2, 3x3) (``runtime/winograd.py``, ``codegen/winograd.py``):
-the kernel against a float64 NumPy convolution across odd and even maps, uneven pads, channel
-counts off the vector width, blocks cut mid-row, tile rows longer than one transposed run, two thread ranges, every fused activation and
-both float types; the ONNX plan choosing it (and not where it does not pay, or when switched
-off), a second input through the plan, its output written into a Concat's block; bad shapes.
+"""3x3 convolutions by Winograd's F(2x2, 3x3) and F(4x4, 3x3) (``runtime/winograd.py``,
+``codegen/winograd.py``): both kernels against a float64 NumPy convolution across odd and even
+maps, uneven pads, channel counts off the vector width, blocks cut mid-row, tile rows longer
+than one transposed run, two thread ranges, every fused activation and both float types; the
+ONNX plan choosing a tile (and no Winograd where it does not pay, or when switched off), a
+second input through the plan, its output written into a Concat's block; bad shapes.
 """
 from __future__ import annotations
 
@@ -22,7 +23,10 @@ from tensoralg.program import (
     winograd_conv,
     winograd_host,
     winograd_pays,
+    winograd_tile,
 )
+
+TILES = pytest.mark.parametrize("tile", [2, 4])
 
 
 def _reference(x, w, b, pads, activation=None):
@@ -66,11 +70,12 @@ SHAPES = [
 ]
 
 
+@TILES
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("n, c, hw, m, pads", SHAPES)
-def test_winograd_matches_a_float64_convolution(n, c, hw, m, pads, dtype):
+def test_winograd_matches_a_float64_convolution(n, c, hw, m, pads, dtype, tile):
     x, w, b = _operands(n, c, hw, m, dtype)
-    conv = winograd_conv(w, b, pads[:2], pads[2:])
+    conv = winograd_conv(w, b, pads[:2], pads[2:], tile=tile)
     oh, ow = conv.out_shape(*hw)
     out = np.full((n, m, oh, ow), np.nan, dtype)
     conv.bind(x, out)()
@@ -81,22 +86,24 @@ def test_winograd_matches_a_float64_convolution(n, c, hw, m, pads, dtype):
 
 @pytest.mark.parametrize("activation", [RELU, SILU, HARD_SWISH, Activation.clip(0.0, 6.0)],
                          ids=["relu", "silu", "hardswish", "relu6"])
-def test_every_fused_activation_is_applied_after_the_bias(activation):
+@TILES
+def test_every_fused_activation_is_applied_after_the_bias(activation, tile):
     x, w, b = _operands(2, 24, (9, 10), 20, np.float32, seed=1)
     x *= 3
-    conv = winograd_conv(w, b, (1, 1), (1, 1), activation)
+    conv = winograd_conv(w, b, (1, 1), (1, 1), activation, tile)
     out = np.zeros((2, 20, 9, 10), np.float32)
     conv.bind(x, out)()
     np.testing.assert_allclose(out, _reference(x, w, b, (1, 1, 1, 1), activation), rtol=1e-4,
                                atol=1e-5)
 
 
-def test_tile_blocks_and_thread_ranges_cover_every_tile_once(two_threads, monkeypatch):
+@TILES
+def test_tile_blocks_and_thread_ranges_cover_every_tile_once(two_threads, monkeypatch, tile):
     """Small blocks (the last one short) over two thread ranges, each with its own scratch:
     every output written once, nothing outside the output touched, and a second input
     through the same call."""
     x, w, b = _operands(4, 32, (14, 15), 48, np.float32, seed=2)
-    conv = winograd_conv(w, b, (1, 1), (1, 1))
+    conv = winograd_conv(w, b, (1, 1), (1, 1), tile=tile)
     monkeypatch.setattr(conv, "block_tiles", lambda tiles: min(tiles, 7))
     monkeypatch.setattr(conv.threads, "dense_parts", lambda work, most: min(2, most))
     planes = np.full((4, 50, 14, 15), -7.0, np.float32)     # a block of a wider output
@@ -113,12 +120,14 @@ def test_tile_blocks_and_thread_ranges_cover_every_tile_once(two_threads, monkey
                                rtol=1e-4, atol=1e-5)
 
 
+@TILES
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_a_wide_layer_on_few_tiles_splits_its_output_channels(two_threads, monkeypatch, dtype):
+def test_a_wide_layer_on_few_tiles_splits_its_output_channels(two_threads, monkeypatch, dtype,
+                                                              tile):
     """Few tiles, a large transformed weight: the threads take ranges of weight panels (the
     last one short, past the last whole panel), each transforming the input itself."""
     x, w, b = _operands(1, 48, (5, 6), 150, dtype, seed=3)
-    conv = winograd_conv(w, b, (1, 1), (1, 1))
+    conv = winograd_conv(w, b, (1, 1), (1, 1), tile=tile)
     monkeypatch.setattr(conv.threads, "dense_parts", lambda work, most: min(2, most))
     planes = np.full((1, 152, 5, 6), -7.0, dtype)          # channels 1..150 of a wider output
     bound = conv.bind(x, planes[:, 1:151])
@@ -127,7 +136,8 @@ def test_a_wide_layer_on_few_tiles_splits_its_output_channels(two_threads, monke
     item, plane = np.dtype(dtype).itemsize, 5 * 6
     first = (calls[1][1] - calls[0][1]) // (plane * item)   # the second range's first channel
     assert first % conv.shape.nr == 0 and calls[0][13] == first and calls[1][13] == 150 - first
-    assert calls[0][7:9] == calls[1][7:9] == [0, 9]        # every tile in both ranges
+    tiles = -(-5 // tile) * -(-6 // tile)
+    assert calls[0][7:9] == calls[1][7:9] == [0, tiles]    # every tile in both ranges
     bound()
     tolerance = 1e-4 if dtype == np.float32 else 1e-10
     np.testing.assert_allclose(planes[:, 1:151], _reference(x, w, b, (1, 1, 1, 1)),
@@ -135,10 +145,11 @@ def test_a_wide_layer_on_few_tiles_splits_its_output_channels(two_threads, monke
     assert np.all(planes[:, [0, 151]] == -7.0)
 
 
-def test_an_empty_batch_runs_nothing():
+@TILES
+def test_an_empty_batch_runs_nothing(tile):
     x, w, b = _operands(0, 16, (6, 6), 16, np.float32)
     out = np.zeros((0, 16, 6, 6), np.float32)
-    winograd_conv(w, b, (1, 1), (1, 1)).bind(x, out)()
+    winograd_conv(w, b, (1, 1), (1, 1), tile=tile).bind(x, out)()
     assert out.shape == (0, 16, 6, 6)
 
 
@@ -155,6 +166,8 @@ def test_shapes_that_do_not_match_are_refused():
         winograd_conv(np.zeros((4, 4, 5, 5), np.float32), None, (1, 1), (1, 1))
     with pytest.raises(ta.ShapeError, match="bias"):
         winograd_conv(w, np.zeros(3, np.float32), (1, 1), (1, 1))
+    with pytest.raises(ta.ShapeError, match=r"tiles of 3 x 3 outputs are not built"):
+        winograd_conv(w, b, (1, 1), (1, 1), tile=3)
 
 
 def test_where_winograd_pays():
@@ -162,6 +175,19 @@ def test_where_winograd_pays():
     assert not winograd_pays(3, 64, 224, 224)        # an RGB stem: K too short
     assert not winograd_pays(64, 8, 56, 56)          # too few outputs for the GEMM's panels
     assert not winograd_pays(256, 256, 1, 1)         # a tile for one output
+    assert winograd_pays(256, 256, 3, 3, tile=4)      # one 4 x 4 tile: 36 products for 81
+
+
+def test_which_tile_is_estimated_fastest():
+    # large maps: F(4x4)'s 36 products for 16 outputs against F(2x2)'s 64
+    assert winograd_tile(64, 64, 56, 56, images=8) == 4
+    assert winograd_tile(16, 16, 128, 128, images=1) == 4
+    # few tiles of a wide layer stream more transformed weight than they multiply
+    assert winograd_tile(512, 512, 7, 7, images=1) == 2
+    assert winograd_tile(512, 512, 7, 7, images=4) == 4
+    assert winograd_tile(64, 64, 56, 56, tiles=(2,)) == 2
+    assert winograd_tile(3, 64, 224, 224) is None
+    assert winograd_tile(64, 64, 56, 56, tiles=()) is None
 
 
 def _model(x_shape, m, concat=False):
@@ -207,7 +233,7 @@ def test_the_plan_runs_3x3_layers_by_winograd(concat):
     np.testing.assert_allclose(compiled.run({"x": other})[out], _ort(model, {"x": other}),
                                rtol=1e-4, atol=1e-5)
     plans = {r.node: r.plan for r in compiled.profile({"x": x}).rows}
-    assert plans["conv"].startswith("Winograd F(2x2, 3x3): 84 tiles"), plans["conv"]
+    assert plans["conv"].startswith("Winograd F(4x4, 3x3): 24 tiles"), plans["conv"]
     if concat:      # both convolutions write their channel blocks of the Concat's output
         assert plans["concat"].startswith("no copy: 2 of 2 inputs"), plans["concat"]
 
@@ -220,8 +246,23 @@ def test_winograd_can_be_switched_off_and_is_not_used_where_it_does_not_pay(monk
         compiled.run({"x": x})
     assert "Winograd" not in str(compiled.profile({"x": x}))
 
-    monkeypatch.setenv("TENSORALG_WINOGRAD", "0")
     model, out = _model((1, 32, 12, 13), 48)
+    x = np.random.default_rng(6).standard_normal((1, 32, 12, 13)).astype(np.float32)
+    monkeypatch.setenv("TENSORALG_WINOGRAD", "2")          # F(2x2) only
+    compiled = tonnx.load(model, opt_level=3)
+    for _ in range(3):
+        np.testing.assert_allclose(compiled.run({"x": x})[out], _ort(model, {"x": x}),
+                                   rtol=1e-4, atol=1e-5)
+    assert "Winograd F(2x2, 3x3): 42 tiles" in str(compiled.profile({"x": x}))
+
+    monkeypatch.setenv("TENSORALG_WINOGRAD", "4")          # not a setting: the default
+    compiled = tonnx.load(model, opt_level=3)
+    with pytest.warns(UserWarning, match="TENSORALG_WINOGRAD='4' is not 0"):
+        for _ in range(3):                  # read when the plan is built
+            compiled.run({"x": x})
+    assert "Winograd F(4x4, 3x3): 12 tiles" in str(compiled.profile({"x": x}))
+
+    monkeypatch.setenv("TENSORALG_WINOGRAD", "0")
     x = np.random.default_rng(6).standard_normal((1, 32, 12, 13)).astype(np.float32)
     compiled = tonnx.load(model, opt_level=3)
     for _ in range(3):

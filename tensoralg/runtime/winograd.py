@@ -1,12 +1,13 @@
-"""3x3 convolutions (stride 1, dilation 1, group 1) by Winograd's F(2x2, 3x3) on the generated
-GEMM (``codegen/winograd.py``): the transformed weight is made and packed once, a call copies
-the input once into a zero-bordered channels-last buffer and then runs the native driver over
-blocks of output tiles, one range of tiles per thread, each with its own scratch.
+"""3x3 convolutions (stride 1, dilation 1, group 1) by Winograd's F(2x2, 3x3) or F(4x4, 3x3) on
+the generated GEMM (``codegen/winograd.py``): the transformed weight is made and packed once, a
+call copies the input once into a zero-bordered channels-last buffer and then runs the native
+driver over blocks of output tiles, one range of tiles per thread, each with its own scratch.
 
 A 3x3 layer then does 16 multiply-adds per input and output channel for each 2 x 2 block of
-outputs, where the direct convolution does 36. :func:`winograd_pays` says where that pays: the
-tiles of an odd output edge are partly wasted, and with few channels the products are too
-short for the GEMM's register tiles.
+outputs, or 36 for each 4 x 4 block, where the direct convolution does 9 an output.
+:func:`winograd_pays` says where a tile pays: the tiles of an output edge that is not a
+multiple of the tile are partly wasted, and with few channels the products are too short for
+the GEMM's register tiles; :func:`winograd_tile` picks between the two.
 """
 from __future__ import annotations
 
@@ -33,20 +34,59 @@ MOST_WORK_SHARE = 0.75
 # Scratch a range may hold for its transformed input and products of one block of tiles
 # (beyond the L2-sized block that a large weight makes worth it).
 MOST_SCRATCH_BYTES = 64 << 20
+# Multiply-adds a GEMM row's worth of time streaming 4 bytes of transformed weight from memory
+# costs, against multiplying it with a tile in cache: fitted to F(2x2) and F(4x4) on 512
+# channels at 7 x 7 (batch 1 and 8: 4 to 128 tiles; float32, one thread, AVX-512,
+# 2026-12-07), where the products run at ~70 GFMA/s and the weight streams at ~25 GB/s.
+STREAM_COST = 11.0
 
 
-def winograd_pays(channels: int, out_channels: int, out_h: int, out_w: int) -> bool:
-    """Whether F(2x2, 3x3) beats the direct convolution for a layer of ``channels`` to
-    ``out_channels`` with ``out_h x out_w`` outputs per image.
+def winograd_pays(channels: int, out_channels: int, out_h: int, out_w: int,
+                  tile: int = 2) -> bool:
+    """Whether F(tile x tile, 3x3) beats the direct convolution for a layer of ``channels``
+    to ``out_channels`` with ``out_h x out_w`` outputs per image.
 
     >>> winograd_pays(64, 64, 56, 56), winograd_pays(512, 512, 7, 7), winograd_pays(3, 64, 224, 224)
     (True, True, False)
     >>> winograd_pays(256, 256, 1, 1)      # one output per tile: 16 products for 9
     False
+    >>> winograd_pays(256, 256, 3, 3), winograd_pays(256, 256, 3, 3, tile=4)
+    (False, True)
     """
-    tiles = -(-out_h // 2) * -(-out_w // 2)
+    positions = (tile + 2) ** 2
+    tiles = -(-out_h // tile) * -(-out_w // tile)
     return channels >= MIN_CHANNELS and out_channels >= MIN_CHANNELS and \
-        16 * tiles <= MOST_WORK_SHARE * 9 * out_h * out_w
+        positions * tiles <= MOST_WORK_SHARE * 9 * out_h * out_w
+
+
+def winograd_tile(channels: int, out_channels: int, out_h: int, out_w: int, images: int = 1,
+                  itemsize: int = 4, tiles: tuple[int, ...] = (2, 4)) -> int | None:
+    """The output tile (of ``tiles``) whose Winograd convolution is estimated fastest for a
+    layer of ``channels`` to ``out_channels`` with ``images`` outputs of ``out_h x out_w``,
+    or None where none of them beats the direct convolution (:func:`winograd_pays`).
+
+    A tile's estimate is, per element of its transformed weight (``(tile + 2)^2 C M`` of
+    them), the larger of the tiles it is multiplied with and :data:`STREAM_COST` times its
+    bytes over 4: a layer of few tiles streams more weight than it multiplies. F(4x4) does
+    0.56 of F(2x2)'s products on large maps (36 for 16 outputs against 64) and took 0.60-0.75
+    of its time on ResNet-18's and DPT's layers at batch 8 (float32, one thread, AVX-512,
+    ``benchmarks/winograd.py``); at batch 1 on a 512-channel 7 x 7 map it took 1.6x F(2x2)'s
+    (4 tiles streaming 38 MB of weight).
+
+    >>> winograd_tile(64, 64, 56, 56, images=8), winograd_tile(512, 512, 7, 7, images=1)
+    (4, 2)
+    >>> winograd_tile(3, 64, 224, 224) is None
+    True
+    """
+    best, best_cost = None, 0.0
+    for tile in tiles:
+        if not winograd_pays(channels, out_channels, out_h, out_w, tile):
+            continue
+        count = images * -(-out_h // tile) * -(-out_w // tile)
+        cost = (tile + 2) ** 2 * max(count, STREAM_COST * itemsize / 4)
+        if best is None or cost < best_cost:
+            best, best_cost = tile, cost
+    return best
 
 
 def winograd_host(cache: DiskCache | None = None) -> bool:
@@ -56,26 +96,26 @@ def winograd_host(cache: DiskCache | None = None) -> bool:
     return host_has_feature("avx512f", cache)
 
 
-def winograd_kernel(dtype: np.dtype, activation: Any, cache: DiskCache | None = None
-                    ) -> tuple[Any, int]:
-    """The native driver for ``dtype`` and ``activation`` on this host and its vector lanes,
-    compiled once per process (and stored in ``cache`` when given)."""
+def winograd_kernel(dtype: np.dtype, activation: Any, cache: DiskCache | None = None,
+                    tile: int = 2) -> tuple[Any, int]:
+    """The native driver of F(tile x tile, 3x3) for ``dtype`` and ``activation`` on this host
+    and its vector lanes, compiled once per process (and stored in ``cache`` when given)."""
     from tensoralg.codegen.winograd import ENTRY, winograd_module
 
     dtype = np.dtype(dtype)
     lanes = (64 if host_has_feature("avx512f", cache) else 32) // dtype.itemsize
-    identity = f"winograd|{dtype}|{lanes}|{activation!r}"
+    identity = f"winograd|{tile}|{dtype}|{lanes}|{activation!r}"
     found = _KERNELS.get(identity)
     if found is None:
         found = _KERNELS[identity] = build_llvm_module(
-            lambda: winograd_module(dtype, lanes, activation), ENTRY, _PROTOTYPE, cache=cache,
+            lambda: winograd_module(dtype, lanes, activation, tile), ENTRY, _PROTOTYPE, cache=cache,
             key=identity, identity=identity)
     return found[0], lanes
 
 
 class WinogradConv:
-    """A 3x3 convolution (stride 1, group 1) with its bias and activation by F(2x2, 3x3),
-    NCHW in and out; ``pads`` as ONNX's, any size.
+    """A 3x3 convolution (stride 1, group 1) with its bias and activation by F(tile x tile,
+    3x3) (``tile`` 2 or 4), NCHW in and out; ``pads`` as ONNX's, any size.
 
     >>> w = np.ones((16, 16, 3, 3), np.float32)
     >>> conv = WinogradConv(w, None, (1, 1), (1, 1))
@@ -87,26 +127,31 @@ class WinogradConv:
 
     def __init__(self, weight: np.ndarray, bias: np.ndarray | None,
                  pads_begin: tuple[int, int], pads_end: tuple[int, int],
-                 relu: Any = False, cache: DiskCache | None = None, threads: Any = None
-                 ) -> None:
+                 relu: Any = False, cache: DiskCache | None = None, threads: Any = None,
+                 tile: int = 2) -> None:
         from tensoralg.codegen.epilogue import as_activation
         from tensoralg.codegen.gemm import aligned_empty, pack_weight
-        from tensoralg.codegen.winograd import transformed_weight
+        from tensoralg.codegen.winograd import TRANSFORMS, transformed_weight
 
         weight = np.asarray(weight)
         if weight.ndim != 4 or weight.shape[2:] != (3, 3) or \
                 weight.dtype not in (np.float32, np.float64):
             raise ShapeError(f"WinogradConv: the weight must be a float32/float64 (M, C, 3, 3) "
                              f"array, got {weight.dtype} {weight.shape}")
+        if tile not in TRANSFORMS:
+            raise ShapeError(f"WinogradConv: tiles of {tile} x {tile} outputs are not built; "
+                             f"choose one of {sorted(TRANSFORMS)}")
+        self.tile, self.positions = tile, TRANSFORMS[tile].positions
         self.dtype = weight.dtype
         self.out_channels, self.channels = weight.shape[:2]
         self.pads_begin, self.pads_end = tuple(pads_begin), tuple(pads_end)
         self.threads, self.activation = threads, as_activation(relu)
         self.shape, gemm, _, self.tiles = gemm_kernel(self.dtype, cache)
         self.gemm_address = ctypes.cast(gemm, ctypes.c_void_p).value
-        self.function, self.lanes = winograd_kernel(self.dtype, self.activation, cache)
+        self.function, self.lanes = winograd_kernel(self.dtype, self.activation, cache,
+                                                     tile)
         packed = [pack_weight(u.astype(self.dtype), self.shape)
-                  for u in transformed_weight(weight)]
+                  for u in transformed_weight(weight, tile)]
         self.packed = aligned_empty((len(packed), *packed[0].shape), self.dtype)
         self.packed[...] = packed
         self.u_stride = packed[0].size
@@ -128,9 +173,10 @@ class WinogradConv:
         from tensoralg.codegen.epilogue import describe
 
         oh, ow = self.out_shape(height, width)
-        tiles = images * -(-oh // 2) * -(-ow // 2)
+        tiles = images * -(-oh // self.tile) * -(-ow // self.tile)
         act = describe(self.activation)
-        return (f"Winograd F(2x2, 3x3): {tiles} tiles, 16 generated GEMMs of "
+        return (f"Winograd F({self.tile}x{self.tile}, 3x3): {tiles} tiles, {self.positions} "
+                f"generated GEMMs of "
                 f"{tiles}x{self.channels}x{self.out_channels} on transformed tiles in L2-sized "
                 f"blocks + bias{' + ' + act if act else ''} in registers")
 
@@ -142,7 +188,7 @@ class WinogradConv:
         more than the whole range's transformed values once (a wide layer on a small map:
         then the whole range is one block, within :data:`MOST_SCRATCH_BYTES`)."""
         item = self.dtype.itemsize
-        per_tile = 16 * (self.channels + self.out_channels) * item
+        per_tile = self.positions * (self.channels + self.out_channels) * item
         mr = self.shape.mr
         budget = (host_l2_bytes() or (1 << 20)) // 4
         block = max(mr, budget // per_tile // mr * mr)
@@ -171,10 +217,11 @@ class BoundWinograd:
                 image_stride(x) is None or not out.flags.writeable:
             raise ShapeError(f"WinogradConv: input {x.dtype} {x.shape} and output {out.dtype} "
                              f"{out.shape} do not match the weight ({m}, {conv.channels}, 3, 3)")
-        th, tw = -(-oh // 2), -(-ow // 2)
-        # Tiles past an odd edge read one row (column) beyond the padded input: zeros.
-        hp = max(h + conv.pads_begin[0] + conv.pads_end[0], 2 * th + 2)
-        wp = max(w + conv.pads_begin[1] + conv.pads_end[1], 2 * tw + 2)
+        tile = conv.tile
+        th, tw = -(-oh // tile), -(-ow // tile)
+        # Tiles past the output's edge read rows (columns) beyond the padded input: zeros.
+        hp = max(h + conv.pads_begin[0] + conv.pads_end[0], tile * th + 2)
+        wp = max(w + conv.pads_begin[1] + conv.pads_end[1], tile * tw + 2)
         self.padded = np.zeros((n, hp, wp, c), conv.dtype)
         self.copy = BoundChannelsLast(x, self.padded, conv.pads_begin, threads=conv.threads)
         # (an empty batch has no tiles: the copy alone, of nothing)
@@ -198,9 +245,10 @@ class BoundWinograd:
 
 
 def _slab(size: int, dtype: np.dtype) -> int:
-    """Elements between the 16 slabs of a scratch of ``size`` elements each: a cache line
-    past a whole number of 4 KiB pages, so that the slabs' streams (16 loads or stores a
-    tile) fall in different L1 sets; whole pages apart, they all shared one.
+    """Elements between the slabs (one per position of the transformed patch) of a scratch of
+    ``size`` elements each: a cache line past a whole number of 4 KiB pages, so that the
+    slabs' streams (16 or 36 loads or stores a tile) fall in different L1 sets; whole pages
+    apart, they all shared one.
 
     >>> _slab(126 * 64, np.dtype(np.float32))
     8208
@@ -224,11 +272,12 @@ class _BoundTiles(RangeCall):
         # the scratch live as long as this call.
         self.conv = conv
         self.function, self.input, self.out = conv.function, padded, out
-        self.what = f"Winograd F(2x2, 3x3) convolution ({conv.channels} -> {conv.out_channels})"
+        self.what = (f"Winograd F({conv.tile}x{conv.tile}, 3x3) convolution "
+                     f"({conv.channels} -> {conv.out_channels})")
         mr, nr = conv.shape.mr, conv.shape.nr
         c, m = conv.channels, conv.out_channels
         item = conv.dtype.itemsize
-        work = 16 * tiles * c * m
+        work = conv.positions * tiles * c * m
         panels = -(-m // nr)
         # A wide layer on few tiles (512 channels on a 7 x 7 map) streams a transformed weight
         # far larger than its tiles: split by tiles, every thread streams all of it, and the
@@ -236,7 +285,7 @@ class _BoundTiles(RangeCall):
         # layer, 2026-12-06). There the threads take ranges of weight panels instead, each
         # transforming the (small) input itself.
         by_channels = conv.threads is not None and panels > 1 and \
-            conv.packed.nbytes > 16 * tiles * (c + m) * item
+            conv.packed.nbytes > conv.positions * tiles * (c + m) * item
         most = panels if by_channels else max(1, tiles // mr)
         parts = 1 if conv.threads is None else conv.threads.dense_parts(work, most)
         if by_channels and parts > 1:
@@ -256,8 +305,8 @@ class _BoundTiles(RangeCall):
             conv.tiles.ensure(tile_variants(conv.shape, last - first, block) |
                               tile_variants(conv.shape, last - first, (hi - lo) % block))
             v_stride, m_stride = (_slab(block * k, conv.dtype) for k in (c, last - first))
-            v = aligned_empty((16 * v_stride,), conv.dtype)
-            products = aligned_empty((16 * m_stride,), conv.dtype)
+            v = aligned_empty((conv.positions * v_stride,), conv.dtype)
+            products = aligned_empty((conv.positions * m_stride,), conv.dtype)
             self.scratch += [v, products]
             # Output channels [first, last): their panels of the packed weight (whole panels:
             # `first` is a multiple of nr), their bias, their planes of the output.
@@ -271,4 +320,4 @@ class _BoundTiles(RangeCall):
         self.threads = conv.threads if len(self.calls) > 1 else None
 
 
-__all__ = ["BoundWinograd", "WinogradConv", "winograd_host", "winograd_pays"]
+__all__ = ["BoundWinograd", "WinogradConv", "winograd_host", "winograd_pays", "winograd_tile"]

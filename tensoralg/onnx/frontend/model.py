@@ -355,7 +355,8 @@ def load(source: Any, opt_level: int = 3, backend: str = "llvm",
     the graph after each pass and the source of each kernel as it compiles, and at level 3 each
     static plan as it is built with the LLVM IR of its hand-built modules (on stderr).
     ``TENSORALG_WINOGRAD=0`` runs 3x3 convolutions as direct ones instead of by Winograd's
-    F(2x2, 3x3), whose sums round differently (see the ONNX guide). Every op is resolved here:
+    F(2x2, 3x3) or F(4x4, 3x3), whose sums round differently (see the ONNX guide);
+    ``TENSORALG_WINOGRAD=2`` keeps F(2x2, 3x3), the closer of the two. Every op is resolved here:
     an op the importer does not support raises ``ta.UnsupportedError`` naming the op, node and
     inputs.
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import warnings
 import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
@@ -618,15 +619,18 @@ def conv_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) ->
     gemm_conv = None        # built once: packing a large weight twice cost load time
     wide = groups == 1 and not skip_zeros and direct and channels >= GEMM_MIN_CHANNELS and \
         weight.shape[2] * weight.shape[3] > 1
-    if groups == 1 and not skip_zeros and direct and winograd_allowed() and \
-            weight.shape[2:] == (3, 3) and geometry.strides == (1, 1) and \
-            program.winograd_pays(weight.shape[1], channels, *geometry.out):
+    tile = program.winograd_tile(weight.shape[1], channels, *geometry.out, images=x.shape[0],
+                                 itemsize=x.dtype.itemsize, tiles=winograd_tiles()) \
+        if groups == 1 and not skip_zeros and direct and weight.shape[2:] == (3, 3) and \
+        geometry.strides == (1, 1) else None
+    if tile is not None:
         # F(2x2, 3x3): 16 multiply-adds per channel pair for 4 outputs where the direct
         # convolution takes 36. One thread, batch 8, float32, against the direct convolution
         # on the generated GEMM (same process, an ad hoc sweep, 2026-12-05): ResNet-18's 3x3
-        # layers 0.52-0.68 of its time (64 channels at 56 x 56 to 512 at 7 x 7).
+        # layers 0.52-0.68 of its time (64 channels at 56 x 56 to 512 at 7 x 7). F(4x4, 3x3)
+        # takes 36 for 16 outputs (benchmarks/winograd.py compares the two).
         conv = program.winograd_conv(weight, vector, geometry.pads_begin, geometry.pads_end,
-                                     relu)
+                                     relu, tile)
         return _planar_gemm_conv_spec(conv, x, conv.describe(x.shape[0], *x.shape[2:]),
                                       "row segments transposed into the NCHW output")
     if wide and (weight[0].size <= PATCH_FIRST_DEPTH or weight.shape[1] <= PATCH_FIRST_CHANNELS):
@@ -737,13 +741,26 @@ PATCH_FIRST_DEPTH = 128
 PATCH_FIRST_CHANNELS = 4
 
 
-def winograd_allowed() -> bool:
-    """Whether 3x3 convolutions may run by Winograd's F(2x2, 3x3): yes unless the environment
-    sets ``TENSORALG_WINOGRAD=0`` (read when a plan is built), which runs them as direct
-    convolutions: Winograd's sums are rounded differently, by a few units in the last place,
-    and a direct convolution matches other runtimes' results more closely; and only on an
-    AVX-512 host (``program.winograd_host``)."""
-    return os.environ.get("TENSORALG_WINOGRAD", "1") != "0" and program.winograd_host()
+def winograd_tiles() -> tuple[int, ...]:
+    """The Winograd output tiles 3x3 convolutions may run by, read from
+    ``TENSORALG_WINOGRAD`` when a plan is built: unset or ``1``, F(2x2, 3x3) and F(4x4, 3x3)
+    (``program.winograd_tile`` picks per layer); ``2``, F(2x2, 3x3) only (its sums are
+    rounded a few units in the last place from a direct convolution's, F(4x4)'s about ten
+    times that); ``0``, none: direct convolutions, which match other runtimes' results most
+    closely. Only on an AVX-512 host (``program.winograd_host``).
+
+    >>> import os; os.environ["TENSORALG_WINOGRAD"] = "0"; winograd_tiles()
+    ()
+    >>> del os.environ["TENSORALG_WINOGRAD"]
+    """
+    setting = os.environ.get("TENSORALG_WINOGRAD", "1").strip()
+    if setting not in ("0", "1", "2"):
+        warnings.warn(f"TENSORALG_WINOGRAD={setting!r} is not 0 (no Winograd), 2 (F(2x2, 3x3) "
+                      "only) or 1 (F(2x2) and F(4x4)); using 1", stacklevel=2)
+        setting = "1"
+    if setting == "0" or not program.winograd_host():
+        return ()
+    return (2,) if setting == "2" else (2, 4)
 
 
 def _planar_gemm_conv_spec(conv: Any, x: np.ndarray, what: str,
