@@ -270,3 +270,48 @@ def test_winograd_can_be_switched_off_and_is_not_used_where_it_does_not_pay(monk
                                    rtol=1e-4, atol=1e-5)
     profile = str(compiled.profile({"x": x}))
     assert "Winograd" not in profile and "direct convolution" in profile
+
+
+def _normalized_model(norm: str):
+    """``conv1 -> norm -> conv2`` on 32 channels at 12 x 13: ``norm`` an InstanceNormalization,
+    ``x - ReduceMean(x)`` (a normalization as exporters decompose one) or a Relu."""
+    rng = np.random.default_rng(7)
+    weights = [(rng.standard_normal((32, 32, 3, 3)) / np.sqrt(288)).astype(np.float32)
+               for _ in range(2)]
+    inits = [numpy_helper.from_array(w, f"w{i}") for i, w in enumerate(weights)]
+    inits.append(numpy_helper.from_array(np.full(32, 3.0, np.float32), "b"))
+    nodes = [h.make_node("Conv", ["x", "w0", "b"], ["c1"], name="conv1", pads=[1, 1, 1, 1])]
+    if norm == "instance":
+        inits += [numpy_helper.from_array(np.ones(32, np.float32), "scale"),
+                  numpy_helper.from_array(np.zeros(32, np.float32), "shift")]
+        nodes.append(h.make_node("InstanceNormalization", ["c1", "scale", "shift"], ["n"],
+                                 name="norm"))
+    elif norm == "centred":
+        inits.append(numpy_helper.from_array(np.array([2, 3], np.int64), "axes"))
+        nodes += [h.make_node("ReduceMean", ["c1", "axes"], ["mean"], name="mean"),
+                  h.make_node("Sub", ["c1", "mean"], ["n"], name="centre")]
+    else:
+        nodes.append(h.make_node("Relu", ["c1"], ["n"], name="norm"))
+    nodes.append(h.make_node("Conv", ["n", "w1"], ["y"], name="conv2", pads=[1, 1, 1, 1]))
+    graph = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                               [2, 32, 12, 13])],
+                         [h.make_tensor_value_info("y", TensorProto.FLOAT, [None] * 4)], inits)
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", 18)])
+
+
+@pytest.mark.skipif(not winograd_host(), reason="the plan takes Winograd on AVX-512 hosts only")
+@pytest.mark.parametrize("norm, first", [("instance", "F(2x2"), ("centred", "F(2x2"),
+                                         ("relu", "F(4x4")])
+def test_a_conv_ahead_of_a_normalization_by_the_data_keeps_f2(norm, first):
+    """F(4x4)'s rounding, amplified by a normalization dividing by the channel's spread, is
+    kept out: the Conv ahead of one takes F(2x2); the Conv after it, and any Conv where no
+    such normalization follows, F(4x4)."""
+    model = _normalized_model(norm)
+    x = np.random.default_rng(8).standard_normal((2, 32, 12, 13)).astype(np.float32)
+    compiled = tonnx.load(model, opt_level=3)
+    for _ in range(3):
+        np.testing.assert_allclose(compiled.run({"x": x})["y"], _ort(model, {"x": x}),
+                                   rtol=1e-4, atol=1e-5)
+    plans = {r.node: r.plan for r in compiled.profile({"x": x}).rows}
+    assert plans["conv1"].startswith(f"Winograd {first}"), plans["conv1"]
+    assert plans["conv2"].startswith("Winograd F(4x4"), plans["conv2"]

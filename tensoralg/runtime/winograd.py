@@ -68,10 +68,11 @@ def winograd_tile(channels: int, out_channels: int, out_h: int, out_w: int, imag
     A tile's estimate is, per element of its transformed weight (``(tile + 2)^2 C M`` of
     them), the larger of the tiles it is multiplied with and :data:`STREAM_COST` times its
     bytes over 4: a layer of few tiles streams more weight than it multiplies. F(4x4) does
-    0.56 of F(2x2)'s products on large maps (36 for 16 outputs against 64) and took 0.60-0.75
-    of its time on ResNet-18's and DPT's layers at batch 8 (float32, one thread, AVX-512,
-    ``benchmarks/winograd.py``); at batch 1 on a 512-channel 7 x 7 map it took 1.6x F(2x2)'s
-    (4 tiles streaming 38 MB of weight).
+    0.56 of F(2x2)'s products on large maps (36 for 16 outputs against 64) and took 0.57-0.75
+    of its time on ResNet-18's 3x3 layers at batch 8, 0.64-0.86 at batch 1 and 0.69-0.72 on
+    16- and 32-channel layers at 64 x 64 and 128 x 128 (DPT's head), but 1.46x on a
+    512-channel 7 x 7 layer at batch 1, 4 tiles streaming 38 MB of weight (``python
+    benchmarks/winograd.py``: float32, one thread, Intel Xeon with AVX-512, 2026-12-07).
 
     >>> winograd_tile(64, 64, 56, 56, images=8), winograd_tile(512, 512, 7, 7, images=1)
     (4, 2)

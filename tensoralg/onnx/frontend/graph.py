@@ -9,7 +9,7 @@ import numpy as np
 from tensoralg.onnx.ops.registry import OpImpl
 
 # Attributes tensoralg's own passes add to ONNX nodes (``folding.fuse_conv_activations``).
-OWN_ATTRIBUTES = frozenset({"activation", "residual", "skip_zeros"})
+OWN_ATTRIBUTES = frozenset({"activation", "residual", "skip_zeros", "winograd_tile"})
 
 
 @dataclass(frozen=True, slots=True)

@@ -355,7 +355,7 @@ def fuse_conv_residuals(graph: Graph, threshold: float | None = None) -> Graph:
         bias = conv.inputs[2] if len(conv.inputs) > 2 else ""
         nodes.append(Node(conv.name, "Conv", (conv.inputs[0], conv.inputs[1], bias, r),
                           node.outputs, {**conv.attributes, "residual": 1}, conv.version,
-                          _with_own_attributes(conv.impl)))
+                          with_own_attributes(conv.impl)))
     graph.nodes = nodes
     graph.notes.append(f"conv+residual: {len(joined)} fused (" +
                        ", ".join(f"{add} into {conv.name}" for add, (conv, _) in joined.items())
@@ -420,7 +420,7 @@ def fuse_conv_activations(graph: Graph, threshold: float | None = None) -> Graph
             nodes.append(node)
             continue
         nodes.append(Node(node.name, node.op_type, node.inputs, outs, attributes, node.version,
-                          _with_own_attributes(node.impl)))
+                          with_own_attributes(node.impl)))
     graph.nodes = nodes
     graph.notes.append(f"conv+relu: {len(fused)} fused" +
                        (f" ({', '.join(fused)})" if fused else "") +
@@ -467,14 +467,18 @@ def constant_clip_bounds(clip: Node, graph: Graph) -> tuple[float, float] | None
     return bounds[0], bounds[1]
 
 
-def _with_own_attributes(impl: OpImpl) -> OpImpl:
-    """``impl`` accepting :data:`OWN_ATTRIBUTES` as well: it adds the residual (a fourth
-    input) and then applies the activation after the convolution; ``skip_zeros`` only matters
-    to the compiled kernel of a static plan."""
+def with_own_attributes(impl: OpImpl) -> OpImpl:
+    """``impl`` accepting :data:`OWN_ATTRIBUTES` as well (``impl`` itself where it already
+    does): it adds the residual (a fourth input) and then applies the activation after the
+    convolution; ``skip_zeros`` and ``winograd_tile`` only matter to the compiled kernels of a
+    static plan."""
+    if getattr(impl.function, "own_attributes", False):
+        return impl
     function = impl.function
 
     def conv(node: NodeContext, *args: np.ndarray, activation: Activation | None = None,
-             skip_zeros: int = 0, residual: int = 0, **attributes: object) -> np.ndarray:
+             skip_zeros: int = 0, residual: int = 0, winograd_tile: int = 0,
+             **attributes: object) -> np.ndarray:
         if residual:
             result = function(node, *args[:3], **attributes)
             result = elementwise(node, "{0} + {1}", result, args[3], dtype=result.dtype)
@@ -484,9 +488,10 @@ def _with_own_attributes(impl: OpImpl) -> OpImpl:
             result = elementwise(node, activation.text("{0}"), result, dtype=result.dtype)
         return result
 
+    conv.own_attributes = True  # type: ignore[attr-defined]
     known = None if impl.attributes is None else impl.attributes | OWN_ATTRIBUTES
     return OpImpl(impl.name, impl.since, conv, impl.check, known)
 
 
 __all__ = ["fold_conv_batchnorm", "fuse_conv_activations", "fuse_conv_residuals",
-           "OWN_ATTRIBUTES"]
+           "OWN_ATTRIBUTES", "with_own_attributes"]

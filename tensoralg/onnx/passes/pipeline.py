@@ -4,7 +4,8 @@ Level 1: shape inference, constant folding (and shape inference again on the fol
 then folding again, where a Shape node is left: :func:`refold_shapes`), dead node removal. Level 2 adds Conv +
 BatchNormalization folding, skip-connection Adds joined to the pointwise Conv before them and the other BatchNormalizations as a multiply-add
 (:mod:`folding`), Attention nodes as their products and softmax (:mod:`attention`), 1-D and
-3-D convolutions as 2-D ones (:mod:`conv_ranks`), Einsums that are matrix products as MatMuls and a constant's products with
+3-D convolutions as 2-D ones (:mod:`conv_ranks`; then the Convs ahead of a normalization by
+the data's statistics are kept on Winograd's smaller tile, :mod:`normalized_convs`), Einsums that are matrix products as MatMuls and a constant's products with
 batches of columns as row products (:mod:`einsum_products`), Pow by 2 or 3 as multiplications (:mod:`small_powers`), ScatterNDs that assign a slice as strided
 copies (:mod:`scatters`), MatMul
 re-association (:mod:`fusion`), embedding
@@ -48,6 +49,7 @@ from tensoralg.onnx.passes.folding import (
 from tensoralg.onnx.passes.fusion import fuse, reassociate_matmuls
 from tensoralg.onnx.passes.gelu import erf_gelus_as_gelu
 from tensoralg.onnx.passes.int8_epilogues import int8_epilogues
+from tensoralg.onnx.passes.normalized_convs import normalized_convs_keep_small_tiles
 from tensoralg.onnx.passes.quantized import (
     dequantized_gathers,
     dynamic_quantized_products,
@@ -282,7 +284,8 @@ def pipeline(opt_level: int, model: onnx.ModelProto, kernels: KernelSet,
              ("3-D convolutions as 2-D", conv3d_as_conv2d),
              ("dead kernel taps", dead_taps_cut),
              ("padded borders as regions", padded_regions_split),
-             ("dilated convolutions over phase images", dilated_as_phases)]
+             ("dilated convolutions over phase images", dilated_as_phases),
+             ("convolutions ahead of normalizations", normalized_convs_keep_small_tiles)]
     if opt_level == 2:
         steps += [("conv+residual", fuse_conv_residuals), ("conv+relu", fuse_conv_activations),
                   *ranks, ("fusion", fuse)]
