@@ -1,4 +1,4 @@
-"""Strided 2-D ConvTranspose as one Conv over its sub-pixel phases
+"""Strided 1-, 2- and 3-D ConvTranspose as one Conv over its sub-pixel phases
 (``onnx/passes/conv_transposes.py``): against onnxruntime at every opt level, for kernels that
 are and are not multiples of the stride, pads, output_padding, bias or none, float32 and
 float64; and the forms the rewrite leaves to the op (groups, dilations, auto_pad,
@@ -36,7 +36,8 @@ def _model(x_shape, out_channels, kernel, *, bias=True, dtype=np.float32, group=
                          group=group, **attributes)]
     graph = h.make_graph(nodes,
                          "ct", [h.make_tensor_value_info("x", elem, list(x_shape))],
-                         [h.make_tensor_value_info("y", elem, ["n", "c", "h", "w"])], initializers)
+                         [h.make_tensor_value_info("y", elem, [f"d{i}" for i in range(len(x_shape))])],
+                         initializers)
     model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
     return model, {"x": x}
 
@@ -51,6 +52,11 @@ def _model(x_shape, out_channels, kernel, *, bias=True, dtype=np.float32, group=
     ((1, 2, 3, 4), 2, (5, 5), {"strides": [3, 3], "pads": [2, 1, 0, 2],
                                "output_padding": [2, 1]}),
     ((1, 1, 1, 1), 1, (2, 2), {"strides": [2, 2]}),                      # a single pixel
+    ((1, 4, 3, 4, 5), 3, (2, 2, 2), {"strides": [2, 2, 2]}),             # MONAI's 3-D U-Nets
+    ((2, 3, 3, 3, 4), 2, (3, 3, 2), {"strides": [2, 2, 1], "pads": [1, 0, 1, 1, 1, 0],
+                                     "output_padding": [1, 0, 0]}),
+    ((2, 3, 7), 4, (4,), {"strides": [2], "pads": [1, 1]}),               # a 1-D upsampler
+    ((1, 2, 5), 3, (5,), {"strides": [3], "output_padding": [2]}),
 ])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("bias", [True, False])
@@ -86,6 +92,10 @@ def test_phase_weights_hold_every_tap_once():
     w = np.random.default_rng(0).standard_normal((3, 2, 3, 5))
     v = phase_weights(w, (2, 2))                     # 3 x 5 taps padded to 4 x 6
     assert v.shape == (2 * 2 * 2, 3, 2, 3)
+    assert np.isclose(np.sort(v[v != 0]), np.sort(w.reshape(-1))).all()
+    w = np.random.default_rng(1).standard_normal((3, 2, 3, 2, 5))
+    v = phase_weights(w, (2, 1, 3))                  # 3 x 2 x 5 taps padded to 4 x 2 x 6
+    assert v.shape == (2 * 1 * 3 * 2, 3, 2, 2, 2)
     assert np.isclose(np.sort(v[v != 0]), np.sort(w.reshape(-1))).all()
 
 

@@ -58,3 +58,31 @@ def test_level_0_and_a_free_batch_keep_their_nodes():
     assert any(n.op_type == "Shape" for n in free.graph.nodes)
     for compiled in (plain, free):
         np.testing.assert_allclose(compiled.run({"x": x})["y"], _expected(x), rtol=1e-6)
+
+
+def test_a_pad_by_folded_amounts_gets_a_static_shape():
+    """Pads computed from the input's shape fold at load, but the first inference saw them
+    computed: with no Shape node left, inference runs again for the Pad that reads only known
+    values (MONAI's BasicUNet pads each upsampled map so; the 3-D Conv after it needed the
+    static shape to run as 2-D convolutions)."""
+    nodes = [
+        helper.make_node("Shape", ["x"], ["sx"]),
+        helper.make_node("Gather", ["sx", "two"], ["h"], axis=0),
+        helper.make_node("Sub", ["six", "h"], ["extra"]),
+        helper.make_node("Concat", ["zeros5", "extra"], ["pads"], axis=0),
+        helper.make_node("Pad", ["x", "pads"], ["p"], mode="edge"),
+        helper.make_node("Relu", ["p"], ["y"]),
+    ]
+    constants = [numpy_helper.from_array(np.array([2], np.int64), "two"),
+                 numpy_helper.from_array(np.array([6], np.int64), "six"),
+                 numpy_helper.from_array(np.zeros(5, np.int64), "zeros5")]
+    graph = helper.make_graph(
+        nodes, "pad", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["a", "b", "c"])], constants)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    compiled = tonnx.load(model, opt_level=1)
+    assert "shape inference after folding: 1 round(s)" in compiled.graph.notes
+    assert compiled.graph.static_shapes["p"] == (1, 3, 6)
+    x = np.random.default_rng(2).standard_normal((1, 3, 4)).astype(np.float32)
+    np.testing.assert_allclose(compiled.run({"x": x})["y"],
+                               np.maximum(np.pad(x, ((0, 0), (0, 0), (0, 2)), mode="edge"), 0))

@@ -104,9 +104,26 @@ REFOLD_VALUE_ELEMENTS = 1 << 12
 REFOLD_ROUNDS = 3
 
 
+def _provable(graph: Graph) -> bool:
+    """Whether inference on the folded graph may prove new shapes: a Shape (or Size) node is
+    left, or a node whose output has no static shape reads only values that have one or are
+    constants (a Pad whose pads were computed from shapes and folded: MONAI's BasicUNet pads
+    each upsampled map so, and the 3-D Conv after the Concat waited for a static shape)."""
+    known = graph.static_shapes
+    for node in graph.nodes:
+        if node.op_type in ("Shape", "Size"):
+            return True
+        if node.outputs and any(name and name not in known for name in node.outputs) and \
+                all(not name or name in known or name in graph.constants
+                    for name in node.inputs) and node.op_type not in ("If", "Loop", "Scan"):
+            return True
+    return False
+
+
 def refold_shapes(graph: Graph, model: onnx.ModelProto, kernels: KernelSet) -> Graph:
-    """Shape inference again on the folded graph, and folding again, while Shape (or Size)
-    nodes are left and each round proves new shapes static (at most ``REFOLD_ROUNDS``).
+    """Shape inference again on the folded graph, and folding again, while inference may
+    prove new shapes (:func:`_provable`) and each round proves some (at most
+    ``REFOLD_ROUNDS``).
 
     The first inference sees the model as exported: a value whose shape depends on another
     value (TopK by a ``k`` computed from a Shape, a Reshape to a computed target) has no
@@ -114,7 +131,7 @@ def refold_shapes(graph: Graph, model: onnx.ModelProto, kernels: KernelSet) -> G
     CCPM pads a TopK's result by an amount computed so, which left a Pad with pads known only
     at run time). After folding, those values are constants, and inference sees through."""
     rounds = 0
-    while rounds < REFOLD_ROUNDS and any(n.op_type in ("Shape", "Size") for n in graph.nodes):
+    while rounds < REFOLD_ROUNDS and _provable(graph):
         shapes = _shapes_after_folding(graph, model)
         new = {name: shape for name, shape in shapes.items()
                if name not in graph.static_shapes}
