@@ -628,6 +628,61 @@ def _segmentation_images(n: int, rng: np.random.Generator) -> dict[str, np.ndarr
             .astype(np.float32)}
 
 
+MONAI_SIZE = 32     # voxels per side of a held-out MONAI volume (128 for the 2-D U-Net; 64
+# for SwinUNETR, whose five stages of halving leave 1^3 maps at 32, which InstanceNorm refuses)
+
+
+def _monai(kind: str) -> Callable[[], Any]:
+    """A held-out MONAI medical-imaging network, random weights, one input channel: 3-D
+    segmentation networks on 32^3 volumes (64^3 for SwinUNETR) (``monai_unet`` with residual units and strided
+    convolutions, ``monai_basicunet``, ``monai_segresnet`` with GroupNorm and trilinear
+    upsampling, ``monai_dynunet`` (nnU-Net's), ``monai_attentionunet`` with attention gates,
+    ``monai_unetr`` and ``monai_swinunetr`` with transformer encoders, ``monai_vnet`` with 5^3
+    kernels and PReLU), 3-D classifiers (``monai_densenet121``, ``monai_resnet18``) and the
+    2-D U-Net on 128 x 128 images (``monai_unet2d``): Conv3d, ConvTranspose3d, InstanceNorm,
+    GroupNorm, PReLU, 3-D pooling and interpolation."""
+    def build():
+        nets = _require("monai.networks.nets", "pip install monai")
+        _torch()
+        name = kind.removeprefix("monai_")
+        three = {"spatial_dims": 3, "in_channels": 1, "out_channels": 2}
+        make = {
+            "unet": lambda: nets.UNet(**three, channels=(16, 32, 64, 128), strides=(2, 2, 2),
+                                      num_res_units=2),
+            "basicunet": lambda: nets.BasicUNet(**three, features=(16, 16, 32, 64, 128, 16)),
+            "segresnet": lambda: nets.SegResNet(**three, init_filters=8),
+            "dynunet": lambda: nets.DynUNet(**three, kernel_size=[3, 3, 3, 3],
+                                            strides=[1, 2, 2, 2], upsample_kernel_size=[2, 2, 2],
+                                            filters=[16, 32, 64, 128]),
+            "attentionunet": lambda: nets.AttentionUnet(**three, channels=(16, 32, 64, 128),
+                                                        strides=(2, 2, 2)),
+            "unetr": lambda: nets.UNETR(1, 2, img_size=(MONAI_SIZE,) * 3, feature_size=8,
+                                        hidden_size=96, mlp_dim=192, num_heads=4),
+            "swinunetr": lambda: nets.SwinUNETR(in_channels=1, out_channels=2, feature_size=12,
+                                                spatial_dims=3),      # on 64^3
+            "vnet": lambda: nets.VNet(**three),
+            "densenet121": lambda: nets.DenseNet121(spatial_dims=3, in_channels=1,
+                                                    out_channels=3),
+            "resnet18": lambda: nets.resnet18(spatial_dims=3, n_input_channels=1, num_classes=3),
+            "unet2d": lambda: nets.UNet(spatial_dims=2, in_channels=1, out_channels=2,
+                                        channels=(16, 32, 64, 128), strides=(2, 2, 2),
+                                        num_res_units=2),
+        }[name]
+        model = make().eval()
+        return _lively(model, _torch().from_numpy(_monai_inputs(kind)(
+            2, np.random.default_rng(SEED))["x"]))
+    return build
+
+
+def _monai_inputs(kind: str) -> Callable[[int, np.random.Generator], dict[str, np.ndarray]]:
+    side = (128, 128) if kind == "monai_unet2d" else \
+        (2 * MONAI_SIZE,) * 3 if kind == "monai_swinunetr" else (MONAI_SIZE,) * 3
+
+    def inputs(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+        return {"x": rng.standard_normal((n, 1, *side)).astype(np.float32)}
+    return inputs
+
+
 def _diffusion(kind: str) -> Callable[[], Any]:
     """A held-out small diffusers network, random weights: ``vae_decoder`` (AutoencoderKL's
     decoder, two stages of 32 and 64 channels, a 4 x 32 x 32 latent: GroupNorm, SiLU, a
@@ -1551,6 +1606,12 @@ HELD_OUT = [
     Spec("swin3d_t", "torchvision", 1, _vision("swin3d_t", _clips, "video"), _clips,
          held_out=True),
     Spec("raft_small", "torchvision", 1, _flow(), _image_pairs, held_out=True),
+    # a sixteenth group (2026-12-07): MONAI's medical-imaging networks, 3-D convolutions and
+    # their transposes over volumes, instance and group normalisation, at batch 2
+    *[Spec(kind, "monai", 2, _monai(kind), _monai_inputs(kind), held_out=True)
+      for kind in ("monai_unet", "monai_basicunet", "monai_segresnet", "monai_dynunet",
+                   "monai_attentionunet", "monai_unetr", "monai_swinunetr", "monai_vnet",
+                   "monai_densenet121", "monai_resnet18", "monai_unet2d")],
 ]
 SPECS.update((spec.name, spec) for spec in HELD_OUT)
 HELD_OUT_REPORT = HERE / "ONNX_HELD_OUT_RESULTS.md"

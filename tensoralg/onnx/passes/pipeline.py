@@ -65,10 +65,22 @@ from tensoralg.onnx.plan.executor import call_node
 NOT_FOLDED = frozenset({"Dropout"}) | RANDOM_OPS
 
 
+def _inferred(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` with the shapes ONNX infers, propagating the values of shape computations
+    (``data_prop``: a Reshape to ``Shape(y)`` gets ``y``'s shape; without it, each GroupNorm
+    that PyTorch exports as Reshape -> InstanceNormalization -> Reshape(Shape) waited for one
+    more round of folding, and MONAI's SegResNet's later 3-D Convs had no static shape), or
+    without that propagation where it fails."""
+    try:
+        return onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+    except Exception:  # noqa: BLE001 - the propagation is an extra; plain inference may hold
+        return onnx.shape_inference.infer_shapes(model, strict_mode=False)
+
+
 def infer_static_shapes(graph: Graph, model: onnx.ModelProto) -> Graph:
     """Record every value whose shape onnx.shape_inference proves fully static."""
     try:
-        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
+        inferred = _inferred(model)
     except Exception as err:  # noqa: BLE001 - inference is an optimisation, never fatal
         graph.notes.append(f"shape inference skipped: {type(err).__name__}")
         return graph
@@ -169,7 +181,7 @@ def _shapes_after_folding(graph: Graph, model: onnx.ModelProto) -> dict[str, tup
         opset_imports=list(model.opset_import), ir_version=model.ir_version)
     folded.functions.extend(model.functions)
     try:
-        inferred = onnx.shape_inference.infer_shapes(folded, strict_mode=False)
+        inferred = _inferred(folded)
     except Exception:  # noqa: BLE001 - inference is an optimisation, never fatal
         return {}
     return _inferred_shapes(inferred)[0]
