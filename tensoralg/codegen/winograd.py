@@ -14,7 +14,7 @@ weight, made once at load (``runtime/winograd.py``). Per channel pair, F(2x2) do
 multiply-adds for 4 outputs and F(4x4) 36 for 16, where the direct convolution does 9 an
 output: 2.25x and 4x fewer, all of them in the generated GEMM (``codegen/gemm.py``, called
 through a function pointer with each product's addresses). F(4x4)'s transforms scale by up to
-8, so its float32 sums round about five times as far from the exact ones as F(2x2)'s (see
+8, so its float32 sums round 5-9 times as far from the exact ones as F(2x2)'s (see
 :data:`F4`).
 
 This module holds the driver around those products. Tiles are taken in blocks whose
@@ -38,7 +38,7 @@ for each block it
 
 F(2x2)'s transforms take only additions and subtractions of the input and products (``G``'s
 halves apply to the weight, in float64, at load), so its rounding differs from a direct
-convolution's by a few units in the last place of the sums; F(4x4)'s by a few times more
+convolution's by a few units in the last place of the sums; F(4x4)'s by 5-9 times more
 (``benchmarks/winograd.py`` prints both against a float64 convolution): within the float32
 tolerances the ONNX tests and benchmarks hold every kernel to.
 """
@@ -93,10 +93,10 @@ F2 = Transform(
 # F(4x4, 3x3) by Toom-Cook at the points 0, 1, -1, 2, -1/2 and infinity: 36 products for 16
 # outputs, where F(2x2) takes 64 for them and the direct convolution 144. Lavin and Gray's
 # points 0, +-1, +-2 scale the input by up to 5 and the products by up to 8; these scale by at
-# most 5/2 and 8, and a float32 emulation of the whole tile (64 channels, 20 draws) rounded to
-# 2.3e-6 of an output's scale on average where Lavin and Gray's rounded to 4.4e-6 (F(2x2):
-# 4.0e-7) -- the points Barabasz et al. ("Error analysis and improving the accuracy of
-# Winograd convolution", 2020) recommend over +-2.
+# most 5/2 and 8, and a float32 NumPy emulation of one tile (64 channels, 20 draws; ad hoc,
+# 2026-12-07) rounded to 2.3e-6 of an output's scale on average where Lavin and Gray's rounded
+# to 4.4e-6 (F(2x2): 4.0e-7) -- the points Barabasz et al. ("Error analysis and improving the
+# accuracy of Winograd convolution", 2020) recommend over +-2.
 F4 = Transform(
     4, np.array([[1, 3 / 2, -2, -3 / 2, 1, 0], [0, -1, -5 / 2, -1 / 2, 1, 0],
                  [0, 1, 1 / 2, -5 / 2, 1, 0], [0, -1 / 2, -1, 1 / 2, 1, 0],

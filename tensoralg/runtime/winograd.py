@@ -185,16 +185,21 @@ class WinogradConv:
         """Tiles per block for a range of ``tiles``: their transformed input and products
         in a quarter of L2 (a block filling half of it ran 1.1-1.2x slower with 64 and 128
         channels; 24 to 96 tiles ran within noise of each other, one thread, batch 8, an ad
-        hoc sweep, 2026-12-05), unless streaming the transformed weight once per block would move
-        more than the whole range's transformed values once (a wide layer on a small map:
-        then the whole range is one block, within :data:`MOST_SCRATCH_BYTES`)."""
+        hoc sweep, 2026-12-05), unless the transformed weight is larger than L2 and streaming
+        it once per block would move more than the whole range's transformed values once (a
+        wide layer on a small map: then the whole range is one block, within
+        :data:`MOST_SCRATCH_BYTES`). A weight that fits in L2 is no reason for one block:
+        F(4x4) of 128 -> 32 channels at 56 x 56, batch 8 (a 1.2 MB weight, 88 blocks of 18
+        tiles), took 11.2 ms as one block of 1568 tiles and 7.0 ms in blocks (``python
+        benchmarks/winograd.py 8x128x32x56x56`` before and after, one thread, Intel Xeon,
+        2026-12-07)."""
         item = self.dtype.itemsize
         per_tile = self.positions * (self.channels + self.out_channels) * item
         mr = self.shape.mr
-        budget = (host_l2_bytes() or (1 << 20)) // 4
-        block = max(mr, budget // per_tile // mr * mr)
+        l2 = host_l2_bytes() or (1 << 20)
+        block = max(mr, l2 // 4 // per_tile // mr * mr)
         weight = self.packed.nbytes
-        if -(-tiles // block) * weight > 2 * tiles * per_tile:
+        if weight > l2 and -(-tiles // block) * weight > 2 * tiles * per_tile:
             block = max(block, min(tiles, MOST_SCRATCH_BYTES // per_tile // mr * mr))
         return max(1, min(block, tiles))
 

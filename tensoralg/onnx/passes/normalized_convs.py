@@ -4,7 +4,7 @@ A normalization by statistics of the data (InstanceNormalization, GroupNormaliza
 LayerNormalization, MeanVarianceNormalization, or ``x - ReduceMean(x)`` as exporters decompose
 them) divides each channel or group by its own spread: where a channel's values sit far from
 zero relative to their spread, the rounding of everything computed before it grows by that
-ratio. F(4x4, 3x3) rounds its float32 sums about five times as far from the exact ones as
+ratio. F(4x4, 3x3) rounds its float32 sums 5-9 times as far from the exact ones as
 F(2x2, 3x3) (``codegen/winograd.py``); ahead of such a normalization that was enough to take
 MONAI's DynUNet (InstanceNorm after every 3x3x3 Conv) from 1.2e-5 to 3.6e-5 away from a float64
 run where onnxruntime was 7.8e-6 away (2026-12-07). So every Conv from which a normalization of

@@ -748,9 +748,9 @@ def winograd_tiles() -> tuple[int, ...]:
     """The Winograd output tiles 3x3 convolutions may run by, read from
     ``TENSORALG_WINOGRAD`` when a plan is built: unset or ``1``, F(2x2, 3x3) and F(4x4, 3x3)
     (``program.winograd_tile`` picks per layer); ``2``, F(2x2, 3x3) only (its sums are
-    rounded a few units in the last place from a direct convolution's, F(4x4)'s about ten
-    times that); ``0``, none: direct convolutions, which match other runtimes' results most
-    closely. Only on an AVX-512 host (``program.winograd_host``).
+    rounded a few units in the last place from a direct convolution's, F(4x4)'s 5-9 times
+    that: ``benchmarks/winograd.py``); ``0``, none: direct convolutions, which match other
+    runtimes' results most closely. Only on an AVX-512 host (``program.winograd_host``).
 
     >>> import os; os.environ["TENSORALG_WINOGRAD"] = "0"; winograd_tiles()
     ()
