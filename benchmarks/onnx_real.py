@@ -840,7 +840,14 @@ def _hf_held_out(kind: str) -> Callable[[], Any]:
                     if getattr(out, name, None) is not None:
                         return getattr(out, name)
                 raise ValueError(f"{kind}: no output to export")
-        return Held().eval()
+        held = Held().eval()
+        if kind in ("dpt", "depth_anything"):
+            # their untrained depth heads end in a ReLU over values near zero: outputs of
+            # spread 1e-8 (DPT) and 7e-7 (Depth Anything), which any result within atol
+            # matched (the fifteenth group's first tables, std column); scaled to 1e-2 and 0.7
+            held = _lively(held, torch.from_numpy(next(iter(_hf_held_out_inputs(kind)(
+                2, np.random.default_rng(SEED)).values()))))
+        return held
     return build
 
 
