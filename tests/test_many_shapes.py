@@ -67,6 +67,30 @@ def test_the_any_length_softmax_matches_the_compiled_in_length(dtype, length, lo
                                atol=1e-7)
 
 
+@pytest.mark.parametrize("any_length", [False, True])
+@pytest.mark.parametrize("log", [False, True])
+def test_masked_logits_give_zeros_not_denormals(any_length, log):
+    """Logits 80 to 120 below the row's max (a masked attention row): their exponentials,
+    denormal or near it in float32, are flushed to 0 (not computed: a denormal step is slow);
+    the rest of the row, its sum and LogSoftmax's values are as NumPy computes them in
+    float64."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((4, 37)).astype(np.float32)
+    x[:, 20:] -= np.linspace(80, 120, 17, dtype=np.float32)
+    x[3, 30] = np.nan                      # NaN stays NaN along its row
+    got = SoftmaxKernel(37, np.dtype(np.float32), log, any_length=any_length)(x)
+    wide = x[:3].astype(np.float64)
+    shifted = wide - wide.max(-1, keepdims=True)
+    expected = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True)) if log else \
+        np.exp(shifted) / np.exp(shifted).sum(-1, keepdims=True)
+    np.testing.assert_allclose(got[:3], expected, rtol=1e-5, atol=1e-30 if not log else 1e-5)
+    if not log:
+        tiny = np.finfo(np.float32).tiny
+        assert not np.any((got[:3] != 0) & (np.abs(got[:3]) < tiny))     # no denormals
+        assert np.all(got[:3, 20:][expected[:, 20:] < 1e-38] == 0)
+    assert np.isnan(got[3]).all()
+
+
 def test_a_shape_is_planned_once_it_repays_its_build():
     costs = static.LightPlanCosts()
     assert costs.runs_before_plan(2) == 2                # nothing measured: as before
