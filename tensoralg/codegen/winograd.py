@@ -106,8 +106,6 @@ F4 = Transform(
     np.array([[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -1 / 2, 0], [0, 1, 1, 4, 1 / 4, 0],
               [0, 1, -1, 8, -1 / 8, 1]], np.float64))
 TRANSFORMS = {2: F2, 4: F4}
-# F(2x2, 3x3)'s matrices under their usual names.
-B_T, G, A_T = F2.b_t, F2.g, F2.a_t
 
 
 def transformed_weight(weight: np.ndarray, tile: int = 2) -> np.ndarray:
@@ -344,5 +342,5 @@ def winograd_module(dtype: np.dtype, lanes: int, activation: Any, tile: int = 2
     return module
 
 
-__all__ = ["A_T", "B_T", "ENTRY", "F2", "F4", "G", "TRANSFORMS", "Transform", "transformed_weight",
+__all__ = ["ENTRY", "F2", "F4", "TRANSFORMS", "Transform", "transformed_weight",
            "winograd_module"]

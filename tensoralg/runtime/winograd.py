@@ -37,7 +37,8 @@ MOST_SCRATCH_BYTES = 64 << 20
 # Multiply-adds a GEMM row's worth of time streaming 4 bytes of transformed weight from memory
 # costs, against multiplying it with a tile in cache: fitted to F(2x2) and F(4x4) on 512
 # channels at 7 x 7 (batch 1 and 8: 4 to 128 tiles; float32, one thread, AVX-512,
-# 2026-12-07), where the products run at ~70 GFMA/s and the weight streams at ~25 GB/s.
+# 2026-12-07), where the products run at ~70 GFMA/s and the weight streams at ~25 GB/s
+# (python benchmarks/winograd.py 1x512x512x7x7 2x512x512x7x7 4x512x512x7x7 8x512x512x7x7).
 STREAM_COST = 11.0
 
 

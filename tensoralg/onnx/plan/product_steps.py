@@ -619,13 +619,14 @@ def conv_spec(step: Step, recorded: Env, constants: Mapping[str, np.ndarray]) ->
     gemm_conv = None        # built once: packing a large weight twice cost load time
     wide = groups == 1 and not skip_zeros and direct and channels >= GEMM_MIN_CHANNELS and \
         weight.shape[2] * weight.shape[3] > 1
-    # (a Conv ahead of a normalization by the data's statistics keeps the smaller tile:
-    # passes/normalized_convs.py)
-    tiles = tuple(t for t in winograd_tiles() if t <= attrs.get("winograd_tile", t))
-    tile = program.winograd_tile(weight.shape[1], channels, *geometry.out, images=x.shape[0],
-                                 itemsize=x.dtype.itemsize, tiles=tiles) \
-        if groups == 1 and not skip_zeros and direct and weight.shape[2:] == (3, 3) and \
-        geometry.strides == (1, 1) else None
+    tile = None
+    if groups == 1 and not skip_zeros and direct and weight.shape[2:] == (3, 3) and \
+            geometry.strides == (1, 1):
+        # (a Conv ahead of a normalization by the data's statistics keeps the smaller tile:
+        # passes/normalized_convs.py)
+        tiles = tuple(t for t in winograd_tiles() if t <= attrs.get("winograd_tile", t))
+        tile = program.winograd_tile(weight.shape[1], channels, *geometry.out,
+                                     images=x.shape[0], itemsize=x.dtype.itemsize, tiles=tiles)
     if tile is not None:
         # F(2x2, 3x3): 16 multiply-adds per channel pair for 4 outputs where the direct
         # convolution takes 36. One thread, batch 8, float32, against the direct convolution
