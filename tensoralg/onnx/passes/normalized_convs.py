@@ -7,7 +7,7 @@ zero relative to their spread, the rounding of everything computed before it gro
 ratio. F(4x4, 3x3) rounds its float32 sums 5-9 times as far from the exact ones as
 F(2x2, 3x3) (``codegen/winograd.py``); ahead of such a normalization that was enough to take
 MONAI's DynUNet (InstanceNorm after every 3x3x3 Conv) from 1.2e-5 to 3.6e-5 away from a float64
-run where onnxruntime was 7.8e-6 away (2026-12-07). So every Conv from which a normalization of
+run where onnxruntime was 7.8e-6 away (ad hoc, 2026-12-07). So every Conv from which a normalization of
 that kind can be reached is marked ``winograd_tile=2``: the plan keeps such a Conv on F(2x2) or
 a direct convolution. A normalization by constants (a BatchNormalization, folded into its Conv)
 scales the rounding with the values and is not one of them.
